@@ -1,0 +1,142 @@
+"""The one backbone every encoding is trained in: a decoder-only pre-LN Transformer.
+
+Axis letters: b batch, s sequence (new tokens of this call), d model width, v vocab.
+
+The encoding is injected (``PositionalEncoding`` instance) and is the only thing that
+differs between two runs of a comparison. Incremental decoding keeps everything it
+needs in one ``state`` dict: planned positions, per-layer KV cache, and whatever
+recurrent state the encoding keeps there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pezoo import AttentionContext, PositionalEncoding, SelfAttention
+
+
+@dataclass(frozen=True)
+class BackboneConfig:
+    """Shape of the backbone (identical for every encoding in a comparison).
+
+    Attributes:
+        vocab_size: shared vocabulary size.
+        d_model: residual width d.
+        n_layers: Transformer blocks.
+        n_heads: attention heads per block.
+        d_ff: MLP hidden width (default 4 d).
+        backend: attention backend (``pezoo.BACKENDS``).
+        causal: decoder (True) or encoder (False) attention.
+    """
+
+    vocab_size: int = 64
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    d_ff: int | None = None
+    backend: str = "sdpa"
+    causal: bool = True
+
+
+class Block(nn.Module):
+    """Pre-LN block: x + Attn(LN(x)), then x + MLP(LN(x)) with a GELU MLP."""
+
+    def __init__(self, cfg: BackboneConfig, layer: int) -> None:
+        super().__init__()
+        self.ln_attn = nn.LayerNorm(cfg.d_model)
+        self.attn = SelfAttention(cfg.d_model, cfg.n_heads, layer=layer, backend=cfg.backend)
+        self.ln_mlp = nn.LayerNorm(cfg.d_model)
+        d_ff = cfg.d_ff or 4 * cfg.d_model
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, d_ff), nn.GELU(), nn.Linear(d_ff, cfg.d_model))
+
+    def forward(
+        self, x: Tensor, pe: PositionalEncoding, ctx: AttentionContext, return_probs: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        a, probs = self.attn(self.ln_attn(x), pe, ctx, return_probs=return_probs)
+        x = x + a  # (b, s, d)
+        return x + self.mlp(self.ln_mlp(x)), probs
+
+
+class Backbone(nn.Module):
+    """Decoder-only Transformer with tied input/output embeddings and an injected PE.
+
+    Args:
+        cfg: the backbone shape.
+        pe: the positional encoding (built for ``cfg``'s dims).
+    """
+
+    def __init__(self, cfg: BackboneConfig, pe: PositionalEncoding) -> None:
+        super().__init__()
+        self.cfg, self.pe = cfg, pe
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layers))
+        self.ln_out = nn.LayerNorm(cfg.d_model)
+        self.apply(self._init)
+        # Tied embeddings as in Vaswani et al.: weights ~ N(0, 1/d), inputs scaled by
+        # sqrt(d), so input embeddings have unit scale (comparable to a sin/cos APE) and
+        # initial logits are O(1).
+        nn.init.normal_(self.embed.weight, std=cfg.d_model**-0.5)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    def start_state(self, batch: int, max_length: int, device: torch.device | str | None = None) -> dict[str, Any]:
+        """A fresh decoding state whose positions are planned for ``max_length`` tokens."""
+        device = device or self.embed.weight.device
+        return {"positions": self.pe.positions(batch, max_length, device), "length": 0}
+
+    def forward(
+        self,
+        tokens: Tensor,
+        *,
+        state: dict[str, Any] | None = None,
+        scale_hint: Tensor | None = None,
+        return_probs: bool = False,
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """Logits for ``tokens`` (b, s) -> (b, s, v).
+
+        With ``state`` (from :meth:`start_state`), ``tokens`` continue the sequence held
+        in it and the state is updated (KV cache, encoding state); without, this is one
+        full forward pass. ``return_probs`` (eager backend) also returns the attention
+        probabilities of every layer.
+        """
+        b, s = tokens.shape
+        if state is None:
+            state = {"positions": self.pe.positions(b, s, tokens.device), "length": 0}
+        start = state["length"]
+        positions = state["positions"]  # (b|1, planned length)
+        if positions.shape[-1] < start + s:
+            raise ValueError(
+                f"the decoding state was planned for {positions.shape[-1]} tokens but {start + s} "
+                "were fed; start it with start_state(batch, max_length) large enough"
+            )
+        ctx = AttentionContext(
+            q_pos=positions[:, start : start + s],
+            k_pos=positions[:, : start + s],
+            causal=self.cfg.causal,
+            state=state,
+            scale_hint=scale_hint,
+        )
+        x = self.pe.embed(self.embed(tokens) * self.cfg.d_model**0.5, ctx.q_pos)  # (b, s, d)
+        all_probs = []
+        for layer, block in enumerate(self.blocks):
+            self.pe.observe(layer, x, ctx)
+            x, probs = block(x, self.pe, ctx, return_probs)
+            all_probs.append(probs)
+        state["length"] = start + s
+        logits = F.linear(self.ln_out(x), self.embed.weight)  # tied: (b, s, v)
+        return (logits, all_probs) if return_probs else logits
+
+    def n_params(self) -> dict[str, int]:
+        """Parameter counts: total, and the encoding's own."""
+        pe = sum(p.numel() for p in self.pe.parameters())
+        return {"total": sum(p.numel() for p in self.parameters()), "pe": pe}

@@ -1,0 +1,28 @@
+"""reverse: reverse a random digit string (PRISM paper, Table 3 / §6.0.1).
+
+8349216=6129438.
+"""
+
+from __future__ import annotations
+
+import random
+
+from harness.tasks.base import Task, register_task
+from harness.tasks.copy import DIGITS
+
+
+@register_task
+class Reverse(Task):
+    """Reverse a string of n i.i.d. uniform digits; scale n = string length."""
+
+    name = "reverse"
+    source = "Lee 2025 (PRISM), Table 3: Reverse"
+    metric = "exact_match"
+    train_scales = (1, 10)
+    test_scales = (11, 40)
+
+    def sample_prompt(self, n: int, rng: random.Random) -> list[str]:
+        return rng.choices(DIGITS, k=n)
+
+    def solve(self, prompt: tuple[str, ...]) -> list[str]:
+        return [*reversed(prompt), "."]

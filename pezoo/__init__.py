@@ -1,0 +1,50 @@
+"""pezoo: a zoo of positional encodings behind one interface.
+
+>>> import pezoo
+>>> "rope" in pezoo.available()
+True
+>>> pe = pezoo.create("alibi", n_heads=8)
+"""
+
+from pezoo import encodings
+from pezoo.attention import BACKENDS, SelfAttention, attend
+from pezoo.base import (
+    AttentionBias,
+    AttentionContext,
+    DenseBias,
+    LinearBias,
+    ModelDims,
+    PositionalEncoding,
+    UnknownNameError,
+    WindowMask,
+    available,
+    create,
+    get,
+    register,
+)
+from pezoo.encodings import ALiBi, NoPE, RoPE, SinusoidalAPE
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BACKENDS",
+    "ALiBi",
+    "AttentionBias",
+    "AttentionContext",
+    "DenseBias",
+    "LinearBias",
+    "ModelDims",
+    "NoPE",
+    "PositionalEncoding",
+    "RoPE",
+    "SelfAttention",
+    "SinusoidalAPE",
+    "UnknownNameError",
+    "WindowMask",
+    "attend",
+    "available",
+    "create",
+    "encodings",
+    "get",
+    "register",
+]

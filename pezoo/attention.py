@@ -1,0 +1,180 @@
+"""Reference attention that consumes the PE interface, with interchangeable backends.
+
+Axis letters: b batch, h heads, i queries, j keys, e q/k head dim, f value head dim,
+d model width.
+
+Every backend computes ``softmax(scale * q kᵀ + biases + masks) v`` and must agree with
+``eager`` (tests check it). Backends differ only in *how* structured biases are lowered:
+
+    eager   explicit softmax over a materialised (b, h, i, j) score tensor; the only
+            backend that can return attention probabilities (for plots/diagnostics).
+    sdpa    torch.nn.functional.scaled_dot_product_attention with a materialised
+            additive mask (or ``is_causal`` when there is nothing else to add).
+
+More backends register themselves in ``BACKENDS`` (see ``register_backend``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, UnknownNameError, unknown_name_message
+
+__all__ = ["BACKENDS", "SelfAttention", "attend", "dense_mask", "register_backend"]
+
+Backend = Callable[
+    [Tensor, Tensor, Tensor, AttentionContext, Sequence[AttentionBias], float, bool],
+    tuple[Tensor, Tensor | None],
+]
+"""(q, k, v, ctx, biases, scale, return_probs) -> (out (b,h,i,f), probs (b,h,i,j) or None)."""
+
+BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(name: str) -> Callable[[Backend], Backend]:
+    def deco(fn: Backend) -> Backend:
+        if name in BACKENDS:
+            raise ValueError(f"attention backend {name!r} is already registered")
+        BACKENDS[name] = fn
+        return fn
+
+    return deco
+
+
+def dense_mask(
+    ctx: AttentionContext,
+    biases: Sequence[AttentionBias],
+    n_heads: int,
+    n_queries: int,
+    n_keys: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Tensor | None:
+    """All biases, the causal mask and key padding as one additive (b|1, h|1, i, j) tensor.
+
+    Returns None when there is nothing to add. Rows with every key masked (queries at
+    padding positions) are left unmasked so softmax stays finite; their outputs are
+    meaningless and callers ignore them.
+    """
+    total: Tensor | None = None
+    for bias in biases:
+        term = bias.materialize(ctx, n_heads, dtype).to(device)
+        total = term if total is None else total + term
+    allowed: Tensor | None = None
+    if ctx.causal and n_queries > 1:  # a single newest query sees every key anyway
+        q_idx = torch.arange(n_queries, device=device) + (n_keys - n_queries)
+        allowed = torch.arange(n_keys, device=device)[None, :] <= q_idx[:, None]  # (i, j)
+        allowed = allowed[None, None]
+    if ctx.key_padding_mask is not None:
+        pad = ctx.key_padding_mask.to(device)[:, None, None, :]  # (b, 1, 1, j)
+        allowed = pad if allowed is None else allowed & pad
+    if allowed is not None:
+        zero = torch.zeros((), dtype=dtype, device=device)
+        masked = torch.where(allowed, zero, torch.full((), -math.inf, dtype=dtype, device=device))
+        total = masked if total is None else total + masked
+    if total is None:
+        return None
+    total = total.expand(*total.shape[:2], n_queries, n_keys)
+    dead = torch.isneginf(total).all(dim=-1, keepdim=True)
+    if dead.any():
+        total = total.masked_fill(dead, 0.0)
+    return total
+
+
+@register_backend("eager")
+def _eager(q, k, v, ctx, biases, scale, return_probs):
+    scores = torch.einsum("bhie,bhje->bhij", q, k) * scale  # (b, h, i, j)
+    mask = dense_mask(ctx, biases, q.shape[1], q.shape[2], k.shape[2], scores.dtype, q.device)
+    if mask is not None:
+        scores = scores + mask
+    probs = scores.softmax(dim=-1)
+    out = torch.einsum("bhij,bhjf->bhif", probs, v)  # (b, h, i, f)
+    return out, probs if return_probs else None
+
+
+@register_backend("sdpa")
+def _sdpa(q, k, v, ctx, biases, scale, return_probs):
+    if return_probs:
+        raise ValueError("the sdpa backend cannot return attention probabilities; use backend='eager'")
+    i, j = q.shape[2], k.shape[2]
+    plain_causal = ctx.causal and i == j and not biases and ctx.key_padding_mask is None
+    if plain_causal:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale), None
+    mask = dense_mask(ctx, biases, q.shape[1], i, j, q.dtype, q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale), None
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    ctx: AttentionContext,
+    biases: Sequence[AttentionBias] = (),
+    *,
+    scale: float | None = None,
+    backend: str = "eager",
+    return_probs: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Attention of q (b,h,i,e) over k (b,h,j,e), v (b,h,j,f) under ``ctx`` and ``biases``.
+
+    Args:
+        scale: score scale; default 1/sqrt(e). Pass the *original* head dim's scale when
+            an encoding extended q/k (PRISM).
+        backend: a key of ``BACKENDS``.
+        return_probs: also return the (b, h, i, j) attention probabilities (eager only).
+
+    Returns:
+        (out (b, h, i, f), probs or None)
+    """
+    try:
+        fn = BACKENDS[backend]
+    except KeyError:
+        raise UnknownNameError(unknown_name_message("attention backend", backend, sorted(BACKENDS))) from None
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    return fn(q, k, v, ctx, biases, scale, return_probs)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention that applies a ``PositionalEncoding``'s hooks.
+
+    Keys/values of earlier calls are kept in ``ctx.state`` (a KV cache), so feeding a
+    sequence token by token with one persistent state equals one full forward pass.
+
+    Args:
+        d_model: model width d.
+        n_heads: heads h (d must be divisible by h).
+        layer: index of this layer, passed to the encoding's hooks.
+        backend: attention backend name (``BACKENDS``).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, layer: int, backend: str = "eager") -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.n_heads, self.head_dim, self.layer, self.backend = n_heads, d_model // n_heads, layer, backend
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(
+        self, x: Tensor, pe: PositionalEncoding, ctx: AttentionContext, *, return_probs: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """x (b, i, d) -> (out (b, i, d), probs (b, h, i, j) or None)."""
+        q, k, v = rearrange(self.qkv(x), "b i (three h e) -> three b h i e", three=3, h=self.n_heads)
+        q, k = pe.qk(self.layer, q, k, ctx)  # new keys transformed once, before caching
+        cache_key = ("kv", self.layer)
+        if cache_key in ctx.state:
+            k_old, v_old = ctx.state[cache_key]
+            k, v = torch.cat([k_old, k], dim=2), torch.cat([v_old, v], dim=2)  # (b, h, j, e)
+        ctx.state[cache_key] = (k, v)
+        biases = pe.bias(self.layer, q, k, ctx)
+        out, probs = attend(
+            q, k, v, ctx, biases, scale=1.0 / math.sqrt(self.head_dim), backend=self.backend, return_probs=return_probs
+        )
+        return self.out(rearrange(out, "b h i f -> b i (h f)")), probs

@@ -1,0 +1,415 @@
+"""The one interface every positional encoding implements, structured attention biases,
+and the registry.
+
+Axis letters used in shape comments throughout pezoo:
+    b batch, s sequence, i query positions, j key positions, d model width,
+    h heads, e head dim (q/k), f value head dim, p histogram bins, c cursors.
+
+A positional encoding (PE) can act on attention at four points. Every hook defaults to
+the identity, so an encoding implements only what it changes:
+
+    positions(b, s)            which integer position each token gets (randomized PE)
+    embed(x, pos)              token embeddings, before layer 0        (sin/cos, learned APE)
+    observe(layer, x, ctx)     read the residual stream before a layer (PRISM's gates)
+    qk(layer, q, k, ctx)       rotate or extend per-head q/k           (RoPE, PRISM)
+    bias(layer, q, k, ctx)     structured additive bias / mask          (ALiBi, Hard-ALiBi, PRF)
+
+Positions are explicit integer tensors. Incremental decoding works through
+``ctx.state``: a dict the caller keeps alive across calls for one sequence batch, in
+which an encoding may keep whatever recurrent state it needs (PRISM keeps its GRU hidden
+state and histograms there). For a full forward pass the dict is fresh.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "AttentionBias",
+    "AttentionContext",
+    "DenseBias",
+    "LinearBias",
+    "ModelDims",
+    "PositionalEncoding",
+    "UnknownNameError",
+    "WindowMask",
+    "available",
+    "create",
+    "get",
+    "register",
+]
+
+
+# --------------------------------------------------------------------------------------
+# The context an encoding sees inside attention
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class AttentionContext:
+    """Everything about the current attention call that is not q/k/v.
+
+    Attributes:
+        q_pos: positions of the queries, (b, i) or (1, i).
+        k_pos: positions of *all* keys, cached ones included, (b, j) or (1, j).
+        causal: whether query t may see only keys at sequence index <= t.
+        state: per-sequence-batch scratch/recurrent state, kept by the caller across
+            incremental decoding calls (fresh dict for a full forward pass).
+        key_padding_mask: (b, j) bool, True for real keys, or None (no padding).
+        scale_hint: optional instance scale n per example, (b,), for encodings that
+            take one (learned-PRF with scale hint).
+        scratch: per-call memo (fresh for every forward call, shared by all layers), for
+            values computed once per call such as RoPE's cos/sin of ``q_pos``.
+    """
+
+    q_pos: Tensor
+    k_pos: Tensor
+    causal: bool = True
+    state: dict[str, Any] = field(default_factory=dict)
+    key_padding_mask: Tensor | None = None
+    scale_hint: Tensor | None = None
+    scratch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_cached(self) -> int:
+        """How many keys precede the current queries (0 for a full forward pass)."""
+        return self.k_pos.shape[-1] - self.q_pos.shape[-1]
+
+
+# --------------------------------------------------------------------------------------
+# Structured biases: an encoding says *what*, each attention backend decides *how*
+# --------------------------------------------------------------------------------------
+
+
+class AttentionBias:
+    """Base class of the structured biases added to attention scores.
+
+    Scores are ``scale * <q, k> + bias``: biases are added *after* the 1/sqrt(e)
+    scaling. A bias may be lowered to a dense additive tensor (``materialize``) by any
+    backend; backends that can do better (flex, xformers) read its fields instead.
+    """
+
+    def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
+        """Dense additive bias, broadcastable to (b, h, i, j); -inf where masked."""
+        raise NotImplementedError
+
+
+def _relative_distance(ctx: AttentionContext) -> Tensor:
+    """pos_i - pos_j as float, (b|1, 1, i, j)."""
+    q = ctx.q_pos.to(torch.float32)[:, None, :, None]
+    k = ctx.k_pos.to(torch.float32)[:, None, None, :]
+    return q - k
+
+
+@dataclass(frozen=True, eq=False)
+class LinearBias(AttentionBias):
+    """ALiBi-style bias ``-slope_h * |pos_i - pos_j|`` (Press et al. 2022).
+
+    Under a causal mask only j <= i matters, where it equals ``-slope_h * (pos_i - pos_j)``.
+
+    Attributes:
+        slopes: (h,) non-negative slope per head.
+    """
+
+    slopes: Tensor
+
+    def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
+        dist = _relative_distance(ctx).abs()  # (b, 1, i, j)
+        return (-self.slopes.to(torch.float32).view(1, -1, 1, 1) * dist).to(dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class WindowMask(AttentionBias):
+    """Per-head local window: head h sees key j only if ``|pos_i - pos_j| < window_h``.
+
+    With the causal mask this is ``0 <= pos_i - pos_j < window_h``.
+
+    Heads whose window is ``math.inf`` are unmasked (beyond the causal mask). Used by
+    Hard-ALiBi (Jelassi et al. 2024): window 1..M on M heads, the rest unmasked.
+
+    Attributes:
+        windows: (h,) float tensor of window sizes (>= 1) or inf.
+    """
+
+    windows: Tensor
+
+    def allowed(self, ctx: AttentionContext) -> Tensor:
+        """(b|1, h, i, j) bool: True where attention is allowed."""
+        dist = _relative_distance(ctx)  # (b, 1, i, j)
+        w = self.windows.to(torch.float32).view(1, -1, 1, 1)
+        return (dist < w) & (dist > -w)
+
+    def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
+        zero = torch.zeros((), dtype=dtype, device=self.windows.device)
+        return torch.where(self.allowed(ctx), zero, torch.tensor(-math.inf, dtype=dtype))
+
+
+@dataclass(frozen=True, eq=False)
+class DenseBias(AttentionBias):
+    """An explicit additive bias tensor, broadcastable to (b, h, i, j)."""
+
+    tensor: Tensor
+
+    def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
+        return self.tensor.to(dtype)
+
+
+# --------------------------------------------------------------------------------------
+# The interface
+# --------------------------------------------------------------------------------------
+
+
+class PositionalEncoding(nn.Module):
+    """Base class of every pezoo encoding. All hooks are the identity by default.
+
+    Subclasses set ``name`` (the registry key) and override the hooks they need. Hooks
+    work on plain tensors, so an encoding can be used inside any attention code:
+
+    >>> import torch, pezoo
+    >>> rope = pezoo.create("rope", head_dim=16)
+    >>> q = k = torch.randn(2, 4, 10, 16)                       # (b, h, s, e)
+    >>> pos = torch.arange(10)
+    >>> ctx = pezoo.AttentionContext(q_pos=pos[None], k_pos=pos[None])
+    >>> q2, k2 = rope.qk(0, q, k, ctx)
+    >>> q2.shape
+    torch.Size([2, 4, 10, 16])
+
+    Class attributes:
+        name: registry key.
+        uses_positions: whether the encoding reads ``pos`` at all (randomized PE wraps
+            only those that do).
+        max_position: largest position supported, or None for unbounded.
+    """
+
+    name: ClassVar[str] = ""
+    uses_positions: ClassVar[bool] = True
+    max_position: int | None = None
+
+    # -- positions -----------------------------------------------------------------
+    def positions(self, batch: int, length: int, device: torch.device | str = "cpu") -> Tensor:
+        """Integer positions for a sequence of ``length`` tokens: (b|1, s) long.
+
+        Plain encodings use 0..s-1 shared by the batch. Randomized PE overrides this
+        during training (sorted random subset of a larger range).
+        """
+        if self.max_position is not None and length > self.max_position:
+            raise ValueError(
+                f"{type(self).__name__} supports positions < {self.max_position}, got a sequence of {length} tokens"
+            )
+        return torch.arange(length, device=device)[None]
+
+    # -- hooks ---------------------------------------------------------------------
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        """Token embeddings (b, s, d) and positions (b|1, s) -> embeddings (b, s, d)."""
+        return x
+
+    def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
+        """Read the residual stream (b, s, d) entering ``layer``; no return value."""
+
+    def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
+        """Transform the *new* queries (b, h, i, e) and keys (b, h, i, e) of ``layer``.
+
+        Keys are transformed once, before they enter a KV cache. The output head dim
+        may be larger than e (PRISM concatenates position streams); the attention scale
+        stays the caller's 1/sqrt(e).
+        """
+        return q, k
+
+    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        """Structured biases for ``layer`` given the (transformed) q (b,h,i,e), k (b,h,j,e)."""
+        return []
+
+    def extra_repr(self) -> str:
+        return self.name
+
+
+# --------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------
+
+ENTRY_POINT_GROUP = "pezoo.encodings"
+
+
+class UnknownNameError(KeyError):
+    """A name that is not in a registry. The message lists the valid names."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; show it plainly
+        return str(self.args[0])
+
+
+def unknown_name_message(kind: str, name: str, valid: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, valid, n=3)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown {kind} {name!r}.{hint} Valid {kind}s: {', '.join(valid)}"
+
+
+class Registry(Mapping[str, Callable[..., Any]]):
+    """Name -> factory. Hard error on clashes; entry points are loaded lazily.
+
+    Args:
+        kind: what is registered ("encoding", "task"), used in messages.
+        entry_point_group: Python entry-point group third-party packages register in.
+    """
+
+    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+        self.kind = kind
+        self._group = entry_point_group
+        self._factories: dict[str, Callable[..., Any]] = {}
+        self._entry_points_loaded = entry_point_group is None
+
+    def register(self, name: str, factory: Callable[..., Any]) -> None:
+        if name in self._factories and self._factories[name] is not factory:
+            raise ValueError(f"{self.kind} {name!r} is already registered by {self._factories[name]!r}")
+        self._factories[name] = factory
+
+    def _load_entry_points(self) -> None:
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        for ep in metadata.entry_points(group=self._group):
+            if ep.name not in self._factories:
+                self._factories[ep.name] = _LazyEntryPoint(ep)
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        self._load_entry_points()
+        try:
+            factory = self._factories[name]
+        except KeyError:
+            raise UnknownNameError(unknown_name_message(self.kind, name, sorted(self))) from None
+        if isinstance(factory, _LazyEntryPoint):  # import a plugin on first use
+            factory = self._factories[name] = factory.load()
+        return factory
+
+    def is_loaded(self, name: str) -> bool:
+        return not isinstance(self._factories.get(name), _LazyEntryPoint)
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_entry_points()
+        return iter(sorted(self._factories))
+
+    def __len__(self) -> int:
+        self._load_entry_points()
+        return len(self._factories)
+
+
+class _LazyEntryPoint:
+    """Placeholder for a third-party factory, imported on first lookup."""
+
+    def __init__(self, ep: metadata.EntryPoint) -> None:
+        self._ep = ep
+
+    def load(self) -> Callable[..., Any]:
+        try:
+            return self._ep.load()
+        except Exception as exc:
+            raise ImportError(f"could not load plugin {self._ep.name!r} from {self._ep.value!r}: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"<entry point {self._ep.value}>"
+
+
+ENCODINGS = Registry("encoding", ENTRY_POINT_GROUP)
+WRAPPERS: dict[str, Callable[..., PositionalEncoding]] = {}
+"""Prefix wrappers: ``create("randomized:rope")`` -> ``WRAPPERS["randomized"](create("rope"))``."""
+
+
+def register(name: str) -> Callable[[type], type]:
+    """Class decorator: register an encoding class under ``name`` (sets ``cls.name``)."""
+
+    def deco(cls: type) -> type:
+        cls.name = name
+        ENCODINGS.register(name, cls)
+        return cls
+
+    return deco
+
+
+def available() -> list[str]:
+    """Names ``create`` accepts (wrapped forms such as ``randomized:rope`` included)."""
+    names = list(ENCODINGS)
+    for prefix in WRAPPERS:
+        names += [f"{prefix}:{n}" for n in ENCODINGS if _wrappable(n)]
+    return sorted(set(names))
+
+
+def _wrappable(name: str) -> bool:
+    if not ENCODINGS.is_loaded(name):
+        return True
+    factory = ENCODINGS[name]
+    return bool(getattr(factory, "uses_positions", True))
+
+
+def get(name: str) -> Callable[..., PositionalEncoding]:
+    """The factory (usually the class) registered under ``name``."""
+    return ENCODINGS[name]
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The shape of the model an encoding is built for.
+
+    ``create(name, dims=ModelDims(...))`` passes each field to the encoding's
+    constructor only if the constructor takes a keyword of that name, so one call
+    builds any encoding for a given backbone (NoPE takes none, RoPE takes
+    ``head_dim``, ALiBi ``n_heads``, APE ``d_model``, PRISM several).
+    """
+
+    d_model: int
+    n_heads: int
+    n_layers: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def as_kwargs(self) -> dict[str, int]:
+        return {"d_model": self.d_model, "n_heads": self.n_heads, "n_layers": self.n_layers, "head_dim": self.head_dim}
+
+
+def create(name: str, *, dims: ModelDims | None = None, **config: Any) -> PositionalEncoding:
+    """Build the encoding registered as ``name`` with keyword ``config``.
+
+    ``prefix:base`` applies a wrapper (e.g. ``randomized:rope``); config keys the
+    wrapper does not take are passed to the base encoding. ``dims`` supplies the model
+    shape to whichever constructor keywords want it. Unknown names raise
+    :class:`UnknownNameError` listing the valid names; unknown config keys raise
+    ``TypeError`` naming the accepted ones.
+    """
+    if ":" in name:
+        prefix, base = name.split(":", 1)
+        if prefix not in WRAPPERS:
+            raise UnknownNameError(unknown_name_message("encoding", name, available()))
+        wrapper = WRAPPERS[prefix]
+        own = _accepted_keys(wrapper)
+        inner = create(base, dims=dims, **{k: v for k, v in config.items() if k not in own})
+        return wrapper(inner, **{k: v for k, v in config.items() if k in own})
+    factory = ENCODINGS[name]
+    if dims is not None:
+        wanted = _accepted_keys(factory)
+        config = {**{k: v for k, v in dims.as_kwargs().items() if k in wanted}, **config}
+    return _call_strict(factory, name, config)
+
+
+def _accepted_keys(factory: Callable[..., Any]) -> set[str]:
+    params = inspect.signature(factory).parameters.values()
+    return {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+
+
+def _call_strict(factory: Callable[..., Any], name: str, config: Mapping[str, Any]) -> Any:
+    accepted = _accepted_keys(factory)
+    unknown = sorted(set(config) - accepted)
+    if unknown:
+        raise TypeError(
+            f"encoding {name!r} got unknown option(s) {', '.join(unknown)}; "
+            f"valid options: {', '.join(sorted(accepted)) or '(none)'}"
+        )
+    return factory(**config)
