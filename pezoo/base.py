@@ -345,6 +345,8 @@ def _wrappable(name: str) -> bool:
     if not ENCODINGS.is_loaded(name):
         return True
     factory = ENCODINGS[name]
+    if getattr(factory, "wrappable", True) is False:  # e.g. an already-randomized alias
+        return False
     return bool(getattr(factory, "uses_positions", True))
 
 

@@ -2,7 +2,28 @@
 
 from pezoo.encodings.alibi import ALiBi, alibi_slopes
 from pezoo.encodings.ape import SinusoidalAPE, sinusoid_table
+from pezoo.encodings.hard_alibi import HardALiBi, hard_alibi_windows
+from pezoo.encodings.learned_ape import LearnedAPE
+from pezoo.encodings.learned_prf import LearnedPRF, LearnedPRFScaleHint
 from pezoo.encodings.nope import NoPE
+from pezoo.encodings.randomized import RandomizedPE, RandomizedSinusoidalAPE, sample_sorted_positions
 from pezoo.encodings.rope import RoPE, rope_angles, rotate_pairs
 
-__all__ = ["ALiBi", "NoPE", "RoPE", "SinusoidalAPE", "alibi_slopes", "rope_angles", "rotate_pairs", "sinusoid_table"]
+__all__ = [
+    "ALiBi",
+    "HardALiBi",
+    "LearnedAPE",
+    "LearnedPRF",
+    "LearnedPRFScaleHint",
+    "NoPE",
+    "RandomizedPE",
+    "RandomizedSinusoidalAPE",
+    "RoPE",
+    "SinusoidalAPE",
+    "alibi_slopes",
+    "hard_alibi_windows",
+    "rope_angles",
+    "rotate_pairs",
+    "sample_sorted_positions",
+    "sinusoid_table",
+]

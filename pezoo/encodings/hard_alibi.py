@@ -1,0 +1,72 @@
+"""Hard-ALiBi (Jelassi et al. 2024; as used by Hou et al., "Universal Length
+Generalization with Turing Programs", §2.3 and §3.1).
+
+Head m of the first M heads may attend only to the m most recent tokens,
+
+    b_m(i, j) = 0     if  i - m < j <= i
+    b_m(i, j) = -inf  if  j <= i - m,
+
+with windows m = 1, 2, ..., M; the remaining H - M heads are unmasked NoPE heads (plain
+causal attention, global reach). There is no slope, no learned parameter and no position
+in the embeddings; the same windows are used in every layer. The bias is lowered as a
+:class:`~pezoo.base.WindowMask`, so backends that can skip masked blocks (flex) or use a
+local-attention kernel (xformers) never build a dense -inf tensor.
+
+Windows count positions, which for this encoding are the token indices 0..s-1. It is
+therefore not offered as ``randomized:hard_alibi``: with sparse random positions a
+window of m would cover fewer than m tokens (mostly only the token itself), which is not
+the paper's method.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, WindowMask, register
+
+PAPER_BEST_MASKED_HEADS = 6  # Turing Programs §3.1.1: M swept over 3..8 for addition, 6 was best
+
+
+def hard_alibi_windows(n_heads: int, n_masked: int) -> Tensor:
+    """Window per head: ``[1, 2, ..., M, inf, ..., inf]`` as an (h,) float32 tensor."""
+    if not 0 <= n_masked <= n_heads:
+        raise ValueError(f"n_masked must be in [0, n_heads={n_heads}], got {n_masked}")
+    windows = torch.full((n_heads,), math.inf)
+    windows[:n_masked] = torch.arange(1, n_masked + 1, dtype=torch.float32)
+    return windows
+
+
+def default_masked_heads(n_heads: int) -> int:
+    """The paper's best M (6), capped so that at least one unmasked (global) head remains."""
+    return min(PAPER_BEST_MASKED_HEADS, n_heads - 1)
+
+
+@register("hard_alibi")
+class HardALiBi(PositionalEncoding):
+    """Hard-ALiBi: M heads see windows of 1..M tokens, the other heads are NoPE heads.
+
+    Args:
+        n_heads: heads per layer H.
+        n_masked: number of windowed heads M (0..H). Default ``min(6, H - 1)``: the
+            paper's best M for addition, leaving at least one global head.
+    """
+
+    wrappable: ClassVar[bool] = False  # windows are token counts; see the module docstring
+
+    windows: Tensor
+
+    def __init__(self, *, n_heads: int, n_masked: int | None = None) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.n_masked = default_masked_heads(n_heads) if n_masked is None else n_masked
+        self.register_buffer("windows", hard_alibi_windows(n_heads, self.n_masked), persistent=False)  # (h,)
+
+    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        return [WindowMask(self.windows)]
+
+    def extra_repr(self) -> str:
+        return f"n_heads={self.n_heads}, n_masked={self.n_masked}"

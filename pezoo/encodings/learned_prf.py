@@ -1,0 +1,195 @@
+"""Learning-based position embeddings, LBPE (Chen, Liang, Lin, TPAMI 2026, §VII-B),
+with and without the scale hint (§VII-A).
+
+A positional relation function (PRF) maps a (query, key) position pair to one of S
+relation ids; LBPE learns it as a distribution over S slots,
+
+    φθ(i, j) ∈ Δ^S,       LBPE(i, j) = Pᵀ φθ(i, j) ∈ R^d,      P ∈ R^{S×d} learned slots,
+
+and adds it to the *key* input of layer l only (key-only relative PE):
+
+    α_ij = (h_j + LBPE(i, j))ᵀ W_Kᵀ W_Q h_i  =  ⟨q_i, k_j⟩ + Σ_s φθ(i, j)_s ⟨q_i, W_K P_s⟩.
+
+The first term is ordinary content attention; the second is this encoding's
+content-dependent bias, computed as ``R[b,h,i,s] = ⟨q_i, K_s⟩`` and
+``bias[b,h,i,j] = Σ_s φ[i,j,s] R[b,h,i,s]`` (O(i·j·S) per head; no (i, j, d) tensor).
+
+Conventions and choices (the PRF network lives in the paper's online appendix, which we
+do not have; see docs/encodings/learned_prf.md):
+    * Slot keys. The encoding cannot see the attention's W_K, so it learns the products
+      ``K_s = W_K P_s`` directly, one (S, h, e) table per layer. This has the same
+      expressive power as separate P and W_K (any P with a full-rank W_K gives any K)
+      but does not tie the slots' key projection to the content one.
+    * Scaling. The bias is multiplied by 1/sqrt(e), like the content scores, since the
+      paper's α_ij is the pre-scaling logit; it is added after the 1/sqrt(e) scaling.
+    * PRF network, one per layer: raw integer features ``[i, j, i - j]`` (and the
+      instance scale n with the scale hint) times ``feature_scale`` (1/16), an MLP of
+      ``depth`` ReLU layers of width ``hidden`` (2 × 64), then S logits and a softmax
+      (temperature ``temperature``). Raw (not length-normalised) features keep a
+      piecewise-linear ReLU network meaningful past the training lengths.
+    * S = 16 without and 32 with the scale hint.
+    * Scale hint: n comes from ``ctx.scale_hint`` (b,), the task's instance scale; the
+      harness passes it for every example. ``learned_prf_sh`` without it is an error.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, register
+
+
+def prf_features(q_pos: Tensor, k_pos: Tensor, scale_hint: Tensor | None = None, *, feature_scale: float) -> Tensor:
+    """Pair features of the PRF network.
+
+    Args:
+        q_pos: (b|1, i) query positions.
+        k_pos: (b|1, j) key positions.
+        scale_hint: optional (b|1,) instance scale n per example.
+        feature_scale: multiplier applied to every feature.
+
+    Returns:
+        (b|1, i, j, 3) float32 ``[i, j, i - j]``, or (b, i, j, 4) with n appended.
+    """
+    qi = q_pos.to(torch.float32)[:, :, None]  # (b, i, 1)
+    kj = k_pos.to(torch.float32)[:, None, :]  # (b, 1, j)
+    qi, kj = torch.broadcast_tensors(qi, kj)  # (b, i, j)
+    feats = [qi, kj, qi - kj]
+    if scale_hint is not None:
+        n = scale_hint.to(torch.float32, device=q_pos.device).view(-1, 1, 1)  # (b, 1, 1)
+        feats = [f.expand(max(f.shape[0], n.shape[0]), -1, -1) for f in feats]
+        feats.append(n.expand_as(feats[0]))
+    return torch.stack(feats, dim=-1) * feature_scale  # (b, i, j, F)
+
+
+def lbpe_bias(phi: Tensor, q: Tensor, slot_keys: Tensor) -> Tensor:
+    """The LBPE score term ``Σ_s φ[i,j,s] ⟨q_i, K_s⟩ / sqrt(e)``.
+
+    Args:
+        phi: (b|1, i, j, S) slot distribution per pair.
+        q: (b, h, i, e) queries.
+        slot_keys: (S, h, e) key-projected slots ``W_K P_s`` per head.
+
+    Returns:
+        (b, h, i, j) additive bias in float32.
+    """
+    r = torch.einsum("bhie,she->bhis", q.to(torch.float32), slot_keys.to(torch.float32))  # (b, h, i, S)
+    r = r / math.sqrt(q.shape[-1])
+    if phi.shape[0] == 1:
+        return torch.einsum("ijs,bhis->bhij", phi[0], r)
+    return torch.einsum("bijs,bhis->bhij", phi, r)
+
+
+class PRFNetwork(nn.Module):
+    """φθ: pair features (..., F) -> slot distribution (..., S), a ReLU MLP and a softmax."""
+
+    def __init__(self, n_features: int, n_slots: int, hidden: int, depth: int, temperature: float) -> None:
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        layers: list[nn.Module] = []
+        width = n_features
+        for _ in range(depth):
+            layers += [nn.Linear(width, hidden), nn.ReLU()]
+            width = hidden
+        layers.append(nn.Linear(width, n_slots))
+        self.mlp = nn.Sequential(*layers)
+        self.temperature = temperature
+
+    def forward(self, feats: Tensor) -> Tensor:
+        return (self.mlp(feats) / self.temperature).softmax(dim=-1)
+
+
+@register("learned_prf")
+class LearnedPRF(PositionalEncoding):
+    """LBPE (Chen, Liang, Lin §VII-B): a learned PRF φθ(i, j) over S slots, added key-side.
+
+    Args:
+        d_model: model width d.
+        n_heads: heads h (e = d / h).
+        n_layers: one PRF network and one slot table per layer.
+        n_slots: S, the number of relation slots.
+        hidden: width of the PRF network's hidden layers.
+        depth: number of hidden layers of the PRF network.
+        feature_scale: multiplier on the raw integer pair features.
+        temperature: softmax temperature of φθ.
+        slot_std: init std of the key-projected slots (default 0.02 · sqrt(d), the size
+            of ``W_K h`` for a unit-scale h and a 0.02-std W_K).
+    """
+
+    uses_scale_hint: ClassVar[bool] = False
+    default_slots: ClassVar[int] = 16
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        n_slots: int | None = None,
+        hidden: int = 64,
+        depth: int = 2,
+        feature_scale: float = 1.0 / 16,
+        temperature: float = 1.0,
+        slot_std: float | None = None,
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
+        self.n_slots = self.default_slots if n_slots is None else n_slots
+        self.feature_scale = feature_scale
+        head_dim = d_model // n_heads
+        n_features = 4 if self.uses_scale_hint else 3
+        self.prf_nets = nn.ModuleList(
+            PRFNetwork(n_features, self.n_slots, hidden, depth, temperature) for _ in range(n_layers)
+        )
+        std = 0.02 * math.sqrt(d_model) if slot_std is None else slot_std
+        self.slot_keys = nn.Parameter(torch.randn(n_layers, self.n_slots, n_heads, head_dim) * std)  # (l, S, h, e)
+
+    def prf(self, layer: int, q_pos: Tensor, k_pos: Tensor, scale_hint: Tensor | None = None) -> Tensor:
+        """φθ of ``layer``: (b|1, i, j, S), non-negative and summing to 1 over S."""
+        net = self.prf_nets[layer]
+        if not self.uses_scale_hint:
+            return net(prf_features(q_pos, k_pos, feature_scale=self.feature_scale))
+        if scale_hint is None:
+            raise ValueError(
+                f"{self.name} needs the instance scale n of every example: pass ctx.scale_hint, a (b,) tensor"
+            )
+        return net(prf_features(q_pos, k_pos, scale_hint, feature_scale=self.feature_scale))
+
+    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        slot_keys = self.slot_keys[layer]  # (S, h, e)
+        hint = ctx.scale_hint if self.uses_scale_hint else None
+        if hint is None or ctx.q_pos.shape[0] > 1 or ctx.k_pos.shape[0] > 1:
+            phi = self.prf(layer, ctx.q_pos, ctx.k_pos, hint)  # (b|1, i, j, S)
+            return [DenseBias(lbpe_bias(phi, q, slot_keys))]
+        # positions shared by the batch: evaluate φ once per distinct scale n, not per example
+        values, inverse = torch.unique(hint, return_inverse=True)
+        pieces, order = [], []
+        for u, n in enumerate(values):
+            rows = (inverse == u).nonzero().squeeze(1)
+            phi = self.prf(layer, ctx.q_pos, ctx.k_pos, n.view(1))  # (1, i, j, S)
+            pieces.append(lbpe_bias(phi, q[rows], slot_keys))  # (b_u, h, i, j)
+            order.append(rows)
+        bias = torch.cat(pieces)[torch.cat(order).argsort()]  # back to batch order
+        return [DenseBias(bias)]
+
+    def extra_repr(self) -> str:
+        return f"n_layers={self.n_layers}, n_heads={self.n_heads}, n_slots={self.n_slots}"
+
+
+@register("learned_prf_sh")
+class LearnedPRFScaleHint(LearnedPRF):
+    """LBPE-SH (Chen, Liang, Lin §VII-A/B): φθ(i, j, n) also reads the instance scale n.
+
+    Same arguments as :class:`LearnedPRF` (S defaults to 32); n comes from
+    ``ctx.scale_hint``.
+    """
+
+    uses_scale_hint: ClassVar[bool] = True
+    default_slots: ClassVar[int] = 32

@@ -1,0 +1,152 @@
+"""Randomized positional encodings (Ruoss et al. 2023, §3): a position sampler.
+
+Not a new encoding but a wrapper around any position-consuming one. For a sequence of n
+tokens it draws a set I of n distinct integers uniformly from ``[0, L)`` (without
+replacement), sorts it, ``i_1 < ... < i_n``, and gives token t the position ``i_t``; the
+wrapped encoding then sees those positions wherever it would have seen ``t``:
+
+    randomized:ape          sin/cos table rows at the sampled positions (= bare ``randomized``)
+    randomized:learned_ape  learned table rows at the sampled positions (needs max_position >= L)
+    randomized:rope         rotation angles from the sampled positions
+    randomized:alibi        distances between sampled positions
+
+Conventions:
+    * one draw per call to ``positions()``, i.e. once per batch and shared by every
+      sequence of the batch (the paper subsamples "once per batch and not individually
+      for every sequence");
+    * the paper counts positions 1..L; pezoo counts 0..L-1 (the same set shifted by one);
+    * in training mode positions are always random. In eval mode they are plain
+      ``0..n-1`` by default, or drawn the same way when ``randomize_eval=True`` (what the
+      paper does at test time);
+    * a sequence longer than L is an error in both modes: its positions cannot be
+      distinct values of ``[0, L)``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from pezoo.base import WRAPPERS, AttentionBias, AttentionContext, PositionalEncoding, register
+from pezoo.encodings.ape import SinusoidalAPE
+
+DEFAULT_MAX_LENGTH = 2048
+
+
+def sample_sorted_positions(
+    length: int,
+    max_length: int,
+    *,
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """A uniformly random sorted subset of ``length`` distinct integers of ``[0, max_length)``.
+
+    Uniform over all subsets of that size (a random permutation's first ``length``
+    entries), drawn from ``generator`` or torch's global RNG on the CPU.
+
+    Returns:
+        (s,) long tensor, strictly increasing.
+    """
+    if length > max_length:
+        raise ValueError(
+            f"randomized positions are distinct values of [0, {max_length}), so a sequence can have at most "
+            f"{max_length} tokens; got {length}. Build the encoding with a larger max_length"
+        )
+    chosen = torch.randperm(max_length, generator=generator)[:length]  # (s,)
+    return chosen.sort().values.to(device)
+
+
+class RandomizedPE(PositionalEncoding):
+    """Randomized PE (Ruoss et al. 2023): sorted random positions from ``[0, L)`` for ``inner``.
+
+    Every hook delegates to ``inner``; only :meth:`positions` changes.
+
+    Args:
+        inner: the wrapped encoding; must read positions (``uses_positions``) and, if it
+            has a ``max_position``, accept every position below ``max_length``.
+        max_length: L, the range positions are drawn from (2048 by default).
+        randomize_eval: also draw random positions in eval mode (the paper's test-time
+            procedure); default False: plain ``0..n-1`` at evaluation.
+    """
+
+    wrappable: ClassVar[bool] = False  # randomizing twice means nothing
+
+    def __init__(
+        self, inner: PositionalEncoding, /, *, max_length: int = DEFAULT_MAX_LENGTH, randomize_eval: bool = False
+    ) -> None:
+        super().__init__()
+        if isinstance(inner, RandomizedPE):
+            raise ValueError(f"{inner.name!r} is already randomized; it cannot be wrapped again")
+        if not inner.uses_positions:
+            raise ValueError(
+                f"encoding {inner.name!r} does not read positions, so randomizing them would change nothing"
+            )
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {max_length}")
+        if inner.max_position is not None and inner.max_position < max_length:
+            raise ValueError(
+                f"randomized positions go up to {max_length - 1} but {inner.name!r} supports positions "
+                f"< {inner.max_position}; build it with max_position >= {max_length} or lower max_length"
+            )
+        self.inner = inner
+        self.max_length, self.randomize_eval = max_length, randomize_eval
+        self.max_position = max_length
+        if not type(self).name:  # the wrapper form; a registered alias keeps its own key
+            self.name = f"randomized:{inner.name}"
+
+    def positions(self, batch: int, length: int, device: torch.device | str = "cpu") -> Tensor:
+        """(1, s) sorted distinct positions of ``[0, L)`` (training or ``randomize_eval``), else the inner ones."""
+        if length > self.max_length:
+            raise ValueError(
+                f"{self.name} draws positions from [0, {self.max_length}) and cannot place {length} tokens; "
+                f"build it with max_length >= {length}"
+            )
+        if self.training or self.randomize_eval:
+            return sample_sorted_positions(length, self.max_length, device=device)[None]  # (1, s)
+        return self.inner.positions(batch, length, device)
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return self.inner.embed(x, pos)
+
+    def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
+        self.inner.observe(layer, x, ctx)
+
+    def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
+        return self.inner.qk(layer, q, k, ctx)
+
+    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        return self.inner.bias(layer, q, k, ctx)
+
+    def extra_repr(self) -> str:
+        return f"max_length={self.max_length}, randomize_eval={self.randomize_eval}"
+
+
+@register("randomized")
+class RandomizedSinusoidalAPE(RandomizedPE):
+    """Bare ``randomized``: randomized sin/cos APE, the same as ``randomized:ape``.
+
+    Args:
+        d_model: embedding width d (even).
+        base: sin/cos wavelength base.
+        scale: multiplier on the sin/cos table.
+        max_length: L, the range positions are drawn from.
+        randomize_eval: also randomize in eval mode.
+    """
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        base: float = 10000.0,
+        scale: float = 1.0,
+        max_length: int = DEFAULT_MAX_LENGTH,
+        randomize_eval: bool = False,
+    ) -> None:
+        inner = SinusoidalAPE(d_model=d_model, base=base, scale=scale)
+        super().__init__(inner, max_length=max_length, randomize_eval=randomize_eval)
+
+
+WRAPPERS["randomized"] = RandomizedPE
