@@ -22,12 +22,13 @@ from pezoo.base import (
     get,
     register,
 )
-from pezoo.encodings import ALiBi, NoPE, RoPE, SinusoidalAPE
+from pezoo.encodings import PRISM, ALiBi, NoPE, RoPE, SinusoidalAPE
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BACKENDS",
+    "PRISM",
     "ALiBi",
     "AttentionBias",
     "AttentionContext",

@@ -6,10 +6,12 @@ from pezoo.encodings.hard_alibi import HardALiBi, hard_alibi_windows
 from pezoo.encodings.learned_ape import LearnedAPE
 from pezoo.encodings.learned_prf import LearnedPRF, LearnedPRFScaleHint
 from pezoo.encodings.nope import NoPE
+from pezoo.encodings.prism import PRISM
 from pezoo.encodings.randomized import RandomizedPE, RandomizedSinusoidalAPE, sample_sorted_positions
 from pezoo.encodings.rope import RoPE, rope_angles, rotate_pairs
 
 __all__ = [
+    "PRISM",
     "ALiBi",
     "HardALiBi",
     "LearnedAPE",

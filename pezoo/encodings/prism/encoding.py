@@ -1,0 +1,454 @@
+"""PRISM: position as probability (Lee 2025), behind pezoo's one interface.
+
+Axis letters: b batch, s new tokens of this call, t all tokens so far, d model width,
+h heads, c cursors per head, n cursors of a PRISM layer (both sides, all heads),
+p histogram bins (2P+1), f stream width d_pe, g GRU hidden width.
+
+How it plugs in (Spec E.5, docs/prism.md):
+
+* ``observe(layer, x, ctx)``: at each backbone layer where a PRISM layer sits, a GRU
+  over the layer-normed residual stream x emits per-cursor gates, the histogram filter
+  (``histogram.py``) runs over the new tokens continuing from the state kept in
+  ``ctx.state``, and the resulting query/key position streams go to ``ctx.scratch``.
+* ``qk(layer, q, k, ctx)``: the streams of the most recent PRISM layer at or below
+  ``layer`` are scaled and concatenated onto q and k (``streams.fold_position_streams``),
+  so any attention backend computes the hybrid score of Eq. 9. Keys enter the KV cache
+  extended; decoding costs O(P) per token and cursor for the filter.
+* ``embed`` is the identity: §6.2 removes the APE from the residual stream.
+
+The support P is chosen at run time from the sequence length (the smallest power of two
+>= the tokens so far, at least ``min_support``) and grows during decoding; with the
+default ``eps_support="reachable"`` the result does not depend on P at all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor, nn
+
+from pezoo.base import AttentionContext, PositionalEncoding, register
+from pezoo.encodings.ape import sinusoid_table
+from pezoo.encodings.prism.gates import CopyAttention, GateNet, HiddenRegulariser
+from pezoo.encodings.prism.histogram import (
+    centre_one_hot,
+    histogram_scan,
+    histogram_transition,
+    mix_copy,
+    reachable_mask,
+    sharpen,
+)
+from pezoo.encodings.prism.streams import StreamNorm, fold_position_streams, normalise_streams, offset_table
+
+__all__ = ["PAPER_OPTIONS", "PRISM", "PRISMConfig", "PRISMLayer", "support_for"]
+
+EpsSupport = Literal["reachable", "full"]
+CopyKey = Literal["absolute", "learned"]
+
+PAPER_OPTIONS: dict[str, Any] = {"n_cursors": 4, "d_pe": 340, "gru_hidden": 100, "alpha_lr": 0.03}
+"""§6.2 sizes (4 cursor pairs per head, 340-wide streams, GRU 100): ``create("prism", **PAPER_OPTIONS)``."""
+
+
+@dataclass(frozen=True)
+class PRISMConfig:
+    """Every option of :class:`PRISM` (validated; unknown keys are rejected by ``create``).
+
+    Attributes:
+        d_model, n_heads, n_layers: backbone shape (from ``ModelDims``).
+        layers: 0-based backbone layers a PRISM layer sits before (paper "before layer 1"
+            = 0; odds_first / stack: ``(0, 3)``).
+        n_cursors: C, query (and key) cursors per head.
+        d_pe: stream width per cursor (even).
+        gru_hidden: GRU width.
+        regulariser: W_hh treatment, ``"orthogonal" | "frobenius" | "none"`` (§6.3).
+        frobenius_weight: weight of ‖W_hh‖_F² in :meth:`PRISM.regularisation`.
+        gamma_init: initial sharpening exponent (γ = 1 + softplus(ρ)).
+        gamma_max: optional cap on γ (clamped), or None.
+        eps: sharpening floor ε.
+        eps_support: ``"reachable"`` (ε only on bins the cursor can occupy; P-invariant)
+            or ``"full"`` (ε on every bin, Alg. 1 literally).
+        stream_norm: Alg. 3 variant, ``"l2"`` (per token) or ``"constant"``.
+        copy_cursors: per-head query-cursor indices with a copy branch (Spec: ``(0,)``).
+        copy_every: also give a copy branch to every k-th query cursor counted over
+            (head, cursor) (§6.0.1's "one of every five"); 0 = off.
+        copy_key: ``"absolute"``: the key cursor paired with a copying query is fixed to
+            increment-only (its histogram is the one-hot at offset t+1); ``"learned"``.
+        copy_dim: width of the copy attention's queries/keys.
+        copy_null_bias: initial bias of the copy branch's null (no-copy) logit.
+        alpha_init: initial α per layer, head and cursor (used as |α|).
+        mu_init: initial μ per layer and head (content weight, μ = σ(ν)).
+        alpha_lr, alpha_betas: AdamW settings of α's parameter group (§6.4).
+        min_support: smallest support P.
+        compile_scan: run the scan step through ``torch.compile``.
+    """
+
+    d_model: int
+    n_heads: int
+    n_layers: int
+    layers: tuple[int, ...] = (0,)
+    n_cursors: int = 2
+    d_pe: int = 32
+    gru_hidden: int = 100
+    regulariser: HiddenRegulariser = "orthogonal"
+    frobenius_weight: float = 1e-3
+    gamma_init: float = 2.0
+    gamma_max: float | None = None
+    eps: float = 1e-6
+    eps_support: EpsSupport = "reachable"
+    stream_norm: StreamNorm = "l2"
+    copy_cursors: tuple[int, ...] = ()
+    copy_every: int = 0
+    copy_key: CopyKey = "absolute"
+    copy_dim: int = 16
+    copy_null_bias: float = 4.0
+    alpha_init: float = 1.0
+    mu_init: float = 0.5
+    alpha_lr: float = 0.03
+    alpha_betas: tuple[float, float] = (0.8, 0.92)
+    min_support: int = 16
+    compile_scan: bool = False
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ValueError(f"PRISM: {msg}")
+
+        need(self.d_pe > 0 and self.d_pe % 2 == 0, f"d_pe must be a positive even number, got {self.d_pe}")
+        need(self.n_cursors >= 1, f"n_cursors must be >= 1, got {self.n_cursors}")
+        need(len(self.layers) >= 1, "layers must name at least one backbone layer")
+        need(all(0 <= x < self.n_layers for x in self.layers), f"layers {self.layers} outside 0..{self.n_layers - 1}")
+        need(len(set(self.layers)) == len(self.layers), f"layers {self.layers} repeat a layer")
+        need(all(0 <= c < self.n_cursors for c in self.copy_cursors), f"copy_cursors {self.copy_cursors} not < C")
+        need(self.copy_every >= 0, f"copy_every must be >= 0, got {self.copy_every}")
+        need(self.gamma_init > 1.0, f"gamma_init must be > 1, got {self.gamma_init}")
+        need(self.gamma_max is None or self.gamma_max > 1.0, f"gamma_max must be > 1, got {self.gamma_max}")
+        need(0.0 < self.mu_init < 1.0, f"mu_init must be in (0, 1), got {self.mu_init}")
+        need(self.eps >= 0.0, f"eps must be >= 0, got {self.eps}")
+        need(self.min_support >= 1, f"min_support must be >= 1, got {self.min_support}")
+        for name, value, valid in (
+            ("regulariser", self.regulariser, ("orthogonal", "frobenius", "none")),
+            ("eps_support", self.eps_support, ("reachable", "full")),
+            ("stream_norm", self.stream_norm, ("l2", "constant")),
+            ("copy_key", self.copy_key, ("absolute", "learned")),
+        ):
+            need(value in valid, f"{name} must be one of {valid}, got {value!r}")
+
+    def copy_mask(self) -> Tensor:
+        """(h, c) bool: which query cursors have a copy branch."""
+        mask = torch.zeros(self.n_heads, self.n_cursors, dtype=torch.bool)
+        mask[:, list(self.copy_cursors)] = True
+        if self.copy_every:
+            mask.view(-1)[:: self.copy_every] = True
+        return mask
+
+
+def support_for(length: int, min_support: int) -> int:
+    """Support P for a sequence of ``length`` tokens: the smallest power of two >= length (>= min_support)."""
+    return max(min_support, 1 << max(length - 1, 0).bit_length())
+
+
+def _inverse_softplus(y: float) -> float:
+    return y + math.log(-math.expm1(-y))
+
+
+_INCREMENT_ONLY = (0.0, 1.0, 0.0, 0.0)  # reset, inc, dec, keep
+
+
+class PRISMLayer(nn.Module):
+    """One PRISM layer: gates, copy branch and histogram filter for 2·h·C cursors.
+
+    Cursors are scanned in the order [copying query cursors | other query cursors |
+    learned key cursors]; key cursors fixed to increment-only (``copy_key="absolute"``)
+    are not scanned: their histogram is the one-hot at offset t+1 and their stream the
+    sinusoid of t+1. ``unpermute`` maps back to the (side, head, cursor) layout.
+
+    Args:
+        cfg: the encoding's configuration.
+    """
+
+    unpermute: Tensor
+    copy_keys_in_scan: Tensor
+
+    def __init__(self, cfg: PRISMConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        h, c = cfg.n_heads, cfg.n_cursors
+        hc = h * c
+        copy_flat = cfg.copy_mask().view(-1).nonzero().view(-1).tolist()  # query cursor ids with copy
+        self.n_copy = len(copy_flat)
+        self.learned_copy_keys = self.n_copy > 0 and cfg.copy_key == "learned"
+        fixed = [hc + i for i in copy_flat] if self.n_copy and cfg.copy_key == "absolute" else []
+        other_q = [i for i in range(hc) if i not in copy_flat]
+        keys = [hc + i for i in range(hc) if hc + i not in fixed]
+        order = copy_flat + other_q + keys + fixed
+        self.n_scan, self.n_query, self.n_fixed = len(order) - len(fixed), hc, len(fixed)
+        self.register_buffer("unpermute", torch.tensor(order).argsort(), persistent=False)
+        # positions, within the scanned key cursors, of the keys paired with copying queries
+        paired = [keys.index(hc + i) for i in copy_flat] if self.learned_copy_keys else []
+        self.register_buffer("copy_keys_in_scan", torch.tensor(paired, dtype=torch.long), persistent=False)
+
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.gates = GateNet(cfg.d_model, self.n_scan, hidden=cfg.gru_hidden, regulariser=cfg.regulariser)
+        self.gamma_raw = nn.Parameter(torch.full((self.n_scan,), _inverse_softplus(cfg.gamma_init - 1.0)))
+        self.copy = (
+            CopyAttention(cfg.d_model, self.n_copy, dim=cfg.copy_dim, null_bias=cfg.copy_null_bias)
+            if self.n_copy
+            else None
+        )
+        self._compiled: Any = None
+
+    def gamma(self) -> Tensor:
+        """(n_scan,) sharpening exponents γ = 1 + softplus(ρ) (> 1), capped at gamma_max if set."""
+        g = 1.0 + F.softplus(self.gamma_raw)
+        return g if self.cfg.gamma_max is None else g.clamp(max=self.cfg.gamma_max)
+
+    # -- the scan ----------------------------------------------------------------------
+    def _step(self, h, p_reset, p_inc, p_dec, p_keep, gamma, eps, p_copy, *, mask=None):
+        """histogram_step whose copy branch applies to the first ``n_copy`` cursors only."""
+        new = histogram_transition(h, p_reset, p_inc, p_dec, p_keep)  # (b, n, p)
+        if p_copy is not None:
+            k = p_copy.shape[-2]
+            new = torch.cat([mix_copy(new[..., :k, :], p_copy), new[..., k:, :]], dim=-2)
+        return sharpen(new, gamma, eps, mask)
+
+    def _step_fn(self):
+        if not self.cfg.compile_scan:
+            return self._step
+        if self._compiled is None:
+            self._compiled = torch.compile(self._step, dynamic=True)
+        return self._compiled
+
+    def forward(
+        self, x: Tensor, state: dict[str, Any] | None, *, record: bool = False
+    ) -> tuple[Tensor, Tensor, dict[str, Any], dict[str, Tensor] | None]:
+        """Run the filter over the new tokens x (b, s, d), continuing from ``state``.
+
+        Returns:
+            g_q, g_k: (b, h, s, c, f) normalised query / key streams;
+            the new state (to keep for the next call);
+            with ``record``: histograms (b, 2, h, c, s, p) and gates (b, 2, h, c, s, 4).
+        """
+        cfg, state = self.cfg, state or {}
+        b, s, _ = x.shape
+        t0 = state.get("t", 0)
+        support = max(state.get("support", 0), support_for(t0 + s, cfg.min_support))
+        bins = 2 * support + 1
+        steps = torch.arange(t0, t0 + s, device=x.device)  # absolute token index of each new token
+        hist = state.get("hist")
+        if hist is None:
+            hist = centre_one_hot((b, self.n_scan), support, device=x.device)  # (b, n, p)
+        hist = _grow(hist, support)
+
+        xn = self.norm(x)
+        gates, gru_state = self.gates(xn, state.get("gru"))  # (b, s, n, 4)
+        gates = gates.transpose(0, 1)  # (s, b, n, 4)
+        masks = reachable_mask(steps, support) if cfg.eps_support == "reachable" else None  # (s, p)
+        gamma = self.gamma()
+        table = offset_table(support, cfg.d_pe, x.device)  # (p, f)
+        emit = (lambda hh: hh) if record else (lambda hh: hh @ table)  # (b, n, p) -> (b, n, p|f)
+
+        new_state: dict[str, Any] = {"t": t0 + s, "support": support, "gru": gru_state}
+        p_copy = None
+        nq = self.n_query
+        if self.copy is not None:
+            probs, copy_keys = self.copy(xn, state.get("copy_keys"))  # (b, k, s, t+1)
+            new_state["copy_keys"] = copy_keys
+            a_pos, a_null = probs[..., :-1], probs[..., -1:]  # (b, k, s, t), (b, k, s, 1)
+
+        step = self._step_fn()
+        if self.learned_copy_keys:
+            key_h = histogram_scan(hist[:, nq:], gates[:, :, nq:], gamma[nq:], cfg.eps, None, masks, step=step)
+            paired = key_h[:, :, self.copy_keys_in_scan].permute(1, 2, 0, 3)  # (b, k, s, p)
+            if "copy_hist" in state:
+                paired = torch.cat([_grow(state["copy_hist"], support), paired], dim=2)  # (b, k, t, p)
+            new_state["copy_hist"] = paired
+            p_copy = torch.cat([a_pos @ paired, a_null], dim=-1).permute(2, 0, 1, 3)  # (s, b, k, p+1)
+            query_h = histogram_scan(hist[:, :nq], gates[:, :, :nq], gamma[:nq], cfg.eps, p_copy, masks, step=step)
+            new_state["hist"] = torch.cat([query_h[-1], key_h[-1]], dim=1)
+            out = emit(torch.cat([query_h, key_h], dim=2))
+        else:
+            if self.copy is not None:  # copied mass of token j lands on the fixed key's bin P + j + 1
+                p_pos = F.pad(a_pos, (support + 1, bins - support - 1 - a_pos.shape[-1]))  # (b, k, s, p)
+                p_copy = torch.cat([p_pos, a_null], dim=-1).permute(2, 0, 1, 3)  # (s, b, k, p+1)
+            scanned = _scan_emitting(hist, gates, gamma, cfg.eps, p_copy, masks, step, emit)
+            new_state["hist"], out = scanned
+
+        if self.n_fixed:  # increment-only key cursors: one-hot at offset t+1
+            if record:
+                fixed = F.one_hot(steps + support + 1, bins).float()  # (s, p)
+            else:
+                fixed = sinusoid_table(steps + 1, cfg.d_pe)  # (s, f)
+            out = torch.cat([out, fixed[:, None, None, :].expand(s, b, self.n_fixed, -1)], dim=2)
+        out = out[:, :, self.unpermute]  # (s, b, 2hc, p|f) in (side, head, cursor) order
+
+        recorded = None
+        if record:
+            full_gates = torch.cat([gates, gates.new_tensor(_INCREMENT_ONLY).expand(s, b, self.n_fixed, 4)], dim=2)[
+                :, :, self.unpermute
+            ]
+            split = "s b (two h c) z -> b two h c s z"
+            recorded = {
+                "hist": rearrange(out, split, two=2, h=cfg.n_heads),
+                "gates": rearrange(full_gates, split, two=2, h=cfg.n_heads),
+            }
+            out = out @ table
+        streams = rearrange(out, "s b (two h c) f -> two b h s c f", two=2, h=cfg.n_heads)
+        streams = normalise_streams(streams, cfg.stream_norm)
+        return streams[0], streams[1], new_state, recorded
+
+
+def _scan_emitting(hist, gates, gamma, eps, p_copy, masks, step, emit) -> tuple[Tensor, Tensor]:
+    """Scan and apply ``emit`` per step: returns (last histogram (b, n, p), stacked emits (s, b, n, ·))."""
+    reset, inc, dec, keep = gates.unbind(dim=-1)
+    out = []
+    h = hist
+    for t in range(gates.shape[0]):
+        copy_t = None if p_copy is None else p_copy[t]
+        mask_t = None if masks is None else masks[t]
+        h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=mask_t)
+        out.append(emit(h))
+    return h, torch.stack(out, dim=0)
+
+
+def _grow(hist: Tensor, support: int) -> Tensor:
+    """Zero-pad a (..., 2P'+1) histogram to (..., 2P+1), P >= P', keeping offsets aligned."""
+    extra = support - hist.shape[-1] // 2
+    return F.pad(hist, (extra, extra)) if extra > 0 else hist
+
+
+@register("prism")
+class PRISM(PositionalEncoding):
+    """PRISM: learned relative positions as histograms over offsets (Lee 2025, §4–5, Alg. 1–4).
+
+    Per PRISM layer and head, C query and C key cursors each keep a histogram over signed
+    offsets -P..P, moved token by token by GRU gates (reset / increment / decrement /
+    keep, optional copy) and power-sharpened. A cursor's position stream is its histogram
+    times a sinusoid table; every attention layer from a PRISM layer up to the next uses
+    the hybrid score
+
+        μ_h ⟨q_i, k_j⟩/√e + (1 - μ_h) Σ_c |α_{h,c}| ⟨g_i^{q,c}, g_j^{k,c}⟩ / √(C·d_pe)
+
+    computed as one dot product of extended q/k under the usual 1/√e scale (any backend).
+    No positions are read (``uses_positions = False``); tokens are embedded without APE.
+
+    Args: see :class:`PRISMConfig` (every field is a keyword argument).
+    """
+
+    uses_positions = False
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        layers: tuple[int, ...] = (0,),
+        n_cursors: int = 2,
+        d_pe: int = 32,
+        gru_hidden: int = 100,
+        regulariser: HiddenRegulariser = "orthogonal",
+        frobenius_weight: float = 1e-3,
+        gamma_init: float = 2.0,
+        gamma_max: float | None = None,
+        eps: float = 1e-6,
+        eps_support: EpsSupport = "reachable",
+        stream_norm: StreamNorm = "l2",
+        copy_cursors: tuple[int, ...] = (),
+        copy_every: int = 0,
+        copy_key: CopyKey = "absolute",
+        copy_dim: int = 16,
+        copy_null_bias: float = 4.0,
+        alpha_init: float = 1.0,
+        mu_init: float = 0.5,
+        alpha_lr: float = 0.03,
+        alpha_betas: tuple[float, float] = (0.8, 0.92),
+        min_support: int = 16,
+        compile_scan: bool = False,
+    ) -> None:
+        given = dict(locals())
+        super().__init__()
+        options = {f.name: given[f.name] for f in fields(PRISMConfig)}
+        options["layers"], options["copy_cursors"] = tuple(layers), tuple(copy_cursors)
+        options["alpha_betas"] = tuple(alpha_betas)
+        self.config = cfg = PRISMConfig(**options)
+        self.prism_layers = nn.ModuleDict({str(layer): PRISMLayer(cfg) for layer in cfg.layers})
+        # μ = σ(ν) and α per backbone layer and head (Spec E.6 #14); layers below the first
+        # PRISM layer have no position stream and leave theirs unused.
+        self.mu_logit = nn.Parameter(torch.full((n_layers, n_heads), math.log(mu_init / (1.0 - mu_init))))
+        self.alpha = nn.Parameter(torch.full((n_layers, n_heads, n_cursors), float(alpha_init)))
+        self._recording: list[dict[str, Any]] | None = None
+
+    # -- hooks ---------------------------------------------------------------------------
+    def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
+        """At a PRISM layer: gates + filter over the new tokens x (b, s, d); streams to ctx.scratch."""
+        key = str(layer)
+        if key not in self.prism_layers:
+            return
+        record = self._recording is not None
+        g_q, g_k, new_state, recorded = self.prism_layers[key](x, ctx.state.get(("prism", layer)), record=record)
+        ctx.state[("prism", layer)] = new_state
+        ctx.scratch[("prism", layer)] = (g_q, g_k)
+        if recorded is not None and self._recording is not None:
+            self._recording.append({"layer": layer, **recorded})
+
+    def source_layer(self, layer: int) -> int | None:
+        """The PRISM layer whose streams backbone ``layer`` uses (most recent at or below), or None."""
+        below = [p for p in self.config.layers if p <= layer]
+        return max(below) if below else None
+
+    def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
+        """q, k (b, h, s, e) -> (b, h, s, e + C·d_pe) extended by the position streams."""
+        source = self.source_layer(layer)
+        if source is None:
+            return q, k
+        try:
+            g_q, g_k = ctx.scratch[("prism", source)]
+        except KeyError:
+            raise RuntimeError(
+                f"PRISM.qk(layer={layer}) needs the streams of PRISM layer {source}: call "
+                f"observe({source}, x, ctx) with the same ctx first"
+            ) from None
+        mu = torch.sigmoid(self.mu_logit[layer])  # (h,)
+        return fold_position_streams(q, k, g_q, g_k, mu, self.alpha[layer].abs())
+
+    # -- training helpers ------------------------------------------------------------------
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Optimiser groups with their own settings (§6.4): α gets AdamW(lr=alpha_lr, betas=alpha_betas).
+
+        Parameters not listed here belong in the caller's default group.
+        """
+        cfg = self.config
+        return [{"params": [self.alpha], "lr": cfg.alpha_lr, "betas": cfg.alpha_betas, "weight_decay": 0.0}]
+
+    def regularisation(self) -> Tensor:
+        """Loss term to add during training: the weighted Frobenius penalty on W_hh (0 unless selected)."""
+        total = self.alpha.new_zeros(())
+        if self.config.regulariser == "frobenius":
+            for prism_layer in self.prism_layers.values():
+                total = total + self.config.frobenius_weight * prism_layer.gates.penalty()
+        return total
+
+    @contextmanager
+    def recording(self) -> Iterator[list[dict[str, Any]]]:
+        """Record histograms and gates of every PRISM layer during the forward calls inside.
+
+        Yields a list that receives one dict per (call, PRISM layer):
+        ``{"layer", "hist": (b, 2, h, c, s, p), "gates": (b, 2, h, c, s, 4)}`` with side 0 =
+        query cursors, 1 = key cursors, and gates ordered reset, inc, dec, keep.
+        """
+        self._recording = []
+        try:
+            yield self._recording
+        finally:
+            self._recording = None
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return f"layers={c.layers}, n_cursors={c.n_cursors}, d_pe={c.d_pe}, copy={int(c.copy_mask().sum())}"

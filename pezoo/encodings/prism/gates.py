@@ -1,0 +1,115 @@
+"""PRISM's gates: a GRU over the residual stream emitting per-cursor reset / move
+probabilities (Lee 2025, §5.0.5, §6.3), and the copy branch's causal attention (§5.0.3–5.0.4).
+
+Axis letters: b batch, i new tokens, j all tokens so far, d model width, n cursors,
+g GRU hidden width, e copy-attention width.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.parametrizations import orthogonal
+
+__all__ = ["CopyAttention", "GateNet", "HiddenRegulariser"]
+
+HiddenRegulariser = Literal["orthogonal", "frobenius", "none"]
+
+
+class GateNet(nn.Module):
+    """GRU over (layer-normed) token states -> per cursor (p_reset, p_inc, p_dec, p_keep).
+
+    ``p_reset = σ(l_0)`` and ``(p_inc, p_dec, p_keep) = softmax(l_1, l_2, l_3)`` (Spec E.6 #3):
+    an independent binary reset and a ternary move, as the (2×3)^t branch count of §5.1.1
+    implies. The head starts with small random weights and zero bias, so every cursor
+    begins near the uniform prior of the paper's Fig. 11 (reset 1/2, moves 1/3 each)
+    while cursors still differ enough to break their symmetry.
+
+    Args:
+        d_model: width of the token states read.
+        n_cursors: cursors driven (all heads, query and key sides).
+        hidden: GRU hidden width (100 in the paper).
+        regulariser: ``"orthogonal"``: ``torch.nn.utils.parametrizations.orthogonal`` on
+            the GRU's stacked W_hh (3g × g; its columns are orthonormal); ``"frobenius"``:
+            no constraint, :meth:`penalty` returns ‖W_hh‖_F² for the caller to weight
+            (1e-3 in §6.3); ``"none"``.
+    """
+
+    def __init__(
+        self, d_model: int, n_cursors: int, *, hidden: int = 100, regulariser: HiddenRegulariser = "orthogonal"
+    ):
+        super().__init__()
+        if regulariser not in ("orthogonal", "frobenius", "none"):
+            raise ValueError(f"unknown W_hh regulariser {regulariser!r}; valid: 'orthogonal', 'frobenius', 'none'")
+        self.n_cursors, self.regulariser = n_cursors, regulariser
+        self.gru = nn.GRU(d_model, hidden, batch_first=True)
+        if regulariser == "orthogonal":
+            orthogonal(self.gru, "weight_hh_l0")
+        self.head = nn.Linear(hidden, 4 * n_cursors)
+        nn.init.normal_(self.head.weight, std=1.0 / hidden)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, x: Tensor, hidden: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x (b, i, d), GRU state (1, b, g) or None -> gates (b, i, n, 4), new state (1, b, g).
+
+        Gate order on the last axis: reset, inc, dec, keep.
+        """
+        y, hidden = self.gru(x, hidden)  # (b, i, g), (1, b, g)
+        logits = self.head(y).unflatten(-1, (self.n_cursors, 4)).float()  # (b, i, n, 4)
+        reset = torch.sigmoid(logits[..., :1])
+        move = torch.softmax(logits[..., 1:], dim=-1)
+        return torch.cat([reset, move], dim=-1), hidden
+
+    def penalty(self) -> Tensor:
+        """‖W_hh‖_F² (the §6.3 Frobenius regulariser before its weight)."""
+        return self.gru.weight_hh_l0.pow(2).sum()
+
+
+class CopyAttention(nn.Module):
+    """Causal attention over earlier tokens plus a null slot: p_copy of each copying cursor.
+
+    For copying cursor n, token i attends to every token j <= i (its own included) and to
+    a null slot; the null probability is p_no_copy. Queries, keys and the null logit are
+    dedicated projections of the PRISM layer's (layer-normed) token states, one small
+    single-head attention per copying cursor (Spec E.6 #7). The null logit starts at
+    ``null_bias`` so that, at initialisation, copying is rare.
+
+    Args:
+        d_model: token-state width.
+        n_copy: copying cursors.
+        dim: query/key width e per cursor.
+        null_bias: initial bias of the null logit.
+    """
+
+    def __init__(self, d_model: int, n_copy: int, *, dim: int = 16, null_bias: float = 4.0):
+        super().__init__()
+        self.n_copy, self.dim = n_copy, dim
+        self.query = nn.Linear(d_model, n_copy * dim, bias=False)
+        self.key = nn.Linear(d_model, n_copy * dim, bias=False)
+        self.null = nn.Linear(d_model, n_copy)
+        for lin in (self.query, self.key, self.null):
+            nn.init.normal_(lin.weight, std=0.02)
+        nn.init.constant_(self.null.bias, null_bias)
+
+    def forward(self, x: Tensor, keys_before: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x (b, i, d) new tokens; keys of earlier calls (b, n, j0, e) or None.
+
+        Returns:
+            probs (b, n, i, j + 1) over all j = j0 + i tokens and, last, the null slot;
+            keys (b, n, j, e) of all tokens so far (to keep for the next call).
+        """
+        b, i, _ = x.shape
+        q = self.query(x).view(b, i, self.n_copy, self.dim).transpose(1, 2)  # (b, n, i, e)
+        k = self.key(x).view(b, i, self.n_copy, self.dim).transpose(1, 2)
+        if keys_before is not None:
+            k = torch.cat([keys_before, k], dim=2)  # (b, n, j, e)
+        j = k.shape[2]
+        scores = torch.einsum("bnie,bnje->bnij", q, k).float() / math.sqrt(self.dim)  # (b, n, i, j)
+        t_query = torch.arange(i, device=x.device) + (j - i)  # absolute index of each new token
+        allowed = torch.arange(j, device=x.device)[None, :] <= t_query[:, None]  # (i, j)
+        scores = scores.masked_fill(~allowed, -torch.inf)
+        null = self.null(x).float().transpose(1, 2)[..., None]  # (b, n, i, 1)
+        return torch.softmax(torch.cat([scores, null], dim=-1), dim=-1), k

@@ -1,0 +1,214 @@
+"""PRISM's histogram filter: one cursor's distribution over signed offsets (Lee 2025, §5.1, Alg. 1).
+
+Axis letters: t steps (tokens), n cursors (any leading batch axes), p histogram bins.
+
+A cursor keeps a histogram ``h`` over the 2P+1 signed offsets -P..P; bin ``k`` holds
+offset ``k - P`` (the centre bin ``mid = P`` is offset 0). One step, given gate
+probabilities reset r, increment a, decrement b, keep c (a + b + c = 1):
+
+    reset branch      total·r·(c at mid, a at mid+1, b at mid-1)       re-centre, then one move
+    no-reset branch   (1-r)·(c·h[k] + a·h[k-1] + b·h[k+1])              banded shift, edges clamp
+    copy branch       new = p_nocopy·new + p_pos                        (optional)
+    sharpen           h' ∝ (new + ε)^γ                                  computed in log space
+
+Every operation is a slice, a pad or an elementwise product: O(P) per step and cursor,
+never a dense (2P+1)² matrix. Clamping keeps mass that would leave the support in the
+edge bin (Alg. 1), so before sharpening the total mass is conserved exactly.
+
+Support and the ε floor. After t+1 steps from the one-hot centre, mass can only lie
+within offsets ±(t+1). ``reachable_mask`` marks those bins; passing it to the step adds
+ε (and lets mass exist) only there, so the result is *identical* for every P ≥ T: the
+support can grow with the sequence (and during incremental decoding) without changing
+what the model computes. Without a mask, ε is added to every bin, as Alg. 1 writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "centre_one_hot",
+    "histogram_scan",
+    "histogram_step",
+    "histogram_transition",
+    "mix_copy",
+    "n_bins",
+    "reachable_mask",
+    "sharpen",
+]
+
+
+def n_bins(support: int) -> int:
+    """Number of bins 2P+1 for support P (offsets -P..P)."""
+    return 2 * support + 1
+
+
+def centre_one_hot(shape: tuple[int, ...], support: int, *, device=None, dtype=torch.float32) -> Tensor:
+    """The initial histogram (Spec E.6 #4): all mass at offset 0. Returns (*shape, 2P+1)."""
+    h = torch.zeros((*shape, n_bins(support)), device=device, dtype=dtype)
+    h[..., support] = 1.0
+    return h
+
+
+def reachable_mask(steps: Tensor, support: int) -> Tensor:
+    """Bins a histogram can occupy after processing token ``steps`` (0-based).
+
+    Args:
+        steps: integer tensor (...) of token indices t.
+        support: P.
+
+    Returns:
+        bool (..., 2P+1): True where |offset| <= t + 1.
+    """
+    offsets = torch.arange(-support, support + 1, device=steps.device)  # (p,)
+    return offsets.abs() <= (steps[..., None] + 1)
+
+
+def _shift_up(h: Tensor) -> Tensor:
+    """Mass at bin k moves to k+1; the top bin keeps its own mass (clamp). (..., p)."""
+    return torch.cat([torch.zeros_like(h[..., :1]), h[..., :-2], h[..., -2:-1] + h[..., -1:]], dim=-1)
+
+
+def _shift_down(h: Tensor) -> Tensor:
+    """Mass at bin k moves to k-1; the bottom bin keeps its own mass (clamp). (..., p)."""
+    return torch.cat([h[..., :1] + h[..., 1:2], h[..., 2:], torch.zeros_like(h[..., :1])], dim=-1)
+
+
+def histogram_transition(
+    h: Tensor,
+    p_reset: Tensor,
+    p_inc: Tensor,
+    p_dec: Tensor,
+    p_keep: Tensor,
+    p_copy: Tensor | None = None,
+) -> Tensor:
+    """Reset, move and copy (Alg. 1 steps 1–4), without sharpening.
+
+    Args:
+        h: (..., 2P+1) histogram (non-negative; need not sum to one).
+        p_reset, p_inc, p_dec, p_keep: (...) gate probabilities, inc + dec + keep = 1.
+        p_copy: (..., 2P+2) or None. Entries 0..2P are the mass copied into each bin,
+            the last entry is p_no_copy; the whole vector sums to one.
+
+    Returns:
+        (..., 2P+1). Total mass equals ``h``'s (times one, with the copy branch, when
+        ``h`` sums to one): nothing leaves the support.
+    """
+    bins = h.shape[-1]
+    if bins < 3 or bins % 2 == 0:
+        raise ValueError(f"a histogram needs 2P+1 >= 3 bins, got {bins}")
+    mid = bins // 2
+    stay = 1.0 - p_reset  # (...)
+    moved = (
+        (stay * p_keep)[..., None] * h
+        + (stay * p_inc)[..., None] * _shift_up(h)
+        + (stay * p_dec)[..., None] * _shift_down(h)
+    )  # (..., p)
+    reset = h.sum(dim=-1) * p_reset  # (...) reset mass, re-centred then moved once
+    landing = torch.stack([reset * p_dec, reset * p_keep, reset * p_inc], dim=-1)  # offsets -1, 0, +1
+    new = moved + F.pad(landing, (mid - 1, mid - 1))  # (..., p)
+    return new if p_copy is None else mix_copy(new, p_copy)
+
+
+def mix_copy(h: Tensor, p_copy: Tensor) -> Tensor:
+    """Copy branch (§5.0.4, Alg. 1 step 4): ``p_no_copy · h + p_pos``.
+
+    Args:
+        h: (..., p) histogram after reset and move.
+        p_copy: (..., p+1): copied mass per bin, then p_no_copy.
+    """
+    if p_copy.shape[-1] != h.shape[-1] + 1:
+        raise ValueError(f"p_copy needs {h.shape[-1] + 1} entries (bins + no-copy), got {p_copy.shape[-1]}")
+    return p_copy[..., -1:] * h + p_copy[..., :-1]
+
+
+def sharpen(h: Tensor, gamma: Tensor, eps: float, mask: Tensor | None = None) -> Tensor:
+    """Power sharpening ``(h + ε)^γ / Σ (h + ε)^γ`` in log space (Alg. 1 step 5).
+
+    Args:
+        h: (..., p) non-negative.
+        gamma: (...) exponent (> 1 in PRISM; 1 gives plain renormalisation).
+        eps: floor added before the power.
+        mask: optional bool (..., p); bins outside it get exactly zero mass and no ε.
+
+    Returns:
+        (..., p), non-negative, sums to one.
+    """
+    logits = gamma[..., None] * torch.log(h + eps)  # (..., p)
+    if mask is not None:
+        logits = logits.masked_fill(~mask, -torch.inf)
+    return torch.softmax(logits, dim=-1)
+
+
+def histogram_step(
+    h: Tensor,
+    p_reset: Tensor,
+    p_inc: Tensor,
+    p_dec: Tensor,
+    p_keep: Tensor,
+    gamma: Tensor,
+    eps: float,
+    p_copy: Tensor | None = None,
+    *,
+    mask: Tensor | None = None,
+) -> Tensor:
+    """One PRISM histogram update (Lee 2025, Alg. 1, symmetric support).
+
+    Args:
+        h: (..., 2P+1) current histogram; bin k is offset k - P.
+        p_reset: (...) reset probability (sigmoid gate).
+        p_inc, p_dec, p_keep: (...) move probabilities (softmax gate, sum to one).
+        gamma: (...) sharpening exponent γ_c.
+        eps: sharpening floor ε.
+        p_copy: (..., 2P+2) copied mass per bin with p_no_copy last, or None.
+        mask: optional bool (..., 2P+1) of reachable bins (``reachable_mask``); ε is
+            added only there, which makes the result independent of P.
+
+    Returns:
+        (..., 2P+1) next histogram: non-negative, sums to one.
+    """
+    return sharpen(histogram_transition(h, p_reset, p_inc, p_dec, p_keep, p_copy), gamma, eps, mask)
+
+
+StepFn = Callable[..., Tensor]
+
+
+def histogram_scan(
+    h0: Tensor,
+    gates: Tensor,
+    gamma: Tensor,
+    eps: float,
+    p_copy: Tensor | None = None,
+    masks: Tensor | None = None,
+    *,
+    step: StepFn = histogram_step,
+) -> Tensor:
+    """Run ``histogram_step`` over t: the sequential hot loop of PRISM.
+
+    Vectorised over every leading axis (batch × cursors); only t is sequential.
+
+    Args:
+        h0: (..., p) histogram before the first step.
+        gates: (t, ..., 4) probabilities (reset, inc, dec, keep).
+        gamma: broadcastable to (...).
+        eps: ε.
+        p_copy: (t, ..., p+1) or None.
+        masks: (t, p) or (t, ..., p) reachable bins per step, or None.
+        step: the step function (``histogram_step`` or a compiled version of it).
+
+    Returns:
+        (t, ..., p) histogram after each step.
+    """
+    out = []
+    h = h0
+    reset, inc, dec, keep = gates.unbind(dim=-1)  # (t, ...) each
+    for t in range(gates.shape[0]):
+        copy_t = None if p_copy is None else p_copy[t]
+        mask_t = None if masks is None else masks[t]
+        h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=mask_t)
+        out.append(h)
+    return torch.stack(out, dim=0)

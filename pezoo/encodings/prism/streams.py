@@ -1,0 +1,86 @@
+"""Position streams: histograms -> superposed sinusoidal PEs -> extended q/k (Lee 2025, §5.2, Alg. 2–4).
+
+Axis letters: b batch, h heads, i/j sequence, e head dim, c cursors per head,
+p histogram bins, f stream width d_pe.
+
+    table[k]   = f(k - P)                      standard sinusoid of the signed offset (Alg. 2, footnote 7)
+    e_t^c      = Σ_k H_t^c[k] · table[k]       superposition (Eq. 10), one per cursor
+    g_t        = normalise([e_t^0 ; … ; e_t^{C-1}])   over the (c, f) stack (Alg. 3)
+
+and the hybrid score of head h (Eq. 9 with Alg. 4's normalisation, Spec E.5):
+
+    s(i, j) = μ_h ⟨q_i, k_j⟩/√e + (1 - μ_h) Σ_c |α_{h,c}| ⟨g_i^{q,c}, g_j^{k,c}⟩ / √(C·d_pe)
+
+folded into one dot product under the caller's 1/√e scale:
+
+    q' = [μ_h q ; w_{h,c} g^{q,c}]    k' = [k ; g^{k,c}]    w_{h,c} = (1 - μ_h)|α_{h,c}| √e / √(C·d_pe)
+
+All the learnable factors sit on the query side, so cached keys are plain streams and no
+square root of a learnable scale (singular at 0) is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from einops import rearrange
+from torch import Tensor
+
+from pezoo.encodings.ape import sinusoid_table
+
+__all__ = ["StreamNorm", "fold_position_streams", "normalise_streams", "offset_table", "superpose"]
+
+StreamNorm = Literal["l2", "constant"]
+
+
+def offset_table(support: int, d_pe: int, device: torch.device | str | None = None) -> Tensor:
+    """Sinusoids of the signed offsets -P..P: (2P+1, d_pe) float32 (interleaved sin/cos)."""
+    offsets = torch.arange(-support, support + 1, device=device)
+    return sinusoid_table(offsets, d_pe)
+
+
+def superpose(hist: Tensor, table: Tensor) -> Tensor:
+    """Superposed PE per histogram (Eq. 10): (..., p) @ (p, f) -> (..., f)."""
+    return hist @ table
+
+
+def normalise_streams(e: Tensor, mode: StreamNorm) -> Tensor:
+    """Alg. 3: rescale the cursor stack (..., c, f) so a one-hot stack has norm √f.
+
+    ``"l2"``: per token, divide the (c, f) stack by its L2 norm and multiply by √f (the
+    branch Alg. 3 calls a mean-free LayerNorm; it subtracts no mean). ``"constant"``: the
+    ``MHA_USE_CUSTOM_LN`` branch, one global factor √f / (√c · ‖f(k)‖) with
+    ‖f(k)‖ = √(f/2) for every offset k.
+    """
+    c, f = e.shape[-2], e.shape[-1]
+    if mode == "l2":
+        norm = e.flatten(-2).norm(dim=-1).clamp_min(1e-12)[..., None, None]  # (..., 1, 1)
+        return e * (math.sqrt(f) / norm)
+    if mode == "constant":
+        return e * math.sqrt(2.0 / c)
+    raise ValueError(f"unknown stream normalisation {mode!r}; valid: 'l2', 'constant'")
+
+
+def fold_position_streams(
+    q: Tensor, k: Tensor, g_q: Tensor, g_k: Tensor, mu: Tensor, alpha: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Concatenate scaled position streams onto q and k (see module docstring).
+
+    Args:
+        q, k: (b, h, i, e) content queries / keys.
+        g_q, g_k: (b, h, i, c, f) normalised query / key streams.
+        mu: (h,) content weight μ in [0, 1].
+        alpha: (h, c) non-negative cursor scales |α|.
+
+    Returns:
+        q', k' (b, h, i, e + c·f), whose dot product over √e is the hybrid score.
+    """
+    e, (c, f) = q.shape[-1], g_q.shape[-2:]
+    w = (1.0 - mu)[:, None] * alpha * (math.sqrt(e) / math.sqrt(c * f))  # (h, c)
+    pos_q = rearrange(g_q * w[None, :, None, :, None], "b h i c f -> b h i (c f)")
+    pos_k = rearrange(g_k, "b h i c f -> b h i (c f)")
+    q_ext = torch.cat([q * mu[None, :, None, None].to(q.dtype), pos_q.to(q.dtype)], dim=-1)
+    k_ext = torch.cat([k, pos_k.to(k.dtype)], dim=-1)
+    return q_ext, k_ext
