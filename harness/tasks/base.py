@@ -4,10 +4,17 @@ A task generates instances of a given *scale* n (its own notion of length: digit
 operand, string length, ...) from a seeded ``random.Random``. An instance is a prompt
 and a target (completion), both token strings in the shared vocabulary; the harness
 lays it out as ``prompt = target <eos>`` and puts loss only on ``target <eos>``.
+
+Besides sampling, a task says what its source paper needs to score it: the metric, the
+default train/test scales, the vocabulary it writes in, and, for the randomized-PE
+paper's encoder protocol, ``output_length(n)`` and a per-target-token accuracy mask
+(``Example.mask``). Each task also carries the PE-solvability label of the
+positional-limitations paper's analysis (SPEC-seeds §D), one of ``PE_SOLVABILITY``.
 """
 
 from __future__ import annotations
 
+import inspect
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -18,14 +25,43 @@ from pezoo.base import Registry
 
 TASKS = Registry("task", "pezoo.tasks")
 
+# PE-solvability labels (Chen, Liang & Lin, "On the Limitations and Capabilities of Position
+# Embeddings for Length Generalization", §III-§VII; the procedure of SPEC-seeds §D.3).
+PE_SOLVABLE = "pe_solvable"
+"""Bounded operator set and canonical as formatted: some plain PRF characterizes it (Thm 3)."""
+PE_SOLVABLE_WITH_SCALE_HINT = "pe_solvable_with_scale_hint"
+"""Bounded operator set but not canonical as formatted (parents sit at offsets that depend on
+the instance's length): a PRF with a scale hint, or padding to one length, can (Thm 4)."""
+NOT_PE_SOLVABLE = "not_pe_solvable"
+"""Increasing CRC under any position-only representation (an output depends on Theta(n) inputs,
+or its parents are found by content): no PE can length-generalize it in principle (Thm 1);
+content-based attention still may."""
+PE_SOLVABILITY = (PE_SOLVABLE, PE_SOLVABLE_WITH_SCALE_HINT, NOT_PE_SOLVABLE)
+
 
 @dataclass(frozen=True)
 class Example:
-    """One instance: prompt and target as token strings, and the scale it was drawn at."""
+    """One instance: prompt and target as token strings, and the scale it was drawn at.
+
+    Attributes:
+        prompt, target: token strings in the shared vocabulary (no ``=`` / EOS).
+        scale: the task's own length n of this instance.
+        mask: per target token, whether it is scored by the randomized-PE paper's
+            per-token accuracy (e.g. tokens after a terminator are not); None = all.
+        scale_hint: the n a scale-hint encoding (learned-PRF-SH) receives; Task.sample
+            sets it (usually equal to ``scale``); None = use ``scale``.
+    """
 
     prompt: tuple[str, ...]
     target: tuple[str, ...]
     scale: int
+    mask: tuple[bool, ...] | None = None
+    scale_hint: int | None = None
+
+    @property
+    def token_length(self) -> int:
+        """Length of the whole training sequence ``prompt = target <eos>``."""
+        return len(self.prompt) + len(self.target) + 2
 
     def token_ids(self) -> tuple[list[int], int]:
         """(ids of ``prompt = target <eos>``, index of the first target token)."""
@@ -44,6 +80,12 @@ class Task(ABC):
         train_scales: (1, N), default training scales (inclusive).
         test_scales: (N+1, M), default test scales (inclusive).
         min_scale: the smallest scale the task can produce.
+        max_scale: the largest, or None for unbounded.
+        vocabulary: every token its prompts and targets may contain (shared-vocabulary
+            strings, ``=`` and EOS excluded: the harness adds those).
+        pe_solvability: one of ``PE_SOLVABILITY`` (SPEC-seeds §D.5).
+        pe_solvability_basis: why: what the paper states, or the derivation.
+        layout: one line describing the format, for the catalogue (docs/tasks.md).
     """
 
     name: ClassVar[str] = ""
@@ -53,18 +95,42 @@ class Task(ABC):
     test_scales: ClassVar[tuple[int, int]] = (11, 40)
     min_scale: ClassVar[int] = 1
     max_scale: ClassVar[int | None] = None
+    vocabulary: ClassVar[tuple[str, ...]] = ()
+    pe_solvability: ClassVar[str] = ""
+    pe_solvability_basis: ClassVar[str] = ""
+    layout: ClassVar[str] = ""
+
+    def has_scale(self, n: int) -> bool:
+        """Whether an instance of scale n exists (SCAN overrides: some lengths have none)."""
+        return n >= self.min_scale and (self.max_scale is None or n <= self.max_scale)
 
     def check_scale(self, n: int) -> None:
         """Raise ValueError if this task cannot produce an instance of scale n."""
         if n < self.min_scale or (self.max_scale is not None and n > self.max_scale):
             upper = "" if self.max_scale is None else f" and <= {self.max_scale}"
             raise ValueError(f"task {self.name!r} needs scale >= {self.min_scale}{upper}, got {n}")
+        if not self.has_scale(n):
+            raise ValueError(f"task {self.name!r} has no instance of scale {n}")
 
     def sample(self, n: int, rng: random.Random) -> Example:
         """One instance of scale n drawn from rng (checks the scale first)."""
         self.check_scale(n)
         prompt = tuple(self.sample_prompt(n, rng))
-        return Example(prompt, tuple(self.solve(prompt)), n)
+        target = tuple(self.solve(prompt))
+        return Example(prompt, target, n, mask=self.accuracy_mask(target), scale_hint=self.scale_hint(prompt, n))
+
+    def output_length(self, n: int) -> int | None:
+        """Target length at scale n when it is fixed (the randomized-PE protocol reads
+        the input followed by this many blanks); None when it varies per instance."""
+        return None
+
+    def accuracy_mask(self, target: tuple[str, ...]) -> tuple[bool, ...] | None:
+        """Which target tokens the per-token accuracy scores; None = all of them."""
+        return None
+
+    def scale_hint(self, prompt: tuple[str, ...], n: int) -> int:
+        """The scale a scale-hint encoding receives for this instance (default: n)."""
+        return n
 
     @abstractmethod
     def sample_prompt(self, n: int, rng: random.Random) -> list[str]:
@@ -85,5 +151,11 @@ def available() -> list[str]:
     return list(TASKS)
 
 
-def create(name: str) -> Task:
-    return TASKS[name]()
+def create(name: str, **options: object) -> Task:
+    """The task registered as ``name``; ``options`` go to its constructor (strict keys)."""
+    cls = TASKS[name]
+    valid = [p.name for p in inspect.signature(cls).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"task {name!r} has no option(s) {unknown}; valid options: {valid or 'none'}")
+    return cls(**options)

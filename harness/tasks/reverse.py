@@ -7,19 +7,26 @@ from __future__ import annotations
 
 import random
 
-from harness.tasks.base import Task, register_task
+from harness.tasks.base import PE_SOLVABLE_WITH_SCALE_HINT, Task, register_task
 from harness.tasks.copy import DIGITS
 
 
 @register_task
 class Reverse(Task):
-    """Reverse a string of n i.i.d. uniform digits; scale n = string length."""
+    """Reverse a string of n i.i.d. uniform digits; scale n = string length.
+
+    The binary, per-token-scored sibling is ``reverse_string`` (randomized-PE paper).
+    """
 
     name = "reverse"
     source = "Lee 2025 (PRISM), Table 3: Reverse"
     metric = "exact_match"
-    train_scales = (1, 10)
-    test_scales = (11, 40)
+    train_scales = (1, 40)
+    test_scales = (41, 150)
+    vocabulary = (*DIGITS, ".")
+    pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
+    pe_solvability_basis = "SPEC-seeds §D.5: bounded operators, parent j = 2n+2−i depends on n"
+    layout = "x₁…xₙ = xₙ…x₁ ."
 
     def sample_prompt(self, n: int, rng: random.Random) -> list[str]:
         return rng.choices(DIGITS, k=n)

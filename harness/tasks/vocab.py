@@ -20,6 +20,10 @@ _TOKENS: tuple[str, ...] = (
     "walk", "look", "run", "jump", "turn", "left", "right", "opposite", "around",
     "twice", "thrice", "and", "after",
     "I_WALK", "I_LOOK", "I_RUN", "I_JUMP", "I_TURN_LEFT", "I_TURN_RIGHT",
+    # Turing Programs (Hou et al.): head-marked digits a=0 .. j=9, exhausted operand, line separator
+    *"abcdefghij", "^", "|",
+    # solve_equation (Delétang et al.): the equation's own "=", kept apart from the prompt separator
+    "≡",
 )  # fmt: skip
 assert len(_TOKENS) <= VOCAB_SIZE and len(set(_TOKENS)) == len(_TOKENS)
 
