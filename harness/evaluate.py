@@ -1,0 +1,122 @@
+"""Evaluation: greedy decoding with a KV cache, exact match and per-token accuracy.
+
+Axis letters: b batch, s sequence, v vocab.
+
+Two metrics per length, so both source papers' numbers can be compared:
+
+* ``exact_match`` (PRISM paper): the greedy continuation of ``prompt =`` must equal
+  ``target <eos>`` token for token, the EOS included.
+* ``token_accuracy`` (randomized-PE paper): teacher-forced, the fraction of completion
+  tokens (EOS included) whose argmax prediction is right, averaged per sequence, then
+  over sequences.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from harness.backbone import Backbone
+from harness.data import IGNORE, collate
+from harness.tasks import Example
+from harness.tasks.vocab import EOS_ID, SEP_ID, encode
+
+
+@dataclass(frozen=True)
+class LengthMetrics:
+    """Metrics of one evaluated scale."""
+
+    length: int
+    token_length: float
+    n: int
+    exact_match: float
+    token_accuracy: float
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: Backbone, prompts: Tensor, max_new: int, *, scale_hint: Tensor | None = None, use_cache: bool = True
+) -> Tensor:
+    """Greedy continuation of equal-length ``prompts`` (b, s) -> (b, max_new) token ids.
+
+    Stops early once every row has produced EOS (later tokens are then EOS-padded).
+    ``use_cache=False`` recomputes the whole prefix every step (the reference the
+    cached path must equal).
+    """
+    b, s = prompts.shape
+    out = torch.full((b, max_new), EOS_ID, dtype=torch.long, device=prompts.device)
+    done = torch.zeros(b, dtype=torch.bool, device=prompts.device)
+    if use_cache:
+        state = model.start_state(b, s + max_new, prompts.device)
+        logits = model(prompts, state=state, scale_hint=scale_hint)[:, -1]  # (b, v)
+    seq = prompts
+    for t in range(max_new):
+        if not use_cache:
+            logits = model(seq, scale_hint=scale_hint)[:, -1]
+        nxt = logits.argmax(-1).masked_fill(done, EOS_ID)  # (b,)
+        out[:, t] = nxt
+        done |= nxt == EOS_ID
+        if bool(done.all()) or t == max_new - 1:
+            break
+        if use_cache:
+            logits = model(nxt[:, None], state=state, scale_hint=scale_hint)[:, -1]
+        else:
+            seq = torch.cat([seq, nxt[:, None]], dim=1)
+    return out
+
+
+@torch.no_grad()
+def exact_match(model: Backbone, examples: Sequence[Example], batch_size: int, device: torch.device | str) -> Tensor:
+    """Per example 1.0/0.0: greedy decode equals ``target <eos>`` (EOS included). -> (n,)"""
+    hits = torch.zeros(len(examples))
+    by_prompt_len: dict[int, list[int]] = defaultdict(list)  # equal lengths: no padding needed
+    for idx, ex in enumerate(examples):
+        by_prompt_len[len(ex.prompt)].append(idx)
+    for indices in by_prompt_len.values():
+        for lo in range(0, len(indices), batch_size):
+            chunk = indices[lo : lo + batch_size]
+            prompts = torch.tensor([[*encode(examples[i].prompt), SEP_ID] for i in chunk], device=device)
+            wanted = [[*encode(examples[i].target), EOS_ID] for i in chunk]
+            scales = torch.tensor([examples[i].scale for i in chunk], device=device)
+            generated = greedy_decode(model, prompts, max(len(w) for w in wanted), scale_hint=scales).cpu()
+            for row, (i, w) in enumerate(zip(chunk, wanted, strict=True)):
+                hits[i] = float(generated[row, : len(w)].tolist() == w)
+    return hits
+
+
+@torch.no_grad()
+def token_accuracy(model: Backbone, examples: Sequence[Example], batch_size: int, device: torch.device | str) -> Tensor:
+    """Per example: teacher-forced fraction of correct completion tokens. -> (n,)"""
+    scores = []
+    for lo in range(0, len(examples), batch_size):
+        batch = collate(examples[lo : lo + batch_size]).to(device)
+        pred = model(batch.inputs, scale_hint=batch.scales).argmax(-1)  # (b, s)
+        on_target = batch.labels != IGNORE
+        correct = ((pred == batch.labels) & on_target).sum(-1).float()
+        scores.append((correct / on_target.sum(-1)).cpu())
+    return torch.cat(scores)
+
+
+def evaluate_length(
+    model: Backbone, examples: Sequence[Example], *, batch_size: int, device: torch.device | str
+) -> LengthMetrics:
+    """Both metrics on the examples of one scale."""
+    was_training = model.training
+    model.eval()
+    try:
+        em = exact_match(model, examples, batch_size, device)
+        acc = token_accuracy(model, examples, batch_size, device)
+    finally:
+        model.train(was_training)
+    token_length = sum(len(ex.prompt) + len(ex.target) + 2 for ex in examples) / len(examples)
+    return LengthMetrics(
+        length=examples[0].scale,
+        token_length=token_length,
+        n=len(examples),
+        exact_match=em.mean().item(),
+        token_accuracy=acc.mean().item(),
+    )

@@ -1,0 +1,98 @@
+"""The terminal leaderboard: one table per task, one row per encoding.
+
+Columns (exact match of the greedy decode, EOS included, mean over seeds):
+    in-dist       mean over the training scales 1..N
+    2N, 4N, ...   at multiples of the training scale N that were evaluated
+    tok-acc>N     teacher-forced per-token accuracy, mean over all scales beyond N
+    solved<=      the largest scale L such that exact match is >= 90% at every
+                  evaluated scale <= L (the extrapolation score; N means "none beyond")
+With several seeds a cell reads ``mean ± half-width of the 95% t-interval``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from tabulate import tabulate
+
+SOLVED = 0.9
+
+# two-sided 95% Student-t quantiles for 1..30 degrees of freedom
+_T95 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13]
+_T95 += [2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04]
+
+
+def ci95(values: pd.Series) -> tuple[float, float]:
+    """(mean, half-width of the 95% t-interval; 0 for one value)."""
+    v = values.dropna()
+    if len(v) < 2:
+        return float(v.mean()), 0.0
+    t = _T95[min(len(v) - 1, len(_T95)) - 1]
+    return float(v.mean()), t * float(v.std(ddof=1)) / math.sqrt(len(v))
+
+
+def solved_up_to(per_length: pd.Series, train_max: int) -> int:
+    """Largest L with every evaluated exact match at scales <= L at least SOLVED (0 if none)."""
+    best = 0
+    for length, em in per_length.sort_index().items():
+        if em < SOLVED:
+            break
+        best = int(length)
+    return best
+
+
+def per_seed_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (task, pe, seed) with the summary numbers of that run."""
+    rows = []
+    for (task, pe, seed), g in df.groupby(["task", "pe", "seed"]):
+        n = int(g["train_max"].iloc[0])
+        em = g.set_index("length")["exact_match"]
+        test = g[g["split"] == "test"]
+        row = {"task": task, "pe": pe, "seed": seed, "train_max": n}
+        row["in-dist"] = g.loc[g["split"] == "train", "exact_match"].mean()
+        for k in (2, 4, 8, 16):
+            at = em[em.index <= k * n]
+            if k * n <= em.index.max():
+                row[f"{k}N"] = at.iloc[-1]
+        row["tok-acc>N"] = test["token_accuracy"].mean()
+        row["solved<="] = solved_up_to(em, n)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def fmt(values: pd.Series, integer: bool = False) -> str:
+    mean, half = ci95(values)
+    if math.isnan(mean):
+        return "-"
+    if integer:
+        return f"{mean:.0f}" + (f" ± {half:.0f}" if half else "")
+    return f"{mean:.2f}" + (f" ± {half:.2f}" if half else "")
+
+
+def leaderboard_tables(df: pd.DataFrame) -> dict[str, str]:
+    """Task -> rendered table (rows sorted by the extrapolation score, then in-dist)."""
+    if df.empty:
+        return {}
+    summary = per_seed_summary(df)
+    out = {}
+    for task, g in summary.groupby("task"):
+        cols = [c for c in ("in-dist", "2N", "4N", "8N", "16N") if c in g and g[c].notna().any()]
+        rows = []
+        for pe, r in g.groupby("pe"):
+            rows.append(
+                {
+                    "encoding": pe,
+                    "seeds": len(r),
+                    **{c: fmt(r[c]) for c in cols},
+                    "tok-acc>N": fmt(r["tok-acc>N"]),
+                    "solved<=": fmt(r["solved<="], integer=True),
+                    "_key": (r["solved<="].mean(), r["in-dist"].mean(), r["tok-acc>N"].mean()),
+                }
+            )
+        rows.sort(key=lambda row: row.pop("_key"), reverse=True)
+        n = int(g["train_max"].iloc[0])
+        out[task] = f"task {task} (trained on scales 1..{n}; exact match incl. EOS)\n" + tabulate(
+            rows, headers="keys", tablefmt="github"
+        )
+    return out

@@ -1,0 +1,203 @@
+"""The results store: one local SQLite file (stdlib ``sqlite3``), WAL mode.
+
+Tables:
+    runs     one row per run (config hash = run_id): full config JSON, seed, status,
+             provenance (commit, device, versions), timings, parameter counts, error.
+    metrics  one row per (run, evaluated scale): exact match, per-token accuracy.
+
+A run's metrics and its ``finished`` status are written in one transaction, so a killed
+process never leaves a half-finished run that looks finished. Re-running a finished
+(config, seed) is a no-op; pandas reads the store through :func:`load`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from harness.config import RunConfig
+from harness.evaluate import LengthMetrics
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id        TEXT PRIMARY KEY,
+    pe            TEXT NOT NULL,
+    task          TEXT NOT NULL,
+    seed          INTEGER NOT NULL,
+    preset        TEXT NOT NULL,
+    config        TEXT NOT NULL,
+    status        TEXT NOT NULL,   -- running | finished | diverged | failed | interrupted
+    error         TEXT,
+    provenance    TEXT NOT NULL,   -- JSON: commit, device, torch/pezoo/python versions, host
+    n_params      INTEGER,
+    pe_params     INTEGER,
+    final_loss    REAL,
+    train_seconds REAL,
+    eval_seconds  REAL,
+    started_at    REAL NOT NULL,
+    finished_at   REAL
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id         TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+    split          TEXT NOT NULL,  -- train | test
+    length         INTEGER NOT NULL,
+    token_length   REAL NOT NULL,
+    n              INTEGER NOT NULL,
+    exact_match    REAL NOT NULL,
+    token_accuracy REAL NOT NULL,
+    PRIMARY KEY (run_id, length)
+);
+"""
+
+
+class StoreError(RuntimeError):
+    """The store file is unreadable, corrupt, or from an incompatible schema."""
+
+
+class Store:
+    """Results store at ``path`` (created on first use, parent folders included)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.executescript(_SCHEMA)
+            self._check_schema()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"results store {self.path} is not a readable pezoo store ({exc}); "
+                "move it aside and run again to start a new one"
+            ) from exc
+        self._db.row_factory = sqlite3.Row
+
+    def _check_schema(self) -> None:
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise StoreError(f"results store {self.path} has schema {row[0]}, this pezoo reads {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # -- writing ---------------------------------------------------------------------
+    def start(self, cfg: RunConfig, provenance: Mapping[str, Any]) -> str:
+        """Record that ``cfg`` is running (replacing an unfinished earlier attempt)."""
+        run_id = cfg.run_id()
+        with self._transaction() as db:
+            db.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
+            db.execute(
+                "INSERT OR REPLACE INTO runs (run_id, pe, task, seed, preset, config, status, provenance, started_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?)",
+                (
+                    run_id,
+                    cfg.pe,
+                    cfg.task,
+                    cfg.seed,
+                    cfg.preset,
+                    json.dumps(cfg.to_dict(), sort_keys=True),
+                    json.dumps(dict(provenance), sort_keys=True),
+                    time.time(),
+                ),
+            )
+        return run_id
+
+    def finish(
+        self,
+        run_id: str,
+        metrics: Iterable[tuple[str, LengthMetrics]],
+        *,
+        final_loss: float,
+        train_seconds: float,
+        eval_seconds: float,
+        n_params: Mapping[str, int],
+    ) -> None:
+        """Write all metrics and mark the run finished, atomically."""
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (run_id, split, m.length, m.token_length, m.n, m.exact_match, m.token_accuracy)
+                    for split, m in metrics
+                ],
+            )
+            db.execute(
+                "UPDATE runs SET status='finished', error=NULL, final_loss=?, train_seconds=?, eval_seconds=?,"
+                " n_params=?, pe_params=?, finished_at=? WHERE run_id=?",
+                (final_loss, train_seconds, eval_seconds, n_params["total"], n_params["pe"], time.time(), run_id),
+            )
+
+    def mark(self, run_id: str, status: str, error: str | None = None) -> None:
+        """Set a terminal non-finished status (diverged, failed, interrupted) with its reason."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET status=?, error=?, finished_at=? WHERE run_id=?", (status, error, time.time(), run_id)
+            )
+
+    # -- reading ---------------------------------------------------------------------
+    def status(self, run_id: str) -> str | None:
+        row = self._db.execute("SELECT status FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        return None if row is None else row["status"]
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if row is None:
+            return None
+        d = dict(row)
+        d["config"], d["provenance"] = json.loads(d["config"]), json.loads(d["provenance"])
+        return d
+
+    def runs(self) -> list[dict[str, Any]]:
+        return [self.run(r["run_id"]) for r in self._db.execute("SELECT run_id FROM runs ORDER BY started_at")]
+
+    def metrics(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._db.execute("SELECT * FROM metrics WHERE run_id=? ORDER BY length", (run_id,))
+        return [dict(r) for r in rows]
+
+
+def load(path: str | Path, *, status: str | None = "finished"):  # -> pandas.DataFrame
+    """Per-length metrics joined with their runs, as a pandas DataFrame.
+
+    Columns: run_id, pe, task, seed, preset, status, train_max, split, length,
+    token_length, n, exact_match, token_accuracy.
+    """
+    import pandas as pd
+
+    with Store(path) as store:
+        rows = []
+        for run in store.runs():
+            if status is not None and run["status"] != status:
+                continue
+            base = {k: run[k] for k in ("run_id", "pe", "task", "seed", "preset", "status")}
+            base["train_max"] = run["config"]["train"]["train_max"]
+            rows += [{**base, **{k: m[k] for k in m if k != "run_id"}} for m in store.metrics(run["run_id"])]
+    columns = ["run_id", "pe", "task", "seed", "preset", "status", "train_max", "split", "length"]
+    columns += ["token_length", "n", "exact_match", "token_accuracy"]
+    return pd.DataFrame(rows, columns=columns)
