@@ -52,4 +52,4 @@ class MultiplicationCot(Task):
                 term += ["(", later, "+", "0", ")"]
             terms.append(term)
         joined = [tok for i, term in enumerate(terms) for tok in (["+"] if i else []) + term]
-        return [*prompt, "[", *joined, "]", "."]
+        return [*prompt[: times + 1], "[", *joined, "]", "."]
