@@ -12,7 +12,7 @@ extra top digit, with no extra step), ``.``. Most significant digits are non-zer
 Scale n = digits of the longer operand = number of chain steps. ``operand_lengths``:
 "longest" (default) draws the other operand's length from U{1..n} and which one is
 longer by a coin flip, covering the paper's unequal-length examples; "equal" gives both
-n digits (the n-digit + n-digit grid). See docs/tasks.md.
+n digits (the n-digit + n-digit grid).
 """
 
 from __future__ import annotations

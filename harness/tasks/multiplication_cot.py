@@ -23,7 +23,7 @@ from harness.tasks.copy import DIGITS
 
 @register_task
 class MultiplicationCot(Task):
-    """``a x b`` -> ``a x [`` terms ``] .`` as in the module docstring."""
+    """``a x b`` -> ``a x [`` one term per digit of b, joined by ``+`` ``] .``"""
 
     name = "multiplication_cot"
     source = "Lee 2025 (PRISM), Table 3 / App. D: Multiplication with chain of thought"
