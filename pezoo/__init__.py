@@ -6,7 +6,7 @@ True
 >>> pe = pezoo.create("alibi", n_heads=8)
 """
 
-from pezoo import encodings
+from pezoo import backends, encodings
 from pezoo.attention import BACKENDS, SelfAttention, attend
 from pezoo.base import (
     AttentionBias,
@@ -22,7 +22,18 @@ from pezoo.base import (
     get,
     register,
 )
-from pezoo.encodings import PRISM, ALiBi, NoPE, RoPE, SinusoidalAPE
+from pezoo.encodings import (
+    PRISM,
+    ALiBi,
+    HardALiBi,
+    LearnedAPE,
+    LearnedPRF,
+    LearnedPRFScaleHint,
+    NoPE,
+    RandomizedPE,
+    RoPE,
+    SinusoidalAPE,
+)
 
 __version__ = "0.1.0"
 
@@ -33,10 +44,15 @@ __all__ = [
     "AttentionBias",
     "AttentionContext",
     "DenseBias",
+    "HardALiBi",
+    "LearnedAPE",
+    "LearnedPRF",
+    "LearnedPRFScaleHint",
     "LinearBias",
     "ModelDims",
     "NoPE",
     "PositionalEncoding",
+    "RandomizedPE",
     "RoPE",
     "SelfAttention",
     "SinusoidalAPE",
@@ -44,6 +60,7 @@ __all__ = [
     "WindowMask",
     "attend",
     "available",
+    "backends",
     "create",
     "encodings",
     "get",

@@ -1,0 +1,419 @@
+"""Attention backends that lower structured biases without an (i, j) tensor: ``flex``,
+``xformers``, and ``auto``, which picks one. Importing this module registers them in
+:data:`pezoo.attention.BACKENDS` (``import pezoo`` does).
+
+Axis letters: b batch, h heads, i queries, j keys, e q/k head dim, f value head dim;
+blocks of 128 queries / keys are ``qb`` / ``kb``.
+
+How each structured bias is lowered:
+
+    bias          flex                                     xformers
+    ------------  ---------------------------------------  -----------------------------------------
+    causal        mask_mod ``kv <= q + n_cached`` + blocks  LowerTriangularFromBottomRightMask
+    WindowMask    mask_mod + a block mask built from the    heads grouped by window, one call per group
+                  per-block position ranges (no (i, j)      with LowerTriangularFromBottomRight-
+                  tensor is ever built)                     LocalAttentionMask(window) (needs contiguous
+                                                            positions; otherwise dense)
+    LinearBias    score_mod ``-slope_h |pos_i - pos_j|``    dense tensor bias
+    DenseBias     score_mod reading the tensor              dense tensor bias
+    key padding   mask_mod ``kpm[b, kv]``                   dense tensor bias
+    other         ``materialize()`` then as DenseBias       dense tensor bias
+
+Semantics shared with ``eager``: scores are ``scale * <q, k> + biases``. One difference:
+a query row whose every key is masked (a query at a padding position) gets output 0 from
+flex, whereas eager/sdpa unmask such rows; those outputs are meaningless either way and
+callers ignore them.
+
+flex specifics:
+    * ``flex_attention`` is compiled once per process (``torch.compile`` caches one
+      graph per shape family: a second distinct shape triggers one dynamic-shape
+      recompile, after which lengths vary freely). If compilation fails, a warning is
+      issued once and the unfused (eager, materialising) flex implementation is used.
+      :func:`set_flex_compile` switches compilation off (tests use it for speed).
+    * A single query (incremental decoding) goes through ``sdpa``: its bias row is O(j),
+      not O(i·j), and one-row flex calls would only add compile churn.
+    * On CPU, flex has no backward pass; when gradients are needed the call goes through
+      ``sdpa`` instead (warned once).
+
+``auto`` picks, per call: ``eager`` when attention probabilities are requested; on CUDA
+``xformers`` when it is installed and can lower every bias without a dense tensor, else
+``flex`` when every bias has a native flex lowering, else ``sdpa``; on CPU always
+``sdpa`` (flex on CPU costs a ~30 s compile per shape family and cannot train).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pezoo.attention import BACKENDS, dense_mask, register_backend
+from pezoo.base import AttentionBias, AttentionContext, DenseBias, LinearBias, WindowMask
+
+__all__ = [
+    "FLEX_BLOCK_SIZE",
+    "flex_block_mask",
+    "flex_compile_enabled",
+    "native_lowering",
+    "pick_backend",
+    "set_flex_compile",
+    "xformers_available",
+    "xformers_plan",
+]
+
+FLEX_BLOCK_SIZE = 128
+
+_FLEX: dict[str, Any] = {"compile": True, "compiled": None, "failed": False}
+_WARNED: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def native_lowering(backend: str, biases: Sequence[AttentionBias], ctx: AttentionContext | None = None) -> bool:
+    """Whether ``backend`` lowers every bias without building an (i, j) tensor of its own.
+
+    ``DenseBias`` already is a tensor, so it counts as native wherever it can be read
+    in place (flex). ``eager`` and ``sdpa`` materialise everything.
+    """
+    if backend == "flex":
+        return all(isinstance(bias, (LinearBias, WindowMask, DenseBias)) for bias in biases)
+    if backend == "xformers":
+        return ctx is not None and xformers_plan(ctx, biases, n_queries=ctx.q_pos.shape[-1]) is not None
+    return not biases
+
+
+# --------------------------------------------------------------------------------------
+# flex
+# --------------------------------------------------------------------------------------
+
+
+def set_flex_compile(enabled: bool) -> None:
+    """Use the compiled flex kernel (default) or the unfused eager flex implementation."""
+    _FLEX["compile"] = enabled
+
+
+def flex_compile_enabled() -> bool:
+    """Whether flex calls go through the compiled kernel (on, and compilation has not failed)."""
+    return bool(_FLEX["compile"]) and not _FLEX["failed"]
+
+
+def _flex_attention_fn() -> Callable[..., Tensor]:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if not flex_compile_enabled():
+        return flex_attention
+    if _FLEX["compiled"] is None:
+        _FLEX["compiled"] = torch.compile(flex_attention)
+    return _FLEX["compiled"]
+
+
+def _run_flex(q: Tensor, k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if flex_compile_enabled():
+        try:
+            return _flex_attention_fn()(q, k, v, **kwargs)
+        except Exception as exc:  # no compiler toolchain, unsupported config, ...
+            _FLEX["failed"] = True
+            _warn_once(
+                "flex-compile", f"compiling flex_attention failed ({type(exc).__name__}: {exc}); using the unfused flex"
+            )
+    with warnings.catch_warnings():  # the unfused path is deliberate here
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
+        return flex_attention(q, k, v, **kwargs)
+
+
+def _batched(t: Tensor, batch: int) -> Tensor:
+    """(1|b, n) -> (b, n) float32, contiguous (small: positions, not pairs)."""
+    return t.to(torch.float32).expand(batch, -1).contiguous()
+
+
+def _block_ranges(pos: Tensor, n_blocks: int, block: int) -> tuple[Tensor, Tensor]:
+    """Per-block min and max of positions: (b, n) -> (b, n_blocks) twice."""
+    pad = n_blocks * block - pos.shape[-1]
+    lo = torch.nn.functional.pad(pos, (0, pad), value=math.inf).unflatten(-1, (n_blocks, block)).amin(-1)
+    hi = torch.nn.functional.pad(pos, (0, pad), value=-math.inf).unflatten(-1, (n_blocks, block)).amax(-1)
+    return lo, hi
+
+
+def flex_block_mask(
+    ctx: AttentionContext,
+    windows: Sequence[Tensor],
+    n_heads: int,
+    n_queries: int,
+    n_keys: int,
+    mask_mod: Callable[..., Tensor],
+    *,
+    block: int = FLEX_BLOCK_SIZE,
+) -> Any:
+    """A ``BlockMask`` for causal + per-head windows + key padding, from block summaries only.
+
+    For each (query block, key block) the range of ``pos_i - pos_j`` is bounded by the
+    blocks' position minima/maxima; a block is *skipped* when no pair in it can be
+    allowed, *full* when every pair is certainly allowed (and the block is not ragged),
+    and *partial* otherwise (``mask_mod`` decides per element). Skipping only provably
+    empty blocks keeps it exact; memory is O(b·h·(i/128)·(j/128)).
+    """
+    from torch.nn.attention.flex_attention import BlockMask
+
+    device = ctx.q_pos.device
+    nqb, nkb = -(-n_queries // block), -(-n_keys // block)
+    batch_q, batch_k = ctx.q_pos.shape[0], ctx.k_pos.shape[0]
+    pad = ctx.key_padding_mask
+    b = max(batch_q, batch_k, 1 if pad is None else pad.shape[0]) if (windows or pad is not None) else 1
+    qb_start = torch.arange(nqb, device=device) * block  # (qb,)
+    kb_start = torch.arange(nkb, device=device) * block  # (kb,)
+    qb_end = (qb_start + block).clamp(max=n_queries) - 1
+    kb_end = (kb_start + block).clamp(max=n_keys) - 1
+    ragged = ((qb_end - qb_start + 1) < block)[:, None] | ((kb_end - kb_start + 1) < block)[None, :]  # (qb, kb)
+    any_ok = torch.ones(1, 1, nqb, nkb, dtype=torch.bool, device=device)  # (b, h, qb, kb)
+    all_ok = ~ragged[None, None]
+    if ctx.causal:
+        offset = n_keys - n_queries
+        any_ok = any_ok & (kb_start[None, :] <= qb_end[:, None] + offset)
+        all_ok = all_ok & (kb_end[None, :] <= qb_start[:, None] + offset)
+    if windows:
+        q_lo, q_hi = _block_ranges(_batched(ctx.q_pos, b), nqb, block)  # (b, qb)
+        k_lo, k_hi = _block_ranges(_batched(ctx.k_pos, b), nkb, block)  # (b, kb)
+        d_min = (q_lo[:, :, None] - k_hi[:, None, :])[:, None]  # (b, 1, qb, kb)
+        d_max = (q_hi[:, :, None] - k_lo[:, None, :])[:, None]
+        for w in windows:
+            w = w.to(device=device, dtype=torch.float32).view(1, -1, 1, 1)  # (1, h, 1, 1)
+            any_ok = any_ok & (d_min < w) & (d_max > -w)
+            all_ok = all_ok & (d_max < w) & (d_min > -w)
+    if pad is not None:
+        kpad = torch.nn.functional.pad(pad.to(device), (0, nkb * block - n_keys), value=False)
+        kpad = kpad.unflatten(-1, (nkb, block))  # (b, kb, 128)
+        any_ok = any_ok & kpad.any(-1)[:, None, None, :]
+        all_ok = all_ok & kpad.all(-1)[:, None, None, :]
+    shape = (b, n_heads if windows else 1, nqb, nkb)
+    full = (all_ok & any_ok).expand(shape)
+    partial = (any_ok & ~full).expand(shape)
+
+    def to_blocks(sel: Tensor) -> tuple[Tensor, Tensor]:
+        counts = sel.sum(-1).to(torch.int32)  # (b, h, qb)
+        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)  # selected first
+        return counts, order
+
+    kv_num, kv_idx = to_blocks(partial)
+    full_num, full_idx = to_blocks(full)
+    return BlockMask.from_kv_blocks(
+        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(n_queries, n_keys)
+    )
+
+
+def _flex_mods(
+    ctx: AttentionContext, biases: Sequence[AttentionBias], n_heads: int, n_queries: int, n_keys: int, batch: int
+) -> tuple[Callable[..., Tensor] | None, Callable[..., Tensor] | None, list[Tensor]]:
+    """(score_mod, mask_mod, windows) for flex; every captured tensor is O(b·(i+j)) or a given bias."""
+    qp, kp = _batched(ctx.q_pos, batch), _batched(ctx.k_pos, batch)  # (b, i), (b, j)
+    slopes: list[Tensor] = []
+    dense: list[Tensor] = []
+    windows: list[Tensor] = []
+    full = (batch, n_heads, n_queries, n_keys)
+    for bias in biases:
+        if isinstance(bias, LinearBias):
+            slopes.append(bias.slopes.to(device=qp.device, dtype=torch.float32))
+        elif isinstance(bias, WindowMask):
+            windows.append(bias.windows.to(device=qp.device, dtype=torch.float32))
+        elif isinstance(bias, DenseBias):
+            dense.append(
+                bias.tensor.to(device=qp.device, dtype=torch.float32).expand(batch, n_heads, n_queries, n_keys)
+            )
+        else:  # an encoding's own bias type: read its materialised form
+            dense.append(bias.materialize(ctx, n_heads, torch.float32).to(qp.device).expand(full))
+    score_mod = None
+    if slopes or dense:
+
+        def score_mod(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
+            for s in slopes:
+                score = score - s[h] * (qp[b, qi] - kp[b, kj]).abs()
+            for t in dense:
+                score = score + t[b, h, qi, kj]
+            return score
+
+    causal, offset = ctx.causal, n_keys - n_queries
+    pad = None if ctx.key_padding_mask is None else ctx.key_padding_mask.expand(batch, -1).contiguous()
+    mask_mod = None
+    if causal or windows or pad is not None:
+
+        def mask_mod(b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
+            ok = kj >= 0
+            if causal:
+                ok = ok & (kj <= qi + offset)
+            for w in windows:
+                d = qp[b, qi] - kp[b, kj]
+                ok = ok & (d < w[h]) & (d > -w[h])
+            if pad is not None:
+                ok = ok & pad[b, kj]
+            return ok
+
+    return score_mod, mask_mod, windows
+
+
+@register_backend("flex")
+def _flex(q, k, v, ctx, biases, scale, return_probs):
+    if return_probs:
+        raise ValueError("the flex backend cannot return attention probabilities; use backend='eager'")
+    b, h, i, _ = q.shape
+    j = k.shape[2]
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if i == 1:
+        return BACKENDS["sdpa"](q, k, v, ctx, biases, scale, False)
+    if needs_grad and q.device.type == "cpu":
+        _warn_once("flex-cpu-grad", "flex_attention has no backward pass on CPU; calls that need gradients use sdpa")
+        return BACKENDS["sdpa"](q, k, v, ctx, biases, scale, False)
+    score_mod, mask_mod, windows = _flex_mods(ctx, biases, h, i, j, b)
+    block_mask = None if mask_mod is None else flex_block_mask(ctx, windows, h, i, j, mask_mod)
+    e, f = q.shape[-1], v.shape[-1]
+    if e != f and q.device.type == "cpu":
+        # The compiled CPU kernel (torch 2.13) returns wrong values when the value head dim
+        # differs from the q/k one and a sequence is shorter than a block; zero-padding the
+        # smaller of the two leaves the scores and the first f outputs unchanged.
+        q, k = (torch.nn.functional.pad(t, (0, max(f - e, 0))) for t in (q, k))
+        v = torch.nn.functional.pad(v, (0, max(e - f, 0)))
+    out = _run_flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return out[..., :f], None
+
+
+# --------------------------------------------------------------------------------------
+# xformers
+# --------------------------------------------------------------------------------------
+
+
+def xformers_available() -> bool:
+    """Whether ``xformers.ops`` imports and CUDA is usable."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        import xformers.ops  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def _contiguous_positions(ctx: AttentionContext) -> bool:
+    """Keys at consecutive positions shared by the batch, the queries being the last keys."""
+    kp = ctx.k_pos
+    if kp.shape[0] > 1 and not bool((kp == kp[:1]).all()):
+        return False
+    row = kp[0]
+    if not bool((row - row[0] == torch.arange(row.shape[0], device=row.device)).all()):
+        return False
+    n_q = ctx.q_pos.shape[-1]
+    return bool((ctx.q_pos == row[row.shape[0] - n_q :]).all())
+
+
+def xformers_plan(
+    ctx: AttentionContext, biases: Sequence[AttentionBias], *, n_queries: int
+) -> list[tuple[Tensor | None, float]] | None:
+    """How xformers can run these biases without a dense tensor, or None (use a dense bias).
+
+    Returns a list of (head indices or None for all heads, window) groups; window is
+    ``inf`` for plain causal heads. Structured lowering needs causal attention, no key
+    padding, only :class:`WindowMask` biases, and consecutive positions (windows are
+    counted in positions, xformers' local masks in indices).
+    """
+    if any(not isinstance(bias, WindowMask) for bias in biases):
+        return None
+    if not ctx.causal or ctx.key_padding_mask is not None:
+        return None if biases or ctx.key_padding_mask is not None else [(None, math.inf)]
+    if not biases:
+        return [(None, math.inf)]
+    if not _contiguous_positions(ctx):
+        return None
+    windows = torch.stack([bias.windows.to(torch.float32).cpu() for bias in biases]).amin(0)  # (h,)
+    groups = []
+    for w in torch.unique(windows).tolist():
+        heads = (windows == w).nonzero().squeeze(1)
+        window = math.inf if math.isinf(w) else float(math.ceil(w))  # |d| < w on integers
+        groups.append((heads, window))
+    return groups
+
+
+def _require_xformers(q: Tensor) -> Any:
+    if not q.is_cuda:
+        raise RuntimeError(
+            "the xformers backend needs CUDA tensors (xformers.ops.memory_efficient_attention refuses CPU "
+            "tensors); use backend='sdpa', 'flex' or 'auto' on this device"
+        )
+    try:
+        import xformers.ops as xops
+    except Exception as exc:
+        raise RuntimeError(
+            f"the xformers backend needs the xformers package ({exc}); install the gpu extra: "
+            "pip install 'pezoo[gpu]', or use backend='sdpa', 'flex' or 'auto'"
+        ) from exc
+    return xops
+
+
+@register_backend("xformers")
+def _xformers(q, k, v, ctx, biases, scale, return_probs):
+    if return_probs:
+        raise ValueError("the xformers backend cannot return attention probabilities; use backend='eager'")
+    xops = _require_xformers(q)
+    from xformers.ops import fmha
+
+    b, h, i, _ = q.shape
+    j = k.shape[2]
+    qx, kx, vx = (t.transpose(1, 2) for t in (q, k, v))  # (b, s, h, e): xformers' layout
+    plan = xformers_plan(ctx, biases, n_queries=i)
+    if plan is None:
+        mask = dense_mask(ctx, biases, h, i, j, q.dtype, q.device)
+        aligned = torch.zeros(b, h, i, -(-j // 8) * 8, dtype=q.dtype, device=q.device)  # kernels want j % 8 == 0
+        aligned[..., :j] = mask.expand(b, h, i, j)
+        out = xops.memory_efficient_attention(qx, kx, vx, attn_bias=aligned[..., :j], scale=scale)
+        return out.transpose(1, 2), None
+    out = torch.empty(b, i, h, v.shape[-1], dtype=v.dtype, device=v.device)
+    for heads, window in plan:
+        if not ctx.causal:
+            attn_bias = None
+        elif math.isinf(window):
+            attn_bias = fmha.attn_bias.LowerTriangularFromBottomRightMask()
+        else:
+            attn_bias = fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask(int(window))
+        if heads is None:
+            return xops.memory_efficient_attention(qx, kx, vx, attn_bias=attn_bias, scale=scale).transpose(1, 2), None
+        heads = heads.to(q.device)
+        part = xops.memory_efficient_attention(
+            qx[:, :, heads].contiguous(),
+            kx[:, :, heads].contiguous(),
+            vx[:, :, heads].contiguous(),
+            attn_bias=attn_bias,
+            scale=scale,
+        )
+        out = out.index_copy(2, heads, part)
+    return out.transpose(1, 2), None
+
+
+# --------------------------------------------------------------------------------------
+# auto
+# --------------------------------------------------------------------------------------
+
+
+def pick_backend(
+    q: Tensor, ctx: AttentionContext, biases: Sequence[AttentionBias], *, return_probs: bool = False
+) -> str:
+    """The backend ``auto`` uses for this call (see the module docstring for the rule)."""
+    if return_probs:
+        return "eager"
+    if q.device.type != "cuda":
+        return "sdpa"
+    if xformers_available() and native_lowering("xformers", biases, ctx):
+        return "xformers"
+    if q.shape[2] > 1 and native_lowering("flex", biases) and flex_compile_enabled():
+        return "flex"
+    return "sdpa"
+
+
+@register_backend("auto")
+def _auto(q, k, v, ctx, biases, scale, return_probs):
+    return BACKENDS[pick_backend(q, ctx, biases, return_probs=return_probs)](q, k, v, ctx, biases, scale, return_probs)
