@@ -1,0 +1,73 @@
+"""The backbone with every registered encoding: causality, incremental decoding, backends."""
+
+from __future__ import annotations
+
+import pezoo
+import pytest
+import torch
+from harness.backbone import Backbone, BackboneConfig
+
+ENCODINGS = pezoo.available()
+
+
+def build(name: str, backend: str = "eager", seed: int = 0) -> Backbone:
+    cfg = BackboneConfig(d_model=32, n_layers=2, n_heads=4, backend=backend)
+    pe = pezoo.create(name, dims=pezoo.ModelDims(cfg.d_model, cfg.n_heads, cfg.n_layers))
+    torch.manual_seed(seed)
+    return Backbone(cfg, pe).eval()
+
+
+def hint(b: int, s: int) -> torch.Tensor:
+    return torch.full((b,), s)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_no_future_leakage(name):
+    """Changing token t changes no output at positions before t."""
+    model = build(name)
+    tokens = torch.randint(0, 64, (2, 14), generator=torch.Generator().manual_seed(1))
+    changed = tokens.clone()
+    t = 9
+    changed[:, t] = (changed[:, t] + 1) % 64
+    with torch.no_grad():
+        a, b = model(tokens, scale_hint=hint(2, 14)), model(changed, scale_hint=hint(2, 14))
+    torch.testing.assert_close(a[:, :t], b[:, :t], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(a[:, t:], b[:, t:])
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_incremental_decoding_equals_full_forward(name):
+    model = build(name)
+    tokens = torch.randint(0, 64, (3, 13), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = model(tokens, scale_hint=hint(3, 13))
+        state = model.start_state(3, 13)
+        parts = [model(tokens[:, :4], state=state, scale_hint=hint(3, 13))]
+        parts += [model(tokens[:, t : t + 1], state=state, scale_hint=hint(3, 13)) for t in range(4, 13)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_backends_agree_in_the_backbone(name):
+    tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(3))
+    outs = {}
+    with torch.no_grad():
+        for backend in sorted(pezoo.BACKENDS):
+            outs[backend] = build(name, backend)(tokens, scale_hint=hint(2, 12))
+    for backend, out in outs.items():
+        torch.testing.assert_close(out, outs["eager"], atol=1e-4, rtol=1e-4, msg=backend)
+
+
+def test_state_planned_too_short_is_a_clear_error():
+    model = build("rope")
+    state = model.start_state(1, 3)
+    with pytest.raises(ValueError, match="planned for 3 tokens"):
+        model(torch.zeros(1, 5, dtype=torch.long), state=state)
+
+
+def test_attention_probabilities_are_returned_by_eager():
+    model = build("alibi")
+    logits, probs = model(torch.zeros(1, 6, dtype=torch.long), return_probs=True)
+    assert logits.shape == (1, 6, 64) and len(probs) == 2
+    torch.testing.assert_close(probs[0].sum(-1), torch.ones(1, 4, 6))
+    assert torch.all(probs[0].triu(1) == 0)  # causal

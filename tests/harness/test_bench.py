@@ -1,0 +1,91 @@
+"""End to end: `pezoo bench` trains, stores, prints the table, and reuses finished runs."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+from harness.cli import main
+from harness.store import Store, StoreError, load
+
+ARGS = ["bench", "--pe", "nope,rope", "--task", "copy", "--preset", "smoke", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def bench_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench") / "store.sqlite"
+    result = CliRunner().invoke(main, [*ARGS, "--store", str(path)])
+    assert result.exit_code == 0, result.output
+    return path, result.output
+
+
+def test_bench_writes_store_and_prints_table(bench_store):
+    path, output = bench_store
+    assert "task copy" in output and "| nope" in output and "| rope" in output
+    df = load(path)
+    assert set(df["pe"]) == {"nope", "rope"}
+    # every training scale 1..5 and every test scale 6..8 was evaluated, for both runs
+    assert sorted(df.loc[df["pe"] == "rope", "length"]) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert set(df["split"]) == {"train", "test"}
+    assert df["exact_match"].between(0, 1).all() and df["token_accuracy"].between(0, 1).all()
+    with Store(path) as store:
+        run = store.runs()[0]
+    assert run["status"] == "finished" and run["provenance"]["torch"] and run["config"]["preset"] == "smoke"
+    assert run["n_params"] > 0 and run["train_seconds"] > 0
+
+
+def test_running_again_reuses_finished_runs(bench_store):
+    path, _ = bench_store
+    result = CliRunner().invoke(main, [*ARGS, "--store", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("already in the store, skipped") == 2
+    assert len(Store(path).runs()) == 2
+
+
+def test_results_command_formats(bench_store):
+    path, _ = bench_store
+    csv = CliRunner().invoke(main, ["results", "--store", str(path), "--format", "csv", "--pe", "rope"])
+    assert csv.exit_code == 0 and csv.output.startswith("run_id,pe,task")
+    assert "nope" not in csv.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pe", "ropee", "--task", "copy"], "Did you mean 'rope'"),
+        (["--pe", "rope", "--task", "cpy"], "Valid tasks:"),
+        (["--pe", "rope", "--task", "copy", "--train-len", "10", "--test-len", "10"], "must exceed"),
+        (["--pe", "rope", "--task", "copy", "--backend", "fast"], "Valid attention backends"),
+    ],
+)
+def test_bad_input_fails_fast_with_a_message(tmp_path, args, message):
+    result = CliRunner().invoke(main, ["bench", *args, "--preset", "smoke", "--store", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not (tmp_path / "s.sqlite").exists()  # nothing touched
+
+
+def test_corrupt_store_is_reported(tmp_path):
+    path = tmp_path / "broken.sqlite"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match="not a readable pezoo store"):
+        Store(path)
+    result = CliRunner().invoke(main, ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke",
+                                       "--store", str(path)])  # fmt: skip
+    assert result.exit_code == 1 and "not a readable pezoo store" in result.output
+    assert path.read_bytes().startswith(b"this is not")  # left as it was
+
+
+def test_store_schema_mismatch_is_reported(tmp_path):
+    path = tmp_path / "old.sqlite"
+    Store(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value='999' WHERE key='schema_version'")
+    with pytest.raises(StoreError, match="schema 999"):
+        Store(path)
+
+
+def test_list_shows_encodings_and_tasks():
+    out = CliRunner().invoke(main, ["list"]).output
+    assert "rope" in out and "copy" in out and "quick" in out

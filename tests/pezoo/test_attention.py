@@ -1,0 +1,107 @@
+"""The attention backends agree with the eager reference, with causal masks and padding."""
+
+from __future__ import annotations
+
+import math
+
+import pezoo
+import pytest
+import torch
+from pezoo.attention import dense_mask
+
+DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
+BACKENDS = [b for b in sorted(pezoo.BACKENDS) if b != "eager"]
+ENCODINGS = pezoo.available()
+
+
+def reference_attention(q, k, v, mask_bool, bias, scale):
+    """Softmax attention written out with loops over heads: independent of pezoo.attend."""
+    b, h, i, _ = q.shape
+    out = torch.zeros(b, h, i, v.shape[-1], dtype=torch.float64)
+    for bi in range(b):
+        for hi in range(h):
+            scores = (q[bi, hi].double() @ k[bi, hi].double().T) * scale + bias[bi, hi].double()
+            scores = scores.masked_fill(~mask_bool[bi], -math.inf)
+            out[bi, hi] = scores.softmax(-1) @ v[bi, hi].double()
+    return out
+
+
+def test_eager_equals_written_out_softmax_with_causal_mask_and_padding():
+    torch.manual_seed(0)
+    b, h, s, e = 2, 3, 6, 4
+    q, k, v = (torch.randn(b, h, s, e) for _ in range(3))
+    pos = torch.arange(s)[None]
+    padding = torch.ones(b, s, dtype=torch.bool)
+    padding[1, :2] = False  # row 1 is left-padded by two tokens
+    slopes = torch.tensor([0.5, 0.25, 0.1])
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos, key_padding_mask=padding)
+    out, _ = pezoo.attend(q, k, v, ctx, [pezoo.LinearBias(slopes)], backend="eager")
+    causal = torch.tril(torch.ones(s, s, dtype=torch.bool))
+    mask = causal[None] & padding[:, None, :]
+    dist = (torch.arange(s)[:, None] - torch.arange(s)[None, :]).abs().float()
+    bias = (-slopes[:, None, None] * dist).expand(b, h, s, s)
+    expected = reference_attention(q, k, v, mask, bias, 1 / math.sqrt(e))
+    real_rows = mask.any(-1)  # queries at padding positions see nothing: their output is unspecified
+    for bi in range(b):
+        rows = real_rows[bi] & padding[bi]
+        torch.testing.assert_close(out[bi][:, rows].double(), expected[bi][:, rows], atol=1e-5, rtol=1e-5)
+
+
+def test_fully_masked_rows_stay_finite():
+    pos = torch.arange(4)[None]
+    padding = torch.tensor([[False, False, True, True]])
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos, key_padding_mask=padding)
+    mask = dense_mask(ctx, [], 1, 4, 4, torch.float32, torch.device("cpu"))
+    q = k = v = torch.randn(1, 1, 4, 2)
+    for backend in pezoo.BACKENDS:
+        out, _ = pezoo.attend(q, k, v, ctx, backend=backend)
+        assert torch.isfinite(out).all(), backend
+    assert torch.isfinite(mask[0, 0, 0]).all()
+
+
+def test_window_mask_membership():
+    """WindowMask(w): key j visible from query i iff 0 <= i - j < w (with the causal mask)."""
+    pos = torch.arange(7)[None]
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)
+    windows = torch.tensor([1.0, 3.0, math.inf])
+    mask = dense_mask(ctx, [pezoo.WindowMask(windows)], 3, 7, 7, torch.float32, torch.device("cpu"))
+    for h, w in enumerate([1, 3, None]):
+        for i in range(7):
+            for j in range(7):
+                visible = j <= i and (w is None or i - j < w)
+                assert (mask[0, h, i, j].item() == 0.0) == visible
+
+
+def _hooked_attention(pe, q, k, v, ctx, backend):
+    q2, k2 = pe.qk(0, q, k, ctx)
+    return pezoo.attend(q2, k2, v, ctx, pe.bias(0, q2, k2, ctx), scale=1 / math.sqrt(q.shape[-1]), backend=backend)[0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("causal", [True, False])
+def test_backends_agree_with_eager(name, backend, causal):
+    torch.manual_seed(0)
+    pe = pezoo.create(name, dims=DIMS).eval()
+    b, h, s, e = 2, DIMS.n_heads, 11, DIMS.head_dim
+    x = torch.randn(b, s, DIMS.d_model)
+    q, k, v = (torch.randn(b, h, s, e) for _ in range(3))
+    pos = torch.arange(s)[None]
+    padding = torch.ones(b, s, dtype=torch.bool)
+    padding[0, :3] = False
+    outs = {}
+    for bk in ("eager", backend):
+        ctx = pezoo.AttentionContext(
+            q_pos=pos, k_pos=pos, causal=causal, key_padding_mask=padding, scale_hint=torch.full((b,), s)
+        )
+        pe.observe(0, x, ctx)
+        outs[bk] = _hooked_attention(pe, q, k, v, ctx, bk)
+    valid = padding[:, None, :, None].expand_as(outs["eager"])
+    torch.testing.assert_close(outs[backend][valid], outs["eager"][valid], atol=2e-5, rtol=2e-5)
+
+
+def test_unknown_backend_lists_valid_ones():
+    pos = torch.arange(2)[None]
+    q = torch.randn(1, 1, 2, 2)
+    with pytest.raises(pezoo.UnknownNameError, match="sdpa"):
+        pezoo.attend(q, q, q, pezoo.AttentionContext(q_pos=pos, k_pos=pos), backend="nope")

@@ -1,0 +1,41 @@
+"""Dependencies point one way: pezoo <- harness <- leaderboard."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def imported_top_levels(package: str) -> set[str]:
+    names = set()
+    for path in (ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def test_pezoo_needs_only_torch_and_einops():
+    third_party = imported_top_levels("pezoo") - {"pezoo", "__future__"}
+    third_party -= set(sys.stdlib_module_names)
+    # optional extras (gpu: xformers, plot: matplotlib) are imported lazily, where used
+    assert third_party <= {"torch", "einops", "matplotlib", "xformers"}, third_party
+
+
+def test_importing_pezoo_loads_no_optional_or_harness_modules():
+    code = "import pezoo, sys; print(sorted(m for m in ('harness', 'leaderboard', 'pandas', 'matplotlib', 'xformers', 'click') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_harness_does_not_import_the_leaderboard_outside_the_cli():
+    for path in (ROOT / "harness").rglob("*.py"):
+        if path.name == "cli.py":
+            continue
+        assert "import leaderboard" not in path.read_text() and "from leaderboard" not in path.read_text(), path
