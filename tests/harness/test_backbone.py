@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import pezoo
 import pytest
 import torch
+
+import pezoo
 from harness.backbone import Backbone, BackboneConfig
 
 ENCODINGS = pezoo.available()

@@ -6,6 +6,7 @@ import sqlite3
 
 import pytest
 from click.testing import CliRunner
+
 from harness.cli import main
 from harness.store import Store, StoreError, load
 

@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+
 from harness.config import RunConfig, TrainConfig, preset_config
 from harness.data import IGNORE, collate, evaluation_set
 from harness.evaluate import evaluate_length, greedy_decode

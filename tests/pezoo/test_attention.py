@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
-import pezoo
 import pytest
 import torch
+
+import pezoo
 from pezoo.attention import dense_mask
 
 DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)

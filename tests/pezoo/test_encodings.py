@@ -5,9 +5,10 @@ from __future__ import annotations
 import cmath
 import math
 
-import pezoo
 import pytest
 import torch
+
+import pezoo
 from pezoo.encodings import alibi_slopes, sinusoid_table
 
 
