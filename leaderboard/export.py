@@ -1,0 +1,99 @@
+"""Export finished runs from the local SQLite store to append-only results files.
+
+Each export writes at most one new file per preset, named
+``<preset>-<YYYYMMDD>-<digest>.jsonl`` (the UTC date of the newest run in it and a hash of
+its run ids), holding only runs not yet published under the results folder. An existing
+results file is never opened for writing: a new file is written under a temporary name
+and hard-linked into place, which fails rather than replace a file of the same name.
+Exporting the same store twice therefore adds nothing the second time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.store import Store
+from leaderboard.schema import SUFFIX, iter_lines, read_results, record_from_store, validate_record
+
+
+class ExportError(RuntimeError):
+    """The store cannot be exported (missing, or a run that would not make a valid record)."""
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What an export did: new files with their run counts, and what it left out."""
+
+    written: list[tuple[Path, int]] = field(default_factory=list)
+    already_published: int = 0
+    not_finished: int = 0
+
+
+def file_name(preset: str, records: list[Mapping[str, Any]]) -> str:
+    """``<preset>-<YYYYMMDD>-<12 hex>.jsonl`` for a batch of records of one preset."""
+    newest = max(r["timings"]["finished_at"] for r in records)
+    day = dt.datetime.fromtimestamp(newest, tz=dt.timezone.utc).strftime("%Y%m%d")
+    digest = hashlib.sha256(",".join(sorted(r["run_id"] for r in records)).encode()).hexdigest()[:12]
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", preset)
+    return f"{safe}-{day}-{digest}{SUFFIX}"
+
+
+def write_new_file(path: Path, records: list[Mapping[str, Any]]) -> None:
+    """Write ``records`` to ``path``, which must not exist yet (FileExistsError otherwise)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8", newline="\n") as f:
+            f.writelines(iter_lines(records))
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)  # atomic, and refuses to replace an existing file
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def export(store_path: Path, out_dir: Path) -> ExportSummary:
+    """Publish every finished run of the store not yet under ``out_dir``.
+
+    Raises:
+        ExportError: no store at ``store_path``, or a run that fails the schema.
+        ResultsError: an existing results file under ``out_dir`` is malformed (nothing is
+            written: deduplication needs to read every published run).
+    """
+    if not store_path.is_file():
+        raise ExportError(f"no results store at {store_path}; run `pezoo bench` first")
+    published = {r.run_id for r in read_results(out_dir)}
+    batches: dict[str, list[dict[str, Any]]] = {}
+    already = unfinished = 0
+    problems = []
+    with Store(store_path) as store:
+        for run in store.runs():
+            if run["status"] != "finished":
+                unfinished += 1
+                continue
+            if run["run_id"] in published:
+                already += 1
+                continue
+            record = record_from_store(run, store.metrics(run["run_id"]))
+            reasons = validate_record(record)
+            if reasons:
+                problems.append(f"run {run['run_id']} ({run['pe']} on {run['task']}): {'; '.join(reasons)}")
+                continue
+            batches.setdefault(record["preset"], []).append(record)
+    if problems:
+        raise ExportError("these runs do not make valid results records:\n  " + "\n  ".join(problems))
+    written = []
+    if batches:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    for preset in sorted(batches):
+        records = sorted(batches[preset], key=lambda r: (r["task"], r["pe"], r["seed"], r["run_id"]))
+        path = out_dir / file_name(preset, records)
+        write_new_file(path, records)
+        written.append((path, len(records)))
+    return ExportSummary(written, already, unfinished)
