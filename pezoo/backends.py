@@ -45,7 +45,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -57,6 +58,7 @@ from pezoo.base import AttentionBias, AttentionContext, DenseBias, LinearBias, W
 __all__ = [
     "FLEX_BLOCK_SIZE",
     "flex_block_mask",
+    "flex_compile",
     "flex_compile_enabled",
     "native_lowering",
     "pick_backend",
@@ -98,6 +100,17 @@ def native_lowering(backend: str, biases: Sequence[AttentionBias], ctx: Attentio
 def set_flex_compile(enabled: bool) -> None:
     """Use the compiled flex kernel (default) or the unfused eager flex implementation."""
     _FLEX["compile"] = enabled
+
+
+@contextmanager
+def flex_compile(enabled: bool) -> Iterator[None]:
+    """Context manager: set :func:`set_flex_compile` inside, restore the previous setting after."""
+    previous = _FLEX["compile"]
+    _FLEX["compile"] = enabled
+    try:
+        yield
+    finally:
+        _FLEX["compile"] = previous
 
 
 def flex_compile_enabled() -> bool:

@@ -60,7 +60,7 @@ def prf_features(q_pos: Tensor, k_pos: Tensor, scale_hint: Tensor | None = None,
     qi, kj = torch.broadcast_tensors(qi, kj)  # (b, i, j)
     feats = [qi, kj, qi - kj]
     if scale_hint is not None:
-        n = scale_hint.to(torch.float32, device=q_pos.device).view(-1, 1, 1)  # (b, 1, 1)
+        n = scale_hint.to(device=q_pos.device, dtype=torch.float32).view(-1, 1, 1)  # (b, 1, 1)
         feats = [f.expand(max(f.shape[0], n.shape[0]), -1, -1) for f in feats]
         feats.append(n.expand_as(feats[0]))
     return torch.stack(feats, dim=-1) * feature_scale  # (b, i, j, F)
@@ -101,7 +101,15 @@ class PRFNetwork(nn.Module):
         self.temperature = temperature
 
     def forward(self, feats: Tensor) -> Tensor:
-        return (self.mlp(feats) / self.temperature).softmax(dim=-1)
+        """Always in float32, whatever the parameters' dtype: integer positions up to
+        thousands are not representable in bf16/fp16 to the unit."""
+        x = feats.to(torch.float32)
+        for layer in self.mlp:
+            if isinstance(layer, nn.Linear):
+                x = nn.functional.linear(x, layer.weight.to(torch.float32), layer.bias.to(torch.float32))
+            else:
+                x = layer(x)
+        return (x / self.temperature).softmax(dim=-1)
 
 
 @register("learned_prf")

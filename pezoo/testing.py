@@ -1,0 +1,479 @@
+"""The conformance kit: the battery every positional encoding must pass.
+
+Usable by third-party packages in their own tests; it needs only the public interface,
+a factory ``() -> PositionalEncoding`` and the model dims the encoding was built for:
+
+>>> import pezoo
+>>> from pezoo.testing import check_encoding
+>>> dims = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
+>>> check_encoding(lambda: pezoo.create("rope", dims=dims), dims)
+
+Every check runs the encoding inside :class:`KitModel`, a tiny pre-LN decoder built from
+:class:`pezoo.SelfAttention`, or calls its hooks on plain tensors. Positions are drawn
+once through ``pe.positions()`` and then passed explicitly, so encodings that randomize
+positions (randomized PE) are compared against themselves at equal positions.
+
+Axis letters: b batch, s sequence, d model width, h heads, e head dim, v vocab.
+
+Checks (``CHECKS``, run in this order by :func:`check_encoding`):
+    hook_shapes            hooks on plain tensors at several lengths: shapes, dtypes,
+                           sorted integer positions, biases materialise to (b, h, i, j)
+    no_future_leakage      changing tokens at t.. leaves outputs before t unchanged
+    backend_agreement      every usable backend equals eager (fp32): forward at the
+                           length and, with key padding, at 3× it; parameter gradients
+    incremental_decoding   a prompt then one token at a time, with a KV cache in
+                           ``ctx.state``, equals one full forward pass
+    state_dict_round_trip  a fresh instance loaded from a state dict (also through
+                           ``torch.save``) computes the same outputs
+    half_precision         bf16 and fp16 forward (eager and sdpa) produce no NaN/inf
+    deterministic          the same seed gives bit-identical outputs (training mode)
+    extrapolation          a forward pass at ``extrapolation_factor`` × the length
+    gradients_finite       a training step gives finite gradients for the encoding
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from pezoo.attention import BACKENDS, SelfAttention
+from pezoo.backends import flex_compile, xformers_available
+from pezoo.base import AttentionBias, AttentionContext, ModelDims, PositionalEncoding
+
+__all__ = ["CHECKS", "KitConfig", "KitModel", "check_encoding", "usable_backends"]
+
+Factory = Callable[[], PositionalEncoding]
+
+
+@dataclass(frozen=True)
+class KitConfig:
+    """Settings of one kit run (every field has a default; unknown keys are an error).
+
+    Attributes:
+        dims: the model shape the factory builds the encoding for.
+        length: the base sequence length s.
+        batch: batch size b.
+        vocab: vocabulary of the kit model.
+        extrapolation_factor: the extrapolation check runs at this many times ``length``.
+        backends: backends compared with eager; None = :func:`usable_backends`.
+        compile_flex: compile flex (slow on CPU, ~30 s per compile) or use its unfused form.
+        device: where to run.
+        atol: absolute tolerance for fp32 comparisons.
+        seed: base seed.
+    """
+
+    dims: ModelDims = field(default_factory=lambda: ModelDims(d_model=32, n_heads=4, n_layers=2))
+    length: int = 12
+    batch: int = 2
+    vocab: int = 16
+    extrapolation_factor: int = 10
+    backends: tuple[str, ...] | None = None
+    compile_flex: bool = False
+    device: str = "cpu"
+    atol: float = 2e-5
+    seed: int = 0
+
+
+def usable_backends(device: str | torch.device = "cpu") -> list[str]:
+    """Registered backends that can run on ``device`` (xformers only with CUDA and the package)."""
+    names = []
+    for name in sorted(BACKENDS):
+        if name == "xformers" and not (torch.device(device).type == "cuda" and xformers_available()):
+            continue
+        names.append(name)
+    return names
+
+
+class KitModel(nn.Module):
+    """A tiny pre-LN decoder that applies every hook of ``pe`` (the kit's test bed).
+
+    Args:
+        pe: the encoding.
+        dims: model shape (d_model, n_heads, n_layers).
+        vocab: vocabulary size.
+        backend: attention backend of every layer (change with :meth:`set_backend`).
+    """
+
+    def __init__(self, pe: PositionalEncoding, dims: ModelDims, vocab: int, backend: str = "eager") -> None:
+        super().__init__()
+        self.pe, self.dims = pe, dims
+        self.embed = nn.Embedding(vocab, dims.d_model)
+        self.ln_attn = nn.ModuleList(nn.LayerNorm(dims.d_model) for _ in range(dims.n_layers))
+        self.attn = nn.ModuleList(
+            SelfAttention(dims.d_model, dims.n_heads, layer=layer, backend=backend) for layer in range(dims.n_layers)
+        )
+        self.ln_mlp = nn.ModuleList(nn.LayerNorm(dims.d_model) for _ in range(dims.n_layers))
+        self.mlp = nn.ModuleList(
+            nn.Sequential(
+                nn.Linear(dims.d_model, 2 * dims.d_model), nn.GELU(), nn.Linear(2 * dims.d_model, dims.d_model)
+            )
+            for _ in range(dims.n_layers)
+        )
+        self.head = nn.Linear(dims.d_model, vocab)
+
+    def set_backend(self, backend: str) -> None:
+        for attn in self.attn:
+            attn.backend = backend
+
+    def forward(
+        self,
+        tokens: Tensor,
+        positions: Tensor,
+        *,
+        state: dict[str, Any] | None = None,
+        key_padding_mask: Tensor | None = None,
+        scale_hint: Tensor | None = None,
+    ) -> Tensor:
+        """tokens (b, s) continuing ``state`` (or a full pass) at ``positions`` (b|1, total) -> (b, s, v)."""
+        state = {} if state is None else state
+        start, s = state.get("kit_length", 0), tokens.shape[1]
+        ctx = AttentionContext(
+            q_pos=positions[:, start : start + s],
+            k_pos=positions[:, : start + s],
+            causal=True,
+            state=state,
+            key_padding_mask=key_padding_mask,
+            scale_hint=scale_hint,
+        )
+        x = self.pe.embed(self.embed(tokens), ctx.q_pos)  # (b, s, d)
+        for layer in range(self.dims.n_layers):
+            self.pe.observe(layer, x, ctx)
+            a, _ = self.attn[layer](self.ln_attn[layer](x), self.pe, ctx)
+            x = x + a
+            x = x + self.mlp[layer](self.ln_mlp[layer](x))
+        state["kit_length"] = start + s
+        return self.head(x)  # (b, s, v)
+
+
+# --------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------
+
+
+class ConformanceError(AssertionError):
+    """A kit check failed; the message names the check and what differed."""
+
+
+def _fail(check: str, message: str) -> None:
+    raise ConformanceError(f"[{check}] {message}")
+
+
+def _build(factory: Factory, cfg: KitConfig, seed: int) -> KitModel:
+    """The kit model around ``factory()``; the encoding is built under ``seed``, the rest
+    of the model always under the same seed (so two builds differ only in the encoding)."""
+    torch.manual_seed(seed)
+    pe = factory()
+    if not isinstance(pe, PositionalEncoding):
+        _fail("factory", f"the factory returned {type(pe).__name__}, not a PositionalEncoding")
+    torch.manual_seed(cfg.seed + 10_000)
+    return KitModel(pe, cfg.dims, cfg.vocab).to(cfg.device)
+
+
+def _tokens(cfg: KitConfig, length: int, batch: int | None = None, seed: int = 0) -> Tensor:
+    g = torch.Generator().manual_seed(cfg.seed + seed)
+    return torch.randint(cfg.vocab, (batch or cfg.batch, length), generator=g).to(cfg.device)
+
+
+def _hint(cfg: KitConfig, batch: int, length: int) -> Tensor:
+    """A per-example instance scale (differs across the batch, like a mixed-scale batch)."""
+    return (torch.arange(batch) % 3 + max(length // 2, 1)).to(cfg.device)
+
+
+def _close(check: str, what: str, got: Tensor, want: Tensor, atol: float, rtol: float = 1e-4) -> None:
+    if got.shape != want.shape:
+        _fail(check, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}")
+    if not torch.allclose(got, want, atol=atol, rtol=rtol):
+        err = (got - want).abs().max().item()
+        _fail(check, f"{what}: max abs difference {err:.3g} exceeds atol={atol:g}, rtol={rtol:g}")
+
+
+def _finite(check: str, what: str, t: Tensor) -> None:
+    if not torch.isfinite(t).all():
+        bad = "NaN" if torch.isnan(t).any() else "inf"
+        _fail(check, f"{what} contains {bad}")
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*flex_attention has no backward pass on CPU.*")
+        yield
+
+
+# --------------------------------------------------------------------------------------
+# checks
+# --------------------------------------------------------------------------------------
+
+
+def check_hook_shapes(factory: Factory, cfg: KitConfig) -> None:
+    """Hooks on plain tensors: shapes, dtypes, sorted positions, materialisable biases."""
+    name = "hook_shapes"
+    d, h, e, b = cfg.dims.d_model, cfg.dims.n_heads, cfg.dims.head_dim, cfg.batch
+    for mode in ("train", "eval"):
+        model = _build(factory, cfg, cfg.seed)
+        model.train(mode == "train")
+        pe = model.pe
+        for s in sorted({1, 2, 5, cfg.length}):
+            pos = pe.positions(b, s, cfg.device)
+            if pos.dtype not in (torch.int32, torch.int64) or pos.dim() != 2 or pos.shape[-1] != s:
+                _fail(
+                    name,
+                    f"positions({b}, {s}) must be an integer (b|1, {s}) tensor, got {pos.dtype} {tuple(pos.shape)}",
+                )
+            if pos.shape[0] not in (1, b):
+                _fail(name, f"positions({b}, {s}) has batch dim {pos.shape[0]}, expected 1 or {b}")
+            if s > 1 and not bool((pos[:, 1:] > pos[:, :-1]).all()):
+                _fail(name, f"positions({b}, {s}) are not strictly increasing ({mode} mode): {pos.tolist()}")
+            ctx = AttentionContext(q_pos=pos, k_pos=pos, scale_hint=_hint(cfg, b, s))
+            x = torch.randn(b, s, d, device=cfg.device)
+            y = pe.embed(x, pos)
+            if y.shape != x.shape or y.dtype != x.dtype:
+                _fail(name, f"embed changed {tuple(x.shape)} {x.dtype} into {tuple(y.shape)} {y.dtype}")
+            _finite(name, f"embed output at length {s}", y)
+            for layer in range(cfg.dims.n_layers):
+                pe.observe(layer, y, ctx)
+                q, k = torch.randn(b, h, s, e, device=cfg.device), torch.randn(b, h, s, e, device=cfg.device)
+                q2, k2 = pe.qk(layer, q, k, ctx)
+                if q2.shape[:3] != (b, h, s) or k2.shape[:3] != (b, h, s) or q2.shape[-1] != k2.shape[-1]:
+                    _fail(name, f"qk turned q, k {tuple(q.shape)} into {tuple(q2.shape)}, {tuple(k2.shape)}")
+                if q2.shape[-1] < e:
+                    _fail(name, f"qk shrank the head dim from {e} to {q2.shape[-1]}")
+                biases = pe.bias(layer, q2, k2, ctx)
+                if not isinstance(biases, (list, tuple)) or not all(isinstance(t, AttentionBias) for t in biases):
+                    _fail(name, f"bias must return a list of AttentionBias, got {biases!r}")
+                for bias in biases:
+                    dense = bias.materialize(ctx, h, torch.float32)
+                    try:
+                        torch.broadcast_shapes(dense.shape, (b, h, s, s))
+                    except RuntimeError:
+                        _fail(name, f"{type(bias).__name__} materialises to {tuple(dense.shape)}, not (b, h, {s}, {s})")
+                    if torch.isnan(dense).any():
+                        _fail(name, f"{type(bias).__name__} materialises NaN")
+            out = model(_tokens(cfg, s), pos, scale_hint=_hint(cfg, b, s))
+            if out.shape != (b, s, cfg.vocab):
+                _fail(name, f"kit model output {tuple(out.shape)} != {(b, s, cfg.vocab)}")
+            _finite(name, f"kit model output at length {s}", out)
+
+
+def check_no_future_leakage(factory: Factory, cfg: KitConfig) -> None:
+    """Outputs before t do not depend on tokens at t or later (train and eval mode)."""
+    name = "no_future_leakage"
+    s, b = cfg.length, cfg.batch
+    cut = s // 2
+    for mode in ("train", "eval"):
+        model = _build(factory, cfg, cfg.seed)
+        model.train(mode == "train")
+        pos = model.pe.positions(b, s, cfg.device)
+        tokens = _tokens(cfg, s)
+        changed = tokens.clone()
+        changed[:, cut:] = (changed[:, cut:] + 1 + _tokens(cfg, s - cut, seed=1) % (cfg.vocab - 1)) % cfg.vocab
+        hint = _hint(cfg, b, s)
+        with torch.no_grad():
+            a = model(tokens, pos, scale_hint=hint)
+            c = model(changed, pos, scale_hint=hint)
+        if not torch.allclose(a[:, :cut], c[:, :cut], atol=cfg.atol, rtol=0):
+            err = (a[:, :cut] - c[:, :cut]).abs().max().item()
+            _fail(name, f"changing tokens {cut}.. changed outputs before {cut} by {err:.3g} ({mode} mode)")
+
+
+def check_backend_agreement(factory: Factory, cfg: KitConfig) -> None:
+    """Every usable backend equals eager in fp32: forward (with key padding) and gradients."""
+    name = "backend_agreement"
+    backends = [n for n in (cfg.backends or usable_backends(cfg.device)) if n != "eager"]
+    model = _build(factory, cfg, cfg.seed)
+    model.eval()
+    b = cfg.batch
+    for s, padded in ((cfg.length, False), (3 * cfg.length, True)):
+        pos = model.pe.positions(b, s, cfg.device)
+        tokens = _tokens(cfg, s, seed=s)
+        live = torch.ones(b, s, dtype=torch.bool, device=cfg.device)
+        if padded:
+            live[-1, s - s // 4 :] = False  # right padding: real queries always see real keys
+        mask = live if padded else None
+        hint = _hint(cfg, b, s)
+        with torch.no_grad():
+            model.set_backend("eager")
+            want = model(tokens, pos, key_padding_mask=mask, scale_hint=hint)
+            for backend in backends:
+                model.set_backend(backend)
+                with _quiet():
+                    got = model(tokens, pos, key_padding_mask=mask, scale_hint=hint)
+                what = f"{backend} vs eager forward at length {s}" + (" with key padding" if padded else "")
+                _close(name, what, got[live], want[live], cfg.atol)
+    # gradients of every parameter (encoding and model), at the longer length
+    s = 3 * cfg.length
+    pos = model.pe.positions(b, s, cfg.device)
+    tokens, hint = _tokens(cfg, s, seed=7), _hint(cfg, b, s)
+    weights = torch.randn(b, s, cfg.vocab, generator=torch.Generator().manual_seed(cfg.seed)).to(cfg.device)
+
+    def grads(backend: str) -> dict[str, Tensor]:
+        model.set_backend(backend)
+        model.zero_grad(set_to_none=True)
+        with _quiet():
+            (model(tokens, pos, scale_hint=hint) * weights).sum().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    want = grads("eager")
+    for backend in backends:
+        got = grads(backend)
+        if set(got) != set(want):
+            _fail(name, f"{backend} gives gradients for {sorted(set(got) ^ set(want))} where eager does not, or v.v.")
+        for param, g in want.items():
+            _close(name, f"{backend} vs eager gradient of {param}", got[param], g, cfg.atol * 10, rtol=1e-3)
+    model.set_backend("eager")
+
+
+def check_incremental_decoding(factory: Factory, cfg: KitConfig) -> None:
+    """A prompt, then one token per call with a persistent state, equals one full pass."""
+    name = "incremental_decoding"
+    model = _build(factory, cfg, cfg.seed)
+    model.eval()
+    b, s = cfg.batch, cfg.length
+    pos = model.pe.positions(b, s, cfg.device)  # planned once, like start_state
+    tokens, hint = _tokens(cfg, s), _hint(cfg, b, s)
+    prompt = max(1, s // 3)
+    for backend in ("eager", "sdpa"):
+        model.set_backend(backend)
+        with torch.no_grad():
+            full = model(tokens, pos, scale_hint=hint)
+            state: dict[str, Any] = {}
+            steps = [model(tokens[:, :prompt], pos, state=state, scale_hint=hint)]
+            for t in range(prompt, s):
+                steps.append(model(tokens[:, t : t + 1], pos, state=state, scale_hint=hint))
+        _close(name, f"token-by-token ({backend}) vs full forward", torch.cat(steps, dim=1), full, cfg.atol)
+    model.set_backend("eager")
+
+
+def check_state_dict_round_trip(factory: Factory, cfg: KitConfig) -> None:
+    """A second instance (another seed) loaded with the first's state dict computes the same."""
+    name = "state_dict_round_trip"
+    first, second = _build(factory, cfg, cfg.seed), _build(factory, cfg, cfg.seed + 1)
+    buffer = io.BytesIO()
+    torch.save(first.pe.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    if set(state) != set(second.pe.state_dict()):
+        _fail(name, f"state dict keys differ between two instances: {sorted(set(state) ^ set(second.pe.state_dict()))}")
+    second.pe.load_state_dict(state, strict=True)
+    first.eval(), second.eval()
+    s, b = cfg.length, cfg.batch
+    pos, tokens, hint = first.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
+    with torch.no_grad():
+        _close(
+            name,
+            "outputs after load_state_dict",
+            second(tokens, pos, scale_hint=hint),
+            first(tokens, pos, scale_hint=hint),
+            0.0,
+            0.0,
+        )
+
+
+def check_half_precision(factory: Factory, cfg: KitConfig) -> None:
+    """bf16 and fp16 forward passes (eager and sdpa) produce finite outputs."""
+    name = "half_precision"
+    s, b = cfg.length, cfg.batch
+    for dtype in (torch.bfloat16, torch.float16):
+        model = _build(factory, cfg, cfg.seed).to(dtype)
+        model.eval()
+        pos = model.pe.positions(b, s, cfg.device)
+        for backend in ("eager", "sdpa"):
+            model.set_backend(backend)
+            with torch.no_grad():
+                out = model(_tokens(cfg, s), pos, scale_hint=_hint(cfg, b, s))
+            if out.dtype != dtype:
+                _fail(name, f"{dtype} model returned {out.dtype} ({backend})")
+            _finite(name, f"{dtype} forward ({backend})", out)
+
+
+def check_deterministic(factory: Factory, cfg: KitConfig) -> None:
+    """Same seed, same everything: bit-identical outputs in training mode (positions included)."""
+    name = "deterministic"
+    s, b = cfg.length, cfg.batch
+
+    def run() -> Tensor:
+        model = _build(factory, cfg, cfg.seed)
+        model.train()
+        torch.manual_seed(cfg.seed + 1)
+        pos = model.pe.positions(b, s, cfg.device)
+        with torch.no_grad():
+            return model(_tokens(cfg, s), pos, scale_hint=_hint(cfg, b, s))
+
+    _close(name, "two runs under the same seed", run(), run(), 0.0, 0.0)
+
+
+def check_extrapolation(factory: Factory, cfg: KitConfig) -> None:
+    """A forward pass at ``extrapolation_factor`` × length runs and stays finite."""
+    name = "extrapolation"
+    s = cfg.extrapolation_factor * cfg.length
+    model = _build(factory, cfg, cfg.seed)
+    model.eval()
+    pos = model.pe.positions(1, s, cfg.device)
+    with torch.no_grad():
+        out = model(_tokens(cfg, s, batch=1), pos, scale_hint=_hint(cfg, 1, s))
+    if out.shape != (1, s, cfg.vocab):
+        _fail(name, f"output {tuple(out.shape)} at length {s}")
+    _finite(name, f"output at length {s}", out)
+
+
+def check_gradients_finite(factory: Factory, cfg: KitConfig) -> None:
+    """A training-mode backward pass gives finite gradients for the encoding's parameters."""
+    name = "gradients_finite"
+    model = _build(factory, cfg, cfg.seed)
+    model.train()
+    s, b = cfg.length, cfg.batch
+    tokens = _tokens(cfg, s)
+    logits = model(tokens, model.pe.positions(b, s, cfg.device), scale_hint=_hint(cfg, b, s))
+    nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+    for param_name, p in model.pe.named_parameters():
+        if p.grad is not None:
+            _finite(name, f"gradient of {param_name}", p.grad)
+
+
+CHECKS: dict[str, Callable[[Factory, KitConfig], None]] = {
+    "hook_shapes": check_hook_shapes,
+    "no_future_leakage": check_no_future_leakage,
+    "backend_agreement": check_backend_agreement,
+    "incremental_decoding": check_incremental_decoding,
+    "state_dict_round_trip": check_state_dict_round_trip,
+    "half_precision": check_half_precision,
+    "deterministic": check_deterministic,
+    "extrapolation": check_extrapolation,
+    "gradients_finite": check_gradients_finite,
+}
+
+
+def check_encoding(
+    factory: Factory, dims: ModelDims | None = None, *, checks: Sequence[str] | None = None, **config: Any
+) -> None:
+    """Run the conformance battery on the encoding ``factory`` builds; raise on the first failure.
+
+    Args:
+        factory: ``() -> PositionalEncoding``, called several times (under fixed seeds).
+        dims: the model shape the factory builds for (default ``KitConfig.dims``).
+        checks: names of ``CHECKS`` to run (default: all).
+        **config: other :class:`KitConfig` fields (``length``, ``backends``, ``device``, ...).
+
+    Raises:
+        ConformanceError (an AssertionError) naming the check and the difference;
+        TypeError for unknown config keys or check names.
+    """
+    valid = {f.name for f in fields(KitConfig)} - {"dims"}
+    unknown = sorted(set(config) - valid)
+    if unknown:
+        raise TypeError(f"check_encoding got unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
+    cfg = KitConfig(**({"dims": dims} if dims is not None else {}), **config)
+    names = list(CHECKS) if checks is None else list(checks)
+    bad = sorted(set(names) - set(CHECKS))
+    if bad:
+        raise TypeError(f"unknown check(s) {', '.join(bad)}; valid: {', '.join(CHECKS)}")
+    with flex_compile(cfg.compile_flex):
+        for check in names:
+            CHECKS[check](factory, cfg)
