@@ -419,7 +419,7 @@ class PRISM(PositionalEncoding):
         return fold_position_streams(q, k, g_q, g_k, mu, self.alpha[layer].abs())
 
     # -- training helpers ------------------------------------------------------------------
-    def param_groups(self) -> list[dict[str, Any]]:
+    def optimizer_groups(self) -> list[dict[str, Any]]:
         """Optimiser groups with their own settings (§6.4): α gets AdamW(lr=alpha_lr, betas=alpha_betas).
 
         Parameters not listed here belong in the caller's default group.
