@@ -192,5 +192,12 @@ def results(store_path, pe, task, fmt) -> None:
         click.echo(df.to_markdown(index=False))
 
 
+# The leaderboard's commands (export, check, build); this composition root is the only
+# harness module that imports the leaderboard package.
+from leaderboard.cli import leaderboard as _leaderboard_group  # noqa: E402
+
+main.add_command(_leaderboard_group)
+
+
 if __name__ == "__main__":
     main()

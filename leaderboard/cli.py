@@ -1,0 +1,113 @@
+"""``pezoo leaderboard``: export finished runs, check results files, build the site.
+
+Attached to the root ``pezoo`` command by ``harness/cli.py`` (the composition root).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from harness.store import StoreError
+from leaderboard.board import BoardError
+from leaderboard.export import ExportError, export
+from leaderboard.schema import ResultsError, read_results, results_files
+
+DEFAULT_STORE = Path("runs") / "pezoo.sqlite"
+DEFAULT_RESULTS = Path("leaderboard") / "results"
+DEFAULT_SITE = Path("leaderboard") / "site"
+
+_results_option = click.option(
+    "--results",
+    "results_dir",
+    default=str(DEFAULT_RESULTS),
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder of published results files (*.jsonl).",
+)
+
+
+@click.group("leaderboard")
+def leaderboard() -> None:
+    """Publish results files and render the static leaderboard site from them.
+
+    \b
+        pezoo leaderboard export     store -> new append-only results files
+        pezoo leaderboard check      validate every results file
+        pezoo leaderboard build      results files -> leaderboard/site/ + leaderboard/README.md
+    """
+
+
+@leaderboard.command("export")
+@click.option(
+    "--store",
+    "store_path",
+    default=str(DEFAULT_STORE),
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="SQLite results store to read finished runs from.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default=str(DEFAULT_RESULTS),
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Results folder; new runs go to a new file, existing files are never changed.",
+)
+def export_cmd(store_path: Path, out_dir: Path) -> None:
+    """Write the store's finished runs that are not yet published to a new results file per preset."""
+    try:
+        summary = export(store_path, out_dir)
+    except (ExportError, ResultsError, StoreError) as exc:
+        raise click.ClickException(str(exc)) from None
+    for path, count in summary.written:
+        click.echo(f"wrote {count} run(s) to {path}")
+    if not summary.written:
+        click.echo(f"nothing new to export to {out_dir}")
+    if summary.already_published:
+        click.echo(f"{summary.already_published} finished run(s) were already published")
+    if summary.not_finished:
+        click.echo(f"{summary.not_finished} run(s) not finished (running, failed, diverged, interrupted): not exported")
+
+
+@leaderboard.command("check")
+@_results_option
+def check_cmd(results_dir: Path) -> None:
+    """Validate every results file (schema, checksum, duplicates); exit 1 with path:line: reason if any is bad."""
+    files = results_files(results_dir)
+    try:
+        records = read_results(results_dir)
+    except ResultsError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{len(files)} results file(s), {len(records)} run(s): valid")
+
+
+@leaderboard.command("build")
+@_results_option
+@click.option(
+    "--out",
+    "out_dir",
+    default=str(DEFAULT_SITE),
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Site folder (its generated pages are replaced).",
+)
+@click.option(
+    "--readme",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the markdown board [default: README.md next to the site folder].",
+)
+def build_cmd(results_dir: Path, out_dir: Path, readme: Path | None) -> None:
+    """Render the static site (and the markdown board) from the results files alone."""
+    from leaderboard.site import build
+
+    try:
+        pages = build(results_dir, out_dir, readme=readme)
+    except (ResultsError, BoardError, FileExistsError) as exc:
+        raise click.ClickException(str(exc)) from None
+    readme = readme if readme is not None else out_dir.parent / "README.md"
+    click.echo(f"wrote {len(pages)} page(s) to {out_dir} and the markdown board to {readme}")
+    click.echo(f"open {out_dir / 'index.html'}")
