@@ -80,6 +80,8 @@ class RandomizedPE(PositionalEncoding):
         super().__init__()
         if isinstance(inner, RandomizedPE):
             raise ValueError(f"{inner.name!r} is already randomized; it cannot be wrapped again")
+        if getattr(inner, "wrappable", True) is False:
+            raise ValueError(f"encoding {inner.name!r} declares itself not wrappable (see its docstring)")
         if not inner.uses_positions:
             raise ValueError(
                 f"encoding {inner.name!r} does not read positions, so randomizing them would change nothing"

@@ -1,0 +1,141 @@
+"""Randomized PE (Ruoss et al. 2023 §3): sorted distinct random positions from [0, L)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pezoo
+from pezoo import AttentionContext
+from pezoo.encodings.randomized import RandomizedPE, sample_sorted_positions
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), max_length=st.integers(1, 3000))
+def test_positions_are_sorted_distinct_and_in_range(data, max_length):
+    n = data.draw(st.integers(1, max_length))
+    g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31 - 1)))
+    pos = sample_sorted_positions(n, max_length, generator=g)
+    assert pos.shape == (n,) and pos.dtype == torch.int64
+    assert bool((pos[1:] > pos[:-1]).all())  # strictly increasing => distinct
+    assert 0 <= int(pos.min()) and int(pos.max()) < max_length
+
+
+def test_subsets_are_uniform():
+    """The smallest sampled position k has P = C(L-1-k, n-1) / C(L, n) for a uniform subset."""
+    big_l, n, draws = 10, 3, 20_000
+    g = torch.Generator().manual_seed(0)
+    first = torch.stack([sample_sorted_positions(n, big_l, generator=g)[0] for _ in range(draws)])
+    counts = torch.bincount(first, minlength=big_l).to(torch.float64)
+    want = torch.tensor([math.comb(big_l - 1 - k, n - 1) / math.comb(big_l, n) for k in range(big_l)])
+    sd = (want * (1 - want) / draws).sqrt()
+    assert bool(((counts / draws - want).abs() <= 5 * sd + 1e-9).all()), (counts / draws, want)
+
+
+def test_resampled_per_batch_and_shared_by_the_batch():
+    pe = pezoo.create("randomized:rope", head_dim=8)
+    pe.train()
+    a, b = pe.positions(4, 32), pe.positions(4, 32)
+    assert a.shape == (1, 32)  # once per batch, not per sequence (Ruoss et al. §3)
+    assert not torch.equal(a, b)
+    assert int(a.max()) < 2048
+
+
+def test_eval_uses_plain_positions_unless_asked():
+    pe = pezoo.create("randomized:alibi", n_heads=4)
+    pe.eval()
+    assert torch.equal(pe.positions(2, 9), torch.arange(9)[None])
+    pe = pezoo.create("randomized:alibi", n_heads=4, randomize_eval=True)
+    pe.eval()
+    pos = pe.positions(2, 9)
+    assert not torch.equal(pos, torch.arange(9)[None])  # P(equal) = 1 / C(2048, 9)
+    assert not torch.equal(pe.positions(2, 9), pos)
+
+
+def test_length_beyond_l_is_a_clear_error():
+    pe = pezoo.create("randomized:ape", d_model=8, max_length=16)
+    for mode in (True, False):
+        pe.train(mode)
+        pe.positions(1, 16)
+        with pytest.raises(ValueError, match=r"\[0, 16\).*17 tokens.*max_length"):
+            pe.positions(1, 17)
+    with pytest.raises(ValueError, match="at most 5 tokens"):
+        sample_sorted_positions(6, 5)
+
+
+def test_bare_randomized_is_randomized_sinusoidal_ape():
+    d = 6
+    bare, wrapped = pezoo.create("randomized", d_model=d), pezoo.create("randomized:ape", d_model=d)
+    assert bare.name == "randomized" and wrapped.name == "randomized:ape"
+    pos = torch.tensor([[3, 17, 400, 2047]])
+    x = torch.zeros(1, 4, d)
+    # independent sin/cos formula at the sampled positions
+    i = torch.arange(d // 2, dtype=torch.float64)
+    angle = pos[0, :, None].to(torch.float64) / 10000 ** (2 * i / d)
+    want = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2).to(torch.float32)[None]
+    torch.testing.assert_close(bare.embed(x, pos), want)
+    torch.testing.assert_close(wrapped.embed(x, pos), want)
+
+
+def test_randomized_alibi_biases_use_distances_between_sampled_positions():
+    pe = pezoo.create("randomized:alibi", n_heads=2)
+    pe.train()
+    pos = pe.positions(1, 5)
+    ctx = AttentionContext(q_pos=pos, k_pos=pos)
+    (bias,) = pe.bias(0, torch.zeros(1, 2, 5, 4), torch.zeros(1, 2, 5, 4), ctx)
+    dense = bias.materialize(ctx, 2, torch.float32)
+    slopes = [2.0**-4, 2.0**-8]  # ALiBi, 2 heads: 2^(-8h/2)
+    p = pos[0].tolist()
+    for h in range(2):
+        for i in range(5):
+            for j in range(5):
+                assert dense[0, h, i, j].item() == pytest.approx(-slopes[h] * abs(p[i] - p[j]))
+
+
+def test_hooks_delegate_to_the_wrapped_encoding():
+    torch.manual_seed(0)
+    rope = pezoo.create("rope", head_dim=8)
+    wrapped = RandomizedPE(pezoo.create("rope", head_dim=8), max_length=64)
+    pos = torch.tensor([[1, 5, 6, 30]])
+    ctx1, ctx2 = AttentionContext(q_pos=pos, k_pos=pos), AttentionContext(q_pos=pos, k_pos=pos)
+    q, k = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8)
+    for a, b in zip(rope.qk(0, q, k, ctx1), wrapped.qk(0, q, k, ctx2), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_what_can_be_wrapped():
+    names = pezoo.available()
+    for base in ("ape", "learned_ape", "rope", "alibi", "learned_prf"):
+        assert f"randomized:{base}" in names
+    for base in ("nope", "randomized", "hard_alibi"):
+        assert f"randomized:{base}" not in names
+    with pytest.raises(ValueError, match="does not read positions"):
+        pezoo.create("randomized:nope")
+    with pytest.raises(ValueError, match="already randomized"):
+        pezoo.create("randomized:randomized", d_model=8)
+    with pytest.raises(ValueError, match="not wrappable"):
+        pezoo.create("randomized:hard_alibi", n_heads=4)
+
+
+def test_options_route_to_wrapper_and_inner():
+    pe = pezoo.create("randomized:rope", dims=pezoo.ModelDims(32, 4, 2), max_length=100, base=500.0)
+    assert pe.max_length == 100 and pe.inner.base == 500.0 and pe.inner.head_dim == 8
+    with pytest.raises(TypeError, match="unknown option"):
+        pezoo.create("randomized:rope", head_dim=8, max_lenght=100)
+
+
+def test_state_dict_is_the_inner_state():
+    pe = pezoo.create("randomized:learned_ape", d_model=4)
+    assert list(pe.state_dict()) == ["inner.table"]
