@@ -74,6 +74,12 @@ def list_cmd() -> None:
 @click.option("--backend", type=str, help="Attention backend (see `pezoo list`).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option(
+    "--checkpoint-every",
+    default=250,
+    show_default=True,
+    help="Save the training state every N steps; a killed run resumes from it.",
+)
+@click.option(
     "--store",
     "store_path",
     default=str(DEFAULT_STORE),
@@ -82,11 +88,12 @@ def list_cmd() -> None:
     help="SQLite results store (created if missing).",
 )
 def bench(pes, task_names, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
-          eval_samples, backend, device, store_path) -> None:  # fmt: skip
+          eval_samples, backend, device, checkpoint_every, store_path) -> None:  # fmt: skip
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
 
-    Finished runs already in the store are not trained again; failed or interrupted
-    ones are rerun. Exit status is 1 if any run failed or diverged.
+    Finished runs already in the store are not trained again; an interrupted run
+    (Ctrl-C, a crash, a killed process) resumes from its last checkpoint when the same
+    command is run again. Exit status is 1 if any run failed or diverged.
     """
     pe_list, task_list = _split(pes), _split(task_names)
     _check_names("encoding", pe_list, pezoo.available())
@@ -127,7 +134,11 @@ def bench(pes, task_names, preset, seeds, seed0, steps, batch_size, lr, train_le
             if store.status(cfg.run_id()) == "finished":
                 click.echo(f"{label}: already in the store, skipped")
                 continue
-            outcome = _execute_with_progress(cfg, store, dev, label)
+            try:
+                outcome = _execute_with_progress(cfg, store, dev, label, checkpoint_every)
+            except KeyboardInterrupt:
+                click.echo(f"\n{label}: interrupted; run the same command again to resume.", err=True)
+                sys.exit(130)
             if outcome.status != "finished":
                 failures.append(f"{label}: {outcome.status}: {outcome.error}")
                 click.echo(f"{label}: {outcome.status}: {outcome.error}", err=True)
@@ -142,7 +153,7 @@ def bench(pes, task_names, preset, seeds, seed0, steps, batch_size, lr, train_le
         sys.exit(1)
 
 
-def _execute_with_progress(cfg, store, device, label):
+def _execute_with_progress(cfg, store, device, label, checkpoint_every):
     bars: dict[str, click._termui_impl.ProgressBar] = {}
     state = {"note": ""}
 
@@ -158,7 +169,14 @@ def _execute_with_progress(cfg, store, device, label):
         bars[phase].update(done - bars[phase].pos)
 
     try:
-        return execute(cfg, store, device, progress)
+        return execute(
+            cfg,
+            store,
+            device,
+            progress,
+            checkpoint_every=checkpoint_every,
+            notice=lambda msg: click.echo(f"\n{label}: {msg}", err=True),
+        )
     finally:
         for bar in bars.values():
             bar.__exit__(None, None, None)

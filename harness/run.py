@@ -21,7 +21,7 @@ from harness.data import evaluation_set
 from harness.evaluate import LengthMetrics, evaluate_length
 from harness.provenance import provenance
 from harness.store import Store
-from harness.train import DivergedError, build_model, train
+from harness.train import Checkpointing, DivergedError, restore, train
 
 Progress = Callable[[str, int, int, str], None]
 """progress(phase, done, total, note) — phase is "train" or "eval"."""
@@ -34,8 +34,21 @@ class RunOutcome:
     error: str | None = None
 
 
-def execute(cfg: RunConfig, store: Store, device: torch.device, progress: Progress | None = None) -> RunOutcome:
-    """Run ``cfg`` unless the store already holds it finished."""
+def execute(
+    cfg: RunConfig,
+    store: Store,
+    device: torch.device,
+    progress: Progress | None = None,
+    *,
+    checkpoint_every: int = 250,
+    notice: Callable[[str], None] = print,
+) -> RunOutcome:
+    """Run ``cfg`` unless the store already holds it finished.
+
+    Checkpoints go to ``<store folder>/checkpoints/<run_id>.pt`` every
+    ``checkpoint_every`` steps; an unfinished run resumes from its checkpoint.
+    ``notice`` receives messages worth showing (a corrupt checkpoint, a resume).
+    """
     run_id = cfg.run_id()
     if store.status(run_id) == "finished":
         return RunOutcome(run_id, "cached")
@@ -44,10 +57,21 @@ def execute(cfg: RunConfig, store: Store, device: torch.device, progress: Progre
         task.check_scale(n)
     store.start(cfg, provenance(device))
     try:
-        model = build_model(cfg, device)
+        ckpt = Checkpointing(store.path.parent / "checkpoints" / f"{run_id}.pt", checkpoint_every)
+        model, resume, problem = restore(cfg, ckpt.path, device)
+        if problem:
+            notice(f"run {run_id}: {problem}")
+        elif resume is not None:
+            notice(f"run {run_id}: resuming from step {resume['step']}")
         report = progress or (lambda *a: None)
         result = train(
-            cfg, model, task, device, on_step=lambda s, loss: report("train", s + 1, cfg.train.steps, f"{loss:.4f}")
+            cfg,
+            model,
+            task,
+            device,
+            on_step=lambda s, loss: report("train", s + 1, cfg.train.steps, f"{loss:.4f}"),
+            checkpointing=ckpt,
+            resume=resume,
         )
         t0 = time.perf_counter()
         lengths = [("train", n) for n in cfg.train_lengths()] + [("test", n) for n in cfg.test_lengths()]
@@ -65,6 +89,7 @@ def execute(cfg: RunConfig, store: Store, device: torch.device, progress: Progre
             eval_seconds=time.perf_counter() - t0,
             n_params=model.n_params(),
         )
+        ckpt.path.unlink(missing_ok=True)  # the results are in the store now
         return RunOutcome(run_id, "finished")
     except DivergedError as exc:
         store.mark(run_id, "diverged", str(exc))

@@ -10,10 +10,13 @@ Seeds: ``cfg.seed`` fixes the initialisation (torch RNG) and, through a separate
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +31,43 @@ from harness.tasks import Task
 
 class DivergedError(RuntimeError):
     """The training loss became NaN or infinite."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is unreadable or belongs to another run."""
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """Where and how often a run saves its full training state.
+
+    Attributes:
+        path: the checkpoint file (written atomically: temp file, then rename).
+        every: save every this many steps (and never after the last step: a finished
+            run's metrics are in the store, its checkpoint is removed).
+    """
+
+    path: Path
+    every: int = 250
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Atomic write: a crash leaves either the old checkpoint or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path, run_id: str) -> dict[str, Any]:
+    """Load and check a checkpoint; raises CheckpointError with the reason when it is bad."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises several types for a truncated/garbled file
+        raise CheckpointError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(payload, dict) or payload.get("run_id") != run_id:
+        raise CheckpointError(f"checkpoint {path} does not belong to run {run_id}")
+    return payload
 
 
 @dataclass(frozen=True)
@@ -73,14 +113,42 @@ def make_optimizer(model: Backbone, cfg: RunConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=t.lr, betas=t.betas)
 
 
+def restore(
+    cfg: RunConfig, path: Path, device: torch.device | str
+) -> tuple[Backbone, dict[str, Any] | None, str | None]:
+    """The model to train and the checkpoint to resume, if ``path`` holds a usable one.
+
+    Returns (model, checkpoint or None, problem or None): a corrupt checkpoint or one
+    that does not fit the model is deleted, and the run starts again from a fresh model;
+    ``problem`` then says why, for the caller to report.
+    """
+    model = build_model(cfg, device)
+    if not path.exists():
+        return model, None, None
+    try:
+        ck = load_checkpoint(path, cfg.run_id())
+        model.load_state_dict(ck["model"])
+        return model, ck, None
+    except (CheckpointError, KeyError, RuntimeError) as exc:
+        path.unlink(missing_ok=True)
+        return build_model(cfg, device), None, f"{exc}; restarting from step 0"
+
+
 def train(
     cfg: RunConfig,
     model: Backbone,
     task: Task,
     device: torch.device | str = "cpu",
     on_step: Callable[[int, float], None] | None = None,
+    checkpointing: Checkpointing | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``cfg.train.steps`` steps; ``on_step(step, loss)`` after each.
+
+    With ``checkpointing``, the full state (model, optimiser, data and torch RNG states,
+    step) is saved periodically. ``resume`` is such a checkpoint whose model weights the
+    caller has already loaded (see :func:`restore`); training continues from its step,
+    so an interrupted run ends with exactly the metrics of an uninterrupted one (CPU).
 
     Raises:
         DivergedError: the loss became NaN/inf (the run is then recorded as diverged).
@@ -89,8 +157,14 @@ def train(
     rng = random.Random(f"train/{cfg.task}/{cfg.seed}")
     opt = make_optimizer(model, cfg)
     model.train()
-    start, loss_value = time.perf_counter(), math.nan
-    for step in range(t.steps):
+    start, loss_value, first_step, elapsed = time.perf_counter(), math.nan, 0, 0.0
+    run_id = cfg.run_id()
+    if resume is not None:  # model weights were restored by the caller
+        opt.load_state_dict(resume["optimizer"])
+        rng.setstate(resume["data_rng"])
+        torch.set_rng_state(resume["torch_rng"])
+        first_step, loss_value, elapsed = resume["step"], resume["loss"], resume["seconds"]
+    for step in range(first_step, t.steps):
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * lr_factor(step, cfg)
         batch = collate(sample_training_batch(task, rng, t.batch_size, t.train_min, t.train_max)).to(device)
@@ -105,4 +179,19 @@ def train(
         opt.step()
         if on_step is not None:
             on_step(step, loss_value)
-    return TrainResult(final_loss=loss_value, steps=t.steps, seconds=time.perf_counter() - start)
+        done = step + 1
+        if checkpointing is not None and done % checkpointing.every == 0 and done < t.steps:
+            save_checkpoint(
+                checkpointing.path,
+                {
+                    "run_id": run_id,
+                    "step": done,
+                    "loss": loss_value,
+                    "seconds": elapsed + time.perf_counter() - start,
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "data_rng": rng.getstate(),
+                    "torch_rng": torch.get_rng_state(),
+                },
+            )
+    return TrainResult(final_loss=loss_value, steps=t.steps, seconds=elapsed + time.perf_counter() - start)

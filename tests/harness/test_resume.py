@@ -1,0 +1,77 @@
+"""A run killed mid-training (SIGKILL) resumes from its checkpoint and ends with exactly
+the metrics of an uninterrupted run; a corrupt checkpoint restarts the run, loudly."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from harness.config import preset_config
+from harness.store import Store, load
+from harness.train import restore, save_checkpoint
+
+STEPS = ["--steps", "100", "--checkpoint-every", "10"]
+BENCH = [sys.executable, "-m", "harness.cli", "bench", "--pe", "rope", "--task", "copy", "--preset", "smoke"]
+
+
+def bench(store, *extra, **kw):
+    return subprocess.Popen([*BENCH, *STEPS, "--device", "cpu", "--store", str(store), *extra], **kw)
+
+
+def metrics(store):
+    df = load(store).sort_values("length")
+    return df[["length", "exact_match", "token_accuracy"]].to_dict("records")
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_with_identical_results(tmp_path):
+    reference = tmp_path / "ref" / "store.sqlite"
+    assert bench(reference, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).wait(timeout=600) == 0
+
+    store = tmp_path / "killed" / "store.sqlite"
+    proc = bench(store, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoints = store.parent / "checkpoints"
+    deadline = time.time() + 300
+    while not (checkpoints.exists() and any(checkpoints.glob("*.pt"))):
+        assert proc.poll() is None, "the run finished before it could be killed"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with Store(store) as s:
+        assert [r["status"] for r in s.runs()] == ["running"]  # killed: nothing claims to be finished
+
+    resumed = bench(store, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    assert "resuming from step" in out
+    assert metrics(store) == metrics(reference)
+    with Store(reference) as a, Store(store) as b:
+        assert a.runs()[0]["final_loss"] == b.runs()[0]["final_loss"]
+    assert not any(checkpoints.glob("*.pt"))  # removed once the results are stored
+
+
+def test_corrupt_checkpoint_is_reported_and_the_run_restarts(tmp_path):
+    cfg = preset_config("smoke", pe="rope", task="copy", seed=0)
+    path = tmp_path / "ck.pt"
+    path.write_bytes(b"\x00garbage" * 50)
+    model, resume, problem = restore(cfg, path, "cpu")
+    assert resume is None and "unreadable" in problem and "restarting" in problem
+    assert not path.exists()
+    fresh = restore(cfg, path, "cpu")[0]
+    for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True):
+        assert torch.equal(a, b)  # a clean restart: the seed's initialisation
+
+
+def test_checkpoint_of_another_run_is_rejected(tmp_path):
+    cfg = preset_config("smoke", pe="rope", task="copy", seed=0)
+    other = preset_config("smoke", pe="rope", task="copy", seed=1)
+    path = tmp_path / "ck.pt"
+    save_checkpoint(path, {"run_id": other.run_id(), "model": {}})
+    _, resume, problem = restore(cfg, path, "cpu")
+    assert resume is None and "does not belong" in problem
