@@ -1,0 +1,224 @@
+"""The ``prism`` encoding behind the interface: decoding equals the full pass, the folded
+q/k give Eq. 9's score, streams are histograms times the sinusoid table, options are strict."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import pezoo
+from pezoo.encodings.prism import PRISM, PRISMConfig, support_for
+from pezoo.encodings.prism.streams import fold_position_streams
+
+D, H, LAYERS = 32, 4, 3
+
+
+class TinyDecoder(nn.Module):
+    """A minimal pre-LN attention stack that calls the hooks the way a backbone does."""
+
+    def __init__(self, pe: pezoo.PositionalEncoding, backend: str = "eager") -> None:
+        super().__init__()
+        self.pe = pe
+        self.embed = nn.Embedding(20, D)
+        self.norms = nn.ModuleList(nn.LayerNorm(D) for _ in range(LAYERS))
+        self.attn = nn.ModuleList(pezoo.SelfAttention(D, H, layer=i, backend=backend) for i in range(LAYERS))
+
+    def forward(self, tokens: torch.Tensor, state: dict | None = None) -> torch.Tensor:
+        state = {} if state is None else state
+        start, s = state.get("length", 0), tokens.shape[1]
+        pos = torch.arange(start + s)[None]
+        ctx = pezoo.AttentionContext(q_pos=pos[:, start:], k_pos=pos, state=state)
+        x = self.embed(tokens) * math.sqrt(D)
+        for layer, (norm, attn) in enumerate(zip(self.norms, self.attn, strict=True)):
+            self.pe.observe(layer, x, ctx)
+            x = x + attn(norm(x), self.pe, ctx)[0]
+        state["length"] = start + s
+        return x
+
+
+def build(backend: str = "eager", **options) -> TinyDecoder:
+    torch.manual_seed(0)
+    pe = pezoo.create("prism", dims=pezoo.ModelDims(d_model=D, n_heads=H, n_layers=LAYERS), **options)
+    return TinyDecoder(pe, backend).eval()
+
+
+VARIANTS = [
+    {},
+    {"copy_cursors": (0,)},
+    {"copy_cursors": (1,), "copy_key": "learned", "n_cursors": 3},
+    {"layers": (0, 2), "eps_support": "full", "stream_norm": "constant", "copy_every": 5},
+]
+
+
+@pytest.mark.parametrize("options", VARIANTS, ids=lambda o: ",".join(o) or "default")
+def test_incremental_decoding_equals_full_forward(options):
+    model = build(**options)
+    tokens = torch.randint(0, 20, (2, 21), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(tokens)
+        state: dict = {}
+        chunks = [model(tokens[:, :4], state)] + [model(tokens[:, t : t + 1], state) for t in range(4, 21)]
+    # 21 tokens: the support grew from 16 to 32 during decoding
+    assert state[("prism", 0)]["support"] == 32
+    torch.testing.assert_close(torch.cat(chunks, 1), full, rtol=0, atol=2e-5)
+
+
+def test_result_does_not_depend_on_the_support():
+    tokens = torch.randint(0, 20, (2, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        small = build(copy_cursors=(0,), min_support=12)(tokens)
+        large = build(copy_cursors=(0,), min_support=100)(tokens)
+    torch.testing.assert_close(small, large, rtol=0, atol=1e-5)
+
+
+def test_support_grows_with_the_sequence():
+    assert [support_for(n, 16) for n in (1, 16, 17, 100, 2048, 2049)] == [16, 16, 32, 128, 2048, 4096]
+
+
+def test_backends_agree():
+    tokens = torch.randint(0, 20, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        eager, sdpa = build("eager")(tokens), build("sdpa")(tokens)
+    torch.testing.assert_close(sdpa, eager, rtol=0, atol=1e-5)
+
+
+def test_folded_dot_product_is_the_hybrid_score():
+    """q'·k'/√e = μ q·k/√e + (1-μ) Σ_c |α_c| ⟨g_q^c, g_k^c⟩ / √(C·d_pe)  (Eq. 9, Alg. 4)."""
+    g = torch.Generator().manual_seed(4)
+    b, h, s, e, c, f = 2, 3, 5, 8, 2, 6
+    q, k = torch.randn(b, h, s, e, generator=g), torch.randn(b, h, s, e, generator=g)
+    gq, gk = torch.randn(b, h, s, c, f, generator=g), torch.randn(b, h, s, c, f, generator=g)
+    mu, alpha = torch.rand(h, generator=g), torch.rand(h, c, generator=g)
+    q2, k2 = fold_position_streams(q, k, gq, gk, mu, alpha)
+    got = q2 @ k2.transpose(-1, -2) / math.sqrt(e)
+    for bi in range(b):
+        for hi in range(h):
+            for i in range(s):
+                for j in range(s):
+                    content = (q[bi, hi, i] @ k[bi, hi, j]).item() / math.sqrt(e)
+                    position = sum(
+                        alpha[hi, ci].item() * (gq[bi, hi, i, ci] @ gk[bi, hi, j, ci]).item() for ci in range(c)
+                    ) / math.sqrt(c * f)
+                    expected = mu[hi].item() * content + (1 - mu[hi].item()) * position
+                    assert got[bi, hi, i, j].item() == pytest.approx(expected, abs=1e-4)
+
+
+def test_streams_are_normalised_superpositions_of_sinusoids():
+    model = build(copy_cursors=(0,))
+    tokens = torch.randint(0, 20, (1, 7), generator=torch.Generator().manual_seed(5))
+    pe = model.pe
+    ctx = pezoo.AttentionContext(q_pos=torch.arange(7)[None], k_pos=torch.arange(7)[None])
+    with torch.no_grad(), pe.recording() as rec:
+        pe.observe(0, model.embed(tokens) * math.sqrt(D), ctx)
+    g_q, g_k = ctx.scratch[("prism", 0)]  # (b, h, s, c, f)
+    hist = rec[0]["hist"]  # (b, 2, h, c, s, p)
+    support, f = hist.shape[-1] // 2, pe.config.d_pe
+    for side, streams in ((0, g_q), (1, g_k)):
+        for hi in range(H):
+            for t in range(7):
+                raw = []
+                for ci in range(pe.config.n_cursors):
+                    e = [0.0] * f
+                    for bin_ in range(2 * support + 1):
+                        w = hist[0, side, hi, ci, t, bin_].item()
+                        for m in range(f // 2):
+                            angle = (bin_ - support) / 10000 ** (2 * m / f)
+                            e[2 * m] += w * math.sin(angle)
+                            e[2 * m + 1] += w * math.cos(angle)
+                    raw.append(e)
+                norm = math.sqrt(sum(v * v for e in raw for v in e))
+                expected = torch.tensor(raw) * math.sqrt(f) / norm
+                torch.testing.assert_close(streams[0, hi, t], expected, rtol=0, atol=1e-4)
+
+
+def test_recorded_gates_and_fixed_key_cursors():
+    model = build(copy_cursors=(0,))
+    tokens = torch.randint(0, 20, (2, 6), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad(), model.pe.recording() as rec:
+        model(tokens)
+    (entry,) = rec
+    gates, hist = entry["gates"], entry["hist"]  # (b, 2, h, c, s, 4), (b, 2, h, c, s, p)
+    assert ((gates >= 0) & (gates <= 1)).all()
+    torch.testing.assert_close(gates[..., 1:].sum(-1), torch.ones(gates.shape[:-1]))
+    torch.testing.assert_close(hist.sum(-1), torch.ones(hist.shape[:-1]), rtol=0, atol=1e-5)
+    support = hist.shape[-1] // 2
+    for t in range(6):  # key cursor 0 of every head is increment-only: one-hot at offset t + 1
+        assert (gates[:, 1, :, 0, t] == torch.tensor([0.0, 1.0, 0.0, 0.0])).all()
+        assert (hist[:, 1, :, 0, t, support + t + 1] == 1).all()
+    # the learned cursors start near the uniform prior of the paper's Fig. 11
+    learned = gates[:, 0]
+    assert (learned[..., 0] - 0.5).abs().max() < 0.15 and (learned[..., 1:] - 1 / 3).abs().max() < 0.15
+
+
+def test_copy_branch_copies_key_positions():
+    """Null logit -inf-like and flat copy scores: token t copies uniformly from j <= t, so
+    its query cursor sits uniformly on offsets 1..t+1 (the absolute keys' bins)."""
+    model = build(copy_cursors=(0,), copy_null_bias=-50.0)
+    copy = model.pe.prism_layers["0"].copy
+    nn.init.zeros_(copy.query.weight)
+    nn.init.zeros_(copy.null.weight)
+    tokens = torch.randint(0, 20, (1, 5), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad(), model.pe.recording() as rec:
+        model(tokens)
+    hist = rec[0]["hist"][0, 0, :, 0]  # query cursor 0 of each head: (h, s, p)
+    support = hist.shape[-1] // 2
+    for t in range(5):
+        expected = torch.zeros(2 * support + 1)
+        expected[support + 1 : support + t + 2] = 1 / (t + 1)
+        torch.testing.assert_close(hist[:, t], expected.expand(H, -1), rtol=0, atol=1e-4)
+
+
+def test_layers_use_the_most_recent_prism_layer():
+    pe = PRISM(d_model=D, n_heads=H, n_layers=5, layers=(1, 3))
+    assert [pe.source_layer(i) for i in range(5)] == [None, 1, 1, 3, 3]
+    ctx = pezoo.AttentionContext(q_pos=torch.arange(3)[None], k_pos=torch.arange(3)[None])
+    q = k = torch.randn(1, H, 3, D // H)
+    assert pe.qk(0, q, k, ctx)[0] is q  # below the first PRISM layer: untouched
+    with pytest.raises(RuntimeError, match="observe"):
+        pe.qk(2, q, k, ctx)
+
+
+def test_gradients_reach_every_learned_part():
+    model = build(copy_cursors=(0,))
+    model.train()
+    model(torch.randint(0, 20, (2, 6))).pow(2).mean().backward()
+    pe = model.pe
+    layer = pe.prism_layers["0"]
+    for name, p in [
+        ("gamma", layer.gamma_raw),
+        ("gate head", layer.gates.head.weight),
+        ("gru", layer.gates.gru.weight_ih_l0),
+        ("copy", layer.copy.key.weight),
+        ("alpha", pe.alpha),
+        ("mu", pe.mu_logit),
+    ]:
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_options_are_strict_and_documented():
+    dims = pezoo.ModelDims(d_model=D, n_heads=H, n_layers=LAYERS)
+    with pytest.raises(TypeError, match="valid options"):
+        pezoo.create("prism", dims=dims, n_cursor=3)
+    for bad in ({"d_pe": 7}, {"layers": (5,)}, {"copy_cursors": (2,)}, {"stream_norm": "ln"}, {"gamma_init": 1.0}):
+        with pytest.raises(ValueError):
+            pezoo.create("prism", dims=dims, **bad)
+    keywords = {n for n, p in inspect.signature(PRISM).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    assert keywords == {f.name for f in dataclasses.fields(PRISMConfig)}
+
+
+def test_training_helpers():
+    pe = pezoo.create("prism", dims=pezoo.ModelDims(d_model=D, n_heads=H, n_layers=LAYERS), regulariser="frobenius")
+    (group,) = pe.optimizer_groups()
+    assert group["params"] == [pe.alpha] and group["lr"] == 0.03 and group["betas"] == (0.8, 0.92)
+    w = pe.prism_layers["0"].gates.gru.weight_hh_l0
+    assert pe.regularisation().item() == pytest.approx(1e-3 * w.pow(2).sum().item(), rel=1e-5)
+    ortho = pezoo.create("prism", dims=pezoo.ModelDims(d_model=D, n_heads=H, n_layers=LAYERS))
+    w = ortho.prism_layers["0"].gates.gru.weight_hh_l0  # (3g, g) with orthonormal columns
+    torch.testing.assert_close(w.T @ w, torch.eye(w.shape[1]), rtol=0, atol=1e-5)
+    assert ortho.regularisation().item() == 0.0
+    assert not any(k.endswith(("unpermute", "copy_keys_in_scan")) for k in ortho.state_dict())
