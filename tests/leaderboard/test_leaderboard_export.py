@@ -1,0 +1,114 @@
+"""`pezoo leaderboard export`: append-only files, idempotent, a faithful copy of the store."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+from click.testing import CliRunner
+from leaderboard_fixtures import RUNS, TINIER, run_tiny_bench, sha256_of_canonical
+
+from harness.cli import main
+from harness.store import Store
+from leaderboard.export import export
+from leaderboard.schema import ResultsError
+
+pytestmark = pytest.mark.slow  # uses the real tiny bench (a few seconds, once per session)
+
+
+def _lines(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.jsonl"))}
+
+
+def test_one_file_per_preset_holding_every_finished_run(smoke_results):
+    files = sorted(smoke_results.glob("*.jsonl"))
+    presets = []
+    for path in files:
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        [preset] = {r["preset"] for r in records}  # one preset per file
+        assert re.fullmatch(rf"{preset}-\d{{8}}-[0-9a-f]{{12}}\.jsonl", path.name)
+        presets.append(preset)
+    assert sorted(presets) == ["smoke", "smoke-2step"]
+    records = [json.loads(line) for p in files for line in p.read_text().splitlines()]
+    assert len(records) == len(RUNS)
+    assert {(r["preset"], r["pe"], r["task"], r["seed"]) for r in records} == {(a, b, c, d) for a, b, c, d, _ in RUNS}
+
+
+def test_records_copy_the_store_faithfully(smoke_store, smoke_results):
+    records = {
+        json.loads(line)["run_id"]: json.loads(line)
+        for p in smoke_results.glob("*.jsonl")
+        for line in p.read_text().splitlines()
+    }
+    with Store(smoke_store) as store:
+        for run in store.runs():
+            rec = records[run["run_id"]]
+            assert rec["config"] == json.loads(json.dumps(run["config"]))
+            assert rec["provenance"] == run["provenance"]
+            assert rec["params"] == {"total": run["n_params"], "pe": run["pe_params"]}
+            assert rec["final_loss"] == run["final_loss"] and rec["timings"]["finished_at"] == run["finished_at"]
+            rows = store.metrics(run["run_id"])
+            keys = ("length", "split", "exact_match", "token_accuracy", "n")
+            assert [tuple(m[k] for k in keys) for m in rec["metrics"]] == [tuple(m[k] for k in keys) for m in rows]
+            assert rec["checksum"] == sha256_of_canonical(rec)
+            assert rec["schema_version"] == 1 and rec["provenance"]["torch"] and rec["provenance"]["commit"]
+
+
+def test_exporting_again_adds_nothing_and_touches_nothing(smoke_store, smoke_results, tmp_path):
+    out = tmp_path / "results"
+    shutil.copytree(smoke_results, out)
+    before = _lines(out)
+    result = CliRunner().invoke(main, ["leaderboard", "export", "--store", str(smoke_store), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "nothing new to export" in result.output
+    assert f"{len(RUNS)} finished run(s) were already published" in result.output
+    assert _lines(out) == before
+
+
+def test_new_runs_go_to_a_new_file_old_files_unchanged(smoke_store, smoke_results, tmp_path):
+    out = tmp_path / "results"
+    shutil.copytree(smoke_results, out)
+    before = _lines(out)
+    store = tmp_path / "store.sqlite"
+    shutil.copy(smoke_store, store)
+    [new_id] = run_tiny_bench(store, [("smoke-2step", "nope", "copy", 1, TINIER)])
+    summary = export(store, out)
+    [(path, count)] = summary.written
+    assert count == 1 and summary.already_published == len(RUNS) and path.name not in before
+    assert json.loads(path.read_text())["run_id"] == new_id
+    after = _lines(out)
+    assert {k: v for k, v in after.items() if k in before} == before and len(after) == len(before) + 1
+
+
+def test_unfinished_runs_are_not_exported(smoke_store, tmp_path):
+    store = tmp_path / "store.sqlite"
+    shutil.copy(smoke_store, store)
+    with Store(store) as s:
+        run_id = s.runs()[0]["run_id"]
+        s.mark(run_id, "failed", "boom")
+    summary = export(store, tmp_path / "out")
+    assert summary.not_finished == 1
+    exported = [json.loads(line)["run_id"] for p in (tmp_path / "out").glob("*.jsonl") for line in p.open()]
+    assert run_id not in exported and len(exported) == len(RUNS) - 1
+
+
+def test_a_malformed_published_file_blocks_the_export(smoke_store, smoke_results, tmp_path):
+    out = tmp_path / "results"
+    shutil.copytree(smoke_results, out)
+    victim = sorted(out.glob("*.jsonl"))[0]
+    victim.write_text(victim.read_text().replace('"exact_match":0.0', '"exact_match":1.0', 1))
+    before = _lines(out)
+    with pytest.raises(ResultsError, match=f"{victim}:1: checksum mismatch"):
+        export(smoke_store, out)
+    result = CliRunner().invoke(main, ["leaderboard", "export", "--store", str(smoke_store), "--out", str(out)])
+    assert result.exit_code == 1 and f"{victim}:1: checksum mismatch" in result.output
+    assert _lines(out) == before
+
+
+def test_missing_store(tmp_path):
+    result = CliRunner().invoke(main, ["leaderboard", "export", "--store", str(tmp_path / "no.sqlite"), "--out",
+                                       str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 1 and "no results store at" in result.output
+    assert not (tmp_path / "no.sqlite").exists() and not (tmp_path / "out").exists()
