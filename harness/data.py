@@ -2,9 +2,11 @@
 
 Axis letters: b batch, s sequence.
 
-Training sequences are ``prompt = target <eos>``, right-padded; labels are the next
-token on target and EOS positions and -100 (ignored) elsewhere, so the loss covers
-exactly the completion and its end-of-sequence.
+Training sequences are ``<bos> prompt = target <eos>``, right-padded; labels are the
+next token on target and EOS positions and -100 (ignored) elsewhere, so the loss covers
+exactly the completion and its end-of-sequence. The leading ``<bos>`` is the harness's
+layout, not part of any task: it gives every encoding (NoPE above all) a fixed first
+token to anchor on, as decoder LMs have.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import torch
 from torch import Tensor
 
 from harness.tasks import Example, Task
-from harness.tasks.vocab import PAD_ID
+from harness.tasks.vocab import BOS_ID, PAD_ID, SEP_ID, encode
 
 IGNORE = -100
 
 
 @dataclass
 class Batch:
-    """inputs (b, s), labels (b, s) with IGNORE off-target, scales (b,)."""
+    """inputs (b, s), labels (b, s) with IGNORE off-target, scales (b,): the scale hints."""
 
     inputs: Tensor
     labels: Tensor
@@ -34,9 +36,25 @@ class Batch:
         return Batch(self.inputs.to(device), self.labels.to(device), self.scales.to(device))
 
 
+def layout(example: Example) -> tuple[list[int], int]:
+    """(ids of ``<bos> prompt = target <eos>``, index of the first target token)."""
+    ids, start = example.token_ids()
+    return [BOS_ID, *ids], start + 1
+
+
+def prompt_ids(example: Example) -> list[int]:
+    """The decoding prompt ``<bos> prompt =``: what the model continues at evaluation."""
+    return [BOS_ID, *encode(example.prompt), SEP_ID]
+
+
+def hint(example: Example) -> int:
+    """The instance scale a scale-hint encoding receives (``Example.scale_hint``, else the scale)."""
+    return example.scale if example.scale_hint is None else example.scale_hint
+
+
 def collate(examples: Sequence[Example]) -> Batch:
     """Teacher-forcing batch: predict token t+1 from tokens <= t, loss on the completion."""
-    encoded = [ex.token_ids() for ex in examples]
+    encoded = [layout(ex) for ex in examples]
     width = max(len(ids) for ids, _ in encoded) - 1
     inputs = torch.full((len(examples), width), PAD_ID, dtype=torch.long)
     labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
@@ -45,7 +63,7 @@ def collate(examples: Sequence[Example]) -> Batch:
         inputs[row, : len(ids) - 1] = seq[:-1]
         # label at index t is token t+1; the first target token sits at ``start``
         labels[row, start - 1 : len(ids) - 1] = seq[start:]
-    scales = torch.tensor([ex.scale for ex in examples])
+    scales = torch.tensor([hint(ex) for ex in examples])
     return Batch(inputs, labels, scales)
 
 

@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 
 from harness.backbone import Backbone
-from harness.data import IGNORE, collate
+from harness.data import IGNORE, collate, hint, prompt_ids
 from harness.tasks import Example
-from harness.tasks.vocab import EOS_ID, SEP_ID, encode
+from harness.tasks.vocab import EOS_ID, encode
 
 
 @dataclass(frozen=True)
@@ -79,9 +79,9 @@ def exact_match(model: Backbone, examples: Sequence[Example], batch_size: int, d
     for indices in by_prompt_len.values():
         for lo in range(0, len(indices), batch_size):
             chunk = indices[lo : lo + batch_size]
-            prompts = torch.tensor([[*encode(examples[i].prompt), SEP_ID] for i in chunk], device=device)
+            prompts = torch.tensor([prompt_ids(examples[i]) for i in chunk], device=device)
             wanted = [[*encode(examples[i].target), EOS_ID] for i in chunk]
-            scales = torch.tensor([examples[i].scale for i in chunk], device=device)
+            scales = torch.tensor([hint(examples[i]) for i in chunk], device=device)
             generated = greedy_decode(model, prompts, max(len(w) for w in wanted), scale_hint=scales).cpu()
             for row, (i, w) in enumerate(zip(chunk, wanted, strict=True)):
                 hits[i] = float(generated[row, : len(w)].tolist() == w)
@@ -112,7 +112,7 @@ def evaluate_length(
         acc = token_accuracy(model, examples, batch_size, device)
     finally:
         model.train(was_training)
-    token_length = sum(len(ex.prompt) + len(ex.target) + 2 for ex in examples) / len(examples)
+    token_length = sum(len(ex.prompt) + len(ex.target) + 3 for ex in examples) / len(examples)  # bos, =, eos
     return LengthMetrics(
         length=examples[0].scale,
         token_length=token_length,

@@ -24,12 +24,14 @@ _TOKENS: tuple[str, ...] = (
     *"abcdefghij", "^", "|",
     # solve_equation (Delétang et al.): the equation's own "=", kept apart from the prompt separator
     "≡",
+    # beginning of sequence: the harness starts every sequence with it (an anchor NoPE can count from)
+    "<bos>",
 )  # fmt: skip
 assert len(_TOKENS) <= VOCAB_SIZE and len(set(_TOKENS)) == len(_TOKENS)
 
 TOKENS: tuple[str, ...] = _TOKENS
 TOKEN_ID: dict[str, int] = {t: i for i, t in enumerate(TOKENS)}
-PAD_ID, EOS_ID, SEP_ID = TOKEN_ID[PAD], TOKEN_ID[EOS], TOKEN_ID["="]
+PAD_ID, EOS_ID, SEP_ID, BOS_ID = TOKEN_ID[PAD], TOKEN_ID[EOS], TOKEN_ID["="], TOKEN_ID["<bos>"]
 
 
 def encode(tokens: Iterable[str]) -> list[int]:

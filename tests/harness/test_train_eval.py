@@ -18,11 +18,11 @@ from harness.train import build_model, lr_factor
 def test_collate_puts_loss_only_on_target_and_eos():
     ex = Example(prompt=("1", "2"), target=("2", "1", "."), scale=2)
     batch = collate([ex, Example(prompt=("5",), target=("5", "."), scale=1)])
-    ids = [TOKEN_ID[t] for t in ("1", "2", "=", "2", "1", ".", "<eos>")]
+    ids = [TOKEN_ID[t] for t in ("<bos>", "1", "2", "=", "2", "1", ".", "<eos>")]
     assert batch.inputs[0].tolist() == ids[:-1]
     # label at t is token t+1, kept only where token t+1 is part of "target <eos>"
-    assert batch.labels[0].tolist() == [IGNORE, IGNORE, *ids[3:]]
-    assert batch.labels[1].tolist() == [IGNORE, TOKEN_ID["5"], TOKEN_ID["."], EOS_ID, IGNORE, IGNORE]
+    assert batch.labels[0].tolist() == [IGNORE, IGNORE, IGNORE, *ids[4:]]
+    assert batch.labels[1].tolist() == [IGNORE, IGNORE, TOKEN_ID["5"], TOKEN_ID["."], EOS_ID, IGNORE, IGNORE]
     assert batch.scales.tolist() == [2, 1]
 
 
@@ -73,7 +73,7 @@ def test_exact_match_requires_eos(monkeypatch):
     def fake_decode(model, prompts, max_new, **kw):
         out = []
         for row in prompts.tolist():
-            digits = row[:-1]
+            digits = row[1:-1]  # drop <bos> and "="
             out.append((digits + [TOKEN_ID["."]] + [TOKEN_ID["0"]] * 10)[:max_new])  # no EOS
         return torch.tensor(out)
 
@@ -82,7 +82,7 @@ def test_exact_match_requires_eos(monkeypatch):
 
     def right_decode(model, prompts, max_new, **kw):
         return torch.tensor(
-            [(row[:-1] + [TOKEN_ID["."], EOS_ID] + [EOS_ID] * 10)[:max_new] for row in prompts.tolist()]
+            [(row[1:-1] + [TOKEN_ID["."], EOS_ID] + [EOS_ID] * 10)[:max_new] for row in prompts.tolist()]
         )
 
     monkeypatch.setattr(evaluate, "greedy_decode", right_decode)
@@ -93,6 +93,6 @@ def test_evaluate_length_reports_scale_and_token_length():
     cfg = preset_config("smoke", pe="rope", task="reverse", seed=0)
     model = build_model(cfg)
     m = evaluate_length(model, evaluation_set(create("reverse"), 6, 4, 0), batch_size=2, device="cpu")
-    assert m.length == 6 and m.n == 4 and m.token_length == 6 + 1 + 6 + 1 + 1
+    assert m.length == 6 and m.n == 4 and m.token_length == 1 + 6 + 1 + 6 + 1 + 1  # <bos> p = t . <eos>
     assert 0 <= m.exact_match <= 1 and 0 <= m.token_accuracy <= 1
     assert model.training  # restored
