@@ -83,10 +83,12 @@ def frame(records: Iterable[Record]) -> pd.DataFrame:
 
 
 def check_protocols(records: Sequence[Record]) -> None:
-    """Raise BoardError if two runs of one (preset, task) differ in more than encoding and seed,
-    or if one (preset, task, encoding, seed) was published twice with different configs."""
+    """Raise BoardError if two runs of one (preset, task) differ in more than encoding and seed.
+
+    (One encoding and seed twice under one protocol cannot happen: it is the same run_id,
+    which reading the results already refuses.)
+    """
     first: dict[tuple[str, str], tuple[dict[str, Any], Record]] = {}
-    seen: dict[tuple[str, str, str, int], Record] = {}
     problems = []
     for rec in records:
         d = rec.data
@@ -101,15 +103,6 @@ def check_protocols(records: Sequence[Record]) -> None:
                 f"{rec.path}:{rec.line} and {other.path}:{other.line}: preset {d['preset']!r} on task {d['task']!r} "
                 f"with different protocols ({', '.join(differ)}); give one of them its own preset name"
             )
-        label = encoding_label(d["pe"], d["config"].get("pe_options") or {})
-        run_key = (d["preset"], d["task"], label, d["seed"])
-        if run_key in seen:
-            other = seen[run_key]
-            problems.append(
-                f"{rec.path}:{rec.line} and {other.path}:{other.line}: two runs of {label} on {d['task']!r}, "
-                f"preset {d['preset']!r}, seed {d['seed']}"
-            )
-        seen[run_key] = rec
     if problems:
         raise BoardError("results that cannot share a board:\n  " + "\n  ".join(problems))
 
