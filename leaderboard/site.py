@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import inspect
 import os
+import posixpath
 import random
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from leaderboard import board as bd
@@ -244,7 +245,9 @@ class Site:
         return _rel(page_dir, f"encodings/{slug(encoding)}.html")
 
     def outside(self, page_dir: str, root_href: str, path: str) -> str:
-        return _rel(page_dir, f"{root_href}/{path}" if root_href not in ("", ".") else path)
+        """Link from a page folder to ``path`` under a folder outside the site (lexical: no cwd involved)."""
+        depth = len(PurePosixPath(page_dir).parts) if page_dir else 0
+        return posixpath.normpath("/".join([*[".."] * depth, root_href, path]))
 
     def style(self, label: str) -> Style:
         return self.styles[label]
