@@ -1,0 +1,151 @@
+"""What PRISM's cursors do on a given input: histograms, gate probabilities and the mode
+trajectory of every cursor (the paper's Figures 11–17), and a plot of them.
+
+Axis letters: b batch, h heads, c cursors per head, s tokens, p histogram bins.
+
+>>> with trace(model.pe) as traces:          # doctest: +SKIP
+...     model(tokens)
+>>> plot_traces(traces(), "prism.png", tokens=["1", "2", "="])   # doctest: +SKIP
+
+``trace`` works on any model whose encoding is a :class:`PRISM`, full passes and
+incremental decoding alike (calls are concatenated along the token axis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from pezoo.encodings.prism.encoding import PRISM
+
+__all__ = ["GATE_NAMES", "CursorTrace", "plot_traces", "trace"]
+
+GATE_NAMES = ("reset", "inc", "dec", "keep")
+
+
+@dataclass(frozen=True)
+class CursorTrace:
+    """Every cursor of one PRISM layer over one input batch.
+
+    Attributes:
+        layer: backbone layer the PRISM layer sits before.
+        hist: (b, 2, h, c, s, p) histograms after each token; side 0 = query cursors,
+            1 = key cursors; bin k is offset k - P.
+        gates: (b, 2, h, c, s, 4) gate probabilities (reset, inc, dec, keep).
+    """
+
+    layer: int
+    hist: Tensor
+    gates: Tensor
+
+    @property
+    def support(self) -> int:
+        return self.hist.shape[-1] // 2
+
+    @property
+    def modes(self) -> Tensor:
+        """(b, 2, h, c, s) most likely offset of each cursor after each token."""
+        return self.hist.argmax(dim=-1) - self.support
+
+    @property
+    def confidence(self) -> Tensor:
+        """(b, 2, h, c, s) probability mass at the mode."""
+        return self.hist.max(dim=-1).values
+
+
+@contextmanager
+def trace(pe: PRISM) -> Iterator[Callable[[], list[CursorTrace]]]:
+    """Record the forward calls made inside the block; yields a function returning one
+    :class:`CursorTrace` per PRISM layer (calls concatenated along the token axis)."""
+    with pe.recording() as records:
+        yield lambda: _collect(records)
+
+
+def _collect(records: list[dict]) -> list[CursorTrace]:
+    by_layer: dict[int, list[dict]] = {}
+    for rec in records:
+        by_layer.setdefault(rec["layer"], []).append(rec)
+    traces = []
+    for layer, recs in sorted(by_layer.items()):
+        support = max(r["hist"].shape[-1] // 2 for r in recs)
+        hists = [F.pad(r["hist"], (support - r["hist"].shape[-1] // 2,) * 2) for r in recs]
+        traces.append(
+            CursorTrace(layer, torch.cat(hists, dim=-2).cpu(), torch.cat([r["gates"] for r in recs], dim=-2).cpu())
+        )
+    return traces
+
+
+def plot_traces(
+    traces: Sequence[CursorTrace],
+    path: str | Path,
+    *,
+    example: int = 0,
+    tokens: Sequence[str] | None = None,
+    title: str | None = None,
+) -> Path:
+    """Plot, per PRISM layer: the mode of every query and key cursor vs token index, the
+    increment and reset probabilities of every cursor, and one query cursor's full
+    histogram over time. Saved as PNG or SVG (by suffix). Needs matplotlib (extra ``plot``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    rows = len(traces)
+    fig, axes = plt.subplots(rows, 5, figsize=(25, 4.6 * rows), squeeze=False)
+    for row, tr in enumerate(traces):
+        modes = tr.modes[example].numpy()  # (2, h, c, s)
+        gates = tr.gates[example].numpy()  # (2, h, c, s, 4)
+        _, h, c, s = modes.shape
+        steps = torch.arange(s).numpy()
+        for side, name in ((0, "query"), (1, "key")):
+            ax = axes[row, side]
+            for hi in range(h):
+                for ci in range(c):
+                    ax.plot(steps, modes[side, hi, ci], marker=".", lw=1, label=f"h{hi} c{ci}")
+            ax.plot(steps, steps + 1, "k--", lw=0.8, label="t + 1")
+            ax.set_title(f"PRISM layer {tr.layer}: {name}-cursor modes")
+            ax.set_xlabel("token index t")
+            ax.set_ylabel("mode offset")
+            if row == 0 and side == 0:
+                ax.legend(fontsize=6, ncol=2)
+        labels = [f"{'qk'[sd]} h{hi} c{ci}" for sd in range(2) for hi in range(h) for ci in range(c)]
+        for col, gate in ((2, 1), (3, 0)):
+            ax = axes[row, col]
+            image = ax.imshow(gates[..., gate].reshape(-1, s), aspect="auto", vmin=0, vmax=1, cmap="viridis")
+            ax.set_yticks(range(len(labels)), labels, fontsize=6)
+            ax.set_title(f"P({GATE_NAMES[gate]}) per cursor")
+            ax.set_xlabel("token index t")
+            fig.colorbar(image, ax=ax)
+        ax = axes[row, 4]
+        support = tr.support
+        lo, hi_ = max(0, support - s - 2), min(2 * support + 1, support + s + 3)
+        image = ax.imshow(
+            tr.hist[example, 0, 0, 0, :, lo:hi_].T.numpy(),
+            aspect="auto",
+            origin="lower",
+            extent=(-0.5, s - 0.5, lo - support - 0.5, hi_ - support - 0.5),
+            cmap="magma",
+        )
+        ax.set_title("histogram of query cursor h0 c0")
+        ax.set_xlabel("token index t")
+        ax.set_ylabel("offset")
+        fig.colorbar(image, ax=ax)
+        if tokens is not None:
+            for ax in axes[row]:
+                ax.set_xticks(range(len(tokens[:s])), list(tokens[:s]), fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
