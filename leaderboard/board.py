@@ -330,7 +330,12 @@ def provenance(records: Iterable[Record]) -> list[Provenance]:
 
 def _backbone_text(d: Mapping[str, Any]) -> str:
     b = d["config"].get("backbone", {})
-    return f"d_model {b.get('d_model')}, {b.get('n_layers')} layers, {b.get('n_heads')} heads"
+    return f"d_model {b.get('d_model')}, {plural(b.get('n_layers'), 'layer')}, {plural(b.get('n_heads'), 'head')}"
+
+
+def plural(count: Any, noun: str) -> str:
+    """``1 run``, ``2 runs``."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _day(unix: float) -> str:

@@ -33,8 +33,9 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
     for p in provs:
         if not p.paper_scale:
             kind = "CPU " if p.on_cpu else ""
+            seeds = ("seed " if len(p.seeds) == 1 else "seeds ") + ", ".join(map(str, p.seeds))
             out += [
-                f"> **A {kind}{p.preset}-preset board:** {p.runs} runs, seeds {', '.join(map(str, p.seeds))}, "
+                f"> **A {kind}{p.preset}-preset board:** {bd.plural(p.runs, 'run')}, {seeds}, "
                 f"{', '.join(map(str, p.steps))} training steps, {', '.join(p.backbones)}, on "
                 f"{', '.join(p.devices)}. Small models and short training: not comparable with the papers' "
                 "paper-scale results.",

@@ -297,6 +297,10 @@ def _join(values: Iterable[Any]) -> str:
     return ", ".join(str(v) for v in values)
 
 
+def _seeds(seeds: Sequence[int]) -> str:
+    return ("seed " if len(seeds) == 1 else "seeds ") + _join(seeds)
+
+
 def _day_range(p: bd.Provenance) -> str:
     return p.first_day if p.first_day == p.last_day else f"{p.first_day} .. {p.last_day}"
 
@@ -306,7 +310,7 @@ def banners(provs: Sequence[bd.Provenance]) -> list[str]:
     out = []
     for p in provs:
         facts = (
-            f"{p.runs} runs, seeds {_join(p.seeds)}, {_join(p.steps)} training steps, {_join(p.backbones)}, "
+            f"{bd.plural(p.runs, 'run')}, {_seeds(p.seeds)}, {_join(p.steps)} training steps, {_join(p.backbones)}, "
             f"on {_join(p.devices)}, commit {_join(_short_commit(c) for c in p.commits)}"
         )
         if p.paper_scale:
@@ -444,8 +448,8 @@ def table_meta(table: bd.Table, info: TaskInfo | None) -> str:
         f"preset <strong>{escape(table.preset)}</strong>",
         f"trained on scales 1..{table.train_max}",
         f"tested up to {table.test_max}",
-        f"{len(table.rows)} encodings",
-        f"seeds {escape(_join(seeds))}",
+        bd.plural(len(table.rows), "encoding"),
+        escape(_seeds(seeds)),
     ]
     if info is not None:
         parts.append(f"PE-solvability: <code>{escape(info.pe_solvability)}</code>")
@@ -517,7 +521,10 @@ def index_page(site: Site) -> str:
         body.append(f'<section id="task-{slug(task)}"><h2><a href="{href}">{escape(task)}</a></h2>')
         if info is not None and info.summary:
             body.append(f"<p>{escape(info.summary)}</p>")
-        for table in b.tables_of_task(task):
+        tables = b.tables_of_task(task)
+        for preset in sorted(set(b.presets) - {t.preset for t in tables}):
+            body.append(f'<p class="muted" data-preset="{escape(preset)}">No {escape(preset)} runs of this task.</p>')
+        for table in tables:
             body.append(f'<div data-preset="{escape(table.preset)}">')
             body.append(table_meta(table, info))
             body.append(f'<div class="plots">{plot(site, table, "exact_match")}</div>')

@@ -1,0 +1,136 @@
+"""The built site in a real browser: headless Chromium driven over the DevTools protocol.
+
+No console errors on load, the task page shows its plots, clicking a column header
+sorts the table (real mouse events, the page's own JS), the preset filter hides the
+other presets. Screenshots are saved as artifacts: under the pytest tmp folder (path
+printed; run with ``-s`` to see it), and also under ``$PEZOO_ARTIFACTS`` when set.
+
+Skipped with the reason when Chromium is not installed (Debian package ``chromium``;
+``.ci/run`` installs it when apt is available).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+from chromium_cdp import Chromium, find_chromium
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = find_chromium()
+if CHROMIUM is None:
+    pytest.skip(
+        "headless Chromium not found (/usr/bin/chromium): install the Debian package `chromium` "
+        "(.ci/run does when apt-get is available) to run the browser test",
+        allow_module_level=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    b = Chromium(CHROMIUM, tmp_path_factory.mktemp("chromium-profile"))
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("screenshots")
+
+
+def save_shot(browser: Chromium, folder: Path, name: str) -> Path:
+    path = browser.screenshot(folder / name)
+    if os.environ.get("PEZOO_ARTIFACTS"):
+        extra = Path(os.environ["PEZOO_ARTIFACTS"])
+        extra.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, extra / name)
+    print(f"screenshot: {path}")
+    return path
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_console_errors_are_detected(browser, tmp_path):
+    """The no-error checks below can fail: a page that throws and logs an error is caught."""
+    page = tmp_path / "broken.html"
+    page.write_text("<!DOCTYPE html><script>console.error('bad'); missingFunction();</script>")
+    start = browser.navigate(page.as_uri())
+    errors = browser.errors(start)
+    assert any("console.error: bad" in e for e in errors) and any("missingFunction" in e for e in errors), errors
+
+
+def test_index_loads_without_console_errors(browser, smoke_site, shots):
+    start = browser.navigate((smoke_site / "index.html").as_uri())
+    assert browser.errors(start) == []
+    assert browser.evaluate("document.querySelector('h1').textContent") == "Length extrapolation leaderboard"
+    # one exact-match plot per (task, preset): copy x {smoke, smoke-2step}, reverse x {smoke}
+    assert browser.evaluate("document.querySelectorAll('svg.plot').length") == 3
+    shot = save_shot(browser, shots, "index.png")
+    width, height = png_size(shot)
+    assert width >= 1000 and height >= 900
+
+
+def test_task_page_shows_its_plots(browser, smoke_site, shots):
+    start = browser.navigate((smoke_site / "tasks" / "copy.html").as_uri())
+    assert browser.errors(start) == []
+    boxes = browser.evaluate(
+        "[...document.querySelectorAll('svg.plot')].map(s => { const r = s.getBoundingClientRect();"
+        " return [r.width, r.height, s.querySelectorAll('g.series polyline').length,"
+        " getComputedStyle(s).visibility, s.closest('[hidden]') === null]; })"
+    )
+    assert len(boxes) == 4  # exact match + per-token accuracy, for each of the two presets
+    for width, height, lines, visibility, shown in boxes:
+        assert width > 400 and height > 200 and lines >= 1 and visibility == "visible" and shown
+    shot = save_shot(browser, shots, "task-copy.png")
+    assert png_size(shot)[1] > 900
+
+
+def _column(browser: Chromium, table: str, index: int) -> list[str]:
+    return browser.evaluate(
+        f"[...document.querySelector({table!r}).tBodies[0].rows].map(r => r.cells[{index}].textContent.trim())"
+    )
+
+
+def test_clicking_a_header_sorts_the_table(browser, smoke_site, shots):
+    browser.navigate((smoke_site / "tasks" / "copy.html").as_uri())
+    table = 'section[data-preset="smoke"] table[data-metric="exact_match"]'
+    assert _column(browser, table, 0) == [str(n) for n in range(1, 9)]
+    browser.click(f"{table} th:nth-child(1)")  # "n": numbers sort high to low first
+    assert _column(browser, table, 0) == [str(n) for n in range(8, 0, -1)]
+    assert browser.evaluate(f"document.querySelector('{table} th').getAttribute('aria-sort')") == "descending"
+    splits = _column(browser, table, 1)
+    browser.click(f"{table} th:nth-child(1)")  # again: low to high
+    assert _column(browser, table, 0) == [str(n) for n in range(1, 9)]
+    assert splits == ["test"] * 3 + ["train"] * 5  # whole rows moved, not just one column
+
+    ranking = 'section[data-preset="smoke"] table.ranking'
+    browser.click(f"{ranking} th:nth-child(2)")  # "encoding": text, A to Z first
+    names = _column(browser, ranking, 1)
+    assert names == sorted(names)
+    browser.click(f"{ranking} th:nth-child(2)")
+    assert _column(browser, ranking, 1) == sorted(names, reverse=True)
+    save_shot(browser, shots, "task-copy-sorted.png")
+
+
+def test_preset_filter_hides_other_presets(browser, smoke_site, shots):
+    start = browser.navigate((smoke_site / "index.html").as_uri())
+    visible = "p => [...document.querySelectorAll(`[data-preset='${p}']`)].filter(e => e.offsetParent !== null).length"
+    count = f"(({visible}))"
+    assert browser.evaluate(f"{count}('smoke')") > 0 and browser.evaluate(f"{count}('smoke-2step')") > 0
+    browser.evaluate(
+        "(() => { const s = document.getElementById('preset-filter'); s.value = 'smoke-2step';"
+        " s.dispatchEvent(new Event('change')); })()"
+    )
+    assert browser.evaluate(f"{count}('smoke')") == 0 and browser.evaluate(f"{count}('smoke-2step')") > 0
+    shown_plots = "[...document.querySelectorAll('svg.plot')].filter(e => e.getClientRects().length > 0).length"
+    assert browser.evaluate(shown_plots) == 1  # copy's smoke-2step plot; reverse has no smoke-2step runs
+    assert browser.errors(start) == []
+    save_shot(browser, shots, "index-filtered.png")
