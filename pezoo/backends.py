@@ -165,6 +165,7 @@ def flex_block_mask(
     n_keys: int,
     mask_mod: Callable[..., Tensor],
     *,
+    batch: int = 1,
     block: int = FLEX_BLOCK_SIZE,
 ) -> Any:
     """A ``BlockMask`` for causal + per-head windows + key padding, from block summaries only.
@@ -207,7 +208,9 @@ def flex_block_mask(
         kpad = kpad.unflatten(-1, (nkb, block))  # (b, kb, 128)
         any_ok = any_ok & kpad.any(-1)[:, None, None, :]
         all_ok = all_ok & kpad.all(-1)[:, None, None, :]
-    shape = (b, n_heads if windows else 1, nqb, nkb)
+    # Full (batch, heads) extent, never broadcast: after a dynamic-shape recompile the
+    # compiled CPU kernel (torch 2.13) reads a size-1 batch dim of the block mask wrongly.
+    shape = (max(b, batch), n_heads, nqb, nkb)
     full = (all_ok & any_ok).expand(shape)
     partial = (any_ok & ~full).expand(shape)
 
@@ -277,24 +280,61 @@ def _flex(q, k, v, ctx, biases, scale, return_probs):
     if return_probs:
         raise ValueError("the flex backend cannot return attention probabilities; use backend='eager'")
     b, h, i, _ = q.shape
-    j = k.shape[2]
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if i == 1:
         return BACKENDS["sdpa"](q, k, v, ctx, biases, scale, False)
     if needs_grad and q.device.type == "cpu":
         _warn_once("flex-cpu-grad", "flex_attention has no backward pass on CPU; calls that need gradients use sdpa")
         return BACKENDS["sdpa"](q, k, v, ctx, biases, scale, False)
-    score_mod, mask_mod, windows = _flex_mods(ctx, biases, h, i, j, b)
-    block_mask = None if mask_mod is None else flex_block_mask(ctx, windows, h, i, j, mask_mod)
-    e, f = q.shape[-1], v.shape[-1]
-    if e != f and q.device.type == "cpu":
-        # The compiled CPU kernel (torch 2.13) returns wrong values when the value head dim
-        # differs from the q/k one and a sequence is shorter than a block; zero-padding the
-        # smaller of the two leaves the scores and the first f outputs unchanged.
-        q, k = (torch.nn.functional.pad(t, (0, max(f - e, 0))) for t in (q, k))
-        v = torch.nn.functional.pad(v, (0, max(e - f, 0)))
+    if q.device.type == "cpu" and i < FLEX_BLOCK_SIZE:
+        q, k, v, ctx, biases = _pad_to_one_block(q, k, v, ctx, biases)
+    pi, pj = q.shape[2], k.shape[2]
+    score_mod, mask_mod, windows = _flex_mods(ctx, biases, h, pi, pj, b)
+    block_mask = None if mask_mod is None else flex_block_mask(ctx, windows, h, pi, pj, mask_mod, batch=b)
     out = _run_flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
-    return out[..., :f], None
+    return out[:, :, :i], None
+
+
+def _pad_to_one_block(
+    q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, biases: Sequence[AttentionBias]
+) -> tuple[Tensor, Tensor, Tensor, AttentionContext, list[AttentionBias]]:
+    """Pad a short call to at least one full block of queries (CPU only).
+
+    The compiled CPU flex kernel of torch 2.13 returns wrong values for sequences shorter
+    than one block (128) when the value head dim differs from the q/k one, and for any
+    such sequence once it has been recompiled for dynamic shapes. Queries and keys are
+    padded at the end (i -> 128, j -> j + 128 - i, keeping the causal offset); padded
+    keys are masked through the key-padding mask, padded query rows are dropped.
+    """
+    b, h, i, _ = q.shape
+    j = k.shape[2]
+    extra = FLEX_BLOCK_SIZE - i
+
+    def more_positions(pos: Tensor) -> Tensor:  # increasing filler after the last position
+        tail = pos[:, -1:] + 1 + torch.arange(extra, device=pos.device)
+        return torch.cat([pos, tail], dim=1)
+
+    live = torch.ones(1, j, dtype=torch.bool, device=q.device) if ctx.key_padding_mask is None else ctx.key_padding_mask
+    live = torch.nn.functional.pad(live.to(q.device), (0, extra), value=False)  # (b|1, j + extra)
+    padded_ctx = AttentionContext(
+        q_pos=more_positions(ctx.q_pos),
+        k_pos=more_positions(ctx.k_pos),
+        causal=ctx.causal,
+        state=ctx.state,
+        key_padding_mask=live,
+        scale_hint=ctx.scale_hint,
+        scratch=ctx.scratch,
+    )
+    padded_biases: list[AttentionBias] = []
+    for bias in biases:
+        if isinstance(bias, (LinearBias, WindowMask)):  # read positions: the padded ctx has them
+            padded_biases.append(bias)
+        else:
+            t = bias.tensor if isinstance(bias, DenseBias) else bias.materialize(ctx, h, torch.float32)
+            t = t.to(q.device).expand(b, h, i, j)
+            padded_biases.append(DenseBias(torch.nn.functional.pad(t, (0, extra, 0, extra))))
+    q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, extra)) for t in (q, k, v))
+    return q, k, v, padded_ctx, padded_biases
 
 
 # --------------------------------------------------------------------------------------

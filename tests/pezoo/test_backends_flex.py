@@ -1,0 +1,186 @@
+"""The flex backend (and auto): agreement with eager, the block mask, fallbacks.
+
+All but one test use the unfused flex implementation (no compile); ``test_compiled``
+compiles once (~30 s on CPU) and is marked slow.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pezoo.backends as backends
+from pezoo import AttentionContext, DenseBias, LinearBias, WindowMask, attend
+from pezoo.backends import flex_block_mask, flex_compile, native_lowering, pick_backend
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _case(seed: int, b: int = 2, h: int = 4, i: int = 40, e: int = 8, f: int = 6, sparse: bool = False):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (
+        torch.randn(b, h, i, e, generator=g),
+        torch.randn(b, h, i, e, generator=g),
+        torch.randn(b, h, i, f, generator=g),
+    )
+    pos = torch.randperm(300, generator=g)[:i].sort().values[None] if sparse else torch.arange(i)[None]
+    return q, k, v, pos
+
+
+BIASES = {
+    "none": lambda h, b, i: [],
+    "alibi": lambda h, b, i: [LinearBias(torch.rand(h) + 0.1)],
+    "windows": lambda h, b, i: [WindowMask(torch.tensor([1.0, 2.0, 9.0, math.inf]))],
+    "dense": lambda h, b, i: [DenseBias(torch.randn(b, h, i, i))],
+    "alibi+windows": lambda h, b, i: [LinearBias(torch.rand(h)), WindowMask(torch.tensor([1.0, 30.0, 3.0, math.inf]))],
+}
+
+
+@pytest.mark.parametrize("bias", list(BIASES))
+@pytest.mark.parametrize("sparse", [False, True], ids=["arange", "random-positions"])
+@pytest.mark.parametrize("padded", [False, True], ids=["", "padded"])
+def test_flex_equals_eager(bias, sparse, padded):
+    q, k, v, pos = _case(0, sparse=sparse)
+    live = torch.ones(2, 40, dtype=torch.bool)
+    if padded:
+        live[1, 31:] = False
+    ctx = AttentionContext(q_pos=pos, k_pos=pos, key_padding_mask=live if padded else None)
+    biases = BIASES[bias](4, 2, 40)
+    want, _ = attend(q, k, v, ctx, biases)
+    with flex_compile(False), torch.no_grad():
+        got, _ = attend(q, k, v, ctx, biases, backend="flex")
+    # compare only rows of real queries (flex gives 0 on fully masked rows, eager unmasks them)
+    torch.testing.assert_close(got.permute(0, 2, 1, 3)[live], want.permute(0, 2, 1, 3)[live])
+
+
+def test_flex_with_cached_keys_and_non_causal():
+    q, k, v, pos = _case(1, i=30)
+    biases = [LinearBias(torch.rand(4)), WindowMask(torch.tensor([2.0, 5.0, 7.0, math.inf]))]
+    ctx = AttentionContext(q_pos=pos[:, 20:], k_pos=pos)  # 10 new queries after 20 cached keys
+    want, _ = attend(q[:, :, 20:], k, v, ctx, biases)
+    with flex_compile(False), torch.no_grad():
+        got, _ = attend(q[:, :, 20:], k, v, ctx, biases, backend="flex")
+    torch.testing.assert_close(got, want)
+    ctx = AttentionContext(q_pos=pos, k_pos=pos, causal=False)
+    want, _ = attend(q, k, v, ctx, biases)
+    with flex_compile(False), torch.no_grad():
+        got, _ = attend(q, k, v, ctx, biases, backend="flex")
+    torch.testing.assert_close(got, want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    i=st.integers(1, 70),
+    cached=st.integers(0, 30),
+    windows=st.lists(st.sampled_from([1.0, 2.0, 5.0, 17.0, math.inf]), min_size=3, max_size=3),
+    sparse=st.booleans(),
+    causal=st.booleans(),
+    pad_from=st.integers(0, 100),
+    seed=st.integers(0, 1000),
+)
+def test_block_mask_is_exact(i, cached, windows, sparse, causal, pad_from, seed):
+    """Every block with an allowed pair is visited; blocks marked full have no masked pair."""
+    j = i + cached
+    g = torch.Generator().manual_seed(seed)
+    k_pos = (torch.randperm(4 * j, generator=g)[:j].sort().values if sparse else torch.arange(j))[None]
+    pad = (torch.arange(j) < max(pad_from, 1))[None].expand(2, -1).clone()
+    pad[0] = True
+    ctx = AttentionContext(q_pos=k_pos[:, cached:], k_pos=k_pos, causal=causal, key_padding_mask=pad)
+    w = torch.tensor(windows)
+    bm = flex_block_mask(ctx, [w], 3, i, j, lambda *a: None, block=16)
+    # brute force, from the definitions
+    d = (ctx.q_pos[:, :, None] - ctx.k_pos[:, None, :]).float()[:, None]  # (1, 1, i, j)
+    ok = (d < w.view(1, -1, 1, 1)) & (d > -w.view(1, -1, 1, 1)) & pad[:, None, None, :]  # (2, 3, i, j)
+    if causal:
+        ok = ok & (torch.arange(j)[None, :] <= torch.arange(i)[:, None] + cached)
+    nqb, nkb = -(-i // 16), -(-j // 16)
+    for b in range(2):
+        for h in range(3):
+            for qb in range(nqb):
+                bb, hh = min(b, bm.kv_num_blocks.shape[0] - 1), min(h, bm.kv_num_blocks.shape[1] - 1)
+                partial = set(bm.kv_indices[bb, hh, qb, : bm.kv_num_blocks[bb, hh, qb]].tolist())
+                full = set(bm.full_kv_indices[bb, hh, qb, : bm.full_kv_num_blocks[bb, hh, qb]].tolist())
+                assert not partial & full
+                for kb in range(nkb):
+                    tile = ok[b, h, qb * 16 : (qb + 1) * 16, kb * 16 : (kb + 1) * 16]
+                    if tile.any():
+                        assert kb in partial | full, (b, h, qb, kb)
+                    if kb in full:
+                        assert tile.all() and tile.shape == (16, 16), (b, h, qb, kb)
+
+
+def test_single_query_goes_through_sdpa_and_matches():
+    q, k, v, pos = _case(2, i=25)
+    ctx = AttentionContext(q_pos=pos[:, -1:], k_pos=pos)
+    biases = [WindowMask(torch.tensor([1.0, 4.0, 8.0, math.inf]))]
+    want, _ = attend(q[:, :, -1:], k, v, ctx, biases)
+    got, _ = attend(q[:, :, -1:], k, v, ctx, biases, backend="flex")
+    torch.testing.assert_close(got, want)
+
+
+def test_cpu_gradients_fall_back_with_a_warning():
+    q, k, v, pos = _case(3, i=12)
+    q.requires_grad_(True)
+    ctx = AttentionContext(q_pos=pos, k_pos=pos)
+    biases = [LinearBias(torch.rand(4))]
+    (g_eager,) = torch.autograd.grad(attend(q, k, v, ctx, biases)[0].sum(), q)
+    backends._WARNED.discard("flex-cpu-grad")
+    with pytest.warns(RuntimeWarning, match="no backward pass on CPU"):
+        out, _ = attend(q, k, v, ctx, biases, backend="flex")
+    (g_flex,) = torch.autograd.grad(out.sum(), q)
+    torch.testing.assert_close(g_flex, g_eager)
+
+
+def test_failed_compilation_falls_back_to_unfused_flex(monkeypatch):
+    def broken_kernel(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setitem(backends._FLEX, "compiled", broken_kernel)  # what torch.compile returned
+    monkeypatch.setitem(backends._FLEX, "failed", False)
+    monkeypatch.setitem(backends._FLEX, "compile", True)
+    backends._WARNED.discard("flex-compile")
+    q, k, v, pos = _case(4, i=10)
+    ctx = AttentionContext(q_pos=pos, k_pos=pos)
+    want, _ = attend(q, k, v, ctx)
+    with pytest.warns(RuntimeWarning, match="no C.. compiler"), torch.no_grad():
+        got, _ = attend(q, k, v, ctx, backend="flex")
+    torch.testing.assert_close(got, want)
+    assert not backends.flex_compile_enabled()
+
+
+def test_native_lowering_and_auto_on_cpu():
+    windows, alibi, dense = WindowMask(torch.ones(2)), LinearBias(torch.ones(2)), DenseBias(torch.zeros(1))
+    assert native_lowering("flex", [windows, alibi, dense])
+    assert not native_lowering("sdpa", [windows]) and native_lowering("sdpa", [])
+    q = torch.zeros(1, 2, 5, 4)
+    ctx = AttentionContext(q_pos=torch.arange(5)[None], k_pos=torch.arange(5)[None])
+    assert pick_backend(q, ctx, [windows]) == "sdpa"  # CPU: flex costs a compile and cannot train
+    assert pick_backend(q, ctx, [windows], return_probs=True) == "eager"
+    _, probs = attend(q, q, q, ctx, [windows], backend="auto", return_probs=True)
+    assert probs is not None
+
+
+@pytest.mark.slow
+def test_compiled():
+    """One compile: ALiBi score_mod + Hard-ALiBi block mask over several blocks, v dim != q/k dim."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a compile failure must not pass silently
+        for i in (160, 40):  # several blocks; then shorter than one block (the value-dim workaround)
+            q, k, v, pos = _case(5, i=i, f=4)
+            ctx = AttentionContext(q_pos=pos, k_pos=pos)
+            biases = [LinearBias(torch.rand(4)), WindowMask(torch.tensor([1.0, 3.0, 50.0, math.inf]))]
+            want, _ = attend(q, k, v, ctx, biases)
+            with flex_compile(True), torch.no_grad():
+                got, _ = attend(q, k, v, ctx, biases, backend="flex")
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
