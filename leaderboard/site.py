@@ -147,6 +147,7 @@ table { border-collapse: collapse; margin: 8px 0 16px; font-variant-numeric: tab
 th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: right; white-space: nowrap; }
 th { background: #f4f4f4; }
 td.text, th.text { text-align: left; }
+table.provenance td { white-space: normal; overflow-wrap: anywhere; }
 table.sortable th { cursor: pointer; user-select: none; }
 table.sortable th::after { content: " \\2195"; color: #999; font-size: 0.8em; }
 table.sortable th[aria-sort="ascending"]::after { content: " \\25B2"; color: var(--ink); }

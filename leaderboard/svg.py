@@ -174,9 +174,12 @@ def line_plot(
             f'<line class="train-boundary" x1="{_f(px(boundary))}" y1="{_f(py(1) - 4)}" x2="{_f(px(boundary))}" '
             f'y2="{_f(py(0))}" stroke="#555555" stroke-width="1.5" stroke-dasharray="5 3"/>'
         )
+        # written upwards along the line from the bottom, inside the training region,
+        # where curves are rarely low: it stays readable however narrow that region is
+        bx, by = _f(px(boundary) - 4), _f(py(0) - 4)
         out.append(
-            f'<text x="{_f(px(boundary) + 4)}" y="{_f(py(1) + 12)}" font-size="11" '
-            f'fill="#555555">{escape(boundary_label)}</text>'
+            f'<text x="{bx}" y="{by}" font-size="11" fill="#555555" '
+            f'transform="rotate(-90 {bx} {by})">{escape(boundary_label)}</text>'
         )
     if not series:
         out.append(

@@ -89,6 +89,7 @@ def test_task_page_shows_its_plots(browser, smoke_site, shots):
     assert len(boxes) == 4  # exact match + per-token accuracy, for each of the two presets
     for width, height, lines, visibility, shown in boxes:
         assert width > 400 and height > 200 and lines >= 1 and visibility == "visible" and shown
+    assert browser.evaluate("document.documentElement.scrollWidth") <= 1280  # wide tables scroll inside the page
     shot = save_shot(browser, shots, "task-copy.png")
     assert png_size(shot)[1] > 900
 

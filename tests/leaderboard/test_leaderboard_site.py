@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import inspect
 import json
 import re
 import shutil
@@ -12,7 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 from click.testing import CliRunner
-from leaderboard_fixtures import RUNS
+from leaderboard_fixtures import RUNS, make_record, write_jsonl
 
 from harness.cli import main
 from leaderboard.site import build
@@ -227,3 +229,28 @@ def test_committed_board_is_regenerated_identically(tmp_path):
     stale = sorted(str(k) for k in built if built[k] != committed[k])
     assert not stale, f"rebuild with `pezoo leaderboard build`: {stale}"
     assert (tmp_path / "README.md").read_bytes() == (ROOT / "leaderboard" / "README.md").read_bytes()
+
+
+def test_every_registered_encoding_gets_a_page_and_unknown_names_still_render(tmp_path):
+    """Hand-made records for every encoding in the registry, plus a plugin that is not installed."""
+    import pezoo
+
+    em = {1: 1.0, 2: 1.0, 3: 0.5, 4: 0.0}
+    names = [*pezoo.available(), "plugin_pe"]
+    records = [make_record(pe, "copy", 0, em, train_max=2) for pe in names]
+    records.append(make_record("rope", "plugin_task", 0, em, train_max=2))
+    write_jsonl(tmp_path / "results" / "all.jsonl", records)
+    build(tmp_path / "results", tmp_path / "site")
+    for pe in names:
+        page = (tmp_path / "site" / "encodings" / f"{pe.replace(':', '-')}.html").read_text()
+        assert f"Encoding <code>{pe}</code>" in page and " at 0x" not in page
+        if pe == "plugin_pe":
+            assert "not installed in the pezoo that built the site" in page
+        else:
+            doc = inspect.getdoc(pezoo.get(pe.split(":")[-1])).split("\n")[0]
+            assert html.escape(doc) in page, pe
+    task_page = (tmp_path / "site" / "tasks" / "plugin_task.html").read_text()
+    assert "This task is not installed" in task_page
+    index = (tmp_path / "site" / "index.html").read_text()
+    copy_section = index.split('<section id="task-copy">')[1].split("</section>")[0]
+    assert copy_section.count('<g class="series"') == len(names)  # every encoding on the copy plot
