@@ -26,7 +26,6 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -342,10 +341,6 @@ def _day(unix: float) -> str:
     return dt.datetime.fromtimestamp(unix, tz=dt.timezone.utc).strftime("%Y-%m-%d")
 
 
-def files_of(records: Iterable[Record]) -> list[Path]:
-    return sorted({r.path for r in records})
-
-
 # --------------------------------------------------------------------------------------
 # The whole board
 # --------------------------------------------------------------------------------------
@@ -361,7 +356,6 @@ class Table:
     test_max: int
     rows: tuple[Row, ...]
     curves: tuple[Curve, ...]
-    records: tuple[Record, ...]
 
 
 @dataclass(frozen=True)
@@ -400,7 +394,6 @@ def assemble(records: Sequence[Record]) -> Board:
     df = frame(records)
     tables = []
     for (task, preset), g in df.groupby(["task", "preset"], sort=True):
-        recs = tuple(r for r in records if r.data["task"] == task and r.data["preset"] == preset)
         tables.append(
             Table(
                 preset=str(preset),
@@ -409,7 +402,6 @@ def assemble(records: Sequence[Record]) -> Board:
                 test_max=int(g["length"].max()),
                 rows=tuple(summary(g)),
                 curves=tuple(curves(g)),
-                records=recs,
             )
         )
     return Board(tuple(records), tuple(tables))

@@ -369,8 +369,6 @@ RULE = (
     "accuracy is the randomized-PE paper's. Cells are mean ± half-width of the 95% t-interval over seeds."
 )
 
-TABLE_COLUMNS = ("rank", "encoding", "seeds", *bd.SCORES)
-
 
 def _num(th: str, title: str = "") -> str:
     t = f' title="{escape(title)}"' if title else ""
@@ -549,7 +547,7 @@ def task_page(site: Site, task: str) -> str:
             "only its results are shown.</p>"
         )
     else:
-        docs = REPO_ROOT / "docs" / "tasks.md"
+        docs = site.repo_root / "docs" / "tasks.md"
         facts = [
             ("what", escape(info.summary)),
             ("source", escape(info.source)),
@@ -592,7 +590,7 @@ def encoding_page(site: Site, encoding: str) -> str:
         )
     else:
         body.append(f"<p>{escape(info.summary)}</p>")
-        docs = REPO_ROOT / "docs" / "encodings" / f"{slug(encoding)}.md"
+        docs = site.repo_root / "docs" / "encodings" / f"{slug(encoding)}.md"
         if docs.is_file():
             href = site.outside(d, site.repo_href, f"docs/encodings/{slug(encoding)}.md")
             body.append(f'<p>Documentation: <a href="{escape(href)}">docs/encodings/{escape(docs.name)}</a></p>')
