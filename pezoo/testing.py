@@ -47,7 +47,7 @@ from pezoo.attention import BACKENDS, SelfAttention
 from pezoo.backends import flex_compile, xformers_available
 from pezoo.base import AttentionBias, AttentionContext, ModelDims, PositionalEncoding
 
-__all__ = ["CHECKS", "KitConfig", "KitModel", "check_encoding", "usable_backends"]
+__all__ = ["CHECKS", "ConformanceError", "KitConfig", "KitModel", "check_encoding", "usable_backends"]
 
 Factory = Callable[[], PositionalEncoding]
 
@@ -462,7 +462,8 @@ def check_encoding(
         **config: other :class:`KitConfig` fields (``length``, ``backends``, ``device``, ...).
 
     Raises:
-        ConformanceError (an AssertionError) naming the check and the difference;
+        ConformanceError (an AssertionError) naming the check and the difference, also
+        when the encoding raised inside a check (the original exception is its cause);
         TypeError for unknown config keys or check names.
     """
     valid = {f.name for f in fields(KitConfig)} - {"dims"}
@@ -476,4 +477,9 @@ def check_encoding(
         raise TypeError(f"unknown check(s) {', '.join(bad)}; valid: {', '.join(CHECKS)}")
     with flex_compile(cfg.compile_flex):
         for check in names:
-            CHECKS[check](factory, cfg)
+            try:
+                CHECKS[check](factory, cfg)
+            except ConformanceError:
+                raise
+            except Exception as exc:  # an encoding that crashes fails the check it crashed in
+                raise ConformanceError(f"[{check}] raised {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,155 @@
+"""The conformance kit on every registered encoding, and the kit itself catching broken ones."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+import pezoo
+from pezoo import AttentionContext, LinearBias, PositionalEncoding
+from pezoo.testing import CHECKS, ConformanceError, check_encoding
+
+DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
+
+KNOWN_FAILURES = {
+    ("prism", "half_precision"): "PRISM's orthogonal W_hh parametrisation calls orgqr, which has no bf16 CPU kernel",
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _cases():
+    for name in pezoo.available():
+        for check in CHECKS:
+            reason = KNOWN_FAILURES.get((name, check))
+            marks = [pytest.mark.xfail(raises=ConformanceError, strict=True, reason=reason)] if reason else []
+            yield pytest.param(name, check, marks=marks, id=f"{name}-{check}")
+
+
+@pytest.mark.parametrize(("name", "check"), list(_cases()))
+def test_every_registered_encoding_passes(name, check):
+    check_encoding(lambda: pezoo.create(name, dims=DIMS), DIMS, checks=[check])
+
+
+def test_unknown_options_and_checks_are_errors():
+    with pytest.raises(TypeError, match=r"unknown option.*lenght.*valid"):
+        check_encoding(lambda: pezoo.create("nope"), DIMS, lenght=3)
+    with pytest.raises(TypeError, match="unknown check"):
+        check_encoding(lambda: pezoo.create("nope"), DIMS, checks=["speed"])
+
+
+# --------------------------------------------------------------------------------------
+# broken encodings: each must fail exactly the check that guards against its bug
+# --------------------------------------------------------------------------------------
+
+
+class LeaksTheFuture(PositionalEncoding):
+    name = "test_leaks"
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x + x.mean(dim=1, keepdim=True)  # every token sees the whole sequence
+
+
+class ForgetsTheCache(PositionalEncoding):
+    """Rotates q/k by their index within the call, not by ctx positions."""
+
+    name = "test_forgets"
+
+    def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
+        angle = torch.arange(q.shape[2], dtype=q.dtype)[:, None] * 0.5  # (i, 1)
+        return q * angle.cos() + q.roll(1, -1) * angle.sin(), k * angle.cos() + k.roll(1, -1) * angle.sin()
+
+
+class HidesItsWeights(PositionalEncoding):
+    name = "test_hides"
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.offset = [torch.randn(d_model)]  # not registered: missing from the state dict
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x + self.offset[0]
+
+
+class UsesOsEntropy(PositionalEncoding):
+    name = "test_entropy"
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+        return x + torch.randn(x.shape, generator=g).to(x.dtype)
+
+
+class OverflowsInHalf(PositionalEncoding):
+    name = "test_overflow"
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x + torch.tensor(70000.0).to(x.dtype)  # > fp16 max
+
+
+class FixedTable(PositionalEncoding):
+    name = "test_table"
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(50, d_model))  # no max_position declared
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x + self.table[pos]
+
+
+class SteeperWhenMaterialised(LinearBias):
+    def materialize(self, ctx, n_heads, dtype):
+        return 2 * super().materialize(ctx, n_heads, dtype)  # flex reads slopes, eager this
+
+
+class DisagreesAcrossBackends(PositionalEncoding):
+    name = "test_disagrees"
+
+    def bias(self, layer, q, k, ctx):
+        return [SteeperWhenMaterialised(torch.full((q.shape[1],), 0.5))]
+
+
+class NaNGradient(PositionalEncoding):
+    name = "test_nan_grad"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = nn.Parameter(torch.zeros(()))
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x + self.p.sqrt() * 0  # d/dp sqrt(p) at 0 is inf; inf * 0 = NaN
+
+
+class MismatchedHeads(PositionalEncoding):
+    name = "test_mismatch"
+
+    def qk(self, layer, q, k, ctx):
+        return q, torch.cat([k, k], dim=-1)
+
+
+BROKEN = [
+    (LeaksTheFuture, "no_future_leakage"),
+    (ForgetsTheCache, "incremental_decoding"),
+    (lambda: HidesItsWeights(DIMS.d_model), "state_dict_round_trip"),
+    (UsesOsEntropy, "deterministic"),
+    (OverflowsInHalf, "half_precision"),
+    (lambda: FixedTable(DIMS.d_model), "extrapolation"),
+    (DisagreesAcrossBackends, "backend_agreement"),
+    (NaNGradient, "gradients_finite"),
+    (MismatchedHeads, "hook_shapes"),
+]
+
+
+@pytest.mark.parametrize(("factory", "check"), BROKEN, ids=[check for _, check in BROKEN])
+def test_the_kit_catches_a_broken_encoding(factory, check):
+    with pytest.raises(ConformanceError, match=rf"^\[{check}\]"):
+        check_encoding(factory, DIMS, checks=[check])
