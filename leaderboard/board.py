@@ -353,6 +353,7 @@ class Table:
     test_max: int
     rows: tuple[Row, ...]
     curves: tuple[Curve, ...]
+    protocol: str | None = None  # the config's "protocol" (decoder / encoder) where runs record one
 
 
 @dataclass(frozen=True)
@@ -391,6 +392,9 @@ def assemble(records: Sequence[Record]) -> Board:
     df = frame(records)
     tables = []
     for (task, preset), g in df.groupby(["task", "preset"], sort=True):
+        protocol = next(
+            r.data["config"].get("protocol") for r in records if (r.data["task"], r.data["preset"]) == (task, preset)
+        )
         tables.append(
             Table(
                 preset=str(preset),
@@ -399,6 +403,7 @@ def assemble(records: Sequence[Record]) -> Board:
                 test_max=int(g["length"].max()),
                 rows=tuple(summary(g)),
                 curves=tuple(curves(g)),
+                protocol=None if protocol is None else str(protocol),
             )
         )
     return Board(tuple(records), tuple(tables))

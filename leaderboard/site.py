@@ -447,6 +447,7 @@ def table_meta(table: bd.Table, info: TaskInfo | None) -> str:
         f"preset <strong>{escape(table.preset)}</strong>",
         f"trained on scales 1..{table.train_max}",
         f"tested up to {table.test_max}",
+        *([f"protocol {escape(table.protocol)}"] if table.protocol else []),
         bd.plural(len(table.rows), "encoding"),
         escape(_seeds(seeds)),
     ]

@@ -143,3 +143,13 @@ def test_stat_text_matches_the_terminal_format():
     assert bd.Stat(0.5, 0.123).text() == "0.50 ± 0.12"
     assert bd.Stat(4.5, 6.4).text(0) == "4 ± 6"  # round half to even, like the terminal's f-strings
     assert bd.Stat(math.nan, 0.0).text() == "-" and bd.Stat(math.nan, 0.0).sort_value() == ""
+
+
+def test_the_runs_protocol_is_carried_to_the_table():
+    data = make_record("rope", "copy", 0, ROPE0, train_max=3)
+    data["config"]["protocol"] = "encoder"  # the harness's encoder protocol, where runs record one
+    [table] = bd.assemble([rec(data)]).tables
+    assert table.protocol == "encoder"
+    plain = make_record("rope", "copy", 0, ROPE0, train_max=3)
+    plain["config"].pop("protocol", None)
+    assert bd.assemble([rec(plain)]).tables[0].protocol is None
