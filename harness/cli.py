@@ -9,10 +9,10 @@ import click
 
 import harness.tasks as tasks
 import pezoo
-from harness.config import PRESETS, preset_config
+from harness.config import GPU_PRESETS, PRESETS, preset_config
 from harness.provenance import resolve_device
 from harness.report import leaderboard_tables
-from harness.run import execute
+from harness.run import check_run, execute
 from harness.store import Store, StoreError, load
 
 DEFAULT_STORE = Path("runs") / "pezoo.sqlite"
@@ -73,6 +73,7 @@ def list_cmd() -> None:
 @click.option("--eval-samples", type=int, help="Examples per evaluated scale.")
 @click.option("--backend", type=str, help="Attention backend (see `pezoo list`).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
+@click.option("--allow-cpu", is_flag=True, help="Run a GPU-sized preset on the CPU anyway (e.g. a few --steps).")
 @click.option(
     "--checkpoint-every",
     default=250,
@@ -88,7 +89,7 @@ def list_cmd() -> None:
     help="SQLite results store (created if missing).",
 )
 def bench(pes, task_names, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
-          eval_samples, backend, device, checkpoint_every, store_path) -> None:  # fmt: skip
+          eval_samples, backend, device, allow_cpu, checkpoint_every, store_path) -> None:  # fmt: skip
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
 
     Finished runs already in the store are not trained again; an interrupted run
@@ -102,6 +103,11 @@ def bench(pes, task_names, preset, seeds, seed0, steps, batch_size, lr, train_le
         dev = resolve_device(device)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--device") from None
+    if preset in GPU_PRESETS and dev.type != "cuda" and not allow_cpu:
+        raise click.UsageError(
+            f"preset {preset!r} is sized for a GPU and no CUDA device is in use; run it on a GPU, use "
+            "--preset quick on CPU, or pass --allow-cpu to run it anyway (e.g. with --steps 10)"
+        )
     overrides = {
         "train": {"steps": steps, "batch_size": batch_size, "lr": lr, "train_max": train_len},
         "eval": {"test_max": test_len, "test_stride": test_stride, "samples": eval_samples},
@@ -116,10 +122,8 @@ def bench(pes, task_names, preset, seeds, seed0, steps, batch_size, lr, train_le
             for pe in pe_list
             for seed in range(seed0, seed0 + seeds)
         ]
-        for task in task_list:
-            t, c = tasks.create(task), next(c for c in configs if c.task == task)
-            t.check_scale(c.train.train_max)
-            t.check_scale(c.eval.test_max)
+        for cfg in {(c.task, c.preset): c for c in configs}.values():
+            check_run(cfg)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     try:

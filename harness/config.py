@@ -44,6 +44,9 @@ class TrainConfig:
         train_max: largest training scale N; scales are drawn uniformly from
             ``train_min..train_max`` per example.
         train_min: smallest training scale.
+        curriculum: ((start_step, max_scale), ...): from each start step on, training
+            scales are capped at max_scale (and always at train_max). Empty: none.
+        optimizer: "adamw" (decoupled weight decay) or "adam" (the randomized-PE paper).
     """
 
     steps: int = 1500
@@ -56,10 +59,18 @@ class TrainConfig:
     grad_clip: float = 1.0
     train_max: int = 10
     train_min: int = 1
+    curriculum: tuple[tuple[int, int], ...] = ()
+    optimizer: str = "adamw"
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")
+        if self.optimizer not in ("adamw", "adam"):
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: adamw, adam")
+        starts = [s for s, _ in self.curriculum]
+        if starts != sorted(starts) or any(m < self.train_min for _, m in self.curriculum):
+            raise ValueError(f"curriculum stages must have increasing start steps and scales >= train_min: "
+                             f"{self.curriculum}")  # fmt: skip
         if not 1 <= self.train_min <= self.train_max:
             raise ValueError(f"need 1 <= train_min <= train_max, got {self.train_min}..{self.train_max}")
 
@@ -84,18 +95,30 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything that determines a run's result."""
+    """Everything that determines a run's result.
+
+    ``protocol`` is how an instance meets the model: ``decoder`` (causal LM on
+    ``<bos> prompt = target <eos>``, greedy decoding at evaluation; the PRISM and
+    Turing-Programs papers) or ``encoder`` (non-causal, the input followed by blanks,
+    targets predicted at the blanks; the randomized-PE paper). The encoder protocol
+    needs ``backbone.causal=False`` and a task with a fixed ``output_length``.
+    """
 
     pe: str
     task: str
     seed: int = 0
     preset: str = "quick"
+    protocol: str = "decoder"
     pe_options: Mapping[str, Any] = field(default_factory=dict)
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
+        if self.protocol not in ("decoder", "encoder"):
+            raise ValueError(f"unknown protocol {self.protocol!r}; valid protocols: decoder, encoder")
+        if self.backbone.causal != (self.protocol == "decoder"):
+            raise ValueError(f"the {self.protocol} protocol needs backbone.causal={self.protocol == 'decoder'}")
         if self.eval.test_max <= self.train.train_max:
             raise ValueError(
                 f"test length {self.eval.test_max} must exceed the training length {self.train.train_max}: "
@@ -123,8 +146,11 @@ class RunConfig:
             "train": (TrainConfig, dict(d.pop("train", {}))),
             "eval": (EvalConfig, d.pop("eval", {})),
         }
-        if "betas" in nested["train"][1]:  # JSON has no tuples
-            nested["train"][1]["betas"] = tuple(nested["train"][1]["betas"])
+        train = nested["train"][1]  # JSON has no tuples
+        if "betas" in train:
+            train["betas"] = tuple(train["betas"])
+        if "curriculum" in train:
+            train["curriculum"] = tuple(tuple(stage) for stage in train["curriculum"])
         built = {k: strict(c, dict(v), f"{k} config") for k, (c, v) in nested.items()}
         return strict(cls, {**d, **built}, "run config")
 
@@ -153,13 +179,83 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train": {"steps": 20, "batch_size": 16, "lr": 1e-3, "warmup": 5, "train_max": 5},
         "eval": {"test_max": 8, "samples": 8},
     },
-    # A GPU-sized run in the spirit of the PRISM paper's baselines (5 layers, 8 heads).
+    # A GPU-sized decoder run (5 layers, 8 heads as the PRISM paper's baselines).
     "gpu": {
         "backbone": {"d_model": 512, "n_layers": 5, "n_heads": 8},
         "train": {"steps": 20000, "batch_size": 100, "lr": 3e-4, "warmup": 1000, "train_max": 40},
         "eval": {"test_max": 150, "test_stride": 10, "samples": 1000, "batch_size": 250},
     },
+    # Ruoss et al. 2023, App. A: encoder, 5 blocks x 8 heads, d_model 64; 2M steps of
+    # batch 128 with Adam + clipping, lr swept over {1e-4, 3e-4, 5e-4} (--lr); one
+    # training length per step from 1..40; 500 test examples at every length 41..500.
+    "ruoss": {
+        "protocol": "encoder",
+        "backbone": {"d_model": 64, "n_layers": 5, "n_heads": 8, "causal": False},
+        "train": {
+            "steps": 2_000_000,
+            "batch_size": 128,
+            "lr": 1e-4,
+            "optimizer": "adam",
+            "weight_decay": 0.0,
+            "betas": (0.9, 0.999),
+            "warmup": 0,
+            "min_lr_ratio": 1.0,
+            "train_max": 40,
+        },
+        "eval": {"test_max": 500, "samples": 500, "batch_size": 500},
+    },
+    # Lee 2025 (PRISM) §6.2-6.4 baseline protocol: 5 layers, 8 heads, d 512, AdamW
+    # (0.9, 0.98), lr 9e-5, batch 100, 150k steps, 1k warm-up; curriculum 5k steps at
+    # scales <= 5, then <= 10 (+10 every 10k steps for the tasks listed in
+    # PRISM_RAMPED_TASKS), 1000 test examples per length.
+    "prism": {
+        "backbone": {"d_model": 512, "n_layers": 5, "n_heads": 8},
+        "train": {
+            "steps": 150_000,
+            "batch_size": 100,
+            "lr": 9e-5,
+            "betas": (0.9, 0.98),
+            "warmup": 1000,
+            "train_max": 40,
+        },
+        "eval": {"test_max": 150, "test_stride": 10, "samples": 1000, "batch_size": 250},
+    },
+    # Hou et al. (Turing Programs) §3.1.1 base configuration: 12 layers, d 1024, 16
+    # heads, AdamW wd 0.1, lr 7e-5 with 100 warm-up steps then linear decay (cosine
+    # here), batch 16, 200k steps; addition operands 1..50 digits, tested to 100,
+    # 288 test examples per length.
+    "turing": {
+        "backbone": {"d_model": 1024, "n_layers": 12, "n_heads": 16},
+        "train": {
+            "steps": 200_000,
+            "batch_size": 16,
+            "lr": 7e-5,
+            "weight_decay": 0.1,
+            "warmup": 100,
+            "min_lr_ratio": 0.0,
+            "train_max": 50,
+        },
+        "eval": {"test_max": 100, "test_stride": 10, "samples": 288, "batch_size": 96},
+    },
 }
+
+GPU_PRESETS = ("gpu", "ruoss", "prism", "turing")
+"""Presets too large for a CPU; the CLI refuses them there unless told --allow-cpu."""
+
+PRISM_RAMPED_TASKS = ("stack_manipulation", "reverse", "odds_first", "addition")
+"""Tasks whose PRISM-paper curriculum keeps raising the length by 10 every 10k steps."""
+
+
+def prism_curriculum(task: str, train_max: int) -> tuple[tuple[int, int], ...]:
+    """Lee 2025 §6.4: 5k steps at scales <= 5, then <= 10; for PRISM_RAMPED_TASKS +10
+    every further 10k steps up to train_max; the others jump to train_max at step 10k."""
+    if task not in PRISM_RAMPED_TASKS:
+        return ((0, min(5, train_max)), (5000, min(10, train_max)), (10000, train_max))
+    stages, start, cap = [(0, min(5, train_max)), (5000, min(10, train_max))], 15000, 20
+    while cap - 10 < train_max:
+        stages.append((start, min(cap, train_max)))
+        start, cap = start + 10000, cap + 10
+    return tuple(stages)
 
 
 def preset_config(
@@ -168,7 +264,12 @@ def preset_config(
     """The RunConfig of ``preset`` for (pe, task, seed), with per-section overrides."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
-    sections = {k: dict(v) for k, v in PRESETS[preset].items()}
+    sections = {k: dict(v) if isinstance(v, Mapping) else v for k, v in PRESETS[preset].items()}
     for section, values in (overrides or {}).items():
-        sections.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+        if isinstance(values, Mapping):
+            sections.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+        elif values is not None:
+            sections[section] = values
+    if preset == "prism" and "curriculum" not in sections["train"]:
+        sections["train"]["curriculum"] = prism_curriculum(task, sections["train"]["train_max"])
     return RunConfig.from_dict({"pe": pe, "task": task, "seed": seed, "preset": preset, **sections})

@@ -7,6 +7,11 @@ next token on target and EOS positions and -100 (ignored) elsewhere, so the loss
 exactly the completion and its end-of-sequence. The leading ``<bos>`` is the harness's
 layout, not part of any task: it gives every encoding (NoPE above all) a fixed first
 token to anchor on, as decoder LMs have.
+
+The ``encoder`` protocol (Ruoss et al. 2023 / Delétang et al. 2023) lays an instance out
+as ``prompt _ _ ... _`` with ``output_length(n)`` blanks and predicts the target *at*
+the blank positions (non-causal attention, no decoding); labels are set on every blank,
+and ``Batch.scored`` marks the tokens the paper's per-token accuracy counts.
 """
 
 from __future__ import annotations
@@ -19,21 +24,26 @@ import torch
 from torch import Tensor
 
 from harness.tasks import Example, Task
-from harness.tasks.vocab import BOS_ID, PAD_ID, SEP_ID, encode
+from harness.tasks.vocab import BOS_ID, PAD_ID, SEP_ID, TOKEN_ID, encode
+
+PROTOCOLS = ("decoder", "encoder")
+BLANK_ID = TOKEN_ID["_"]
 
 IGNORE = -100
 
 
 @dataclass
 class Batch:
-    """inputs (b, s), labels (b, s) with IGNORE off-target, scales (b,): the scale hints."""
+    """inputs (b, s), labels (b, s) with IGNORE off-target, scales (b,): the scale hints,
+    scored (b, s) bool: the labelled tokens that per-token accuracy counts."""
 
     inputs: Tensor
     labels: Tensor
     scales: Tensor
+    scored: Tensor
 
     def to(self, device: torch.device | str) -> Batch:
-        return Batch(self.inputs.to(device), self.labels.to(device), self.scales.to(device))
+        return Batch(*(t.to(device) for t in (self.inputs, self.labels, self.scales, self.scored)))
 
 
 def layout(example: Example) -> tuple[list[int], int]:
@@ -52,8 +62,11 @@ def hint(example: Example) -> int:
     return example.scale if example.scale_hint is None else example.scale_hint
 
 
-def collate(examples: Sequence[Example]) -> Batch:
-    """Teacher-forcing batch: predict token t+1 from tokens <= t, loss on the completion."""
+def collate(examples: Sequence[Example], protocol: str = "decoder") -> Batch:
+    """Teacher-forcing batch (decoder: predict token t+1 from tokens <= t, loss on the
+    completion) or encoder batch (predict the target at the blanks)."""
+    if protocol == "encoder":
+        return _collate_encoder(examples)
     encoded = [layout(ex) for ex in examples]
     width = max(len(ids) for ids, _ in encoded) - 1
     inputs = torch.full((len(examples), width), PAD_ID, dtype=torch.long)
@@ -64,12 +77,35 @@ def collate(examples: Sequence[Example]) -> Batch:
         # label at index t is token t+1; the first target token sits at ``start``
         labels[row, start - 1 : len(ids) - 1] = seq[start:]
     scales = torch.tensor([hint(ex) for ex in examples])
-    return Batch(inputs, labels, scales)
+    return Batch(inputs, labels, scales, labels != IGNORE)
 
 
-def sample_training_batch(task: Task, rng: random.Random, batch_size: int, lo: int, hi: int) -> list[Example]:
-    """``batch_size`` instances, each at a scale drawn uniformly from lo..hi."""
-    return [task.sample(rng.randint(lo, hi), rng) for _ in range(batch_size)]
+def _collate_encoder(examples: Sequence[Example]) -> Batch:
+    width = max(len(ex.prompt) + len(ex.target) for ex in examples)
+    inputs = torch.full((len(examples), width), PAD_ID, dtype=torch.long)
+    labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
+    scored = torch.zeros((len(examples), width), dtype=torch.bool)
+    for row, ex in enumerate(examples):
+        p, t = len(ex.prompt), len(ex.target)
+        inputs[row, :p] = torch.tensor(encode(ex.prompt))
+        inputs[row, p : p + t] = BLANK_ID
+        labels[row, p : p + t] = torch.tensor(encode(ex.target))
+        scored[row, p : p + t] = torch.tensor(ex.mask) if ex.mask is not None else True
+    scales = torch.tensor([hint(ex) for ex in examples])
+    return Batch(inputs, labels, scales, scored)
+
+
+def sample_training_batch(
+    task: Task, rng: random.Random, batch_size: int, lo: int, hi: int, *, shared_scale: bool = False
+) -> list[Example]:
+    """``batch_size`` instances at scales drawn uniformly from lo..hi: one per example, or
+    one for the whole batch (``shared_scale``, the randomized-PE protocol: no padding).
+    Scales the task cannot produce (SCAN has gaps) are left out of the draw."""
+    scales = [n for n in range(lo, hi + 1) if task.has_scale(n)]
+    if shared_scale:
+        n = rng.choice(scales)
+        return [task.sample(n, rng) for _ in range(batch_size)]
+    return [task.sample(rng.choice(scales), rng) for _ in range(batch_size)]
 
 
 def evaluation_set(task: Task, scale: int, samples: int, seed: int) -> list[Example]:

@@ -9,6 +9,10 @@ Two metrics per length, so both source papers' numbers can be compared:
 * ``token_accuracy`` (randomized-PE paper): teacher-forced, the fraction of completion
   tokens (EOS included) whose argmax prediction is right, averaged per sequence, then
   over sequences.
+
+Under the ``encoder`` protocol there is nothing to decode: one non-causal forward pass
+predicts every output slot; ``token_accuracy`` counts the slots under the task's mask,
+and ``exact_match`` requires every masked slot to be right.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch
 from torch import Tensor
 
 from harness.backbone import Backbone
-from harness.data import IGNORE, collate, hint, prompt_ids
+from harness.data import collate, hint, prompt_ids
 from harness.tasks import Example
 from harness.tasks.vocab import EOS_ID, encode
 
@@ -89,30 +93,43 @@ def exact_match(model: Backbone, examples: Sequence[Example], batch_size: int, d
 
 
 @torch.no_grad()
-def token_accuracy(model: Backbone, examples: Sequence[Example], batch_size: int, device: torch.device | str) -> Tensor:
-    """Per example: teacher-forced fraction of correct completion tokens. -> (n,)"""
-    scores = []
+def scored_accuracy(
+    model: Backbone, examples: Sequence[Example], batch_size: int, device: torch.device | str, protocol: str
+) -> tuple[Tensor, Tensor]:
+    """Per example (n,): fraction of scored tokens predicted right, and whether all were.
+
+    Decoder: teacher-forced next-token predictions over ``target <eos>``. Encoder: the
+    predictions at the output slots under the task's accuracy mask.
+    """
+    fractions, alls = [], []
     for lo in range(0, len(examples), batch_size):
-        batch = collate(examples[lo : lo + batch_size]).to(device)
+        batch = collate(examples[lo : lo + batch_size], protocol).to(device)
         pred = model(batch.inputs, scale_hint=batch.scales).argmax(-1)  # (b, s)
-        on_target = batch.labels != IGNORE
-        correct = ((pred == batch.labels) & on_target).sum(-1).float()
-        scores.append((correct / on_target.sum(-1)).cpu())
-    return torch.cat(scores)
+        right = (pred == batch.labels) & batch.scored
+        n_scored = batch.scored.sum(-1)
+        fractions.append((right.sum(-1).float() / n_scored).cpu())
+        alls.append((right.sum(-1) == n_scored).float().cpu())
+    return torch.cat(fractions), torch.cat(alls)
 
 
 def evaluate_length(
-    model: Backbone, examples: Sequence[Example], *, batch_size: int, device: torch.device | str
+    model: Backbone,
+    examples: Sequence[Example],
+    *,
+    batch_size: int,
+    device: torch.device | str,
+    protocol: str = "decoder",
 ) -> LengthMetrics:
     """Both metrics on the examples of one scale."""
     was_training = model.training
     model.eval()
     try:
-        em = exact_match(model, examples, batch_size, device)
-        acc = token_accuracy(model, examples, batch_size, device)
+        acc, all_right = scored_accuracy(model, examples, batch_size, device, protocol)
+        em = exact_match(model, examples, batch_size, device) if protocol == "decoder" else all_right
     finally:
         model.train(was_training)
-    token_length = sum(len(ex.prompt) + len(ex.target) + 3 for ex in examples) / len(examples)  # bos, =, eos
+    extra = 3 if protocol == "decoder" else 0  # <bos>, "=", <eos>
+    token_length = sum(len(ex.prompt) + len(ex.target) + extra for ex in examples) / len(examples)
     return LengthMetrics(
         length=examples[0].scale,
         token_length=token_length,

@@ -92,7 +92,9 @@ def leaderboard_tables(df: pd.DataFrame) -> dict[str, str]:
             )
         rows.sort(key=lambda row: row.pop("_key"), reverse=True)
         n = int(g["train_max"].iloc[0])
-        out[task] = f"task {task} (trained on scales 1..{n}; exact match incl. EOS)\n" + tabulate(
+        encoder = "protocol" in df and (df.loc[df["task"] == task, "protocol"] == "encoder").all()
+        metric = "exact match = every masked output right" if encoder else "exact match of the decode incl. EOS"
+        out[task] = f"task {task} (trained on scales 1..{n}; {metric})\n" + tabulate(
             rows, headers="keys", tablefmt="github"
         )
     return out

@@ -34,6 +34,21 @@ class RunOutcome:
     error: str | None = None
 
 
+def check_run(cfg: RunConfig) -> None:
+    """Fail fast, before any training, on a run that cannot work (ValueError says why)."""
+    task = tasks.create(cfg.task)
+    task.check_scale(cfg.train.train_min)
+    if not any(task.has_scale(n) for n in cfg.train_lengths()):
+        raise ValueError(f"task {cfg.task!r} has no instances at training scales {cfg.train_lengths()}")
+    if not any(task.has_scale(n) for n in cfg.test_lengths()):
+        raise ValueError(f"task {cfg.task!r} has no instances at test scales {cfg.test_lengths()}")
+    if cfg.protocol == "encoder" and task.output_length(cfg.train.train_max) is None:
+        raise ValueError(
+            f"task {cfg.task!r} has no fixed output length, which the encoder protocol (preset "
+            f"{cfg.preset!r}) needs; use a randomized-PE task or a decoder preset such as quick"
+        )
+
+
 def execute(
     cfg: RunConfig,
     store: Store,
@@ -52,9 +67,8 @@ def execute(
     run_id = cfg.run_id()
     if store.status(run_id) == "finished":
         return RunOutcome(run_id, "cached")
+    check_run(cfg)
     task = tasks.create(cfg.task)
-    for n in (cfg.train.train_max, cfg.eval.test_max):  # fail fast on impossible scales
-        task.check_scale(n)
     store.start(cfg, provenance(device))
     try:
         ckpt = Checkpointing(store.path.parent / "checkpoints" / f"{run_id}.pt", checkpoint_every)
@@ -75,10 +89,11 @@ def execute(
         )
         t0 = time.perf_counter()
         lengths = [("train", n) for n in cfg.train_lengths()] + [("test", n) for n in cfg.test_lengths()]
+        lengths = [(split, n) for split, n in lengths if task.has_scale(n)]  # SCAN lacks some lengths
         metrics: list[tuple[str, LengthMetrics]] = []
         for done, (split, n) in enumerate(lengths, start=1):
             examples = evaluation_set(task, n, cfg.eval.samples, cfg.seed)
-            m = evaluate_length(model, examples, batch_size=cfg.eval.batch_size, device=device)
+            m = evaluate_length(model, examples, batch_size=cfg.eval.batch_size, device=device, protocol=cfg.protocol)
             metrics.append((split, m))
             report("eval", done, len(lengths), f"n={n} em={m.exact_match:.2f}")
         store.finish(

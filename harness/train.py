@@ -94,8 +94,20 @@ def lr_factor(step: int, cfg: RunConfig) -> float:
     return t.min_lr_ratio + (1 - t.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
+def curriculum_max(step: int, cfg: RunConfig) -> int:
+    """Largest training scale at ``step``: the last curriculum stage started by then
+    (``TrainConfig.curriculum`` = ((start_step, max_scale), ...)), else ``train_max``."""
+    current = cfg.train.train_max
+    for start, max_scale in cfg.train.curriculum:
+        if step >= start:
+            current = max_scale
+        else:
+            break
+    return min(current, cfg.train.train_max) if cfg.train.curriculum else current
+
+
 def make_optimizer(model: Backbone, cfg: RunConfig) -> torch.optim.Optimizer:
-    """AdamW; weight decay on matrices only. An encoding may ask for its own parameter
+    """AdamW (or Adam, ``train.optimizer``); weight decay on matrices only. An encoding may ask for its own parameter
     groups (e.g. PRISM's α scales, §6.4) through an ``optimizer_groups()`` method
     returning ``[{"params": [...], **adamw_options}]``."""
     t = cfg.train
@@ -110,7 +122,8 @@ def make_optimizer(model: Backbone, cfg: RunConfig) -> torch.optim.Optimizer:
     for g in groups:
         g.setdefault("lr", t.lr)
         g["base_lr"] = g["lr"]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=t.lr, betas=t.betas)
+    optimizer = torch.optim.AdamW if t.optimizer == "adamw" else torch.optim.Adam
+    return optimizer([g for g in groups if g["params"]], lr=t.lr, betas=t.betas)
 
 
 def restore(
@@ -154,6 +167,7 @@ def train(
         DivergedError: the loss became NaN/inf (the run is then recorded as diverged).
     """
     t = cfg.train
+    encoder = cfg.protocol == "encoder"
     rng = random.Random(f"train/{cfg.task}/{cfg.seed}")
     opt = make_optimizer(model, cfg)
     model.train()
@@ -167,7 +181,9 @@ def train(
     for step in range(first_step, t.steps):
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * lr_factor(step, cfg)
-        batch = collate(sample_training_batch(task, rng, t.batch_size, t.train_min, t.train_max)).to(device)
+        lo, hi = t.train_min, curriculum_max(step, cfg)
+        examples = sample_training_batch(task, rng, t.batch_size, lo, hi, shared_scale=encoder)
+        batch = collate(examples, cfg.protocol).to(device)
         logits = model(batch.inputs, scale_hint=batch.scales)  # (b, s, v)
         loss = F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
         loss_value = loss.item()
