@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -153,3 +157,36 @@ BROKEN = [
 def test_the_kit_catches_a_broken_encoding(factory, check):
     with pytest.raises(ConformanceError, match=rf"^\[{check}\]"):
         check_encoding(factory, DIMS, checks=[check])
+
+
+# --------------------------------------------------------------------------------------
+# the out-of-tree example package (docs/add-an-encoding.md)
+# --------------------------------------------------------------------------------------
+
+PLUGIN = Path(__file__).resolve().parents[2] / "examples" / "pezoo-example-plugin"
+
+
+@pytest.mark.slow
+def test_example_plugin_registers_through_its_entry_point_and_passes_the_kit(tmp_path):
+    """Install the example into a scratch directory (not the shared venv), then run its own
+    tests in a fresh interpreter that sees that directory: entry points are read from the
+    installed distribution's metadata, exactly as for a user's ``pip install``."""
+    source, target = tmp_path / "src", tmp_path / "site"
+    shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
+    subprocess.run([*pip, "--target", str(target), str(source)], check=True, capture_output=True, text=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    tests = source / "tests"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(source), str(tests)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "3 passed" in result.stdout
