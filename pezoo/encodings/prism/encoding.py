@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
+from torch.profiler import record_function
 
 from pezoo.base import AttentionContext, PositionalEncoding, register
 from pezoo.encodings.ape import sinusoid_table
@@ -247,7 +248,8 @@ class PRISMLayer(nn.Module):
         hist = _grow(hist, support)
 
         xn = self.norm(x)
-        gates, gru_state = self.gates(xn, state.get("gru"))  # (b, s, n, 4)
+        with record_function("prism.gates"):
+            gates, gru_state = self.gates(xn, state.get("gru"))  # (b, s, n, 4)
         gates = gates.transpose(0, 1)  # (s, b, n, 4)
         masks = reachable_mask(steps, support) if cfg.eps_support == "reachable" else None  # (s, p)
         gamma = self.gamma()
@@ -263,22 +265,22 @@ class PRISMLayer(nn.Module):
             a_pos, a_null = probs[..., :-1], probs[..., -1:]  # (b, k, s, t), (b, k, s, 1)
 
         step = self._step_fn()
-        if self.learned_copy_keys:
-            key_h = histogram_scan(hist[:, nq:], gates[:, :, nq:], gamma[nq:], cfg.eps, None, masks, step=step)
-            paired = key_h[:, :, self.copy_keys_in_scan].permute(1, 2, 0, 3)  # (b, k, s, p)
-            if "copy_hist" in state:
-                paired = torch.cat([_grow(state["copy_hist"], support), paired], dim=2)  # (b, k, t, p)
-            new_state["copy_hist"] = paired
-            p_copy = torch.cat([a_pos @ paired, a_null], dim=-1).permute(2, 0, 1, 3)  # (s, b, k, p+1)
-            query_h = histogram_scan(hist[:, :nq], gates[:, :, :nq], gamma[:nq], cfg.eps, p_copy, masks, step=step)
-            new_state["hist"] = torch.cat([query_h[-1], key_h[-1]], dim=1)
-            out = emit(torch.cat([query_h, key_h], dim=2))
-        else:
-            if self.copy is not None:  # copied mass of token j lands on the fixed key's bin P + j + 1
-                p_pos = F.pad(a_pos, (support + 1, bins - support - 1 - a_pos.shape[-1]))  # (b, k, s, p)
-                p_copy = torch.cat([p_pos, a_null], dim=-1).permute(2, 0, 1, 3)  # (s, b, k, p+1)
-            scanned = _scan_emitting(hist, gates, gamma, cfg.eps, p_copy, masks, step, emit)
-            new_state["hist"], out = scanned
+        with record_function("prism.scan"):
+            if self.learned_copy_keys:  # keys first: the copy branch mixes in their histograms
+                key_h = histogram_scan(hist[:, nq:], gates[:, :, nq:], gamma[nq:], cfg.eps, None, masks, step=step)
+                paired = key_h[:, :, self.copy_keys_in_scan].permute(1, 2, 0, 3)  # (b, k, s, p)
+                if "copy_hist" in state:
+                    paired = torch.cat([_grow(state["copy_hist"], support), paired], dim=2)  # (b, k, t, p)
+                new_state["copy_hist"] = paired
+                p_copy = torch.cat([a_pos @ paired, a_null], dim=-1).permute(2, 0, 1, 3)  # (s, b, k, p+1)
+                query_h = histogram_scan(hist[:, :nq], gates[:, :, :nq], gamma[:nq], cfg.eps, p_copy, masks, step=step)
+                new_state["hist"] = torch.cat([query_h[-1], key_h[-1]], dim=1)
+                out = emit(torch.cat([query_h, key_h], dim=2))
+            else:
+                if self.copy is not None:  # copied mass of token j lands on the fixed key's bin P + j + 1
+                    p_pos = F.pad(a_pos, (support + 1, bins - support - 1 - a_pos.shape[-1]))  # (b, k, s, p)
+                    p_copy = torch.cat([p_pos, a_null], dim=-1).permute(2, 0, 1, 3)  # (s, b, k, p+1)
+                new_state["hist"], out = _scan_emitting(hist, gates, gamma, cfg.eps, p_copy, masks, step, emit)
 
         if self.n_fixed:  # increment-only key cursors: one-hot at offset t+1
             if record:

@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
@@ -68,16 +67,6 @@ def reachable_mask(steps: Tensor, support: int) -> Tensor:
     return offsets.abs() <= (steps[..., None] + 1)
 
 
-def _shift_up(h: Tensor) -> Tensor:
-    """Mass at bin k moves to k+1; the top bin keeps its own mass (clamp). (..., p)."""
-    return torch.cat([torch.zeros_like(h[..., :1]), h[..., :-2], h[..., -2:-1] + h[..., -1:]], dim=-1)
-
-
-def _shift_down(h: Tensor) -> Tensor:
-    """Mass at bin k moves to k-1; the bottom bin keeps its own mass (clamp). (..., p)."""
-    return torch.cat([h[..., :1] + h[..., 1:2], h[..., 2:], torch.zeros_like(h[..., :1])], dim=-1)
-
-
 def histogram_transition(
     h: Tensor,
     p_reset: Tensor,
@@ -103,14 +92,15 @@ def histogram_transition(
         raise ValueError(f"a histogram needs 2P+1 >= 3 bins, got {bins}")
     mid = bins // 2
     stay = 1.0 - p_reset  # (...)
-    moved = (
-        (stay * p_keep)[..., None] * h
-        + (stay * p_inc)[..., None] * _shift_up(h)
-        + (stay * p_dec)[..., None] * _shift_down(h)
-    )  # (..., p)
+    new = h * (stay * p_keep)[..., None]  # (..., p); the moves are added into it in place
+    up = h * (stay * p_inc)[..., None]  # mass leaving bin k for k+1
+    down = h * (stay * p_dec)[..., None]  # mass leaving bin k for k-1
+    new[..., 1:] += up[..., :-1]
+    new[..., -1:] += up[..., -1:]  # clamp: the top bin keeps what would leave the support
+    new[..., :-1] += down[..., 1:]
+    new[..., :1] += down[..., :1]  # clamp at the bottom
     reset = h.sum(dim=-1) * p_reset  # (...) reset mass, re-centred then moved once
-    landing = torch.stack([reset * p_dec, reset * p_keep, reset * p_inc], dim=-1)  # offsets -1, 0, +1
-    new = moved + F.pad(landing, (mid - 1, mid - 1))  # (..., p)
+    new[..., mid - 1 : mid + 2] += torch.stack([reset * p_dec, reset * p_keep, reset * p_inc], dim=-1)
     return new if p_copy is None else mix_copy(new, p_copy)
 
 

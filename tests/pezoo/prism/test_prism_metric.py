@@ -56,8 +56,10 @@ def test_deterministic_gates_define_a_metric(actions):
         assert h.max().item() == 1.0 and h.sum().item() == 1.0  # one-hot
         assert mode_offsets(h).item() == zt
 
+    z_hat = [mode_offsets(h).item() for h in hists]
+
     def d(a: int, b: int) -> int:
-        return abs(mode_offsets(hists[b]).item() - mode_offsets(hists[a]).item())
+        return abs(z_hat[b] - z_hat[a])
 
     n = len(hists)
     for a, b in itertools.product(range(n), repeat=2):
