@@ -15,6 +15,7 @@ Axis letters: n cursors (batch × heads × cursors flattened), p bins 2P+1, s to
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import statistics
@@ -29,7 +30,7 @@ from harness.backbone import Backbone, BackboneConfig
 from harness.config import preset_config
 from harness.data import IGNORE, collate, sample_training_batch
 from harness.tasks import create as create_task
-from pezoo.encodings.prism import centre_one_hot, histogram_step
+from pezoo.encodings.prism import histogram_step
 
 
 def median_ms(fn: Callable[[], object], repeats: int, device: torch.device, warmup: int = 2) -> float:
@@ -87,7 +88,7 @@ def update_scan(device: torch.device, repeats: int, n_dense: int, n_banded: int)
                     torch.testing.assert_close(dense_step(*args), histogram_step(*args), rtol=0, atol=1e-5)
         results["dense_over_banded"] = results["dense_ms"] / results["banded_ms"]
         rows.append(results)
-    for prev, row in zip(rows, rows[1:], strict=False):
+    for prev, row in itertools.pairwise(rows):
         row["banded_ratio_per_doubling"] = row["banded_wide_ms"] / prev["banded_wide_ms"]
     return rows
 
@@ -168,8 +169,8 @@ def main() -> None:
             print(f"\ntraining step, quick backbone, copy batch {step['tokens']} (b, s):")
             print(f"  nope            {step['nope_ms']:8.1f} ms")
             print(f"  prism (eager)   {step['prism_ms']:8.1f} ms   {step['prism_over_nope']:.2f}x nope")
-            print(f"  prism (compile) {step['prism_compiled_ms']:8.1f} ms   {step['prism_compiled_over_nope']:.2f}x nope"
-                  f"   (first call {step['compile_s']:.0f} s)")  # fmt: skip
+            compiled, ratio = step["prism_compiled_ms"], step["prism_compiled_over_nope"]
+            print(f"  prism (compile) {compiled:8.1f} ms   {ratio:.2f}x nope   (first call {step['compile_s']:.0f} s)")
             if "prism_forward_regions_ms" in step:
                 print(
                     "  PRISM forward regions (ms):",
