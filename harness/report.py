@@ -4,6 +4,8 @@ Columns (exact match of the greedy decode, EOS included, mean over seeds):
     in-dist       mean over the training scales 1..N
     2N, 4N, ...   at multiples of the training scale N that were evaluated
     tok-acc>N     teacher-forced per-token accuracy, mean over all scales beyond N
+    params        parameters of the whole model (the encoding's own in parentheses):
+                  the backbone is identical, so differences are the encoding's
     solved<=      the largest scale L such that exact match is >= 90% at every
                   evaluated scale <= L (the extrapolation score; N means "none beyond")
 With several seeds a cell reads ``mean ± half-width of the 95% t-interval``.
@@ -57,6 +59,8 @@ def per_seed_summary(df: pd.DataFrame) -> pd.DataFrame:
                 row[f"{k}N"] = at.iloc[-1]
         row["tok-acc>N"] = test["token_accuracy"].mean()
         row["solved<="] = solved_up_to(em, n)
+        if "n_params" in g:
+            row["params"] = f"{int(g['n_params'].iloc[0]):,} ({int(g['pe_params'].iloc[0]):,})"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -87,6 +91,7 @@ def leaderboard_tables(df: pd.DataFrame) -> dict[str, str]:
                     **{c: fmt(r[c]) for c in cols},
                     "tok-acc>N": fmt(r["tok-acc>N"]),
                     "solved<=": fmt(r["solved<="], integer=True),
+                    "params": r["params"].iloc[0] if "params" in r else "-",
                     "_key": (r["solved<="].mean(), r["in-dist"].mean(), r["tok-acc>N"].mean()),
                 }
             )
