@@ -23,6 +23,7 @@ state and histograms there). For a full forward pass the dict is fresh.
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -351,7 +352,12 @@ def _wrappable(name: str) -> bool:
 
 
 def get(name: str) -> Callable[..., PositionalEncoding]:
-    """The factory (usually the class) registered under ``name``."""
+    """The factory registered under ``name``: usually the class; for a wrapped name such
+    as ``randomized:rope``, a function taking the same keywords as :func:`create`."""
+    if ":" in name:
+        if name not in available():
+            raise UnknownNameError(unknown_name_message("encoding", name, available()))
+        return functools.partial(create, name)
     return ENCODINGS[name]
 
 

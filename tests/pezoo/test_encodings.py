@@ -104,3 +104,11 @@ def test_every_name_is_importable_standalone():
 
     assert isinstance(RoPE(head_dim=4), pezoo.PositionalEncoding)
     assert {ALiBi.name, NoPE.name, RoPE.name, SinusoidalAPE.name} <= set(pezoo.available())
+
+
+def test_get_accepts_wrapped_names():
+    factory = pezoo.get("randomized:rope")
+    pe = factory(head_dim=8)
+    assert isinstance(pe, pezoo.PositionalEncoding) and pe.name == "randomized:rope"
+    with pytest.raises(pezoo.UnknownNameError, match="Valid encodings"):
+        pezoo.get("randomized:nope")  # NoPE reads no positions: nothing to randomize
