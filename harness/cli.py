@@ -12,8 +12,9 @@ import pezoo
 from harness.config import GPU_PRESETS, PRESETS, preset_config
 from harness.provenance import resolve_device
 from harness.report import leaderboard_tables
+from harness.results import load
 from harness.run import check_run, execute
-from harness.store import Store, StoreError, load
+from harness.store import Store, StoreError
 
 DEFAULT_STORE = Path("runs") / "pezoo.sqlite"
 

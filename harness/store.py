@@ -7,7 +7,7 @@ Tables:
 
 A run's metrics and its ``finished`` status are written in one transaction, so a killed
 process never leaves a half-finished run that looks finished. Re-running a finished
-(config, seed) is a no-op; pandas reads the store through :func:`load`.
+(config, seed) is a no-op; pandas reads the store through :func:`harness.results.load`.
 """
 
 from __future__ import annotations
@@ -180,27 +180,3 @@ class Store:
     def metrics(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._db.execute("SELECT * FROM metrics WHERE run_id=? ORDER BY length", (run_id,))
         return [dict(r) for r in rows]
-
-
-def load(path: str | Path, *, status: str | None = "finished"):  # -> pandas.DataFrame
-    """Per-length metrics joined with their runs, as a pandas DataFrame.
-
-    Columns: run_id, pe, task, seed, preset, status, train_max, protocol, n_params,
-    pe_params, split, length, token_length, n, exact_match, token_accuracy.
-    """
-    import pandas as pd
-
-    with Store(path) as store:
-        rows = []
-        for run in store.runs():
-            if status is not None and run["status"] != status:
-                continue
-            base = {k: run[k] for k in ("run_id", "pe", "task", "seed", "preset", "status")}
-            base["train_max"] = run["config"]["train"]["train_max"]
-            base["protocol"] = run["config"].get("protocol", "decoder")
-            base["n_params"], base["pe_params"] = run["n_params"], run["pe_params"]
-            rows += [{**base, **{k: m[k] for k in m if k != "run_id"}} for m in store.metrics(run["run_id"])]
-    columns = ["run_id", "pe", "task", "seed", "preset", "status", "train_max", "protocol", "n_params", "pe_params"]
-    columns += ["split", "length"]
-    columns += ["token_length", "n", "exact_match", "token_accuracy"]
-    return pd.DataFrame(rows, columns=columns)

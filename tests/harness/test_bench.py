@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
-from harness.store import Store, StoreError, load
+from harness.results import load
+from harness.store import Store, StoreError
 
 ARGS = ["bench", "--pe", "nope,rope", "--task", "copy", "--preset", "smoke", "--device", "cpu"]
 

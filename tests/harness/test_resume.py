@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from harness.config import preset_config
-from harness.store import Store, load
+from harness.results import load
+from harness.store import Store
 from harness.train import restore, save_checkpoint
 
 STEPS = ["--steps", "100", "--checkpoint-every", "10"]

@@ -9,7 +9,8 @@ import textwrap
 from click.testing import CliRunner
 
 from harness.cli import main
-from harness.store import Store, load
+from harness.results import load
+from harness.store import Store
 
 
 def test_nan_loss_ends_the_run_as_diverged_and_the_others_finish(tmp_path):

@@ -1,0 +1,31 @@
+"""Results as pandas DataFrames, read from the SQLite store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from harness.store import Store
+
+
+def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
+    """Per-length metrics joined with their runs, as a pandas DataFrame.
+
+    Columns: run_id, pe, task, seed, preset, status, train_max, protocol, n_params,
+    pe_params, split, length, token_length, n, exact_match, token_accuracy.
+    """
+    with Store(path) as store:
+        rows = []
+        for run in store.runs():
+            if status is not None and run["status"] != status:
+                continue
+            base = {k: run[k] for k in ("run_id", "pe", "task", "seed", "preset", "status")}
+            base["train_max"] = run["config"]["train"]["train_max"]
+            base["protocol"] = run["config"].get("protocol", "decoder")
+            base["n_params"], base["pe_params"] = run["n_params"], run["pe_params"]
+            rows += [{**base, **{k: m[k] for k in m if k != "run_id"}} for m in store.metrics(run["run_id"])]
+    columns = ["run_id", "pe", "task", "seed", "preset", "status", "train_max", "protocol", "n_params", "pe_params"]
+    columns += ["split", "length"]
+    columns += ["token_length", "n", "exact_match", "token_accuracy"]
+    return pd.DataFrame(rows, columns=columns)
