@@ -9,6 +9,7 @@ from pezoo.encodings.nope import NoPE
 from pezoo.encodings.prism import PRISM
 from pezoo.encodings.randomized import RandomizedPE, RandomizedSinusoidalAPE, sample_sorted_positions
 from pezoo.encodings.rope import RoPE, rope_angles, rotate_pairs
+from pezoo.encodings.t5 import T5Bias, t5_relative_bucket
 
 __all__ = [
     "PRISM",
@@ -22,10 +23,12 @@ __all__ = [
     "RandomizedSinusoidalAPE",
     "RoPE",
     "SinusoidalAPE",
+    "T5Bias",
     "alibi_slopes",
     "hard_alibi_windows",
     "rope_angles",
     "rotate_pairs",
     "sample_sorted_positions",
     "sinusoid_table",
+    "t5_relative_bucket",
 ]

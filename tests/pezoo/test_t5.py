@@ -1,0 +1,83 @@
+"""T5 relative position bias (Raffel et al. 2020): buckets and the learned per-head scalar."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pezoo
+from pezoo import AttentionContext
+from pezoo.encodings.t5 import t5_relative_bucket
+
+
+def _bucket(rel: int, bidirectional: bool, num_buckets: int, max_distance: int) -> int:
+    """The bucket rule written out for one relative position pos_i - pos_j."""
+    offset = 0
+    if bidirectional:
+        num_buckets //= 2
+        if rel < 0:
+            offset = num_buckets
+        n = abs(rel)
+    else:
+        n = max(rel, 0)
+    exact = num_buckets // 2
+    if n < exact:
+        return offset + n
+    b = exact + int(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact))
+    return offset + min(b, num_buckets - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rel=st.lists(st.integers(-3000, 3000), min_size=1, max_size=50),
+    bidirectional=st.booleans(),
+    num_buckets=st.sampled_from([8, 16, 32]),
+    max_distance=st.sampled_from([20, 64, 128, 1000]),
+)
+def test_buckets(rel, bidirectional, num_buckets, max_distance):
+    got = t5_relative_bucket(
+        torch.tensor(rel), bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+    )
+    want = [_bucket(r, bidirectional, num_buckets, max_distance) for r in rel]
+    assert got.tolist() == want
+
+
+def test_t5_values_at_the_paper_defaults():
+    # causal, 32 buckets, max distance 128: 0..15 exact, then logarithmic, >= 128 shares bucket 31
+    got = t5_relative_bucket(torch.tensor([0, 5, 15, 16, 32, 64, 127, 128, 5000, -3]), bidirectional=False,
+                             num_buckets=32, max_distance=128)  # fmt: skip
+    assert got.tolist() == [0, 5, 15, 16, 21, 26, 31, 31, 31, 0]
+
+
+def test_bias_is_the_table_entry_of_each_bucket():
+    pe = pezoo.create("t5", n_heads=3, num_buckets=8, max_distance=20)
+    pos = torch.tensor([[0, 1, 4, 9, 30]])
+    ctx = AttentionContext(q_pos=pos, k_pos=pos)
+    (bias,) = pe.bias(0, torch.zeros(1, 3, 5, 4), torch.zeros(1, 3, 5, 4), ctx)
+    dense = bias.materialize(ctx, 3, torch.float32)
+    p = pos[0].tolist()
+    for h in range(3):
+        for i in range(5):
+            for j in range(5):
+                assert dense[0, h, i, j].item() == pe.table[_bucket(p[i] - p[j], False, 8, 20), h].item()
+
+
+def test_shared_across_layers_and_learned():
+    pe = pezoo.create("t5", dims=pezoo.ModelDims(32, 4, 3))
+    assert list(pe.state_dict()) == ["table"] and pe.table.shape == (32, 4)
+    pos = torch.arange(6)[None]
+    ctx = AttentionContext(q_pos=pos, k_pos=pos)
+    q = torch.zeros(1, 4, 6, 8)
+    (a,), (b,) = pe.bias(0, q, q, ctx), pe.bias(2, q, q, ctx)
+    assert torch.equal(a.tensor, b.tensor)
+    a.tensor.sum().backward()
+    assert pe.table.grad[:6].abs().sum() > 0 and pe.table.grad[6:].abs().sum() == 0
+
+
+def test_invalid_bucket_settings():
+    with pytest.raises(ValueError, match="max_distance"):
+        pezoo.create("t5", n_heads=2, num_buckets=32, max_distance=10)
