@@ -90,7 +90,7 @@ def plot_traces(
     title: str | None = None,
 ) -> Path:
     """Plot, per PRISM layer: the mode of every query and key cursor vs token index, the
-    increment and reset probabilities of every cursor, and one query cursor's full
+    drift P(inc) - P(dec) and the reset probability of every cursor, and one query cursor's full
     histogram over time. Saved as PNG or SVG (by suffix). Needs matplotlib (extra ``plot``).
     """
     import matplotlib
@@ -111,18 +111,23 @@ def plot_traces(
             for hi in range(h):
                 for ci in range(c):
                     ax.plot(steps, modes[side, hi, ci], marker=".", lw=1, label=f"h{hi} c{ci}")
-            ax.plot(steps, steps + 1, "k--", lw=0.8, label="t + 1")
+            ax.plot(steps, steps + 1, "k--", lw=0.8, label="±(t + 1)")
+            ax.plot(steps, -(steps + 1), "k--", lw=0.8)
             ax.set_title(f"PRISM layer {tr.layer}: {name}-cursor modes")
             ax.set_xlabel("token index t")
             ax.set_ylabel("mode offset")
             if row == 0 and side == 0:
                 ax.legend(fontsize=6, ncol=2)
         labels = [f"{'qk'[sd]} h{hi} c{ci}" for sd in range(2) for hi in range(h) for ci in range(c)]
-        for col, gate in ((2, 1), (3, 0)):
+        drift = gates[..., 1] - gates[..., 2]  # expected move E[Δ] without reset
+        for col, values, name, (lo, hi), cmap in (
+            (2, drift, "P(inc) - P(dec)", (-1, 1), "coolwarm"),
+            (3, gates[..., 0], "P(reset)", (0, 1), "viridis"),
+        ):
             ax = axes[row, col]
-            image = ax.imshow(gates[..., gate].reshape(-1, s), aspect="auto", vmin=0, vmax=1, cmap="viridis")
+            image = ax.imshow(values.reshape(-1, s), aspect="auto", vmin=lo, vmax=hi, cmap=cmap)
             ax.set_yticks(range(len(labels)), labels, fontsize=6)
-            ax.set_title(f"P({GATE_NAMES[gate]}) per cursor")
+            ax.set_title(f"{name} per cursor")
             ax.set_xlabel("token index t")
             fig.colorbar(image, ax=ax)
         ax = axes[row, 4]
