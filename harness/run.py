@@ -4,14 +4,22 @@ A run is idempotent: if the store already holds it as finished it is skipped. A 
 loss ends the run as ``diverged`` (with its reason) without stopping the others; any
 other error ends it as ``failed`` with the traceback; Ctrl-C marks it ``interrupted``
 and stops. Unfinished runs are simply run again next time.
+
+The work is split so that it can happen on another process or machine:
+:func:`train_and_evaluate` needs no store and returns a :class:`RunResult` (plain,
+picklable data), and :func:`record` writes such a result into the store. :func:`execute`
+does both in this process; the sweep executors (``harness.executors``) run
+``train_and_evaluate`` in workers and let the driver alone call ``record``.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -34,6 +42,36 @@ class RunOutcome:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class RunResult:
+    """What a trained and evaluated run hands back to whoever writes the store.
+
+    Attributes:
+        run_id: ``cfg.run_id()``.
+        status: ``finished``, ``diverged`` (NaN/inf loss) or ``failed`` (an exception).
+        provenance: where it ran (commit, device, versions), taken on the worker.
+        started_at: wall-clock (``time.time()``) when the worker started the run.
+        metrics: (split, metrics) per evaluated scale; empty unless finished.
+        final_loss, train_seconds, eval_seconds, n_params: as stored with a finished run.
+        error: one line saying what went wrong (diverged, failed).
+        traceback: the full traceback of a failed run.
+        notices: messages worth showing (a resume, a corrupt checkpoint), in order.
+    """
+
+    run_id: str
+    status: str
+    provenance: Mapping[str, Any]
+    started_at: float
+    metrics: tuple[tuple[str, LengthMetrics], ...] = ()
+    final_loss: float | None = None
+    train_seconds: float | None = None
+    eval_seconds: float | None = None
+    n_params: Mapping[str, int] = field(default_factory=dict)
+    error: str | None = None
+    traceback: str | None = None
+    notices: tuple[str, ...] = ()
+
+
 def check_run(cfg: RunConfig) -> None:
     """Fail fast, before any training, on a run that cannot work (ValueError says why)."""
     task = tasks.create(cfg.task)
@@ -49,34 +87,44 @@ def check_run(cfg: RunConfig) -> None:
         )
 
 
-def execute(
+def checkpoint_path(checkpoint_dir: str | Path, run_id: str) -> Path:
+    """The one checkpoint file of a run: ``<checkpoint_dir>/<run_id>.pt``."""
+    return Path(checkpoint_dir) / f"{run_id}.pt"
+
+
+def train_and_evaluate(
     cfg: RunConfig,
-    store: Store,
     device: torch.device,
+    checkpoint: Path,
     progress: Progress | None = None,
     *,
     checkpoint_every: int = 250,
     notice: Callable[[str], None] = print,
-) -> RunOutcome:
-    """Run ``cfg`` unless the store already holds it finished.
+) -> RunResult:
+    """Train ``cfg`` (resuming from ``checkpoint`` when it holds a usable state), evaluate
+    it at every training and test scale, and return the result without touching a store.
 
-    Checkpoints go to ``<store folder>/checkpoints/<run_id>.pt`` every
-    ``checkpoint_every`` steps; an unfinished run resumes from its checkpoint.
-    ``notice`` receives messages worth showing (a corrupt checkpoint, a resume).
+    A NaN loss gives a ``diverged`` result and any other exception a ``failed`` one with
+    its traceback; ``KeyboardInterrupt`` propagates. The checkpoint is left in place:
+    the caller removes it once the result is safely recorded.
     """
     run_id = cfg.run_id()
-    if store.status(run_id) == "finished":
-        return RunOutcome(run_id, "cached")
-    check_run(cfg)
-    task = tasks.create(cfg.task)
-    store.start(cfg, provenance(device))
+    started_at = time.time()
+    prov = provenance(device)
+    notices: list[str] = []
+
+    def tell(msg: str) -> None:
+        notices.append(msg)
+        notice(msg)
+
     try:
-        ckpt = Checkpointing(store.path.parent / "checkpoints" / f"{run_id}.pt", checkpoint_every)
+        task = tasks.create(cfg.task)
+        ckpt = Checkpointing(checkpoint, checkpoint_every)
         model, resume, problem = restore(cfg, ckpt.path, device)
         if problem:
-            notice(f"run {run_id}: {problem}")
+            tell(f"run {run_id}: {problem}")
         elif resume is not None:
-            notice(f"run {run_id}: resuming from step {resume['step']}")
+            tell(f"run {run_id}: resuming from step {resume['step']}")
         report = progress or (lambda *a: None)
         result = train(
             cfg,
@@ -96,22 +144,77 @@ def execute(
             m = evaluate_length(model, examples, batch_size=cfg.eval.batch_size, device=device, protocol=cfg.protocol)
             metrics.append((split, m))
             report("eval", done, len(lengths), f"n={n} em={m.exact_match:.2f}")
-        store.finish(
+        return RunResult(
             run_id,
-            metrics,
+            "finished",
+            prov,
+            started_at,
+            metrics=tuple(metrics),
             final_loss=result.final_loss,
             train_seconds=result.seconds,
             eval_seconds=time.perf_counter() - t0,
-            n_params=model.n_params(),
+            n_params=dict(model.n_params()),
+            notices=tuple(notices),
         )
-        ckpt.path.unlink(missing_ok=True)  # the results are in the store now
-        return RunOutcome(run_id, "finished")
     except DivergedError as exc:
-        store.mark(run_id, "diverged", str(exc))
-        return RunOutcome(run_id, "diverged", str(exc))
+        return RunResult(run_id, "diverged", prov, started_at, error=str(exc), notices=tuple(notices))
+    except Exception as exc:
+        return RunResult(
+            run_id,
+            "failed",
+            prov,
+            started_at,
+            error=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
+            notices=tuple(notices),
+        )
+
+
+def record(store: Store, result: RunResult) -> RunOutcome:
+    """Write a worker's result for a run that ``store.start`` has registered: metrics and
+    ``finished`` atomically, or the terminal status with its traceback (failed) or reason
+    (diverged)."""
+    if result.status == "finished":
+        store.finish(
+            result.run_id,
+            result.metrics,
+            final_loss=result.final_loss,
+            train_seconds=result.train_seconds,
+            eval_seconds=result.eval_seconds,
+            n_params=result.n_params,
+        )
+        return RunOutcome(result.run_id, "finished")
+    store.mark(result.run_id, result.status, result.traceback or result.error)
+    return RunOutcome(result.run_id, result.status, result.error)
+
+
+def execute(
+    cfg: RunConfig,
+    store: Store,
+    device: torch.device,
+    progress: Progress | None = None,
+    *,
+    checkpoint_every: int = 250,
+    notice: Callable[[str], None] = print,
+) -> RunOutcome:
+    """Run ``cfg`` in this process unless the store already holds it finished.
+
+    Checkpoints go to ``<store folder>/checkpoints/<run_id>.pt`` every
+    ``checkpoint_every`` steps; an unfinished run resumes from its checkpoint.
+    ``notice`` receives messages worth showing (a corrupt checkpoint, a resume).
+    """
+    run_id = cfg.run_id()
+    if store.status(run_id) == "finished":
+        return RunOutcome(run_id, "cached")
+    check_run(cfg)
+    store.start(cfg, provenance(device))
+    path = checkpoint_path(store.path.parent / "checkpoints", run_id)
+    try:
+        result = train_and_evaluate(cfg, device, path, progress, checkpoint_every=checkpoint_every, notice=notice)
     except KeyboardInterrupt:
         store.mark(run_id, "interrupted", "interrupted by the user (KeyboardInterrupt)")
         raise
-    except Exception as exc:
-        store.mark(run_id, "failed", traceback.format_exc())
-        return RunOutcome(run_id, "failed", f"{type(exc).__name__}: {exc}")
+    outcome = record(store, result)
+    if outcome.status == "finished":
+        path.unlink(missing_ok=True)  # the results are in the store now
+    return outcome

@@ -108,8 +108,11 @@ class Store:
         self._db.execute("COMMIT")
 
     # -- writing ---------------------------------------------------------------------
-    def start(self, cfg: RunConfig, provenance: Mapping[str, Any]) -> str:
-        """Record that ``cfg`` is running (replacing an unfinished earlier attempt)."""
+    def start(self, cfg: RunConfig, provenance: Mapping[str, Any], *, started_at: float | None = None) -> str:
+        """Record that ``cfg`` is running (replacing an unfinished earlier attempt).
+
+        ``started_at`` (Unix time, default now) lets a sweep driver record when a remote
+        worker actually started the run it reports."""
         run_id = cfg.run_id()
         with self._transaction() as db:
             db.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
@@ -124,7 +127,7 @@ class Store:
                     cfg.preset,
                     json.dumps(cfg.to_dict(), sort_keys=True),
                     json.dumps(dict(provenance), sort_keys=True),
-                    time.time(),
+                    time.time() if started_at is None else started_at,
                 ),
             )
         return run_id

@@ -1,0 +1,418 @@
+"""Sweep specifications (from the command line or a TOML file) and sweep plans.
+
+A sweep is a union of *grids*; a grid is the cross product
+
+    task × pe × (every list-valued override, in ``AXES`` order) × seed
+
+of ``RunConfig`` s built from one preset (``harness.config.preset_config``). The same
+names serve the command line (``--pe nope,rope --lr 1e-3,3e-4 --seeds 3``) and a sweep
+file read with the standard library's ``tomllib``::
+
+    preset = "quick"
+    pe = ["nope", "rope", "randomized:rope"]
+    task = ["copy", "reverse"]
+    seeds = 3                  # a count from `seed` (default 0), or a list: [0, 4, 7]
+    lr = [1e-3, 3e-4]          # any override may be one value or a list (a grid axis)
+
+    [[grid]]                   # optional: several grids, each over the keys above
+    task = ["addition"]
+    steps = 3000
+
+Without ``[[grid]]`` tables the top-level keys are the one grid; with them, the top
+level only gives defaults to every ``[[grid]]``. Unknown keys are errors naming the
+valid ones. A run that two grids both contain (same ``run_id``) is planned once.
+
+The plan (:func:`make_plan`) says, for a store, which runs are done and which are
+missing, and estimates the device time of the missing ones from the training speed
+(steps/s = ``train.steps / train_seconds``) and evaluation time of finished runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from harness.config import PRESETS, RunConfig, preset_config
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the project runs on 3.11+, tomllib is stdlib there
+    tomllib = None
+
+AXES: dict[str, tuple[str, str, type]] = {
+    "steps": ("train", "steps", int),
+    "batch_size": ("train", "batch_size", int),
+    "lr": ("train", "lr", float),
+    "train_len": ("train", "train_max", int),
+    "test_len": ("eval", "test_max", int),
+    "test_stride": ("eval", "test_stride", int),
+    "eval_samples": ("eval", "samples", int),
+    "backend": ("backbone", "backend", str),
+}
+"""Override axes: sweep/CLI name -> (config section, config key, value type)."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One cross product of runs.
+
+    Attributes:
+        preset: the named protocol every run starts from.
+        pe: encodings (registry names, wrappers included: ``randomized:rope``).
+        task: tasks.
+        seeds: the seeds, each a separate run.
+        steps, batch_size, lr, train_len, test_len, test_stride, eval_samples, backend:
+            override axes (see ``AXES``); empty = the preset's value, several values =
+            one run per value.
+    """
+
+    preset: str = "quick"
+    pe: tuple[str, ...] = ()
+    task: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = (0,)
+    steps: tuple[int, ...] = ()
+    batch_size: tuple[int, ...] = ()
+    lr: tuple[float, ...] = ()
+    train_len: tuple[int, ...] = ()
+    test_len: tuple[int, ...] = ()
+    test_stride: tuple[int, ...] = ()
+    eval_samples: tuple[int, ...] = ()
+    backend: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; valid presets: {', '.join(PRESETS)}")
+        if not self.pe or not self.task:
+            raise ValueError("a sweep needs at least one encoding (pe) and one task")
+        if not self.seeds:
+            raise ValueError("a sweep needs at least one seed")
+
+    def configs(self) -> list[RunConfig]:
+        """The grid's runs, in order task, pe, override axes, seed (ValueError if one is invalid)."""
+        axes = [(name, values) for name in AXES if (values := getattr(self, name))]
+        combos = list(itertools.product(*(values for _, values in axes)))
+        runs = []
+        for task, pe, combo, seed in itertools.product(self.task, self.pe, combos, self.seeds):
+            overrides: dict[str, dict[str, Any]] = {}
+            for (name, _), value in zip(axes, combo, strict=True):
+                section, key, _ = AXES[name]
+                overrides.setdefault(section, {})[key] = value
+            runs.append(preset_config(self.preset, pe=pe, task=task, seed=seed, overrides=overrides))
+        return runs
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A union of grids; ``configs()`` lists each distinct run once, in grid order."""
+
+    grids: tuple[Grid, ...]
+
+    def configs(self) -> list[RunConfig]:
+        seen: set[str] = set()
+        runs = []
+        for grid in self.grids:
+            for cfg in grid.configs():
+                if cfg.run_id() not in seen:
+                    seen.add(cfg.run_id())
+                    runs.append(cfg)
+        return runs
+
+    def override(self, **values: Any) -> SweepSpec:
+        """Replace keys (already parsed: tuples, a preset name) in every grid; None = keep."""
+        given = {k: v for k, v in values.items() if v is not None}
+        return SweepSpec(tuple(replace(g, **given) for g in self.grids))
+
+    def names(self) -> tuple[list[str], list[str]]:
+        """Every encoding and task named anywhere in the sweep (for validation)."""
+        pes = list(dict.fromkeys(p for g in self.grids for p in g.pe))
+        tasks = list(dict.fromkeys(t for g in self.grids for t in g.task))
+        return pes, tasks
+
+
+# --------------------------------------------------------------------------------------
+# Parsing: command-line strings and TOML values
+# --------------------------------------------------------------------------------------
+
+GRID_KEYS = ("preset", "pe", "task", "seeds", "seed", *AXES)
+"""Keys a sweep file (top level or a ``[[grid]]`` table) may hold."""
+
+
+def parse_list(value: str, kind: type) -> tuple[Any, ...]:
+    """``"1e-3, 3e-4"`` -> ``(0.001, 0.0003)`` for kind float (ValueError names the bad item)."""
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    try:
+        return tuple(kind(v) for v in items)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a comma-separated list of {kind.__name__} values") from None
+
+
+def _values(key: str, value: Any, kind: type, where: str) -> tuple[Any, ...]:
+    """One TOML value or list as a tuple of ``kind``; strings may be comma-separated."""
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if kind is str and isinstance(item, str):
+            out += [v.strip() for v in item.split(",") if v.strip()]
+        elif kind is float and isinstance(item, int | float) and not isinstance(item, bool):
+            out.append(float(item))
+        elif kind is int and isinstance(item, int) and not isinstance(item, bool):
+            out.append(item)
+        else:
+            raise ValueError(f"{where}: {key} must be a {kind.__name__} or a list of them, got {item!r}")
+    if not out:
+        raise ValueError(f"{where}: {key} is empty")
+    return tuple(out)
+
+
+def grid_from_mapping(values: Mapping[str, Any], where: str = "sweep") -> Grid:
+    """A ``Grid`` from sweep-file keys (``GRID_KEYS``); unknown keys are errors."""
+    unknown = sorted(set(values) - set(GRID_KEYS))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(GRID_KEYS)}")
+    kw: dict[str, Any] = {}
+    if "preset" in values:
+        if not isinstance(values["preset"], str):
+            raise ValueError(f"{where}: preset must be a string")
+        kw["preset"] = values["preset"]
+    for key in ("pe", "task"):
+        if key in values:
+            kw[key] = _values(key, values[key], str, where)
+    first = values.get("seed", 0)
+    if not isinstance(first, int) or isinstance(first, bool):
+        raise ValueError(f"{where}: seed must be an integer (the first seed)")
+    seeds = values.get("seeds", 1)
+    if isinstance(seeds, list):
+        if "seed" in values:
+            raise ValueError(f"{where}: give either seeds = [list] or seed (first) with seeds (count), not both")
+        kw["seeds"] = _values("seeds", seeds, int, where)
+    elif isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
+        kw["seeds"] = tuple(range(first, first + seeds))
+    else:
+        raise ValueError(f"{where}: seeds must be a count >= 1 or a list of seeds")
+    for name, (_, _, kind) in AXES.items():
+        if name in values:
+            kw[name] = _values(name, values[name], kind, where)
+    return Grid(**kw)
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read a TOML sweep file (see the module docstring); ValueError says what is wrong."""
+    path = Path(path)
+    if tomllib is None:  # pragma: no cover
+        raise ValueError("sweep files need Python >= 3.11 (tomllib)")
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read sweep file {path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"sweep file {path} is not valid TOML: {exc}") from None
+    tables = data.pop("grid", None)
+    if tables is None:
+        return SweepSpec((grid_from_mapping(data, str(path)),))
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise ValueError(f"{path}: grid must be one or more [[grid]] tables")
+    return SweepSpec(tuple(grid_from_mapping({**data, **t}, f"{path} [[grid]] #{i}") for i, t in enumerate(tables, 1)))
+
+
+# --------------------------------------------------------------------------------------
+# Labels: what distinguishes the runs of a sweep
+# --------------------------------------------------------------------------------------
+
+
+def _axis_value(cfg: RunConfig, name: str) -> Any:
+    section, key, _ = AXES[name]
+    return getattr(getattr(cfg, section), key)
+
+
+def varying_axes(configs: Sequence[RunConfig]) -> list[str]:
+    """The override axes (and ``preset``) whose value differs between the runs."""
+    names = ["preset"] if len({c.preset for c in configs}) > 1 else []
+    return names + [n for n in AXES if len({_axis_value(c, n) for c in configs}) > 1]
+
+
+def run_label(cfg: RunConfig, axes: Sequence[str] = ()) -> str:
+    """``rope on copy seed 0``, plus ``lr 0.0003`` etc. for each of ``axes``."""
+    extra = "".join(f" {a} {cfg.preset if a == 'preset' else _axis_value(cfg, a)}" for a in axes)
+    return f"{cfg.pe} on {cfg.task} seed {cfg.seed}{extra}"
+
+
+# --------------------------------------------------------------------------------------
+# Plans: done / missing, and the device time the missing runs need
+# --------------------------------------------------------------------------------------
+
+
+def _backbone_key(cfg: RunConfig) -> str:
+    return json.dumps(cfg.to_dict()["backbone"], sort_keys=True)
+
+
+MATCH_LEVELS: tuple[tuple[str, Callable[[RunConfig], tuple[Any, ...]]], ...] = (
+    ("same encoding and model", lambda c: (c.pe, _backbone_key(c), c.train.batch_size, c.train.train_max, c.protocol)),
+    ("same model", lambda c: (_backbone_key(c), c.train.batch_size, c.train.train_max, c.protocol)),
+    ("same backbone", lambda c: (_backbone_key(c),)),
+    ("any measured run", lambda c: ()),
+)
+"""How a missing run finds measured runs to estimate from: the first level with any."""
+
+
+def eval_units(cfg: RunConfig) -> int:
+    """Evaluation work in (example × evaluated scale) units: ``samples × #scales``."""
+    return cfg.eval.samples * (len(cfg.train_lengths()) + len(cfg.test_lengths()))
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A finished run's speed: training steps/s and evaluation seconds per unit."""
+
+    config: RunConfig
+    steps_per_second: float
+    eval_seconds_per_unit: float
+    device: str
+
+
+def measurements(runs: Iterable[Mapping[str, Any]]) -> list[Measurement]:
+    """Speeds of the finished runs of a store (``Store.runs()`` rows) with timings."""
+    out = []
+    for run in runs:
+        if run["status"] != "finished" or not run.get("train_seconds"):
+            continue
+        try:
+            cfg = RunConfig.from_dict(run["config"])
+        except (TypeError, ValueError):  # a config this version cannot read: no estimate from it
+            continue
+        out.append(
+            Measurement(
+                cfg,
+                cfg.train.steps / run["train_seconds"],
+                (run.get("eval_seconds") or 0.0) / eval_units(cfg),
+                str(run["provenance"].get("device", "?")),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Estimated device seconds of one run, and which runs it was estimated from."""
+
+    seconds: float
+    basis: str
+    steps_per_second: float
+    n_measured: int
+
+
+def estimate(cfg: RunConfig, measured: Sequence[Measurement]) -> Estimate | None:
+    """``steps / median(steps/s) + units × median(eval s/unit)`` over the most specific
+    ``MATCH_LEVELS`` level with measurements; None when the store has none at all."""
+    for basis, key in MATCH_LEVELS:
+        group = [m for m in measured if key(m.config) == key(cfg)]
+        if group:
+            rate = statistics.median(m.steps_per_second for m in group)
+            per_unit = statistics.median(m.eval_seconds_per_unit for m in group)
+            return Estimate(cfg.train.steps / rate + eval_units(cfg) * per_unit, basis, rate, len(group))
+    return None
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    index: int
+    config: RunConfig
+    status: str | None  # the store's status, None when never started
+    estimate: Estimate | None  # only for runs that are not finished
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The runs of a sweep against a store."""
+
+    runs: tuple[PlannedRun, ...]
+    devices: tuple[str, ...]  # devices the measured runs ran on
+
+    @property
+    def done(self) -> int:
+        return sum(r.status == "finished" for r in self.runs)
+
+    @property
+    def missing(self) -> int:
+        return len(self.runs) - self.done
+
+    def counts(self) -> dict[str, int]:
+        """Runs per store status (``not started`` for runs the store has never seen)."""
+        counts: dict[str, int] = {}
+        for r in self.runs:
+            key = r.status or "not started"
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    @property
+    def device_hours(self) -> float:
+        """Estimated device hours of the missing runs that have an estimate."""
+        return sum(r.estimate.seconds for r in self.runs if r.estimate is not None) / 3600
+
+    @property
+    def unestimated(self) -> int:
+        return sum(r.status != "finished" and r.estimate is None for r in self.runs)
+
+
+def make_plan(configs: Sequence[RunConfig], store_runs: Iterable[Mapping[str, Any]]) -> Plan:
+    """Done/missing per run and an estimate for each missing one (``store_runs`` are
+    ``Store.runs()`` rows; pass ``[]`` for a store that does not exist yet)."""
+    rows = list(store_runs)
+    status = {r["run_id"]: r["status"] for r in rows}
+    measured = measurements(rows)
+    planned = []
+    for i, cfg in enumerate(configs, start=1):
+        st = status.get(cfg.run_id())
+        planned.append(PlannedRun(i, cfg, st, None if st == "finished" else estimate(cfg, measured)))
+    return Plan(tuple(planned), tuple(sorted({m.device for m in measured})))
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def format_plan(plan: Plan, axes: Sequence[str] = ()) -> str:
+    """The runs as a table (status, estimated time), then the counts and the estimate."""
+    from tabulate import tabulate
+
+    rows = []
+    for r in plan.runs:
+        c = r.config
+        extra = [c.preset if a == "preset" else _axis_value(c, a) for a in axes]
+        est = "" if r.estimate is None else format_duration(r.estimate.seconds)
+        rows.append([r.index, c.pe, c.task, c.seed, *extra, r.status or "-", est, c.run_id()])
+    headers = ["#", "pe", "task", "seed", *axes, "status", "estimate", "run_id"]
+    lines = [tabulate(rows, headers=headers, tablefmt="simple"), ""]
+    counts = plan.counts()
+    missing = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()) if k != "finished")
+    lines.append(
+        f"{len(plan.runs)} runs: {plan.done} done, {plan.missing} missing" + (f" ({missing})" if missing else "")
+    )
+    if plan.missing:
+        estimated = plan.missing - plan.unestimated
+        if estimated:
+            bases: dict[str, int] = {}
+            for r in plan.runs:
+                if r.estimate is not None:
+                    bases[r.estimate.basis] = bases.get(r.estimate.basis, 0) + 1
+            basis = ", ".join(f"{n} from {b}" for b, n in bases.items())
+            lines.append(
+                f"estimate: {plan.device_hours:.2f} device-hours for {estimated} missing runs "
+                f"({basis}; speeds measured on {', '.join(plan.devices)}); wall time is about this divided "
+                "by the number of parallel workers"
+            )
+        if plan.unestimated:
+            lines.append(
+                f"{plan.unestimated} missing runs have no estimate: the store has no finished run to measure "
+                "steps/s from; run a few first (e.g. --seeds 1)"
+            )
+    return "\n".join(lines)
