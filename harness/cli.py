@@ -3,18 +3,42 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 import harness.tasks as tasks
 import pezoo
-from harness.config import GPU_PRESETS, PRESETS, preset_config
+from harness.config import GPU_PRESETS, PRESETS
+from harness.executors import (
+    ExecutorError,
+    InProcess,
+    Job,
+    RayExecutor,
+    SweepEvents,
+    WorkerLost,
+    local_executor,
+    run_sweep,
+)
 from harness.provenance import resolve_device
 from harness.report import leaderboard_tables
 from harness.results import load
-from harness.run import check_run, execute
+from harness.run import RunOutcome, RunResult, check_run
 from harness.store import Store, StoreError
+from harness.sweep import (
+    AXES,
+    Grid,
+    SweepSpec,
+    format_duration,
+    format_plan,
+    load_sweep,
+    make_plan,
+    parse_list,
+    run_label,
+    varying_axes,
+)
 
 DEFAULT_STORE = Path("runs") / "pezoo.sqlite"
 
@@ -53,9 +77,35 @@ def list_cmd() -> None:
     click.echo("backends:  " + ", ".join(sorted(pezoo.BACKENDS)))
 
 
+class _ListOf(click.ParamType):
+    """One value or a comma-separated list of them (a sweep axis): ``--lr 1e-3,3e-4``."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+        self.name = f"{kind.__name__}[,{kind.__name__}...]"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            values = parse_list(str(value), self.kind)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if not values:
+            self.fail("no value given", param, ctx)
+        return values
+
+
 @main.command()
-@click.option("--pe", "pes", required=True, help="Comma-separated encodings, e.g. nope,rope,randomized:rope.")
-@click.option("--task", "task_names", required=True, help="Comma-separated tasks, e.g. copy,reverse.")
+@click.option("--pe", "pes", help="Comma-separated encodings, e.g. nope,rope,randomized:rope.")
+@click.option("--task", "task_names", help="Comma-separated tasks, e.g. copy,reverse.")
+@click.option(
+    "--sweep",
+    "sweep_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="TOML sweep file (grids of encodings x tasks x options x seeds; see docs/sweeps.md). "
+    "Options given on the command line replace the file's values.",
+)
 @click.option(
     "--preset",
     default="quick",
@@ -65,14 +115,14 @@ def list_cmd() -> None:
 )
 @click.option("--seeds", default=1, show_default=True, help="Number of seeds per (encoding, task): seed0..seed0+k-1.")
 @click.option("--seed", "seed0", default=0, show_default=True, help="First seed.")
-@click.option("--steps", type=int, help="Override the preset's training steps.")
-@click.option("--batch-size", type=int, help="Override the training batch size.")
-@click.option("--lr", type=float, help="Override the peak learning rate.")
-@click.option("--train-len", type=int, help="Override the largest training scale N (train on 1..N).")
-@click.option("--test-len", type=int, help="Override the largest test scale M (test N+1..M).")
-@click.option("--test-stride", type=int, help="Evaluate every k-th test scale.")
-@click.option("--eval-samples", type=int, help="Examples per evaluated scale.")
-@click.option("--backend", type=str, help="Attention backend (see `pezoo list`).")
+@click.option("--steps", type=_ListOf(int), help="Override the preset's training steps (a list sweeps them).")
+@click.option("--batch-size", type=_ListOf(int), help="Override the training batch size.")
+@click.option("--lr", type=_ListOf(float), help="Override the peak learning rate, e.g. 1e-4,3e-4,5e-4.")
+@click.option("--train-len", type=_ListOf(int), help="Override the largest training scale N (train on 1..N).")
+@click.option("--test-len", type=_ListOf(int), help="Override the largest test scale M (test N+1..M).")
+@click.option("--test-stride", type=_ListOf(int), help="Evaluate every k-th test scale.")
+@click.option("--eval-samples", type=_ListOf(int), help="Examples per evaluated scale.")
+@click.option("--backend", type=_ListOf(str), help="Attention backend (see `pezoo list`).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--allow-cpu", is_flag=True, help="Run a GPU-sized preset on the CPU anyway (e.g. a few --steps).")
 @click.option(
@@ -82,6 +132,33 @@ def list_cmd() -> None:
     help="Save the training state every N steps; a killed run resumes from it.",
 )
 @click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False),
+    help="Where runs checkpoint (default: checkpoints/ next to the store). On a cluster, a directory "
+    "every node shares lets a retried run resume.",
+)
+@click.option(
+    "--executor",
+    default="local",
+    show_default=True,
+    type=click.Choice(["local", "ray"]),
+    help="local: this process, or a pool of worker processes; ray: Ray tasks on a cluster (pip install 'pezoo[ray]').",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Runs in parallel. local: default one per GPU, else one per CPU core (1 = in this process); "
+    "ray: default the cluster's GPU (else CPU) count.",
+)
+@click.option("--ray-address", help="Ray cluster to join (auto, host:port, ray://host:10001); default: start one here.")
+@click.option(
+    "--retries",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Run a failed attempt (an error, a dead worker) again up to this many times.",
+)
+@click.option(
     "--store",
     "store_path",
     default=str(DEFAULT_STORE),
@@ -89,102 +166,265 @@ def list_cmd() -> None:
     type=click.Path(dir_okay=False),
     help="SQLite results store (created if missing).",
 )
-def bench(pes, task_names, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
-          eval_samples, backend, device, allow_cpu, checkpoint_every, store_path) -> None:  # fmt: skip
+def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
+          eval_samples, backend, device, allow_cpu, checkpoint_every, checkpoint_dir, executor, workers, ray_address,
+          retries, store_path) -> None:  # fmt: skip
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
 
     Finished runs already in the store are not trained again; an interrupted run
     (Ctrl-C, a crash, a killed process) resumes from its last checkpoint when the same
     command is run again. Exit status is 1 if any run failed or diverged.
+
+    Lists make grids: `--lr 1e-4,3e-4 --seeds 3` trains every encoding and task at both
+    learning rates with 3 seeds; larger grids go in a --sweep file.
     """
-    pe_list, task_list = _split(pes), _split(task_names)
+    ctx = click.get_current_context()
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+    pe_list, task_list = _split(pes or ""), _split(task_names or "")
+    if sweep_file is None and not pe_list:
+        raise click.UsageError("Missing option '--pe' (or give a --sweep FILE).")
+    if sweep_file is None and not task_list:
+        raise click.UsageError("Missing option '--task' (or give a --sweep FILE).")
     _check_names("encoding", pe_list, pezoo.available())
     _check_names("task", task_list, tasks.available())
-    try:
-        dev = resolve_device(device)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--device") from None
-    if preset in GPU_PRESETS and dev.type != "cuda" and not allow_cpu:
-        raise click.UsageError(
-            f"preset {preset!r} is sized for a GPU and no CUDA device is in use; run it on a GPU, use "
-            "--preset quick on CPU, or pass --allow-cpu to run it anyway (e.g. with --steps 10)"
-        )
-    overrides = {
-        "train": {"steps": steps, "batch_size": batch_size, "lr": lr, "train_max": train_len},
-        "eval": {"test_max": test_len, "test_stride": test_stride, "samples": eval_samples},
-        "backbone": {"backend": backend},
+    axes = dict(
+        zip(AXES, (steps, batch_size, lr, train_len, test_len, test_stride, eval_samples, backend), strict=True)
+    )
+    cli = {
+        "pe": tuple(pe_list) or None,
+        "task": tuple(task_list) or None,
+        "preset": preset if sweep_file is None or given("preset") else None,
+        "seeds": tuple(range(seed0, seed0 + seeds)) if sweep_file is None or given("seeds") or given("seed0") else None,
+        **axes,
     }
-    if backend is not None:
-        _check_names("attention backend", [backend], sorted(pezoo.BACKENDS))
     try:
-        configs = [
-            preset_config(preset, pe=pe, task=task, seed=seed, overrides=overrides)
-            for task in task_list
-            for pe in pe_list
-            for seed in range(seed0, seed0 + seeds)
-        ]
+        spec = load_sweep(sweep_file) if sweep_file else SweepSpec((Grid(pe=cli["pe"], task=cli["task"]),))
+        spec = spec.override(**cli)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    sweep_pes, sweep_tasks = spec.names()
+    _check_names("encoding", sweep_pes, pezoo.available())
+    _check_names("task", sweep_tasks, tasks.available())
+    for grid in spec.grids:
+        _check_names("attention backend", list(grid.backend), sorted(pezoo.BACKENDS))
+    try:
+        configs = spec.configs()
         for cfg in {(c.task, c.preset): c for c in configs}.values():
             check_run(cfg)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+
+    ray_executor = None
+    if executor == "ray":
+        try:
+            ray_executor = RayExecutor(ray_address, workers=workers, device=device)
+        except ExecutorError as exc:
+            raise click.UsageError(str(exc)) from None
+        device_type, where = ray_executor.device_type, f"a Ray cluster ({ray_executor.device_type})"
+    else:
+        try:
+            dev = resolve_device(device)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--device") from None
+        device_type, where = dev.type, str(dev)
+    gpu_presets = sorted({c.preset for c in configs if c.preset in GPU_PRESETS})
+    if gpu_presets and device_type != "cuda" and not allow_cpu:
+        if ray_executor is not None:
+            ray_executor.close()
+        raise click.UsageError(
+            f"preset {gpu_presets[0]!r} is sized for a GPU and no CUDA device is in use; run it on a GPU, use "
+            "--preset quick on CPU, or pass --allow-cpu to run it anyway (e.g. with --steps 10)"
+        )
     try:
         store = Store(store_path)
     except StoreError as exc:
+        if ray_executor is not None:
+            ray_executor.close()
         raise click.ClickException(str(exc)) from None
 
-    failures = []
+    report = _SweepReport(configs)
     with store:
-        for i, cfg in enumerate(configs, start=1):
-            label = f"[{i}/{len(configs)}] {cfg.pe} on {cfg.task} seed {cfg.seed}"
-            if store.status(cfg.run_id()) == "finished":
-                click.echo(f"{label}: already in the store, skipped")
-                continue
-            try:
-                outcome = _execute_with_progress(cfg, store, dev, label, checkpoint_every)
-            except KeyboardInterrupt:
-                click.echo(f"\n{label}: interrupted; run the same command again to resume.", err=True)
-                sys.exit(130)
-            if outcome.status != "finished":
-                failures.append(f"{label}: {outcome.status}: {outcome.error}")
-                click.echo(f"{label}: {outcome.status}: {outcome.error}", err=True)
+        report.todo = todo = len({c.run_id() for c in configs if store.status(c.run_id()) != "finished"})
+        if ray_executor is not None:
+            runner = ray_executor
+        else:
+            runner = local_executor(dev, workers, todo, report.progress_for, report.live_notice)
+        report.in_process = isinstance(runner, InProcess)
+        try:
+            run_sweep(
+                runner,
+                configs,
+                store,
+                checkpoint_dir=checkpoint_dir,
+                checkpoint_every=checkpoint_every,
+                retries=retries,
+                events=report,
+            )
+        except KeyboardInterrupt:
+            report.close_bars()
+            for index in sorted(report.running):
+                click.echo(f"\n{report.label(index)}: interrupted; run the same command again to resume.", err=True)
+            sys.exit(130)
+        finally:
+            report.close_bars()
     run_ids = {c.run_id() for c in configs}
     df = load(store_path)
     df = df[df["run_id"].isin(run_ids)]
-    click.echo(f"\npreset {preset} on {dev}; results in {store_path}\n")
+    presets = ", ".join(dict.fromkeys(c.preset for c in configs))
+    click.echo(f"\npreset {presets} on {where}; results in {store_path}\n")
     for table in leaderboard_tables(df).values():
         click.echo(table + "\n")
-    if failures:
-        click.echo("Some runs did not finish:\n  " + "\n  ".join(failures), err=True)
+    if report.failures:
+        click.echo("Some runs did not finish:\n  " + "\n  ".join(report.failures), err=True)
         sys.exit(1)
 
 
-def _execute_with_progress(cfg, store, device, label, checkpoint_every):
-    bars: dict[str, click._termui_impl.ProgressBar] = {}
-    state = {"note": ""}
+class _SweepReport(SweepEvents):
+    """Progress of a sweep on the terminal.
 
-    def progress(phase: str, done: int, total: int, note: str) -> None:
-        if phase not in bars:
-            for bar in bars.values():
-                bar.render_finish()
-            bars[phase] = click.progressbar(
-                length=total, label=f"{label} {phase:5}", item_show_func=lambda _: state["note"], width=30
+    In-process runs show their own train/eval bars (as one run at a time always has);
+    pooled and Ray runs show one bar for the whole sweep (done, running, failed, ETA)
+    and a line per finished run.
+    """
+
+    def __init__(self, configs) -> None:
+        self.configs = list(configs)
+        self.axes = varying_axes(self.configs)
+        self.in_process = True
+        self.todo = len(self.configs)  # runs not yet finished; set by the caller
+        self.running: set[int] = set()
+        self.done = 0
+        self.failures: list[str] = []
+        self._run_bars: dict[str, click._termui_impl.ProgressBar] = {}
+        self._note = ""
+        self._sweep_bar = None
+        self._t0 = time.monotonic()
+
+    def label(self, index: int) -> str:
+        return f"[{index}/{len(self.configs)}] {run_label(self.configs[index - 1], self.axes)}"
+
+    # -- output that keeps a live sweep bar intact ----------------------------------
+    def _echo(self, message: str, err: bool = False) -> None:
+        live = self._sweep_bar is not None and sys.stdout.isatty()
+        if live:
+            click.echo("\r\033[K", nl=False)  # clear the bar's line, print, draw the bar again
+        click.echo(message, err=err)
+        if live:
+            self._sweep_bar.render_progress()
+
+    def _status(self) -> str:
+        """``done 3/12, running 2, failed 0, ETA 4m`` (ETA: elapsed / completed × remaining)."""
+        completed = self.done + len(self.failures)
+        status = f"done {self.done}/{self.todo}, running {len(self.running)}, failed {len(self.failures)}"
+        if completed and completed < self.todo:
+            eta = (time.monotonic() - self._t0) / completed * (self.todo - completed)
+            status += f", ETA {format_duration(eta)}"
+        return status
+
+    def _bump(self, finished: bool) -> None:
+        if self.in_process:
+            return
+        if self._sweep_bar is None:
+            self._sweep_bar = click.progressbar(
+                length=self.todo, label="sweep", item_show_func=lambda _: self._status(), show_eta=False, width=30
             )
-            bars[phase].__enter__()
-        state["note"] = note
-        bars[phase].update(done - bars[phase].pos)
+            self._sweep_bar.__enter__()
+        self._sweep_bar.update(1 if finished else 0)
 
-    try:
-        return execute(
-            cfg,
-            store,
-            device,
-            progress,
-            checkpoint_every=checkpoint_every,
-            notice=lambda msg: click.echo(f"\n{label}: {msg}", err=True),
+    # -- per-run bars of the in-process executor -------------------------------------
+    def progress_for(self, job: Job):
+        label = self.label(job.index)
+
+        def progress(phase: str, done: int, total: int, note: str) -> None:
+            if phase not in self._run_bars:
+                for bar in self._run_bars.values():
+                    bar.render_finish()
+                self._run_bars[phase] = click.progressbar(
+                    length=total, label=f"{label} {phase:5}", item_show_func=lambda _: self._note, width=30
+                )
+                self._run_bars[phase].__enter__()
+            self._note = note
+            self._run_bars[phase].update(done - self._run_bars[phase].pos)
+
+        return progress
+
+    def live_notice(self, job: Job, message: str) -> None:
+        click.echo(f"\n{self.label(job.index)}: {message}", err=True)
+
+    def close_bars(self) -> None:
+        self.close_run_bars()
+        if self._sweep_bar is not None:
+            self._sweep_bar.__exit__(None, None, None)
+            self._sweep_bar = None
+
+    # -- SweepEvents -----------------------------------------------------------------
+    def skipped(self, index: int, cfg) -> None:
+        click.echo(f"{self.label(index)}: already in the store, skipped")
+
+    def started(self, job: Job) -> None:
+        self.running.add(job.index)
+        self._bump(finished=False)
+
+    def notice(self, job: Job, message: str) -> None:
+        self._echo(f"{self.label(job.index)}: {message}", err=True)
+
+    def retrying(self, job: Job, reason: str, attempts: int) -> None:
+        self.running.discard(job.index)
+        self.close_run_bars()
+        self._echo(
+            f"{self.label(job.index)}: attempt {job.attempt} of {attempts} failed ({reason}); retrying", err=True
         )
-    finally:
-        for bar in bars.values():
+
+    def finished(self, job: Job, outcome: RunOutcome, result: RunResult | WorkerLost) -> None:
+        self.running.discard(job.index)
+        self.close_run_bars()
+        label = self.label(job.index)
+        if outcome.status == "finished":
+            self.done += 1
+            if not self.in_process:
+                seconds = (result.train_seconds or 0) + (result.eval_seconds or 0)
+                self._echo(f"{label}: finished in {seconds:.1f}s ({self._status()})")
+        else:
+            self.failures.append(f"{label}: {outcome.status}: {outcome.error}")
+            self._echo(f"{label}: {outcome.status}: {outcome.error}", err=True)
+        self._bump(finished=True)
+
+    def close_run_bars(self) -> None:
+        for bar in self._run_bars.values():
             bar.__exit__(None, None, None)
+        self._run_bars.clear()
+
+
+@main.group()
+def sweep() -> None:
+    """Sweep files: `pezoo sweep plan FILE`; run one with `pezoo bench --sweep FILE`."""
+
+
+@sweep.command("plan")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--store", "store_path", default=str(DEFAULT_STORE), show_default=True, type=click.Path(dir_okay=False))
+def sweep_plan(file, store_path) -> None:
+    """Print the runs of a sweep file, how many the store already holds finished, and an
+    estimate of the device-hours the missing ones need (from the measured steps/s of
+    finished runs in the store)."""
+    try:
+        configs = load_sweep(file).configs()
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    pes = list(dict.fromkeys(c.pe for c in configs))
+    _check_names("encoding", pes, pezoo.available())
+    _check_names("task", list(dict.fromkeys(c.task for c in configs)), tasks.available())
+    rows = []
+    if Path(store_path).exists():
+        try:
+            with Store(store_path) as store:
+                rows = store.runs()
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(format_plan(make_plan(configs, rows), varying_axes(configs)))
 
 
 @main.command()
