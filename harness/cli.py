@@ -455,6 +455,11 @@ def results(store_path, pe, task, fmt) -> None:
         click.echo(df.to_markdown(index=False))
 
 
+# `pezoo perf`: time and memory of every encoding side by side (harness/perf.py).
+from harness.perf import perf_command as _perf_command  # noqa: E402
+
+main.add_command(_perf_command)
+
 # The leaderboard's commands (export, check, build); this composition root is the only
 # harness module that imports the leaderboard package.
 from leaderboard.cli import leaderboard as _leaderboard_group  # noqa: E402
