@@ -1,0 +1,264 @@
+"""Sweep specifications (command-line lists, TOML files) and sweep plans (done/missing,
+device-hour estimates from measured steps/s). Nothing here trains a model."""
+
+from __future__ import annotations
+
+import itertools
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.cli import main
+from harness.config import preset_config
+from harness.evaluate import LengthMetrics
+from harness.store import Store
+from harness.sweep import (
+    Grid,
+    SweepSpec,
+    eval_units,
+    format_plan,
+    load_sweep,
+    make_plan,
+    parse_list,
+    run_label,
+    varying_axes,
+)
+
+
+def write(tmp_path, text, name="sweep.toml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def key(cfg):
+    return (cfg.task, cfg.pe, cfg.seed, cfg.train.lr, cfg.train.steps, cfg.preset)
+
+
+# -- sweep files ----------------------------------------------------------------------
+
+
+def test_sweep_file_is_the_cross_product_in_task_pe_axis_seed_order(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        preset = "smoke"
+        pe = ["nope", "rope"]
+        task = "copy, reverse"
+        seeds = 2
+        seed = 5
+        lr = [1e-3, 3e-4]
+        steps = 7
+        """,
+    )
+    configs = load_sweep(path).configs()
+    expected = [
+        (task, pe, seed, lr, 7, "smoke")
+        for task in ("copy", "reverse")
+        for pe in ("nope", "rope")
+        for lr in (1e-3, 3e-4)
+        for seed in (5, 6)
+    ]
+    assert [key(c) for c in configs] == expected
+    assert len({c.run_id() for c in configs}) == 16
+    assert configs[0] == preset_config(
+        "smoke", pe="nope", task="copy", seed=5, overrides={"train": {"lr": 1e-3, "steps": 7}}
+    )
+
+
+def test_grid_tables_union_over_top_level_defaults_without_duplicates(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        preset = "smoke"
+        task = ["copy"]
+        seeds = [0, 3]
+
+        [[grid]]
+        pe = ["nope", "rope"]
+
+        [[grid]]
+        pe = ["rope"]            # rope on copy again: planned once
+        task = ["copy", "reverse"]
+        seeds = [3]
+        """,
+    )
+    configs = load_sweep(path).configs()
+    assert [key(c)[:3] for c in configs] == [
+        ("copy", "nope", 0),
+        ("copy", "nope", 3),
+        ("copy", "rope", 0),
+        ("copy", "rope", 3),
+        ("reverse", "rope", 3),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('pe = "rope"\ntask = "copy"\nlearning_rate = 1e-3\n', "unknown key(s) learning_rate; valid keys: preset, pe"),
+        ('pe = "rope"\ntask = "copy"\nsteps = 1.5\n', "steps must be a int"),
+        ('pe = "rope"\ntask = "copy"\nlr = "fast"\n', "lr must be a float"),
+        ('pe = "rope"\ntask = "copy"\nseeds = 0\n', "seeds must be a count >= 1"),
+        ('pe = "rope"\ntask = "copy"\nseeds = [1, 2]\nseed = 4\n', "either seeds = [list] or seed"),
+        ('pe = "rope"\ntask = "copy"\npreset = "huge"\n', "unknown preset 'huge'"),
+        ('task = "copy"\n', "at least one encoding"),
+        ('pe = "rope"\ntask = "copy"\ngrid = 3\n', "[[grid]] tables"),
+        ('pe = ["rope"\n', "not valid TOML"),
+    ],
+)
+def test_bad_sweep_files_say_what_is_wrong(tmp_path, text, message):
+    with pytest.raises(ValueError) as err:
+        load_sweep(write(tmp_path, text)).configs()
+    assert message in str(err.value)
+
+
+def test_command_line_values_replace_the_files(tmp_path):
+    spec = load_sweep(write(tmp_path, 'preset = "smoke"\npe = ["nope", "rope"]\ntask = "copy"\nlr = [1e-3, 3e-4]\n'))
+    configs = spec.override(pe=("alibi",), lr=(5e-4,), seeds=(1, 2), preset=None).configs()
+    assert [key(c)[:4] for c in configs] == [("copy", "alibi", 1, 5e-4), ("copy", "alibi", 2, 5e-4)]
+    assert {c.preset for c in configs} == {"smoke"}  # None keeps the file's value
+
+
+def test_parse_list():
+    assert parse_list("1e-4, 3e-4,5e-4", float) == (1e-4, 3e-4, 5e-4)
+    assert parse_list("100", int) == (100,)
+    with pytest.raises(ValueError, match="'1,x' is not a comma-separated list of int"):
+        parse_list("1,x", int)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    n_pe=st.integers(1, 3),
+    n_task=st.integers(1, 2),
+    seeds=st.lists(st.integers(0, 50), min_size=1, max_size=3, unique=True),
+    lrs=st.lists(st.sampled_from([1e-4, 3e-4, 1e-3]), max_size=3, unique=True),
+    steps=st.lists(st.integers(1, 9), max_size=2, unique=True),
+)
+def test_grid_size_is_the_product_of_its_axes(n_pe, n_task, seeds, lrs, steps):
+    grid = Grid(
+        preset="smoke",
+        pe=("nope", "rope", "alibi")[:n_pe],
+        task=("copy", "reverse")[:n_task],
+        seeds=tuple(seeds),
+        lr=tuple(lrs),
+        steps=tuple(steps),
+    )
+    configs = SweepSpec((grid,)).configs()
+    assert len(configs) == n_pe * n_task * len(seeds) * max(1, len(lrs)) * max(1, len(steps))
+    assert {(c.pe, c.task, c.seed) for c in configs} == set(itertools.product(grid.pe, grid.task, seeds))
+    assert len({c.run_id() for c in configs}) == len(configs)
+
+
+def test_labels_name_only_what_varies():
+    configs = SweepSpec((Grid(preset="smoke", pe=("rope",), task=("copy",), lr=(1e-3, 3e-4)),)).configs()
+    assert varying_axes(configs) == ["lr"]
+    assert run_label(configs[1], varying_axes(configs)) == "rope on copy seed 0 lr 0.0003"
+    assert varying_axes(configs[:1]) == []
+
+
+# -- plans ----------------------------------------------------------------------------
+
+
+def finish(store, cfg, train_seconds, eval_seconds, device="cpu:test x1 threads"):
+    run_id = store.start(cfg, {"commit": "t", "device": device})
+    metrics = [("test", LengthMetrics(n, float(n), 4, 0.5, 0.5)) for n in cfg.test_lengths()]
+    store.finish(
+        run_id,
+        metrics,
+        final_loss=0.1,
+        train_seconds=train_seconds,
+        eval_seconds=eval_seconds,
+        n_params={"total": 1, "pe": 0},
+    )
+
+
+SWEEP = """
+preset = "smoke"
+pe = ["nope", "rope", "alibi"]
+task = "copy"
+seeds = 2
+steps = 300
+"""
+
+
+def test_plan_counts_done_and_estimates_missing_runs_from_measured_speed(tmp_path):
+    configs = load_sweep(write(tmp_path, SWEEP)).configs()  # nope0 nope1 rope0 rope1 alibi0 alibi1
+    store_path = tmp_path / "s.sqlite"
+    with Store(store_path) as store:
+        # nope seed 0: 300 steps in 10 s = 30 steps/s; rope seed 0: 300 steps in 30 s = 10 steps/s
+        finish(store, configs[0], train_seconds=10.0, eval_seconds=2.0)
+        finish(store, configs[2], train_seconds=30.0, eval_seconds=4.0)
+        store.start(configs[3], {"commit": "t"})
+        store.mark(configs[3].run_id(), "failed", "boom")
+        plan = make_plan(configs, store.runs())
+    assert (plan.done, plan.missing) == (2, 4)
+    assert plan.counts() == {"finished": 2, "not started": 3, "failed": 1}
+    units = eval_units(configs[0])  # samples x evaluated scales, the same for every run here
+    assert units == 8 * (5 + 3)
+    by_index = {r.index: r for r in plan.runs}
+    # nope seed 1 takes nope's speed; rope seed 1 rope's (same encoding and model)
+    assert by_index[2].estimate.seconds == pytest.approx(300 / 30 + units * (2.0 / units))
+    assert by_index[4].estimate.seconds == pytest.approx(300 / 10 + units * (4.0 / units))
+    assert by_index[4].estimate.basis == "same encoding and model"
+    # alibi was never measured: the median over runs of the same model (20 steps/s, 3 s eval)
+    assert by_index[5].estimate.basis == "same model"
+    assert by_index[5].estimate.seconds == pytest.approx(300 / 20 + 3.0)
+    assert by_index[1].estimate is None  # finished: nothing to estimate
+    hours = (10 + 2 + 30 + 4 + 2 * (15 + 3)) / 3600
+    assert plan.device_hours == pytest.approx(hours)
+    text = format_plan(plan)
+    assert "6 runs: 2 done, 4 missing (1 failed, 3 not started)" in text
+    assert f"{hours:.2f} device-hours for 4 missing runs" in text and "cpu:test x1 threads" in text
+
+
+def test_plan_without_measurements_says_so(tmp_path):
+    configs = load_sweep(write(tmp_path, SWEEP)).configs()
+    plan = make_plan(configs, [])
+    assert plan.device_hours == 0 and plan.unestimated == 6
+    assert "6 missing runs have no estimate" in format_plan(plan)
+
+
+def test_sweep_plan_command(tmp_path):
+    path = write(tmp_path, SWEEP)
+    store_path = tmp_path / "s.sqlite"
+    with Store(store_path) as store:
+        finish(store, load_sweep(path).configs()[0], train_seconds=3600.0, eval_seconds=0.0)
+    result = CliRunner().invoke(main, ["sweep", "plan", str(path), "--store", str(store_path)])
+    assert result.exit_code == 0, result.output
+    assert "6 runs: 1 done, 5 missing (5 not started)" in result.output
+    assert "5.00 device-hours for 5 missing runs" in result.output  # 300 steps at 300 steps/hour each
+    assert result.output.count(" finished ") == 1
+    # a store that does not exist yet is not created by planning
+    fresh = CliRunner().invoke(main, ["sweep", "plan", str(path), "--store", str(tmp_path / "none.sqlite")])
+    assert fresh.exit_code == 0 and "6 runs: 0 done, 6 missing" in fresh.output
+    assert not (tmp_path / "none.sqlite").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pe", "ropee"], "Did you mean 'rope'"),
+        (["--lr", "1e-3,fast"], "not a comma-separated list of float"),
+        (["--executor", "spark"], "'spark' is not one of 'local', 'ray'"),
+        (["--workers", "0"], "0 is not in the range x>=1"),
+    ],
+)
+def test_bench_sweep_options_fail_fast(tmp_path, args, message):
+    path = write(tmp_path, SWEEP)
+    store = tmp_path / "s.sqlite"
+    result = CliRunner().invoke(main, ["bench", "--sweep", str(path), *args, "--store", str(store)])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not store.exists()
+
+
+def test_bench_needs_pe_and_task_or_a_sweep_file(tmp_path):
+    result = CliRunner().invoke(main, ["bench", "--task", "copy", "--store", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 2 and "Missing option '--pe'" in result.output
+    bad = write(tmp_path, 'pe = "rope"\ntask = "cpy"\n')
+    result = CliRunner().invoke(main, ["bench", "--sweep", str(bad), "--store", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 2 and "Valid tasks:" in result.output
