@@ -9,9 +9,19 @@ import torch
 
 import pezoo
 from pezoo.attention import dense_mask
+from pezoo.backends import flex_compile, xformers_available
 
 DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
-BACKENDS = [b for b in sorted(pezoo.BACKENDS) if b != "eager"]
+# xformers runs only on CUDA; flex runs uncompiled here (its compiled kernel is tested in test_backends_flex)
+BACKENDS = [b for b in sorted(pezoo.BACKENDS) if b != "eager" and (b != "xformers" or xformers_available())]
+
+
+@pytest.fixture(autouse=True)
+def _uncompiled_flex():
+    with flex_compile(False):
+        yield
+
+
 ENCODINGS = pezoo.available()
 
 
@@ -54,7 +64,7 @@ def test_fully_masked_rows_stay_finite():
     ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos, key_padding_mask=padding)
     mask = dense_mask(ctx, [], 1, 4, 4, torch.float32, torch.device("cpu"))
     q = k = v = torch.randn(1, 1, 4, 2)
-    for backend in pezoo.BACKENDS:
+    for backend in ["eager", *BACKENDS]:
         out, _ = pezoo.attend(q, k, v, ctx, backend=backend)
         assert torch.isfinite(out).all(), backend
     assert torch.isfinite(mask[0, 0, 0]).all()
