@@ -1,0 +1,173 @@
+"""`pezoo perf` at toy sizes: every section runs and its output has the right shape.
+
+No wall-clock assertions: timings are whatever the machine gives; only structure,
+bookkeeping (ratios, counts, verdicts) and the command's behaviour are checked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.perf import (
+    SECTIONS,
+    PerfGrid,
+    Timing,
+    best_backend_rows,
+    grid_from,
+    measure_memory_one,
+    render,
+    run_perf,
+    time_interleaved,
+)
+
+TOY = grid_from(
+    "quick",
+    repeats=2,
+    warmup=1,
+    presets=("smoke",),
+    encodings=("nope", "alibi", "prism"),
+    backends=("eager", "sdpa"),
+    memory_lengths=(48,),
+    memory_encodings=("nope", "alibi"),
+    memory_backends=("sdpa",),
+    decode_length=18,
+    decode_prompt=6,
+    decode_batch=2,
+    decode_encodings=("nope", "prism"),
+    prism_supports=(16, 32),
+    prism_scan_tokens=4,
+    prism_cursors=4,
+)
+
+
+@pytest.fixture(scope="module")
+def toy_report():
+    return run_perf(TOY, torch.device("cpu"))
+
+
+def test_timing_summary_is_median_and_quartiles():
+    t = Timing.of([5.0, 1.0, 4.0, 2.0, 3.0], [10.0, 30.0, 20.0])
+    # inclusive quartiles of 1..5 are 2 and 4
+    assert (t.median_ms, t.q1_ms, t.q3_ms, t.min_ms, t.rounds, t.cpu_ms) == (3.0, 2.0, 4.0, 1.0, 5, 20.0)
+    assert t.spread == pytest.approx(2.0 / 3.0)
+
+
+def test_time_interleaved_warms_up_then_rotates_the_order():
+    calls: list[str] = []
+    candidates = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    timings = time_interleaved(candidates, repeats=4, warmup=2)
+    assert calls[:6] == ["a", "a", "b", "b", "c", "c"]
+    rounds = [calls[6 + 3 * r : 9 + 3 * r] for r in range(4)]
+    assert rounds == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert {name: t.rounds for name, t in timings.items()} == {"a": 4, "b": 4, "c": 4}
+
+
+def test_best_backend_and_verdicts():
+    rows = [
+        {"preset": "p", "pe": "nope", "backend": "x", "ratio_to_nope": 1.0, "target": None},
+        {"preset": "p", "pe": "nope", "backend": "y", "ratio_to_nope": 1.3, "target": None},
+        {"preset": "p", "pe": "rope", "backend": "x", "ratio_to_nope": 1.2, "target": 1.15},
+        {"preset": "p", "pe": "rope", "backend": "y", "ratio_to_nope": 1.1, "target": 1.15},
+        {"preset": "p", "pe": "prism", "backend": "x", "ratio_to_nope": 2.6, "target": 2.5},
+    ]
+    best = {r["pe"]: r for r in best_backend_rows(rows)}
+    assert (best["nope"]["backend"], best["nope"]["meets_target"]) == ("x", None)
+    assert (best["rope"]["backend"], best["rope"]["meets_target"]) == ("y", True)
+    assert best["prism"]["meets_target"] is False
+
+
+def test_grid_keys_are_strict():
+    with pytest.raises(TypeError, match=r"valid: .*repeats"):
+        grid_from("default", repeat=3)
+    with pytest.raises(ValueError, match="unknown perf section"):
+        PerfGrid(sections=("train", "speed"))
+
+
+def test_train_rows_cover_the_grid(toy_report):
+    rows = toy_report["train"]
+    assert {(r["pe"], r["backend"]) for r in rows} == {(p, b) for p in TOY.encodings for b in TOY.backends}
+    nope = [r["ratio_to_nope"] for r in rows if r["pe"] == "nope"]
+    assert min(nope) == 1.0  # the reference is nope on its fastest backend
+    for r in rows:
+        b, s = r["batch"]
+        assert r["tokens_per_s"] == pytest.approx(b * s / (r["median_ms"] / 1000))
+        assert r["median_ms"] > 0 and r["spread"] >= 0
+    assert {r["pe"]: r["target"] for r in rows} == {"nope": None, "alibi": 1.15, "prism": 2.5}
+
+
+def test_memory_rows_measure_each_length_in_a_subprocess(toy_report):
+    rows = toy_report["memory"]
+    assert [(r["pe"], r["backend"], r["length"]) for r in rows] == [("nope", "sdpa", 48), ("alibi", "sdpa", 48)]
+    assert all(r["ok"] and r["peak_mib"] >= 0 and r["baseline_mib"] > 0 for r in rows), rows
+
+
+def test_an_infeasible_memory_measurement_is_reported_not_raised():
+    row = measure_memory_one(
+        "nope", "sdpa", 64, dims=(64, 1, 8), device=torch.device("cpu"), cap_gib=0.05, threads=1
+    )  # 50 MiB of address space, less than torch already maps: the first allocation fails
+    assert row["ok"] is False and row["error"]
+
+
+def test_decode_rows_generate_the_whole_length_identically(toy_report):
+    rows = toy_report["decode"]
+    assert [r["pe"] for r in rows] == ["nope", "prism"]
+    for r in rows:
+        assert r["generated"] == TOY.decode_length - TOY.decode_prompt
+        assert r["same_tokens"] is True  # the cache changes the cost, not the tokens
+        assert r["speedup"] > 0 and math.isfinite(r["speedup"])
+
+
+def test_prism_rows(toy_report):
+    prism = toy_report["prism"]
+    assert [r["support"] for r in prism["by_support"]] == [16, 32]
+    assert "forward_backward_ratio" not in prism["by_support"][0]
+    r = prism["by_support"][1]
+    assert r["forward_backward_ratio"] == pytest.approx(
+        r["forward_backward_ms"] / prism["by_support"][0]["forward_backward_ms"]
+    )
+    assert [r["tokens"] for r in prism["by_tokens"]] == [4, 8, 16]
+    (comp,) = prism["components"]
+    assert comp["variant"] == "default" and set(comp["parts"]) == {"gates", "scan", "streams"}
+    assert comp["ratio_to_nope"] == pytest.approx(comp["step_ms"] / comp["nope_step_ms"])
+    assert any(p["op"] == "prism.scan" for p in comp["profile"])
+
+
+def test_report_is_json_with_provenance_and_renders(toy_report):
+    again = json.loads(json.dumps(toy_report))
+    assert again["schema_version"] == 1
+    assert set(SECTIONS) <= set(again)
+    prov = again["provenance"]
+    assert prov["commit"] and prov["device"].startswith("cpu") and prov["torch"] == torch.__version__
+    assert prov["threads"] == 1
+    text = render(toy_report)
+    for header in ("training step", "peak memory", "greedy decoding", "PRISM histogram scan", "| prism"):
+        assert header in text
+
+
+def test_cli_prints_the_table_and_writes_json(tmp_path):
+    out = tmp_path / "perf.json"
+    args = ["perf", "--sections", "train", "--presets", "smoke", "--pe", "nope,rope", "--backends", "sdpa"]
+    result = CliRunner().invoke(main, [*args, "--repeats", "1", "--device", "cpu", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "| rope" in result.output and "preset smoke" in result.output
+    report = json.loads(out.read_text())
+    assert [r["pe"] for r in report["train"]] == ["nope", "rope"] and "memory" not in report
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pe", "ropee"], "Did you mean 'rope'"),
+        (["--sections", "speed"], "unknown perf section"),
+        (["--memory-lengths", "a,b"], "comma-separated integers"),
+    ],
+)
+def test_cli_rejects_bad_options(args, message):
+    result = CliRunner().invoke(main, ["perf", *args])
+    assert result.exit_code != 0 and message in result.output
