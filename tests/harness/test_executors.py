@@ -1,0 +1,368 @@
+"""Executors and the sweep driver: retries, failures, interrupts, the local process pool,
+a killed driver, and Ray (a real local instance, 2 CPUs) against the local pool."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.config import preset_config
+from harness.evaluate import LengthMetrics
+from harness.executors import (
+    FAULT_ENV,
+    Executor,
+    ExecutorError,
+    InProcess,
+    Job,
+    LocalPool,
+    SweepEvents,
+    WorkerLost,
+    injected_faults,
+    local_devices,
+    local_executor,
+    run_sweep,
+)
+from harness.run import RunResult, train_and_evaluate
+from harness.store import Store
+
+# -- the driver loop, against a scripted executor (no training) -------------------------
+
+
+def finished(job: Job) -> RunResult:
+    Path(job.checkpoint).parent.mkdir(parents=True, exist_ok=True)
+    Path(job.checkpoint).write_bytes(b"checkpoint")  # the driver removes it once recorded
+    metrics = ((("test", LengthMetrics(6, 9.0, 8, 0.25, 0.5))),)
+    return RunResult(
+        job.run_id,
+        "finished",
+        {"commit": "c", "device": "worker-gpu", "torch": "t", "pezoo": "p"},
+        started_at=1000.0 + job.index,
+        metrics=metrics,
+        final_loss=0.5,
+        train_seconds=2.0,
+        eval_seconds=1.0,
+        n_params={"total": 10, "pe": 2},
+        notices=(f"hello from attempt {job.attempt}",),
+    )
+
+
+def failed(job: Job) -> RunResult:
+    tb = f"Traceback (most recent call last):\nValueError: bad luck on attempt {job.attempt}"
+    return RunResult(job.run_id, "failed", {"commit": "c", "device": "d"}, 0.0, error="ValueError: bad", traceback=tb)
+
+
+def diverged(job: Job) -> RunResult:
+    return RunResult(job.run_id, "diverged", {"commit": "c", "device": "d"}, 0.0, error="loss became nan at step 3")
+
+
+def lost(job: Job) -> WorkerLost:
+    return WorkerLost(job.run_id, "worker process 4242 was killed by SIGKILL")
+
+
+def interrupt(job: Job):
+    raise KeyboardInterrupt
+
+
+class Scripted(Executor):
+    """Answers attempt k of a run with ``script[run_id][k-1](job)``, one job per wait()."""
+
+    name = "scripted"
+    device_type = "cpu"
+
+    def __init__(self, script, capacity=2):
+        self.script, self.capacity = script, capacity
+        self.pending: deque[Job] = deque()
+        self.submitted: list[Job] = []
+        self.max_in_flight = 0
+        self.closed_with = None
+
+    def submit(self, job):
+        self.submitted.append(job)
+        self.pending.append(job)
+        self.max_in_flight = max(self.max_in_flight, len(self.pending))
+
+    def wait(self):
+        job = self.pending.popleft()
+        return [(job, self.script[job.run_id][job.attempt - 1](job))]
+
+    def close(self, *, cancel=False):
+        self.closed_with = cancel
+
+
+class Recorder(SweepEvents):
+    def __init__(self):
+        self.log = []
+
+    def skipped(self, index, cfg):
+        self.log.append(("skipped", index))
+
+    def notice(self, job, message):
+        self.log.append(("notice", job.index, message))
+
+    def retrying(self, job, reason, attempts):
+        self.log.append(("retrying", job.index, job.attempt, attempts, reason))
+
+    def finished(self, job, outcome, result):
+        self.log.append(("finished", job.index, outcome.status))
+
+
+def smoke(pe, seed=0, **train):
+    return preset_config("smoke", pe=pe, task="copy", seed=seed, overrides={"train": train})
+
+
+def test_driver_retries_lost_and_failed_attempts_and_records_the_last(tmp_path):
+    a, b, c, d, e = (smoke(pe) for pe in ("nope", "rope", "alibi", "t5", "ape"))
+    script = {
+        a.run_id(): [lost, finished],
+        b.run_id(): [failed, failed, failed],
+        c.run_id(): [finished],
+        d.run_id(): [lost, lost, lost],
+        e.run_id(): [diverged],
+    }
+    events, executor = Recorder(), Scripted(script)
+    with Store(tmp_path / "s.sqlite") as store:
+        outcomes = run_sweep(executor, [a, b, c, d, e], store, retries=2, events=events)
+        runs = {r["pe"]: r for r in store.runs()}
+        assert store.metrics(a.run_id())[0]["exact_match"] == 0.25
+    assert {o.run_id: o.status for o in outcomes} == {
+        a.run_id(): "finished",
+        b.run_id(): "failed",
+        c.run_id(): "finished",
+        d.run_id(): "failed",
+        e.run_id(): "diverged",
+    }
+    assert executor.max_in_flight <= 2 and executor.closed_with is False
+    # a: lost once, then finished; the stored provenance is the worker's, with the attempts
+    assert runs["nope"]["status"] == "finished" and runs["nope"]["started_at"] == 1001.0
+    assert runs["nope"]["provenance"] == {
+        "commit": "c",
+        "device": "worker-gpu",
+        "torch": "t",
+        "pezoo": "p",
+        "executor": "scripted",
+        "attempts": "2",
+    }
+    assert ("retrying", 1, 1, 3, "worker process 4242 was killed by SIGKILL") in events.log
+    assert ("notice", 1, "hello from attempt 2") in events.log
+    assert not any(Path(tmp_path / "checkpoints").glob("*.pt"))  # removed once recorded
+    # b raised on every attempt: failed, with the last traceback
+    assert runs["rope"]["status"] == "failed"
+    assert "bad luck on attempt 3" in runs["rope"]["error"] and "failed on all 3 attempts" in runs["rope"]["error"]
+    # d's worker died every time: failed, saying so
+    assert runs["t5"]["status"] == "failed" and "lost on all 3 attempts" in runs["t5"]["error"]
+    assert "SIGKILL" in runs["t5"]["error"]
+    # e diverged: deterministic, not retried
+    assert runs["ape"]["status"] == "diverged" and runs["ape"]["error"] == "loss became nan at step 3"
+    attempts = [(j.index, j.attempt) for j in executor.submitted]
+    assert sorted(attempts) == [(1, 1), (1, 2), (2, 1), (2, 2), (2, 3), (3, 1), (4, 1), (4, 2), (4, 3), (5, 1)]
+
+
+def test_no_retries_means_one_attempt(tmp_path):
+    cfg = smoke("rope")
+    executor = Scripted({cfg.run_id(): [failed]})
+    with Store(tmp_path / "s.sqlite") as store:
+        (outcome,) = run_sweep(executor, [cfg], store, retries=0)
+        assert outcome.status == "failed" and "failed on all" not in store.run(cfg.run_id())["error"]
+    assert len(executor.submitted) == 1
+
+
+def test_finished_runs_are_never_run_again(tmp_path):
+    a, b = smoke("nope"), smoke("rope")
+    events = Recorder()
+    with Store(tmp_path / "s.sqlite") as store:
+        run_sweep(Scripted({a.run_id(): [finished]}), [a], store)
+        executor = Scripted({b.run_id(): [finished]})
+        run_sweep(executor, [a, b, b], store, events=events)  # b twice: planned once
+        assert {r["status"] for r in store.runs()} == {"finished"}
+    assert [j.run_id for j in executor.submitted] == [b.run_id()]
+    assert ("skipped", 1) in events.log
+
+
+def test_interrupted_driver_marks_runs_in_flight_and_starts_nothing_more(tmp_path):
+    a, b, c = smoke("nope"), smoke("rope"), smoke("alibi")
+    executor = Scripted({a.run_id(): [interrupt], b.run_id(): [finished], c.run_id(): [finished]}, capacity=2)
+    with Store(tmp_path / "s.sqlite") as store:
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep(executor, [a, b, c], store)
+        status = {r["pe"]: r["status"] for r in store.runs()}
+    assert status == {"nope": "interrupted", "rope": "interrupted"}  # alibi was never dispatched
+    assert executor.closed_with is True
+
+
+def test_injected_faults_parse():
+    assert injected_faults("kill:abc, raise:def") == {"abc": "kill", "def": "raise"}
+    assert injected_faults("") == {}
+    with pytest.raises(ExecutorError, match="not kill:<run_id> or raise:<run_id>"):
+        injected_faults("explode:abc")
+
+
+def test_local_pool_sizing(monkeypatch):
+    monkeypatch.setattr("harness.executors.default_cpu_workers", lambda: 8)
+    cpu = torch.device("cpu")
+    assert local_devices(cpu, None, todo=20) == ["cpu"] * 8  # one per core
+    assert local_devices(cpu, None, todo=3) == ["cpu"] * 3  # never more than runs to do
+    assert local_devices(cpu, 2, todo=20) == ["cpu"] * 2
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    assert local_devices(torch.device("cuda"), None, todo=20) == ["cuda:0", "cuda:1", "cuda:2"]  # one per GPU
+    assert local_devices(torch.device("cuda"), 5, todo=20) == ["cuda:0", "cuda:1", "cuda:2", "cuda:0", "cuda:1"]
+    assert local_devices(torch.device("cuda:1"), None, todo=20) == ["cuda:1"]
+    assert isinstance(local_executor(cpu, None, todo=1), InProcess)
+    assert isinstance(local_executor(cpu, 2, todo=5), LocalPool)
+    assert isinstance(local_executor(cpu, 1, todo=5), InProcess)
+
+
+# -- real worker processes --------------------------------------------------------------
+
+
+def metric_rows(store, run_id):
+    return [(m["split"], m["length"], m["exact_match"], m["token_accuracy"]) for m in store.metrics(run_id)]
+
+
+def single_threaded_reference(cfg, tmp_path):
+    """The run trained here with one torch thread, as pool workers and Ray tasks train."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = train_and_evaluate(cfg, torch.device("cpu"), tmp_path / "ref.pt", notice=lambda m: None)
+    finally:
+        torch.set_num_threads(threads)
+    assert result.status == "finished"
+    return [(s, m.length, m.exact_match, m.token_accuracy) for s, m in result.metrics], result.final_loss
+
+
+@pytest.mark.slow
+def test_pool_retries_a_killed_worker_from_its_checkpoint_and_fails_a_run_that_always_raises(tmp_path, monkeypatch):
+    killed, raising, fine = smoke("rope", steps=40), smoke("nope", steps=40), smoke("alibi", steps=40)
+    monkeypatch.setenv(FAULT_ENV, f"kill:{killed.run_id()},raise:{raising.run_id()}")
+    events = Recorder()
+    with Store(tmp_path / "s.sqlite") as store:
+        run_sweep(LocalPool(["cpu", "cpu"]), [killed, raising, fine], store, checkpoint_every=10, events=events)
+        runs = {r["pe"]: r for r in store.runs()}
+        killed_metrics = metric_rows(store, killed.run_id())
+    retried = [e for e in events.log if e[0] == "retrying" and e[1] == 1]
+    assert len(retried) == 1 and "killed by SIGKILL" in retried[0][4]
+    assert ("notice", 1, f"run {killed.run_id()}: resuming from step 10") in events.log
+    assert runs["rope"]["status"] == "finished" and runs["rope"]["provenance"]["attempts"] == "2"
+    assert runs["rope"]["provenance"]["executor"] == "local"
+    assert runs["nope"]["status"] == "failed"
+    assert "Traceback" in runs["nope"]["error"] and "injected fault" in runs["nope"]["error"]
+    assert "failed on all 3 attempts" in runs["nope"]["error"]
+    assert runs["alibi"]["status"] == "finished" and runs["alibi"]["provenance"]["attempts"] == "1"
+    # killed after step 10 and resumed: exactly the metrics of an uninterrupted run
+    monkeypatch.delenv(FAULT_ENV)
+    reference, final_loss = single_threaded_reference(killed, tmp_path)
+    assert killed_metrics == reference and runs["rope"]["final_loss"] == final_loss
+
+
+def _session_processes(sid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+            if int(fields[3]) == sid:  # state ppid pgrp session
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads worker processes from /proc")
+def test_killed_driver_leaves_no_workers_and_a_restart_runs_only_what_is_missing(tmp_path):
+    store = tmp_path / "s.sqlite"
+    cmd = [sys.executable, "-m", "harness.cli", "bench", "--pe", "nope,rope,alibi", "--task", "copy"]
+    cmd += ["--preset", "smoke", "--steps", "200", "--device", "cpu", "--workers", "2", "--store", str(store)]
+    driver = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 300
+    done_before: dict[str, float] = {}
+    while not done_before:
+        assert driver.poll() is None, "the sweep ended before it could be interrupted"
+        assert time.time() < deadline
+        time.sleep(0.05)
+        if store.exists():
+            with Store(store) as s:
+                done_before = {r["run_id"]: r["finished_at"] for r in s.runs() if r["status"] == "finished"}
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    # the pool's workers notice their driver is gone and exit
+    deadline = time.time() + 60
+    while _session_processes(driver.pid):
+        assert time.time() < deadline, f"orphaned workers: {_session_processes(driver.pid)}"
+        time.sleep(0.2)
+    with Store(store) as s:
+        unfinished = [r["run_id"] for r in s.runs() if r["status"] != "finished"]
+    assert unfinished, "everything finished before the kill: nothing was interrupted"
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("already in the store, skipped") == len(done_before)
+    with Store(store) as s:
+        runs = {r["run_id"]: r for r in s.runs()}
+    assert {r["status"] for r in runs.values()} == {"finished"} and len(runs) == 3
+    assert all(runs[i]["finished_at"] == t for i, t in done_before.items())  # not run again
+
+
+# -- Ray ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+BENCH = ["bench", "--pe", "nope,rope", "--task", "copy", "--seeds", "1", "--preset", "smoke", "--steps", "30"]
+BENCH += ["--device", "cpu", "--checkpoint-every", "10"]
+
+
+@pytest.fixture(scope="module")
+def pool_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("pool") / "s.sqlite"
+    result = CliRunner().invoke(main, [*BENCH, "--workers", "2", "--store", str(path)])
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def results_by_run(path):
+    with Store(path) as store:
+        return {r["run_id"]: (r["final_loss"], metric_rows(store, r["run_id"])) for r in store.runs()}
+
+
+@pytest.mark.slow
+def test_ray_executor_stores_exactly_what_the_local_pool_does(ray_instance, pool_store, tmp_path):
+    path = tmp_path / "s.sqlite"
+    result = CliRunner().invoke(main, [*BENCH, "--executor", "ray", "--store", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "on a Ray cluster (cpu)" in result.output and "| rope" in result.output
+    ray_results, pool_results = results_by_run(path), results_by_run(pool_store)
+    assert len(ray_results) == 2 and ray_results == pool_results
+    with Store(path) as store:
+        assert {r["provenance"]["executor"] for r in store.runs()} == {"ray"}
+        assert all(r["provenance"]["device"].endswith(" x1 threads") for r in store.runs())  # one torch thread
+
+
+@pytest.mark.slow
+def test_ray_task_whose_worker_dies_is_retried_from_its_checkpoint(ray_instance, pool_store, tmp_path, monkeypatch):
+    cfg = smoke("rope", steps=30)
+    monkeypatch.setenv(FAULT_ENV, f"kill:{cfg.run_id()}")
+    path = tmp_path / "s.sqlite"
+    result = CliRunner().invoke(main, [*BENCH[:2], "rope", *BENCH[3:], "--executor", "ray", "--store", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "attempt 1 of 3 failed" in result.output and "resuming from step 10" in result.output
+    with Store(path) as store:
+        assert store.run(cfg.run_id())["provenance"]["attempts"] == "2"
+    assert results_by_run(path)[cfg.run_id()] == results_by_run(pool_store)[cfg.run_id()]
