@@ -231,6 +231,17 @@ def _flex_mods(
 ) -> tuple[Callable[..., Tensor] | None, Callable[..., Tensor] | None, list[Tensor]]:
     """(score_mod, mask_mod, windows) for flex; every captured tensor is O(b·(i+j)) or a given bias."""
     qp, kp = _batched(ctx.q_pos, batch), _batched(ctx.k_pos, batch)  # (b, i), (b, j)
+    offset = n_keys - n_queries  # query index qi is key index qi + offset
+    if _contiguous_positions(ctx):  # pos_q - pos_k from the indices: no gathers in the kernel
+
+        def distance(b: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
+            return (qi + offset - kj).to(torch.float32)
+
+    else:
+
+        def distance(b: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
+            return qp[b, qi] - kp[b, kj]
+
     slopes: list[Tensor] = []
     dense: list[Tensor] = []
     windows: list[Tensor] = []
@@ -251,12 +262,12 @@ def _flex_mods(
 
         def score_mod(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
             for s in slopes:
-                score = score - s[h] * (qp[b, qi] - kp[b, kj]).abs()
+                score = score - s[h] * distance(b, qi, kj).abs()
             for t in dense:
                 score = score + t[b, h, qi, kj]
             return score
 
-    causal, offset = ctx.causal, n_keys - n_queries
+    causal = ctx.causal
     pad = None if ctx.key_padding_mask is None else ctx.key_padding_mask.expand(batch, -1).contiguous()
     mask_mod = None
     if causal or windows or pad is not None:
@@ -266,7 +277,7 @@ def _flex_mods(
             if causal:
                 ok = ok & (kj <= qi + offset)
             for w in windows:
-                d = qp[b, qi] - kp[b, kj]
+                d = distance(b, qi, kj)
                 ok = ok & (d < w[h]) & (d > -w[h])
             if pad is not None:
                 ok = ok & pad[b, kj]
