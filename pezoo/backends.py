@@ -25,11 +25,18 @@ flex, whereas eager/sdpa unmask such rows; those outputs are meaningless either 
 callers ignore them.
 
 flex specifics:
-    * ``flex_attention`` is compiled once per process (``torch.compile`` caches one
-      graph per shape family: a second distinct shape triggers one dynamic-shape
-      recompile, after which lengths vary freely). If compilation fails, a warning is
-      issued once and the unfused (eager, materialising) flex implementation is used.
-      :func:`set_flex_compile` switches compilation off (tests use it for speed).
+    * ``flex_attention`` is wrapped by ``torch.compile`` once per process; dynamo then
+      caches one graph per shape family and bias structure (a second distinct length
+      triggers one dynamic-shape recompile, after which lengths vary freely; ALiBi and
+      Hard-ALiBi are different structures). If compilation fails, a warning is issued
+      once and the unfused (eager, materialising) flex implementation is used.
+      :func:`set_flex_compile` / :func:`flex_compile` switch compilation off (the
+      conformance kit does, for speed).
+    * On CPU, calls with fewer than 128 queries are zero-padded to one block (torch 2.13's
+      compiled CPU kernel returns wrong values for them after a dynamic recompile, or
+      when the value head dim differs from the q/k one); padded keys are masked.
+    * With consecutive positions shared by the batch, distances come from the indices;
+      otherwise (randomized PE) the kernel reads the (b, i) / (b, j) position vectors.
     * A single query (incremental decoding) goes through ``sdpa``: its bias row is O(j),
       not O(i·j), and one-row flex calls would only add compile churn.
     * On CPU, flex has no backward pass; when gradients are needed the call goes through
