@@ -9,12 +9,19 @@ Timings are medians of repeated runs on whatever else the machine is doing: comp
 numbers of one run side by side, not across runs. On a shared CPU use ``--threads 1``
 (torch's OpenMP threads spin-wait when cores are oversubscribed, which can cost 10x).
 
+glibc serves every allocation above its mmap threshold (128 KiB at start) with fresh
+pages from the kernel, so an elementwise op on a tensor of a few MiB pays page faults on
+each call and timings jump superlinearly with P. By default this script raises the
+threshold (``mallopt``, Linux/glibc only; ``--raw-malloc`` keeps the default); the same
+can be had for any run with ``MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=...``.
+
 Axis letters: n cursors (batch × heads × cursors flattened), p bins 2P+1, s tokens.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import itertools
 import json
 import random
@@ -31,6 +38,16 @@ from harness.config import preset_config
 from harness.data import IGNORE, collate, sample_training_batch
 from harness.tasks import create as create_task
 from pezoo.encodings.prism import histogram_step
+
+
+def tune_malloc() -> bool:
+    """Serve allocations up to 32 MiB from the heap and keep freed memory (glibc only)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(libc.mallopt(m_mmap_threshold, 32 << 20)) and bool(libc.mallopt(m_trim_threshold, 1 << 30))
 
 
 def median_ms(fn: Callable[[], object], repeats: int, device: torch.device, warmup: int = 2) -> float:
@@ -93,7 +110,7 @@ def update_scan(device: torch.device, repeats: int, n_dense: int, n_banded: int)
     return rows
 
 
-def training_step(device: torch.device, repeats: int, batch_size: int) -> tuple[dict, str]:
+def training_step(device: torch.device, repeats: int, batch_size: int, compiled: bool) -> tuple[dict, str]:
     """ms per optimiser step (forward, backward, AdamW) of the quick backbone on copy."""
     run = preset_config("quick", pe="nope", task="copy", seed=0)
     cfg = BackboneConfig(**{**run.backbone.__dict__})
@@ -101,11 +118,10 @@ def training_step(device: torch.device, repeats: int, batch_size: int) -> tuple[
     batch = collate(sample_training_batch(task, random.Random(0), batch_size, 1, run.train.train_max)).to(device)
     dims = pezoo.ModelDims(cfg.d_model, cfg.n_heads, cfg.n_layers)
     out, profile_table = {"tokens": list(batch.inputs.shape)}, ""
-    for label, name, options in (
-        ("nope", "nope", {}),
-        ("prism", "prism", {}),
-        ("prism_compiled", "prism", {"compile_scan": True}),
-    ):
+    variants = [("nope", "nope", {}), ("prism", "prism", {})]
+    if compiled:
+        variants.append(("prism_compiled", "prism", {"compile_scan": True}))
+    for label, name, options in variants:
         torch.manual_seed(0)
         model = Backbone(cfg, pezoo.create(name, dims=dims, **options)).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -133,7 +149,8 @@ def training_step(device: torch.device, repeats: int, batch_size: int) -> tuple[
             }
             profile_table = averages.table(sort_by="self_cpu_time_total", row_limit=15)
     out["prism_over_nope"] = out["prism_ms"] / out["nope_ms"]
-    out["prism_compiled_over_nope"] = out["prism_compiled_ms"] / out["nope_ms"]
+    if compiled:
+        out["prism_compiled_over_nope"] = out["prism_compiled_ms"] / out["nope_ms"]
     return out, profile_table
 
 
@@ -145,11 +162,15 @@ def main() -> None:
     parser.add_argument("--dense-cursors", type=int, default=4, help="cursors in the dense comparison (O(P²) memory)")
     parser.add_argument("--cursors", type=int, default=256, help="cursors in the banded linearity scan")
     parser.add_argument("--skip-train", action="store_true")
+    parser.add_argument("--skip-compile", action="store_true", help="no torch.compile variant (slow first call)")
+    parser.add_argument("--raw-malloc", action="store_true", help="keep glibc's default mmap threshold")
     parser.add_argument("--json", help="write the results here as JSON")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
-    report: dict = {"torch": torch.__version__, "threads": args.threads}
+    malloc_tuned = False if args.raw_malloc else tune_malloc()
+    report: dict = {"torch": torch.__version__, "threads": args.threads, "malloc_tuned": malloc_tuned}
+    print(f"torch {torch.__version__}, malloc threshold raised: {malloc_tuned}")
     for device in devices:
         print(
             f"\n## {device} ({torch.cuda.get_device_name() if device.type == 'cuda' else f'{args.threads} thread(s)'})"
@@ -164,13 +185,16 @@ def main() -> None:
                   f"| {r['banded_wide_ms']:16.3f} | {'' if ratio is None else f'{ratio:.2f}':>18} |")  # fmt: skip
         report[f"{device.type}_update"] = rows
         if not args.skip_train:
-            step, table = training_step(device, args.repeats, args.batch_size)
+            step, table = training_step(device, args.repeats, args.batch_size, not args.skip_compile)
             report[f"{device.type}_train_step"] = step
             print(f"\ntraining step, quick backbone, copy batch {step['tokens']} (b, s):")
             print(f"  nope            {step['nope_ms']:8.1f} ms")
             print(f"  prism (eager)   {step['prism_ms']:8.1f} ms   {step['prism_over_nope']:.2f}x nope")
-            compiled, ratio = step["prism_compiled_ms"], step["prism_compiled_over_nope"]
-            print(f"  prism (compile) {compiled:8.1f} ms   {ratio:.2f}x nope   (first call {step['compile_s']:.0f} s)")
+            if "prism_compiled_ms" in step:
+                compiled, ratio = step["prism_compiled_ms"], step["prism_compiled_over_nope"]
+                print(
+                    f"  prism (compile) {compiled:8.1f} ms   {ratio:.2f}x nope   (first call {step['compile_s']:.0f} s)"
+                )
             if "prism_forward_regions_ms" in step:
                 print(
                     "  PRISM forward regions (ms):",
