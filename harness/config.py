@@ -170,7 +170,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 2 CPU cores, a couple of minutes per run.
     "quick": {
         "backbone": {"d_model": 128, "n_layers": 3, "n_heads": 4},
-        "train": {"steps": 1500, "batch_size": 64, "lr": 1e-3, "warmup": 100, "train_max": 10},
+        "train": {"steps": 3000, "batch_size": 64, "lr": 1e-3, "warmup": 100, "train_max": 10},
         "eval": {"test_max": 40, "samples": 100},
     },
     # Seconds: for tests and smoke checks, learns nothing useful.
