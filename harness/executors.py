@@ -232,6 +232,13 @@ class _Slot:
     job: Job | None = None
 
 
+def _set_sigint(handler: Any) -> Any:
+    """Set the SIGINT handler and return the previous one (no-op off the main thread)."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGINT, handler)
+
+
 def _death(process: Any) -> str:
     code = process.exitcode
     if code is not None and code < 0:
@@ -260,7 +267,13 @@ class LocalPool(Executor):
     def _start(self, slot: _Slot) -> None:
         parent, child = self._ctx.Pipe()
         slot.process = self._ctx.Process(target=_pool_worker, args=(child, os.getpid()), daemon=True)
-        slot.process.start()
+        # Started with SIGINT ignored (inherited through exec), so a Ctrl-C meant for the
+        # driver does not interrupt a worker that is still importing torch.
+        previous = _set_sigint(signal.SIG_IGN)
+        try:
+            slot.process.start()
+        finally:
+            _set_sigint(previous)
         child.close()  # the worker's end: once it dies, reading ours gives EOF
         slot.conn = parent
 
