@@ -160,7 +160,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--dense-cursors", type=int, default=4, help="cursors in the dense comparison (O(P²) memory)")
-    parser.add_argument("--cursors", type=int, default=256, help="cursors in the banded linearity scan")
+    parser.add_argument(
+        "--cursors", type=int, default=1024, help="cursors in the banded linearity scan (out of L2 at every P)"
+    )
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--skip-compile", action="store_true", help="no torch.compile variant (slow first call)")
     parser.add_argument("--raw-malloc", action="store_true", help="keep glibc's default mmap threshold")
@@ -183,7 +185,10 @@ def main() -> None:
             ratio = r.get("banded_ratio_per_doubling")
             print(f"| {r['P']:4d} | {r['banded_ms']:8.3f} | {r['dense_ms']:8.2f} | {r['dense_over_banded']:12.1f} "
                   f"| {r['banded_wide_ms']:16.3f} | {'' if ratio is None else f'{ratio:.2f}':>18} |")  # fmt: skip
+        mean_ratio = (rows[-1]["banded_wide_ms"] / rows[0]["banded_wide_ms"]) ** (1 / (len(rows) - 1))
+        print(f"geometric-mean ratio per doubling of P (banded, {args.cursors} cursors): {mean_ratio:.2f}")
         report[f"{device.type}_update"] = rows
+        report[f"{device.type}_mean_ratio_per_doubling"] = mean_ratio
         if not args.skip_train:
             step, table = training_step(device, args.repeats, args.batch_size, not args.skip_compile)
             report[f"{device.type}_train_step"] = step
