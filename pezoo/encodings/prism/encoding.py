@@ -24,7 +24,7 @@ default ``eps_support="reachable"`` the result does not depend on P at all.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any, Literal
@@ -211,15 +211,28 @@ class PRISMLayer(nn.Module):
         return g if self.cfg.gamma_max is None else g.clamp(max=self.cfg.gamma_max)
 
     # -- the scan ----------------------------------------------------------------------
-    def _step(self, h, p_reset, p_inc, p_dec, p_keep, gamma, eps, p_copy, *, mask=None):
-        """histogram_step whose copy branch applies to the first ``n_copy`` cursors only."""
+    def _step(
+        self,
+        h: Tensor,
+        p_reset: Tensor,
+        p_inc: Tensor,
+        p_dec: Tensor,
+        p_keep: Tensor,
+        gamma: Tensor,
+        eps: float,
+        p_copy: Tensor | None,
+        *,
+        mask: Tensor | None = None,
+    ) -> Tensor:
+        """``histogram_step`` on (b, n, p) whose copy branch, p_copy (b, k, p+1), applies to
+        the first k cursors only (the copying query cursors come first in scan order)."""
         new = histogram_transition(h, p_reset, p_inc, p_dec, p_keep)  # (b, n, p)
         if p_copy is not None:
             k = p_copy.shape[-2]
             new = torch.cat([mix_copy(new[..., :k, :], p_copy), new[..., k:, :]], dim=-2)
         return sharpen(new, gamma, eps, mask)
 
-    def _step_fn(self):
+    def _step_fn(self) -> Callable[..., Tensor]:
         if not self.cfg.compile_scan:
             return self._step
         if self._compiled is None:
@@ -306,8 +319,22 @@ class PRISMLayer(nn.Module):
         return streams[0], streams[1], new_state, recorded
 
 
-def _scan_emitting(hist, gates, gamma, eps, p_copy, masks, step, emit) -> tuple[Tensor, Tensor]:
-    """Scan and apply ``emit`` per step: returns (last histogram (b, n, p), stacked emits (s, b, n, ·))."""
+def _scan_emitting(
+    hist: Tensor,
+    gates: Tensor,
+    gamma: Tensor,
+    eps: float,
+    p_copy: Tensor | None,
+    masks: Tensor | None,
+    step: Callable[..., Tensor],
+    emit: Callable[[Tensor], Tensor],
+) -> tuple[Tensor, Tensor]:
+    """``histogram_scan`` that keeps only ``emit(h)`` of each step (the (b, n, f) streams
+    instead of (b, n, p) histograms when P is large) and returns the last histogram too.
+
+    Returns:
+        (last histogram (b, n, p), stacked emits (s, b, n, ·)).
+    """
     reset, inc, dec, keep = gates.unbind(dim=-1)
     out = []
     h = hist
