@@ -266,7 +266,10 @@ class LocalPool(Executor):
 
     def _start(self, slot: _Slot) -> None:
         parent, child = self._ctx.Pipe()
-        slot.process = self._ctx.Process(target=_pool_worker, args=(child, os.getpid()), daemon=True)
+        # Not daemonic: a daemonic process may not start children, and torch.compile (the
+        # flex backend) may start compile workers. close() and the worker's watchdog
+        # (_exit_with_parent) make sure no worker outlives its driver.
+        slot.process = self._ctx.Process(target=_pool_worker, args=(child, os.getpid()), daemon=False)
         # Started with SIGINT ignored (inherited through exec), so a Ctrl-C meant for the
         # driver does not interrupt a worker that is still importing torch.
         previous = _set_sigint(signal.SIG_IGN)

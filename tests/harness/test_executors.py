@@ -283,7 +283,7 @@ def _session_processes(sid: int) -> list[int]:
 def test_killed_driver_leaves_no_workers_and_a_restart_runs_only_what_is_missing(tmp_path):
     store = tmp_path / "s.sqlite"
     cmd = [sys.executable, "-m", "harness.cli", "bench", "--pe", "nope,rope,alibi", "--task", "copy"]
-    cmd += ["--preset", "smoke", "--steps", "200", "--device", "cpu", "--workers", "2", "--store", str(store)]
+    cmd += ["--preset", "smoke", "--steps", "100", "--device", "cpu", "--workers", "2", "--store", str(store)]
     driver = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
     done_before: dict[str, float] = {}
