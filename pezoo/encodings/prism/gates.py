@@ -12,11 +12,61 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import orthogonal
 
-__all__ = ["CopyAttention", "GateNet", "HiddenRegulariser"]
+__all__ = ["CopyAttention", "GateNet", "HiddenRegulariser", "householder_product_wy"]
 
 HiddenRegulariser = Literal["orthogonal", "frobenius", "none"]
+
+
+def householder_product_wy(a: Tensor, tau: Tensor) -> Tensor:
+    """``torch.linalg.householder_product(a, tau)`` for a tall (n, k) ``a``, in compact WY form.
+
+    With unit lower-trapezoidal reflectors V = tril(a, -1) + I (n, k), the product
+    H_1 ⋯ H_k of H_i = I - tau_i v_i v_iᵀ is ``I - V T Vᵀ`` with T upper triangular and
+    ``T⁻¹ = diag(1/tau) + striu(VᵀV)`` (Schreiber & Van Loan 1989; Puglisi 1992). Its
+    first k columns are ``I[:, :k] - V T V[:k]ᵀ``: one k×k triangular solve and two
+    matmuls, whose autograd backward is a handful of ops, where torch's
+    ``householder_product`` backward loops over the k reflectors (measured 20× slower
+    forward + backward for PRISM's 300 × 100 W_hh on CPU; docs/performance.md).
+    """
+    n, k = a.shape[-2], a.shape[-1]
+    eye = torch.eye(n, k, dtype=a.dtype, device=a.device)
+    v = a.tril(diagonal=-1) + eye  # (n, k)
+    t_inv = (v.mT @ v).triu(diagonal=1) + torch.diag_embed(1.0 / tau)  # (k, k) upper triangular
+    t_v1 = torch.linalg.solve_triangular(t_inv, v[..., :k, :].mT, upper=True)  # T V[:k]ᵀ (k, k)
+    return eye - v @ t_v1
+
+
+try:  # torch's orthogonal parametrisation, reused so init, state-dict keys and behaviour stay torch's
+    from torch.nn.utils.parametrizations import _OrthMaps, _Orthogonal
+except ImportError:  # pragma: no cover - a torch without these internals uses the plain parametrisation
+    _Orthogonal = _OrthMaps = None
+
+if _Orthogonal is not None:
+
+    class CompactWYOrthogonal(_Orthogonal):
+        """torch's Householder orthogonal map (tall matrices), the product in compact WY form."""
+
+        def forward(self, X: Tensor) -> Tensor:
+            A = X.tril(diagonal=-1)
+            tau = 2.0 / (1.0 + (A * A).sum(dim=-2))
+            Q = householder_product_wy(A, tau)
+            Q = Q * X.diagonal(dim1=-2, dim2=-1).int().unsqueeze(-2)  # signs, not differentiated (as torch)
+            return self.base @ Q if hasattr(self, "base") else Q
+
+
+def _orthogonal_fast(module: nn.Module, name: str) -> None:
+    """``torch.nn.utils.parametrizations.orthogonal(module, name)``: the same parametrisation,
+    initialisation and state-dict keys, with the Householder product of a tall weight computed
+    by :func:`householder_product_wy`. Anything else goes to torch's own function."""
+    weight = getattr(module, name)
+    if _Orthogonal is None or weight.size(-2) <= weight.size(-1) or weight.is_complex():
+        orthogonal(module, name)  # torch picks matrix_exp for square weights
+        return
+    orth = CompactWYOrthogonal(weight, _OrthMaps.householder, use_trivialization=True)
+    parametrize.register_parametrization(module, name, orth, unsafe=True)
 
 
 class GateNet(nn.Module):
@@ -47,7 +97,7 @@ class GateNet(nn.Module):
         self.n_cursors, self.regulariser = n_cursors, regulariser
         self.gru = nn.GRU(d_model, hidden, batch_first=True)
         if regulariser == "orthogonal":
-            orthogonal(self.gru, "weight_hh_l0")
+            _orthogonal_fast(self.gru, "weight_hh_l0")
         self.head = nn.Linear(hidden, 4 * n_cursors)
         nn.init.normal_(self.head.weight, std=1.0 / hidden)
         nn.init.zeros_(self.head.bias)
