@@ -136,14 +136,14 @@ class PerfGrid:
     encodings: tuple[str, ...] = TARGET_ENCODINGS
     backends: tuple[str, ...] = ()
     batch_size: int = 0
-    memory_lengths: tuple[int, ...] = (512, 2048)
-    memory_encodings: tuple[str, ...] = ("nope", "rope", "alibi", "hard_alibi")
+    memory_lengths: tuple[int, ...] = (2048,)
+    memory_encodings: tuple[str, ...] = ("nope", "alibi", "hard_alibi")
     memory_backends: tuple[str, ...] = ("sdpa", "flex")
     memory_dims: tuple[int, int, int] = (64, 5, 8)
     memory_cap_gib: float = 8.0
     decode_length: int = 500
     decode_prompt: int = 12
-    decode_batch: int = 8
+    decode_batch: int = 1
     decode_encodings: tuple[str, ...] = ("nope", "rope", "alibi")
     prism_supports: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
     prism_scan_tokens: int = 32
@@ -169,6 +169,7 @@ GRIDS: dict[str, PerfGrid] = {
         memory_lengths=(512,),
         memory_encodings=("nope", "alibi"),
         memory_backends=("sdpa",),
+        decode_length=200,
         decode_encodings=("nope",),
         prism_supports=(256, 512, 1024),
     ),
@@ -188,6 +189,7 @@ GRIDS: dict[str, PerfGrid] = {
             "prism",
         ),
         memory_backends=("eager", "sdpa", "flex"),
+        decode_batch=8,
         decode_encodings=("nope", "ape", "rope", "alibi", "hard_alibi", "t5", "learned_prf", "prism"),
         prism_options={"paper": dict(PAPER_OPTIONS)},
     ),
