@@ -22,8 +22,10 @@ Four measurements, each run side by side in one process on the current device:
 Timing protocol: every measured callable is warmed up first, then the repetitions are
 interleaved (one call of each candidate per round, the order rotated every round), so
 load from other processes affects every candidate alike; the median and the
-interquartile range over rounds are reported. Only ratios within one run are meant to
-be compared.
+interquartile range over rounds are reported. Ratios are taken on process CPU time when
+torch runs single-threaded on a CPU (the default: it is the work done, which a loaded
+machine inflates far less than wall-clock time) and on wall-clock time otherwise
+(:func:`ratio_basis`). Only ratios within one run are meant to be compared.
 """
 
 from __future__ import annotations
