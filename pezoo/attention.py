@@ -105,9 +105,26 @@ def _sdpa(q, k, v, ctx, biases, scale, return_probs):
     i, j = q.shape[2], k.shape[2]
     plain_causal = ctx.causal and i == j and not biases and ctx.key_padding_mask is None
     if plain_causal:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale), None
+        return _fused_sdpa(q, k, v, is_causal=True, scale=scale), None
     mask = dense_mask(ctx, biases, q.shape[1], i, j, q.dtype, q.device)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale), None
+    return _fused_sdpa(q, k, v, attn_mask=mask, scale=scale), None
+
+
+CPU_VALUE_PAD_MIN_SCORES = 256 * 256
+"""On CPU, SDPA's fused kernel needs values as wide as queries/keys; otherwise it falls back to
+the math path, which builds the (b, h, i, j) scores (PRISM widens q/k with its streams: 316 MiB
+at S = 2048 with 8 heads, not feasible at 8192). From this many scores per head on, values are
+zero-padded to the q/k width instead (measured as fast or faster from 256 × 256 on; below, the
+math path is faster). See docs/performance.md."""
+
+
+def _fused_sdpa(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
+    """``F.scaled_dot_product_attention``, with values zero-padded where that keeps CPU on the fused kernel."""
+    e, f = q.shape[-1], v.shape[-1]
+    if q.device.type == "cpu" and f < e and q.shape[-2] * k.shape[-2] >= CPU_VALUE_PAD_MIN_SCORES:
+        out = F.scaled_dot_product_attention(q, k, F.pad(v, (0, e - f)), **kwargs)  # (b, h, i, e)
+        return out[..., :f]  # zero value features contribute nothing: the first f are the output
+    return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
 def attend(
