@@ -72,8 +72,7 @@ class Store:
             self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.executescript(_SCHEMA)
-            self._check_schema()
+            self._create_schema()
         except sqlite3.DatabaseError as exc:
             raise StoreError(
                 f"results store {self.path} is not a readable pezoo store ({exc}); "
@@ -81,11 +80,16 @@ class Store:
             ) from exc
         self._db.row_factory = sqlite3.Row
 
-    def _check_schema(self) -> None:
-        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) != SCHEMA_VERSION:
+    def _create_schema(self) -> None:
+        # Tables and the version row are made in one write transaction, so two processes
+        # opening a new store at once cannot both see "no version yet" and both insert it.
+        with self._transaction() as db:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if int(row[0]) != SCHEMA_VERSION:
             raise StoreError(f"results store {self.path} has schema {row[0]}, this pezoo reads {SCHEMA_VERSION}")
 
     def close(self) -> None:
