@@ -325,7 +325,9 @@ class _SweepReport(SweepEvents):
         return status
 
     def _bump(self, finished: bool) -> None:
-        if self.in_process:
+        # Off a terminal (a log file, CI) a progress bar prints only its label; the
+        # per-run "started"/"finished (done i/n, ETA)" lines carry the status there.
+        if self.in_process or not sys.stdout.isatty():
             return
         if self._sweep_bar is None:
             self._sweep_bar = click.progressbar(
@@ -366,6 +368,8 @@ class _SweepReport(SweepEvents):
 
     def started(self, job: Job) -> None:
         self.running.add(job.index)
+        if not self.in_process and not sys.stdout.isatty():
+            click.echo(f"{self.label(job.index)}: started")
         self._bump(finished=False)
 
     def notice(self, job: Job, message: str) -> None:
