@@ -1062,14 +1062,14 @@ def _ints(value: str | None) -> tuple[int, ...] | None:
 @click.option("--memory-backends", help="Backends of the memory table.")
 @click.option("--memory-cap-gib", type=float, help="Address-space cap per CPU memory measurement.")
 @click.option("--decode-length", type=int, help="Total tokens of the decoding measurement.")
-@click.option("--decode-batch", type=int, help="Sequences decoded together (default 1; the harness evaluates in batches).")
+@click.option("--decode-batch", type=int, help="Sequences decoded together (default 1; evaluation decodes batches).")
 @click.option("--decode-pe", help="Encodings of the decoding table.")
 @click.option("--prism-supports", help="Supports P of the PRISM scan table (comma-separated).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the report here as JSON.")
 def perf_command(size, sections, encodings, presets, backends, batch_size, repeats, threads, memory_lengths,
-                 memory_pe, memory_backends, memory_cap_gib, decode_length, decode_batch, decode_pe, prism_supports, device,
-                 json_path) -> None:  # fmt: skip
+                 memory_pe, memory_backends, memory_cap_gib, decode_length, decode_batch, decode_pe, prism_supports,
+                 device, json_path) -> None:  # fmt: skip
     """Time and memory of every encoding side by side: training step, peak memory, cached
     decoding, PRISM's scan. Prints the tables (and writes JSON with --json).
 
