@@ -10,6 +10,7 @@ import click
 from click.core import ParameterSource
 
 import harness.tasks as tasks
+import harness.tblog as tblog
 import pezoo
 from harness.config import GPU_PRESETS, PRESETS
 from harness.executors import (
@@ -122,6 +123,22 @@ class _ListOf(click.ParamType):
 @click.option("--test-len", type=_ListOf(int), help="Override the largest test scale M (test N+1..M).")
 @click.option("--test-stride", type=_ListOf(int), help="Evaluate every k-th test scale.")
 @click.option("--eval-samples", type=_ListOf(int), help="Examples per evaluated scale.")
+@click.option(
+    "--eval-every",
+    type=_ListOf(int),
+    help="Also evaluate every N training steps (0: the final model only; the prism preset: 1000).",
+)
+@click.option(
+    "--eval-start-loss",
+    type=_ListOf(float),
+    help="Start the periodic evaluations once the training loss first drops below this (prism preset: 0.1).",
+)
+@click.option(
+    "--eval-select",
+    type=_ListOf(str),
+    help="Which evaluation a run reports: final, top3 (per length, mean of the 3 best: the PRISM paper) or "
+    "best_in_dist (the one best on the training lengths). See docs/harness.md.",
+)
 @click.option("--backend", type=_ListOf(str), help="Attention backend (see `pezoo list`).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--allow-cpu", is_flag=True, help="Run a GPU-sized preset on the CPU anyway (e.g. a few --steps).")
@@ -166,9 +183,16 @@ class _ListOf(click.ParamType):
     type=click.Path(dir_okay=False),
     help="SQLite results store (created if missing).",
 )
+@click.option(
+    "--tensorboard",
+    "tensorboard_dir",
+    type=click.Path(file_okay=False),
+    help="Also log every run's loss, learning rate and evaluations for TensorBoard under this folder "
+    "(pip install 'pezoo[tensorboard]').",
+)
 def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
-          eval_samples, backend, device, allow_cpu, checkpoint_every, checkpoint_dir, executor, workers, ray_address,
-          retries, store_path) -> None:  # fmt: skip
+          eval_samples, eval_every, eval_start_loss, eval_select, backend, device, allow_cpu, checkpoint_every,
+          checkpoint_dir, executor, workers, ray_address, retries, store_path, tensorboard_dir) -> None:  # fmt: skip
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
 
     Finished runs already in the store are not trained again; an interrupted run
@@ -191,8 +215,13 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     _check_names("encoding", pe_list, pezoo.available())
     _check_names("task", task_list, tasks.available())
     axes = dict(
-        zip(AXES, (steps, batch_size, lr, train_len, test_len, test_stride, eval_samples, backend), strict=True)
-    )
+        zip(
+            AXES,
+            (steps, batch_size, lr, train_len, test_len, test_stride, eval_samples, eval_every, eval_start_loss,
+             eval_select, backend),
+            strict=True,
+        )
+    )  # fmt: skip
     cli = {
         "pe": tuple(pe_list) or None,
         "task": tuple(task_list) or None,
@@ -216,6 +245,12 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
             check_run(cfg)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+
+    if tensorboard_dir is not None:
+        try:
+            tblog.check_available()
+        except RuntimeError as exc:
+            raise click.UsageError(str(exc)) from None
 
     ray_executor = None
     if executor == "ray":
@@ -262,6 +297,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
                 checkpoint_every=checkpoint_every,
                 retries=retries,
                 events=report,
+                tensorboard=tensorboard_dir,
             )
         except KeyboardInterrupt:
             report.close_bars()

@@ -137,3 +137,69 @@ def evaluate_length(
         exact_match=em.mean().item(),
         token_accuracy=acc.mean().item(),
     )
+
+
+Evaluation = tuple[tuple[str, LengthMetrics], ...]
+"""One evaluation of a model: (split, metrics) per scale, training scales first."""
+
+
+def select_evaluation(evaluations: Sequence[Evaluation], rule: str) -> Evaluation:
+    """The metrics a run reports from its evaluations (oldest first, the final model last).
+
+    ``rule`` is an ``EvalConfig.select`` value:
+
+    * ``final``: the last evaluation.
+    * ``top3``: per scale, both metrics averaged over the (up to) three evaluations with
+      the highest exact match at that scale, ties broken by token accuracy and then by
+      recency (PRISM paper §6.1). This picks checkpoints on the test scales themselves.
+    * ``best_in_dist``: the single evaluation with the highest mean exact match over the
+      training scales (ties: the later one); the test scales play no part in the choice.
+    """
+    if not evaluations:
+        raise ValueError("no evaluations to select from")
+    layout = [(split, m.length) for split, m in evaluations[0]]
+    if any([(split, m.length) for split, m in e] != layout for e in evaluations):
+        raise ValueError("evaluations cover different scales; cannot select among them")
+    if rule == "final":
+        return tuple(evaluations[-1])
+    if rule == "best_in_dist":
+        best, best_score = evaluations[-1], -1.0
+        for e in evaluations:
+            train = [m.exact_match for split, m in e if split == "train"]
+            score = sum(train) / max(1, len(train))
+            if score >= best_score:
+                best, best_score = e, score
+        return tuple(best)
+    if rule == "top3":
+        selected = []
+        for i, (split, first) in enumerate(evaluations[0]):
+            ranked = sorted(
+                range(len(evaluations)),
+                key=lambda k: (evaluations[k][i][1].exact_match, evaluations[k][i][1].token_accuracy, k),
+                reverse=True,
+            )[:3]
+            picks = [evaluations[k][i][1] for k in ranked]
+            selected.append(
+                (
+                    split,
+                    LengthMetrics(
+                        length=first.length,
+                        token_length=first.token_length,
+                        n=first.n,
+                        exact_match=sum(m.exact_match for m in picks) / len(picks),
+                        token_accuracy=sum(m.token_accuracy for m in picks) / len(picks),
+                    ),
+                )
+            )
+        return tuple(selected)
+    raise ValueError(f"unknown selection rule {rule!r}; valid: final, top3, best_in_dist")
+
+
+def summary(evaluation: Evaluation) -> str:
+    """One log line: mean exact match in and beyond the training range."""
+    parts = []
+    for split, name in (("train", "in-dist"), ("test", "beyond")):
+        values = [m.exact_match for s, m in evaluation if s == split]
+        if values:
+            parts.append(f"{name} exact match {sum(values) / len(values):.2f}")
+    return ", ".join(parts)

@@ -69,6 +69,7 @@ class Job:
         attempt: 1 for the first attempt, then 2, 3, ...
         device: the torch device the attempt runs on (set by the executor per slot).
         fault: the injected fault for this run (``FAULT_ENV``), if any.
+        tensorboard: folder to log the run to for TensorBoard (an absolute path), if any.
     """
 
     index: int
@@ -79,6 +80,7 @@ class Job:
     attempt: int = 1
     device: str = "cpu"
     fault: str | None = None
+    tensorboard: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ def run_job(job: Job, progress: Progress | None = None, notice: Callable[[str], 
         report,
         checkpoint_every=job.checkpoint_every,
         notice=notice,
+        tensorboard=job.tensorboard,
     )
     return replace(result, provenance={**result.provenance, "host": platform.node()})
 
@@ -494,6 +497,7 @@ def run_sweep(
     checkpoint_every: int = 250,
     retries: int = 2,
     events: SweepEvents | None = None,
+    tensorboard: str | Path | None = None,
 ) -> list[RunOutcome]:
     """Run every config the store does not hold finished; return the recorded outcomes.
 
@@ -502,7 +506,8 @@ def run_sweep(
     attempts), and its checkpoint removed once finished. Lost or failed attempts run
     again, at most ``retries`` more times. ``KeyboardInterrupt`` stops the workers,
     marks the runs in flight ``interrupted`` (their checkpoints stay for the next time)
-    and propagates. Runs that are already finished are never run again.
+    and propagates. Runs that are already finished are never run again. ``tensorboard``
+    (a folder) makes every run log there too.
     """
     events = events or SweepEvents()
     ckpt_dir = Path(checkpoint_dir if checkpoint_dir is not None else store.path.parent / "checkpoints").resolve()
@@ -519,7 +524,10 @@ def run_sweep(
             events.skipped(index, cfg)
             continue
         path = checkpoint_path(ckpt_dir, run_id)
-        queue.append(Job(index, cfg.to_dict(), run_id, str(path), checkpoint_every, fault=faults.get(run_id)))
+        tb = str(Path(tensorboard).resolve()) if tensorboard is not None else None
+        queue.append(
+            Job(index, cfg.to_dict(), run_id, str(path), checkpoint_every, fault=faults.get(run_id), tensorboard=tb)
+        )
 
     dispatch_provenance = {"commit": git_commit(), "device": "pending", "executor": executor.name}
     in_flight: dict[str, Job] = {}

@@ -26,9 +26,10 @@ import torch
 import harness.tasks as tasks
 from harness.config import RunConfig
 from harness.data import evaluation_set
-from harness.evaluate import LengthMetrics, evaluate_length
+from harness.evaluate import Evaluation, LengthMetrics, evaluate_length, select_evaluation, summary
 from harness.provenance import provenance
 from harness.store import Store
+from harness.tblog import RunLog
 from harness.train import Checkpointing, DivergedError, restore, train
 
 Progress = Callable[[str, int, int, str], None]
@@ -100,9 +101,14 @@ def train_and_evaluate(
     *,
     checkpoint_every: int = 250,
     notice: Callable[[str], None] = print,
+    tensorboard: str | None = None,
 ) -> RunResult:
     """Train ``cfg`` (resuming from ``checkpoint`` when it holds a usable state), evaluate
     it at every training and test scale, and return the result without touching a store.
+
+    With ``cfg.eval.every``, the model is also evaluated during training and the reported
+    metrics are chosen by ``cfg.eval.select`` among those evaluations and the final one.
+    ``tensorboard`` (a folder) also logs the run there.
 
     A NaN loss gives a ``diverged`` result and any other exception a ``failed`` one with
     its traceback; ``KeyboardInterrupt`` propagates. The checkpoint is left in place:
@@ -112,6 +118,7 @@ def train_and_evaluate(
     started_at = time.time()
     prov = provenance(device)
     notices: list[str] = []
+    log = None
 
     def tell(msg: str) -> None:
         notices.append(msg)
@@ -126,30 +133,66 @@ def train_and_evaluate(
         elif resume is not None:
             tell(f"run {run_id}: resuming from step {resume['step']}")
         report = progress or (lambda *a: None)
+        if tensorboard:
+            log = RunLog(tensorboard, cfg, first_step=resume["step"] if resume else 0)
+        lengths = [("train", n) for n in cfg.train_lengths()] + [("test", n) for n in cfg.test_lengths()]
+        lengths = [(split, n) for split, n in lengths if task.has_scale(n)]  # SCAN lacks some lengths
+
+        def evaluate_all(show: bool = False) -> Evaluation:
+            metrics = []
+            for done, (split, n) in enumerate(lengths, start=1):
+                examples = evaluation_set(task, n, cfg.eval.samples, cfg.seed)
+                m = evaluate_length(
+                    model, examples, batch_size=cfg.eval.batch_size, device=device, protocol=cfg.protocol
+                )
+                metrics.append((split, m))
+                if show:
+                    report("eval", done, len(lengths), f"n={n} em={m.exact_match:.2f}")
+            return tuple(metrics)
+
+        def periodic(step: int) -> Evaluation:
+            metrics = evaluate_all()
+            tell(f"run {run_id}: step {step}: {summary(metrics)}")
+            if log is not None:
+                log.evaluation(step, metrics)
+            return metrics
+
+        def on_step(step: int, loss: float) -> None:
+            report("train", step + 1, cfg.train.steps, f"{loss:.4f}")
+            if log is not None:
+                log.step(step + 1, loss)
+
         result = train(
             cfg,
             model,
             task,
             device,
-            on_step=lambda s, loss: report("train", s + 1, cfg.train.steps, f"{loss:.4f}"),
+            on_step=on_step,
             checkpointing=ckpt,
             resume=resume,
+            evaluate=periodic if cfg.eval.every else None,
+            on_lr=log.lr if log is not None else None,
         )
         t0 = time.perf_counter()
-        lengths = [("train", n) for n in cfg.train_lengths()] + [("test", n) for n in cfg.test_lengths()]
-        lengths = [(split, n) for split, n in lengths if task.has_scale(n)]  # SCAN lacks some lengths
-        metrics: list[tuple[str, LengthMetrics]] = []
-        for done, (split, n) in enumerate(lengths, start=1):
-            examples = evaluation_set(task, n, cfg.eval.samples, cfg.seed)
-            m = evaluate_length(model, examples, batch_size=cfg.eval.batch_size, device=device, protocol=cfg.protocol)
-            metrics.append((split, m))
-            report("eval", done, len(lengths), f"n={n} em={m.exact_match:.2f}")
+        final = evaluate_all(show=True)
+        if log is not None:
+            log.evaluation(cfg.train.steps, final)
+        metrics = final
+        if result.evaluations or cfg.eval.select != "final":
+            steps = [step for step, _ in result.evaluations] + [cfg.train.steps]
+            metrics = select_evaluation([e for _, e in result.evaluations] + [final], cfg.eval.select)
+            tell(
+                f"run {run_id}: reporting {cfg.eval.select} of {len(steps)} evaluations "
+                f"(steps {', '.join(map(str, steps))}): {summary(metrics)}"
+            )
+            if log is not None:
+                log.evaluation(cfg.train.steps, metrics, tag=f"reported_{cfg.eval.select}")
         return RunResult(
             run_id,
             "finished",
             prov,
             started_at,
-            metrics=tuple(metrics),
+            metrics=metrics,
             final_loss=result.final_loss,
             train_seconds=result.seconds,
             eval_seconds=time.perf_counter() - t0,
@@ -168,6 +211,9 @@ def train_and_evaluate(
             traceback=traceback.format_exc(),
             notices=tuple(notices),
         )
+    finally:
+        if log is not None:
+            log.close()
 
 
 def record(store: Store, result: RunResult) -> RunOutcome:

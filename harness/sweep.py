@@ -53,6 +53,9 @@ AXES: dict[str, tuple[str, str, type]] = {
     "test_len": ("eval", "test_max", int),
     "test_stride": ("eval", "test_stride", int),
     "eval_samples": ("eval", "samples", int),
+    "eval_every": ("eval", "every", int),
+    "eval_start_loss": ("eval", "start_below_loss", float),
+    "eval_select": ("eval", "select", str),
     "backend": ("backbone", "backend", str),
 }
 """Override axes: sweep/CLI name -> (config section, config key, value type)."""
@@ -67,9 +70,9 @@ class Grid:
         pe: encodings (registry names, wrappers included: ``randomized:rope``).
         task: tasks.
         seeds: the seeds, each a separate run.
-        steps, batch_size, lr, train_len, test_len, test_stride, eval_samples, backend:
-            override axes (see ``AXES``); empty = the preset's value, several values =
-            one run per value.
+        steps, batch_size, lr, train_len, test_len, test_stride, eval_samples,
+        eval_every, eval_start_loss, eval_select, backend: override axes (see
+            ``AXES``); empty = the preset's value, several values = one run per value.
     """
 
     preset: str = "quick"
@@ -83,6 +86,9 @@ class Grid:
     test_len: tuple[int, ...] = ()
     test_stride: tuple[int, ...] = ()
     eval_samples: tuple[int, ...] = ()
+    eval_every: tuple[int, ...] = ()
+    eval_start_loss: tuple[float, ...] = ()
+    eval_select: tuple[str, ...] = ()
     backend: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

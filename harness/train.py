@@ -72,9 +72,12 @@ def load_checkpoint(path: Path, run_id: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class TrainResult:
+    """How training ended; ``evaluations`` are the periodic ones ((step, result), oldest first)."""
+
     final_loss: float
     steps: int
     seconds: float
+    evaluations: tuple[tuple[int, Any], ...] = ()
 
 
 def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Backbone:
@@ -155,8 +158,17 @@ def train(
     on_step: Callable[[int, float], None] | None = None,
     checkpointing: Checkpointing | None = None,
     resume: dict[str, Any] | None = None,
+    evaluate: Callable[[int], Any] | None = None,
+    on_lr: Callable[[int, float], None] | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``cfg.train.steps`` steps; ``on_step(step, loss)`` after each.
+
+    With ``evaluate`` and ``cfg.eval.every > 0``, ``evaluate(step)`` runs every
+    ``every`` steps once a step's loss has first dropped below
+    ``cfg.eval.start_below_loss`` (never at the last step: the caller evaluates the final
+    model). It runs under its own torch RNG, so the training stream is the same with or
+    without it; its results are kept in checkpoints and returned in order.
+    ``on_lr(step, lr)`` reports the learning rate of each step (for loggers).
 
     With ``checkpointing``, the full state (model, optimiser, data and torch RNG states,
     step) is saved periodically. ``resume`` is such a checkpoint whose model weights the
@@ -173,14 +185,21 @@ def train(
     model.train()
     start, loss_value, first_step, elapsed = time.perf_counter(), math.nan, 0, 0.0
     run_id = cfg.run_id()
+    every = cfg.eval.every if evaluate is not None else 0
+    threshold = cfg.eval.start_below_loss
+    evaluating, evaluations = threshold is None, []
     if resume is not None:  # model weights were restored by the caller
         opt.load_state_dict(resume["optimizer"])
         rng.setstate(resume["data_rng"])
         torch.set_rng_state(resume["torch_rng"])
         first_step, loss_value, elapsed = resume["step"], resume["loss"], resume["seconds"]
+        evaluating = resume.get("evaluating", evaluating)
+        evaluations = list(resume.get("evaluations", []))
     for step in range(first_step, t.steps):
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * lr_factor(step, cfg)
+        if on_lr is not None:
+            on_lr(step, t.lr * lr_factor(step, cfg))
         lo, hi = t.train_min, curriculum_max(step, cfg)
         examples = sample_training_batch(task, rng, t.batch_size, lo, hi, shared_scale=encoder)
         batch = collate(examples, cfg.protocol).to(device)
@@ -196,6 +215,12 @@ def train(
         if on_step is not None:
             on_step(step, loss_value)
         done = step + 1
+        evaluating = evaluating or (threshold is not None and loss_value < threshold)
+        if every and evaluating and done % every == 0 and done < t.steps:
+            t_eval = time.perf_counter()
+            with torch.random.fork_rng(devices=[] if torch.device(device).type != "cuda" else None):
+                evaluations.append((done, evaluate(done)))
+            start += time.perf_counter() - t_eval  # training seconds leave evaluation out
         if checkpointing is not None and done % checkpointing.every == 0 and done < t.steps:
             save_checkpoint(
                 checkpointing.path,
@@ -208,6 +233,9 @@ def train(
                     "optimizer": opt.state_dict(),
                     "data_rng": rng.getstate(),
                     "torch_rng": torch.get_rng_state(),
+                    "evaluating": evaluating,
+                    "evaluations": evaluations,
                 },
             )
-    return TrainResult(final_loss=loss_value, steps=t.steps, seconds=elapsed + time.perf_counter() - start)
+    seconds = elapsed + time.perf_counter() - start
+    return TrainResult(final_loss=loss_value, steps=t.steps, seconds=seconds, evaluations=tuple(evaluations))

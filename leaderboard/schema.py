@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config import NEW_FIELD_DEFAULTS
+
 SCHEMA_VERSION = 1
 SUFFIX = ".jsonl"
 
@@ -111,8 +113,14 @@ def config_run_id(config: Mapping[str, Any]) -> str:
 
     The same definition as ``RunConfig.run_id`` (a test keeps the two in agreement), written
     here on the plain dict so a results file can be checked without building a RunConfig.
+    Fields added to the config after results were first published are left out at their
+    default values (``harness.config.NEW_FIELD_DEFAULTS``), so older records keep their ids.
     """
     body = {k: v for k, v in config.items() if k != "preset"}
+    for section, defaults in NEW_FIELD_DEFAULTS.items():
+        if isinstance(body.get(section), Mapping):
+            kept = {k: v for k, v in body[section].items() if not (k in defaults and v == defaults[k])}
+            body[section] = kept
     blob = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

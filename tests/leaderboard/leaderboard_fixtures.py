@@ -59,6 +59,10 @@ def sha256_of_canonical(record: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+LATER_DEFAULTS = {("every", 0), ("start_below_loss", None), ("select", "final")}
+"""Evaluation fields added after the first results were published: left out of the run id at these values."""
+
+
 def make_record(
     pe: str,
     task: str,
@@ -85,6 +89,7 @@ def make_record(
     config = {**cfg.to_dict(), "preset": preset}
     config["train"]["betas"] = list(config["train"]["betas"])
     body = {k: v for k, v in config.items() if k != "preset"}
+    body["eval"] = {k: v for k, v in body["eval"].items() if (k, v) not in LATER_DEFAULTS}
     run_id = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
     tok = tok or {n: min(1.0, v + 0.05) for n, v in em.items()}
     record = {
