@@ -222,3 +222,31 @@ def test_training_helpers():
     torch.testing.assert_close(w.T @ w, torch.eye(w.shape[1]), rtol=0, atol=1e-5)
     assert ortho.regularisation().item() == 0.0
     assert not any(k.endswith(("unpermute", "copy_keys_in_scan")) for k in ortho.state_dict())
+
+
+@pytest.mark.parametrize("options", [{}, {"copy_cursors": (0,)}, {"copy_every": 3, "min_support": 4}],
+                         ids=["default", "copy", "small-support"])  # fmt: skip
+def test_windowed_scan_equals_the_full_width_scan(options):
+    """scan_window (the default) only touches reachable bins; outputs, gradients and the
+    decoding state must equal the plain full-width scan's, also when a decoding call
+    continues from a saved state and the support grows between calls (P 8 -> 16)."""
+    tokens = torch.randint(0, 20, (2, 11), generator=torch.Generator().manual_seed(3))
+    runs = {}
+    for window in (True, False):
+        model = build(scan_window=window, **options)
+        model.train()
+        out = model(tokens)
+        out.square().mean().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        state: dict = {}
+        with torch.no_grad():
+            model(tokens[:, :7], state)
+            step = model(tokens[:, 7:], state)
+        runs[window] = (out.detach(), grads, step, state[("prism", 0)]["hist"])
+    (out_w, grads_w, step_w, hist_w), (out_f, grads_f, step_f, hist_f) = runs[True], runs[False]
+    torch.testing.assert_close(out_w, out_f, rtol=1e-5, atol=1e-6)
+    assert grads_w.keys() == grads_f.keys() and grads_w
+    for name in grads_w:
+        torch.testing.assert_close(grads_w[name], grads_f[name], rtol=1e-4, atol=1e-6, msg=name)
+    torch.testing.assert_close(step_w, step_f, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(hist_w, hist_f, rtol=1e-5, atol=1e-7)
