@@ -19,14 +19,6 @@ from pezoo import AttentionContext, DenseBias, LinearBias, WindowMask, attend
 from pezoo.backends import flex_block_mask, flex_compile, native_lowering, pick_backend
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _case(seed: int, b: int = 2, h: int = 4, i: int = 40, e: int = 8, f: int = 6, sparse: bool = False):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (

@@ -23,14 +23,6 @@ KNOWN_FAILURES = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _cases():
     for name in pezoo.available():
         for check in CHECKS:

@@ -16,14 +16,6 @@ from pezoo.backends import flex_compile, xformers_plan
 from pezoo.encodings.hard_alibi import default_masked_heads
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @settings(max_examples=40, deadline=None)
 @given(n_heads=st.integers(1, 12), data=st.data(), s=st.integers(1, 24))
 def test_window_membership(n_heads, data, s):

@@ -10,14 +10,6 @@ from pezoo.encodings.learned_ape import LearnedAPE
 from pezoo.encodings.randomized import DEFAULT_MAX_LENGTH
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: extra threads only contend on a shared machine
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_embed_adds_the_table_row_of_each_position():
     pe = pezoo.create("learned_ape", d_model=6, max_position=10)
     x = torch.randn(2, 4, 6)

@@ -13,14 +13,6 @@ import pezoo
 from pezoo import AttentionContext
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _mlp_by_hand(pe, layer: int, feats: torch.Tensor) -> torch.Tensor:
     """φ from the network's weights, written out: ReLU layers, then softmax over slots."""
     linears = [m for m in pe.prf_nets[layer].modules() if isinstance(m, torch.nn.Linear)]

@@ -14,14 +14,6 @@ from pezoo import AttentionContext
 from pezoo.encodings.randomized import RandomizedPE, sample_sorted_positions
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @settings(max_examples=60, deadline=None)
 @given(data=st.data(), max_length=st.integers(1, 3000))
 def test_positions_are_sorted_distinct_and_in_range(data, max_length):

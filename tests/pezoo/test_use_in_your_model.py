@@ -18,14 +18,6 @@ from torch import Tensor, nn
 import pezoo
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 class MiniGPT(nn.Module):
     def __init__(self, pe: pezoo.PositionalEncoding, vocab: int, d: int, heads: int, layers: int) -> None:
         super().__init__()
