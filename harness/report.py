@@ -3,12 +3,16 @@
 Columns (exact match of the greedy decode, EOS included, mean over seeds):
     in-dist       mean over the training scales 1..N
     2N, 4N, ...   at multiples of the training scale N that were evaluated
+    EM>N          exact match, mean over all evaluated scales beyond N
     tok-acc>N     teacher-forced per-token accuracy, mean over all scales beyond N
     params        parameters of the whole model (the encoding's own in parentheses):
                   the backbone is identical, so differences are the encoding's
     solved<=      the largest scale L such that exact match is >= 90% at every
                   evaluated scale <= L (the extrapolation score; N means "none beyond")
 With several seeds a cell reads ``mean ± half-width of the 95% t-interval``.
+
+Rows are ranked by solved<=, then EM>N, then tok-acc>N (means over seeds): the same
+rule as the published leaderboard (``leaderboard.board``).
 """
 
 from __future__ import annotations
@@ -57,12 +61,18 @@ def per_seed_summary(df: pd.DataFrame) -> pd.DataFrame:
             at = em[em.index <= k * n]
             if k * n <= em.index.max():
                 row[f"{k}N"] = at.iloc[-1]
+        row["EM>N"] = test["exact_match"].mean()
         row["tok-acc>N"] = test["token_accuracy"].mean()
         row["solved<="] = solved_up_to(em, n)
         if "n_params" in g:
             row["params"] = f"{int(g['n_params'].iloc[0]):,} ({int(g['pe_params'].iloc[0]):,})"
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _or_low(value: float) -> float:
+    """NaN (nothing evaluated) ranks below every number."""
+    return -math.inf if math.isnan(value) else value
 
 
 def fmt(values: pd.Series, integer: bool = False) -> str:
@@ -75,7 +85,7 @@ def fmt(values: pd.Series, integer: bool = False) -> str:
 
 
 def leaderboard_tables(df: pd.DataFrame) -> dict[str, str]:
-    """Task -> rendered table (rows sorted by the extrapolation score, then in-dist)."""
+    """Task -> rendered table (rows ranked by solved<=, then EM>N, then tok-acc>N)."""
     if df.empty:
         return {}
     summary = per_seed_summary(df)
@@ -89,13 +99,15 @@ def leaderboard_tables(df: pd.DataFrame) -> dict[str, str]:
                     "encoding": pe,
                     "seeds": len(r),
                     **{c: fmt(r[c]) for c in cols},
+                    "EM>N": fmt(r["EM>N"]),
                     "tok-acc>N": fmt(r["tok-acc>N"]),
                     "solved<=": fmt(r["solved<="], integer=True),
                     "params": r["params"].iloc[0] if "params" in r else "-",
-                    "_key": (r["solved<="].mean(), r["in-dist"].mean(), r["tok-acc>N"].mean()),
+                    "_key": tuple(_or_low(r[c].mean()) for c in ("solved<=", "EM>N", "tok-acc>N")),
                 }
             )
-        rows.sort(key=lambda row: row.pop("_key"), reverse=True)
+        rows.sort(key=lambda row: row["encoding"])
+        rows.sort(key=lambda row: row.pop("_key"), reverse=True)  # stable: ties stay alphabetical
         n = int(g["train_max"].iloc[0])
         encoder = "protocol" in df and (df.loc[df["task"] == task, "protocol"] == "encoder").all()
         metric = "exact match = every masked output right" if encoder else "exact match of the decode incl. EOS"
