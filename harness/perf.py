@@ -634,16 +634,24 @@ def _scan_inputs(n: int, t: int, support: int, device: torch.device) -> tuple[to
     return gates, gamma, h0, masks
 
 
-def scan_function(n: int, t: int, support: int, device: torch.device, *, backward: bool) -> Callable[[], None]:
-    """One histogram scan (``pezoo.encodings.prism.histogram_scan``) of n cursors over t tokens at support P."""
-    from pezoo.encodings.prism.histogram import histogram_scan
+def scan_function(
+    n: int, t: int, support: int, device: torch.device, *, backward: bool, windowed: bool = False
+) -> Callable[[], None]:
+    """One histogram scan of n cursors over t tokens at support P: the full-width reference
+    (``pezoo.encodings.prism.histogram_scan``), or with ``windowed`` the scan the model runs
+    by default (only the reachable bins, ``PRISMConfig.scan_window``)."""
+    from pezoo.encodings.prism.encoding import _scan_emitting
+    from pezoo.encodings.prism.histogram import histogram_scan, histogram_step
 
     gates, gamma, h0, masks = _scan_inputs(n, t, support, device)
     weight = torch.randn(2 * support + 1, generator=torch.Generator().manual_seed(1)).to(device)  # (p,)
 
     def run() -> None:
         with torch.set_grad_enabled(backward):
-            hist = histogram_scan(h0, gates, gamma, 1e-6, None, masks)  # (t, n, p)
+            if windowed:
+                _, hist = _scan_emitting(h0, gates, gamma, 1e-6, None, masks, histogram_step, None, windowed=True)
+            else:
+                hist = histogram_scan(h0, gates, gamma, 1e-6, None, masks)  # (t, n, p)
             if backward:  # a loss whose gradient reaches every bin of every step, at O(p) memory
                 (hist.sum(dim=(0, 1)) @ weight).backward()
                 gates.grad = gamma.grad = None
@@ -697,7 +705,7 @@ def prism_components(
     """Time one PRISM training step and its parts (forward + backward each) on the preset's batch.
 
     Parts: the GRU gates over the layer-normed residual stream; the histogram scan at the
-    support the model uses; the position streams (histograms times the offset table,
+    support the model uses (windowed when the model's is); the position streams (histograms times the offset table,
     Alg. 3 normalisation, the q/k fold). The NoPE step is timed alongside for the ratio.
     """
     from pezoo.encodings.prism.encoding import support_for
@@ -737,7 +745,9 @@ def prism_components(
         "step": step_function(model, opt, batch),
         "nope_step": step_function(nope, nope_opt, batch),
         "gates": gates,
-        "scan": scan_function(n, s, support, device, backward=True),
+        "scan": scan_function(
+            n, s, support, device, backward=True, windowed=cfg.scan_window and cfg.eps_support == "reachable"
+        ),
         "streams": streams,
     }
     timings = time_interleaved(candidates, repeats=repeats, warmup=warmup, sync=synchronizer(device))
