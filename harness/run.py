@@ -26,6 +26,7 @@ import torch
 import harness.tasks as tasks
 from harness.config import RunConfig
 from harness.data import evaluation_set
+from harness.diagnostics import prism_trajectories
 from harness.evaluate import Evaluation, LengthMetrics, evaluate_length, select_evaluation, summary
 from harness.provenance import provenance
 from harness.store import Store
@@ -57,6 +58,8 @@ class RunResult:
         error: one line saying what went wrong (diverged, failed).
         traceback: the full traceback of a failed run.
         notices: messages worth showing (a resume, a corrupt checkpoint), in order.
+        diagnostics: what the encoding did on one example (PRISM's cursor trajectories,
+            ``harness.diagnostics``), or None.
     """
 
     run_id: str
@@ -71,6 +74,7 @@ class RunResult:
     error: str | None = None
     traceback: str | None = None
     notices: tuple[str, ...] = ()
+    diagnostics: Mapping[str, Any] | None = None
 
 
 def check_run(cfg: RunConfig) -> None:
@@ -187,6 +191,11 @@ def train_and_evaluate(
             )
             if log is not None:
                 log.evaluation(cfg.train.steps, metrics, tag=f"reported_{cfg.eval.select}")
+        try:
+            diagnostics = prism_trajectories(model, cfg, task)
+        except Exception as exc:  # diagnostics are a bonus: never lose a finished run to them
+            diagnostics = None
+            tell(f"run {run_id}: no diagnostics ({type(exc).__name__}: {exc})")
         return RunResult(
             run_id,
             "finished",
@@ -198,6 +207,7 @@ def train_and_evaluate(
             eval_seconds=time.perf_counter() - t0,
             n_params=dict(model.n_params()),
             notices=tuple(notices),
+            diagnostics=diagnostics,
         )
     except DivergedError as exc:
         return RunResult(run_id, "diverged", prov, started_at, error=str(exc), notices=tuple(notices))
@@ -228,6 +238,7 @@ def record(store: Store, result: RunResult) -> RunOutcome:
             train_seconds=result.train_seconds,
             eval_seconds=result.eval_seconds,
             n_params=result.n_params,
+            diagnostics=result.diagnostics,
         )
         return RunOutcome(result.run_id, "finished")
     store.mark(result.run_id, result.status, result.traceback or result.error)

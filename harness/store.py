@@ -55,6 +55,10 @@ CREATE TABLE IF NOT EXISTS metrics (
     token_accuracy REAL NOT NULL,
     PRIMARY KEY (run_id, length)
 );
+CREATE TABLE IF NOT EXISTS diagnostics (
+    run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
+    body   TEXT NOT NULL  -- JSON: what the encoding did on one example (harness.diagnostics)
+);
 """
 
 
@@ -145,9 +149,13 @@ class Store:
         train_seconds: float,
         eval_seconds: float,
         n_params: Mapping[str, int],
+        diagnostics: Mapping[str, Any] | None = None,
     ) -> None:
-        """Write all metrics and mark the run finished, atomically."""
+        """Write all metrics (and the run's diagnostics, if any) and mark the run finished, atomically."""
         with self._transaction() as db:
+            db.execute("DELETE FROM diagnostics WHERE run_id=?", (run_id,))
+            if diagnostics is not None:
+                db.execute("INSERT INTO diagnostics VALUES (?, ?)", (run_id, json.dumps(diagnostics, sort_keys=True)))
             db.executemany(
                 "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [
@@ -183,6 +191,11 @@ class Store:
 
     def runs(self) -> list[dict[str, Any]]:
         return [self.run(r["run_id"]) for r in self._db.execute("SELECT run_id FROM runs ORDER BY started_at")]
+
+    def diagnostics(self, run_id: str) -> dict[str, Any] | None:
+        """The diagnostics stored with a finished run (``harness.diagnostics``), or None."""
+        row = self._db.execute("SELECT body FROM diagnostics WHERE run_id=?", (run_id,)).fetchone()
+        return None if row is None else json.loads(row["body"])
 
     def metrics(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._db.execute("SELECT * FROM metrics WHERE run_id=? ORDER BY length", (run_id,))

@@ -66,6 +66,8 @@ def export_cmd(store_path: Path, out_dir: Path) -> None:
         click.echo(f"wrote {count} run(s) to {path}")
     if not summary.written:
         click.echo(f"nothing new to export to {out_dir}")
+    if summary.diagnostics:
+        click.echo(f"wrote diagnostics of {summary.diagnostics} run(s) to {out_dir / 'diagnostics'}")
     if summary.already_published:
         click.echo(f"{summary.already_published} finished run(s) were already published")
     if summary.not_finished:

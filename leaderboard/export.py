@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -20,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.store import Store
-from leaderboard.schema import SUFFIX, iter_lines, read_results, record_from_store, validate_record
+from leaderboard.schema import (
+    DIAGNOSTICS_DIR,
+    SUFFIX,
+    diagnostics_problem,
+    iter_lines,
+    read_results,
+    record_from_store,
+    validate_record,
+)
 
 
 class ExportError(RuntimeError):
@@ -34,6 +43,7 @@ class ExportSummary:
     written: list[tuple[Path, int]] = field(default_factory=list)
     already_published: int = 0
     not_finished: int = 0
+    diagnostics: int = 0
 
 
 def file_name(preset: str, records: list[Mapping[str, Any]]) -> str:
@@ -96,4 +106,36 @@ def export(store_path: Path, out_dir: Path) -> ExportSummary:
         path = out_dir / file_name(preset, records)
         write_new_file(path, records)
         written.append((path, len(records)))
-    return ExportSummary(written, already, unfinished)
+    return ExportSummary(written, already, unfinished, export_diagnostics(store_path, out_dir))
+
+
+def export_diagnostics(store_path: Path, out_dir: Path) -> int:
+    """Write ``<out_dir>/diagnostics/<run_id>.json`` for every published run whose store
+    entry has diagnostics and no file yet (existing files are never changed). Returns how many."""
+    published = {r.run_id for r in read_results(out_dir)}
+    count = 0
+    with Store(store_path) as store:
+        for run_id in sorted(published):
+            path = out_dir / DIAGNOSTICS_DIR / f"{run_id}.json"
+            if path.exists():
+                continue
+            body = store.diagnostics(run_id)
+            if body is None or diagnostics_problem(body):
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_new_text(path, json.dumps(body, sort_keys=True, separators=(",", ":")) + "\n")
+            count += 1
+    return count
+
+
+def write_new_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, which must not exist yet (atomic, never replaces)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -378,3 +378,56 @@ def sort_key(rec: Record) -> tuple[str, str, str, int, str]:
 def iter_lines(records: Iterable[Mapping[str, Any]]) -> Iterator[str]:
     for record in records:
         yield to_line(record) + "\n"
+
+
+# --------------------------------------------------------------------------------------
+# Diagnostics files: <results>/diagnostics/<run_id>.json, one per published run that has
+# them (PRISM's cursor trajectories, ``harness.diagnostics``); optional, never required.
+# --------------------------------------------------------------------------------------
+
+DIAGNOSTICS_DIR = "diagnostics"
+
+
+def diagnostics_problem(body: Any) -> str | None:
+    """Why ``body`` is not a diagnostics object the site can draw, or None."""
+    if not isinstance(body, dict) or body.get("version") != 1:
+        return "not a version-1 diagnostics object"
+    if not isinstance(body.get("tokens"), list) or not isinstance(body.get("layers"), list) or not body["layers"]:
+        return "needs a token list and at least one layer"
+    s = len(body["tokens"])
+    for layer in body["layers"]:
+        for key in ("query_modes", "key_modes"):
+            modes = layer.get(key) if isinstance(layer, dict) else None
+            ok = (
+                isinstance(modes, list)
+                and modes
+                and all(isinstance(c, list) and all(isinstance(m, list) and len(m) == s for m in c) for c in modes)
+            )
+            if not ok:
+                where = layer.get("layer") if isinstance(layer, dict) else "?"
+                return f"layer {where}: {key} must be (heads, cursors, {s})"
+    return None
+
+
+def read_diagnostics(directory: Path, run_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """run_id -> diagnostics for the runs of ``run_ids`` that have a file; raises
+    ResultsError (path and reason) for a file that is not valid."""
+    folder = directory / DIAGNOSTICS_DIR
+    out, problems = {}, []
+    for run_id in sorted(set(run_ids)):
+        path = folder / f"{run_id}.json"
+        if not path.is_file():
+            continue
+        try:
+            body = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            problems.append((path, 1, f"unreadable diagnostics ({exc})"))
+            continue
+        problem = diagnostics_problem(body)
+        if problem:
+            problems.append((path, 1, problem))
+        else:
+            out[run_id] = body
+    if problems:
+        raise ResultsError(problems)
+    return out

@@ -22,14 +22,14 @@ import posixpath
 import random
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from leaderboard import board as bd
-from leaderboard.schema import read_results
-from leaderboard.svg import Series, Style, line_plot, styles, swatch
+from leaderboard.schema import read_diagnostics, read_results
+from leaderboard.svg import Series, Style, line_plot, styles, swatch, trajectory_plot
 
 MARKER = ".pezoo-leaderboard-site"
 """File that marks a folder as a generated site, so a rebuild may delete its stale pages."""
@@ -238,6 +238,7 @@ class Site:
     results_href: str  # from the site root to the results folder
     repo_href: str  # from the site root to the repository root (for docs/)
     repo_root: Path
+    diagnostics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # run_id -> body
 
     def task_href(self, page_dir: str, task: str) -> str:
         return _rel(page_dir, f"tasks/{slug(task)}.html")
@@ -574,8 +575,52 @@ def task_page(site: Site, task: str) -> str:
         body += per_length_table(site, d, table, "exact_match")
         body.append("<h3>Per-token accuracy per scale</h3>")
         body += per_length_table(site, d, table, "token_accuracy")
+        body += prism_section(site, task, table.preset)
         body.append("</section>")
     return page(site, d, f"task {task}", body, site.board.records_where(task=task))
+
+
+def prism_section(site: Site, task: str, preset: str) -> list[str]:
+    """Cursor trajectories of the PRISM runs of (task, preset) that published diagnostics."""
+    runs = [
+        (r.data["seed"], site.diagnostics[r.run_id])
+        for r in site.board.records_where(task=task, preset=preset, pe="prism")
+        if r.run_id in site.diagnostics
+    ]
+    if not runs:
+        return []
+    out = [
+        '<h3 id="prism-diagnostics">PRISM cursors</h3>',
+        '<p class="meta">What each trained PRISM model\'s cursors do on the first evaluation example at the '
+        "largest test scale (teacher-forced): the mode (most likely offset) of every query and key cursor "
+        "after each token, one line per head and cursor. A cursor that counts tokens climbs one offset per "
+        "token; a reset drops it back to 0.</p>",
+    ]
+    for seed, diag in sorted(runs, key=lambda item: item[0]):
+        tokens = diag["tokens"]
+        out.append(
+            f"<h4>seed {seed}: scale {diag['scale']} (trained to {diag['train_max']}), {len(tokens)} tokens</h4>"
+        )
+        out.append(f'<p class="tokens"><code>{escape(" ".join(tokens))}</code></p>')
+        plots = []
+        for layer in diag["layers"]:
+            for side in ("query", "key"):
+                modes = layer[f"{side}_modes"]  # (h, c, s)
+                lines = [
+                    (f"h{h} c{c}", trajectory)
+                    for h, cursors in enumerate(modes)
+                    for c, trajectory in enumerate(cursors)
+                ]
+                plots.append(
+                    trajectory_plot(
+                        lines,
+                        title=f"layer {layer['layer']}: {side} cursors",
+                        x_label="token index",
+                        y_label="mode offset",
+                    )
+                )
+        out.append(f'<div class="plots">{"".join(plots)}</div>')
+    return out
 
 
 def encoding_page(site: Site, encoding: str) -> str:
@@ -642,6 +687,10 @@ def encoding_page(site: Site, encoding: str) -> str:
     body.append(f"<thead><tr>{''.join(head_cells)}</tr></thead><tbody>")
     body += rows
     body.append("</tbody></table></div>")
+    traced = sorted({r.data["task"] for r in site.board.records_where(pe=encoding) if r.run_id in site.diagnostics})
+    if traced:
+        links = ", ".join(f'<a href="{escape(site.task_href(d, t))}#prism-diagnostics">{escape(t)}</a>' for t in traced)
+        body.append(f"<h2>Cursor trajectories</h2><p>Published for: {links}.</p>")
     return page(site, d, f"encoding {encoding}", body, site.board.records_where(pe=encoding))
 
 
@@ -651,11 +700,17 @@ def encoding_page(site: Site, encoding: str) -> str:
 
 
 def render(
-    records: Sequence[bd.Record], *, results_href: str, repo_href: str, repo_root: Path = REPO_ROOT
+    records: Sequence[bd.Record],
+    *,
+    results_href: str,
+    repo_href: str,
+    repo_root: Path = REPO_ROOT,
+    diagnostics: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, str]:
-    """Site path (relative, '/'-separated) -> page text, for validated ``records``."""
+    """Site path (relative, '/'-separated) -> page text, for validated ``records`` (and
+    the diagnostics of some of them, by run id)."""
     board = bd.assemble(records)
-    site = Site(board, styles(board.labels), results_href, repo_href, repo_root)
+    site = Site(board, styles(board.labels), results_href, repo_href, repo_root, dict(diagnostics or {}))
     pages = {"index.html": index_page(site)}
     for names, folder, make in ((board.tasks, "tasks", task_page), (board.encodings, "encodings", encoding_page)):
         slugs: dict[str, str] = {}
@@ -717,7 +772,8 @@ def build(
     records = read_results(results_dir)
     results_href = results_href if results_href is not None else relative_href(out_dir, results_dir)
     repo_href = repo_href if repo_href is not None else relative_href(out_dir, REPO_ROOT)
-    pages = render(records, results_href=results_href, repo_href=repo_href)
+    diagnostics = read_diagnostics(results_dir, (r.run_id for r in records))
+    pages = render(records, results_href=results_href, repo_href=repo_href, diagnostics=diagnostics)
     write_pages(out_dir, pages)
     readme = readme if readme is not None else out_dir.parent / "README.md"
     readme.parent.mkdir(parents=True, exist_ok=True)

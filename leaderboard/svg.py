@@ -222,3 +222,80 @@ def line_plot(
         out.append("</g>")
     out.append("</svg>")
     return "\n".join(out)
+
+
+def trajectory_plot(
+    lines: Sequence[tuple[str, Sequence[float]]],
+    *,
+    title: str,
+    x_label: str,
+    y_label: str,
+    plot_width: int = 420,
+    plot_height: int = 200,
+) -> str:
+    """Lines y(x = 0, 1, 2, ...) on a free y range, one colour per line (PRISM's cursor modes).
+
+    Args:
+        lines: (label, values) per line, drawn in order; x is the index into values.
+        title: text above the plot (also the accessible name).
+        x_label, y_label: axis titles.
+        plot_width, plot_height: size of the plotting area in px.
+    """
+    left, top, bottom, gap = 56, 34, 46, 14
+    legend_width = max(120, max((len(label) for label, _ in lines), default=0) * 7 + 40) if lines else 0
+    width = left + plot_width + gap + legend_width
+    height = max(top + plot_height + bottom, top + 22 + 18 * len(lines))
+    values = [v for _, ys in lines for v in ys] or [0.0]
+    y_lo, y_hi = min(min(values), 0.0), max(max(values), 0.0)
+    if y_hi <= y_lo:
+        y_lo, y_hi = y_lo - 1, y_hi + 1
+    x_hi = max((len(ys) - 1 for _, ys in lines), default=1) or 1
+
+    def px(x: float) -> float:
+        return left + x / x_hi * plot_width
+
+    def py(y: float) -> float:
+        return top + (y_hi - y) / (y_hi - y_lo) * plot_height
+
+    out = [
+        f'<svg class="plot trajectories" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
+        f"<title>{escape(title)}</title>",
+        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
+        f'<text x="{left}" y="18" font-size="14" font-weight="bold">{escape(title)}</text>',
+    ]
+    y_step = nice_step(y_hi - y_lo, 6)
+    tick = math.ceil(y_lo / y_step) * y_step
+    while tick <= y_hi + 1e-9:
+        out.append(
+            f'<line x1="{left}" y1="{_f(py(tick))}" x2="{left + plot_width}" y2="{_f(py(tick))}" '
+            f'stroke="{"#888888" if tick == 0 else "#cccccc"}" stroke-width="{1 if tick == 0 else 0.5}"/>'
+        )
+        out.append(f'<text x="{left - 6}" y="{_f(py(tick) + 4)}" font-size="11" text-anchor="end">{tick:g}</text>')
+        tick += y_step
+    x_step = nice_step(x_hi)
+    tick = 0.0
+    while tick <= x_hi + 1e-9:
+        out.append(f'<text x="{_f(px(tick))}" y="{_f(top + plot_height + 17)}" font-size="11" '
+                   f'text-anchor="middle">{tick:g}</text>')  # fmt: skip
+        tick += x_step
+    out.append(
+        f'<text x="{_f(left + plot_width / 2)}" y="{_f(top + plot_height + 36)}" font-size="12" '
+        f'text-anchor="middle">{escape(x_label)}</text>'
+    )
+    out.append(
+        f'<text x="14" y="{_f(top + plot_height / 2)}" font-size="12" text-anchor="middle" '
+        f'transform="rotate(-90 14 {_f(top + plot_height / 2)})">{escape(y_label)}</text>'
+    )
+    x0 = left + plot_width + gap
+    for i, (label, ys) in enumerate(lines):
+        colour = PALETTE[i % len(PALETTE)]
+        points = " ".join(f"{_f(px(x))},{_f(py(y))}" for x, y in enumerate(ys))
+        out.append(f'<g class="series"><title>{escape(label)}</title>')
+        out.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.6"/>')
+        out.append("</g>")
+        y = top + 22 + 18 * i
+        out.append(f'<line x1="{x0}" y1="{y - 4}" x2="{x0 + 24}" y2="{y - 4}" stroke="{colour}" stroke-width="2.5"/>')
+        out.append(f'<text x="{x0 + 30}" y="{y}" font-size="12">{escape(label)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
