@@ -57,15 +57,7 @@ def file_name(preset: str, records: list[Mapping[str, Any]]) -> str:
 
 def write_new_file(path: Path, records: list[Mapping[str, Any]]) -> None:
     """Write ``records`` to ``path``, which must not exist yet (FileExistsError otherwise)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8", newline="\n") as f:
-            f.writelines(iter_lines(records))
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(tmp, path)  # atomic, and refuses to replace an existing file
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_new_text(path, "".join(iter_lines(records)))
 
 
 def export(store_path: Path, out_dir: Path) -> ExportSummary:
@@ -129,13 +121,13 @@ def export_diagnostics(store_path: Path, out_dir: Path) -> int:
 
 
 def write_new_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path``, which must not exist yet (atomic, never replaces)."""
+    """Write ``text`` to ``path``, which must not exist yet (FileExistsError otherwise)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "x", encoding="utf-8", newline="\n") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.link(tmp, path)
+        os.link(tmp, path)  # atomic, and refuses to replace an existing file
     finally:
         tmp.unlink(missing_ok=True)
