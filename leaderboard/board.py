@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.config import NEW_FIELD_DEFAULTS
 from harness.report import ci95, per_seed_summary
 from leaderboard.schema import Record
 
@@ -91,7 +92,7 @@ def check_protocols(records: Sequence[Record]) -> None:
     problems = []
     for rec in records:
         d = rec.data
-        protocol = {k: v for k, v in d["config"].items() if k not in PROTOCOL_FREE_KEYS}
+        protocol = {k: v for k, v in _with_later_defaults(d["config"]).items() if k not in PROTOCOL_FREE_KEYS}
         key = (d["preset"], d["task"])
         if key not in first:
             first[key] = (protocol, rec)
@@ -104,6 +105,17 @@ def check_protocols(records: Sequence[Record]) -> None:
             )
     if problems:
         raise BoardError("results that cannot share a board:\n  " + "\n  ".join(problems))
+
+
+def _with_later_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with the fields added after results were first published filled in at
+    their defaults, so a record written before they existed compares equal to one written
+    after (``harness.config.NEW_FIELD_DEFAULTS``)."""
+    out = dict(config)
+    for section, defaults in NEW_FIELD_DEFAULTS.items():
+        if isinstance(out.get(section), Mapping):
+            out[section] = {**defaults, **out[section]}
+    return out
 
 
 def _differing_keys(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:

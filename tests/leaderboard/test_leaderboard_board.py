@@ -118,6 +118,18 @@ def test_one_preset_label_for_two_protocols_is_refused():
         bd.assemble(recs)
 
 
+def test_records_from_before_the_evaluation_options_share_a_board_with_newer_ones():
+    old = make_record("rope", "copy", 0, ROPE0, train_max=3)
+    for key in ("every", "start_below_loss", "select"):  # written before EvalConfig had them
+        del old["config"]["eval"][key]
+    new = make_record("nope", "copy", 0, NOPE, train_max=3)
+    assert len(bd.assemble([rec(old, 1), rec(new, 2)]).tables[0].rows) == 2
+    periodic = make_record("alibi", "copy", 0, ALIBI, train_max=3)
+    periodic["config"]["eval"]["every"] = 10
+    with pytest.raises(bd.BoardError, match=r"\(eval\.every\)"):
+        bd.assemble([rec(old, 1), rec(periodic, 3)])
+
+
 def test_labels_keep_options_apart():
     assert bd.encoding_label("rope", {}) == "rope"
     assert bd.encoding_label("rope", {"base": 500}) == 'rope {"base": 500}'
