@@ -142,10 +142,14 @@ def train_and_evaluate(
         lengths = [("train", n) for n in cfg.train_lengths()] + [("test", n) for n in cfg.test_lengths()]
         lengths = [(split, n) for split, n in lengths if task.has_scale(n)]  # SCAN lacks some lengths
 
+        eval_sets: dict[int, list] = {}  # fixed per (task, scale, seed): built once, reused by every evaluation
+
         def evaluate_all(show: bool = False) -> Evaluation:
             metrics = []
             for done, (split, n) in enumerate(lengths, start=1):
-                examples = evaluation_set(task, n, cfg.eval.samples, cfg.seed)
+                if n not in eval_sets:
+                    eval_sets[n] = evaluation_set(task, n, cfg.eval.samples, cfg.seed)
+                examples = eval_sets[n]
                 m = evaluate_length(
                     model, examples, batch_size=cfg.eval.batch_size, device=device, protocol=cfg.protocol
                 )
