@@ -140,6 +140,18 @@ class _ListOf(click.ParamType):
     "best_in_dist (the one best on the training lengths). See docs/harness.md.",
 )
 @click.option("--backend", type=_ListOf(str), help="Attention backend (see `pezoo list`).")
+@click.option(
+    "--pack",
+    type=_ListOf(int),
+    help="Train on rows of this many tokens cut from a stream of examples laid end to end (0: one example "
+    "per row; the turing preset: 500).",
+)
+@click.option(
+    "--window",
+    type=_ListOf(int),
+    help="Decode and score with a sliding context of this many tokens, dropping the oldest 20 when full "
+    "(0: whole sequence; the turing preset: 500).",
+)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--allow-cpu", is_flag=True, help="Run a GPU-sized preset on the CPU anyway (e.g. a few --steps).")
 @click.option(
@@ -191,8 +203,9 @@ class _ListOf(click.ParamType):
     "(pip install 'pezoo[tensorboard]').",
 )
 def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
-          eval_samples, eval_every, eval_start_loss, eval_select, backend, device, allow_cpu, checkpoint_every,
-          checkpoint_dir, executor, workers, ray_address, retries, store_path, tensorboard_dir) -> None:  # fmt: skip
+          eval_samples, eval_every, eval_start_loss, eval_select, backend, pack, window, device, allow_cpu,
+          checkpoint_every, checkpoint_dir, executor, workers, ray_address, retries, store_path,
+          tensorboard_dir) -> None:  # fmt: skip
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
 
     Finished runs already in the store are not trained again; an interrupted run
@@ -218,7 +231,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         zip(
             AXES,
             (steps, batch_size, lr, train_len, test_len, test_stride, eval_samples, eval_every, eval_start_loss,
-             eval_select, backend),
+             eval_select, backend, pack, window),
             strict=True,
         )
     )  # fmt: skip

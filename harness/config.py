@@ -38,8 +38,10 @@ class TrainConfig:
         lr: peak learning rate (AdamW).
         betas: AdamW betas.
         weight_decay: AdamW decoupled weight decay.
-        warmup: linear warm-up steps, then cosine decay to ``min_lr_ratio * lr``.
+        warmup: linear warm-up steps, then decay (``schedule``) to ``min_lr_ratio * lr``.
         min_lr_ratio: final learning rate as a fraction of the peak.
+        schedule: the decay after warm-up, one of :data:`SCHEDULES`: ``cosine`` or
+            ``linear`` (the Turing-Programs paper).
         grad_clip: global gradient-norm clip.
         train_max: largest training scale N; scales are drawn uniformly from
             ``train_min..train_max`` per example.
@@ -47,6 +49,13 @@ class TrainConfig:
         curriculum: ((start_step, max_scale), ...): from each start step on, training
             scales are capped at max_scale (and always at train_max). Empty: none.
         optimizer: "adamw" (decoupled weight decay) or "adam" (the randomized-PE paper).
+        pack: 0 (one example per row, padded), or the row width in tokens: rows are
+            consecutive windows cut from one endless stream of examples laid end to end
+            (``<bos> prompt = target <eos> <bos> ...``), most starting mid-example (the
+            Turing-Programs paper's 500-token training context; docs/harness.md).
+        pack_loss: with ``pack``, which next tokens carry loss, per :data:`PACK_LOSSES`:
+            ``all`` (a plain language-model loss, prompts included) or ``completion``
+            (targets and EOS only, as unpacked rows).
     """
 
     steps: int = 1500
@@ -61,18 +70,37 @@ class TrainConfig:
     train_min: int = 1
     curriculum: tuple[tuple[int, int], ...] = ()
     optimizer: str = "adamw"
+    schedule: str = "cosine"
+    pack: int = 0
+    pack_loss: str = "all"
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")
         if self.optimizer not in ("adamw", "adam"):
             raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: adamw, adam")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}; valid: {', '.join(SCHEDULES)}")
+        if self.pack < 0 or self.pack == 1:
+            raise ValueError(f"train.pack is a row width of at least 2 tokens (0: no packing), got {self.pack}")
+        if self.pack_loss not in PACK_LOSSES:
+            raise ValueError(f"unknown pack_loss {self.pack_loss!r}; valid: {', '.join(PACK_LOSSES)}")
         starts = [s for s, _ in self.curriculum]
         if starts != sorted(starts) or any(m < self.train_min for _, m in self.curriculum):
             raise ValueError(f"curriculum stages must have increasing start steps and scales >= train_min: "
                              f"{self.curriculum}")  # fmt: skip
         if not 1 <= self.train_min <= self.train_max:
             raise ValueError(f"need 1 <= train_min <= train_max, got {self.train_min}..{self.train_max}")
+
+
+SCHEDULES = ("cosine", "linear")
+"""Learning-rate decays after the warm-up (``TrainConfig.schedule``)."""
+
+PACK_LOSSES = ("all", "completion")
+"""Which tokens of packed rows carry loss (``TrainConfig.pack_loss``)."""
+
+MATCHES = ("trace", "answer")
+"""What exact match compares (``EvalConfig.match``)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +122,16 @@ class EvalConfig:
             checkpoints on the test lengths) or ``best_in_dist`` (the one evaluation with
             the highest mean exact match on the training lengths: a selection that does
             not look at the test lengths). The final model is always a candidate.
+        window: 0 (the model sees the whole sequence), or the most tokens the model
+            conditions on: once decoding fills ``window`` tokens, the oldest
+            ``window_jump`` are dropped and decoding goes on from the rest (the
+            Turing-Programs paper's sliding-window inference). Teacher-forced accuracy
+            uses the same contexts.
+        window_jump: how many of the oldest tokens a full window drops at once.
+        match: what exact match compares, per :data:`MATCHES`: ``trace`` (the whole
+            completion and its EOS) or ``answer`` (only what follows the task's last
+            ``answer_separator``, e.g. the sum after a Turing Program's last line; the
+            trace must still end with EOS within the target's length).
     """
 
     test_max: int = 40
@@ -103,6 +141,9 @@ class EvalConfig:
     every: int = 0
     start_below_loss: float | None = None
     select: str = "final"
+    window: int = 0
+    window_jump: int = 20
+    match: str = "trace"
 
     def __post_init__(self) -> None:
         if self.every < 0:
@@ -111,12 +152,21 @@ class EvalConfig:
             raise ValueError(f"unknown eval.select {self.select!r}; valid: {', '.join(SELECTIONS)}")
         if self.select != "final" and self.every == 0:
             raise ValueError(f"eval.select={self.select!r} chooses among periodic evaluations: set eval.every > 0")
+        if self.window and not 1 <= self.window_jump < self.window:
+            raise ValueError(f"need 1 <= eval.window_jump < eval.window, got {self.window_jump} and {self.window}")
+        if self.window < 0:
+            raise ValueError(f"eval.window must be >= 0 (0: no window), got {self.window}")
+        if self.match not in MATCHES:
+            raise ValueError(f"unknown eval.match {self.match!r}; valid: {', '.join(MATCHES)}")
 
 
 SELECTIONS = ("final", "top3", "best_in_dist")
 """How a run with periodic evaluations picks the metrics it reports (``EvalConfig.select``)."""
 
-NEW_FIELD_DEFAULTS = {"eval": {"every": 0, "start_below_loss": None, "select": "final"}}
+NEW_FIELD_DEFAULTS = {
+    "eval": {"every": 0, "start_below_loss": None, "select": "final", "window": 0, "window_jump": 20, "match": "trace"},
+    "train": {"schedule": "cosine", "pack": 0, "pack_loss": "all"},
+}
 """Fields added after runs were first stored, at their default values. They are left out
 of :meth:`RunConfig.run_id`, so a run stored before they existed keeps its identity (a
 finished run is still found and skipped) while a non-default value makes a new run."""
@@ -148,6 +198,8 @@ class RunConfig:
             raise ValueError(f"unknown protocol {self.protocol!r}; valid protocols: decoder, encoder")
         if self.backbone.causal != (self.protocol == "decoder"):
             raise ValueError(f"the {self.protocol} protocol needs backbone.causal={self.protocol == 'decoder'}")
+        if self.protocol == "encoder" and (self.train.pack or self.eval.window):
+            raise ValueError("train.pack and eval.window belong to the decoder protocol; the encoder has neither")
         if self.eval.test_max <= self.train.train_max:
             raise ValueError(
                 f"test length {self.eval.test_max} must exceed the training length {self.train.train_max}: "
@@ -264,9 +316,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
     },
     # Hou et al. (Turing Programs) §3.1.1 base configuration: 12 layers, d 1024, 16
-    # heads, AdamW wd 0.1, lr 7e-5 with 100 warm-up steps then linear decay (cosine
-    # here), batch 16, 200k steps; addition operands 1..50 digits, tested to 100,
-    # 288 test examples per length.
+    # heads, AdamW wd 0.1, lr 7e-5 with 100 warm-up steps then linear decay (to 0:
+    # SPEC-seeds A.3), batch 16 rows of 500 tokens packed from a stream of examples,
+    # 200k steps; addition operands 1..50 digits, tested to 100 with sliding-window
+    # decoding (500 tokens, jumps of 20), 288 test examples per length, exact match
+    # of the final answer.
     "turing": {
         "backbone": {"d_model": 1024, "n_layers": 12, "n_heads": 16},
         "train": {
@@ -275,10 +329,20 @@ PRESETS: dict[str, dict[str, Any]] = {
             "lr": 7e-5,
             "weight_decay": 0.1,
             "warmup": 100,
+            "schedule": "linear",
             "min_lr_ratio": 0.0,
             "train_max": 50,
+            "pack": 500,
         },
-        "eval": {"test_max": 100, "test_stride": 10, "samples": 288, "batch_size": 96},
+        "eval": {
+            "test_max": 100,
+            "test_stride": 10,
+            "samples": 288,
+            "batch_size": 96,
+            "window": 500,
+            "window_jump": 20,
+            "match": "answer",
+        },
     },
 }
 

@@ -12,6 +12,11 @@ The ``encoder`` protocol (Ruoss et al. 2023 / Delétang et al. 2023) lays an ins
 as ``prompt _ _ ... _`` with ``output_length(n)`` blanks and predicts the target *at*
 the blank positions (non-causal attention, no decoding); labels are set on every blank,
 and ``Batch.scored`` marks the tokens the paper's per-token accuracy counts.
+
+Packed training (``TrainConfig.pack``, the Turing-Programs protocol) lays examples end to
+end in one endless stream, ``<bos> p = t <eos> <bos> p = t <eos> ...``, and cuts it into
+consecutive rows of a fixed width (:class:`PackedStream`): no padding, most rows start
+mid-example, and attention is not reset at example boundaries.
 """
 
 from __future__ import annotations
@@ -106,6 +111,64 @@ def sample_training_batch(
         n = rng.choice(scales)
         return [task.sample(n, rng) for _ in range(batch_size)]
     return [task.sample(rng.choice(scales), rng) for _ in range(batch_size)]
+
+
+class PackedStream:
+    """Training rows of ``width`` tokens cut one after another from an endless stream of
+    examples laid end to end.
+
+    Row r of a batch holds stream tokens ``[o + r*width, o + (r+1)*width)`` as inputs and
+    the tokens one further as labels, ``o`` being where the batch starts; the next batch
+    starts where this one ended, so every stream token is a label exactly once. With
+    ``loss="completion"`` only target and EOS tokens are labels (as in unpacked rows);
+    with ``"all"`` every next token is (a plain language-model loss).
+
+    The examples are drawn from ``rng`` one at a time, each at a scale uniform over the
+    current ``lo..hi``, when the stream runs short; :meth:`state` and :meth:`load_state`
+    carry the unconsumed tail across a checkpoint (the rng's state is saved with it).
+    ``Batch.scales`` holds the scale of the example each row starts in: packed rows mix
+    instances, which a scale-hint encoding cannot be told (``check_run`` refuses them).
+    """
+
+    def __init__(self, task: Task, rng: random.Random, width: int, *, loss: str = "all") -> None:
+        if width < 2:
+            raise ValueError(f"packed rows need a width of at least 2 tokens, got {width}")
+        if loss not in ("all", "completion"):
+            raise ValueError(f"unknown pack loss {loss!r}; valid: all, completion")
+        self.task, self.rng, self.width, self.loss = task, rng, width, loss
+        self.ids: list[int] = []  # unconsumed stream tokens
+        self.target: list[bool] = []  # per token: part of a target or its EOS
+        self.scale: list[int] = []  # per token: the scale of its example
+
+    def _extend(self, lo: int, hi: int) -> None:
+        example = sample_training_batch(self.task, self.rng, 1, lo, hi)[0]
+        ids, start = layout(example)
+        self.ids += ids
+        self.target += [i >= start for i in range(len(ids))]
+        self.scale += [example.scale] * len(ids)
+
+    def batch(self, batch_size: int, lo: int, hi: int) -> Batch:
+        """The next ``batch_size`` rows; examples added from here on have scales lo..hi."""
+        w, need = self.width, batch_size * self.width + 1
+        while len(self.ids) < need:
+            self._extend(lo, hi)
+        ids = torch.tensor(self.ids[:need])
+        target = torch.tensor(self.target[:need])
+        inputs = ids[:-1].view(batch_size, w)
+        labels = ids[1:].view(batch_size, w).clone()
+        if self.loss == "completion":
+            labels[~target[1:].view(batch_size, w)] = IGNORE
+        scales = torch.tensor(self.scale[: need - 1 : w])
+        used = need - 1  # the last label token opens the next batch's first row
+        del self.ids[:used], self.target[:used], self.scale[:used]
+        return Batch(inputs, labels, scales, labels != IGNORE)
+
+    def state(self) -> dict[str, list]:
+        """The unconsumed stream (for a checkpoint; the rng state is saved separately)."""
+        return {"ids": list(self.ids), "target": list(self.target), "scale": list(self.scale)}
+
+    def load_state(self, state: dict[str, list]) -> None:
+        self.ids, self.target, self.scale = list(state["ids"]), list(state["target"]), list(state["scale"])
 
 
 def evaluation_set(task: Task, scale: int, samples: int, seed: int) -> list[Example]:

@@ -25,7 +25,8 @@ VERSION = 1
 
 @torch.no_grad()
 def prism_trajectories(model: Backbone, cfg: RunConfig, task: Task) -> dict[str, Any] | None:
-    """Cursor modes of a PRISM model on one long example; None for any other encoding.
+    """Cursor modes of a PRISM model on one long example (its first ``eval.window``
+    tokens under a context window); None for any other encoding.
 
     Returns:
         {"version", "scale", "train_max", "tokens": [str] (s,), "layers": [{"layer",
@@ -43,11 +44,12 @@ def prism_trajectories(model: Backbone, cfg: RunConfig, task: Task) -> dict[str,
     scale = scales[-1]
     example = evaluation_set(task, scale, cfg.eval.samples, cfg.seed)[0]
     batch = collate([example], cfg.protocol).to(model.embed.weight.device)
+    inputs = batch.inputs[:, : cfg.eval.window] if cfg.eval.window else batch.inputs  # what one context holds
     was_training = model.training
     model.eval()
     try:
         with trace(model.pe) as traces:
-            model(batch.inputs, scale_hint=batch.scales)
+            model(inputs, scale_hint=batch.scales)
     finally:
         model.train(was_training)
     layers = []
@@ -67,6 +69,6 @@ def prism_trajectories(model: Backbone, cfg: RunConfig, task: Task) -> dict[str,
         "version": VERSION,
         "scale": scale,
         "train_max": cfg.train.train_max,
-        "tokens": decode(batch.inputs[0].tolist()),
+        "tokens": decode(inputs[0].tolist()),
         "layers": layers,
     }

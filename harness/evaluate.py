@@ -13,6 +13,13 @@ Two metrics per length, so both source papers' numbers can be compared:
 Under the ``encoder`` protocol there is nothing to decode: one non-causal forward pass
 predicts every output slot; ``token_accuracy`` counts the slots under the task's mask,
 and ``exact_match`` requires every masked slot to be right.
+
+With a context window (``EvalConfig.window``, the Turing-Programs paper's sliding-window
+inference) the model predicts the token after position t from positions
+``context_start(t)..t`` only: the context grows to ``window`` tokens, then its oldest
+``jump`` tokens are dropped at once and it grows again. Greedy decoding re-reads the kept
+tokens as a fresh sequence after each drop; teacher-forced accuracy uses the same
+contexts. ``match="answer"`` scores only the final answer of a scratchpad completion.
 """
 
 from __future__ import annotations
@@ -26,8 +33,8 @@ from torch import Tensor
 
 from harness.backbone import Backbone
 from harness.data import collate, hint, prompt_ids
-from harness.tasks import Example
-from harness.tasks.vocab import EOS_ID, encode
+from harness.tasks import Example, Task
+from harness.tasks.vocab import EOS_ID, decode, encode
 
 
 @dataclass(frozen=True)
@@ -39,44 +46,87 @@ class LengthMetrics:
     n: int
     exact_match: float
     token_accuracy: float
+    trace_exact_match: float | None = None
+    """Whole-completion exact match when ``exact_match`` scores only the final answer
+    (``eval.match="answer"``); logged, not stored."""
+
+
+def context_start(t: int, window: int, jump: int) -> int:
+    """First position of the context that predicts the token after position ``t`` under
+    a sliding window of ``window`` tokens dropping its oldest ``jump`` when full (0: no
+    window). Positions ``0..window-1`` see everything before them; from there the start
+    moves ``jump`` tokens at a time, so a context holds ``window - jump + 1..window``."""
+    if not window or t < window:
+        return 0
+    return jump * -(-(t - window + 1) // jump)
 
 
 @torch.no_grad()
 def greedy_decode(
-    model: Backbone, prompts: Tensor, max_new: int, *, scale_hint: Tensor | None = None, use_cache: bool = True
+    model: Backbone,
+    prompts: Tensor,
+    max_new: int,
+    *,
+    scale_hint: Tensor | None = None,
+    use_cache: bool = True,
+    window: int = 0,
+    jump: int = 20,
 ) -> Tensor:
     """Greedy continuation of equal-length ``prompts`` (b, s) -> (b, max_new) token ids.
 
     Stops early once every row has produced EOS (later tokens are then EOS-padded).
-    ``use_cache=False`` recomputes the whole prefix every step (the reference the
-    cached path must equal).
+    ``use_cache=False`` recomputes the whole context every step (the reference the
+    cached path must equal). With ``window``, each token is predicted from
+    ``context_start`` on (module docstring); the cache is rebuilt after each drop.
     """
     b, s = prompts.shape
     out = torch.full((b, max_new), EOS_ID, dtype=torch.long, device=prompts.device)
     done = torch.zeros(b, dtype=torch.bool, device=prompts.device)
-    if use_cache:
-        state = model.start_state(b, s + max_new, prompts.device)
-        logits = model(prompts, state=state, scale_hint=scale_hint)[:, -1]  # (b, v)
-    seq = prompts
+    seq = torch.cat([prompts, out], dim=1)  # (b, s + max_new): the prompt, then what is decoded
+    start, state = None, None
     for t in range(max_new):
+        last = s + t - 1  # the newest position: predict the token after it
+        a = context_start(last, window, jump)
         if not use_cache:
-            logits = model(seq, scale_hint=scale_hint)[:, -1]
-        nxt = logits.argmax(-1).masked_fill(done, EOS_ID)  # (b,)
-        out[:, t] = nxt
-        done |= nxt == EOS_ID
-        if bool(done.all()) or t == max_new - 1:
-            break
-        if use_cache:
-            logits = model(nxt[:, None], state=state, scale_hint=scale_hint)[:, -1]
+            logits = model(seq[:, a : last + 1], scale_hint=scale_hint)[:, -1]
+        elif a != start:  # first step or the window moved: read the context afresh
+            state = model.start_state(b, min(s + max_new, window) if window else s + max_new, prompts.device)
+            logits = model(seq[:, a : last + 1], state=state, scale_hint=scale_hint)[:, -1]  # (b, v)
         else:
-            seq = torch.cat([seq, nxt[:, None]], dim=1)
+            logits = model(seq[:, last : last + 1], state=state, scale_hint=scale_hint)[:, -1]
+        start = a
+        nxt = logits.argmax(-1).masked_fill(done, EOS_ID)  # (b,)
+        out[:, t] = seq[:, s + t] = nxt
+        done |= nxt == EOS_ID
+        if bool(done.all()):
+            break
     return out
 
 
+def answer_matches(task: Task, generated: Sequence[int], target: Sequence[str]) -> bool:
+    """Whether a decoded completion (ids, EOS-terminated or cut off) ends with EOS and
+    holds the same final answer (``Task.answer``) as ``target``."""
+    ids = list(generated)
+    if EOS_ID not in ids:
+        return False
+    return task.answer(decode(ids[: ids.index(EOS_ID)])) == task.answer(target)
+
+
 @torch.no_grad()
-def exact_match(model: Backbone, examples: Sequence[Example], batch_size: int, device: torch.device | str) -> Tensor:
-    """Per example 1.0/0.0: greedy decode equals ``target <eos>`` (EOS included). -> (n,)"""
-    hits = torch.zeros(len(examples))
+def exact_match(
+    model: Backbone,
+    examples: Sequence[Example],
+    batch_size: int,
+    device: torch.device | str,
+    *,
+    window: int = 0,
+    jump: int = 20,
+    task: Task | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Per example 1.0/0.0 (n,) twice: the greedy decode equals ``target <eos>`` (EOS
+    included), and it has the target's final answer (``answer_matches``; needs
+    ``task``, else it equals the first). The decode is ``len(target) + 1`` tokens long."""
+    hits, answers = torch.zeros(len(examples)), torch.zeros(len(examples))
     by_prompt_len: dict[int, list[int]] = defaultdict(list)  # equal lengths: no padding needed
     for idx, ex in enumerate(examples):
         by_prompt_len[len(ex.prompt)].append(idx)
@@ -86,25 +136,56 @@ def exact_match(model: Backbone, examples: Sequence[Example], batch_size: int, d
             prompts = torch.tensor([prompt_ids(examples[i]) for i in chunk], device=device)
             wanted = [[*encode(examples[i].target), EOS_ID] for i in chunk]
             scales = torch.tensor([hint(examples[i]) for i in chunk], device=device)
-            generated = greedy_decode(model, prompts, max(len(w) for w in wanted), scale_hint=scales).cpu()
+            longest = max(len(w) for w in wanted)
+            generated = greedy_decode(model, prompts, longest, scale_hint=scales, window=window, jump=jump).cpu()
             for row, (i, w) in enumerate(zip(chunk, wanted, strict=True)):
-                hits[i] = float(generated[row, : len(w)].tolist() == w)
-    return hits
+                got = generated[row, : len(w)].tolist()
+                hits[i] = float(got == w)
+                answers[i] = float(answer_matches(task, got, examples[i].target)) if task is not None else hits[i]
+    return hits, answers
+
+
+@torch.no_grad()
+def windowed_predictions(model: Backbone, inputs: Tensor, scales: Tensor, window: int = 0, jump: int = 20) -> Tensor:
+    """Teacher-forced argmax next-token predictions (b, s) -> (b, s), each made from the
+    context ``context_start(t)..t`` (one forward pass per context start; the whole row
+    at once without a window)."""
+    s = inputs.shape[1]
+    if not window or s <= window:
+        return model(inputs, scale_hint=scales).argmax(-1)
+    pred = torch.empty_like(inputs)
+    t = 0
+    while t < s:
+        a = context_start(t, window, jump)
+        end = t + 1  # extend over every later t with the same start
+        while end < s and context_start(end, window, jump) == a:
+            end += 1
+        pred[:, t:end] = model(inputs[:, a:end], scale_hint=scales)[:, t - a :].argmax(-1)
+        t = end
+    return pred
 
 
 @torch.no_grad()
 def scored_accuracy(
-    model: Backbone, examples: Sequence[Example], batch_size: int, device: torch.device | str, protocol: str
+    model: Backbone,
+    examples: Sequence[Example],
+    batch_size: int,
+    device: torch.device | str,
+    protocol: str,
+    *,
+    window: int = 0,
+    jump: int = 20,
 ) -> tuple[Tensor, Tensor]:
     """Per example (n,): fraction of scored tokens predicted right, and whether all were.
 
-    Decoder: teacher-forced next-token predictions over ``target <eos>``. Encoder: the
-    predictions at the output slots under the task's accuracy mask.
+    Decoder: teacher-forced next-token predictions over ``target <eos>`` (under the
+    window's contexts, if any). Encoder: the predictions at the output slots under the
+    task's accuracy mask.
     """
     fractions, alls = [], []
     for lo in range(0, len(examples), batch_size):
         batch = collate(examples[lo : lo + batch_size], protocol).to(device)
-        pred = model(batch.inputs, scale_hint=batch.scales).argmax(-1)  # (b, s)
+        pred = windowed_predictions(model, batch.inputs, batch.scales, window, jump)  # (b, s)
         right = (pred == batch.labels) & batch.scored
         n_scored = batch.scored.sum(-1)
         fractions.append((right.sum(-1).float() / n_scored).cpu())
@@ -119,13 +200,20 @@ def evaluate_length(
     batch_size: int,
     device: torch.device | str,
     protocol: str = "decoder",
+    window: int = 0,
+    jump: int = 20,
+    answer_task: Task | None = None,
 ) -> LengthMetrics:
-    """Both metrics on the examples of one scale."""
+    """Both metrics on the examples of one scale. With ``answer_task``,
+    ``exact_match`` scores the final answer (``Task.answer``) and ``trace_exact_match``
+    the whole completion; otherwise both are the whole completion."""
     was_training = model.training
     model.eval()
     try:
-        acc, all_right = scored_accuracy(model, examples, batch_size, device, protocol)
-        em = exact_match(model, examples, batch_size, device) if protocol == "decoder" else all_right
+        acc, all_right = scored_accuracy(model, examples, batch_size, device, protocol, window=window, jump=jump)
+        trace = answer = all_right
+        if protocol == "decoder":
+            trace, answer = exact_match(model, examples, batch_size, device, window=window, jump=jump, task=answer_task)
     finally:
         model.train(was_training)
     extra = 3 if protocol == "decoder" else 0  # <bos>, "=", <eos>
@@ -134,8 +222,9 @@ def evaluate_length(
         length=examples[0].scale,
         token_length=token_length,
         n=len(examples),
-        exact_match=em.mean().item(),
+        exact_match=answer.mean().item(),
         token_accuracy=acc.mean().item(),
+        trace_exact_match=trace.mean().item(),
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 import harness.tasks as tasks
+import pezoo
 from harness.config import RunConfig
 from harness.data import evaluation_set
 from harness.diagnostics import prism_trajectories
@@ -85,6 +86,11 @@ def check_run(cfg: RunConfig) -> None:
         raise ValueError(f"task {cfg.task!r} has no instances at training scales {cfg.train_lengths()}")
     if not any(task.has_scale(n) for n in cfg.test_lengths()):
         raise ValueError(f"task {cfg.task!r} has no instances at test scales {cfg.test_lengths()}")
+    if cfg.train.pack and getattr(pezoo.get(cfg.pe.split(":")[-1]), "uses_scale_hint", False):
+        raise ValueError(
+            f"encoding {cfg.pe!r} reads each example's scale, but packed rows (train.pack={cfg.train.pack}) "
+            "mix examples of different scales; train it without packing"
+        )
     if cfg.protocol == "encoder" and task.output_length(cfg.train.train_max) is None:
         raise ValueError(
             f"task {cfg.task!r} has no fixed output length, which the encoder protocol (preset "
@@ -151,16 +157,29 @@ def train_and_evaluate(
                     eval_sets[n] = evaluation_set(task, n, cfg.eval.samples, cfg.seed)
                 examples = eval_sets[n]
                 m = evaluate_length(
-                    model, examples, batch_size=cfg.eval.batch_size, device=device, protocol=cfg.protocol
+                    model,
+                    examples,
+                    batch_size=cfg.eval.batch_size,
+                    device=device,
+                    protocol=cfg.protocol,
+                    window=cfg.eval.window,
+                    jump=cfg.eval.window_jump,
+                    answer_task=task if cfg.eval.match == "answer" else None,
                 )
                 metrics.append((split, m))
                 if show:
                     report("eval", done, len(lengths), f"n={n} em={m.exact_match:.2f}")
             return tuple(metrics)
 
+        def traces(step: int, metrics: Evaluation) -> None:
+            if cfg.eval.match == "answer":  # the answer is what is scored; log the whole trace too
+                per_scale = ", ".join(f"{m.length}: {m.trace_exact_match:.2f}" for _, m in metrics)
+                tell(f"run {run_id}: step {step}: full-trace exact match per scale {per_scale}")
+
         def periodic(step: int) -> Evaluation:
             metrics = evaluate_all()
             tell(f"run {run_id}: step {step}: {summary(metrics)}")
+            traces(step, metrics)
             if log is not None:
                 log.evaluation(step, metrics)
             return metrics
@@ -183,6 +202,7 @@ def train_and_evaluate(
         )
         t0 = time.perf_counter()
         final = evaluate_all(show=True)
+        traces(cfg.train.steps, final)
         if log is not None:
             log.evaluation(cfg.train.steps, final)
         metrics = final

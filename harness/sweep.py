@@ -57,6 +57,8 @@ AXES: dict[str, tuple[str, str, type]] = {
     "eval_start_loss": ("eval", "start_below_loss", float),
     "eval_select": ("eval", "select", str),
     "backend": ("backbone", "backend", str),
+    "pack": ("train", "pack", int),
+    "window": ("eval", "window", int),
 }
 """Override axes: sweep/CLI name -> (config section, config key, value type)."""
 
@@ -71,7 +73,7 @@ class Grid:
         task: tasks.
         seeds: the seeds, each a separate run.
         steps, batch_size, lr, train_len, test_len, test_stride, eval_samples,
-        eval_every, eval_start_loss, eval_select, backend: override axes (see
+        eval_every, eval_start_loss, eval_select, backend, pack, window: override axes (see
             ``AXES``); empty = the preset's value, several values = one run per value.
     """
 
@@ -90,6 +92,8 @@ class Grid:
     eval_start_loss: tuple[float, ...] = ()
     eval_select: tuple[str, ...] = ()
     backend: tuple[str, ...] = ()
+    pack: tuple[int, ...] = ()
+    window: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:

@@ -25,7 +25,7 @@ from torch import nn
 import pezoo
 from harness.backbone import Backbone
 from harness.config import RunConfig
-from harness.data import IGNORE, collate, sample_training_batch
+from harness.data import IGNORE, PackedStream, collate, sample_training_batch
 from harness.tasks import Task
 
 
@@ -89,12 +89,14 @@ def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Backbone:
 
 
 def lr_factor(step: int, cfg: RunConfig) -> float:
-    """Linear warm-up to 1, then cosine decay to ``min_lr_ratio`` at the last step."""
+    """Linear warm-up to 1, then cosine or linear decay (``train.schedule``) towards
+    ``min_lr_ratio``, reached one step after the last."""
     t = cfg.train
     if step < t.warmup:
         return (step + 1) / t.warmup
-    progress = (step - t.warmup) / max(1, t.steps - t.warmup)
-    return t.min_lr_ratio + (1 - t.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    progress = min(1.0, (step - t.warmup) / max(1, t.steps - t.warmup))
+    shape = 1 - progress if t.schedule == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+    return t.min_lr_ratio + (1 - t.min_lr_ratio) * shape
 
 
 def curriculum_max(step: int, cfg: RunConfig) -> int:
@@ -181,6 +183,7 @@ def train(
     t = cfg.train
     encoder = cfg.protocol == "encoder"
     rng = random.Random(f"train/{cfg.task}/{cfg.seed}")
+    stream = PackedStream(task, rng, t.pack, loss=t.pack_loss) if t.pack else None
     opt = make_optimizer(model, cfg)
     model.train()
     start, loss_value, first_step, elapsed = time.perf_counter(), math.nan, 0, 0.0
@@ -195,14 +198,19 @@ def train(
         first_step, loss_value, elapsed = resume["step"], resume["loss"], resume["seconds"]
         evaluating = resume.get("evaluating", evaluating)
         evaluations = list(resume.get("evaluations", []))
+        if stream is not None:
+            stream.load_state(resume["stream"])
     for step in range(first_step, t.steps):
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * lr_factor(step, cfg)
         if on_lr is not None:
             on_lr(step, t.lr * lr_factor(step, cfg))
         lo, hi = t.train_min, curriculum_max(step, cfg)
-        examples = sample_training_batch(task, rng, t.batch_size, lo, hi, shared_scale=encoder)
-        batch = collate(examples, cfg.protocol).to(device)
+        if stream is not None:
+            batch = stream.batch(t.batch_size, lo, hi).to(device)
+        else:
+            examples = sample_training_batch(task, rng, t.batch_size, lo, hi, shared_scale=encoder)
+            batch = collate(examples, cfg.protocol).to(device)
         logits = model(batch.inputs, scale_hint=batch.scales)  # (b, s, v)
         loss = F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
         loss_value = loss.item()
@@ -235,6 +243,7 @@ def train(
                     "torch_rng": torch.get_rng_state(),
                     "evaluating": evaluating,
                     "evaluations": evaluations,
+                    **({"stream": stream.state()} if stream is not None else {}),
                 },
             )
     seconds = elapsed + time.perf_counter() - start

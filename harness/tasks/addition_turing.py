@@ -58,6 +58,7 @@ class AdditionTuring(Task):
         "on both lengths and the step (scale hint of both lengths, or content matching)"
     )
     layout = "a+b = tape(c,R)|tape(c,R)|…|R   (tape: operands with the consumed digit marked a..j, ^ if empty)"
+    answer_separator = LINE
 
     def __init__(self, *, operand_lengths: str = "longest") -> None:
         self.operand_lengths = check_operand_lengths(operand_lengths)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -86,6 +87,9 @@ class Task(ABC):
         pe_solvability: one of ``PE_SOLVABILITY`` (SPEC-seeds §D.5).
         pe_solvability_basis: why: what the paper states, or the derivation.
         layout: one line describing the format, for the catalogue (docs/tasks.md).
+        answer_separator: the token after whose last occurrence a target's final answer
+            starts (a scratchpad task's line separator); None: the whole target is the
+            answer. Used by ``eval.match = "answer"``.
     """
 
     name: ClassVar[str] = ""
@@ -99,6 +103,16 @@ class Task(ABC):
     pe_solvability: ClassVar[str] = ""
     pe_solvability_basis: ClassVar[str] = ""
     layout: ClassVar[str] = ""
+    answer_separator: ClassVar[str | None] = None
+
+    def answer(self, target: Sequence[str]) -> tuple[str, ...]:
+        """The final answer inside a target (or a decoded completion without its EOS):
+        the tokens after the last ``answer_separator``, or all of them."""
+        tokens = tuple(target)
+        if self.answer_separator is None or self.answer_separator not in tokens:
+            return tokens
+        last = len(tokens) - 1 - tokens[::-1].index(self.answer_separator)
+        return tokens[last + 1 :]
 
     def has_scale(self, n: int) -> bool:
         """Whether an instance of scale n exists (SCAN overrides: some lengths have none)."""

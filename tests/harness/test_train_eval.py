@@ -78,7 +78,8 @@ def test_exact_match_requires_eos(monkeypatch):
         return torch.tensor(out)
 
     monkeypatch.setattr(evaluate, "greedy_decode", fake_decode)
-    assert evaluate.exact_match(None, examples, 8, "cpu").sum() == 0
+    trace, answer = evaluate.exact_match(None, examples, 8, "cpu", task=task)
+    assert trace.sum() == 0 and answer.sum() == 0
 
     def right_decode(model, prompts, max_new, **kw):
         return torch.tensor(
@@ -86,7 +87,8 @@ def test_exact_match_requires_eos(monkeypatch):
         )
 
     monkeypatch.setattr(evaluate, "greedy_decode", right_decode)
-    assert evaluate.exact_match(None, examples, 8, "cpu").tolist() == [1.0] * 4
+    trace, answer = evaluate.exact_match(None, examples, 8, "cpu", task=task)
+    assert trace.tolist() == answer.tolist() == [1.0] * 4
 
 
 def test_evaluate_length_reports_scale_and_token_length():
