@@ -268,11 +268,13 @@ class PRISMLayer(nn.Module):
         with record_function("prism.gates"):
             gates, gru_state = self.gates(xn, state.get("gru"))  # (b, s, n, 4)
         gates = gates.transpose(0, 1)  # (s, b, n, 4)
-        masks = reachable_mask(steps, support) if cfg.eps_support == "reachable" else None  # (s, p)
+        reachable = cfg.eps_support == "reachable"
+        # the windowed scan (a compiled step wants fixed shapes) needs no masks: it only holds reachable bins
+        windowed = reachable and cfg.scan_window and not cfg.compile_scan and not self.learned_copy_keys
+        masks = reachable_mask(steps, support) if reachable and not windowed else None  # (s, p)
         gamma = self.gamma()
         table = offset_table(support, cfg.d_pe, x.device)  # (p, f)
         emit = (lambda hh: hh) if record else (lambda hh: hh @ table)  # (b, n, p) -> (b, n, p|f)
-        windowed = cfg.scan_window and not cfg.compile_scan  # a compiled step wants fixed shapes
 
         new_state: dict[str, Any] = {"t": t0 + s, "support": support, "gru": gru_state}
         p_copy = None
@@ -344,7 +346,7 @@ def _scan_emitting(
     streams instead of (b, n, p) histograms when P is large; ``table`` None keeps the
     histograms) and returns the last histogram too.
 
-    ``windowed`` (only with reachable masks, i.e. ``eps_support="reachable"``): step t
+    ``windowed`` (only valid under ``eps_support="reachable"``; ``masks`` is then unused): step t
     (absolute token index ``start + t``) works on the 2w+1 bins with w = min(t + 1, P)
     around the centre instead of all 2P+1. Every other bin is exactly zero there (mass
     moves one bin per token and the mask gives it no ε), the window's edge bins enter the
@@ -360,7 +362,7 @@ def _scan_emitting(
     out = []
     h = hist
     support = hist.shape[-1] // 2
-    if not windowed or masks is None:
+    if not windowed:
         for t in range(gates.shape[0]):
             copy_t = None if p_copy is None else p_copy[t]
             mask_t = None if masks is None else masks[t]
