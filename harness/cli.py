@@ -149,8 +149,8 @@ class _ListOf(click.ParamType):
 @click.option(
     "--window",
     type=_ListOf(int),
-    help="Decode and score with a sliding context of this many tokens, dropping the oldest 20 when full "
-    "(0: whole sequence; the turing preset: 500).",
+    help="Decode and score with a sliding context of this many tokens, dropping the oldest eval.window_jump "
+    "(20 by default) when full (0: whole sequence; the turing preset: 500).",
 )
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--allow-cpu", is_flag=True, help="Run a GPU-sized preset on the CPU anyway (e.g. a few --steps).")

@@ -152,10 +152,10 @@ class EvalConfig:
             raise ValueError(f"unknown eval.select {self.select!r}; valid: {', '.join(SELECTIONS)}")
         if self.select != "final" and self.every == 0:
             raise ValueError(f"eval.select={self.select!r} chooses among periodic evaluations: set eval.every > 0")
-        if self.window and not 1 <= self.window_jump < self.window:
-            raise ValueError(f"need 1 <= eval.window_jump < eval.window, got {self.window_jump} and {self.window}")
         if self.window < 0:
             raise ValueError(f"eval.window must be >= 0 (0: no window), got {self.window}")
+        if self.window and not 1 <= self.window_jump < self.window:
+            raise ValueError(f"need 1 <= eval.window_jump < eval.window, got {self.window_jump} and {self.window}")
         if self.match not in MATCHES:
             raise ValueError(f"unknown eval.match {self.match!r}; valid: {', '.join(MATCHES)}")
 
@@ -198,8 +198,10 @@ class RunConfig:
             raise ValueError(f"unknown protocol {self.protocol!r}; valid protocols: decoder, encoder")
         if self.backbone.causal != (self.protocol == "decoder"):
             raise ValueError(f"the {self.protocol} protocol needs backbone.causal={self.protocol == 'decoder'}")
-        if self.protocol == "encoder" and (self.train.pack or self.eval.window):
-            raise ValueError("train.pack and eval.window belong to the decoder protocol; the encoder has neither")
+        if self.protocol == "encoder" and (self.train.pack or self.eval.window or self.eval.match != "trace"):
+            raise ValueError(
+                "train.pack, eval.window and eval.match belong to the decoder protocol; the encoder has none of them"
+            )
         if self.eval.test_max <= self.train.train_max:
             raise ValueError(
                 f"test length {self.eval.test_max} must exceed the training length {self.train.train_max}: "
@@ -318,7 +320,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Hou et al. (Turing Programs) §3.1.1 base configuration: 12 layers, d 1024, 16
     # heads, AdamW wd 0.1, lr 7e-5 with 100 warm-up steps then linear decay (to 0:
     # SPEC-seeds A.3), batch 16 rows of 500 tokens packed from a stream of examples,
-    # 200k steps; addition operands 1..50 digits, tested to 100 with sliding-window
+    # 200k steps; addition operands 2..50 digits, tested to 100 with sliding-window
     # decoding (500 tokens, jumps of 20), 288 test examples per length, exact match
     # of the final answer.
     "turing": {
@@ -331,6 +333,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "warmup": 100,
             "schedule": "linear",
             "min_lr_ratio": 0.0,
+            "train_min": 2,
             "train_max": 50,
             "pack": 500,
         },

@@ -126,7 +126,7 @@ class PackedStream:
     The examples are drawn from ``rng`` one at a time, each at a scale uniform over the
     current ``lo..hi``, when the stream runs short; :meth:`state` and :meth:`load_state`
     carry the unconsumed tail across a checkpoint (the rng's state is saved with it).
-    ``Batch.scales`` holds the scale of the example each row starts in: packed rows mix
+    ``Batch.scales`` holds the scale hint of the example each row starts in: packed rows mix
     instances, which a scale-hint encoding cannot be told (``check_run`` refuses them).
     """
 
@@ -145,7 +145,7 @@ class PackedStream:
         ids, start = layout(example)
         self.ids += ids
         self.target += [i >= start for i in range(len(ids))]
-        self.scale += [example.scale] * len(ids)
+        self.scale += [hint(example)] * len(ids)
 
     def batch(self, batch_size: int, lo: int, hi: int) -> Batch:
         """The next ``batch_size`` rows; examples added from here on have scales lo..hi."""
@@ -174,4 +174,4 @@ class PackedStream:
 def evaluation_set(task: Task, scale: int, samples: int, seed: int) -> list[Example]:
     """The fixed evaluation examples of (task, scale, seed): every encoding sees the same ones."""
     rng = random.Random(f"eval/{task.name}/{scale}/{seed}")
-    return [task.sample(scale, rng) for _ in range(samples)]
+    return [task.sample_test(scale, rng) for _ in range(samples)]

@@ -105,11 +105,17 @@ def greedy_decode(
 
 def answer_matches(task: Task, generated: Sequence[int], target: Sequence[str]) -> bool:
     """Whether a decoded completion (ids, EOS-terminated or cut off) ends with EOS and
-    holds the same final answer (``Task.answer``) as ``target``."""
+    holds the same final answer (``Task.answer``) as ``target``: what follows its last
+    ``answer_separator``, which it must contain when the target does (a bare answer
+    without the scratchpad does not count)."""
     ids = list(generated)
     if EOS_ID not in ids:
         return False
-    return task.answer(decode(ids[: ids.index(EOS_ID)])) == task.answer(target)
+    tokens = decode(ids[: ids.index(EOS_ID)])
+    sep = task.answer_separator
+    if sep is not None and sep in target and sep not in tokens:
+        return False
+    return task.answer(tokens) == task.answer(target)
 
 
 @torch.no_grad()
@@ -206,7 +212,8 @@ def evaluate_length(
 ) -> LengthMetrics:
     """Both metrics on the examples of one scale. With ``answer_task``,
     ``exact_match`` scores the final answer (``Task.answer``) and ``trace_exact_match``
-    the whole completion; otherwise both are the whole completion."""
+    the whole completion; otherwise ``exact_match`` is the whole completion and
+    ``trace_exact_match`` None."""
     was_training = model.training
     model.eval()
     try:
@@ -224,7 +231,7 @@ def evaluate_length(
         n=len(examples),
         exact_match=answer.mean().item(),
         token_accuracy=acc.mean().item(),
-        trace_exact_match=trace.mean().item(),
+        trace_exact_match=trace.mean().item() if answer_task is not None else None,
     )
 
 

@@ -54,6 +54,8 @@ class RunLog:
         for split, m in metrics:
             self._writer.add_scalar(f"{tag}/exact_match/len{m.length:04d}", m.exact_match, step)
             self._writer.add_scalar(f"{tag}/token_accuracy/len{m.length:04d}", m.token_accuracy, step)
+            if m.trace_exact_match is not None:  # eval.match = answer: the whole trace too
+                self._writer.add_scalar(f"{tag}/trace_exact_match/len{m.length:04d}", m.trace_exact_match, step)
             means[split].append(m.exact_match)
         for split, values in means.items():
             if values:

@@ -365,6 +365,7 @@ class Table:
     rows: tuple[Row, ...]
     curves: tuple[Curve, ...]
     protocol: str | None = None  # the config's "protocol" (decoder / encoder) where runs record one
+    match: str = "trace"  # what exact match scores (config eval.match): the whole completion, or the final answer
 
 
 @dataclass(frozen=True)
@@ -403,9 +404,8 @@ def assemble(records: Sequence[Record]) -> Board:
     df = frame(records)
     tables = []
     for (task, preset), g in df.groupby(["task", "preset"], sort=True):
-        protocol = next(
-            r.data["config"].get("protocol") for r in records if (r.data["task"], r.data["preset"]) == (task, preset)
-        )
+        config = next(r.data["config"] for r in records if (r.data["task"], r.data["preset"]) == (task, preset))
+        protocol = config.get("protocol")  # one per (task, preset): check_protocols made sure
         tables.append(
             Table(
                 preset=str(preset),
@@ -415,6 +415,7 @@ def assemble(records: Sequence[Record]) -> Board:
                 rows=tuple(summary(g)),
                 curves=tuple(curves(g)),
                 protocol=None if protocol is None else str(protocol),
+                match=str(config.get("eval", {}).get("match", "trace")),
             )
         )
     return Board(tuple(records), tuple(tables))

@@ -416,7 +416,8 @@ def ranking_table(site: Site, page_dir: str, table: bd.Table) -> list[str]:
 
 def plot(site: Site, table: bd.Table, metric: str, *, legend: bool = True) -> str:
     """The curves of one (preset, task) for ``metric`` (exact_match or token_accuracy)."""
-    title_metric = "exact match (greedy, EOS incl.)" if metric == "exact_match" else "per-token accuracy"
+    exact = "exact match of the final answer" if table.match == "answer" else "exact match (greedy, EOS incl.)"
+    title_metric = exact if metric == "exact_match" else "per-token accuracy"
     series = []
     for c in table.curves:
         stats = c.exact_match if metric == "exact_match" else c.token_accuracy
@@ -449,6 +450,7 @@ def table_meta(table: bd.Table, info: TaskInfo | None) -> str:
         f"trained on scales 1..{table.train_max}",
         f"tested up to {table.test_max}",
         *([f"protocol {escape(table.protocol)}"] if table.protocol else []),
+        *(["exact match scores the final answer only"] if table.match == "answer" else []),
         bd.plural(len(table.rows), "encoding"),
         escape(_seeds(seeds)),
     ]

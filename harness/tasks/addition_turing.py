@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 
 from harness.tasks.addition import check_operand_lengths, sample_operand_lengths
-from harness.tasks.base import PE_SOLVABLE_WITH_SCALE_HINT, Task, register_task
+from harness.tasks.base import PE_SOLVABLE_WITH_SCALE_HINT, Example, Task, register_task
 from harness.tasks.copy import DIGITS
 
 HEAD = "abcdefghij"  # head-marked digit k is HEAD[k]
@@ -42,8 +42,9 @@ def turing_addition_lines(a: str, b: str) -> list[str]:
 class AdditionTuring(Task):
     """``a+b`` -> the Turing-Program scratchpad lines and the sum, joined by ``|``.
 
-    Scale n = digits of the longer operand; ``operand_lengths`` as in ``addition``
-    ("equal" is the paper's test setting: both operands n digits).
+    Scale n = digits of the longer operand; ``operand_lengths`` as in ``addition`` for
+    training instances; ``test_operand_lengths`` for evaluation ones (default "equal",
+    the paper's test setting: both operands n digits).
     """
 
     name = "addition_turing"
@@ -60,12 +61,17 @@ class AdditionTuring(Task):
     layout = "a+b = tape(c,R)|tape(c,R)|…|R   (tape: operands with the consumed digit marked a..j, ^ if empty)"
     answer_separator = LINE
 
-    def __init__(self, *, operand_lengths: str = "longest") -> None:
+    def __init__(self, *, operand_lengths: str = "longest", test_operand_lengths: str = "equal") -> None:
         self.operand_lengths = check_operand_lengths(operand_lengths)
+        self.test_operand_lengths = check_operand_lengths(test_operand_lengths)
 
-    def sample_prompt(self, n: int, rng: random.Random) -> list[str]:
-        len_a, len_b = sample_operand_lengths(n, rng, self.operand_lengths)
+    def sample_prompt(self, n: int, rng: random.Random, lengths: str | None = None) -> list[str]:
+        len_a, len_b = sample_operand_lengths(n, rng, lengths or self.operand_lengths)
         return [*rng.choices(DIGITS, k=len_a), "+", *rng.choices(DIGITS, k=len_b)]
+
+    def sample_test(self, n: int, rng: random.Random) -> Example:
+        self.check_scale(n)
+        return self.instance(self.sample_prompt(n, rng, self.test_operand_lengths), n)
 
     def solve(self, prompt: tuple[str, ...]) -> list[str]:
         plus = prompt.index("+")

@@ -129,9 +129,18 @@ class Task(ABC):
     def sample(self, n: int, rng: random.Random) -> Example:
         """One instance of scale n drawn from rng (checks the scale first)."""
         self.check_scale(n)
-        prompt = tuple(self.sample_prompt(n, rng))
+        return self.instance(self.sample_prompt(n, rng), n)
+
+    def instance(self, prompt: Sequence[str], n: int) -> Example:
+        """The instance of scale n with this prompt: its solution, accuracy mask and scale hint."""
+        prompt = tuple(prompt)
         target = tuple(self.solve(prompt))
         return Example(prompt, target, n, mask=self.accuracy_mask(target), scale_hint=self.scale_hint(prompt, n))
+
+    def sample_test(self, n: int, rng: random.Random) -> Example:
+        """One evaluation instance of scale n (``evaluation_set``): ``sample`` unless the
+        task's paper tests on another distribution than it trains on."""
+        return self.sample(n, rng)
 
     def output_length(self, n: int) -> int | None:
         """Target length at scale n when it is fixed (the randomized-PE protocol reads

@@ -53,6 +53,8 @@ Do not edit by hand: `tests/harness/tasks/test_catalogue.py` regenerates it and 
   name the valid ones. `addition`, `multiplication_cot` and `addition_turing` take
   `operand_lengths`: `"longest"` (default; one operand has n digits, the other U{{1..n}},
   which one by a coin flip) or `"equal"` (both n digits: the papers' n-by-n test grids).
+  `addition_turing` also takes `test_operand_lengths` (default `"equal"`, the Turing-Programs
+  paper's test set) for its evaluation instances (`Task.sample_test`).
 
 ## Names: which task is which paper's
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from harness.config import EvalConfig, RunConfig, TrainConfig, preset_config
-from harness.data import IGNORE, PackedStream
+from harness.data import IGNORE, PackedStream, evaluation_set
 from harness.evaluate import answer_matches, context_start, evaluate_length, greedy_decode, windowed_predictions
 from harness.run import check_run, train_and_evaluate
 from harness.tasks import create
@@ -67,6 +67,13 @@ def test_packed_rows_cut_one_stream_of_valid_examples_into_consecutive_windows()
     assert len(examples) > 5
     for prompt, target in examples:
         assert 2 <= len(prompt) <= 5 and target == task.solve(tuple(prompt))
+    # each row's scale is that of the example its first token belongs to (copy: prompt length)
+    starts = [i for i, x in enumerate(tokens) if x == BOS_ID]
+    for k, batch in enumerate(batches):
+        for r in range(4):
+            first = k * 4 * width + r * width  # stream index of the row's first input token
+            owner = starts.index(max(i for i in starts if i <= first))
+            assert batch.scales[r] == len(examples[owner][0])
 
 
 def test_completion_loss_labels_exactly_the_targets_and_their_eos():
@@ -126,6 +133,10 @@ def test_bad_protocol_options_are_refused_plainly():
         EvalConfig(match="final")
     with pytest.raises(ValueError, match="decoder protocol"):
         preset_config("ruoss", pe="nope", task="dm_odds_first", seed=0, overrides={"train": {"pack": 64}})
+    with pytest.raises(ValueError, match="decoder protocol"):
+        preset_config("ruoss", pe="nope", task="dm_odds_first", seed=0, overrides={"eval": {"match": "answer"}})
+    with pytest.raises(ValueError, match=r"eval\.window must be >= 0"):
+        EvalConfig(window=-5)
     cfg = preset_config("smoke", pe="learned_prf_sh", task="copy", seed=0, overrides={"train": {"pack": 64}})
     with pytest.raises(ValueError, match=r"packed rows .* mix examples of different scales"):
         check_run(cfg)
@@ -151,6 +162,8 @@ def test_answer_match_reads_what_follows_the_last_line():
     assert not answer_matches(task, target[:-1], example.target)  # never ended
     wrong = [*encode(("|", "9", *task.answer(example.target))), EOS_ID]
     assert not answer_matches(task, wrong, example.target)
+    bare = [*encode(task.answer(example.target)), EOS_ID]
+    assert not answer_matches(task, bare, example.target)  # the answer without any scratchpad
     assert create("copy").answer(("1", "2")) == ("1", "2")  # no separator: the whole target
 
 
@@ -187,7 +200,7 @@ def test_windowed_greedy_decoding_equals_decoding_each_context_from_scratch(pe):
     assert not torch.equal(got, full)  # while this one does: the comparison above has teeth
 
 
-@pytest.mark.parametrize("pe", ["nope", "rope", "prism"])
+@pytest.mark.parametrize("pe", ["nope", "rope", "alibi", "hard_alibi", "prism"])
 def test_windowed_teacher_forcing_predicts_each_token_from_its_own_context(pe):
     model = smoke_model(pe)
     window, jump = 9, 3
@@ -208,6 +221,45 @@ def test_evaluate_length_under_a_window_matches_one_context_at_a_time():
     assert (wide.exact_match, wide.token_accuracy) == (plain.exact_match, plain.token_accuracy)
     narrow = evaluate_length(model, examples, batch_size=4, device="cpu", window=16, jump=4, answer_task=task)
     assert narrow.trace_exact_match is not None and 0.0 <= narrow.token_accuracy <= 1.0
+
+
+def test_evaluate_length_scores_the_answer_and_reports_the_trace(monkeypatch):
+    """A decode with the right answer after a wrong trace: answer match 1, trace match 0."""
+    from harness import evaluate
+
+    task = create("addition_turing")
+    examples = [task.sample_test(4, random.Random(i)) for i in range(3)]
+    answers = {"".join(ex.prompt): task.answer(ex.target) for ex in examples}
+
+    def right_answer_wrong_trace(model, prompts, max_new, **kw):
+        rows = []
+        for row in prompts.tolist():
+            prompt = "".join(decode(row[1:-1]))  # drop <bos> and "="
+            rows.append(([*encode(("0", "|", *answers[prompt])), EOS_ID] + [EOS_ID] * max_new)[:max_new])
+        return torch.tensor(rows)
+
+    def teacher_forced(model, inputs, scales, window=0, jump=20):
+        return torch.zeros_like(inputs)
+
+    monkeypatch.setattr(evaluate, "greedy_decode", right_answer_wrong_trace)
+    monkeypatch.setattr(evaluate, "windowed_predictions", teacher_forced)
+    model = smoke_model("nope")
+    scored = evaluate_length(model, examples, batch_size=4, device="cpu", answer_task=task)
+    assert (scored.exact_match, scored.trace_exact_match) == (1.0, 0.0)
+    plain = evaluate_length(model, examples, batch_size=4, device="cpu")
+    assert (plain.exact_match, plain.trace_exact_match) == (0.0, None)
+
+
+def test_turing_addition_tests_both_operands_at_n_and_trains_on_unequal_ones():
+    task = create("addition_turing")
+    for i in range(20):
+        a, b = "".join(task.sample_test(7, random.Random(i)).prompt).split("+")
+        assert len(a) == len(b) == 7
+    train = ["".join(task.sample(7, random.Random(i)).prompt).split("+") for i in range(50)]
+    assert max(len(a) for a, _ in train) == 7 and any(len(a) != len(b) for a, b in train)
+    # every other task tests on its training distribution: the same examples from the same rng
+    copy = create("copy")
+    assert evaluation_set(copy, 12, 5, 0) == [copy.sample(12, rng) for rng in [random.Random("eval/copy/12/0")] * 5]
 
 
 def packed_config(**train):

@@ -59,8 +59,19 @@ def sha256_of_canonical(record: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-LATER_DEFAULTS = {("every", 0), ("start_below_loss", None), ("select", "final")}
-"""Evaluation fields added after the first results were published: left out of the run id at these values."""
+LATER_DEFAULTS = {
+    "eval": {"every": 0, "start_below_loss": None, "select": "final", "window": 0, "window_jump": 20, "match": "trace"},
+    "train": {"schedule": "cosine", "pack": 0, "pack_loss": "all"},
+}
+"""Config fields added after the first results were published: left out of the run id at these values."""
+
+
+def without_later_defaults(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` without the later fields that sit at their defaults (the run-id rule)."""
+    out = dict(config)
+    for section, later in LATER_DEFAULTS.items():
+        out[section] = {k: v for k, v in out[section].items() if not (k in later and later[k] == v)}
+    return out
 
 
 def make_record(
@@ -75,6 +86,7 @@ def make_record(
     steps: int = 20,
     device: str = "cpu:test x2 threads",
     finished_at: float = 1_700_000_000.0,
+    eval_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A valid results record with chosen per-length metrics (not from a real run: for the
     board's arithmetic and the validator, where the numbers must be known in advance)."""
@@ -84,12 +96,15 @@ def make_record(
         pe=pe,
         task=task,
         seed=seed,
-        overrides={"train": {"train_max": train_max, "steps": steps}, "eval": {"test_max": test_max}},
+        overrides={
+            "train": {"train_max": train_max, "steps": steps},
+            "eval": {"test_max": test_max, **(eval_options or {})},
+        },
     )
     config = {**cfg.to_dict(), "preset": preset}
     config["train"]["betas"] = list(config["train"]["betas"])
     body = {k: v for k, v in config.items() if k != "preset"}
-    body["eval"] = {k: v for k, v in body["eval"].items() if (k, v) not in LATER_DEFAULTS}
+    body = without_later_defaults(body)
     run_id = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
     tok = tok or {n: min(1.0, v + 0.05) for n, v in em.items()}
     record = {

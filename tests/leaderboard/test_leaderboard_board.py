@@ -165,3 +165,9 @@ def test_the_runs_protocol_is_carried_to_the_table():
     plain = make_record("rope", "copy", 0, ROPE0, train_max=3)
     plain["config"].pop("protocol", None)
     assert bd.assemble([rec(plain)]).tables[0].protocol is None
+
+
+def test_what_exact_match_scores_is_carried_to_the_table():
+    data = make_record("rope", "addition_turing", 0, ROPE0, train_max=3, eval_options={"match": "answer"})
+    assert bd.assemble([rec(data)]).tables[0].match == "answer"
+    assert bd.assemble([rec(make_record("rope", "copy", 0, ROPE0, train_max=3))]).tables[0].match == "trace"

@@ -9,7 +9,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from leaderboard_fixtures import LATER_DEFAULTS, make_record, sha256_of_canonical, write_jsonl
+from leaderboard_fixtures import make_record, sha256_of_canonical, without_later_defaults, write_jsonl
 
 from harness.config import PRESETS, preset_config
 from leaderboard.schema import ResultsError, config_run_id, read_file, read_results, validate_record
@@ -37,10 +37,10 @@ def test_run_id_rule_is_the_harness_rule(preset, pe, task, seed):
     cfg = preset_config(preset, pe=pe, task=task, seed=seed)
     assert config_run_id(json.loads(json.dumps(cfg.to_dict()))) == cfg.run_id()
     # and equals the written-out rule: sha256 of the canonical JSON without the preset (and
-    # without the later evaluation fields at their defaults), first 16 hex
+    # without the later config fields at their defaults), first 16 hex
     d = json.loads(json.dumps(cfg.to_dict()))
     d.pop("preset")
-    d["eval"] = {k: v for k, v in d["eval"].items() if (k, v) not in LATER_DEFAULTS}
+    d = without_later_defaults(d)
     blob = json.dumps(d, sort_keys=True, separators=(",", ":")).encode()
     assert cfg.run_id() == hashlib.sha256(blob).hexdigest()[:16]
 

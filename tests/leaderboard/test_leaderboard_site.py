@@ -254,3 +254,13 @@ def test_every_registered_encoding_gets_a_page_and_unknown_names_still_render(tm
     index = (tmp_path / "site" / "index.html").read_text()
     copy_section = index.split('<section id="task-copy">')[1].split("</section>")[0]
     assert copy_section.count('<g class="series"') == len(names)  # every encoding on the copy plot
+
+
+def test_a_board_scoring_the_final_answer_says_so(tmp_path):
+    em = {1: 1.0, 2: 1.0, 3: 0.5}
+    record = make_record("rope", "addition_turing", 0, em, train_max=2, eval_options={"match": "answer"})
+    write_jsonl(tmp_path / "results" / "all.jsonl", [record])
+    build(tmp_path / "results", tmp_path / "site")
+    page = (tmp_path / "site" / "tasks" / "addition_turing.html").read_text()
+    assert "exact match of the final answer" in page and "exact match scores the final answer only" in page
+    assert "EOS incl." not in page.split("<svg")[1]  # the plot is titled by what it scores
