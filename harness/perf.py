@@ -123,6 +123,8 @@ class PerfGrid:
         decode_prompt: prompt tokens.
         decode_batch: sequences decoded together.
         decode_encodings: encodings of the decoding table.
+        decode_window: 0, or decode under a sliding context of this many tokens (dropping
+            the oldest 20 when full: ``EvalConfig.window``), cached and uncached alike.
         prism_supports: supports P of the scan scaling table.
         prism_scan_tokens: tokens t scanned at each P (and the base of the t doubling).
         prism_cursors: cursors n scanned together (batch × cursors flattened).
@@ -147,6 +149,7 @@ class PerfGrid:
     decode_prompt: int = 12
     decode_batch: int = 1
     decode_encodings: tuple[str, ...] = ("nope", "rope", "alibi")
+    decode_window: int = 0
     prism_supports: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
     prism_scan_tokens: int = 32
     prism_cursors: int = 32
@@ -160,6 +163,8 @@ class PerfGrid:
             raise ValueError(f"need repeats >= 1 and warmup >= 0, got {self.repeats}, {self.warmup}")
         if self.decode_batch < 1:
             raise ValueError(f"need decode_batch >= 1, got {self.decode_batch}")
+        if 0 < self.decode_window <= 20 or self.decode_window < 0:
+            raise ValueError(f"the decoding window must exceed its 20-token jump, got {self.decode_window}")
 
 
 GRIDS: dict[str, PerfGrid] = {
@@ -584,7 +589,7 @@ def measure_decode(grid: PerfGrid, device: torch.device) -> list[dict[str, Any]]
         for cached in (True, False):
 
             def run(model=model, cached=cached, key=f"{pe}|{cached}") -> None:
-                outputs[key] = greedy_decode(model, prompts, max_new, use_cache=cached)
+                outputs[key] = greedy_decode(model, prompts, max_new, use_cache=cached, window=grid.decode_window)
 
             candidates[f"{pe}|{cached}"] = run
     rounds = max(1, min(grid.repeats, 3))
@@ -601,6 +606,7 @@ def measure_decode(grid: PerfGrid, device: torch.device) -> list[dict[str, Any]]
                 "pe": pe,
                 "batch": grid.decode_batch,
                 "prompt": grid.decode_prompt,
+                "window": grid.decode_window,
                 "generated": generated,
                 "cached_ms": fast.median_ms,
                 "uncached_ms": slow.median_ms,
@@ -969,8 +975,9 @@ def _render_decode(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         ]
         for r in rows
     ]
+    window = f", sliding window {r0['window']} (jumps of 20)" if r0.get("window") else ""
     return [
-        f"greedy decoding, quick backbone, batch {r0['batch']}, prompt {r0['prompt']} + generated tokens "
+        f"greedy decoding, quick backbone, batch {r0['batch']}{window}, prompt {r0['prompt']} + generated tokens "
         f"(target: cached ≥ 10× faster; speedup on {BASIS_WORDS[r0['basis']]})",
         tabulate(
             table,
@@ -1074,12 +1081,15 @@ def _ints(value: str | None) -> tuple[int, ...] | None:
 @click.option("--decode-length", type=int, help="Total tokens of the decoding measurement.")
 @click.option("--decode-batch", type=int, help="Sequences decoded together (default 1; evaluation decodes batches).")
 @click.option("--decode-pe", help="Encodings of the decoding table.")
+@click.option(
+    "--decode-window", type=int, help="Decode under a sliding context of this many tokens (the turing preset: 500)."
+)
 @click.option("--prism-supports", help="Supports P of the PRISM scan table (comma-separated).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the report here as JSON.")
 def perf_command(size, sections, encodings, presets, backends, batch_size, repeats, threads, memory_lengths,
-                 memory_pe, memory_backends, memory_cap_gib, decode_length, decode_batch, decode_pe, prism_supports,
-                 device, json_path) -> None:  # fmt: skip
+                 memory_pe, memory_backends, memory_cap_gib, decode_length, decode_batch, decode_pe, decode_window,
+                 prism_supports, device, json_path) -> None:  # fmt: skip
     """Time and memory of every encoding side by side: training step, peak memory, cached
     decoding, PRISM's scan. Prints the tables (and writes JSON with --json).
 
@@ -1106,6 +1116,7 @@ def perf_command(size, sections, encodings, presets, backends, batch_size, repea
             decode_length=decode_length,
             decode_batch=decode_batch,
             decode_encodings=_names(decode_pe),
+            decode_window=decode_window,
             prism_supports=_ints(prism_supports),
         )
     except ValueError as exc:

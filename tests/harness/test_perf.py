@@ -20,6 +20,7 @@ from harness.perf import (
     Timing,
     best_backend_rows,
     grid_from,
+    measure_decode,
     measure_memory_one,
     render,
     run_perf,
@@ -171,3 +172,13 @@ def test_cli_prints_the_table_and_writes_json(tmp_path):
 def test_cli_rejects_bad_options(args, message):
     result = CliRunner().invoke(main, ["perf", *args])
     assert result.exit_code != 0 and message in result.output
+
+
+def test_windowed_decode_rows_generate_the_same_tokens_cached_and_not(toy_report):
+    grid = grid_from(TOY, decode_length=60, decode_window=24, decode_encodings=("rope",), repeats=1)
+    [row] = measure_decode(grid, torch.device("cpu"))
+    assert row["window"] == 24 and row["generated"] == 60 - TOY.decode_prompt
+    assert row["same_tokens"] is True  # rebuilding the cache after each drop equals recomputing each context
+    assert "sliding window 24" in render({"provenance": toy_report["provenance"], "grid": {}, "decode": [row]})
+    with pytest.raises(ValueError, match="exceed its 20-token jump"):
+        grid_from(TOY, decode_window=20)
