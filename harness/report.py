@@ -108,10 +108,13 @@ def leaderboard_tables(df: pd.DataFrame) -> dict[str, str]:
             )
         rows.sort(key=lambda row: row["encoding"])
         rows.sort(key=lambda row: row.pop("_key"), reverse=True)  # stable: ties stay alphabetical
-        n = int(g["train_max"].iloc[0])
+        runs = df.loc[df["task"] == task]
+        lo, n = int(runs["train_min"].iloc[0]) if "train_min" in runs else 1, int(g["train_max"].iloc[0])
         encoder = "protocol" in df and (df.loc[df["task"] == task, "protocol"] == "encoder").all()
+        answer = "match" in df and (df.loc[df["task"] == task, "match"] == "answer").all()
         metric = "exact match = every masked output right" if encoder else "exact match of the decode incl. EOS"
-        out[task] = f"task {task} (trained on scales 1..{n}; {metric})\n" + tabulate(
+        metric = "exact match of the final answer" if answer else metric
+        out[task] = f"task {task} (trained on scales {lo}..{n}; {metric})\n" + tabulate(
             rows, headers="keys", tablefmt="github"
         )
     return out

@@ -12,8 +12,9 @@ from harness.store import Store
 def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
     """Per-length metrics joined with their runs, as a pandas DataFrame.
 
-    Columns: run_id, pe, task, seed, preset, status, train_max, protocol, n_params,
-    pe_params, split, length, token_length, n, exact_match, token_accuracy.
+    Columns: run_id, pe, task, seed, preset, status, train_min, train_max, protocol, match
+    (what exact match scores: ``trace`` or ``answer``), n_params, pe_params, split,
+    length, token_length, n, exact_match, token_accuracy.
     """
     with Store(path) as store:
         rows = []
@@ -21,11 +22,14 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
             if status is not None and run["status"] != status:
                 continue
             base = {k: run[k] for k in ("run_id", "pe", "task", "seed", "preset", "status")}
+            base["train_min"] = run["config"]["train"].get("train_min", 1)
             base["train_max"] = run["config"]["train"]["train_max"]
             base["protocol"] = run["config"].get("protocol", "decoder")
+            base["match"] = run["config"]["eval"].get("match", "trace")
             base["n_params"], base["pe_params"] = run["n_params"], run["pe_params"]
             rows += [{**base, **{k: m[k] for k in m if k != "run_id"}} for m in store.metrics(run["run_id"])]
-    columns = ["run_id", "pe", "task", "seed", "preset", "status", "train_max", "protocol", "n_params", "pe_params"]
+    columns = ["run_id", "pe", "task", "seed", "preset", "status", "train_min", "train_max", "protocol", "match"]
+    columns += ["n_params", "pe_params"]
     columns += ["split", "length"]
     columns += ["token_length", "n", "exact_match", "token_accuracy"]
     return pd.DataFrame(rows, columns=columns)

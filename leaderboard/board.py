@@ -365,6 +365,7 @@ class Table:
     rows: tuple[Row, ...]
     curves: tuple[Curve, ...]
     protocol: str | None = None  # the config's "protocol" (decoder / encoder) where runs record one
+    train_min: int = 1
     match: str = "trace"  # what exact match scores (config eval.match): the whole completion, or the final answer
 
 
@@ -415,6 +416,7 @@ def assemble(records: Sequence[Record]) -> Board:
                 rows=tuple(summary(g)),
                 curves=tuple(curves(g)),
                 protocol=None if protocol is None else str(protocol),
+                train_min=int(config["train"].get("train_min", 1)),
                 match=str(config.get("eval", {}).get("match", "trace")),
             )
         )

@@ -50,8 +50,9 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         for table in board.tables_of_task(task):
             n = table.train_max
             out += [
-                f"Preset **{table.preset}**, trained on scales 1..{n}, tested up to {table.test_max} "
-                f"([curves]({site_href}/tasks/{slug(task)}.html)).",
+                f"Preset **{table.preset}**, trained on scales {table.train_min}..{n}, tested up to {table.test_max} "
+                f"([curves]({site_href}/tasks/{slug(task)}.html))"
+                f"{'; exact match scores the final answer only' if table.match == 'answer' else ''}.",
                 "",
             ]
             rows = []

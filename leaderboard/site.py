@@ -447,7 +447,7 @@ def table_meta(table: bd.Table, info: TaskInfo | None) -> str:
     seeds = sorted({s for row in table.rows for s in row.seeds})
     parts = [
         f"preset <strong>{escape(table.preset)}</strong>",
-        f"trained on scales 1..{table.train_max}",
+        f"trained on scales {table.train_min}..{table.train_max}",
         f"tested up to {table.test_max}",
         *([f"protocol {escape(table.protocol)}"] if table.protocol else []),
         *(["exact match scores the final answer only"] if table.match == "answer" else []),

@@ -35,3 +35,10 @@ def test_terminal_and_site_rank_alike():
     assert [line.split("|")[1].strip() for line in lines] == ["high", "low"]
     assert [row.label for row in summary(df)] == ["high", "low"]
     assert "EM>N" in table.splitlines()[1]
+
+
+def test_the_heading_names_the_training_range_and_what_exact_match_scores():
+    df = pd.DataFrame(frame("a", 0, {1: 1.0, 2: 1.0, 3: 0.5}))
+    assert leaderboard_tables(df)["copy"].startswith("task copy (trained on scales 1..2; exact match of the decode")
+    df["train_min"], df["match"] = 2, "answer"
+    assert leaderboard_tables(df)["copy"].startswith("task copy (trained on scales 2..2; exact match of the final")

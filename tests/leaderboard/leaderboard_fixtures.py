@@ -87,6 +87,7 @@ def make_record(
     device: str = "cpu:test x2 threads",
     finished_at: float = 1_700_000_000.0,
     eval_options: Mapping[str, Any] | None = None,
+    train_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A valid results record with chosen per-length metrics (not from a real run: for the
     board's arithmetic and the validator, where the numbers must be known in advance)."""
@@ -97,7 +98,7 @@ def make_record(
         task=task,
         seed=seed,
         overrides={
-            "train": {"train_max": train_max, "steps": steps},
+            "train": {"train_max": train_max, "steps": steps, **(train_options or {})},
             "eval": {"test_max": test_max, **(eval_options or {})},
         },
     )

@@ -258,9 +258,13 @@ def test_every_registered_encoding_gets_a_page_and_unknown_names_still_render(tm
 
 def test_a_board_scoring_the_final_answer_says_so(tmp_path):
     em = {1: 1.0, 2: 1.0, 3: 0.5}
-    record = make_record("rope", "addition_turing", 0, em, train_max=2, eval_options={"match": "answer"})
+    record = make_record(
+        "rope", "addition_turing", 0, em, train_max=2, eval_options={"match": "answer"}, train_options={"train_min": 2}
+    )
     write_jsonl(tmp_path / "results" / "all.jsonl", [record])
-    build(tmp_path / "results", tmp_path / "site")
+    build(tmp_path / "results", tmp_path / "site", readme=tmp_path / "README.md")
     page = (tmp_path / "site" / "tasks" / "addition_turing.html").read_text()
     assert "exact match of the final answer" in page and "exact match scores the final answer only" in page
+    readme = (tmp_path / "README.md").read_text()
+    assert "trained on scales 2..2" in page and "trained on scales 2..2" in readme and "final answer only" in readme
     assert "EOS incl." not in page.split("<svg")[1]  # the plot is titled by what it scores
