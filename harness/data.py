@@ -39,7 +39,8 @@ IGNORE = -100
 
 @dataclass
 class Batch:
-    """inputs (b, s), labels (b, s) with IGNORE off-target, scales (b,): the scale hints,
+    """inputs (b, s), labels (b, s) with IGNORE off-target, scales (b,): the scale hints
+    (per token, (b, s), in packed rows),
     scored (b, s) bool: the labelled tokens that per-token accuracy counts."""
 
     inputs: Tensor
@@ -126,8 +127,8 @@ class PackedStream:
     The examples are drawn from ``rng`` one at a time, each at a scale uniform over the
     current ``lo..hi``, when the stream runs short; :meth:`state` and :meth:`load_state`
     carry the unconsumed tail across a checkpoint (the rng's state is saved with it).
-    ``Batch.scales`` holds the scale hint of the example each row starts in: packed rows mix
-    instances, which a scale-hint encoding cannot be told (``check_run`` refuses them).
+    ``Batch.scales`` is (b, s) here: per input token, the scale hint of its instance (a
+    packed row mixes instances; a scale-hint encoding gives each query its own n).
     """
 
     def __init__(self, task: Task, rng: random.Random, width: int, *, loss: str = "all") -> None:
@@ -158,7 +159,7 @@ class PackedStream:
         labels = ids[1:].view(batch_size, w).clone()
         if self.loss == "completion":
             labels[~target[1:].view(batch_size, w)] = IGNORE
-        scales = torch.tensor(self.scale[: need - 1 : w])
+        scales = torch.tensor(self.scale[: need - 1]).view(batch_size, w)
         used = need - 1  # the last label token opens the next batch's first row
         del self.ids[:used], self.target[:used], self.scale[:used]
         return Batch(inputs, labels, scales, labels != IGNORE)

@@ -24,7 +24,6 @@ from typing import Any
 import torch
 
 import harness.tasks as tasks
-import pezoo
 from harness.config import RunConfig
 from harness.data import evaluation_set
 from harness.diagnostics import prism_trajectories
@@ -86,11 +85,6 @@ def check_run(cfg: RunConfig) -> None:
         raise ValueError(f"task {cfg.task!r} has no instances at training scales {cfg.train_lengths()}")
     if not any(task.has_scale(n) for n in cfg.test_lengths()):
         raise ValueError(f"task {cfg.task!r} has no instances at test scales {cfg.test_lengths()}")
-    if cfg.train.pack and getattr(pezoo.get(cfg.pe.split(":")[-1]), "uses_scale_hint", False):
-        raise ValueError(
-            f"encoding {cfg.pe!r} reads each example's scale, but packed rows (train.pack={cfg.train.pack}) "
-            "mix examples of different scales; train it without packing"
-        )
     if cfg.protocol == "encoder" and task.output_length(cfg.train.train_max) is None:
         raise ValueError(
             f"task {cfg.task!r} has no fixed output length, which the encoder protocol (preset "

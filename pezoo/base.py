@@ -66,8 +66,9 @@ class AttentionContext:
         state: per-sequence-batch scratch/recurrent state, kept by the caller across
             incremental decoding calls (fresh dict for a full forward pass).
         key_padding_mask: (b, j) bool, True for real keys, or None (no padding).
-        scale_hint: optional instance scale n per example, (b,), for encodings that
-            take one (learned-PRF with scale hint).
+        scale_hint: optional instance scale n, for encodings that take one (learned-PRF
+            with scale hint): per example (b,), or per query token (b, i) when a row
+            holds several instances (packed training rows).
         scratch: per-call memo (fresh for every forward call, shared by all layers), for
             values computed once per call such as RoPE's cos/sin of ``q_pos``.
     """

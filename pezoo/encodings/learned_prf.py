@@ -28,8 +28,10 @@ do not have; see docs/encodings/learned_prf.md):
       (temperature ``temperature``). Raw (not length-normalised) features keep a
       piecewise-linear ReLU network meaningful past the training lengths.
     * S = 16 without and 32 with the scale hint.
-    * Scale hint: n comes from ``ctx.scale_hint`` (b,), the task's instance scale; the
-      harness passes it for every example. ``learned_prf_sh`` without it is an error.
+    * Scale hint: n comes from ``ctx.scale_hint``, the task's instance scale: (b,) per
+      example, or (b, i) per query token when a row packs several instances (SPEC-seeds
+      C.5: a pair (i, j) then gets the n of query i's instance). The harness passes it
+      for every example. ``learned_prf_sh`` without it is an error.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def prf_features(q_pos: Tensor, k_pos: Tensor, scale_hint: Tensor | None = None,
     Args:
         q_pos: (b|1, i) query positions.
         k_pos: (b|1, j) key positions.
-        scale_hint: optional (b|1,) instance scale n per example.
+        scale_hint: optional instance scale n: (b|1,) per example or (b, i) per query.
         feature_scale: multiplier applied to every feature.
 
     Returns:
@@ -60,9 +62,10 @@ def prf_features(q_pos: Tensor, k_pos: Tensor, scale_hint: Tensor | None = None,
     qi, kj = torch.broadcast_tensors(qi, kj)  # (b, i, j)
     feats = [qi, kj, qi - kj]
     if scale_hint is not None:
-        n = scale_hint.to(device=q_pos.device, dtype=torch.float32).view(-1, 1, 1)  # (b, 1, 1)
-        feats = [f.expand(max(f.shape[0], n.shape[0]), -1, -1) for f in feats]
-        feats.append(n.expand_as(feats[0]))
+        n = scale_hint.to(device=q_pos.device, dtype=torch.float32)
+        n = n[:, :, None] if n.ndim == 2 else n.view(-1, 1, 1)  # (b, i, 1) per query, or (b, 1, 1)
+        shape = torch.broadcast_shapes(feats[0].shape, n.shape)
+        feats = [*(f.expand(shape) for f in feats), n.expand(shape)]
     return torch.stack(feats, dim=-1) * feature_scale  # (b, i, j, F)
 
 
@@ -166,14 +169,15 @@ class LearnedPRF(PositionalEncoding):
             return net(prf_features(q_pos, k_pos, feature_scale=self.feature_scale))
         if scale_hint is None:
             raise ValueError(
-                f"{self.name} needs the instance scale n of every example: pass ctx.scale_hint, a (b,) tensor"
+                f"{self.name} needs the instance scale n of every example: pass ctx.scale_hint, a (b,) tensor "
+                "(or (b, i), one per query token)"
             )
         return net(prf_features(q_pos, k_pos, scale_hint, feature_scale=self.feature_scale))
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         slot_keys = self.slot_keys[layer]  # (S, h, e)
         hint = ctx.scale_hint if self.uses_scale_hint else None
-        if hint is None or ctx.q_pos.shape[0] > 1 or ctx.k_pos.shape[0] > 1:
+        if hint is None or hint.ndim > 1 or ctx.q_pos.shape[0] > 1 or ctx.k_pos.shape[0] > 1:
             phi = self.prf(layer, ctx.q_pos, ctx.k_pos, hint)  # (b|1, i, j, S)
             return [DenseBias(lbpe_bias(phi, q, slot_keys))]
         # positions shared by the batch: evaluate φ once per distinct scale n, not per example

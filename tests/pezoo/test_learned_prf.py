@@ -89,6 +89,26 @@ def test_scale_hint_per_example_equals_one_example_at_a_time():
     assert not torch.allclose(batched.tensor[0], batched.tensor[1])  # n changes φ(i, j, n)
 
 
+def test_scale_hint_per_query_token_gives_each_query_row_its_own_n():
+    """A packed row holds several instances: (b, i) hints give row i of the bias the
+    bias computed with query i's n alone (and one n per row equals the (b,) form)."""
+    torch.manual_seed(2)
+    pe = pezoo.create("learned_prf_sh", d_model=16, n_heads=4, n_layers=1)
+    q, k = torch.randn(2, 4, 6, 4), torch.randn(2, 4, 6, 4)
+    pos = torch.arange(6)[None]
+    hints = torch.tensor([[3, 3, 3, 9, 9, 9], [5, 5, 2, 2, 2, 2]])
+    (mixed,) = pe.bias(0, q, k, AttentionContext(q_pos=pos, k_pos=pos, scale_hint=hints))
+    for b in range(2):
+        for i in range(6):
+            ctx = AttentionContext(q_pos=pos, k_pos=pos, scale_hint=hints[b, i].view(1))
+            (alone,) = pe.bias(0, q[b : b + 1], k[b : b + 1], ctx)
+            torch.testing.assert_close(mixed.tensor[b, :, i], alone.tensor[0, :, i])
+    flat = torch.tensor([4, 11])
+    (per_row,) = pe.bias(0, q, k, AttentionContext(q_pos=pos, k_pos=pos, scale_hint=flat))
+    (per_token,) = pe.bias(0, q, k, AttentionContext(q_pos=pos, k_pos=pos, scale_hint=flat[:, None].expand(2, 6)))
+    torch.testing.assert_close(per_row.tensor, per_token.tensor)
+
+
 def test_scale_hint_is_required():
     pe = pezoo.create("learned_prf_sh", d_model=8, n_heads=2, n_layers=1)
     pos = torch.arange(3)[None]
