@@ -15,6 +15,10 @@ half-width of the 95% t-interval over seeds (``ci95``). Encodings are ranked wit
 (preset, task) by solved≤, then EM>N, then tok>N (means, higher first); exact ties share
 a rank. Curves give, per scale, the mean over seeds and the min..max band.
 
+**At a glance** (``overview``), per preset: every encoding's rank on every task, ordered by
+the mean of those ranks (fewer missing tasks first, then lower mean rank, then higher mean
+EM>N over the tasks, then name).
+
 An "encoding" on the board is the registry name, with its options appended when a run
 set any (``rope {"base": 500}``), so differently configured runs are never pooled.
 """
@@ -421,3 +425,44 @@ def assemble(records: Sequence[Record]) -> Board:
             )
         )
     return Board(tuple(records), tuple(tables))
+
+
+@dataclass(frozen=True)
+class OverviewRow:
+    """One encoding across the tasks of one preset: its row on each task's table."""
+
+    position: int
+    label: str
+    encoding: str
+    cells: Mapping[str, Row]  # task -> the encoding's row there (absent: not run on it)
+    mean_rank: float
+    mean_em_beyond: float
+
+
+def overview(board: Board, preset: str) -> tuple[list[str], list[OverviewRow]]:
+    """(tasks, rows) of the preset's at-a-glance table; the order is in the module docstring.
+
+    ``mean_rank`` and ``mean_em_beyond`` average over the tasks an encoding has results
+    on; an encoding missing from some task is listed after every one that has them all.
+    """
+    tables = [t for t in board.tables if t.preset == preset]
+    tasks = [t.task for t in tables]
+    cells: dict[str, dict[str, Row]] = {}
+    encodings: dict[str, str] = {}
+    for table in tables:
+        for row in table.rows:
+            cells.setdefault(row.label, {})[table.task] = row
+            encodings[row.label] = row.encoding
+    unordered = []
+    for label, by_task in cells.items():
+        ranks = [r.rank for r in by_task.values()]
+        em = [r.scores["em_beyond"].mean for r in by_task.values() if not math.isnan(r.scores["em_beyond"].mean)]
+        mean_em = sum(em) / len(em) if em else math.nan
+        key = (len(tasks) - len(by_task), sum(ranks) / len(ranks), -_or_low(mean_em), label)
+        unordered.append((key, label, by_task, mean_em))
+    unordered.sort(key=lambda item: item[0])
+    rows = [
+        OverviewRow(i, label, encodings[label], by_task, key[1], mean_em)
+        for i, (key, label, by_task, mean_em) in enumerate(unordered, start=1)
+    ]
+    return tasks, rows

@@ -16,6 +16,13 @@ RULE_MD = (
 )
 
 
+OVERVIEW_MD = (
+    "Each encoding's rank on each task's table (1 = best) · its EM>N there; ordered by the mean rank over the "
+    "tasks (an encoding without results on every task after those with), then by the mean EM>N. The task "
+    "tables below carry the intervals."
+)
+
+
 def _commit(c: str) -> str:
     return c.removesuffix("-dirty")[:12] + (" (uncommitted changes)" if c.endswith("-dirty") else "")
 
@@ -45,6 +52,25 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         out += ["No results yet: publish some with `pezoo leaderboard export`.", ""]
     else:
         out += [RULE_MD, ""]
+    if board.tables:
+        out += ["## At a glance", "", OVERVIEW_MD, ""]
+    for preset in board.presets:
+        tasks, rows = bd.overview(board, preset)
+        headers = ["#", "encoding", "mean rank", "mean EM>N", *tasks]
+        table = []
+        for row in rows:
+            cells = [row.cells.get(t) for t in tasks]
+            table.append(
+                [
+                    row.position,
+                    row.label,
+                    f"{row.mean_rank:.1f}",
+                    bd.Stat(row.mean_em_beyond, 0.0).text(),
+                    *("-" if c is None else f"{c.rank} · {c.scores['em_beyond'].text()}" for c in cells),
+                ]
+            )
+        out += [f"Preset **{preset}**:", "", tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)]
+        out.append("")
     for task in board.tasks:
         out += [f"## {task}", ""]
         for table in board.tables_of_task(task):

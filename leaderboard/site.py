@@ -499,6 +499,47 @@ def per_length_table(site: Site, page_dir: str, table: bd.Table, metric: str) ->
 # --------------------------------------------------------------------------------------
 
 
+OVERVIEW_RULE = (
+    "Each cell: the encoding's rank on that task's table (1 = best) and, after it, its EM&gt;N. Rows are ordered "
+    "by the mean rank over the tasks (an encoding without results on every task comes after those with), then "
+    "by the mean EM&gt;N; a dash: not run on that task. The task tables below carry the intervals."
+)
+
+
+def overview_table(site: Site, page_dir: str, preset: str) -> list[str]:
+    """The at-a-glance table of one preset: encodings × tasks, cell = rank and EM>N."""
+    tasks, rows = bd.overview(site.board, preset)
+    head = [
+        _num("#", "position by mean rank over the tasks"),
+        '<th class="text" data-type="text">encoding</th>',
+        _num("mean rank", "mean of the encoding's rank over the tasks it has results on"),
+        _num("mean EM&gt;N", "mean over the tasks of the exact match beyond training"),
+        *(_num(f'<a href="#task-{slug(t)}">{escape(t)}</a>', f"rank on {t} · EM>N") for t in tasks),
+    ]
+    out = [
+        f'<div class="scroll"><table class="sortable overview" data-preset-table="{escape(preset)}">',
+        f"<thead><tr>{''.join(head)}</tr></thead><tbody>",
+    ]
+    for i, row in enumerate(rows):
+        em = bd.Stat(row.mean_em_beyond, 0.0)
+        cells = [
+            f'<td data-sort="{row.position}">{row.position}</td>',
+            encoding_cell(site, page_dir, row.label, row.encoding),
+            f'<td data-sort="{row.mean_rank:.6f}">{row.mean_rank:.1f}</td>',
+            f'<td data-sort="{em.sort_value()}">{em.text()}</td>',
+        ]
+        for task in tasks:
+            cell = row.cells.get(task)
+            if cell is None:
+                cells.append('<td data-sort="">-</td>')
+                continue
+            rank = f"<strong>{cell.rank}</strong>" if cell.rank == 1 else str(cell.rank)
+            cells.append(f'<td data-sort="{cell.rank}">{rank} · {cell.scores["em_beyond"].text()}</td>')
+        out.append(f'<tr data-order="{i}">{"".join(cells)}</tr>')
+    out.append("</tbody></table></div>")
+    return out
+
+
 def index_page(site: Site) -> str:
     b = site.board
     body = [
@@ -518,6 +559,13 @@ def index_page(site: Site) -> str:
             for label, enc in _labels_with_encoding(b)
         ]
         body.append("</ul>")
+        body += ["<h2>At a glance</h2>", f'<p class="meta">{OVERVIEW_RULE}</p>']
+        for preset in b.presets:
+            body.append(
+                f'<div data-preset="{escape(preset)}"><p class="meta">preset <strong>{escape(preset)}</strong></p>'
+            )
+            body += overview_table(site, "", preset)
+            body.append("</div>")
     for task in b.tasks:
         info = task_info(task)
         href = escape(site.task_href("", task))

@@ -171,3 +171,34 @@ def test_what_exact_match_scores_is_carried_to_the_table():
     data = make_record("rope", "addition_turing", 0, ROPE0, train_max=3, eval_options={"match": "answer"})
     assert bd.assemble([rec(data)]).tables[0].match == "answer"
     assert bd.assemble([rec(make_record("rope", "copy", 0, ROPE0, train_max=3))]).tables[0].match == "trace"
+
+
+def test_overview_orders_by_mean_rank_over_tasks_and_lists_partial_encodings_last():
+    # copy ranks (solved<=): alibi 7 -> 1, rope 4 -> 2, nope 2 -> 3; reverse: nope 7 -> 1, rope 5 -> 2,
+    # alibi 4 -> 3; ape only on copy (solved<= 0 -> 4)
+    data = [
+        make_record("alibi", "copy", 0, ALIBI, train_max=3),
+        make_record("rope", "copy", 0, ROPE0, train_max=3),
+        make_record("nope", "copy", 0, NOPE, train_max=3),
+        make_record("ape", "copy", 0, FIRST_FAILS, train_max=3),
+        make_record("nope", "reverse", 0, ALIBI, train_max=3),
+        make_record("rope", "reverse", 0, ROPE1, train_max=3),
+        make_record("alibi", "reverse", 0, ROPE0, train_max=3),
+    ]
+    board = bd.assemble([rec(d, i) for i, d in enumerate(data, start=1)])
+    tasks, rows = bd.overview(board, "smoke")
+    assert tasks == ["copy", "reverse"]
+    by_label = {r.label: r for r in rows}
+    assert {k: (r.cells["copy"].rank, r.mean_rank) for k, r in by_label.items() if k != "ape"} == {
+        "alibi": (1, 2.0),
+        "nope": (3, 2.0),
+        "rope": (2, 2.0),
+    }
+    # equal mean ranks: the mean EM>N over the tasks decides (alibi (1 + 0.3625)/2, nope (0 + 1)/2, rope ...)
+    em = {k: statistics.mean(statistics.mean(m[n] for n in (4, 5, 6, 7)) for m in ms)
+          for k, ms in {"alibi": (ALIBI, ROPE0), "nope": (NOPE, ALIBI), "rope": (ROPE0, ROPE1)}.items()}  # fmt: skip
+    assert [r.label for r in rows] == [*sorted(em, key=lambda k: -em[k]), "ape"]
+    assert by_label["ape"].cells.keys() == {"copy"} and by_label["ape"].position == 4
+    for label, r in by_label.items():
+        if label != "ape":
+            assert r.mean_em_beyond == pytest.approx(em[label])

@@ -268,3 +268,23 @@ def test_a_board_scoring_the_final_answer_says_so(tmp_path):
     readme = (tmp_path / "README.md").read_text()
     assert "trained on scales 2..2" in page and "trained on scales 2..2" in readme and "final answer only" in readme
     assert "EOS incl." not in page.split("<svg")[1]  # the plot is titled by what it scores
+
+
+def test_index_at_a_glance_gives_each_encoding_its_rank_on_every_task(smoke_site):
+    index = (smoke_site / "index.html").read_text()
+    assert "<h2>At a glance</h2>" in index
+    for preset in ("smoke", "smoke-2step"):
+        start = f'<table class="sortable overview" data-preset-table="{preset}">'
+        overview = index.split(start)[1].split("</table>")[0]
+        tasks = sorted({t for p, _, t, _, _ in RUNS if p == preset})
+        assert re.findall(r'<a href="#task-([^"]+)">', overview.split("</thead>")[0]) == tasks
+        for task in tasks:  # the rank in the overview is the rank on the task's own table
+            ranking = index.split(f'data-task="{task}" data-preset-table="{preset}">')[1].split("</table>")[0]
+            found = re.findall(r'<td data-sort="(\d+)">\d+</td><td class="text"[^>]*>.*?>([^<]+)</a>', ranking)
+            rank_of = {name: rank for rank, name in found}
+            column = tasks.index(task)
+            for row in overview.split("<tr")[2:]:
+                label = re.search(r">([^<]+)</a></td>", row).group(1)
+                cell = re.findall(r'<td data-sort="([^"]*)">', row)[3 + column]
+                assert cell == rank_of.get(label, ""), (preset, task, label)
+            assert found  # the ranking table was read
