@@ -182,7 +182,7 @@ JS = """
     var numeric = th.getAttribute("data-type") === "num";
     var now = th.getAttribute("aria-sort");
     var dir = now === "descending" ? "ascending" : now === "ascending" ? "descending"
-      : (numeric ? "descending" : "ascending");
+      : (th.getAttribute("data-first") || (numeric ? "descending" : "ascending"));
     Array.prototype.forEach.call(th.parentNode.cells, function (c) { c.removeAttribute("aria-sort"); });
     th.setAttribute("aria-sort", dir);
     var sign = dir === "ascending" ? 1 : -1;
@@ -371,9 +371,11 @@ RULE = (
 )
 
 
-def _num(th: str, title: str = "") -> str:
+def _num(th: str, title: str = "", *, low_first: bool = False) -> str:
+    """A numeric column header; ``low_first`` (ranks): the first click sorts 1, 2, 3, ..."""
     t = f' title="{escape(title)}"' if title else ""
-    return f'<th data-type="num"{t}>{th}</th>'
+    first = ' data-first="ascending"' if low_first else ""
+    return f'<th data-type="num"{first}{t}>{th}</th>'
 
 
 def encoding_cell(site: Site, page_dir: str, label: str, encoding: str) -> str:
@@ -386,7 +388,7 @@ def encoding_cell(site: Site, page_dir: str, label: str, encoding: str) -> str:
 def ranking_table(site: Site, page_dir: str, table: bd.Table) -> list[str]:
     n = table.train_max
     head = [
-        _num("rank"),
+        _num("rank", low_first=True),
         '<th class="text" data-type="text">encoding</th>',
         _num("seeds", "number of seeds"),
         _num("solved≤", "largest scale L with exact match ≥ 0.90 at every evaluated scale ≤ L"),
@@ -510,11 +512,11 @@ def overview_table(site: Site, page_dir: str, preset: str) -> list[str]:
     """The at-a-glance table of one preset: encodings × tasks, cell = rank and EM>N."""
     tasks, rows = bd.overview(site.board, preset)
     head = [
-        _num("#", "position by mean rank over the tasks"),
+        _num("#", "position by mean rank over the tasks", low_first=True),
         '<th class="text" data-type="text">encoding</th>',
-        _num("mean rank", "mean of the encoding's rank over the tasks it has results on"),
+        _num("mean rank", "mean of the encoding's rank over the tasks it has results on", low_first=True),
         _num("mean EM&gt;N", "mean over the tasks of the exact match beyond training"),
-        *(_num(f'<a href="#task-{slug(t)}">{escape(t)}</a>', f"rank on {t} · EM>N") for t in tasks),
+        *(_num(f'<a href="#task-{slug(t)}">{escape(t)}</a>', f"rank on {t} · EM>N", low_first=True) for t in tasks),
     ]
     out = [
         f'<div class="scroll"><table class="sortable overview" data-preset-table="{escape(preset)}">',
@@ -709,7 +711,7 @@ def encoding_page(site: Site, encoding: str) -> str:
         '<th class="text" data-type="text">task</th>',
         '<th class="text" data-type="text">preset</th>',
         '<th class="text" data-type="text">encoding</th>',
-        _num("rank"),
+        _num("rank", low_first=True),
         _num("of", "encodings on this task and preset"),
         _num("seeds"),
         _num("N", "largest training scale"),

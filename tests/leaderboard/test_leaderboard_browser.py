@@ -118,6 +118,9 @@ def test_clicking_a_header_sorts_the_table(browser, smoke_site, shots):
     assert names == sorted(names)
     browser.click(f"{ranking} th:nth-child(2)")
     assert _column(browser, ranking, 1) == sorted(names, reverse=True)
+    browser.click(f"{ranking} th:nth-child(1)")  # "rank": best (1) first, unlike other numbers
+    ranks = [int(r) for r in _column(browser, ranking, 0)]
+    assert ranks == sorted(ranks) and ranks[0] == 1
     save_shot(browser, shots, "task-copy-sorted.png")
 
 
