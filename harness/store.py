@@ -176,6 +176,56 @@ class Store:
                 "UPDATE runs SET status=?, error=?, finished_at=? WHERE run_id=?", (status, error, time.time(), run_id)
             )
 
+    def insert_finished(
+        self,
+        run: Mapping[str, Any],
+        metrics: Iterable[Mapping[str, Any]],
+        diagnostics: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Add a run finished elsewhere, in the shapes :meth:`run` and :meth:`metrics` return.
+
+        The inverse of reading a finished run: ``pezoo leaderboard import`` uses it to give a
+        new store the runs already published, so a sweep skips them. A run the store already
+        holds finished is left as it is (returns False); an unfinished attempt of the same
+        run is replaced by the finished one (returns True)."""
+        run_id = run["run_id"]
+        with self._transaction() as db:
+            row = db.execute("SELECT status FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is not None and row[0] == "finished":
+                return False
+            db.execute("DELETE FROM runs WHERE run_id=?", (run_id,))  # cascades to metrics, diagnostics
+            db.execute(
+                "INSERT INTO runs (run_id, pe, task, seed, preset, config, status, error, provenance, n_params,"
+                " pe_params, final_loss, train_seconds, eval_seconds, started_at, finished_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'finished', NULL, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    run["pe"],
+                    run["task"],
+                    run["seed"],
+                    run["preset"],
+                    json.dumps(run["config"], sort_keys=True),
+                    json.dumps(run["provenance"], sort_keys=True),
+                    run["n_params"],
+                    run["pe_params"],
+                    run["final_loss"],
+                    run["train_seconds"],
+                    run["eval_seconds"],
+                    run["started_at"],
+                    run["finished_at"],
+                ),
+            )
+            db.executemany(
+                "INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (run_id, m["split"], m["length"], m["token_length"], m["n"], m["exact_match"], m["token_accuracy"])
+                    for m in metrics
+                ],
+            )
+            if diagnostics is not None:
+                db.execute("INSERT INTO diagnostics VALUES (?, ?)", (run_id, json.dumps(diagnostics, sort_keys=True)))
+        return True
+
     # -- reading ---------------------------------------------------------------------
     def status(self, run_id: str) -> str | None:
         row = self._db.execute("SELECT status FROM runs WHERE run_id=?", (run_id,)).fetchone()

@@ -11,7 +11,7 @@ import click
 
 from harness.store import StoreError
 from leaderboard.board import BoardError
-from leaderboard.export import ExportError, export
+from leaderboard.export import ExportError, export, import_results
 from leaderboard.schema import ResultsError, read_results, results_files
 
 DEFAULT_STORE = Path("runs") / "pezoo.sqlite"
@@ -34,6 +34,7 @@ def leaderboard() -> None:
 
     \b
         pezoo leaderboard export     store -> new append-only results files
+        pezoo leaderboard import     results files -> store (a sweep then skips them)
         pezoo leaderboard check      validate every results file
         pezoo leaderboard build      results files -> leaderboard/site/ + leaderboard/README.md
     """
@@ -72,6 +73,33 @@ def export_cmd(store_path: Path, out_dir: Path) -> None:
         click.echo(f"{summary.already_published} finished run(s) were already published")
     if summary.not_finished:
         click.echo(f"{summary.not_finished} run(s) not finished (running, failed, diverged, interrupted): not exported")
+
+
+@leaderboard.command("import")
+@_results_option
+@click.option(
+    "--store",
+    "store_path",
+    default=str(DEFAULT_STORE),
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="SQLite results store to add the published runs to (created if missing).",
+)
+def import_cmd(results_dir: Path, store_path: Path) -> None:
+    """Add the published runs to a store as finished, so `pezoo bench` skips them.
+
+    For continuing a board on a machine that does not have the store it was run into:
+    import, then run the board's sweep file; finished runs are not trained again, and a
+    later `export` publishes only the new ones. Runs the store already holds finished are
+    left as they are.
+    """
+    try:
+        summary = import_results(results_dir, store_path)
+    except (ResultsError, StoreError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"imported {summary.imported} run(s) into {store_path} ({summary.diagnostics} with diagnostics)")
+    if summary.already_in_store:
+        click.echo(f"{summary.already_in_store} run(s) were already in the store: left as they are")
 
 
 @leaderboard.command("check")

@@ -1,4 +1,5 @@
-"""Export finished runs from the local SQLite store to append-only results files.
+"""Export finished runs from the local SQLite store to append-only results files, and
+import published runs back into a store.
 
 Each export writes at most one new file per preset, named
 ``<preset>-<YYYYMMDD>-<digest>.jsonl`` (the UTC date of the newest run in it and a hash of
@@ -6,6 +7,9 @@ its run ids), holding only runs not yet published under the results folder. An e
 results file is never opened for writing: a new file is written under a temporary name
 and hard-linked into place, which fails rather than replace a file of the same name.
 Exporting the same store twice therefore adds nothing the second time.
+
+Import is the way back: it gives a store (a new machine's, a contributor's) every published
+run as finished, so `pezoo bench` and `pezoo sweep plan` skip what the board already has.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from leaderboard.schema import (
     SUFFIX,
     diagnostics_problem,
     iter_lines,
+    read_diagnostics,
     read_results,
     record_from_store,
+    store_run_from_record,
     validate_record,
 )
 
@@ -43,6 +49,16 @@ class ExportSummary:
     written: list[tuple[Path, int]] = field(default_factory=list)
     already_published: int = 0
     not_finished: int = 0
+    diagnostics: int = 0
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    """What an import did: runs added to the store, runs it already held finished, and
+    how many of the added runs came with diagnostics."""
+
+    imported: int = 0
+    already_in_store: int = 0
     diagnostics: int = 0
 
 
@@ -131,3 +147,24 @@ def write_new_text(path: Path, text: str) -> None:
         os.link(tmp, path)  # atomic, and refuses to replace an existing file
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def import_results(results_dir: Path, store_path: Path) -> ImportSummary:
+    """Add every published run under ``results_dir`` (with its diagnostics file, if any) to
+    the store at ``store_path`` (created if missing) as finished, unless it is there already.
+
+    Raises:
+        ResultsError: a results or diagnostics file is malformed (nothing is imported).
+    """
+    records = read_results(results_dir)
+    diagnostics = read_diagnostics(results_dir, [r.run_id for r in records])
+    imported = already = with_diagnostics = 0
+    with Store(store_path) as store:
+        for rec in records:
+            run, metrics = store_run_from_record(rec.data)
+            if store.insert_finished(run, metrics, diagnostics.get(rec.run_id)):
+                imported += 1
+                with_diagnostics += rec.run_id in diagnostics
+            else:
+                already += 1
+    return ImportSummary(imported, already, with_diagnostics)

@@ -158,6 +158,15 @@ def record_from_store(run: Mapping[str, Any], metrics: Iterable[Mapping[str, Any
     return seal(record)
 
 
+def store_run_from_record(record: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The inverse of :func:`record_from_store`: the ``Store.run`` and ``Store.metrics``
+    shapes of a validated published record (for ``Store.insert_finished``)."""
+    run = {k: record[k] for k in ("run_id", "pe", "task", "seed", "preset", "config", "provenance", "final_loss")}
+    run.update(record["timings"])
+    run["n_params"], run["pe_params"] = record["params"]["total"], record["params"]["pe"]
+    return run, [dict(m) for m in record["metrics"]]
+
+
 # --------------------------------------------------------------------------------------
 # Validation
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,113 @@
+"""`pezoo leaderboard import`: published runs back into a store, so a sweep skips them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from leaderboard_fixtures import RUNS, TINY, run_config, run_tiny_bench
+
+from harness.cli import main
+from harness.store import Store
+from leaderboard.export import export, import_results
+from leaderboard.schema import ResultsError, read_results, record_from_store
+
+pytestmark = pytest.mark.slow  # uses the real tiny bench (a few seconds, once per session)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _import(results: Path, store: Path) -> str:
+    result = CliRunner().invoke(main, ["leaderboard", "import", "--results", str(results), "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_import_then_export_gives_back_the_same_files(smoke_results, tmp_path):
+    store = tmp_path / "new.sqlite"
+    assert f"imported {len(RUNS)} run(s)" in _import(smoke_results, store)
+    out = tmp_path / "again"
+    export(store, out)
+    before = {p.name: p.read_bytes() for p in smoke_results.glob("*.jsonl")}
+    assert {p.name: p.read_bytes() for p in out.glob("*.jsonl")} == before
+
+
+def test_imported_runs_are_finished_so_bench_does_not_train_them(smoke_results, tmp_path):
+    store = tmp_path / "new.sqlite"
+    _import(smoke_results, store)
+    label, pe, task, seed, overrides = RUNS[0]
+    with Store(store) as s:
+        assert s.status(run_config(label, pe, task, seed, overrides).run_id()) == "finished"
+    # the real bench path: execute() reports the run as cached, trains nothing
+    assert run_tiny_bench(store, [RUNS[0]]) == [run_config(label, pe, task, seed, overrides).run_id()]
+    with Store(store) as s:
+        assert len(s.runs()) == len(RUNS)
+
+
+def test_a_second_import_adds_nothing_and_finished_runs_are_kept(smoke_store, smoke_results, tmp_path):
+    store = tmp_path / "store.sqlite"
+    shutil.copy(smoke_store, store)
+    with Store(store) as s:
+        kept = {r["run_id"]: (r["finished_at"], s.metrics(r["run_id"])) for r in s.runs()}
+    output = _import(smoke_results, store)
+    assert "imported 0 run(s)" in output and f"{len(RUNS)} run(s) were already in the store" in output
+    with Store(store) as s:
+        assert {r["run_id"]: (r["finished_at"], s.metrics(r["run_id"])) for r in s.runs()} == kept
+
+
+def test_an_unfinished_attempt_is_replaced_by_the_published_run(smoke_store, smoke_results, tmp_path):
+    store = tmp_path / "store.sqlite"
+    shutil.copy(smoke_store, store)
+    with Store(store) as s:
+        victim = s.runs()[0]["run_id"]
+        s.mark(victim, "interrupted", "killed")
+    summary = import_results(smoke_results, store)
+    assert (summary.imported, summary.already_in_store) == (1, len(RUNS) - 1)
+    published = {r.run_id: r.data for r in read_results(smoke_results)}
+    with Store(store) as s:
+        run = s.run(victim)
+        assert run["status"] == "finished" and run["error"] is None
+        assert record_from_store(run, s.metrics(victim)) == published[victim]
+
+
+def test_diagnostics_come_along(tmp_path):
+    store = tmp_path / "store.sqlite"
+    [prism_id] = run_tiny_bench(store, [("smoke", "prism", "copy", 0, TINY)])
+    results = tmp_path / "results"
+    assert export(store, results).diagnostics == 1
+    new = tmp_path / "new.sqlite"
+    assert "(1 with diagnostics)" in _import(results, new)
+    with Store(store) as a, Store(new) as b:
+        assert b.diagnostics(prism_id) == a.diagnostics(prism_id) is not None
+
+
+def test_a_malformed_results_file_imports_nothing(smoke_results, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(smoke_results, results)
+    victim = sorted(results.glob("*.jsonl"))[-1]
+    victim.write_text(victim.read_text() + "{not json\n")
+    store = tmp_path / "store.sqlite"
+    with pytest.raises(ResultsError, match=str(victim)):
+        import_results(results, store)
+    result = CliRunner().invoke(main, ["leaderboard", "import", "--results", str(results), "--store", str(store)])
+    assert result.exit_code == 1 and str(victim) in result.output
+    with Store(store) as s:
+        assert s.runs() == []
+
+
+def test_the_committed_board_round_trips_and_its_sweep_sees_the_published_runs(tmp_path):
+    results = REPO / "leaderboard" / "results"
+    if not any(results.glob("*.jsonl")):
+        pytest.skip("no committed results yet")
+    store = tmp_path / "board.sqlite"
+    import_results(results, store)
+    published = read_results(results)
+    with Store(store) as s:
+        for rec in published:  # every published record is rebuilt exactly, checksum included
+            assert record_from_store(s.run(rec.run_id), s.metrics(rec.run_id)) == json.loads(json.dumps(rec.data))
+    plan = CliRunner().invoke(main, ["sweep", "plan", str(REPO / "leaderboard" / "board.toml"), "--store", str(store)])
+    assert plan.exit_code == 0, plan.output
+    assert f"{len(published)} done" in plan.output
