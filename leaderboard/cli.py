@@ -5,9 +5,11 @@ Attached to the root ``pezoo`` command by ``harness/cli.py`` (the composition ro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
+from click.decorators import FC
 
 from harness.store import StoreError
 from leaderboard.board import BoardError
@@ -28,6 +30,17 @@ _results_option = click.option(
 )
 
 
+def _store_option(help_text: str) -> Callable[[FC], FC]:
+    return click.option(
+        "--store",
+        "store_path",
+        default=str(DEFAULT_STORE),
+        show_default=True,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help=help_text,
+    )
+
+
 @click.group("leaderboard")
 def leaderboard() -> None:
     """Publish results files and render the static leaderboard site from them.
@@ -41,14 +54,7 @@ def leaderboard() -> None:
 
 
 @leaderboard.command("export")
-@click.option(
-    "--store",
-    "store_path",
-    default=str(DEFAULT_STORE),
-    show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="SQLite results store to read finished runs from.",
-)
+@_store_option("SQLite results store to read finished runs from.")
 @click.option(
     "--out",
     "out_dir",
@@ -77,14 +83,7 @@ def export_cmd(store_path: Path, out_dir: Path) -> None:
 
 @leaderboard.command("import")
 @_results_option
-@click.option(
-    "--store",
-    "store_path",
-    default=str(DEFAULT_STORE),
-    show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="SQLite results store to add the published runs to (created if missing).",
-)
+@_store_option("SQLite results store to add the published runs to (created if missing).")
 def import_cmd(results_dir: Path, store_path: Path) -> None:
     """Add the published runs to a store as finished, so `pezoo bench` skips them.
 
