@@ -31,6 +31,7 @@ from harness.store import Store, StoreError
 from harness.sweep import (
     AXES,
     Grid,
+    Plan,
     SweepSpec,
     format_duration,
     format_plan,
@@ -477,7 +478,29 @@ def sweep_plan(file, store_path) -> None:
                 rows = store.runs()
         except StoreError as exc:
             raise click.ClickException(str(exc)) from None
-    click.echo(format_plan(make_plan(configs, rows), varying_axes(configs)))
+    plan = make_plan(configs, rows)
+    click.echo(format_plan(plan, varying_axes(configs)))
+    published = _published_but_missing(plan)
+    if published:
+        click.echo(
+            f"{published} of the missing runs are published under leaderboard/results: "
+            f"`pezoo leaderboard import --store {store_path}` counts them as done, so bench does not train them again"
+        )
+
+
+def _published_but_missing(plan: Plan) -> int:
+    """How many of the plan's missing runs the results files in ./leaderboard/results hold
+    (0 when there is no such folder or it does not validate: this is only a hint)."""
+    from leaderboard.cli import DEFAULT_RESULTS
+    from leaderboard.schema import ResultsError, read_results
+
+    if not DEFAULT_RESULTS.is_dir():
+        return 0
+    try:
+        published = {r.run_id for r in read_results(DEFAULT_RESULTS)}
+    except ResultsError:
+        return 0
+    return len({r.config.run_id() for r in plan.runs if r.status != "finished"} & published)
 
 
 @main.command()

@@ -98,16 +98,21 @@ def test_a_malformed_results_file_imports_nothing(smoke_results, tmp_path):
         assert s.runs() == []
 
 
-def test_the_committed_board_round_trips_and_its_sweep_sees_the_published_runs(tmp_path):
+def test_the_committed_board_round_trips_and_its_sweep_sees_the_published_runs(tmp_path, monkeypatch):
     results = REPO / "leaderboard" / "results"
     if not any(results.glob("*.jsonl")):
         pytest.skip("no committed results yet")
+    monkeypatch.chdir(REPO)
     store = tmp_path / "board.sqlite"
-    import_results(results, store)
+    plan_args = ["sweep", "plan", "leaderboard/board.toml", "--store", str(store)]
+    before = CliRunner().invoke(main, plan_args)
+    assert before.exit_code == 0, before.output
     published = read_results(results)
+    assert f"{len(published)} of the missing runs are published under leaderboard/results" in before.output
+    import_results(results, store)
     with Store(store) as s:
         for rec in published:  # every published record is rebuilt exactly, checksum included
             assert record_from_store(s.run(rec.run_id), s.metrics(rec.run_id)) == json.loads(json.dumps(rec.data))
-    plan = CliRunner().invoke(main, ["sweep", "plan", str(REPO / "leaderboard" / "board.toml"), "--store", str(store)])
-    assert plan.exit_code == 0, plan.output
-    assert f"{len(published)} done" in plan.output
+    after = CliRunner().invoke(main, plan_args)
+    assert after.exit_code == 0, after.output
+    assert f"{len(published)} done" in after.output and "are published" not in after.output
