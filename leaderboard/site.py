@@ -41,6 +41,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # --------------------------------------------------------------------------------------
 
 
+def _prose(text: str) -> str:
+    """A docstring line as HTML: escaped, with its reST ``literals`` set as <code>."""
+    return re.sub(r"``(.+?)``", r"<code>\1</code>", escape(text))
+
+
 @dataclass(frozen=True)
 class TaskInfo:
     source: str
@@ -573,7 +578,7 @@ def index_page(site: Site) -> str:
         href = escape(site.task_href("", task))
         body.append(f'<section id="task-{slug(task)}"><h2><a href="{href}">{escape(task)}</a></h2>')
         if info is not None and info.summary:
-            body.append(f"<p>{escape(info.summary)}</p>")
+            body.append(f"<p>{_prose(info.summary)}</p>")
         tables = b.tables_of_task(task)
         for preset in sorted(set(b.presets) - {t.preset for t in tables}):
             body.append(f'<p class="muted" data-preset="{escape(preset)}">No {escape(preset)} runs of this task.</p>')
@@ -603,7 +608,7 @@ def task_page(site: Site, task: str) -> str:
     else:
         docs = site.repo_root / "docs" / "tasks.md"
         facts = [
-            ("what", escape(info.summary)),
+            ("what", _prose(info.summary)),
             ("source", escape(info.source)),
             ("format", f"<code>{escape(info.layout)}</code>"),
             (f"example (n = {info.example_scale})", f"<code>{escape(info.example)}</code>"),
@@ -687,7 +692,7 @@ def encoding_page(site: Site, encoding: str) -> str:
             "only its results are shown.</p>"
         )
     else:
-        body.append(f"<p>{escape(info.summary)}</p>")
+        body.append(f"<p>{_prose(info.summary)}</p>")
         docs = site.repo_root / "docs" / "encodings" / f"{slug(encoding)}.md"
         if docs.is_file():
             href = site.outside(d, site.repo_href, f"docs/encodings/{slug(encoding)}.md")

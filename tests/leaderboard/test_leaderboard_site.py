@@ -288,3 +288,10 @@ def test_index_at_a_glance_gives_each_encoding_its_rank_on_every_task(smoke_site
                 cell = re.findall(r'<td data-sort="([^"]*)">', row)[3 + column]
                 assert cell == rank_of.get(label, ""), (preset, task, label)
             assert found  # the ranking table was read
+
+
+def test_docstring_literals_become_code_and_stay_escaped():
+    from leaderboard.site import _prose
+
+    assert _prose("``a < b`` then ``→``, the sum") == "<code>a &lt; b</code> then <code>→</code>, the sum"
+    assert _prose("no literals & more") == "no literals &amp; more"
