@@ -7,10 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 from leaderboard_fixtures import RUNS, TINY, run_config, run_tiny_bench
 
 from harness.cli import main
+from harness.run import execute
 from harness.store import Store
 from leaderboard.export import export, import_results
 from leaderboard.schema import ResultsError, read_results, record_from_store
@@ -38,13 +40,14 @@ def test_import_then_export_gives_back_the_same_files(smoke_results, tmp_path):
 def test_imported_runs_are_finished_so_bench_does_not_train_them(smoke_results, tmp_path):
     store = tmp_path / "new.sqlite"
     _import(smoke_results, store)
-    label, pe, task, seed, overrides = RUNS[0]
+    cfg = run_config(*RUNS[0])
     with Store(store) as s:
-        assert s.status(run_config(label, pe, task, seed, overrides).run_id()) == "finished"
-    # the real bench path: execute() reports the run as cached, trains nothing
-    assert run_tiny_bench(store, [RUNS[0]]) == [run_config(label, pe, task, seed, overrides).run_id()]
-    with Store(store) as s:
-        assert len(s.runs()) == len(RUNS)
+        assert s.status(cfg.run_id()) == "finished"
+        before = s.run(cfg.run_id())
+        # the real bench path: execute() reports the run as cached and trains nothing
+        outcome = execute(cfg, s, torch.device("cpu"))
+        assert outcome.status == "cached" and outcome.run_id == cfg.run_id()
+        assert s.run(cfg.run_id()) == before and len(s.runs()) == len(RUNS)
 
 
 def test_a_second_import_adds_nothing_and_finished_runs_are_kept(smoke_store, smoke_results, tmp_path):
