@@ -42,8 +42,56 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _prose(text: str) -> str:
-    """A docstring line as HTML: escaped, with its reST ``literals`` set as <code>."""
-    return re.sub(r"``(.+?)``", r"<code>\1</code>", escape(text))
+    """Docstring prose as HTML: escaped, its reST ``literals`` and ``:role:`target```
+    references set as <code>."""
+    html = re.sub(r"``(.+?)``", r"<code>\1</code>", escape(text))
+    return re.sub(r":[a-z]+:`~?([^`]+)`", r"<code>\1</code>", html)
+
+
+_SECTION = re.compile(r"^(Args|Arguments|Attributes|Returns|Raises|Shapes?|Notes?):\s*$")
+_ARG = re.compile(r"^(\*{0,2}[\w.]+)(\s*\([^)]*\))?:\s*(.*)$")
+
+
+def _doc_html(doc: str) -> str:
+    """A Google-style docstring as HTML (the encoding pages quote the class docstrings).
+
+    Paragraphs become ``<p>``, an indented block (a formula) ``<pre>``, and a section
+    such as ``Args:`` a heading over a definition list, one ``<dt>`` per argument with its
+    continuation lines joined to its ``<dd>``. Nothing is dropped: a line this reader
+    does not recognise is kept as prose.
+    """
+    blocks: list[list[str]] = [[]]
+    for line in doc.strip("\n").splitlines():
+        if line.strip():
+            blocks[-1].append(line.rstrip())
+        elif blocks[-1]:
+            blocks.append([])
+    out: list[str] = []
+    for block in filter(None, blocks):
+        section = _SECTION.match(block[0])
+        if section:
+            out.append(f'<h3 class="doc">{escape(section.group(1))}</h3>')
+            entries: list[tuple[str, int, list[str]]] = []  # (argument, its indent, its text lines)
+            for line in block[1:]:
+                indent = len(line) - len(line.lstrip())
+                arg = _ARG.match(line.strip())
+                if arg and (not entries or indent <= entries[-1][1]):
+                    entries.append((arg.group(1) + (arg.group(2) or ""), indent, [arg.group(3)]))
+                elif entries:
+                    entries[-1][2].append(line.strip())
+                else:
+                    entries.append(("", indent, [line.strip()]))
+            items = "".join(
+                (f"<dt><code>{escape(name)}</code></dt>" if name else "") + f"<dd>{_prose(' '.join(text))}</dd>"
+                for name, _, text in entries
+            )
+            out.append(f'<dl class="doc">{items}</dl>')
+        elif all(line.startswith((" ", "\t")) for line in block):
+            width = min(len(line) - len(line.lstrip()) for line in block)
+            out.append(f'<pre class="formula">{escape(chr(10).join(line[width:] for line in block))}</pre>')
+        else:
+            out.append(f"<p>{_prose(' '.join(line.strip() for line in block))}</p>")
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -166,6 +214,8 @@ pre, code { font-family: ui-monospace, "SF Mono", Menlo, Consolas, monospace; fo
 pre { background: #f6f6f6; padding: 10px; overflow-x: auto; white-space: pre-wrap; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; }
 dl.facts dt { font-weight: bold; } dl.facts dd { margin: 0; }
+dl.doc { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; margin-top: 0; }
+dl.doc dd { margin: 0; } h3.doc { font-size: 1em; margin-bottom: 6px; }
 ul.index { columns: 3 220px; padding-left: 18px; }
 [hidden] { display: none !important; }
 footer { margin-top: 40px; border-top: 1px solid var(--line); color: var(--muted); font-size: 0.9em; }
@@ -698,8 +748,10 @@ def encoding_page(site: Site, encoding: str) -> str:
             href = site.outside(d, site.repo_href, f"docs/encodings/{slug(encoding)}.md")
             body.append(f'<p>Documentation: <a href="{escape(href)}">docs/encodings/{escape(docs.name)}</a></p>')
         if info.wrapper_doc:
-            body.append(f"<h2>Wrapper</h2><pre>{escape(info.wrapper_doc)}</pre>")
-        body.append(f"<h2>Formula, paper, conventions</h2><pre>{escape(info.doc)}</pre>")
+            body.append(f"<h2>Wrapper</h2>{_doc_html(info.wrapper_doc)}")
+        rest = info.doc.split("\n\n", 1)[1] if "\n\n" in info.doc else ""  # the summary is shown above
+        if rest.strip():
+            body.append(f"<h2>Formula, paper, conventions</h2>{_doc_html(rest)}")
         if info.options:
             body.append(
                 '<h2>Options</h2><table class="options"><thead><tr><th class="text">option</th>'
