@@ -351,7 +351,10 @@ class _SweepReport(SweepEvents):
         self._run_bars: dict[str, click._termui_impl.ProgressBar] = {}
         self._note = ""
         self._sweep_bar = None
-        self._t0 = time.monotonic()
+        self._clock = time.monotonic
+        self._started_at: dict[int, float] = {}  # run index -> when its current attempt started
+        self._run_seconds: list[float] = []  # wall seconds of each finished attempt, as the driver saw it
+        self._slots = 1  # the most runs seen in flight at once: the sweep's parallelism
 
     def label(self, index: int) -> str:
         return f"[{index}/{len(self.configs)}] {run_label(self.configs[index - 1], self.axes)}"
@@ -366,13 +369,28 @@ class _SweepReport(SweepEvents):
             self._sweep_bar.render_progress()
 
     def _status(self) -> str:
-        """``done 3/12, running 2, failed 0, ETA 4m`` (ETA: elapsed / completed × remaining)."""
+        """``done 3/12, running 2, failed 0, ETA 4m``.
+
+        ETA: the mean wall time of the runs finished so far, times the runs left,
+        divided by the parallelism (the most runs seen in flight at once). Elapsed time
+        over completed runs would count the other workers' unfinished work as lost and,
+        early in a sweep of long runs, overstate the ETA by the number of workers.
+        """
         completed = self.done + len(self.failures)
         status = f"done {self.done}/{self.todo}, running {len(self.running)}, failed {len(self.failures)}"
-        if completed and completed < self.todo:
-            eta = (time.monotonic() - self._t0) / completed * (self.todo - completed)
+        if self._run_seconds and completed < self.todo:
+            mean = sum(self._run_seconds) / len(self._run_seconds)
+            eta = mean * (self.todo - completed) / self._slots
             status += f", ETA {format_duration(eta)}"
         return status
+
+    def _attempt_over(self, index: int, measured: bool) -> None:
+        """Run ``index`` is no longer in flight; ``measured``: its time counts towards the ETA
+        (a finished run's does; a failed or retried attempt's says little about a run's length)."""
+        self.running.discard(index)
+        started = self._started_at.pop(index, None)
+        if measured and started is not None:
+            self._run_seconds.append(self._clock() - started)
 
     def _bump(self, finished: bool) -> None:
         # Off a terminal (a log file, CI) a progress bar prints only its label; the
@@ -418,6 +436,8 @@ class _SweepReport(SweepEvents):
 
     def started(self, job: Job) -> None:
         self.running.add(job.index)
+        self._started_at[job.index] = self._clock()
+        self._slots = max(self._slots, len(self.running))
         if not self.in_process and not sys.stdout.isatty():
             click.echo(f"{self.label(job.index)}: started")
         self._bump(finished=False)
@@ -426,14 +446,14 @@ class _SweepReport(SweepEvents):
         self._echo(f"{self.label(job.index)}: {message}", err=True)
 
     def retrying(self, job: Job, reason: str, attempts: int) -> None:
-        self.running.discard(job.index)
+        self._attempt_over(job.index, measured=False)
         self.close_run_bars()
         self._echo(
             f"{self.label(job.index)}: attempt {job.attempt} of {attempts} failed ({reason}); retrying", err=True
         )
 
     def finished(self, job: Job, outcome: RunOutcome, result: RunResult | WorkerLost) -> None:
-        self.running.discard(job.index)
+        self._attempt_over(job.index, measured=outcome.status == "finished")
         self.close_run_bars()
         label = self.label(job.index)
         if outcome.status == "finished":

@@ -262,3 +262,33 @@ def test_bench_needs_pe_and_task_or_a_sweep_file(tmp_path):
     bad = write(tmp_path, 'pe = "rope"\ntask = "cpy"\n')
     result = CliRunner().invoke(main, ["bench", "--sweep", str(bad), "--store", str(tmp_path / "s.sqlite")])
     assert result.exit_code == 2 and "Valid tasks:" in result.output
+
+
+def test_sweep_eta_counts_the_runs_in_flight_on_other_workers():
+    """Two workers, runs of 20 min each: after the first finishes, 3 of 4 are left and the
+    ETA is 20 min × 3 / 2 = 30 min, not elapsed/completed × remaining = 1 h."""
+    from types import SimpleNamespace
+
+    from harness.cli import _SweepReport
+    from harness.config import RunConfig
+    from harness.run import RunOutcome
+
+    configs = [RunConfig(pe="nope", task="copy", seed=s) for s in range(4)]
+    report = _SweepReport(configs)
+    report.in_process, report.todo = False, 4
+    now = [0.0]
+    report._clock = lambda: now[0]
+    job = [SimpleNamespace(index=i + 1, attempt=1) for i in range(4)]
+    result = SimpleNamespace(train_seconds=90.0, eval_seconds=10.0)
+
+    report.started(job[0])
+    now[0] = 1.0
+    report.started(job[1])
+    now[0] = 1200.0
+    report.finished(job[0], RunOutcome("a", "finished"), result)
+    assert report._status() == "done 1/4, running 1, failed 0, ETA 30m"
+    # a failed run's short attempt does not shorten the estimate
+    report.started(job[2])
+    now[0] = 1201.0
+    report.finished(job[1], RunOutcome("b", "failed", "boom"), result)
+    assert report._status().endswith("failed 1, ETA 20m")  # 20 min × 2 left / 2 slots
