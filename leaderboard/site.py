@@ -422,7 +422,9 @@ RULE = (
     "by <strong>EM&gt;N</strong>, the exact match averaged over the evaluated scales beyond N, then by "
     "<strong>tok&gt;N</strong>, the teacher-forced per-token accuracy beyond N. ≤N columns are the same over the "
     "training scales. Exact match is of the greedy decode, EOS included (the PRISM paper's metric); per-token "
-    "accuracy is the randomized-PE paper's. Cells are mean ± half-width of the 95% t-interval over seeds."
+    "accuracy is the randomized-PE paper's. Cells are mean ± half-width of the 95% t-interval over seeds; "
+    "with two seeds that is 12.7 × half their difference (t = 12.71 at one degree of freedom), so an interval may "
+    "reach past 0 or 1: it says the seeds disagree, not that a value could lie there."
 )
 
 
