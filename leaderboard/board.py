@@ -137,6 +137,13 @@ def _differing_keys(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = ""
 # Summaries and curves
 # --------------------------------------------------------------------------------------
 
+CELLS_RULE = (
+    "mean ± half-width of the 95% t-interval over seeds; with two seeds that is 12.7 × half their difference "
+    "(t = 12.71 at one degree of freedom), so an interval may reach past 0 or 1: it says the seeds disagree, not "
+    "that a value could lie there."
+)
+"""What a table cell's ``mean ± half`` means, quoted by the site's and the README's ranking rule."""
+
 
 @dataclass(frozen=True)
 class Stat:

@@ -11,9 +11,7 @@ RULE_MD = (
     "Ranked per task and preset by **solved≤**, the largest scale L such that exact match is at least 0.90 at "
     "every evaluated scale ≤ L (N, the largest training scale, means nothing beyond training); ties by **EM>N** "
     "(exact match averaged over the evaluated scales beyond N), then **tok>N** (teacher-forced per-token accuracy "
-    "beyond N). ≤N columns are the same over the training scales. Cells: mean ± half-width of the 95% t-interval "
-    "over seeds; with two seeds that is 12.7 × half their difference (t = 12.71 at one degree of freedom), so "
-    "an interval may reach past 0 or 1: it says the seeds disagree, not that a value could lie there."
+    "beyond N). ≤N columns are the same over the training scales. Cells: " + bd.CELLS_RULE
 )
 
 

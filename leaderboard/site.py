@@ -422,9 +422,7 @@ RULE = (
     "by <strong>EM&gt;N</strong>, the exact match averaged over the evaluated scales beyond N, then by "
     "<strong>tok&gt;N</strong>, the teacher-forced per-token accuracy beyond N. ≤N columns are the same over the "
     "training scales. Exact match is of the greedy decode, EOS included (the PRISM paper's metric); per-token "
-    "accuracy is the randomized-PE paper's. Cells are mean ± half-width of the 95% t-interval over seeds; "
-    "with two seeds that is 12.7 × half their difference (t = 12.71 at one degree of freedom), so an interval may "
-    "reach past 0 or 1: it says the seeds disagree, not that a value could lie there."
+    "accuracy is the randomized-PE paper's. Cells are " + escape(bd.CELLS_RULE)
 )
 
 
@@ -751,7 +749,7 @@ def encoding_page(site: Site, encoding: str) -> str:
             body.append(f'<p>Documentation: <a href="{escape(href)}">docs/encodings/{escape(docs.name)}</a></p>')
         if info.wrapper_doc:
             body.append(f"<h2>Wrapper</h2>{_doc_html(info.wrapper_doc)}")
-        rest = info.doc.split("\n\n", 1)[1] if "\n\n" in info.doc else ""  # the summary is shown above
+        rest = info.doc.partition("\n\n")[2]  # its first paragraph is the summary, shown above
         if rest.strip():
             body.append(f"<h2>Formula, paper, conventions</h2>{_doc_html(rest)}")
         if info.options:
