@@ -200,12 +200,12 @@ def test_plan_counts_done_and_estimates_missing_runs_from_measured_speed(tmp_pat
     units = eval_units(configs[0])  # samples x evaluated scales, the same for every run here
     assert units == 8 * (5 + 3)
     by_index = {r.index: r for r in plan.runs}
-    # nope seed 1 takes nope's speed; rope seed 1 rope's (same encoding and model)
+    # nope seed 1 takes nope's speed; rope seed 1 rope's (same encoding, task and model)
     assert by_index[2].estimate.seconds == pytest.approx(300 / 30 + units * (2.0 / units))
     assert by_index[4].estimate.seconds == pytest.approx(300 / 10 + units * (4.0 / units))
-    assert by_index[4].estimate.basis == "same encoding and model"
-    # alibi was never measured: the median over runs of the same model (20 steps/s, 3 s eval)
-    assert by_index[5].estimate.basis == "same model"
+    assert by_index[4].estimate.basis == "same encoding, task and model"
+    # alibi was never measured: the median over runs of the same task and model (20 steps/s, 3 s eval)
+    assert by_index[5].estimate.basis == "same task and model"
     assert by_index[5].estimate.seconds == pytest.approx(300 / 20 + 3.0)
     assert by_index[1].estimate is None  # finished: nothing to estimate
     hours = (10 + 2 + 30 + 4 + 2 * (15 + 3)) / 3600
@@ -213,6 +213,34 @@ def test_plan_counts_done_and_estimates_missing_runs_from_measured_speed(tmp_pat
     text = format_plan(plan)
     assert "6 runs: 2 done, 4 missing (1 failed, 3 not started)" in text
     assert f"{hours:.2f} device-hours for 4 missing runs" in text and "cpu:test x1 threads" in text
+
+
+def test_plan_estimates_from_the_same_task_before_the_same_encoding(tmp_path):
+    sweep = SWEEP.replace('task = "copy"', 'task = ["copy", "addition"]').replace("seeds = 2", "seeds = 1")
+    configs = {(c.pe, c.task): c for c in load_sweep(write(tmp_path, sweep)).configs()}
+    with Store(tmp_path / "s.sqlite") as store:
+        # copy is fast (rope 10 s); addition is slow (nope 30 s = 10 steps/s, rope 60 s = 5 steps/s)
+        finish(store, configs["rope", "copy"], train_seconds=10.0, eval_seconds=0.0)
+        finish(store, configs["nope", "addition"], train_seconds=30.0, eval_seconds=0.0)
+        finish(store, configs["rope", "addition"], train_seconds=60.0, eval_seconds=0.0)
+        plan = make_plan(list(configs.values()), store.runs())
+    by_key = {(r.config.pe, r.config.task): r.estimate for r in plan.runs}
+    # alibi on addition: addition's median speed (7.5 steps/s: 40 s), not rope on copy's 10 s
+    assert by_key["alibi", "addition"].basis == "same task and model"
+    assert by_key["alibi", "addition"].seconds == pytest.approx(300 / 7.5)
+    # nope on copy: copy's only run (rope, 10 s), not nope on addition's 30 s
+    assert by_key["nope", "copy"].basis == "same task and model"
+    assert by_key["nope", "copy"].seconds == pytest.approx(10.0)
+
+
+def test_plan_falls_back_to_the_same_encoding_on_another_task(tmp_path):
+    sweep = SWEEP.replace('task = "copy"', 'task = ["copy", "addition"]').replace("seeds = 2", "seeds = 1")
+    configs = {(c.pe, c.task): c for c in load_sweep(write(tmp_path, sweep)).configs()}
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, configs["rope", "copy"], train_seconds=10.0, eval_seconds=0.0)
+        plan = make_plan([configs["rope", "addition"]], store.runs())
+    (run,) = plan.runs
+    assert run.estimate.basis == "same encoding and model" and run.estimate.seconds == pytest.approx(10.0)
 
 
 def test_plan_without_measurements_says_so(tmp_path):
