@@ -30,12 +30,14 @@ from harness.run import RunOutcome, RunResult, check_run
 from harness.store import Store, StoreError
 from harness.sweep import (
     AXES,
+    ORDERS,
     Grid,
     Plan,
     SweepSpec,
     format_duration,
     format_plan,
     load_sweep,
+    longest_first,
     make_plan,
     parse_list,
     run_label,
@@ -197,6 +199,14 @@ class _ListOf(click.ParamType):
     help="SQLite results store (created if missing).",
 )
 @click.option(
+    "--order",
+    default="listed",
+    show_default=True,
+    type=click.Choice(ORDERS),
+    help="Order of the runs: as listed, or longest-first by the estimate of `pezoo sweep plan` (from "
+    "runs the store has finished), so parallel workers finish together.",
+)
+@click.option(
     "--tensorboard",
     "tensorboard_dir",
     type=click.Path(file_okay=False),
@@ -205,7 +215,7 @@ class _ListOf(click.ParamType):
 )
 def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
           eval_samples, eval_every, eval_start_loss, eval_select, backend, pack, window, device, allow_cpu,
-          checkpoint_every, checkpoint_dir, executor, workers, ray_address, retries, store_path,
+          checkpoint_every, checkpoint_dir, executor, workers, ray_address, retries, store_path, order,
           tensorboard_dir) -> None:  # fmt: skip
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
 
@@ -294,8 +304,10 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
             ray_executor.close()
         raise click.ClickException(str(exc)) from None
 
-    report = _SweepReport(configs)
     with store:
+        if order == "longest-first":
+            configs = longest_first(configs, store.runs())
+        report = _SweepReport(configs)
         report.todo = todo = len({c.run_id() for c in configs if store.status(c.run_id()) != "finished"})
         if ray_executor is not None:
             runner = ray_executor

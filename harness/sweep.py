@@ -392,6 +392,28 @@ def make_plan(configs: Sequence[RunConfig], store_runs: Iterable[Mapping[str, An
     return Plan(tuple(planned), tuple(sorted({m.device for m in measured})))
 
 
+ORDERS = ("listed", "longest-first")
+"""How ``pezoo bench --sweep`` orders its runs (``--order``)."""
+
+
+def longest_first(configs: Sequence[RunConfig], store_runs: Iterable[Mapping[str, Any]]) -> list[RunConfig]:
+    """``configs`` with the missing runs longest first by ``estimate`` (ties and runs with
+    no estimate keep their listed order; runs without one go first, since they may be long).
+
+    A pool of workers that takes runs in this order finishes them closer together: the
+    last run to start is a short one, so no worker waits alone on a long one at the end
+    (longest-processing-time-first list scheduling). Finished runs come first; they are
+    skipped anyway."""
+    plan = make_plan(configs, store_runs)
+
+    def rank(run: PlannedRun) -> tuple[int, float]:
+        if run.status == "finished":
+            return (0, 0.0)
+        return (1, 0.0) if run.estimate is None else (2, -run.estimate.seconds)
+
+    return [run.config for run in sorted(plan.runs, key=rank)]
+
+
 def format_duration(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f}s"

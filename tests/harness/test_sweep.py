@@ -21,6 +21,7 @@ from harness.sweep import (
     eval_units,
     format_plan,
     load_sweep,
+    longest_first,
     make_plan,
     parse_list,
     run_label,
@@ -241,6 +242,40 @@ def test_plan_falls_back_to_the_same_encoding_on_another_task(tmp_path):
         plan = make_plan([configs["rope", "addition"]], store.runs())
     (run,) = plan.runs
     assert run.estimate.basis == "same encoding and model" and run.estimate.seconds == pytest.approx(10.0)
+
+
+def test_longest_first_puts_the_long_missing_runs_first(tmp_path):
+    configs = load_sweep(write(tmp_path, SWEEP)).configs()  # nope0 nope1 rope0 rope1 alibi0 alibi1
+    assert longest_first(configs, []) == configs  # nothing measured: the listed order
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, configs[0], train_seconds=10.0, eval_seconds=0.0)  # nope: 10 s
+        finish(store, configs[2], train_seconds=30.0, eval_seconds=0.0)  # rope: 30 s
+        finish(store, configs[4], train_seconds=20.0, eval_seconds=0.0)  # alibi: 20 s
+        ordered = longest_first(configs, store.runs())
+    assert [(c.pe, c.seed) for c in ordered] == [
+        ("nope", 0), ("rope", 0), ("alibi", 0),  # finished (skipped) first, in listed order
+        ("rope", 1), ("alibi", 1), ("nope", 1),  # then 30 s, 20 s, 10 s
+    ]  # fmt: skip
+
+
+def test_bench_order_longest_first_starts_the_longest_run_first(tmp_path):
+    path = write(tmp_path, SWEEP.replace('pe = ["nope", "rope", "alibi"]', 'pe = ["nope", "rope"]').replace("300", "2"))
+    configs = load_sweep(path).configs()  # nope0 nope1 rope0 rope1
+
+    def bench(order):
+        store_path = tmp_path / f"{order}.sqlite"
+        with Store(store_path) as store:  # nope measured at 0.1 s, rope at 100 s
+            finish(store, configs[0], train_seconds=0.1, eval_seconds=0.0)
+            finish(store, configs[2], train_seconds=100.0, eval_seconds=0.0)
+        args = ["--sweep", str(path), "--order", order, "--device", "cpu", "--workers", "1", "--store", str(store_path)]
+        result = CliRunner().invoke(main, ["bench", *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    listed = bench("listed")  # one worker in this process: a progress bar per run, in the order run
+    assert listed.index("[2/4] nope on copy seed 1 train") < listed.index("[4/4] rope on copy seed 1 train")
+    longest = bench("longest-first")
+    assert longest.index("[3/4] rope on copy seed 1 train") < longest.index("[4/4] nope on copy seed 1 train")
 
 
 def test_plan_without_measurements_says_so(tmp_path):
