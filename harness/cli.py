@@ -34,6 +34,7 @@ from harness.sweep import (
     Grid,
     Plan,
     SweepSpec,
+    checkpointed_steps,
     format_duration,
     format_plan,
     load_sweep,
@@ -306,7 +307,8 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
 
     with store:
         if order == "longest-first":
-            configs = longest_first(configs, store.runs())
+            ckpt_dir = checkpoint_dir if checkpoint_dir is not None else store.path.parent / "checkpoints"
+            configs = longest_first(configs, store.runs(), checkpointed_steps(ckpt_dir, [c.run_id() for c in configs]))
         report = _SweepReport(configs)
         report.todo = todo = len({c.run_id() for c in configs if store.status(c.run_id()) != "finished"})
         if ray_executor is not None:
@@ -492,10 +494,16 @@ def sweep() -> None:
 @sweep.command("plan")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--store", "store_path", default=str(DEFAULT_STORE), show_default=True, type=click.Path(dir_okay=False))
-def sweep_plan(file, store_path) -> None:
+@click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False),
+    help="Where the sweep's runs checkpoint (default: checkpoints/ next to the store); a checkpointed run "
+    "counts only the steps it has left.",
+)
+def sweep_plan(file, store_path, checkpoint_dir) -> None:
     """Print the runs of a sweep file, how many the store already holds finished, and an
     estimate of the device-hours the missing ones need (from the measured steps/s of
-    finished runs in the store)."""
+    finished runs in the store, less what their checkpoints have done)."""
     try:
         configs = load_sweep(file).configs()
     except ValueError as exc:
@@ -510,7 +518,8 @@ def sweep_plan(file, store_path) -> None:
                 rows = store.runs()
         except StoreError as exc:
             raise click.ClickException(str(exc)) from None
-    plan = make_plan(configs, rows)
+    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else Path(store_path).parent / "checkpoints"
+    plan = make_plan(configs, rows, checkpointed_steps(ckpt_dir, [c.run_id() for c in configs]) if rows else None)
     click.echo(format_plan(plan, varying_axes(configs)))
     published = _published_but_missing(plan)
     if published:

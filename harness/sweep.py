@@ -318,24 +318,47 @@ def measurements(runs: Iterable[Mapping[str, Any]]) -> list[Measurement]:
 
 @dataclass(frozen=True)
 class Estimate:
-    """Estimated device seconds of one run, and which runs it was estimated from."""
+    """Estimated device seconds of one run (what is left of it), and which runs it was
+    estimated from; ``from_step`` > 0 when it resumes from a checkpoint at that step."""
 
     seconds: float
     basis: str
     steps_per_second: float
     n_measured: int
+    from_step: int = 0
 
 
-def estimate(cfg: RunConfig, measured: Sequence[Measurement]) -> Estimate | None:
-    """``steps / median(steps/s) + units × median(eval s/unit)`` over the most specific
-    ``MATCH_LEVELS`` level with measurements; None when the store has none at all."""
+def estimate(cfg: RunConfig, measured: Sequence[Measurement], from_step: int = 0) -> Estimate | None:
+    """``(steps - from_step) / median(steps/s) + units × median(eval s/unit)`` over the
+    most specific ``MATCH_LEVELS`` level with measurements (``from_step``: the step its
+    checkpoint holds, 0 without one); None when the store has none at all."""
     for basis, key in MATCH_LEVELS:
         group = [m for m in measured if key(m.config) == key(cfg)]
         if group:
             rate = statistics.median(m.steps_per_second for m in group)
             per_unit = statistics.median(m.eval_seconds_per_unit for m in group)
-            return Estimate(cfg.train.steps / rate + eval_units(cfg) * per_unit, basis, rate, len(group))
+            left = max(0, cfg.train.steps - from_step)
+            return Estimate(left / rate + eval_units(cfg) * per_unit, basis, rate, len(group), from_step)
     return None
+
+
+def checkpointed_steps(checkpoint_dir: str | Path, run_ids: Iterable[str]) -> dict[str, int]:
+    """The training step each run's checkpoint holds, for the runs that have a readable one
+    in ``checkpoint_dir`` (a missing or unreadable checkpoint means starting from step 0,
+    which is what the run will do)."""
+    from harness.run import checkpoint_path
+    from harness.train import CheckpointError, load_checkpoint
+
+    steps = {}
+    for run_id in run_ids:
+        path = checkpoint_path(checkpoint_dir, run_id)
+        if not path.is_file():
+            continue
+        try:
+            steps[run_id] = int(load_checkpoint(path, run_id)["step"])
+        except (CheckpointError, KeyError, TypeError, ValueError):
+            continue
+    return steps
 
 
 @dataclass(frozen=True)
@@ -379,16 +402,25 @@ class Plan:
         return sum(r.status != "finished" and r.estimate is None for r in self.runs)
 
 
-def make_plan(configs: Sequence[RunConfig], store_runs: Iterable[Mapping[str, Any]]) -> Plan:
+def make_plan(
+    configs: Sequence[RunConfig],
+    store_runs: Iterable[Mapping[str, Any]],
+    resume_steps: Mapping[str, int] | None = None,
+) -> Plan:
     """Done/missing per run and an estimate for each missing one (``store_runs`` are
-    ``Store.runs()`` rows; pass ``[]`` for a store that does not exist yet)."""
+    ``Store.runs()`` rows; pass ``[]`` for a store that does not exist yet).
+    ``resume_steps`` (run id → step, from ``checkpointed_steps``) counts only the steps a
+    checkpointed run has left."""
     rows = list(store_runs)
     status = {r["run_id"]: r["status"] for r in rows}
     measured = measurements(rows)
+    resume_steps = resume_steps or {}
     planned = []
     for i, cfg in enumerate(configs, start=1):
-        st = status.get(cfg.run_id())
-        planned.append(PlannedRun(i, cfg, st, None if st == "finished" else estimate(cfg, measured)))
+        run_id = cfg.run_id()
+        st = status.get(run_id)
+        est = None if st == "finished" else estimate(cfg, measured, resume_steps.get(run_id, 0))
+        planned.append(PlannedRun(i, cfg, st, est))
     return Plan(tuple(planned), tuple(sorted({m.device for m in measured})))
 
 
@@ -396,15 +428,19 @@ ORDERS = ("listed", "longest-first")
 """How ``pezoo bench --sweep`` orders its runs (``--order``)."""
 
 
-def longest_first(configs: Sequence[RunConfig], store_runs: Iterable[Mapping[str, Any]]) -> list[RunConfig]:
+def longest_first(
+    configs: Sequence[RunConfig],
+    store_runs: Iterable[Mapping[str, Any]],
+    resume_steps: Mapping[str, int] | None = None,
+) -> list[RunConfig]:
     """``configs`` with the missing runs longest first by ``estimate`` (ties and runs with
     no estimate keep their listed order; runs without one go first, since they may be long).
 
     A pool of workers that takes runs in this order finishes them closer together: the
     last run to start is a short one, so no worker waits alone on a long one at the end
     (longest-processing-time-first list scheduling). Finished runs come first; they are
-    skipped anyway."""
-    plan = make_plan(configs, store_runs)
+    skipped anyway. A checkpointed run counts by what it has left (``resume_steps``)."""
+    plan = make_plan(configs, store_runs, resume_steps)
 
     def rank(run: PlannedRun) -> tuple[int, float]:
         if run.status == "finished":
@@ -431,6 +467,8 @@ def format_plan(plan: Plan, axes: Sequence[str] = ()) -> str:
         c = r.config
         extra = [c.preset if a == "preset" else _axis_value(c, a) for a in axes]
         est = "" if r.estimate is None else format_duration(r.estimate.seconds)
+        if r.estimate is not None and r.estimate.from_step:
+            est += f" (from step {r.estimate.from_step})"
         rows.append([r.index, c.pe, c.task, c.seed, *extra, r.status or "-", est, c.run_id()])
     headers = ["#", "pe", "task", "seed", *axes, "status", "estimate", "run_id"]
     lines = [tabulate(rows, headers=headers, tablefmt="simple"), ""]

@@ -18,6 +18,7 @@ from harness.store import Store
 from harness.sweep import (
     Grid,
     SweepSpec,
+    checkpointed_steps,
     eval_units,
     format_plan,
     load_sweep,
@@ -276,6 +277,32 @@ def test_bench_order_longest_first_starts_the_longest_run_first(tmp_path):
     assert listed.index("[2/4] nope on copy seed 1 train") < listed.index("[4/4] rope on copy seed 1 train")
     longest = bench("longest-first")
     assert longest.index("[3/4] rope on copy seed 1 train") < longest.index("[4/4] nope on copy seed 1 train")
+
+
+def test_a_checkpointed_run_counts_only_the_steps_it_has_left(tmp_path):
+    from harness.run import checkpoint_path
+    from harness.train import save_checkpoint
+
+    configs = load_sweep(write(tmp_path, SWEEP)).configs()  # 300 steps each
+    store_path = tmp_path / "s.sqlite"
+    with Store(store_path) as store:
+        finish(store, configs[0], train_seconds=30.0, eval_seconds=0.0)  # nope: 10 steps/s
+    ckpt = tmp_path / "checkpoints"
+    save_checkpoint(checkpoint_path(ckpt, configs[1].run_id()), {"run_id": configs[1].run_id(), "step": 200})
+    checkpoint_path(ckpt, configs[3].run_id()).write_bytes(b"not a checkpoint")  # unreadable: starts over
+    save_checkpoint(checkpoint_path(ckpt, configs[5].run_id()), {"run_id": "another run", "step": 200})
+    steps = checkpointed_steps(ckpt, [c.run_id() for c in configs])
+    assert steps == {configs[1].run_id(): 200}
+    with Store(store_path) as store:
+        plan = make_plan(configs, store.runs(), steps)
+    nope1 = plan.runs[1].estimate
+    assert (nope1.from_step, nope1.seconds) == (200, pytest.approx(100 / 10))
+    assert plan.runs[3].estimate.from_step == 0
+    # the command reads the checkpoints next to the store and shows where a run resumes
+    result = CliRunner().invoke(main, ["sweep", "plan", str(tmp_path / "sweep.toml"), "--store", str(store_path)])
+    assert result.exit_code == 0, result.output
+    assert "10s (from step 200)" in result.output
+    assert f"{(10 + 4 * 30) / 3600:.2f} device-hours for 5 missing runs" in result.output
 
 
 def test_plan_without_measurements_says_so(tmp_path):
