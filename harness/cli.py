@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -317,21 +321,22 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
             runner = local_executor(dev, workers, todo, report.progress_for, report.live_notice)
         report.in_process = isinstance(runner, InProcess)
         try:
-            run_sweep(
-                runner,
-                configs,
-                store,
-                checkpoint_dir=checkpoint_dir,
-                checkpoint_every=checkpoint_every,
-                retries=retries,
-                events=report,
-                tensorboard=tensorboard_dir,
-            )
-        except KeyboardInterrupt:
+            with _sigterm_interrupts():
+                run_sweep(
+                    runner,
+                    configs,
+                    store,
+                    checkpoint_dir=checkpoint_dir,
+                    checkpoint_every=checkpoint_every,
+                    retries=retries,
+                    events=report,
+                    tensorboard=tensorboard_dir,
+                )
+        except KeyboardInterrupt as exc:
             report.close_bars()
             for index in sorted(report.running):
                 click.echo(f"\n{report.label(index)}: interrupted; run the same command again to resume.", err=True)
-            sys.exit(130)
+            sys.exit(128 + signal.SIGTERM if isinstance(exc, Terminated) else 130)
         finally:
             report.close_bars()
     run_ids = {c.run_id() for c in configs}
@@ -344,6 +349,30 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     if report.failures:
         click.echo("Some runs did not finish:\n  " + "\n  ".join(report.failures), err=True)
         sys.exit(1)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the sweep's driver (``kill``, a scheduler's time limit)."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM stops the sweep the way Ctrl-C does: the workers are
+    stopped, the runs in flight are marked ``interrupted`` (their checkpoints stay) and
+    bench exits with 143. Without it the driver would die on the spot and leave those
+    runs ``running`` in the store. Off the main thread (no signals there) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(_signum: int, _frame: object) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class _SweepReport(SweepEvents):
@@ -493,7 +522,14 @@ def sweep() -> None:
 
 @sweep.command("plan")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--store", "store_path", default=str(DEFAULT_STORE), show_default=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--store",
+    "store_path",
+    default=str(DEFAULT_STORE),
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="SQLite results store: which runs are done, and the measured speeds (not created if missing).",
+)
 @click.option(
     "--checkpoint-dir",
     type=click.Path(file_okay=False),

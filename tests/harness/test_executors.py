@@ -314,6 +314,37 @@ def test_killed_driver_leaves_no_workers_and_a_restart_runs_only_what_is_missing
     assert all(runs[i]["finished_at"] == t for i, t in done_before.items())  # not run again
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads worker processes from /proc")
+def test_sigterm_marks_the_runs_in_flight_interrupted_and_stops_the_workers(tmp_path):
+    """A scheduler's time limit or ``kill`` sends SIGTERM: the driver stops its workers,
+    records the runs in flight as ``interrupted`` (not ``running``) and exits 143."""
+    store = tmp_path / "s.sqlite"
+    cmd = [sys.executable, "-m", "harness.cli", "bench", "--pe", "nope,rope", "--task", "copy"]
+    cmd += ["--preset", "smoke", "--steps", "100000", "--device", "cpu", "--workers", "2", "--store", str(store)]
+    driver = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 300
+    running: list[str] = []
+    while len(running) < 2:
+        assert driver.poll() is None, driver.communicate()
+        assert time.time() < deadline
+        time.sleep(0.1)
+        if store.exists():
+            with Store(store) as s:
+                running = [r["run_id"] for r in s.runs() if r["status"] == "running"]
+    time.sleep(2)  # the workers are training
+    os.kill(driver.pid, signal.SIGTERM)  # the driver alone, as a scheduler would
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 143, err
+    assert "nope on copy seed 0: interrupted; run the same command again to resume." in err
+    with Store(store) as s:
+        assert {r["status"] for r in s.runs()} == {"interrupted"}
+    deadline = time.time() + 60
+    while _session_processes(driver.pid):
+        assert time.time() < deadline, f"workers left running: {_session_processes(driver.pid)}"
+        time.sleep(0.2)
+
+
 # -- Ray ------------------------------------------------------------------------------
 
 
