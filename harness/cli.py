@@ -30,7 +30,7 @@ from harness.executors import (
 from harness.provenance import resolve_device
 from harness.report import leaderboard_tables
 from harness.results import load
-from harness.run import RunOutcome, RunResult, check_run
+from harness.run import RunOutcome, RunResult, check_run, checkpoint_dir_for
 from harness.store import Store, StoreError
 from harness.sweep import (
     AXES,
@@ -311,7 +311,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
 
     with store:
         if order == "longest-first":
-            ckpt_dir = checkpoint_dir if checkpoint_dir is not None else store.path.parent / "checkpoints"
+            ckpt_dir = checkpoint_dir_for(store.path, checkpoint_dir)
             configs = longest_first(configs, store.runs(), checkpointed_steps(ckpt_dir, [c.run_id() for c in configs]))
         report = _SweepReport(configs)
         report.todo = todo = len({c.run_id() for c in configs if store.status(c.run_id()) != "finished"})
@@ -554,7 +554,7 @@ def sweep_plan(file, store_path, checkpoint_dir) -> None:
                 rows = store.runs()
         except StoreError as exc:
             raise click.ClickException(str(exc)) from None
-    ckpt_dir = Path(checkpoint_dir) if checkpoint_dir is not None else Path(store_path).parent / "checkpoints"
+    ckpt_dir = checkpoint_dir_for(store_path, checkpoint_dir)
     plan = make_plan(configs, rows, checkpointed_steps(ckpt_dir, [c.run_id() for c in configs]) if rows else None)
     click.echo(format_plan(plan, varying_axes(configs)))
     published = _published_but_missing(plan)

@@ -41,7 +41,7 @@ import torch
 
 from harness.config import RunConfig
 from harness.provenance import git_commit
-from harness.run import Progress, RunOutcome, RunResult, checkpoint_path, record, train_and_evaluate
+from harness.run import Progress, RunOutcome, RunResult, checkpoint_dir_for, checkpoint_path, record, train_and_evaluate
 from harness.store import Store
 
 FAULT_ENV = "PEZOO_INJECT_FAULT"
@@ -510,7 +510,7 @@ def run_sweep(
     (a folder) makes every run log there too.
     """
     events = events or SweepEvents()
-    ckpt_dir = Path(checkpoint_dir if checkpoint_dir is not None else store.path.parent / "checkpoints").resolve()
+    ckpt_dir = checkpoint_dir_for(store.path, checkpoint_dir).resolve()
     faults = injected_faults()
     attempts = retries + 1
     by_id: dict[str, RunConfig] = {}

@@ -92,6 +92,12 @@ def check_run(cfg: RunConfig) -> None:
         )
 
 
+def checkpoint_dir_for(store_path: str | Path, checkpoint_dir: str | Path | None = None) -> Path:
+    """Where a store's runs checkpoint: ``checkpoint_dir`` when given, else
+    ``checkpoints/`` next to the store."""
+    return Path(checkpoint_dir) if checkpoint_dir is not None else Path(store_path).parent / "checkpoints"
+
+
 def checkpoint_path(checkpoint_dir: str | Path, run_id: str) -> Path:
     """The one checkpoint file of a run: ``<checkpoint_dir>/<run_id>.pt``."""
     return Path(checkpoint_dir) / f"{run_id}.pt"
@@ -283,7 +289,7 @@ def execute(
         return RunOutcome(run_id, "cached")
     check_run(cfg)
     store.start(cfg, provenance(device))
-    path = checkpoint_path(store.path.parent / "checkpoints", run_id)
+    path = checkpoint_path(checkpoint_dir_for(store.path), run_id)
     try:
         result = train_and_evaluate(cfg, device, path, progress, checkpoint_every=checkpoint_every, notice=notice)
     except KeyboardInterrupt:
