@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import heapq
 import signal
 import sys
 import threading
@@ -310,16 +311,17 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         raise click.ClickException(str(exc)) from None
 
     with store:
+        rows = store.runs()
+        resume = checkpointed_steps(checkpoint_dir_for(store.path, checkpoint_dir), [c.run_id() for c in configs])
         if order == "longest-first":
-            ckpt_dir = checkpoint_dir_for(store.path, checkpoint_dir)
-            configs = longest_first(configs, store.runs(), checkpointed_steps(ckpt_dir, [c.run_id() for c in configs]))
-        report = _SweepReport(configs)
-        report.todo = todo = len({c.run_id() for c in configs if store.status(c.run_id()) != "finished"})
+            configs = longest_first(configs, rows, resume)
+        report = _SweepReport(configs, make_plan(configs, rows, resume))
         if ray_executor is not None:
             runner = ray_executor
         else:
-            runner = local_executor(dev, workers, todo, report.progress_for, report.live_notice)
+            runner = local_executor(dev, workers, report.todo, report.progress_for, report.live_notice)
         report.in_process = isinstance(runner, InProcess)
+        report.slots = min(runner.capacity, max(1, report.todo))
         try:
             with _sigterm_interrupts():
                 run_sweep(
@@ -383,11 +385,25 @@ class _SweepReport(SweepEvents):
     and a line per finished run.
     """
 
-    def __init__(self, configs) -> None:
+    def __init__(self, configs, plan: Plan | None = None) -> None:
+        """``plan``: the sweep's plan against the store (``make_plan`` over ``configs``),
+        for the runs to do and their estimated seconds; without one every run is to do."""
         self.configs = list(configs)
         self.axes = varying_axes(self.configs)
         self.in_process = True
-        self.todo = len(self.configs)  # runs not yet finished; set by the caller
+        # the runs to do, in the order the driver dispatches them (one per run id)
+        self.queue: list[int] = []
+        seen: set[str] = set()
+        for i, cfg in enumerate(self.configs, start=1):
+            run_id = cfg.run_id()
+            if run_id not in seen and (plan is None or plan.runs[i - 1].status != "finished"):
+                self.queue.append(i)
+            seen.add(run_id)
+        self.todo = len(self.queue)
+        self.estimates: dict[int, float] = {}  # run index -> the plan's estimated seconds
+        if plan is not None:
+            self.estimates = {r.index: r.estimate.seconds for r in plan.runs if r.estimate is not None}
+        self.slots = 1  # runs in flight at once (the executor's capacity); the caller sets it
         self.running: set[int] = set()
         self.done = 0
         self.failures: list[str] = []
@@ -396,8 +412,7 @@ class _SweepReport(SweepEvents):
         self._sweep_bar = None
         self._clock = time.monotonic
         self._started_at: dict[int, float] = {}  # run index -> when its current attempt started
-        self._run_seconds: list[float] = []  # wall seconds of each finished attempt, as the driver saw it
-        self._slots = 1  # the most runs seen in flight at once: the sweep's parallelism
+        self._run_seconds: dict[int, float] = {}  # run index -> wall seconds of its finished attempt
 
     def label(self, index: int) -> str:
         return f"[{index}/{len(self.configs)}] {run_label(self.configs[index - 1], self.axes)}"
@@ -412,20 +427,49 @@ class _SweepReport(SweepEvents):
             self._sweep_bar.render_progress()
 
     def _status(self) -> str:
-        """``done 3/12, running 2, failed 0, ETA 4m``.
-
-        ETA: the mean wall time of the runs finished so far, times the runs left,
-        divided by the parallelism (the most runs seen in flight at once). Elapsed time
-        over completed runs would count the other workers' unfinished work as lost and,
-        early in a sweep of long runs, overstate the ETA by the number of workers.
-        """
-        completed = self.done + len(self.failures)
+        """``done 3/12, running 2, failed 0, ETA 4m`` (no ETA until there is one)."""
         status = f"done {self.done}/{self.todo}, running {len(self.running)}, failed {len(self.failures)}"
-        if self._run_seconds and completed < self.todo:
-            mean = sum(self._run_seconds) / len(self._run_seconds)
-            eta = mean * (self.todo - completed) / self._slots
+        eta = self.eta()
+        if eta is not None and self.done + len(self.failures) < self.todo:
             status += f", ETA {format_duration(eta)}"
         return status
+
+    def _expected_seconds(self, index: int) -> float | None:
+        """How long run ``index`` should take: the plan's estimate scaled by how the
+        finished runs' wall times compared with theirs (the estimate is device time from
+        other runs; workers sharing a machine run slower), else the mean wall time of the
+        finished runs; None when there is neither."""
+        timed = [i for i in self._run_seconds if i in self.estimates]
+        if index in self.estimates:
+            planned = sum(self.estimates[i] for i in timed)
+            scale = sum(self._run_seconds[i] for i in timed) / planned if timed and planned > 0 else 1.0
+            return self.estimates[index] * scale
+        if self._run_seconds:
+            return sum(self._run_seconds.values()) / len(self._run_seconds)
+        return None
+
+    def eta(self) -> float | None:
+        """Seconds until the sweep ends: the runs in flight finish what they have left,
+        then the runs not yet started go, in dispatch order, each to the first worker free
+        (the driver's own list scheduling over ``slots`` workers). None while a run left
+        has no expected time. A mean over runs left would be wrong twice on a sweep of
+        unequal runs: it ignores which runs are left, and it misses that the last worker
+        busy decides the end."""
+        now = self._clock()
+        free_at: list[float] = []
+        for index in self.running:
+            expected = self._expected_seconds(index)
+            if expected is None:
+                return None
+            free_at.append(max(0.0, expected - (now - self._started_at[index])))
+        free_at += [0.0] * max(0, self.slots - len(free_at))
+        heapq.heapify(free_at)
+        for index in self.queue:
+            expected = self._expected_seconds(index)
+            if expected is None:
+                return None
+            heapq.heappush(free_at, heapq.heappop(free_at) + expected)
+        return max(free_at, default=0.0)
 
     def _attempt_over(self, index: int, measured: bool) -> None:
         """Run ``index`` is no longer in flight; ``measured``: its time counts towards the ETA
@@ -433,7 +477,7 @@ class _SweepReport(SweepEvents):
         self.running.discard(index)
         started = self._started_at.pop(index, None)
         if measured and started is not None:
-            self._run_seconds.append(self._clock() - started)
+            self._run_seconds[index] = self._clock() - started
 
     def _bump(self, finished: bool) -> None:
         # Off a terminal (a log file, CI) a progress bar prints only its label; the
@@ -475,12 +519,16 @@ class _SweepReport(SweepEvents):
 
     # -- SweepEvents -----------------------------------------------------------------
     def skipped(self, index: int, cfg) -> None:
+        if index in self.queue:
+            self.queue.remove(index)
         click.echo(f"{self.label(index)}: already in the store, skipped")
 
     def started(self, job: Job) -> None:
+        if job.index in self.queue:
+            self.queue.remove(job.index)
         self.running.add(job.index)
         self._started_at[job.index] = self._clock()
-        self._slots = max(self._slots, len(self.running))
+        self.slots = max(self.slots, len(self.running))
         if not self.in_process and not sys.stdout.isatty():
             click.echo(f"{self.label(job.index)}: started")
         self._bump(finished=False)
@@ -490,6 +538,7 @@ class _SweepReport(SweepEvents):
 
     def retrying(self, job: Job, reason: str, attempts: int) -> None:
         self._attempt_over(job.index, measured=False)
+        self.queue.insert(0, job.index)  # the driver runs a retry next
         self.close_run_bars()
         self._echo(
             f"{self.label(job.index)}: attempt {job.attempt} of {attempts} failed ({reason}); retrying", err=True

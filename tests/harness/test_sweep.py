@@ -354,20 +354,28 @@ def test_bench_needs_pe_and_task_or_a_sweep_file(tmp_path):
     assert result.exit_code == 2 and "Valid tasks:" in result.output
 
 
+def _report(configs, plan=None, slots=2):
+    from harness.cli import _SweepReport
+
+    report = _SweepReport(configs, plan)
+    report.in_process, report.slots = False, slots
+    now = [0.0]
+    report._clock = lambda: now[0]
+    return report, now
+
+
 def test_sweep_eta_counts_the_runs_in_flight_on_other_workers():
-    """Two workers, runs of 20 min each: after the first finishes, 3 of 4 are left and the
-    ETA is 20 min × 3 / 2 = 30 min, not elapsed/completed × remaining = 1 h."""
+    """Two workers, runs of 20 min each, no plan: when the first finishes, the second has
+    1 s left and the last two go side by side, so the ETA is 20 min. A mean over the runs
+    left (20 min × 3 / 2) says 30 min; elapsed/completed × remaining says 1 h."""
     from types import SimpleNamespace
 
-    from harness.cli import _SweepReport
     from harness.config import RunConfig
     from harness.run import RunOutcome
 
     configs = [RunConfig(pe="nope", task="copy", seed=s) for s in range(4)]
-    report = _SweepReport(configs)
-    report.in_process, report.todo = False, 4
-    now = [0.0]
-    report._clock = lambda: now[0]
+    report, now = _report(configs)
+    assert report.todo == 4 and report.eta() is None  # nothing measured, no plan: no ETA yet
     job = [SimpleNamespace(index=i + 1, attempt=1) for i in range(4)]
     result = SimpleNamespace(train_seconds=90.0, eval_seconds=10.0)
 
@@ -376,9 +384,40 @@ def test_sweep_eta_counts_the_runs_in_flight_on_other_workers():
     report.started(job[1])
     now[0] = 1200.0
     report.finished(job[0], RunOutcome("a", "finished"), result)
-    assert report._status() == "done 1/4, running 1, failed 0, ETA 30m"
+    assert report._status() == "done 1/4, running 1, failed 0, ETA 20m"
+    assert report.eta() == pytest.approx(1201.0)
     # a failed run's short attempt does not shorten the estimate
     report.started(job[2])
     now[0] = 1201.0
     report.finished(job[1], RunOutcome("b", "failed", "boom"), result)
-    assert report._status().endswith("failed 1, ETA 20m")  # 20 min × 2 left / 2 slots
+    assert report.eta() == pytest.approx(1200.0)  # run 3: 1199 s left; run 4 alongside it
+
+
+def test_sweep_eta_follows_the_plan_and_how_fast_runs_really_go(tmp_path):
+    """With the plan's estimates the ETA is there from the start, counts which runs are
+    left, and is rescaled by how the finished runs' wall times compared with theirs."""
+    from types import SimpleNamespace
+
+    from harness.run import RunOutcome
+
+    configs = load_sweep(write(tmp_path, SWEEP)).configs()  # nope0 nope1 rope0 rope1 alibi0 alibi1
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, configs[0], train_seconds=600.0, eval_seconds=0.0)  # nope: 600 s
+        finish(store, configs[2], train_seconds=2400.0, eval_seconds=0.0)  # rope: 2400 s
+        plan = make_plan(configs, store.runs())
+    report, now = _report(configs, plan)
+    assert (report.todo, report.queue) == (4, [2, 4, 5, 6])  # the finished runs are not to do
+    assert report.estimates[4] == pytest.approx(2400.0) and report.estimates[2] == pytest.approx(600.0)
+    # alibi was never measured: the median speed of the task's runs, 0.3125 steps/s = 960 s
+    assert report.estimates[5] == pytest.approx(960.0)
+    # before any run starts: nope1 (600 s) and rope1 (2400 s) side by side; alibi0 follows
+    # nope1 until 1560, and alibi1 follows alibi0 (that worker is free first) until 2520
+    assert report.eta() == pytest.approx(2520.0)
+    job = {i: SimpleNamespace(index=i, attempt=1) for i in (2, 4, 5, 6)}
+    report.started(job[2])
+    report.started(job[4])
+    now[0] = 1200.0  # nope1 took twice its estimate: the rest will too
+    report.finished(job[2], RunOutcome("n", "finished"), SimpleNamespace(train_seconds=1.0, eval_seconds=0.0))
+    report.started(job[5])
+    # rope1: 4800 - 1200 = 3600 s left; alibi0 1920 s then alibi1 1920 s on the other worker
+    assert report.eta() == pytest.approx(1920.0 + 1920.0)
