@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import heapq
 import signal
 import sys
 import threading
@@ -25,6 +24,7 @@ from harness.executors import (
     RayExecutor,
     SweepEvents,
     WorkerLost,
+    local_devices,
     local_executor,
     run_sweep,
 )
@@ -45,6 +45,7 @@ from harness.sweep import (
     load_sweep,
     longest_first,
     make_plan,
+    makespan,
     parse_list,
     run_label,
     varying_axes,
@@ -456,20 +457,12 @@ class _SweepReport(SweepEvents):
         unequal runs: it ignores which runs are left, and it misses that the last worker
         busy decides the end."""
         now = self._clock()
-        free_at: list[float] = []
-        for index in self.running:
-            expected = self._expected_seconds(index)
-            if expected is None:
-                return None
-            free_at.append(max(0.0, expected - (now - self._started_at[index])))
-        free_at += [0.0] * max(0, self.slots - len(free_at))
-        heapq.heapify(free_at)
-        for index in self.queue:
-            expected = self._expected_seconds(index)
-            if expected is None:
-                return None
-            heapq.heappush(free_at, heapq.heappop(free_at) + expected)
-        return max(free_at, default=0.0)
+        running = {i: self._expected_seconds(i) for i in self.running}
+        queued = [self._expected_seconds(i) for i in self.queue]
+        if None in running.values() or None in queued:
+            return None
+        busy = [max(0.0, s - (now - self._started_at[i])) for i, s in running.items()]
+        return makespan(queued, self.slots, busy)
 
     def _attempt_over(self, index: int, measured: bool) -> None:
         """Run ``index`` is no longer in flight; ``measured``: its time counts towards the ETA
@@ -585,7 +578,13 @@ def sweep() -> None:
     help="Where the sweep's runs checkpoint (default: checkpoints/ next to the store); a checkpointed run "
     "counts only the steps it has left.",
 )
-def sweep_plan(file, store_path, checkpoint_dir) -> None:
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Parallel workers to work out the wall time for (default: as bench would use here: one per GPU, "
+    "else one per CPU core).",
+)
+def sweep_plan(file, store_path, checkpoint_dir, workers) -> None:
     """Print the runs of a sweep file, how many the store already holds finished, and an
     estimate of the device-hours the missing ones need (from the measured steps/s of
     finished runs in the store, less what their checkpoints have done)."""
@@ -605,7 +604,8 @@ def sweep_plan(file, store_path, checkpoint_dir) -> None:
             raise click.ClickException(str(exc)) from None
     ckpt_dir = checkpoint_dir_for(store_path, checkpoint_dir)
     plan = make_plan(configs, rows, checkpointed_steps(ckpt_dir, [c.run_id() for c in configs]) if rows else None)
-    click.echo(format_plan(plan, varying_axes(configs)))
+    n_workers = len(local_devices(resolve_device("auto"), workers, plan.missing))
+    click.echo(format_plan(plan, varying_axes(configs), n_workers))
     published = _published_but_missing(plan)
     if published:
         click.echo(

@@ -29,6 +29,7 @@ missing, and estimates the device time of the missing ones from the training spe
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import json
 import statistics
@@ -424,6 +425,18 @@ def make_plan(
     return Plan(tuple(planned), tuple(sorted({m.device for m in measured})))
 
 
+def makespan(durations: Iterable[float], workers: int, busy: Iterable[float] = ()) -> float:
+    """When ``workers`` workers finish ``durations`` (seconds, in dispatch order), each run
+    going to the first worker free, with some workers ``busy`` for that many seconds
+    first: list scheduling, as the sweep driver dispatches."""
+    free_at = list(busy)
+    free_at += [0.0] * max(0, workers - len(free_at))
+    heapq.heapify(free_at)
+    for seconds in durations:
+        heapq.heappush(free_at, heapq.heappop(free_at) + seconds)
+    return max(free_at, default=0.0)
+
+
 ORDERS = ("listed", "longest-first")
 """How ``pezoo bench --sweep`` orders its runs (``--order``)."""
 
@@ -458,8 +471,19 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def format_plan(plan: Plan, axes: Sequence[str] = ()) -> str:
-    """The runs as a table (status, estimated time), then the counts and the estimate."""
+def wall_seconds(plan: Plan, workers: int) -> tuple[float, float] | None:
+    """Wall seconds the plan's missing runs take on ``workers`` workers, in the listed order
+    and longest first (``makespan`` of their estimates); None when a missing run has none."""
+    missing = [r for r in plan.runs if r.status != "finished"]
+    if any(r.estimate is None for r in missing):
+        return None
+    listed = [r.estimate.seconds for r in missing]
+    return makespan(listed, workers), makespan(sorted(listed, reverse=True), workers)
+
+
+def format_plan(plan: Plan, axes: Sequence[str] = (), workers: int | None = None) -> str:
+    """The runs as a table (status, estimated time), then the counts and the estimate
+    (with ``workers``, also the wall time on that many workers in either order)."""
     from tabulate import tabulate
 
     rows = []
@@ -487,8 +511,13 @@ def format_plan(plan: Plan, axes: Sequence[str] = ()) -> str:
             basis = ", ".join(f"{n} from {b}" for b, n in bases.items())
             lines.append(
                 f"estimate: {plan.device_hours:.2f} device-hours for {estimated} missing runs "
-                f"({basis}; speeds measured on {', '.join(plan.devices)}); wall time is about this divided "
-                "by the number of parallel workers"
+                f"({basis}; speeds measured on {', '.join(plan.devices)})"
+            )
+        wall = wall_seconds(plan, workers) if workers else None
+        if wall is not None:
+            lines.append(
+                f"wall time on {workers} worker(s): about {format_duration(wall[0])} in the listed order, "
+                f"{format_duration(wall[1])} with --order longest-first"
             )
         if plan.unestimated:
             lines.append(

@@ -24,6 +24,7 @@ from harness.sweep import (
     load_sweep,
     longest_first,
     make_plan,
+    makespan,
     parse_list,
     run_label,
     varying_axes,
@@ -303,6 +304,37 @@ def test_a_checkpointed_run_counts_only_the_steps_it_has_left(tmp_path):
     assert result.exit_code == 0, result.output
     assert "10s (from step 200)" in result.output
     assert f"{(10 + 4 * 30) / 3600:.2f} device-hours for 5 missing runs" in result.output
+
+
+def test_makespan_is_list_scheduling():
+    assert makespan([], 2) == 0.0
+    assert makespan([5.0, 5.0, 5.0], 1) == 15.0
+    # in order, each to the first free worker: 3 | 3 -> 3+3 | 3 -> 6 | 3+6 -> 9
+    assert makespan([3.0, 3.0, 3.0, 6.0], 2) == 9.0
+    assert makespan([6.0, 3.0, 3.0, 3.0], 2) == 9.0 - 0.0  # longest first: 6 | 3+3+3 -> 9
+    assert makespan([1.0, 1.0, 8.0], 2) == 9.0 and makespan([8.0, 1.0, 1.0], 2) == 8.0
+    # a worker busy for 4 s takes the second run only once the idle one is busy too
+    assert makespan([2.0, 2.0], 2, busy=[4.0]) == 4.0
+    assert makespan([2.0, 2.0, 1.0], 2, busy=[4.0]) == 5.0
+
+
+def test_plan_gives_the_wall_time_in_either_order(tmp_path):
+    configs = load_sweep(write(tmp_path, SWEEP)).configs()  # nope0 nope1 rope0 rope1 alibi0 alibi1
+    store_path = tmp_path / "s.sqlite"
+    with Store(store_path) as store:
+        finish(store, configs[0], train_seconds=60.0, eval_seconds=0.0)  # nope: 1 min
+        finish(store, configs[2], train_seconds=60.0, eval_seconds=0.0)  # rope: 1 min
+        finish(store, configs[4], train_seconds=480.0, eval_seconds=0.0)  # alibi: 8 min
+        plan = make_plan(configs, store.runs())
+    # missing in order: nope1 1, rope1 1, alibi1 8 (minutes): on two workers alibi1 starts
+    # after a 1-minute run when listed (9), at once when longest first (8)
+    text = format_plan(plan, workers=2)
+    assert "wall time on 2 worker(s): about 9m in the listed order, 8m with --order longest-first" in text
+    assert "wall time" not in format_plan(plan)
+    result = CliRunner().invoke(
+        main, ["sweep", "plan", str(tmp_path / "sweep.toml"), "--store", str(store_path), "--workers", "1"]
+    )
+    assert "wall time on 1 worker(s): about 10m in the listed order, 10m with" in result.output
 
 
 def test_plan_without_measurements_says_so(tmp_path):
