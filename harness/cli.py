@@ -363,19 +363,23 @@ def _sigterm_interrupts() -> Iterator[None]:
     """Within the block, SIGTERM stops the sweep the way Ctrl-C does: the workers are
     stopped, the runs in flight are marked ``interrupted`` (their checkpoints stay) and
     bench exits with 143. Without it the driver would die on the spot and leave those
-    runs ``running`` in the store. Off the main thread (no signals there) it does nothing."""
-    if threading.current_thread() is not threading.main_thread():
+    runs ``running`` in the store. The handler fires once: a second SIGTERM during that
+    cleanup is ignored rather than cutting it short. Off the main thread (no signals
+    there), or where SIGTERM is ignored on purpose, it does nothing."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
         yield
         return
 
     def terminate(_signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise Terminated
 
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if previous is not None:  # None: a handler installed outside Python, which cannot be restored
+            signal.signal(signal.SIGTERM, previous)
 
 
 class _SweepReport(SweepEvents):
@@ -453,15 +457,19 @@ class _SweepReport(SweepEvents):
         """Seconds until the sweep ends: the runs in flight finish what they have left,
         then the runs not yet started go, in dispatch order, each to the first worker free
         (the driver's own list scheduling over ``slots`` workers). None while a run left
-        has no expected time. A mean over runs left would be wrong twice on a sweep of
-        unequal runs: it ignores which runs are left, and it misses that the last worker
-        busy decides the end."""
+        has no expected time, or a run in flight has outlived its expected time (how much
+        longer it takes is then anyone's guess). A mean over runs left would be wrong twice
+        on a sweep of unequal runs: it ignores which runs are left, and it misses that the
+        last worker busy decides the end. A retried run counts in full, though it may
+        resume from its checkpoint."""
         now = self._clock()
         running = {i: self._expected_seconds(i) for i in self.running}
         queued = [self._expected_seconds(i) for i in self.queue]
         if None in running.values() or None in queued:
             return None
-        busy = [max(0.0, s - (now - self._started_at[i])) for i, s in running.items()]
+        busy = [s - (now - self._started_at[i]) for i, s in running.items()]
+        if any(left < 0 for left in busy):
+            return None
         return makespan(queued, self.slots, busy)
 
     def _attempt_over(self, index: int, measured: bool) -> None:

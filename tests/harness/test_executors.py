@@ -316,16 +316,18 @@ def test_killed_driver_leaves_no_workers_and_a_restart_runs_only_what_is_missing
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads worker processes from /proc")
-def test_sigterm_marks_the_runs_in_flight_interrupted_and_stops_the_workers(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2], ids=["in-process", "pool"])
+def test_sigterm_marks_the_runs_in_flight_interrupted_and_stops_the_workers(tmp_path, workers):
     """A scheduler's time limit or ``kill`` sends SIGTERM: the driver stops its workers,
     records the runs in flight as ``interrupted`` (not ``running``) and exits 143."""
     store = tmp_path / "s.sqlite"
     cmd = [sys.executable, "-m", "harness.cli", "bench", "--pe", "nope,rope", "--task", "copy"]
-    cmd += ["--preset", "smoke", "--steps", "100000", "--device", "cpu", "--workers", "2", "--store", str(store)]
+    cmd += ["--preset", "smoke", "--steps", "100000", "--device", "cpu", "--workers", str(workers)]
+    cmd += ["--store", str(store)]
     driver = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 300
     running: list[str] = []
-    while len(running) < 2:
+    while len(running) < workers:
         assert driver.poll() is None, driver.communicate()
         assert time.time() < deadline
         time.sleep(0.1)

@@ -311,7 +311,7 @@ def test_makespan_is_list_scheduling():
     assert makespan([5.0, 5.0, 5.0], 1) == 15.0
     # in order, each to the first free worker: 3 | 3 -> 3+3 | 3 -> 6 | 3+6 -> 9
     assert makespan([3.0, 3.0, 3.0, 6.0], 2) == 9.0
-    assert makespan([6.0, 3.0, 3.0, 3.0], 2) == 9.0 - 0.0  # longest first: 6 | 3+3+3 -> 9
+    assert makespan([6.0, 3.0, 3.0, 3.0], 2) == 9.0  # longest first: 6 | 3+3+3 -> 9
     assert makespan([1.0, 1.0, 8.0], 2) == 9.0 and makespan([8.0, 1.0, 1.0], 2) == 8.0
     # a worker busy for 4 s takes the second run only once the idle one is busy too
     assert makespan([2.0, 2.0], 2, busy=[4.0]) == 4.0
@@ -423,6 +423,29 @@ def test_sweep_eta_counts_the_runs_in_flight_on_other_workers():
     now[0] = 1201.0
     report.finished(job[1], RunOutcome("b", "failed", "boom"), result)
     assert report.eta() == pytest.approx(1200.0)  # run 3: 1199 s left; run 4 alongside it
+
+
+def test_sweep_eta_tracks_retries_and_leaves_out_an_overdue_run():
+    from types import SimpleNamespace
+
+    from harness.config import RunConfig
+
+    configs = [RunConfig(pe="nope", task="copy", seed=s) for s in range(3)]
+    report, now = _report(configs)
+    report.estimates = {1: 100.0, 2: 100.0, 3: 100.0}
+    job = [SimpleNamespace(index=i + 1, attempt=1) for i in range(3)]
+    report.started(job[0])
+    report.started(job[1])
+    assert report.queue == [3] and report.eta() == pytest.approx(200.0)
+    now[0] = 10.0
+    report.retrying(job[0], "worker lost", 3)  # the driver puts a retry at the front
+    assert report.queue == [1, 3] and report.running == {2}
+    report.started(SimpleNamespace(index=1, attempt=2))
+    assert report.queue == [3]
+    # run 2: 90 s left; run 1 again 100 s; run 3 after run 2
+    assert report.eta() == pytest.approx(190.0)
+    now[0] = 150.0  # run 2 has outlived its 100 s: how long it still takes is unknown
+    assert report.eta() is None and "ETA" not in report._status()
 
 
 def test_sweep_eta_follows_the_plan_and_how_fast_runs_really_go(tmp_path):
