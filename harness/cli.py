@@ -28,6 +28,7 @@ from harness.executors import (
     local_executor,
     run_sweep,
 )
+from harness.options import store_option
 from harness.provenance import resolve_device
 from harness.report import leaderboard_tables
 from harness.results import load
@@ -50,8 +51,6 @@ from harness.sweep import (
     run_label,
     varying_axes,
 )
-
-DEFAULT_STORE = Path("runs") / "pezoo.sqlite"
 
 
 def _split(value: str) -> list[str]:
@@ -197,14 +196,7 @@ class _ListOf(click.ParamType):
     type=click.IntRange(min=0),
     help="Run a failed attempt (an error, a dead worker) again up to this many times.",
 )
-@click.option(
-    "--store",
-    "store_path",
-    default=str(DEFAULT_STORE),
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="SQLite results store (created if missing).",
-)
+@store_option("SQLite results store (created if missing).")
 @click.option(
     "--order",
     default="listed",
@@ -572,14 +564,7 @@ def sweep() -> None:
 
 @sweep.command("plan")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "--store",
-    "store_path",
-    default=str(DEFAULT_STORE),
-    show_default=True,
-    type=click.Path(dir_okay=False),
-    help="SQLite results store: which runs are done, and the measured speeds (not created if missing).",
-)
+@store_option("SQLite results store: which runs are done, and the measured speeds (not created if missing).")
 @click.option(
     "--checkpoint-dir",
     type=click.Path(file_okay=False),
@@ -638,7 +623,7 @@ def _published_but_missing(plan: Plan) -> int:
 
 
 @main.command()
-@click.option("--store", "store_path", default=str(DEFAULT_STORE), show_default=True, type=click.Path(dir_okay=False))
+@store_option("SQLite results store to read.")
 @click.option("--pe", default=None, help="Only these encodings (comma-separated).")
 @click.option("--task", default=None, help="Only these tasks (comma-separated).")
 @click.option("--format", "fmt", default="table", type=click.Choice(["table", "csv", "json", "markdown"]))

@@ -5,18 +5,16 @@ Attached to the root ``pezoo`` command by ``harness/cli.py`` (the composition ro
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import click
-from click.decorators import FC
 
+from harness.options import store_option
 from harness.store import StoreError
 from leaderboard.board import BoardError
 from leaderboard.export import ExportError, export, import_results
 from leaderboard.schema import ResultsError, read_results, results_files
 
-DEFAULT_STORE = Path("runs") / "pezoo.sqlite"
 DEFAULT_RESULTS = Path("leaderboard") / "results"
 DEFAULT_SITE = Path("leaderboard") / "site"
 
@@ -28,17 +26,6 @@ _results_option = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     help="Folder of published results files (*.jsonl).",
 )
-
-
-def _store_option(help_text: str) -> Callable[[FC], FC]:
-    return click.option(
-        "--store",
-        "store_path",
-        default=str(DEFAULT_STORE),
-        show_default=True,
-        type=click.Path(dir_okay=False, path_type=Path),
-        help=help_text,
-    )
 
 
 @click.group("leaderboard")
@@ -54,7 +41,7 @@ def leaderboard() -> None:
 
 
 @leaderboard.command("export")
-@_store_option("SQLite results store to read finished runs from.")
+@store_option("SQLite results store to read finished runs from.")
 @click.option(
     "--out",
     "out_dir",
@@ -83,7 +70,7 @@ def export_cmd(store_path: Path, out_dir: Path) -> None:
 
 @leaderboard.command("import")
 @_results_option
-@_store_option("SQLite results store to add the published runs to (created if missing).")
+@store_option("SQLite results store to add the published runs to (created if missing).")
 def import_cmd(results_dir: Path, store_path: Path) -> None:
     """Add the published runs to a store as finished, so `pezoo bench` skips them.
 
