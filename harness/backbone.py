@@ -89,10 +89,23 @@ class Backbone(nn.Module):
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
 
-    def start_state(self, batch: int, max_length: int, device: torch.device | str | None = None) -> dict[str, Any]:
-        """A fresh decoding state whose positions are planned for ``max_length`` tokens."""
+    def start_state(
+        self,
+        batch: int,
+        max_length: int,
+        device: torch.device | str | None = None,
+        *,
+        positions: Tensor | None = None,
+    ) -> dict[str, Any]:
+        """A fresh decoding state whose positions are planned for ``max_length`` tokens:
+        drawn here from the encoding, or the given ``positions`` (b|1, >= max_length)
+        (planned by the caller, e.g. once per evaluated example)."""
         device = device or self.embed.weight.device
-        return {"positions": self.pe.positions(batch, max_length, device), "length": 0}
+        if positions is None:
+            positions = self.pe.positions(batch, max_length, device)
+        elif positions.shape[-1] < max_length:
+            raise ValueError(f"positions planned for {positions.shape[-1]} tokens cannot hold {max_length}")
+        return {"positions": positions, "length": 0}
 
     def forward(
         self,

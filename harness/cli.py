@@ -6,7 +6,6 @@ import contextlib
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,53 +15,65 @@ from click.core import ParameterSource
 import harness.tasks as tasks
 import harness.tblog as tblog
 import pezoo
-from harness.config import GPU_PRESETS, PRESETS
+from harness.announce import bench_announcement, published_line
+from harness.catalogue import listing, name_problem
+from harness.config import GPU_PRESETS, INT64_MAX, PRESETS
 from harness.executors import (
     ExecutorError,
     InProcess,
-    Job,
     RayExecutor,
-    SweepEvents,
-    WorkerLost,
     local_devices,
     local_executor,
     run_sweep,
 )
-from harness.options import store_option
+from harness.options import max_runs_option, store_option
+from harness.pe_spec import names as pe_names
+from harness.pe_spec import parse_pe, split_pe_list
+from harness.progress import SweepReport
 from harness.provenance import resolve_device
-from harness.report import leaderboard_tables
+from harness.report import LEGEND, leaderboard_tables
 from harness.results import load
-from harness.run import RunOutcome, RunResult, check_run, checkpoint_dir_for
+from harness.run import check_run, checkpoint_dir_for
 from harness.store import Store, StoreError
 from harness.sweep import (
     AXES,
     ORDERS,
     Grid,
-    Plan,
     SweepSpec,
+    check_size,
     checkpointed_steps,
-    format_duration,
     format_plan,
     load_sweep,
     longest_first,
     make_plan,
-    makespan,
     parse_list,
-    run_label,
     varying_axes,
 )
+from pezoo.backends import xformers_available
 
 
 def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def _check_names(kind: str, names: list[str], valid: list[str]) -> None:
-    from pezoo.base import unknown_name_message
-
+def _check_names(kind: str, names: list[str], valid: list[str], option: str | None = None) -> None:
     for name in names:
         if name not in valid:
-            raise click.BadParameter(unknown_name_message(kind, name, valid))
+            raise click.BadParameter(name_problem(kind, name, valid), param_hint=option)
+
+
+def _naming_the_option(message: str) -> str:
+    """``message`` about a config field (``train.lr must be ...``) with the option that sets it."""
+    fields = {f"{section}.{key} ": f"--{name.replace('_', '-')}" for name, (section, key, _) in AXES.items()}
+    options = [option for field, option in fields.items() if field in message]
+    return f"{message} ({', '.join(options)})" if options else message
+
+
+def _preset_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--preset``: a preset name, or an error with close matches ("Did you mean")."""
+    if value not in PRESETS:
+        raise click.BadParameter(name_problem("preset", value, list(PRESETS)))
+    return value
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -80,11 +91,8 @@ def main() -> None:
 
 @main.command("list")
 def list_cmd() -> None:
-    """Show the available encodings, tasks and presets."""
-    click.echo("encodings: " + ", ".join(pezoo.available()))
-    click.echo("tasks:     " + ", ".join(tasks.available()))
-    click.echo("presets:   " + ", ".join(PRESETS))
-    click.echo("backends:  " + ", ".join(sorted(pezoo.BACKENDS)))
+    """Show the available encodings (and which a wrapper takes), tasks, presets and backends."""
+    click.echo(listing())
 
 
 class _ListOf(click.ParamType):
@@ -107,7 +115,12 @@ class _ListOf(click.ParamType):
 
 
 @main.command()
-@click.option("--pe", "pes", help="Comma-separated encodings, e.g. nope,rope,randomized:rope.")
+@click.option(
+    "--pe",
+    "pes",
+    help="Comma-separated encodings, each optionally with options in braces, e.g. "
+    "nope,randomized:rope,'prism{paper}','prism{n_cursors=4,layers=[0,2]}' (docs/sweeps.md).",
+)
 @click.option("--task", "task_names", help="Comma-separated tasks, e.g. copy,reverse.")
 @click.option(
     "--sweep",
@@ -120,11 +133,18 @@ class _ListOf(click.ParamType):
     "--preset",
     default="quick",
     show_default=True,
-    type=click.Choice(list(PRESETS)),
-    help="Named protocol: backbone size, steps, lengths. quick = minutes per run on 2 CPU cores.",
+    callback=_preset_name,
+    help=f"Named protocol: backbone size, steps, lengths ({', '.join(PRESETS)}; see `pezoo list`). "
+    "quick = minutes per run on 2 CPU cores.",
 )
-@click.option("--seeds", default=1, show_default=True, help="Number of seeds per (encoding, task): seed0..seed0+k-1.")
-@click.option("--seed", "seed0", default=0, show_default=True, help="First seed.")
+@click.option(
+    "--seeds",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Number of seeds per (encoding, task): seed0..seed0+k-1.",
+)
+@click.option("--seed", "seed0", default=0, show_default=True, type=click.IntRange(0, INT64_MAX), help="First seed.")
 @click.option("--steps", type=_ListOf(int), help="Override the preset's training steps (a list sweeps them).")
 @click.option("--batch-size", type=_ListOf(int), help="Override the training batch size.")
 @click.option("--lr", type=_ListOf(float), help="Override the peak learning rate, e.g. 1e-4,3e-4,5e-4.")
@@ -167,6 +187,7 @@ class _ListOf(click.ParamType):
     "--checkpoint-every",
     default=250,
     show_default=True,
+    type=click.IntRange(min=1),
     help="Save the training state every N steps; a killed run resumes from it.",
 )
 @click.option(
@@ -212,10 +233,11 @@ class _ListOf(click.ParamType):
     help="Also log every run's loss, learning rate and evaluations for TensorBoard under this folder "
     "(pip install 'pezoo[tensorboard]').",
 )
+@max_runs_option
 def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
           eval_samples, eval_every, eval_start_loss, eval_select, backend, pack, window, device, allow_cpu,
           checkpoint_every, checkpoint_dir, executor, workers, ray_address, retries, store_path, order,
-          tensorboard_dir) -> None:  # fmt: skip
+          tensorboard_dir, max_runs) -> None:  # fmt: skip
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
 
     Finished runs already in the store are not trained again; an interrupted run
@@ -230,12 +252,16 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     def given(name: str) -> bool:
         return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
 
-    pe_list, task_list = _split(pes or ""), _split(task_names or "")
+    try:
+        pe_list = [str(parse_pe(p)) for p in split_pe_list(pes or "")]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pe") from None
+    task_list = _split(task_names or "")
     if sweep_file is None and not pe_list:
         raise click.UsageError("Missing option '--pe' (or give a --sweep FILE).")
     if sweep_file is None and not task_list:
         raise click.UsageError("Missing option '--task' (or give a --sweep FILE).")
-    _check_names("encoding", pe_list, pezoo.available())
+    _check_names("encoding", pe_names(pe_list), pezoo.available())
     _check_names("task", task_list, tasks.available())
     axes = dict(
         zip(
@@ -245,6 +271,10 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
             strict=True,
         )
     )  # fmt: skip
+    try:
+        check_size(seeds, max_runs)  # before the seeds are listed
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--seeds") from None
     cli = {
         "pe": tuple(pe_list) or None,
         "task": tuple(task_list) or None,
@@ -253,7 +283,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         **axes,
     }
     try:
-        spec = load_sweep(sweep_file) if sweep_file else SweepSpec((Grid(pe=cli["pe"], task=cli["task"]),))
+        spec = load_sweep(sweep_file, max_runs) if sweep_file else SweepSpec((Grid(pe=cli["pe"], task=cli["task"]),))
         spec = spec.override(**cli)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
@@ -263,11 +293,11 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     for grid in spec.grids:
         _check_names("attention backend", list(grid.backend), sorted(pezoo.BACKENDS))
     try:
-        configs = spec.configs()
+        configs = spec.configs(max_runs)
         for cfg in {(c.task, c.preset): c for c in configs}.values():
             check_run(cfg)
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(_naming_the_option(str(exc))) from None
 
     if tensorboard_dir is not None:
         try:
@@ -288,6 +318,17 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--device") from None
         device_type, where = dev.type, str(dev)
+    if any(c.backbone.backend == "xformers" for c in configs) and (
+        device_type != "cuda" or (ray_executor is None and not xformers_available())
+    ):
+        if ray_executor is not None:
+            ray_executor.close()
+        reason = "no CUDA device is in use" if device_type != "cuda" else "the xformers package does not load here"
+        raise click.BadParameter(
+            f"the xformers backend runs on CUDA tensors only, and {reason}; use --backend sdpa, flex or auto "
+            "(auto picks xformers where it works), or install the gpu extra: pip install 'pezoo[gpu]'",
+            param_hint="--backend",
+        )
     gpu_presets = sorted({c.preset for c in configs if c.preset in GPU_PRESETS})
     if gpu_presets and device_type != "cuda" and not allow_cpu:
         if ray_executor is not None:
@@ -306,15 +347,37 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     with store:
         rows = store.runs()
         resume = checkpointed_steps(checkpoint_dir_for(store.path, checkpoint_dir), [c.run_id() for c in configs])
+        published = _published_runs()
+        plan_options = {"device_type": device_type, "published": published}
         if order == "longest-first":
-            configs = longest_first(configs, rows, resume)
-        report = _SweepReport(configs, make_plan(configs, rows, resume))
+            configs = longest_first(configs, rows, resume, **plan_options)
+        plan = make_plan(configs, rows, resume, **plan_options)
+        report = SweepReport(configs, plan)
         if ray_executor is not None:
             runner = ray_executor
         else:
             runner = local_executor(dev, workers, report.todo, report.progress_for, report.live_notice)
         report.in_process = isinstance(runner, InProcess)
         report.slots = min(runner.capacity, max(1, report.todo))
+        if isinstance(runner, InProcess):
+            how = "one run at a time, in this process"
+        elif ray_executor is None:
+            how = f"{report.slots} runs at a time, in {report.slots} worker processes (one torch thread each)"
+        else:
+            how = f"{report.slots} Ray tasks at a time"
+        click.echo(
+            bench_announcement(
+                configs,
+                plan,
+                store_path=store_path,
+                published_ids={r["run_id"] for r in published},
+                where=where,
+                runner=how,
+                workers=report.slots,
+                device_type=device_type,
+            )
+            + "\n"
+        )
         try:
             with _sigterm_interrupts():
                 run_sweep(
@@ -341,6 +404,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     click.echo(f"\npreset {presets} on {where}; results in {store_path}\n")
     for table in leaderboard_tables(df).values():
         click.echo(table + "\n")
+    click.echo(LEGEND + "\n")
     if report.failures:
         click.echo("Some runs did not finish:\n  " + "\n  ".join(report.failures), err=True)
         sys.exit(1)
@@ -374,189 +438,6 @@ def _sigterm_interrupts() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
-class _SweepReport(SweepEvents):
-    """Progress of a sweep on the terminal.
-
-    In-process runs show their own train/eval bars (as one run at a time always has);
-    pooled and Ray runs show one bar for the whole sweep (done, running, failed, ETA)
-    and a line per finished run.
-    """
-
-    def __init__(self, configs, plan: Plan | None = None) -> None:
-        """``plan``: the sweep's plan against the store (``make_plan`` over ``configs``),
-        for the runs to do and their estimated seconds; without one every run is to do."""
-        self.configs = list(configs)
-        self.axes = varying_axes(self.configs)
-        self.in_process = True
-        # the runs to do, in the order the driver dispatches them (one per run id)
-        self.queue: list[int] = []
-        seen: set[str] = set()
-        for i, cfg in enumerate(self.configs, start=1):
-            run_id = cfg.run_id()
-            if run_id not in seen and (plan is None or plan.runs[i - 1].status != "finished"):
-                self.queue.append(i)
-            seen.add(run_id)
-        self.todo = len(self.queue)
-        self.estimates: dict[int, float] = {}  # run index -> the plan's estimated seconds
-        if plan is not None:
-            self.estimates = {r.index: r.estimate.seconds for r in plan.runs if r.estimate is not None}
-        self.slots = 1  # runs in flight at once (the executor's capacity); the caller sets it
-        self.running: set[int] = set()
-        self.done = 0
-        self.failures: list[str] = []
-        self._run_bars: dict[str, click._termui_impl.ProgressBar] = {}
-        self._note = ""
-        self._sweep_bar = None
-        self._clock = time.monotonic
-        self._started_at: dict[int, float] = {}  # run index -> when its current attempt started
-        self._run_seconds: dict[int, float] = {}  # run index -> wall seconds of its finished attempt
-
-    def label(self, index: int) -> str:
-        return f"[{index}/{len(self.configs)}] {run_label(self.configs[index - 1], self.axes)}"
-
-    # -- output that keeps a live sweep bar intact ----------------------------------
-    def _echo(self, message: str, err: bool = False) -> None:
-        live = self._sweep_bar is not None and sys.stdout.isatty()
-        if live:
-            click.echo("\r\033[K", nl=False)  # clear the bar's line, print, draw the bar again
-        click.echo(message, err=err)
-        if live:
-            self._sweep_bar.render_progress()
-
-    def _status(self) -> str:
-        """``done 3/12, running 2, failed 0, ETA 4m`` (no ETA until there is one)."""
-        status = f"done {self.done}/{self.todo}, running {len(self.running)}, failed {len(self.failures)}"
-        eta = self.eta()
-        if eta is not None and self.done + len(self.failures) < self.todo:
-            status += f", ETA {format_duration(eta)}"
-        return status
-
-    def _expected_seconds(self, index: int) -> float | None:
-        """How long run ``index`` should take: the plan's estimate scaled by how the
-        finished runs' wall times compared with theirs (the estimate is device time from
-        other runs; workers sharing a machine run slower), else the mean wall time of the
-        finished runs; None when there is neither."""
-        timed = [i for i in self._run_seconds if i in self.estimates]
-        if index in self.estimates:
-            planned = sum(self.estimates[i] for i in timed)
-            scale = sum(self._run_seconds[i] for i in timed) / planned if timed and planned > 0 else 1.0
-            return self.estimates[index] * scale
-        if self._run_seconds:
-            return sum(self._run_seconds.values()) / len(self._run_seconds)
-        return None
-
-    def eta(self) -> float | None:
-        """Seconds until the sweep ends: the runs in flight finish what they have left,
-        then the runs not yet started go, in dispatch order, each to the first worker free
-        (the driver's own list scheduling over ``slots`` workers). None while a run left
-        has no expected time, or a run in flight has outlived its expected time (how much
-        longer it takes is then anyone's guess). A mean over runs left would be wrong twice
-        on a sweep of unequal runs: it ignores which runs are left, and it misses that the
-        last worker busy decides the end. A retried run counts in full, though it may
-        resume from its checkpoint."""
-        now = self._clock()
-        running = {i: self._expected_seconds(i) for i in self.running}
-        queued = [self._expected_seconds(i) for i in self.queue]
-        if None in running.values() or None in queued:
-            return None
-        busy = [s - (now - self._started_at[i]) for i, s in running.items()]
-        if any(left < 0 for left in busy):
-            return None
-        return makespan(queued, self.slots, busy)
-
-    def _attempt_over(self, index: int, measured: bool) -> None:
-        """Run ``index`` is no longer in flight; ``measured``: its time counts towards the ETA
-        (a finished run's does; a failed or retried attempt's says little about a run's length)."""
-        self.running.discard(index)
-        started = self._started_at.pop(index, None)
-        if measured and started is not None:
-            self._run_seconds[index] = self._clock() - started
-
-    def _bump(self, finished: bool) -> None:
-        # Off a terminal (a log file, CI) a progress bar prints only its label; the
-        # per-run "started"/"finished (done i/n, ETA)" lines carry the status there.
-        if self.in_process or not sys.stdout.isatty():
-            return
-        if self._sweep_bar is None:
-            self._sweep_bar = click.progressbar(
-                length=self.todo, label="sweep", item_show_func=lambda _: self._status(), show_eta=False, width=30
-            )
-            self._sweep_bar.__enter__()
-        self._sweep_bar.update(1 if finished else 0)
-
-    # -- per-run bars of the in-process executor -------------------------------------
-    def progress_for(self, job: Job):
-        label = self.label(job.index)
-
-        def progress(phase: str, done: int, total: int, note: str) -> None:
-            if phase not in self._run_bars:
-                for bar in self._run_bars.values():
-                    bar.render_finish()
-                self._run_bars[phase] = click.progressbar(
-                    length=total, label=f"{label} {phase:5}", item_show_func=lambda _: self._note, width=30
-                )
-                self._run_bars[phase].__enter__()
-            self._note = note
-            self._run_bars[phase].update(done - self._run_bars[phase].pos)
-
-        return progress
-
-    def live_notice(self, job: Job, message: str) -> None:
-        click.echo(f"\n{self.label(job.index)}: {message}", err=True)
-
-    def close_bars(self) -> None:
-        self.close_run_bars()
-        if self._sweep_bar is not None:
-            self._sweep_bar.__exit__(None, None, None)
-            self._sweep_bar = None
-
-    # -- SweepEvents -----------------------------------------------------------------
-    def skipped(self, index: int, cfg) -> None:
-        if index in self.queue:
-            self.queue.remove(index)
-        click.echo(f"{self.label(index)}: already in the store, skipped")
-
-    def started(self, job: Job) -> None:
-        if job.index in self.queue:
-            self.queue.remove(job.index)
-        self.running.add(job.index)
-        self._started_at[job.index] = self._clock()
-        self.slots = max(self.slots, len(self.running))
-        if not self.in_process and not sys.stdout.isatty():
-            click.echo(f"{self.label(job.index)}: started")
-        self._bump(finished=False)
-
-    def notice(self, job: Job, message: str) -> None:
-        self._echo(f"{self.label(job.index)}: {message}", err=True)
-
-    def retrying(self, job: Job, reason: str, attempts: int) -> None:
-        self._attempt_over(job.index, measured=False)
-        self.queue.insert(0, job.index)  # the driver runs a retry next
-        self.close_run_bars()
-        self._echo(
-            f"{self.label(job.index)}: attempt {job.attempt} of {attempts} failed ({reason}); retrying", err=True
-        )
-
-    def finished(self, job: Job, outcome: RunOutcome, result: RunResult | WorkerLost) -> None:
-        self._attempt_over(job.index, measured=outcome.status == "finished")
-        self.close_run_bars()
-        label = self.label(job.index)
-        if outcome.status == "finished":
-            self.done += 1
-            if not self.in_process:
-                seconds = (result.train_seconds or 0) + (result.eval_seconds or 0)
-                self._echo(f"{label}: finished in {seconds:.1f}s ({self._status()})")
-        else:
-            self.failures.append(f"{label}: {outcome.status}: {outcome.error}")
-            self._echo(f"{label}: {outcome.status}: {outcome.error}", err=True)
-        self._bump(finished=True)
-
-    def close_run_bars(self) -> None:
-        for bar in self._run_bars.values():
-            bar.__exit__(None, None, None)
-        self._run_bars.clear()
-
-
 @main.group()
 def sweep() -> None:
     """Sweep files: `pezoo sweep plan FILE`; run one with `pezoo bench --sweep FILE`."""
@@ -577,12 +458,13 @@ def sweep() -> None:
     help="Parallel workers to work out the wall time for (default: as bench would use here: one per GPU, "
     "else one per CPU core).",
 )
-def sweep_plan(file, store_path, checkpoint_dir, workers) -> None:
+@max_runs_option
+def sweep_plan(file, store_path, checkpoint_dir, workers, max_runs) -> None:
     """Print the runs of a sweep file, how many the store already holds finished, and an
     estimate of the device-hours the missing ones need (from the measured steps/s of
     finished runs in the store, less what their checkpoints have done)."""
     try:
-        configs = load_sweep(file).configs()
+        configs = load_sweep(file, max_runs).configs(max_runs)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     pes = list(dict.fromkeys(c.pe for c in configs))
@@ -591,35 +473,36 @@ def sweep_plan(file, store_path, checkpoint_dir, workers) -> None:
     rows = []
     if Path(store_path).exists():
         try:
-            with Store(store_path) as store:
+            with Store(store_path, readonly=True) as store:
                 rows = store.runs()
         except StoreError as exc:
             raise click.ClickException(str(exc)) from None
     ckpt_dir = checkpoint_dir_for(store_path, checkpoint_dir)
-    plan = make_plan(configs, rows, checkpointed_steps(ckpt_dir, [c.run_id() for c in configs]) if rows else None)
-    n_workers = len(local_devices(resolve_device("auto"), workers, plan.missing))
+    device = resolve_device("auto")
+    published = _published_runs()
+    resume = checkpointed_steps(ckpt_dir, [c.run_id() for c in configs]) if rows else None
+    plan = make_plan(configs, rows, resume, device_type=device.type, published=published)
+    n_workers = len(local_devices(device, workers, plan.missing))
     click.echo(format_plan(plan, varying_axes(configs), n_workers))
-    published = _published_but_missing(plan)
-    if published:
-        click.echo(
-            f"{published} of the missing runs are published under leaderboard/results: "
-            f"`pezoo leaderboard import --store {store_path}` counts them as done, so bench does not train them again"
-        )
+    line = published_line(plan, {r["run_id"] for r in published}, store_path)
+    if line:
+        click.echo(line)
 
 
-def _published_but_missing(plan: Plan) -> int:
-    """How many of the plan's missing runs the results files in ./leaderboard/results hold
-    (0 when there is no such folder or it does not validate: this is only a hint)."""
+def _published_runs() -> list[dict]:
+    """The runs published under ./leaderboard/results, as ``Store.runs()`` rows ([] when
+    there is no such folder or it does not validate: they serve only as hints and as
+    rough speeds)."""
     from leaderboard.cli import DEFAULT_RESULTS
-    from leaderboard.schema import ResultsError, read_results
+    from leaderboard.schema import ResultsError, read_results, store_run_from_record
 
     if not DEFAULT_RESULTS.is_dir():
-        return 0
+        return []
     try:
-        published = {r.run_id for r in read_results(DEFAULT_RESULTS)}
+        records = read_results(DEFAULT_RESULTS)
     except ResultsError:
-        return 0
-    return len({r.config.run_id() for r in plan.runs if r.status != "finished"} & published)
+        return []
+    return [{**store_run_from_record(r.data)[0], "status": "finished"} for r in records]
 
 
 @main.command()
@@ -635,13 +518,23 @@ def results(store_path, pe, task, fmt) -> None:
         df = load(store_path)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
+    # A filter name must be one this checkout knows or one the store holds (a plugin's runs
+    # imported from published results): a typo is an error, not an empty table. A registry
+    # name selects every run of it; a displayed name such as prism{paper} those runs only.
     if pe:
-        df = df[df["pe"].isin(_split(pe))]
+        wanted = split_pe_list(pe)
+        known = sorted(set(pezoo.available()) | set(df["pe"]) | set(df.get("pe_label", df["pe"])))
+        _check_names("encoding", wanted, known, "--pe")
+        df = df[df["pe"].isin(wanted) | df["pe_label"].isin(wanted)]
     if task:
+        _check_names("task", _split(task), sorted(set(tasks.available()) | set(df["task"])), "--task")
         df = df[df["task"].isin(_split(task))]
     if fmt == "table":
-        for table in leaderboard_tables(df).values():
+        tables = leaderboard_tables(df)
+        for table in tables.values():
             click.echo(table + "\n")
+        if tables:
+            click.echo(LEGEND)
     elif fmt == "csv":
         click.echo(df.to_csv(index=False), nl=False)
     elif fmt == "json":

@@ -10,22 +10,126 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+import math
+import reprlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from harness.backbone import BackboneConfig
+from harness.pe_spec import identity_options, resolve_pe
 
 T = TypeVar("T")
 
 
 def strict(cls: type[T], values: Mapping[str, Any], what: str | None = None) -> T:
-    """Build dataclass ``cls`` from ``values``; an unknown key is an error naming the valid ones."""
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    unknown = sorted(set(values) - set(names))
+    """Build dataclass ``cls`` from ``values``; an unknown or missing key is a ValueError naming the valid ones."""
+    what = what or cls.__name__
+    if not isinstance(values, Mapping):
+        raise ValueError(f"{what} must be an object (a mapping of keys to values), got {shown(values)}")
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    names = [f.name for f in fields]
+    unknown = sorted(repr(k) if not isinstance(k, str) else k for k in values if k not in names)
     if unknown:
-        raise ValueError(f"unknown {what or cls.__name__} key(s) {', '.join(unknown)}; valid keys: {', '.join(names)}")
+        raise ValueError(f"unknown {what} key(s) {', '.join(unknown)}; valid keys: {', '.join(names)}")
+    missing = [
+        f.name
+        for f in fields
+        if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(f"{what}: missing key(s) {', '.join(missing)}")
     return cls(**values)
+
+
+# --------------------------------------------------------------------------------------
+# Value checks: every field of a config has a type and a range, checked when it is built
+# --------------------------------------------------------------------------------------
+
+INT64_MAX = 2**63 - 1
+"""The largest integer SQLite stores (a signed 64-bit INTEGER): no config integer exceeds it."""
+
+
+def shown(value: Any) -> str:
+    """A short repr of ``value`` for an error message (a huge integer by its size, long text cut)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return reprlib.repr(value)
+
+
+def check_int(what: str, value: Any, minimum: int = 0, maximum: int = INT64_MAX) -> None:
+    """``value`` is an int (not a bool, not a float) in ``minimum..maximum``; ValueError names ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer, got {shown(value)}")
+    if value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value}")
+    if value > maximum:
+        limit = " (the largest integer SQLite stores)" if maximum == INT64_MAX else ""
+        raise ValueError(f"{what} must be at most {maximum}{limit}, got {shown(value)}")
+
+
+def check_number(
+    what: str, value: Any, *, minimum: float | None = None, above: float | None = None, maximum: float | None = None
+) -> None:
+    """``value`` is a finite int or float (not a bool) with ``value >= minimum``, ``value > above``
+    and ``value <= maximum`` for the bounds given; ValueError names ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a number, got {shown(value)}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int beyond the float range
+        finite = False
+    if not finite:
+        raise ValueError(f"{what} must be a finite number, got {shown(value)}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {value}")
+    if above is not None and value <= above:
+        raise ValueError(f"{what} must be > {above}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{what} must be <= {maximum}, got {value}")
+
+
+def as_float(config: Any, name: str, what: str) -> None:
+    """Make the number field ``name`` of the frozen dataclass ``config`` a float (1 -> 1.0), so
+    one configuration has one canonical form and one run id; ValueError if it is not a number."""
+    value = getattr(config, name)
+    check_number(what, value)
+    object.__setattr__(config, name, float(value))
+
+
+def check_choice(what: str, value: Any, valid: Sequence[str]) -> None:
+    """``value`` is one of the strings ``valid``; ValueError names ``what`` and the valid ones."""
+    if not isinstance(value, str) or value not in valid:
+        raise ValueError(f"unknown {what} {shown(value)}; valid: {', '.join(valid)}")
+
+
+def check_name(what: str, value: Any) -> None:
+    """``value`` is a non-empty string without surrounding whitespace (a registry name, a label)."""
+    if not isinstance(value, str) or not value or value != value.strip():
+        raise ValueError(f"{what} must be a non-empty name, got {shown(value)}")
+
+
+def check_plain(what: str, value: Any, depth: int = 0) -> None:
+    """``value`` is plain JSON data an encoding's options may hold: None, bools, strings,
+    integers SQLite can store, finite floats, and lists / string-keyed mappings of them."""
+    if depth > 16:
+        raise ValueError(f"{what} is nested more than 16 levels deep")
+    if value is None or isinstance(value, bool | str):
+        return
+    if isinstance(value, int):
+        check_int(what, value, minimum=-INT64_MAX)
+    elif isinstance(value, float):
+        check_number(what, value)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_plain(f"{what}[{i}]", item, depth + 1)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{what} keys must be strings, got {shown(key)}")
+            check_plain(f"{what}.{key}", item, depth + 1)
+    else:
+        raise ValueError(f"{what} must be plain JSON data, got {type(value).__name__}")
 
 
 @dataclass(frozen=True)
@@ -75,16 +179,38 @@ class TrainConfig:
     pack_loss: str = "all"
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError("steps and batch_size must be >= 1")
-        if self.optimizer not in ("adamw", "adam"):
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: adamw, adam")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {self.schedule!r}; valid: {', '.join(SCHEDULES)}")
-        if self.pack < 0 or self.pack == 1:
+        for name in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
+            as_float(self, name, f"train.{name}")
+        check_int("train.steps", self.steps, minimum=1)
+        check_int("train.batch_size", self.batch_size, minimum=1)
+        check_number("train.lr", self.lr, above=0)
+        if not (isinstance(self.betas, tuple) and len(self.betas) == 2):
+            raise ValueError(f"train.betas must be two numbers (beta1, beta2), got {shown(self.betas)}")
+        for i, beta in enumerate(self.betas):
+            check_number(f"train.betas[{i}]", beta, minimum=0)
+            if beta >= 1:
+                raise ValueError(f"train.betas[{i}] must be < 1, got {beta}")
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        check_number("train.weight_decay", self.weight_decay, minimum=0)
+        check_int("train.warmup", self.warmup)
+        check_number("train.min_lr_ratio", self.min_lr_ratio, minimum=0, maximum=1)
+        check_number("train.grad_clip", self.grad_clip, above=0)
+        check_int("train.train_max", self.train_max, minimum=1)
+        check_int("train.train_min", self.train_min, minimum=1)
+        check_choice("optimizer", self.optimizer, ("adamw", "adam"))
+        check_choice("schedule", self.schedule, SCHEDULES)
+        check_int("train.pack", self.pack)
+        if self.pack == 1:
             raise ValueError(f"train.pack is a row width of at least 2 tokens (0: no packing), got {self.pack}")
-        if self.pack_loss not in PACK_LOSSES:
-            raise ValueError(f"unknown pack_loss {self.pack_loss!r}; valid: {', '.join(PACK_LOSSES)}")
+        check_choice("pack_loss", self.pack_loss, PACK_LOSSES)
+        if not isinstance(self.curriculum, tuple):
+            raise ValueError(f"train.curriculum must be a list of [start_step, max_scale] stages, got "
+                             f"{shown(self.curriculum)}")  # fmt: skip
+        for i, stage in enumerate(self.curriculum):
+            if not (isinstance(stage, tuple) and len(stage) == 2):
+                raise ValueError(f"train.curriculum[{i}] must be [start_step, max_scale], got {shown(stage)}")
+            check_int(f"train.curriculum[{i}] start step", stage[0])
+            check_int(f"train.curriculum[{i}] max scale", stage[1], minimum=1)
         starts = [s for s, _ in self.curriculum]
         if starts != sorted(starts) or any(m < self.train_min for _, m in self.curriculum):
             raise ValueError(f"curriculum stages must have increasing start steps and scales >= train_min: "
@@ -146,18 +272,26 @@ class EvalConfig:
     match: str = "trace"
 
     def __post_init__(self) -> None:
-        if self.every < 0:
+        check_int("eval.test_max", self.test_max, minimum=1)
+        check_int("eval.test_stride", self.test_stride, minimum=1)
+        check_int("eval.samples", self.samples, minimum=1)
+        check_int("eval.batch_size", self.batch_size, minimum=1)
+        if isinstance(self.every, int) and not isinstance(self.every, bool) and self.every < 0:
             raise ValueError(f"eval.every must be >= 0 (0: evaluate the final model only), got {self.every}")
-        if self.select not in SELECTIONS:
-            raise ValueError(f"unknown eval.select {self.select!r}; valid: {', '.join(SELECTIONS)}")
+        check_int("eval.every", self.every)
+        if self.start_below_loss is not None:
+            check_number("eval.start_below_loss", self.start_below_loss, above=0)
+            as_float(self, "start_below_loss", "eval.start_below_loss")
+        check_choice("eval.select", self.select, SELECTIONS)
         if self.select != "final" and self.every == 0:
             raise ValueError(f"eval.select={self.select!r} chooses among periodic evaluations: set eval.every > 0")
-        if self.window < 0:
+        if isinstance(self.window, int) and not isinstance(self.window, bool) and self.window < 0:
             raise ValueError(f"eval.window must be >= 0 (0: no window), got {self.window}")
+        check_int("eval.window", self.window)
+        check_int("eval.window_jump", self.window_jump, minimum=1)
         if self.window and not 1 <= self.window_jump < self.window:
             raise ValueError(f"need 1 <= eval.window_jump < eval.window, got {self.window_jump} and {self.window}")
-        if self.match not in MATCHES:
-            raise ValueError(f"unknown eval.match {self.match!r}; valid: {', '.join(MATCHES)}")
+        check_choice("eval.match", self.match, MATCHES)
 
 
 SELECTIONS = ("final", "top3", "best_in_dist")
@@ -170,6 +304,25 @@ NEW_FIELD_DEFAULTS = {
 """Fields added after runs were first stored, at their default values. They are left out
 of :meth:`RunConfig.run_id`, so a run stored before they existed keeps its identity (a
 finished run is still found and skipped) while a non-default value makes a new run."""
+
+
+PROTOCOLS = ("decoder", "encoder")
+"""How an instance meets the model (``RunConfig.protocol``)."""
+
+
+def check_backbone(b: BackboneConfig) -> None:
+    """The types and ranges of a backbone's fields (``harness.backbone`` keeps the model, this the checks)."""
+    check_int("backbone.vocab_size", b.vocab_size, minimum=1)
+    check_int("backbone.d_model", b.d_model, minimum=1)
+    check_int("backbone.n_layers", b.n_layers, minimum=1)
+    check_int("backbone.n_heads", b.n_heads, minimum=1)
+    if b.d_model % b.n_heads:
+        raise ValueError(f"backbone.d_model={b.d_model} is not divisible by backbone.n_heads={b.n_heads}")
+    if b.d_ff is not None:
+        check_int("backbone.d_ff", b.d_ff, minimum=1)
+    check_name("backbone.backend", b.backend)
+    if not isinstance(b.causal, bool):
+        raise ValueError(f"backbone.causal must be true or false, got {shown(b.causal)}")
 
 
 @dataclass(frozen=True)
@@ -194,8 +347,18 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
-        if self.protocol not in ("decoder", "encoder"):
-            raise ValueError(f"unknown protocol {self.protocol!r}; valid protocols: decoder, encoder")
+        check_name("pe", self.pe)
+        check_name("task", self.task)
+        check_int("seed", self.seed)
+        check_name("preset", self.preset)
+        check_choice("protocol", self.protocol, PROTOCOLS)
+        if not isinstance(self.pe_options, Mapping):
+            raise ValueError(f"pe_options must be a mapping of option names to values, got {shown(self.pe_options)}")
+        check_plain("pe_options", self.pe_options)
+        for name, kind in (("backbone", BackboneConfig), ("train", TrainConfig), ("eval", EvalConfig)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"{name} must be a {kind.__name__}, got {shown(getattr(self, name))}")
+        check_backbone(self.backbone)
         if self.backbone.causal != (self.protocol == "decoder"):
             raise ValueError(f"the {self.protocol} protocol needs backbone.causal={self.protocol == 'decoder'}")
         if self.protocol == "encoder" and (self.train.pack or self.eval.window or self.eval.match != "trace"):
@@ -223,24 +386,37 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RunConfig:
+        """The config of a plain dict (``to_dict``'s form, JSON lists for tuples); a missing
+        section or field takes its default. Any key, type or range that is wrong raises
+        ValueError (never another exception, whatever JSON ``d`` holds)."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a run config must be an object, got {shown(d)}")
         d = dict(d)
-        nested = {
-            "backbone": (BackboneConfig, d.pop("backbone", {})),
-            "train": (TrainConfig, dict(d.pop("train", {}))),
-            "eval": (EvalConfig, d.pop("eval", {})),
-        }
-        train = nested["train"][1]  # JSON has no tuples
-        if "betas" in train:
+        sections = {"backbone": BackboneConfig, "train": TrainConfig, "eval": EvalConfig}
+        values = {}
+        for name in sections:
+            section = d.pop(name, {})
+            if not isinstance(section, Mapping):
+                raise ValueError(f"{name} config must be an object, got {shown(section)}")
+            values[name] = dict(section)
+        train = values["train"]  # JSON has no tuples
+        if isinstance(train.get("betas"), list):
             train["betas"] = tuple(train["betas"])
-        if "curriculum" in train:
-            train["curriculum"] = tuple(tuple(stage) for stage in train["curriculum"])
-        built = {k: strict(c, dict(v), f"{k} config") for k, (c, v) in nested.items()}
+        if isinstance(train.get("curriculum"), list):
+            train["curriculum"] = tuple(tuple(s) if isinstance(s, list) else s for s in train["curriculum"])
+        built = {name: strict(kind, values[name], f"{name} config") for name, kind in sections.items()}
         return strict(cls, {**d, **built}, "run config")
 
     def run_id(self) -> str:
-        """Stable identity: hash of the canonical JSON of everything but the preset label."""
+        """Stable identity: hash of the canonical JSON of everything but the preset label.
+
+        Encoding options equal to what a stored run's missing option meant
+        (``harness.pe_spec.stored_defaults``: ``randomize_eval=False``) are left out, so
+        the run ids follow behaviour: ``{}`` from before the default changed and an
+        explicit ``randomize_eval=False`` are one run, ``randomize_eval=True`` another."""
         d = self.to_dict()
         d.pop("preset")
+        d["pe_options"] = identity_options(self.pe, d["pe_options"])
         for section, defaults in NEW_FIELD_DEFAULTS.items():
             for key, default in defaults.items():
                 if d[section].get(key, default) == default:
@@ -349,6 +525,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
+PRESET_DESCRIPTIONS: dict[str, str] = {
+    "quick": "CPU-sized: 3k steps of a 3-layer d128 decoder; 5-20 min per run on one core (the committed board)",
+    "smoke": "seconds per run, for tests and smoke checks; learns nothing useful",
+    "gpu": "GPU-sized: 20k steps of a 5-layer d512 decoder (the PRISM paper's baseline shape), lengths to 40/150",
+    "ruoss": "Ruoss et al. 2023 (Randomized Positional Encodings), App. A: 5-block d64 encoder, 2M steps, Adam",
+    "prism": "Lee 2025 (PRISM) §6.2-6.4: 150k steps, curriculum, the mean of the 3 best periodic evaluations",
+    "turing": "Hou et al. (Turing Programs) §3.1.1: 12-layer d1024, 200k steps of packed 500-token rows",
+}
+"""One line per preset: what it is for (``pezoo list``, the start of ``pezoo bench``)."""
+
 GPU_PRESETS = ("gpu", "ruoss", "prism", "turing")
 """Presets too large for a CPU; the CLI refuses them there unless told --allow-cpu."""
 
@@ -371,7 +557,13 @@ def prism_curriculum(task: str, train_max: int) -> tuple[tuple[int, int], ...]:
 def preset_config(
     preset: str, *, pe: str, task: str, seed: int, overrides: Mapping[str, Mapping[str, Any]] | None = None
 ) -> RunConfig:
-    """The RunConfig of ``preset`` for (pe, task, seed), with per-section overrides."""
+    """The RunConfig of ``preset`` for (pe, task, seed), with per-section overrides.
+
+    ``pe`` is an encoding spec (``harness.pe_spec``: ``rope``, ``prism{paper}``,
+    ``prism{n_cursors=4}``); the config records its resolved options, checked by building
+    the encoding. Under the ``prism`` preset an encoding with a paper setup
+    (``harness.protocols``) gets it unless the spec names another (``prism{default}``).
+    """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
     sections = {k: dict(v) if isinstance(v, Mapping) else v for k, v in PRESETS[preset].items()}
@@ -382,4 +574,7 @@ def preset_config(
             sections[section] = values
     if preset == "prism" and "curriculum" not in sections["train"]:
         sections["train"]["curriculum"] = prism_curriculum(task, sections["train"]["train_max"])
-    return RunConfig.from_dict({"pe": pe, "task": task, "seed": seed, "preset": preset, **sections})
+    cfg = RunConfig.from_dict({"pe": pe, "task": task, "seed": seed, "preset": preset, **sections})
+    setup = "paper" if preset == "prism" else None  # the PRISM paper's protocol runs the paper's setups
+    name, options = resolve_pe(pe, task=task, backbone=cfg.backbone, default_setup=setup)
+    return dataclasses.replace(cfg, pe=name, pe_options=options)

@@ -20,13 +20,27 @@ inference) the model predicts the token after position t from positions
 ``jump`` tokens are dropped at once and it grows again. Greedy decoding re-reads the kept
 tokens as a fresh sequence after each drop; teacher-forced accuracy uses the same
 contexts. ``match="answer"`` scores only the final answer of a scratchpad completion.
+
+Random positions at evaluation (randomized PE, Ruoss et al. 2023 §3: "at test time [...]
+the same procedure but for all token positions"): an encoding whose ``random_at_eval``
+is true gets its positions planned once per evaluated example, from a generator seeded
+by the run's seed, the scale and the example's index in that scale's evaluation set
+(:func:`example_seed`, through the encoding's ``seeded(seed)``), for the longest whole
+sequence of the scale (``<bos> prompt = target <eos>``; the encoder's prompt and
+blanks). Teacher forcing and greedy decoding read the same plan (a sequence uses its
+first positions), the cached decode and the recomputing one too, and a sliding-window
+context reads the plan's first positions as a fresh sequence. So an evaluation is
+deterministic, the same after a resume, and independent of the batch size and of the
+order and grouping of the examples.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -61,6 +75,50 @@ def context_start(t: int, window: int, jump: int) -> int:
     return jump * -(-(t - window + 1) // jump)
 
 
+def example_seed(seed: int, scale: int, index: int) -> int:
+    """The seed of one evaluated example's random positions: a stable hash (not Python's
+    salted ``hash``) of the run's seed, the scale and the example's index in the scale's
+    evaluation set; in ``[0, 2**63)``."""
+    digest = hashlib.sha256(f"pezoo/eval-positions/{seed}/{scale}/{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def sequence_length(example: Example, protocol: str = "decoder") -> int:
+    """Tokens of the whole sequence: ``<bos> prompt = target <eos>`` (decoder) or the
+    prompt and its blanks (encoder)."""
+    extra = 3 if protocol == "decoder" else 0  # <bos>, "=", <eos>
+    return len(example.prompt) + len(example.target) + extra
+
+
+def planned_positions(
+    model: Any, examples: Sequence[Example], seed: int, device: torch.device | str, protocol: str, window: int = 0
+) -> Tensor | None:
+    """Per example, the positions it is evaluated at (n, S) when the model's encoding
+    draws random positions at evaluation (``pe.random_at_eval``), else None (plain
+    positions, computed as always). Example i's are one draw, under
+    ``pe.seeded(example_seed(seed, scale, i))``, for the longest whole sequence of
+    ``examples`` (S tokens; at most ``window`` with a sliding window)."""
+    pe = getattr(model, "pe", None)
+    if not getattr(pe, "random_at_eval", False):
+        return None
+    length = max(sequence_length(ex, protocol) for ex in examples)
+    if window:
+        length = min(length, window)
+    rows = []
+    for index, ex in enumerate(examples):
+        with pe.seeded(example_seed(seed, ex.scale, index)):
+            rows.append(pe.positions(1, length, device))  # (1, S)
+    return torch.cat(rows).to(device)  # (n, S)
+
+
+def _forward(model: Backbone, tokens: Tensor, scales: Tensor | None, positions: Tensor | None) -> Tensor:
+    """One full forward pass (b, s) -> (b, s, v), at planned ``positions`` (b, >= s) when given."""
+    if positions is None:
+        return model(tokens, scale_hint=scales)
+    state = model.start_state(tokens.shape[0], tokens.shape[1], tokens.device, positions=positions)
+    return model(tokens, state=state, scale_hint=scales)
+
+
 @torch.no_grad()
 def greedy_decode(
     model: Backbone,
@@ -71,6 +129,7 @@ def greedy_decode(
     use_cache: bool = True,
     window: int = 0,
     jump: int = 20,
+    positions: Tensor | None = None,
 ) -> Tensor:
     """Greedy continuation of equal-length ``prompts`` (b, s) -> (b, max_new) token ids.
 
@@ -78,8 +137,15 @@ def greedy_decode(
     ``use_cache=False`` recomputes the whole context every step (the reference the
     cached path must equal). With ``window``, each token is predicted from
     ``context_start`` on (module docstring); the cache is rebuilt after each drop.
+
+    Positions are planned once for the whole sequence (prompt and ``max_new`` tokens, at
+    most ``window``) and every step, cached or not, reads that plan: ``positions``
+    (b|1, >= that length) when given, else one call to ``model.pe.positions``.
     """
     b, s = prompts.shape
+    total = min(s + max_new, window) if window else s + max_new
+    if positions is None:
+        positions = model.pe.positions(b, total, prompts.device)  # (b|1, total): one plan for every step
     out = torch.full((b, max_new), EOS_ID, dtype=torch.long, device=prompts.device)
     done = torch.zeros(b, dtype=torch.bool, device=prompts.device)
     seq = torch.cat([prompts, out], dim=1)  # (b, s + max_new): the prompt, then what is decoded
@@ -88,9 +154,10 @@ def greedy_decode(
         last = s + t - 1  # the newest position: predict the token after it
         a = context_start(last, window, jump)
         if not use_cache:
-            logits = model(seq[:, a : last + 1], scale_hint=scale_hint)[:, -1]
+            fresh = model.start_state(b, total, prompts.device, positions=positions)
+            logits = model(seq[:, a : last + 1], state=fresh, scale_hint=scale_hint)[:, -1]
         elif a != start:  # first step or the window moved: read the context afresh
-            state = model.start_state(b, min(s + max_new, window) if window else s + max_new, prompts.device)
+            state = model.start_state(b, total, prompts.device, positions=positions)
             logits = model(seq[:, a : last + 1], state=state, scale_hint=scale_hint)[:, -1]  # (b, v)
         else:
             logits = model(seq[:, last : last + 1], state=state, scale_hint=scale_hint)[:, -1]
@@ -128,10 +195,12 @@ def exact_match(
     window: int = 0,
     jump: int = 20,
     task: Task | None = None,
+    positions: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Per example 1.0/0.0 (n,) twice: the greedy decode equals ``target <eos>`` (EOS
     included), and it has the target's final answer (``answer_matches``; needs
-    ``task``, else it equals the first). The decode is ``len(target) + 1`` tokens long."""
+    ``task``, else it equals the first). The decode is ``len(target) + 1`` tokens long.
+    ``positions`` (n, S): each example's planned positions (:func:`planned_positions`)."""
     hits, answers = torch.zeros(len(examples)), torch.zeros(len(examples))
     by_prompt_len: dict[int, list[int]] = defaultdict(list)  # equal lengths: no padding needed
     for idx, ex in enumerate(examples):
@@ -143,7 +212,10 @@ def exact_match(
             wanted = [[*encode(examples[i].target), EOS_ID] for i in chunk]
             scales = torch.tensor([hint(examples[i]) for i in chunk], device=device)
             longest = max(len(w) for w in wanted)
-            generated = greedy_decode(model, prompts, longest, scale_hint=scales, window=window, jump=jump).cpu()
+            planned = None if positions is None else positions[chunk]  # (b, S)
+            generated = greedy_decode(
+                model, prompts, longest, scale_hint=scales, window=window, jump=jump, positions=planned
+            ).cpu()
             for row, (i, w) in enumerate(zip(chunk, wanted, strict=True)):
                 got = generated[row, : len(w)].tolist()
                 hits[i] = float(got == w)
@@ -152,13 +224,21 @@ def exact_match(
 
 
 @torch.no_grad()
-def windowed_predictions(model: Backbone, inputs: Tensor, scales: Tensor, window: int = 0, jump: int = 20) -> Tensor:
+def windowed_predictions(
+    model: Backbone,
+    inputs: Tensor,
+    scales: Tensor,
+    window: int = 0,
+    jump: int = 20,
+    positions: Tensor | None = None,
+) -> Tensor:
     """Teacher-forced argmax next-token predictions (b, s) -> (b, s), each made from the
     context ``context_start(t)..t`` (one forward pass per context start; the whole row
-    at once without a window)."""
+    at once without a window). ``positions`` (b, >= s): planned positions; a context
+    reads their first ones, as a fresh sequence."""
     s = inputs.shape[1]
     if not window or s <= window:
-        return model(inputs, scale_hint=scales).argmax(-1)
+        return _forward(model, inputs, scales, positions).argmax(-1)
     pred = torch.empty_like(inputs)
     t = 0
     while t < s:
@@ -166,7 +246,7 @@ def windowed_predictions(model: Backbone, inputs: Tensor, scales: Tensor, window
         end = t + 1  # extend over every later t with the same start
         while end < s and context_start(end, window, jump) == a:
             end += 1
-        pred[:, t:end] = model(inputs[:, a:end], scale_hint=scales)[:, t - a :].argmax(-1)
+        pred[:, t:end] = _forward(model, inputs[:, a:end], scales, positions)[:, t - a :].argmax(-1)
         t = end
     return pred
 
@@ -181,17 +261,19 @@ def scored_accuracy(
     *,
     window: int = 0,
     jump: int = 20,
+    positions: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Per example (n,): fraction of scored tokens predicted right, and whether all were.
 
     Decoder: teacher-forced next-token predictions over ``target <eos>`` (under the
     window's contexts, if any). Encoder: the predictions at the output slots under the
-    task's accuracy mask.
+    task's accuracy mask. ``positions`` (n, S): each example's planned positions.
     """
     fractions, alls = [], []
     for lo in range(0, len(examples), batch_size):
         batch = collate(examples[lo : lo + batch_size], protocol).to(device)
-        pred = windowed_predictions(model, batch.inputs, batch.scales, window, jump)  # (b, s)
+        planned = None if positions is None else positions[lo : lo + batch_size]  # (b, S)
+        pred = windowed_predictions(model, batch.inputs, batch.scales, window, jump, planned)  # (b, s)
         right = (pred == batch.labels) & batch.scored
         n_scored = batch.scored.sum(-1)
         fractions.append((right.sum(-1).float() / n_scored).cpu())
@@ -209,22 +291,29 @@ def evaluate_length(
     window: int = 0,
     jump: int = 20,
     answer_task: Task | None = None,
+    seed: int = 0,
 ) -> LengthMetrics:
     """Both metrics on the examples of one scale. With ``answer_task``,
     ``exact_match`` scores the final answer (``Task.answer``) and ``trace_exact_match``
     the whole completion; otherwise ``exact_match`` is the whole completion and
-    ``trace_exact_match`` None."""
+    ``trace_exact_match`` None. ``seed`` (the run's) seeds random evaluation positions
+    (:func:`planned_positions`); ``examples`` must be the scale's whole evaluation set,
+    in its order, for an example's positions to be its own."""
     was_training = model.training
     model.eval()
     try:
-        acc, all_right = scored_accuracy(model, examples, batch_size, device, protocol, window=window, jump=jump)
+        positions = planned_positions(model, examples, seed, device, protocol, window)  # (n, S) or None
+        acc, all_right = scored_accuracy(
+            model, examples, batch_size, device, protocol, window=window, jump=jump, positions=positions
+        )
         trace = answer = all_right
         if protocol == "decoder":
-            trace, answer = exact_match(model, examples, batch_size, device, window=window, jump=jump, task=answer_task)
+            trace, answer = exact_match(
+                model, examples, batch_size, device, window=window, jump=jump, task=answer_task, positions=positions
+            )
     finally:
         model.train(was_training)
-    extra = 3 if protocol == "decoder" else 0  # <bos>, "=", <eos>
-    token_length = sum(len(ex.prompt) + len(ex.target) + extra for ex in examples) / len(examples)
+    token_length = sum(sequence_length(ex, protocol) for ex in examples) / len(examples)
     return LengthMetrics(
         length=examples[0].scale,
         token_length=token_length,

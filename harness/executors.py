@@ -23,6 +23,7 @@ the other runs go on. A NaN loss (``diverged``) is deterministic and not retried
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -41,8 +42,17 @@ import torch
 
 from harness.config import RunConfig
 from harness.provenance import git_commit
-from harness.run import Progress, RunOutcome, RunResult, checkpoint_dir_for, checkpoint_path, record, train_and_evaluate
-from harness.store import Store
+from harness.run import (
+    Progress,
+    RunOutcome,
+    RunResult,
+    checkpoint_dir_for,
+    checkpoint_path,
+    record_or_keep,
+    recover_kept,
+    train_and_evaluate,
+)
+from harness.store import ClaimLostError, Store, StoreError
 
 FAULT_ENV = "PEZOO_INJECT_FAULT"
 """Fault injection for tests and drills: ``kill:<run_id>`` makes the first attempt of
@@ -92,6 +102,47 @@ class WorkerLost:
 
 
 Completion = tuple[Job, RunResult | WorkerLost]
+
+
+@dataclass(frozen=True)
+class ProgressReport:
+    """A pool worker's progress on its job, sent to the driver before its ``RunResult``
+    (the arguments of ``harness.run.Progress``)."""
+
+    phase: str
+    done: int
+    total: int
+    note: str
+
+
+@dataclass(frozen=True)
+class NoticeReport:
+    """A pool worker's notice (resume, corrupt checkpoint), sent as it happens."""
+
+    message: str
+
+
+PROGRESS_INTERVAL = 0.5
+"""Least seconds between a pool worker's progress messages (a phase's first and last always go)."""
+
+
+def throttled_progress(
+    send: Callable[[ProgressReport], None],
+    interval: float = PROGRESS_INTERVAL,
+    clock: Callable[[], float] = time.monotonic,
+) -> Progress:
+    """A ``Progress`` that sends a ``ProgressReport`` at most every ``interval`` seconds,
+    and always the first and last of each phase (a training step is milliseconds: one
+    message per step would flood the pipe)."""
+    last: dict[str, Any] = {"phase": None, "at": 0.0}
+
+    def progress(phase: str, done: int, total: int, note: str) -> None:
+        now = clock()
+        if phase != last["phase"] or done >= total or now - last["at"] >= interval:
+            last["phase"], last["at"] = phase, now
+            send(ProgressReport(phase, done, total, note))
+
+    return progress
 
 
 def run_job(job: Job, progress: Progress | None = None, notice: Callable[[str], None] = lambda _msg: None) -> RunResult:
@@ -192,6 +243,7 @@ class InProcess(Executor):
         self.device = device
         self.device_type = device.type
         self._progress_for, self._notice = progress_for, notice
+        self.live_notices = notice is not None
         self._queue: deque[Job] = deque()
 
     def submit(self, job: Job) -> None:
@@ -213,7 +265,9 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def _pool_worker(conn: multiprocessing.connection.Connection, parent_pid: int) -> None:
-    """A pool worker: one torch thread; answer each job with its RunResult until told to stop."""
+    """A pool worker: one torch thread; answer each job with its RunResult until told to
+    stop, sending its progress (``ProgressReport``, throttled) and notices (``NoticeReport``)
+    on the way."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     torch.set_num_threads(1)
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
@@ -224,7 +278,7 @@ def _pool_worker(conn: multiprocessing.connection.Connection, parent_pid: int) -
             return
         if job is None:
             return
-        conn.send(run_job(job))
+        conn.send(run_job(job, throttled_progress(conn.send), lambda msg: conn.send(NoticeReport(msg))))
 
 
 @dataclass
@@ -255,17 +309,27 @@ class LocalPool(Executor):
 
     Workers are started (``spawn``) when first needed and replaced when they die; each
     holds one job at a time, so a death is charged to exactly the run it was training.
+    Their progress and notices reach ``progress_for(job)`` and ``notice(job, msg)`` in
+    the driver (within ``wait``) as they come; without ``notice`` the driver shows them
+    from the ``RunResult`` instead (``live_notices`` is False).
     """
 
     name = "local"
 
-    def __init__(self, devices: Sequence[str]) -> None:
+    def __init__(
+        self,
+        devices: Sequence[str],
+        progress_for: Callable[[Job], Progress | None] = lambda job: None,
+        notice: Callable[[Job, str], None] | None = None,
+    ) -> None:
         if not devices:
             raise ExecutorError("a local pool needs at least one worker")
         self._ctx = multiprocessing.get_context("spawn")
         self._slots = [_Slot(d) for d in devices]
         self.capacity = len(self._slots)
         self.device_type = torch.device(devices[0]).type
+        self._progress_for, self._notice = progress_for, notice
+        self.live_notices = notice is not None
 
     def _start(self, slot: _Slot) -> None:
         parent, child = self._ctx.Pipe()
@@ -291,25 +355,43 @@ class LocalPool(Executor):
         slot.conn.send(slot.job)
 
     def wait(self) -> list[Completion]:
-        busy = [s for s in self._slots if s.job is not None]
-        multiprocessing.connection.wait([s.conn for s in busy] + [s.process.sentinel for s in busy])
-        done: list[Completion] = []
-        for slot in busy:
-            answer: RunResult | WorkerLost | None = None
-            try:
-                if slot.conn.poll():
-                    answer = slot.conn.recv()
-            except (EOFError, OSError):
-                pass
-            if answer is None and not slot.process.is_alive():
-                slot.process.join()
-                answer = WorkerLost(slot.job.run_id, _death(slot.process))
-                slot.conn.close()
-                slot.process = slot.conn = None
-            if answer is not None:
-                done.append((slot.job, answer))
-                slot.job = None
-        return done
+        while True:
+            busy = [s for s in self._slots if s.job is not None]
+            multiprocessing.connection.wait([s.conn for s in busy] + [s.process.sentinel for s in busy])
+            done: list[Completion] = []
+            for slot in busy:
+                answer = self._read(slot)
+                if answer is None and not slot.process.is_alive():
+                    answer = self._read(slot)  # what it sent just before it ended
+                    if answer is None:
+                        slot.process.join()
+                        answer = WorkerLost(slot.job.run_id, _death(slot.process))
+                        slot.conn.close()
+                        slot.process = slot.conn = None
+                if answer is not None:
+                    done.append((slot.job, answer))
+                    slot.job = None
+            if done:
+                return done
+
+    def _read(self, slot: _Slot) -> RunResult | None:
+        """Read what the slot's worker has sent: hand progress and notices on, return its
+        ``RunResult`` once it comes (None until then, or when the pipe is closed)."""
+        progress = None
+        try:
+            while slot.conn.poll():
+                message = slot.conn.recv()
+                if isinstance(message, ProgressReport):
+                    progress = progress or self._progress_for(slot.job) or (lambda *a: None)
+                    progress(message.phase, message.done, message.total, message.note)
+                elif isinstance(message, NoticeReport):
+                    if self._notice is not None:
+                        self._notice(slot.job, message.message)
+                else:
+                    return message
+        except (EOFError, OSError):
+            pass
+        return None
 
     def close(self, *, cancel: bool = False) -> None:
         for slot in self._slots:
@@ -461,7 +543,7 @@ def local_executor(
     devices = local_devices(device, workers, todo)
     if len(devices) == 1:
         return InProcess(torch.device(devices[0]) if device.type == "cuda" else device, progress_for, notice)
-    return LocalPool(devices)
+    return LocalPool(devices, progress_for, notice)
 
 
 # --------------------------------------------------------------------------------------
@@ -475,17 +557,23 @@ class SweepEvents:
     def skipped(self, index: int, cfg: RunConfig) -> None:
         """Run ``index`` is already finished in the store."""
 
+    def claimed(self, index: int, cfg: RunConfig, holder: str) -> None:
+        """Run ``index`` is being trained by another process (``holder`` says which): skipped."""
+
     def started(self, job: Job) -> None:
         """An attempt was handed to the executor."""
 
     def notice(self, job: Job, message: str) -> None:
-        """A worker's notice (resume, corrupt checkpoint), shown when its result arrives."""
+        """A notice about a run (a takeover; a worker's resume or corrupt checkpoint when its
+        executor has no live notices: then shown when its result arrives)."""
 
     def retrying(self, job: Job, reason: str, attempts: int) -> None:
         """Attempt ``job.attempt`` of ``attempts`` ended (``reason``) and runs again."""
 
     def finished(self, job: Job, outcome: RunOutcome, result: RunResult | WorkerLost) -> None:
-        """The run's last attempt ended and is recorded (finished, diverged or failed)."""
+        """The run's last attempt ended and is recorded (finished, diverged or failed), or
+        was not recorded because another process finished it meanwhile (``cached``) or took
+        its claim over (``claimed``)."""
 
 
 def run_sweep(
@@ -501,13 +589,19 @@ def run_sweep(
 ) -> list[RunOutcome]:
     """Run every config the store does not hold finished; return the recorded outcomes.
 
-    Each run is registered ``running`` when first dispatched; its result is recorded
-    when it arrives (with the worker's provenance, the executor's name and the number of
-    attempts), and its checkpoint removed once finished. Lost or failed attempts run
+    Each run is claimed for this process (``Store.claim``) when first dispatched: a run
+    found finished then is skipped, and one another live process holds is skipped with
+    the outcome ``claimed`` (nothing is recorded for it, and it is no failure). While the
+    sweep goes on, a thread refreshes this process's claims (``Store.keep_alive``).
+    A claimed run's result is recorded when it arrives (with the worker's provenance,
+    the executor's name and the number of attempts), and its checkpoint removed once
+    finished. Lost or failed attempts run
     again, at most ``retries`` more times. ``KeyboardInterrupt`` stops the workers,
     marks the runs in flight ``interrupted`` (their checkpoints stay for the next time)
-    and propagates. Runs that are already finished are never run again. ``tensorboard``
-    (a folder) makes every run log there too.
+    and propagates. Runs that are already finished are never run again; a finished result
+    kept in the checkpoint folder because the store could not take it then
+    (``harness.run.record_or_keep``) is recorded without training. ``tensorboard`` (a
+    folder) makes every run log there too.
     """
     events = events or SweepEvents()
     ckpt_dir = checkpoint_dir_for(store.path, checkpoint_dir).resolve()
@@ -515,6 +609,7 @@ def run_sweep(
     attempts = retries + 1
     by_id: dict[str, RunConfig] = {}
     queue: deque[Job] = deque()
+    outcomes: list[RunOutcome] = []
     for index, cfg in enumerate(configs, start=1):
         run_id = cfg.run_id()
         if run_id in by_id:
@@ -525,38 +620,67 @@ def run_sweep(
             continue
         path = checkpoint_path(ckpt_dir, run_id)
         tb = str(Path(tensorboard).resolve()) if tensorboard is not None else None
-        queue.append(
-            Job(index, cfg.to_dict(), run_id, str(path), checkpoint_every, fault=faults.get(run_id), tensorboard=tb)
-        )
+        job = Job(index, cfg.to_dict(), run_id, str(path), checkpoint_every, fault=faults.get(run_id), tensorboard=tb)
+        kept = recover_kept(cfg, path, lambda msg, job=job: events.notice(job, msg))
+        if kept is not None:  # finished before, but the store could not take it then
+            claim = store.claim(cfg, kept.provenance)
+            if claim.status == "finished":
+                events.skipped(index, cfg)
+                continue
+            if claim.status == "busy":
+                events.claimed(index, cfg, claim.holder)
+                outcomes.append(RunOutcome(run_id, "claimed", claim.holder))
+                continue
+            events.started(job)
+            try:
+                outcome = record_or_keep(store, cfg, kept, path, provenance=kept.provenance)
+            except ClaimLostError as exc:
+                outcome = RunOutcome(run_id, "claimed", str(exc))
+            outcomes.append(outcome)
+            events.finished(job, outcome, kept)
+            continue
+        queue.append(job)
 
     dispatch_provenance = {"commit": git_commit(), "device": "pending", "executor": executor.name}
     in_flight: dict[str, Job] = {}
-    outcomes: list[RunOutcome] = []
     try:
-        while queue or in_flight:
-            while queue and len(in_flight) < executor.capacity:
-                job = queue.popleft()
-                if job.attempt == 1:
-                    store.start(by_id[job.run_id], dispatch_provenance)
-                executor.submit(job)
-                in_flight[job.run_id] = job
-                events.started(job)
-            for job, answer in executor.wait():
-                del in_flight[job.run_id]
-                if isinstance(answer, RunResult) and not executor.live_notices:
-                    for message in answer.notices:
-                        events.notice(job, message)
-                if _should_retry(answer) and job.attempt < attempts:
-                    events.retrying(job, _reason(answer), attempts)
-                    queue.appendleft(replace(job, attempt=job.attempt + 1))
-                    continue
-                outcome = _record(store, by_id[job.run_id], job, answer, executor.name)
-                outcomes.append(outcome)
-                events.finished(job, outcome, answer)
+        with store.keep_alive():
+            while queue or in_flight:
+                while queue and len(in_flight) < executor.capacity:
+                    job = queue.popleft()
+                    if job.attempt == 1:
+                        claim = store.claim(by_id[job.run_id], dispatch_provenance)
+                        if claim.status == "finished":  # finished by another process since the queue was built
+                            events.skipped(job.index, by_id[job.run_id])
+                            continue
+                        if claim.status == "busy":
+                            events.claimed(job.index, by_id[job.run_id], claim.holder)
+                            outcomes.append(RunOutcome(job.run_id, "claimed", claim.holder))
+                            continue
+                        if claim.holder is not None:
+                            events.notice(job, f"took over from a process that is gone (it was {claim.holder})")
+                    executor.submit(job)
+                    in_flight[job.run_id] = job
+                    events.started(job)
+                if not in_flight:
+                    continue  # every run left was finished or claimed elsewhere
+                for job, answer in executor.wait():
+                    del in_flight[job.run_id]
+                    if isinstance(answer, RunResult) and not executor.live_notices:
+                        for message in answer.notices:
+                            events.notice(job, message)
+                    if _should_retry(answer) and job.attempt < attempts:
+                        events.retrying(job, _reason(answer), attempts)
+                        queue.appendleft(replace(job, attempt=job.attempt + 1))
+                        continue
+                    outcome = _record(store, by_id[job.run_id], job, answer, executor.name)
+                    outcomes.append(outcome)
+                    events.finished(job, outcome, answer)
     except BaseException:
         executor.close(cancel=True)
         for job in in_flight.values():
-            store.mark(job.run_id, "interrupted", "the sweep driver was interrupted; run it again to resume")
+            with contextlib.suppress(StoreError):  # e.g. a full disk: keep the original error
+                store.mark(job.run_id, "interrupted", "the sweep driver was interrupted; run it again to resume")
         raise
     executor.close()
     return outcomes
@@ -571,16 +695,22 @@ def _reason(answer: RunResult | WorkerLost) -> str:
 
 
 def _record(store: Store, cfg: RunConfig, job: Job, answer: RunResult | WorkerLost, executor: str) -> RunOutcome:
-    """Write the last attempt's answer; the driver is the only writer of the store."""
+    """Write the last attempt's answer; the driver is the only writer of the store, and
+    writes only while it holds the run's claim (a finished run is never changed)."""
+    held = store.check(job.run_id)
+    if not held.taken:  # finished, or taken over, by another process meanwhile: leave it to them
+        if held.status == "finished":
+            return RunOutcome(job.run_id, "cached", "finished by another process meanwhile; its result is kept")
+        return RunOutcome(job.run_id, "claimed", held.holder)
     if isinstance(answer, WorkerLost):
         error = f"its worker was lost on all {job.attempt} attempts; the last time: {answer.reason}"
         store.mark(job.run_id, "failed", error)
         return RunOutcome(job.run_id, "failed", error)
     prov = {**answer.provenance, "executor": executor, "attempts": str(job.attempt)}
-    store.start(cfg, prov, started_at=answer.started_at)  # the worker's provenance and start time
     if answer.status == "failed" and job.attempt > 1:
         answer = replace(answer, traceback=f"{answer.traceback}\n(failed on all {job.attempt} attempts)")
-    outcome = record(store, answer)
-    if outcome.status == "finished":
-        Path(job.checkpoint).unlink(missing_ok=True)  # results are in the store; on a shared dir this frees it
-    return outcome
+    # the worker's provenance and start time; once finished, the checkpoint goes (on a shared dir this frees it)
+    try:
+        return record_or_keep(store, cfg, replace(answer, provenance=prov), Path(job.checkpoint), provenance=prov)
+    except ClaimLostError as exc:
+        return RunOutcome(job.run_id, "claimed", str(exc))

@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 from click.decorators import FC
 
+from harness.sweep import MAX_RUNS
+
 DEFAULT_STORE = Path("runs") / "pezoo.sqlite"
 """The working SQLite results store, relative to where ``pezoo`` runs."""
 
@@ -22,3 +24,15 @@ def store_option(help_text: str) -> Callable[[FC], FC]:
         type=click.Path(dir_okay=False, path_type=Path),
         help=help_text,
     )
+
+
+def max_runs_option(f: FC) -> FC:
+    """``--max-runs N`` (passed as ``max_runs``): refuse a sweep of more runs, before building them."""
+    return click.option(
+        "--max-runs",
+        "max_runs",
+        default=MAX_RUNS,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="Refuse a sweep of more runs than this (a typo such as seeds = 1000000 would take the memory).",
+    )(f)

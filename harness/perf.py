@@ -52,7 +52,7 @@ from tabulate import tabulate
 
 import pezoo
 from harness.backbone import Backbone, BackboneConfig
-from harness.config import preset_config
+from harness.config import PRESETS, preset_config
 from harness.data import IGNORE, collate
 from harness.provenance import provenance
 from harness.tasks import create as create_task
@@ -1121,6 +1121,10 @@ def perf_command(size, sections, encodings, presets, backends, batch_size, repea
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    for name in grid.presets:
+        if name not in PRESETS:
+            message = pezoo.base.unknown_name_message("preset", name, list(PRESETS))
+            raise click.BadParameter(message, param_hint="--presets")
     valid = pezoo.available()
     for name in (*grid.encodings, *grid.memory_encodings, *grid.decode_encodings):
         if name not in valid:

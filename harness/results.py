@@ -6,22 +6,32 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.pe_spec import display_name
 from harness.store import Store
 
 
 def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
     """Per-length metrics joined with their runs, as a pandas DataFrame.
 
-    Columns: run_id, pe, task, seed, preset, status, train_min, train_max, protocol, match
-    (what exact match scores: ``trace`` or ``answer``), n_params, pe_params, split,
-    length, token_length, n, exact_match, token_accuracy.
+    Columns: run_id, pe (the registry name), task, seed, preset, status, train_min,
+    train_max, protocol, match (what exact match scores: ``trace`` or ``answer``),
+    n_params, pe_params, pe_label (the name with its options, as tables show it:
+    ``harness.pe_spec.display_name``), split, length, token_length, n, exact_match,
+    token_accuracy.
+
+    The store is opened read-only (never created, migrated or changed), so this works on
+    a read-only or full disk; a missing or unusable store raises ``StoreError``.
     """
-    with Store(path) as store:
+    with Store(path, readonly=True) as store:
         rows = []
         for run in store.runs():
             if status is not None and run["status"] != status:
                 continue
             base = {k: run[k] for k in ("run_id", "pe", "task", "seed", "preset", "status")}
+            config = run["config"]
+            base["pe_label"] = display_name(
+                run["pe"], config.get("pe_options") or {}, task=run["task"], backbone=config.get("backbone")
+            )
             base["train_min"] = run["config"]["train"].get("train_min", 1)
             base["train_max"] = run["config"]["train"]["train_max"]
             base["protocol"] = run["config"].get("protocol", "decoder")
@@ -29,7 +39,7 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
             base["n_params"], base["pe_params"] = run["n_params"], run["pe_params"]
             rows += [{**base, **{k: m[k] for k in m if k != "run_id"}} for m in store.metrics(run["run_id"])]
     columns = ["run_id", "pe", "task", "seed", "preset", "status", "train_min", "train_max", "protocol", "match"]
-    columns += ["n_params", "pe_params"]
+    columns += ["n_params", "pe_params", "pe_label"]
     columns += ["split", "length"]
     columns += ["token_length", "n", "exact_match", "token_accuracy"]
     return pd.DataFrame(rows, columns=columns)

@@ -14,6 +14,7 @@ does both in this process; the sweep executors (``harness.executors``) run
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -24,23 +25,32 @@ from typing import Any
 import torch
 
 import harness.tasks as tasks
+from harness import kept_results
+from harness.checkpoint import set_aside
 from harness.config import RunConfig
 from harness.data import evaluation_set
 from harness.diagnostics import prism_trajectories
 from harness.evaluate import Evaluation, LengthMetrics, evaluate_length, select_evaluation, summary
+from harness.files import WriteError, describe_write_error
 from harness.provenance import provenance
-from harness.store import Store
+from harness.store import ClaimLostError, Store, StoreError
 from harness.tblog import RunLog
 from harness.train import Checkpointing, DivergedError, restore, train
 
 Progress = Callable[[str, int, int, str], None]
-"""progress(phase, done, total, note) — phase is "train" or "eval"."""
+"""progress(phase, done, total, note): phase ``train`` (done of total steps, note
+``loss 0.1234``) or ``eval`` (done of total lengths, note ``length 12: EM 0.85``;
+reported with done 0 as the final evaluation starts)."""
 
 
 @dataclass(frozen=True)
 class RunOutcome:
+    """What became of a run: ``finished``, ``cached`` (the store holds it finished, maybe
+    finished by another process meanwhile), ``claimed`` (another process is training it;
+    ``error`` says which), ``diverged`` or ``failed``."""
+
     run_id: str
-    status: str  # finished | cached | diverged | failed
+    status: str  # finished | cached | claimed | diverged | failed | unrecorded (finished, kept: kept_results)
     error: str | None = None
 
 
@@ -136,7 +146,7 @@ def train_and_evaluate(
 
     try:
         task = tasks.create(cfg.task)
-        ckpt = Checkpointing(checkpoint, checkpoint_every)
+        ckpt = Checkpointing(checkpoint, checkpoint_every, on_error=lambda msg: tell(f"run {run_id}: {msg}"))
         model, resume, problem = restore(cfg, ckpt.path, device)
         if problem:
             tell(f"run {run_id}: {problem}")
@@ -152,6 +162,8 @@ def train_and_evaluate(
 
         def evaluate_all(show: bool = False) -> Evaluation:
             metrics = []
+            if show:
+                report("eval", 0, len(lengths), "")
             for done, (split, n) in enumerate(lengths, start=1):
                 if n not in eval_sets:
                     eval_sets[n] = evaluation_set(task, n, cfg.eval.samples, cfg.seed)
@@ -165,10 +177,11 @@ def train_and_evaluate(
                     window=cfg.eval.window,
                     jump=cfg.eval.window_jump,
                     answer_task=task if cfg.eval.match == "answer" else None,
+                    seed=cfg.seed,
                 )
                 metrics.append((split, m))
                 if show:
-                    report("eval", done, len(lengths), f"n={n} em={m.exact_match:.2f}")
+                    report("eval", done, len(lengths), f"length {n}: EM {m.exact_match:.2f}")
             return tuple(metrics)
 
         def traces(step: int, metrics: Evaluation) -> None:
@@ -185,7 +198,7 @@ def train_and_evaluate(
             return metrics
 
         def on_step(step: int, loss: float) -> None:
-            report("train", step + 1, cfg.train.steps, f"{loss:.4f}")
+            report("train", step + 1, cfg.train.steps, f"loss {loss:.4f}")
             if log is not None:
                 log.step(step + 1, loss)
 
@@ -269,6 +282,96 @@ def record(store: Store, result: RunResult) -> RunOutcome:
     return RunOutcome(result.run_id, result.status, result.error)
 
 
+def _storage_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the store failing to write (SQLite or OS error, possibly wrapped in
+    a ``StoreError``), as opposed to a refusal the store means."""
+    while exc is not None:
+        if isinstance(exc, sqlite3.Error | OSError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def record_or_keep(
+    store: Store,
+    cfg: RunConfig,
+    result: RunResult,
+    checkpoint: Path,
+    *,
+    provenance: Mapping[str, Any] | None = None,
+) -> RunOutcome:
+    """:func:`record` ``result`` of a run this process has claimed (``store.claim``; with
+    ``provenance``, recorded as where the result was made); once a finished result is in
+    the store, the run's checkpoint (and a kept result) are removed.
+
+    A finished result the store cannot write (a full disk, an I/O error) is not lost: it is
+    kept in ``<run_id>.result.json`` next to the checkpoint (``harness.kept_results``) and
+    the next ``bench`` of the run records it without training; the checkpoint is then
+    removed to free the space (first, when the disk is too full for the small JSON file).
+    The outcome is ``unrecorded`` with a message saying so.
+    """
+    run_id = cfg.run_id()
+    kept = kept_results.path_for(checkpoint)
+    try:
+        if provenance is not None:
+            store.set_provenance(run_id, provenance, result.started_at)
+        outcome = record(store, result)
+    except (sqlite3.Error, OSError, StoreError) as exc:
+        if isinstance(exc, ClaimLostError) or result.status != "finished" or not _storage_failure(exc):
+            raise
+        why = describe_write_error(exc, Path(store.path).parent)
+        try:
+            try:
+                kept_results.keep(kept, cfg, result)
+            except WriteError as keep_exc:
+                if not (keep_exc.disk_full and checkpoint.exists()):
+                    raise
+                checkpoint.unlink()  # the finished result is worth more than a mid-training state
+                kept_results.keep(kept, cfg, result)
+        except (OSError, TypeError, ValueError) as keep_exc:
+            fate = (
+                "its checkpoint stays: the next bench resumes from it"
+                if checkpoint.exists()
+                else "the next bench trains it from step 0"
+            )
+            return RunOutcome(
+                run_id,
+                "unrecorded",
+                f"finished, but the store could not record it ({why}) and it could not be kept either "
+                f"({keep_exc}); {fate}",
+            )
+        checkpoint.unlink(missing_ok=True)
+        return RunOutcome(
+            run_id,
+            "unrecorded",
+            f"finished, but the store could not record it ({why}); the result is kept in {kept} and the "
+            "next bench of this run records it without training",
+        )
+    if outcome.status == "finished":
+        checkpoint.unlink(missing_ok=True)  # the results are in the store now
+        kept.unlink(missing_ok=True)
+    return outcome
+
+
+def recover_kept(cfg: RunConfig, checkpoint: Path, notice: Callable[[str], None] = print) -> RunResult | None:
+    """The finished result of ``cfg`` kept next to ``checkpoint`` by :func:`record_or_keep`,
+    checked (``harness.kept_results.read``), or None when there is none. One that fails the
+    checks is set aside (``.unreadable``), ``notice`` says why, and the run trains."""
+    run_id = cfg.run_id()
+    path = kept_results.path_for(checkpoint)
+    if not path.exists():
+        return None
+    try:
+        fields = kept_results.read(path, cfg)
+    except kept_results.KeptResultError as exc:
+        aside = set_aside(path)
+        where = f"set aside as {aside.name}" if aside is not None else "removed"
+        notice(f"run {run_id}: {exc}; {where}; the run trains")
+        return None
+    notice(f"run {run_id}: recording the finished result kept in {path}, without training")
+    return RunResult(**fields)
+
+
 def execute(
     cfg: RunConfig,
     store: Store,
@@ -278,24 +381,44 @@ def execute(
     checkpoint_every: int = 250,
     notice: Callable[[str], None] = print,
 ) -> RunOutcome:
-    """Run ``cfg`` in this process unless the store already holds it finished.
+    """Run ``cfg`` in this process unless the store already holds it finished or another
+    process is training it (``store.claim``; outcomes ``cached`` and ``claimed``).
 
     Checkpoints go to ``<store folder>/checkpoints/<run_id>.pt`` every
-    ``checkpoint_every`` steps; an unfinished run resumes from its checkpoint.
+    ``checkpoint_every`` steps; an unfinished run resumes from its checkpoint, and a
+    finished result kept there because the store could not take it is recorded without
+    training (:func:`record_or_keep`).
     ``notice`` receives messages worth showing (a corrupt checkpoint, a resume).
     """
     run_id = cfg.run_id()
     if store.status(run_id) == "finished":
         return RunOutcome(run_id, "cached")
     check_run(cfg)
-    store.start(cfg, provenance(device))
+    claim = store.claim(cfg, provenance(device))
+    if claim.status == "finished":
+        return RunOutcome(run_id, "cached")
+    if claim.status == "busy":
+        notice(f"run {run_id}: {claim.holder}; skipped (run again once that process is done)")
+        return RunOutcome(run_id, "claimed", claim.holder)
+    if claim.holder is not None:
+        notice(f"run {run_id}: took over from a process that is gone (it was {claim.holder})")
     path = checkpoint_path(checkpoint_dir_for(store.path), run_id)
+    kept = recover_kept(cfg, path, notice)
+    if kept is not None:
+        try:
+            return record_or_keep(store, cfg, kept, path, provenance=kept.provenance)
+        except ClaimLostError as exc:
+            return RunOutcome(run_id, "claimed", str(exc))
+    with store.keep_alive():
+        try:
+            result = train_and_evaluate(cfg, device, path, progress, checkpoint_every=checkpoint_every, notice=notice)
+        except KeyboardInterrupt:
+            store.mark(run_id, "interrupted", "interrupted by the user (KeyboardInterrupt)")
+            raise
+    held = store.check(run_id)
+    if not held.taken:  # another process took over (our lease lapsed) or finished it meanwhile
+        return RunOutcome(run_id, "cached") if held.status == "finished" else RunOutcome(run_id, "claimed", held.holder)
     try:
-        result = train_and_evaluate(cfg, device, path, progress, checkpoint_every=checkpoint_every, notice=notice)
-    except KeyboardInterrupt:
-        store.mark(run_id, "interrupted", "interrupted by the user (KeyboardInterrupt)")
-        raise
-    outcome = record(store, result)
-    if outcome.status == "finished":
-        path.unlink(missing_ok=True)  # the results are in the store now
-    return outcome
+        return record_or_keep(store, cfg, result, path)
+    except ClaimLostError as exc:
+        return RunOutcome(run_id, "claimed", str(exc))

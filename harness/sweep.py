@@ -9,7 +9,7 @@ names serve the command line (``--pe nope,rope --lr 1e-3,3e-4 --seeds 3``) and a
 file read with the standard library's ``tomllib``::
 
     preset = "quick"
-    pe = ["nope", "rope", "randomized:rope"]
+    pe = ["nope", "rope", "randomized:rope", "prism{paper}"]   # specs: harness.pe_spec
     task = ["copy", "reverse"]
     seeds = 3                  # a count from `seed` (default 0), or a list: [0, 4, 7]
     lr = [1e-3, 3e-4]          # any override may be one value or a list (a grid axis)
@@ -24,14 +24,18 @@ valid ones. A run that two grids both contain (same ``run_id``) is planned once.
 
 The plan (:func:`make_plan`) says, for a store, which runs are done and which are
 missing, and estimates the device time of the missing ones from the training speed
-(steps/s = ``train.steps / train_seconds``) and evaluation time of finished runs.
+(steps/s = ``train.steps / train_seconds``) and evaluation time of finished runs of the
+same preset and model on the same kind of device; else, marked rough, from published
+runs or from the preset's recorded speed (``harness.speeds``); else it says *unknown*.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import json
+import math
 import statistics
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -39,7 +43,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.config import PRESETS, RunConfig, preset_config
+from harness.config import INT64_MAX, PRESETS, RunConfig, check_int, check_number, preset_config
+from harness.pe_spec import config_display_name, names, pe_values
+from harness.speeds import recorded_speed
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,13 +70,28 @@ AXES: dict[str, tuple[str, str, type]] = {
 """Override axes: sweep/CLI name -> (config section, config key, value type)."""
 
 
+MAX_RUNS = 100_000
+"""The most runs a sweep may hold unless told otherwise (``bench``/``sweep plan --max-runs``):
+more is almost surely a typo (``seeds = 1000000``), and building them would take the memory."""
+
+
+def check_size(runs: int, max_runs: int | None) -> None:
+    """ValueError if a sweep of ``runs`` runs exceeds ``max_runs`` (None: no limit)."""
+    if max_runs is not None and runs > max_runs:
+        raise ValueError(
+            f"the sweep holds {runs:,} runs, more than the limit of {max_runs:,}; split it, or raise the "
+            "limit with --max-runs"
+        )
+
+
 @dataclass(frozen=True)
 class Grid:
     """One cross product of runs.
 
     Attributes:
         preset: the named protocol every run starts from.
-        pe: encodings (registry names, wrappers included: ``randomized:rope``).
+        pe: encoding specs (``harness.pe_spec``: registry names, wrappers included, with
+            options: ``randomized:rope``, ``prism{paper}``, ``prism{n_cursors=4}``).
         task: tasks.
         seeds: the seeds, each a separate run.
         steps, batch_size, lr, train_len, test_len, test_stride, eval_samples,
@@ -104,8 +125,14 @@ class Grid:
         if not self.seeds:
             raise ValueError("a sweep needs at least one seed")
 
-    def configs(self) -> list[RunConfig]:
-        """The grid's runs, in order task, pe, override axes, seed (ValueError if one is invalid)."""
+    def size(self) -> int:
+        """How many runs the grid holds (counted, not built)."""
+        return math.prod(len(v) for v in (self.task, self.pe, self.seeds, *(getattr(self, a) for a in AXES)) if v)
+
+    def configs(self, max_runs: int | None = MAX_RUNS) -> list[RunConfig]:
+        """The grid's runs, in order task, pe, override axes, seed (ValueError if one is
+        invalid, or if there are more than ``max_runs``: None for no limit)."""
+        check_size(self.size(), max_runs)
         axes = [(name, values) for name in AXES if (values := getattr(self, name))]
         combos = list(itertools.product(*(values for _, values in axes)))
         runs = []
@@ -124,11 +151,18 @@ class SweepSpec:
 
     grids: tuple[Grid, ...]
 
-    def configs(self) -> list[RunConfig]:
+    def size(self) -> int:
+        """How many runs the grids hold together (a run in two grids counted twice)."""
+        return sum(g.size() for g in self.grids)
+
+    def configs(self, max_runs: int | None = MAX_RUNS) -> list[RunConfig]:
+        """ValueError if a run is invalid, or if the grids hold more than ``max_runs`` runs
+        (None: no limit), checked before any is built."""
+        check_size(self.size(), max_runs)
         seen: set[str] = set()
         runs = []
         for grid in self.grids:
-            for cfg in grid.configs():
+            for cfg in grid.configs(None):
                 if cfg.run_id() not in seen:
                     seen.add(cfg.run_id())
                     runs.append(cfg)
@@ -141,7 +175,7 @@ class SweepSpec:
 
     def names(self) -> tuple[list[str], list[str]]:
         """Every encoding and task named anywhere in the sweep (for validation)."""
-        pes = list(dict.fromkeys(p for g in self.grids for p in g.pe))
+        pes = names(p for g in self.grids for p in g.pe)  # registry names, options left out
         tasks = list(dict.fromkeys(t for g in self.grids for t in g.task))
         return pes, tasks
 
@@ -171,8 +205,10 @@ def _values(key: str, value: Any, kind: type, where: str) -> tuple[Any, ...]:
         if kind is str and isinstance(item, str):
             out += [v.strip() for v in item.split(",") if v.strip()]
         elif kind is float and isinstance(item, int | float) and not isinstance(item, bool):
+            check_number(f"{where}: {key}", item)  # lr = nan, or an int beyond the float range
             out.append(float(item))
         elif kind is int and isinstance(item, int) and not isinstance(item, bool):
+            check_int(f"{where}: {key}", item, minimum=-INT64_MAX)
             out.append(item)
         else:
             raise ValueError(f"{where}: {key} must be a {kind.__name__} or a list of them, got {item!r}")
@@ -181,8 +217,10 @@ def _values(key: str, value: Any, kind: type, where: str) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def grid_from_mapping(values: Mapping[str, Any], where: str = "sweep") -> Grid:
-    """A ``Grid`` from sweep-file keys (``GRID_KEYS``); unknown keys are errors."""
+def grid_from_mapping(values: Mapping[str, Any], where: str = "sweep", max_runs: int | None = MAX_RUNS) -> Grid:
+    """A ``Grid`` from sweep-file keys (``GRID_KEYS``); unknown keys, values of the wrong type
+    (non-finite numbers, integers beyond SQLite's 64 bits) and a seed count above
+    ``max_runs`` are errors naming ``where``."""
     unknown = sorted(set(values) - set(GRID_KEYS))
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(GRID_KEYS)}")
@@ -191,44 +229,62 @@ def grid_from_mapping(values: Mapping[str, Any], where: str = "sweep") -> Grid:
         if not isinstance(values["preset"], str):
             raise ValueError(f"{where}: preset must be a string")
         kw["preset"] = values["preset"]
-    for key in ("pe", "task"):
-        if key in values:
-            kw[key] = _values(key, values[key], str, where)
+    if "pe" in values:
+        kw["pe"] = pe_values(values["pe"], where)
+    if "task" in values:
+        kw["task"] = _values("task", values["task"], str, where)
     first = values.get("seed", 0)
     if not isinstance(first, int) or isinstance(first, bool):
         raise ValueError(f"{where}: seed must be an integer (the first seed)")
+    check_int(f"{where}: seed (the first seed)", first)
     seeds = values.get("seeds", 1)
     if isinstance(seeds, list):
         if "seed" in values:
             raise ValueError(f"{where}: give either seeds = [list] or seed (first) with seeds (count), not both")
         kw["seeds"] = _values("seeds", seeds, int, where)
     elif isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
+        try:
+            check_size(seeds, max_runs)  # before the seeds are listed: seeds = 10**12 would take the memory
+        except ValueError as exc:
+            raise ValueError(f"{where}: seeds = {seeds:,}: {exc}") from None
         kw["seeds"] = tuple(range(first, first + seeds))
     else:
         raise ValueError(f"{where}: seeds must be a count >= 1 or a list of seeds")
     for name, (_, _, kind) in AXES.items():
         if name in values:
             kw[name] = _values(name, values[name], kind, where)
-    return Grid(**kw)
+    try:
+        return Grid(**kw)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
-def load_sweep(path: str | Path) -> SweepSpec:
-    """Read a TOML sweep file (see the module docstring); ValueError says what is wrong."""
+def load_sweep(path: str | Path, max_runs: int | None = MAX_RUNS) -> SweepSpec:
+    """Read a TOML sweep file (see the module docstring); ValueError says what is wrong and
+    names the file. ``max_runs``: see :func:`grid_from_mapping`."""
     path = Path(path)
     if tomllib is None:  # pragma: no cover
         raise ValueError("sweep files need Python >= 3.11 (tomllib)")
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
-        raise ValueError(f"cannot read sweep file {path}: {exc}") from None
+        raise ValueError(f"cannot read sweep file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"sweep file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not text.strip():
+        raise ValueError(f"sweep file {path} is empty; it needs at least pe = [...] and task = [...]")
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"sweep file {path} is not valid TOML: {exc}") from None
     tables = data.pop("grid", None)
     if tables is None:
-        return SweepSpec((grid_from_mapping(data, str(path)),))
+        return SweepSpec((grid_from_mapping(data, str(path), max_runs),))
     if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
         raise ValueError(f"{path}: grid must be one or more [[grid]] tables")
-    return SweepSpec(tuple(grid_from_mapping({**data, **t}, f"{path} [[grid]] #{i}") for i, t in enumerate(tables, 1)))
+    return SweepSpec(
+        tuple(grid_from_mapping({**data, **t}, f"{path} [[grid]] #{i}", max_runs) for i, t in enumerate(tables, 1))
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -250,7 +306,7 @@ def varying_axes(configs: Sequence[RunConfig]) -> list[str]:
 def run_label(cfg: RunConfig, axes: Sequence[str] = ()) -> str:
     """``rope on copy seed 0``, plus ``lr 0.0003`` etc. for each of ``axes``."""
     extra = "".join(f" {a} {cfg.preset if a == 'preset' else _axis_value(cfg, a)}" for a in axes)
-    return f"{cfg.pe} on {cfg.task} seed {cfg.seed}{extra}"
+    return f"{config_display_name(cfg)} on {cfg.task} seed {cfg.seed}{extra}"
 
 
 # --------------------------------------------------------------------------------------
@@ -263,7 +319,9 @@ def _backbone_key(cfg: RunConfig) -> str:
 
 
 def _model_key(cfg: RunConfig) -> tuple[Any, ...]:
-    return (_backbone_key(cfg), cfg.train.batch_size, cfg.train.train_max, cfg.protocol)
+    """What sets a run's cost per step: the preset, the backbone, batch size, training
+    lengths and protocol (steps, evaluation samples and test lengths scale the estimate)."""
+    return (cfg.preset, _backbone_key(cfg), cfg.train.batch_size, cfg.train.train_max, cfg.protocol)
 
 
 MATCH_LEVELS: tuple[tuple[str, Callable[[RunConfig], tuple[Any, ...]]], ...] = (
@@ -271,14 +329,24 @@ MATCH_LEVELS: tuple[tuple[str, Callable[[RunConfig], tuple[Any, ...]]], ...] = (
     ("same task and model", lambda c: (c.task, *_model_key(c))),
     ("same encoding and model", lambda c: (c.pe, *_model_key(c))),
     ("same model", _model_key),
-    ("same backbone", lambda c: (_backbone_key(c),)),
-    ("any measured run", lambda c: ()),
 )
 """How a missing run finds measured runs to estimate from: the first level with any.
 
 The task comes before the encoding: a task's rows set the sequence length, which moves
 the speed more than the encoding does (on the committed CPU board addition trains 3-4x slower
-than stack_manipulation; PRISM about 1.7x slower than NoPE on the same task)."""
+than stack_manipulation; PRISM about 1.7x slower than NoPE on the same task). There is
+no level below the same model (preset included): a run of another size says nothing
+reliable (a store of smoke runs put the quick board at 61 s per run; it took 8-12 h)."""
+
+
+def device_kind(device: str) -> str:
+    """``cpu`` or ``cuda`` from a run's recorded device (``cuda:NVIDIA H100``, ``cpu:x86_64 x1 threads``)."""
+    return device.split(":", 1)[0]
+
+
+@functools.cache
+def _preset_model_key(preset: str, task: str) -> tuple[Any, ...]:
+    return _model_key(preset_config(preset, pe="nope", task=task, seed=0))
 
 
 def eval_units(cfg: RunConfig) -> int:
@@ -320,35 +388,60 @@ def measurements(runs: Iterable[Mapping[str, Any]]) -> list[Measurement]:
 @dataclass(frozen=True)
 class Estimate:
     """Estimated device seconds of one run (what is left of it), and which runs it was
-    estimated from; ``from_step`` > 0 when it resumes from a checkpoint at that step."""
+    estimated from; ``from_step`` > 0 when it resumes from a checkpoint at that step.
+    ``rough``: not from this store's runs but from published runs or a recorded speed
+    (another machine)."""
 
     seconds: float
     basis: str
     steps_per_second: float
     n_measured: int
     from_step: int = 0
+    rough: bool = False
 
 
-def estimate(cfg: RunConfig, measured: Sequence[Measurement], from_step: int = 0) -> Estimate | None:
+def estimate(
+    cfg: RunConfig,
+    measured: Sequence[Measurement],
+    from_step: int = 0,
+    *,
+    device_type: str | None = None,
+    published: Sequence[Measurement] = (),
+) -> Estimate | None:
     """``(steps - from_step) / median(steps/s) + units × median(eval s/unit)`` over the
     most specific ``MATCH_LEVELS`` level with measurements (``from_step``: the step its
-    checkpoint holds, 0 without one); None when the store has none at all."""
-    for basis, key in MATCH_LEVELS:
-        group = [m for m in measured if key(m.config) == key(cfg)]
-        if group:
-            rate = statistics.median(m.steps_per_second for m in group)
-            per_unit = statistics.median(m.eval_seconds_per_unit for m in group)
-            left = max(0, cfg.train.steps - from_step)
-            return Estimate(left / rate + eval_units(cfg) * per_unit, basis, rate, len(group), from_step)
+    checkpoint holds, 0 without one), among the store's runs (``measured``) on
+    ``device_type`` (``cpu``/``cuda``; any when None), else among ``published`` runs on
+    it (rough), else from the preset's recorded speed there (``harness.speeds``, rough,
+    only for the preset's own model); None when there is none of these."""
+    left = max(0, cfg.train.steps - from_step)
+    units = eval_units(cfg)
+    for source, runs in (("", measured), ("published runs of the ", published)):
+        runs = [m for m in runs if device_type is None or device_kind(m.device) == device_type]
+        for basis, key in MATCH_LEVELS:
+            group = [m for m in runs if key(m.config) == key(cfg)]
+            if group:
+                rate = statistics.median(m.steps_per_second for m in group)
+                per_unit = statistics.median(m.eval_seconds_per_unit for m in group)
+                basis = f"{source}{basis} (rough: another machine)" if source else basis
+                return Estimate(left / rate + units * per_unit, basis, rate, len(group), from_step, bool(source))
+    speed = recorded_speed(cfg.preset, device_type, cfg.task)
+    if speed is not None and _model_key(cfg) == _preset_model_key(cfg.preset, cfg.task):
+        basis = (
+            f"the recorded speed of preset {cfg.preset} on {device_type} (rough: another machine, harness/speeds.py)"
+        )
+        seconds = left / speed.steps_per_second + units * speed.eval_seconds_per_unit
+        return Estimate(seconds, basis, speed.steps_per_second, 0, from_step, rough=True)
     return None
 
 
 def checkpointed_steps(checkpoint_dir: str | Path, run_ids: Iterable[str]) -> dict[str, int]:
     """The training step each run's checkpoint holds, for the runs that have a readable one
     in ``checkpoint_dir`` (a missing or unreadable checkpoint means starting from step 0,
-    which is what the run will do)."""
-    import torch
-
+    which is what the run will do). Checkpoints are read without running code and their
+    tensors mapped, not read (``harness.checkpoint.load_checkpoint``); nothing is changed:
+    an unusable one is set aside only when its run starts."""
+    from harness.checkpoint import CheckpointError, load_checkpoint
     from harness.run import checkpoint_path
 
     steps = {}
@@ -356,11 +449,9 @@ def checkpointed_steps(checkpoint_dir: str | Path, run_ids: Iterable[str]) -> di
         path = checkpoint_path(checkpoint_dir, run_id)
         if not path.is_file():
             continue
-        try:  # mmap: the tensors (weights, optimizer state) are mapped, not read
-            payload = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-            if isinstance(payload, dict) and payload.get("run_id") == run_id:
-                steps[run_id] = int(payload["step"])
-        except Exception:  # torch raises several types for a truncated/garbled file; it starts over
+        try:
+            steps[run_id] = load_checkpoint(path, run_id, mmap=True)["step"]
+        except CheckpointError:  # the run starts over
             continue
     return steps
 
@@ -378,7 +469,8 @@ class Plan:
     """The runs of a sweep against a store."""
 
     runs: tuple[PlannedRun, ...]
-    devices: tuple[str, ...]  # devices the measured runs ran on
+    devices: tuple[str, ...]  # devices the store's measured runs ran on
+    device_type: str | None = None  # the kind of device the runs are estimated for (None: any)
 
     @property
     def done(self) -> int:
@@ -410,22 +502,30 @@ def make_plan(
     configs: Sequence[RunConfig],
     store_runs: Iterable[Mapping[str, Any]],
     resume_steps: Mapping[str, int] | None = None,
+    *,
+    device_type: str | None = None,
+    published: Iterable[Mapping[str, Any]] = (),
 ) -> Plan:
     """Done/missing per run and an estimate for each missing one (``store_runs`` are
     ``Store.runs()`` rows; pass ``[]`` for a store that does not exist yet).
     ``resume_steps`` (run id → step, from ``checkpointed_steps``) counts only the steps a
-    checkpointed run has left."""
+    checkpointed run has left. ``device_type`` (``cpu``/``cuda``): the kind of device the
+    runs will train on, estimated only from runs on that kind. ``published``: finished
+    runs in the same row shape from published results, a rough fallback (see :func:`estimate`)."""
     rows = list(store_runs)
     status = {r["run_id"]: r["status"] for r in rows}
     measured = measurements(rows)
+    others = measurements(published)
     resume_steps = resume_steps or {}
     planned = []
     for i, cfg in enumerate(configs, start=1):
         run_id = cfg.run_id()
         st = status.get(run_id)
-        est = None if st == "finished" else estimate(cfg, measured, resume_steps.get(run_id, 0))
+        est = None
+        if st != "finished":
+            est = estimate(cfg, measured, resume_steps.get(run_id, 0), device_type=device_type, published=others)
         planned.append(PlannedRun(i, cfg, st, est))
-    return Plan(tuple(planned), tuple(sorted({m.device for m in measured})))
+    return Plan(tuple(planned), tuple(sorted({m.device for m in measured})), device_type)
 
 
 def makespan(durations: Iterable[float], workers: int, busy: Iterable[float] = ()) -> float:
@@ -448,6 +548,7 @@ def longest_first(
     configs: Sequence[RunConfig],
     store_runs: Iterable[Mapping[str, Any]],
     resume_steps: Mapping[str, int] | None = None,
+    **plan_options: Any,
 ) -> list[RunConfig]:
     """``configs`` with the missing runs longest first by ``estimate`` (ties and runs with
     no estimate keep their listed order; runs without one go first, since they may be long).
@@ -455,8 +556,9 @@ def longest_first(
     A pool of workers that takes runs in this order finishes them closer together: the
     last run to start is a short one, so no worker waits alone on a long one at the end
     (longest-processing-time-first list scheduling). Finished runs come first; they are
-    skipped anyway. A checkpointed run counts by what it has left (``resume_steps``)."""
-    plan = make_plan(configs, store_runs, resume_steps)
+    skipped anyway. A checkpointed run counts by what it has left (``resume_steps``);
+    ``plan_options`` go to :func:`make_plan` (``device_type``, ``published``)."""
+    plan = make_plan(configs, store_runs, resume_steps, **plan_options)
 
     def rank(run: PlannedRun) -> tuple[int, float]:
         if run.status == "finished":
@@ -467,6 +569,8 @@ def longest_first(
 
 
 def format_duration(seconds: float) -> str:
+    if seconds < 1:
+        return "<1s"
     if seconds < 90:
         return f"{seconds:.0f}s"
     if seconds < 90 * 60:
@@ -496,7 +600,7 @@ def format_plan(plan: Plan, axes: Sequence[str] = (), workers: int | None = None
         est = "" if r.estimate is None else format_duration(r.estimate.seconds)
         if r.estimate is not None and r.estimate.from_step:
             est += f" (from step {r.estimate.from_step})"
-        rows.append([r.index, c.pe, c.task, c.seed, *extra, r.status or "-", est, c.run_id()])
+        rows.append([r.index, config_display_name(c), c.task, c.seed, *extra, r.status or "-", est, c.run_id()])
     headers = ["#", "pe", "task", "seed", *axes, "status", "estimate", "run_id"]
     lines = [tabulate(rows, headers=headers, tablefmt="simple"), ""]
     counts = plan.counts()
@@ -505,26 +609,45 @@ def format_plan(plan: Plan, axes: Sequence[str] = (), workers: int | None = None
         f"{len(plan.runs)} runs: {plan.done} done, {plan.missing} missing" + (f" ({missing})" if missing else "")
     )
     if plan.missing:
-        estimated = plan.missing - plan.unestimated
-        if estimated:
-            bases: dict[str, int] = {}
-            for r in plan.runs:
-                if r.estimate is not None:
-                    bases[r.estimate.basis] = bases.get(r.estimate.basis, 0) + 1
-            basis = ", ".join(f"{n} from {b}" for b, n in bases.items())
-            lines.append(
-                f"estimate: {plan.device_hours:.2f} device-hours for {estimated} missing runs "
-                f"({basis}; speeds measured on {', '.join(plan.devices)})"
-            )
+        lines += estimate_lines(plan)
         wall = wall_seconds(plan, workers) if workers else None
         if wall is not None:
+            rough = " (rough)" if any(r.estimate is not None and r.estimate.rough for r in plan.runs) else ""
             lines.append(
-                f"wall time on {workers} worker(s): about {format_duration(wall[0])} in the listed order, "
+                f"wall time on {workers} worker(s){rough}: about {format_duration(wall[0])} in the listed order, "
                 f"{format_duration(wall[1])} with --order longest-first"
             )
-        if plan.unestimated:
-            lines.append(
-                f"{plan.unestimated} missing runs have no estimate: the store has no finished run to measure "
-                "steps/s from; run a few first (e.g. --seeds 1)"
-            )
     return "\n".join(lines)
+
+
+def estimate_bases(plan: Plan) -> str:
+    """What the estimates of the missing runs rest on (rough ones say so): ``2 from same
+    task and model; 1 from the recorded speed of preset quick on cpu (rough: ...); speeds
+    measured on cpu:...``."""
+    bases: dict[str, int] = {}
+    for r in plan.runs:
+        if r.estimate is not None:
+            bases[r.estimate.basis] = bases.get(r.estimate.basis, 0) + 1
+    text = "; ".join(f"{n} from {b}" for b, n in bases.items())
+    if plan.devices and any(r.estimate is not None and not r.estimate.rough for r in plan.runs):
+        text += f"; speeds measured on {', '.join(plan.devices)}"
+    return text
+
+
+def estimate_lines(plan: Plan) -> list[str]:
+    """What the estimate of the missing runs rests on: device-hours and their bases (the
+    rough ones marked), and how many runs have none (unknown) and why."""
+    lines = []
+    estimated = plan.missing - plan.unestimated
+    on = f" on {plan.device_type}" if plan.device_type else ""
+    if estimated:
+        lines.append(
+            f"estimate: {plan.device_hours:.2f} device-hours for {estimated} missing runs{on} ({estimate_bases(plan)})"
+        )
+    if plan.unestimated:
+        lines.append(
+            f"{plan.unestimated} missing runs have no estimate (unknown): no finished run of the same preset and "
+            f"model{on} in the store, and no recorded speed of their preset{on}; finish one first (e.g. --seeds 1) "
+            "and plan again"
+        )
+    return lines

@@ -10,9 +10,9 @@ Seeds: ``cfg.seed`` fixes the initialisation (torch RNG) and, through a separate
 from __future__ import annotations
 
 import math
-import os
 import random
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +20,16 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 import pezoo
 from harness.backbone import Backbone
+from harness.checkpoint import CheckpointError, check_state, load_checkpoint, save_checkpoint, set_aside, training_state
 from harness.config import RunConfig
-from harness.data import IGNORE, PackedStream, collate, sample_training_batch
+from harness.data import IGNORE, Batch, PackedStream, collate, sample_training_batch
+from harness.evaluate import Evaluation
+from harness.files import WriteError, remove_stale_temps
+from harness.pe_spec import model_options
 from harness.tasks import Task
 
 
@@ -33,41 +37,22 @@ class DivergedError(RuntimeError):
     """The training loss became NaN or infinite."""
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint file is unreadable or belongs to another run."""
-
-
 @dataclass(frozen=True)
 class Checkpointing:
-    """Where and how often a run saves its full training state.
+    """Where and how often a run saves its full training state (``harness.checkpoint``).
 
     Attributes:
-        path: the checkpoint file (written atomically: temp file, then rename).
+        path: the checkpoint file (written atomically: a temporary file of this process's
+            own, then a rename).
         every: save every this many steps (and never after the last step: a finished
             run's metrics are in the store, its checkpoint is removed).
+        on_error: told (one line) when a checkpoint cannot be written (a full disk); the
+            run trains on without it and keeps the previous one. None: a warning.
     """
 
     path: Path
     every: int = 250
-
-
-def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Atomic write: a crash leaves either the old checkpoint or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: Path, run_id: str) -> dict[str, Any]:
-    """Load and check a checkpoint; raises CheckpointError with the reason when it is bad."""
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # torch raises several types for a truncated/garbled file
-        raise CheckpointError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {exc})") from exc
-    if not isinstance(payload, dict) or payload.get("run_id") != run_id:
-        raise CheckpointError(f"checkpoint {path} does not belong to run {run_id}")
-    return payload
+    on_error: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +69,8 @@ def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Backbone:
     """The backbone of ``cfg`` with its encoding, initialised from ``cfg.seed``."""
     torch.manual_seed(cfg.seed)
     b = cfg.backbone
-    pe = pezoo.create(cfg.pe, dims=pezoo.ModelDims(b.d_model, b.n_heads, b.n_layers), **cfg.pe_options)
+    options = model_options(cfg.pe, cfg.pe_options)  # a stored run's missing options keep their old meaning
+    pe = pezoo.create(cfg.pe, dims=pezoo.ModelDims(b.d_model, b.n_heads, b.n_layers), **options)
     return Backbone(b, pe).to(device)
 
 
@@ -131,25 +117,52 @@ def make_optimizer(model: Backbone, cfg: RunConfig) -> torch.optim.Optimizer:
     return optimizer([g for g in groups if g["params"]], lr=t.lr, betas=t.betas)
 
 
+def training_loss(model: Backbone, batch: Batch) -> tuple[Tensor, Tensor]:
+    """(the loss to minimise, the task's loss) on one batch.
+
+    The task's loss is the cross-entropy of the labelled next tokens (the completion and
+    its EOS). The loss minimised adds the encoding's ``regularisation()`` when it has one
+    (PRISM: ``frobenius_weight · ‖W_hh‖_F²`` with ``regulariser="frobenius"``, Lee 2025
+    §6.3; 0 otherwise). Logs, ``final_loss`` and ``eval.start_below_loss`` use the task's
+    loss, so a penalty does not hold back periodic evaluation.
+    """
+    logits = model(batch.inputs, scale_hint=batch.scales)  # (b, s, v)
+    task_loss = F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
+    regularisation = getattr(model.pe, "regularisation", None)
+    if regularisation is None:
+        return task_loss, task_loss
+    return task_loss + regularisation(), task_loss
+
+
 def restore(
     cfg: RunConfig, path: Path, device: torch.device | str
 ) -> tuple[Backbone, dict[str, Any] | None, str | None]:
     """The model to train and the checkpoint to resume, if ``path`` holds a usable one.
 
-    Returns (model, checkpoint or None, problem or None): a corrupt checkpoint or one
-    that does not fit the model is deleted, and the run starts again from a fresh model;
-    ``problem`` then says why, for the caller to report.
+    Returns (model, checkpoint or None, problem or None). The checkpoint is read without
+    running code and checked field by field (``harness.checkpoint.check_state``); one
+    that is unreadable, needs code to read, lacks a field, has a wrong type or shape, or
+    is another run's is set aside as ``<name>.unreadable`` (never read again) and the
+    run starts over from a fresh model; ``problem`` then says why, for the caller to
+    report. Temporary files of writers killed more than a day ago are removed.
     """
+    remove_stale_temps(path)
     model = build_model(cfg, device)
     if not path.exists():
         return model, None, None
     try:
         ck = load_checkpoint(path, cfg.run_id())
-        model.load_state_dict(ck["model"])
+        try:
+            ck = check_state(ck, cfg, model, make_optimizer(model, cfg))
+        except CheckpointError as exc:
+            raise CheckpointError(f"checkpoint {path} is unusable: {exc}") from None
+        except Exception as exc:  # whatever else a hostile or damaged file provokes: never fail forever
+            raise CheckpointError(f"checkpoint {path} is unusable ({type(exc).__name__}: {exc})") from None
         return model, ck, None
-    except (CheckpointError, KeyError, RuntimeError) as exc:
-        path.unlink(missing_ok=True)
-        return build_model(cfg, device), None, f"{exc}; restarting from step 0"
+    except CheckpointError as exc:
+        aside = set_aside(path)
+        where = f"set aside as {aside.name}" if aside is not None else "removed (it could not be renamed)"
+        return build_model(cfg, device), None, f"{exc}; {where}; the run starts over from step 0"
 
 
 def train(
@@ -160,7 +173,7 @@ def train(
     on_step: Callable[[int, float], None] | None = None,
     checkpointing: Checkpointing | None = None,
     resume: dict[str, Any] | None = None,
-    evaluate: Callable[[int], Any] | None = None,
+    evaluate: Callable[[int], Evaluation] | None = None,
     on_lr: Callable[[int, float], None] | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``cfg.train.steps`` steps; ``on_step(step, loss)`` after each.
@@ -173,9 +186,10 @@ def train(
     ``on_lr(step, lr)`` reports the learning rate of each step (for loggers).
 
     With ``checkpointing``, the full state (model, optimiser, data and torch RNG states,
-    step) is saved periodically. ``resume`` is such a checkpoint whose model weights the
-    caller has already loaded (see :func:`restore`); training continues from its step,
-    so an interrupted run ends with exactly the metrics of an uninterrupted one (CPU).
+    step; ``harness.checkpoint``) is saved periodically; a save that fails (a full disk)
+    is reported and skipped. ``resume`` is such a checkpoint as :func:`restore` returns
+    it, its model weights already loaded; training continues from its step, so an
+    interrupted run ends with exactly the metrics of an uninterrupted one (CPU).
 
     Raises:
         DivergedError: the loss became NaN/inf (the run is then recorded as diverged).
@@ -187,7 +201,6 @@ def train(
     opt = make_optimizer(model, cfg)
     model.train()
     start, loss_value, first_step, elapsed = time.perf_counter(), math.nan, 0, 0.0
-    run_id = cfg.run_id()
     every = cfg.eval.every if evaluate is not None else 0
     threshold = cfg.eval.start_below_loss
     evaluating, evaluations = threshold is None, []
@@ -195,6 +208,8 @@ def train(
         opt.load_state_dict(resume["optimizer"])
         rng.setstate(resume["data_rng"])
         torch.set_rng_state(resume["torch_rng"])
+        if "cuda_rng" in resume and torch.device(device).type == "cuda":
+            torch.cuda.set_rng_state(resume["cuda_rng"], torch.device(device))
         first_step, loss_value, elapsed = resume["step"], resume["loss"], resume["seconds"]
         evaluating = resume.get("evaluating", evaluating)
         evaluations = list(resume.get("evaluations", []))
@@ -211,11 +226,11 @@ def train(
         else:
             examples = sample_training_batch(task, rng, t.batch_size, lo, hi, shared_scale=encoder)
             batch = collate(examples, cfg.protocol).to(device)
-        logits = model(batch.inputs, scale_hint=batch.scales)  # (b, s, v)
-        loss = F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
-        loss_value = loss.item()
-        if not math.isfinite(loss_value):
-            raise DivergedError(f"loss became {loss_value} at step {step}")
+        loss, task_loss = training_loss(model, batch)
+        loss_value = task_loss.item()
+        total = loss_value if loss is task_loss else loss.item()  # NaN in the task's loss makes it NaN too
+        if not math.isfinite(total):
+            raise DivergedError(f"loss became {total} at step {step}")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
@@ -230,21 +245,26 @@ def train(
                 evaluations.append((done, evaluate(done)))
             start += time.perf_counter() - t_eval  # training seconds leave evaluation out
         if checkpointing is not None and done % checkpointing.every == 0 and done < t.steps:
-            save_checkpoint(
-                checkpointing.path,
-                {
-                    "run_id": run_id,
-                    "step": done,
-                    "loss": loss_value,
-                    "seconds": elapsed + time.perf_counter() - start,
-                    "model": model.state_dict(),
-                    "optimizer": opt.state_dict(),
-                    "data_rng": rng.getstate(),
-                    "torch_rng": torch.get_rng_state(),
-                    "evaluating": evaluating,
-                    "evaluations": evaluations,
-                    **({"stream": stream.state()} if stream is not None else {}),
-                },
+            payload = training_state(
+                cfg,
+                step=done,
+                loss=loss_value,
+                seconds=elapsed + time.perf_counter() - start,
+                model=model,
+                optimizer=opt,
+                data_rng=rng,
+                device=device,
+                evaluating=evaluating,
+                evaluations=evaluations,
+                stream=stream.state() if stream is not None else None,
             )
+            try:
+                save_checkpoint(checkpointing.path, payload)
+            except WriteError as exc:  # a full disk: train on, the previous checkpoint stays
+                message = f"no checkpoint at step {done}: {exc}; training goes on"
+                if checkpointing.on_error is not None:
+                    checkpointing.on_error(message)
+                else:
+                    warnings.warn(message, RuntimeWarning, stacklevel=2)
     seconds = elapsed + time.perf_counter() - start
     return TrainResult(final_loss=loss_value, steps=t.steps, seconds=seconds, evaluations=tuple(evaluations))

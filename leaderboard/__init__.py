@@ -4,7 +4,9 @@
 ``leaderboard.export``  store -> new append-only results files
 ``leaderboard.board``   results records -> the numbers every page shows
 ``leaderboard.svg``     hand-drawn SVG curves, the colour of each encoding
-``leaderboard.site``    the static site (HTML + inline CSS/JS) and leaderboard/README.md
+``leaderboard.text``    the one rendering path: Jinja2 templates (``templates/``) with autoescape
+``leaderboard.site``    the static site (HTML + inline CSS/JS), built and written over its own files only
+``leaderboard.readme``  leaderboard/README.md: the ranking tables as markdown, record fields escaped
 ``leaderboard.cli``     ``pezoo leaderboard export | check | build``
 
 Depends on ``harness`` (store, report, task registry) and ``pezoo``; neither imports it

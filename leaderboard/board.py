@@ -1,23 +1,25 @@
 """From results records to the numbers the leaderboard shows.
 
 Everything here is computed from the published records alone (never the SQLite store),
-reusing the terminal report's rules (``harness.report``):
+with the terminal report's rules (``harness.report``, ``harness.ranking``):
 
-* **solved≤** (the extrapolation score): the largest scale L such that exact match is
-  >= 0.9 at every evaluated scale <= L (``solved_up_to``); N, the largest training
-  scale, means "nothing beyond training", 0 means not even scale 1.
+* **fit**: a run fits when its mean exact match over the training scales (EM≤N) is at
+  least ``harness.ranking.FIT_THRESHOLD``; only encodings whose every seed fits are ranked.
 * **EM>N / tok>N**: exact match / per-token accuracy averaged over the evaluated scales
-  beyond training.
+  beyond training; **reach**: the largest scale L with exact match >= 0.9 at every
+  evaluated scale N+1..L (N: none beyond).
 * **EM≤N / tok≤N**: the same over the training scales (in distribution).
 
-Per (preset, task, encoding) each number is computed per seed, then summarised as mean ±
-half-width of the 95% t-interval over seeds (``ci95``). Encodings are ranked within a
-(preset, task) by solved≤, then EM>N, then tok>N (means, higher first); exact ties share
-a rank. Curves give, per scale, the mean over seeds and the min..max band.
+Per (preset, task, encoding) each number is computed per seed, then shown as its mean
+and the seeds' min..max (``Stat``). Fitted encodings are ranked within a (preset, task)
+by EM>N, then reach, then tok>N (means); the others follow, unranked, marked "did not
+fit" (``harness.ranking.RULE``). Curves give, per scale, the mean over seeds and the
+min..max band.
 
-**At a glance** (``overview``), per preset: every encoding's rank on every task, ordered by
-the mean of those ranks (fewer missing tasks first, then lower mean rank, then higher mean
-EM>N over the tasks, then name).
+**At a glance** (``overview``), per preset: an encodings × tasks grid whose cell is the
+ranking measure (EM>N, mean over seeds) where the encoding fitted, "did not fit"
+otherwise. Rows are ordered by the mean over the preset's tasks of EM>N counting a task
+the encoding did not fit (or was not run on) as 0, then by tasks fitted, then by name.
 
 An "encoding" on the board is the registry name, with its options appended when a run
 set any (``rope {"base": 500}``), so differently configured runs are never pooled.
@@ -29,13 +31,14 @@ import datetime as dt
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from harness import ranking
 from harness.config import NEW_FIELD_DEFAULTS
-from harness.report import ci95, per_seed_summary
+from harness.report import per_seed_summary
 from leaderboard.schema import Record
 
 FRAME_COLUMNS = [
@@ -137,92 +140,76 @@ def _differing_keys(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = ""
 # Summaries and curves
 # --------------------------------------------------------------------------------------
 
-CELLS_RULE = (
-    "mean ± half-width of the 95% t-interval over seeds; with two seeds that is 12.7 × half their difference "
-    "(t = 12.71 at one degree of freedom), so an interval may reach past 0 or 1: it says the seeds disagree, not "
-    "that a value could lie there."
-)
-"""What a table cell's ``mean ± half`` means, quoted by the site's and the README's ranking rule."""
+CELLS_RULE = ranking.CELLS_RULE
+RANKING_RULE = ranking.RULE
+
+Stat = ranking.Spread
+"""A table cell: mean and min..max over seeds (``harness.ranking.Spread``)."""
 
 
-@dataclass(frozen=True)
-class Stat:
-    """Mean and half-width of the 95% t-interval over seeds (``nan`` mean: no value)."""
-
-    mean: float
-    half: float
-
-    @classmethod
-    def of(cls, values: Iterable[float]) -> Stat:
-        series = pd.Series(list(values), dtype=float)
-        if series.dropna().empty:
-            return cls(math.nan, 0.0)
-        return cls(*ci95(series))
-
-    def text(self, digits: int = 2) -> str:
-        """``0.93 ± 0.04`` (no ± for one seed), ``-`` when missing: like ``harness.report.fmt``."""
-        if math.isnan(self.mean):
-            return "-"
-        return f"{self.mean:.{digits}f}" + (f" ± {self.half:.{digits}f}" if self.half else "")
-
-    def sort_value(self) -> str:
-        return "" if math.isnan(self.mean) else f"{self.mean:.6f}"
-
-
-SCORES = ("solved", "em_beyond", "tok_beyond", "em_within", "tok_within")
+SCORES = ("em_within", "em_beyond", "reach", "tok_beyond", "tok_within")
 SCORE_TITLES = {
-    "solved": "solved≤",
-    "em_beyond": "EM>N",
-    "tok_beyond": "tok>N",
     "em_within": "EM≤N",
+    "em_beyond": "EM>N",
+    "reach": "reach",
+    "tok_beyond": "tok>N",
     "tok_within": "tok≤N",
 }
+INTEGER_SCORES = ("reach",)
 
 
 @dataclass(frozen=True)
 class Row:
-    """One encoding on one (preset, task) table."""
+    """One encoding on one (preset, task) table.
 
-    rank: int
+    ``rank`` is ``None`` when some seed did not fit the training scales: such rows come
+    after the ranked ones (``harness.ranking.RULE``).
+    """
+
+    rank: int | None
     label: str
     encoding: str
     seeds: tuple[int, ...]
     scores: Mapping[str, Stat]
+    seeds_fit: int = 0
+    per_seed: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # score -> each seed's value, seed order
+
+    @property
+    def fitted(self) -> bool:
+        return self.rank is not None
 
 
 def summary(df: pd.DataFrame) -> list[Row]:
-    """Ranked rows of one (preset, task) frame (see the module docstring for the rule)."""
+    """Rows of one (preset, task) frame in the order of ``harness.ranking.RULE``."""
     if df.empty:
         return []
-    per_seed = per_seed_summary(df).set_index(["pe", "seed"])
+    per_seed = per_seed_summary(df)
     # the per-seed number per_seed_summary does not give
     tok_within = df[df["split"] == "train"].groupby(["pe", "seed"])["token_accuracy"].mean().rename("tok_within")
-    per_seed = per_seed.join(tok_within)
+    per_seed = per_seed.set_index(["pe", "seed"]).join(tok_within).reset_index()
     rows = []
-    for label, g in per_seed.groupby(level="pe"):
-        scores = {
-            "solved": Stat.of(g["solved<="]),
-            "em_beyond": Stat.of(g["EM>N"]),
-            "tok_beyond": Stat.of(g["tok-acc>N"]),
-            "em_within": Stat.of(g["in-dist"]),
-            "tok_within": Stat.of(g["tok_within"]),
-        }
-        encoding = str(df.loc[df["pe"] == label, "encoding"].iloc[0])
-        seeds = tuple(sorted(int(s) for s in g.index.get_level_values("seed")))
-        rows.append((label, encoding, seeds, scores))
+    columns = {"em_within": "in-dist", "em_beyond": "EM>N", "reach": "reach", "tok_beyond": "tok-acc>N"}
+    columns["tok_within"] = "tok_within"
+    for standing in ranking.standings(per_seed):
+        g = per_seed[per_seed["pe"] == standing.label].sort_values("seed")
+        scores = {score: Stat.of(g[column]) for score, column in columns.items()}
+        values = {score: tuple(float(v) for v in g[column]) for score, column in columns.items()}
+        encoding = str(df.loc[df["pe"] == standing.label, "encoding"].iloc[0])
+        seeds = tuple(int(s) for s in g["seed"])
+        rows.append(Row(standing.rank, standing.label, encoding, seeds, scores, standing.seeds_fit, values))
+    return rows
 
-    def key(row: tuple[str, str, tuple[int, ...], dict[str, Stat]]) -> tuple[float, ...]:
-        s = row[3]
-        return tuple(-_or_low(s[k].mean) for k in ("solved", "em_beyond", "tok_beyond"))
 
-    rows.sort(key=lambda r: (key(r), r[0]))
-    ranked: list[Row] = []
-    rank, previous = 0, None
-    for i, row in enumerate(rows, start=1):
-        if key(row) != previous:  # competition ranking: exact ties share a rank
-            rank, previous = i, key(row)
-        ranked.append(Row(rank, *row))
-    return ranked
+def cell_text(row: Row, score: str) -> str:
+    """One table cell of ``row`` (site and README alike): ``mean (min–max)``, two decimals
+    (reach: whole scales). EM≤N of a row that did not fit gets three decimals where two
+    would round up to the fit threshold: 0.947 must not read 0.95 beside "did not fit"."""
+    stat = row.scores[score]
+    if score in INTEGER_SCORES:
+        return stat.text(0)
+    if score == "em_within" and not row.fitted and round(stat.mean, 2) >= ranking.FIT_THRESHOLD:
+        return stat.text(3)
+    return stat.text(2)
 
 
 def _or_low(x: float) -> float:
@@ -245,7 +232,7 @@ class Curve:
 
 
 def curves(df: pd.DataFrame) -> list[Curve]:
-    """Per encoding of one (preset, task) frame: mean ± CI and min..max over seeds, per scale."""
+    """Per encoding of one (preset, task) frame: the mean and min..max over seeds, per scale."""
     out = []
     for label, g in df.groupby("pe", sort=True):
         lengths, splits, tlens, em, emb, tok, tokb = [], [], [], [], [], [], []
@@ -299,6 +286,8 @@ class Provenance:
     first_day: str
     last_day: str
     files: tuple[str, ...]
+    n_layers: tuple[int, ...] = ()
+    d_models: tuple[int, ...] = ()
 
     @property
     def paper_scale(self) -> bool:
@@ -341,9 +330,46 @@ def provenance(records: Iterable[Record]) -> list[Provenance]:
                 first_day=days[0],
                 last_day=days[-1],
                 files=tuple(sorted({r.path.name for r in recs})),
+                n_layers=values(lambda d: d["config"].get("backbone", {}).get("n_layers")),
+                d_models=values(lambda d: d["config"].get("backbone", {}).get("d_model")),
             )
         )
     return out
+
+
+PAPERS_PROTOCOLS = (
+    "the papers train larger models far longer on GPUs (5 layers, d_model 512, 150k steps in Position as "
+    "Probability §6.2 and §6.4; 5 layers, d_model 64, 2M steps in Randomized Positional Encodings, Appendix A; "
+    "12 layers, d_model 1024, 200k steps in Universal Length Generalization with Turing Programs §3.1.1)"
+)
+"""What the source papers train, for the sentence at the top of a board that is not paper scale."""
+
+
+def trained_sentence(p: Provenance) -> str:
+    """One sentence a newcomer understands: what each run of the preset trained, on what,
+    and (unless the board is paper scale) how that differs from the papers' protocols.
+
+    Built from the records' own config and provenance, e.g. "Each run trains a 3-layer
+    transformer (d_model 128) for 3000 steps of batch 64 on a CPU; the papers train
+    larger models far longer on GPUs (...)."
+    """
+    layers = "/".join(map(str, p.n_layers)) or "?"
+    width = "/".join(map(str, p.d_models)) or "?"
+    steps = "/".join(map(str, p.steps))
+    batch = "/".join(map(str, p.batch_sizes))
+    text = f"Each run trains a {layers}-layer transformer (d_model {width}) for {steps} steps of batch {batch} "
+    text += _device_words(p.devices)
+    return text + ("." if p.paper_scale else f"; {PAPERS_PROTOCOLS}.")
+
+
+def _device_words(devices: Sequence[str]) -> str:
+    """``cpu:x86_64 x1 threads`` -> "on a CPU"; ``cuda:NVIDIA H100`` -> "on a GPU (NVIDIA H100)"."""
+    words = []
+    for device in devices:
+        kind, _, name = device.partition(":")
+        what = {"cpu": "a CPU", "cuda": "a GPU", "mps": "an Apple GPU"}.get(kind, f"device {kind}")
+        words.append(what if kind == "cpu" or not name else f"{what} ({name})")
+    return "on " + (" or ".join(dict.fromkeys(words)) if words else "an unrecorded device")
 
 
 def _backbone_text(d: Mapping[str, Any]) -> str:
@@ -434,24 +460,33 @@ def assemble(records: Sequence[Record]) -> Board:
     return Board(tuple(records), tuple(tables))
 
 
+OVERVIEW_RULE = (
+    "Each cell is the ranking measure, EM>N (exact match beyond the training scales, mean over seeds), where every "
+    "seed of the encoding fitted that task; “did not fit” where some seed did not; blank where it was not run. "
+    "Rows are ordered by the mean over the tasks of EM>N, counting a task the encoding did not fit or was not run "
+    "on as 0, then by the number of tasks fitted."
+)
+"""What the at-a-glance grid shows and how its rows are ordered, quoted by the site and the README."""
+
+
 @dataclass(frozen=True)
 class OverviewRow:
-    """One encoding across the tasks of one preset: its row on each task's table."""
+    """One encoding across the tasks of one preset: its row on each task's table.
+
+    ``score`` is the ordering measure: the mean over the preset's tasks of EM>N where the
+    encoding fitted, 0 where it did not fit or was not run.
+    """
 
     position: int
     label: str
     encoding: str
     cells: Mapping[str, Row]  # task -> the encoding's row there (absent: not run on it)
-    mean_rank: float
-    mean_em_beyond: float
+    score: float
+    tasks_fitted: int
 
 
 def overview(board: Board, preset: str) -> tuple[list[str], list[OverviewRow]]:
-    """(tasks, rows) of the preset's at-a-glance table; the order is in the module docstring.
-
-    ``mean_rank`` and ``mean_em_beyond`` average over the tasks an encoding has results
-    on; an encoding missing from some task is listed after every one that has them all.
-    """
+    """(tasks, rows) of the preset's at-a-glance grid; the order is in the module docstring."""
     tables = [t for t in board.tables if t.preset == preset]
     tasks = [t.task for t in tables]
     cells: dict[str, dict[str, Row]] = {}
@@ -462,14 +497,12 @@ def overview(board: Board, preset: str) -> tuple[list[str], list[OverviewRow]]:
             encodings[row.label] = row.encoding
     unordered = []
     for label, by_task in cells.items():
-        ranks = [r.rank for r in by_task.values()]
-        em = [r.scores["em_beyond"].mean for r in by_task.values() if not math.isnan(r.scores["em_beyond"].mean)]
-        mean_em = sum(em) / len(em) if em else math.nan
-        key = (len(tasks) - len(by_task), sum(ranks) / len(ranks), -_or_low(mean_em), label)
-        unordered.append((key, label, by_task, mean_em))
+        fitted = [r for r in by_task.values() if r.fitted]
+        score = sum(max(_or_low(r.scores["em_beyond"].mean), 0.0) for r in fitted) / max(len(tasks), 1)
+        unordered.append(((-score, -len(fitted), label), label, by_task, score, len(fitted)))
     unordered.sort(key=lambda item: item[0])
     rows = [
-        OverviewRow(i, label, encodings[label], by_task, key[1], mean_em)
-        for i, (key, label, by_task, mean_em) in enumerate(unordered, start=1)
+        OverviewRow(i, label, encodings[label], by_task, score, n_fit)
+        for i, (_, label, by_task, score, n_fit) in enumerate(unordered, start=1)
     ]
     return tasks, rows

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import click
 
+import harness.tasks as tasks
+import pezoo
 from harness.options import store_option
 from harness.store import StoreError
 from leaderboard.board import BoardError
 from leaderboard.export import ExportError, export, import_results
-from leaderboard.schema import ResultsError, read_results, results_files
+from leaderboard.schema import ResultsError, read_diagnostics, read_results, results_files
 
 DEFAULT_RESULTS = Path("leaderboard") / "results"
 DEFAULT_SITE = Path("leaderboard") / "site"
@@ -56,6 +58,8 @@ def export_cmd(store_path: Path, out_dir: Path) -> None:
         summary = export(store_path, out_dir)
     except (ExportError, ResultsError, StoreError) as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # an unwritable --out, a full disk: each file is written whole or not at all
+        raise click.ClickException(f"cannot export to {out_dir}: {_os_reason(exc)}") from None
     for path, count in summary.written:
         click.echo(f"wrote {count} run(s) to {path}")
     if not summary.written:
@@ -79,6 +83,7 @@ def import_cmd(results_dir: Path, store_path: Path) -> None:
     later `export` publishes only the new ones. Runs the store already holds finished are
     left as they are.
     """
+    _require_results(results_dir)
     try:
         summary = import_results(results_dir, store_path)
     except (ResultsError, StoreError) as exc:
@@ -91,13 +96,31 @@ def import_cmd(results_dir: Path, store_path: Path) -> None:
 @leaderboard.command("check")
 @_results_option
 def check_cmd(results_dir: Path) -> None:
-    """Validate every results file (schema, checksum, duplicates); exit 1 with path:line: reason if any is bad."""
+    """Validate every results file (schema, checksum, duplicates) and diagnostics file; exit 1
+    with path:line: reason if any is bad.
+
+    A results folder that does not exist, or holds no results files, is an error too.
+    """
+    _require_results(results_dir)
     files = results_files(results_dir)
     try:
         records = read_results(results_dir)
+        diagnostics = read_diagnostics(results_dir, records)
     except ResultsError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{len(files)} results file(s), {len(records)} run(s): valid")
+    if diagnostics:
+        click.echo(f"{len(diagnostics)} diagnostics file(s): valid")
+    for kind, published, installed in (
+        ("encoding", {r.data["pe"] for r in records}, pezoo.available()),
+        ("task", {r.data["task"] for r in records}, tasks.available()),
+    ):
+        missing = sorted(published - set(installed))
+        if missing:
+            click.echo(
+                f"note: {kind}(s) {', '.join(missing)} are not installed here (a plugin's?); "
+                "their runs are valid and are drawn, but cannot be re-run here"
+            )
 
 
 @leaderboard.command("build")
@@ -108,22 +131,45 @@ def check_cmd(results_dir: Path) -> None:
     default=str(DEFAULT_SITE),
     show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Site folder (its generated pages are replaced).",
+    help="Site folder (the pages of its previous build are replaced; nothing else in it is touched).",
 )
 @click.option(
     "--readme",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Where to write the markdown board [default: README.md next to the site folder].",
+    help="Where to write the markdown board [default: README.md next to the site folder]; "
+    "a README that `build` did not generate is never overwritten.",
 )
 def build_cmd(results_dir: Path, out_dir: Path, readme: Path | None) -> None:
-    """Render the static site (and the markdown board) from the results files alone."""
-    from leaderboard.site import build
+    """Render the static site (and the markdown board) from the results files alone.
+
+    Everything is validated and rendered before anything is written; then every file is
+    written under a temporary name and renamed into place. Only pages of the folder's
+    previous build (its manifest) are ever deleted.
+    """
+    from leaderboard.site import SiteError, build
 
     try:
         pages = build(results_dir, out_dir, readme=readme)
-    except (ResultsError, BoardError, FileExistsError) as exc:
+    except (ResultsError, BoardError, SiteError) as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot build the site in {out_dir}: {_os_reason(exc)}") from None
     readme = readme if readme is not None else out_dir.parent / "README.md"
     click.echo(f"wrote {len(pages)} page(s) to {out_dir} and the markdown board to {readme}")
     click.echo(f"open {out_dir / 'index.html'}")
+
+
+def _require_results(results_dir: Path) -> None:
+    """A missing or empty results folder is an error (a typo in --results must not read as an empty board)."""
+    from leaderboard.site import results_folder_problem
+
+    problem = results_folder_problem(results_dir)
+    if problem:
+        raise click.ClickException(problem)
+
+
+def _os_reason(exc: OSError) -> str:
+    """One line for an OSError: the path and the system's reason (``Permission denied``)."""
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename else reason

@@ -19,7 +19,8 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+import sqlite3
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from harness.store import Store
 from leaderboard.schema import (
     DIAGNOSTICS_DIR,
     SUFFIX,
+    Record,
+    ResultsError,
     diagnostics_problem,
     iter_lines,
     read_diagnostics,
@@ -90,7 +93,7 @@ def export(store_path: Path, out_dir: Path) -> ExportSummary:
     batches: dict[str, list[dict[str, Any]]] = {}
     already = unfinished = 0
     problems = []
-    with Store(store_path) as store:
+    with Store(store_path, readonly=True) as store:
         for run in store.runs():
             if run["status"] != "finished":
                 unfinished += 1
@@ -122,7 +125,7 @@ def export_diagnostics(store_path: Path, out_dir: Path) -> int:
     entry has diagnostics and no file yet (existing files are never changed). Returns how many."""
     published = {r.run_id for r in read_results(out_dir)}
     count = 0
-    with Store(store_path) as store:
+    with Store(store_path, readonly=True) as store:
         for run_id in sorted(published):
             path = out_dir / DIAGNOSTICS_DIR / f"{run_id}.json"
             if path.exists():
@@ -153,18 +156,29 @@ def import_results(results_dir: Path, store_path: Path) -> ImportSummary:
     """Add every published run under ``results_dir`` (with its diagnostics file, if any) to
     the store at ``store_path`` (created if missing) as finished, unless it is there already.
 
+    All or nothing: every file is validated before the store is opened, and the runs are
+    written in one transaction, so a run that cannot be stored leaves the store as it was.
+
     Raises:
-        ResultsError: a results or diagnostics file is malformed (nothing is imported).
+        ResultsError: a results or diagnostics file is malformed, or a record cannot be
+            stored (its path and line); nothing is imported.
     """
     records = read_results(results_dir)
-    diagnostics = read_diagnostics(results_dir, [r.run_id for r in records])
-    imported = already = with_diagnostics = 0
-    with Store(store_path) as store:
+    diagnostics = read_diagnostics(results_dir, records)
+    current: list[Record] = []  # the record being written, to name it if the write fails
+
+    def rows() -> Iterator[tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any] | None]]:
         for rec in records:
-            run, metrics = store_run_from_record(rec.data)
-            if store.insert_finished(run, metrics, diagnostics.get(rec.run_id)):
-                imported += 1
-                with_diagnostics += rec.run_id in diagnostics
-            else:
-                already += 1
-    return ImportSummary(imported, already, with_diagnostics)
+            current[:] = [rec]
+            yield (*store_run_from_record(rec.data), diagnostics.get(rec.run_id))
+
+    with Store(store_path) as store:
+        try:
+            added = store.insert_finished_runs(rows())
+        except (OverflowError, sqlite3.IntegrityError, sqlite3.InterfaceError) as exc:
+            rec = current[0]
+            reason = f"run {rec.run_id} cannot be stored ({exc}); nothing was imported"
+            raise ResultsError([(rec.path, rec.line, reason)]) from None
+    imported = sum(added)
+    with_diagnostics = sum(1 for rec, new in zip(records, added, strict=True) if new and rec.run_id in diagnostics)
+    return ImportSummary(imported, len(added) - imported, with_diagnostics)

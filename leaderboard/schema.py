@@ -11,10 +11,12 @@ the local SQLite store never is. Each line is one JSON object, written canonical
     seed            int (equal to the config's)
     preset          the protocol label (equal to the config's)
     status          "finished" (only finished runs are published)
-    config          the full run configuration (``RunConfig.to_dict()``)
+    config          the full run configuration (``RunConfig.to_dict()``): it must build a
+                    ``RunConfig`` (keys, types, ranges) whose ``run_id()`` is ``run_id``
     provenance      commit, device, torch, pezoo (strings, required) and any other
                     string-valued keys the harness records (python, platform, ...)
-    params          {"total": int, "pe": int} parameter counts
+    params          {"total": int, "pe": int} parameter counts (every integer of a record
+                    fits SQLite's signed 64 bits)
     timings         {"train_seconds", "eval_seconds", "started_at", "finished_at"}:
                     seconds, and Unix times of the run
     final_loss      the last training loss
@@ -26,6 +28,11 @@ the local SQLite store never is. Each line is one JSON object, written canonical
 The checksum is a guard against accidental or hand edits, not a signature: a file whose
 line no longer matches its checksum is rejected with its path, line and reason. The
 validator is hand-written (no schema library) and reports every problem it finds.
+
+Whatever a file holds (any JSON, nesting, NaN, huge integers, bytes that are not UTF-8),
+:func:`validate_record` and :func:`read_file` return reasons and :func:`read_results` and
+:func:`read_diagnostics` raise :class:`ResultsError` (a ValueError) naming the file and
+line; no other exception escapes them (hypothesis tests feed them random JSON).
 """
 
 from __future__ import annotations
@@ -34,12 +41,13 @@ import hashlib
 import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config import NEW_FIELD_DEFAULTS
+from harness.config import INT64_MAX, NEW_FIELD_DEFAULTS, RunConfig, shown
 
 SCHEMA_VERSION = 1
 SUFFIX = ".jsonl"
@@ -173,11 +181,18 @@ def store_run_from_record(record: Mapping[str, Any]) -> tuple[dict[str, Any], li
 
 
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """An int (not a bool) SQLite can store: within the signed 64-bit range."""
+    return isinstance(v, int) and not isinstance(v, bool) and -INT64_MAX - 1 <= v <= INT64_MAX
 
 
 def _is_number(v: Any) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+    """A finite int or float (not a bool); an int too large for a float is not finite."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(v) and abs(v) <= sys.float_info.max
+    except OverflowError:
+        return False
 
 
 def _keys(obj: Mapping[str, Any], expected: Iterable[str], where: str) -> list[str]:
@@ -197,10 +212,10 @@ def validate_record(record: Any) -> list[str]:
     if not isinstance(record, dict):
         return [f"a line must be a JSON object, got {type(record).__name__}"]
     version = record.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if not (_is_int(version) and version == SCHEMA_VERSION):  # 1.0 and true equal 1 in Python, not here
         if _is_int(version) and version > SCHEMA_VERSION:
             return [f"schema_version {version} is newer than this pezoo reads ({SCHEMA_VERSION}); upgrade pezoo"]
-        return [f"schema_version must be {SCHEMA_VERSION}, got {version!r}"]
+        return [f"schema_version must be {SCHEMA_VERSION} (an integer), got {shown(version)}"]
     problems = _keys(record, RECORD_KEYS, "record")
     if problems:
         return problems
@@ -208,6 +223,11 @@ def validate_record(record: Any) -> list[str]:
     config = record["config"]
     if not isinstance(config, dict):
         return ["config must be an object"]
+    try:
+        run_config: RunConfig | None = RunConfig.from_dict(config)
+    except ValueError as exc:
+        problems.append(f"config: {exc}")
+        run_config = None
     for key, check, what in (
         ("pe", lambda v: isinstance(v, str) and v, "a non-empty string"),
         ("task", lambda v: isinstance(v, str) and v, "a non-empty string"),
@@ -215,21 +235,26 @@ def validate_record(record: Any) -> list[str]:
         ("seed", _is_int, "an integer"),
     ):
         if not check(record[key]):
-            problems.append(f"{key} must be {what}, got {record[key]!r}")
+            problems.append(f"{key} must be {what}, got {shown(record[key])}")
         elif config.get(key) != record[key]:
-            problems.append(f"{key} is {record[key]!r} but config.{key} is {config.get(key)!r}")
+            problems.append(f"{key} is {shown(record[key])} but config.{key} is {shown(config.get(key))}")
     if record["status"] != "finished":
-        problems.append(f"status must be 'finished' (only finished runs are published), got {record['status']!r}")
-    train_max = config.get("train", {}).get("train_max") if isinstance(config.get("train"), dict) else None
-    if not _is_int(train_max):
-        problems.append("config.train.train_max must be an integer")
-        train_max = None
+        problems.append(f"status must be 'finished' (only finished runs are published), got {shown(record['status'])}")
+    train_max = run_config.train.train_max if run_config is not None else None
 
     run_id = record["run_id"]
     if not (isinstance(run_id, str) and _HEX16.fullmatch(run_id)):
-        problems.append(f"run_id must be 16 lowercase hex digits, got {run_id!r}")
+        problems.append(f"run_id must be 16 lowercase hex digits, got {shown(run_id)}")
     elif config_run_id(config) != run_id:
         problems.append(f"run_id {run_id} does not match its config (which hashes to {config_run_id(config)})")
+    elif run_config is not None and run_config.run_id() != run_id:
+        # the dict hashes to the id, but the run it describes does not: a field left out
+        # (filled with its default when the harness reads it) or written in another form
+        problems.append(
+            f"config does not describe run {run_id} as the harness writes it (a field left out, or a number "
+            f"in another form such as 1 for 1.0): it reads as run {run_config.run_id()}; export records from a "
+            "store rather than writing them"
+        )
 
     prov = record["provenance"]
     if not isinstance(prov, dict):
@@ -249,7 +274,7 @@ def validate_record(record: Any) -> list[str]:
         problems += _keys(params, PARAM_KEYS, "params")
         for k in PARAM_KEYS:
             if k in params and not (_is_int(params[k]) and params[k] >= 0):
-                problems.append(f"params.{k} must be a non-negative integer, got {params[k]!r}")
+                problems.append(f"params.{k} must be a non-negative integer (64-bit), got {shown(params[k])}")
 
     timings = record["timings"]
     if not isinstance(timings, dict):
@@ -262,7 +287,7 @@ def validate_record(record: Any) -> list[str]:
             problems.append("timings: finished_at is before started_at")
 
     if not _is_number(record["final_loss"]):
-        problems.append(f"final_loss must be a finite number, got {record['final_loss']!r}")
+        problems.append(f"final_loss must be a finite number, got {shown(record['final_loss'])}")
 
     problems += _validate_metrics(record["metrics"], train_max)
 
@@ -290,20 +315,20 @@ def _validate_metrics(metrics: Any, train_max: int | None) -> list[str]:
             continue
         length = m["length"]
         if not (_is_int(length) and length >= 1):
-            problems.append(f"{where}.length must be an integer >= 1, got {length!r}")
+            problems.append(f"{where}.length must be an integer >= 1 (64-bit), got {shown(length)}")
             continue
         lengths.append(length)
         if m["split"] not in ("train", "test"):
-            problems.append(f"{where}.split must be 'train' or 'test', got {m['split']!r}")
+            problems.append(f"{where}.split must be 'train' or 'test', got {shown(m['split'])}")
         elif train_max is not None and (m["split"] == "train") != (length <= train_max):
             problems.append(f"{where}: length {length} is marked {m['split']!r} but train_max is {train_max}")
         if not (_is_int(m["n"]) and m["n"] >= 1):
-            problems.append(f"{where}.n must be an integer >= 1, got {m['n']!r}")
+            problems.append(f"{where}.n must be an integer >= 1 (64-bit), got {shown(m['n'])}")
         if not (_is_number(m["token_length"]) and m["token_length"] > 0):
-            problems.append(f"{where}.token_length must be a positive number, got {m['token_length']!r}")
+            problems.append(f"{where}.token_length must be a positive number, got {shown(m['token_length'])}")
         for key in ("exact_match", "token_accuracy"):
             if not (_is_number(m[key]) and 0.0 <= m[key] <= 1.0):
-                problems.append(f"{where}.{key} must be a number in [0, 1], got {m[key]!r}")
+                problems.append(f"{where}.{key} must be a number in [0, 1], got {shown(m[key])}")
     if lengths != sorted(set(lengths)):
         problems.append("metrics must be sorted by length, each length once")
     return problems
@@ -316,6 +341,38 @@ def _validate_metrics(metrics: Any, train_max: int | None) -> list[str]:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed (metrics must be finite numbers)")
+
+
+MAX_DEPTH = 32
+"""How deeply arrays and objects may nest in a results or diagnostics file (records nest 5
+levels, diagnostics 6): deeper is refused before anything walks it."""
+
+
+def nesting_depth(value: Any) -> int:
+    """How many arrays and objects deep ``value`` nests (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:
+                stack.extend((v, depth) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def parse_json(text: str) -> Any:
+    """The JSON value of ``text``: NaN and infinities refused, nesting at most MAX_DEPTH
+    levels; ValueError says what is wrong (never RecursionError, whatever the text)."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError(f"not valid JSON here (nested more than {MAX_DEPTH} levels deep)") from None
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
+    if nesting_depth(value) > MAX_DEPTH:
+        raise ValueError(f"not valid JSON here (nested more than {MAX_DEPTH} levels deep)")
+    return value
 
 
 def read_file(path: Path) -> tuple[list[Record], list[tuple[Path, int, str]]]:
@@ -337,9 +394,9 @@ def read_file(path: Path) -> tuple[list[Record], list[tuple[Path, int, str]]]:
             problems.append((path, number, "empty line"))
             continue
         try:
-            value = json.loads(line, parse_constant=_refuse_constant)
+            value = parse_json(line)
         except ValueError as exc:
-            problems.append((path, number, f"not valid JSON ({exc})"))
+            problems.append((path, number, str(exc)))
             continue
         reasons = validate_record(value)
         if not reasons and line != to_line(value):
@@ -395,44 +452,129 @@ def iter_lines(records: Iterable[Mapping[str, Any]]) -> Iterator[str]:
 # --------------------------------------------------------------------------------------
 
 DIAGNOSTICS_DIR = "diagnostics"
+DIAGNOSTICS_KEYS = ("layers", "scale", "tokens", "train_max", "version")
+LAYER_KEYS = ("key_confidence", "key_modes", "layer", "query_confidence", "query_modes", "support")
 
 
-def diagnostics_problem(body: Any) -> str | None:
-    """Why ``body`` is not a diagnostics object the site can draw, or None."""
-    if not isinstance(body, dict) or body.get("version") != 1:
-        return "not a version-1 diagnostics object"
-    if not isinstance(body.get("tokens"), list) or not isinstance(body.get("layers"), list) or not body["layers"]:
-        return "needs a token list and at least one layer"
-    s = len(body["tokens"])
-    for layer in body["layers"]:
-        for key in ("query_modes", "key_modes"):
-            modes = layer.get(key) if isinstance(layer, dict) else None
-            ok = (
-                isinstance(modes, list)
-                and modes
-                and all(isinstance(c, list) and all(isinstance(m, list) and len(m) == s for m in c) for c in modes)
-            )
-            if not ok:
-                where = layer.get("layer") if isinstance(layer, dict) else "?"
-                return f"layer {where}: {key} must be (heads, cursors, {s})"
+def _grid(value: Any, s: int) -> bool:
+    """``value`` is a non-empty (heads, cursors, s) nest of lists."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(c, list) and c and all(isinstance(m, list) and len(m) == s for m in c) for c in value)
+    )
+
+
+def _layer_problem(layer: Any, index: int, s: int) -> str | None:
+    where = f"layers[{index}]"
+    if not isinstance(layer, dict):
+        return f"{where} must be an object"
+    for key in ("query_modes", "key_modes"):
+        if not _grid(layer.get(key), s):
+            return f"{where}: {key} must be (heads, cursors, {s})"
+    problems = _keys(layer, LAYER_KEYS, where)
+    if problems:
+        return problems[0]
+    if not (_is_int(layer["layer"]) and layer["layer"] >= 0):
+        return f"{where}: layer must be an integer >= 0"
+    support = layer["support"]
+    if not (_is_int(support) and support >= 1):
+        return f"{where}: support must be an integer >= 1, got {shown(support)}"
+    for side in ("query", "key"):
+        modes, confidence = layer[f"{side}_modes"], layer[f"{side}_confidence"]
+        values = [m for c in modes for trajectory in c for m in trajectory]
+        if not all(_is_int(m) and -support <= m <= support for m in values):
+            return f"{where}: {side}_modes must be integer offsets in -{support}..{support}"
+        shape = [[len(t) for t in c] for c in modes]
+        if not (_grid(confidence, s) and [[len(t) for t in c] for c in confidence] == shape):
+            return f"{where}: {side}_confidence must have the shape of {side}_modes"
+        if not all(_is_number(p) and 0 <= p <= 1 for c in confidence for t in c for p in t):
+            return f"{where}: {side}_confidence must be probabilities in [0, 1]"
     return None
 
 
-def read_diagnostics(directory: Path, run_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """run_id -> diagnostics for the runs of ``run_ids`` that have a file; raises
-    ResultsError (path and reason) for a file that is not valid."""
+def diagnostics_problem(body: Any, record: Mapping[str, Any] | None = None) -> str | None:
+    """Why ``body`` is not a diagnostics object the site can draw (of the run of ``record``,
+    when given), or None.
+
+    A version-1 object holds exactly ``version`` (1), ``scale`` (the test scale traced, an
+    integer above ``train_max``), ``train_max`` (the run's, an integer >= 1), ``tokens``
+    (s strings) and ``layers``: one or more objects of ``layer`` (index >= 0), ``support``
+    P (>= 1), ``query_modes`` / ``key_modes`` ((heads, cursors, s) integer offsets in
+    -P..P) and ``query_confidence`` / ``key_confidence`` (the same shape, probabilities).
+    """
+    if not isinstance(body, dict) or not (_is_int(body.get("version")) and body["version"] == 1):
+        return "not a version-1 diagnostics object"
+    tokens, layers = body.get("tokens"), body.get("layers")
+    if not isinstance(tokens, list) or not isinstance(layers, list) or not layers:
+        return "needs a token list and at least one layer"
+    if not tokens or not all(isinstance(t, str) for t in tokens):
+        return "tokens must be a non-empty list of strings"
+    for index, layer in enumerate(layers):
+        problem = _layer_problem(layer, index, len(tokens))
+        if problem:
+            return problem
+    problems = _keys(body, DIAGNOSTICS_KEYS, "diagnostics")
+    if problems:
+        return problems[0]
+    scale, train_max = body["scale"], body["train_max"]
+    for key, value in (("scale", scale), ("train_max", train_max)):
+        if not (_is_int(value) and value >= 1):
+            return f"{key} must be an integer >= 1, got {shown(value)}"
+    if scale <= train_max:
+        return f"scale {scale} must exceed train_max {train_max} (the trace is of a test scale)"
+    if record is not None:
+        train = record["config"]["train"]
+        test_max = record["config"].get("eval", {}).get("test_max")
+        if train_max != train["train_max"]:
+            return f"train_max {train_max} is not its run's ({train['train_max']})"
+        if test_max is not None and scale > test_max:
+            return f"scale {scale} is beyond its run's largest test scale ({test_max})"
+    return None
+
+
+def read_diagnostics(directory: Path, runs: Iterable[str | Record]) -> dict[str, dict[str, Any]]:
+    """run_id -> diagnostics of every ``<directory>/diagnostics/<run_id>.json``, each checked
+    by :func:`diagnostics_problem` against its record.
+
+    Args:
+        directory: the results folder.
+        runs: the published runs (their records; bare run ids check less: no record to
+            compare with).
+
+    Raises:
+        ResultsError: a file (path and reason) that cannot be read, is not a valid
+            diagnostics object, or belongs to no run of ``runs``.
+    """
+    records: dict[str, Mapping[str, Any] | None] = {}
+    for run in runs:
+        if isinstance(run, Record):
+            records[run.run_id] = run.data
+        else:
+            records.setdefault(run, None)
     folder = directory / DIAGNOSTICS_DIR
+    if not folder.is_dir():
+        return {}
     out, problems = {}, []
-    for run_id in sorted(set(run_ids)):
-        path = folder / f"{run_id}.json"
-        if not path.is_file():
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(".") or not path.name.endswith(".json"):
+            continue  # not a diagnostics file (a temporary file of an export in progress)
+        run_id = path.name[: -len(".json")]
+        if run_id not in records:
+            problems.append((path, 0, f"no published run has run_id {shown(run_id)} (diagnostics belong to a run)"))
             continue
         try:
-            body = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            problems.append((path, 1, f"unreadable diagnostics ({exc})"))
+            body = parse_json(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            problems.append((path, 0, f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
             continue
-        problem = diagnostics_problem(body)
+        except OSError as exc:
+            problems.append((path, 0, f"cannot be read ({exc.strerror})"))
+            continue
+        except ValueError as exc:
+            problems.append((path, 1, f"unreadable diagnostics: {exc}"))
+            continue
+        problem = diagnostics_problem(body, records[run_id])
         if problem:
             problems.append((path, 1, problem))
         else:

@@ -1,53 +1,218 @@
-"""Hand-drawn SVG: accuracy-vs-length curves and the style (colour, dash) of each encoding.
+"""Hand-drawn SVG: accuracy-vs-length plots, and how each encoding is drawn everywhere.
 
-Plain string building, no plotting library, so the same numbers give the same bytes
-(coordinates are written with one decimal). Colours are Paul Tol's colour-blind-safe
-"muted" scheme plus black; past ten encodings the colours repeat with a dash pattern, so
-the (colour, dash) pair of an encoding is unique on a board and the same on every page.
+No plotting library: the geometry is computed here and written by the templates
+``leaderboard/templates/*.svg.j2`` (autoescape on, like every page: labels and titles
+from results files are escaped; every number passes a filter that writes it as a number
+and refuses anything that is not a finite number, ``leaderboard.text.NotANumber``). The
+same numbers give the same bytes (coordinates are written with one decimal).
 
-Conventions: x is the task's own scale n (linear), y the accuracy in [0, 1]; the training
-region ``n <= N`` is shaded and closed by a dashed vertical line at N + 0.5; each
-encoding is its mean over seeds (line and dots) with a band from the min to the max over
-seeds.
+**One look per encoding, on every page and every board.** :data:`ENCODING_STYLES` fixes
+a (colour, dash, marker) for every registered encoding; colours are the Okabe–Ito
+colour-blind-safe palette without its yellow (too pale on white), each colour used at
+most once per line style (solid + circle, dashed + square, dotted + triangle), so two
+encodings never share both colour and line. ``randomized:<base>`` keeps its base's colour
+and marker with a dash-dot line (one per base line style); any other name (a plugin, or a run with options where
+the plain encoding is on the board too) gets a deterministic style from a hash of the
+name, in line styles the table does not use (:func:`styles`).
+
+**Plots.** x is the task's own scale n (linear), y the accuracy in [0, 1]; the training
+region ``n <= N`` is shaded, closed by a dashed line at N + 0.5 and labelled *above* the
+plotting area, so the label never covers data. :func:`line_plot` draws every encoding's
+mean over seeds (line and markers) with a light min..max band; :func:`panel_plot` is one
+small multiple: one encoding in its colour with its per-seed band, the others in light
+grey behind it, so curves that lie on top of each other are still told apart. The
+legend is HTML next to the plot (``leaderboard/templates/_html.j2``), in rank order, so
+it wraps on a narrow screen. Sizes are in the viewBox: the pages scale the plots to the
+screen, and the font sizes are chosen to stay legible at 400 px wide.
+
+**Heat-map colours** (:func:`heat_colour`): viridis, a perceptually uniform sequential
+scale that colour-blind readers see in the same order (van der Walt and Smith, the
+matplotlib default), with black or white text, whichever contrasts more.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from html import escape
+from typing import Any
 
-# Paul Tol, "muted" (https://personal.sron.nl/~pault/), then black.
+from markupsafe import Markup
+
+from leaderboard.text import NotANumber, finite, render_template
+
+__all__ = [
+    "ENCODING_STYLES",
+    "PALETTE",
+    "NotANumber",
+    "Series",
+    "Style",
+    "heat_colour",
+    "line_plot",
+    "nice_step",
+    "panel_plot",
+    "style_of",
+    "styles",
+    "swatch",
+]
+
+# Okabe & Ito, "Color Universal Design" (2008), without the yellow #F0E442 (too pale on white).
 PALETTE = (
-    "#332288",  # indigo
-    "#CC6677",  # rose
-    "#117733",  # green
-    "#DDCC77",  # sand
-    "#88CCEE",  # cyan
-    "#882255",  # wine
-    "#44AA99",  # teal
-    "#999933",  # olive
-    "#AA4499",  # purple
+    "#0072B2",  # blue
+    "#D55E00",  # vermillion
+    "#009E73",  # bluish green
+    "#CC79A7",  # reddish purple
+    "#E69F00",  # orange
+    "#56B4E9",  # sky blue
     "#000000",  # black
 )
-DASHES = ("", "6 3", "2 2", "8 3 2 3")
+BLUE, VERMILLION, GREEN, PURPLE, ORANGE, SKY, BLACK = PALETTE
+
+MARKERS = ("circle", "square", "triangle", "diamond", "triangle-down")
 
 
 @dataclass(frozen=True)
 class Style:
-    """How one encoding is drawn everywhere: stroke colour and SVG dash pattern ('' = solid)."""
+    """How one encoding is drawn everywhere: stroke colour, SVG dash pattern ('' = solid)
+    and the marker on its points (one of :data:`MARKERS`)."""
 
     colour: str
     dash: str
+    marker: str = "circle"
+
+
+SOLID, DASHED, DOTTED = ("", "circle"), ("7 3", "square"), ("1.5 3", "triangle")
+RANDOMIZED_DASHES = {SOLID[0]: "9 3 2 3", DASHED[0]: "9 3 2 3 2 3", DOTTED[0]: "14 3 2 3"}
+"""``randomized:<base>``: its base's colour and marker on a dash-dot line, one per base line style."""
+FALLBACK_LINES = (("5 2 1 2 1 2", "diamond"), ("12 3", "triangle-down"), ("3 3", "diamond"))
+"""Line styles for names outside the table: the table never uses them."""
+
+
+def _style(colour: str, line: tuple[str, str]) -> Style:
+    return Style(colour, line[0], line[1])
+
+
+ENCODING_STYLES: dict[str, Style] = {
+    # solid lines, circles: the baselines and the encodings most compared
+    "rope": _style(BLUE, SOLID),
+    "alibi": _style(VERMILLION, SOLID),
+    "prism": _style(GREEN, SOLID),
+    "hard_alibi": _style(PURPLE, SOLID),
+    "ape": _style(ORANGE, SOLID),
+    "t5": _style(SKY, SOLID),
+    "nope": _style(BLACK, SOLID),
+    # dashed lines, squares: a colour away from their relatives
+    "learned_prf_sh": _style(BLUE, DASHED),
+    "learned_prf": _style(VERMILLION, DASHED),
+    "learned_ape": _style(GREEN, DASHED),
+    "randomized": _style(PURPLE, DASHED),
+    "kerple_log": _style(ORANGE, DASHED),
+    "kerple_power": _style(SKY, DASHED),
+    "fire": _style(BLACK, DASHED),
+    # dotted lines, triangles
+    "xpos": _style(ORANGE, DOTTED),
+    "cope": _style(BLUE, DOTTED),
+}
+"""The fixed look of every registered encoding (a test checks that it covers the registry)."""
+
+
+def _hash(name: str) -> int:
+    """A stable hash (not Python's ``hash``, which changes between processes)."""
+    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big")
+
+
+def _fallbacks(name: str) -> Iterator[Style]:
+    """Styles for a name outside the table: every (colour, fallback line) pair, starting at
+    the name's hash, then numbered dashes without end (so a free one always exists)."""
+    pairs = [(c, line) for line in FALLBACK_LINES for c in PALETTE]
+    start = _hash(name) % len(pairs)
+    for colour, line in pairs[start:] + pairs[:start]:
+        yield _style(colour, line)
+    for k in itertools.count(1):
+        yield Style(PALETTE[k % len(PALETTE)], f"{k // len(PALETTE) + 1} 2 6 2", "diamond")
+
+
+def _encoding_of(label: str) -> str:
+    """A board label is the registry name, then its options after a space (``rope {"base": 500}``)."""
+    return label.split(" ", 1)[0]
+
+
+def style_of(label: str) -> Style:
+    """The style ``label`` gets when nothing else on its board claims it first (see :func:`styles`)."""
+    return next(_candidates(label))
+
+
+def _candidates(label: str) -> Iterator[Style]:
+    name = _encoding_of(label)
+    if name in ENCODING_STYLES:
+        yield ENCODING_STYLES[name]
+    elif name.startswith("randomized:") and name.split(":", 1)[1] in ENCODING_STYLES:
+        base = ENCODING_STYLES[name.split(":", 1)[1]]
+        yield Style(base.colour, RANDOMIZED_DASHES[base.dash], base.marker)
+    yield from _fallbacks(label)
 
 
 def styles(labels: Iterable[str]) -> dict[str, Style]:
-    """A unique Style per label, assigned in sorted order of the labels."""
-    out = {}
-    for i, label in enumerate(sorted(set(labels))):
-        out[label] = Style(PALETTE[i % len(PALETTE)], DASHES[(i // len(PALETTE)) % len(DASHES)])
+    """A distinct Style per board label: an encoding's own style from :data:`ENCODING_STYLES`
+    (or its randomized / hashed style), the same on every board.
+
+    Only a label that would share a style with another label of the same board (a run
+    with options next to the plain encoding, or two unknown names whose hashes meet)
+    moves on to its next deterministic candidate. Plain names are served first, then
+    labels with options, each group in sorted order, so the plain encoding keeps its look.
+    """
+    out: dict[str, Style] = {}
+    taken: set[Style] = set()
+    for label in sorted(set(labels), key=lambda lb: (" " in lb, lb)):
+        style = next(s for s in _candidates(label) if s not in taken)
+        out[label] = style
+        taken.add(style)
     return out
+
+
+# --------------------------------------------------------------------------------------
+# Heat-map colours
+# --------------------------------------------------------------------------------------
+
+VIRIDIS = (
+    "#440154", "#482475", "#414487", "#355F8D", "#2A788E", "#21918C",
+    "#22A884", "#44BF70", "#7AD151", "#BDDF26", "#FDE725",
+)  # fmt: skip
+"""viridis at 0, 0.1, ..., 1 (interpolated linearly in sRGB between these stops)."""
+
+
+def _rgb(hex_colour: str) -> tuple[int, int, int]:
+    return int(hex_colour[1:3], 16), int(hex_colour[3:5], 16), int(hex_colour[5:7], 16)
+
+
+def _luminance(rgb: tuple[float, float, float]) -> float:
+    """WCAG 2 relative luminance of an sRGB colour (0..255 channels)."""
+
+    def linear(c: float) -> float:
+        c = c / 255
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (linear(c) for c in rgb)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def heat_colour(value: float) -> tuple[str, str]:
+    """(background, text) hex colours for a value in [0, 1] (clipped) on :data:`VIRIDIS`;
+    the text is black or white, whichever has the higher WCAG contrast on the background."""
+    t = min(1.0, max(0.0, finite(value, "a heat-map value"))) * (len(VIRIDIS) - 1)
+    i = min(int(t), len(VIRIDIS) - 2)
+    a, b = _rgb(VIRIDIS[i]), _rgb(VIRIDIS[i + 1])
+    rgb = tuple(round(x + (y - x) * (t - i)) for x, y in zip(a, b, strict=True))
+    lum = _luminance(rgb)
+    text = "#000000" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "#FFFFFF"
+    return "#{:02X}{:02X}{:02X}".format(*rgb), text
+
+
+# --------------------------------------------------------------------------------------
+# Plots
+# --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -62,11 +227,6 @@ class Series:
     hi: tuple[float, ...]
 
 
-def _f(v: float) -> str:
-    text = f"{v:.1f}"
-    return "0.0" if text == "-0.0" else text
-
-
 def nice_step(span: float, max_ticks: int = 10) -> float:
     """The smallest of 1, 2, 5 x 10^k giving at most ``max_ticks`` intervals over ``span``."""
     if span <= 0:
@@ -79,18 +239,95 @@ def nice_step(span: float, max_ticks: int = 10) -> float:
     return 10.0 ** (k + 1)  # unreachable: base 10 always fits
 
 
-def _dash(style: Style) -> str:
-    return f' stroke-dasharray="{style.dash}"' if style.dash else ""
-
-
-def swatch(style: Style, width: int = 24, height: int = 10) -> str:
-    """A small inline SVG line in an encoding's style, for tables and legends."""
-    y = height / 2
-    return (
-        f'<svg class="swatch" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" aria-hidden="true"><line x1="1" y1="{_f(y)}" x2="{width - 1}" '
-        f'y2="{_f(y)}" stroke="{style.colour}" stroke-width="2.5"{_dash(style)}/></svg>'
+def swatch(style: Style, width: int = 26, height: int = 12) -> Markup:
+    """A small inline SVG line with one marker in an encoding's style, for tables and legends."""
+    return render_template(
+        "swatch.svg.j2",
+        style=style,
+        width=width,
+        height=height,
+        y=height / 2,
+        point=_marker(style, width / 2, height / 2, 3.2),
     )
+
+
+def _marker(style: Style, x: float, y: float, r: float) -> dict[str, Any]:
+    """The marker at (x, y) of radius ~r: a template tag name and its geometry."""
+    if style.marker == "square":
+        return {"tag": "rect", "x": x - r * 0.85, "y": y - r * 0.85, "size": r * 1.7}
+    shapes = {
+        "triangle": ((0, -1.2), (1.1, 0.8), (-1.1, 0.8)),
+        "triangle-down": ((0, 1.2), (1.1, -0.8), (-1.1, -0.8)),
+        "diamond": ((0, -1.25), (1.1, 0), (0, 1.25), (-1.1, 0)),
+    }
+    if style.marker in shapes:
+        return {"tag": "polygon", "points": [(x + dx * r, y + dy * r) for dx, dy in shapes[style.marker]]}
+    return {"tag": "circle", "x": x, "y": y, "r": r}
+
+
+def _values(values: Iterable[Any], what: str) -> tuple[float, ...]:
+    """``values`` as floats; NotANumber naming ``what`` and the position of the first bad one."""
+    out = []
+    for i, v in enumerate(values):
+        out.append(finite(v, f"{what}[{i}]"))
+    return tuple(out)
+
+
+def _coordinates(s: Series) -> tuple[tuple[float, ...], ...]:
+    """The series' xs, ys, lo and hi as floats; NotANumber for a value that is not a finite number."""
+    return tuple(
+        _values(v, f"{s.label!r} {name}") for name, v in (("xs", s.xs), ("ys", s.ys), ("lo", s.lo), ("hi", s.hi))
+    )
+
+
+@dataclass(frozen=True)
+class _Axes:
+    """Pixel geometry of one plotting area: data x in [x_lo, x_hi], y in [0, 1]."""
+
+    left: float
+    top: float
+    width: float
+    height: float
+    x_lo: float
+    x_hi: float
+
+    def px(self, x: float) -> float:
+        return self.left + (x - self.x_lo) / (self.x_hi - self.x_lo) * self.width
+
+    def py(self, y: float) -> float:
+        return self.top + (1.0 - y) * self.height
+
+    @property
+    def bottom(self) -> float:
+        return self.top + self.height
+
+    @property
+    def right(self) -> float:
+        return self.left + self.width
+
+
+def _x_range(checked: Sequence[tuple[Any, ...]], boundary: float | None) -> tuple[float, float]:
+    all_xs = [x for _, xs, *_ in checked for x in xs]
+    x_lo, x_hi = (min(all_xs), max(all_xs)) if all_xs else (0.0, 1.0)
+    if boundary is not None:
+        x_lo, x_hi = min(x_lo, math.floor(boundary)), max(x_hi, math.ceil(boundary))
+    if x_hi <= x_lo:
+        x_lo, x_hi = x_lo - 1, x_hi + 1
+    return x_lo, x_hi
+
+
+def _drawn(axes: _Axes, s: Series, xs, ys, lo, hi, index: int, marker_r: float, max_markers: int) -> dict[str, Any]:
+    """One series in pixels: its line, its band outline (None when the seeds agree
+    everywhere) and its markers (every point, or every k-th with a phase per series so
+    markers of curves on top of each other do not hide one another)."""
+    line = [(axes.px(x), axes.py(y)) for x, y in zip(xs, ys, strict=True)]
+    band = None
+    if any(h > low for low, h in zip(lo, hi, strict=True)):
+        upper = [(axes.px(x), axes.py(h)) for x, h in zip(xs, hi, strict=True)]
+        band = upper + [(axes.px(x), axes.py(low)) for x, low in reversed(list(zip(xs, lo, strict=True)))]
+    stride = max(1, math.ceil(len(line) / max_markers))
+    markers = [_marker(s.style, x, y, marker_r) for i, (x, y) in enumerate(line) if (i + index) % stride == 0]
+    return {"series": s, "line": line, "band": band, "markers": markers}
 
 
 def line_plot(
@@ -101,127 +338,101 @@ def line_plot(
     y_label: str,
     boundary: float | None = None,
     boundary_label: str = "",
-    plot_width: int = 480,
-    plot_height: int = 220,
-    legend: bool = True,
-) -> str:
-    """An accuracy-vs-length plot as one ``<svg>`` element.
+    plot_width: int = 400,
+    plot_height: int = 230,
+) -> Markup:
+    """An accuracy-vs-length plot of every series as one ``<svg>`` element (no legend:
+    the page puts one beside it).
 
     Args:
-        series: the curves (drawn in the given order, bands first).
-        title: text above the plot (also the accessible name).
+        series: the curves; drawn in the given order (so the last is on top), bands first.
+        title: the accessible name (``<title>``, ``aria-label``); the page shows it as the caption.
         x_label, y_label: axis titles.
         boundary: x of the training boundary (N + 0.5); the region left of it is shaded.
-        boundary_label: text next to the boundary line.
-        plot_width, plot_height: size of the plotting area in px.
-        legend: draw the legend to the right of the plot.
+        boundary_label: text over the shaded region, above the plotting area.
+        plot_width, plot_height: size of the plotting area in viewBox units.
+
+    Raises:
+        NotANumber: a coordinate or the boundary is not a finite number.
     """
-    left, top, bottom, gap = 56, 34, 46, 14
-    legend_width = max(200, max((len(s.label) for s in series), default=0) * 7 + 40) if legend and series else 0
-    width = left + plot_width + gap + legend_width
-    legend_height = 22 + 18 * len(series) if legend else 0
-    height = max(top + plot_height + bottom, top + legend_height)
-
-    xs = [x for s in series for x in s.xs]
-    x_lo, x_hi = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    checked = [(s, *_coordinates(s)) for s in series]
     if boundary is not None:
-        x_lo, x_hi = min(x_lo, math.floor(boundary)), max(x_hi, math.ceil(boundary))
-    if x_hi <= x_lo:
-        x_lo, x_hi = x_lo - 1, x_hi + 1
+        boundary = finite(boundary, "boundary")
+    left, top, right, bottom = 64, 28, 14, 48
+    axes = _Axes(left, top, plot_width, plot_height, *_x_range(checked, boundary))
+    step = nice_step(axes.x_hi - axes.x_lo, 8)
+    x_ticks = _ticks(axes, step)
+    drawn = [_drawn(axes, s, *coords, i, 3.0, 12) for i, (s, *coords) in enumerate(checked)]
+    return render_template(
+        "plot.svg.j2",
+        title=title,
+        x_label=x_label,
+        y_label=y_label,
+        boundary_label=boundary_label,
+        width=left + plot_width + right,
+        height=top + plot_height + bottom,
+        axes=axes,
+        y_ticks=[(y, axes.py(y)) for y in (0.0, 0.25, 0.5, 0.75, 1.0)],
+        x_ticks=x_ticks,
+        boundary_x=None if boundary is None else axes.px(boundary),
+        series=drawn,
+    )
 
-    def px(x: float) -> float:
-        return left + (x - x_lo) / (x_hi - x_lo) * plot_width
 
-    def py(y: float) -> float:
-        return top + (1.0 - y) * plot_height
+def panel_plot(
+    highlight: Series | None,
+    others: Sequence[Series],
+    *,
+    title: str,
+    boundary: float | None = None,
+    x_range: tuple[float, float] | None = None,
+    plot_width: int = 190,
+    plot_height: int = 110,
+) -> Markup:
+    """One small multiple: ``highlight`` in its style with its min..max band over seeds,
+    ``others`` as thin light-grey lines behind it, on the same axes as its sibling panels.
 
-    out = [
-        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
-        f"<title>{escape(title)}</title>",
-        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
-        f'<text x="{left}" y="18" font-size="14" font-weight="bold">{escape(title)}</text>',
-    ]
-    if boundary is not None:  # shaded training region, then the boundary line
-        out.append(
-            f'<rect x="{_f(px(x_lo))}" y="{_f(py(1))}" width="{_f(px(boundary) - px(x_lo))}" '
-            f'height="{_f(plot_height)}" fill="#eeeeee"/>'
-        )
-    for y in (0.0, 0.25, 0.5, 0.75, 1.0):  # horizontal grid and y ticks
-        out.append(
-            f'<line x1="{left}" y1="{_f(py(y))}" x2="{left + plot_width}" y2="{_f(py(y))}" stroke="#cccccc" '
-            f'stroke-width="{1 if y in (0.0, 1.0) else 0.5}"/>'
-        )
-        out.append(f'<text x="{left - 6}" y="{_f(py(y) + 4)}" font-size="11" text-anchor="end">{y:.2f}</text>')
-    step = nice_step(x_hi - x_lo)
-    tick = math.ceil(x_lo / step) * step
-    while tick <= x_hi + 1e-9:
-        out.append(
-            f'<line x1="{_f(px(tick))}" y1="{_f(py(0))}" x2="{_f(px(tick))}" y2="{_f(py(0) + 4)}" stroke="#333333"/>'
-        )
-        out.append(f'<text x="{_f(px(tick))}" y="{_f(py(0) + 17)}" font-size="11" text-anchor="middle">{tick:g}</text>')
+    Args:
+        highlight: the panel's encoding (None: only the others, e.g. not run here).
+        others: the other encodings of the same table.
+        title: the accessible name; the page shows the encoding's name above the panel.
+        boundary: x of the training boundary (N + 0.5); the region left of it is shaded.
+        x_range: (lowest, highest) x of every panel of the grid, so they line up.
+        plot_width, plot_height: size of the plotting area in viewBox units.
+
+    Raises:
+        NotANumber: a coordinate, the boundary or the range is not a finite number.
+    """
+    checked_others = [(s, *_coordinates(s)) for s in others]
+    checked = [(highlight, *_coordinates(highlight))] if highlight is not None else []
+    if boundary is not None:
+        boundary = finite(boundary, "boundary")
+    if x_range is not None:
+        x_lo, x_hi = finite(x_range[0], "x_range[0]"), finite(x_range[1], "x_range[1]")
+    else:
+        x_lo, x_hi = _x_range(checked + checked_others, boundary)
+    left, top, right, bottom = 30, 8, 12, 24
+    axes = _Axes(left, top, plot_width, plot_height, x_lo, x_hi if x_hi > x_lo else x_lo + 1)
+    x_ticks = [(x, axes.px(x)) for x in sorted({x_lo, x_hi} | ({math.floor(boundary)} if boundary else set()))]
+    return render_template(
+        "panel.svg.j2",
+        title=title,
+        width=left + plot_width + right,
+        height=top + plot_height + bottom,
+        axes=axes,
+        x_ticks=x_ticks,
+        boundary_x=None if boundary is None else axes.px(boundary),
+        others=[[(axes.px(x), axes.py(y)) for x, y in zip(xs, ys, strict=True)] for _, xs, ys, _, _ in checked_others],
+        highlight=_drawn(axes, *checked[0], 0, 2.6, 10) if checked else None,
+    )
+
+
+def _ticks(axes: _Axes, step: float) -> list[tuple[float, float]]:
+    ticks, tick = [], math.ceil(axes.x_lo / step) * step
+    while tick <= axes.x_hi + 1e-9:
+        ticks.append((tick, axes.px(tick)))
         tick += step
-    out.append(
-        f'<text x="{_f(left + plot_width / 2)}" y="{_f(py(0) + 36)}" font-size="12" '
-        f'text-anchor="middle">{escape(x_label)}</text>'
-    )
-    out.append(
-        f'<text x="14" y="{_f(top + plot_height / 2)}" font-size="12" text-anchor="middle" '
-        f'transform="rotate(-90 14 {_f(top + plot_height / 2)})">{escape(y_label)}</text>'
-    )
-    if boundary is not None:
-        out.append(
-            f'<line class="train-boundary" x1="{_f(px(boundary))}" y1="{_f(py(1) - 4)}" x2="{_f(px(boundary))}" '
-            f'y2="{_f(py(0))}" stroke="#555555" stroke-width="1.5" stroke-dasharray="5 3"/>'
-        )
-        # written upwards along the line from the bottom, inside the training region,
-        # where curves are rarely low: it stays readable however narrow that region is
-        bx, by = _f(px(boundary) - 4), _f(py(0) - 4)
-        out.append(
-            f'<text x="{bx}" y="{by}" font-size="11" fill="#555555" '
-            f'transform="rotate(-90 {bx} {by})">{escape(boundary_label)}</text>'
-        )
-    if not series:
-        out.append(
-            f'<text x="{_f(left + plot_width / 2)}" y="{_f(top + plot_height / 2)}" font-size="13" '
-            'text-anchor="middle" fill="#777777">no results</text>'
-        )
-    for s in series:  # bands under every line
-        if any(h > lo for lo, h in zip(s.lo, s.hi, strict=True)):
-            upper = [f"{_f(px(x))},{_f(py(h))}" for x, h in zip(s.xs, s.hi, strict=True)]
-            lower = [f"{_f(px(x))},{_f(py(lo))}" for x, lo in reversed(list(zip(s.xs, s.lo, strict=True)))]
-            out.append(
-                f'<polygon class="band" points="{" ".join(upper + lower)}" fill="{s.style.colour}" '
-                'fill-opacity="0.15" stroke="none"/>'
-            )
-    for s in series:
-        points = " ".join(f"{_f(px(x))},{_f(py(y))}" for x, y in zip(s.xs, s.ys, strict=True))
-        out.append(f'<g class="series" data-encoding="{escape(s.label)}"><title>{escape(s.label)}</title>')
-        out.append(
-            f'<polyline points="{points}" fill="none" stroke="{s.style.colour}" stroke-width="2"'
-            f'{_dash(s.style)} stroke-linejoin="round"/>'
-        )
-        out += [
-            f'<circle cx="{_f(px(x))}" cy="{_f(py(y))}" r="2.2" fill="{s.style.colour}"/>'
-            for x, y in zip(s.xs, s.ys, strict=True)
-        ]
-        out.append("</g>")
-    if legend and series:
-        x0 = left + plot_width + gap
-        out.append(
-            f'<g class="legend"><text x="{x0}" y="{top + 4}" font-size="11" fill="#555555">'
-            "mean, band: min..max over seeds</text>"
-        )
-        for i, s in enumerate(series):
-            y = top + 22 + 18 * i
-            out.append(
-                f'<line x1="{x0}" y1="{y - 4}" x2="{x0 + 24}" y2="{y - 4}" stroke="{s.style.colour}" '
-                f'stroke-width="2.5"{_dash(s.style)}/>'
-            )
-            out.append(f'<text x="{x0 + 30}" y="{y}" font-size="12">{escape(s.label)}</text>')
-        out.append("</g>")
-    out.append("</svg>")
-    return "\n".join(out)
+    return ticks
 
 
 def trajectory_plot(
@@ -232,15 +443,19 @@ def trajectory_plot(
     y_label: str,
     plot_width: int = 420,
     plot_height: int = 200,
-) -> str:
-    """Lines y(x = 0, 1, 2, ...) on a free y range, one colour per line (PRISM's cursor modes).
+) -> Markup:
+    """Lines y(x = 0, 1, 2, ...) on a free y range, one colour (and dash) per line (PRISM's cursor modes).
 
     Args:
         lines: (label, values) per line, drawn in order; x is the index into values.
         title: text above the plot (also the accessible name).
         x_label, y_label: axis titles.
         plot_width, plot_height: size of the plotting area in px.
+
+    Raises:
+        NotANumber: a value is not a finite number.
     """
+    lines = [(label, _values(ys, f"{title!r} line {label!r}")) for label, ys in lines]
     left, top, bottom, gap = 56, 34, 46, 14
     legend_width = max(120, max((len(label) for label, _ in lines), default=0) * 7 + 40) if lines else 0
     width = left + plot_width + gap + legend_width
@@ -257,45 +472,37 @@ def trajectory_plot(
     def py(y: float) -> float:
         return top + (y_hi - y) / (y_hi - y_lo) * plot_height
 
-    out = [
-        f'<svg class="plot trajectories" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
-        f"<title>{escape(title)}</title>",
-        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
-        f'<text x="{left}" y="18" font-size="14" font-weight="bold">{escape(title)}</text>',
-    ]
-    y_step = nice_step(y_hi - y_lo, 6)
+    y_step, y_ticks = nice_step(y_hi - y_lo, 6), []
     tick = math.ceil(y_lo / y_step) * y_step
     while tick <= y_hi + 1e-9:
-        out.append(
-            f'<line x1="{left}" y1="{_f(py(tick))}" x2="{left + plot_width}" y2="{_f(py(tick))}" '
-            f'stroke="{"#888888" if tick == 0 else "#cccccc"}" stroke-width="{1 if tick == 0 else 0.5}"/>'
-        )
-        out.append(f'<text x="{left - 6}" y="{_f(py(tick) + 4)}" font-size="11" text-anchor="end">{tick:g}</text>')
+        y_ticks.append((tick, py(tick)))
         tick += y_step
-    x_step = nice_step(x_hi)
-    tick = 0.0
+    x_step, x_ticks, tick = nice_step(x_hi), [], 0.0
     while tick <= x_hi + 1e-9:
-        out.append(f'<text x="{_f(px(tick))}" y="{_f(top + plot_height + 17)}" font-size="11" '
-                   f'text-anchor="middle">{tick:g}</text>')  # fmt: skip
+        x_ticks.append((tick, px(tick)))
         tick += x_step
-    out.append(
-        f'<text x="{_f(left + plot_width / 2)}" y="{_f(top + plot_height + 36)}" font-size="12" '
-        f'text-anchor="middle">{escape(x_label)}</text>'
+    return render_template(
+        "trajectories.svg.j2",
+        title=title,
+        x_label=x_label,
+        y_label=y_label,
+        width=width,
+        height=height,
+        left=left,
+        top=top,
+        right=left + plot_width,
+        plot_width=plot_width,
+        plot_height=plot_height,
+        y_ticks=y_ticks,
+        x_ticks=x_ticks,
+        lines=[  # past the palette, the colours repeat dashed
+            (
+                label,
+                PALETTE[i % len(PALETTE)],
+                "" if i < len(PALETTE) else "6 3",
+                [(px(x), py(y)) for x, y in enumerate(ys)],
+            )
+            for i, (label, ys) in enumerate(lines)
+        ],
+        legend_x=left + plot_width + gap,
     )
-    out.append(
-        f'<text x="14" y="{_f(top + plot_height / 2)}" font-size="12" text-anchor="middle" '
-        f'transform="rotate(-90 14 {_f(top + plot_height / 2)})">{escape(y_label)}</text>'
-    )
-    x0 = left + plot_width + gap
-    for i, (label, ys) in enumerate(lines):
-        colour = PALETTE[i % len(PALETTE)]
-        points = " ".join(f"{_f(px(x))},{_f(py(y))}" for x, y in enumerate(ys))
-        out.append(f'<g class="series"><title>{escape(label)}</title>')
-        out.append(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.6"/>')
-        out.append("</g>")
-        y = top + 22 + 18 * i
-        out.append(f'<line x1="{x0}" y1="{y - 4}" x2="{x0 + 24}" y2="{y - 4}" stroke="{colour}" stroke-width="2.5"/>')
-        out.append(f'<text x="{x0 + 30}" y="{y}" font-size="12">{escape(label)}</text>')
-    out.append("</svg>")
-    return "\n".join(out)

@@ -15,6 +15,9 @@ How each structured bias is lowered:
                   tensor is ever built)                     LocalAttentionMask(window) (needs contiguous
                                                             positions; otherwise dense)
     LinearBias    score_mod ``-slope_h |pos_i - pos_j|``    dense tensor bias
+    RelativeFunctionBias                                   dense tensor bias
+                  score_mod calling ``fn(pos_i, pos_j, h)``
+                  on scalars (no (i, j) tensor)
     DenseBias     score_mod reading the tensor              dense tensor bias
     key padding   mask_mod ``kpm[b, kv]``                   dense tensor bias
     other         ``materialize()`` then as DenseBias       dense tensor bias
@@ -60,7 +63,7 @@ import torch
 from torch import Tensor
 
 from pezoo.attention import BACKENDS, dense_mask, register_backend
-from pezoo.base import AttentionBias, AttentionContext, DenseBias, LinearBias, WindowMask
+from pezoo.base import AttentionBias, AttentionContext, DenseBias, LinearBias, RelativeFunctionBias, WindowMask
 
 __all__ = [
     "FLEX_BLOCK_SIZE",
@@ -93,7 +96,7 @@ def native_lowering(backend: str, biases: Sequence[AttentionBias], ctx: Attentio
     in place (flex). ``eager`` and ``sdpa`` materialise everything.
     """
     if backend == "flex":
-        return all(isinstance(bias, (LinearBias, WindowMask, DenseBias)) for bias in biases)
+        return all(isinstance(bias, (LinearBias, WindowMask, RelativeFunctionBias, DenseBias)) for bias in biases)
     if backend == "xformers":
         return ctx is not None and xformers_plan(ctx, biases, n_queries=ctx.q_pos.shape[-1]) is not None
     return not biases
@@ -244,12 +247,27 @@ def _flex_mods(
         def distance(b: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
             return (qi + offset - kj).to(torch.float32)
 
+        first = kp[0, 0]  # () the first key's position: key index kj is at first + kj
+
+        def q_position(b: Tensor, qi: Tensor) -> Tensor:
+            return (qi + offset).to(torch.float32) + first
+
+        def k_position(b: Tensor, kj: Tensor) -> Tensor:
+            return kj.to(torch.float32) + first
+
     else:
 
         def distance(b: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
             return qp[b, qi] - kp[b, kj]
 
+        def q_position(b: Tensor, qi: Tensor) -> Tensor:
+            return qp[b, qi]
+
+        def k_position(b: Tensor, kj: Tensor) -> Tensor:
+            return kp[b, kj]
+
     slopes: list[Tensor] = []
+    functions: list[RelativeFunctionBias] = []
     dense: list[Tensor] = []
     windows: list[Tensor] = []
     full = (batch, n_heads, n_queries, n_keys)
@@ -258,6 +276,8 @@ def _flex_mods(
             slopes.append(bias.slopes.to(device=qp.device, dtype=torch.float32))
         elif isinstance(bias, WindowMask):
             windows.append(bias.windows.to(device=qp.device, dtype=torch.float32))
+        elif isinstance(bias, RelativeFunctionBias):
+            functions.append(bias)
         elif isinstance(bias, DenseBias):
             dense.append(
                 bias.tensor.to(device=qp.device, dtype=torch.float32).expand(batch, n_heads, n_queries, n_keys)
@@ -265,11 +285,13 @@ def _flex_mods(
         else:  # an encoding's own bias type: read its materialised form
             dense.append(bias.materialize(ctx, n_heads, torch.float32).to(qp.device).expand(full))
     score_mod = None
-    if slopes or dense:
+    if slopes or functions or dense:
 
         def score_mod(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
             for s in slopes:
                 score = score - s[h] * distance(b, qi, kj).abs()
+            for f in functions:
+                score = score + f.fn(q_position(b, qi), k_position(b, kj), h, *f.params)
             for t in dense:
                 score = score + t[b, h, qi, kj]
             return score
@@ -345,7 +367,7 @@ def _pad_to_one_block(
     )
     padded_biases: list[AttentionBias] = []
     for bias in biases:
-        if isinstance(bias, (LinearBias, WindowMask)):  # read positions: the padded ctx has them
+        if isinstance(bias, (LinearBias, WindowMask, RelativeFunctionBias)):  # read positions: padded ctx has them
             padded_biases.append(bias)
         else:
             t = bias.tensor if isinstance(bias, DenseBias) else bias.materialize(ctx, h, torch.float32)

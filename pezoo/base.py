@@ -41,6 +41,7 @@ __all__ = [
     "LinearBias",
     "ModelDims",
     "PositionalEncoding",
+    "RelativeFunctionBias",
     "UnknownNameError",
     "WindowMask",
     "available",
@@ -163,6 +164,57 @@ class DenseBias(AttentionBias):
 
     def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
         return self.tensor.to(dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class RelativeFunctionBias(AttentionBias):
+    """A bias given by a pure elementwise function of the two positions and the head:
+
+        bias[b, h, i, j] = fn(q_pos[b, i], k_pos[b, j], h, *params)
+
+    ``fn`` must be built from broadcasting elementwise tensor ops only (no reductions
+    over its inputs, no Python branching on their values), so one definition serves
+    both lowerings:
+
+    * ``materialize`` calls it on broadcast grids: positions as float32 ``(b|1, 1, i, 1)``
+      and ``(b|1, 1, 1, j)``, the head index as a long ``(1, h, 1, 1)``;
+    * flex calls it inside its ``score_mod`` on scalars (one query, key and head at a
+      time), so no (i, j) tensor is ever built.
+
+    Parameters a function reads go in ``params`` (indexed by ``h`` inside ``fn``, e.g.
+    ``r1[head]``), not in a closure, so ``fn`` can be a plain module-level function and
+    the compiled flex kernel is reused across calls. Gradients reach ``params`` through
+    every backend that materialises; through flex where flex supports gradients of
+    captured tensors.
+
+    ``dense_fn`` optionally replaces ``fn`` in ``materialize`` with a vectorised form
+    returning the same (b|1, h, i, j) values faster (FIRE evaluates its MLP as one
+    matrix product there, and elementwise, hidden unit by hidden unit, in flex). It
+    takes the same arguments without the head index. Tests must show both agree.
+
+    Used by KERPLE (a function of ``|pos_i - pos_j|``) and FIRE (a function of
+    ``pos_i - pos_j`` and ``pos_i``). xformers has no class for it and gets a dense
+    tensor bias.
+
+    Attributes:
+        fn: ``(q_pos, k_pos, head, *params) -> bias``, elementwise and broadcasting.
+        params: tensors ``fn`` reads (per-head parameters, MLP weights).
+        dense_fn: optional ``(q_pos, k_pos, *params) -> (b|1, h, i, j)``, same values.
+    """
+
+    fn: Callable[..., Tensor]
+    params: tuple[Tensor, ...] = ()
+    dense_fn: Callable[..., Tensor] | None = None
+
+    def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
+        q = ctx.q_pos.to(torch.float32)[:, None, :, None]  # (b|1, 1, i, 1)
+        k = ctx.k_pos.to(torch.float32)[:, None, None, :]  # (b|1, 1, 1, j)
+        if self.dense_fn is not None:
+            out = self.dense_fn(q, k, *self.params)  # (b|1, h, i, j)
+        else:
+            head = torch.arange(n_heads, device=q.device).view(1, -1, 1, 1)  # (1, h, 1, 1)
+            out = self.fn(q, k, head, *self.params)  # (b|1, h, i, j)
+        return out.to(dtype)
 
 
 # --------------------------------------------------------------------------------------

@@ -2,7 +2,10 @@
 
 from pezoo.encodings.alibi import ALiBi, alibi_slopes
 from pezoo.encodings.ape import SinusoidalAPE, sinusoid_table
+from pezoo.encodings.cope import CoPE, cope_bias, cope_interpolate, cope_positions
+from pezoo.encodings.fire import FIRE, fire_bias, fire_bias_dense
 from pezoo.encodings.hard_alibi import HardALiBi, hard_alibi_windows
+from pezoo.encodings.kerple import KerpleLog, KerplePower, kerple_log_bias, kerple_power_bias
 from pezoo.encodings.learned_ape import LearnedAPE
 from pezoo.encodings.learned_prf import LearnedPRF, LearnedPRFScaleHint
 from pezoo.encodings.nope import NoPE
@@ -10,11 +13,16 @@ from pezoo.encodings.prism import PRISM
 from pezoo.encodings.randomized import RandomizedPE, RandomizedSinusoidalAPE, sample_sorted_positions
 from pezoo.encodings.rope import RoPE, rope_angles, rotate_pairs
 from pezoo.encodings.t5 import T5Bias, t5_relative_bucket
+from pezoo.encodings.xpos import XPos, xpos_rotation, xpos_zeta
 
 __all__ = [
+    "FIRE",
     "PRISM",
     "ALiBi",
+    "CoPE",
     "HardALiBi",
+    "KerpleLog",
+    "KerplePower",
     "LearnedAPE",
     "LearnedPRF",
     "LearnedPRFScaleHint",
@@ -24,11 +32,21 @@ __all__ = [
     "RoPE",
     "SinusoidalAPE",
     "T5Bias",
+    "XPos",
     "alibi_slopes",
+    "cope_bias",
+    "cope_interpolate",
+    "cope_positions",
+    "fire_bias",
+    "fire_bias_dense",
     "hard_alibi_windows",
+    "kerple_log_bias",
+    "kerple_power_bias",
     "rope_angles",
     "rotate_pairs",
     "sample_sorted_positions",
     "sinusoid_table",
     "t5_relative_bucket",
+    "xpos_rotation",
+    "xpos_zeta",
 ]

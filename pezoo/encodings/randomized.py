@@ -15,15 +15,21 @@ Conventions:
       sequence of the batch (the paper subsamples "once per batch and not individually
       for every sequence");
     * the paper counts positions 1..L; pezoo counts 0..L-1 (the same set shifted by one);
-    * in training mode positions are always random. In eval mode they are plain
-      ``0..n-1`` by default, or drawn the same way when ``randomize_eval=True`` (what the
-      paper does at test time);
+    * positions are random in training *and* in eval mode by default: "at test time
+      [...] we use the same procedure but for all token positions" (§3). With
+      ``randomize_eval=False`` eval mode gives plain ``0..n-1`` instead (not the paper's
+      test-time procedure; kept as a named option);
+    * draws come from torch's global RNG, or, inside ``with pe.seeded(seed):``, from a
+      generator seeded with ``seed`` (a deterministic evaluation: the harness seeds one
+      draw per evaluated example from the run's seed, the scale and the example's index);
     * a sequence longer than L is an error in both modes: its positions cannot be
       distinct values of ``[0, L)``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import ClassVar
 
 import torch
@@ -68,14 +74,14 @@ class RandomizedPE(PositionalEncoding):
         inner: the wrapped encoding; must read positions (``uses_positions``) and, if it
             has a ``max_position``, accept every position below ``max_length``.
         max_length: L, the range positions are drawn from (2048 by default).
-        randomize_eval: also draw random positions in eval mode (the paper's test-time
-            procedure); default False: plain ``0..n-1`` at evaluation.
+        randomize_eval: draw random positions in eval mode too (default True: the
+            paper's test-time procedure, §3); False: plain ``0..n-1`` at evaluation.
     """
 
     wrappable: ClassVar[bool] = False  # randomizing twice means nothing
 
     def __init__(
-        self, inner: PositionalEncoding, /, *, max_length: int = DEFAULT_MAX_LENGTH, randomize_eval: bool = False
+        self, inner: PositionalEncoding, /, *, max_length: int = DEFAULT_MAX_LENGTH, randomize_eval: bool = True
     ) -> None:
         super().__init__()
         if isinstance(inner, RandomizedPE):
@@ -96,18 +102,37 @@ class RandomizedPE(PositionalEncoding):
         self.inner = inner
         self.max_length, self.randomize_eval = max_length, randomize_eval
         self.max_position = max_length
+        self._generator: torch.Generator | None = None
         if not type(self).name:  # the wrapper form; a registered alias keeps its own key
             self.name = f"randomized:{inner.name}"
 
+    @property
+    def random_at_eval(self) -> bool:
+        """Whether eval-mode positions are random (``randomize_eval``): an evaluation is
+        then deterministic only under :meth:`seeded`."""
+        return self.randomize_eval
+
+    @contextmanager
+    def seeded(self, seed: int) -> Iterator[torch.Generator]:
+        """Inside the block, draw positions from a fresh CPU ``torch.Generator`` seeded with
+        ``seed`` (successive draws continue its stream) instead of torch's global RNG,
+        whose state is left untouched. Yields the generator."""
+        previous, self._generator = self._generator, torch.Generator().manual_seed(seed)
+        try:
+            yield self._generator
+        finally:
+            self._generator = previous
+
     def positions(self, batch: int, length: int, device: torch.device | str = "cpu") -> Tensor:
-        """(1, s) sorted distinct positions of ``[0, L)`` (training or ``randomize_eval``), else the inner ones."""
+        """(1, s) sorted distinct positions of ``[0, L)`` (training, or eval with
+        ``randomize_eval``), else the inner ones (plain ``0..s-1``)."""
         if length > self.max_length:
             raise ValueError(
                 f"{self.name} draws positions from [0, {self.max_length}) and cannot place {length} tokens; "
                 f"build it with max_length >= {length}"
             )
         if self.training or self.randomize_eval:
-            return sample_sorted_positions(length, self.max_length, device=device)[None]  # (1, s)
+            return sample_sorted_positions(length, self.max_length, device=device, generator=self._generator)[None]
         return self.inner.positions(batch, length, device)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
@@ -135,7 +160,7 @@ class RandomizedSinusoidalAPE(RandomizedPE):
         base: sin/cos wavelength base.
         scale: multiplier on the sin/cos table.
         max_length: L, the range positions are drawn from.
-        randomize_eval: also randomize in eval mode.
+        randomize_eval: randomize in eval mode too (default True, as the paper).
     """
 
     def __init__(
@@ -145,7 +170,7 @@ class RandomizedSinusoidalAPE(RandomizedPE):
         base: float = 10000.0,
         scale: float = 1.0,
         max_length: int = DEFAULT_MAX_LENGTH,
-        randomize_eval: bool = False,
+        randomize_eval: bool = True,
     ) -> None:
         inner = SinusoidalAPE(d_model=d_model, base=base, scale=scale)
         super().__init__(inner, max_length=max_length, randomize_eval=randomize_eval)

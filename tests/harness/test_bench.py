@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.results import load
-from harness.store import Store, StoreError
+from harness.store import NotAStoreError, Store, StoreError
 
 ARGS = ["bench", "--pe", "nope,rope", "--task", "copy", "--preset", "smoke", "--device", "cpu"]
 
@@ -25,6 +25,11 @@ def bench_store(tmp_path_factory):
 def test_bench_writes_store_and_prints_table(bench_store):
     path, output = bench_store
     assert "task copy" in output and "| nope" in output and "| rope" in output
+    # before training it says what it will do: runs, preset, device, estimated wall time
+    assert output.startswith(f"pezoo bench: 2 runs (nope, rope on copy, seed 0): 0 already in the store ({path}), 2 to")
+    assert "preset smoke: " in output and "  model: decoder, d_model 32, 1 layer, 2 heads" in output
+    assert "\ndevice cpu: " in output  # one run at a time in this process, or a pool: one per CPU core
+    assert "estimated wall time: under 1s on " in output and "rough" in output  # smoke: 20 steps
     df = load(path)
     assert set(df["pe"]) == {"nope", "rope"}
     # every training scale 1..5 and every test scale 6..8 was evaluated, for both runs
@@ -42,6 +47,7 @@ def test_running_again_reuses_finished_runs(bench_store):
     result = CliRunner().invoke(main, [*ARGS, "--store", str(path)])
     assert result.exit_code == 0, result.output
     assert result.output.count("already in the store, skipped") == 2
+    assert "2 already in the store" in result.output and "estimated wall time: none" in result.output
     assert len(Store(path).runs()) == 2
 
 
@@ -71,11 +77,12 @@ def test_bad_input_fails_fast_with_a_message(tmp_path, args, message):
 def test_corrupt_store_is_reported(tmp_path):
     path = tmp_path / "broken.sqlite"
     path.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(StoreError, match="not a readable pezoo store"):
+    with pytest.raises(NotAStoreError, match="is not a SQLite database"):
         Store(path)
     result = CliRunner().invoke(main, ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke",
                                        "--store", str(path)])  # fmt: skip
-    assert result.exit_code == 1 and "not a readable pezoo store" in result.output
+    assert result.exit_code == 1 and "is not a SQLite database" in result.output
+    assert "move it aside" not in result.output
     assert path.read_bytes().startswith(b"this is not")  # left as it was
 
 

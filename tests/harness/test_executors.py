@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,7 +35,7 @@ from harness.executors import (
     run_sweep,
 )
 from harness.run import RunResult, train_and_evaluate
-from harness.store import Store
+from harness.store import Owner, Store
 
 # -- the driver loop, against a scripted executor (no training) -------------------------
 
@@ -105,6 +107,9 @@ class Recorder(SweepEvents):
 
     def skipped(self, index, cfg):
         self.log.append(("skipped", index))
+
+    def claimed(self, index, cfg, holder):
+        self.log.append(("claimed", index))
 
     def notice(self, job, message):
         self.log.append(("notice", job.index, message))
@@ -186,6 +191,53 @@ def test_finished_runs_are_never_run_again(tmp_path):
         assert {r["status"] for r in store.runs()} == {"finished"}
     assert [j.run_id for j in executor.submitted] == [b.run_id()]
     assert ("skipped", 1) in events.log
+
+
+@pytest.fixture
+def other_process():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_runs_another_process_holds_are_skipped_not_failed(tmp_path, other_process):
+    a, b = smoke("nope"), smoke("rope")
+    events = Recorder()
+    them = replace(Owner.this_process(), pid=other_process.pid, start=None)
+    executor = Scripted({b.run_id(): [finished]})
+    with Store(tmp_path / "s.sqlite") as store:
+        assert store.claim(a, {"commit": "them"}, them).taken
+        before = store.run(a.run_id())
+        outcomes = run_sweep(executor, [a, b], store, events=events)
+        assert store.run(a.run_id()) == before  # not reset, not trained
+        assert store.status(b.run_id()) == "finished"
+    assert [j.run_id for j in executor.submitted] == [b.run_id()]
+    claimed = {o.run_id: o for o in outcomes}[a.run_id()]
+    assert claimed.status == "claimed" and f":{other_process.pid} since" in claimed.error
+    assert ("claimed", 1) in events.log
+
+
+def test_a_run_finished_elsewhere_while_this_driver_trained_it_is_kept(tmp_path, other_process):
+    """Our claim lapsed (say, a remote lease) and another process trained and finished the
+    run meanwhile: our late result must not replace theirs."""
+    cfg = smoke("nope")
+    them = replace(Owner.this_process(), pid=other_process.pid, start=None)
+
+    def finished_by_them_meanwhile(job):
+        with Store(tmp_path / "s.sqlite") as other:
+            with sqlite3.connect(tmp_path / "s.sqlite") as db:  # the claim passes to them
+                db.execute("UPDATE runs SET owner=? WHERE run_id=?", (them.to_json(), job.run_id))
+            theirs = [("test", LengthMetrics(6, 9.0, 8, 1.0, 1.0))]
+            other.finish(job.run_id, theirs, final_loss=0.0, train_seconds=1.0, eval_seconds=1.0,
+                         n_params={"total": 1, "pe": 0}, owner=them)  # fmt: skip
+        return finished(job)
+
+    with Store(tmp_path / "s.sqlite") as store:
+        (outcome,) = run_sweep(Scripted({cfg.run_id(): [finished_by_them_meanwhile]}), [cfg], store)
+        assert outcome.status == "cached"
+        assert store.metrics(cfg.run_id())[0]["exact_match"] == 1.0  # theirs, not ours (0.25)
+        assert store.run(cfg.run_id())["final_loss"] == 0.0
 
 
 def test_interrupted_driver_marks_runs_in_flight_and_starts_nothing_more(tmp_path):

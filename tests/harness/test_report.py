@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.report import leaderboard_tables, per_seed_summary
+from harness.report import LEGEND, leaderboard_tables, per_seed_summary
 from leaderboard.board import summary
 
 
@@ -22,19 +22,32 @@ def test_per_seed_numbers():
     assert row["in-dist"] == 0.9
     assert row["EM>N"] == (0.95 + 0.5 + 0.0) / 3
     assert row["2N"] == 0.5  # exact match at scale 2N = 4
-    assert row["solved<="] == 1  # scale 2 is below 0.9
+    assert row["reach"] == 3  # counted from N+1 = 3: the slip at scale 2 does not matter
+    assert not row["fits"]  # EM<=N 0.9 < 0.95
 
 
 def test_terminal_and_site_rank_alike():
-    # equal solved<= (2); "low" is better in distribution but worse beyond it: EM>N decides
+    # both fit; "low" is better in distribution but worse beyond it: EM>N decides.
+    # "slip" extrapolates best but does not fit: listed last, unranked.
     df = pd.DataFrame(
-        frame("low", 0, {1: 1.0, 2: 1.0, 3: 0.1, 4: 0.1}) + frame("high", 0, {1: 0.95, 2: 0.95, 3: 0.6, 4: 0.2})
+        frame("low", 0, {1: 1.0, 2: 1.0, 3: 0.1, 4: 0.1})
+        + frame("high", 0, {1: 0.95, 2: 0.95, 3: 0.6, 4: 0.2})
+        + frame("slip", 0, {1: 0.5, 2: 1.0, 3: 1.0, 4: 1.0})
     )
     table = leaderboard_tables(df)["copy"]
-    lines = [line for line in table.splitlines() if line.startswith("| high") or line.startswith("| low")]
-    assert [line.split("|")[1].strip() for line in lines] == ["high", "low"]
-    assert [row.label for row in summary(df)] == ["high", "low"]
-    assert "EM>N" in table.splitlines()[1]
+    lines = table.splitlines()[3:]
+    assert [line.split("|")[2].strip() for line in lines] == ["high", "low", "slip"]
+    assert [line.split("|")[1].strip() for line in lines] == ["1", "2", "-"]
+    assert "did not fit" in lines[2]
+    assert [(row.label, row.rank) for row in summary(df)] == [("high", 1), ("low", 2), ("slip", None)]
+    assert "EM>2" in table.splitlines()[1] and "reach" in table.splitlines()[1]
+    assert "min–max" in LEGEND
+
+
+def test_several_seeds_show_their_range_not_a_t_interval():
+    df = pd.DataFrame(frame("a", 0, {1: 1.0, 2: 1.0, 3: 0.1}) + frame("a", 1, {1: 1.0, 2: 1.0, 3: 0.9}))
+    table = leaderboard_tables(df)["copy"]
+    assert "0.50 (0.10–0.90)" in table and "±" not in table
 
 
 def test_the_heading_names_the_training_range_and_what_exact_match_scores():
@@ -42,3 +55,12 @@ def test_the_heading_names_the_training_range_and_what_exact_match_scores():
     assert leaderboard_tables(df)["copy"].startswith("task copy (trained on scales 1..2; exact match of the decode")
     df["train_min"], df["match"] = 2, "answer"
     assert leaderboard_tables(df)["copy"].startswith("task copy (trained on scales 2..2; exact match of the final")
+
+
+def test_runs_of_one_encoding_with_other_options_are_other_rows_named_by_their_spec():
+    df = pd.DataFrame(frame("prism", 0, {1: 1.0, 2: 1.0, 3: 0.2}) + frame("prism", 0, {1: 1.0, 2: 1.0, 3: 0.9}))
+    df["pe_label"] = ["prism"] * 3 + ["prism{paper}"] * 3  # as harness.results.load names them
+    table = leaderboard_tables(df)["copy"]
+    names = [line.split("|")[2].strip() for line in table.splitlines()[3:]]
+    assert names == ["prism{paper}", "prism"]
+    assert list(per_seed_summary(df)["pe"]) == ["prism", "prism{paper}"]

@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+from harness.checkpoint import FORMAT, VERSION
 from harness.config import preset_config
 from harness.results import load
 from harness.store import Store
@@ -62,8 +63,8 @@ def test_corrupt_checkpoint_is_reported_and_the_run_restarts(tmp_path):
     path = tmp_path / "ck.pt"
     path.write_bytes(b"\x00garbage" * 50)
     model, resume, problem = restore(cfg, path, "cpu")
-    assert resume is None and "unreadable" in problem and "restarting" in problem
-    assert not path.exists()
+    assert resume is None and "unreadable" in problem and "starts over" in problem
+    assert not path.exists() and (tmp_path / "ck.pt.unreadable").read_bytes() == b"\x00garbage" * 50  # kept aside
     fresh = restore(cfg, path, "cpu")[0]
     for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True):
         assert torch.equal(a, b)  # a clean restart: the seed's initialisation
@@ -73,6 +74,6 @@ def test_checkpoint_of_another_run_is_rejected(tmp_path):
     cfg = preset_config("smoke", pe="rope", task="copy", seed=0)
     other = preset_config("smoke", pe="rope", task="copy", seed=1)
     path = tmp_path / "ck.pt"
-    save_checkpoint(path, {"run_id": other.run_id(), "model": {}})
+    save_checkpoint(path, {"format": FORMAT, "version": VERSION, "run_id": other.run_id(), "step": 10, "model": {}})
     _, resume, problem = restore(cfg, path, "cpu")
     assert resume is None and "does not belong" in problem

@@ -274,24 +274,28 @@ def test_bench_order_longest_first_starts_the_longest_run_first(tmp_path):
         assert result.exit_code == 0, result.output
         return result.output
 
-    listed = bench("listed")  # one worker in this process: a progress bar per run, in the order run
-    assert listed.index("[2/4] nope on copy seed 1 train") < listed.index("[4/4] rope on copy seed 1 train")
+    listed = bench("listed")  # one worker in this process: the runs start in the order run
+    assert listed.index("[2/4] nope on copy seed 1: started") < listed.index("[4/4] rope on copy seed 1: started")
     longest = bench("longest-first")
-    assert longest.index("[3/4] rope on copy seed 1 train") < longest.index("[4/4] nope on copy seed 1 train")
+    assert longest.index("[3/4] rope on copy seed 1: started") < longest.index("[4/4] nope on copy seed 1: started")
 
 
 def test_a_checkpointed_run_counts_only_the_steps_it_has_left(tmp_path):
+    from harness.checkpoint import FORMAT, VERSION, save_checkpoint
     from harness.run import checkpoint_path
-    from harness.train import save_checkpoint
+
+    def header(run_id, step):  # what plan reads of a checkpoint
+        return {"format": FORMAT, "version": VERSION, "run_id": run_id, "step": step}
 
     configs = load_sweep(write(tmp_path, SWEEP)).configs()  # 300 steps each
     store_path = tmp_path / "s.sqlite"
     with Store(store_path) as store:
         finish(store, configs[0], train_seconds=30.0, eval_seconds=0.0)  # nope: 10 steps/s
     ckpt = tmp_path / "checkpoints"
-    save_checkpoint(checkpoint_path(ckpt, configs[1].run_id()), {"run_id": configs[1].run_id(), "step": 200})
+    save_checkpoint(checkpoint_path(ckpt, configs[1].run_id()), header(configs[1].run_id(), 200))
     checkpoint_path(ckpt, configs[3].run_id()).write_bytes(b"not a checkpoint")  # unreadable: starts over
-    save_checkpoint(checkpoint_path(ckpt, configs[5].run_id()), {"run_id": "another run", "step": 200})
+    save_checkpoint(checkpoint_path(ckpt, configs[5].run_id()), header("another run", 200))
+    save_checkpoint(checkpoint_path(ckpt, configs[4].run_id()), {"run_id": configs[4].run_id(), "step": 200})  # v1
     steps = checkpointed_steps(ckpt, [c.run_id() for c in configs])
     assert steps == {configs[1].run_id(): 200}
     with Store(store_path) as store:
@@ -387,12 +391,11 @@ def test_bench_needs_pe_and_task_or_a_sweep_file(tmp_path):
 
 
 def _report(configs, plan=None, slots=2):
-    from harness.cli import _SweepReport
+    from harness.progress import SweepReport
 
-    report = _SweepReport(configs, plan)
-    report.in_process, report.slots = False, slots
     now = [0.0]
-    report._clock = lambda: now[0]
+    report = SweepReport(configs, plan, tty=False, clock=lambda: now[0])
+    report.in_process, report.slots = False, slots
     return report, now
 
 
@@ -476,3 +479,61 @@ def test_sweep_eta_follows_the_plan_and_how_fast_runs_really_go(tmp_path):
     report.started(job[5])
     # rope1: 4800 - 1200 = 3600 s left; alibi0 1920 s then alibi1 1920 s on the other worker
     assert report.eta() == pytest.approx(1920.0 + 1920.0)
+
+
+# -- estimates never borrow another preset's model size (issue: smoke runs put quick at 61 s) --
+
+
+QUICK = """
+preset = "quick"
+pe = ["nope", "rope"]
+task = "copy"
+"""
+
+
+def test_a_store_of_smoke_runs_does_not_estimate_the_quick_preset(tmp_path):
+    smoke_runs = load_sweep(write(tmp_path, SWEEP)).configs()
+    quick_runs = load_sweep(write(tmp_path, QUICK, "quick.toml")).configs()
+    with Store(tmp_path / "s.sqlite") as store:
+        for cfg in smoke_runs:  # 300 smoke steps in 1 s: a quick run is nothing like it
+            finish(store, cfg, train_seconds=1.0, eval_seconds=0.1)
+        rows = store.runs()
+    plan = make_plan(quick_runs, rows)  # no device kind given: no recorded speed to fall back on
+    assert [r.estimate for r in plan.runs] == [None, None]
+    assert "2 missing runs have no estimate (unknown)" in format_plan(plan)
+    # on a CPU: the quick preset's recorded CPU speed for copy, marked rough
+    cpu = make_plan(quick_runs, rows, device_type="cpu")
+    est = cpu.runs[0].estimate
+    units = 100 * 40  # samples x (10 training + 30 test scales)
+    assert est.rough and "recorded speed of preset quick on cpu" in est.basis
+    assert est.seconds == pytest.approx(3000 / 6.13 + units * 3.95e-3)  # minutes, not 61 s
+    assert "rough" in format_plan(cpu, workers=1)
+    # on a GPU nothing is recorded for quick: unknown, not a number off by 50x
+    gpu = make_plan(quick_runs, rows, device_type="cuda")
+    assert gpu.unestimated == 2 and "model on cuda in the store" in format_plan(gpu)
+
+
+def test_estimates_come_from_runs_on_the_same_kind_of_device(tmp_path):
+    configs = load_sweep(write(tmp_path, SWEEP)).configs()  # nope0 nope1 ...
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, configs[0], train_seconds=30.0, eval_seconds=0.0, device="cuda:NVIDIA H100 80GB HBM3")
+        rows = store.runs()
+    on_gpu = make_plan(configs[1:2], rows, device_type="cuda").runs[0].estimate
+    assert on_gpu.seconds == pytest.approx(30.0) and not on_gpu.rough
+    # the same store planned for a CPU: the GPU run says nothing; the smoke preset's recorded CPU speed does
+    on_cpu = make_plan(configs[1:2], rows, device_type="cpu").runs[0].estimate
+    assert on_cpu.rough and "recorded speed of preset smoke on cpu" in on_cpu.basis
+    assert on_cpu.seconds == pytest.approx(300 / 314.0 + eval_units(configs[1]) * 0.31e-3)
+
+
+def test_published_runs_are_a_rough_fallback_and_a_changed_model_has_no_recorded_speed(tmp_path):
+    configs = load_sweep(write(tmp_path, SWEEP)).configs()
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, configs[0], train_seconds=60.0, eval_seconds=0.0)
+        published = store.runs()
+    est = make_plan(configs[1:2], [], device_type="cpu", published=published).runs[0].estimate
+    assert est.rough and est.basis.startswith("published runs of the same encoding, task and model")
+    assert est.seconds == pytest.approx(60.0)
+    # --batch-size 64 is not the smoke preset's model: its recorded speed does not apply
+    bigger = load_sweep(write(tmp_path, SWEEP + "batch_size = 64\n", "big.toml")).configs()
+    assert make_plan(bigger, [], device_type="cpu").unestimated == len(bigger)

@@ -248,7 +248,7 @@ def test_evaluate_length_scores_the_answer_and_reports_the_trace(monkeypatch):
             rows.append(([*encode(("0", "|", *answers[prompt])), EOS_ID] + [EOS_ID] * max_new)[:max_new])
         return torch.tensor(rows)
 
-    def teacher_forced(model, inputs, scales, window=0, jump=20):
+    def teacher_forced(model, inputs, scales, window=0, jump=20, positions=None):
         return torch.zeros_like(inputs)
 
     monkeypatch.setattr(evaluate, "greedy_decode", right_answer_wrong_trace)

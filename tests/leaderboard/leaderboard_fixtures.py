@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,18 @@ def run_tiny_bench(store_path: Path, runs: list = RUNS) -> list[str]:
     finally:
         torch.set_num_threads(threads)
     return ids
+
+
+def unfinish(store_path: Path, run_id: str, status: str = "interrupted") -> None:
+    """Make a finished run look like an attempt that never finished (the store's API never
+    turns a finished run back), as a killed process leaves it: no metrics, not finished."""
+    db = sqlite3.connect(store_path)
+    try:
+        with db:
+            db.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
+            db.execute("UPDATE runs SET status=?, error='killed' WHERE run_id=?", (status, run_id))
+    finally:
+        db.close()
 
 
 def sha256_of_canonical(record: Mapping[str, Any]) -> str:

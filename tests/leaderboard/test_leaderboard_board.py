@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 
@@ -12,7 +11,8 @@ from leaderboard_fixtures import make_record
 from leaderboard import board as bd
 from leaderboard.schema import Record
 
-T95_1DOF = 12.71  # two-sided 95% Student-t quantile, 1 degree of freedom (12.706), as tabulated
+FIT = 0.95  # the fit threshold, as the board states it
+REACH = 0.9
 
 
 def rec(data: dict, line: int = 1) -> Record:
@@ -20,11 +20,11 @@ def rec(data: dict, line: int = 1) -> Record:
 
 
 # task copy, trained on 1..3, tested 4..7
-ROPE0 = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.95, 5: 0.5, 6: 0.0, 7: 0.0}  # solved<= 4
-ROPE1 = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 0.9, 6: 0.2, 7: 0.0}  # solved<= 5 (0.9 counts)
-NOPE = {1: 1.0, 2: 1.0, 3: 0.8, 4: 0.0, 5: 0.0, 6: 0.0, 7: 0.0}  # solved<= 2
-ALIBI = {n: 1.0 for n in range(1, 8)}  # solved<= 7
-FIRST_FAILS = {1: 0.5, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}  # solved<= 0
+ROPE0 = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.95, 5: 0.5, 6: 0.0, 7: 0.0}  # fits; reach 4
+ROPE1 = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 0.9, 6: 0.2, 7: 0.0}  # fits; reach 5 (0.9 counts)
+NOPE = {1: 1.0, 2: 1.0, 3: 0.8, 4: 0.0, 5: 0.0, 6: 0.0, 7: 0.0}  # EM<=N 0.933: does not fit
+ALIBI = {n: 1.0 for n in range(1, 8)}  # fits; reach 7
+FIRST_FAILS = {1: 0.5, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}  # extrapolates, but EM<=N 0.833
 
 
 def records() -> list[Record]:
@@ -39,54 +39,106 @@ def records() -> list[Record]:
     return [rec(d, i) for i, d in enumerate(data, start=1)]
 
 
+def beyond(em: dict[int, float], n: int = 3) -> float:
+    return statistics.mean(v for k, v in em.items() if k > n)
+
+
+def within(em: dict[int, float], n: int = 3) -> float:
+    return statistics.mean(v for k, v in em.items() if k <= n)
+
+
 def test_scores_match_hand_computation():
     board = bd.assemble(records())
     [table] = board.tables
     assert (table.task, table.preset, table.train_max, table.test_max) == ("copy", "smoke", 3, 7)
     rows = {r.label: r for r in table.rows}
     rope = rows["rope"].scores
-    assert rope["solved"].mean == 4.5
-    assert rope["solved"].half == pytest.approx(T95_1DOF * statistics.stdev([4, 5]) / math.sqrt(2), rel=1e-9)
-    em_beyond = [statistics.mean([ROPE0[n] for n in (4, 5, 6, 7)]), statistics.mean([ROPE1[n] for n in (4, 5, 6, 7)])]
+    assert (rope["reach"].mean, rope["reach"].lo, rope["reach"].hi, rope["reach"].n) == (4.5, 4, 5, 2)
+    em_beyond = [beyond(ROPE0), beyond(ROPE1)]  # 0.3625, 0.525
     assert rope["em_beyond"].mean == pytest.approx(statistics.mean(em_beyond))
-    assert rope["em_beyond"].half == pytest.approx(T95_1DOF * statistics.stdev(em_beyond) / math.sqrt(2))
+    assert (rope["em_beyond"].lo, rope["em_beyond"].hi) == pytest.approx((0.3625, 0.525))
+    assert rope["em_beyond"].text() == "0.44 (0.36–0.53)"  # mean (min–max): never wider than [0, 1]
     tok = {n: min(1.0, v + 0.05) for n, v in ROPE0.items()}, {n: min(1.0, v + 0.05) for n, v in ROPE1.items()}
-    assert rope["tok_beyond"].mean == pytest.approx(
-        statistics.mean(statistics.mean(t[n] for n in (4, 5, 6, 7)) for t in tok)
-    )
-    assert rope["tok_within"].mean == pytest.approx(
-        statistics.mean(statistics.mean(t[n] for n in (1, 2, 3)) for t in tok)
-    )
-    assert rope["em_within"].mean == 1.0 and rope["em_within"].half == 0.0
-    assert rows["nope"].scores["solved"] == bd.Stat(2.0, 0.0)  # equal seeds: no spread
+    assert rope["tok_beyond"].mean == pytest.approx(statistics.mean(beyond(t) for t in tok))
+    assert rope["tok_within"].mean == pytest.approx(statistics.mean(within(t) for t in tok))
+    assert rope["em_within"].mean == 1.0 and rope["em_within"].text() == "1.00"
+    assert rows["rope"].per_seed["em_beyond"] == pytest.approx(tuple(em_beyond))  # in seed order
+    assert rows["nope"].scores["reach"].text(0) == "3"  # N: nothing beyond; equal seeds: no range
     assert rows["nope"].scores["em_within"].mean == pytest.approx((1 + 1 + 0.8) / 3)
-    assert rows["alibi"].scores["solved"] == bd.Stat(7.0, 0.0) and rows["alibi"].seeds == (0,)
-    assert rows["ape"].scores["solved"].mean == 0.0
+    assert rows["alibi"].scores["reach"].mean == 7 and rows["alibi"].seeds == (0,)
+    assert rows["ape"].scores["reach"].mean == 7  # counted from N+1: the slip at n=1 does not matter
 
 
-def test_ranking_order_and_shared_ranks():
+def test_unfitted_encodings_follow_the_ranked_ones_without_a_rank():
+    [table] = bd.assemble(records()).tables
+    # fitted (every seed EM<=N >= 0.95): alibi (EM>N 1.0), rope (0.44); then by EM<=N: nope 0.933, ape 0.833
+    assert within(NOPE) < FIT and within(FIRST_FAILS) < FIT and beyond(FIRST_FAILS) > beyond(ROPE1)
+    assert [(r.rank, r.label, r.seeds_fit, len(r.seeds)) for r in table.rows] == [
+        (1, "alibi", 1, 1),
+        (2, "rope", 2, 2),
+        (None, "nope", 0, 2),
+        (None, "ape", 0, 1),
+    ]
+    assert [r.fitted for r in table.rows] == [True, True, False, False]
+
+
+def test_one_seed_that_does_not_fit_unranks_the_encoding():
+    recs = [*records(), rec(make_record("xpos", "copy", 0, ALIBI, train_max=3), 7)]
+    recs.append(rec(make_record("xpos", "copy", 1, NOPE, train_max=3), 8))
+    [table] = bd.assemble(recs).tables
+    xpos = next(r for r in table.rows if r.label == "xpos")
+    assert xpos.rank is None and (xpos.seeds_fit, xpos.seeds) == (1, (0, 1))
+    assert [r.label for r in table.rows if r.fitted] == ["alibi", "rope"]
+
+
+def test_exact_ties_share_a_rank():
     recs = records()
-    # a second encoding with exactly nope's numbers ties with it
-    recs += [rec(make_record("learned_ape", "copy", s, NOPE, train_max=3), 10 + s) for s in (0, 1)]
+    # t5 with exactly rope's numbers ties with it on every key; nope's twin stays unranked
+    recs += [rec(make_record("t5", "copy", s, em, train_max=3), 10 + s) for s, em in ((0, ROPE0), (1, ROPE1))]
+    recs += [rec(make_record("learned_ape", "copy", s, NOPE, train_max=3), 20 + s) for s in (0, 1)]
+    recs += [rec(make_record("fire", "copy", 0, ROPE0, train_max=3), 30)]  # below rope: EM>N 0.3625
     [table] = bd.assemble(recs).tables
     assert [(r.rank, r.label) for r in table.rows] == [
         (1, "alibi"),
-        (2, "rope"),
-        (3, "learned_ape"),  # tie on every key: same rank, then by name
-        (3, "nope"),
-        (5, "ape"),
+        (2, "rope"),  # tie: same rank, listed by name
+        (2, "t5"),
+        (4, "fire"),
+        (None, "learned_ape"),  # same EM<=N as nope: by name
+        (None, "nope"),
+        (None, "ape"),
     ]
 
 
-def test_ties_on_solved_are_broken_by_exact_match_beyond_training():
-    a = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.5, 5: 0.1}
-    b = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.6, 5: 0.0}  # same solved<= 3, EM>N 0.3 vs 0.3 -> then tok>N
-    c = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.8, 5: 0.4}  # EM>N 0.6
-    recs = [rec(make_record(pe, "copy", 0, em, train_max=3)) for pe, em in (("a_pe", a), ("b_pe", b), ("c_pe", c))]
-    recs[1] = rec(make_record("b_pe", "copy", 0, b, {n: 1.0 for n in b}, train_max=3))  # higher tok>N than a
+def test_ties_on_exact_match_beyond_training_are_broken_by_reach_then_token_accuracy():
+    a = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.5, 5: 0.75, 6: 0.0}  # EM>N 1.25/3, reach 3 (0.5 < 0.9 at n=4)
+    b = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.75, 5: 0.0, 6: 0.5}  # EM>N 1.25/3, reach 3; tok>N from its own table
+    c = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 0.25, 6: 0.0}  # EM>N 1.25/3, reach 4
+    assert beyond(a) == beyond(b) == beyond(c)
+    recs = [rec(make_record("a_pe", "copy", 0, a, {n: 0.5 for n in a}, train_max=3))]
+    recs.append(rec(make_record("b_pe", "copy", 0, b, {n: 0.6 for n in b}, train_max=3)))
+    recs.append(rec(make_record("c_pe", "copy", 0, c, {n: 0.1 for n in c}, train_max=3)))
     [table] = bd.assemble(recs).tables
-    assert [r.label for r in table.rows] == ["c_pe", "b_pe", "a_pe"]
-    assert [r.rank for r in table.rows] == [1, 2, 3]
+    assert [(r.rank, r.label) for r in table.rows] == [(1, "c_pe"), (2, "b_pe"), (3, "a_pe")]
+
+
+def test_a_slip_in_distribution_no_longer_outranks_what_happens_beyond():
+    # the old solved<= put "collapses" (fits 1..N, nothing beyond) above "holds" (one slip at n=2, still fits)
+    collapses = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.0, 5: 0.0}
+    holds = {1: 1.0, 2: 0.89, 3: 1.0, 4: 0.95, 5: 0.5}  # EM<=N 0.963 >= 0.95
+    assert within(holds) >= FIT
+    recs = [rec(make_record(pe, "copy", 0, em, train_max=3)) for pe, em in (("collapses", collapses), ("holds", holds))]
+    [table] = bd.assemble(recs).tables
+    assert [(r.rank, r.label) for r in table.rows] == [(1, "holds"), (2, "collapses")]
+
+
+def test_an_unfitted_row_near_the_threshold_shows_three_decimals():
+    near = {1: 1.0, 2: 0.9, 3: 0.948, 4: 0.0}  # EM<=N 0.9493: would read 0.95 next to "did not fit"
+    [table] = bd.assemble([rec(make_record("rope", "copy", 0, near, train_max=3))]).tables
+    [row] = table.rows
+    assert not row.fitted and bd.cell_text(row, "em_within") == "0.949"
+    fits = {1: 1.0, 2: 1.0, 3: 0.96, 4: 0.0}
+    [row] = bd.assemble([rec(make_record("rope", "copy", 0, fits, train_max=3))]).tables[0].rows
+    assert row.fitted and bd.cell_text(row, "em_within") == "0.99" and bd.cell_text(row, "reach") == "3"
 
 
 def test_curves_mean_and_band():
@@ -108,7 +160,7 @@ def test_each_preset_and_task_is_its_own_table():
     ]
     board = bd.assemble(recs)
     assert [(t.task, t.preset) for t in board.tables] == [("copy", "long"), ("copy", "smoke"), ("reverse", "smoke")]
-    assert board.tables[0].rows[0].scores["solved"].mean == 7.0  # the long preset's rope, not pooled with smoke's
+    assert board.tables[0].rows[0].scores["reach"].mean == 7.0  # the long preset's rope, not pooled with smoke's
 
 
 def test_one_preset_label_for_two_protocols_is_refused():
@@ -151,10 +203,24 @@ def test_provenance_flags_everything_but_a_gpu_board_on_gpus():
 
 
 def test_stat_text_matches_the_terminal_format():
-    assert bd.Stat(0.5, 0.0).text() == "0.50"
-    assert bd.Stat(0.5, 0.123).text() == "0.50 ± 0.12"
-    assert bd.Stat(4.5, 6.4).text(0) == "4 ± 6"  # round half to even, like the terminal's f-strings
-    assert bd.Stat(math.nan, 0.0).text() == "-" and bd.Stat(math.nan, 0.0).sort_value() == ""
+    assert bd.Stat.of([0.5]).text() == "0.50"
+    assert bd.Stat.of([0.1, 0.9]).text() == "0.50 (0.10–0.90)"
+    assert bd.Stat.of([4, 5]).text(0) == "4 (4–5)"  # round half to even, like the terminal's f-strings
+    assert bd.Stat.of([0.501, 0.499]).text() == "0.50"  # seeds that agree to the digits shown: one number
+    assert bd.Stat.of([]).text() == "-" and bd.Stat.of([]).sort_value() == ""
+
+
+def test_the_trained_sentence_says_size_steps_device_and_the_papers():
+    [cpu] = bd.provenance(records())
+    sentence = bd.trained_sentence(cpu)
+    backbone = records()[0].data["config"]["backbone"]
+    assert sentence.startswith(
+        f"Each run trains a {backbone['n_layers']}-layer transformer (d_model {backbone['d_model']}) "
+        f"for 20 steps of batch {records()[0].data['config']['train']['batch_size']} on a CPU; the papers train"
+    )
+    assert "150k steps" in sentence and "2M steps" in sentence and sentence.endswith(").")
+    gpu = bd.provenance([rec(make_record("rope", "copy", 0, ROPE0, preset="gpu", device="cuda:NVIDIA H100"))])
+    assert bd.trained_sentence(gpu[0]).endswith("on a GPU (NVIDIA H100).")  # paper scale: no comparison
 
 
 def test_the_runs_protocol_is_carried_to_the_table():
@@ -173,32 +239,29 @@ def test_what_exact_match_scores_is_carried_to_the_table():
     assert bd.assemble([rec(make_record("rope", "copy", 0, ROPE0, train_max=3))]).tables[0].match == "trace"
 
 
-def test_overview_orders_by_mean_rank_over_tasks_and_lists_partial_encodings_last():
-    # copy ranks (solved<=): alibi 7 -> 1, rope 4 -> 2, nope 2 -> 3; reverse: nope 7 -> 1, rope 5 -> 2,
-    # alibi 4 -> 3; ape only on copy (solved<= 0 -> 4)
+def test_overview_orders_by_mean_beyond_n_counting_unfitted_tasks_as_zero():
     data = [
-        make_record("alibi", "copy", 0, ALIBI, train_max=3),
-        make_record("rope", "copy", 0, ROPE0, train_max=3),
-        make_record("nope", "copy", 0, NOPE, train_max=3),
-        make_record("ape", "copy", 0, FIRST_FAILS, train_max=3),
-        make_record("nope", "reverse", 0, ALIBI, train_max=3),
-        make_record("rope", "reverse", 0, ROPE1, train_max=3),
-        make_record("alibi", "reverse", 0, ROPE0, train_max=3),
+        make_record("alibi", "copy", 0, ALIBI, train_max=3),  # fits, EM>N 1
+        make_record("rope", "copy", 0, ROPE0, train_max=3),  # fits, 0.3625
+        make_record("nope", "copy", 0, NOPE, train_max=3),  # does not fit: counts 0
+        make_record("ape", "copy", 0, FIRST_FAILS, train_max=3),  # does not fit (EM>N 1 does not count)
+        make_record("nope", "reverse", 0, ALIBI, train_max=3),  # fits, 1
+        make_record("rope", "reverse", 0, ROPE1, train_max=3),  # fits, 0.525
+        make_record("alibi", "reverse", 0, NOPE, train_max=3),  # does not fit
     ]
     board = bd.assemble([rec(d, i) for i, d in enumerate(data, start=1)])
     tasks, rows = bd.overview(board, "smoke")
     assert tasks == ["copy", "reverse"]
-    by_label = {r.label: r for r in rows}
-    assert {k: (r.cells["copy"].rank, r.mean_rank) for k, r in by_label.items() if k != "ape"} == {
-        "alibi": (1, 2.0),
-        "nope": (3, 2.0),
-        "rope": (2, 2.0),
+    expected = {
+        "alibi": (1.0 + 0) / 2,
+        "nope": (0 + 1.0) / 2,
+        "rope": (beyond(ROPE0) + beyond(ROPE1)) / 2,
+        "ape": 0.0 / 2,
     }
-    # equal mean ranks: the mean EM>N over the tasks decides (alibi (1 + 0.3625)/2, nope (0 + 1)/2, rope ...)
-    em = {k: statistics.mean(statistics.mean(m[n] for n in (4, 5, 6, 7)) for m in ms)
-          for k, ms in {"alibi": (ALIBI, ROPE0), "nope": (NOPE, ALIBI), "rope": (ROPE0, ROPE1)}.items()}  # fmt: skip
-    assert [r.label for r in rows] == [*sorted(em, key=lambda k: -em[k]), "ape"]
-    assert by_label["ape"].cells.keys() == {"copy"} and by_label["ape"].position == 4
-    for label, r in by_label.items():
-        if label != "ape":
-            assert r.mean_em_beyond == pytest.approx(em[label])
+    by_label = {r.label: r for r in rows}
+    assert {k: r.score for k, r in by_label.items()} == pytest.approx(expected)
+    assert {k: r.tasks_fitted for k, r in by_label.items()} == {"alibi": 1, "nope": 1, "rope": 2, "ape": 0}
+    # equal scores (alibi, nope: 0.5) go by name; rope, fitted twice, scores 0.44
+    assert [(r.position, r.label) for r in rows] == [(1, "alibi"), (2, "nope"), (3, "rope"), (4, "ape")]
+    assert by_label["ape"].cells.keys() == {"copy"}  # not run on reverse
+    assert by_label["alibi"].cells["reverse"].rank is None and by_label["alibi"].cells["copy"].rank == 1

@@ -2,7 +2,8 @@
 
 No console errors on load, the task page shows its plots, clicking a column header
 sorts the table (real mouse events, the page's own JS), the preset filter hides the
-other presets. Screenshots are saved as artifacts: under the pytest tmp folder (path
+other presets, and a site built from hostile results and diagnostics runs none of the
+script they carry. Screenshots are saved as artifacts: under the pytest tmp folder (path
 printed; run with ``-s`` to see it), and also under ``$PEZOO_ARTIFACTS`` when set.
 
 Skipped with the reason when Chromium is not installed (Debian package ``chromium``;
@@ -18,6 +19,9 @@ from pathlib import Path
 
 import pytest
 from chromium_cdp import Chromium, find_chromium
+from hostile_inputs import PAYLOADS, hostile_board
+
+from leaderboard.site import render
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +75,9 @@ def test_index_loads_without_console_errors(browser, smoke_site, shots):
     start = browser.navigate((smoke_site / "index.html").as_uri())
     assert browser.errors(start) == []
     assert browser.evaluate("document.querySelector('h1').textContent") == "Length extrapolation leaderboard"
-    # one exact-match plot per (task, preset): copy x {smoke, smoke-2step}, reverse x {smoke}
-    assert browser.evaluate("document.querySelectorAll('svg.plot').length") == 3
+    # one small multiple per encoding of each (task, preset): copy smoke 2, copy smoke-2step 1, reverse smoke 1
+    assert browser.evaluate("document.querySelectorAll('svg.plot.panel').length") == 4
+    assert browser.evaluate("document.querySelectorAll('table.heatmap').length") == 2  # one grid per preset
     shot = save_shot(browser, shots, "index.png")
     width, height = png_size(shot)
     assert width >= 1000 and height >= 900
@@ -82,7 +87,7 @@ def test_task_page_shows_its_plots(browser, smoke_site, shots):
     start = browser.navigate((smoke_site / "tasks" / "copy.html").as_uri())
     assert browser.errors(start) == []
     boxes = browser.evaluate(
-        "[...document.querySelectorAll('svg.plot')].map(s => { const r = s.getBoundingClientRect();"
+        "[...document.querySelectorAll('svg.plot:not(.panel)')].map(s => { const r = s.getBoundingClientRect();"
         " return [r.width, r.height, s.querySelectorAll('g.series polyline').length,"
         " getComputedStyle(s).visibility, s.closest('[hidden]') === null]; })"
     )
@@ -118,10 +123,35 @@ def test_clicking_a_header_sorts_the_table(browser, smoke_site, shots):
     assert names == sorted(names)
     browser.click(f"{ranking} th:nth-child(2)")
     assert _column(browser, ranking, 1) == sorted(names, reverse=True)
-    browser.click(f"{ranking} th:nth-child(1)")  # "rank": best (1) first, unlike other numbers
-    ranks = [int(r) for r in _column(browser, ranking, 0)]
-    assert ranks == sorted(ranks) and ranks[0] == 1
+    browser.click(f"{ranking} th:nth-child(1)")  # "rank": best (1) first, unlike other numbers; "—" last
+    shown = _column(browser, ranking, 0)
+    ranks = [int(r) for r in shown if r != "—"]
+    assert ranks == sorted(ranks) and shown == [*map(str, ranks), *["—"] * (len(shown) - len(ranks))]
     save_shot(browser, shots, "task-copy-sorted.png")
+
+
+def test_pages_are_legible_400_px_wide(browser, smoke_site, shots):
+    """On a 400 px screen nothing makes the page scroll sideways (wide tables scroll inside
+    their box), plots shrink to the screen, and their smallest text stays >= 9 px."""
+    smallest_text = (
+        "Math.min(...[...document.querySelectorAll('svg.plot')].filter(s => s.getClientRects().length > 0)"
+        ".flatMap(s => { const k = s.getBoundingClientRect().width / s.viewBox.baseVal.width;"
+        " return [...s.querySelectorAll('text')].map(t => parseFloat(t.getAttribute('font-size')) * k); }))"
+    )
+    try:
+        browser.call("Emulation.setDeviceMetricsOverride", width=400, height=900, deviceScaleFactor=1, mobile=True)
+        for page in ("index.html", "tasks/copy.html", "encodings/nope.html"):
+            start = browser.navigate((smoke_site / page).as_uri())
+            assert browser.errors(start) == [], page
+            assert browser.evaluate("document.documentElement.scrollWidth") <= 400, page
+            widths = browser.evaluate(
+                "[...document.querySelectorAll('svg.plot')].map(s => s.getBoundingClientRect().right)"
+            )
+            assert widths and max(widths) <= 400, page
+            assert browser.evaluate(smallest_text) >= 9, page
+            save_shot(browser, shots, f"narrow-{page.replace('/', '-').replace('.html', '')}.png")
+    finally:
+        browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
 
 
 def test_preset_filter_hides_other_presets(browser, smoke_site, shots):
@@ -138,3 +168,37 @@ def test_preset_filter_hides_other_presets(browser, smoke_site, shots):
     assert browser.evaluate(shown_plots) == 1  # copy's smoke-2step plot; reverse has no smoke-2step runs
     assert browser.errors(start) == []
     save_shot(browser, shots, "index-filtered.png")
+
+
+def test_a_site_built_from_hostile_inputs_runs_none_of_their_script(browser, tmp_path, shots):
+    """Every payload would set window.__pwned (most also the title) if it ran: on every
+    page nothing is set, no element has an event handler, no link is a javascript: URL,
+    and nothing tried to load (an injected <img src=x> would log a failed load)."""
+    records, diagnostics = hostile_board()
+    site = tmp_path / "site"
+    for rel, text in render(records, results_href=".", repo_href="..", diagnostics=diagnostics).items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text, encoding="utf-8")
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) >= 6
+    for page in pages:
+        start = browser.navigate(page.as_uri())
+        assert browser.evaluate("typeof window.__pwned") == "undefined", page
+        assert browser.evaluate("document.title").endswith(" · pezoo leaderboard"), page  # a payload sets 'pwned'
+        handlers = browser.evaluate(
+            "[...document.querySelectorAll('*')].flatMap(e => [...e.attributes].map(a => a.name))"
+            ".filter(n => n.startsWith('on'))"
+        )
+        assert handlers == [], page
+        schemes = browser.evaluate(
+            "[...document.querySelectorAll('[href]')]"
+            ".map(e => new URL(e.getAttribute('href'), document.baseURI).protocol)"
+        )
+        assert set(schemes) <= {"file:", "data:"}, (page, schemes)
+        assert browser.evaluate("document.querySelectorAll('img, iframe, script[src]').length") == 0, page
+        assert browser.evaluate("document.scripts.length") == 1, page
+        assert browser.errors(start) == [], page
+    browser.navigate((site / "tasks" / "copy.html").as_uri())
+    # the payloads are shown as text: the first token of the diagnostics is the <img> payload
+    assert PAYLOADS[0] in browser.evaluate("document.querySelector('p.tokens code').textContent")
+    save_shot(browser, shots, "hostile-task-copy.png")

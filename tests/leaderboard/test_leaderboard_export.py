@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-from leaderboard_fixtures import RUNS, TINIER, run_tiny_bench, sha256_of_canonical
+from leaderboard_fixtures import RUNS, TINIER, run_tiny_bench, sha256_of_canonical, unfinish
 
 from harness.cli import main
 from harness.store import Store
@@ -87,7 +87,7 @@ def test_unfinished_runs_are_not_exported(smoke_store, tmp_path):
     shutil.copy(smoke_store, store)
     with Store(store) as s:
         run_id = s.runs()[0]["run_id"]
-        s.mark(run_id, "failed", "boom")
+    unfinish(store, run_id)
     summary = export(store, tmp_path / "out")
     assert summary.not_finished == 1
     exported = [json.loads(line)["run_id"] for p in (tmp_path / "out").glob("*.jsonl") for line in p.open()]

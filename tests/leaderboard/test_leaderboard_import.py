@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from leaderboard_fixtures import RUNS, TINY, run_config, run_tiny_bench
+from leaderboard_fixtures import RUNS, TINY, run_config, run_tiny_bench, unfinish
 
 from harness.cli import main
 from harness.run import execute
@@ -66,7 +66,7 @@ def test_an_unfinished_attempt_is_replaced_by_the_published_run(smoke_store, smo
     shutil.copy(smoke_store, store)
     with Store(store) as s:
         victim = s.runs()[0]["run_id"]
-        s.mark(victim, "interrupted", "killed")
+    unfinish(store, victim)
     summary = import_results(smoke_results, store)
     assert (summary.imported, summary.already_in_store) == (1, len(RUNS) - 1)
     published = {r.run_id: r.data for r in read_results(smoke_results)}
@@ -111,7 +111,7 @@ def test_the_committed_board_round_trips_and_its_sweep_sees_the_published_runs(t
     before = CliRunner().invoke(main, plan_args)
     assert before.exit_code == 0, before.output
     published = read_results(results)
-    assert f"{len(published)} of the missing runs are published under leaderboard/results" in before.output
+    assert f"{len(published)} of the runs to train are published under leaderboard/results" in before.output
     import_results(results, store)
     with Store(store) as s:
         for rec in published:  # every published record is rebuilt exactly, checksum included

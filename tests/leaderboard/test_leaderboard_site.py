@@ -128,26 +128,36 @@ def test_numbers_on_the_page_are_the_published_ones(smoke_site):
     """rope on copy (preset smoke): the per-token accuracy beyond training, computed here from the JSON."""
     recs = [r for r in _published(smoke_site) if (r["pe"], r["task"], r["preset"]) == ("rope", "copy", "smoke")]
     per_seed = [statistics.mean(m["token_accuracy"] for m in r["metrics"] if m["split"] == "test") for r in recs]
-    mean = statistics.mean(per_seed)
-    half = 12.71 * statistics.stdev(per_seed) / len(per_seed) ** 0.5  # t(0.975, 1 dof) = 12.71, two seeds
-    expected = f"{mean:.2f}" + (f" ± {half:.2f}" if half else "")
+    mean, lo, hi = statistics.mean(per_seed), min(per_seed), max(per_seed)
+    expected = f"{mean:.2f}" + (f" ({lo:.2f}–{hi:.2f})" if f"{lo:.2f}" != f"{hi:.2f}" else "")  # mean (min–max)
     page = (smoke_site / "tasks" / "copy.html").read_text()
     ranking = page.split('data-preset-table="smoke"')[1].split("</table>")[0]
     row = next(r for r in ranking.split("<tr") if ">rope</a>" in r)
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", row)
-    assert cells[4] == expected  # rank, seeds, solved<=, EM>N, tok>N
+    assert cells[4] == expected  # rank, EM<=N, EM>N, reach, tok>N
     assert f'data-sort="{mean:.6f}"' in row
+    assert cells[-1] == f"{sum(fits(r) for r in recs)}/{len(recs)} fit"
+
+
+def fits(record: dict) -> bool:
+    """The fit rule, written out: mean exact match over the training scales at least 0.95."""
+    return statistics.mean(m["exact_match"] for m in record["metrics"] if m["split"] == "train") >= 0.95
 
 
 def test_task_page_has_curves_table_format_and_label(smoke_site):
     page = (smoke_site / "tasks" / "copy.html").read_text()
     for preset in ("smoke", "smoke-2step"):
         section = page.split(f'<section data-preset="{preset}">')[1].split("</section>")[0]
-        assert section.count('<svg class="plot"') == 2  # exact match and per-token accuracy
+        assert section.count('<svg class="plot" ') == 2  # exact match and per-token accuracy
         n_encodings = len({e for p, e, t, _, _ in RUNS if (p, t) == (preset, "copy")})
-        first_plot = section.split("</svg>")[0]
+        assert section.count('<svg class="plot panel"') == n_encodings  # one small multiple each
+        first_plot = section.split('<svg class="plot" ')[1].split("</svg>")[0]
         assert first_plot.count('<g class="series"') == n_encodings
         assert 'class="train-boundary"' in first_plot and "trained on n ≤ 5" in first_plot
+        legend = section.split('<ul class="legend">')[1].split("</ul>")[0]  # in the ranking table's order
+        ranking = section.split('class="sortable ranking"')[1].split("</table>")[0]
+        order = re.findall(r">([^<>]+)</a>", ranking)
+        assert [s.strip() for s in re.findall(r"</span> ([^<]+)", legend)] == order and len(order) == n_encodings
         per_length = section.split('data-metric="exact_match"')[1].split("</table>")[0]
         assert re.findall(r'<tr data-order="\d+"><td data-sort="(\d+)"', per_length) == [str(n) for n in range(1, 9)]
     assert "pe_solvable_with_scale_hint" in page  # the task's PE-solvability label
@@ -172,7 +182,12 @@ def test_encoding_page_quotes_the_registry(smoke_site):
     page = (smoke_site / "encodings" / "rope.html").read_text()
     assert "Su et al. 2021" in page  # from RoPE's docstring
     assert "<code>base</code>" in page and "<code>10000.0</code>" in page  # an option and its default
-    assert page.count('<a href="../tasks/copy.html">copy</a>') == 1  # one row per (task, preset) it ran
+    across = page.split('class="sortable across"')[1].split("</table>")[0]
+    assert across.count('<a href="../tasks/copy.html">copy</a>') == 1  # one row per (task, preset) it ran
+    nope = (smoke_site / "encodings" / "nope.html").read_text().split("<h2>On every task</h2>")[1]
+    assert (
+        nope.count('<svg class="plot panel"') == 3
+    )  # a small multiple per table it is on: copy (two presets), reverse
 
 
 def test_a_malformed_results_file_fails_the_build_with_path_and_reason(smoke_site, tmp_path):
@@ -199,8 +214,9 @@ def test_rebuild_deletes_stale_pages_but_never_foreign_folders(smoke_site, tmp_p
     shutil.copytree(smoke_site.parent / "results", results)
     build(results, tmp_path / "site")
     assert (tmp_path / "site" / "tasks" / "reverse.html").is_file()
-    for p in results.glob("smoke-2*"):  # keep only the smoke-2step file: no reverse runs left
-        p.unlink()
+    for p in results.glob("*.jsonl"):  # keep only the smoke-2step file: no reverse runs left
+        if not p.name.startswith("smoke-2step-"):
+            p.unlink()
     build(results, tmp_path / "site")
     assert not (tmp_path / "site" / "tasks" / "reverse.html").exists()
     foreign = tmp_path / "mine"
@@ -211,10 +227,15 @@ def test_rebuild_deletes_stale_pages_but_never_foreign_folders(smoke_site, tmp_p
     assert (foreign / "notes.html").read_text() == "keep me"
 
 
-def test_empty_results_give_an_empty_board(tmp_path):
-    build(tmp_path / "none", tmp_path / "site")
-    assert "No results yet" in (tmp_path / "site" / "index.html").read_text()
-    assert "No results yet" in (tmp_path / "README.md").read_text()
+def test_no_records_render_an_empty_board(tmp_path):
+    """The renderer copes with no records; `build` refuses a results folder without any
+    (test_leaderboard_site_writes.py), so a typo in --results never publishes this."""
+    from leaderboard.board import assemble
+    from leaderboard.readme import render_readme
+    from leaderboard.site import render
+
+    assert "No results yet" in render([], results_href="../results", repo_href="../..")["index.html"]
+    assert "No results yet" in render_readme(assemble([]), site_href="site")
 
 
 def test_committed_board_is_regenerated_identically(tmp_path):
@@ -223,8 +244,8 @@ def test_committed_board_is_regenerated_identically(tmp_path):
     if not any(results.glob("*.jsonl")) or not (site / "index.html").is_file():
         pytest.skip("no committed board yet (leaderboard/results and leaderboard/site)")
     build(results, tmp_path / "site", readme=tmp_path / "README.md", results_href="../results", repo_href="../..")
-    built = {p.relative_to(tmp_path / "site"): p.read_bytes() for p in (tmp_path / "site").rglob("*.html")}
-    committed = {p.relative_to(site): p.read_bytes() for p in site.rglob("*.html")}
+    built = {p.relative_to(tmp_path / "site"): p.read_bytes() for p in (tmp_path / "site").rglob("*") if p.is_file()}
+    committed = {p.relative_to(site): p.read_bytes() for p in site.rglob("*") if p.is_file()}
     assert built.keys() == committed.keys()
     stale = sorted(str(k) for k in built if built[k] != committed[k])
     assert not stale, f"rebuild with `pezoo leaderboard build`: {stale}"
@@ -270,24 +291,57 @@ def test_a_board_scoring_the_final_answer_says_so(tmp_path):
     assert "EOS incl." not in page.split("<svg")[1]  # the plot is titled by what it scores
 
 
-def test_index_at_a_glance_gives_each_encoding_its_rank_on_every_task(smoke_site):
+def test_index_at_a_glance_shows_each_tasks_ranking_measure(smoke_site):
     index = (smoke_site / "index.html").read_text()
     assert "<h2>At a glance</h2>" in index
     for preset in ("smoke", "smoke-2step"):
-        start = f'<table class="sortable overview" data-preset-table="{preset}">'
-        overview = index.split(start)[1].split("</table>")[0]
+        start = f'<table class="sortable heatmap" data-preset-table="{preset}">'
+        grid = index.split(start)[1].split("</table>")[0]
         tasks = sorted({t for p, _, t, _, _ in RUNS if p == preset})
-        assert re.findall(r'<a href="#task-([^"]+)">', overview.split("</thead>")[0]) == tasks
-        for task in tasks:  # the rank in the overview is the rank on the task's own table
+        assert re.findall(r'<a href="#task-([^"]+)">', grid.split("</thead>")[0]) == tasks
+        for task in tasks:  # the cell is the task table's EM>N where ranked, "did not fit" where not
             ranking = index.split(f'data-task="{task}" data-preset-table="{preset}">')[1].split("</table>")[0]
-            found = re.findall(r'<td data-sort="(\d+)">\d+</td><td class="text"[^>]*>.*?>([^<]+)</a>', ranking)
-            rank_of = {name: rank for rank, name in found}
+            shown = {}
+            for tr in ranking.split("<tr")[2:]:
+                name = re.search(r">([^<]+)</a>", tr).group(1)
+                cells = re.findall(r"<td[^>]*>([^<]*)</td>", tr)
+                shown[name] = "did not fit" if cells[0] == "—" else cells[2].split(" (")[0]
             column = tasks.index(task)
-            for row in overview.split("<tr")[2:]:
-                label = re.search(r">([^<]+)</a></td>", row).group(1)
-                cell = re.findall(r'<td data-sort="([^"]*)">', row)[3 + column]
-                assert cell == rank_of.get(label, ""), (preset, task, label)
-            assert found  # the ranking table was read
+            for tr in grid.split("<tr")[2:]:
+                label = re.search(r">([^<]+)</a></td>", tr).group(1)
+                cell = re.findall(r'<td class="heat [a-z]+"[^>]*>([^<]*)</td>', tr)[column]
+                assert cell == shown.get(label, ""), (preset, task, label)
+            assert shown  # the ranking table was read
+
+
+def test_site_and_terminal_rank_alike(smoke_site):
+    """The order and ranks of every task table on the site are those of `pezoo bench`'s table."""
+    from harness.report import leaderboard_tables
+    from leaderboard.board import frame
+    from leaderboard.schema import read_results
+
+    records = read_results(smoke_site.parent / "results")
+    df = frame(records)
+    for preset, g in df.groupby("preset"):
+        terminal = leaderboard_tables(g)
+        page = (smoke_site / "index.html").read_text()
+        for task, text in terminal.items():
+            lines = text.splitlines()[3:]
+            expected = [(line.split("|")[1].strip(), line.split("|")[2].strip()) for line in lines]
+            ranking = page.split(f'data-task="{task}" data-preset-table="{preset}">')[1].split("</table>")[0]
+            shown = [
+                (re.findall(r"<td[^>]*>([^<]*)</td>", tr)[0].replace("—", "-"), re.search(r">([^<]+)</a>", tr).group(1))
+                for tr in ranking.split("<tr")[2:]
+            ]
+            assert shown == expected, (preset, task)
+
+
+def test_no_interval_leaves_the_metrics_range(smoke_site):
+    for path in [*pages(smoke_site), smoke_site.parent / "README.md"]:
+        text = path.read_text()
+        assert "±" not in text, path
+        for lo, hi in re.findall(r"\((-?\d+\.\d+)–(-?\d+\.\d+)\)", text):
+            assert 0 <= float(lo) <= float(hi) <= 1, (path, lo, hi)
 
 
 def test_docstring_literals_become_code_and_stay_escaped():
@@ -334,7 +388,7 @@ def _plain(text: str) -> str:
     """Text as a reader sees it: tags and reST markup (``literals``, :role:`refs`, the colons
     of sections and argument lists) removed, entities decoded, whitespace collapsed."""
     text = html.unescape(re.sub(r"<[^>]+>", " ", text))
-    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text).replace("``", " ")
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r" \1 ", text).replace("``", " ")  # the page sets it as <code>
     return " ".join(text.replace(":", " ").split())
 
 
@@ -350,3 +404,53 @@ def test_encoding_pages_keep_every_word_of_the_docstring(smoke_site):
         for doc in (info.doc, info.wrapper_doc):
             for paragraph in filter(None, (_plain(p) for p in re.split(r"\n\s*\n", doc))):
                 assert paragraph in text, (page.name, paragraph)
+
+
+def test_fitted_encodings_are_ranked_and_the_others_marked_on_site_and_readme(tmp_path):
+    """Hand-made numbers: on copy, alibi and rope fit (alibi holds beyond N), nope slips
+    in distribution (EM<=2 0.9) however well it extrapolates; hard_alibi only ran reverse."""
+    fit_hold, fit_drop = {1: 1.0, 2: 1.0, 3: 0.8, 4: 0.6}, {1: 1.0, 2: 1.0, 3: 0.2, 4: 0.0}
+    slip = {1: 0.8, 2: 1.0, 3: 1.0, 4: 1.0}
+    records = [
+        make_record("rope", "copy", 0, fit_drop, train_max=2),
+        make_record("rope", "copy", 1, fit_drop, train_max=2),
+        make_record("alibi", "copy", 0, fit_hold, train_max=2),
+        make_record("nope", "copy", 0, slip, train_max=2),
+        make_record("rope", "reverse", 0, fit_hold, train_max=2),
+        make_record("hard_alibi", "reverse", 0, slip, train_max=2),
+    ]
+    write_jsonl(tmp_path / "results" / "all.jsonl", records)
+    build(tmp_path / "results", tmp_path / "site", readme=tmp_path / "README.md")
+    page = (tmp_path / "site" / "tasks" / "copy.html").read_text()
+    ranking = page.split('class="sortable ranking"')[1].split("</table>")[0]
+    rows = ranking.split("<tr")[2:]
+    assert [re.search(r">([^<]+)</a>", r).group(1) for r in rows] == ["alibi", "rope", "nope"]
+    assert [re.findall(r"<td[^>]*>([^<]*)</td>", r)[0] for r in rows] == ["1", "2", "—"]
+    assert 'class="unfit"' in rows[2] and '<span class="badge">did not fit</span>' in rows[2]
+    assert re.findall(r"<td[^>]*>([^<]*)</td>", rows[2])[1] == "0.90"  # its in-distribution number is shown
+    assert [re.findall(r"<td[^>]*>([^<]*)</td>", r)[-1] for r in rows] == ["1/1 fit", "2/2 fit", "0/1 fit"]
+    index = (tmp_path / "site" / "index.html").read_text()
+    grid = index.split('class="sortable heatmap"')[1].split("</table>")[0]
+    cells = {
+        re.search(r">([^<]+)</a></td>", tr).group(1): re.findall(r'<td class="heat ([a-z]+)"[^>]*>([^<]*)</td>', tr)
+        for tr in grid.split("<tr")[2:]
+    }
+    # (0.8 + 0.6) / 2 = 0.70 on copy; rope 0.10 on copy and 0.70 on reverse
+    assert cells == {
+        "alibi": [("value", "0.70"), ("none", "")],
+        "rope": [("value", "0.10"), ("value", "0.70")],
+        "nope": [("unfit", "did not fit"), ("none", "")],
+        "hard_alibi": [("none", ""), ("unfit", "did not fit")],
+    }
+    assert list(cells) == ["rope", "alibi", "hard_alibi", "nope"]  # means (0.10 + 0.70) / 2, 0.70 / 2, 0, 0
+    assert "Each run trains a " in index.split("<h2>At a glance</h2>")[0]  # the sentence on top
+    readme = (tmp_path / "README.md").read_text()
+    head = readme.split("## At a glance")[0]
+    assert "Each run trains a " in head and "the papers train" in head
+    glance = readme.split("## At a glance")[1].split("## Ranking")[0]
+    assert "| rope " in glance and "*did not fit*" in glance and "0.70" in glance
+    copy = readme.split("## copy")[1].split("## ")[0]
+    lines = [line for line in copy.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [line.split("|")[1].strip() for line in lines] == ["1", "2", "—"]
+    assert "nope · *did not fit*" in lines[2] and lines[2].rstrip(" |").endswith("0/1 fit")
+    assert "±" not in readme and "±" not in index and "±" not in page

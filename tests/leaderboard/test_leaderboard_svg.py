@@ -1,4 +1,4 @@
-"""Hand-drawn SVG plots: geometry, styles, determinism, well-formed XML."""
+"""Hand-drawn SVG plots: geometry, styles, determinism, well-formed XML, escaping, numbers only."""
 
 from __future__ import annotations
 
@@ -6,10 +6,27 @@ import math
 import xml.etree.ElementTree as ET
 from itertools import pairwise
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leaderboard.svg import PALETTE, Series, Style, line_plot, nice_step, styles, swatch
+from leaderboard.svg import (
+    ENCODING_STYLES,
+    MARKERS,
+    PALETTE,
+    VIRIDIS,
+    NotANumber,
+    Series,
+    Style,
+    heat_colour,
+    line_plot,
+    nice_step,
+    panel_plot,
+    style_of,
+    styles,
+    swatch,
+    trajectory_plot,
+)
 
 NS = "{http://www.w3.org/2000/svg}"
 
@@ -25,13 +42,77 @@ def test_nice_step_is_the_smallest_1_2_5_step_with_at_most_ten_intervals(span):
     assert all(span / c > 10 for c in smaller)
 
 
-def test_styles_are_unique_and_independent_of_order():
-    labels = [f"enc{i:02d}" for i in range(35)]
+OKABE_ITO = {"#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"}
+
+
+def test_every_registered_encoding_has_its_own_fixed_look():
+    import pezoo
+
+    names = pezoo.available()
+    bases = [n for n in names if ":" not in n]
+    assert set(bases) <= set(ENCODING_STYLES), set(bases) - set(ENCODING_STYLES)
+    looks = styles(names)
+    assert len(set(looks.values())) == len(names)  # colour, dash and marker: no two alike
+    assert len({(s.colour, s.dash) for s in looks.values()}) == len(names)  # even without the markers
+    for name in bases:
+        assert looks[name] == ENCODING_STYLES[name] == style_of(name)  # the same on every board
+    assert set(PALETTE) <= OKABE_ITO and "#F0E442" not in PALETTE  # colour-blind safe, no pale yellow
+    assert all(s.marker in MARKERS for s in looks.values())
+    # randomized:<base> keeps its base's colour and marker, on a dash-dot line
+    rope, wrapped = looks["rope"], looks["randomized:rope"]
+    assert (wrapped.colour, wrapped.marker) == (rope.colour, rope.marker) and wrapped.dash not in ("", rope.dash)
+
+
+def test_a_board_of_a_few_encodings_draws_them_as_the_whole_zoo_does():
+    assert styles(["rope", "alibi"]) == {"rope": ENCODING_STYLES["rope"], "alibi": ENCODING_STYLES["alibi"]}
+    assert styles(["alibi"])["alibi"] == styles(list(ENCODING_STYLES))["alibi"]
+
+
+def test_unknown_names_get_a_deterministic_style_outside_the_table():
+    labels = [f"plugin{i:02d}" for i in range(40)]
     a, b = styles(labels), styles(reversed(labels))
-    assert a == b
-    assert len(set(a.values())) == 35
-    assert all(s.colour in PALETTE for s in a.values())
-    assert a["enc00"] == Style(PALETTE[0], "") and a[f"enc{len(PALETTE):02d}"].dash != ""
+    assert a == b and len(set(a.values())) == 40
+    assert not set(a.values()) & set(ENCODING_STYLES.values())  # never a registered encoding's look
+    assert style_of("plugin07") == style_of("plugin07") and all(s.colour in PALETTE for s in a.values())
+
+
+def test_a_run_with_options_beside_the_plain_encoding_gets_another_look():
+    looks = styles(["rope", 'rope {"base": 500}'])
+    assert looks["rope"] == ENCODING_STYLES["rope"] and looks['rope {"base": 500}'] != looks["rope"]
+    alone = styles(['prism {"copy": true}'])  # without the plain one it keeps the encoding's look
+    assert alone['prism {"copy": true}'] == ENCODING_STYLES["prism"]
+
+
+def _channel_luminance(c: int) -> float:
+    c = c / 255
+    return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+
+def _contrast(a: str, b: str) -> float:
+    lum = [
+        0.2126 * _channel_luminance(int(h[1:3], 16))
+        + 0.7152 * _channel_luminance(int(h[3:5], 16))
+        + 0.0722 * _channel_luminance(int(h[5:7], 16))
+        for h in (a, b)
+    ]
+    hi, lo = max(lum), min(lum)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_heat_colours_follow_viridis_and_keep_the_text_readable():
+    assert heat_colour(0.0)[0] == VIRIDIS[0] and heat_colour(1.0)[0] == VIRIDIS[-1]
+    assert heat_colour(0.5)[0] == VIRIDIS[5] and heat_colour(-3)[0] == VIRIDIS[0] and heat_colour(7)[0] == VIRIDIS[-1]
+    # halfway between two stops: the channel means
+    lo, hi = VIRIDIS[2], VIRIDIS[3]
+    mid = heat_colour(0.25)[0]
+    for k in (1, 3, 5):
+        assert abs(int(mid[k : k + 2], 16) - (int(lo[k : k + 2], 16) + int(hi[k : k + 2], 16)) / 2) <= 0.5
+    for v in [i / 20 for i in range(21)]:
+        background, text = heat_colour(v)
+        assert text in ("#000000", "#FFFFFF") and _contrast(background, text) >= 4.5, (v, background, text)
+    assert heat_colour(0.0)[1] == "#FFFFFF" and heat_colour(1.0)[1] == "#000000"
+    with pytest.raises(NotANumber):
+        heat_colour(math.nan)
 
 
 def _series(label, colour, points, band=0.0):
@@ -55,22 +136,27 @@ def test_plot_geometry():
     assert root.tag == f"{NS}svg" and root.attrib["aria-label"] == "copy"
     groups = [g for g in root.iter(f"{NS}g") if g.attrib.get("class") == "series"]
     assert [g.attrib["data-encoding"] for g in groups] == ["rope <&>", "nope"]
-    circles = [(float(c.attrib["cx"]), float(c.attrib["cy"])) for c in groups[0].iter(f"{NS}circle")]
+    circles = [(float(c.attrib["cx"]), float(c.attrib["cy"])) for c in groups[0].iter(f"{NS}circle")]  # markers
     assert len(circles) == 10 and all(b[0] > a[0] for a, b in pairwise(circles))
     # equal steps in n are equal steps in px
     gaps = {round(b[0] - a[0], 1) for a, b in pairwise(circles)}
     assert max(gaps) - min(gaps) <= 0.2
     # y = 1 and y = 0 land on the 1.00 and 0.00 grid lines
-    ticks = {t.text: float(t.attrib["y"]) - 4 for t in root.iter(f"{NS}text") if t.text in ("0.00", "1.00")}
-    assert abs(circles[0][1] - ticks["1.00"]) <= 0.1 and abs(circles[-1][1] - ticks["0.00"]) <= 0.1
+    grid = {
+        round(float(ln.attrib["y1"]), 1) for ln in root.iter(f"{NS}line") if ln.attrib.get("y1") == ln.attrib.get("y2")
+    }
+    ticks = {t.text: float(t.attrib["y"]) - 4.5 for t in root.iter(f"{NS}text") if t.text in ("0", "1")}
+    assert abs(circles[0][1] - ticks["1"]) <= 0.1 and abs(circles[-1][1] - ticks["0"]) <= 0.1
+    assert round(circles[0][1], 1) in grid and round(circles[-1][1], 1) in grid
     # the training boundary sits halfway between n = 5 and n = 6
     [boundary] = [ln for ln in root.iter(f"{NS}line") if ln.attrib.get("class") == "train-boundary"]
     assert abs(float(boundary.attrib["x1"]) - (circles[4][0] + circles[5][0]) / 2) <= 0.1
-    assert "trained on n ≤ 5" in svg
+    # the label sits above the plotting area (y above the 1.00 line): it never covers data
+    [label] = [t for t in root.iter(f"{NS}text") if t.attrib.get("class") == "train-label"]
+    assert label.text == "trained on n ≤ 5" and float(label.attrib["y"]) < ticks["1"]
     # one band (rope has a spread, nope none)
     assert len([p for p in root.iter(f"{NS}polygon") if p.attrib.get("class") == "band"]) == 1
-    legend = [t.text for g in root.iter(f"{NS}g") if g.attrib.get("class") == "legend" for t in g.iter(f"{NS}text")]
-    assert legend[1:] == ["rope <&>", "nope"]
+    assert not [g for g in root.iter(f"{NS}g") if g.attrib.get("class") == "legend"]  # the page's HTML legend
 
 
 def test_plot_is_deterministic_and_handles_no_data():
@@ -86,3 +172,56 @@ def test_swatch_is_svg_in_the_style():
     root = ET.fromstring(swatch(Style("#117733", "6 3")))
     [line] = root.iter(f"{NS}line")
     assert line.attrib["stroke"] == "#117733" and line.attrib["stroke-dasharray"] == "6 3"
+
+
+HOSTILE = '"><script>window.__pwned=1</script><img src=x onerror=alert(1)>'
+
+
+def test_every_text_in_a_plot_is_escaped():
+    s = Series(HOSTILE, Style("#332288", "2 2"), (1.0, 2.0), (1.0, 0.5), (1.0, 0.25), (1.0, 0.75))
+    svg = line_plot([s], title=HOSTILE, x_label=HOSTILE, y_label=HOSTILE, boundary=1.5, boundary_label=HOSTILE)
+    root = ET.fromstring(svg)  # still one well-formed element
+    tags = {el.tag.removeprefix(NS) for el in root.iter()}
+    assert tags <= {"svg", "title", "rect", "text", "line", "polygon", "polyline", "circle", "g"}, tags
+    assert not [a for el in root.iter() for a in el.attrib if a.startswith("on")]
+    series = [g.attrib["data-encoding"] for g in root.iter(f"{NS}g") if g.attrib.get("class") == "series"]
+    assert root.attrib["aria-label"] == HOSTILE and series == [HOSTILE]
+    texts = [t.text for t in root.iter(f"{NS}text")]
+    assert texts.count(HOSTILE) == 3  # both axis titles, the boundary label (the title is <title> and aria-label)
+    assert [t.text for t in root.iter(f"{NS}title")] == [HOSTILE, HOSTILE]  # the plot's and the series'
+    panel = ET.fromstring(panel_plot(s, [s], title=HOSTILE, boundary=1.5))
+    assert {el.tag.removeprefix(NS) for el in panel.iter()} <= tags and panel.attrib["aria-label"] == HOSTILE
+    traj = ET.fromstring(trajectory_plot([(HOSTILE, [0, 1, 2])], title=HOSTILE, x_label="i", y_label="m"))
+    assert {el.tag.removeprefix(NS) for el in traj.iter()} <= tags and traj.attrib["aria-label"] == HOSTILE
+    swatch_root = ET.fromstring(swatch(Style(HOSTILE, HOSTILE)))  # even a style is an attribute value, escaped
+    [line] = swatch_root.iter(f"{NS}line")
+    assert line.attrib["stroke"] == HOSTILE and line.attrib["stroke-dasharray"] == HOSTILE
+
+
+@pytest.mark.parametrize("bad", ["3", None, True, math.nan, math.inf, -math.inf, [1.0], "1e3<script>"])
+def test_a_value_that_is_not_a_finite_number_is_refused(bad):
+    good = (1.0, 2.0)
+    for field in range(4):
+        values = [good, good, good, good]
+        values[field] = (1.0, bad)
+        with pytest.raises(NotANumber, match="must be a finite number"):
+            line_plot([Series("a", Style("#000000", ""), *values)], title="t", x_label="x", y_label="y")
+    with pytest.raises(NotANumber, match=r"line 'h0 c0'\[2\] must be a finite number"):
+        trajectory_plot([("h0 c0", [0, 1, bad])], title="t", x_label="x", y_label="y")
+    if bad is not None:  # None: no boundary
+        with pytest.raises(NotANumber):
+            line_plot([], title="t", x_label="x", y_label="y", boundary=bad)
+
+
+def test_numbers_are_written_as_numbers():
+    from leaderboard.text import coordinate, general, integer, whole_points
+
+    assert whole_points([(12.5, 3.49), (-0.4, 99.6)]) == "12,3 0,100"  # round half to even
+    with pytest.raises(NotANumber):
+        whole_points([(1.0, math.nan)])
+
+    assert coordinate(-0.04) == "0.0" and coordinate(12.25) == "12.2" and coordinate(3) == "3.0"
+    assert general(0.5) == "0.5" and general(10.0) == "10" and integer(480) == "480"
+    for bad in ("480", 480.0, True):
+        with pytest.raises(NotANumber):
+            integer(bad)

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pezoo.backends as backends
-from pezoo import AttentionContext, DenseBias, LinearBias, WindowMask, attend
+from pezoo import AttentionContext, DenseBias, LinearBias, RelativeFunctionBias, WindowMask, attend
 from pezoo.backends import flex_block_mask, flex_compile, native_lowering, pick_backend
 
 
@@ -30,13 +30,54 @@ def _case(seed: int, b: int = 2, h: int = 4, i: int = 40, e: int = 8, f: int = 6
     return q, k, v, pos
 
 
+def _toy_function(q_pos, k_pos, head, weight):
+    """A RelativeFunctionBias fn reading both absolute positions and a per-head parameter."""
+    return -weight[head] * torch.log1p((q_pos - k_pos).abs()) + 0.01 * q_pos
+
+
+def _toy_dense(q_pos, k_pos, weight):
+    return -weight.view(1, -1, 1, 1) * torch.log1p((q_pos - k_pos).abs()) + 0.01 * q_pos
+
+
 BIASES = {
     "none": lambda h, b, i: [],
     "alibi": lambda h, b, i: [LinearBias(torch.rand(h) + 0.1)],
     "windows": lambda h, b, i: [WindowMask(torch.tensor([1.0, 2.0, 9.0, math.inf]))],
     "dense": lambda h, b, i: [DenseBias(torch.randn(b, h, i, i))],
     "alibi+windows": lambda h, b, i: [LinearBias(torch.rand(h)), WindowMask(torch.tensor([1.0, 30.0, 3.0, math.inf]))],
+    "function": lambda h, b, i: [RelativeFunctionBias(_toy_function, (torch.rand(h) + 0.1,))],
+    "function+windows": lambda h, b, i: [
+        RelativeFunctionBias(_toy_function, (torch.rand(h),), dense_fn=_toy_dense),
+        WindowMask(torch.tensor([2.0, 30.0, 3.0, math.inf])),
+    ],
 }
+
+
+def test_relative_function_bias_materialises_the_formula():
+    """Both materialisations (fn on a grid, dense_fn) equal the formula per (b, h, i, j)."""
+    weight = torch.tensor([0.5, 2.0, 0.0])
+    q_pos, k_pos = torch.tensor([[5, 9], [7, 8]]), torch.tensor([[0, 2, 5, 9], [1, 2, 7, 8]])
+    ctx = AttentionContext(q_pos=q_pos, k_pos=k_pos)
+    for bias in (
+        RelativeFunctionBias(_toy_function, (weight,)),
+        RelativeFunctionBias(_toy_function, (weight,), dense_fn=_toy_dense),
+    ):
+        dense = bias.materialize(ctx, 3, torch.float64)
+        assert dense.shape == (2, 3, 2, 4) and dense.dtype == torch.float64
+        for b in range(2):
+            for h in range(3):
+                for i in range(2):
+                    for j in range(4):
+                        pi, pj = q_pos[b, i].item(), k_pos[b, j].item()
+                        want = -weight[h].item() * math.log(1 + abs(pi - pj)) + 0.01 * pi
+                        assert dense[b, h, i, j].item() == pytest.approx(want, rel=1e-6)
+
+
+def test_relative_function_bias_is_a_native_flex_lowering():
+    bias = RelativeFunctionBias(_toy_function, (torch.ones(2),))
+    assert native_lowering("flex", [bias])
+    ctx = AttentionContext(q_pos=torch.arange(5)[None], k_pos=torch.arange(5)[None])
+    assert not native_lowering("xformers", [bias], ctx)  # no xformers class: a dense tensor bias
 
 
 @pytest.mark.parametrize("bias", list(BIASES))
@@ -56,9 +97,11 @@ def test_flex_equals_eager(bias, sparse, padded):
     torch.testing.assert_close(got.permute(0, 2, 1, 3)[live], want.permute(0, 2, 1, 3)[live])
 
 
-def test_flex_with_cached_keys_and_non_causal():
+@pytest.mark.parametrize("function", [False, True], ids=["alibi", "function"])
+def test_flex_with_cached_keys_and_non_causal(function):
     q, k, v, pos = _case(1, i=30)
-    biases = [LinearBias(torch.rand(4)), WindowMask(torch.tensor([2.0, 5.0, 7.0, math.inf]))]
+    first = RelativeFunctionBias(_toy_function, (torch.rand(4),)) if function else LinearBias(torch.rand(4))
+    biases = [first, WindowMask(torch.tensor([2.0, 5.0, 7.0, math.inf]))]
     ctx = AttentionContext(q_pos=pos[:, 20:], k_pos=pos)  # 10 new queries after 20 cached keys
     want, _ = attend(q[:, :, 20:], k, v, ctx, biases)
     with flex_compile(False), torch.no_grad():
@@ -161,6 +204,20 @@ def test_native_lowering_and_auto_on_cpu():
     assert pick_backend(q, ctx, [windows], return_probs=True) == "eager"
     _, probs = attend(q, q, q, ctx, [windows], backend="auto", return_probs=True)
     assert probs is not None
+
+
+@pytest.mark.slow
+def test_compiled_relative_function_bias():
+    """One compile of a score_mod calling a RelativeFunctionBias fn (positions shifted from 0)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        q, k, v, pos = _case(6, i=160, f=4)
+        ctx = AttentionContext(q_pos=pos + 7, k_pos=pos + 7)
+        biases = [RelativeFunctionBias(_toy_function, (torch.rand(4),), dense_fn=_toy_dense)]
+        want, _ = attend(q, k, v, ctx, biases)
+        with flex_compile(True), torch.no_grad():
+            got, _ = attend(q, k, v, ctx, biases, backend="flex")
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.slow

@@ -45,15 +45,45 @@ def test_resampled_per_batch_and_shared_by_the_batch():
     assert int(a.max()) < 2048
 
 
-def test_eval_uses_plain_positions_unless_asked():
-    pe = pezoo.create("randomized:alibi", n_heads=4)
+def test_eval_draws_random_positions_by_default_as_the_paper():
+    """Ruoss et al. §3: "At test time [...] we use the same procedure but for all token positions"."""
+    for pe in (pezoo.create("randomized:alibi", n_heads=4), pezoo.create("randomized", d_model=8)):
+        pe.eval()
+        assert pe.random_at_eval
+        pos = pe.positions(2, 9)
+        assert pos.shape == (1, 9) and bool((pos[0, 1:] > pos[0, :-1]).all()) and int(pos.max()) < 2048
+        assert not torch.equal(pos, torch.arange(9)[None])  # P(equal) = 1 / C(2048, 9)
+        assert not torch.equal(pe.positions(2, 9), pos)
+
+
+def test_plain_eval_positions_stay_a_named_option():
+    for pe in (
+        pezoo.create("randomized:alibi", n_heads=4, randomize_eval=False),
+        pezoo.create("randomized", d_model=8, randomize_eval=False),
+    ):
+        pe.eval()
+        assert not pe.random_at_eval
+        assert torch.equal(pe.positions(2, 9), torch.arange(9)[None])
+        pe.train()  # training is always random
+        assert not torch.equal(pe.positions(2, 9), torch.arange(9)[None])
+
+
+def test_seeded_draws_are_reproducible_and_leave_the_global_rng_alone():
+    pe = pezoo.create("randomized:rope", head_dim=8, max_length=64)
     pe.eval()
-    assert torch.equal(pe.positions(2, 9), torch.arange(9)[None])
-    pe = pezoo.create("randomized:alibi", n_heads=4, randomize_eval=True)
-    pe.eval()
-    pos = pe.positions(2, 9)
-    assert not torch.equal(pos, torch.arange(9)[None])  # P(equal) = 1 / C(2048, 9)
-    assert not torch.equal(pe.positions(2, 9), pos)
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    with pe.seeded(7):
+        a1, a2 = pe.positions(1, 10), pe.positions(1, 12)
+    with pe.seeded(7):
+        b1, b2 = pe.positions(1, 10), pe.positions(1, 12)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.equal(a1, b1) and torch.equal(a2, b2)  # the same stream, draw by draw
+    # independent formula: the first `n` of a seeded permutation of range(L), sorted
+    want = torch.randperm(64, generator=torch.Generator().manual_seed(7))[:10].sort().values[None]
+    assert torch.equal(a1, want)
+    with pe.seeded(8):
+        assert not torch.equal(pe.positions(1, 10), a1)
 
 
 def test_length_beyond_l_is_a_clear_error():

@@ -14,9 +14,9 @@ DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
 
 
 def test_registered_through_the_entry_point():
-    assert "kerple_log" in pezoo.available()
-    assert "randomized:kerple_log" in pezoo.available()
-    assert isinstance(pezoo.create("kerple_log", dims=DIMS), KerpleLog)
+    assert "kerple_log_example" in pezoo.available()
+    assert "randomized:kerple_log_example" in pezoo.available()
+    assert isinstance(pezoo.create("kerple_log_example", dims=DIMS), KerpleLog)
 
 
 def test_bias_formula():
@@ -37,5 +37,5 @@ def test_bias_formula():
 
 
 def test_passes_the_conformance_kit():
-    check_encoding(lambda: pezoo.create("kerple_log", dims=DIMS), DIMS)
-    check_encoding(lambda: pezoo.create("randomized:kerple_log", dims=DIMS), DIMS)
+    check_encoding(lambda: pezoo.create("kerple_log_example", dims=DIMS), DIMS)
+    check_encoding(lambda: pezoo.create("randomized:kerple_log_example", dims=DIMS), DIMS)

@@ -1,0 +1,160 @@
+"""What ``pezoo bench`` says before it trains anything: the runs (how many, which are
+already in the store or published), what each preset means (model, steps, batch,
+training and test lengths), where the runs train, and how long they should take.
+
+Pure functions from a sweep's configs and plan (``harness.sweep.make_plan``) to text;
+the command line prints them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.config import PRESET_DESCRIPTIONS, PRESETS, RunConfig
+from harness.pe_spec import config_display_name
+from harness.sweep import Plan, estimate_bases, format_duration, varying_axes, wall_seconds
+
+CPU_PRESETS = ("quick", "smoke")
+"""Presets sized for a CPU; on CUDA the announcement points at ``GPU_PRESET``."""
+
+GPU_PRESET = "gpu"
+
+
+def _values(configs: Sequence[RunConfig], get: Callable[[RunConfig], Any]) -> str:
+    """The distinct values of ``get`` over ``configs``, in order: ``20`` or ``20, 40``."""
+    return ", ".join(str(v) for v in dict.fromkeys(get(c) for c in configs))
+
+
+def _names(values: Sequence[str], limit: int = 6) -> str:
+    shown = list(dict.fromkeys(values))
+    more = f", ... (+{len(shown) - limit})" if len(shown) > limit else ""
+    return ", ".join(shown[:limit]) + more
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _counted(values: str, word: str) -> str:
+    """``1 layer``, ``3 layers``, ``3, 5 layers`` from ``_values`` text."""
+    return f"{values} {word}" if values == "1" else f"{values} {word}s"
+
+
+def _lengths(lengths: list[int]) -> str:
+    """``1..5``, or ``50, 60, ..., 150`` when strided."""
+    if len(lengths) > 1 and all(b - a == 1 for a, b in itertools.pairwise(lengths)):
+        return f"{lengths[0]}..{lengths[-1]}"
+    if len(lengths) > 4:
+        return f"{lengths[0]}, {lengths[1]}, ..., {lengths[-1]}"
+    return ", ".join(map(str, lengths))
+
+
+def describe_preset(preset: str, configs: Sequence[RunConfig]) -> list[str]:
+    """What the runs of ``preset`` (``configs``) are: its one-line purpose, then the
+    model, training and testing as the configs have them (several values where a sweep
+    varies them)."""
+    b = lambda f: _values(configs, lambda c: getattr(c.backbone, f))  # noqa: E731
+    t = lambda f: _values(configs, lambda c: getattr(c.train, f))  # noqa: E731
+    e = lambda f: _values(configs, lambda c: getattr(c.eval, f))  # noqa: E731
+    train = _values(configs, lambda c: _lengths(c.train_lengths()))
+    test = _values(configs, lambda c: _lengths(c.test_lengths()))
+    packed = f", packed in rows of {t('pack')} tokens" if any(c.train.pack for c in configs) else ""
+    periodic = ""
+    if any(c.eval.every for c in configs):
+        periodic = f"; also every {e('every')} steps, reporting {e('select')}"
+    return [
+        f"preset {preset}: {PRESET_DESCRIPTIONS.get(preset, '')}".rstrip(": "),
+        f"  model: {_values(configs, lambda c: c.protocol)}, d_model {b('d_model')}, "
+        f"{_counted(b('n_layers'), 'layer')}, {_counted(b('n_heads'), 'head')}, {b('backend')} attention",
+        f"  training: {t('steps')} steps of batch {t('batch_size')} (lr {t('lr')}) on lengths {train}{packed}",
+        f"  testing: lengths {test}, {e('samples')} examples each{periodic}",
+    ]
+
+
+def gpu_hint(configs: Sequence[RunConfig], device_type: str) -> str | None:
+    """On CUDA with a CPU-sized preset, which preset a GPU user likely wants."""
+    cpu = [p for p in dict.fromkeys(c.preset for c in configs) if p in CPU_PRESETS]
+    if device_type != "cuda" or not cpu:
+        return None
+    gpu = PRESETS[GPU_PRESET]
+    return (
+        f"note: preset {cpu[0]} is sized for a CPU; on a GPU you likely want --preset {GPU_PRESET} "
+        f"(d_model {gpu['backbone']['d_model']}, {gpu['backbone']['n_layers']} layers, "
+        f"{gpu['train']['steps']} steps of batch {gpu['train']['batch_size']})"
+    )
+
+
+def published_line(plan: Plan, published_ids: Collection[str], store_path: str | Path) -> str | None:
+    """How many of the plan's missing runs are published under leaderboard/results, and
+    how to count them as done; None when none are."""
+    n = len({r.config.run_id() for r in plan.runs if r.status != "finished"} & set(published_ids))
+    if not n:
+        return None
+    return (
+        f"{n} of the runs to train are published under leaderboard/results: "
+        f"`pezoo leaderboard import --store {store_path}` counts them as done, so bench does not train them again"
+    )
+
+
+def wall_line(plan: Plan, workers: int) -> str:
+    """The estimated wall time of the plan's missing runs on ``workers`` workers in the
+    order given (the driver's list scheduling), its device time and what it rests on."""
+    if not plan.missing:
+        return "estimated wall time: none, every run is finished in the store"
+    wall = wall_seconds(plan, workers)
+    if wall is None:
+        on = f" on {plan.device_type}" if plan.device_type else ""
+        return (
+            f"estimated wall time: unknown ({plan.unestimated} of {_plural(plan.missing, 'run')} to train have no "
+            f"finished run of the same preset and model{on} to estimate from, and no recorded speed; "
+            "`pezoo sweep plan` estimates once one has finished)"
+        )
+    device = format_duration(plan.device_hours * 3600)
+    about = "under 1s" if wall[0] < 1 else f"about {format_duration(wall[0])}"
+    return (
+        f"estimated wall time: {about} on {_plural(workers, 'worker')} (device time {device}; {estimate_bases(plan)})"
+    )
+
+
+def bench_announcement(
+    configs: Sequence[RunConfig],
+    plan: Plan,
+    *,
+    store_path: str | Path,
+    published_ids: Collection[str] = (),
+    where: str,
+    runner: str,
+    workers: int,
+    device_type: str,
+) -> str:
+    """The lines ``pezoo bench`` prints before it starts: runs, presets, where, how long.
+
+    ``where``: the device in words (``cpu``, ``a Ray cluster (cuda)``); ``runner``: how
+    the runs go (``in this process``, ``in 4 worker processes``); ``workers``: runs in
+    flight at once; ``device_type``: ``cpu`` or ``cuda``."""
+    counts = plan.counts()
+    todo = plan.missing
+    pes = _names([config_display_name(c) for c in configs])
+    tasks = _names([c.task for c in configs])
+    seeds = _names([str(c.seed) for c in configs])
+    axes = [a for a in varying_axes(configs) if a != "preset"]
+    grid = f" ({pes} on {tasks}, seed {seeds}{', varying ' + ', '.join(axes) if axes else ''})"
+    other = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()) if k not in ("finished", "not started"))
+    lines = [
+        f"pezoo bench: {_plural(len(plan.runs), 'run')}{grid}: {plan.done} already in the store ({store_path}), "
+        f"{todo} to train" + (f" ({other}: resumed from a checkpoint where there is one)" if other else "")
+    ]
+    published = published_line(plan, published_ids, store_path)
+    if published:
+        lines.append(published)
+    for preset in dict.fromkeys(c.preset for c in configs):
+        lines += describe_preset(preset, [c for c in configs if c.preset == preset])
+    lines.append(f"device {where}: {runner}")
+    hint = gpu_hint(configs, device_type)
+    if hint:
+        lines.append(hint)
+    lines.append(wall_line(plan, workers))
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""What ``pezoo list`` shows, and what a wrong name on the command line is told.
+
+One section per kind (encodings, tasks, presets, backends), one line per entry: its name
+and the first sentence or line of its docstring (presets: ``PRESET_DESCRIPTIONS``).
+Encodings a wrapper can take (``randomized:NAME``) are marked. A wrapped name whose base
+cannot be wrapped (``randomized:hard_alibi``) gets the reason the Python API gives
+(``pezoo.create`` raises it), not "unknown encoding".
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+import pezoo
+from harness import tasks
+from harness.config import PRESET_DESCRIPTIONS, PRESETS
+from pezoo.base import ENCODINGS, WRAPPERS, unknown_name_message
+
+WIDTH = 100
+"""Longest description line before it is cut (at a word, with ``...``)."""
+
+
+def summary(obj: Any, width: int = WIDTH) -> str:
+    """The first paragraph of ``obj``'s docstring on one line, cut to ``width`` characters."""
+    doc = inspect.getdoc(obj) or ""
+    first = " ".join(doc.split("\n\n", 1)[0].split())
+    return textwrap.shorten(first, width, placeholder=" ...") if first else ""
+
+
+def wrappable(name: str, prefix: str = "randomized") -> bool:
+    """Whether ``prefix:name`` is an encoding (``pezoo.available`` lists it)."""
+    return f"{prefix}:{name}" in pezoo.available()
+
+
+def _section(title: str, rows: Sequence[tuple[str, str]]) -> list[str]:
+    pad = max((len(name) for name, _ in rows), default=0) + 2
+    return [title] + [f"  {name:<{pad}}{text}".rstrip() for name, text in rows]
+
+
+def listing() -> str:
+    """The text of ``pezoo list``: a section per kind, a line per entry."""
+    prefixes = ", ".join(f"{p}:NAME" for p in WRAPPERS)
+    encodings = []
+    for name in ENCODINGS:
+        try:
+            text = summary(ENCODINGS[name])
+        except ImportError as exc:  # a plugin that does not load
+            text = f"(could not load: {exc})"
+        mark = "*" if wrappable(name) else " "
+        encodings.append((f"{name} {mark}", text))
+    lines = _section(f"encodings (* = can be wrapped: {prefixes}):", encodings)
+    lines += _section("tasks:", [(name, summary(tasks.TASKS[name])) for name in tasks.available()])
+    lines += _section("presets:", [(name, PRESET_DESCRIPTIONS.get(name, "")) for name in PRESETS])
+    lines += _section("backends:", [(name, "") for name in sorted(pezoo.BACKENDS)])
+    return "\n".join(lines)
+
+
+def _why_not_wrappable(prefix: str, base: str) -> str | None:
+    """Why ``prefix:base`` is no encoding although both parts exist (None if they don't)."""
+    if prefix not in WRAPPERS or base not in ENCODINGS:
+        return None
+    try:
+        factory = ENCODINGS[base]
+    except ImportError:
+        return None
+    if isinstance(factory, type) and issubclass(factory, WRAPPERS[prefix]):
+        reason = f"{base!r} is already {prefix}"
+    elif getattr(factory, "wrappable", True) is False:
+        reason = f"encoding {base!r} declares itself not wrappable (see its docstring)"
+    elif not getattr(factory, "uses_positions", True):
+        reason = f"encoding {base!r} does not read positions, so {prefix} would change nothing"
+    else:
+        return None
+    ok = [n.split(":", 1)[1] for n in pezoo.available() if n.startswith(f"{prefix}:")]
+    return f"{prefix}:{base} is not an encoding: {reason}. {prefix.capitalize()} wraps: {', '.join(ok)}"
+
+
+def name_problem(kind: str, name: str, valid: Sequence[str]) -> str:
+    """What to say about ``name``, not among ``valid`` names of ``kind``: for a wrapped
+    encoding whose base cannot be wrapped, why; else "unknown" with close matches."""
+    if kind == "encoding" and ":" in name:
+        why = _why_not_wrappable(*name.split(":", 1))
+        if why:
+            return why
+    return unknown_name_message(kind, name, list(valid))

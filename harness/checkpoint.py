@@ -1,0 +1,370 @@
+"""Checkpoints: a run's full training state, read without running any code.
+
+A checkpoint is one ``torch.save`` dict, read back with ``torch.load(weights_only=True)``:
+it holds only tensors and plain Python values (dict, list, tuple, str, int, float, bool,
+None), so opening one can never execute code, whoever put the file in the checkpoint
+folder. Format version 2:
+
+    format       "pezoo-checkpoint"
+    version      2
+    run_id       str, ``RunConfig.run_id()``
+    config       str, the run's config as JSON (``RunConfig.to_dict()``)
+    step         int, training steps done
+    loss         float, the loss of the last step
+    seconds      float, training seconds so far
+    model        the model's state dict (str -> tensor)
+    optimizer    the optimiser's state dict (tensors and plain values)
+    data_rng     tuple, ``random.Random.getstate()`` of the training data stream
+    torch_rng    uint8 tensor, ``torch.get_rng_state()``
+    cuda_rng     uint8 tensor, ``torch.cuda.get_rng_state(device)``; only when training on a GPU
+    evaluating   bool, whether periodic evaluation has started
+    evaluations  list of [step, [[split, {LengthMetrics field: value}], ...]], oldest first
+    stream       {"ids": [int], "target": [bool], "scale": [int]}: a packed run's unconsumed
+                 stream (``PackedStream.state()``); only for packed runs
+
+Version 1 had no ``format`` field and pickled harness objects (``LengthMetrics``), which
+only an unpickler that runs code can read: it is refused like any file that is not
+version 2. A refused or
+unusable checkpoint is set aside (:func:`set_aside`) and its run starts over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pickle
+import random
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.config import RunConfig
+from harness.evaluate import Evaluation, LengthMetrics
+from harness.files import write_atomically
+
+FORMAT = "pezoo-checkpoint"
+VERSION = 2
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is unreadable, needs code to read, is incomplete or inconsistent,
+    or belongs to another run; the message says which."""
+
+
+# --------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------
+
+
+def training_state(
+    cfg: RunConfig,
+    *,
+    step: int,
+    loss: float,
+    seconds: float,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    data_rng: random.Random,
+    device: torch.device | str,
+    evaluating: bool,
+    evaluations: list[tuple[int, Evaluation]],
+    stream: Mapping[str, list] | None = None,
+) -> dict[str, Any]:
+    """The checkpoint payload (format above) of a run at ``step``."""
+    payload: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "run_id": cfg.run_id(),
+        "config": json.dumps(cfg.to_dict(), sort_keys=True),
+        "step": int(step),
+        "loss": float(loss),
+        "seconds": float(seconds),
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "data_rng": data_rng.getstate(),
+        "torch_rng": torch.get_rng_state(),
+        "evaluating": bool(evaluating),
+        "evaluations": [[int(s), encode_evaluation(e)] for s, e in evaluations],
+    }
+    if torch.device(device).type == "cuda":
+        payload["cuda_rng"] = torch.cuda.get_rng_state(torch.device(device))
+    if stream is not None:
+        payload["stream"] = {k: list(v) for k, v in stream.items()}
+    return payload
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
+    """Write ``payload`` to ``path`` atomically under a temporary name of this process's own.
+
+    Raises:
+        harness.files.WriteError: it could not be written (``disk_full`` says whether the
+            disk was full); its temporary file is removed and the previous checkpoint kept.
+    """
+    write_atomically(Path(path), lambda f: torch.save(payload, f))
+
+
+def encode_evaluation(evaluation: Evaluation) -> list[list[Any]]:
+    """``((split, LengthMetrics), ...)`` as plain lists and dicts."""
+    return [[split, dataclasses.asdict(m)] for split, m in evaluation]
+
+
+_METRIC_FIELDS = {f.name: f for f in dataclasses.fields(LengthMetrics)}
+
+
+def decode_evaluation(value: Any) -> Evaluation:
+    """The inverse of :func:`encode_evaluation`; ``CheckpointError`` on anything else."""
+    if not isinstance(value, list):
+        raise CheckpointError(f"an evaluation is a {type(value).__name__}, not a list")
+    rows = []
+    for row in value:
+        if not (isinstance(row, list) and len(row) == 2 and row[0] in ("train", "test") and isinstance(row[1], dict)):
+            raise CheckpointError(f"an evaluation row is not [split, metrics]: {_short(row)}")
+        fields = row[1]
+        if set(fields) != set(_METRIC_FIELDS):
+            raise CheckpointError(f"evaluation metrics have fields {sorted(fields)}, not {sorted(_METRIC_FIELDS)}")
+        for name in ("length", "n"):
+            if not _is_int(fields[name]):
+                raise CheckpointError(f"evaluation metric {name} is not an integer: {_short(fields[name])}")
+        for name in ("token_length", "exact_match", "token_accuracy", "trace_exact_match"):
+            v = fields[name]
+            if v is None and name == "trace_exact_match":
+                continue
+            if not (isinstance(v, float | int) and not isinstance(v, bool) and math.isfinite(v)):
+                raise CheckpointError(f"evaluation metric {name} is not a finite number: {_short(v)}")
+        rows.append((row[0], LengthMetrics(**fields)))
+    return tuple(rows)
+
+
+# --------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------
+
+
+def load_checkpoint(path: Path, run_id: str, *, mmap: bool = False) -> dict[str, Any]:
+    """Read a checkpoint without running code and check that it is run ``run_id``'s, in this format.
+
+    Only the header (format, version, run id, step) is checked here; :func:`check_state`
+    checks the rest against the model. ``mmap`` maps the tensors instead of reading them
+    (for reading just the step).
+
+    Raises:
+        CheckpointError: unreadable (truncated, not a checkpoint), asking for code to be
+            run (a pickle of anything but tensors and plain values), another format
+            version, or another run's.
+    """
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as exc:  # the weights-only unpickler refused something
+        wanted = re.search(r"GLOBAL ([\w.]+)", str(exc))  # "Unsupported global: GLOBAL x", "... GLOBAL x whose module"
+        detail = f"it asks for {wanted.group(1)}" if wanted else "a pickle of something else, or a damaged file"
+        raise CheckpointError(
+            f"checkpoint {path} is not a pezoo checkpoint readable without running code ({detail})"
+        ) from None
+    except Exception as exc:  # torch raises several types for a truncated/garbled file
+        raise CheckpointError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {_first_line(exc)})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {path} is not a pezoo checkpoint (no format {FORMAT!r})")
+    if payload.get("version") != VERSION:
+        raise CheckpointError(
+            f"checkpoint {path} has format version {_short(payload.get('version'))}; this pezoo reads version {VERSION}"
+        )
+    if payload.get("run_id") != run_id:
+        raise CheckpointError(
+            f"checkpoint {path} does not belong to run {run_id} (it says {_short(payload.get('run_id'))})"
+        )
+    if not _is_int(payload.get("step")) or payload["step"] < 0:
+        raise CheckpointError(f"checkpoint {path} has no valid step ({_short(payload.get('step'))})")
+    return payload
+
+
+def check_state(
+    payload: dict[str, Any], cfg: RunConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
+    """Load ``payload``'s weights into ``model`` and its optimiser state into ``optimizer``
+    (a fresh one, to check it), after checking every field against ``cfg``.
+
+    Returns the payload with ``evaluations`` decoded (``[(step, Evaluation)]``), ready for
+    ``harness.train.train(resume=...)``.
+
+    Raises:
+        CheckpointError: a field is missing, of the wrong type or shape, or the config is
+            not ``cfg``'s.
+    """
+    missing = [k for k in _REQUIRED if k not in payload]
+    if cfg.train.pack and "stream" not in payload:
+        missing.append("stream")
+    if missing:
+        raise CheckpointError(f"lacks field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    try:
+        stored = RunConfig.from_dict(json.loads(payload["config"]))
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {_first_line(exc)}"
+        raise CheckpointError(f"its config is not a valid run config ({problem})") from None
+    if stored.run_id() != cfg.run_id():
+        raise CheckpointError(f"its config is run {stored.run_id()}'s, not {cfg.run_id()}'s")
+    step = payload["step"]
+    if step > cfg.train.steps:
+        raise CheckpointError(f"its step {step} is past the run's {cfg.train.steps} steps")
+    for name in ("loss", "seconds"):
+        v = payload[name]
+        if not (isinstance(v, float) and math.isfinite(v)) or (name == "seconds" and v < 0):
+            raise CheckpointError(f"field {name} is not a finite number ({_short(v)})")
+    if not isinstance(payload["evaluating"], bool):
+        raise CheckpointError(f"field evaluating is not a bool ({_short(payload['evaluating'])})")
+    _check_rng(payload)
+    evaluations = payload["evaluations"]
+    if not isinstance(evaluations, list):
+        raise CheckpointError("field evaluations is not a list")
+    decoded = []
+    for item in evaluations:
+        if not (isinstance(item, list) and len(item) == 2 and _is_int(item[0]) and 0 < item[0] <= step):
+            raise CheckpointError(f"an evaluation is not [step <= {step}, rows]: {_short(item)}")
+        decoded.append((item[0], decode_evaluation(item[1])))
+    if cfg.train.pack:
+        _check_stream(payload["stream"])
+    weights = payload["model"]
+    if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+        raise CheckpointError("field model is not a state dict of tensors")
+    try:
+        model.load_state_dict(weights)
+    except (RuntimeError, TypeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"its weights do not fit the model ({_brief(exc)})") from None
+    _check_optimizer(payload["optimizer"], optimizer)
+    return {**payload, "evaluations": decoded}
+
+
+_REQUIRED = (
+    "config",
+    "step",
+    "loss",
+    "seconds",
+    "model",
+    "optimizer",
+    "data_rng",
+    "torch_rng",
+    "evaluating",
+    "evaluations",
+)
+
+
+def _check_rng(payload: dict[str, Any]) -> None:
+    state = payload["data_rng"]
+    if not (isinstance(state, tuple) and len(state) == 3 and isinstance(state[1], tuple)):
+        raise CheckpointError(f"field data_rng is not a random.Random state ({_short(state)})")
+    try:
+        random.Random().setstate(state)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CheckpointError(f"field data_rng is not a random.Random state ({exc})") from None
+    for name, reference in (("torch_rng", torch.get_rng_state()), ("cuda_rng", None)):
+        if name not in payload:
+            continue
+        t = payload[name]
+        if not (isinstance(t, torch.Tensor) and t.dtype == torch.uint8 and t.dim() == 1):
+            raise CheckpointError(f"field {name} is not a uint8 generator state")
+        if reference is not None:
+            if t.numel() != reference.numel():
+                raise CheckpointError(f"field {name} has {t.numel()} bytes, a generator state {reference.numel()}")
+            try:
+                torch.Generator().set_state(t)
+            except RuntimeError as exc:
+                raise CheckpointError(f"field {name} is not a generator state ({_first_line(exc)})") from None
+
+
+def _check_stream(stream: Any) -> None:
+    kinds = {"ids": int, "target": bool, "scale": int}
+    if not (isinstance(stream, dict) and set(stream) == set(kinds)):
+        raise CheckpointError(f"field stream is not {{ids, target, scale}} ({_short(stream)})")
+    lengths = set()
+    for key, kind in kinds.items():
+        values = stream[key]
+        ok = isinstance(values, list) and all(
+            isinstance(v, bool) if kind is bool else _is_int(v) and v >= 0 for v in values
+        )
+        if not ok:
+            raise CheckpointError(f"field stream.{key} is not a list of {kind.__name__}s")
+        lengths.add(len(values))
+    if len(lengths) > 1:
+        raise CheckpointError("field stream has lists of different lengths")
+
+
+def _check_optimizer(state: Any, optimizer: torch.optim.Optimizer) -> None:
+    if (
+        not isinstance(state, dict)
+        or not isinstance(state.get("state"), dict)
+        or not isinstance(state.get("param_groups"), list)
+    ):
+        raise CheckpointError("field optimizer is not an optimiser state dict")
+    try:
+        optimizer.load_state_dict(state)
+    except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
+        raise CheckpointError(f"its optimiser state does not fit the model ({_brief(exc)})") from None
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            for key, value in optimizer.state.get(p, {}).items():
+                if not isinstance(value, torch.Tensor):
+                    continue
+                want = () if key == "step" else tuple(p.shape)
+                if tuple(value.shape) != want or not (value.is_floating_point() or key == "step"):
+                    raise CheckpointError(
+                        f"its optimiser state {key} has shape {tuple(value.shape)}, its parameter needs {want}"
+                    )
+
+
+# --------------------------------------------------------------------------------------
+# Setting aside
+# --------------------------------------------------------------------------------------
+
+
+def set_aside(path: Path) -> Path | None:
+    """Rename a checkpoint that cannot be used to ``<name>.unreadable`` (``.unreadable-2``,
+    ... when taken), so that nothing reads it again and it stays for inspection.
+
+    Returns the new path, or None when it could not be moved (then it is deleted if
+    possible; a first checkpoint of the restarted run replaces it anyway)."""
+    path = Path(path)
+    for n in range(1, 1000):
+        aside = path.with_name(f"{path.name}.unreadable" + (f"-{n}" if n > 1 else ""))
+        if aside.exists():
+            continue
+        try:
+            os.link(path, aside)  # fails if aside appeared meanwhile: never overwrites one set aside before
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links here (some network file systems): rename
+            try:
+                os.replace(path, aside)
+                return aside
+            except OSError:
+                break
+        path.unlink(missing_ok=True)
+        return aside
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+    return None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+def _brief(exc: BaseException) -> str:
+    """All of ``exc``'s message on one line, cut at 300 characters (torch lists size mismatches line by line)."""
+    text = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,162 @@
+"""Writing the harness's own files (checkpoints, kept results) so that neither a killed
+process, a second process writing the same file, nor a full disk leaves half a file.
+
+A file is written to a temporary name of its own in the same folder,
+``<name>.<pid>.<random>.tmp`` (two processes never share one), flushed to disk, then
+renamed over ``<name>`` (``os.replace``, atomic on POSIX and Windows): a reader sees the
+old file or the new one, never a mix. A write that fails removes its temporary file and
+says whether the disk was full. Readers only ever open ``<name>``, so the temporary
+file of a process killed mid-write is ignored; :func:`remove_stale_temps` deletes such
+leftovers once they are a day old.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import glob
+import os
+import secrets
+import shutil
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+STALE_TEMP_SECONDS = 24 * 3600
+"""A temporary file this old belongs to a process that died mid-write (a checkpoint
+takes seconds to write), so :func:`remove_stale_temps` may delete it."""
+
+LOW_SPACE_BYTES = 1 << 20
+"""Below this much free space, a write error that does not carry an errno (torch's zip
+writer says "unexpected pos" or "file write failed") is taken to be a full disk."""
+
+_TORCH_WRITE_FAILURES = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
+
+
+class WriteError(OSError):
+    """A file could not be written; ``disk_full`` says whether that was a full disk.
+
+    The message names the file and the cause ("disk full: 0.0 MiB free in <folder>");
+    the temporary file is already removed and the previous ``<name>``, if any, is intact.
+    """
+
+    def __init__(self, message: str, *, disk_full: bool) -> None:
+        super().__init__(errno.ENOSPC if disk_full else errno.EIO, message)
+        self.disk_full = disk_full
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or during, innermost last."""
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        chain.append(exc)
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return chain
+
+
+def free_bytes(folder: Path) -> int | None:
+    """Free bytes on the file system holding ``folder`` (its nearest existing parent), or None."""
+    folder = Path(folder)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def is_disk_full(exc: BaseException, folder: Path) -> bool:
+    """Whether ``exc``, raised while writing into ``folder``, means the disk (or quota) is full.
+
+    True for an ``OSError`` with errno ENOSPC or EDQUOT anywhere in its chain, SQLite's
+    "database or disk is full" (SQLITE_FULL), and torch's zip-writer errors ("unexpected
+    pos", "file write failed") when less than ``LOW_SPACE_BYTES`` is free in ``folder``.
+    """
+    for e in _causes(exc):
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(e, sqlite3.Error) and (
+            getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e)
+        ):
+            return True
+        if isinstance(e, RuntimeError) and any(s in str(e) for s in _TORCH_WRITE_FAILURES):
+            free = free_bytes(folder)
+            if free is not None and free < LOW_SPACE_BYTES:
+                return True
+    return False
+
+
+def describe_write_error(exc: BaseException, folder: Path) -> str:
+    """``disk full (0.0 MiB free in <folder>)`` when it is, else the exception's type and first line."""
+    if isinstance(exc, WriteError):
+        return str(exc)
+    if is_disk_full(exc, folder):
+        free = free_bytes(folder)
+        space = f"{free / 2**20:.1f} MiB free in {folder}" if free is not None else f"in {folder}"
+        return f"disk full ({space})"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write ``path`` through ``write(file)`` so that it holds the old contents or the new, never half.
+
+    Raises:
+        WriteError: the folder could not be written or the data did not fit (``disk_full``);
+            the temporary file is gone and ``path`` untouched.
+    """
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())  # a full disk may only show here (delayed allocation)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        cause = describe_write_error(exc, path.parent) if isinstance(exc, Exception) else None
+        full = isinstance(exc, Exception) and is_disk_full(exc, path.parent)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if cause is None:  # KeyboardInterrupt, SystemExit: cleaned up, and on its way
+            raise
+        raise WriteError(f"could not write {path}: {cause}", disk_full=full) from exc
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the rename durable (best effort: not every platform can open a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(path: Path, older_than: float = STALE_TEMP_SECONDS) -> list[Path]:
+    """Delete ``path``'s temporary files (``<name>.*tmp``) not modified for ``older_than``
+    seconds: leftovers of processes killed mid-write. Returns those removed."""
+    path = Path(path)
+    removed = []
+    now = time.time()
+    for tmp in path.parent.glob(f"{glob.escape(path.name)}.*tmp"):
+        try:
+            if now - tmp.stat().st_mtime > older_than:
+                tmp.unlink()
+                removed.append(tmp)
+        except OSError:  # gone already, or not ours to delete
+            continue
+    return removed

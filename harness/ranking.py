@@ -1,0 +1,160 @@
+"""The ranking rule shared by the terminal table (``harness.report``) and the published
+board (``leaderboard.board``): fit first, then rank on what happens beyond training.
+
+The question a length-extrapolation board answers is *which encoding keeps working past
+the training length?* Two things would blur it, and the rule removes both:
+
+* A model that never learned the task in distribution says nothing about extrapolation.
+  A run **fits** when its mean exact match over the training scales (EM≤N) is at least
+  :data:`FIT_THRESHOLD`; an encoding is **ranked** on a task only when every one of its
+  seeds fits. The others are listed after the ranked ones as "did not fit", ordered by
+  EM≤N, with no rank.
+* Counting scales from 1 (the old ``solved≤``) rewards the training lengths: a slip at
+  some n ≤ N put an encoding below one that fits 1..N and collapses at N+1. Ranked
+  encodings are ordered by the numbers **beyond N** only:
+
+  1. **EM>N**: exact match averaged over the evaluated scales beyond N (mean over seeds);
+  2. **reach**: the largest scale L such that exact match is at least
+     :data:`REACH_THRESHOLD` at every evaluated scale N+1..L (N when scale N+1 already
+     fails; mean over seeds);
+  3. **tok>N**: teacher-forced per-token accuracy beyond N (mean over seeds).
+
+  Exact ties share a rank (competition ranking: 1, 1, 3).
+
+Seeds are shown as what they did, never as an interval wider than the metric: a cell
+with several seeds reads ``mean (min–max)`` over the seeds (:class:`Spread`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+FIT_THRESHOLD = 0.95
+"""A run fits when its mean exact match over the training scales is at least this."""
+
+REACH_THRESHOLD = 0.9
+"""``reach`` counts scales beyond N whose exact match is at least this."""
+
+RANK_KEYS = ("EM>N", "reach", "tok-acc>N")
+"""Per-seed columns that order fitted encodings, most important first (means over seeds)."""
+
+RULE = (
+    f"An encoding is ranked on a task only if every seed fits the training scales (mean exact match over scales "
+    f"1..N at least {FIT_THRESHOLD:.2f}); the others follow, marked “did not fit”, ordered by that in-distribution "
+    f"exact match. Ranked encodings are ordered by exact match averaged over the scales beyond N (EM>N), then by "
+    f"reach (the largest scale L with exact match at least {REACH_THRESHOLD:.1f} at every scale N+1..L; N means "
+    f"none), then by per-token accuracy beyond N (tok>N), each the mean over seeds; exact ties share a rank."
+)
+"""The rule in one paragraph, quoted by the terminal docs, the site and the README."""
+
+CELLS_RULE = (
+    "With several seeds a cell reads mean (min–max) over the seeds: what the seeds did, not a confidence interval."
+)
+"""What a table cell means, quoted by the site and the README."""
+
+
+def reach_beyond(per_length: pd.Series, train_max: int, threshold: float = REACH_THRESHOLD) -> int:
+    """Largest scale L > ``train_max`` with exact match >= ``threshold`` at every evaluated
+    scale in ``train_max+1..L``; ``train_max`` when the first scale beyond training fails
+    (or none was evaluated). ``per_length``: exact match indexed by scale."""
+    best = train_max
+    for length, em in per_length[per_length.index > train_max].sort_index().items():
+        if not em >= threshold:  # NaN counts as a failure
+            break
+        best = int(length)
+    return best
+
+
+def fits(em_within: float, threshold: float = FIT_THRESHOLD) -> bool:
+    """Whether a run's mean exact match over the training scales reaches ``threshold``."""
+    return bool(em_within >= threshold)  # NaN (nothing evaluated in distribution) does not fit
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A number over seeds: the mean and the smallest and largest seed's value.
+
+    ``mean`` is ``nan`` when no seed has a value. Unlike a t-interval with two seeds
+    (12.7 × half their difference), ``lo..hi`` never leaves the metric's range.
+    """
+
+    mean: float
+    lo: float
+    hi: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Spread:
+        v = [x for x in (float(x) for x in values if x is not None) if not math.isnan(x)]
+        if not v:
+            return cls(math.nan, math.nan, math.nan, 0)
+        return cls(sum(v) / len(v), min(v), max(v), len(v))
+
+    def text(self, digits: int = 2) -> str:
+        """``0.93`` (one seed, or seeds that agree), ``0.50 (0.12–0.90)``, ``-`` when missing."""
+        if math.isnan(self.mean):
+            return "-"
+        mean = f"{self.mean:.{digits}f}"
+        lo, hi = f"{self.lo:.{digits}f}", f"{self.hi:.{digits}f}"
+        return mean if self.n < 2 or lo == hi else f"{mean} ({lo}–{hi})"
+
+    def sort_value(self) -> str:
+        return "" if math.isnan(self.mean) else f"{self.mean:.6f}"
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where one encoding stands on one task.
+
+    Attributes:
+        label: the encoding's name on the table.
+        rank: its competition rank among the fitted encodings, ``None`` if it did not fit.
+        seeds_fit: how many of its seeds fit the training scales.
+        seeds: how many seeds it has.
+    """
+
+    label: str
+    rank: int | None
+    seeds_fit: int
+    seeds: int
+
+    @property
+    def fitted(self) -> bool:
+        return self.rank is not None
+
+
+def standings(per_seed: pd.DataFrame, label: str = "pe") -> list[Standing]:
+    """Rank the encodings of one task's per-seed rows (columns ``label``, ``in-dist``
+    (EM≤N), and :data:`RANK_KEYS`) by :data:`RULE`. Returns fitted encodings in rank
+    order, then the others by EM≤N (higher first), then by name."""
+    fitted, unfitted = [], []
+    for name, g in per_seed.groupby(label, sort=True):
+        ok = sum(fits(x) for x in g["in-dist"])
+        if ok == len(g):
+            key = tuple(-_or_low(pd.to_numeric(g[k]).mean()) for k in RANK_KEYS)
+            fitted.append((key, str(name), ok, len(g)))
+        else:
+            unfitted.append(((-_or_low(pd.to_numeric(g["in-dist"]).mean()),), str(name), ok, len(g)))
+    fitted.sort()
+    unfitted.sort()
+    out, rank, previous = [], 0, None
+    for i, (key, name, ok, n) in enumerate(fitted, start=1):
+        if key != previous:  # competition ranking: exact ties share a rank
+            rank, previous = i, key
+        out.append(Standing(name, rank, ok, n))
+    out += [Standing(name, None, ok, n) for _, name, ok, n in unfitted]
+    return out
+
+
+def order(standings_: Sequence[Standing]) -> Mapping[str, int]:
+    """label -> position on the table (1-based), ranked and unranked alike."""
+    return {s.label: i for i, s in enumerate(standings_, start=1)}
+
+
+def _or_low(value: float) -> float:
+    """NaN (nothing evaluated) ranks below every number."""
+    return -math.inf if math.isnan(value) else float(value)

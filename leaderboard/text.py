@@ -1,0 +1,129 @@
+"""Text shared by the site, its SVG plots and the markdown board: the one rendering path.
+
+Every page and plot is a Jinja2 template (``leaderboard/templates/``) rendered with
+**autoescape on**: a value from a results or diagnostics file is escaped by
+construction, wherever a template puts it (element text or attribute). The only
+``Markup`` (text a template inserts as is) is what this package built itself from
+escaped parts: a rendered template (a plot inside a page), and the docstring renderer of
+``leaderboard.site``. URLs go through :func:`href`, which percent-encodes every path
+segment, so no name can become a scheme (``javascript:``) or leave its attribute.
+Numbers in SVG go through the filters below, which format numbers as numbers and refuse
+anything else (:class:`NotANumber`).
+
+Also here, because both ``site`` and ``readme`` use them: file-name slugs and commit
+abbreviations.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+import re
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import quote
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
+
+GENERATOR = "pezoo leaderboard build"
+"""Names the generator in every generated file (the site's ``<meta name="generator">``,
+the README's first line); a file without it is never overwritten."""
+
+
+def slug(name: str) -> str:
+    """File-name-safe form of a registry name (``randomized:rope`` -> ``randomized-rope``)."""
+    return re.sub(r"[^a-z0-9_.-]+", "-", name.lower()).strip("-") or "unnamed"
+
+
+def short_commit(commit: str, dirty: str = " (with uncommitted changes)") -> str:
+    """The first 12 hex digits of a commit; a ``-dirty`` suffix becomes ``dirty``."""
+    return commit.removesuffix("-dirty")[:12] + (dirty if commit.endswith("-dirty") else "")
+
+
+def join(values: Iterable[Any]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def href(path: str) -> str:
+    """A relative URL for a '/'-separated path: each segment percent-encoded (``:`` too,
+    so a name such as ``javascript:...`` is a file name, never a scheme)."""
+    return quote(path, safe="/")
+
+
+# --------------------------------------------------------------------------------------
+# Numbers in SVG
+# --------------------------------------------------------------------------------------
+
+
+class NotANumber(ValueError):
+    """A value drawn in a plot is not a finite number (a string, a bool, None, NaN, inf)."""
+
+
+def finite(value: Any, what: str = "value") -> float:
+    """``value`` as a float if it is a finite real number (bools are not); else NotANumber."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise NotANumber(f"{what} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def coordinate(value: Any) -> str:
+    """A coordinate with one decimal (``-0.0`` written ``0.0``)."""
+    text = f"{finite(value, 'a coordinate'):.1f}"
+    return "0.0" if text == "-0.0" else text
+
+
+def integer(value: Any) -> str:
+    """An integer (a size in px)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise NotANumber(f"a size must be an integer, got {value!r}")
+    return str(int(value))
+
+
+def general(value: Any) -> str:
+    """A number in ``%g`` form (tick labels, stroke widths)."""
+    return f"{finite(value):g}"
+
+
+def fixed(value: Any, digits: int) -> str:
+    """A number with ``digits`` decimals."""
+    return f"{finite(value):.{digits}f}"
+
+
+def points(pairs: Iterable[tuple[Any, Any]]) -> str:
+    """``x,y x,y ...`` for an SVG ``points`` attribute, one decimal each."""
+    return " ".join(f"{coordinate(x)},{coordinate(y)}" for x, y in pairs)
+
+
+def whole_points(pairs: Iterable[tuple[Any, Any]]) -> str:
+    """``x,y x,y ...`` rounded to whole units: the grey context lines of a small multiple,
+    where a tenth of a unit is invisible and the page would only grow."""
+    return " ".join(f"{round(finite(x, 'a coordinate'))},{round(finite(y, 'a coordinate'))}" for x, y in pairs)
+
+
+# --------------------------------------------------------------------------------------
+# Templates
+# --------------------------------------------------------------------------------------
+
+
+@functools.cache
+def environment() -> Environment:
+    """The templates' environment: autoescape on for every template, undefined names are
+    errors, block tags leave no blank lines."""
+    env = Environment(
+        loader=PackageLoader("leaderboard", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(c=coordinate, i=integer, g=general, fixed=fixed, points=points, whole_points=whole_points)
+    env.globals.update(slug=slug, join=join)
+    return env
+
+
+def render_template(name: str, /, **context: Any) -> Markup:
+    """Template ``name`` rendered with ``context``. The result is Markup: every value in it
+    was escaped by the template, so a page may include it (a plot) as it is."""
+    return Markup(environment().get_template(name).render(**context))

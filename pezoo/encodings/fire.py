@@ -1,0 +1,153 @@
+"""FIRE: functional interpolation for relative positions (Li, You, Guruganesh, Ainslie,
+Ontañón, Zaheer, Sanghai, Yang, Kumar, Bhojanapalli 2024, "Functional Interpolation for
+Relative Positions Improves Long Context Transformers", ICLR, §3).
+
+Head h of layer l adds a learned function of the relative position to its scores (after
+the 1/sqrt(e) scaling; the bias is not scaled), in the paper's final form
+
+    b(i, j) = f_θ( ψ(i − j) / ψ(max(L, i)) ),     ψ(x) = log(c·x + 1),     i ≥ j,
+
+built up in §3 in three steps: a learned function f_θ of the relative position (the
+functional encoding); dividing by the query position i so every input lies in [0, 1]
+whatever the length (progressive interpolation); the log transform ψ, which spreads
+out nearby positions (amplifying the differences among local positions); and the
+threshold L, below which the normaliser stops shrinking (thresholding for short
+sequences). f_θ is an MLP 1 → 32 → h with a ReLU, its output one bias per head.
+
+Parameterisation and initialisation follow the paper's reference code: c starts at 0.1
+and is used as |c·x|; the threshold is L = |m · L0| with L0 = 512 fixed and a learned
+multiplier m starting at 1; the normaliser gets + 1e-6; the MLP has PyTorch's default
+``nn.Linear`` initialisation. Each layer has its own c, m and MLP (``share_layers=True``
+gives the paper's layer-shared variant, one set for all layers).
+
+Positions are those of ``ctx`` (sampled ones under ``randomized:fire``): i is the query's
+position, not its index. The bias is a :class:`~pezoo.base.RelativeFunctionBias`: flex
+evaluates the MLP inside its ``score_mod``, hidden unit by hidden unit, without an (i, j)
+tensor; eager/sdpa materialise it with one matrix product.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, RelativeFunctionBias, register
+
+FIRE_EPS = 1e-6
+"""Added to the normaliser ψ(max(L, i)) (the reference code's ``eps``)."""
+
+
+def fire_normalized_distance(q_pos: Tensor, k_pos: Tensor, c: Tensor, threshold: Tensor) -> Tensor:
+    """``ψ(i − j) / (ψ(max(L, i)) + eps)`` with ``ψ(x) = log(|c·x| + 1)``, elementwise.
+
+    Args:
+        q_pos, k_pos: float positions i and j, broadcastable.
+        c: () the log transform's scale.
+        threshold: () L, the smallest normaliser position.
+
+    Returns:
+        the interpolated distance, in [0, 1) for 0 <= j <= i.
+    """
+    distance = torch.log1p((c * (q_pos - k_pos)).abs())
+    normaliser = torch.log1p((c * torch.maximum(q_pos, threshold)).abs()) + FIRE_EPS
+    return distance / normaliser
+
+
+def fire_bias(
+    q_pos: Tensor,
+    k_pos: Tensor,
+    head: Tensor,
+    c: Tensor,
+    threshold: Tensor,
+    w1: Tensor,
+    b1: Tensor,
+    w2: Tensor,
+    b2: Tensor,
+) -> Tensor:
+    """FIRE's bias for head ``head``, elementwise (the form flex's ``score_mod`` runs).
+
+    The MLP ``f(x) = W2 · relu(w1 · x + b1) + b2`` is summed hidden unit by hidden unit,
+    so every op is elementwise on the broadcast inputs.
+
+    Args:
+        q_pos, k_pos: float positions, broadcastable.
+        head: long head indices, broadcastable with them.
+        c, threshold: () see :func:`fire_normalized_distance`.
+        w1, b1: (u,) first layer (input width 1).
+        w2: (h, u) and b2: (h,) second layer.
+    """
+    x = fire_normalized_distance(q_pos, k_pos, c, threshold)
+    out = b2[head]
+    for unit in range(w1.shape[0]):
+        out = out + torch.relu(x * w1[unit] + b1[unit]) * w2[head, unit]
+    return out
+
+
+def fire_bias_dense(
+    q_pos: Tensor, k_pos: Tensor, c: Tensor, threshold: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor
+) -> Tensor:
+    """:func:`fire_bias` for every head at once: q_pos (b|1, 1, i, 1), k_pos (b|1, 1, 1, j) -> (b|1, h, i, j)."""
+    x = fire_normalized_distance(q_pos, k_pos, c, threshold)[:, 0]  # (b, i, j)
+    hidden = torch.relu(x[..., None] * w1 + b1)  # (b, i, j, u)
+    return (hidden @ w2.T + b2).permute(0, 3, 1, 2)  # (b, h, i, j)
+
+
+@register("fire")
+class FIRE(PositionalEncoding):
+    """FIRE (Li et al. 2024, §3): an MLP of the log-transformed, progressively
+    interpolated relative position, one output per head.
+
+    Args:
+        n_heads: heads h (the MLP's output width).
+        n_layers: layers; each has its own c, threshold and MLP unless ``share_layers``.
+        mlp_width: hidden width of the MLP (32 in the paper).
+        init_c: initial c of ψ(x) = log(|c·x| + 1) (0.1 in the paper).
+        init_threshold: L0; the threshold L = |m · L0| with the learned m starting at 1
+            (512 in the paper).
+        share_layers: one FIRE module for all layers (the paper's layer-shared variant).
+    """
+
+    def __init__(
+        self,
+        *,
+        n_heads: int,
+        n_layers: int,
+        mlp_width: int = 32,
+        init_c: float = 0.1,
+        init_threshold: float = 512.0,
+        share_layers: bool = False,
+    ) -> None:
+        super().__init__()
+        if n_heads < 1 or n_layers < 1 or mlp_width < 1:
+            raise ValueError(f"n_heads, n_layers and mlp_width must be >= 1, got {n_heads}, {n_layers}, {mlp_width}")
+        if init_threshold <= 0:
+            raise ValueError(f"init_threshold must be > 0, got {init_threshold}")
+        self.n_heads, self.n_layers, self.mlp_width = n_heads, n_layers, mlp_width
+        self.init_c, self.init_threshold, self.share_layers = init_c, init_threshold, share_layers
+        n_sets = 1 if share_layers else n_layers
+        self.mlp = nn.ModuleList(
+            nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, n_heads)) for _ in range(n_sets)
+        )
+        self.c = nn.Parameter(torch.full((n_sets,), float(init_c)))  # (sets,)
+        self.threshold_multiplier = nn.Parameter(torch.ones(n_sets))  # (sets,)
+
+    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        s = 0 if self.share_layers else layer
+        first, second = self.mlp[s][0], self.mlp[s][2]
+        threshold = (self.threshold_multiplier[s] * self.init_threshold).abs()  # ()
+        params = (
+            self.c[s],
+            threshold,
+            first.weight[:, 0],  # (u,)
+            first.bias,  # (u,)
+            second.weight,  # (h, u)
+            second.bias,  # (h,)
+        )
+        params = tuple(p.to(torch.float32) for p in params)  # fp32 math under a half-precision model
+        return [RelativeFunctionBias(fire_bias, params, dense_fn=fire_bias_dense)]
+
+    def extra_repr(self) -> str:
+        return (
+            f"n_heads={self.n_heads}, n_layers={self.n_layers}, mlp_width={self.mlp_width}, "
+            f"init_c={self.init_c}, init_threshold={self.init_threshold}, share_layers={self.share_layers}"
+        )

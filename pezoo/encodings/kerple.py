@@ -1,0 +1,135 @@
+"""KERPLE: kernelized relative positional embedding (Chi, Fan, Ramadge, Rudnicky 2022,
+"KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation", NeurIPS,
+§4 "KERPLE", the power and logarithmic variants of the shifted kernel).
+
+Head h of layer l adds a conditionally positive definite kernel of the distance to its
+scores (after the 1/sqrt(e) scaling; the bias is not scaled):
+
+    kerple_power:  b(i, j) = -r1 · |pos_i - pos_j|^r2          r1 > 0, 0 < r2 <= 2
+    kerple_log:    b(i, j) = -r1 · log(1 + r2 · |pos_i - pos_j|)   r1, r2 > 0
+
+Initialisation and constraints follow the paper's reference implementation (GPT-NeoX):
+the parameter outside the distance term starts uniform in (0, 2) for the log variant and
+(0, 1) for the power variant; the one inside starts uniform in (0, 1) (log) and (0, 2)
+(power). Both are kept in range by projection: every forward first clips the parameters
+into ``[eps, inf)`` (and r2 <= 2 for the power variant), eps = 0.01, so a gradient step
+that leaves the range is undone before the next use, and the gradient at the boundary
+still flows (projected gradient descent, as in the reference). Each layer has its own
+(r1, r2) per head.
+
+The bias is a :class:`~pezoo.base.RelativeFunctionBias`: flex adds it in its
+``score_mod`` without an (i, j) tensor; eager/sdpa/xformers materialise it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, RelativeFunctionBias, register
+
+KERPLE_EPS = 0.01
+"""Lower bound of r1 and r2 (the reference implementation's ``eps``)."""
+
+KERPLE_MAX_POWER = 2.0
+"""Upper bound of the power variant's exponent r2: |d|^r2 is conditionally positive
+definite only for 0 < r2 <= 2."""
+
+
+def kerple_log_bias(q_pos: Tensor, k_pos: Tensor, head: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
+    """``-r1[h] · log(1 + r2[h] · |q_pos - k_pos|)``, elementwise with broadcasting.
+
+    Args:
+        q_pos, k_pos: float positions, broadcastable (e.g. (b, 1, i, 1) and (b, 1, 1, j)).
+        head: long head indices broadcastable with them (e.g. (1, h, 1, 1)).
+        r1, r2: (h,) positive parameters.
+    """
+    return -r1[head] * torch.log1p(r2[head] * (q_pos - k_pos).abs())
+
+
+def kerple_power_bias(q_pos: Tensor, k_pos: Tensor, head: Tensor, r1: Tensor, r2: Tensor) -> Tensor:
+    """``-r1[h] · |q_pos - k_pos|^r2[h]``, elementwise with broadcasting (see :func:`kerple_log_bias`).
+
+    ``0^r2 = 0``; PyTorch's ``pow`` gives a zero (not NaN) exponent gradient at a zero base.
+    """
+    return -r1[head] * (q_pos - k_pos).abs().pow(r2[head])
+
+
+class _Kerple(PositionalEncoding):
+    """Shared module logic: per-layer, per-head (r1, r2), projected into range on every use.
+
+    Args:
+        n_heads: heads h.
+        n_layers: layers; each has its own parameters.
+    """
+
+    _fn = staticmethod(kerple_log_bias)
+    _r1_init_scale = 2.0  # r1 ~ U(0, scale)
+    _r2_init_scale = 1.0
+    _r2_max = float("inf")
+
+    def __init__(self, *, n_heads: int, n_layers: int) -> None:
+        super().__init__()
+        if n_heads < 1 or n_layers < 1:
+            raise ValueError(f"n_heads and n_layers must be >= 1, got n_heads={n_heads}, n_layers={n_layers}")
+        self.n_heads, self.n_layers = n_heads, n_layers
+        self.r1 = nn.Parameter(torch.rand(n_layers, n_heads) * self._r1_init_scale)  # (l, h)
+        self.r2 = nn.Parameter(torch.rand(n_layers, n_heads) * self._r2_init_scale)  # (l, h)
+        self.project()
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """Clip r1, r2 into their ranges in place (the reference's projection step).
+
+        Writes through ``.data`` so that tensors already saved for a backward pass are
+        not flagged as modified; the values only change after an optimizer step, before
+        any use in the next forward.
+        """
+        self.r1.data.clamp_(min=KERPLE_EPS)
+        self.r2.data.clamp_(min=KERPLE_EPS, max=self._r2_max)
+
+    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        self.project()
+        # The clamp repeats the projection functionally: values stay in range even for a
+        # state dict loaded after the last projection; clamp passes gradients at the bounds.
+        r1 = self.r1[layer].clamp(min=KERPLE_EPS)  # (h,)
+        r2 = self.r2[layer].clamp(min=KERPLE_EPS, max=self._r2_max)  # (h,)
+        return [RelativeFunctionBias(type(self)._fn, (r1, r2))]
+
+    def extra_repr(self) -> str:
+        return f"n_heads={self.n_heads}, n_layers={self.n_layers}"
+
+
+@register("kerple_log")
+class KerpleLog(_Kerple):
+    """KERPLE-log (Chi et al. 2022, §4): ``-r1 · log(1 + r2 · |pos_i - pos_j|)`` per head and layer.
+
+    r1 starts uniform in (0, 2), r2 uniform in (0, 1); both are projected into
+    ``[0.01, inf)`` on every forward.
+
+    Args:
+        n_heads: heads h.
+        n_layers: layers; each has its own (r1, r2) per head.
+    """
+
+    _fn = staticmethod(kerple_log_bias)
+    _r1_init_scale = 2.0
+    _r2_init_scale = 1.0
+
+
+@register("kerple_power")
+class KerplePower(_Kerple):
+    """KERPLE-power (Chi et al. 2022, §4): ``-r1 · |pos_i - pos_j|^r2`` per head and layer.
+
+    r1 starts uniform in (0, 1), r2 uniform in (0, 2); r1 is projected into
+    ``[0.01, inf)``, r2 into ``[0.01, 2]`` on every forward.
+
+    Args:
+        n_heads: heads h.
+        n_layers: layers; each has its own (r1, r2) per head.
+    """
+
+    _fn = staticmethod(kerple_power_bias)
+    _r1_init_scale = 1.0
+    _r2_init_scale = 2.0
+    _r2_max = KERPLE_MAX_POWER

@@ -1,0 +1,103 @@
+"""xPos: RoPE with an exponential decay (Sun, Dong, Patra, Ma, Huang, Benhaim, Chaudhary,
+Song, Wei 2023, "A Length-Extrapolatable Transformer", ACL, §3: the relative position
+embedding that maximises attention resolution).
+
+Each pair of q/k features (2i, 2i+1) is rotated as in RoPE and, in addition, scaled:
+
+    f_q(q, n) = q · ζ_i^( n / B) · e^(i n θ_i)
+    f_k(k, m) = k · ζ_i^(-m / B) · e^(i m θ_i)
+    ζ_i = (2i/e + γ) / (1 + γ),   θ_i = base^(-2i/e),   γ = 0.4,   B = ``scale_base`` = 512
+
+so the score of query n and key m carries ζ_i^((n − m)/B): for n ≥ m each feature pair
+decays exponentially with distance, faster for the high-frequency pairs (small ζ_i),
+which is what stabilises RoPE's attention at long distances.
+
+Numerics: ζ^(n/B) over- or underflows for large positions (ζ_0 ≈ 0.29: the factor passes
+1e38 near n ≈ 36000 with B = 512). Only ζ^((n − m)/B) matters, so both exponents are taken
+relative to a centre c — q is scaled by ζ^((n − c)/B) and k by ζ^(−(m − c)/B) — which
+leaves every score unchanged. c is fixed per sequence at its first call (the midpoint of
+that call's positions, per batch row) and kept in ``ctx.state``, because keys are scaled
+once, before they enter the KV cache: a full pass keeps every exponent within half its
+span of positions; a long incremental decode drifts away from c as it goes (see the docs
+page for the limits). The scale and rotation are computed in fp32 and applied as one
+complex product, then cast back to the input dtype.
+
+The blockwise causal attention the paper uses at inference is not part of this encoding.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from pezoo.base import AttentionContext, PositionalEncoding, register
+from pezoo.encodings.rope import rotate_pairs_complex
+
+
+def xpos_zeta(head_dim: int, gamma: float = 0.4) -> Tensor:
+    """Per-pair decay bases ``ζ_i = (2i/e + γ) / (1 + γ)``, i = 0..e/2-1: (e/2,) float32 in (0, 1)."""
+    return (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim + gamma) / (1 + gamma)
+
+
+def xpos_rotation(
+    pos: Tensor,
+    center: Tensor,
+    head_dim: int,
+    *,
+    base: float = 10000.0,
+    scale_base: float = 512.0,
+    gamma: float = 0.4,
+    key: bool = False,
+) -> Tensor:
+    """The complex factor each feature pair is multiplied by: pos (b|1, s) -> (b|1, 1, s, e/2) complex64.
+
+    ``ζ^(±(pos − center)/scale_base) · exp(i pos θ)``: ``+`` for queries, ``−`` for keys
+    (``key=True``). ``center`` (b|1, 1) is any position shared by the queries and keys
+    that meet in one score; it cancels in every score.
+    """
+    pos = pos.to(torch.float32)
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, device=pos.device, dtype=torch.float32) / head_dim)  # (e/2,)
+    angles = pos[..., None] * inv_freq  # (b, s, e/2)
+    exponent = (pos - center.to(torch.float32))[..., None] / scale_base  # (b, s, 1)
+    if key:
+        exponent = -exponent
+    magnitude = xpos_zeta(head_dim, gamma).to(pos.device) ** exponent  # (b, s, e/2)
+    return torch.polar(magnitude, angles)[:, None]  # (b, 1, s, e/2)
+
+
+@register("xpos")
+class XPos(PositionalEncoding):
+    """xPos (Sun et al. 2023, §3): RoPE whose q and k are also scaled by ζ^(±pos/B).
+
+    Args:
+        head_dim: per-head q/k width e (even).
+        base: RoPE frequency base (10000).
+        scale_base: B, the positions one decay step spans (512 in the paper).
+        gamma: γ in ``ζ_i = (2i/e + γ)/(1 + γ)`` (0.4 in the paper).
+    """
+
+    def __init__(self, *, head_dim: int, base: float = 10000.0, scale_base: float = 512.0, gamma: float = 0.4) -> None:
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"xPos needs an even head_dim, got {head_dim}")
+        if scale_base <= 0 or gamma <= 0:
+            raise ValueError(f"scale_base and gamma must be > 0, got scale_base={scale_base}, gamma={gamma}")
+        self.head_dim, self.base, self.scale_base, self.gamma = head_dim, base, scale_base, gamma
+
+    def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
+        """q, k (b, h, i, e) at positions ctx.q_pos -> rotated and scaled q, k."""
+        if "xpos" not in ctx.scratch:  # once per call, shared by all layers
+            if "xpos_center" not in ctx.state:  # the sequence's first call fixes the centre
+                lo, hi = ctx.q_pos.amin(-1, keepdim=True), ctx.q_pos.amax(-1, keepdim=True)  # (b|1, 1)
+                ctx.state["xpos_center"] = torch.div(lo + hi, 2, rounding_mode="floor")
+            center = ctx.state["xpos_center"]
+            options = {"base": self.base, "scale_base": self.scale_base, "gamma": self.gamma}
+            ctx.scratch["xpos"] = (
+                xpos_rotation(ctx.q_pos, center, self.head_dim, **options),
+                xpos_rotation(ctx.q_pos, center, self.head_dim, key=True, **options),
+            )
+        rot_q, rot_k = ctx.scratch["xpos"]
+        return rotate_pairs_complex(q, rot_q), rotate_pairs_complex(k, rot_k)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, base={self.base}, scale_base={self.scale_base}, gamma={self.gamma}"

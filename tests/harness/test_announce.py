@@ -1,0 +1,67 @@
+"""What `pezoo bench` says before it trains (harness/announce.py). Nothing here trains."""
+
+from __future__ import annotations
+
+from harness.announce import bench_announcement, describe_preset, gpu_hint, wall_line
+from harness.config import preset_config
+from harness.store import Store
+from harness.sweep import Grid, SweepSpec, make_plan
+from tests.harness.test_sweep import finish
+
+
+def configs(preset="smoke", pe=("nope", "rope"), task=("copy",), **axes):
+    return SweepSpec((Grid(preset=preset, pe=pe, task=task, **axes),)).configs()
+
+
+def announce(runs, plan, **kw):
+    args = {"store_path": "s.sqlite", "where": "cpu", "runner": "one run at a time, in this process", "workers": 1}
+    return bench_announcement(runs, plan, **{**args, "device_type": "cpu", **kw})
+
+
+def test_a_cold_two_run_smoke_sweep_says_runs_preset_device_and_a_rough_wall_time():
+    runs = configs()
+    text = announce(runs, make_plan(runs, [], device_type="cpu"))
+    lines = text.splitlines()
+    assert lines[0] == "pezoo bench: 2 runs (nope, rope on copy, seed 0): 0 already in the store (s.sqlite), 2 to train"
+    assert lines[1].startswith("preset smoke: seconds per run")
+    assert lines[2] == "  model: decoder, d_model 32, 1 layer, 2 heads, sdpa attention"
+    assert lines[3] == "  training: 20 steps of batch 16 (lr 0.001) on lengths 1..5"
+    assert lines[4] == "  testing: lengths 6..8, 8 examples each"
+    assert lines[5] == "device cpu: one run at a time, in this process"
+    # 20 steps at the recorded 314 steps/s + 8 x 8 units at 0.31 ms, twice: under a second
+    assert lines[6].startswith("estimated wall time: under 1s on 1 worker (device time <1s; 2 from the recorded")
+    assert "rough" in lines[6] and "gpu" not in text
+
+
+def test_finished_runs_published_runs_and_varying_axes_are_named(tmp_path):
+    runs = configs(lr=(1e-3, 3e-4))
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, runs[0], train_seconds=2.0, eval_seconds=0.0)  # 20 steps in 2 s
+        rows = store.runs()
+    plan = make_plan(runs, rows, device_type="cpu")
+    text = announce(runs, plan, published_ids={runs[3].run_id()}, workers=2)
+    assert "4 runs (nope, rope on copy, seed 0, varying lr): 1 already in the store (s.sqlite), 3 to train" in text
+    assert "1 of the runs to train are published under leaderboard/results" in text
+    assert "(lr 0.001, 0.0003)" in text
+    # nope lr 3e-4: 2 s (same encoding, task and model: lr does not set the cost of a step);
+    # both rope runs 2 s too (same task and model): 3 runs of 2 s on 2 workers
+    assert "about 4s on 2 workers (device time 6s; 1 from same encoding, task and model; 2 from same task" in text
+    assert wall_line(make_plan(runs[:1], rows), 1) == "estimated wall time: none, every run is finished in the store"
+
+
+def test_on_cuda_a_cpu_preset_points_at_the_gpu_preset_and_an_unrecorded_speed_is_unknown():
+    runs = configs(preset="quick")
+    hint = gpu_hint(runs, "cuda")
+    assert hint.startswith("note: preset quick is sized for a CPU; on a GPU you likely want --preset gpu")
+    assert gpu_hint(runs, "cpu") is None and gpu_hint(configs(preset="gpu"), "cuda") is None
+    text = announce(runs, make_plan(runs, [], device_type="cuda"), where="cuda:0", device_type="cuda")
+    assert hint in text
+    assert "estimated wall time: unknown (2 of 2 runs to train have no finished run of the same preset and " in text
+
+
+def test_a_strided_gpu_preset_is_described_as_run():
+    cfg = preset_config("gpu", pe="rope", task="copy", seed=0)
+    lines = describe_preset("gpu", [cfg])
+    assert lines[1] == "  model: decoder, d_model 512, 5 layers, 8 heads, sdpa attention"
+    assert lines[2] == "  training: 20000 steps of batch 100 (lr 0.0003) on lengths 1..40"
+    assert lines[3] == "  testing: lengths 41, 51, ..., 150, 1000 examples each"

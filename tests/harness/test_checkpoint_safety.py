@@ -1,0 +1,554 @@
+"""Checkpoints are read without running code; an unusable one is set aside and its run
+starts over; writers never share a temporary file; a full disk costs a checkpoint, never
+a finished result."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import pickle
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import harness.tasks as tasks
+from harness import kept_results
+from harness.checkpoint import FORMAT, VERSION, save_checkpoint
+from harness.cli import main
+from harness.config import preset_config
+from harness.evaluate import LengthMetrics
+from harness.run import RunResult, checkpoint_path, execute, recover_kept, train_and_evaluate
+from harness.store import Store
+from harness.sweep import checkpointed_steps
+from harness.train import Checkpointing, build_model, restore, train
+
+
+def smoke(steps=4, seed=0, **train_options):
+    return preset_config(
+        "smoke", pe="rope", task="copy", seed=seed, overrides={"train": {"steps": steps, **train_options}}
+    )
+
+
+def same_weights(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+def real_checkpoint(path, cfg):
+    """Train ``cfg`` (4 steps) with a checkpoint every 2: the file holds step 2."""
+    train(cfg, build_model(cfg), tasks.create(cfg.task), checkpointing=Checkpointing(path, every=2))
+    return torch.load(path, weights_only=True)
+
+
+# -- 1. no code from a checkpoint ------------------------------------------------------
+
+
+class Planted:
+    """A pickle whose unpickling runs a shell command (it creates ``marker``)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def plant(path, marker, kind):
+    """A hostile checkpoint: torch's zip format, or a bare pickle (torch's legacy format)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"run_id": "anything", "step": 7, "x": Planted(marker)}
+    if kind == "zip":
+        torch.save(payload, path)
+    else:
+        path.write_bytes(pickle.dumps(payload))
+    # the payload really runs code once unpickled: the test means something
+    pickle.loads(pickle.dumps(Planted(marker.with_name("probe"))))
+    assert marker.with_name("probe").exists()
+
+
+KINDS = ["zip", "pickle"]
+pytestmark = pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # torch, on a bare pickle
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_planted_pickle_does_not_run_when_a_run_resumes(tmp_path, kind):
+    cfg = smoke()
+    path, marker = tmp_path / "ck.pt", tmp_path / "pwned"
+    plant(path, marker, kind)
+    model, resume, problem = restore(cfg, path, "cpu")
+    assert not marker.exists()
+    assert resume is None
+    assert "is not a pezoo checkpoint readable without running code" in problem
+    assert "set aside as ck.pt.unreadable" in problem and "the run starts over" in problem
+    assert not path.exists() and (tmp_path / "ck.pt.unreadable").exists()
+    assert same_weights(model, build_model(cfg))  # the seed's initialisation
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_planted_pickle_does_not_run_when_planning_a_sweep(tmp_path, kind):
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('preset = "smoke"\npe = "rope"\ntask = "copy"\nsteps = 4\n')
+    cfg = smoke()
+    store_path = tmp_path / "s.sqlite"
+    with Store(store_path) as store:
+        store.start(cfg, {"commit": "t"})  # plan reads checkpoints of a store that has runs
+    path, marker = checkpoint_path(tmp_path / "checkpoints", cfg.run_id()), tmp_path / "pwned"
+    plant(path, marker, kind)
+    assert checkpointed_steps(path.parent, [cfg.run_id()]) == {}
+    result = CliRunner().invoke(main, ["sweep", "plan", str(sweep), "--store", str(store_path)])
+    assert result.exit_code == 0, result.output
+    assert not marker.exists()
+    assert path.exists()  # plan only reads: the run sets it aside when it starts
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_planted_pickle_does_not_run_at_bench_and_the_run_starts_over(tmp_path, kind):
+    cfg = smoke()
+    store_path = tmp_path / "s.sqlite"
+    path, marker = checkpoint_path(tmp_path / "checkpoints", cfg.run_id()), tmp_path / "pwned"
+    plant(path, marker, kind)
+    args = ["bench", "--pe", "rope", "--task", "copy", "--preset", "smoke", "--steps", "4", "--device", "cpu"]
+    result = CliRunner().invoke(main, [*args, "--store", str(store_path)])
+    assert not marker.exists()
+    assert result.exit_code == 0, result.output
+    assert "readable without running code" in result.output and "the run starts over" in result.output
+    with Store(store_path) as store:
+        assert store.status(cfg.run_id()) == "finished"
+    assert path.with_name(path.name + ".unreadable").exists()
+
+
+def test_a_checkpoint_holds_only_tensors_and_plain_values(tmp_path):
+    payload = real_checkpoint(tmp_path / "ck.pt", smoke())  # weights_only=True: no safe globals needed
+
+    def leaves(value):
+        if isinstance(value, dict):
+            assert all(isinstance(k, str | int) for k in value)
+            return [x for v in value.values() for x in leaves(v)]
+        if isinstance(value, list | tuple):
+            return [x for v in value for x in leaves(v)]
+        return [value]
+
+    assert {type(v) for v in leaves(payload)} <= {torch.Tensor, str, int, float, bool, type(None)}
+    assert (payload["format"], payload["version"], payload["step"]) == (FORMAT, VERSION, 2)
+
+
+# -- 8. an unusable checkpoint is set aside and the run starts over ---------------------
+
+
+def _wrong_shape(payload):
+    name = next(iter(payload["model"]))
+    payload["model"][name] = torch.zeros(3, 1)
+
+
+def _wrong_optimizer_state(payload):
+    state = next(iter(payload["optimizer"]["state"].values()))
+    state["exp_avg"] = torch.zeros(2, 2, 2)
+
+
+def _other_config(payload):
+    payload["config"] = json.dumps(smoke(seed=1).to_dict())
+
+
+DAMAGE = {
+    "data_rng": (lambda p: p.pop("data_rng"), "lacks field data_rng"),
+    "torch_rng": (lambda p: p.update(torch_rng=[1, 2, 3]), "torch_rng"),
+    "short torch_rng": (lambda p: p.update(torch_rng=torch.zeros(8, dtype=torch.uint8)), "torch_rng"),
+    "rng state": (lambda p: p.update(data_rng=(3, (1, 2), None)), "data_rng"),
+    "weights": (_wrong_shape, "weights do not fit"),
+    "optimizer": (_wrong_optimizer_state, "optimiser state exp_avg"),
+    "config": (_other_config, "its config is run"),
+    "step": (lambda p: p.update(step="2"), "step"),
+    "past the end": (lambda p: p.update(step=99), "past the run's 4 steps"),
+    "loss": (lambda p: p.update(loss=None), "loss"),
+    "evaluations": (lambda p: p.update(evaluations=[[1, [["test", {"length": "x"}]]]]), "evaluation"),
+    "version 1": (lambda p: p.pop("format"), "not a pezoo checkpoint"),
+    "run id": (lambda p: p.update(run_id="0123456789abcdef"), "does not belong to run"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_an_unusable_checkpoint_is_set_aside_and_the_run_starts_over(tmp_path, damage):
+    cfg = smoke()
+    path = tmp_path / "ck.pt"
+    payload = real_checkpoint(path, cfg)
+    change, says = DAMAGE[damage]
+    change(payload)
+    save_checkpoint(path, payload)
+    model, resume, problem = restore(cfg, path, "cpu")
+    assert resume is None and says in problem, problem
+    assert "set aside as ck.pt.unreadable; the run starts over" in problem
+    assert not path.exists() and (tmp_path / "ck.pt.unreadable").exists()
+    assert same_weights(model, build_model(cfg))
+
+
+def test_a_second_unusable_checkpoint_does_not_overwrite_the_first_one_set_aside(tmp_path):
+    cfg = smoke()
+    path = tmp_path / "ck.pt"
+    for content in (b"first", b"second"):
+        path.write_bytes(content)
+        assert restore(cfg, path, "cpu")[1] is None
+    assert (tmp_path / "ck.pt.unreadable").read_bytes() == b"first"
+    assert (tmp_path / "ck.pt.unreadable-2").read_bytes() == b"second"
+
+
+def test_a_checkpoint_without_data_rng_does_not_fail_every_attempt(tmp_path):
+    # it loads, but it lacks a field: before, every attempt failed with KeyError('data_rng')
+    cfg = smoke()
+    path = tmp_path / "ck.pt"
+    payload = real_checkpoint(path, cfg)
+    del payload["data_rng"]
+    save_checkpoint(path, payload)
+    notices = []
+    result = train_and_evaluate(cfg, torch.device("cpu"), path, checkpoint_every=2, notice=notices.append)
+    assert result.status == "finished", result.traceback
+    assert any("lacks field data_rng" in n and "starts over" in n for n in notices)
+
+
+def test_a_resumed_run_matches_an_uninterrupted_one_in_the_new_format(tmp_path):
+    cfg = smoke(steps=8)
+    task = tasks.create(cfg.task)
+    reference = build_model(cfg)
+    want = train(cfg, reference, task)
+
+    class Killed(Exception):
+        pass
+
+    def kill(step, loss):
+        if step == 5:
+            raise Killed
+
+    ckpt = Checkpointing(tmp_path / "ck.pt", every=3)
+    with pytest.raises(Killed):
+        train(cfg, build_model(cfg), task, on_step=kill, checkpointing=ckpt)
+    model, resume, problem = restore(cfg, ckpt.path, "cpu")
+    assert problem is None and resume["step"] == 3
+    got = train(cfg, model, task, checkpointing=ckpt, resume=resume)
+    assert got.final_loss == want.final_loss
+    assert same_weights(model, reference)
+
+
+# -- 3 (part). writers never share a temporary file ------------------------------------
+
+
+def test_two_writers_of_one_checkpoint_do_not_collide(tmp_path, monkeypatch):
+    # writer A is half-way through its file when writer B writes and renames its own:
+    # with one shared "<name>.tmp", B would take A's file and A's rename would fail
+    import harness.checkpoint as checkpoint
+
+    path = tmp_path / "ck.pt"
+    real_save = torch.save
+    temps = []
+
+    def interleaved(obj, f):
+        real_save(obj, f)
+        temps.extend(t.name for t in tmp_path.glob("*.tmp"))
+        if obj["who"] == "A":
+            monkeypatch.setattr(checkpoint.torch, "save", real_save)
+            save_checkpoint(path, {"who": "B"})
+
+    monkeypatch.setattr(checkpoint.torch, "save", interleaved)
+    save_checkpoint(path, {"who": "A"})
+    assert torch.load(path, weights_only=True) == {"who": "A"}  # the last rename wins, whole
+    assert len(temps) == 1 and temps[0].startswith(f"ck.pt.{os.getpid()}.") and temps[0].endswith(".tmp")
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, torch
+    from harness.checkpoint import save_checkpoint
+    path, who = sys.argv[1], sys.argv[2]
+    for i in range(25):
+        save_checkpoint(path, {"who": who, "i": i, "w": torch.full((20000,), float(i))})
+    """
+)
+
+
+def test_two_processes_writing_one_checkpoint_both_succeed(tmp_path):
+    path = tmp_path / "ck.pt"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), who], env=env, stderr=subprocess.PIPE, text=True)
+        for who in "AB"
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    last = torch.load(path, weights_only=True)
+    assert last["who"] in "AB" and last["i"] == 24 and torch.equal(last["w"], torch.full((20000,), 24.0))
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_stale_temporary_files_are_ignored_and_cleaned_after_a_day(tmp_path):
+    cfg = smoke()
+    path = tmp_path / "ck.pt"
+    stale, fresh, old_style = (tmp_path / n for n in ("ck.pt.123.ab12cd34.tmp", "ck.pt.456.ef56ab78.tmp", "ck.pt.tmp"))
+    for f in (stale, fresh, old_style):
+        f.write_bytes(b"half a checkpoint")
+    day_ago = time.time() - 25 * 3600
+    os.utime(stale, (day_ago, day_ago))
+    os.utime(old_style, (day_ago, day_ago))
+    _, resume, problem = restore(cfg, path, "cpu")
+    assert resume is None and problem is None  # no checkpoint: temporary files are not read
+    assert not stale.exists() and not old_style.exists() and fresh.exists()
+
+
+# -- 9. a full disk ----------------------------------------------------------------------
+
+
+def failing_save(error, *, after=0):
+    """A torch.save that writes ``after`` times, then writes part of the file and raises ``error``."""
+    real_save, calls = torch.save, []
+
+    def save(obj, f):
+        calls.append(1)
+        if len(calls) <= after:
+            return real_save(obj, f)
+        f.write(b"\x00" * 4096)
+        raise error
+
+    return save
+
+
+ENOSPC = OSError(errno.ENOSPC, "No space left on device")
+UNEXPECTED_POS = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+
+@pytest.mark.parametrize("error", [ENOSPC, UNEXPECTED_POS], ids=["ENOSPC", "unexpected-pos"])
+def test_a_full_disk_costs_a_checkpoint_not_the_training(tmp_path, monkeypatch, error):
+    import harness.checkpoint as checkpoint
+    import harness.files as files
+
+    cfg = smoke(steps=6)
+    task = tasks.create(cfg.task)
+    want = train(cfg, build_model(cfg), task)
+    path = tmp_path / "ck.pt"
+    monkeypatch.setattr(checkpoint.torch, "save", failing_save(error, after=1))  # step 2 saved, 4 fails
+    if isinstance(error, RuntimeError):  # torch's message carries no errno: the free space tells
+        monkeypatch.setattr(files.shutil, "disk_usage", lambda _: Usage)
+    told = []
+    got = train(cfg, build_model(cfg), task, checkpointing=Checkpointing(path, every=2, on_error=told.append))
+    assert got.final_loss == want.final_loss
+    assert len(told) == 1 and "no checkpoint at step 4" in told[0] and "disk full" in told[0], told
+    assert torch.load(path, weights_only=True)["step"] == 2  # the previous checkpoint is intact
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+class Usage:  # shutil.disk_usage's answer on a full disk
+    total, used, free = 1 << 30, 1 << 30, 0
+
+
+def test_a_torch_write_error_with_space_left_is_not_called_a_full_disk(tmp_path, monkeypatch):
+    import harness.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint.torch, "save", failing_save(UNEXPECTED_POS))
+    cfg = smoke()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(cfg, build_model(cfg), tasks.create(cfg.task), checkpointing=Checkpointing(tmp_path / "ck.pt", every=2))
+    messages = [str(w.message) for w in caught if "no checkpoint" in str(w.message)]
+    assert messages and "RuntimeError" in messages[0] and "disk full" not in messages[0]
+    assert not list(tmp_path.iterdir())
+
+
+# -- 9. a finished result the store cannot take is kept, then recorded without training --
+
+
+def store_full(monkeypatch, error=None):
+    def finish(self, *args, **kwargs):
+        raise error or sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Store, "finish", finish)
+
+
+def no_training(*args, **kwargs):
+    raise AssertionError("a kept result is recorded without training")
+
+
+def rows(metrics):
+    return [(m["split"], m["length"], m["n"], m["exact_match"], m["token_accuracy"]) for m in metrics]
+
+
+@pytest.mark.parametrize(
+    "error", [sqlite3.OperationalError("database or disk is full"), sqlite3.OperationalError("disk I/O error")]
+)
+def test_a_finished_result_the_store_cannot_take_is_kept_and_recorded_next_time(tmp_path, monkeypatch, error):
+    cfg = smoke()
+    reference = train_and_evaluate(cfg, torch.device("cpu"), tmp_path / "ref.pt", notice=lambda _: None)
+    store_path, ckpt_dir = tmp_path / "s.sqlite", tmp_path / "checkpoints"
+    with Store(store_path) as store:
+        with monkeypatch.context() as m:
+            store_full(m, error)
+            outcome = execute(cfg, store, torch.device("cpu"), checkpoint_every=2, notice=lambda _: None)
+        assert outcome.status == "unrecorded", outcome
+        assert ("disk full" in outcome.error) == ("disk is full" in str(error))
+        assert "kept in" in outcome.error and "records it without training" in outcome.error
+        assert store.status(cfg.run_id()) == "running"
+    kept = ckpt_dir / f"{cfg.run_id()}.result.json"
+    assert kept.exists() and not checkpoint_path(ckpt_dir, cfg.run_id()).exists()  # the space is freed
+    assert not list(ckpt_dir.glob("*.tmp"))
+
+    monkeypatch.setattr("harness.run.train_and_evaluate", no_training)
+    notices = []
+    with Store(store_path) as store:
+        outcome = execute(cfg, store, torch.device("cpu"), notice=notices.append)
+        assert outcome.status == "finished", outcome
+        assert rows(store.metrics(cfg.run_id())) == rows(
+            {"split": s, **vars(m)} for s, m in reference.metrics
+        )  # what the run measured, to the last bit
+        assert store.run(cfg.run_id())["final_loss"] == reference.final_loss
+    assert any("recording the finished result kept in" in n for n in notices)
+    assert not kept.exists()
+
+
+def test_bench_keeps_a_result_the_store_cannot_take_and_records_it_next_time(tmp_path, monkeypatch):
+    store_path = tmp_path / "s.sqlite"
+    args = ["bench", "--pe", "rope", "--task", "copy", "--preset", "smoke", "--steps", "4", "--device", "cpu",
+            "--checkpoint-every", "2", "--store", str(store_path)]  # fmt: skip
+    with monkeypatch.context() as m:
+        store_full(m)
+        first = CliRunner().invoke(main, args)
+    assert first.exit_code == 1, first.output
+    assert "unrecorded" in first.output and "disk full" in first.output and "kept in" in first.output
+    monkeypatch.setattr("harness.executors.train_and_evaluate", no_training)
+    second = CliRunner().invoke(main, args)
+    assert second.exit_code == 0, second.output
+    assert "without training" in second.output
+    with Store(store_path) as store:
+        run_id = smoke().run_id()
+        assert store.status(run_id) == "finished" and store.run(run_id)["provenance"]["executor"] == "in-process"
+        assert len(store.metrics(run_id)) == len(kept_results.evaluated_scales(smoke()))
+    assert not list((tmp_path / "checkpoints").iterdir())
+
+
+def a_kept_result(tmp_path, cfg, **changes):
+    """A kept result file of ``cfg`` (plausible numbers), with ``changes`` made to its JSON."""
+    metrics = tuple((s, LengthMetrics(n, 2.0 * n, 8, 0.5, 0.75)) for s, n in kept_results.evaluated_scales(cfg))
+    numbers = {"final_loss": 0.25, "train_seconds": 3.0, "eval_seconds": 1.0, "n_params": {"total": 10, "pe": 0}}
+    result = RunResult(cfg.run_id(), "finished", {"commit": "abc", "device": "cpu"}, 1.0e9, metrics=metrics, **numbers)
+    path = kept_results.path_for(tmp_path / f"{cfg.run_id()}.pt")
+    kept_results.keep(path, cfg, result)
+    body = json.loads(path.read_text())
+    for key, value in changes.items():
+        body[key] = value(body) if callable(value) else value
+    path.write_text(json.dumps(body))
+    return path, result
+
+
+def test_a_kept_result_reads_back_as_it_was_kept(tmp_path):
+    cfg = smoke()
+    _, result = a_kept_result(tmp_path, cfg)
+    got = recover_kept(cfg, tmp_path / f"{cfg.run_id()}.pt", notice=lambda _: None)
+    assert got == result
+
+
+def _metric(key, value):
+    def change(body):
+        body["metrics"][-1][key] = value
+        return body["metrics"]
+
+    return change
+
+
+DIAGNOSTICS = {"version": 1, "scale": 0, "train_max": 0, "tokens": ["<img src=x onerror=alert(1)>"], "layers": []}
+
+TAMPERED = {
+    "exact match above 1": ({"metrics": _metric("exact_match", 1.5)}, "not in [0, 1]"),
+    "a string for a number": ({"metrics": _metric("token_accuracy", "0.5")}, "not in [0, 1]"),
+    "another run": ({"run_id": "0123456789abcdef"}, "is run '0123456789abcdef''s"),
+    "another config": ({"config": lambda b: {**b["config"], "seed": 1}}, "config that is not run"),
+    "an extra field": ({"extra": 1}, "has fields"),
+    "other scales": ({"metrics": lambda b: b["metrics"][:-1]}, "other scales"),
+    "negative time": ({"train_seconds": -1.0}, "train_seconds"),
+    "markup in diagnostics": ({"diagnostics": DIAGNOSTICS}, "diagnostics"),
+    "another format": ({"format": "pezoo-results"}, "is not a pezoo-kept-result file"),
+}
+
+
+@pytest.mark.parametrize("case", TAMPERED)
+def test_a_tampered_kept_result_is_set_aside_and_the_run_trains(tmp_path, case):
+    cfg = smoke()
+    changes, says = TAMPERED[case]
+    path, _ = a_kept_result(tmp_path, cfg, **changes)
+    notices = []
+    assert recover_kept(cfg, tmp_path / f"{cfg.run_id()}.pt", notice=notices.append) is None
+    assert len(notices) == 1 and says in notices[0] and "the run trains" in notices[0], notices
+    assert not path.exists() and path.with_name(path.name + ".unreadable").exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"format": NaN}',
+        b'{"format": "pezoo-kept-result", "format": "pezoo-kept-result"}',
+        b"[" * 100_000 + b"]" * 100_000,
+        pickle.dumps({"format": "pezoo-kept-result"}),
+        b"",
+    ],
+    ids=["NaN", "duplicate key", "deep nesting", "a pickle", "empty"],
+)
+def test_a_kept_result_that_is_not_strict_json_is_refused(tmp_path, text):
+    cfg = smoke()
+    path = kept_results.path_for(tmp_path / f"{cfg.run_id()}.pt")
+    path.write_bytes(text)
+    with pytest.raises(kept_results.KeptResultError, match="is not strict JSON"):
+        kept_results.read(path, cfg)
+
+
+# -- 9, for real: a tmpfs that fills up ---------------------------------------------------
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 4 MiB tmpfs (Linux, as root; skipped elsewhere)."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs Linux and root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(folder):
+    """Write ``folder``'s file system full; returns the filler file."""
+    filler = folder / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler
+
+
+def test_a_disk_that_fills_up_during_a_run_loses_nothing_finished(tiny_disk, monkeypatch):
+    cfg = smoke()
+    ckpt_dir = tiny_disk / "checkpoints"
+    filled = []
+
+    def progress(phase, done, total, note):
+        if phase == "eval" and not filled:  # training is over, its checkpoint at step 2 exists
+            assert checkpoint_path(ckpt_dir, cfg.run_id()).exists()
+            filled.append(fill(tiny_disk))
+
+    with Store(tiny_disk / "s.sqlite") as store:
+        outcome = execute(cfg, store, torch.device("cpu"), progress, checkpoint_every=2, notice=lambda _: None)
+        assert outcome.status == "unrecorded", outcome
+        assert "disk full" in outcome.error and "kept in" in outcome.error
+    assert not list(ckpt_dir.glob("*.tmp"))
+    filled[0].unlink()
+    monkeypatch.setattr("harness.run.train_and_evaluate", no_training)
+    with Store(tiny_disk / "s.sqlite") as store:
+        assert execute(cfg, store, torch.device("cpu"), notice=lambda _: None).status == "finished"
+        assert store.status(cfg.run_id()) == "finished"

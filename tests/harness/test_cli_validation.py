@@ -1,0 +1,156 @@
+"""Bad options and sweep files: a clear error before the store exists, never a traceback or a
+failed run after it; unknown names in filters are errors with suggestions."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.config import preset_config
+from harness.store import Store
+
+BENCH = ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke", "--device", "cpu"]
+
+
+def _refused(args, tmp_path, message, code=2):
+    store = tmp_path / "s.sqlite"
+    result = CliRunner().invoke(main, [*args, "--store", str(store)])
+    assert result.exit_code == code, result.output
+    assert message in result.output, result.output
+    assert not isinstance(result.exception, (TypeError, KeyError, ZeroDivisionError, OverflowError))
+    assert not store.exists()  # refused before the store is created
+    assert not (tmp_path / "checkpoints").exists()
+    return result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--test-stride", "0"], "eval.test_stride must be an integer >= 1, got 0 (--test-stride)"),
+        (["--test-stride", "-1"], "eval.test_stride must be an integer >= 1, got -1 (--test-stride)"),
+        (["--eval-samples", "0"], "eval.samples must be an integer >= 1, got 0 (--eval-samples)"),
+        (["--eval-samples", "-3"], "eval.samples must be an integer >= 1, got -3"),
+        (["--lr", "0"], "train.lr must be > 0, got 0.0 (--lr)"),
+        (["--lr", "-1e-3"], "train.lr must be > 0"),
+        (["--lr", "nan"], "train.lr must be a finite number, got nan (--lr)"),
+        (["--lr", "inf"], "train.lr must be a finite number, got inf"),
+        (["--lr", "1e-3,-inf"], "train.lr must be a finite number, got -inf"),
+        (["--checkpoint-every", "0"], "'--checkpoint-every': 0 is not in the range x>=1"),
+        (["--checkpoint-every", "-1"], "'--checkpoint-every': -1 is not in the range x>=1"),
+        (["--eval-start-loss", "nan"], "eval.start_below_loss must be a finite number, got nan (--eval-start-loss)"),
+        (["--eval-start-loss", "0"], "eval.start_below_loss must be > 0"),
+        (["--seed", str(2**63)], "'--seed': 9223372036854775808 is not in the range 0<=x<=9223372036854775807"),
+        (["--seed", "-1"], "'--seed': -1 is not in the range 0<=x"),
+        (["--seed", str(2**63 - 1), "--seeds", "2"], "seed must be at most 9223372036854775807"),
+        (["--seeds", "0"], "'--seeds': 0 is not in the range x>=1"),
+        (["--seeds", "1000000"], "the sweep holds 1,000,000 runs, more than the limit of 100,000"),
+        (["--seeds", "5", "--max-runs", "4"], "the sweep holds 5 runs, more than the limit of 4"),
+        (["--steps", str(2**64)], "train.steps must be at most 9223372036854775807"),
+        (["--backend", "xformers"], "the xformers backend runs on CUDA tensors only, and no CUDA device is in use"),
+    ],
+)
+def test_bench_refuses_bad_values_before_the_store_exists(tmp_path, args, message):
+    _refused([*BENCH, *args], tmp_path, message)
+
+
+def _sweep(tmp_path, content: str | bytes):
+    path = tmp_path / "sweep.toml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('pe = "nope"\ntask = "copy"\nlr = nan\n', "lr must be a finite number, got nan"),
+        ('pe = "nope"\ntask = "copy"\nlr = [1e-3, inf]\n', "lr must be a finite number, got inf"),
+        ('pe = "nope"\ntask = "copy"\nsteps = 99999999999999999999999\n', "steps must be at most 9223372036854775807"),
+        ('pe = "nope"\ntask = "copy"\nseed = 99999999999999999999999\n', "seed (the first seed) must be at most"),
+        ('pe = "nope"\ntask = "copy"\nseeds = [99999999999999999999999]\n', "seeds must be at most"),
+        ('pe = "nope"\ntask = "copy"\nseeds = 1000000000000\n', "seeds = 1,000,000,000,000: the sweep holds"),
+        ('pe = "nope"\ntask = "copy"\ntest_stride = 0\n', "eval.test_stride must be an integer >= 1, got 0"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "is not UTF-8 text"),
+        (b"", "is empty"),
+        (b"  \n\n", "is empty"),
+        # 2 x 2 x 30 x 2000 = 240,000 runs: refused by count, before any is built
+        (
+            'pe = ["nope", "rope"]\ntask = ["copy", "reverse"]\nseeds = 2000\n'
+            "lr = [" + ", ".join(f"{i}e-4" for i in range(1, 31)) + "]\n",
+            "the sweep holds 240,000 runs, more than the limit of 100,000; split it, or raise the limit",
+        ),
+    ],
+)
+def test_bad_sweep_files_are_refused_naming_the_file(tmp_path, content, message):
+    path = _sweep(tmp_path, content)
+    output = _refused(["bench", "--sweep", str(path), "--device", "cpu"], tmp_path, message)
+    if "is not UTF-8" in message or "is empty" in message or "seed" in message or "lr" in message:
+        assert str(path) in output
+    plan = CliRunner().invoke(main, ["sweep", "plan", str(path), "--store", str(tmp_path / "s.sqlite")])
+    assert plan.exit_code == 2 and message in plan.output
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_max_runs_raises_the_limit(tmp_path):
+    path = _sweep(tmp_path, 'preset = "smoke"\npe = ["nope", "rope"]\ntask = "copy"\nseeds = 3\n')
+    store = str(tmp_path / "s.sqlite")
+    refused = CliRunner().invoke(main, ["sweep", "plan", str(path), "--store", store, "--max-runs", "5"])
+    assert refused.exit_code == 2 and "the sweep holds 6 runs, more than the limit of 5" in refused.output
+    allowed = CliRunner().invoke(main, ["sweep", "plan", str(path), "--store", store, "--max-runs", "6"])
+    assert allowed.exit_code == 0, allowed.output
+
+
+def test_perf_refuses_an_unknown_preset():
+    result = CliRunner().invoke(main, ["perf", "--presets", "quick,quik"])
+    assert result.exit_code == 2
+    assert "unknown preset 'quik'. Did you mean 'quick'?" in result.output
+
+
+# --------------------------------------------------------------------------------------
+# `pezoo results` filters
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store_with_a_plugin_run(tmp_path):
+    """A store holding one finished run of an encoding this checkout does not have (imported
+    from published results of a plugin) and one of rope."""
+    path = tmp_path / "store.sqlite"
+    with Store(path) as store:
+        for pe in ("my_plugin_pe", "rope"):
+            cfg = preset_config("smoke", pe=pe, task="copy", seed=0)
+            run = {"run_id": cfg.run_id(), "pe": pe, "task": "copy", "seed": 0, "preset": "smoke",
+                   "config": cfg.to_dict(), "provenance": {"device": "cpu"}, "final_loss": 0.1,
+                   "train_seconds": 1.0, "eval_seconds": 1.0, "started_at": 0.0, "finished_at": 1.0,
+                   "n_params": 10, "pe_params": 0}  # fmt: skip
+            metrics = [{"split": "test", "length": 6, "token_length": 9.0, "n": 8, "exact_match": 0.5,
+                        "token_accuracy": 0.75}]  # fmt: skip
+            assert store.insert_finished(run, metrics)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pe", "rop"], "unknown encoding 'rop'. Did you mean 'rope'"),
+        (["--pe", "rope,alibbi"], "unknown encoding 'alibbi'. Did you mean 'alibi'"),
+        (["--task", "nosuch"], "unknown task 'nosuch'"),
+        (["--task", "cpy"], "Did you mean 'copy'"),
+        (["--pe", "my_plugin"], "Did you mean 'my_plugin_pe'"),
+    ],
+)
+def test_results_filters_refuse_unknown_names(store_with_a_plugin_run, args, message):
+    result = CliRunner().invoke(main, ["results", "--store", str(store_with_a_plugin_run), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_results_filters_accept_registered_names_and_names_in_the_store(store_with_a_plugin_run):
+    args = ["results", "--store", str(store_with_a_plugin_run), "--format", "csv"]
+    plugin = CliRunner().invoke(main, [*args, "--pe", "my_plugin_pe"])
+    assert plugin.exit_code == 0 and "my_plugin_pe" in plugin.output and ",rope," not in plugin.output
+    absent = CliRunner().invoke(main, [*args, "--pe", "alibi"])  # registered, no runs: an empty table
+    assert absent.exit_code == 0 and absent.output.count("\n") == 1

@@ -1,0 +1,43 @@
+"""The recorded speeds (harness/speeds.py) agree with what they say they were measured from."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from harness.config import PRESETS
+from harness.speeds import RECORDED_SPEEDS, recorded_speed
+
+RESULTS = Path(__file__).resolve().parents[2] / "leaderboard" / "results"
+
+
+def test_quick_cpu_speeds_are_the_medians_of_the_committed_board():
+    from leaderboard.schema import read_results
+
+    rates, evals = defaultdict(list), defaultdict(list)
+    for rec in read_results(RESULTS):
+        r = rec.data
+        if r["preset"] != "quick" or not r["provenance"]["device"].startswith("cpu"):
+            continue
+        cfg, t = r["config"], r["timings"]
+        units = cfg["eval"]["samples"] * cfg["eval"]["test_max"]  # stride 1: every scale 1..test_max
+        rates[r["task"]].append(cfg["train"]["steps"] / t["train_seconds"])
+        evals[r["task"]].append(t["eval_seconds"] / units)
+    assert rates, "no quick CPU runs published"
+    for task in rates:
+        speed = recorded_speed("quick", "cpu", task)
+        assert speed.task == task
+        assert speed.steps_per_second == pytest.approx(statistics.median(rates[task]), abs=0.01)
+        assert speed.eval_seconds_per_unit == pytest.approx(statistics.median(evals[task]), rel=0.01)
+    every = recorded_speed("quick", "cpu", "a task never measured")
+    assert every.task is None
+    assert every.steps_per_second == pytest.approx(statistics.median([x for v in rates.values() for x in v]), abs=0.01)
+
+
+def test_recorded_speeds_name_real_presets_and_nothing_is_recorded_for_a_gpu_yet():
+    assert {r.preset for r in RECORDED_SPEEDS} <= set(PRESETS)
+    assert all(r.device_type in ("cpu", "cuda") and r.source for r in RECORDED_SPEEDS)
+    assert recorded_speed("gpu", "cuda", "copy") is None and recorded_speed("quick", None, "copy") is None
