@@ -107,7 +107,7 @@ def test_the_committed_board_round_trips_and_its_sweep_sees_the_published_runs(t
         pytest.skip("no committed results yet")
     monkeypatch.chdir(REPO)
     store = tmp_path / "board.sqlite"
-    plan_args = ["sweep", "plan", "leaderboard/board.toml", "--store", str(store)]
+    plan_args = ["sweep", "plan", "leaderboard/board-quick.toml", "--store", str(store)]
     before = CliRunner().invoke(main, plan_args)
     assert before.exit_code == 0, before.output
     published = read_results(results)
