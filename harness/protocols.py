@@ -30,7 +30,7 @@ L = 2048 as in the paper's §4 (the wrapper's default).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.backbone import BackboneConfig
@@ -112,3 +112,97 @@ def paper_pe_options(pe: str, task: str, backbone: BackboneConfig) -> dict[str, 
             f"encodings with one: {have}"
         )
     return PAPER_SETUPS[key](task, backbone)
+
+
+# --------------------------------------------------------------------------------------
+# How a run departs from its paper's setup, in words a board can show
+# --------------------------------------------------------------------------------------
+
+_PRISM_WORDS: dict[str, Callable[[Any, Any], str]] = {
+    "n_cursors": lambda run, paper: f"C = {run} cursor pairs per head (the paper: {paper}, §6.2)",
+    "d_pe": lambda run, paper: f"d_pe = {run} (the paper's 340 scaled to this model: {paper}, §6.2)",
+    "gru_hidden": lambda run, paper: f"a GRU of {run} hidden units (the paper: {paper}, §6.2)",
+    "layers": lambda run, paper: (
+        f"{_count(run, 'PRISM layer')} before layer{'s' if len(run) > 1 else ''} {_layers(run)} "
+        f"(the paper: {_count(paper, 'PRISM layer')} at this depth, before layers {_layers(paper)}, §6.2)"
+    ),
+    "copy_every": lambda run, paper: (
+        "no copy branch (the paper enables it on this task, §6.0.1)"
+        if not run
+        else f"the copy branch on every {run}th query cursor"
+        + (" (the paper: not on this task, §6.0.1)" if not paper else f" (the paper: every {paper}th, §6.0.1)")
+    ),
+    "copy_key": lambda run, paper: f"copy keys {run!r} (the paper: {paper!r}, §6.0.1)",
+}
+
+_RANDOMIZED_WORDS: dict[str, Callable[[Any, Any], str]] = {
+    "randomize_eval": lambda run, paper: (
+        "evaluated on plain positions 0..n-1, which it never saw in training; the paper draws random "
+        "sorted positions at test time too (§3)"
+        if not run
+        else "random positions at evaluation although the paper evaluates on plain ones"
+    ),
+}
+
+
+def _count(layers: Any, noun: str) -> str:
+    n = len(layers)
+    return f"{'one' if n == 1 else 'two' if n == 2 else n} {noun}{'' if n == 1 else 's'}"
+
+
+def _layers(layers: Any) -> str:
+    return " and ".join(str(int(i) + 1) for i in layers)  # 1-based, as the paper counts
+
+
+def _option_default(pe: str, key: str) -> Any:
+    """The encoding's own default for ``key`` (its factory's signature), or None."""
+    import inspect
+
+    import pezoo
+
+    factory: Any = pezoo.RandomizedPE if pe.startswith("randomized:") else pezoo.get(pe)
+    try:
+        parameter = inspect.signature(factory).parameters.get(key)
+    except (TypeError, ValueError):
+        return None
+    return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+PAPERS: dict[str, str] = {
+    "prism": "Lee 2025, “PRISM: Position as Probability”",
+    "randomized": "Ruoss et al. 2023, “Randomized Positional Encodings Boost Length Generalization of Transformers”",
+}
+"""The paper each setup in PAPER_SETUPS follows (the § numbers in :func:`departures` are its)."""
+
+
+def paper_of(pe: str) -> str | None:
+    """The paper whose setup ``paper_pe_options`` follows for ``pe``, or None."""
+    return PAPERS.get(_setup_key(pe))
+
+
+def departures(pe: str, task: str, options: Mapping[str, Any], backbone: BackboneConfig) -> list[str]:
+    """How a run of ``pe`` on ``task`` with the effective ``options`` (the recorded ones
+    with the stored defaults applied: ``harness.pe_spec.model_options``) departs from its
+    paper's setup on that task, one sentence per difference; ``[]`` when it follows the
+    setup or the encoding has none here. The board shows these, so a method run unlike
+    its paper says so."""
+    if not has_paper_setup(pe):
+        return []
+    paper = paper_pe_options(pe, task, backbone)
+    words = _PRISM_WORDS if _setup_key(pe) == "prism" else _RANDOMIZED_WORDS
+    out = []
+    for key, wanted in paper.items():
+        run = options.get(key, _option_default(pe, key))
+        if _same_value(run, wanted):
+            continue
+        describe = words.get(key)
+        out.append(describe(run, wanted) if describe else f"{key} = {run!r} (the paper: {wanted!r})")
+    if _setup_key(pe) == "prism" and "copy_every" not in paper and options.get("copy_every"):
+        out.append(_PRISM_WORDS["copy_every"](options["copy_every"], 0))
+    return out

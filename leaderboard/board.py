@@ -37,7 +37,11 @@ from typing import Any
 import pandas as pd
 
 from harness import ranking
+from harness.backbone import BackboneConfig
 from harness.config import NEW_FIELD_DEFAULTS
+from harness.pe_spec import display_name, model_options
+from harness.protocols import departures as protocol_departures
+from harness.protocols import paper_of
 from harness.report import per_seed_summary
 from leaderboard.schema import Record
 
@@ -64,9 +68,61 @@ class BoardError(ValueError):
     """The records cannot be put on one board (e.g. a preset label reused for two protocols)."""
 
 
-def encoding_label(pe: str, pe_options: Mapping[str, Any]) -> str:
-    """The board's name for an encoding run: the registry name, plus its options if any."""
-    return pe if not pe_options else f"{pe} {json.dumps(pe_options, sort_keys=True)}"
+def encoding_label(pe: str, pe_options: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> str:
+    """The board's name for an encoding run: its spec as ``harness.pe_spec.display_name``
+    writes it (``rope``, ``randomized:ape``, ``prism{paper}``,
+    ``randomized:ape{randomize_eval=false}`` for a run evaluated on plain positions),
+    with the paper setup recognised when ``config`` (the record's) gives task and backbone."""
+    task = backbone = None
+    if config is not None:
+        task, backbone = config.get("task"), config.get("backbone")
+    try:
+        return display_name(pe, pe_options, task=task, backbone=backbone)
+    except (TypeError, ValueError, KeyError):  # a plugin's options the registry cannot read
+        return pe if not pe_options else f"{pe} {json.dumps(pe_options, sort_keys=True)}"
+
+
+def record_label(data: Mapping[str, Any]) -> str:
+    """:func:`encoding_label` of one record's data."""
+    return encoding_label(data["pe"], data["config"].get("pe_options") or {}, data["config"])
+
+
+@dataclass(frozen=True)
+class Departure:
+    """One board label run unlike its paper: the paper, and each difference with its tasks."""
+
+    label: str
+    paper: str
+    differences: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def departures(records: Iterable[Record]) -> list[Departure]:
+    """How the board's runs depart from their papers' setups
+    (``harness.protocols.departures``): per label, each difference with the tasks it
+    applies to, in label order; labels that follow their papers are left out."""
+    found: dict[str, dict[str, set[str]]] = {}
+    papers: dict[str, str] = {}
+    for rec in records:
+        d = rec.data
+        options = d["config"].get("pe_options") or {}
+        try:
+            backbone = BackboneConfig(**d["config"]["backbone"])
+            texts = protocol_departures(d["pe"], d["task"], model_options(d["pe"], options), backbone)
+        except (TypeError, ValueError, KeyError):
+            continue
+        for text in texts:
+            found.setdefault(record_label(d), {}).setdefault(text, set()).add(d["task"])
+            papers[record_label(d)] = paper_of(d["pe"]) or d["pe"]
+    return [
+        Departure(label, papers[label], tuple((text, tuple(sorted(tasks))) for text, tasks in by_text.items()))
+        for label, by_text in sorted(found.items())
+    ]
+
+
+DEPARTURES_RULE = (
+    "Where a method on this board was run unlike its paper (beyond the small model and short training said above), "
+    "and how:"
+)
 
 
 def frame(records: Iterable[Record]) -> pd.DataFrame:
@@ -77,7 +133,7 @@ def frame(records: Iterable[Record]) -> pd.DataFrame:
         d = rec.data
         base = {
             "run_id": d["run_id"],
-            "pe": encoding_label(d["pe"], d["config"].get("pe_options") or {}),
+            "pe": record_label(d),
             "encoding": d["pe"],
             "task": d["task"],
             "seed": d["seed"],
@@ -110,6 +166,18 @@ def check_protocols(records: Sequence[Record]) -> None:
                 f"{rec.path}:{rec.line} and {other.path}:{other.line}: preset {d['preset']!r} on task {d['task']!r} "
                 f"with different protocols ({', '.join(differ)}); give one of them its own preset name"
             )
+    seen: dict[tuple[str, str, str, int], Record] = {}
+    for rec in records:  # e.g. `randomized` and `randomized:ape`: one encoding, two run ids
+        d = rec.data
+        key = (d["preset"], d["task"], record_label(d), d["seed"])
+        if key in seen:
+            other = seen[key]
+            problems.append(
+                f"{rec.path}:{rec.line} and {other.path}:{other.line}: two runs of {key[2]!r} on task {key[1]!r}, "
+                f"seed {key[3]}, preset {key[0]!r} (run ids {d['run_id']} and {other.data['run_id']}); "
+                "publish one of them"
+            )
+        seen.setdefault(key, rec)
     if problems:
         raise BoardError("results that cannot share a board:\n  " + "\n  ".join(problems))
 
@@ -318,7 +386,7 @@ def provenance(records: Iterable[Record]) -> list[Provenance]:
                 runs=len(recs),
                 seeds=values(lambda d: d["seed"]),
                 tasks=values(lambda d: d["task"]),
-                encodings=values(lambda d: encoding_label(d["pe"], d["config"].get("pe_options") or {})),
+                encodings=values(record_label),
                 steps=values(lambda d: d["config"]["train"]["steps"]),
                 batch_sizes=values(lambda d: d["config"]["train"]["batch_size"]),
                 backbones=values(_backbone_text),

@@ -91,6 +91,14 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
                 "paper-scale results.",
                 "",
             ]
+    departed = bd.departures(board.records)
+    if departed:
+        out += ["## Run unlike their papers", "", md(bd.DEPARTURES_RULE), ""]
+        for dep in departed:
+            out.append(f"- **{md(dep.label)}** ({md(dep.paper)}):")
+            for text, tasks in dep.differences:
+                out.append(f"  - {md(text)}; on {_mds(tasks)}")
+        out.append("")
     if not board.tables:
         out += ["No results yet: publish some with `pezoo leaderboard export`.", ""]
     else:

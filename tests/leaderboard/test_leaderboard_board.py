@@ -184,7 +184,24 @@ def test_records_from_before_the_evaluation_options_share_a_board_with_newer_one
 
 def test_labels_keep_options_apart():
     assert bd.encoding_label("rope", {}) == "rope"
-    assert bd.encoding_label("rope", {"base": 500}) == 'rope {"base": 500}'
+    # The spec syntax of --pe and sweep files (harness.pe_spec), so a label can be pasted back.
+    assert bd.encoding_label("rope", {"base": 500}) == "rope{base=500}"
+    # A randomized run stored before randomize_eval existed evaluated on plain positions.
+    assert bd.encoding_label("randomized:ape", {}) == "randomized:ape{randomize_eval=false}"
+    assert bd.encoding_label("randomized:ape", {"randomize_eval": True}) == "randomized:ape"
+    paper = {"n_cursors": 4, "d_pe": 226, "gru_hidden": 100, "layers": [0], "copy_every": 5, "copy_key": "absolute"}
+    config = {"task": "reverse", "backbone": {"d_model": 128, "n_layers": 3, "n_heads": 4}}
+    assert bd.encoding_label("prism", paper, config) == "prism{paper}"
+    assert bd.encoding_label("prism", {**paper, "n_cursors": 2}, config).startswith("prism{copy_every=5,")
+
+
+def test_an_alias_and_its_encoding_at_one_seed_are_refused_not_merged_into_one_row():
+    # `randomized` is `randomized:ape`: both show as one label, so two runs at seed 0 would
+    # count as two seeds of one row.
+    a = make_record("randomized", "copy", 0, NOPE, train_max=3)
+    b = make_record("randomized:ape", "copy", 0, NOPE, train_max=3)
+    with pytest.raises(bd.BoardError, match="two runs of 'randomized:ape"):
+        bd.assemble([rec(a, 1), rec(b, 2)])
 
 
 def test_provenance_flags_everything_but_a_gpu_board_on_gpus():

@@ -1,0 +1,48 @@
+"""The board says how a method was run unlike its paper (harness.protocols.departures)."""
+
+from __future__ import annotations
+
+from harness.backbone import BackboneConfig
+from harness.pe_spec import model_options
+from harness.protocols import departures, paper_pe_options
+
+QUICK = BackboneConfig(d_model=128, n_layers=3, n_heads=4)
+
+
+def test_prism_defaults_depart_from_the_paper_in_cursors_width_layers_and_copy_branch():
+    # The defaults: C = 2, d_pe = 32, one PRISM layer, no copy branch. The paper (§6.2,
+    # §6.0.1): C = 4, d_pe = 340 at width 192 (226 at 128), two layers on odds_first,
+    # the copy branch on reverse.
+    copy = departures("prism", "copy", {}, QUICK)
+    assert len(copy) == 2
+    assert "C = 2" in copy[0] and "4" in copy[0]
+    assert "d_pe = 32" in copy[1] and "226" in copy[1]
+    reverse = departures("prism", "reverse", {}, QUICK)
+    assert any("no copy branch" in t for t in reverse)
+    odds = departures("prism", "odds_first", {}, QUICK)
+    assert any("one PRISM layer" in t and "1 and 3" in t for t in odds)
+
+
+def test_a_run_with_the_paper_setup_departs_in_nothing():
+    for task in ("copy", "reverse", "odds_first", "stack_manipulation"):
+        assert departures("prism", task, paper_pe_options("prism", task, QUICK), QUICK) == []
+
+
+def test_a_copy_branch_where_the_paper_has_none_is_said():
+    options = {**paper_pe_options("prism", "copy", QUICK), "copy_every": 5}
+    assert departures("prism", "copy", options, QUICK) == [
+        "the copy branch on every 5th query cursor (the paper: not on this task, §6.0.1)"
+    ]
+
+
+def test_randomized_evaluated_on_plain_positions_says_so_and_the_published_procedure_does_not():
+    stored = model_options("randomized:ape", {})  # a record from before randomize_eval existed
+    (text,) = departures("randomized:ape", "copy", stored, QUICK)
+    assert "plain positions 0..n-1" in text and "§3" in text
+    published = model_options("randomized:rope", {"randomize_eval": True})
+    assert departures("randomized:rope", "copy", published, QUICK) == []
+
+
+def test_encodings_without_a_paper_setup_have_no_departures():
+    assert departures("rope", "copy", {}, QUICK) == []
+    assert departures("hard_alibi", "reverse", {"n_masked_heads": 1}, QUICK) == []
