@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from harness.backbone import BackboneConfig
-from harness.pe_spec import identity_options, resolve_pe
+from harness.pe_spec import check_eval_options, identity_options, parse_pe, resolve_pe
 
 T = TypeVar("T")
 
@@ -334,6 +334,12 @@ class RunConfig:
     Turing-Programs papers) or ``encoder`` (non-causal, the input followed by blanks,
     targets predicted at the blanks; the randomized-PE paper). The encoder protocol
     needs ``backbone.causal=False`` and a task with a fixed ``output_length``.
+
+    ``eval_pe_options`` (empty for a trained run) makes the config an *inference-time
+    variant*: the weights of the run without them (:meth:`trained_config`, trained once)
+    evaluated with the encoding built from ``pe_options`` updated by these (e.g. RoPE's
+    ``scaling``: position interpolation, NTK, YaRN; ``harness.pe_spec.INFERENCE_OPTIONS``).
+    It is a run of its own (its own id), trained never.
     """
 
     pe: str
@@ -345,6 +351,7 @@ class RunConfig:
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    eval_pe_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_name("pe", self.pe)
@@ -355,6 +362,16 @@ class RunConfig:
         if not isinstance(self.pe_options, Mapping):
             raise ValueError(f"pe_options must be a mapping of option names to values, got {shown(self.pe_options)}")
         check_plain("pe_options", self.pe_options)
+        if not isinstance(self.eval_pe_options, Mapping):
+            raise ValueError(
+                f"eval_pe_options must be a mapping of option names to values, got {shown(self.eval_pe_options)}"
+            )
+        check_plain("eval_pe_options", self.eval_pe_options)
+        if self.eval_pe_options and self.eval.select != "final":
+            raise ValueError(
+                f"an inference-time variant evaluates the trained run's final weights, but eval.select="
+                f"{self.eval.select!r} reports another evaluation; variants need eval.select='final'"
+            )
         for name, kind in (("backbone", BackboneConfig), ("train", TrainConfig), ("eval", EvalConfig)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be a {kind.__name__}, got {shown(getattr(self, name))}")
@@ -379,9 +396,24 @@ class RunConfig:
         lengths = list(range(lo, hi + 1, k))
         return lengths if lengths[-1] == hi else [*lengths, hi]
 
+    @property
+    def is_variant(self) -> bool:
+        """Whether this is an inference-time variant of a trained run (``eval_pe_options``)."""
+        return bool(self.eval_pe_options)
+
+    def trained_config(self) -> RunConfig:
+        """The run whose weights a variant evaluates (the config itself for a trained run)."""
+        return dataclasses.replace(self, eval_pe_options={}) if self.eval_pe_options else self
+
+    def eval_options(self) -> dict[str, Any]:
+        """The encoding options the model is evaluated with: ``pe_options`` updated by
+        ``eval_pe_options`` (key by key: a variant's ``scaling`` replaces the whole dict)."""
+        return {**self.pe_options, **self.eval_pe_options}
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["pe_options"] = dict(self.pe_options)
+        d["eval_pe_options"] = dict(self.eval_pe_options)
         return d
 
     @classmethod
@@ -416,6 +448,8 @@ class RunConfig:
         explicit ``randomize_eval=False`` are one run, ``randomize_eval=True`` another."""
         d = self.to_dict()
         d.pop("preset")
+        if not d["eval_pe_options"]:
+            d.pop("eval_pe_options")  # a trained run: its id from before variants existed
         d["pe_options"] = identity_options(self.pe, d["pe_options"])
         for section, defaults in NEW_FIELD_DEFAULTS.items():
             for key, default in defaults.items():
@@ -570,7 +604,9 @@ def preset_config(
 
     ``pe`` is an encoding spec (``harness.pe_spec``: ``rope``, ``prism{paper}``,
     ``prism{n_cursors=4}``); the config records its resolved options, checked by building
-    the encoding. Under the ``prism`` preset an encoding with a paper setup
+    the encoding. A variant spec ``rope@{scaling={...}}`` gives the inference-time variant
+    of that trained run (``RunConfig.eval_pe_options``, checked by
+    ``harness.pe_spec.check_eval_options``). Under the ``prism`` preset an encoding with a paper setup
     (``harness.protocols``) gets it unless the spec names another (``prism{default}``).
     """
     if preset not in PRESETS:
@@ -585,5 +621,10 @@ def preset_config(
         sections["train"]["curriculum"] = prism_curriculum(task, sections["train"]["train_max"])
     cfg = RunConfig.from_dict({"pe": pe, "task": task, "seed": seed, "preset": preset, **sections})
     setup = "paper" if preset == "prism" else None  # the PRISM paper's protocol runs the paper's setups
-    name, options = resolve_pe(pe, task=task, backbone=cfg.backbone, default_setup=setup)
-    return dataclasses.replace(cfg, pe=name, pe_options=options)
+    spec = parse_pe(pe)
+    name, options = resolve_pe(spec.trained, task=task, backbone=cfg.backbone, default_setup=setup)
+    cfg = dataclasses.replace(cfg, pe=name, pe_options=options)
+    if spec.eval_options:
+        check_eval_options(name, options, spec.eval_options, cfg.backbone, str(spec))
+        cfg = dataclasses.replace(cfg, eval_pe_options=dict(spec.eval_options))
+    return cfg

@@ -5,9 +5,14 @@
     prism{paper}                           the paper's per-task setup (harness.protocols)
     prism{paper,n_cursors=2}               that setup, one option changed
     randomized:rope{max_length=256}        a wrapped encoding takes options the same way
+    rope{scaling={rope_type=p_rope,p=0.75}}  a table value: {key=value,...}, nested as deep as needed
+    rope@{scaling={rope_type=yarn,factor=4.0,original_max_position_embeddings=10}}
+                                           an inference-time variant: the trained run ``rope``
+                                           evaluated with these options (:data:`INFERENCE_OPTIONS`)
 
-Values are TOML literals (``true``, ``4``, ``1e-3``, ``[0, 3]``, ``"text"``); a bare word
-that is no TOML literal is a string (``regulariser=frobenius``). A bare word without
+Values are TOML literals (``true``, ``4``, ``1e-3``, ``[0, 3]``, ``"text"``) or tables
+``{key=value,...}`` of them; a bare word that is no TOML literal is a string
+(``regulariser=frobenius``, also inside a table: ``{rope_type=yarn}``). A bare word without
 ``=`` names a setup: ``paper`` or ``default`` (the encoding's defaults, also under the
 ``prism`` preset, whose runs otherwise use the paper setup). ``setup=paper`` says the
 same. The same strings go in ``--pe`` (a comma-separated list: commas inside braces,
@@ -70,9 +75,18 @@ class PeSpec:
     name: str
     options: Mapping[str, Any] = field(default_factory=dict)
     setup: str | None = None
+    eval_options: Mapping[str, Any] = field(default_factory=dict)
+    """Options that replace the trained ones at evaluation only (``name{...}@{eval options}``):
+    the trained run of ``name{options}``, evaluated as an inference-time variant."""
 
     def __str__(self) -> str:
-        return format_pe(self.name, self.options, self.setup)
+        text = format_pe(self.name, self.options, self.setup)
+        return text + format_eval_options(self.eval_options) if self.eval_options else text
+
+    @property
+    def trained(self) -> PeSpec:
+        """The spec of the run whose weights a variant evaluates (itself without ``eval_options``)."""
+        return PeSpec(self.name, self.options, self.setup)
 
 
 # --------------------------------------------------------------------------------------
@@ -115,8 +129,11 @@ def split_pe_list(text: str) -> list[str]:
 
 
 def parse_value(text: str) -> Any:
-    """A TOML literal, or a bare word as a string (ValueError otherwise)."""
+    """A TOML literal, a table ``{key=value,...}`` of values, or a bare word as a string
+    (ValueError otherwise)."""
     text = text.strip()
+    if text.startswith("{") and text.endswith("}"):
+        return parse_table(text)
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
@@ -126,18 +143,77 @@ def parse_value(text: str) -> Any:
     return _canonical(value, text)
 
 
+def parse_table(text: str, what: str = "table") -> dict[str, Any]:
+    """``{key=value,...}`` -> dict; values as :func:`parse_value` reads them (bare words,
+    nested tables). An empty ``{}`` is an empty dict."""
+    text = text.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError(f"{text!r} is not a {what} {{key=value,...}}")
+    _split_top_level(text, what)  # balanced as a whole
+    body = text[1:-1]
+    out: dict[str, Any] = {}
+    if not body.strip():
+        return out
+    for item in _split_top_level(body, what):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not _KEY.fullmatch(key):
+            raise ValueError(f"{text!r}: {item!r} is not key=value")
+        if key in out:
+            raise ValueError(f"{text!r}: key {key!r} given twice")
+        out[key] = parse_value(value)
+    return out
+
+
 def _canonical(value: Any, where: str = "") -> Any:
-    """JSON-like form: tuples as lists; only numbers, booleans, strings and lists."""
+    """JSON-like form: tuples as lists; only numbers, booleans, strings, lists and
+    string-keyed tables of them."""
     if isinstance(value, list | tuple):
         return [_canonical(v, where) for v in value]
     if isinstance(value, bool | int | float | str):
         return value
-    raise ValueError(f"option values are numbers, booleans, strings or lists of them; got {value!r} {where}".strip())
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return {k: _canonical(v, where) for k, v in value.items()}
+    raise ValueError(
+        f"option values are numbers, booleans, strings, lists or tables of them; got {value!r} {where}".strip()
+    )
+
+
+def _top_level_at(text: str) -> int:
+    """Index of the first ``@`` outside brackets, braces and quotes, or -1."""
+    depth, quote = 0, None
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "@" and depth == 0:
+            return i
+    return -1
 
 
 def parse_pe(text: str) -> PeSpec:
-    """Parse one spec, ``name`` or ``name{item,...}`` (module docstring); ValueError says what is wrong."""
+    """Parse one spec, ``name``, ``name{item,...}`` or a variant ``name{...}@{key=value,...}``
+    (module docstring); ValueError says what is wrong."""
     text = text.strip()
+    at = _top_level_at(text)
+    if at >= 0:
+        trained, variant = text[:at].strip(), text[at + 1 :].strip()
+        if _top_level_at(variant) >= 0:
+            raise ValueError(f"{text!r}: one '@' at most")
+        if not (variant.startswith("{") and variant.endswith("}")):
+            raise ValueError(f"{text!r}: after '@' come the evaluation options in braces, e.g. @{{scaling={{...}}}}")
+        try:
+            eval_options = {k: _canonical(v) for k, v in parse_table(variant, "evaluation options").items()}
+        except ValueError as exc:
+            raise ValueError(f"{text!r}: {exc}") from None
+        spec = parse_pe(trained)
+        return PeSpec(spec.name, spec.options, spec.setup, eval_options)
     brace = text.find("{")
     name = text if brace < 0 else text[:brace].strip()
     if not _NAME.fullmatch(name):
@@ -194,14 +270,18 @@ def pe_from_table(table: Mapping[str, Any], where: str = "sweep") -> PeSpec:
     setup = values.pop("setup", None)
     if setup is not None:
         setup = _check_setup(setup, where)
+    eval_options = values.pop("eval", {})
+    if not isinstance(eval_options, Mapping):
+        raise ValueError(f"{where}: eval (an inference-time variant's options) must be a table, got {eval_options!r}")
     for key in values:
         if not _KEY.fullmatch(key):
             raise ValueError(f"{where}: {key!r} is not an option name")
     try:
         options = {k: _canonical(v) for k, v in values.items()}
+        eval_options = {k: _canonical(v) for k, v in eval_options.items()}
     except ValueError as exc:
         raise ValueError(f"{where}: encoding {name!r}: {exc}") from None
-    return PeSpec(name, options, setup)
+    return PeSpec(name, options, setup, eval_options)
 
 
 def pe_values(value: Any, where: str = "sweep") -> tuple[str, ...]:
@@ -246,6 +326,8 @@ def format_value(value: Any, *, bare: bool = True) -> str:
         return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")  # a TOML basic string
     if isinstance(value, list | tuple):
         return "[" + ",".join(format_value(v, bare=False) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}={format_value(v)}" for k, v in sorted(value.items())) + "}"
     raise ValueError(f"cannot write option value {value!r}")
 
 
@@ -253,6 +335,11 @@ def format_pe(name: str, options: Mapping[str, Any] | None = None, setup: str | 
     """``name{setup,key=value,...}`` (options sorted by key; just ``name`` with neither)."""
     items = ([setup] if setup else []) + [f"{k}={format_value(v)}" for k, v in sorted((options or {}).items())]
     return f"{name}{{{','.join(items)}}}" if items else name
+
+
+def format_eval_options(eval_options: Mapping[str, Any]) -> str:
+    """``@{key=value,...}`` (sorted), the variant part of a spec; empty for no options."""
+    return "@" + format_value(dict(eval_options)) if eval_options else ""
 
 
 # --------------------------------------------------------------------------------------
@@ -322,6 +409,60 @@ def check_options(pe: str, options: Mapping[str, Any], backbone: BackboneConfig,
         raise ValueError(f"encoding {what or format_pe(pe, options)!r}: {message}") from None
 
 
+INFERENCE_OPTIONS: dict[str, tuple[str, ...]] = {"rope": ("scaling",)}
+"""Per registry name, the options an inference-time variant (``name@{...}``) may change:
+those that change what the encoding computes from positions without changing its
+parameters, so the trained weights load as they are. RoPE's ``scaling`` is the
+context-extension methods (position interpolation, NTK, YaRN, ...) applied to a
+RoPE-trained model, as practitioners do (``pezoo.encodings.rope.rope_frequencies``)."""
+
+
+def check_eval_options(
+    pe: str,
+    options: Mapping[str, Any],
+    eval_options: Mapping[str, Any],
+    backbone: BackboneConfig,
+    what: str | None = None,
+) -> None:
+    """ValueError unless ``eval_options`` may replace ``options`` of a trained ``pe`` run at
+    evaluation: only keys of :data:`INFERENCE_OPTIONS`, values the encoding accepts, and
+    the encoding built with them holds parameters and buffers of the same names and shapes
+    as the trained one (so its weights load unchanged)."""
+    what = what or format_pe(pe, options) + format_eval_options(eval_options)
+    allowed = INFERENCE_OPTIONS.get(pe, ())
+    bad = sorted(set(eval_options) - set(allowed))
+    if bad:
+        may = f"only {', '.join(allowed)}" if allowed else "none"
+        raise ValueError(
+            f"encoding {what!r}: an inference-time variant may not change {', '.join(bad)} (options of {pe!r} that "
+            f"may change at evaluation: {may}); options that change the model or its parameters need a run of "
+            "their own"
+        )
+    merged = {**options, **eval_options}
+    check_options(pe, merged, backbone, what)
+    b = backbone
+    dims = (b.d_model, b.n_heads, b.n_layers)
+    trained = _state_shapes(pe, json.dumps(dict(options), sort_keys=True), *dims)
+    variant = _state_shapes(pe, json.dumps(merged, sort_keys=True), *dims)
+    if trained != variant:
+        differ = sorted(k for k in set(trained) | set(variant) if trained.get(k) != variant.get(k))
+        raise ValueError(
+            f"encoding {what!r}: the variant's parameters differ from the trained run's ({', '.join(differ[:5])}); "
+            "its weights would not load"
+        )
+
+
+@functools.lru_cache(maxsize=256)
+def _state_shapes(pe: str, options_json: str, d_model: int, n_heads: int, n_layers: int) -> dict[str, tuple[int, ...]]:
+    import torch
+
+    import pezoo
+
+    with torch.random.fork_rng(devices=[]):
+        module = pezoo.create(pe, dims=pezoo.ModelDims(d_model, n_heads, n_layers), **json.loads(options_json))
+    return {k: tuple(v.shape) for k, v in module.state_dict().items()}
+
+
 @functools.lru_cache(maxsize=256)
 def _check_built(pe: str, options_json: str, d_model: int, n_heads: int, n_layers: int) -> None:
     import torch
@@ -369,9 +510,42 @@ def display_name(
     return format_pe(DISPLAY_ALIASES.get(pe, pe), shown, setup)
 
 
+def variant_name(eval_options: Mapping[str, Any]) -> str:
+    """A short name for an inference-time variant's options: RoPE scaling as
+    ``{rope_type}×{factor}`` then its other keys (``original_max_position_embeddings`` as
+    ``L``), e.g. ``yarn×4 L=10``, ``linear×4``, ``default``; other options as ``k=v``."""
+    parts = []
+    for key, value in sorted(eval_options.items()):
+        if key == "scaling" and isinstance(value, Mapping) and "rope_type" in value:
+            rest = dict(value)
+            text = str(rest.pop("rope_type"))
+            if "factor" in rest:
+                text += f"×{format_value(rest.pop('factor')).removesuffix('.0')}"
+            for k, v in sorted(rest.items()):
+                short = "L" if k == "original_max_position_embeddings" else k
+                text += f" {short}={format_value(v)}"
+            parts.append(text)
+        else:
+            parts.append(f"{key}={format_value(value)}")
+    return ", ".join(parts)
+
+
+VARIANT_MARK = "(same weights)"
+"""What a variant's displayed name ends with: it is a trained run evaluated differently."""
+
+
+def variant_display_name(trained: str, eval_options: Mapping[str, Any] | None) -> str:
+    """``rope → yarn×4 L=10 (same weights)``: the trained run's displayed name, an arrow,
+    the variant (:func:`variant_name`); just ``trained`` without evaluation options."""
+    if not eval_options:
+        return trained
+    return f"{trained} → {variant_name(eval_options)} {VARIANT_MARK}"
+
+
 def config_display_name(cfg: Any) -> str:
-    """:func:`display_name` of a ``RunConfig``."""
-    return display_name(cfg.pe, cfg.pe_options, task=cfg.task, backbone=cfg.backbone)
+    """:func:`display_name` of a ``RunConfig`` (a variant's: :func:`variant_display_name`)."""
+    trained = display_name(cfg.pe, cfg.pe_options, task=cfg.task, backbone=cfg.backbone)
+    return variant_display_name(trained, getattr(cfg, "eval_pe_options", None))
 
 
 def names(specs: Iterable[str]) -> list[str]:

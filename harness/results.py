@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.pe_spec import display_name
+from harness.pe_spec import display_name, variant_display_name
 from harness.store import Store
 
 
@@ -16,7 +16,8 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
     Columns: run_id, pe (the registry name), task, seed, preset, status, train_min,
     train_max, protocol, match (what exact match scores: ``trace`` or ``answer``),
     n_params, pe_params, pe_label (the name with its options, as tables show it:
-    ``harness.pe_spec.display_name``), split, length, token_length, n, exact_match,
+    ``harness.pe_spec.display_name``; an inference-time variant's ``rope → yarn×4 L=10 (same
+    weights)``), split, length, token_length, n, exact_match,
     token_accuracy.
 
     The store is opened read-only (never created, migrated or changed), so this works on
@@ -29,9 +30,10 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
                 continue
             base = {k: run[k] for k in ("run_id", "pe", "task", "seed", "preset", "status")}
             config = run["config"]
-            base["pe_label"] = display_name(
+            trained = display_name(
                 run["pe"], config.get("pe_options") or {}, task=run["task"], backbone=config.get("backbone")
             )
+            base["pe_label"] = variant_display_name(trained, config.get("eval_pe_options"))
             base["train_min"] = run["config"]["train"].get("train_min", 1)
             base["train_max"] = run["config"]["train"]["train_max"]
             base["protocol"] = run["config"].get("protocol", "decoder")

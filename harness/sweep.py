@@ -131,7 +131,9 @@ class Grid:
 
     def configs(self, max_runs: int | None = MAX_RUNS) -> list[RunConfig]:
         """The grid's runs, in order task, pe, override axes, seed (ValueError if one is
-        invalid, or if there are more than ``max_runs``: None for no limit)."""
+        invalid, or if there are more than ``max_runs``: None for no limit). An inference-time
+        variant (``rope@{...}``) comes right after its trained run, which is added if the
+        grid does not list it."""
         check_size(self.size(), max_runs)
         axes = [(name, values) for name in AXES if (values := getattr(self, name))]
         combos = list(itertools.product(*(values for _, values in axes)))
@@ -141,7 +143,12 @@ class Grid:
             for (name, _), value in zip(axes, combo, strict=True):
                 section, key, _ = AXES[name]
                 overrides.setdefault(section, {})[key] = value
-            runs.append(preset_config(self.preset, pe=pe, task=task, seed=seed, overrides=overrides))
+            cfg = preset_config(self.preset, pe=pe, task=task, seed=seed, overrides=overrides)
+            if cfg.is_variant:  # a variant needs its trained run: planned first, once
+                trained = cfg.trained_config()
+                if all(r.run_id() != trained.run_id() for r in runs):
+                    runs.append(trained)
+            runs.append(cfg)
         return runs
 
 
@@ -414,7 +421,7 @@ def estimate(
     ``device_type`` (``cpu``/``cuda``; any when None), else among ``published`` runs on
     it (rough), else from the preset's recorded speed there (``harness.speeds``, rough,
     only for the preset's own model); None when there is none of these."""
-    left = max(0, cfg.train.steps - from_step)
+    left = 0 if cfg.is_variant else max(0, cfg.train.steps - from_step)  # a variant only evaluates
     units = eval_units(cfg)
     for source, runs in (("", measured), ("published runs of the ", published)):
         runs = [m for m in runs if device_type is None or device_kind(m.device) == device_type]

@@ -39,7 +39,7 @@ import pandas as pd
 from harness import ranking
 from harness.backbone import BackboneConfig
 from harness.config import NEW_FIELD_DEFAULTS
-from harness.pe_spec import display_name, model_options
+from harness.pe_spec import display_name, model_options, variant_display_name
 from harness.protocols import departures as protocol_departures
 from harness.protocols import paper_of
 from harness.report import per_seed_summary
@@ -60,7 +60,7 @@ FRAME_COLUMNS = [
     "exact_match",
     "token_accuracy",
 ]
-PROTOCOL_FREE_KEYS = ("pe", "pe_options", "seed")
+PROTOCOL_FREE_KEYS = ("pe", "pe_options", "eval_pe_options", "seed")
 """Config keys that may differ between runs compared in one (preset, task) table."""
 
 
@@ -83,8 +83,12 @@ def encoding_label(pe: str, pe_options: Mapping[str, Any], config: Mapping[str, 
 
 
 def record_label(data: Mapping[str, Any]) -> str:
-    """:func:`encoding_label` of one record's data."""
-    return encoding_label(data["pe"], data["config"].get("pe_options") or {}, data["config"])
+    """:func:`encoding_label` of one record's data; an inference-time variant's (a trained
+    run evaluated with ``config.eval_pe_options``) as ``rope → yarn×4 L=10 (same weights)``
+    (``harness.pe_spec.variant_display_name``)."""
+    config = data["config"]
+    label = encoding_label(data["pe"], config.get("pe_options") or {}, config)
+    return variant_display_name(label, config.get("eval_pe_options"))
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,9 @@ def test_parse_names_options_and_setups():
         ("prism{x=@}", "not a value"),
         ("{x=1}", "expected an encoding name"),
         ("prism{x=1}y", "must end with"),
-        ("prism{x={a=1}}", "option values are numbers"),
+        ("prism{x={a}}", "is not key=value"),
+        ("rope@scaling", "after .@. come the evaluation options"),
+        ("rope@{a=1}@{b=2}", "one .@. at most"),
     ],
 )
 def test_bad_specs_say_what_is_wrong(text, message):
