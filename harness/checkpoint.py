@@ -22,6 +22,17 @@ folder. Format version 2:
     stream       {"ids": [int], "target": [bool], "scale": [int]}: a packed run's unconsumed
                  stream (``PackedStream.state()``); only for packed runs
 
+Final weights (``<run_id>.weights.pt``, :func:`save_weights`): what an inference-time
+variant (``RunConfig.eval_pe_options``) of a finished run loads instead of training again.
+Kept only for runs that have variants in a sweep; read the same way, weights only:
+
+    format       "pezoo-weights"
+    version      1
+    run_id       str, the trained run's ``RunConfig.run_id()``
+    config       str, its config as JSON
+    final_loss   float, the loss of its last training step
+    model        the trained model's state dict (str -> tensor)
+
 Version 1 had no ``format`` field and pickled harness objects (``LengthMetrics``), which
 only an unpickler that runs code can read: it is refused like any file that is not
 version 2. A refused or
@@ -313,6 +324,60 @@ def _check_optimizer(state: Any, optimizer: torch.optim.Optimizer) -> None:
                     raise CheckpointError(
                         f"its optimiser state {key} has shape {tuple(value.shape)}, its parameter needs {want}"
                     )
+
+
+# --------------------------------------------------------------------------------------
+# Final weights, for inference-time variants
+# --------------------------------------------------------------------------------------
+
+WEIGHTS_FORMAT = "pezoo-weights"
+WEIGHTS_VERSION = 1
+
+
+def save_weights(path: Path, cfg: RunConfig, model: torch.nn.Module, final_loss: float) -> None:
+    """Write the trained model of ``cfg`` (format above) atomically to ``path``.
+
+    Raises:
+        harness.files.WriteError: it could not be written.
+    """
+    payload = {
+        "format": WEIGHTS_FORMAT,
+        "version": WEIGHTS_VERSION,
+        "run_id": cfg.run_id(),
+        "config": json.dumps(cfg.to_dict(), sort_keys=True),
+        "final_loss": float(final_loss),
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+    }
+    write_atomically(Path(path), lambda f: torch.save(payload, f))
+
+
+def load_weights(path: Path, run_id: str) -> dict[str, Any]:
+    """Read the final weights of run ``run_id`` without running code: ``{"model": state
+    dict, "final_loss": float, ...}``.
+
+    Raises:
+        CheckpointError: missing, unreadable, asking for code, another format or another run's.
+    """
+    if not Path(path).is_file():
+        raise CheckpointError(f"no final weights of run {run_id} at {path}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"weights file {path} is not readable without running code") from None
+    except Exception as exc:
+        raise CheckpointError(f"weights file {path} is unreadable ({type(exc).__name__}: {_first_line(exc)})") from None
+    if not isinstance(payload, dict) or payload.get("format") != WEIGHTS_FORMAT:
+        raise CheckpointError(f"{path} is not a pezoo weights file (no format {WEIGHTS_FORMAT!r})")
+    if payload.get("version") != WEIGHTS_VERSION:
+        raise CheckpointError(f"weights file {path} has version {_short(payload.get('version'))}, not 1")
+    if payload.get("run_id") != run_id:
+        raise CheckpointError(f"weights file {path} is not run {run_id}'s (it says {_short(payload.get('run_id'))})")
+    loss, weights = payload.get("final_loss"), payload.get("model")
+    if not (isinstance(loss, float) and math.isfinite(loss)):
+        raise CheckpointError(f"weights file {path} has no finite final_loss ({_short(loss)})")
+    if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+        raise CheckpointError(f"weights file {path}: field model is not a state dict of tensors")
+    return payload
 
 
 # --------------------------------------------------------------------------------------

@@ -80,6 +80,8 @@ class Job:
         device: the torch device the attempt runs on (set by the executor per slot).
         fault: the injected fault for this run (``FAULT_ENV``), if any.
         tensorboard: folder to log the run to for TensorBoard (an absolute path), if any.
+        keep_weights: keep the trained model's final weights for the run's inference-time
+            variants (``harness.run.weights_path``).
     """
 
     index: int
@@ -91,6 +93,7 @@ class Job:
     device: str = "cpu"
     fault: str | None = None
     tensorboard: str | None = None
+    keep_weights: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,7 @@ def run_job(job: Job, progress: Progress | None = None, notice: Callable[[str], 
         checkpoint_every=job.checkpoint_every,
         notice=notice,
         tensorboard=job.tensorboard,
+        keep_weights=job.keep_weights,
     )
     return replace(result, provenance={**result.provenance, "host": platform.node()})
 
@@ -602,6 +606,10 @@ def run_sweep(
     kept in the checkpoint folder because the store could not take it then
     (``harness.run.record_or_keep``) is recorded without training. ``tensorboard`` (a
     folder) makes every run log there too.
+
+    An inference-time variant (``RunConfig.is_variant``) is dispatched once its trained
+    run is neither queued nor in flight; a trained run with variants in ``configs`` keeps
+    its final weights (``harness.run.weights_path``), which its variants evaluate.
     """
     events = events or SweepEvents()
     ckpt_dir = checkpoint_dir_for(store.path, checkpoint_dir).resolve()
@@ -610,6 +618,7 @@ def run_sweep(
     by_id: dict[str, RunConfig] = {}
     queue: deque[Job] = deque()
     outcomes: list[RunOutcome] = []
+    with_variants = {c.trained_config().run_id() for c in configs if c.is_variant}  # keep their final weights
     for index, cfg in enumerate(configs, start=1):
         run_id = cfg.run_id()
         if run_id in by_id:
@@ -620,7 +629,16 @@ def run_sweep(
             continue
         path = checkpoint_path(ckpt_dir, run_id)
         tb = str(Path(tensorboard).resolve()) if tensorboard is not None else None
-        job = Job(index, cfg.to_dict(), run_id, str(path), checkpoint_every, fault=faults.get(run_id), tensorboard=tb)
+        job = Job(
+            index,
+            cfg.to_dict(),
+            run_id,
+            str(path),
+            checkpoint_every,
+            fault=faults.get(run_id),
+            tensorboard=tb,
+            keep_weights=run_id in with_variants,
+        )
         kept = recover_kept(cfg, path, lambda msg, job=job: events.notice(job, msg))
         if kept is not None:  # finished before, but the store could not take it then
             claim = store.claim(cfg, kept.provenance)
@@ -643,11 +661,23 @@ def run_sweep(
 
     dispatch_provenance = {"commit": git_commit(), "device": "pending", "executor": executor.name}
     in_flight: dict[str, Job] = {}
+
+    def ready(job: Job) -> bool:
+        """A variant waits while its trained run is queued or training."""
+        cfg = by_id[job.run_id]
+        if not cfg.is_variant:
+            return True
+        trained = cfg.trained_config().run_id()
+        return trained not in in_flight and all(j.run_id != trained for j in queue)
+
     try:
         with store.keep_alive():
             while queue or in_flight:
                 while queue and len(in_flight) < executor.capacity:
-                    job = queue.popleft()
+                    job = next((j for j in queue if ready(j)), None)
+                    if job is None:
+                        break  # only variants whose trained runs are still training
+                    queue.remove(job)
                     if job.attempt == 1:
                         claim = store.claim(by_id[job.run_id], dispatch_provenance)
                         if claim.status == "finished":  # finished by another process since the queue was built

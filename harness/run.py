@@ -18,7 +18,7 @@ import sqlite3
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import torch
 
 import harness.tasks as tasks
 from harness import kept_results
-from harness.checkpoint import set_aside
+from harness.checkpoint import CheckpointError, load_weights, save_weights, set_aside
 from harness.config import RunConfig
 from harness.data import evaluation_set
 from harness.diagnostics import prism_trajectories
@@ -35,7 +35,7 @@ from harness.files import WriteError, describe_write_error
 from harness.provenance import provenance
 from harness.store import ClaimLostError, Store, StoreError
 from harness.tblog import RunLog
-from harness.train import Checkpointing, DivergedError, restore, train
+from harness.train import Checkpointing, DivergedError, build_model, restore, train
 
 Progress = Callable[[str, int, int, str], None]
 """progress(phase, done, total, note): phase ``train`` (done of total steps, note
@@ -113,6 +113,48 @@ def checkpoint_path(checkpoint_dir: str | Path, run_id: str) -> Path:
     return Path(checkpoint_dir) / f"{run_id}.pt"
 
 
+def weights_path(checkpoint_dir: str | Path, run_id: str) -> Path:
+    """The final weights a finished run keeps for its inference-time variants:
+    ``<checkpoint_dir>/<run_id>.weights.pt`` (``harness.checkpoint.save_weights``)."""
+    return Path(checkpoint_dir) / f"{run_id}.weights.pt"
+
+
+def evaluate_all(
+    cfg: RunConfig,
+    model: torch.nn.Module,
+    task: tasks.Task,
+    device: torch.device,
+    eval_sets: dict[int, list],
+    report: Progress | None = None,
+) -> Evaluation:
+    """Evaluate ``model`` at every training and test scale of ``cfg`` the task has, on the
+    fixed evaluation sets (built into ``eval_sets`` once, reused by later calls);
+    ``report`` hears each scale's exact match (``eval`` phase)."""
+    lengths = [("train", n) for n in cfg.train_lengths()] + [("test", n) for n in cfg.test_lengths()]
+    lengths = [(split, n) for split, n in lengths if task.has_scale(n)]  # SCAN lacks some lengths
+    metrics = []
+    if report is not None:
+        report("eval", 0, len(lengths), "")
+    for done, (split, n) in enumerate(lengths, start=1):
+        if n not in eval_sets:
+            eval_sets[n] = evaluation_set(task, n, cfg.eval.samples, cfg.seed)
+        m = evaluate_length(
+            model,
+            eval_sets[n],
+            batch_size=cfg.eval.batch_size,
+            device=device,
+            protocol=cfg.protocol,
+            window=cfg.eval.window,
+            jump=cfg.eval.window_jump,
+            answer_task=task if cfg.eval.match == "answer" else None,
+            seed=cfg.seed,
+        )
+        metrics.append((split, m))
+        if report is not None:
+            report("eval", done, len(lengths), f"length {n}: EM {m.exact_match:.2f}")
+    return tuple(metrics)
+
+
 def train_and_evaluate(
     cfg: RunConfig,
     device: torch.device,
@@ -122,6 +164,7 @@ def train_and_evaluate(
     checkpoint_every: int = 250,
     notice: Callable[[str], None] = print,
     tensorboard: str | None = None,
+    keep_weights: bool = False,
 ) -> RunResult:
     """Train ``cfg`` (resuming from ``checkpoint`` when it holds a usable state), evaluate
     it at every training and test scale, and return the result without touching a store.
@@ -130,10 +173,16 @@ def train_and_evaluate(
     metrics are chosen by ``cfg.eval.select`` among those evaluations and the final one.
     ``tensorboard`` (a folder) also logs the run there.
 
+    ``keep_weights`` keeps the final weights next to the checkpoint (:func:`weights_path`)
+    for the run's inference-time variants. A variant (``cfg.is_variant``) is not trained:
+    :func:`evaluate_variant` evaluates its trained run's kept weights.
+
     A NaN loss gives a ``diverged`` result and any other exception a ``failed`` one with
     its traceback; ``KeyboardInterrupt`` propagates. The checkpoint is left in place:
     the caller removes it once the result is safely recorded.
     """
+    if cfg.is_variant:
+        return evaluate_variant(cfg, device, checkpoint, progress, notice=notice)
     run_id = cfg.run_id()
     started_at = time.time()
     prov = provenance(device)
@@ -155,34 +204,10 @@ def train_and_evaluate(
         report = progress or (lambda *a: None)
         if tensorboard:
             log = RunLog(tensorboard, cfg, first_step=resume["step"] if resume else 0)
-        lengths = [("train", n) for n in cfg.train_lengths()] + [("test", n) for n in cfg.test_lengths()]
-        lengths = [(split, n) for split, n in lengths if task.has_scale(n)]  # SCAN lacks some lengths
-
         eval_sets: dict[int, list] = {}  # fixed per (task, scale, seed): built once, reused by every evaluation
 
-        def evaluate_all(show: bool = False) -> Evaluation:
-            metrics = []
-            if show:
-                report("eval", 0, len(lengths), "")
-            for done, (split, n) in enumerate(lengths, start=1):
-                if n not in eval_sets:
-                    eval_sets[n] = evaluation_set(task, n, cfg.eval.samples, cfg.seed)
-                examples = eval_sets[n]
-                m = evaluate_length(
-                    model,
-                    examples,
-                    batch_size=cfg.eval.batch_size,
-                    device=device,
-                    protocol=cfg.protocol,
-                    window=cfg.eval.window,
-                    jump=cfg.eval.window_jump,
-                    answer_task=task if cfg.eval.match == "answer" else None,
-                    seed=cfg.seed,
-                )
-                metrics.append((split, m))
-                if show:
-                    report("eval", done, len(lengths), f"length {n}: EM {m.exact_match:.2f}")
-            return tuple(metrics)
+        def evaluate_all_(show: bool = False) -> Evaluation:
+            return evaluate_all(cfg, model, task, device, eval_sets, report if show else None)
 
         def traces(step: int, metrics: Evaluation) -> None:
             if cfg.eval.match == "answer":  # the answer is what is scored; log the whole trace too
@@ -190,7 +215,7 @@ def train_and_evaluate(
                 tell(f"run {run_id}: step {step}: full-trace exact match per scale {per_scale}")
 
         def periodic(step: int) -> Evaluation:
-            metrics = evaluate_all()
+            metrics = evaluate_all_()
             tell(f"run {run_id}: step {step}: {summary(metrics)}")
             traces(step, metrics)
             if log is not None:
@@ -213,8 +238,13 @@ def train_and_evaluate(
             evaluate=periodic if cfg.eval.every else None,
             on_lr=log.lr if log is not None else None,
         )
+        if keep_weights:  # for the run's inference-time variants (harness.checkpoint.save_weights)
+            try:
+                save_weights(weights_path(checkpoint.parent, run_id), cfg, model, result.final_loss)
+            except WriteError as exc:
+                tell(f"run {run_id}: its final weights could not be kept ({exc}); its variants cannot be evaluated")
         t0 = time.perf_counter()
-        final = evaluate_all(show=True)
+        final = evaluate_all_(show=True)
         traces(cfg.train.steps, final)
         if log is not None:
             log.evaluation(cfg.train.steps, final)
@@ -261,6 +291,74 @@ def train_and_evaluate(
     finally:
         if log is not None:
             log.close()
+
+
+def evaluate_variant(
+    cfg: RunConfig,
+    device: torch.device,
+    checkpoint: Path,
+    progress: Progress | None = None,
+    *,
+    notice: Callable[[str], None] = print,
+) -> RunResult:
+    """Evaluate the inference-time variant ``cfg`` without training: the final weights its
+    trained run kept (:func:`weights_path` in ``checkpoint``'s folder) loaded into the model
+    built with ``cfg.eval_options()``, evaluated exactly as the trained run was.
+
+    The result carries the trained run's final loss, ``train_seconds`` 0, and
+    ``provenance["weights_from"]`` = the trained run's id. Missing or unusable weights give
+    a ``failed`` result saying why.
+    """
+    run_id = cfg.run_id()
+    trained = cfg.trained_config()
+    trained_id = trained.run_id()
+    started_at = time.time()
+    prov = {**provenance(device), "weights_from": trained_id}
+    try:
+        try:
+            payload = load_weights(weights_path(checkpoint.parent, trained_id), trained_id)
+        except CheckpointError as exc:
+            raise CheckpointError(
+                f"{exc}; a variant evaluates the final weights its trained run {trained_id} keeps when it trains "
+                "in a sweep that lists the variant (a run finished without them must be trained again in a new "
+                "store)"
+            ) from None
+        model = build_model(replace(trained, pe_options=cfg.eval_options()), device)
+        try:
+            model.load_state_dict(payload["model"])
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise CheckpointError(f"the weights of run {trained_id} do not fit the variant's model ({exc})") from None
+        told = f"run {run_id}: evaluating the weights of run {trained_id} with {cfg.eval_pe_options}, no training"
+        notice(told)
+        task = tasks.create(cfg.task)
+        t0 = time.perf_counter()
+        metrics = evaluate_all(cfg, model, task, device, {}, progress)
+        try:
+            diagnostics = prism_trajectories(model, cfg, task)
+        except Exception:  # a bonus, as for a trained run
+            diagnostics = None
+        return RunResult(
+            run_id,
+            "finished",
+            prov,
+            started_at,
+            metrics=metrics,
+            final_loss=payload["final_loss"],
+            train_seconds=0.0,
+            eval_seconds=time.perf_counter() - t0,
+            n_params=dict(model.n_params()),
+            notices=(told,),
+            diagnostics=diagnostics,
+        )
+    except Exception as exc:
+        return RunResult(
+            run_id,
+            "failed",
+            prov,
+            started_at,
+            error=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
+        )
 
 
 def record(store: Store, result: RunResult) -> RunOutcome:

@@ -1,0 +1,168 @@
+"""Inference-time variants: one trained RoPE run evaluated under several context-extension
+methods (``rope@{scaling={...}}``) without training again, each its own run and row."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import harness.run
+from harness.cli import main
+from harness.config import preset_config
+from harness.pe_spec import parse_pe
+from harness.report import leaderboard_tables
+from harness.results import load
+from harness.run import weights_path
+from harness.store import Store
+from harness.train import build_model
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 5}
+SPECS = [
+    "rope",
+    "rope@{scaling={rope_type=default}}",  # as trained, written out: must reproduce the run's numbers
+    "rope@{scaling={rope_type=linear,factor=4.0}}",
+    "rope@{scaling={rope_type=yarn,factor=4.0,original_max_position_embeddings=5}}",
+]
+ARGS = ["bench", "--task", "copy", "--preset", "smoke", "--device", "cpu", "--workers", "1", "--steps", "12"]
+
+
+@pytest.fixture(scope="module")
+def variant_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("variants") / "store.sqlite"
+    trained = []
+    real_train = harness.run.train
+
+    def counting_train(cfg, *args, **kwargs):
+        trained.append(cfg.run_id())
+        return real_train(cfg, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(harness.run, "train", counting_train)
+        first = CliRunner().invoke(main, [*ARGS, "--pe", ",".join(SPECS), "--store", str(path)])
+        assert first.exit_code == 0, first.output
+        again = CliRunner().invoke(main, [*ARGS, "--pe", ",".join(SPECS), "--store", str(path)])
+        assert again.exit_code == 0, again.output
+    return path, trained, first.output, again.output
+
+
+def _configs():
+    overrides = {"train": {"steps": 12}}
+    return [preset_config("smoke", pe=s, task="copy", seed=0, overrides=overrides) for s in SPECS]
+
+
+def test_variants_train_once_and_reference_the_trained_run(variant_store):
+    path, trained, _, again = variant_store
+    base, *variants = _configs()
+    assert trained == [base.run_id()]  # one training, in the first bench; none in the second
+    assert again.count("already in the store, skipped") == 4
+    assert weights_path(path.parent / "checkpoints", base.run_id()).is_file()
+    ids = {c.run_id() for c in variants}
+    assert len(ids) == 3 and base.run_id() not in ids
+    with Store(path, readonly=True) as store:
+        base_run = store.run(base.run_id())
+        assert base_run["config"]["eval_pe_options"] == {} and "weights_from" not in base_run["provenance"]
+        scalings = [{"rope_type": "default"}, {"rope_type": "linear", "factor": 4.0}, YARN]
+        for cfg, options in zip(variants, scalings, strict=True):
+            run = store.run(cfg.run_id())
+            assert run["status"] == "finished"
+            assert run["config"]["eval_pe_options"] == {"scaling": options}
+            assert run["config"]["pe_options"] == base_run["config"]["pe_options"]
+            assert run["provenance"]["weights_from"] == base.run_id()
+            assert run["train_seconds"] == 0.0 and run["final_loss"] == base_run["final_loss"]
+
+
+def test_as_trained_variant_reproduces_the_trained_run(variant_store):
+    path, *_ = variant_store
+    base, as_trained, linear, _ = _configs()
+    with Store(path, readonly=True) as store:
+        expected = store.metrics(base.run_id())
+        got = store.metrics(as_trained.run_id())
+        scaled = store.metrics(linear.run_id())
+    assert len(expected) == 8  # scales 1..5 and 6..8
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "run_id"} for r in rows]  # noqa: E731
+    assert strip(got) == strip(expected)
+    # PI x4 divides every angle by 4: the same weights, evaluated differently
+    assert [r["length"] for r in scaled] == [r["length"] for r in expected]
+
+
+def test_the_variant_model_uses_the_variant_frequencies():
+    _, _, linear, yarn = _configs()
+    model = build_model(replace(linear.trained_config(), pe_options=linear.eval_options()))
+    e = 32 // 2  # smoke: d_model 32, 2 heads
+    theta = 10000.0 ** (-torch.arange(0, e, 2, dtype=torch.float64) / e)
+    inv_freq, scale = model.pe.frequencies()
+    torch.testing.assert_close(inv_freq.double(), theta / 4, rtol=1e-6, atol=0)
+    assert scale == 1.0
+    _, yarn_scale = build_model(replace(yarn.trained_config(), pe_options=yarn.eval_options())).pe.frequencies()
+    assert yarn_scale == pytest.approx(0.1 * math.log(4.0) + 1)  # YaRN §3.4: sqrt(1/t) = 0.1 ln s + 1
+
+
+def test_variants_are_rows_named_as_the_same_weights(variant_store):
+    path, *_ = variant_store
+    df = load(path)
+    assert set(df["pe_label"]) == {
+        "rope",
+        "rope → default (same weights)",
+        "rope → linear×4 (same weights)",
+        "rope → yarn×4 L=5 (same weights)",
+    }
+    table = leaderboard_tables(df)["copy"]
+    assert "rope → linear×4 (same weights)" in table and "rope → yarn×4 L=5 (same weights)" in table
+
+
+def test_the_kept_weights_load_into_the_variant_model_and_change_its_output(variant_store):
+    path, *_ = variant_store
+    base, as_trained, linear, _ = _configs()
+    payload = torch.load(weights_path(path.parent / "checkpoints", base.run_id()), weights_only=True)
+    assert payload["run_id"] == base.run_id() and payload["format"] == "pezoo-weights"
+    tokens = torch.randint(0, 64, (2, 12))
+    logits = []
+    for cfg in (base, as_trained, linear):
+        model = build_model(replace(base, pe_options=cfg.eval_options()))
+        model.load_state_dict(payload["model"])
+        model.eval()
+        with torch.no_grad():
+            logits.append(model(tokens))
+    torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=0)
+    assert not torch.allclose(logits[2], logits[0])
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("rope@{base=500}", "may not change base"),
+        ("rope@{layout=half}", "may not change layout"),
+        ("alibi@{scaling={rope_type=linear,factor=2.0}}", "may change at evaluation: none"),
+        ("rope@{scaling={rope_type=linear}}", "needs 'factor'"),
+    ],
+)
+def test_variants_that_would_change_the_model_are_refused_before_anything_runs(tmp_path, spec, message):
+    path = tmp_path / "store.sqlite"
+    result = CliRunner().invoke(main, [*ARGS, "--pe", f"rope,{spec}", "--store", str(path)])
+    assert result.exit_code != 0 and message in result.output
+    assert not path.exists()
+
+
+def test_a_variant_needs_final_weights_select():
+    with pytest.raises(ValueError, match=r"variants need eval\.select='final'"):
+        preset_config(
+            "smoke",
+            pe="rope@{scaling={rope_type=linear,factor=2.0}}",
+            task="copy",
+            seed=0,
+            overrides={"eval": {"every": 5, "select": "top3"}},
+        )
+
+
+def test_variant_spec_round_trips_and_plans_its_trained_run_first():
+    spec = parse_pe(SPECS[3])
+    assert parse_pe(str(spec)) == spec and spec.trained == parse_pe("rope")
+    from harness.sweep import Grid
+
+    runs = Grid(preset="smoke", pe=(SPECS[2],), task=("copy",), steps=(12,)).configs()
+    assert [r.is_variant for r in runs] == [False, True]
+    assert runs[0].run_id() == runs[1].trained_config().run_id() == _configs()[0].run_id()
