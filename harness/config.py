@@ -413,7 +413,10 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["pe_options"] = dict(self.pe_options)
-        d["eval_pe_options"] = dict(self.eval_pe_options)
+        if self.eval_pe_options:
+            d["eval_pe_options"] = dict(self.eval_pe_options)
+        else:  # a trained run: its config as before variants existed (stored, published, hashed)
+            d.pop("eval_pe_options")
         return d
 
     @classmethod
@@ -448,8 +451,6 @@ class RunConfig:
         explicit ``randomize_eval=False`` are one run, ``randomize_eval=True`` another."""
         d = self.to_dict()
         d.pop("preset")
-        if not d["eval_pe_options"]:
-            d.pop("eval_pe_options")  # a trained run: its id from before variants existed
         d["pe_options"] = identity_options(self.pe, d["pe_options"])
         for section, defaults in NEW_FIELD_DEFAULTS.items():
             for key, default in defaults.items():

@@ -125,8 +125,6 @@ def config_run_id(config: Mapping[str, Any]) -> str:
     default values (``harness.config.NEW_FIELD_DEFAULTS``), so older records keep their ids.
     """
     body = {k: v for k, v in config.items() if k != "preset"}
-    if not body.get("eval_pe_options", True):  # a trained run (no inference-time variant)
-        body.pop("eval_pe_options")
     for section, defaults in NEW_FIELD_DEFAULTS.items():
         if isinstance(body.get(section), Mapping):
             kept = {k: v for k, v in body[section].items() if not (k in defaults and v == defaults[k])}
