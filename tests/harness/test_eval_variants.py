@@ -166,3 +166,22 @@ def test_variant_spec_round_trips_and_plans_its_trained_run_first():
     runs = Grid(preset="smoke", pe=(SPECS[2],), task=("copy",), steps=(12,)).configs()
     assert [r.is_variant for r in runs] == [False, True]
     assert runs[0].run_id() == runs[1].trained_config().run_id() == _configs()[0].run_id()
+
+
+def test_variants_export_as_valid_records_and_are_board_rows(variant_store, tmp_path):
+    from leaderboard.board import assemble
+    from leaderboard.export import export
+    from leaderboard.schema import read_results
+
+    path, *_ = variant_store
+    export(path, tmp_path / "results")
+    records = read_results(tmp_path / "results")  # validated: run ids, schema
+    assert len(records) == 4
+    base = _configs()[0].run_id()
+    variants = [r for r in records if r.data["run_id"] != base]
+    assert all(r.data["provenance"]["weights_from"] == base for r in variants)
+    (table,) = assemble(records).tables
+    labels = {row.label for row in table.rows}
+    assert "rope → yarn×4 L=5 (same weights)" in labels and "rope" in labels and len(labels) == 4
+    # the fit gate applies to each row's own EM≤N: a smoke run fits nothing, so no row is ranked
+    assert all(row.rank is None for row in table.rows)
