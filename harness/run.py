@@ -32,6 +32,7 @@ from harness.data import evaluation_set
 from harness.diagnostics import prism_trajectories
 from harness.evaluate import Evaluation, LengthMetrics, evaluate_length, select_evaluation, summary
 from harness.files import WriteError, describe_write_error
+from harness.pe_spec import format_eval_options
 from harness.provenance import provenance
 from harness.store import ClaimLostError, Store, StoreError
 from harness.tblog import RunLog
@@ -328,7 +329,10 @@ def evaluate_variant(
             model.load_state_dict(payload["model"])
         except (RuntimeError, KeyError, ValueError) as exc:
             raise CheckpointError(f"the weights of run {trained_id} do not fit the variant's model ({exc})") from None
-        told = f"run {run_id}: evaluating the weights of run {trained_id} with {cfg.eval_pe_options}, no training"
+        told = (
+            f"run {run_id}: evaluating the weights of run {trained_id} with "
+            f"{format_eval_options(cfg.eval_pe_options)}, no training"
+        )
         notice(told)
         task = tasks.create(cfg.task)
         t0 = time.perf_counter()
