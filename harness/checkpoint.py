@@ -362,8 +362,12 @@ def load_weights(path: Path, run_id: str) -> dict[str, Any]:
         raise CheckpointError(f"no final weights of run {run_id} at {path}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise CheckpointError(f"weights file {path} is not readable without running code") from None
+    except pickle.UnpicklingError as exc:  # the weights-only unpickler refused something
+        wanted = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        detail = f"it asks for {wanted.group(1)}" if wanted else "a pickle of something else, or a damaged file"
+        raise CheckpointError(
+            f"weights file {path} is not a pezoo weights file readable without running code ({detail})"
+        ) from None
     except Exception as exc:
         raise CheckpointError(f"weights file {path} is unreadable ({type(exc).__name__}: {_first_line(exc)})") from None
     if not isinstance(payload, dict) or payload.get("format") != WEIGHTS_FORMAT:

@@ -185,3 +185,46 @@ def test_variants_export_as_valid_records_and_are_board_rows(variant_store, tmp_
     assert "rope → yarn×4 L=5 (same weights)" in labels and "rope" in labels and len(labels) == 4
     # the fit gate applies to each row's own EM≤N: a smoke run fits nothing, so no row is ranked
     assert all(row.rank is None for row in table.rows)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (print, ("this ran code",))
+
+
+@pytest.mark.parametrize("content", ["missing", "garbage", "code", "other run"])
+def test_a_variant_without_usable_weights_fails_saying_why(tmp_path, content, capfd):
+    from harness.checkpoint import save_weights
+    from harness.run import evaluate_variant
+
+    _, _, linear, _ = _configs()
+    trained = linear.trained_config()
+    path = weights_path(tmp_path, trained.run_id())
+    if content == "garbage":
+        path.write_bytes(b"not a torch file")
+    elif content == "code":
+        torch.save({"format": "pezoo-weights", "model": _RunsCode()}, path)
+    elif content == "other run":
+        other = replace(trained, seed=1)
+        save_weights(path, other, build_model(other), 1.0)
+    result = evaluate_variant(linear, torch.device("cpu"), tmp_path / f"{linear.run_id()}.pt", notice=lambda _m: None)
+    assert result.status == "failed" and not result.metrics
+    expected = {
+        "missing": "no final weights of run",
+        "garbage": "readable without running code (a pickle of something else, or a damaged file)",
+        "code": "readable without running code (it asks for ",
+        "other run": f"is not run {trained.run_id()}'s",
+    }[content]
+    assert expected in result.error and "keeps when it trains in a sweep that lists the variant" in result.error
+    assert "this ran code" not in capfd.readouterr().out
+
+
+def test_a_variant_of_a_run_finished_without_weights_fails_and_trains_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "store.sqlite"
+    assert CliRunner().invoke(main, [*ARGS, "--pe", "rope", "--store", str(path)]).exit_code == 0
+    trained = []
+    real_train = harness.run.train
+    monkeypatch.setattr(harness.run, "train", lambda cfg, *a, **k: trained.append(cfg) or real_train(cfg, *a, **k))
+    result = CliRunner().invoke(main, [*ARGS, "--pe", f"rope,{SPECS[2]}", "--retries", "0", "--store", str(path)])
+    assert result.exit_code == 1 and "no final weights of run" in result.output
+    assert trained == []
