@@ -101,16 +101,20 @@ def test_a_malformed_results_file_imports_nothing(smoke_results, tmp_path):
         assert s.runs() == []
 
 
-def test_the_committed_board_round_trips_and_its_sweep_sees_the_published_runs(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("sweep", "preset"), [("leaderboard/board-quick.toml", "quick"), ("leaderboard/board.toml", "board")]
+)
+def test_the_committed_board_round_trips_and_its_sweep_sees_the_published_runs(tmp_path, monkeypatch, sweep, preset):
     results = REPO / "leaderboard" / "results"
-    if not any(results.glob("*.jsonl")):
-        pytest.skip("no committed results yet")
+    published = list(read_results(results)) if any(results.glob("*.jsonl")) else []
+    published = [r for r in published if r.data["preset"] == preset]
+    if not published:
+        pytest.skip(f"no committed {preset} results yet")
     monkeypatch.chdir(REPO)
     store = tmp_path / "board.sqlite"
-    plan_args = ["sweep", "plan", "leaderboard/board-quick.toml", "--store", str(store)]
+    plan_args = ["sweep", "plan", sweep, "--store", str(store)]
     before = CliRunner().invoke(main, plan_args)
     assert before.exit_code == 0, before.output
-    published = read_results(results)
     assert f"{len(published)} of the runs to train are published under leaderboard/results" in before.output
     import_results(results, store)
     with Store(store) as s:
@@ -118,4 +122,4 @@ def test_the_committed_board_round_trips_and_its_sweep_sees_the_published_runs(t
             assert record_from_store(s.run(rec.run_id), s.metrics(rec.run_id)) == json.loads(json.dumps(rec.data))
     after = CliRunner().invoke(main, plan_args)
     assert after.exit_code == 0, after.output
-    assert f"{len(published)} done" in after.output and "are published" not in after.output
+    assert f" {len(published)} done" in after.output and "are published" not in after.output
