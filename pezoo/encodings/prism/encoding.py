@@ -37,7 +37,7 @@ from torch.profiler import record_function
 
 from pezoo.base import AttentionContext, PositionalEncoding, register
 from pezoo.encodings.ape import sinusoid_table
-from pezoo.encodings.prism.gates import CopyAttention, GateNet, HiddenRegulariser
+from pezoo.encodings.prism.gates import CopyAttention, GateNet, HiddenRegulariser, compute_dtype
 from pezoo.encodings.prism.histogram import (
     centre_one_hot,
     histogram_scan,
@@ -72,7 +72,7 @@ class PRISMConfig:
         frobenius_weight: weight of ‖W_hh‖_F² in :meth:`PRISM.regularisation`.
         gamma_init: initial sharpening exponent (γ = 1 + softplus(ρ)).
         gamma_max: optional cap on γ (clamped), or None.
-        eps: sharpening floor ε.
+        eps: sharpening floor ε (> 0: the sharpening takes log(h + ε)).
         eps_support: ``"reachable"`` (ε only on bins the cursor can occupy; P-invariant)
             or ``"full"`` (ε on every bin, Alg. 1 literally).
         stream_norm: Alg. 3 variant, ``"l2"`` (per token) or ``"constant"``.
@@ -135,7 +135,11 @@ class PRISMConfig:
         need(self.gamma_init > 1.0, f"gamma_init must be > 1, got {self.gamma_init}")
         need(self.gamma_max is None or self.gamma_max > 1.0, f"gamma_max must be > 1, got {self.gamma_max}")
         need(0.0 < self.mu_init < 1.0, f"mu_init must be in (0, 1), got {self.mu_init}")
-        need(self.eps >= 0.0, f"eps must be >= 0, got {self.eps}")
+        need(
+            self.eps > 0.0,
+            f"eps must be > 0, got {self.eps} (the sharpening takes log(h + eps); at eps=0 an empty bin's log is "
+            "-inf and every gate gradient NaN)",
+        )
         need(self.min_support >= 1, f"min_support must be >= 1, got {self.min_support}")
         for name, value, valid in (
             ("regulariser", self.regulariser, ("orthogonal", "frobenius", "none")),
@@ -255,14 +259,15 @@ class PRISMLayer(nn.Module):
         """
         cfg, state = self.cfg, state or {}
         b, s, _ = x.shape
+        dtype = compute_dtype(x.dtype)  # histograms and streams: fp32 under fp16 / bf16, fp64 under fp64
         t0 = state.get("t", 0)
         support = max(state.get("support", 0), support_for(t0 + s, cfg.min_support))
         bins = 2 * support + 1
         steps = torch.arange(t0, t0 + s, device=x.device)  # absolute token index of each new token
         hist = state.get("hist")
         if hist is None:
-            hist = centre_one_hot((b, self.n_scan), support, device=x.device)  # (b, n, p)
-        hist = _grow(hist, support)
+            hist = centre_one_hot((b, self.n_scan), support, device=x.device, dtype=dtype)  # (b, n, p)
+        hist = _grow(hist.to(dtype), support)
 
         xn = self.norm(x)
         with record_function("prism.gates"):
@@ -272,8 +277,8 @@ class PRISMLayer(nn.Module):
         # the windowed scan (a compiled step wants fixed shapes) needs no masks: it only holds reachable bins
         windowed = reachable and cfg.scan_window and not cfg.compile_scan and not self.learned_copy_keys
         masks = reachable_mask(steps, support) if reachable and not windowed else None  # (s, p)
-        gamma = self.gamma()
-        table = offset_table(support, cfg.d_pe, x.device)  # (p, f)
+        gamma = self.gamma().to(dtype)
+        table = offset_table(support, cfg.d_pe, x.device).to(dtype)  # (p, f)
         emit = (lambda hh: hh) if record else (lambda hh: hh @ table)  # (b, n, p) -> (b, n, p|f)
 
         new_state: dict[str, Any] = {"t": t0 + s, "support": support, "gru": gru_state}
@@ -307,9 +312,9 @@ class PRISMLayer(nn.Module):
 
         if self.n_fixed:  # increment-only key cursors: one-hot at offset t+1
             if record:
-                fixed = F.one_hot(steps + support + 1, bins).float()  # (s, p)
+                fixed = F.one_hot(steps + support + 1, bins).to(dtype)  # (s, p)
             else:
-                fixed = sinusoid_table(steps + 1, cfg.d_pe)  # (s, f)
+                fixed = sinusoid_table(steps + 1, cfg.d_pe).to(dtype)  # (s, f)
             out = torch.cat([out, fixed[:, None, None, :].expand(s, b, self.n_fixed, -1)], dim=2)
         out = out[:, :, self.unpermute]  # (s, b, 2hc, p|f) in (side, head, cursor) order
 

@@ -15,9 +15,16 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import orthogonal
 
-__all__ = ["CopyAttention", "GateNet", "HiddenRegulariser", "householder_product_wy"]
+__all__ = ["CopyAttention", "GateNet", "HiddenRegulariser", "compute_dtype", "householder_product_wy"]
 
 HiddenRegulariser = Literal["orthogonal", "frobenius", "none"]
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype PRISM computes probabilities in for a module or input of ``dtype``:
+    float32 for fp16 / bf16 (a histogram's small masses and the sharpening's logs need
+    it, and some kernels have no half version on CPU), float64 for float64."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def householder_product_wy(a: Tensor, tau: Tensor) -> Tensor:
@@ -50,11 +57,14 @@ if _Orthogonal is not None:
         """torch's Householder orthogonal map (tall matrices), the product in compact WY form."""
 
         def forward(self, X: Tensor) -> Tensor:
+            dtype = X.dtype
+            X = X.to(compute_dtype(dtype))  # fp16 / bf16: no triangular_solve kernel on CPU; solve in fp32
             A = X.tril(diagonal=-1)
             tau = 2.0 / (1.0 + (A * A).sum(dim=-2))
             Q = householder_product_wy(A, tau)
             Q = Q * X.diagonal(dim1=-2, dim2=-1).int().unsqueeze(-2)  # signs, not differentiated (as torch)
-            return self.base @ Q if hasattr(self, "base") else Q
+            Q = self.base.to(Q.dtype) @ Q if hasattr(self, "base") else Q
+            return Q.to(dtype)
 
 
 def _orthogonal_fast(module: nn.Module, name: str) -> None:
@@ -108,7 +118,8 @@ class GateNet(nn.Module):
         Gate order on the last axis: reset, inc, dec, keep.
         """
         y, hidden = self.gru(x, hidden)  # (b, i, g), (1, b, g)
-        logits = self.head(y).unflatten(-1, (self.n_cursors, 4)).float()  # (b, i, n, 4)
+        logits = self.head(y).unflatten(-1, (self.n_cursors, 4))  # (b, i, n, 4)
+        logits = logits.to(compute_dtype(logits.dtype))
         reset = torch.sigmoid(logits[..., :1])
         move = torch.softmax(logits[..., 1:], dim=-1)
         return torch.cat([reset, move], dim=-1), hidden
@@ -157,9 +168,10 @@ class CopyAttention(nn.Module):
         if keys_before is not None:
             k = torch.cat([keys_before, k], dim=2)  # (b, n, j, e)
         j = k.shape[2]
-        scores = torch.einsum("bnie,bnje->bnij", q, k).float() / math.sqrt(self.dim)  # (b, n, i, j)
+        dtype = compute_dtype(q.dtype)
+        scores = torch.einsum("bnie,bnje->bnij", q, k).to(dtype) / math.sqrt(self.dim)  # (b, n, i, j)
         t_query = torch.arange(i, device=x.device) + (j - i)  # absolute index of each new token
         allowed = torch.arange(j, device=x.device)[None, :] <= t_query[:, None]  # (i, j)
         scores = scores.masked_fill(~allowed, -torch.inf)
-        null = self.null(x).float().transpose(1, 2)[..., None]  # (b, n, i, 1)
+        null = self.null(x).to(dtype).transpose(1, 2)[..., None]  # (b, n, i, 1)
         return torch.softmax(torch.cat([scores, null], dim=-1), dim=-1), k
