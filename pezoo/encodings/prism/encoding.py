@@ -213,6 +213,11 @@ class PRISMLayer(nn.Module):
         )
         self._compiled: Any = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_compiled"] = None  # a compiled step does not pickle; rebuilt on first use
+        return state
+
     def gamma(self) -> Tensor:
         """(n_scan,) sharpening exponents γ = 1 + softplus(ρ) (> 1), capped at gamma_max if set."""
         g = 1.0 + F.softplus(self.gamma_raw)

@@ -124,9 +124,23 @@ class GateNet(nn.Module):
         move = torch.softmax(logits[..., 1:], dim=-1)
         return torch.cat([reset, move], dim=-1), hidden
 
+    def __reduce__(self):
+        """Pickle (and deep-copy) as constructor arguments + state dict: torch refuses to
+        pickle a parametrised module (the orthogonal W_hh) any other way."""
+        args = (self.gru.input_size, self.n_cursors, self.gru.hidden_size, self.regulariser)
+        return _rebuild_gate_net, (args, self.state_dict(), self.training)
+
     def penalty(self) -> Tensor:
         """‖W_hh‖_F² (the §6.3 Frobenius regulariser before its weight)."""
         return self.gru.weight_hh_l0.pow(2).sum()
+
+
+def _rebuild_gate_net(args: tuple, state: dict[str, Tensor], training: bool) -> GateNet:
+    d_model, n_cursors, hidden, regulariser = args
+    net = GateNet(d_model, n_cursors, hidden=hidden, regulariser=regulariser)
+    some = next(iter(state.values()))
+    net.to(device=some.device, dtype=some.dtype).load_state_dict(state)
+    return net.train(training)
 
 
 class CopyAttention(nn.Module):
