@@ -72,6 +72,10 @@ class AttentionContext:
             holds several instances (packed training rows).
         scratch: per-call memo (fresh for every forward call, shared by all layers), for
             values computed once per call such as RoPE's cos/sin of ``q_pos``.
+        head_dim: the model's q/k head dim e *before* any encoding widened q/k; the
+            default scale of :func:`pezoo.attend` is 1/sqrt(head_dim). A model may set
+            it; an encoding whose ``qk`` widens q/k (PRISM) sets it when it is None, so
+            ``attend`` without ``scale=`` does not fall back to 1/sqrt(widened dim).
     """
 
     q_pos: Tensor
@@ -81,6 +85,7 @@ class AttentionContext:
     key_padding_mask: Tensor | None = None
     scale_hint: Tensor | None = None
     scratch: dict[str, Any] = field(default_factory=dict)
+    head_dim: int | None = None
 
     @property
     def n_cached(self) -> int:
@@ -274,7 +279,8 @@ class PositionalEncoding(nn.Module):
 
         Keys are transformed once, before they enter a KV cache. The output head dim
         may be larger than e (PRISM concatenates position streams); the attention scale
-        stays the caller's 1/sqrt(e).
+        stays the caller's 1/sqrt(e), and an encoding that widens q/k records e in
+        ``ctx.head_dim`` (if unset) so that ``attend``'s default scale is that one.
         """
         return q, k
 

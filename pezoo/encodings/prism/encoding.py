@@ -497,6 +497,8 @@ class PRISM(PositionalEncoding):
                 f"PRISM.qk(layer={layer}) needs the streams of PRISM layer {source}: call "
                 f"observe({source}, x, ctx) with the same ctx first"
             ) from None
+        if ctx.head_dim is None:  # attend's default scale must stay 1/sqrt(e), not of the widened dim
+            ctx.head_dim = q.shape[-1]
         mu = torch.sigmoid(self.mu_logit[layer])  # (h,)
         return fold_position_streams(q, k, g_q, g_k, mu, self.alpha[layer].abs())
 
