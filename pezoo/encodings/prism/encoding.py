@@ -4,7 +4,7 @@ Axis letters: b batch, s new tokens of this call, t all tokens so far, d model w
 h heads, c cursors per head, n cursors of a PRISM layer (both sides, all heads),
 p histogram bins (2P+1), f stream width d_pe, g GRU hidden width.
 
-How it plugs in (Spec E.5, docs/prism.md):
+How it plugs in (Lee 2025 §5, Eq. 9; docs/prism.md):
 
 * ``observe(layer, x, ctx)``: at each backbone layer where a PRISM layer sits, a GRU
   over the layer-normed residual stream x emits per-cursor gates, the histogram filter
@@ -76,7 +76,7 @@ class PRISMConfig:
         eps_support: ``"reachable"`` (ε only on bins the cursor can occupy; P-invariant)
             or ``"full"`` (ε on every bin, Alg. 1 literally).
         stream_norm: Alg. 3 variant, ``"l2"`` (per token) or ``"constant"``.
-        copy_cursors: per-head query-cursor indices with a copy branch (Spec: ``(0,)``).
+        copy_cursors: per-head query-cursor indices with a copy branch (default here: ``(0,)``).
         copy_every: also give a copy branch to every k-th query cursor counted over
             (head, cursor) (§6.0.1's "one of every five"); 0 = off.
         copy_key: ``"absolute"``: the key cursor paired with a copying query is fixed to
@@ -461,7 +461,7 @@ class PRISM(PositionalEncoding):
         options["alpha_betas"] = tuple(alpha_betas)
         self.config = cfg = PRISMConfig(**options)
         self.prism_layers = nn.ModuleDict({str(layer): PRISMLayer(cfg) for layer in cfg.layers})
-        # μ = σ(ν) and α per backbone layer and head (Spec E.6 #14); layers below the first
+        # μ = σ(ν) and α per backbone layer and head (docs/prism.md, reading 14); layers below the first
         # PRISM layer have no position stream and leave theirs unused.
         self.mu_logit = nn.Parameter(torch.full((n_layers, n_heads), math.log(mu_init / (1.0 - mu_init))))
         self.alpha = nn.Parameter(torch.full((n_layers, n_heads, n_cursors), float(alpha_init)))

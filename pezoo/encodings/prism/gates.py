@@ -82,7 +82,7 @@ def _orthogonal_fast(module: nn.Module, name: str) -> None:
 class GateNet(nn.Module):
     """GRU over (layer-normed) token states -> per cursor (p_reset, p_inc, p_dec, p_keep).
 
-    ``p_reset = σ(l_0)`` and ``(p_inc, p_dec, p_keep) = softmax(l_1, l_2, l_3)`` (Spec E.6 #3):
+    ``p_reset = σ(l_0)`` and ``(p_inc, p_dec, p_keep) = softmax(l_1, l_2, l_3)`` (docs/prism.md, reading 3):
     an independent binary reset and a ternary move, as the (2×3)^t branch count of §5.1.1
     implies. The head starts with small random weights and zero bias, so every cursor
     begins near the uniform prior of the paper's Fig. 11 (reset 1/2, moves 1/3 each)
@@ -149,7 +149,7 @@ class CopyAttention(nn.Module):
     For copying cursor n, token i attends to every token j <= i (its own included) and to
     a null slot; the null probability is p_no_copy. Queries, keys and the null logit are
     dedicated projections of the PRISM layer's (layer-normed) token states, one small
-    single-head attention per copying cursor (Spec E.6 #7). The null logit starts at
+    single-head attention per copying cursor (docs/prism.md, reading 7). The null logit starts at
     ``null_bias`` so that, at initialisation, copying is rare.
 
     Args:
