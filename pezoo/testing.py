@@ -30,6 +30,9 @@ Checks (``CHECKS``, run in this order by :func:`check_encoding`):
     float64                the model moved with ``.double()``: float64 outputs close to fp32
     copy_and_pickle        ``copy.deepcopy`` and a pickle round trip of the model compute
                            the same outputs as the original
+    device_move            no module holds a tensor outside its parameters and buffers
+                           (``.to(device)`` would leave it behind), and after
+                           ``.to("meta")`` every parameter and buffer has moved
     deterministic          the same seed gives bit-identical outputs (training mode)
     extrapolation          a forward pass at ``extrapolation_factor`` × the length
     gradients_finite       a training step gives finite gradients for the encoding
@@ -500,6 +503,44 @@ def check_gradients_finite(factory: Factory, cfg: KitConfig) -> None:
             _finite(name, f"gradient of {param_name}", p.grad)
 
 
+def _stray_tensors(module: nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """Tensors a module keeps as plain attributes (also inside lists, tuples and dicts)."""
+    for attr, value in vars(module).items():
+        if attr in ("_parameters", "_buffers", "_modules"):
+            continue
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        for item in items:
+            if isinstance(item, Tensor):
+                yield attr, item
+
+
+def check_device_move(factory: Factory, cfg: KitConfig) -> None:
+    """``.to(device)`` moves everything: checked by moving to the meta device (no GPU needed)."""
+    name = "device_move"
+    model = _build(factory, cfg, cfg.seed)
+    model.eval()
+    s, b = cfg.length, cfg.batch
+    pos, tokens, hint = model.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
+    with torch.no_grad():
+        want = model(tokens, pos, scale_hint=hint)  # also fills any lazily built cache
+    for module_name, module in model.named_modules():
+        if type(module).__module__.startswith("torch."):
+            continue  # torch's own modules (nn.GRU's _flat_weights follow its parameters in _apply)
+        for attr, tensor in _stray_tensors(module):
+            _fail(
+                name,
+                f"{module_name or 'model'}.{attr} is a {tuple(tensor.shape)} tensor outside parameters and buffers: "
+                "`.to(device)` leaves it behind (register it as a buffer, persistent=False for derived tables)",
+            )
+    moved = copy.deepcopy(model).to("meta")
+    left = [n for n, t in [*moved.named_parameters(), *moved.named_buffers()] if t.device.type != "meta"]
+    if left:
+        _fail(name, f"after .to('meta') still off the meta device: {', '.join(left)}")
+    with torch.no_grad():
+        got = model(tokens, pos, scale_hint=hint)
+    _close(name, "outputs of the model after a copy of it moved", got, want, 0.0, 0.0)
+
+
 CHECKS: dict[str, Callable[[Factory, KitConfig], None]] = {
     "hook_shapes": check_hook_shapes,
     "no_future_leakage": check_no_future_leakage,
@@ -509,6 +550,7 @@ CHECKS: dict[str, Callable[[Factory, KitConfig], None]] = {
     "half_precision": check_half_precision,
     "float64": check_float64,
     "copy_and_pickle": check_copy_and_pickle,
+    "device_move": check_device_move,
     "deterministic": check_deterministic,
     "extrapolation": check_extrapolation,
     "gradients_finite": check_gradients_finite,

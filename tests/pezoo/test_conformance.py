@@ -155,6 +155,17 @@ class Float32Table(PositionalEncoding):
         return x + self.proj(x) @ table
 
 
+class KeepsATensorAttribute(PositionalEncoding):
+    name = "test_stray"
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.offset = torch.randn(d_model)  # a plain attribute: .to(device) leaves it behind
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x + self.offset.to(x.dtype)
+
+
 BROKEN = [
     (LeaksTheFuture, "no_future_leakage"),
     (ForgetsTheCache, "incremental_decoding"),
@@ -167,6 +178,7 @@ BROKEN = [
     (MismatchedHeads, "hook_shapes"),
     (HoldsALambda, "copy_and_pickle"),
     (lambda: Float32Table(DIMS.d_model), "float64"),
+    (lambda: KeepsATensorAttribute(DIMS.d_model), "device_move"),
 ]
 
 
