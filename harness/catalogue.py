@@ -43,15 +43,14 @@ def _section(title: str, rows: Sequence[tuple[str, str]]) -> list[str]:
 def listing() -> str:
     """The text of ``pezoo list``: a section per kind, a line per entry."""
     prefixes = ", ".join(f"{p}:NAME" for p in WRAPPERS)
+    broken = ENCODINGS.load_plugins()  # every plugin imported now: a broken one is not listed as usable
     encodings = []
     for name in ENCODINGS:
-        try:
-            text = summary(ENCODINGS[name])
-        except ImportError as exc:  # a plugin that does not load
-            text = f"(could not load: {exc})"
         mark = "*" if wrappable(name) else " "
-        encodings.append((f"{name} {mark}", text))
+        encodings.append((f"{name} {mark}", summary(ENCODINGS[name])))
     lines = _section(f"encodings (* = can be wrapped: {prefixes}):", encodings)
+    if broken:
+        lines += _section("plugins that failed to load (not usable):", sorted(broken.items()))
     lines += _section("tasks:", [(name, summary(tasks.TASKS[name])) for name in tasks.available()])
     lines += _section("presets:", [(name, PRESET_DESCRIPTIONS.get(name, "")) for name in PRESETS])
     lines += _section("backends:", [(name, "") for name in sorted(pezoo.BACKENDS)])

@@ -62,6 +62,16 @@ def _check_names(kind: str, names: list[str], valid: list[str], option: str | No
             raise click.BadParameter(name_problem(kind, name, valid), param_hint=option)
 
 
+def _refuse_broken_plugins(names: list[str]) -> None:
+    """Import every encoding plugin now; stop if one of ``names`` (wrapped forms included)
+    failed to load, with its error, instead of failing each run at train time."""
+    broken = pezoo.base.ENCODINGS.load_plugins()
+    for name in names:
+        base = name.split(":", 1)[-1]
+        if base in broken:
+            raise click.BadParameter(f"encoding plugin {base!r} failed to load: {broken[base]}", param_hint="--pe")
+
+
 def _naming_the_option(message: str) -> str:
     """``message`` about a config field (``train.lr must be ...``) with the option that sets it."""
     fields = {f"{section}.{key} ": f"--{name.replace('_', '-')}" for name, (section, key, _) in AXES.items()}
@@ -263,6 +273,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         raise click.UsageError("Missing option '--pe' (or give a --sweep FILE).")
     if sweep_file is None and not task_list:
         raise click.UsageError("Missing option '--task' (or give a --sweep FILE).")
+    _refuse_broken_plugins(pe_names(pe_list))
     _check_names("encoding", pe_names(pe_list), pezoo.available())
     _check_names("task", task_list, tasks.available())
     axes = dict(
@@ -290,6 +301,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     sweep_pes, sweep_tasks = spec.names()
+    _refuse_broken_plugins(sweep_pes)
     _check_names("encoding", sweep_pes, pezoo.available())
     _check_names("task", sweep_tasks, tasks.available())
     for grid in spec.grids:

@@ -538,7 +538,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # Hou et al. (Turing Programs) §3.1.1 base configuration: 12 layers, d 1024, 16
     # heads, AdamW wd 0.1, lr 7e-5 with 100 warm-up steps then linear decay (to 0:
-    # SPEC-seeds A.3), batch 16 rows of 500 tokens packed from a stream of examples,
+    # our reading of its "linear decay"), batch 16 rows of 500 tokens packed from a stream of examples,
     # 200k steps; addition operands 2..50 digits, tested to 100 with sliding-window
     # decoding (500 tokens, jumps of 20), 288 test examples per length, exact match
     # of the final answer.

@@ -81,10 +81,8 @@ def dense_mask(
     if total is None:
         return None
     total = total.expand(*total.shape[:2], n_queries, n_keys)
-    dead = torch.isneginf(total).all(dim=-1, keepdim=True)
-    if dead.any():
-        total = total.masked_fill(dead, 0.0)
-    return total
+    dead = torch.isneginf(total).all(dim=-1, keepdim=True)  # (b|1, h|1, i, 1)
+    return total.masked_fill(dead, 0.0)  # unconditionally: an `if dead.any()` breaks torch.compile's graph
 
 
 @register_backend("eager")
@@ -141,8 +139,9 @@ def attend(
     """Attention of q (b,h,i,e) over k (b,h,j,e), v (b,h,j,f) under ``ctx`` and ``biases``.
 
     Args:
-        scale: score scale; default 1/sqrt(e). Pass the *original* head dim's scale when
-            an encoding extended q/k (PRISM).
+        scale: score scale; default 1/sqrt(``ctx.head_dim``), the model's head dim
+            before an encoding widened q/k (PRISM records it in its ``qk`` hook), or
+            1/sqrt(e) of the q given when ``ctx.head_dim`` is None.
         backend: a key of ``BACKENDS``.
         return_probs: also return the (b, h, i, j) attention probabilities (eager only).
 
@@ -154,7 +153,7 @@ def attend(
     except KeyError:
         raise UnknownNameError(unknown_name_message("attention backend", backend, sorted(BACKENDS))) from None
     if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
+        scale = 1.0 / math.sqrt(ctx.head_dim if ctx.head_dim is not None else q.shape[-1])
     return fn(q, k, v, ctx, biases, scale, return_probs)
 
 

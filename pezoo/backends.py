@@ -364,6 +364,7 @@ def _pad_to_one_block(
         key_padding_mask=live,
         scale_hint=ctx.scale_hint,
         scratch=ctx.scratch,
+        head_dim=ctx.head_dim,
     )
     padded_biases: list[AttentionBias] = []
     for bias in biases:

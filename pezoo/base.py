@@ -72,6 +72,10 @@ class AttentionContext:
             holds several instances (packed training rows).
         scratch: per-call memo (fresh for every forward call, shared by all layers), for
             values computed once per call such as RoPE's cos/sin of ``q_pos``.
+        head_dim: the model's q/k head dim e *before* any encoding widened q/k; the
+            default scale of :func:`pezoo.attend` is 1/sqrt(head_dim). A model may set
+            it; an encoding whose ``qk`` widens q/k (PRISM) sets it when it is None, so
+            ``attend`` without ``scale=`` does not fall back to 1/sqrt(widened dim).
     """
 
     q_pos: Tensor
@@ -81,6 +85,7 @@ class AttentionContext:
     key_padding_mask: Tensor | None = None
     scale_hint: Tensor | None = None
     scratch: dict[str, Any] = field(default_factory=dict)
+    head_dim: int | None = None
 
     @property
     def n_cached(self) -> int:
@@ -274,7 +279,8 @@ class PositionalEncoding(nn.Module):
 
         Keys are transformed once, before they enter a KV cache. The output head dim
         may be larger than e (PRISM concatenates position streams); the attention scale
-        stays the caller's 1/sqrt(e).
+        stays the caller's 1/sqrt(e), and an encoding that widens q/k records e in
+        ``ctx.head_dim`` (if unset) so that ``attend``'s default scale is that one.
         """
         return q, k
 
@@ -306,8 +312,20 @@ def unknown_name_message(kind: str, name: str, valid: Sequence[str]) -> str:
     return f"unknown {kind} {name!r}.{hint} Valid {kind}s: {', '.join(valid)}"
 
 
+def _source(factory: Any) -> str:
+    """Where a factory comes from, for messages: ``module.QualName`` or an entry point's value."""
+    if isinstance(factory, _LazyEntryPoint):
+        return factory.source
+    return f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', repr(factory))}"
+
+
 class Registry(Mapping[str, Callable[..., Any]]):
-    """Name -> factory. Hard error on clashes; entry points are loaded lazily.
+    """Name -> factory. Hard error on clashes; entry points are found lazily and imported on
+    first lookup, or all at once by :meth:`load_plugins`.
+
+    A plugin (entry point) whose name is already taken, by a built-in or by another plugin,
+    is an error naming both sources, never a silent shadowing. A plugin that fails to import
+    is left out and kept in :attr:`broken` with its error.
 
     Args:
         kind: what is registered ("encoding", "task"), used in messages.
@@ -319,29 +337,65 @@ class Registry(Mapping[str, Callable[..., Any]]):
         self._group = entry_point_group
         self._factories: dict[str, Callable[..., Any]] = {}
         self._entry_points_loaded = entry_point_group is None
+        self.broken: dict[str, str] = {}
+        """Plugins that failed to load: name -> error message (filled by lookups and :meth:`load_plugins`)."""
 
     def register(self, name: str, factory: Callable[..., Any]) -> None:
         if name in self._factories and self._factories[name] is not factory:
-            raise ValueError(f"{self.kind} {name!r} is already registered by {self._factories[name]!r}")
+            first, second = _source(self._factories[name]), _source(factory)
+            raise ValueError(f"{self.kind} {name!r} is registered twice: by {first} and by {second}")
         self._factories[name] = factory
 
     def _load_entry_points(self) -> None:
         if self._entry_points_loaded:
             return
-        self._entry_points_loaded = True
+        found: dict[str, _LazyEntryPoint] = {}
+        clashes = []
         for ep in metadata.entry_points(group=self._group):
-            if ep.name not in self._factories:
-                self._factories[ep.name] = _LazyEntryPoint(ep)
+            plugin = _LazyEntryPoint(ep)
+            other = found.get(ep.name) or self._factories.get(ep.name)
+            if other is None:
+                found[ep.name] = plugin
+            elif isinstance(other, _LazyEntryPoint) or _source(other) != f"{ep.module}.{ep.attr}":
+                # (an already imported plugin that registered itself is the same factory, not a clash)
+                origin = "plugin" if isinstance(other, _LazyEntryPoint) else "built-in"
+                clashes.append(f"{ep.name!r}: plugin {plugin.source} and {origin} {_source(other)}")
+        if clashes:  # raised on every listing or lookup until the clash is resolved
+            raise ValueError(
+                f"{self.kind} plugin names clash (entry-point group {self._group!r}): "
+                + "; ".join(clashes)
+                + ". Rename the plugin's entry point or uninstall one of the two."
+            )
+        self._entry_points_loaded = True
+        self._factories.update(found)
 
     def __getitem__(self, name: str) -> Callable[..., Any]:
         self._load_entry_points()
         try:
             factory = self._factories[name]
         except KeyError:
+            if name in self.broken:
+                raise ImportError(self.broken[name]) from None
             raise UnknownNameError(unknown_name_message(self.kind, name, sorted(self))) from None
         if isinstance(factory, _LazyEntryPoint):  # import a plugin on first use
-            factory = self._factories[name] = factory.load()
+            try:
+                factory = self._factories[name] = factory.load()
+            except ImportError as exc:
+                del self._factories[name]
+                self.broken[name] = str(exc)
+                raise
         return factory
+
+    def load_plugins(self) -> dict[str, str]:
+        """Import every plugin now (``pezoo list`` and ``pezoo bench`` do, before anything
+        else): broken ones leave the registry. Returns :attr:`broken` (name -> error)."""
+        self._load_entry_points()
+        for name in [n for n, f in self._factories.items() if isinstance(f, _LazyEntryPoint)]:
+            try:
+                self[name]
+            except ImportError:
+                pass  # recorded in self.broken
+        return dict(self.broken)
 
     def is_loaded(self, name: str) -> bool:
         return not isinstance(self._factories.get(name), _LazyEntryPoint)
@@ -356,19 +410,36 @@ class Registry(Mapping[str, Callable[..., Any]]):
 
 
 class _LazyEntryPoint:
-    """Placeholder for a third-party factory, imported on first lookup."""
+    """Placeholder for a third-party factory, imported on first lookup.
+
+    The registry key is the entry point's name. An encoding class that leaves ``name``
+    empty gets it from the key; one whose ``name`` says otherwise does not load (the key
+    and ``name`` must agree, or ``create(key).name`` would be another encoding's name).
+    """
 
     def __init__(self, ep: metadata.EntryPoint) -> None:
         self._ep = ep
+        dist = getattr(ep, "dist", None)
+        where = f" (distribution {dist.name})" if dist is not None and getattr(dist, "name", None) else ""
+        self.source = f"entry point {ep.name} = {ep.value!r}{where}"
 
     def load(self) -> Callable[..., Any]:
         try:
-            return self._ep.load()
+            factory = self._ep.load()
         except Exception as exc:
             raise ImportError(f"could not load plugin {self._ep.name!r} from {self._ep.value!r}: {exc}") from exc
+        if isinstance(factory, type) and issubclass(factory, PositionalEncoding):
+            if not factory.name:
+                factory.name = self._ep.name  # derived from the entry-point key
+            elif factory.name != self._ep.name:
+                raise ImportError(
+                    f"plugin {self._ep.name!r} from {self._ep.value!r}: its class sets name = {factory.name!r}, "
+                    f"which differs from the entry-point key {self._ep.name!r}; make them agree or leave name unset"
+                )
+        return factory
 
     def __repr__(self) -> str:
-        return f"<entry point {self._ep.value}>"
+        return f"<{self.source}>"
 
 
 ENCODINGS = Registry("encoding", ENTRY_POINT_GROUP)

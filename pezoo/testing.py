@@ -25,15 +25,27 @@ Checks (``CHECKS``, run in this order by :func:`check_encoding`):
                            ``ctx.state``, equals one full forward pass
     state_dict_round_trip  a fresh instance loaded from a state dict (also through
                            ``torch.save``) computes the same outputs
-    half_precision         bf16 and fp16 forward (eager and sdpa) produce no NaN/inf
+    half_precision         the model moved with ``.half()`` / ``.bfloat16()``: eager and
+                           sdpa forward return that dtype, finite, close to fp32 (loose)
+    float64                the model moved with ``.double()``: float64 outputs close to fp32
+    copy_and_pickle        ``copy.deepcopy`` and a pickle round trip of the model compute
+                           the same outputs as the original
+    device_move            no module holds a tensor outside its parameters and buffers
+                           (``.to(device)`` would leave it behind), and after
+                           ``.to("meta")`` every parameter and buffer has moved
     deterministic          the same seed gives bit-identical outputs (training mode)
     extrapolation          a forward pass at ``extrapolation_factor`` × the length
     gradients_finite       a training step gives finite gradients for the encoding
+
+Not a check (it fails nothing): :func:`graph_breaks` reports how many graph breaks
+``torch.compile`` meets in the kit model's forward pass (``torch._dynamo.explain``).
 """
 
 from __future__ import annotations
 
+import copy
 import io
+import pickle
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -47,7 +59,16 @@ from pezoo.attention import BACKENDS, SelfAttention
 from pezoo.backends import flex_compile, xformers_available
 from pezoo.base import AttentionBias, AttentionContext, ModelDims, PositionalEncoding
 
-__all__ = ["CHECKS", "ConformanceError", "KitConfig", "KitModel", "check_encoding", "usable_backends"]
+__all__ = [
+    "CHECKS",
+    "CompileReport",
+    "ConformanceError",
+    "KitConfig",
+    "KitModel",
+    "check_encoding",
+    "graph_breaks",
+    "usable_backends",
+]
 
 Factory = Callable[[], PositionalEncoding]
 
@@ -376,21 +397,66 @@ def check_state_dict_round_trip(factory: Factory, cfg: KitConfig) -> None:
         )
 
 
-def check_half_precision(factory: Factory, cfg: KitConfig) -> None:
-    """bf16 and fp16 forward passes (eager and sdpa) produce finite outputs."""
-    name = "half_precision"
+LOW_PRECISION_TOLERANCE = {torch.float16: 0.05, torch.bfloat16: 0.25, torch.float64: 1e-4}
+"""Largest difference from the fp32 model's outputs allowed after a dtype move, relative
+to the largest fp32 output (loose for fp16 / bf16: it catches garbage, not rounding)."""
+
+
+def _check_moved(name: str, factory: Factory, cfg: KitConfig, dtypes: Sequence[torch.dtype]) -> None:
+    """The model moved to each of ``dtypes`` (eager and sdpa): that dtype out, finite, close to fp32."""
     s, b = cfg.length, cfg.batch
-    for dtype in (torch.bfloat16, torch.float16):
-        model = _build(factory, cfg, cfg.seed).to(dtype)
-        model.eval()
-        pos = model.pe.positions(b, s, cfg.device)
+    model = _build(factory, cfg, cfg.seed)
+    model.eval()
+    pos, tokens, hint = model.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
+    with torch.no_grad():
+        want = model(tokens, pos, scale_hint=hint)
+    scale = want.abs().max().item()
+    for dtype in dtypes:
+        moved = _build(factory, cfg, cfg.seed).to(dtype)  # a fresh copy: .to() moves in place
+        moved.eval()
         for backend in ("eager", "sdpa"):
-            model.set_backend(backend)
+            moved.set_backend(backend)
             with torch.no_grad():
-                out = model(_tokens(cfg, s), pos, scale_hint=_hint(cfg, b, s))
+                out = moved(tokens, pos, scale_hint=hint)
             if out.dtype != dtype:
                 _fail(name, f"{dtype} model returned {out.dtype} ({backend})")
             _finite(name, f"{dtype} forward ({backend})", out)
+            err = (out.to(torch.float32) - want).abs().max().item()
+            if err > LOW_PRECISION_TOLERANCE[dtype] * scale:
+                _fail(
+                    name,
+                    f"{dtype} forward ({backend}) differs from fp32 by {err:.3g} "
+                    f"(> {LOW_PRECISION_TOLERANCE[dtype]:g} x the largest output {scale:.3g})",
+                )
+
+
+def check_half_precision(factory: Factory, cfg: KitConfig) -> None:
+    """``.bfloat16()`` / ``.half()`` models (eager and sdpa): that dtype out, finite, close to fp32."""
+    _check_moved("half_precision", factory, cfg, (torch.bfloat16, torch.float16))
+
+
+def check_float64(factory: Factory, cfg: KitConfig) -> None:
+    """A ``.double()`` model returns float64 outputs equal to fp32's up to fp32 rounding."""
+    _check_moved("float64", factory, cfg, (torch.float64,))
+
+
+def check_copy_and_pickle(factory: Factory, cfg: KitConfig) -> None:
+    """``copy.deepcopy`` and ``pickle.loads(pickle.dumps(...))`` of the model compute the same outputs."""
+    name = "copy_and_pickle"
+    s, b = cfg.length, cfg.batch
+    model = _build(factory, cfg, cfg.seed)
+    model.eval()
+    pos, tokens, hint = model.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
+    with torch.no_grad():
+        want = model(tokens, pos, scale_hint=hint)
+    for how, clone in (("deepcopy", copy.deepcopy), ("pickle", lambda m: pickle.loads(pickle.dumps(m)))):
+        try:
+            other = clone(model)
+        except Exception as exc:
+            _fail(name, f"{how} of the model failed: {type(exc).__name__}: {exc}")
+        with torch.no_grad():
+            got = other(tokens, pos, scale_hint=hint)
+        _close(name, f"outputs after {how}", got, want, 0.0, 0.0)
 
 
 def check_deterministic(factory: Factory, cfg: KitConfig) -> None:
@@ -437,6 +503,44 @@ def check_gradients_finite(factory: Factory, cfg: KitConfig) -> None:
             _finite(name, f"gradient of {param_name}", p.grad)
 
 
+def _stray_tensors(module: nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """Tensors a module keeps as plain attributes (also inside lists, tuples and dicts)."""
+    for attr, value in vars(module).items():
+        if attr in ("_parameters", "_buffers", "_modules"):
+            continue
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        for item in items:
+            if isinstance(item, Tensor):
+                yield attr, item
+
+
+def check_device_move(factory: Factory, cfg: KitConfig) -> None:
+    """``.to(device)`` moves everything: checked by moving to the meta device (no GPU needed)."""
+    name = "device_move"
+    model = _build(factory, cfg, cfg.seed)
+    model.eval()
+    s, b = cfg.length, cfg.batch
+    pos, tokens, hint = model.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
+    with torch.no_grad():
+        want = model(tokens, pos, scale_hint=hint)  # also fills any lazily built cache
+    for module_name, module in model.named_modules():
+        if type(module).__module__.startswith("torch."):
+            continue  # torch's own modules (nn.GRU's _flat_weights follow its parameters in _apply)
+        for attr, tensor in _stray_tensors(module):
+            _fail(
+                name,
+                f"{module_name or 'model'}.{attr} is a {tuple(tensor.shape)} tensor outside parameters and buffers: "
+                "`.to(device)` leaves it behind (register it as a buffer, persistent=False for derived tables)",
+            )
+    moved = copy.deepcopy(model).to("meta")
+    left = [n for n, t in [*moved.named_parameters(), *moved.named_buffers()] if t.device.type != "meta"]
+    if left:
+        _fail(name, f"after .to('meta') still off the meta device: {', '.join(left)}")
+    with torch.no_grad():
+        got = model(tokens, pos, scale_hint=hint)
+    _close(name, "outputs of the model after a copy of it moved", got, want, 0.0, 0.0)
+
+
 CHECKS: dict[str, Callable[[Factory, KitConfig], None]] = {
     "hook_shapes": check_hook_shapes,
     "no_future_leakage": check_no_future_leakage,
@@ -444,6 +548,9 @@ CHECKS: dict[str, Callable[[Factory, KitConfig], None]] = {
     "incremental_decoding": check_incremental_decoding,
     "state_dict_round_trip": check_state_dict_round_trip,
     "half_precision": check_half_precision,
+    "float64": check_float64,
+    "copy_and_pickle": check_copy_and_pickle,
+    "device_move": check_device_move,
     "deterministic": check_deterministic,
     "extrapolation": check_extrapolation,
     "gradients_finite": check_gradients_finite,
@@ -483,3 +590,41 @@ def check_encoding(
                 raise
             except Exception as exc:  # an encoding that crashes fails the check it crashed in
                 raise ConformanceError(f"[{check}] raised {type(exc).__name__}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    """What ``torch._dynamo.explain`` saw in the kit model's forward pass.
+
+    Attributes:
+        graphs: graphs dynamo captured.
+        graph_breaks: breaks between them (0: the forward compiles as one graph).
+        reasons: one line per break, as dynamo words it.
+    """
+
+    graphs: int
+    graph_breaks: int
+    reasons: tuple[str, ...]
+
+
+def graph_breaks(factory: Factory, dims: ModelDims | None = None, **config: Any) -> CompileReport:
+    """Count the ``torch.compile`` graph breaks of the kit model's eval forward (sdpa backend).
+
+    A report, not a check: an encoding with breaks still compiles (into several graphs).
+    It traces once with ``torch._dynamo.explain`` (no code generation); ``**config`` as
+    for :func:`check_encoding`.
+    """
+    import torch._dynamo  # here, not at the top: the checks do not pay for dynamo's import
+
+    cfg = KitConfig(**({"dims": dims} if dims is not None else {}), **config)
+    model = _build(factory, cfg, cfg.seed)
+    model.eval()
+    model.set_backend("sdpa")
+    s, b = cfg.length, cfg.batch
+    pos, tokens, hint = model.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
+    torch._dynamo.reset()
+    with torch.no_grad(), _quiet():
+        explained = torch._dynamo.explain(model)(tokens, pos, scale_hint=hint)
+    torch._dynamo.reset()
+    reasons = tuple(str(getattr(r, "reason", r)).splitlines()[0] for r in explained.break_reasons)
+    return CompileReport(explained.graph_count, explained.graph_break_count, reasons)

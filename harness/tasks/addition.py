@@ -56,7 +56,7 @@ class Addition(Task):
     test_scales = (11, 40)
     vocabulary = (*DIGITS, "+", ",", "→", ".")
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
-    pe_solvability_basis = "SPEC-seeds §D.5: bounded operators, positions depend on both operand lengths"
+    pe_solvability_basis = "derived, Chen et al. §III, §V: bounded operators, positions depend on both operand lengths"
     layout = "a (LSD first) + b (LSD first) = a₁ b₁ c₁ d₁ , … , aₙ bₙ cₙ dₙ → a+b (LSD first) ."
 
     def __init__(self, *, operand_lengths: str = "longest") -> None:

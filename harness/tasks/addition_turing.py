@@ -1,5 +1,5 @@
 """addition_turing: multi-digit addition as a Turing Program (Hou et al., "Universal Length
-Generalization with Turing Programs", Fig. 2, footnote 1; SPEC-seeds §B.1).
+Generalization with Turing Programs", Fig. 2, footnote 1).
 
 The prompt is ``a+b`` (most significant digit first, digits i.i.d. so leading zeros occur).
 Each scratchpad line is a full tape: both operands with the digit consumed this step shown
@@ -55,7 +55,7 @@ class AdditionTuring(Task):
     vocabulary = (*DIGITS, *HEAD, "+", "(", ")", ",", EXHAUSTED, LINE)
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
     pe_solvability_basis = (
-        "SPEC-seeds §D.5: local rewrite per line (bounded operators), previous-line offset depends "
+        "derived, Chen et al. §III, §V: local rewrite per line (bounded operators), previous-line offset depends "
         "on both lengths and the step (scale hint of both lengths, or content matching)"
     )
     layout = "a+b = tape(c,R)|tape(c,R)|…|R   (tape: operands with the consumed digit marked a..j, ^ if empty)"

@@ -9,7 +9,8 @@ Besides sampling, a task says what its source paper needs to score it: the metri
 default train/test scales, the vocabulary it writes in, and, for the randomized-PE
 paper's encoder protocol, ``output_length(n)`` and a per-target-token accuracy mask
 (``Example.mask``). Each task also carries the PE-solvability label of the
-positional-limitations paper's analysis (SPEC-seeds §D), one of ``PE_SOLVABILITY``.
+positional-limitations paper's analysis (Chen, Liang & Lin, §III and §V), one of
+``PE_SOLVABILITY``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pezoo.base import Registry
 TASKS = Registry("task", "pezoo.tasks")
 
 # PE-solvability labels (Chen, Liang & Lin, "On the Limitations and Capabilities of Position
-# Embeddings for Length Generalization", §III-§VII; the procedure of SPEC-seeds §D.3).
+# Embeddings for Length Generalization", §III-§VII; the labels are our reading of their
+# definitions of CRC and canonical CRs (§III) and of their theorems (§V).
 PE_SOLVABLE = "pe_solvable"
 """Bounded operator set and canonical as formatted: some plain PRF characterizes it (Thm 3)."""
 PE_SOLVABLE_WITH_SCALE_HINT = "pe_solvable_with_scale_hint"
@@ -84,7 +86,7 @@ class Task(ABC):
         max_scale: the largest, or None for unbounded.
         vocabulary: every token its prompts and targets may contain (shared-vocabulary
             strings, ``=`` and EOS excluded: the harness adds those).
-        pe_solvability: one of ``PE_SOLVABILITY`` (SPEC-seeds §D.5).
+        pe_solvability: one of ``PE_SOLVABILITY`` (our labels, from Chen et al. §III, §V).
         pe_solvability_basis: why: what the paper states, or the derivation.
         layout: one line describing the format, for the catalogue (docs/tasks.md).
         answer_separator: the token after whose last occurrence a target's final answer

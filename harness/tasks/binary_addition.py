@@ -45,7 +45,7 @@ class BinaryAddition(ChomskyTask):
     vocabulary = (*BITS, "+", TERMINATOR)
     pe_solvability = NOT_PE_SOLVABLE
     pe_solvability_basis = (
-        "derived (SPEC-seeds §D.3): operand lengths vary inside one n, so the digit parents sit "
+        "derived, Chen et al. §III, §V: operand lengths vary inside one n, so the digit parents sit "
         "at offsets set by the position of + (content)"
     )
     layout = "a + b (LSB first) = a+b (LSB first) 2 0…0"

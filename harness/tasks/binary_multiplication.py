@@ -27,7 +27,7 @@ class BinaryMultiplication(ChomskyTask):
     source = f"{RUOSS}: Binary Multiplication (CS); Delétang et al. 2023"
     vocabulary = (*BITS, "*", TERMINATOR)
     pe_solvability = NOT_PE_SOLVABLE
-    pe_solvability_basis = "SPEC-seeds §D.5 (n×n multiplication, direct answer): increasing CRC"
+    pe_solvability_basis = "derived, Chen et al. §III, §V (n×n multiplication, direct answer): increasing CRC"
     layout = "a * b (LSB first) = a·b (LSB first) 2 0…0"
 
     def output_length(self, n: int) -> int:

@@ -22,7 +22,7 @@ class BucketSort(ChomskyTask):
     vocabulary = SYMBOLS
     pe_solvability = NOT_PE_SOLVABLE
     pe_solvability_basis = (
-        "derived (SPEC-seeds §D.3): the k-th output depends on the symbol counts of the whole input (arity n)"
+        "derived, Chen et al. §III, §V: the k-th output depends on the symbol counts of the whole input (arity n)"
     )
     layout = "s₁…sₙ (sᵢ∈0..4) = sorted(s)"
 

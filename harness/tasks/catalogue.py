@@ -81,7 +81,9 @@ for head-marked digits 0..9, `^` for an exhausted operand and `|` between lines.
 ## PE-solvability labels
 
 From the positional-limitations paper's analysis (computational-representation
-complexity, CRC, and canonicity; procedure and table in SPEC-seeds §D.3/§D.5):
+complexity, CRC, and canonicity: Chen, Liang & Lin, "On the Limitations and Capabilities
+of Position Embeddings for Length Generalization", §III for the definitions, §V for the
+theorems; "Chen et al. §III, §V" below. The labels are our derivation from them):
 
 - `{PE_SOLVABLE}`: bounded operator set and canonical as formatted; some plain positional
   relation function characterizes the task.
@@ -101,8 +103,8 @@ used here.
 - Odds first (both versions): 0-based odd positions first, `x[1::2] + x[0::2]`, as the
   PRISM example and the code behind the randomized-PE numbers do (prose and docstring
   say the opposite).
-- PRISM test scales are not in the paper's text; the proposed grids of SPEC-seeds §E.2
-  are the defaults (e.g. Reverse/Odds First/Stack 41..150, Addition 11..40).
+- PRISM test scales are not in the paper's text; the grids here are our
+  proposal (e.g. Reverse/Odds First/Stack 41..150, Addition 11..40).
 - PRISM Addition: most significant digits non-zero; a final carry is only the extra top
   digit of the answer, with no extra chain step. Multiplication-CoT follows the worked
   example (the prose's notation disagrees); no product is computed.

@@ -4,7 +4,8 @@ Ruoss et al. 2023 ("Randomized Positional Encodings Boost Length Generalization 
 Transformers", Table 1) train on every length 1..40 and test on 41..500 with an encoder
 that reads the input followed by ``output_length(n)`` blanks, scoring per-token accuracy
 under each task's mask. The exact semantics (vocabularies, sampling, targets, masks)
-are those of the public code that produced the paper's numbers (SPEC-deepmind-tasks.md).
+are those of the public code that produced the paper's numbers (the code released with
+Delétang et al. 2023, "Neural Networks and the Chomsky Hierarchy", which Ruoss et al. reuse).
 
 Vocabulary mapping into the shared vocabulary: every id that the source writes as a
 digit (bits, residues mod 5, stack actions 2/3/4, the missing-symbol and padding ids

@@ -22,7 +22,7 @@ class ComputeSqrt(ChomskyTask):
     source = f"{RUOSS}: Compute Sqrt (CS); Delétang et al. 2023"
     vocabulary = BITS
     pe_solvability = NOT_PE_SOLVABLE
-    pe_solvability_basis = "derived (SPEC-seeds §D.3): each root bit depends on Θ(n) input bits, increasing CRC"
+    pe_solvability_basis = "derived, Chen et al. §III, §V: each root bit depends on Θ(n) input bits, increasing CRC"
     layout = "x (n bits, MSB first) = ⌊√x⌋ (⌈n/2⌉ bits, MSB first)"
 
     def output_length(self, n: int) -> int:

@@ -25,7 +25,7 @@ class CycleNavigation(ChomskyTask):
     source = f"{RUOSS}: Cycle Navigation (R); Delétang et al. 2023"
     vocabulary = digit_tokens(CYCLE)
     pe_solvability = NOT_PE_SOLVABLE
-    pe_solvability_basis = "derived (SPEC-seeds §D.3): one output token of arity n, increasing CRC"
+    pe_solvability_basis = "derived, Chen et al. §III, §V: one output token of arity n, increasing CRC"
     layout = "t₁…tₙ (0=left 1=stay 2=right) = Σ(tᵢ−1) mod 5"
 
     def output_length(self, n: int) -> int:

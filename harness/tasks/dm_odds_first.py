@@ -23,7 +23,7 @@ class DmOddsFirst(ChomskyTask):
     source = f"{RUOSS}: Odds First (CS); Delétang et al. 2023"
     vocabulary = BITS
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
-    pe_solvability_basis = "SPEC-seeds §D.5 (as PRISM Odds First): bounded operators, parents depend on n"
+    pe_solvability_basis = "derived, Chen et al. §III, §V (as PRISM Odds First): bounded operators, parents depend on n"
     layout = "b₀…bₙ₋₁ = b₁ b₃ b₅ … b₀ b₂ b₄ … (0-based)"
 
     def output_length(self, n: int) -> int:

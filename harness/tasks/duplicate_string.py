@@ -19,7 +19,7 @@ class DuplicateString(ChomskyTask):
     source = f"{RUOSS}: Duplicate String (CS); Delétang et al. 2023"
     vocabulary = BITS
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
-    pe_solvability_basis = "derived (SPEC-seeds §D.3, as Copy): bounded operators, parent at offset n (or 2n)"
+    pe_solvability_basis = "derived, Chen et al. §III, §V (as Copy): bounded operators, parent at offset n (or 2n)"
     layout = "b₁…bₙ = b₁…bₙ b₁…bₙ"
 
     def output_length(self, n: int) -> int:

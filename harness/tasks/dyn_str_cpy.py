@@ -1,7 +1,7 @@
 """dyn_str_cpy: copy the suffix that starts at a given digit (PRISM paper, Table 3).
 
 The prompt is a digit string s, ``,`` and a digit d that occurs exactly once in s; the
-target is s from d to its end, then ``.``. Sampling (SPEC-seeds §E.2): a start t ~ U{1..n},
+target is s from d to its end, then ``.``. Sampling (our choice; the paper gives the format only): a start t ~ U{1..n},
 d ~ U{0..9} at t, the other n − 1 positions i.i.d. from the nine digits other than d.
 
 5839472,3=39472.
@@ -26,7 +26,9 @@ class DynStrCpy(Task):
     test_scales = (11, 150)
     vocabulary = (*DIGITS, ",", ".")
     pe_solvability = NOT_PE_SOLVABLE
-    pe_solvability_basis = "SPEC-seeds §D.5: the start index is set by content, increasing CRC position-only"
+    pe_solvability_basis = (
+        "derived, Chen et al. §III, §V: the start index is set by content, increasing CRC position-only"
+    )
     layout = "s , d = s from d on ."
 
     def sample_prompt(self, n: int, rng: random.Random) -> list[str]:

@@ -25,7 +25,7 @@ class EvenPairs(ChomskyTask):
     vocabulary = BITS
     pe_solvability = PE_SOLVABLE
     pe_solvability_basis = (
-        "derived (SPEC-seeds §D.3): target = b₁ xor bₙ, parents at absolute position 1 and at offset 1 "
+        "derived, Chen et al. §III, §V: target = b₁ xor bₙ, parents at absolute position 1 and at offset 1 "
         "from the query, both fixed functions of i"
     )
     layout = "b₁…bₙ = #{i: bᵢ≠bᵢ₊₁} mod 2"

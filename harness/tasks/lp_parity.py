@@ -29,7 +29,9 @@ class LpParity(Task):
     test_scales = (6, 10)
     vocabulary = BITS
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
-    pe_solvability_basis = "SPEC-seeds §D.5 (parity with CoT): arity 2, but the parent x_k sits at offset n"
+    pe_solvability_basis = (
+        "derived, Chen et al. §III, §V (parity with CoT): arity 2, but the parent x_k sits at offset n"
+    )
     layout = "x₁…xₙ = y₁…yₙ, y_k = x_k xor y_{k−1}"
 
     def sample_prompt(self, n: int, rng: random.Random) -> list[str]:

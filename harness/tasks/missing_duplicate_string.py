@@ -27,7 +27,7 @@ class MissingDuplicateString(ChomskyTask):
     source = f"{RUOSS}: Missing Duplicate (CS); Delétang et al. 2023"
     vocabulary = (*BITS, MISSING, PADDING)
     pe_solvability = NOT_PE_SOLVABLE
-    pe_solvability_basis = "derived (SPEC-seeds §D.3): the parent (the marker's twin) is located by content"
+    pe_solvability_basis = "derived, Chen et al. §III, §V: the parent (the marker's twin) is located by content"
     layout = "w w with one symbol replaced by 2 (+ 3 if n odd) = the replaced bit"
 
     def output_length(self, n: int) -> int:

@@ -39,7 +39,7 @@ class ModularArithmeticBrackets(ChomskyTask):
     source = f"{RUOSS}: Modular Arithmetic (DCF); Delétang et al. 2023"
     vocabulary = (*RESIDUES, "+", "-", "*", "(", ")")
     pe_solvability = NOT_PE_SOLVABLE
-    pe_solvability_basis = "derived (SPEC-seeds §D.3): parse-dependent parents and one output of arity n"
+    pe_solvability_basis = "derived, Chen et al. §III, §V: parse-dependent parents and one output of arity n"
     layout = "bracketed expression over 0..4 + - * ( ) = value mod 5"
 
     def output_length(self, n: int) -> int:

@@ -80,7 +80,7 @@ class ModularArithmeticSimple(ChomskyTask):
     source = f"{RUOSS}: Modular Arithmetic (Simple) (R); Delétang et al. 2023"
     vocabulary = (*RESIDUES, "+", "-", "*")
     pe_solvability = NOT_PE_SOLVABLE
-    pe_solvability_basis = "derived (SPEC-seeds §D.3): one output token of arity n, increasing CRC"
+    pe_solvability_basis = "derived, Chen et al. §III, §V: one output token of arity n, increasing CRC"
     layout = "d op d op … d (d∈0..4, op∈+-*, odd length) = value mod 5"
 
     def output_length(self, n: int) -> int:

@@ -3,8 +3,8 @@
 For a x b the target restates ``a x [`` and then, for each digit b_i of b (most
 significant first), the term ``b_i*(b_i+1)`` followed by ``(b_j+0)`` for every later
 digit b_j of b; terms joined by ``+``; then ``] .``. No product is computed: the task is a
-structured copy (SPEC-seeds §E.6 item 19). Operands are written most significant digit
-first, without leading zeros.
+structured copy (the worked example of Table 3; the prose's notation disagrees). Operands
+are written most significant digit first, without leading zeros.
 
 675x1259=675x[1*(1+1)(2+0)(5+0)(9+0)+2*(2+1)(5+0)(9+0)+5*(5+1)(9+0)+9*(9+1)].
 
@@ -32,7 +32,9 @@ class MultiplicationCot(Task):
     test_scales = (10, 20)
     vocabulary = (*DIGITS, "x", "[", "]", "*", "(", ")", "+", ".")
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
-    pe_solvability_basis = "SPEC-seeds §D.5: a structured copy with bounded operators, positions depend on both lengths"
+    pe_solvability_basis = (
+        "derived, Chen et al. §III, §V: a structured copy with bounded operators, positions depend on both lengths"
+    )
     layout = "a x b = a x [ b₁*(b₁+1)(b₂+0)…(bₘ+0) + b₂*(b₂+1)(b₃+0)… + … + bₘ*(bₘ+1) ] ."
 
     def __init__(self, *, operand_lengths: str = "longest") -> None:

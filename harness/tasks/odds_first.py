@@ -2,7 +2,7 @@
 
 0-based odd positions first, ``x[1::2] + x[0::2]``: this is what the paper's example
 shows and what the original benchmark code computes (its prose and the DeepMind
-docstring say the opposite; SPEC-seeds §E.6 item 17). Digits 0-9; the binary,
+docstring say the opposite). Digits 0-9; the binary,
 per-token-scored version of the randomized-PE paper is ``dm_odds_first``.
 
 012345=135024.
@@ -27,7 +27,7 @@ class OddsFirst(Task):
     test_scales = (41, 150)
     vocabulary = (*DIGITS, ".")
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
-    pe_solvability_basis = "SPEC-seeds §D.5: bounded operators, parents depend on n"
+    pe_solvability_basis = "derived, Chen et al. §III, §V: bounded operators, parents depend on n"
     layout = "x₀…xₙ₋₁ = x₁ x₃ … x₀ x₂ … ."
 
     def sample_prompt(self, n: int, rng: random.Random) -> list[str]:

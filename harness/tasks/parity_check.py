@@ -19,7 +19,9 @@ class ParityCheck(ChomskyTask):
     source = f"{RUOSS}: Parity Check (R); Delétang et al. 2023"
     vocabulary = BITS
     pe_solvability = NOT_PE_SOLVABLE
-    pe_solvability_basis = "SPEC-seeds §D.5 (parity with no CoT): one output token of arity n, increasing CRC"
+    pe_solvability_basis = (
+        "derived, Chen et al. §III, §V (parity with no CoT): one output token of arity n, increasing CRC"
+    )
     layout = "b₁…bₙ = (Σ bᵢ) mod 2"
 
     def output_length(self, n: int) -> int:

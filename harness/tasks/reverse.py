@@ -25,7 +25,7 @@ class Reverse(Task):
     test_scales = (41, 150)
     vocabulary = (*DIGITS, ".")
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
-    pe_solvability_basis = "SPEC-seeds §D.5: bounded operators, parent j = 2n+2−i depends on n"
+    pe_solvability_basis = "derived, Chen et al. §III, §V: bounded operators, parent j = 2n+2−i depends on n"
     layout = "x₁…xₙ = xₙ…x₁ ."
 
     def sample_prompt(self, n: int, rng: random.Random) -> list[str]:

@@ -22,7 +22,9 @@ class ReverseString(ChomskyTask):
     source = f"{RUOSS}: Reverse String (DCF); Delétang et al. 2023"
     vocabulary = BITS
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
-    pe_solvability_basis = "SPEC-seeds §D.5 (as PRISM Reverse): bounded operators, parent j = 2n+2−i depends on n"
+    pe_solvability_basis = (
+        "derived, Chen et al. §III, §V (as PRISM Reverse): bounded operators, parent j = 2n+2−i depends on n"
+    )
     layout = "b₁…bₙ = bₙ…b₁"
 
     def output_length(self, n: int) -> int:

@@ -36,7 +36,9 @@ CONJUNCTIONS = ("and", "after")
 SPLIT_MAX_TRAIN_ACTIONS = 22
 COMMAND_WORDS = (*PRIMITIVES, "turn", *DIRECTIONS, "opposite", "around", *REPEATS, *CONJUNCTIONS)
 ACTIONS = (*ACTION.values(), *TURN.values())
-SCAN_SOLVABILITY_BASIS = "SPEC-seeds §D.5: parse-dependent positions, increasing CRC under a position-only CR"
+SCAN_SOLVABILITY_BASIS = (
+    "derived, Chen et al. §III, §V: parse-dependent positions, increasing CRC under a position-only CR"
+)
 
 
 def clauses() -> list[str]:

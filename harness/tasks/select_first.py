@@ -28,7 +28,7 @@ class Select(Task):
     vocabulary: ClassVar[tuple[str, ...]] = tuple(DIGITS)
     pe_solvability: ClassVar[str] = PE_SOLVABLE
     pe_solvability_basis: ClassVar[str] = (
-        "SPEC-seeds §D.5 and the paper's Fig. 3: bounded operators, the parent is a fixed function of i"
+        "Chen et al. §III, §V and their Fig. 3: bounded operators, the parent is a fixed function of i"
     )
 
     @abstractmethod

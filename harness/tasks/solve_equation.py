@@ -29,7 +29,7 @@ class SolveEquation(ChomskyTask):
     source = f"{RUOSS}: Solve Equation (DCF); Delétang et al. 2023"
     vocabulary = (*RESIDUES, "+", "-", "(", ")", "x", EQUALS)
     pe_solvability = NOT_PE_SOLVABLE
-    pe_solvability_basis = "derived (SPEC-seeds §D.3): parse-dependent parents and one output of arity n"
+    pe_solvability_basis = "derived, Chen et al. §III, §V: parse-dependent parents and one output of arity n"
     layout = "bracketed expression over 0..4 + - ( ) with one x ≡ v = x (n < 3: zeros = 0)"
 
     def output_length(self, n: int) -> int:

@@ -18,7 +18,9 @@ from harness.tasks.chomsky import BITS, TERMINATOR
 
 POP, PUSH0, PUSH1 = "2", "3", "4"
 ACTIONS = (POP, PUSH0, PUSH1)
-STACK_SOLVABILITY_BASIS = "SPEC-seeds §D.5: each output depends on content-matched pushes and pops, increasing CRC"
+STACK_SOLVABILITY_BASIS = (
+    "derived, Chen et al. §III, §V: each output depends on content-matched pushes and pops, increasing CRC"
+)
 
 
 def sample_stack_program(n: int, rng: random.Random) -> list[str]:

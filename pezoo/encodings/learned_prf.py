@@ -29,8 +29,9 @@ do not have; see docs/encodings/learned_prf.md):
       piecewise-linear ReLU network meaningful past the training lengths.
     * S = 16 without and 32 with the scale hint.
     * Scale hint: n comes from ``ctx.scale_hint``, the task's instance scale: (b,) per
-      example, or (b, i) per query token when a row packs several instances (SPEC-seeds
-      C.5: a pair (i, j) then gets the n of query i's instance). The harness passes it
+      example, or (b, i) per query token when a row packs several instances (our
+      packed-row reading of the scale hint of §VII-A: a pair (i, j) gets the n of query i's
+      instance). The harness passes it
       for every example. ``learned_prf_sh`` without it is an error.
 """
 

@@ -14,13 +14,11 @@ from torch import Tensor, nn
 
 import pezoo
 from pezoo import AttentionContext, LinearBias, PositionalEncoding
-from pezoo.testing import CHECKS, ConformanceError, check_encoding
+from pezoo.testing import CHECKS, ConformanceError, check_encoding, graph_breaks
 
 DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
 
-KNOWN_FAILURES = {
-    ("prism", "half_precision"): "PRISM's orthogonal W_hh parametrisation calls orgqr, which has no bf16 CPU kernel",
-}
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}  # (encoding, check) -> reason; keep it empty
 
 
 def _cases():
@@ -132,6 +130,42 @@ class MismatchedHeads(PositionalEncoding):
         return q, torch.cat([k, k], dim=-1)
 
 
+class HoldsALambda(PositionalEncoding):
+    name = "test_lambda"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shift = lambda x: x  # a lambda does not pickle
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return self.shift(x)
+
+
+class Float32Table(PositionalEncoding):
+    """Builds its table in float32 whatever the module's dtype (PRISM's bug in issue 18)."""
+
+    name = "test_fp32_table"
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d_model, d_model)
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        table = torch.ones(x.shape[-1], x.shape[-1])  # float32, not x.dtype
+        return x + self.proj(x) @ table
+
+
+class KeepsATensorAttribute(PositionalEncoding):
+    name = "test_stray"
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.offset = torch.randn(d_model)  # a plain attribute: .to(device) leaves it behind
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x + self.offset.to(x.dtype)
+
+
 BROKEN = [
     (LeaksTheFuture, "no_future_leakage"),
     (ForgetsTheCache, "incremental_decoding"),
@@ -142,6 +176,9 @@ BROKEN = [
     (DisagreesAcrossBackends, "backend_agreement"),
     (NaNGradient, "gradients_finite"),
     (MismatchedHeads, "hook_shapes"),
+    (HoldsALambda, "copy_and_pickle"),
+    (lambda: Float32Table(DIMS.d_model), "float64"),
+    (lambda: KeepsATensorAttribute(DIMS.d_model), "device_move"),
 ]
 
 
@@ -182,3 +219,9 @@ def test_example_plugin_registers_through_its_entry_point_and_passes_the_kit(tmp
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "3 passed" in result.stdout
+
+
+def test_graph_breaks_are_reported():
+    """RoPE's forward compiles as one graph; the report counts graphs and breaks."""
+    report = graph_breaks(lambda: pezoo.create("rope", dims=DIMS), DIMS, length=6)
+    assert report.graph_breaks == 0 and report.graphs == 1 and report.reasons == ()

@@ -4,7 +4,7 @@ Axis letters: b batch, s new tokens of this call, t all tokens so far, d model w
 h heads, c cursors per head, n cursors of a PRISM layer (both sides, all heads),
 p histogram bins (2P+1), f stream width d_pe, g GRU hidden width.
 
-How it plugs in (Spec E.5, docs/prism.md):
+How it plugs in (Lee 2025 §5, Eq. 9; docs/prism.md):
 
 * ``observe(layer, x, ctx)``: at each backbone layer where a PRISM layer sits, a GRU
   over the layer-normed residual stream x emits per-cursor gates, the histogram filter
@@ -37,7 +37,7 @@ from torch.profiler import record_function
 
 from pezoo.base import AttentionContext, PositionalEncoding, register
 from pezoo.encodings.ape import sinusoid_table
-from pezoo.encodings.prism.gates import CopyAttention, GateNet, HiddenRegulariser
+from pezoo.encodings.prism.gates import CopyAttention, GateNet, HiddenRegulariser, compute_dtype
 from pezoo.encodings.prism.histogram import (
     centre_one_hot,
     histogram_scan,
@@ -72,11 +72,11 @@ class PRISMConfig:
         frobenius_weight: weight of ‖W_hh‖_F² in :meth:`PRISM.regularisation`.
         gamma_init: initial sharpening exponent (γ = 1 + softplus(ρ)).
         gamma_max: optional cap on γ (clamped), or None.
-        eps: sharpening floor ε.
+        eps: sharpening floor ε (> 0: the sharpening takes log(h + ε)).
         eps_support: ``"reachable"`` (ε only on bins the cursor can occupy; P-invariant)
             or ``"full"`` (ε on every bin, Alg. 1 literally).
         stream_norm: Alg. 3 variant, ``"l2"`` (per token) or ``"constant"``.
-        copy_cursors: per-head query-cursor indices with a copy branch (Spec: ``(0,)``).
+        copy_cursors: per-head query-cursor indices with a copy branch (default here: ``(0,)``).
         copy_every: also give a copy branch to every k-th query cursor counted over
             (head, cursor) (§6.0.1's "one of every five"); 0 = off.
         copy_key: ``"absolute"``: the key cursor paired with a copying query is fixed to
@@ -135,7 +135,11 @@ class PRISMConfig:
         need(self.gamma_init > 1.0, f"gamma_init must be > 1, got {self.gamma_init}")
         need(self.gamma_max is None or self.gamma_max > 1.0, f"gamma_max must be > 1, got {self.gamma_max}")
         need(0.0 < self.mu_init < 1.0, f"mu_init must be in (0, 1), got {self.mu_init}")
-        need(self.eps >= 0.0, f"eps must be >= 0, got {self.eps}")
+        need(
+            self.eps > 0.0,
+            f"eps must be > 0, got {self.eps} (the sharpening takes log(h + eps); at eps=0 an empty bin's log is "
+            "-inf and every gate gradient NaN)",
+        )
         need(self.min_support >= 1, f"min_support must be >= 1, got {self.min_support}")
         for name, value, valid in (
             ("regulariser", self.regulariser, ("orthogonal", "frobenius", "none")),
@@ -209,6 +213,11 @@ class PRISMLayer(nn.Module):
         )
         self._compiled: Any = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_compiled"] = None  # a compiled step does not pickle; rebuilt on first use
+        return state
+
     def gamma(self) -> Tensor:
         """(n_scan,) sharpening exponents γ = 1 + softplus(ρ) (> 1), capped at gamma_max if set."""
         g = 1.0 + F.softplus(self.gamma_raw)
@@ -255,14 +264,15 @@ class PRISMLayer(nn.Module):
         """
         cfg, state = self.cfg, state or {}
         b, s, _ = x.shape
+        dtype = compute_dtype(x.dtype)  # histograms and streams: fp32 under fp16 / bf16, fp64 under fp64
         t0 = state.get("t", 0)
         support = max(state.get("support", 0), support_for(t0 + s, cfg.min_support))
         bins = 2 * support + 1
         steps = torch.arange(t0, t0 + s, device=x.device)  # absolute token index of each new token
         hist = state.get("hist")
         if hist is None:
-            hist = centre_one_hot((b, self.n_scan), support, device=x.device)  # (b, n, p)
-        hist = _grow(hist, support)
+            hist = centre_one_hot((b, self.n_scan), support, device=x.device, dtype=dtype)  # (b, n, p)
+        hist = _grow(hist.to(dtype), support)
 
         xn = self.norm(x)
         with record_function("prism.gates"):
@@ -272,8 +282,8 @@ class PRISMLayer(nn.Module):
         # the windowed scan (a compiled step wants fixed shapes) needs no masks: it only holds reachable bins
         windowed = reachable and cfg.scan_window and not cfg.compile_scan and not self.learned_copy_keys
         masks = reachable_mask(steps, support) if reachable and not windowed else None  # (s, p)
-        gamma = self.gamma()
-        table = offset_table(support, cfg.d_pe, x.device)  # (p, f)
+        gamma = self.gamma().to(dtype)
+        table = offset_table(support, cfg.d_pe, x.device).to(dtype)  # (p, f)
         emit = (lambda hh: hh) if record else (lambda hh: hh @ table)  # (b, n, p) -> (b, n, p|f)
 
         new_state: dict[str, Any] = {"t": t0 + s, "support": support, "gru": gru_state}
@@ -307,9 +317,9 @@ class PRISMLayer(nn.Module):
 
         if self.n_fixed:  # increment-only key cursors: one-hot at offset t+1
             if record:
-                fixed = F.one_hot(steps + support + 1, bins).float()  # (s, p)
+                fixed = F.one_hot(steps + support + 1, bins).to(dtype)  # (s, p)
             else:
-                fixed = sinusoid_table(steps + 1, cfg.d_pe)  # (s, f)
+                fixed = sinusoid_table(steps + 1, cfg.d_pe).to(dtype)  # (s, f)
             out = torch.cat([out, fixed[:, None, None, :].expand(s, b, self.n_fixed, -1)], dim=2)
         out = out[:, :, self.unpermute]  # (s, b, 2hc, p|f) in (side, head, cursor) order
 
@@ -451,7 +461,7 @@ class PRISM(PositionalEncoding):
         options["alpha_betas"] = tuple(alpha_betas)
         self.config = cfg = PRISMConfig(**options)
         self.prism_layers = nn.ModuleDict({str(layer): PRISMLayer(cfg) for layer in cfg.layers})
-        # μ = σ(ν) and α per backbone layer and head (Spec E.6 #14); layers below the first
+        # μ = σ(ν) and α per backbone layer and head (docs/prism.md, reading 14); layers below the first
         # PRISM layer have no position stream and leave theirs unused.
         self.mu_logit = nn.Parameter(torch.full((n_layers, n_heads), math.log(mu_init / (1.0 - mu_init))))
         self.alpha = nn.Parameter(torch.full((n_layers, n_heads, n_cursors), float(alpha_init)))
@@ -487,6 +497,8 @@ class PRISM(PositionalEncoding):
                 f"PRISM.qk(layer={layer}) needs the streams of PRISM layer {source}: call "
                 f"observe({source}, x, ctx) with the same ctx first"
             ) from None
+        if ctx.head_dim is None:  # attend's default scale must stay 1/sqrt(e), not of the widened dim
+            ctx.head_dim = q.shape[-1]
         mu = torch.sigmoid(self.mu_logit[layer])  # (h,)
         return fold_position_streams(q, k, g_q, g_k, mu, self.alpha[layer].abs())
 

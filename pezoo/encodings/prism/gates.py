@@ -15,9 +15,16 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import orthogonal
 
-__all__ = ["CopyAttention", "GateNet", "HiddenRegulariser", "householder_product_wy"]
+__all__ = ["CopyAttention", "GateNet", "HiddenRegulariser", "compute_dtype", "householder_product_wy"]
 
 HiddenRegulariser = Literal["orthogonal", "frobenius", "none"]
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype PRISM computes probabilities in for a module or input of ``dtype``:
+    float32 for fp16 / bf16 (a histogram's small masses and the sharpening's logs need
+    it, and some kernels have no half version on CPU), float64 for float64."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def householder_product_wy(a: Tensor, tau: Tensor) -> Tensor:
@@ -50,11 +57,14 @@ if _Orthogonal is not None:
         """torch's Householder orthogonal map (tall matrices), the product in compact WY form."""
 
         def forward(self, X: Tensor) -> Tensor:
+            dtype = X.dtype
+            X = X.to(compute_dtype(dtype))  # fp16 / bf16: no triangular_solve kernel on CPU; solve in fp32
             A = X.tril(diagonal=-1)
             tau = 2.0 / (1.0 + (A * A).sum(dim=-2))
             Q = householder_product_wy(A, tau)
             Q = Q * X.diagonal(dim1=-2, dim2=-1).int().unsqueeze(-2)  # signs, not differentiated (as torch)
-            return self.base @ Q if hasattr(self, "base") else Q
+            Q = self.base.to(Q.dtype) @ Q if hasattr(self, "base") else Q
+            return Q.to(dtype)
 
 
 def _orthogonal_fast(module: nn.Module, name: str) -> None:
@@ -72,7 +82,7 @@ def _orthogonal_fast(module: nn.Module, name: str) -> None:
 class GateNet(nn.Module):
     """GRU over (layer-normed) token states -> per cursor (p_reset, p_inc, p_dec, p_keep).
 
-    ``p_reset = σ(l_0)`` and ``(p_inc, p_dec, p_keep) = softmax(l_1, l_2, l_3)`` (Spec E.6 #3):
+    ``p_reset = σ(l_0)`` and ``(p_inc, p_dec, p_keep) = softmax(l_1, l_2, l_3)`` (docs/prism.md, reading 3):
     an independent binary reset and a ternary move, as the (2×3)^t branch count of §5.1.1
     implies. The head starts with small random weights and zero bias, so every cursor
     begins near the uniform prior of the paper's Fig. 11 (reset 1/2, moves 1/3 each)
@@ -108,14 +118,29 @@ class GateNet(nn.Module):
         Gate order on the last axis: reset, inc, dec, keep.
         """
         y, hidden = self.gru(x, hidden)  # (b, i, g), (1, b, g)
-        logits = self.head(y).unflatten(-1, (self.n_cursors, 4)).float()  # (b, i, n, 4)
+        logits = self.head(y).unflatten(-1, (self.n_cursors, 4))  # (b, i, n, 4)
+        logits = logits.to(compute_dtype(logits.dtype))
         reset = torch.sigmoid(logits[..., :1])
         move = torch.softmax(logits[..., 1:], dim=-1)
         return torch.cat([reset, move], dim=-1), hidden
 
+    def __reduce__(self):
+        """Pickle (and deep-copy) as constructor arguments + state dict: torch refuses to
+        pickle a parametrised module (the orthogonal W_hh) any other way."""
+        args = (self.gru.input_size, self.n_cursors, self.gru.hidden_size, self.regulariser)
+        return _rebuild_gate_net, (args, self.state_dict(), self.training)
+
     def penalty(self) -> Tensor:
         """‖W_hh‖_F² (the §6.3 Frobenius regulariser before its weight)."""
         return self.gru.weight_hh_l0.pow(2).sum()
+
+
+def _rebuild_gate_net(args: tuple, state: dict[str, Tensor], training: bool) -> GateNet:
+    d_model, n_cursors, hidden, regulariser = args
+    net = GateNet(d_model, n_cursors, hidden=hidden, regulariser=regulariser)
+    some = next(iter(state.values()))
+    net.to(device=some.device, dtype=some.dtype).load_state_dict(state)
+    return net.train(training)
 
 
 class CopyAttention(nn.Module):
@@ -124,7 +149,7 @@ class CopyAttention(nn.Module):
     For copying cursor n, token i attends to every token j <= i (its own included) and to
     a null slot; the null probability is p_no_copy. Queries, keys and the null logit are
     dedicated projections of the PRISM layer's (layer-normed) token states, one small
-    single-head attention per copying cursor (Spec E.6 #7). The null logit starts at
+    single-head attention per copying cursor (docs/prism.md, reading 7). The null logit starts at
     ``null_bias`` so that, at initialisation, copying is rare.
 
     Args:
@@ -157,9 +182,10 @@ class CopyAttention(nn.Module):
         if keys_before is not None:
             k = torch.cat([keys_before, k], dim=2)  # (b, n, j, e)
         j = k.shape[2]
-        scores = torch.einsum("bnie,bnje->bnij", q, k).float() / math.sqrt(self.dim)  # (b, n, i, j)
+        dtype = compute_dtype(q.dtype)
+        scores = torch.einsum("bnie,bnje->bnij", q, k).to(dtype) / math.sqrt(self.dim)  # (b, n, i, j)
         t_query = torch.arange(i, device=x.device) + (j - i)  # absolute index of each new token
         allowed = torch.arange(j, device=x.device)[None, :] <= t_query[:, None]  # (i, j)
         scores = scores.masked_fill(~allowed, -torch.inf)
-        null = self.null(x).float().transpose(1, 2)[..., None]  # (b, n, i, 1)
+        null = self.null(x).to(dtype).transpose(1, 2)[..., None]  # (b, n, i, 1)
         return torch.softmax(torch.cat([scores, null], dim=-1), dim=-1), k

@@ -24,6 +24,7 @@ what the model computes. Without a mask, ε is added to every bin, as Alg. 1 wri
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -47,7 +48,7 @@ def n_bins(support: int) -> int:
 
 
 def centre_one_hot(shape: tuple[int, ...], support: int, *, device=None, dtype=torch.float32) -> Tensor:
-    """The initial histogram (Spec E.6 #4): all mass at offset 0. Returns (*shape, 2P+1)."""
+    """The initial histogram (docs/prism.md, reading 4): all mass at offset 0. Returns (*shape, 2P+1)."""
     h = torch.zeros((*shape, n_bins(support)), device=device, dtype=dtype)
     h[..., support] = 1.0
     return h
@@ -116,18 +117,25 @@ def mix_copy(h: Tensor, p_copy: Tensor) -> Tensor:
     return p_copy[..., -1:] * h + p_copy[..., :-1]
 
 
-def sharpen(h: Tensor, gamma: Tensor, eps: float, mask: Tensor | None = None) -> Tensor:
+def sharpen(h: Tensor, gamma: Tensor | float, eps: float, mask: Tensor | None = None) -> Tensor:
     """Power sharpening ``(h + ε)^γ / Σ (h + ε)^γ`` in log space (Alg. 1 step 5).
 
     Args:
         h: (..., p) non-negative.
-        gamma: (...) exponent (> 1 in PRISM; 1 gives plain renormalisation).
-        eps: floor added before the power.
+        gamma: (...) exponent, or a float for every histogram (> 1 in PRISM; 1 gives
+            plain renormalisation).
+        eps: floor added before the power (>= 0). At 0 the forward value is exact but an
+            empty bin's log is -inf, so gradients through it are NaN: training needs ε > 0
+            (``PRISM`` rejects ε = 0).
         mask: optional bool (..., p); bins outside it get exactly zero mass and no ε.
 
     Returns:
         (..., p), non-negative, sums to one.
     """
+    if not eps >= 0.0:
+        raise ValueError(f"sharpen needs eps >= 0, got {eps}")
+    if not isinstance(gamma, Tensor):  # a plain float: one γ for every histogram
+        gamma = torch.tensor(gamma, dtype=h.dtype, device=h.device)
     logits = gamma[..., None] * torch.log(h + eps)  # (..., p)
     if mask is not None:
         logits = logits.masked_fill(~mask, -torch.inf)
@@ -140,11 +148,12 @@ def histogram_step(
     p_inc: Tensor,
     p_dec: Tensor,
     p_keep: Tensor,
-    gamma: Tensor,
+    gamma: Tensor | float,
     eps: float,
     p_copy: Tensor | None = None,
     *,
     mask: Tensor | None = None,
+    validate: bool = True,
 ) -> Tensor:
     """One PRISM histogram update (Lee 2025, Alg. 1, symmetric support).
 
@@ -152,19 +161,32 @@ def histogram_step(
         h: (..., 2P+1) current histogram; bin k is offset k - P.
         p_reset: (...) reset probability (sigmoid gate).
         p_inc, p_dec, p_keep: (...) move probabilities (softmax gate, sum to one).
-        gamma: (...) sharpening exponent γ_c.
+        gamma: (...) sharpening exponent γ_c, or a float shared by all histograms.
         eps: sharpening floor ε.
         p_copy: (..., 2P+2) copied mass per bin with p_no_copy last, or None.
         mask: optional bool (..., 2P+1) of reachable bins (``reachable_mask``); ε is
             added only there, which makes the result independent of P.
+        validate: check that inc + dec + keep = 1 (a device sync per call; timing loops
+            and PRISM's own scan, whose gates come from a softmax, pass False).
 
     Returns:
         (..., 2P+1) next histogram: non-negative, sums to one.
+
+    Raises:
+        ValueError: if inc + dec + keep differs from one anywhere (by more than 1e-3), or
+            eps < 0.
     """
+    moves = p_inc + p_dec + p_keep
+    if validate and not torch.allclose(moves, torch.ones_like(moves), atol=1e-3, rtol=0.0):
+        worst = (moves - 1.0).abs().max().item()
+        raise ValueError(f"histogram_step: p_inc + p_dec + p_keep must sum to 1 (off by up to {worst:.3g})")
     return sharpen(histogram_transition(h, p_reset, p_inc, p_dec, p_keep, p_copy), gamma, eps, mask)
 
 
 StepFn = Callable[..., Tensor]
+
+unchecked_histogram_step: StepFn = functools.partial(histogram_step, validate=False)
+"""``histogram_step`` without the gate check (no device sync): for scans and timing loops."""
 
 
 def histogram_scan(
@@ -175,7 +197,7 @@ def histogram_scan(
     p_copy: Tensor | None = None,
     masks: Tensor | None = None,
     *,
-    step: StepFn = histogram_step,
+    step: StepFn = unchecked_histogram_step,
 ) -> Tensor:
     """Run ``histogram_step`` over t: the sequential hot loop of PRISM.
 

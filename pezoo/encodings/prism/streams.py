@@ -7,7 +7,7 @@ p histogram bins, f stream width d_pe.
     e_t^c      = Σ_k H_t^c[k] · table[k]       superposition (Eq. 10), one per cursor
     g_t        = normalise([e_t^0 ; … ; e_t^{C-1}])   over the (c, f) stack (Alg. 3)
 
-and the hybrid score of head h (Eq. 9 with Alg. 4's normalisation, Spec E.5):
+and the hybrid score of head h (Eq. 9 with Alg. 4's normalisation, §5.2):
 
     s(i, j) = μ_h ⟨q_i, k_j⟩/√e + (1 - μ_h) Σ_c |α_{h,c}| ⟨g_i^{q,c}, g_j^{k,c}⟩ / √(C·d_pe)
 

@@ -1,6 +1,6 @@
 """Randomized-PE paper tasks (Delétang et al. 2023 suite): targets recomputed independently,
 the source code's docstring examples (with its known traps corrected), output lengths,
-masks and the degenerate small scales, as SPEC-deepmind-tasks.md describes them."""
+masks and the degenerate small scales, as the public code of Delétang et al. 2023 defines them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PRISM paper tasks: worked examples (Table 3 / SPEC-seeds §E.2) and targets recomputed
+"""PRISM paper tasks: worked examples (Table 3) and targets recomputed
 by independent implementations on hypothesis-generated instances."""
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def test_scan_cot_on_every_command():
         assert [a for _, clause_actions in groups for a in clause_actions] == actions.split()
         assert all(gold(clause) == clause_actions for clause, clause_actions in groups)
         longest = max(longest, len(command.split()) + 1 + len(target))
-    assert longest == 107  # prompt = completion, as SPEC-seeds §E.2 reports
+    assert longest == 107  # prompt = completion, as the PRISM paper's Table 3 example shows
 
 
 def test_scan_cot_paper_examples():

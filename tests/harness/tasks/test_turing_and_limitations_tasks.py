@@ -1,5 +1,5 @@
-"""Turing-Programs addition (Hou et al., SPEC-seeds §B.1) and the positional-limitations
-paper's Select / Parity-CoT / Addition tasks (Chen, Liang & Lin, SPEC-seeds §C.7)."""
+"""Turing-Programs addition (Hou et al., Fig. 2, footnote 1) and the positional-limitations
+paper's Select / Parity-CoT / Addition tasks (Chen, Liang & Lin, §VI-VII experiments)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def render(name: str, prompt: str) -> str:
 
 @pytest.mark.parametrize(
     ("prompt", "target"),
-    [  # SPEC-seeds §B.1; the first is the paper's own string, "$"/"|" -> our prompt "="
+    [  # Hou et al. Fig. 2; the first is the paper's own string, "$"/"|" -> our prompt "="
         ("4324+139", "432e+13j(1,3)|43c+1d(0,63)|4d+b(0,463)|e+^(0,4463)|4463"),
         ("987+45", "98h+4f(1,2)|9i+e(1,32)|j+^(1,032)|^+^(0,1032)|1032"),
         ("45+987", "4f+98h(1,2)|e+9i(1,32)|^+j(1,032)|^+^(0,1032)|1032"),

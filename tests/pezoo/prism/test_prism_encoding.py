@@ -250,3 +250,30 @@ def test_windowed_scan_equals_the_full_width_scan(options):
         torch.testing.assert_close(grads_w[name], grads_f[name], rtol=1e-4, atol=1e-6, msg=name)
     torch.testing.assert_close(step_w, step_f, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(hist_w, hist_f, rtol=1e-5, atol=1e-7)
+
+
+def test_eps_zero_is_rejected():
+    """At ε = 0 an empty bin's log(h + ε) is -inf and every gate gradient NaN."""
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        pezoo.create("prism", dims=pezoo.ModelDims(d_model=D, n_heads=H, n_layers=LAYERS), eps=0.0)
+
+
+@pytest.mark.parametrize("options", VARIANTS, ids=lambda o: ",".join(o) or "default")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16], ids=str)
+def test_dtype_moves(options, dtype):
+    """After .to(dtype) the model runs, returns that dtype, stays close to fp32 and decodes
+    token by token like the full pass (the filter runs in fp32 under fp16 / bf16)."""
+    tokens = torch.randint(0, 20, (2, 9), generator=torch.Generator().manual_seed(5))
+    model = build(**options)
+    with torch.no_grad():
+        want = model(tokens)
+        moved = model.to(dtype)
+        got = moved(tokens)
+        state: dict = {}
+        steps = torch.cat([moved(tokens[:, :4], state), *(moved(tokens[:, t : t + 1], state) for t in range(4, 9))], 1)
+    assert got.dtype == dtype and torch.isfinite(got).all()
+    tol = {torch.float64: 1e-4, torch.float16: 0.05, torch.bfloat16: 0.3}[dtype]
+    scale = want.abs().max().item()
+    assert (got.float() - want).abs().max().item() <= tol * scale
+    assert (steps.float() - got.float()).abs().max().item() <= tol * scale
+    assert moved.pe.prism_layers["0"].unpermute.dtype == torch.long  # index buffers keep their dtype

@@ -208,3 +208,26 @@ def test_rejects_malformed_inputs():
     h = torch.ones(1, 5) / 5
     with pytest.raises(ValueError, match="p_copy"):
         histogram_step(h, z, z, z, z + 1, z + 2, 1e-6, torch.ones(1, 5) / 5)
+
+
+def test_gates_that_do_not_sum_to_one_are_an_error():
+    h = centre_one_hot((2,), 3, dtype=torch.float64)
+    zeros, third = torch.zeros(2, dtype=torch.float64), torch.full((2,), 0.4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="sum to 1"):
+        histogram_step(h, zeros, third, third, third, 2.0, 1e-6)  # 1.2 in all
+
+
+def test_gamma_may_be_a_plain_float():
+    """A float γ is the same as a tensor of it: the normalised power (h + ε)^γ / Σ (h + ε)^γ."""
+    h = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.0]], dtype=torch.float64)
+    ones, zeros = torch.ones(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)
+    out = histogram_step(h, zeros, zeros, zeros, ones, 2.5, 1e-3)
+    powered = (h + 1e-3) ** 2.5
+    torch.testing.assert_close(out, powered / powered.sum(), rtol=1e-12, atol=0)
+
+
+def test_negative_eps_is_an_error():
+    h = centre_one_hot((1,), 2, dtype=torch.float64)
+    ones, zeros = torch.ones(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)
+    with pytest.raises(ValueError, match="eps"):
+        histogram_step(h, zeros, zeros, zeros, ones, 2.0, -1e-3)

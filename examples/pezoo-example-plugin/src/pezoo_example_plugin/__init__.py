@@ -50,7 +50,7 @@ class KerpleLog(PositionalEncoding):
         n_heads: heads h; one (r1, r2) pair per head, shared by all layers.
     """
 
-    name = "kerple_log_example"  # the registry key; set by hand since @register is not used
+    name = "kerple_log_example"  # optional: pezoo derives it from the entry-point key, and they must agree
 
     def __init__(self, *, n_heads: int) -> None:
         super().__init__()
