@@ -17,7 +17,8 @@ How each structured bias is lowered:
     LinearBias    score_mod ``-slope_h |pos_i - pos_j|``    dense tensor bias
     RelativeFunctionBias                                   dense tensor bias
                   score_mod calling ``fn(pos_i, pos_j, h)``
-                  on scalars (no (i, j) tensor)
+                  on scalars (no (i, j) tensor; KERPLE,
+                  FIRE, T5's per-distance table)
     DenseBias     score_mod reading the tensor              dense tensor bias
     key padding   mask_mod ``kpm[b, kv]``                   dense tensor bias
     other         ``materialize()`` then as DenseBias       dense tensor bias
