@@ -32,8 +32,11 @@ flex specifics:
     * ``flex_attention`` is wrapped by ``torch.compile`` once per process; dynamo then
       caches one graph per shape family and bias structure (a second distinct length
       triggers one dynamic-shape recompile, after which lengths vary freely; ALiBi and
-      Hard-ALiBi are different structures). If compilation fails, a warning is issued
-      once and the unfused (eager, materialising) flex implementation is used.
+      Hard-ALiBi are different structures). If compilation fails, the unfused (eager,
+      materialising) flex implementation is used for that call configuration only
+      (shapes, dtype, bias structure, contiguous or gathered positions), with one warning
+      giving the reason; other configurations keep the compiled kernel. After three
+      failing configurations, compilation is switched off for the process.
       :func:`set_flex_compile` / :func:`flex_compile` switch compilation off (the
       conformance kit does, for speed).
     * On CPU, calls with fewer than 128 queries are zero-padded to one block (torch 2.13's
@@ -80,7 +83,11 @@ __all__ = [
 
 FLEX_BLOCK_SIZE = 128
 
-_FLEX: dict[str, Any] = {"compile": True, "compiled": None, "failed": False}
+_FLEX: dict[str, Any] = {"compile": True, "compiled": None, "failed": False, "failed_keys": {}}
+
+FLEX_MAX_FAILED_KEYS = 3
+"""After compiled flex has failed for this many distinct call keys, it is switched off for the
+process (a missing compiler fails every shape, and each attempt can cost a full compile)."""
 _WARNED: set[str] = set()
 
 
@@ -139,20 +146,47 @@ def _flex_attention_fn() -> Callable[..., Tensor]:
     return _FLEX["compiled"]
 
 
-def _run_flex(q: Tensor, k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
+def _run_flex(q: Tensor, k: Tensor, v: Tensor, *, key: tuple[Any, ...] | None = None, **kwargs: Any) -> Tensor:
+    """The compiled flex kernel, or the unfused one for call keys whose compilation failed.
+
+    ``key`` names the call's configuration (shapes, dtype, bias structure; by default the
+    shapes and dtype). A compile failure marks only that key as failed: it warns once with
+    the reason and runs unfused from then on, while other keys keep the compiled kernel
+    (torch 2.13's CPU compiler fails for some shapes only, e.g. a second length with
+    non-contiguous positions: ``CppCompileError: 'cur_kvSplitSize8' was not declared``).
+    After :data:`FLEX_MAX_FAILED_KEYS` distinct failures, compilation is off for the process.
+    """
     from torch.nn.attention.flex_attention import flex_attention
 
-    if flex_compile_enabled():
+    if key is None:
+        key = (q.device.type, q.dtype, tuple(q.shape), tuple(k.shape), tuple(v.shape))
+    failed: dict[tuple[Any, ...], str] = _FLEX["failed_keys"]
+    if flex_compile_enabled() and key not in failed:
         try:
             return _flex_attention_fn()(q, k, v, **kwargs)
-        except Exception as exc:  # no compiler toolchain, unsupported config, ...
-            _FLEX["failed"] = True
-            _warn_once(
-                "flex-compile", f"compiling flex_attention failed ({type(exc).__name__}: {exc}); using the unfused flex"
-            )
+        except Exception as exc:  # no compiler toolchain, unsupported config, a shape the compiler breaks on
+            reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            failed[key] = reason
+            if len(failed) >= FLEX_MAX_FAILED_KEYS:
+                _FLEX["failed"] = True
+                _warn_once(
+                    "flex-compile",
+                    f"compiling flex_attention failed for {len(failed)} call configurations (last: {reason}); "
+                    "using the unfused flex for every call from now on",
+                )
+            else:
+                _warn_once(
+                    f"flex-compile:{key}",
+                    f"compiling flex_attention failed for {_describe_key(key)} ({reason}); using the unfused flex "
+                    "for this configuration only",
+                )
     with warnings.catch_warnings():  # the unfused path is deliberate here
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
         return flex_attention(q, k, v, **kwargs)
+
+
+def _describe_key(key: tuple[Any, ...]) -> str:
+    return "calls of shape " + ", ".join(str(part) for part in key)
 
 
 def _batched(t: Tensor, batch: int) -> Tensor:
@@ -332,7 +366,18 @@ def _flex(q, k, v, ctx, biases, scale, return_probs):
     pi, pj = q.shape[2], k.shape[2]
     score_mod, mask_mod, windows = _flex_mods(ctx, biases, h, pi, pj, b)
     block_mask = None if mask_mod is None else flex_block_mask(ctx, windows, h, pi, pj, mask_mod, batch=b)
-    out = _run_flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    key = (
+        q.device.type,
+        q.dtype,
+        tuple(q.shape),
+        tuple(k.shape),
+        tuple(v.shape),
+        "contiguous" if _contiguous_positions(ctx) else "gathered positions",
+        tuple(type(bias).__name__ for bias in biases),
+        "causal" if ctx.causal else "bidirectional",
+        ctx.key_padding_mask is not None,
+    )
+    out = _run_flex(q, k, v, key=key, score_mod=score_mod, block_mask=block_mask, scale=scale)
     return out[:, :, :i], None
 
 

@@ -183,6 +183,7 @@ def test_failed_compilation_falls_back_to_unfused_flex(monkeypatch):
 
     monkeypatch.setitem(backends._FLEX, "compiled", broken_kernel)  # what torch.compile returned
     monkeypatch.setitem(backends._FLEX, "failed", False)
+    monkeypatch.setitem(backends._FLEX, "failed_keys", {})
     monkeypatch.setitem(backends._FLEX, "compile", True)
     backends._WARNED.discard("flex-compile")
     q, k, v, pos = _case(4, i=10)
@@ -191,6 +192,62 @@ def test_failed_compilation_falls_back_to_unfused_flex(monkeypatch):
     with pytest.warns(RuntimeWarning, match="no C.. compiler"), torch.no_grad():
         got, _ = attend(q, k, v, ctx, backend="flex")
     torch.testing.assert_close(got, want)
+    assert backends.flex_compile_enabled()  # only this configuration is marked failed
+
+
+def test_a_compile_failure_for_one_shape_keeps_the_compiled_kernel_for_others(monkeypatch):
+    """torch 2.13's CPU compiler breaks on some shapes only: fall back for those, not for the process."""
+    calls = []
+
+    def kernel_failing_for_140(q, k, v, **kwargs):
+        calls.append(q.shape[2])
+        if q.shape[2] == 140:
+            raise RuntimeError("CppCompileError: 'cur_kvSplitSize8' was not declared in this scope")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.nn.attention.flex_attention.flex_attention(q, k, v, **kwargs)
+
+    monkeypatch.setitem(backends._FLEX, "compiled", kernel_failing_for_140)
+    monkeypatch.setitem(backends._FLEX, "failed", False)
+    monkeypatch.setitem(backends._FLEX, "failed_keys", {})
+    monkeypatch.setitem(backends._FLEX, "compile", True)
+    biases = [LinearBias(torch.rand(4))]
+
+    def run(i: int):
+        q, k, v, pos = _case(i, i=i, sparse=True)  # randomized-PE positions, as in the failing case
+        ctx = AttentionContext(q_pos=pos, k_pos=pos)
+        with torch.no_grad():
+            got, _ = attend(q, k, v, ctx, biases, backend="flex")
+        torch.testing.assert_close(got, attend(q, k, v, ctx, biases)[0], rtol=1e-4, atol=1e-5)
+
+    run(130)
+    with pytest.warns(RuntimeWarning, match=r"cur_kvSplitSize8.*this configuration only"):
+        run(140)
+    assert calls == [130, 140]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # warned once: not again
+        run(140)  # the failed shape goes unfused, without trying to compile again
+        run(150)  # a new shape still gets the compiled kernel
+        run(130)
+    assert calls == [130, 140, 150, 130]
+    assert backends.flex_compile_enabled()
+
+
+def test_compile_is_switched_off_after_several_failing_configurations(monkeypatch):
+    def broken_kernel(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setitem(backends._FLEX, "compiled", broken_kernel)
+    monkeypatch.setitem(backends._FLEX, "failed", False)
+    monkeypatch.setitem(backends._FLEX, "failed_keys", {})
+    monkeypatch.setitem(backends._FLEX, "compile", True)
+    backends._WARNED.discard("flex-compile")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(130, 130 + backends.FLEX_MAX_FAILED_KEYS):
+            q, k, v, pos = _case(i, i=i)
+            with torch.no_grad():
+                attend(q, k, v, AttentionContext(q_pos=pos, k_pos=pos), backend="flex")
     assert not backends.flex_compile_enabled()
 
 
