@@ -13,6 +13,13 @@ Four measurements, each run side by side in one process on the current device:
   own subprocess (so one measurement cannot inflate another and an out-of-memory kill
   stays contained): CUDA peak allocator bytes on GPU, the peak resident set (VmHWM,
   reset after a warm-up pass) on CPU, both minus the memory held before the pass.
+* ``alloc``: peak memory at the allocator of a forward + backward pass per encoding,
+  backend and length (S = 1k … 8k by default), all lengths of one (encoding, backend) in
+  one subprocess: ``torch.cuda.max_memory_allocated`` on CUDA, the profiler's memory
+  events (``profile_memory=True``: every CPU allocator call with the running total) on
+  CPU, both above the bytes allocated when the pass starts; ratio to NoPE in the same
+  run. Unlike RSS it is exact to the byte and does not move between runs. On CPU, flex
+  has no backward pass, so its rows are the forward pass (under ``no_grad``).
 * ``decode``: greedy decoding (``harness.evaluate.greedy_decode``) to a fixed total
   length with the KV cache / recurrent state and by recomputing the prefix.
 * ``prism``: the PRISM histogram scan over t tokens at supports P (ratio per doubling
@@ -60,7 +67,14 @@ from pezoo.encodings.prism import PAPER_OPTIONS
 
 SCHEMA_VERSION = 1
 
-SECTIONS = ("train", "memory", "decode", "prism")
+SECTIONS = ("train", "memory", "alloc", "decode", "prism")
+
+DEFAULT_SECTIONS = ("train", "memory", "decode", "prism")
+"""What a plain ``pezoo perf`` runs; ``alloc`` (minutes of flex compiles on CPU) is asked for
+with ``--sections alloc`` or ``--full``."""
+
+ALLOC_TARGETS: dict[str, float] = {"alibi": 1.2, "hard_alibi": 1.2, "t5": 1.2}
+"""Largest accepted allocator peak on flex at the longest length, as a multiple of NoPE's."""
 
 TARGET_ENCODINGS = (
     "nope",
@@ -119,6 +133,9 @@ class PerfGrid:
         memory_dims: (d_model, n_layers, n_heads) of the memory backbone.
         memory_cap_gib: address-space cap of each CPU memory subprocess; a measurement
             needing more is reported as not feasible instead of taking the machine down.
+        alloc_lengths: sequence lengths of the allocator-peak table.
+        alloc_encodings, alloc_backends: its rows and backends.
+        alloc_batch: its batch size.
         decode_length: total tokens (prompt + generated) of the decoding measurement.
         decode_prompt: prompt tokens.
         decode_batch: sequences decoded together.
@@ -132,7 +149,7 @@ class PerfGrid:
             by label; ``{"paper": PAPER_OPTIONS}`` adds the paper's cursor counts.
     """
 
-    sections: tuple[str, ...] = SECTIONS
+    sections: tuple[str, ...] = DEFAULT_SECTIONS
     repeats: int = 7
     warmup: int = 2
     threads: int = 1
@@ -145,6 +162,10 @@ class PerfGrid:
     memory_backends: tuple[str, ...] = ("sdpa", "flex")
     memory_dims: tuple[int, int, int] = (64, 5, 8)
     memory_cap_gib: float = 8.0
+    alloc_lengths: tuple[int, ...] = (1024, 2048, 4096, 8192)
+    alloc_encodings: tuple[str, ...] = ("nope", "alibi", "hard_alibi", "t5")
+    alloc_backends: tuple[str, ...] = ("sdpa", "flex")
+    alloc_batch: int = 1
     decode_length: int = 500
     decode_prompt: int = 12
     decode_batch: int = 1
@@ -184,6 +205,7 @@ GRIDS: dict[str, PerfGrid] = {
     ),
     # the whole grid of the issue (tens of minutes on CPU)
     "full": PerfGrid(
+        sections=SECTIONS,
         repeats=11,
         memory_lengths=(512, 2048, 8192),
         memory_encodings=(
@@ -560,6 +582,166 @@ def measure_memory(grid: PerfGrid, device: torch.device) -> list[dict[str, Any]]
 
 
 # --------------------------------------------------------------------------------------
+# Peak memory at the allocator
+# --------------------------------------------------------------------------------------
+
+
+def allocator_peak(fn: Callable[[], object], device: torch.device) -> tuple[int, str]:
+    """Run ``fn`` once; (peak bytes allocated above the level at its start, how it was measured).
+
+    CUDA: ``max_memory_allocated`` after a peak reset. CPU: the profiler's memory events
+    (``profile_memory=True``), whose ``total_allocated`` is the allocator's running total
+    since profiling started, so its maximum is the peak above the start.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - base, "cuda max_memory_allocated"
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    peak = 0
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.tag == _EventType.Allocation and node.extra_fields.device.type == device.type:
+            peak = max(peak, node.extra_fields.total_allocated)
+    return peak, "profiler memory events (CPU allocator)"
+
+
+def alloc_child(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """All lengths of one (encoding, backend) in *this* process (the subprocess side of :func:`measure_alloc_one`).
+
+    Per length: a warm-up pass (flex compiles here; its compiled kernels are reused by the
+    later lengths), then the measured pass: forward + backward (parameter gradients
+    cleared before, so every encoding allocates them alike), or the forward pass alone
+    under ``no_grad`` where the backend has no backward of its own on this device (flex
+    on CPU). The first length that fails (out of memory under the cap) ends the loop.
+    """
+    device = torch.device(spec["device"])
+    if spec.get("threads"):
+        torch.set_num_threads(int(spec["threads"]))
+    model = memory_backbone(spec["pe"], spec["backend"], spec["dims"]).to(device)
+    train = spec["backend"] in training_backends(device)
+    batch = int(spec["batch"])
+    rows = []
+    for i, length in enumerate(spec["lengths"]):
+        gen = torch.Generator().manual_seed(length)
+        tokens = torch.randint(1, model.cfg.vocab_size, (batch, length), generator=gen).to(device)  # (b, s)
+
+        def one_pass(tokens: torch.Tensor = tokens) -> None:
+            model.zero_grad(set_to_none=True)
+            if train:
+                model(tokens).float().mean().backward()
+            else:
+                with torch.no_grad():
+                    model(tokens)
+
+        row: dict[str, Any] = {"length": length, "pass": "forward+backward" if train else "forward"}
+        try:
+            if spec["backend"] == "flex" or device.type == "cuda" or i == 0:
+                one_pass()  # compile / warm up outside the measurement
+            gc.collect()
+            start = time.perf_counter()
+            peak, how = allocator_peak(one_pass, device)
+            row.update(ok=True, peak_mib=peak / 2**20, how=how, seconds=time.perf_counter() - start)
+        except (MemoryError, RuntimeError) as exc:  # torch reports a failed allocation as RuntimeError
+            row.update(ok=False, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        model.zero_grad(set_to_none=True)
+        rows.append(row)
+        if not row["ok"]:
+            break
+    return rows
+
+
+def _alloc_child_main() -> None:
+    """Entry point of the allocator subprocess: spec JSON in argv[1], result JSON on stdout."""
+    spec = json.loads(sys.argv[1])
+    if spec["device"] == "cpu" and spec.get("cap_bytes"):
+        cap = int(spec["cap_bytes"])
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    print("PERF-RESULT " + json.dumps(alloc_child(spec)), flush=True)
+
+
+def measure_alloc_one(
+    pe: str,
+    backend: str,
+    lengths: Sequence[int],
+    *,
+    dims: Sequence[int],
+    batch: int,
+    device: torch.device,
+    cap_gib: float,
+    threads: int,
+) -> list[dict[str, Any]]:
+    """Allocator peaks of one (encoding, backend) at every length, in one fresh subprocess."""
+    spec = {
+        "pe": pe,
+        "backend": backend,
+        "lengths": sorted(lengths),
+        "dims": list(dims),
+        "batch": batch,
+        "device": str(device),
+        "threads": threads,
+        "cap_bytes": int(cap_gib * 2**30),
+    }
+    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1"}  # compile in-process, under the same cap
+    code = "from harness.perf import _alloc_child_main; _alloc_child_main()"
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PERF-RESULT ")]
+    results = json.loads(lines[-1].removeprefix("PERF-RESULT ")) if lines else []
+    done = {r["length"] for r in results}
+    if not lines:  # killed: every length it did not report failed with the process
+        tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        results = [{"length": n, "ok": False, "error": tail[:300]} for n in spec["lengths"]]
+    else:
+        failed = next((r for r in results if not r["ok"]), None)
+        results += [
+            {"length": n, "ok": False, "error": f"not run: S={failed['length']} already failed"}
+            for n in spec["lengths"]
+            if n not in done and failed is not None
+        ]
+    for r in results:
+        if not r["ok"] and device.type == "cpu" and not r["error"].startswith("not run"):
+            r["error"] = f"not feasible under the {cap_gib:g} GiB cap ({r['error']})"
+    return [{"pe": pe, "backend": backend, **r} for r in results]
+
+
+def measure_alloc(grid: PerfGrid, device: torch.device) -> list[dict[str, Any]]:
+    """Allocator rows for every (encoding, backend, length) of ``grid``, ratio to NoPE at the same backend and S."""
+    rows = [
+        row
+        for backend in grid.alloc_backends
+        for pe in grid.alloc_encodings
+        for row in measure_alloc_one(
+            pe,
+            backend,
+            grid.alloc_lengths,
+            dims=grid.memory_dims,
+            batch=grid.alloc_batch,
+            device=device,
+            cap_gib=grid.memory_cap_gib,
+            threads=grid.threads,
+        )
+    ]
+    nope = {(r["backend"], r["length"]): r["peak_mib"] for r in rows if r["pe"] == "nope" and r["ok"]}
+    longest = max(grid.alloc_lengths, default=0)
+    for r in rows:
+        ref = nope.get((r["backend"], r["length"]))
+        r["ratio_to_nope"] = r["peak_mib"] / ref if r["ok"] and ref else None
+        target = ALLOC_TARGETS.get(r["pe"]) if r["backend"] == "flex" and r["length"] == longest else None
+        r["target"] = target
+        r["meets_target"] = None if target is None or r["ratio_to_nope"] is None else r["ratio_to_nope"] <= target
+    return rows
+
+
+# --------------------------------------------------------------------------------------
 # Greedy decoding with and without the cache
 # --------------------------------------------------------------------------------------
 
@@ -838,7 +1020,13 @@ def run_perf(grid: PerfGrid, device: torch.device, *, log: Callable[[str], None]
         },
         "grid": {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(grid).items()},
     }
-    measure = {"train": measure_train, "memory": measure_memory, "decode": measure_decode, "prism": measure_prism}
+    measure = {
+        "train": measure_train,
+        "memory": measure_memory,
+        "alloc": measure_alloc,
+        "decode": measure_decode,
+        "prism": measure_prism,
+    }
     seconds = {}
     for section in SECTIONS:
         if section in grid.sections:
@@ -875,6 +1063,8 @@ def render(report: Mapping[str, Any]) -> str:
         lines += ["", *_render_train(report["train"])]
     if "memory" in report:
         lines += ["", *_render_memory(report["memory"], report["grid"])]
+    if "alloc" in report:
+        lines += ["", *_render_alloc(report["alloc"], report["grid"])]
     if "decode" in report:
         lines += ["", *_render_decode(report["decode"])]
     if "prism" in report:
@@ -945,6 +1135,39 @@ def _render_memory(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -
     out = [
         f"peak memory of one forward pass, MiB above the pre-pass baseline (batch 1, d {d}, {n_layers} layers, "
         f"{h} heads; × nope on the same backend; ✗ not feasible)",
+        tabulate(
+            table, headers=["encoding", *(f"{b} S={s}" for b, s in columns)], tablefmt="github", disable_numparse=True
+        ),
+    ]
+    failed = [r for r in rows if not r["ok"]]
+    out += [f"  ✗ {r['pe']} {r['backend']} S={r['length']}: {r['error']}" for r in failed]
+    return out
+
+
+def _render_alloc(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> list[str]:
+    columns = list(dict.fromkeys((r["backend"], r["length"]) for r in rows))
+    table = []
+    for pe in dict.fromkeys(r["pe"] for r in rows):
+        cells = []
+        for backend, length in columns:
+            r = next((r for r in rows if (r["pe"], r["backend"], r["length"]) == (pe, backend, length)), None)
+            if r is None:
+                cells.append("")
+            elif not r["ok"]:
+                cells.append("✗")
+            else:
+                ratio = "" if r["ratio_to_nope"] is None or pe == "nope" else f" ({r['ratio_to_nope']:.2f}×)"
+                verdict = "" if r.get("meets_target") is None else (" ✓" if r["meets_target"] else " NO")
+                cells.append(f"{r['peak_mib']:.1f}{ratio}{verdict}")
+        table.append([pe, *cells])
+    d, n_layers, h = grid["memory_dims"]
+    passes = {b: next((r["pass"] for r in rows if r["backend"] == b and r.get("pass")), "?") for b, _ in columns}
+    how = next((r["how"] for r in rows if r.get("how")), "?")
+    out = [
+        f"peak allocated memory, MiB above the start of the pass ({how}; batch {grid['alloc_batch']}, d {d}, "
+        f"{n_layers} layers, {h} heads; × nope on the same backend and length; ✓/NO: target "
+        f"≤ {', '.join(f'{k} {v:g}×' for k, v in ALLOC_TARGETS.items())} on flex at the longest length; ✗ failed)",
+        "pass per backend: " + ", ".join(f"{b} {p}" for b, p in passes.items()),
         tabulate(
             table, headers=["encoding", *(f"{b} S={s}" for b, s in columns)], tablefmt="github", disable_numparse=True
         ),
