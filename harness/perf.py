@@ -182,8 +182,8 @@ class PerfGrid:
             raise ValueError(f"unknown perf section(s) {', '.join(unknown)}; valid: {', '.join(SECTIONS)}")
         if self.repeats < 1 or self.warmup < 0:
             raise ValueError(f"need repeats >= 1 and warmup >= 0, got {self.repeats}, {self.warmup}")
-        if self.decode_batch < 1:
-            raise ValueError(f"need decode_batch >= 1, got {self.decode_batch}")
+        if self.decode_batch < 1 or self.alloc_batch < 1:
+            raise ValueError(f"need decode_batch and alloc_batch >= 1, got {self.decode_batch}, {self.alloc_batch}")
         if 0 < self.decode_window <= 20 or self.decode_window < 0:
             raise ValueError(f"the decoding window must exceed its 20-token jump, got {self.decode_window}")
 
@@ -1289,8 +1289,12 @@ def _ints(value: str | None) -> tuple[int, ...] | None:
 
 @click.command("perf")
 @click.option("--quick", "size", flag_value="quick", help="Smaller grid (about a minute on an idle CPU).")
-@click.option("--full", "size", flag_value="full", help="The whole grid: S up to 8192, every backend (long on CPU).")
-@click.option("--sections", help=f"Comma-separated subset of {','.join(SECTIONS)}.")
+@click.option(
+    "--full", "size", flag_value="full", help="The whole grid: S up to 8192, all backends and sections (long on CPU)."
+)
+@click.option(
+    "--sections", help=f"Comma-separated subset of {','.join(SECTIONS)} (default: {','.join(DEFAULT_SECTIONS)})."
+)
 @click.option("--pe", "encodings", help="Encodings of the training-step table (comma-separated).")
 @click.option("--presets", help="Presets whose backbone the training step is timed at (comma-separated).")
 @click.option("--backends", help="Attention backends of the training-step table (default: all that train here).")
@@ -1301,6 +1305,10 @@ def _ints(value: str | None) -> tuple[int, ...] | None:
 @click.option("--memory-pe", help="Encodings of the memory table.")
 @click.option("--memory-backends", help="Backends of the memory table.")
 @click.option("--memory-cap-gib", type=float, help="Address-space cap per CPU memory measurement.")
+@click.option("--alloc-lengths", help="Sequence lengths of the allocator-peak table (comma-separated).")
+@click.option("--alloc-pe", help="Encodings of the allocator-peak table.")
+@click.option("--alloc-backends", help="Backends of the allocator-peak table.")
+@click.option("--alloc-batch", type=int, help="Batch size of the allocator-peak table (default 1).")
 @click.option("--decode-length", type=int, help="Total tokens of the decoding measurement.")
 @click.option("--decode-batch", type=int, help="Sequences decoded together (default 1; evaluation decodes batches).")
 @click.option("--decode-pe", help="Encodings of the decoding table.")
@@ -1311,7 +1319,8 @@ def _ints(value: str | None) -> tuple[int, ...] | None:
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the report here as JSON.")
 def perf_command(size, sections, encodings, presets, backends, batch_size, repeats, threads, memory_lengths,
-                 memory_pe, memory_backends, memory_cap_gib, decode_length, decode_batch, decode_pe, decode_window,
+                 memory_pe, memory_backends, memory_cap_gib, alloc_lengths, alloc_pe, alloc_backends, alloc_batch,
+                 decode_length, decode_batch, decode_pe, decode_window,
                  prism_supports, device, json_path) -> None:  # fmt: skip
     """Time and memory of every encoding side by side: training step, peak memory, cached
     decoding, PRISM's scan. Prints the tables (and writes JSON with --json).
@@ -1336,6 +1345,10 @@ def perf_command(size, sections, encodings, presets, backends, batch_size, repea
             memory_encodings=_names(memory_pe),
             memory_backends=_names(memory_backends),
             memory_cap_gib=memory_cap_gib,
+            alloc_lengths=_ints(alloc_lengths),
+            alloc_encodings=_names(alloc_pe),
+            alloc_backends=_names(alloc_backends),
+            alloc_batch=alloc_batch,
             decode_length=decode_length,
             decode_batch=decode_batch,
             decode_encodings=_names(decode_pe),
@@ -1349,10 +1362,10 @@ def perf_command(size, sections, encodings, presets, backends, batch_size, repea
             message = pezoo.base.unknown_name_message("preset", name, list(PRESETS))
             raise click.BadParameter(message, param_hint="--presets")
     valid = pezoo.available()
-    for name in (*grid.encodings, *grid.memory_encodings, *grid.decode_encodings):
+    for name in (*grid.encodings, *grid.memory_encodings, *grid.alloc_encodings, *grid.decode_encodings):
         if name not in valid:
             raise click.BadParameter(pezoo.base.unknown_name_message("encoding", name, valid))
-    for name in (*grid.backends, *grid.memory_backends):
+    for name in (*grid.backends, *grid.memory_backends, *grid.alloc_backends):
         if name not in pezoo.BACKENDS:
             raise click.BadParameter(pezoo.base.unknown_name_message("attention backend", name, sorted(pezoo.BACKENDS)))
     if grid.decode_length <= grid.decode_prompt:
