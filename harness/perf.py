@@ -48,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -645,12 +646,15 @@ def alloc_child(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
 
         row: dict[str, Any] = {"length": length, "pass": "forward+backward" if train else "forward"}
         try:
-            if spec["backend"] == "flex" or device.type == "cuda" or i == 0:
-                one_pass()  # compile / warm up outside the measurement
-            gc.collect()
-            start = time.perf_counter()
-            peak, how = allocator_peak(one_pass, device)
+            with warnings.catch_warnings(record=True) as caught:  # e.g. flex falling back to its unfused form
+                warnings.simplefilter("always")
+                if spec["backend"] == "flex" or device.type == "cuda" or i == 0:
+                    one_pass()  # compile / warm up outside the measurement
+                gc.collect()
+                start = time.perf_counter()
+                peak, how = allocator_peak(one_pass, device)
             row.update(ok=True, peak_mib=peak / 2**20, how=how, seconds=time.perf_counter() - start)
+            row["warnings"] = sorted({str(w.message)[:300] for w in caught if issubclass(w.category, RuntimeWarning)})
         except (MemoryError, RuntimeError) as exc:  # torch reports a failed allocation as RuntimeError
             row.update(ok=False, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
         model.zero_grad(set_to_none=True)
@@ -1174,6 +1178,7 @@ def _render_alloc(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) ->
     ]
     failed = [r for r in rows if not r["ok"]]
     out += [f"  ✗ {r['pe']} {r['backend']} S={r['length']}: {r['error']}" for r in failed]
+    out += [f"  ! {r['pe']} {r['backend']} S={r['length']}: {w}" for r in rows for w in r.get("warnings", ())]
     return out
 
 
