@@ -134,3 +134,26 @@ def test_flex_lowering_equals_the_dense_bias(length, sparse):
     with flex_compile(False), torch.no_grad():
         flex, _ = pezoo.attend(q, k, v, ctx, biases, backend="flex")
     torch.testing.assert_close(flex, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_flex_reads_the_distance_table():
+    """One compile (~30 s on CPU): T5's table lookup inside the compiled score_mod equals eager."""
+    import warnings
+
+    from pezoo.backends import flex_compile
+
+    g = torch.Generator().manual_seed(3)
+    pe = pezoo.create("t5", n_heads=4, num_buckets=16, max_distance=32)
+    with torch.no_grad():
+        pe.table.copy_(torch.randn(16, 4, generator=g))
+    q, k, v = (torch.randn(1, 4, 200, 8, generator=g) for _ in range(3))
+    pos = torch.arange(200)[None]
+    ctx = AttentionContext(q_pos=pos, k_pos=pos)
+    biases = pe.bias(0, q, k, ctx)
+    want, _ = pezoo.attend(q, k, v, ctx, biases)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a compile failure must not pass silently
+        with flex_compile(True), torch.no_grad():
+            got, _ = pezoo.attend(q, k, v, ctx, biases, backend="flex")
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
