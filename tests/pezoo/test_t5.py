@@ -157,3 +157,14 @@ def test_compiled_flex_reads_the_distance_table():
         with flex_compile(True), torch.no_grad():
             got, _ = pezoo.attend(q, k, v, ctx, biases, backend="flex")
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_table_gradient_equals_the_pairwise_gather():
+    pe = pezoo.create("t5", n_heads=2, num_buckets=8, max_distance=20)
+    pos = torch.tensor([[0, 2, 5, 9, 30, 33, 90]])
+    ctx = AttentionContext(q_pos=pos, k_pos=pos)
+    w = torch.randn(1, 2, 7, 7)
+    (bias,) = pe.bias(0, torch.zeros(1, 2, 7, 4), torch.zeros(1, 2, 7, 4), ctx)
+    (got,) = torch.autograd.grad((bias.materialize(ctx, 2, torch.float32) * w).sum(), pe.table)
+    (want,) = torch.autograd.grad((_dense_reference(pe, pos, pos) * w).sum(), pe.table)
+    torch.testing.assert_close(got, want)
