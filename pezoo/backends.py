@@ -32,11 +32,13 @@ flex specifics:
     * ``flex_attention`` is wrapped by ``torch.compile`` once per process; dynamo then
       caches one graph per shape family and bias structure (a second distinct length
       triggers one dynamic-shape recompile, after which lengths vary freely; ALiBi and
-      Hard-ALiBi are different structures). If compilation fails, the unfused (eager,
-      materialising) flex implementation is used for that call configuration only
-      (shapes, dtype, bias structure, contiguous or gathered positions), with one warning
-      giving the reason; other configurations keep the compiled kernel. After three
-      failing configurations, compilation is switched off for the process.
+      Hard-ALiBi are different structures). If compilation fails for a call configuration
+      (shapes, dtype, bias structure, contiguous or gathered positions), that
+      configuration is compiled again with static shapes (this makes torch 2.13's
+      failing dynamic recompile with randomized positions work), and failing that runs
+      the unfused (eager, materialising) flex implementation; one warning gives the
+      reason, and other configurations keep the compiled kernel. After three
+      configurations failed both ways, compilation is switched off for the process.
       :func:`set_flex_compile` / :func:`flex_compile` switch compilation off (the
       conformance kit does, for speed).
     * On CPU, calls with fewer than 128 queries are zero-padded to one block (torch 2.13's
@@ -83,7 +85,14 @@ __all__ = [
 
 FLEX_BLOCK_SIZE = 128
 
-_FLEX: dict[str, Any] = {"compile": True, "compiled": None, "failed": False, "failed_keys": {}}
+_FLEX: dict[str, Any] = {
+    "compile": True,
+    "compiled": None,  # torch.compile(flex_attention), dynamic shapes after the second length
+    "static": None,  # torch.compile(flex_attention, dynamic=False), for keys the first fails on
+    "failed": False,
+    "failed_keys": {},  # call key -> why both compiles failed (runs unfused)
+    "static_keys": {},  # call key -> why the dynamic compile failed (runs the static kernel)
+}
 
 FLEX_MAX_FAILED_KEYS = 3
 """After compiled flex has failed for this many distinct call keys, it is switched off for the
@@ -146,40 +155,70 @@ def _flex_attention_fn() -> Callable[..., Tensor]:
     return _FLEX["compiled"]
 
 
+def _static_flex_fn() -> Callable[..., Tensor]:
+    """flex_attention compiled with static shapes: one kernel per shape, no dynamic recompile."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if _FLEX["static"] is None:
+        _FLEX["static"] = torch.compile(flex_attention, dynamic=False)
+    return _FLEX["static"]
+
+
+def _failure_reason(exc: Exception) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 def _run_flex(q: Tensor, k: Tensor, v: Tensor, *, key: tuple[Any, ...] | None = None, **kwargs: Any) -> Tensor:
-    """The compiled flex kernel, or the unfused one for call keys whose compilation failed.
+    """The compiled flex kernel; for a call key whose compilation fails, a static-shape
+    compile of that shape, and failing that the unfused kernel.
 
     ``key`` names the call's configuration (shapes, dtype, bias structure; by default the
-    shapes and dtype). A compile failure marks only that key as failed: it warns once with
-    the reason and runs unfused from then on, while other keys keep the compiled kernel
-    (torch 2.13's CPU compiler fails for some shapes only, e.g. a second length with
-    non-contiguous positions: ``CppCompileError: 'cur_kvSplitSize8' was not declared``).
-    After :data:`FLEX_MAX_FAILED_KEYS` distinct failures, compilation is off for the process.
+    shapes and dtype). torch 2.13's CPU compiler fails for some configurations only: a
+    second length with non-contiguous (randomized) positions breaks the dynamic-shape
+    recompile (``CppCompileError: 'cur_kvSplitSize8' was not declared``), while a
+    static-shape compile of the same call works. So a failure first retries that key with
+    ``torch.compile(flex_attention, dynamic=False)`` (one more compile per such shape),
+    and only if that fails too is the key marked failed and run unfused. Either way one
+    warning gives the reason, and other keys keep the compiled kernel. After
+    :data:`FLEX_MAX_FAILED_KEYS` keys failed both ways, compilation is off for the process.
     """
     from torch.nn.attention.flex_attention import flex_attention
 
     if key is None:
         key = (q.device.type, q.dtype, tuple(q.shape), tuple(k.shape), tuple(v.shape))
     failed: dict[tuple[Any, ...], str] = _FLEX["failed_keys"]
+    static: dict[tuple[Any, ...], str] = _FLEX["static_keys"]
     if flex_compile_enabled() and key not in failed:
+        if key not in static:
+            try:
+                return _flex_attention_fn()(q, k, v, **kwargs)
+            except Exception as exc:  # no compiler toolchain, unsupported config, a shape the compiler breaks on
+                static[key] = _failure_reason(exc)
         try:
-            return _flex_attention_fn()(q, k, v, **kwargs)
-        except Exception as exc:  # no compiler toolchain, unsupported config, a shape the compiler breaks on
-            reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-            failed[key] = reason
-            if len(failed) >= FLEX_MAX_FAILED_KEYS:
-                _FLEX["failed"] = True
-                _warn_once(
-                    "flex-compile",
-                    f"compiling flex_attention failed for {len(failed)} call configurations (last: {reason}); "
-                    "using the unfused flex for every call from now on",
-                )
-            else:
-                _warn_once(
-                    f"flex-compile:{key}",
-                    f"compiling flex_attention failed for {_describe_key(key)} ({reason}); using the unfused flex "
-                    "for this configuration only",
-                )
+            out = _static_flex_fn()(q, k, v, **kwargs)
+        except Exception as exc:
+            failed[key] = f"{static.pop(key)}; static shapes: {_failure_reason(exc)}"
+        else:
+            _warn_once(
+                f"flex-compile:{key}",
+                f"compiling flex_attention failed for {_describe_key(key)} ({static[key]}); compiled it with "
+                "static shapes for this configuration instead",
+            )
+            return out
+        if len(failed) >= FLEX_MAX_FAILED_KEYS:
+            _FLEX["failed"] = True
+            _warn_once(
+                "flex-compile",
+                f"compiling flex_attention failed for {len(failed)} call configurations (last: {failed[key]}); "
+                "using the unfused flex for every call from now on",
+            )
+        else:
+            _warn_once(
+                f"flex-compile:{key}",
+                f"compiling flex_attention failed for {_describe_key(key)} ({failed[key]}); using the unfused flex "
+                "for this configuration only",
+            )
     with warnings.catch_warnings():  # the unfused path is deliberate here
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
         return flex_attention(q, k, v, **kwargs)

@@ -182,8 +182,10 @@ def test_failed_compilation_falls_back_to_unfused_flex(monkeypatch):
         raise RuntimeError("no C++ compiler")
 
     monkeypatch.setitem(backends._FLEX, "compiled", broken_kernel)  # what torch.compile returned
+    monkeypatch.setitem(backends._FLEX, "static", broken_kernel)  # and with static shapes
     monkeypatch.setitem(backends._FLEX, "failed", False)
     monkeypatch.setitem(backends._FLEX, "failed_keys", {})
+    monkeypatch.setitem(backends._FLEX, "static_keys", {})
     monkeypatch.setitem(backends._FLEX, "compile", True)
     backends._WARNED.discard("flex-compile")
     q, k, v, pos = _case(4, i=10)
@@ -195,41 +197,70 @@ def test_failed_compilation_falls_back_to_unfused_flex(monkeypatch):
     assert backends.flex_compile_enabled()  # only this configuration is marked failed
 
 
-def test_a_compile_failure_for_one_shape_keeps_the_compiled_kernel_for_others(monkeypatch):
-    """torch 2.13's CPU compiler breaks on some shapes only: fall back for those, not for the process."""
-    calls = []
+def _kernel(calls: list, label: str, fails_for: tuple[int, ...] = ()):
+    """A stand-in for a compiled flex kernel: records (label, length), raises for some lengths."""
 
-    def kernel_failing_for_140(q, k, v, **kwargs):
-        calls.append(q.shape[2])
-        if q.shape[2] == 140:
+    def kernel(q, k, v, **kwargs):
+        calls.append((label, q.shape[2]))
+        if q.shape[2] in fails_for:
             raise RuntimeError("CppCompileError: 'cur_kvSplitSize8' was not declared in this scope")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return torch.nn.attention.flex_attention.flex_attention(q, k, v, **kwargs)
 
-    monkeypatch.setitem(backends._FLEX, "compiled", kernel_failing_for_140)
+    return kernel
+
+
+def _fresh_flex_state(monkeypatch, compiled, static):
+    monkeypatch.setitem(backends._FLEX, "compiled", compiled)
+    monkeypatch.setitem(backends._FLEX, "static", static)
     monkeypatch.setitem(backends._FLEX, "failed", False)
     monkeypatch.setitem(backends._FLEX, "failed_keys", {})
+    monkeypatch.setitem(backends._FLEX, "static_keys", {})
     monkeypatch.setitem(backends._FLEX, "compile", True)
+    monkeypatch.setattr(backends, "_WARNED", set())  # every test sees its own warnings
+
+
+def _run_sparse(i: int, biases) -> None:
+    q, k, v, pos = _case(i, i=i, sparse=True)  # randomized-PE positions, as in the failing case
+    ctx = AttentionContext(q_pos=pos, k_pos=pos)
+    with torch.no_grad():
+        got, _ = attend(q, k, v, ctx, biases, backend="flex")
+    torch.testing.assert_close(got, attend(q, k, v, ctx, biases)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_shape_the_dynamic_compile_fails_on_is_compiled_with_static_shapes(monkeypatch):
+    """torch 2.13's CPU compiler breaks on some shapes only: those get a static-shape kernel, the rest keep theirs."""
+    calls = []
+    _fresh_flex_state(monkeypatch, _kernel(calls, "dynamic", fails_for=(140,)), _kernel(calls, "static"))
     biases = [LinearBias(torch.rand(4))]
-
-    def run(i: int):
-        q, k, v, pos = _case(i, i=i, sparse=True)  # randomized-PE positions, as in the failing case
-        ctx = AttentionContext(q_pos=pos, k_pos=pos)
-        with torch.no_grad():
-            got, _ = attend(q, k, v, ctx, biases, backend="flex")
-        torch.testing.assert_close(got, attend(q, k, v, ctx, biases)[0], rtol=1e-4, atol=1e-5)
-
-    run(130)
-    with pytest.warns(RuntimeWarning, match=r"cur_kvSplitSize8.*this configuration only"):
-        run(140)
-    assert calls == [130, 140]
+    _run_sparse(130, biases)
+    with pytest.warns(RuntimeWarning, match=r"cur_kvSplitSize8.*static shapes for this configuration"):
+        _run_sparse(140, biases)
+    assert calls == [("dynamic", 130), ("dynamic", 140), ("static", 140)]
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # warned once: not again
-        run(140)  # the failed shape goes unfused, without trying to compile again
-        run(150)  # a new shape still gets the compiled kernel
-        run(130)
-    assert calls == [130, 140, 150, 130]
+        _run_sparse(140, biases)  # straight to the static kernel, no second failing compile
+        _run_sparse(150, biases)  # a new shape still gets the dynamic kernel
+    assert calls[3:] == [("static", 140), ("dynamic", 150)]
+    assert backends.flex_compile_enabled()
+
+
+def test_a_shape_both_compiles_fail_on_runs_unfused_alone(monkeypatch):
+    calls = []
+    fails = (140,)
+    _fresh_flex_state(monkeypatch, _kernel(calls, "dynamic", fails), _kernel(calls, "static", fails))
+    biases = [LinearBias(torch.rand(4))]
+    _run_sparse(130, biases)
+    with pytest.warns(RuntimeWarning, match=r"cur_kvSplitSize8.*unfused flex for this configuration only"):
+        _run_sparse(140, biases)
+    assert calls == [("dynamic", 130), ("dynamic", 140), ("static", 140)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        _run_sparse(140, biases)  # unfused: no compiled kernel is called
+        _run_sparse(150, biases)
+        _run_sparse(130, biases)
+    assert calls[3:] == [("dynamic", 150), ("dynamic", 130)]
     assert backends.flex_compile_enabled()
 
 
@@ -237,10 +268,7 @@ def test_compile_is_switched_off_after_several_failing_configurations(monkeypatc
     def broken_kernel(*args, **kwargs):
         raise RuntimeError("no C++ compiler")
 
-    monkeypatch.setitem(backends._FLEX, "compiled", broken_kernel)
-    monkeypatch.setitem(backends._FLEX, "failed", False)
-    monkeypatch.setitem(backends._FLEX, "failed_keys", {})
-    monkeypatch.setitem(backends._FLEX, "compile", True)
+    _fresh_flex_state(monkeypatch, broken_kernel, broken_kernel)
     backends._WARNED.discard("flex-compile")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
