@@ -318,3 +318,21 @@ def test_compiled():
             with flex_compile(True), torch.no_grad():
                 got, _ = attend(q, k, v, ctx, biases, backend="flex")
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_compiled_second_length_with_randomized_positions():
+    """Two compiles (~1 min on CPU): torch 2.13's dynamic recompile fails here; the static retry must work."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    saved = dict(backends._FLEX)
+    backends._FLEX.update(compiled=torch.compile(flex_attention), static=None, failed_keys={}, static_keys={})
+    try:
+        biases = [LinearBias(torch.rand(4))]
+        with flex_compile(True), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i in (256, 384):
+                _run_sparse(i, biases)  # compares with eager
+        assert not backends._FLEX["failed_keys"]  # no configuration fell back to the unfused kernel
+    finally:
+        backends._FLEX.update(saved)
