@@ -557,7 +557,7 @@ def results(store_path, pe, task, fmt) -> None:
         click.echo(df.to_markdown(index=False))
 
 
-# `pezoo perf`: time and memory of every encoding side by side (harness/perf.py).
+# `pezoo perf`: time and memory of every encoding side by side (harness/perf/).
 from harness.perf import perf_command as _perf_command  # noqa: E402
 
 main.add_command(_perf_command)

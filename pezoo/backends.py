@@ -17,7 +17,8 @@ How each structured bias is lowered:
     LinearBias    score_mod ``-slope_h |pos_i - pos_j|``    dense tensor bias
     RelativeFunctionBias                                   dense tensor bias
                   score_mod calling ``fn(pos_i, pos_j, h)``
-                  on scalars (no (i, j) tensor)
+                  on scalars (no (i, j) tensor; KERPLE,
+                  FIRE, T5's per-distance table)
     DenseBias     score_mod reading the tensor              dense tensor bias
     key padding   mask_mod ``kpm[b, kv]``                   dense tensor bias
     other         ``materialize()`` then as DenseBias       dense tensor bias
@@ -31,8 +32,13 @@ flex specifics:
     * ``flex_attention`` is wrapped by ``torch.compile`` once per process; dynamo then
       caches one graph per shape family and bias structure (a second distinct length
       triggers one dynamic-shape recompile, after which lengths vary freely; ALiBi and
-      Hard-ALiBi are different structures). If compilation fails, a warning is issued
-      once and the unfused (eager, materialising) flex implementation is used.
+      Hard-ALiBi are different structures). If compilation fails for a call configuration
+      (shapes, dtype, bias structure, contiguous or gathered positions), that
+      configuration is compiled again with static shapes (this makes torch 2.13's
+      failing dynamic recompile with randomized positions work), and failing that runs
+      the unfused (eager, materialising) flex implementation; one warning gives the
+      reason, and other configurations keep the compiled kernel. After three
+      configurations failed both ways, compilation is switched off for the process.
       :func:`set_flex_compile` / :func:`flex_compile` switch compilation off (the
       conformance kit does, for speed).
     * On CPU, calls with fewer than 128 queries are zero-padded to one block (torch 2.13's
@@ -79,7 +85,18 @@ __all__ = [
 
 FLEX_BLOCK_SIZE = 128
 
-_FLEX: dict[str, Any] = {"compile": True, "compiled": None, "failed": False}
+_FLEX: dict[str, Any] = {
+    "compile": True,
+    "compiled": None,  # torch.compile(flex_attention), dynamic shapes after the second length
+    "static": None,  # torch.compile(flex_attention, dynamic=False), for keys the first fails on
+    "failed": False,
+    "failed_keys": {},  # call key -> why both compiles failed (runs unfused)
+    "static_keys": {},  # call key -> why the dynamic compile failed (runs the static kernel)
+}
+
+FLEX_MAX_FAILED_KEYS = 3
+"""After compiled flex has failed for this many distinct call keys, it is switched off for the
+process (a missing compiler fails every shape, and each attempt can cost a full compile)."""
 _WARNED: set[str] = set()
 
 
@@ -138,20 +155,77 @@ def _flex_attention_fn() -> Callable[..., Tensor]:
     return _FLEX["compiled"]
 
 
-def _run_flex(q: Tensor, k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
+def _static_flex_fn() -> Callable[..., Tensor]:
+    """flex_attention compiled with static shapes: one kernel per shape, no dynamic recompile."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    if flex_compile_enabled():
+    if _FLEX["static"] is None:
+        _FLEX["static"] = torch.compile(flex_attention, dynamic=False)
+    return _FLEX["static"]
+
+
+def _failure_reason(exc: Exception) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _run_flex(q: Tensor, k: Tensor, v: Tensor, *, key: tuple[Any, ...] | None = None, **kwargs: Any) -> Tensor:
+    """The compiled flex kernel; for a call key whose compilation fails, a static-shape
+    compile of that shape, and failing that the unfused kernel.
+
+    ``key`` names the call's configuration (shapes, dtype, bias structure; by default the
+    shapes and dtype). torch 2.13's CPU compiler fails for some configurations only: a
+    second length with non-contiguous (randomized) positions breaks the dynamic-shape
+    recompile (``CppCompileError: 'cur_kvSplitSize8' was not declared``), while a
+    static-shape compile of the same call works. So a failure first retries that key with
+    ``torch.compile(flex_attention, dynamic=False)`` (one more compile per such shape),
+    and only if that fails too is the key marked failed and run unfused. Either way one
+    warning gives the reason, and other keys keep the compiled kernel. After
+    :data:`FLEX_MAX_FAILED_KEYS` keys failed both ways, compilation is off for the process.
+    """
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if key is None:
+        key = (q.device.type, q.dtype, tuple(q.shape), tuple(k.shape), tuple(v.shape))
+    failed: dict[tuple[Any, ...], str] = _FLEX["failed_keys"]
+    static: dict[tuple[Any, ...], str] = _FLEX["static_keys"]
+    if flex_compile_enabled() and key not in failed:
+        if key not in static:
+            try:
+                return _flex_attention_fn()(q, k, v, **kwargs)
+            except Exception as exc:  # no compiler toolchain, unsupported config, a shape the compiler breaks on
+                static[key] = _failure_reason(exc)
         try:
-            return _flex_attention_fn()(q, k, v, **kwargs)
-        except Exception as exc:  # no compiler toolchain, unsupported config, ...
+            out = _static_flex_fn()(q, k, v, **kwargs)
+        except Exception as exc:
+            failed[key] = f"{static.pop(key)}; static shapes: {_failure_reason(exc)}"
+        else:
+            _warn_once(
+                f"flex-compile:{key}",
+                f"compiling flex_attention failed for {_describe_key(key)} ({static[key]}); compiled it with "
+                "static shapes for this configuration instead",
+            )
+            return out
+        if len(failed) >= FLEX_MAX_FAILED_KEYS:
             _FLEX["failed"] = True
             _warn_once(
-                "flex-compile", f"compiling flex_attention failed ({type(exc).__name__}: {exc}); using the unfused flex"
+                "flex-compile",
+                f"compiling flex_attention failed for {len(failed)} call configurations (last: {failed[key]}); "
+                "using the unfused flex for every call from now on",
+            )
+        else:
+            _warn_once(
+                f"flex-compile:{key}",
+                f"compiling flex_attention failed for {_describe_key(key)} ({failed[key]}); using the unfused flex "
+                "for this configuration only",
             )
     with warnings.catch_warnings():  # the unfused path is deliberate here
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
         return flex_attention(q, k, v, **kwargs)
+
+
+def _describe_key(key: tuple[Any, ...]) -> str:
+    return "calls of shape " + ", ".join(str(part) for part in key)
 
 
 def _batched(t: Tensor, batch: int) -> Tensor:
@@ -331,7 +405,18 @@ def _flex(q, k, v, ctx, biases, scale, return_probs):
     pi, pj = q.shape[2], k.shape[2]
     score_mod, mask_mod, windows = _flex_mods(ctx, biases, h, pi, pj, b)
     block_mask = None if mask_mod is None else flex_block_mask(ctx, windows, h, pi, pj, mask_mod, batch=b)
-    out = _run_flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    key = (
+        q.device.type,
+        q.dtype,
+        tuple(q.shape),
+        tuple(k.shape),
+        tuple(v.shape),
+        "contiguous" if _contiguous_positions(ctx) else "gathered positions",
+        tuple(type(bias).__name__ for bias in biases),
+        "causal" if ctx.causal else "bidirectional",
+        ctx.key_padding_mask is not None,
+    )
+    out = _run_flex(q, k, v, key=key, score_mod=score_mod, block_mask=block_mask, scale=scale)
     return out[:, :, :i], None
 
 

@@ -197,21 +197,40 @@ class RelativeFunctionBias(AttentionBias):
     matrix product there, and elementwise, hidden unit by hidden unit, in flex). It
     takes the same arguments without the head index. Tests must show both agree.
 
-    Used by KERPLE (a function of ``|pos_i - pos_j|``) and FIRE (a function of
-    ``pos_i - pos_j`` and ``pos_i``). xformers has no class for it and gets a dense
-    tensor bias.
+    Used by KERPLE (a function of ``|pos_i - pos_j|``), FIRE (a function of
+    ``pos_i - pos_j`` and ``pos_i``) and T5 (a lookup in a per-distance table).
+    xformers has no class for it and gets a dense tensor bias.
+
+    ``memo`` names a bias that is the same object for every layer of a call (T5's one
+    table shared by all layers): ``materialize`` then keeps its result in
+    ``ctx.scratch`` and returns it again for the same positions, params and dtype, so
+    the backends that materialise build the (i, j) tensor once per call, not per layer.
 
     Attributes:
         fn: ``(q_pos, k_pos, head, *params) -> bias``, elementwise and broadcasting.
         params: tensors ``fn`` reads (per-head parameters, MLP weights).
         dense_fn: optional ``(q_pos, k_pos, *params) -> (b|1, h, i, j)``, same values.
+        memo: optional ``ctx.scratch`` key under which the materialised bias is reused.
     """
 
     fn: Callable[..., Tensor]
     params: tuple[Tensor, ...] = ()
     dense_fn: Callable[..., Tensor] | None = None
+    memo: str | None = None
 
     def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
+        if self.memo is None:
+            return self._materialize(ctx, n_heads, dtype)
+        inputs = (ctx.q_pos, ctx.k_pos, *self.params)
+        kept = ctx.scratch.get(self.memo)
+        if kept is not None and kept[1] == (n_heads, dtype) and len(kept[0]) == len(inputs):
+            if all(a is b for a, b in zip(kept[0], inputs, strict=True)):  # same tensors, not equal values
+                return kept[2]
+        out = self._materialize(ctx, n_heads, dtype)
+        ctx.scratch[self.memo] = (inputs, (n_heads, dtype), out)
+        return out
+
+    def _materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
         q = ctx.q_pos.to(torch.float32)[:, None, :, None]  # (b|1, 1, i, 1)
         k = ctx.k_pos.to(torch.float32)[:, None, None, :]  # (b|1, 1, 1, j)
         if self.dense_fn is not None:

@@ -27,6 +27,11 @@ do not have; see docs/encodings/learned_prf.md):
       ``depth`` ReLU layers of width ``hidden`` (2 × 64), then S logits and a softmax
       (temperature ``temperature``). Raw (not length-normalised) features keep a
       piecewise-linear ReLU network meaningful past the training lengths.
+    * Not relative. φθ(i, j) reads the query and key positions themselves (the paper's PRF
+      is a function of the pair, §VII-B; APE's ``i·K + j`` is one), so it cannot be
+      evaluated once per distance i - j and gathered like T5's bias: the network runs on
+      every (i, j) pair and the bias is a dense (b, h, i, j) tensor on every backend,
+      O(S²) memory by definition.
     * S = 16 without and 32 with the scale hint.
     * Scale hint: n comes from ``ctx.scale_hint``, the task's instance scale: (b,) per
       example, or (b, i) per query token when a row packs several instances (our

@@ -11,6 +11,14 @@ n = pos_i - pos_j (query minus key):
 
 with D = ``max_distance``: every distance >= D shares the last bucket, which is what makes
 the bias defined at any length. One (B, h) table, shared by all layers as in T5.
+
+Lowering. The bias depends on n only, and every |n| >= 2D lies in the last bucket of its
+sign, so it is a lookup table over the distances -2D..2D: ``lut[h, clamp(n, -2D, 2D) + 2D]``,
+(h, 4D + 1) floats whatever the sequence length, gathered from the (B, h) table once per
+forward call (so gradients reach the table through it). The bias is a
+:class:`~pezoo.base.RelativeFunctionBias` reading that table: flex looks it up in its
+``score_mod`` per (query, key) without an (i, j) tensor; eager/sdpa/xformers materialise
+it once per call (shared by the layers).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, register
+from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, RelativeFunctionBias, register
 
 
 def t5_relative_bucket(relative: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
@@ -38,6 +46,27 @@ def t5_relative_bucket(relative: Tensor, *, bidirectional: bool, num_buckets: in
     large = max_exact + (scaled * (num_buckets - max_exact)).to(torch.int64)
     large = large.clamp(max=num_buckets - 1)
     return offset + torch.where(n < max_exact, n, large)
+
+
+def t5_distance_bias(q_pos: Tensor, k_pos: Tensor, head: Tensor, lut: Tensor) -> Tensor:
+    """``lut[h, clamp(q_pos - k_pos, -C, C) + C]`` with C = (lut columns - 1) / 2, elementwise.
+
+    Args:
+        q_pos, k_pos: float positions, broadcastable (e.g. (b, 1, i, 1) and (b, 1, 1, j)),
+            or scalars inside a flex ``score_mod``.
+        head: long head indices broadcastable with them (e.g. (1, h, 1, 1)).
+        lut: (h, 2C + 1) bias per head and distance -C..C.
+    """
+    c = (lut.shape[-1] - 1) // 2
+    idx = ((q_pos - k_pos).clamp(-c, c) + c).to(torch.int64)
+    return lut[head, idx]
+
+
+def t5_distance_bias_dense(q_pos: Tensor, k_pos: Tensor, lut: Tensor) -> Tensor:
+    """:func:`t5_distance_bias` for all heads at once: (b|1, 1, i, 1), (b|1, 1, 1, j) -> (b|1, h, i, j)."""
+    c = (lut.shape[-1] - 1) // 2
+    idx = ((q_pos - k_pos).clamp(-c, c) + c).to(torch.int64)  # (b|1, 1, i, j)
+    return lut.t()[idx[:, 0]].permute(0, 3, 1, 2)  # (b|1, i, j, h) -> (b|1, h, i, j)
 
 
 @register("t5")
@@ -71,15 +100,31 @@ class T5Bias(PositionalEncoding):
         self.n_heads, self.num_buckets, self.max_distance = n_heads, num_buckets, max_distance
         self.bidirectional = bidirectional
         self.table = nn.Parameter(torch.randn(num_buckets, n_heads) * init_std)  # (B, h)
+        # Distances the lookup table covers: -C..C. Beyond C the bucket is the last of its sign
+        # (the log rule is monotone and capped); checked here for this configuration.
+        self.lut_radius = 2 * max_distance
+        ends = self.buckets(torch.tensor([self.lut_radius, -self.lut_radius]))
+        last = [per_sign - 1, 2 * per_sign - 1 if bidirectional else 0]
+        if ends.tolist() != last:  # pragma: no cover - the log rule saturates well before 2D
+            raise AssertionError(f"T5 buckets do not saturate at distance {self.lut_radius}: {ends.tolist()}")
+
+    def buckets(self, relative: Tensor) -> Tensor:
+        """Bucket ids of relative positions ``pos_i - pos_j`` (any shape) -> same shape, long."""
+        return t5_relative_bucket(
+            relative, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=self.max_distance
+        )
+
+    def distance_table(self) -> Tensor:
+        """(h, 2C + 1): the bias of each head at distances -C..C, C = ``lut_radius``."""
+        c = self.lut_radius
+        distances = torch.arange(-c, c + 1, device=self.table.device)  # (2C + 1,)
+        return self.table[self.buckets(distances)].t()  # (h, 2C + 1)
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
-        if "t5" not in ctx.scratch:  # same for every layer of this call
-            rel = ctx.q_pos[:, :, None] - ctx.k_pos[:, None, :]  # (b|1, i, j)
-            buckets = t5_relative_bucket(
-                rel, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=self.max_distance
-            )
-            ctx.scratch["t5"] = self.table[buckets].permute(0, 3, 1, 2)  # (b|1, h, i, j)
-        return [DenseBias(ctx.scratch["t5"])]
+        if "t5-lut" not in ctx.scratch:  # same for every layer of this call
+            ctx.scratch["t5-lut"] = self.distance_table()
+        lut = ctx.scratch["t5-lut"]
+        return [RelativeFunctionBias(t5_distance_bias, (lut,), dense_fn=t5_distance_bias_dense, memo="t5")]
 
     def extra_repr(self) -> str:
         return (

@@ -18,6 +18,7 @@ from harness.perf import (
     SECTIONS,
     PerfGrid,
     Timing,
+    allocator_peak,
     best_backend_rows,
     grid_from,
     measure_decode,
@@ -29,6 +30,7 @@ from harness.perf import (
 
 TOY = grid_from(
     "quick",
+    sections=SECTIONS,
     repeats=2,
     warmup=1,
     presets=("smoke",),
@@ -37,6 +39,9 @@ TOY = grid_from(
     memory_lengths=(48,),
     memory_encodings=("nope", "alibi"),
     memory_backends=("sdpa",),
+    alloc_lengths=(64, 32),
+    alloc_encodings=("nope", "alibi"),
+    alloc_backends=("sdpa",),
     decode_length=18,
     decode_prompt=6,
     decode_batch=2,
@@ -115,6 +120,37 @@ def test_an_infeasible_memory_measurement_is_reported_not_raised():
     assert row["ok"] is False and row["error"]
 
 
+def test_allocator_peak_is_the_largest_live_set_on_cpu():
+    def fn():
+        a = torch.empty(1_000_000)  # 4 MB live
+        b = torch.empty(500_000)  # 6 MB live: the peak
+        del a
+        c = torch.empty(250_000)  # 3 MB live
+        return b, c
+
+    kept = torch.empty(2_000_000)  # allocated before the pass: not counted
+    peak, how = allocator_peak(fn, torch.device("cpu"))
+    assert peak == 6_000_000 and "profiler" in how
+    del kept
+
+
+def test_alloc_rows_cover_every_length_with_ratios_to_nope(toy_report):
+    rows = toy_report["alloc"]
+    assert [(r["pe"], r["backend"], r["length"]) for r in rows] == [
+        ("nope", "sdpa", 32),
+        ("nope", "sdpa", 64),
+        ("alibi", "sdpa", 32),
+        ("alibi", "sdpa", 64),
+    ]
+    assert all(r["ok"] and r["peak_mib"] > 0 and r["pass"] == "forward+backward" for r in rows), rows
+    nope = {r["length"]: r["peak_mib"] for r in rows if r["pe"] == "nope"}
+    for r in rows:
+        assert r["ratio_to_nope"] == pytest.approx(r["peak_mib"] / nope[r["length"]])
+        assert r["target"] is None  # targets are set for flex only
+    alibi = {r["length"]: r["peak_mib"] for r in rows if r["pe"] == "alibi"}
+    assert alibi[64] > nope[64]  # sdpa materialises ALiBi's (h, S, S) bias
+
+
 def test_decode_rows_generate_the_whole_length_identically(toy_report):
     rows = toy_report["decode"]
     assert [r["pe"] for r in rows] == ["nope", "prism"]
@@ -147,7 +183,8 @@ def test_report_is_json_with_provenance_and_renders(toy_report):
     assert prov["commit"] and prov["device"].startswith("cpu") and prov["torch"] == torch.__version__
     assert prov["threads"] == 1
     text = render(toy_report)
-    for header in ("training step", "peak memory", "greedy decoding", "PRISM histogram scan", "| prism"):
+    headers = ("training step", "peak memory", "peak allocated", "greedy decoding", "PRISM histogram scan", "| prism")
+    for header in headers:
         assert header in text
 
 

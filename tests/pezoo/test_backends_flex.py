@@ -182,7 +182,10 @@ def test_failed_compilation_falls_back_to_unfused_flex(monkeypatch):
         raise RuntimeError("no C++ compiler")
 
     monkeypatch.setitem(backends._FLEX, "compiled", broken_kernel)  # what torch.compile returned
+    monkeypatch.setitem(backends._FLEX, "static", broken_kernel)  # and with static shapes
     monkeypatch.setitem(backends._FLEX, "failed", False)
+    monkeypatch.setitem(backends._FLEX, "failed_keys", {})
+    monkeypatch.setitem(backends._FLEX, "static_keys", {})
     monkeypatch.setitem(backends._FLEX, "compile", True)
     backends._WARNED.discard("flex-compile")
     q, k, v, pos = _case(4, i=10)
@@ -191,6 +194,90 @@ def test_failed_compilation_falls_back_to_unfused_flex(monkeypatch):
     with pytest.warns(RuntimeWarning, match="no C.. compiler"), torch.no_grad():
         got, _ = attend(q, k, v, ctx, backend="flex")
     torch.testing.assert_close(got, want)
+    assert backends.flex_compile_enabled()  # only this configuration is marked failed
+
+
+def _kernel(calls: list, label: str, fails_for: tuple[int, ...] = ()):
+    """A stand-in for a compiled flex kernel: records (label, length), raises for some lengths."""
+
+    def kernel(q, k, v, **kwargs):
+        calls.append((label, q.shape[2]))
+        if q.shape[2] in fails_for:
+            raise RuntimeError("CppCompileError: 'cur_kvSplitSize8' was not declared in this scope")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.nn.attention.flex_attention.flex_attention(q, k, v, **kwargs)
+
+    return kernel
+
+
+def _fresh_flex_state(monkeypatch, compiled, static):
+    monkeypatch.setitem(backends._FLEX, "compiled", compiled)
+    monkeypatch.setitem(backends._FLEX, "static", static)
+    monkeypatch.setitem(backends._FLEX, "failed", False)
+    monkeypatch.setitem(backends._FLEX, "failed_keys", {})
+    monkeypatch.setitem(backends._FLEX, "static_keys", {})
+    monkeypatch.setitem(backends._FLEX, "compile", True)
+    monkeypatch.setattr(backends, "_WARNED", set())  # every test sees its own warnings
+
+
+def _run_sparse(i: int, biases) -> None:
+    q, k, v, _ = _case(i, i=i)
+    g = torch.Generator().manual_seed(i)  # randomized-PE positions, per example, as in the failing case
+    pos = torch.stack([torch.randperm(4 * i, generator=g)[:i].sort().values for _ in range(q.shape[0])])
+    ctx = AttentionContext(q_pos=pos, k_pos=pos)
+    with torch.no_grad():
+        got, _ = attend(q, k, v, ctx, biases, backend="flex")
+    torch.testing.assert_close(got, attend(q, k, v, ctx, biases)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_shape_the_dynamic_compile_fails_on_is_compiled_with_static_shapes(monkeypatch):
+    """torch 2.13's CPU compiler breaks on some shapes only: those get a static-shape kernel, the rest keep theirs."""
+    calls = []
+    _fresh_flex_state(monkeypatch, _kernel(calls, "dynamic", fails_for=(140,)), _kernel(calls, "static"))
+    biases = [LinearBias(torch.rand(4))]
+    _run_sparse(130, biases)
+    with pytest.warns(RuntimeWarning, match=r"cur_kvSplitSize8.*static shapes for this configuration"):
+        _run_sparse(140, biases)
+    assert calls == [("dynamic", 130), ("dynamic", 140), ("static", 140)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # warned once: not again
+        _run_sparse(140, biases)  # straight to the static kernel, no second failing compile
+        _run_sparse(150, biases)  # a new shape still gets the dynamic kernel
+    assert calls[3:] == [("static", 140), ("dynamic", 150)]
+    assert backends.flex_compile_enabled()
+
+
+def test_a_shape_both_compiles_fail_on_runs_unfused_alone(monkeypatch):
+    calls = []
+    fails = (140,)
+    _fresh_flex_state(monkeypatch, _kernel(calls, "dynamic", fails), _kernel(calls, "static", fails))
+    biases = [LinearBias(torch.rand(4))]
+    _run_sparse(130, biases)
+    with pytest.warns(RuntimeWarning, match=r"cur_kvSplitSize8.*unfused flex for this configuration only"):
+        _run_sparse(140, biases)
+    assert calls == [("dynamic", 130), ("dynamic", 140), ("static", 140)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        _run_sparse(140, biases)  # unfused: no compiled kernel is called
+        _run_sparse(150, biases)
+        _run_sparse(130, biases)
+    assert calls[3:] == [("dynamic", 150), ("dynamic", 130)]
+    assert backends.flex_compile_enabled()
+
+
+def test_compile_is_switched_off_after_several_failing_configurations(monkeypatch):
+    def broken_kernel(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    _fresh_flex_state(monkeypatch, broken_kernel, broken_kernel)
+    backends._WARNED.discard("flex-compile")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(130, 130 + backends.FLEX_MAX_FAILED_KEYS):
+            q, k, v, pos = _case(i, i=i)
+            with torch.no_grad():
+                attend(q, k, v, AttentionContext(q_pos=pos, k_pos=pos), backend="flex")
     assert not backends.flex_compile_enabled()
 
 
@@ -233,3 +320,21 @@ def test_compiled():
             with flex_compile(True), torch.no_grad():
                 got, _ = attend(q, k, v, ctx, biases, backend="flex")
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_compiled_second_length_with_randomized_positions():
+    """Two compiles (~1 min on CPU): torch 2.13's dynamic recompile fails here; the static retry must work."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    saved = dict(backends._FLEX)
+    backends._FLEX.update(compiled=torch.compile(flex_attention), static=None, failed_keys={}, static_keys={})
+    try:
+        biases = [LinearBias(torch.rand(4))]
+        with flex_compile(True), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i in (256, 384):
+                _run_sparse(i, biases)  # compares with eager
+        assert not backends._FLEX["failed_keys"]  # no configuration fell back to the unfused kernel
+    finally:
+        backends._FLEX.update(saved)

@@ -1,0 +1,115 @@
+"""`pezoo perf`: the command (see :mod:`harness.perf`)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+import pezoo
+from harness.config import PRESETS
+from harness.perf.grid import DEFAULT_SECTIONS, SECTIONS, grid_from
+from harness.perf.report import render, run_perf
+
+
+def _names(value: str | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _ints(value: str | None) -> tuple[int, ...] | None:
+    names = _names(value)
+    try:
+        return None if names is None else tuple(int(v) for v in names)
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+
+
+@click.command("perf")
+@click.option("--quick", "size", flag_value="quick", help="Smaller grid (about a minute on an idle CPU).")
+@click.option(
+    "--full", "size", flag_value="full", help="The whole grid: S up to 8192, all backends and sections (long on CPU)."
+)
+@click.option(
+    "--sections", help=f"Comma-separated subset of {','.join(SECTIONS)} (default: {','.join(DEFAULT_SECTIONS)})."
+)
+@click.option("--pe", "encodings", help="Encodings of the training-step table (comma-separated).")
+@click.option("--presets", help="Presets whose backbone the training step is timed at (comma-separated).")
+@click.option("--backends", help="Attention backends of the training-step table (default: all that train here).")
+@click.option("--batch-size", type=int, help="Training batch size (default: the preset's).")
+@click.option("--repeats", type=int, help="Timed rounds per measurement.")
+@click.option("--threads", type=int, help="torch threads (0: torch's default; default 1).")
+@click.option("--memory-lengths", help="Sequence lengths of the memory table (comma-separated).")
+@click.option("--memory-pe", help="Encodings of the memory table.")
+@click.option("--memory-backends", help="Backends of the memory table.")
+@click.option("--memory-cap-gib", type=float, help="Address-space cap per CPU memory measurement.")
+@click.option("--alloc-lengths", help="Sequence lengths of the allocator-peak table (comma-separated).")
+@click.option("--alloc-pe", help="Encodings of the allocator-peak table.")
+@click.option("--alloc-backends", help="Backends of the allocator-peak table.")
+@click.option("--alloc-batch", type=int, help="Batch size of the allocator-peak table (default 1).")
+@click.option("--decode-length", type=int, help="Total tokens of the decoding measurement.")
+@click.option("--decode-batch", type=int, help="Sequences decoded together (default 1; evaluation decodes batches).")
+@click.option("--decode-pe", help="Encodings of the decoding table.")
+@click.option(
+    "--decode-window", type=int, help="Decode under a sliding context of this many tokens (the turing preset: 500)."
+)
+@click.option("--prism-supports", help="Supports P of the PRISM scan table (comma-separated).")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the report here as JSON.")
+def perf_command(size, sections, encodings, presets, backends, batch_size, repeats, threads, memory_lengths,
+                 memory_pe, memory_backends, memory_cap_gib, alloc_lengths, alloc_pe, alloc_backends, alloc_batch,
+                 decode_length, decode_batch, decode_pe, decode_window,
+                 prism_supports, device, json_path) -> None:  # fmt: skip
+    """Time and memory of every encoding side by side: training step, peak memory, cached
+    decoding, PRISM's scan. Prints the tables (and writes JSON with --json).
+
+    Ratios are measured in one run with the candidates interleaved; compare them within
+    a run, not across runs or machines.
+    """
+    from harness.provenance import resolve_device
+
+    try:
+        dev = resolve_device(device)
+        grid = grid_from(
+            size or "default",
+            sections=_names(sections),
+            encodings=_names(encodings),
+            presets=_names(presets),
+            backends=_names(backends),
+            batch_size=batch_size,
+            repeats=repeats,
+            threads=threads,
+            memory_lengths=_ints(memory_lengths),
+            memory_encodings=_names(memory_pe),
+            memory_backends=_names(memory_backends),
+            memory_cap_gib=memory_cap_gib,
+            alloc_lengths=_ints(alloc_lengths),
+            alloc_encodings=_names(alloc_pe),
+            alloc_backends=_names(alloc_backends),
+            alloc_batch=alloc_batch,
+            decode_length=decode_length,
+            decode_batch=decode_batch,
+            decode_encodings=_names(decode_pe),
+            decode_window=decode_window,
+            prism_supports=_ints(prism_supports),
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    for name in grid.presets:
+        if name not in PRESETS:
+            message = pezoo.base.unknown_name_message("preset", name, list(PRESETS))
+            raise click.BadParameter(message, param_hint="--presets")
+    valid = pezoo.available()
+    for name in (*grid.encodings, *grid.memory_encodings, *grid.alloc_encodings, *grid.decode_encodings):
+        if name not in valid:
+            raise click.BadParameter(pezoo.base.unknown_name_message("encoding", name, valid))
+    for name in (*grid.backends, *grid.memory_backends, *grid.alloc_backends):
+        if name not in pezoo.BACKENDS:
+            raise click.BadParameter(pezoo.base.unknown_name_message("attention backend", name, sorted(pezoo.BACKENDS)))
+    if grid.decode_length <= grid.decode_prompt:
+        raise click.BadParameter(f"--decode-length must exceed the prompt ({grid.decode_prompt} tokens)")
+    report = run_perf(grid, dev, log=lambda msg: click.echo(msg, err=True))
+    click.echo(render(report))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")

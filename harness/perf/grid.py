@@ -1,0 +1,178 @@
+"""`pezoo perf`: what it measures: sections, targets, :class:`PerfGrid` and the named grids."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from pezoo.encodings.prism import PAPER_OPTIONS
+
+SCHEMA_VERSION = 1
+
+SECTIONS = ("train", "memory", "alloc", "decode", "prism")
+
+DEFAULT_SECTIONS = ("train", "memory", "decode", "prism")
+"""What a plain ``pezoo perf`` runs; ``alloc`` (minutes of flex compiles on CPU) is asked for
+with ``--sections alloc`` or ``--full``."""
+
+ALLOC_TARGETS: dict[str, float] = {"alibi": 1.2, "hard_alibi": 1.2, "t5": 1.2}
+"""Largest accepted allocator peak on flex at the longest length, as a multiple of NoPE's."""
+
+TARGET_ENCODINGS = (
+    "nope",
+    "ape",
+    "learned_ape",
+    "rope",
+    "alibi",
+    "hard_alibi",
+    "randomized",
+    "randomized:rope",
+    "randomized:alibi",
+    "t5",
+    "learned_prf",
+    "prism",
+)
+"""The encodings the issue sets step-time targets for (plus T5), in table order."""
+
+STEP_TARGETS: dict[str, float] = {
+    **dict.fromkeys(
+        ("ape", "learned_ape", "rope", "alibi", "hard_alibi", "randomized", "randomized:rope", "randomized:alibi"),
+        1.15,
+    ),
+    "learned_prf": 2.0,
+    "prism": 2.5,
+}
+"""Largest accepted training-step time as a multiple of NoPE on its fastest backend."""
+
+PRESET_TASKS = {"quick": "copy", "ruoss": "reverse_string", "smoke": "copy"}
+"""The task whose batches time a preset's training step (decoder presets: copy; encoder: a
+fixed-output-length task)."""
+
+
+@dataclass(frozen=True)
+class PerfGrid:
+    """What `pezoo perf` measures (strict keys: see :func:`grid_from`).
+
+    Attributes:
+        sections: which of ``SECTIONS`` to run.
+        repeats: interleaved timing rounds per measurement (after ``warmup`` calls each).
+        warmup: untimed calls per candidate before the rounds.
+        threads: torch intra-op threads (0: leave torch's default). 1 by default: on a
+            shared CPU, OpenMP threads that spin-wait on busy cores make multi-threaded
+            timings several times slower and far noisier.
+        presets: presets whose backbone the training step is timed at.
+        encodings: encodings of the training-step table.
+        backends: attention backends of the training-step table (empty: every backend
+            that can train on the device).
+        batch_size: training batch (0: the preset's own).
+        memory_lengths: sequence lengths of the memory table (batch 1).
+        memory_encodings, memory_backends: the memory table's rows.
+        memory_dims: (d_model, n_layers, n_heads) of the memory backbone.
+        memory_cap_gib: address-space cap of each CPU memory subprocess; a measurement
+            needing more is reported as not feasible instead of taking the machine down.
+        alloc_lengths: sequence lengths of the allocator-peak table.
+        alloc_encodings, alloc_backends: its rows and backends.
+        alloc_batch: its batch size.
+        decode_length: total tokens (prompt + generated) of the decoding measurement.
+        decode_prompt: prompt tokens.
+        decode_batch: sequences decoded together.
+        decode_encodings: encodings of the decoding table.
+        decode_window: 0, or decode under a sliding context of this many tokens (dropping
+            the oldest 20 when full: ``EvalConfig.window``), cached and uncached alike.
+        prism_supports: supports P of the scan scaling table.
+        prism_scan_tokens: tokens t scanned at each P (and the base of the t doubling).
+        prism_cursors: cursors n scanned together (batch × cursors flattened).
+        prism_options: extra PRISM options (besides the defaults) whose step is profiled,
+            by label; ``{"paper": PAPER_OPTIONS}`` adds the paper's cursor counts.
+    """
+
+    sections: tuple[str, ...] = DEFAULT_SECTIONS
+    repeats: int = 7
+    warmup: int = 2
+    threads: int = 1
+    presets: tuple[str, ...] = ("quick", "ruoss")
+    encodings: tuple[str, ...] = TARGET_ENCODINGS
+    backends: tuple[str, ...] = ()
+    batch_size: int = 0
+    memory_lengths: tuple[int, ...] = (2048,)
+    memory_encodings: tuple[str, ...] = ("nope", "alibi", "hard_alibi")
+    memory_backends: tuple[str, ...] = ("sdpa", "flex")
+    memory_dims: tuple[int, int, int] = (64, 5, 8)
+    memory_cap_gib: float = 8.0
+    alloc_lengths: tuple[int, ...] = (1024, 2048, 4096, 8192)
+    alloc_encodings: tuple[str, ...] = ("nope", "alibi", "hard_alibi", "t5")
+    alloc_backends: tuple[str, ...] = ("sdpa", "flex")
+    alloc_batch: int = 1
+    decode_length: int = 500
+    decode_prompt: int = 12
+    decode_batch: int = 1
+    decode_encodings: tuple[str, ...] = ("nope", "rope", "alibi")
+    decode_window: int = 0
+    prism_supports: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
+    prism_scan_tokens: int = 32
+    prism_cursors: int = 32
+    prism_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.sections) - set(SECTIONS))
+        if unknown:
+            raise ValueError(f"unknown perf section(s) {', '.join(unknown)}; valid: {', '.join(SECTIONS)}")
+        if self.repeats < 1 or self.warmup < 0:
+            raise ValueError(f"need repeats >= 1 and warmup >= 0, got {self.repeats}, {self.warmup}")
+        if self.decode_batch < 1 or self.alloc_batch < 1:
+            raise ValueError(f"need decode_batch and alloc_batch >= 1, got {self.decode_batch}, {self.alloc_batch}")
+        if 0 < self.decode_window <= 20 or self.decode_window < 0:
+            raise ValueError(f"the decoding window must exceed its 20-token jump, got {self.decode_window}")
+
+
+GRIDS: dict[str, PerfGrid] = {
+    # a few minutes on 2 CPU cores
+    "default": PerfGrid(),
+    # about a minute: the smallest grid that still says something
+    "quick": PerfGrid(
+        repeats=5,
+        presets=("quick",),
+        encodings=("nope", "ape", "rope", "alibi", "hard_alibi", "randomized:rope", "learned_prf", "prism"),
+        memory_lengths=(512,),
+        memory_encodings=("nope", "alibi"),
+        memory_backends=("sdpa",),
+        decode_length=200,
+        decode_encodings=("nope",),
+        prism_supports=(256, 512, 1024),
+    ),
+    # the whole grid of the issue (tens of minutes on CPU)
+    "full": PerfGrid(
+        sections=SECTIONS,
+        repeats=11,
+        memory_lengths=(512, 2048, 8192),
+        memory_encodings=(
+            "nope",
+            "ape",
+            "learned_ape",
+            "rope",
+            "alibi",
+            "hard_alibi",
+            "t5",
+            "learned_prf",
+            "prism",
+        ),
+        memory_backends=("eager", "sdpa", "flex"),
+        decode_batch=8,
+        decode_encodings=("nope", "ape", "rope", "alibi", "hard_alibi", "t5", "learned_prf", "prism"),
+        prism_options={"paper": dict(PAPER_OPTIONS)},
+    ),
+}
+
+
+def grid_from(base: str | PerfGrid, **overrides: Any) -> PerfGrid:
+    """``base`` (a name of :data:`GRIDS` or a grid) with fields replaced; None values are ignored.
+
+    An unknown key is an error naming the valid ones.
+    """
+    grid = GRIDS[base] if isinstance(base, str) else base
+    valid = {f.name for f in fields(PerfGrid)}
+    unknown = sorted(set(overrides) - valid)
+    if unknown:
+        raise TypeError(f"unknown perf option(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
+    return replace(grid, **{k: v for k, v in overrides.items() if v is not None})

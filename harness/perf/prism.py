@@ -1,0 +1,205 @@
+"""`pezoo perf`: pRISM: scan scaling, components, share of the step (see :mod:`harness.perf`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from harness.perf.grid import PerfGrid
+from harness.perf.timing import synchronizer, time_interleaved
+from harness.perf.train import basis_ms, build_for, ratio_basis, step_function, training_batch
+
+
+def _scan_inputs(n: int, t: int, support: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Random gates (t, n, 4) as the GRU emits them, γ (n,), the centre one-hot (n, p), masks (t, p)."""
+    from pezoo.encodings.prism.histogram import centre_one_hot, reachable_mask
+
+    gen = torch.Generator().manual_seed(0)
+    reset = torch.sigmoid(torch.randn(t, n, 1, generator=gen) - 2.0)
+    moves = torch.softmax(torch.randn(t, n, 3, generator=gen), dim=-1)
+    gates = torch.cat([reset, moves], dim=-1).to(device).requires_grad_()
+    gamma = torch.full((n,), 2.0, device=device, requires_grad=True)
+    h0 = centre_one_hot((n,), support, device=device)
+    masks = reachable_mask(torch.arange(t, device=device), support)
+    return gates, gamma, h0, masks
+
+
+def scan_function(
+    n: int, t: int, support: int, device: torch.device, *, backward: bool, windowed: bool = False
+) -> Callable[[], None]:
+    """One histogram scan of n cursors over t tokens at support P: the full-width reference
+    (``pezoo.encodings.prism.histogram_scan``), or with ``windowed`` the scan the model runs
+    by default (only the reachable bins, ``PRISMConfig.scan_window``)."""
+    from pezoo.encodings.prism.encoding import _scan_emitting
+    from pezoo.encodings.prism.histogram import histogram_scan, histogram_step
+
+    gates, gamma, h0, masks = _scan_inputs(n, t, support, device)
+    weight = torch.randn(2 * support + 1, generator=torch.Generator().manual_seed(1)).to(device)  # (p,)
+
+    def run() -> None:
+        with torch.set_grad_enabled(backward):
+            if windowed:
+                _, hist = _scan_emitting(h0, gates, gamma, 1e-6, None, masks, histogram_step, None, windowed=True)
+            else:
+                hist = histogram_scan(h0, gates, gamma, 1e-6, None, masks)  # (t, n, p)
+            if backward:  # a loss whose gradient reaches every bin of every step, at O(p) memory
+                (hist.sum(dim=(0, 1)) @ weight).backward()
+                gates.grad = gamma.grad = None
+
+    return run
+
+
+def measure_prism_scaling(grid: PerfGrid, device: torch.device) -> dict[str, list[dict[str, Any]]]:
+    """Scan time over P (at t = prism_scan_tokens) and over t (at the middle P), forward and forward + backward."""
+    n, t0 = grid.prism_cursors, grid.prism_scan_tokens
+    sync = synchronizer(device)
+    candidates: dict[str, Callable[[], object]] = {}
+    for support in grid.prism_supports:
+        for bwd in (False, True):
+            candidates[f"P|{support}|{bwd}"] = scan_function(n, t0, support, device, backward=bwd)
+    p_mid = grid.prism_supports[len(grid.prism_supports) // 2]
+    token_counts = (t0, 2 * t0, 4 * t0)
+    for t in token_counts:
+        for bwd in (False, True):
+            candidates[f"T|{t}|{bwd}"] = scan_function(n, t, p_mid, device, backward=bwd)
+    timings = time_interleaved(candidates, repeats=grid.repeats, warmup=1, sync=sync)
+    basis = ratio_basis(device)
+
+    def rows(kind: str, values: Sequence[int], key: str) -> list[dict[str, Any]]:
+        out = []
+        for i, v in enumerate(values):
+            fwd, both = timings[f"{kind}|{v}|False"], timings[f"{kind}|{v}|True"]
+            row = {
+                key: v,
+                "forward_ms": basis_ms(fwd, basis),
+                "forward_backward_ms": basis_ms(both, basis),
+                "spread": both.spread,
+                "basis": basis,
+            }
+            if i:
+                prev_f, prev_b = timings[f"{kind}|{values[i - 1]}|False"], timings[f"{kind}|{values[i - 1]}|True"]
+                row["forward_ratio"] = basis_ms(fwd, basis) / basis_ms(prev_f, basis)
+                row["forward_backward_ratio"] = basis_ms(both, basis) / basis_ms(prev_b, basis)
+            out.append(row)
+        return out
+
+    return {
+        "by_support": [{**r, "tokens": t0, "cursors": n} for r in rows("P", grid.prism_supports, "support")],
+        "by_tokens": [{**r, "support": p_mid, "cursors": n} for r in rows("T", token_counts, "tokens")],
+    }
+
+
+def prism_components(
+    preset: str, options: Mapping[str, Any], batch_size: int, device: torch.device, repeats: int, warmup: int
+) -> dict[str, Any]:
+    """Time one PRISM training step and its parts (forward + backward each) on the preset's batch.
+
+    Parts: the GRU gates over the layer-normed residual stream; the histogram scan at the
+    support the model uses (windowed when the model's is); the position streams (histograms times the offset table,
+    Alg. 3 normalisation, the q/k fold). The NoPE step is timed alongside for the ratio.
+    """
+    from pezoo.encodings.prism.encoding import support_for
+    from pezoo.encodings.prism.streams import fold_position_streams, normalise_streams, offset_table
+
+    _, batch = training_batch(preset, batch_size, device)
+    b, s = batch.inputs.shape
+    model, opt = build_for(preset, "prism", "sdpa", device, **options)
+    nope, nope_opt = build_for(preset, "nope", "sdpa", device)
+    pe = model.pe
+    layer = next(iter(pe.prism_layers.values()))
+    cfg = pe.config
+    support = support_for(s, cfg.min_support)
+    n = b * layer.n_scan
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(b, s, cfg.d_model, generator=gen).to(device).requires_grad_()  # (b, s, d)
+
+    def gates() -> None:
+        g, _ = layer.gates(layer.norm(x))  # (b, s, n, 4)
+        g.sum().backward()
+
+    hist = torch.softmax(torch.randn(s, b, 2 * cfg.n_heads * cfg.n_cursors, 2 * support + 1, generator=gen), -1)
+    hist = hist.to(device).requires_grad_()  # (s, b, 2hc, p)
+    q = torch.randn(b, cfg.n_heads, s, cfg.d_model // cfg.n_heads, generator=gen).to(device)  # (b, h, s, e)
+
+    def streams() -> None:
+        table = offset_table(support, cfg.d_pe, device)  # (p, f)
+        g = normalise_streams(
+            (hist @ table).permute(1, 0, 2, 3).unflatten(2, (2, cfg.n_heads, cfg.n_cursors)), cfg.stream_norm
+        )  # (b, s, 2, h, c, f)
+        g_q, g_k = g.permute(2, 0, 3, 1, 4, 5).unbind(0)  # (b, h, s, c, f)
+        mu = torch.sigmoid(pe.mu_logit[cfg.layers[0]])
+        q2, k2 = fold_position_streams(q, q, g_q, g_k, mu, pe.alpha[cfg.layers[0]].abs())
+        (q2.sum() + k2.sum()).backward()
+
+    candidates = {
+        "step": step_function(model, opt, batch),
+        "nope_step": step_function(nope, nope_opt, batch),
+        "gates": gates,
+        "scan": scan_function(
+            n, s, support, device, backward=True, windowed=cfg.scan_window and cfg.eps_support == "reachable"
+        ),
+        "streams": streams,
+    }
+    timings = time_interleaved(candidates, repeats=repeats, warmup=warmup, sync=synchronizer(device))
+    basis = ratio_basis(device)
+    step = basis_ms(timings["step"], basis)
+    n_prism = len(cfg.layers)
+    parts = {
+        name: {"ms": basis_ms(timings[name], basis) * n_prism, "share": basis_ms(timings[name], basis) * n_prism / step}
+        for name in ("gates", "scan", "streams")
+    }
+    return {
+        "preset": preset,
+        "batch": [b, s],
+        "support": support,
+        "cursors_scanned": n,
+        "prism_layers": n_prism,
+        "step_ms": step,
+        "nope_step_ms": basis_ms(timings["nope_step"], basis),
+        "ratio_to_nope": step / basis_ms(timings["nope_step"], basis),
+        "basis": basis,
+        "parts": parts,
+        "profile": profile_step(step_function(model, opt, batch)),
+    }
+
+
+def profile_step(step: Callable[[], object], top: int = 8) -> list[dict[str, Any]]:
+    """The ops taking the most self CPU time in one call of ``step`` (torch.profiler), plus PRISM's regions."""
+    from torch.profiler import profile
+
+    step()
+    with profile() as prof:
+        step()
+    averages = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in averages) or 1.0
+    ranked = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)
+    rows = [
+        {
+            "op": e.key,
+            "self_ms": e.self_cpu_time_total / 1000.0,
+            "share": e.self_cpu_time_total / total,
+            "calls": e.count,
+        }
+        for e in ranked[:top]
+    ]
+    regions = [
+        {"op": e.key, "total_ms": e.cpu_time_total / 1000.0, "calls": e.count}
+        for e in averages
+        if e.key.startswith("prism.")
+    ]
+    return rows + regions
+
+
+def measure_prism(grid: PerfGrid, device: torch.device) -> dict[str, Any]:
+    """Scan scaling, and the parts of the PRISM training step at the grid's first preset (default
+    options and each of ``prism_options``)."""
+    out: dict[str, Any] = measure_prism_scaling(grid, device)
+    variants = {"default": {}, **grid.prism_options}
+    preset = grid.presets[0] if grid.presets else "quick"
+    out["components"] = [
+        {"variant": label, **prism_components(preset, options, grid.batch_size, device, grid.repeats, grid.warmup)}
+        for label, options in variants.items()
+    ]
+    return out

@@ -1,0 +1,285 @@
+"""`pezoo perf`: the whole run, its tables and its JSON (see :mod:`harness.perf`)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import torch
+from tabulate import tabulate
+
+from harness.perf.alloc import measure_alloc
+from harness.perf.decode import measure_decode
+from harness.perf.grid import ALLOC_TARGETS, SCHEMA_VERSION, SECTIONS, PerfGrid
+from harness.perf.memory import measure_memory
+from harness.perf.prism import measure_prism
+from harness.perf.train import best_backend_rows, measure_train
+from harness.provenance import provenance
+
+
+def run_perf(grid: PerfGrid, device: torch.device, *, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Every section of ``grid`` on ``device``: the JSON-ready report."""
+    if grid.threads:
+        torch.set_num_threads(grid.threads)
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "provenance": {
+            **provenance(device),
+            "threads": torch.get_num_threads(),
+            "load_average_before": _load_average(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
+        "grid": {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in asdict(grid).items()},
+    }
+    measure = {
+        "train": measure_train,
+        "memory": measure_memory,
+        "alloc": measure_alloc,
+        "decode": measure_decode,
+        "prism": measure_prism,
+    }
+    seconds = {}
+    for section in SECTIONS:
+        if section in grid.sections:
+            log(f"measuring {section} ...")
+            start = time.perf_counter()
+            report[section] = measure[section](grid, device)
+            seconds[section] = time.perf_counter() - start
+    report["provenance"]["load_average_after"] = _load_average()
+    report["provenance"]["seconds"] = seconds
+    return report
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _fmt_ms(ms: float, spread: float | None = None) -> str:
+    text = f"{ms:.1f}" if ms < 1000 else f"{ms:.0f}"
+    return text if spread is None else f"{text} ±{100 * spread / 2:.0f}%"
+
+
+def render(report: Mapping[str, Any]) -> str:
+    """The report as text: provenance, then one table per section (GitHub markdown)."""
+    prov = report["provenance"]
+    lines = [
+        f"pezoo perf · {prov['device']} · torch {prov['torch']} · pezoo {prov['pezoo']} · commit {prov['commit'][:12]}",
+        f"threads {prov['threads']} · load average before {prov.get('load_average_before')} "
+        f"after {prov.get('load_average_after')} · medians of interleaved rounds, ± half the IQR",
+    ]
+    if "train" in report:
+        lines += ["", *_render_train(report["train"])]
+    if "memory" in report:
+        lines += ["", *_render_memory(report["memory"], report["grid"])]
+    if "alloc" in report:
+        lines += ["", *_render_alloc(report["alloc"], report["grid"])]
+    if "decode" in report:
+        lines += ["", *_render_decode(report["decode"])]
+    if "prism" in report:
+        lines += ["", *_render_prism(report["prism"])]
+    return "\n".join(lines)
+
+
+BASIS_WORDS = {"cpu": "process CPU time (1 thread)", "wall": "wall-clock time"}
+
+
+def _render_train(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    out = []
+    for preset in dict.fromkeys(r["preset"] for r in rows):
+        mine = [r for r in rows if r["preset"] == preset]
+        backends = list(dict.fromkeys(r["backend"] for r in mine))
+        best = {r["pe"]: r for r in best_backend_rows(mine)}
+        table = []
+        for pe in dict.fromkeys(r["pe"] for r in mine):
+            by_backend = {r["backend"]: r for r in mine if r["pe"] == pe}
+            b = best[pe]
+            target = b["target"]
+            verdict = "" if target is None else f"≤ {target:g}× {'yes' if b['meets_target'] else 'NO'}"
+            table.append(
+                [
+                    pe,
+                    *(
+                        _fmt_ms(by_backend[k]["median_ms"], by_backend[k]["spread"]) if k in by_backend else ""
+                        for k in backends
+                    ),
+                    b["backend"],
+                    f"{b['ratio_to_nope']:.2f}",
+                    f"{b['tokens_per_s']:,.0f}",
+                    verdict,
+                ]
+            )
+        b, s = mine[0]["batch"]
+        out.append(
+            f"training step (forward + backward + optimiser), preset {preset}, batch {b}×{s} tokens: wall-clock ms "
+            f"per backend; ratio to nope on its fastest backend, on {BASIS_WORDS[mine[0]['basis']]}"
+        )
+        out.append(
+            tabulate(
+                table,
+                headers=["encoding", *backends, "fastest", f"× nope ({mine[0]['basis']})", "tokens/s", "target"],
+                tablefmt="github",
+                disable_numparse=True,
+            )
+        )
+    return out
+
+
+def _render_memory(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> list[str]:
+    columns = list(dict.fromkeys((r["backend"], r["length"]) for r in rows))
+    table = []
+    for pe in dict.fromkeys(r["pe"] for r in rows):
+        cells = []
+        for backend, length in columns:
+            r = next((r for r in rows if (r["pe"], r["backend"], r["length"]) == (pe, backend, length)), None)
+            if r is None:
+                cells.append("")
+            elif not r["ok"]:
+                cells.append("✗")
+            else:
+                ratio = "" if r["ratio_to_nope"] is None or pe == "nope" else f" ({r['ratio_to_nope']:.2f}×)"
+                cells.append(f"{r['peak_mib']:.0f}{ratio}")
+        table.append([pe, *cells])
+    d, n_layers, h = grid["memory_dims"]
+    out = [
+        f"peak memory of one forward pass, MiB above the pre-pass baseline (batch 1, d {d}, {n_layers} layers, "
+        f"{h} heads; × nope on the same backend; ✗ not feasible)",
+        tabulate(
+            table, headers=["encoding", *(f"{b} S={s}" for b, s in columns)], tablefmt="github", disable_numparse=True
+        ),
+    ]
+    failed = [r for r in rows if not r["ok"]]
+    out += [f"  ✗ {r['pe']} {r['backend']} S={r['length']}: {r['error']}" for r in failed]
+    return out
+
+
+def _render_alloc(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> list[str]:
+    columns = list(dict.fromkeys((r["backend"], r["length"]) for r in rows))
+    table = []
+    for pe in dict.fromkeys(r["pe"] for r in rows):
+        cells = []
+        for backend, length in columns:
+            r = next((r for r in rows if (r["pe"], r["backend"], r["length"]) == (pe, backend, length)), None)
+            if r is None:
+                cells.append("")
+            elif not r["ok"]:
+                cells.append("✗")
+            else:
+                ratio = "" if r["ratio_to_nope"] is None or pe == "nope" else f" ({r['ratio_to_nope']:.2f}×)"
+                verdict = "" if r.get("meets_target") is None else (" ✓" if r["meets_target"] else " NO")
+                cells.append(f"{r['peak_mib']:.1f}{ratio}{verdict}")
+        table.append([pe, *cells])
+    d, n_layers, h = grid["memory_dims"]
+    passes = {b: next((r["pass"] for r in rows if r["backend"] == b and r.get("pass")), "?") for b, _ in columns}
+    how = next((r["how"] for r in rows if r.get("how")), "?")
+    out = [
+        f"peak allocated memory, MiB above the start of the pass ({how}; batch {grid['alloc_batch']}, d {d}, "
+        f"{n_layers} layers, {h} heads; × nope on the same backend and length; ✓/NO: target "
+        f"≤ {', '.join(f'{k} {v:g}×' for k, v in ALLOC_TARGETS.items())} on flex at the longest length; ✗ failed)",
+        "pass per backend: " + ", ".join(f"{b} {p}" for b, p in passes.items()),
+        tabulate(
+            table, headers=["encoding", *(f"{b} S={s}" for b, s in columns)], tablefmt="github", disable_numparse=True
+        ),
+    ]
+    failed = [r for r in rows if not r["ok"]]
+    out += [f"  ✗ {r['pe']} {r['backend']} S={r['length']}: {r['error']}" for r in failed]
+    out += [f"  ! {r['pe']} {r['backend']} S={r['length']}: {w}" for r in rows for w in r.get("warnings", ())]
+    return out
+
+
+DECODE_HEADERS = ["encoding", "generated", "cached s", "recompute s", "cached tok/s", "recompute tok/s", "speedup",
+                  "same tokens"]  # fmt: skip
+
+
+def _render_decode(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    r0 = rows[0]
+    table = [
+        [
+            r["pe"],
+            r["generated"],
+            f"{r['cached_ms'] / 1000:.2f}",
+            f"{r['uncached_ms'] / 1000:.2f}",
+            f"{r['cached_tokens_per_s']:,.0f}",
+            f"{r['uncached_tokens_per_s']:,.0f}",
+            f"{r['speedup']:.1f}×",
+            "yes" if r["same_tokens"] else "NO",
+        ]
+        for r in rows
+    ]
+    window = f", sliding window {r0['window']} (jumps of 20)" if r0.get("window") else ""
+    return [
+        f"greedy decoding, quick backbone, batch {r0['batch']}{window}, prompt {r0['prompt']} + generated tokens "
+        f"(target: cached ≥ 10× faster; speedup on {BASIS_WORDS[r0['basis']]})",
+        tabulate(
+            table,
+            headers=DECODE_HEADERS,
+            tablefmt="github",
+            disable_numparse=True,
+        ),
+    ]
+
+
+def _render_prism(prism: Mapping[str, Any]) -> list[str]:
+    def ratio(r: Mapping[str, Any], key: str) -> str:
+        return f"{r[key]:.2f}" if key in r else ""
+
+    by_p = prism["by_support"]
+    out = [
+        f"PRISM histogram scan, {by_p[0]['cursors']} cursors × {by_p[0]['tokens']} tokens, ms of "
+        f"{BASIS_WORDS[by_p[0]['basis']]} (target: ≤ 2.3× per doubling of P)",
+        tabulate(
+            [
+                [
+                    r["support"],
+                    _fmt_ms(r["forward_ms"]),
+                    ratio(r, "forward_ratio"),
+                    _fmt_ms(r["forward_backward_ms"], r["spread"]),
+                    ratio(r, "forward_backward_ratio"),
+                ]
+                for r in by_p
+            ],
+            headers=["P", "forward", "× per doubling", "forward+backward", "× per doubling"],
+            tablefmt="github",
+            disable_numparse=True,
+        ),
+        "",
+        f"PRISM histogram scan at P = {prism['by_tokens'][0]['support']}, ms (linear in t: ≈ 2× per doubling)",
+        tabulate(
+            [
+                [
+                    r["tokens"],
+                    _fmt_ms(r["forward_ms"]),
+                    ratio(r, "forward_ratio"),
+                    _fmt_ms(r["forward_backward_ms"], r["spread"]),
+                    ratio(r, "forward_backward_ratio"),
+                ]
+                for r in prism["by_tokens"]
+            ],
+            headers=["tokens", "forward", "× per doubling", "forward+backward", "× per doubling"],
+            tablefmt="github",
+            disable_numparse=True,
+        ),
+    ]
+    for comp in prism.get("components", []):
+        b, s = comp["batch"]
+        out += [
+            "",
+            f"PRISM training step ({comp['variant']} options), preset {comp['preset']}, batch {b}×{s}, "
+            f"P = {comp['support']}, {comp['cursors_scanned']} cursors scanned per PRISM layer: "
+            f"{_fmt_ms(comp['step_ms'])} ms = {comp['ratio_to_nope']:.2f}× nope ({_fmt_ms(comp['nope_step_ms'])} ms), "
+            f"{BASIS_WORDS[comp['basis']]}",
+            tabulate(
+                [[name, _fmt_ms(p["ms"]), f"{100 * p['share']:.0f}%"] for name, p in comp["parts"].items()],
+                headers=["part (forward + backward)", "ms", "share of the step"],
+                tablefmt="github",
+                disable_numparse=True,
+            ),
+        ]
+    return out
