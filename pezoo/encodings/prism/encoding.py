@@ -297,12 +297,15 @@ class PRISMLayer(nn.Module):
                 new_state["hist"] = torch.cat([query_h[-1], key_h[-1]], dim=1)
                 out = emit(torch.cat([query_h, key_h], dim=2))
             else:
-                if self.copy is not None:  # copied mass of token j lands on the fixed key's bin P + j + 1
+                copy_offsets = None
+                if self.copy is not None and windowed:  # the window's copied mass comes from a_pos itself
+                    copy_offsets = (a_pos.permute(2, 0, 1, 3), a_null.permute(2, 0, 1, 3))  # (s, b, k, t|1)
+                elif self.copy is not None:  # copied mass of token j lands on the fixed key's bin P + j + 1
                     p_pos = F.pad(a_pos, (support + 1, bins - support - 1 - a_pos.shape[-1]))  # (b, k, s, p)
                     p_copy = torch.cat([p_pos, a_null], dim=-1).permute(2, 0, 1, 3)  # (s, b, k, p+1)
                 new_state["hist"], out = _scan_emitting(
                     hist, gates, gamma, cfg.eps, p_copy, masks, step, None if record else table,
-                    start=t0, windowed=windowed,
+                    start=t0, windowed=windowed, copy_offsets=copy_offsets,
                 )  # fmt: skip
 
         if self.n_fixed:  # increment-only key cursors: one-hot at offset t+1
@@ -341,6 +344,7 @@ def _scan_emitting(
     *,
     start: int = 0,
     windowed: bool = False,
+    copy_offsets: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``histogram_scan`` that keeps only each step's stream ``h @ table`` (the (b, n, f)
     streams instead of (b, n, p) histograms when P is large; ``table`` None keeps the
@@ -355,6 +359,13 @@ def _scan_emitting(
     O(min(t, P)) instead of O(P), about a third of it over a sequence whose support P is
     the next power of two above its length.
 
+    The copy branch comes either dense, ``p_copy`` (s, b, k, p+1), or, windowed with
+    increment-only key cursors, as ``copy_offsets = (a_pos (s, b, k, t), a_null (s, b, k, 1))``:
+    token j's copied mass sits on the bin of offset j + 1, so the window's slice of p_pos
+    is ``w + 1`` zeros then ``a_pos[:w]``, built per step in O(w) without the dense
+    (s, b, k, 2P+2) tensor. Either is unbound once: indexing it per step would make every
+    backward step allocate and fill a zero tensor of its full size (O(S²·P) in all).
+
     Returns:
         (last histogram (b, n, p), stacked streams (s, b, n, f|p)).
     """
@@ -362,22 +373,30 @@ def _scan_emitting(
     out = []
     h = hist
     support = hist.shape[-1] // 2
+    copies = None if p_copy is None else p_copy.unbind(0)  # (b, k, p+1) per step
     if not windowed:
         for t in range(gates.shape[0]):
-            copy_t = None if p_copy is None else p_copy[t]
+            copy_t = None if copies is None else copies[t]
             mask_t = None if masks is None else masks[t]
             h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=mask_t)
             out.append(h if table is None else h @ table)
         return h, torch.stack(out, dim=0)
     radius = min(start, support)
     h = hist[..., support - radius : support + radius + 1]  # (b, n, 2r+1): the reachable bins
+    pos_null = None if copy_offsets is None else tuple(zip(*(c.unbind(0) for c in copy_offsets), strict=True))
     for t in range(gates.shape[0]):
         new_radius = min(start + t + 1, support)
         grow = new_radius - radius
         if grow:
             h = F.pad(h, (grow, grow))
         lo, hi = support - new_radius, support + new_radius + 1
-        copy_t = None if p_copy is None else torch.cat([p_copy[t][..., lo:hi], p_copy[t][..., -1:]], dim=-1)
+        if pos_null is not None:  # bins lo..hi-1 are offsets -w..w; token j's copy lands on offset j + 1
+            pos_t, null_t = pos_null[t]
+            copy_t = torch.cat([F.pad(pos_t[..., :new_radius], (new_radius + 1, 0)), null_t], dim=-1)
+        elif copies is not None:
+            copy_t = torch.cat([copies[t][..., lo:hi], copies[t][..., -1:]], dim=-1)
+        else:
+            copy_t = None
         h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=None)
         radius = new_radius
         if table is None:
