@@ -44,7 +44,7 @@ def reference_streams(layer: PRISMLayer, x: torch.Tensor) -> tuple[torch.Tensor,
     """The layer's (g_q, g_k) for a whole sequence x (b, s, d), step by step from the equations."""
     cfg = layer.cfg
     b, s, _ = x.shape
-    support = support_for(s, cfg.min_support)
+    support = support_for(s, cfg.min_support, cfg.max_support)  # a cap clamps offsets at ±P (the edge bins)
     bins = 2 * support + 1
     offsets = torch.arange(-support, support + 1)
     xn = layer.norm(x)
@@ -69,8 +69,8 @@ def reference_streams(layer: PRISMLayer, x: torch.Tensor) -> tuple[torch.Tensor,
                     for j in range(t + 1):
                         if layer.learned_copy_keys:  # the paired key cursor's histogram after token j
                             p_pos = p_pos + a_pos[:, j, None] * copy_from[j][:, key_of_copy[i]]
-                        else:  # the fixed increment-only key after token j: one-hot at offset j + 1
-                            p_pos = p_pos + a_pos[:, j, None] * (offsets == j + 1).to(p_pos.dtype)
+                        else:  # the fixed increment-only key after token j: one-hot at offset j + 1 (<= P)
+                            p_pos = p_pos + a_pos[:, j, None] * (offsets == min(j + 1, support)).to(p_pos.dtype)
                     rows.append(a_null[:, None] * new[:, i] + p_pos)
                 new = torch.cat([torch.stack(rows, 1), new[:, k:]], 1)
             logits = gamma[:, None] * torch.log(new + cfg.eps)
@@ -88,7 +88,7 @@ def reference_streams(layer: PRISMLayer, x: torch.Tensor) -> tuple[torch.Tensor,
     table = offset_table(support, cfg.d_pe)
     streams = torch.stack(hists, 0) @ table  # (s, b, n, f)
     if layer.n_fixed:
-        fixed = torch.stack([table[support + t + 1] for t in range(s)])  # (s, f)
+        fixed = torch.stack([table[support + min(t + 1, support)] for t in range(s)])  # (s, f)
         streams = torch.cat([streams, fixed[:, None, None].expand(s, b, layer.n_fixed, -1)], 2)
     streams = streams[:, :, layer.unpermute]
     streams = streams.reshape(s, b, 2, cfg.n_heads, cfg.n_cursors, cfg.d_pe).permute(2, 1, 3, 0, 4, 5)
@@ -103,6 +103,13 @@ CASES = [
     {"copy_cursors": (0,), "eps_support": "full"},
     {"copy_cursors": (1,), "copy_key": "learned"},
     {},
+    # a fixed window (P = 4 < 9 tokens: offsets clamp at the edge bins) and chunked recomputation
+    {"copy_cursors": (0,), "max_support": 4},
+    {"copy_cursors": (0,), "max_support": 4, "scan_window": False},
+    {"copy_cursors": (1,), "copy_key": "learned", "max_support": 4},
+    {"max_support": 3, "eps_support": "full"},
+    {"copy_cursors": (0,), "scan_checkpoint": 4},
+    {"copy_cursors": (0,), "max_support": 4, "scan_checkpoint": 3},
 ]
 
 
@@ -132,3 +139,31 @@ def test_layer_equals_the_naive_reference(options):
         torch.testing.assert_close(fast[3][name], ref[3][name], rtol=1e-4, atol=1e-5, msg=name)
     if layer.copy is not None:  # the copy branch is exercised: its parameters get gradients
         assert fast[3]["copy.key.weight"].abs().sum() > 0
+
+
+def test_checkpointed_scan_keeps_less_and_equals_the_plain_scan():
+    """scan_checkpoint recomputes chunks in backward: same outputs and gradients, and fewer
+    tensors saved for backward than the plain windowed scan keeps."""
+    from torch.autograd.graph import saved_tensors_hooks
+
+    x = torch.randn(1, 24, D)
+    results = {}
+    for every in (0, 5):
+        torch.manual_seed(0)
+        layer = PRISMLayer(PRISMConfig(d_model=D, n_heads=H, n_layers=1, d_pe=8, scan_checkpoint=every))
+        saved = []
+
+        def pack(t, saved=saved, n=layer.n_scan):  # the scan's per-step (b, n, bins) tensors
+            if t.dim() == 3 and t.shape[:2] == (1, n):
+                saved.append(t.numel())
+            return t
+
+        with saved_tensors_hooks(pack, lambda t: t):
+            g_q, g_k, _, _ = layer(x, None)
+        (g_q.square().sum() + g_k.sum()).backward()
+        grads = {n: p.grad.clone() for n, p in layer.named_parameters() if p.grad is not None}
+        results[every] = (g_q.detach(), grads, sum(saved))
+    torch.testing.assert_close(results[5][0], results[0][0])
+    for name, grad in results[0][1].items():
+        torch.testing.assert_close(results[5][1][name], grad, msg=name)
+    assert results[5][2] < results[0][2] / 2
