@@ -33,7 +33,7 @@ def scan_function(
     (``pezoo.encodings.prism.histogram_scan``), or with ``windowed`` the scan the model runs
     by default (only the reachable bins, ``PRISMConfig.scan_window``)."""
     from pezoo.encodings.prism.encoding import _scan_emitting
-    from pezoo.encodings.prism.histogram import histogram_scan, histogram_step
+    from pezoo.encodings.prism.histogram import histogram_scan, unchecked_histogram_step
 
     gates, gamma, h0, masks = _scan_inputs(n, t, support, device)
     weight = torch.randn(2 * support + 1, generator=torch.Generator().manual_seed(1)).to(device)  # (p,)
@@ -41,7 +41,9 @@ def scan_function(
     def run() -> None:
         with torch.set_grad_enabled(backward):
             if windowed:
-                _, hist = _scan_emitting(h0, gates, gamma, 1e-6, None, masks, histogram_step, None, windowed=True)
+                _, hist = _scan_emitting(
+                    h0, gates, gamma, 1e-6, None, masks, unchecked_histogram_step, None, windowed=True
+                )
             else:
                 hist = histogram_scan(h0, gates, gamma, 1e-6, None, masks)  # (t, n, p)
             if backward:  # a loss whose gradient reaches every bin of every step, at O(p) memory

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from einops import rearrange
 from torch import Tensor, nn
 from torch.profiler import record_function
@@ -91,6 +92,19 @@ class PRISMConfig:
         scan_window: with ``eps_support="reachable"``, scan only the bins reachable so
             far (±min(t+1, P)) instead of all 2P+1: the same result, about a third of
             the work (off: the plain full-width scan, kept as the reference).
+        max_support: a fixed window: cap the support P at this many offsets each side.
+            None (default): P grows with the sequence and nothing is ever clamped.
+            With a cap, a cursor (or a copied key position) further than P from its
+            start stays in the edge bin, which is Alg. 1's own clamping rule at the
+            support's edge (the increment-only key cursor of token t then sits at offset
+            min(t + 1, P)); outputs equal the default's while the sequence has at most
+            P - 1 tokens, and memory and time of the scan grow linearly in the sequence
+            length at a fixed P instead of quadratically. A modelling choice, not a
+            paper setting.
+        scan_checkpoint: recompute the windowed scan in the backward pass in chunks of
+            this many tokens (``torch.utils.checkpoint``): only each chunk's starting
+            histogram and its streams are kept, not every step's intermediates. The same
+            outputs and gradients, about one more forward scan of time; 0 = off.
     """
 
     d_model: int
@@ -119,6 +133,8 @@ class PRISMConfig:
     min_support: int = 16
     compile_scan: bool = False
     scan_window: bool = True
+    max_support: int | None = None
+    scan_checkpoint: int = 0
 
     def __post_init__(self) -> None:
         def need(ok: bool, msg: str) -> None:
@@ -141,6 +157,8 @@ class PRISMConfig:
             "-inf and every gate gradient NaN)",
         )
         need(self.min_support >= 1, f"min_support must be >= 1, got {self.min_support}")
+        need(self.max_support is None or self.max_support >= 1, f"max_support must be >= 1, got {self.max_support}")
+        need(self.scan_checkpoint >= 0, f"scan_checkpoint must be >= 0, got {self.scan_checkpoint}")
         for name, value, valid in (
             ("regulariser", self.regulariser, ("orthogonal", "frobenius", "none")),
             ("eps_support", self.eps_support, ("reachable", "full")),
@@ -158,9 +176,11 @@ class PRISMConfig:
         return mask
 
 
-def support_for(length: int, min_support: int) -> int:
-    """Support P for a sequence of ``length`` tokens: the smallest power of two >= length (>= min_support)."""
-    return max(min_support, 1 << max(length - 1, 0).bit_length())
+def support_for(length: int, min_support: int, max_support: int | None = None) -> int:
+    """Support P for a sequence of ``length`` tokens: the smallest power of two >= length
+    (>= min_support), capped at ``max_support`` when one is given."""
+    support = max(min_support, 1 << max(length - 1, 0).bit_length())
+    return support if max_support is None else min(support, max_support)
 
 
 def _inverse_softplus(y: float) -> float:
@@ -266,7 +286,7 @@ class PRISMLayer(nn.Module):
         b, s, _ = x.shape
         dtype = compute_dtype(x.dtype)  # histograms and streams: fp32 under fp16 / bf16, fp64 under fp64
         t0 = state.get("t", 0)
-        support = max(state.get("support", 0), support_for(t0 + s, cfg.min_support))
+        support = max(state.get("support", 0), support_for(t0 + s, cfg.min_support, cfg.max_support))
         bins = 2 * support + 1
         steps = torch.arange(t0, t0 + s, device=x.device)  # absolute token index of each new token
         hist = state.get("hist")
@@ -307,19 +327,22 @@ class PRISMLayer(nn.Module):
                 new_state["hist"] = torch.cat([query_h[-1], key_h[-1]], dim=1)
                 out = emit(torch.cat([query_h, key_h], dim=2))
             else:
-                if self.copy is not None:  # copied mass of token j lands on the fixed key's bin P + j + 1
-                    p_pos = F.pad(a_pos, (support + 1, bins - support - 1 - a_pos.shape[-1]))  # (b, k, s, p)
+                copy_offsets = None
+                if self.copy is not None and windowed:  # the window's copied mass comes from a_pos itself
+                    copy_offsets = (a_pos.permute(2, 0, 1, 3), a_null.permute(2, 0, 1, 3))  # (s, b, k, t|1)
+                elif self.copy is not None:  # copied mass of token j lands on the fixed key's bin P + j + 1
+                    p_pos = F.pad(_clamp_copy(a_pos, support), (support + 1, 0))  # (b, k, s, p)
                     p_copy = torch.cat([p_pos, a_null], dim=-1).permute(2, 0, 1, 3)  # (s, b, k, p+1)
                 new_state["hist"], out = _scan_emitting(
                     hist, gates, gamma, cfg.eps, p_copy, masks, step, None if record else table,
-                    start=t0, windowed=windowed,
+                    start=t0, windowed=windowed, copy_offsets=copy_offsets, checkpoint_every=cfg.scan_checkpoint,
                 )  # fmt: skip
 
         if self.n_fixed:  # increment-only key cursors: one-hot at offset t+1
             if record:
-                fixed = F.one_hot(steps + support + 1, bins).to(dtype)  # (s, p)
+                fixed = F.one_hot((steps + support + 1).clamp(max=bins - 1), bins).to(dtype)  # (s, p)
             else:
-                fixed = sinusoid_table(steps + 1, cfg.d_pe).to(dtype)  # (s, f)
+                fixed = sinusoid_table((steps + 1).clamp(max=support), cfg.d_pe).to(dtype)  # (s, f)
             out = torch.cat([out, fixed[:, None, None, :].expand(s, b, self.n_fixed, -1)], dim=2)
         out = out[:, :, self.unpermute]  # (s, b, 2hc, p|f) in (side, head, cursor) order
 
@@ -351,6 +374,8 @@ def _scan_emitting(
     *,
     start: int = 0,
     windowed: bool = False,
+    copy_offsets: tuple[Tensor, Tensor] | None = None,
+    checkpoint_every: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """``histogram_scan`` that keeps only each step's stream ``h @ table`` (the (b, n, f)
     streams instead of (b, n, p) histograms when P is large; ``table`` None keeps the
@@ -365,6 +390,17 @@ def _scan_emitting(
     O(min(t, P)) instead of O(P), about a third of it over a sequence whose support P is
     the next power of two above its length.
 
+    The copy branch comes either dense, ``p_copy`` (s, b, k, p+1), or, windowed with
+    increment-only key cursors, as ``copy_offsets = (a_pos (s, b, k, t), a_null (s, b, k, 1))``:
+    token j's copied mass sits on the bin of offset j + 1, so the window's slice of p_pos
+    is ``w + 1`` zeros then ``a_pos[:w]``, built per step in O(w) without the dense
+    (s, b, k, 2P+2) tensor. Either is unbound once: indexing it per step would make every
+    backward step allocate and fill a zero tensor of its full size (O(S²·P) in all).
+
+    ``checkpoint_every`` (windowed only): run the steps in chunks of this many tokens under
+    ``torch.utils.checkpoint``, so the backward pass recomputes each chunk from its first
+    histogram instead of keeping every step's intermediates.
+
     Returns:
         (last histogram (b, n, p), stacked streams (s, b, n, f|p)).
     """
@@ -372,30 +408,68 @@ def _scan_emitting(
     out = []
     h = hist
     support = hist.shape[-1] // 2
+    copies = None if p_copy is None else p_copy.unbind(0)  # (b, k, p+1) per step
     if not windowed:
         for t in range(gates.shape[0]):
-            copy_t = None if p_copy is None else p_copy[t]
+            copy_t = None if copies is None else copies[t]
             mask_t = None if masks is None else masks[t]
             h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=mask_t)
             out.append(h if table is None else h @ table)
         return h, torch.stack(out, dim=0)
     radius = min(start, support)
     h = hist[..., support - radius : support + radius + 1]  # (b, n, 2r+1): the reachable bins
-    for t in range(gates.shape[0]):
-        new_radius = min(start + t + 1, support)
-        grow = new_radius - radius
-        if grow:
-            h = F.pad(h, (grow, grow))
-        lo, hi = support - new_radius, support + new_radius + 1
-        copy_t = None if p_copy is None else torch.cat([p_copy[t][..., lo:hi], p_copy[t][..., -1:]], dim=-1)
-        h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=None)
-        radius = new_radius
-        if table is None:
-            out.append(F.pad(h, (lo, 2 * support + 1 - hi)))
-        else:
-            out.append(h @ table[lo:hi])
+    pos_null = None if copy_offsets is None else tuple(zip(*(c.unbind(0) for c in copy_offsets), strict=True))
+
+    def run(h: Tensor, first: int, stop: int) -> tuple[Tensor, Tensor]:
+        """Steps first..stop-1 from h (the window of radius min(start + first, P)): (h, streams)."""
+        radius, chunk = min(start + first, support), []
+        for t in range(first, stop):
+            new_radius = min(start + t + 1, support)
+            grow = new_radius - radius
+            if grow:
+                h = F.pad(h, (grow, grow))
+            lo, hi = support - new_radius, support + new_radius + 1
+            if pos_null is not None:  # bins lo..hi-1 are offsets -w..w; token j's copy lands on offset j + 1
+                pos_t, null_t = pos_null[t]
+                # inside the support tokens beyond the radius carry no mass (causal): drop them;
+                # at the support's edge (only under max_support) they pile on the top bin
+                pos_w = pos_t[..., :new_radius] if new_radius < support else _clamp_copy(pos_t, support)
+                copy_t = torch.cat([F.pad(pos_w, (new_radius + 1, 0)), null_t], dim=-1)
+            elif copies is not None:
+                copy_t = torch.cat([copies[t][..., lo:hi], copies[t][..., -1:]], dim=-1)
+            else:
+                copy_t = None
+            h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=None)
+            radius = new_radius
+            if table is None:
+                chunk.append(F.pad(h, (lo, 2 * support + 1 - hi)))
+            else:
+                chunk.append(h @ table[lo:hi])
+        return h, torch.stack(chunk, dim=0)
+
+    steps = gates.shape[0]
+    if checkpoint_every and torch.is_grad_enabled() and steps > checkpoint_every:
+        # keep each chunk's first histogram and its streams; recompute the rest in backward
+        for first in range(0, steps, checkpoint_every):
+            stop = min(first + checkpoint_every, steps)
+            h, streams = torch.utils.checkpoint.checkpoint(run, h, first, stop, use_reentrant=False)
+            out.append(streams)
+        out = torch.cat(out, dim=0)
+    else:
+        h, out = run(h, 0, steps)
+    radius = min(start + steps, support)
     last = F.pad(h, (support - radius, support - radius))
-    return last, torch.stack(out, dim=0)
+    return last, out
+
+
+def _clamp_copy(a_pos: Tensor, width: int) -> Tensor:
+    """(..., t) copy weights of tokens j = 0.. onto offsets 1..width: (..., width), token j
+    on offset j + 1, those beyond ``width`` (only under ``max_support``) summed on the top
+    bin (the edge rule of Alg. 1); zero-padded when fewer than ``width`` tokens exist."""
+    n = a_pos.shape[-1]
+    if n <= width:
+        return F.pad(a_pos, (0, width - n))
+    return torch.cat([a_pos[..., : width - 1], a_pos[..., width - 1 :].sum(dim=-1, keepdim=True)], dim=-1)
 
 
 def _grow(hist: Tensor, support: int) -> Tensor:
@@ -453,6 +527,8 @@ class PRISM(PositionalEncoding):
         min_support: int = 16,
         compile_scan: bool = False,
         scan_window: bool = True,
+        max_support: int | None = None,
+        scan_checkpoint: int = 0,
     ) -> None:
         given = dict(locals())
         super().__init__()

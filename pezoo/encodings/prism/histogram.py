@@ -218,8 +218,11 @@ def histogram_scan(
     out = []
     h = h0
     reset, inc, dec, keep = gates.unbind(dim=-1)  # (t, ...) each
+    # unbind once: indexing p_copy[t] per step would make each backward step allocate and
+    # fill a zero tensor of p_copy's full (t, ..., p+1) size, O(T²·P) in all
+    copies = None if p_copy is None else p_copy.unbind(0)
     for t in range(gates.shape[0]):
-        copy_t = None if p_copy is None else p_copy[t]
+        copy_t = None if copies is None else copies[t]
         mask_t = None if masks is None else masks[t]
         h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=mask_t)
         out.append(h)

@@ -52,6 +52,7 @@ VARIANTS = [
     {"copy_cursors": (0,)},
     {"copy_cursors": (1,), "copy_key": "learned", "n_cursors": 3},
     {"layers": (0, 2), "eps_support": "full", "stream_norm": "constant", "copy_every": 5},
+    {"copy_cursors": (0,), "max_support": 4, "scan_checkpoint": 3},
 ]
 
 
@@ -63,8 +64,8 @@ def test_incremental_decoding_equals_full_forward(options):
         full = model(tokens)
         state: dict = {}
         chunks = [model(tokens[:, :4], state)] + [model(tokens[:, t : t + 1], state) for t in range(4, 21)]
-    # 21 tokens: the support grew from 16 to 32 during decoding
-    assert state[("prism", 0)]["support"] == 32
+    # 21 tokens: the support grew from 16 to 32 during decoding (or stays at a fixed window's P)
+    assert state[("prism", 0)]["support"] == options.get("max_support", 32)
     torch.testing.assert_close(torch.cat(chunks, 1), full, rtol=0, atol=2e-5)
 
 
