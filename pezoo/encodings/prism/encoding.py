@@ -38,6 +38,7 @@ from torch.profiler import record_function
 
 from pezoo.base import AttentionContext, PositionalEncoding, register
 from pezoo.encodings.ape import sinusoid_table
+from pezoo.encodings.prism.fused_scan import fused_windowed_scan, scan_coefficients
 from pezoo.encodings.prism.gates import CopyAttention, GateNet, HiddenRegulariser, compute_dtype
 from pezoo.encodings.prism.histogram import (
     centre_one_hot,
@@ -376,6 +377,7 @@ def _scan_emitting(
     windowed: bool = False,
     copy_offsets: tuple[Tensor, Tensor] | None = None,
     checkpoint_every: int = 0,
+    fused: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """``histogram_scan`` that keeps only each step's stream ``h @ table`` (the (b, n, f)
     streams instead of (b, n, p) histograms when P is large; ``table`` None keeps the
@@ -401,6 +403,13 @@ def _scan_emitting(
     ``torch.utils.checkpoint``, so the backward pass recomputes each chunk from its first
     histogram instead of keeping every step's intermediates.
 
+    ``fused`` (default): the windowed scan with streams (``table`` given) and no dense
+    ``p_copy`` runs as one autograd node with a hand-written reverse scan
+    (``fused_scan.fused_windowed_scan``): the same outputs and gradients to float rounding,
+    in less time and memory. ``fused=False`` keeps the per-op autograd scan (the reference
+    the tests compare with); record mode (``table`` None) and the dense copy always use it.
+    ``step`` must then be ``PRISMLayer._step`` or equivalent (it is not called).
+
     Returns:
         (last histogram (b, n, p), stacked streams (s, b, n, f|p)).
     """
@@ -418,6 +427,8 @@ def _scan_emitting(
         return h, torch.stack(out, dim=0)
     radius = min(start, support)
     h = hist[..., support - radius : support + radius + 1]  # (b, n, 2r+1): the reachable bins
+    if fused and table is not None and p_copy is None:
+        return _fused_scan_emitting(h, gates, gamma, eps, table, start, support, copy_offsets, checkpoint_every)
     pos_null = None if copy_offsets is None else tuple(zip(*(c.unbind(0) for c in copy_offsets), strict=True))
 
     def run(h: Tensor, first: int, stop: int) -> tuple[Tensor, Tensor]:
@@ -460,6 +471,41 @@ def _scan_emitting(
     radius = min(start + steps, support)
     last = F.pad(h, (support - radius, support - radius))
     return last, out
+
+
+def _fused_scan_emitting(
+    h: Tensor,
+    gates: Tensor,
+    gamma: Tensor,
+    eps: float,
+    table: Tensor,
+    start: int,
+    support: int,
+    copy_offsets: tuple[Tensor, Tensor] | None,
+    checkpoint_every: int,
+) -> tuple[Tensor, Tensor]:
+    """``_scan_emitting``'s windowed path through ``fused_windowed_scan``, chunked under
+    ``torch.utils.checkpoint`` when ``checkpoint_every`` asks for it."""
+    coef = scan_coefficients(gates)  # (s, b, n, 6)
+    steps = gates.shape[0]
+
+    def run(h: Tensor, first: int, stop: int) -> tuple[Tensor, Tensor]:
+        offsets = None if copy_offsets is None else (copy_offsets[0][first:stop], copy_offsets[1][first:stop])
+        return fused_windowed_scan(
+            h, coef[first:stop], gamma, table, eps, start=start + first, support=support, copy_offsets=offsets
+        )
+
+    if checkpoint_every and torch.is_grad_enabled() and steps > checkpoint_every:
+        out = []
+        for first in range(0, steps, checkpoint_every):
+            stop = min(first + checkpoint_every, steps)
+            h, streams = torch.utils.checkpoint.checkpoint(run, h, first, stop, use_reentrant=False)
+            out.append(streams)
+        streams = torch.cat(out, dim=0)
+    else:
+        h, streams = run(h, 0, steps)
+    radius = min(start + steps, support)
+    return F.pad(h, (support - radius, support - radius)), streams
 
 
 def _clamp_copy(a_pos: Tensor, width: int) -> Tensor:
