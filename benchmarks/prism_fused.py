@@ -1,0 +1,135 @@
+"""PRISM's fused windowed scan against the per-op autograd scan, side by side in one process.
+
+Usage: ``PYTHONPATH=. python benchmarks/prism_fused.py [--lengths 64 128 256] [--rounds 5] [--step]``
+
+One thread, process CPU time (``time.process_time``), candidates interleaved round by
+round (so a background load hits them alike); the median per candidate is reported.
+
+* scan: ``_scan_emitting`` (windowed, with the offset table, copy branch from the copy
+  offsets on the first k cursors) forward + backward, b = 64, n = 12 scanned cursors
+  (4 of them copying), P = next power of two >= t, old (``fused=False``) vs new.
+* ``--step``: the whole training step (forward, loss, backward, clipping, AdamW) of the
+  quick backbone with PRISM (``copy_cursors=(0,)``, so 12 scanned cursors per layer) with
+  the old and the new scan, and NoPE, on a random batch of b = 64 sequences of t tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def scan_candidates(t: int, b: int = 64, n: int = 12, k: int = 4, f: int = 32) -> dict[str, Callable[[], None]]:
+    from pezoo.encodings.prism.encoding import PRISMConfig, PRISMLayer, _scan_emitting, support_for
+    from pezoo.encodings.prism.histogram import centre_one_hot
+    from pezoo.encodings.prism.streams import offset_table
+
+    gen = torch.Generator().manual_seed(0)
+    support = support_for(t, 16)
+    reset = torch.sigmoid(torch.randn(t, b, n, 1, generator=gen) - 2.0)
+    moves = torch.softmax(torch.randn(t, b, n, 3, generator=gen), dim=-1)
+    gates = torch.cat([reset, moves], dim=-1).requires_grad_()
+    gamma = torch.full((n,), 2.0, requires_grad=True)
+    logits = torch.randn(t, b, k, t + 1, generator=gen)
+    logits[..., :-1] = logits[..., :-1].masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1)[:, None, None], -1e9)
+    probs = torch.softmax(logits, dim=-1).requires_grad_()
+    table = offset_table(support, f)
+    h0 = centre_one_hot((b, n), support)
+    weight = torch.randn(f, generator=gen)
+    layer = PRISMLayer(PRISMConfig(d_model=16, n_heads=1, n_layers=1))
+
+    def make(fused: bool) -> Callable[[], None]:
+        def run() -> None:
+            offsets = (probs[..., :-1], probs[..., -1:])
+            _, out = _scan_emitting(
+                h0, gates, gamma, 1e-6, None, None, layer._step, table,
+                windowed=True, copy_offsets=offsets, fused=fused,
+            )  # fmt: skip
+            (out @ weight).square().sum().backward()
+            gates.grad = gamma.grad = probs.grad = None
+
+        return run
+
+    return {f"scan t={t} old": make(False), f"scan t={t} new": make(True)}
+
+
+def step_candidates(t: int, b: int = 64) -> dict[str, Callable[[], None]]:
+    import pezoo.encodings.prism.encoding as enc
+    from harness.perf.train import build_for
+
+    gen = torch.Generator().manual_seed(0)
+    device = torch.device("cpu")
+    out: dict[str, Callable[[], None]] = {}
+    for name, pe, options in (("nope", "nope", {}), ("prism", "prism", {"copy_cursors": (0,)})):
+        model, opt = build_for("quick", pe, "sdpa", device, **options)
+        vocab = model.embed.num_embeddings if hasattr(model.embed, "num_embeddings") else 8
+        inputs = torch.randint(0, vocab, (b, t), generator=gen)
+        labels = torch.randint(0, vocab, (b, t), generator=gen)
+
+        def step(model=model, opt=opt, inputs=inputs, labels=labels) -> None:
+            logits = model(inputs)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+
+        if pe == "nope":
+            out[f"step t={t} nope"] = step
+        else:
+            for fused in (False, True):
+
+                def flagged(step=step, fused=fused) -> None:
+                    original = enc._scan_emitting.__kwdefaults__["fused"]
+                    enc._scan_emitting.__kwdefaults__["fused"] = fused
+                    try:
+                        step()
+                    finally:
+                        enc._scan_emitting.__kwdefaults__["fused"] = original
+
+                out[f"step t={t} prism {'new' if fused else 'old'}"] = flagged
+    return out
+
+
+def interleave(candidates: dict[str, Callable[[], None]], rounds: int) -> dict[str, float]:
+    for fn in candidates.values():  # warm-up
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, fn in candidates.items():
+            start = time.process_time()
+            fn()
+            times[name].append(time.process_time() - start)
+    return {name: statistics.median(v) * 1e3 for name, v in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--step", action="store_true")
+    parser.add_argument("--no-scan", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    for t in args.lengths:
+        if not args.no_scan:
+            ms = interleave(scan_candidates(t), args.rounds)
+            old, new = ms[f"scan t={t} old"], ms[f"scan t={t} new"]
+            print(f"scan  t={t:4d}: old {old:8.1f} ms  new {new:8.1f} ms  speed-up {old / new:.2f}x", flush=True)
+        if args.step:
+            ms = interleave(step_candidates(t), args.rounds)
+            nope = ms[f"step t={t} nope"]
+            old, new = ms[f"step t={t} prism old"], ms[f"step t={t} prism new"]
+            print(
+                f"step  t={t:4d}: nope {nope:8.1f} ms  prism old {old:8.1f} ms ({old / nope:.2f}x)  "
+                f"new {new:8.1f} ms ({new / nope:.2f}x)",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
