@@ -64,7 +64,7 @@ def step_candidates(t: int, b: int = 64) -> dict[str, Callable[[], None]]:
     gen = torch.Generator().manual_seed(0)
     device = torch.device("cpu")
     out: dict[str, Callable[[], None]] = {}
-    for name, pe, options in (("nope", "nope", {}), ("prism", "prism", {"copy_cursors": (0,)})):
+    for pe, options in (("nope", {}), ("prism", {"copy_cursors": (0,)})):
         model, opt = build_for("quick", pe, "sdpa", device, **options)
         vocab = model.embed.num_embeddings if hasattr(model.embed, "num_embeddings") else 8
         inputs = torch.randint(0, vocab, (b, t), generator=gen)
