@@ -88,7 +88,7 @@ def _scan_forward(
     keep: bool,
 ) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor], list[Tensor]]:
     """The scan without a graph. Returns (last window (b, n, 2w+1), streams (t, b, n, f)) and,
-    with ``keep``, the per-step lists (x + ε, y, pre-copy m of the copy cursors)."""
+    with ``keep``, the per-step lists (x + ε then log(x + ε), y, pre-copy m of the copy cursors)."""
     steps = coef.shape[0]
     b, n, _ = h.shape
     f = table.shape[-1]
@@ -98,6 +98,7 @@ def _scan_forward(
     tokens = 0 if a_pos is None else a_pos.shape[-1]
     c_dec, c_keep, c_inc, c_reset = coef[..., 0:1], coef[..., 1:2], coef[..., 2:3], coef[..., 3:6]  # (t, b, n, 1|3)
     xs: list[Tensor] = []
+    logs: list[Tensor] = []
     ys: list[Tensor] = []
     ms: list[Tensor] = []
     radius = _radius(start, -1, support)
@@ -129,15 +130,17 @@ def _scan_forward(
                 m_copy[..., mid + 1 : -1].add_(pos[..., : support - 1])
                 m_copy[..., -1:].add_(pos[..., support - 1 :].sum(dim=-1, keepdim=True))
         xe = m.add_(eps)
-        y = torch.softmax(torch.log(xe).mul_(g), dim=-1)
+        log_x = torch.log(xe)
+        y = torch.softmax(log_x * g if keep else log_x.mul_(g), dim=-1)
         lo = support - new_radius
         width = 2 * new_radius + 1
         torch.mm(y.view(b * n, width), table[lo : lo + width], out=out[t].view(b * n, f))
         if keep:
             xs.append(xe)
+            logs.append(log_x)
             ys.append(y)
         h, radius = y, new_radius
-    return h, out, xs, ys, ms
+    return h, out, xs + logs, ys, ms
 
 
 class _WindowedScan(torch.autograd.Function):
@@ -164,7 +167,8 @@ class _WindowedScan(torch.autograd.Function):
     def backward(ctx: Any, g_last: Tensor | None, g_out: Tensor | None) -> tuple[Tensor | None, ...]:
         steps, start, support = ctx.steps, ctx.start, ctx.support
         h0, coef, gamma, a_pos, a_null, table, *rest = ctx.saved_tensors
-        xs, ys, ms = rest[:steps], rest[steps : 2 * steps], rest[2 * steps :]
+        xs, logs = rest[:steps], rest[steps : 2 * steps]
+        ys, ms = rest[2 * steps : 3 * steps], rest[3 * steps :]
         b, n, _ = h0.shape
         f = table.shape[-1]
         k = a_pos.shape[-2] if ctx.has_copy else 0
@@ -189,12 +193,12 @@ class _WindowedScan(torch.autograd.Function):
                 g_y = torch.mm(g_out[t].reshape(b * n, f), tw.T).view(b, n, width)
             else:
                 g_y = torch.addmm(carry.reshape(b * n, width), g_out[t].reshape(b * n, f), tw.T).view(b, n, width)
-            g_z = g_y.sub_((y * g_y).sum(dim=-1, keepdim=True)).mul_(y)  # softmax
-            g_gamma[t] = (g_z * torch.log(xe)).sum(dim=-1)
+            g_z = g_y.sub_(torch.linalg.vecdot(y, g_y)[..., None]).mul_(y)  # softmax
+            g_gamma[t] = torch.linalg.vecdot(g_z, logs[t])
             g_m = g_z.mul_(g).div_(xe)  # g_x, then g_m after the copy mix below
             if k:
                 g_x = g_m[:, :k]  # (b, k, p) view
-                g_null[t] = (g_x * ms[t]).sum(dim=-1, keepdim=True)
+                g_null[t] = torch.linalg.vecdot(g_x, ms[t])[..., None]
                 if g_pos is not None:
                     mid = new_radius
                     if new_radius < support:
@@ -210,12 +214,17 @@ class _WindowedScan(torch.autograd.Function):
             total = h.sum(dim=-1, keepdim=True)  # (b, n, 1)
             g_coef[t, ..., 3:6] = g_centre * total
             g_total = (g_centre * c_reset[t]).sum(dim=-1, keepdim=True)
-            big = g_m if grow else F.pad(g_m, (1, 1), mode="replicate")  # (b, n, 2w+3): transpose of move + clamp
+            if grow:
+                big = g_m  # (b, n, 2w+3)
+            else:  # replicate-padded by one bin: the transpose of the move and its clamp
+                big = F.pad(g_m, (1, 1))
+                big[..., :1] = g_m[..., :1]
+                big[..., -1:] = g_m[..., -1:]
             shifted = (big[..., :-2], big[..., 1:-1], big[..., 2:])  # G[i], G[i+1], G[i+2] for i over h's bins
             g_h = shifted[0] * c_dec[t]
             g_h.addcmul_(shifted[1], c_keep[t]).addcmul_(shifted[2], c_inc[t]).add_(g_total)
             for s in range(3):
-                g_coef[t, ..., s] = (h * shifted[s]).sum(dim=-1)
+                g_coef[t, ..., s] = torch.linalg.vecdot(h, shifted[s])
             carry = g_h
         return (
             carry,
