@@ -182,3 +182,36 @@ def test_incremental_decoding_equals_one_call_in_float64():
             pieces.append((g_q, g_k))
     torch.testing.assert_close(torch.cat([p[0] for p in pieces], dim=2), whole[0], rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(torch.cat([p[1] for p in pieces], dim=2), whole[1], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_fused_scan_on_cuda_equals_the_autograd_scan():
+    t, b, n, k, start, support = CASES["clamp-copy-start"]
+    inputs = scan_inputs(t, b, n, k, start, support, torch.float64)
+    inputs = [x.detach().cuda().requires_grad_(x.requires_grad) for x in inputs[:5]] + [
+        tuple(w.cuda() for w in inputs[5])
+    ]
+    old = run_scan(False, *inputs, k=k, start=start)
+    new = run_scan(True, *inputs, k=k, start=start)
+    for a, b_ in zip([old[0], old[1], *old[2]], [new[0], new[1], *new[2]], strict=True):
+        torch.testing.assert_close(b_, a, rtol=1e-10, atol=1e-12)
+
+
+def test_double_backward_is_refused():
+    """The reverse scan is written for first derivatives only: asking for a second one raises."""
+    t, b, n, k, start, support = CASES["copy"]
+    gates, gamma, probs, h0, table, weights = scan_inputs(t, b, n, k, start, support, torch.float64)
+    coef = scan_coefficients(gates)
+    _, out = fused_windowed_scan(
+        h0[..., support : support + 1],
+        coef,
+        gamma,
+        table,
+        EPS,
+        start=start,
+        support=support,
+        copy_offsets=(probs[..., :-1], probs[..., -1:]),
+    )
+    (grad,) = torch.autograd.grad((out * weights[0]).sum(), gamma, create_graph=True)
+    with pytest.raises(RuntimeError):
+        grad.sum().backward()
