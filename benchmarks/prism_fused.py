@@ -1,6 +1,6 @@
 """PRISM's fused windowed scan against the per-op autograd scan, side by side in one process.
 
-Usage: ``PYTHONPATH=. python benchmarks/prism_fused.py [--lengths 64 128 256] [--rounds 5] [--step]``
+Usage: ``PYTHONPATH=. python benchmarks/prism_fused.py [--lengths 64 128 256] [--rounds 5] [--step] [--harness-batch]``
 
 One thread, process CPU time (``time.process_time``), candidates interleaved round by
 round (so a background load hits them alike); the median per candidate is reported.
@@ -95,6 +95,35 @@ def step_candidates(t: int, b: int = 64) -> dict[str, Callable[[], None]]:
     return out
 
 
+def harness_step_candidates() -> dict[str, Callable[[], None]]:
+    """The ``pezoo perf`` training step at the quick preset (its own batch, 64 × 23, PRISM's
+    default options: 16 scanned cursors, no copy branch), old and new scan, and NoPE."""
+    import pezoo.encodings.prism.encoding as enc
+    from harness.perf.train import build_for, step_function, training_batch
+
+    device = torch.device("cpu")
+    _, batch = training_batch("quick", 0, device)
+    out: dict[str, Callable[[], None]] = {}
+    for pe in ("nope", "prism"):
+        model, opt = build_for("quick", pe, "sdpa", device)
+        step = step_function(model, opt, batch)
+        if pe == "nope":
+            out["nope"] = step
+            continue
+        for fused in (False, True):
+
+            def flagged(step=step, fused=fused) -> None:
+                original = enc._scan_emitting.__kwdefaults__["fused"]
+                enc._scan_emitting.__kwdefaults__["fused"] = fused
+                try:
+                    step()
+                finally:
+                    enc._scan_emitting.__kwdefaults__["fused"] = original
+
+            out[f"prism {'new' if fused else 'old'}"] = flagged
+    return out
+
+
 def interleave(candidates: dict[str, Callable[[], None]], rounds: int) -> dict[str, float]:
     for fn in candidates.values():  # warm-up
         fn()
@@ -113,8 +142,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--step", action="store_true")
     parser.add_argument("--no-scan", action="store_true")
+    parser.add_argument("--harness-batch", action="store_true", help="also the quick preset's own batch (64 × 23)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.harness_batch:
+        ms = interleave(harness_step_candidates(), args.rounds)
+        nope, old, new = ms["nope"], ms["prism old"], ms["prism new"]
+        print(
+            f"quick preset step (64 x 23): nope {nope:.1f} ms  prism old {old:.1f} ms ({old / nope:.2f}x)  "
+            f"new {new:.1f} ms ({new / nope:.2f}x)",
+            flush=True,
+        )
     for t in args.lengths:
         if not args.no_scan:
             ms = interleave(scan_candidates(t), args.rounds)
