@@ -98,7 +98,11 @@ def _scan_forward(
     g = gamma[:, None]  # (n, 1)
     k = 0 if a_pos is None else a_pos.shape[-2]
     tokens = 0 if a_pos is None else a_pos.shape[-1]
-    c_dec, c_keep, c_inc, c_reset = coef[..., 0:1], coef[..., 1:2], coef[..., 2:3], coef[..., 3:6]  # (t, b, n, 1|3)
+    # per-step views, made once (indexing inside the loop costs a dispatch per tensor and step)
+    c_dec, c_keep, c_inc, c_reset = (coef[..., i:j].unbind(0) for i, j in ((0, 1), (1, 2), (2, 3), (3, 6)))
+    out_rows = out.view(steps, b * n, f).unbind(0)  # (b·n, f) per step
+    pos_rows = () if a_pos is None else a_pos.unbind(0)
+    null_rows = () if a_null is None else a_null.unbind(0)
     xs: list[Tensor] = []
     logs: list[Tensor] = []
     ys: list[Tensor] = []
@@ -122,8 +126,8 @@ def _scan_forward(
             m_copy = m[:, :k]  # (b, k, p) view
             if keep:
                 ms.append(m_copy.clone())
-            m_copy.mul_(a_null[t])
-            pos = a_pos[t]  # (b, k, j)
+            m_copy.mul_(null_rows[t])
+            pos = pos_rows[t]  # (b, k, j)
             if new_radius < support:  # token i lands on offset i + 1; later tokens carry no mass (causal)
                 m_copy[..., mid + 1 :].add_(pos[..., :new_radius])
             elif tokens < support:
@@ -136,7 +140,7 @@ def _scan_forward(
         y = torch.softmax(log_x * g if keep else log_x.mul_(g), dim=-1)
         lo = support - new_radius
         width = 2 * new_radius + 1
-        torch.mm(y.view(b * n, width), table[lo : lo + width], out=out[t].view(b * n, f))
+        torch.mm(y.view(b * n, width), table[lo : lo + width], out=out_rows[t])
         if keep:
             xs.append(xe)
             logs.append(log_x)
@@ -177,8 +181,11 @@ class _WindowedScan(torch.autograd.Function):
         k = a_pos.shape[-2] if ctx.has_copy else 0
         tokens = a_pos.shape[-1] if ctx.has_copy else 0
         g = gamma[:, None]  # (n, 1)
-        c_dec, c_keep, c_inc, c_reset = coef[..., 0:1], coef[..., 1:2], coef[..., 2:3], coef[..., 3:6]
+        c_dec, c_keep, c_inc, c_reset = (coef[..., i:j].unbind(0) for i, j in ((0, 1), (1, 2), (2, 3), (3, 6)))
+        null_rows = a_null.unbind(0) if k else ()
+        g_out_rows = () if g_out is None else g_out.reshape(steps, b * n, f).unbind(0)
         g_coef = torch.empty_like(coef)  # (t, b, n, 6)
+        g_coef_rows = g_coef.unbind(0)
         g_gamma = h0.new_zeros(steps, b, n)  # summed over (t, b) at the end
         g_pos = torch.zeros_like(a_pos) if k and ctx.needs_input_grad[3] else None
         g_null = torch.empty_like(a_null) if k else None
@@ -193,9 +200,9 @@ class _WindowedScan(torch.autograd.Function):
             if g_out is None:
                 g_y = torch.zeros_like(y) if carry is None else carry.clone()
             elif carry is None:
-                g_y = torch.mm(g_out[t].reshape(b * n, f), tw.T).view(b, n, width)
+                g_y = torch.mm(g_out_rows[t], tw.T).view(b, n, width)
             else:
-                g_y = torch.addmm(carry.reshape(b * n, width), g_out[t].reshape(b * n, f), tw.T).view(b, n, width)
+                g_y = torch.addmm(carry.reshape(b * n, width), g_out_rows[t], tw.T).view(b, n, width)
             g_z = g_y.sub_(torch.linalg.vecdot(y, g_y)[..., None]).mul_(y)  # softmax
             g_gamma[t] = torch.linalg.vecdot(g_z, logs[t])
             g_m = g_z.mul_(g).div_(xe)  # g_x, then g_m after the copy mix below
@@ -211,11 +218,12 @@ class _WindowedScan(torch.autograd.Function):
                     else:
                         g_pos[t, ..., : support - 1] = g_x[..., mid + 1 : -1]
                         g_pos[t, ..., support - 1 :] = g_x[..., -1:]
-                g_x.mul_(a_null[t])
+                g_x.mul_(null_rows[t])
             mid = new_radius
             g_centre = g_m[..., mid - 1 : mid + 2]  # (b, n, 3)
             total = h.sum(dim=-1, keepdim=True)  # (b, n, 1)
-            g_coef[t, ..., 3:6] = g_centre * total
+            g_coef_t = g_coef_rows[t]  # (b, n, 6)
+            g_coef_t[..., 3:6] = g_centre * total
             g_total = (g_centre * c_reset[t]).sum(dim=-1, keepdim=True)
             if grow:
                 big = g_m  # (b, n, 2w+3)
@@ -227,7 +235,7 @@ class _WindowedScan(torch.autograd.Function):
             g_h = shifted[0] * c_dec[t]
             g_h.addcmul_(shifted[1], c_keep[t]).addcmul_(shifted[2], c_inc[t]).add_(g_total)
             for s in range(3):
-                g_coef[t, ..., s] = torch.linalg.vecdot(h, shifted[s])
+                g_coef_t[..., s] = torch.linalg.vecdot(h, shifted[s])
             carry = g_h
         return (
             carry,
