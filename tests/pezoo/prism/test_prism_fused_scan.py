@@ -64,6 +64,8 @@ CASES = {
     "clamp-copy": (12, 2, 3, 2, 0, 4),
     "clamp-copy-start": (6, 2, 3, 1, 3, 4),
     "start-beyond-support": (5, 2, 3, 2, 9, 4),
+    "support-1": (5, 2, 3, 2, 0, 1),  # three bins: the reset's three bins are the whole window
+    "support-2-start": (4, 1, 2, 1, 2, 2),
 }
 
 
