@@ -541,6 +541,38 @@ def check_device_move(factory: Factory, cfg: KitConfig) -> None:
     _close(name, "outputs of the model after a copy of it moved", got, want, 0.0, 0.0)
 
 
+def check_meta_init(factory: Factory, cfg: KitConfig) -> None:
+    """PyTorch's deferred initialisation: built on the meta device, materialised with
+    ``to_empty``, every module's ``reset_parameters()`` called, then a state dict loaded,
+    the model computes what the original does.
+
+    Buffers registered with ``persistent=False`` (tables derived from the constructor's
+    arguments) are not in the state dict, so ``reset_parameters`` is what must rebuild
+    them: after ``to_empty`` they hold uninitialised memory.
+    """
+    name = "meta_init"
+    reference = _build(factory, cfg, cfg.seed)
+    reference.eval()
+    torch.manual_seed(cfg.seed)
+    with torch.device("meta"):
+        pe = factory()
+        model = KitModel(pe, cfg.dims, cfg.vocab)
+    model.to_empty(device=cfg.device)
+    for module in model.modules():
+        reset = getattr(module, "reset_parameters", None)
+        if callable(reset):
+            reset()
+    model.load_state_dict(reference.state_dict(), strict=True)
+    model.eval()
+    s, b = cfg.length, cfg.batch
+    pos, tokens, hint = reference.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
+    with torch.no_grad():
+        want = reference(tokens, pos, scale_hint=hint)
+        got = model(tokens, pos, scale_hint=hint)
+    what = "outputs of the meta-built model after to_empty, reset_parameters and load_state_dict"
+    _close(name, what, got, want, 0.0, 0.0)
+
+
 CHECKS: dict[str, Callable[[Factory, KitConfig], None]] = {
     "hook_shapes": check_hook_shapes,
     "no_future_leakage": check_no_future_leakage,
@@ -551,6 +583,7 @@ CHECKS: dict[str, Callable[[Factory, KitConfig], None]] = {
     "float64": check_float64,
     "copy_and_pickle": check_copy_and_pickle,
     "device_move": check_device_move,
+    "meta_init": check_meta_init,
     "deterministic": check_deterministic,
     "extrapolation": check_extrapolation,
     "gradients_finite": check_gradients_finite,

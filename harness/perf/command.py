@@ -53,12 +53,13 @@ def _ints(value: str | None) -> tuple[int, ...] | None:
     "--decode-window", type=int, help="Decode under a sliding context of this many tokens (the turing preset: 500)."
 )
 @click.option("--prism-supports", help="Supports P of the PRISM scan table (comma-separated).")
+@click.option("--prism-lengths", help="Sequence lengths of the PRISM step table (comma-separated; default 64,128,256).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the report here as JSON.")
 def perf_command(size, sections, encodings, presets, backends, batch_size, repeats, threads, memory_lengths,
                  memory_pe, memory_backends, memory_cap_gib, alloc_lengths, alloc_pe, alloc_backends, alloc_batch,
                  decode_length, decode_batch, decode_pe, decode_window,
-                 prism_supports, device, json_path) -> None:  # fmt: skip
+                 prism_supports, prism_lengths, device, json_path) -> None:  # fmt: skip
     """Time and memory of every encoding side by side: training step, peak memory, cached
     decoding, PRISM's scan. Prints the tables (and writes JSON with --json).
 
@@ -91,10 +92,11 @@ def perf_command(size, sections, encodings, presets, backends, batch_size, repea
             decode_encodings=_names(decode_pe),
             decode_window=decode_window,
             prism_supports=_ints(prism_supports),
+            prism_lengths=_ints(prism_lengths),
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    for name in grid.presets:
+    for name in (*grid.presets, grid.prism_length_preset):
         if name not in PRESETS:
             message = pezoo.base.unknown_name_message("preset", name, list(PRESETS))
             raise click.BadParameter(message, param_hint="--presets")

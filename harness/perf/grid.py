@@ -45,6 +45,10 @@ STEP_TARGETS: dict[str, float] = {
 }
 """Largest accepted training-step time as a multiple of NoPE on its fastest backend."""
 
+PRISM_LENGTH_TARGETS: dict[str, float] = {"prism": 2.0, "copy": 1.5}
+"""The PRISM step at longer sequences: ``prism`` ≤ 2.0× NoPE's step, and PRISM with its copy
+branch ≤ 1.5× PRISM without it (both measured side by side at each length)."""
+
 PRESET_TASKS = {"quick": "copy", "ruoss": "reverse_string", "smoke": "copy"}
 """The task whose batches time a preset's training step (decoder presets: copy; encoder: a
 fixed-output-length task)."""
@@ -83,6 +87,10 @@ class PerfGrid:
         prism_supports: supports P of the scan scaling table.
         prism_scan_tokens: tokens t scanned at each P (and the base of the t doubling).
         prism_cursors: cursors n scanned together (batch × cursors flattened).
+        prism_lengths: sequence lengths at which the PRISM training step (without and
+            with its copy branch) is timed against NoPE's at ``prism_length_preset``'s
+            backbone and batch size (random tokens: the step's cost does not depend on them).
+        prism_length_preset: the preset of that table.
         prism_options: extra PRISM options (besides the defaults) whose step is profiled,
             by label; ``{"paper": PAPER_OPTIONS}`` adds the paper's cursor counts.
     """
@@ -112,6 +120,8 @@ class PerfGrid:
     prism_supports: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
     prism_scan_tokens: int = 32
     prism_cursors: int = 32
+    prism_lengths: tuple[int, ...] = (64, 128, 256)
+    prism_length_preset: str = "quick"
     prism_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -140,6 +150,7 @@ GRIDS: dict[str, PerfGrid] = {
         decode_length=200,
         decode_encodings=("nope",),
         prism_supports=(256, 512, 1024),
+        prism_lengths=(64,),
     ),
     # the whole grid of the issue (tens of minutes on CPU)
     "full": PerfGrid(

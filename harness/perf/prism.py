@@ -7,9 +7,14 @@ from typing import Any
 
 import torch
 
-from harness.perf.grid import PerfGrid
+from harness.data import Batch
+from harness.perf.grid import PRISM_LENGTH_TARGETS, PerfGrid
 from harness.perf.timing import synchronizer, time_interleaved
 from harness.perf.train import basis_ms, build_for, ratio_basis, step_function, training_batch
+
+COPY_OPTIONS: dict[str, Any] = {"copy_cursors": (0,)}
+"""PRISM with a copy branch on the first query cursor of every head (the paper's setup for
+Reverse and string copying)."""
 
 
 def _scan_inputs(n: int, t: int, support: int, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -194,6 +199,52 @@ def profile_step(step: Callable[[], object], top: int = 8) -> list[dict[str, Any
     return rows + regions
 
 
+def random_batch(batch_size: int, length: int, vocab_size: int, device: torch.device, seed: int = 0) -> Batch:
+    """A (batch_size, length) training batch of random tokens, every position labelled with
+    the next token: the cost of a step depends on the shape, not on the tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, vocab_size, (batch_size, length + 1), generator=gen)
+    return Batch(
+        inputs=tokens[:, :-1],
+        labels=tokens[:, 1:],
+        scales=torch.full((batch_size,), length),
+        scored=torch.ones(batch_size, length, dtype=torch.bool),
+    ).to(device)
+
+
+def measure_prism_lengths(grid: PerfGrid, device: torch.device) -> list[dict[str, Any]]:
+    """The PRISM training step, without and with its copy branch, against NoPE's, at each of
+    ``grid.prism_lengths`` (the backbone and batch size of ``grid.prism_length_preset``)."""
+    preset = grid.prism_length_preset
+    models = {
+        name: build_for(preset, pe, "sdpa", device, **options)
+        for name, pe, options in (("nope", "nope", {}), ("prism", "prism", {}), ("copy", "prism", COPY_OPTIONS))
+    }
+    model, _ = models["nope"]
+    batch_size = grid.batch_size or training_batch(preset, 0, device)[1].inputs.shape[0]
+    basis, rows = ratio_basis(device), []
+    for length in grid.prism_lengths:
+        batch = random_batch(batch_size, length, model.embed.num_embeddings, device)
+        candidates = {name: step_function(m, opt, batch) for name, (m, opt) in models.items()}
+        timings = time_interleaved(candidates, repeats=grid.repeats, warmup=grid.warmup, sync=synchronizer(device))
+        ms = {name: basis_ms(t, basis) for name, t in timings.items()}
+        rows.append(
+            {
+                "preset": preset,
+                "batch": [batch_size, length],
+                "basis": basis,
+                **{f"{name}_ms": value for name, value in ms.items()},
+                "spread": max(t.spread for t in timings.values()),
+                "prism_ratio": ms["prism"] / ms["nope"],
+                "copy_ratio": ms["copy"] / ms["nope"],
+                "copy_over_prism": ms["copy"] / ms["prism"],
+                "meets_target": ms["prism"] / ms["nope"] <= PRISM_LENGTH_TARGETS["prism"]
+                and ms["copy"] / ms["prism"] <= PRISM_LENGTH_TARGETS["copy"],
+            }
+        )
+    return rows
+
+
 def measure_prism(grid: PerfGrid, device: torch.device) -> dict[str, Any]:
     """Scan scaling, and the parts of the PRISM training step at the grid's first preset (default
     options and each of ``prism_options``)."""
@@ -204,4 +255,6 @@ def measure_prism(grid: PerfGrid, device: torch.device) -> dict[str, Any]:
         {"variant": label, **prism_components(preset, options, grid.batch_size, device, grid.repeats, grid.warmup)}
         for label, options in variants.items()
     ]
+    if grid.prism_lengths:
+        out["by_length"] = measure_prism_lengths(grid, device)
     return out

@@ -13,7 +13,7 @@ from tabulate import tabulate
 
 from harness.perf.alloc import measure_alloc
 from harness.perf.decode import measure_decode
-from harness.perf.grid import ALLOC_TARGETS, SCHEMA_VERSION, SECTIONS, PerfGrid
+from harness.perf.grid import ALLOC_TARGETS, PRISM_LENGTH_TARGETS, SCHEMA_VERSION, SECTIONS, PerfGrid
 from harness.perf.memory import measure_memory
 from harness.perf.prism import measure_prism
 from harness.perf.train import best_backend_rows, measure_train
@@ -267,6 +267,32 @@ def _render_prism(prism: Mapping[str, Any]) -> list[str]:
             disable_numparse=True,
         ),
     ]
+    if prism.get("by_length"):
+        rows = prism["by_length"]
+        b = rows[0]["batch"][0]
+        out += [
+            "",
+            f"PRISM training step at longer sequences, preset {rows[0]['preset']}'s backbone, batch {b}, random "
+            f"tokens, sdpa, ms of {BASIS_WORDS[rows[0]['basis']]} "
+            f"(targets: prism ≤ {PRISM_LENGTH_TARGETS['prism']}× nope, copy ≤ {PRISM_LENGTH_TARGETS['copy']}× prism)",
+            tabulate(
+                [
+                    [
+                        r["batch"][1],
+                        _fmt_ms(r["nope_ms"]),
+                        f"{_fmt_ms(r['prism_ms'])} ({r['prism_ratio']:.2f}×)",
+                        f"{_fmt_ms(r['copy_ms'])} ({r['copy_ratio']:.2f}×)",
+                        f"{r['copy_over_prism']:.2f}",
+                        f"±{100 * r['spread'] / 2:.0f}%",
+                        "✓" if r["meets_target"] else "✗",
+                    ]
+                    for r in rows
+                ],
+                headers=["tokens", "nope", "prism (× nope)", "+ copy (× nope)", "copy / prism", "spread", "target"],
+                tablefmt="github",
+                disable_numparse=True,
+            ),
+        ]
     for comp in prism.get("components", []):
         b, s = comp["batch"]
         out += [

@@ -47,6 +47,12 @@ class ALiBi(PositionalEncoding):
         self.n_heads = n_heads
         self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)), persistent=False)
 
+    def reset_parameters(self) -> None:
+        """Rebuild the slopes in place (a derived, non-persistent buffer: not in the state dict,
+        so after ``to_empty`` of a meta-device model this is what restores them)."""
+        with torch.no_grad():
+            self.slopes.copy_(torch.tensor(alibi_slopes(self.n_heads), device="cpu"))
+
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         return [LinearBias(self.slopes)]
 

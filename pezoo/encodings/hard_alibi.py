@@ -65,6 +65,12 @@ class HardALiBi(PositionalEncoding):
         self.n_masked = default_masked_heads(n_heads) if n_masked is None else n_masked
         self.register_buffer("windows", hard_alibi_windows(n_heads, self.n_masked), persistent=False)  # (h,)
 
+    def reset_parameters(self) -> None:
+        """Rebuild the windows in place (a derived, non-persistent buffer: not in the state dict,
+        so after ``to_empty`` of a meta-device model this is what restores them)."""
+        with torch.no_grad():
+            self.windows.copy_(hard_alibi_windows(self.n_heads, self.n_masked).to("cpu"))
+
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         return [WindowMask(self.windows)]
 

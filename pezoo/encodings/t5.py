@@ -103,7 +103,7 @@ class T5Bias(PositionalEncoding):
         # Distances the lookup table covers: -C..C. Beyond C the bucket is the last of its sign
         # (the log rule is monotone and capped); checked here for this configuration.
         self.lut_radius = 2 * max_distance
-        ends = self.buckets(torch.tensor([self.lut_radius, -self.lut_radius]))
+        ends = self.buckets(torch.tensor([self.lut_radius, -self.lut_radius], device="cpu"))  # also under meta
         last = [per_sign - 1, 2 * per_sign - 1 if bidirectional else 0]
         if ends.tolist() != last:  # pragma: no cover - the log rule saturates well before 2D
             raise AssertionError(f"T5 buckets do not saturate at distance {self.lut_radius}: {ends.tolist()}")

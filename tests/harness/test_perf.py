@@ -49,6 +49,8 @@ TOY = grid_from(
     prism_supports=(16, 32),
     prism_scan_tokens=4,
     prism_cursors=4,
+    prism_lengths=(8, 12),
+    prism_length_preset="smoke",
 )
 
 
@@ -158,6 +160,25 @@ def test_decode_rows_generate_the_whole_length_identically(toy_report):
         assert r["generated"] == TOY.decode_length - TOY.decode_prompt
         assert r["same_tokens"] is True  # the cache changes the cost, not the tokens
         assert r["speedup"] > 0 and math.isfinite(r["speedup"])
+
+
+def test_prism_step_by_length(toy_report):
+    rows = toy_report["prism"]["by_length"]
+    assert [r["batch"][1] for r in rows] == [8, 12]
+    for r in rows:
+        assert r["prism_ratio"] == pytest.approx(r["prism_ms"] / r["nope_ms"])
+        assert r["copy_over_prism"] == pytest.approx(r["copy_ms"] / r["prism_ms"])
+        assert r["meets_target"] == (r["prism_ratio"] <= 2.0 and r["copy_over_prism"] <= 1.5)
+    assert "PRISM training step at longer sequences" in render(toy_report)
+
+
+def test_random_batch_is_seeded_and_labels_the_next_token():
+    from harness.perf.prism import random_batch
+
+    a, b = random_batch(3, 5, 11, torch.device("cpu")), random_batch(3, 5, 11, torch.device("cpu"))
+    assert torch.equal(a.inputs, b.inputs) and a.inputs.shape == (3, 5)
+    assert torch.equal(a.inputs[:, 1:], a.labels[:, :-1])
+    assert int(a.inputs.max()) < 11 and bool(a.scored.all())
 
 
 def test_prism_rows(toy_report):

@@ -166,6 +166,20 @@ class KeepsATensorAttribute(PositionalEncoding):
         return x + self.offset.to(x.dtype)
 
 
+class DerivedBufferWithoutReset(PositionalEncoding):
+    """A derived, non-persistent table with no ``reset_parameters``: garbage after ``to_empty``
+    (ALiBi's slopes before issue 18's follow-up)."""
+
+    name = "test_derived_buffer"
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, d_model), persistent=False)
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x * self.scale.to(x.dtype)
+
+
 BROKEN = [
     (LeaksTheFuture, "no_future_leakage"),
     (ForgetsTheCache, "incremental_decoding"),
@@ -179,7 +193,19 @@ BROKEN = [
     (HoldsALambda, "copy_and_pickle"),
     (lambda: Float32Table(DIMS.d_model), "float64"),
     (lambda: KeepsATensorAttribute(DIMS.d_model), "device_move"),
+    (lambda: DerivedBufferWithoutReset(DIMS.d_model), "meta_init"),
 ]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"copy_cursors": (0,)}, {"copy_cursors": (0,), "copy_key": "learned"}, {"layers": (0, 1), "n_cursors": 3}],
+    ids=["copy", "copy-learned-keys", "two-layers"],
+)
+def test_prism_meta_init_with_its_cursor_orders(options):
+    """PRISM's cursor-order buffers differ with the copy branch and layer setup; each comes back
+    after to_empty (and the orthogonal W_hh's trivialisation base has its state-dict key)."""
+    check_encoding(lambda: pezoo.create("prism", dims=DIMS, **options), DIMS, checks=["meta_init"])
 
 
 @pytest.mark.parametrize(("factory", "check"), BROKEN, ids=[check for _, check in BROKEN])

@@ -170,7 +170,8 @@ class PRISMConfig:
 
     def copy_mask(self) -> Tensor:
         """(h, c) bool: which query cursors have a copy branch."""
-        mask = torch.zeros(self.n_heads, self.n_cursors, dtype=torch.bool)
+        # on the CPU also under torch.device("meta"): nonzero() below needs the values
+        mask = torch.zeros(self.n_heads, self.n_cursors, dtype=torch.bool, device="cpu")
         mask[:, list(self.copy_cursors)] = True
         if self.copy_every:
             mask.view(-1)[:: self.copy_every] = True
@@ -219,9 +220,10 @@ class PRISMLayer(nn.Module):
         keys = [hc + i for i in range(hc) if hc + i not in fixed]
         order = copy_flat + other_q + keys + fixed
         self.n_scan, self.n_query, self.n_fixed = len(order) - len(fixed), hc, len(fixed)
-        self.register_buffer("unpermute", torch.tensor(order).argsort(), persistent=False)
         # positions, within the scanned key cursors, of the keys paired with copying queries
         paired = [keys.index(hc + i) for i in copy_flat] if self.learned_copy_keys else []
+        self._order, self._paired = order, paired
+        self.register_buffer("unpermute", torch.tensor(order).argsort(), persistent=False)
         self.register_buffer("copy_keys_in_scan", torch.tensor(paired, dtype=torch.long), persistent=False)
 
         self.norm = nn.LayerNorm(cfg.d_model)
@@ -233,6 +235,15 @@ class PRISMLayer(nn.Module):
             else None
         )
         self._compiled: Any = None
+
+    def reset_parameters(self) -> None:
+        """Rebuild the cursor-order buffers in place and re-initialise γ (the submodules have
+        their own ``reset_parameters``). The buffers are derived and non-persistent: not in
+        the state dict, so after ``to_empty`` of a meta-device model this restores them."""
+        with torch.no_grad():
+            self.unpermute.copy_(torch.tensor(self._order, device="cpu").argsort())
+            self.copy_keys_in_scan.copy_(torch.tensor(self._paired, dtype=torch.long, device="cpu"))
+            self.gamma_raw.fill_(_inverse_softplus(self.cfg.gamma_init - 1.0))
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

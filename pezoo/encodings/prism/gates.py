@@ -77,6 +77,12 @@ def _orthogonal_fast(module: nn.Module, name: str) -> None:
         return
     orth = CompactWYOrthogonal(weight, _OrthMaps.householder, use_trivialization=True)
     parametrize.register_parametrization(module, name, orth, unsafe=True)
+    if weight.is_meta and getattr(orth, "base", None) is None:
+        # On the meta device torch's right_inverse cannot run (no QR there) and is skipped, which
+        # leaves the trivialisation's base unset: give it its (n, n) shape so the state dict has
+        # the same keys as a real build and load_state_dict fills it after to_empty.
+        n = max(weight.shape[-2:])
+        orth.base = torch.empty((*weight.shape[:-2], n, n), dtype=weight.dtype, device=weight.device)
 
 
 class GateNet(nn.Module):
