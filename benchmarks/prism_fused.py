@@ -9,8 +9,10 @@ round (so a background load hits them alike); the median per candidate is report
   offsets on the first k cursors) forward + backward, b = 64, n = 12 scanned cursors
   (4 of them copying), P = next power of two >= t, old (``fused=False``) vs new.
 * ``--step``: the whole training step (forward, loss, backward, clipping, AdamW) of the
-  quick backbone with PRISM (``copy_cursors=(0,)``, so 12 scanned cursors per layer) with
-  the old and the new scan, and NoPE, on a random batch of b = 64 sequences of t tokens.
+  quick backbone as ``pezoo perf --prism-lengths`` measures it (random batch of b = 64
+  sequences of t tokens): NoPE, PRISM with its defaults (16 scanned cursors) and PRISM
+  with the copy branch (``copy_cursors=(0,)``: 12 scanned, 4 copying), each PRISM with
+  the old and the new scan.
 """
 
 from __future__ import annotations
@@ -57,48 +59,46 @@ def scan_candidates(t: int, b: int = 64, n: int = 12, k: int = 4, f: int = 32) -
     return {f"scan t={t} old": make(False), f"scan t={t} new": make(True)}
 
 
-def step_candidates(t: int, b: int = 64) -> dict[str, Callable[[], None]]:
+def _with_scan(step: Callable[[], object], fused: bool) -> Callable[[], None]:
+    """``step`` with ``_scan_emitting``'s default ``fused`` set for its duration."""
     import pezoo.encodings.prism.encoding as enc
-    from harness.perf.train import build_for
 
-    gen = torch.Generator().manual_seed(0)
+    def run() -> None:
+        original = enc._scan_emitting.__kwdefaults__["fused"]
+        enc._scan_emitting.__kwdefaults__["fused"] = fused
+        try:
+            step()
+        finally:
+            enc._scan_emitting.__kwdefaults__["fused"] = original
+
+    return run
+
+
+def step_candidates(t: int, b: int = 64) -> dict[str, Callable[[], None]]:
+    """``pezoo perf --prism-lengths``' models on its random batch (b × t): NoPE, PRISM with
+    its defaults (16 scanned cursors) and with the copy branch (``copy_cursors=(0,)``, 12
+    scanned, 4 copying), each PRISM with the old and the new scan."""
+    from harness.perf.prism import COPY_OPTIONS, random_batch
+    from harness.perf.train import build_for, step_function
+
     device = torch.device("cpu")
     out: dict[str, Callable[[], None]] = {}
-    for pe, options in (("nope", {}), ("prism", {"copy_cursors": (0,)})):
+    batch = None
+    for name, pe, options in (("nope", "nope", {}), ("prism", "prism", {}), ("copy", "prism", COPY_OPTIONS)):
         model, opt = build_for("quick", pe, "sdpa", device, **options)
-        vocab = model.embed.num_embeddings if hasattr(model.embed, "num_embeddings") else 8
-        inputs = torch.randint(0, vocab, (b, t), generator=gen)
-        labels = torch.randint(0, vocab, (b, t), generator=gen)
-
-        def step(model=model, opt=opt, inputs=inputs, labels=labels) -> None:
-            logits = model(inputs)
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-
+        if batch is None:
+            batch = random_batch(b, t, model.embed.num_embeddings, device)
+        step = step_function(model, opt, batch)
         if pe == "nope":
-            out[f"step t={t} nope"] = step
+            out["nope"] = step
         else:
-            for fused in (False, True):
-
-                def flagged(step=step, fused=fused) -> None:
-                    original = enc._scan_emitting.__kwdefaults__["fused"]
-                    enc._scan_emitting.__kwdefaults__["fused"] = fused
-                    try:
-                        step()
-                    finally:
-                        enc._scan_emitting.__kwdefaults__["fused"] = original
-
-                out[f"step t={t} prism {'new' if fused else 'old'}"] = flagged
+            out[f"{name} old"], out[f"{name} new"] = _with_scan(step, False), _with_scan(step, True)
     return out
 
 
 def harness_step_candidates() -> dict[str, Callable[[], None]]:
     """The ``pezoo perf`` training step at the quick preset (its own batch, 64 × 23, PRISM's
     default options: 16 scanned cursors, no copy branch), old and new scan, and NoPE."""
-    import pezoo.encodings.prism.encoding as enc
     from harness.perf.train import build_for, step_function, training_batch
 
     device = torch.device("cpu")
@@ -109,18 +109,8 @@ def harness_step_candidates() -> dict[str, Callable[[], None]]:
         step = step_function(model, opt, batch)
         if pe == "nope":
             out["nope"] = step
-            continue
-        for fused in (False, True):
-
-            def flagged(step=step, fused=fused) -> None:
-                original = enc._scan_emitting.__kwdefaults__["fused"]
-                enc._scan_emitting.__kwdefaults__["fused"] = fused
-                try:
-                    step()
-                finally:
-                    enc._scan_emitting.__kwdefaults__["fused"] = original
-
-            out[f"prism {'new' if fused else 'old'}"] = flagged
+        else:
+            out["prism old"], out["prism new"] = _with_scan(step, False), _with_scan(step, True)
     return out
 
 
@@ -160,13 +150,13 @@ def main() -> None:
             print(f"scan  t={t:4d}: old {old:8.1f} ms  new {new:8.1f} ms  speed-up {old / new:.2f}x", flush=True)
         if args.step:
             ms = interleave(step_candidates(t), args.rounds)
-            nope = ms[f"step t={t} nope"]
-            old, new = ms[f"step t={t} prism old"], ms[f"step t={t} prism new"]
-            print(
-                f"step  t={t:4d}: nope {nope:8.1f} ms  prism old {old:8.1f} ms ({old / nope:.2f}x)  "
-                f"new {new:8.1f} ms ({new / nope:.2f}x)",
-                flush=True,
-            )
+            nope = ms["nope"]
+            parts = [f"step  t={t:4d}: nope {nope:8.1f} ms"]
+            for name in ("prism", "copy"):
+                old, new = ms[f"{name} old"], ms[f"{name} new"]
+                parts.append(f"{name} old {old:8.1f} ({old / nope:.2f}x) new {new:8.1f} ({new / nope:.2f}x)")
+            parts.append(f"copy/prism new {ms['copy new'] / ms['prism new']:.2f}")
+            print("  ".join(parts), flush=True)
 
 
 if __name__ == "__main__":
