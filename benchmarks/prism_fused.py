@@ -46,10 +46,9 @@ def scan_candidates(t: int, b: int = 64, n: int = 12, k: int = 4, f: int = 32) -
 
     def make(fused: bool) -> Callable[[], None]:
         def run() -> None:
-            offsets = (probs[..., :-1], probs[..., -1:]) if k else None
             _, out = _scan_emitting(
                 h0, gates, gamma, 1e-6, None, None, layer._step, table,
-                windowed=True, copy_offsets=offsets, fused=fused,
+                windowed=True, copy_probs=probs if k else None, fused=fused,
             )  # fmt: skip
             (out @ weight).square().sum().backward()
             gates.grad = gamma.grad = probs.grad = None

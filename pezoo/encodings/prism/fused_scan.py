@@ -49,7 +49,10 @@ What is fused and why the results are the same:
   independent dense-matrix reference of Alg. 1, plus ``torch.autograd.gradcheck``).
 
 Gradients flow to the starting histogram, the coefficients (hence the gates), γ and the
-copy inputs; the offset table is a constant.
+copy probabilities; the offset table is a constant. a_pos and a_null enter as one tensor
+(the copy attention's probabilities, a_null last), so their gradient is one dense buffer:
+slicing them apart outside would make autograd allocate and fill two more of that size
+(b·k·t² entries, the largest buffers of the copy branch's backward).
 """
 
 from __future__ import annotations
@@ -81,8 +84,7 @@ def _scan_forward(
     h: Tensor,
     coef: Tensor,
     gamma: Tensor,
-    a_pos: Tensor | None,
-    a_null: Tensor | None,
+    probs: Tensor | None,
     table: Tensor,
     eps: float,
     start: int,
@@ -96,13 +98,13 @@ def _scan_forward(
     f = table.shape[-1]
     out = h.new_empty(steps, b, n, f)
     g = gamma[:, None]  # (n, 1)
-    k = 0 if a_pos is None else a_pos.shape[-2]
-    tokens = 0 if a_pos is None else a_pos.shape[-1]
+    k = 0 if probs is None else probs.shape[-2]
+    tokens = 0 if probs is None else probs.shape[-1] - 1
     # per-step views, made once (indexing inside the loop costs a dispatch per tensor and step)
     c_dec, c_keep, c_inc, c_reset = (coef[..., i:j].unbind(0) for i, j in ((0, 1), (1, 2), (2, 3), (3, 6)))
     out_rows = out.view(steps, b * n, f).unbind(0)  # (b·n, f) per step
-    pos_rows = () if a_pos is None else a_pos.unbind(0)
-    null_rows = () if a_null is None else a_null.unbind(0)
+    pos_rows = () if probs is None else probs[..., :-1].unbind(0)  # (b, k, j) per step
+    null_rows = () if probs is None else probs[..., -1:].unbind(0)  # (b, k, 1) per step
     xs: list[Tensor] = []
     logs: list[Tensor] = []
     ys: list[Tensor] = []
@@ -122,7 +124,6 @@ def _scan_forward(
         mid = new_radius
         m[..., mid - 1 : mid + 2].addcmul_(h.sum(dim=-1, keepdim=True), c_reset[t])
         if k:
-            assert a_pos is not None and a_null is not None
             m_copy = m[:, :k]  # (b, k, p) view
             if keep:
                 ms.append(m_copy.clone())
@@ -156,39 +157,41 @@ class _WindowedScan(torch.autograd.Function):
         h0: Tensor,
         coef: Tensor,
         gamma: Tensor,
-        a_pos: Tensor | None,
-        a_null: Tensor | None,
+        probs: Tensor | None,
         table: Tensor,
         eps: float,
         start: int,
         support: int,
     ) -> tuple[Tensor, Tensor]:
-        last, out, xs, ys, ms = _scan_forward(h0, coef, gamma, a_pos, a_null, table, eps, start, support, keep=True)
+        last, out, xs, ys, ms = _scan_forward(h0, coef, gamma, probs, table, eps, start, support, keep=True)
         ctx.eps, ctx.start, ctx.support, ctx.steps = eps, start, support, coef.shape[0]
-        ctx.has_copy = a_pos is not None
-        ctx.save_for_backward(h0, coef, gamma, a_pos, a_null, table, *xs, *ys, *ms)
+        ctx.has_copy = probs is not None
+        ctx.save_for_backward(h0, coef, gamma, probs, table, *xs, *ys, *ms)
         return last, out
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, g_last: Tensor | None, g_out: Tensor | None) -> tuple[Tensor | None, ...]:
         steps, start, support = ctx.steps, ctx.start, ctx.support
-        h0, coef, gamma, a_pos, a_null, table, *rest = ctx.saved_tensors
+        h0, coef, gamma, probs, table, *rest = ctx.saved_tensors
         xs, logs = rest[:steps], rest[steps : 2 * steps]
         ys, ms = rest[2 * steps : 3 * steps], rest[3 * steps :]
         b, n, _ = h0.shape
         f = table.shape[-1]
-        k = a_pos.shape[-2] if ctx.has_copy else 0
-        tokens = a_pos.shape[-1] if ctx.has_copy else 0
+        k = probs.shape[-2] if ctx.has_copy else 0
+        tokens = probs.shape[-1] - 1 if ctx.has_copy else 0
         g = gamma[:, None]  # (n, 1)
         c_dec, c_keep, c_inc, c_reset = (coef[..., i:j].unbind(0) for i, j in ((0, 1), (1, 2), (2, 3), (3, 6)))
-        null_rows = a_null.unbind(0) if k else ()
+        null_rows = probs[..., -1:].unbind(0) if k else ()
         g_out_rows = () if g_out is None else g_out.reshape(steps, b * n, f).unbind(0)
         g_coef = torch.empty_like(coef)  # (t, b, n, 6)
         g_coef_rows = g_coef.unbind(0)
         g_gamma = h0.new_zeros(steps, b, n)  # summed over (t, b) at the end
-        g_pos = torch.zeros_like(a_pos) if k and ctx.needs_input_grad[3] else None
-        g_null = torch.empty_like(a_null) if k else None
+        # one dense gradient for the copy probabilities, laid out like them (a fresh buffer
+        # of this size costs its page faults; slicing probs outside would add two more)
+        g_probs = torch.zeros_like(probs) if k and ctx.needs_input_grad[3] else None
+        g_pos = None if g_probs is None else g_probs[..., :-1]
+        g_null = None if g_probs is None else g_probs[..., -1:]
         carry = g_last  # gradient reaching this step's output histogram from later steps
         for t in reversed(range(steps)):
             new_radius = _radius(start, t, support)
@@ -208,8 +211,8 @@ class _WindowedScan(torch.autograd.Function):
             g_m = g_z.mul_(g).div_(xe)  # g_x, then g_m after the copy mix below
             if k:
                 g_x = g_m[:, :k]  # (b, k, p) view
-                g_null[t] = torch.linalg.vecdot(g_x, ms[t])[..., None]
-                if g_pos is not None:
+                if g_pos is not None and g_null is not None:
+                    g_null[t] = torch.linalg.vecdot(g_x, ms[t])[..., None]
                     mid = new_radius
                     if new_radius < support:
                         g_pos[t, ..., :new_radius] = g_x[..., mid + 1 :]
@@ -241,8 +244,7 @@ class _WindowedScan(torch.autograd.Function):
             carry,
             g_coef,
             g_gamma.sum(dim=(0, 1)),
-            g_pos,
-            g_null,
+            g_probs,
             None,
             None,
             None,
@@ -259,7 +261,7 @@ def fused_windowed_scan(
     *,
     start: int,
     support: int,
-    copy_offsets: tuple[Tensor, Tensor] | None = None,
+    copy_probs: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The windowed scan with streams, forward without a graph and a hand-written backward.
 
@@ -271,7 +273,8 @@ def fused_windowed_scan(
         eps: ε.
         start: absolute index of the first new token.
         support: P.
-        copy_offsets: ``(a_pos (t, b, k, j), a_null (t, b, k, 1))`` for the first k cursors, or None.
+        copy_probs: (t, b, k, j + 1) copy probabilities of the first k cursors, or None: token
+            i's copied mass (landing on offset i + 1), then p_null (the no-copy weight) last.
 
     Returns:
         (last window (b, n, 2w'+1) with w' = min(start + t, P), streams (t, b, n, f)).
@@ -279,14 +282,12 @@ def fused_windowed_scan(
     radius = min(start, support)
     if h0.shape[-1] != 2 * radius + 1:
         raise ValueError(f"h0 must be the window of radius min(start, P) = {radius}, got {h0.shape[-1]} bins")
-    a_pos, a_null = (None, None) if copy_offsets is None else copy_offsets
     dtype = h0.dtype
     coef, gamma, table = coef.to(dtype), gamma.to(dtype), table.to(dtype)
-    if a_pos is not None and a_null is not None:
-        a_pos, a_null = a_pos.to(dtype), a_null.to(dtype)
+    probs = None if copy_probs is None else copy_probs.to(dtype)
     with torch.autocast(h0.device.type, enabled=False):  # fp32 streams, like the compute dtype of the scan
-        inputs = (h0, coef, gamma, a_pos, a_null, table)
+        inputs = (h0, coef, gamma, probs, table)
         if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
-            return _WindowedScan.apply(h0, coef, gamma, a_pos, a_null, table, eps, start, support)
-        last, out, *_ = _scan_forward(h0, coef, gamma, a_pos, a_null, table, eps, start, support, keep=False)
+            return _WindowedScan.apply(h0, coef, gamma, probs, table, eps, start, support)
+        last, out, *_ = _scan_forward(h0, coef, gamma, probs, table, eps, start, support, keep=False)
         return last, out

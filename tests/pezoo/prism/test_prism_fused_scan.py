@@ -44,10 +44,9 @@ def run_scan(fused, gates, gamma, probs, h0, table, weights, *, k, start, checkp
     from pezoo.encodings.prism.encoding import PRISMLayer as Layer
 
     layer = Layer(PRISMConfig(d_model=8, n_heads=1, n_layers=1))  # only its _step (the old path) is used
-    offsets = (probs[..., :-1], probs[..., -1:]) if k else None
     last, out = _scan_emitting(
         h0, gates, gamma, EPS, None, None, layer._step, table,
-        start=start, windowed=True, copy_offsets=offsets, checkpoint_every=checkpoint_every, fused=fused,
+        start=start, windowed=True, copy_probs=probs if k else None, checkpoint_every=checkpoint_every, fused=fused,
     )  # fmt: skip
     loss = (out * weights[0]).sum() + (last * weights[1]).sum()  # every output and the carried state
     tensors = [gates, gamma, h0] + ([probs] if k else [])
@@ -93,12 +92,11 @@ def test_no_grad_forward_equals_the_graph_forward():
     gates, gamma, probs, h0, table, _ = scan_inputs(t, b, n, k, start, support, torch.float64)
     radius = min(start, support)
     h = h0[..., support - radius : support + radius + 1]
-    offsets = (probs[..., :-1], probs[..., -1:])
     coef = scan_coefficients(gates)
-    with_graph = fused_windowed_scan(h, coef, gamma, table, EPS, start=start, support=support, copy_offsets=offsets)
+    with_graph = fused_windowed_scan(h, coef, gamma, table, EPS, start=start, support=support, copy_probs=probs)
     assert with_graph[1].requires_grad
     with torch.no_grad():
-        without = fused_windowed_scan(h, coef, gamma, table, EPS, start=start, support=support, copy_offsets=offsets)
+        without = fused_windowed_scan(h, coef, gamma, table, EPS, start=start, support=support, copy_probs=probs)
     assert not without[1].requires_grad
     for a, b_ in zip(with_graph, without, strict=True):
         torch.testing.assert_close(a.detach(), b_, rtol=0, atol=0)
@@ -115,15 +113,12 @@ def test_fused_scan_gradcheck(tokens_beyond_support):
     h0 = torch.rand(b, n, 2 * min(start, support) + 1, generator=gen, dtype=d) + 0.1
     coef = torch.rand(t, b, n, 6, generator=gen, dtype=d) + 0.05
     gamma = 1.5 + torch.rand(n, generator=gen, dtype=d)
-    a_pos = torch.rand(t, b, k, tokens, generator=gen, dtype=d)
-    a_null = torch.rand(t, b, k, 1, generator=gen, dtype=d) + 0.1
+    probs = torch.rand(t, b, k, tokens + 1, generator=gen, dtype=d) + 0.05  # copied mass per token, then p_null
     table = offset_table(support, 4).to(d)
-    inputs = [x.requires_grad_() for x in (h0, coef, gamma, a_pos, a_null)]
+    inputs = [x.requires_grad_() for x in (h0, coef, gamma, probs)]
 
-    def fn(h0, coef, gamma, a_pos, a_null):
-        return fused_windowed_scan(
-            h0, coef, gamma, table, 1e-3, start=start, support=support, copy_offsets=(a_pos, a_null)
-        )
+    def fn(h0, coef, gamma, probs):
+        return fused_windowed_scan(h0, coef, gamma, table, 1e-3, start=start, support=support, copy_probs=probs)
 
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
 
@@ -212,7 +207,7 @@ def test_double_backward_is_refused():
         EPS,
         start=start,
         support=support,
-        copy_offsets=(probs[..., :-1], probs[..., -1:]),
+        copy_probs=probs,
     )
     (grad,) = torch.autograd.grad((out * weights[0]).sum(), gamma, create_graph=True)
     with pytest.raises(RuntimeError):
