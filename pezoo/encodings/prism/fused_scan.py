@@ -8,7 +8,7 @@ What it computes is exactly ``encoding._scan_emitting(..., windowed=True)`` with
 table (Lee 2025, Alg. 1 steps 1–5 then Eq. 10): per step t (absolute token ``start + t``)
 the window radius grows from w = min(start + t, P) to w' = min(start + t + 1, P), and
 
-    m  = c_keep·h[k] + c_inc·h[k-1] + c_dec·h[k+1]     banded move (c_x = (1 - r)·x)
+    m[i] = c_keep·h[i] + c_inc·h[i-1] + c_dec·h[i+1]   banded move (c_x = (1 - r)·x)
          (+ c_inc·h[top] on the top bin, c_dec·h[0] on the bottom one, once w' = w = P: the clamp)
     m[mid-1 : mid+2] += Σh · (r·dec, r·keep, r·inc)     reset: re-centre, then one move
     x  = a_null·m + p_pos                               copy branch, first k cursors only
@@ -45,7 +45,7 @@ What is fused and why the results are the same:
       g_c   = Σ_i h[i]·G[i+s] (s = 0, 1, 2),   g_(r·x_d) = Σh · g_m[mid+d]
 
   These are the derivatives of the same float operations, so outputs and gradients agree
-  with the autograd path to float rounding (tested in float64 to ~1e-12 and against an
+  with the autograd path to float rounding (tested in float64 to 1e-10 and against an
   independent dense-matrix reference of Alg. 1, plus ``torch.autograd.gradcheck``).
 
 Gradients flow to the starting histogram, the coefficients (hence the gates), γ and the
