@@ -32,19 +32,32 @@ def _scan_inputs(n: int, t: int, support: int, device: torch.device) -> tuple[to
 
 
 def scan_function(
-    n: int, t: int, support: int, device: torch.device, *, backward: bool, windowed: bool = False
+    n: int, t: int, support: int, device: torch.device, *, backward: bool, windowed: bool = False, d_pe: int = 0
 ) -> Callable[[], None]:
     """One histogram scan of n cursors over t tokens at support P: the full-width reference
     (``pezoo.encodings.prism.histogram_scan``), or with ``windowed`` the scan the model runs
-    by default (only the reachable bins, ``PRISMConfig.scan_window``)."""
+    by default (only the reachable bins, ``PRISMConfig.scan_window``); with ``windowed`` and
+    ``d_pe`` exactly the model's: the fused scan, emitting each token's (n, d_pe) position
+    stream (histogram times the offset table) instead of the histogram."""
     from pezoo.encodings.prism.encoding import _scan_emitting
     from pezoo.encodings.prism.histogram import histogram_scan, unchecked_histogram_step
+    from pezoo.encodings.prism.streams import offset_table
 
     gates, gamma, h0, masks = _scan_inputs(n, t, support, device)
     weight = torch.randn(2 * support + 1, generator=torch.Generator().manual_seed(1)).to(device)  # (p,)
+    table = offset_table(support, d_pe, device) if windowed and d_pe else None  # (p, f)
+    weight_f = torch.randn(max(d_pe, 1), generator=torch.Generator().manual_seed(2)).to(device)  # (f,)
 
     def run() -> None:
         with torch.set_grad_enabled(backward):
+            if table is not None:
+                _, streams = _scan_emitting(
+                    h0[None], gates[:, None], gamma, 1e-6, None, None, unchecked_histogram_step, table, windowed=True
+                )  # (t, 1, n, f)
+                if backward:
+                    (streams.sum(dim=(0, 1, 2)) @ weight_f).backward()
+                    gates.grad = gamma.grad = None
+                return
             if windowed:
                 _, hist = _scan_emitting(
                     h0, gates, gamma, 1e-6, None, masks, unchecked_histogram_step, None, windowed=True
@@ -104,8 +117,10 @@ def prism_components(
     """Time one PRISM training step and its parts (forward + backward each) on the preset's batch.
 
     Parts: the GRU gates over the layer-normed residual stream; the histogram scan at the
-    support the model uses (windowed when the model's is); the position streams (histograms times the offset table,
-    Alg. 3 normalisation, the q/k fold). The NoPE step is timed alongside for the ratio.
+    support the model uses (windowed when the model's is, and then the fused scan that also
+    emits each token's stream, histogram times the offset table); the position streams
+    (histograms times the offset table, Alg. 3 normalisation, the q/k fold; the first of
+    these is also inside the windowed scan's time). The NoPE step is timed alongside for the ratio.
     """
     from pezoo.encodings.prism.encoding import support_for
     from pezoo.encodings.prism.streams import fold_position_streams, normalise_streams, offset_table
@@ -145,7 +160,13 @@ def prism_components(
         "nope_step": step_function(nope, nope_opt, batch),
         "gates": gates,
         "scan": scan_function(
-            n, s, support, device, backward=True, windowed=cfg.scan_window and cfg.eps_support == "reachable"
+            n,
+            s,
+            support,
+            device,
+            backward=True,
+            windowed=cfg.scan_window and cfg.eps_support == "reachable",
+            d_pe=cfg.d_pe,
         ),
         "streams": streams,
     }

@@ -38,6 +38,7 @@ from torch.profiler import record_function
 
 from pezoo.base import AttentionContext, PositionalEncoding, register
 from pezoo.encodings.ape import sinusoid_table
+from pezoo.encodings.prism.fused_scan import fused_windowed_scan, scan_coefficients
 from pezoo.encodings.prism.gates import CopyAttention, GateNet, HiddenRegulariser, compute_dtype
 from pezoo.encodings.prism.histogram import (
     centre_one_hot,
@@ -338,15 +339,15 @@ class PRISMLayer(nn.Module):
                 new_state["hist"] = torch.cat([query_h[-1], key_h[-1]], dim=1)
                 out = emit(torch.cat([query_h, key_h], dim=2))
             else:
-                copy_offsets = None
+                copy_probs = None
                 if self.copy is not None and windowed:  # the window's copied mass comes from a_pos itself
-                    copy_offsets = (a_pos.permute(2, 0, 1, 3), a_null.permute(2, 0, 1, 3))  # (s, b, k, t|1)
+                    copy_probs = probs.permute(2, 0, 1, 3)  # (s, b, k, t+1): a_pos then a_null
                 elif self.copy is not None:  # copied mass of token j lands on the fixed key's bin P + j + 1
                     p_pos = F.pad(_clamp_copy(a_pos, support), (support + 1, 0))  # (b, k, s, p)
                     p_copy = torch.cat([p_pos, a_null], dim=-1).permute(2, 0, 1, 3)  # (s, b, k, p+1)
                 new_state["hist"], out = _scan_emitting(
                     hist, gates, gamma, cfg.eps, p_copy, masks, step, None if record else table,
-                    start=t0, windowed=windowed, copy_offsets=copy_offsets, checkpoint_every=cfg.scan_checkpoint,
+                    start=t0, windowed=windowed, copy_probs=copy_probs, checkpoint_every=cfg.scan_checkpoint,
                 )  # fmt: skip
 
         if self.n_fixed:  # increment-only key cursors: one-hot at offset t+1
@@ -385,8 +386,9 @@ def _scan_emitting(
     *,
     start: int = 0,
     windowed: bool = False,
-    copy_offsets: tuple[Tensor, Tensor] | None = None,
+    copy_probs: Tensor | None = None,
     checkpoint_every: int = 0,
+    fused: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """``histogram_scan`` that keeps only each step's stream ``h @ table`` (the (b, n, f)
     streams instead of (b, n, p) histograms when P is large; ``table`` None keeps the
@@ -402,8 +404,9 @@ def _scan_emitting(
     the next power of two above its length.
 
     The copy branch comes either dense, ``p_copy`` (s, b, k, p+1), or, windowed with
-    increment-only key cursors, as ``copy_offsets = (a_pos (s, b, k, t), a_null (s, b, k, 1))``:
-    token j's copied mass sits on the bin of offset j + 1, so the window's slice of p_pos
+    increment-only key cursors, as the copy attention's ``copy_probs`` (s, b, k, t+1): a_pos
+    (token j's copied mass) then a_null (the no-copy weight) last. Token j's copied mass
+    sits on the bin of offset j + 1, so the window's slice of p_pos
     is ``w + 1`` zeros then ``a_pos[:w]``, built per step in O(w) without the dense
     (s, b, k, 2P+2) tensor. Either is unbound once: indexing it per step would make every
     backward step allocate and fill a zero tensor of its full size (O(S²·P) in all).
@@ -411,6 +414,13 @@ def _scan_emitting(
     ``checkpoint_every`` (windowed only): run the steps in chunks of this many tokens under
     ``torch.utils.checkpoint``, so the backward pass recomputes each chunk from its first
     histogram instead of keeping every step's intermediates.
+
+    ``fused`` (default): the windowed scan with streams (``table`` given) and no dense
+    ``p_copy`` runs as one autograd node with a hand-written reverse scan
+    (``fused_scan.fused_windowed_scan``): the same outputs and gradients to float rounding,
+    in less time and memory. ``fused=False`` keeps the per-op autograd scan (the reference
+    the tests compare with); record mode (``table`` None) and the dense copy always use it.
+    ``step`` must then be ``PRISMLayer._step`` or equivalent (it is not called).
 
     Returns:
         (last histogram (b, n, p), stacked streams (s, b, n, f|p)).
@@ -429,7 +439,13 @@ def _scan_emitting(
         return h, torch.stack(out, dim=0)
     radius = min(start, support)
     h = hist[..., support - radius : support + radius + 1]  # (b, n, 2r+1): the reachable bins
-    pos_null = None if copy_offsets is None else tuple(zip(*(c.unbind(0) for c in copy_offsets), strict=True))
+    if fused and table is not None and p_copy is None:
+        return _fused_scan_emitting(h, gates, gamma, eps, table, start, support, copy_probs, checkpoint_every)
+    pos_null = (
+        None
+        if copy_probs is None
+        else tuple(zip(copy_probs[..., :-1].unbind(0), copy_probs[..., -1:].unbind(0), strict=True))
+    )
 
     def run(h: Tensor, first: int, stop: int) -> tuple[Tensor, Tensor]:
         """Steps first..stop-1 from h (the window of radius min(start + first, P)): (h, streams)."""
@@ -471,6 +487,41 @@ def _scan_emitting(
     radius = min(start + steps, support)
     last = F.pad(h, (support - radius, support - radius))
     return last, out
+
+
+def _fused_scan_emitting(
+    h: Tensor,
+    gates: Tensor,
+    gamma: Tensor,
+    eps: float,
+    table: Tensor,
+    start: int,
+    support: int,
+    copy_probs: Tensor | None,
+    checkpoint_every: int,
+) -> tuple[Tensor, Tensor]:
+    """``_scan_emitting``'s windowed path through ``fused_windowed_scan``, chunked under
+    ``torch.utils.checkpoint`` when ``checkpoint_every`` asks for it."""
+    coef = scan_coefficients(gates)  # (s, b, n, 6)
+    steps = gates.shape[0]
+
+    def run(h: Tensor, first: int, stop: int) -> tuple[Tensor, Tensor]:
+        probs = None if copy_probs is None else copy_probs[first:stop]
+        return fused_windowed_scan(
+            h, coef[first:stop], gamma, table, eps, start=start + first, support=support, copy_probs=probs
+        )
+
+    if checkpoint_every and torch.is_grad_enabled() and steps > checkpoint_every:
+        out = []
+        for first in range(0, steps, checkpoint_every):
+            stop = min(first + checkpoint_every, steps)
+            h, streams = torch.utils.checkpoint.checkpoint(run, h, first, stop, use_reentrant=False)
+            out.append(streams)
+        streams = torch.cat(out, dim=0)
+    else:
+        h, streams = run(h, 0, steps)
+    radius = min(start + steps, support)
+    return F.pad(h, (support - radius, support - radius)), streams
 
 
 def _clamp_copy(a_pos: Tensor, width: int) -> Tensor:

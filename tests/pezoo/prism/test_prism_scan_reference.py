@@ -85,7 +85,7 @@ def reference_streams(layer: PRISMLayer, x: torch.Tensor) -> tuple[torch.Tensor,
     hists = scan(None)
     if k:
         hists = scan(hists)
-    table = offset_table(support, cfg.d_pe)
+    table = offset_table(support, cfg.d_pe).to(hists[0].dtype)  # float64 when the test runs in float64
     streams = torch.stack(hists, 0) @ table  # (s, b, n, f)
     if layer.n_fixed:
         fixed = torch.stack([table[support + min(t + 1, support)] for t in range(s)])  # (s, f)
