@@ -117,13 +117,12 @@ def prism_components(
     """Time one PRISM training step and its parts (forward + backward each) on the preset's batch.
 
     Parts: the GRU gates over the layer-normed residual stream; the histogram scan at the
-    support the model uses (windowed when the model's is, and then the fused scan that also
-    emits each token's stream, histogram times the offset table); the position streams
-    (histograms times the offset table, Alg. 3 normalisation, the q/k fold; the first of
-    these is also inside the windowed scan's time). The NoPE step is timed alongside for the ratio.
+    support the model uses (windowed when the model's is; it emits each token's stream, the
+    histogram times the offset table); the position streams after it (Alg. 3 normalisation,
+    the q/k fold). The NoPE step is timed alongside for the ratio.
     """
     from pezoo.encodings.prism.encoding import support_for
-    from pezoo.encodings.prism.streams import fold_position_streams, normalise_streams, offset_table
+    from pezoo.encodings.prism.streams import fold_position_streams, normalise_streams
 
     _, batch = training_batch(preset, batch_size, device)
     b, s = batch.inputs.shape
@@ -141,14 +140,15 @@ def prism_components(
         g, _ = layer.gates(layer.norm(x))  # (b, s, n, 4)
         g.sum().backward()
 
-    hist = torch.softmax(torch.randn(s, b, 2 * cfg.n_heads * cfg.n_cursors, 2 * support + 1, generator=gen), -1)
-    hist = hist.to(device).requires_grad_()  # (s, b, 2hc, p)
+    # the scan's output: each token's raw stream per cursor (the histogram times the offset
+    # table is part of the scan, which emits streams, not histograms)
+    raw = torch.randn(s, b, 2 * cfg.n_heads * cfg.n_cursors, cfg.d_pe, generator=gen)
+    raw = raw.to(device).requires_grad_()  # (s, b, 2hc, f)
     q = torch.randn(b, cfg.n_heads, s, cfg.d_model // cfg.n_heads, generator=gen).to(device)  # (b, h, s, e)
 
     def streams() -> None:
-        table = offset_table(support, cfg.d_pe, device)  # (p, f)
         g = normalise_streams(
-            (hist @ table).permute(1, 0, 2, 3).unflatten(2, (2, cfg.n_heads, cfg.n_cursors)), cfg.stream_norm
+            raw.permute(1, 0, 2, 3).unflatten(2, (2, cfg.n_heads, cfg.n_cursors)), cfg.stream_norm
         )  # (b, s, 2, h, c, f)
         g_q, g_k = g.permute(2, 0, 3, 1, 4, 5).unbind(0)  # (b, h, s, c, f)
         mu = torch.sigmoid(pe.mu_logit[cfg.layers[0]])

@@ -118,3 +118,25 @@ def test_unknown_backend_lists_valid_ones():
     q = torch.randn(1, 1, 2, 2)
     with pytest.raises(pezoo.UnknownNameError, match="sdpa"):
         pezoo.attend(q, q, q, pezoo.AttentionContext(q_pos=pos, k_pos=pos), backend="nope")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_dense_mask_unmasks_exactly_the_rows_with_no_key(causal):
+    """Rows whose every key is masked become all-zero (finite softmax); every other row keeps
+    its -inf entries. Checked element by element against the definition, with a padding-only
+    mask (b, 1, 1, j) broadcast over queries, and with Hard-ALiBi's windows on top."""
+    b, h, s = 3, 4, 5
+    pos = torch.arange(s)[None].expand(b, s)
+    padding = torch.tensor([[True] * s, [True, True, False, False, False], [False] * s])
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos, causal=causal, key_padding_mask=padding)
+    for biases in ([], pezoo.create("hard_alibi", n_heads=h).bias(0, None, None, ctx)):
+        mask = dense_mask(ctx, biases, h, s, s, torch.float32, torch.device("cpu"))
+        mask = mask.expand(b, h, s, s)
+        allowed = padding[:, None, None, :].expand(b, h, s, s).clone()
+        if causal:
+            allowed &= torch.ones(s, s, dtype=torch.bool).tril()
+        for bias in biases:
+            allowed &= ~torch.isneginf(bias.materialize(ctx, h, torch.float32).expand(b, h, s, s))
+        dead = ~allowed.any(dim=-1)  # (b, h, i)
+        assert torch.equal(mask[dead], torch.zeros_like(mask[dead]))
+        assert torch.equal(torch.isneginf(mask[~dead]), ~allowed[~dead])
