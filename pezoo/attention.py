@@ -120,12 +120,45 @@ math path is faster). See docs/performance.md."""
 
 
 def _fused_sdpa(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> Tensor:
-    """``F.scaled_dot_product_attention``, with values zero-padded where that keeps CPU on the fused kernel."""
+    """``F.scaled_dot_product_attention``, with values zero-padded where that keeps CPU on the
+    fused kernel; below that size, for queries wider than the key count, the scores-first math
+    (:func:`_scores_first`) that the CPU would otherwise run with q and k pre-scaled."""
     e, f = q.shape[-1], v.shape[-1]
-    if q.device.type == "cpu" and f < e and q.shape[-2] * k.shape[-2] >= CPU_VALUE_PAD_MIN_SCORES:
-        out = F.scaled_dot_product_attention(q, k, F.pad(v, (0, e - f)), **kwargs)  # (b, h, i, e)
-        return out[..., :f]  # zero value features contribute nothing: the first f are the output
+    if q.device.type == "cpu" and f < e:
+        if q.shape[-2] * k.shape[-2] >= CPU_VALUE_PAD_MIN_SCORES:
+            out = F.scaled_dot_product_attention(q, k, F.pad(v, (0, e - f)), **kwargs)  # (b, h, i, e)
+            return out[..., :f]  # zero value features contribute nothing: the first f are the output
+        if e > k.shape[-2] and q.dtype in (torch.float32, torch.float64):
+            return _scores_first(q, k, v, **kwargs)
     return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+def _scores_first(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """SDPA's math with the scale applied to the (i, j) scores instead of to q and k.
+
+    torch's CPU math path multiplies q and k by √scale each (forward and backward), a pass
+    over each (b, h, ·, e) tensor; PRISM's extended q/k are e = 32 + C·d_pe wide (936 for
+    prism{paper} at the quick size) while a short sequence has few keys, so scaling the
+    (b, h, i, j) scores is a small fraction of that work. Pre-scaling is torch's guard
+    against fp16 overflow in q·k; this path is taken for fp32 and fp64 only.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale  # (b, h, i, j)
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    elif is_causal:
+        i, j = scores.shape[-2:]  # top-left aligned, as F.scaled_dot_product_attention's is_causal
+        allowed = torch.ones(i, j, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~allowed, -math.inf)
+    return scores.softmax(dim=-1) @ v
 
 
 def attend(

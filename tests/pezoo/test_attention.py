@@ -140,3 +140,24 @@ def test_dense_mask_unmasks_exactly_the_rows_with_no_key(causal):
         dead = ~allowed.any(dim=-1)  # (b, h, i)
         assert torch.equal(mask[dead], torch.zeros_like(mask[dead]))
         assert torch.equal(torch.isneginf(mask[~dead]), ~allowed[~dead])
+
+
+@pytest.mark.parametrize("mode", ["mask", "causal", "plain"])
+def test_scores_first_equals_torch_sdpa(mode):
+    """The CPU path for queries wider than their values and keys (PRISM's extended q/k at short
+    lengths) computes F.scaled_dot_product_attention's result, in float64 to rounding."""
+    from pezoo.attention import _fused_sdpa
+
+    g = torch.Generator().manual_seed(0)
+    b, h, s, e, f = 2, 3, 7, 40, 8  # e > s and f < e: the scores-first branch
+    q, k = (torch.randn(b, h, s, e, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(b, h, s, f, generator=g, dtype=torch.float64)
+    kwargs = {"scale": 0.3}
+    if mode == "mask":
+        kwargs["attn_mask"] = torch.randn(b, 1, s, s, generator=g, dtype=torch.float64).masked_fill(
+            torch.ones(s, s, dtype=torch.bool).triu(1), -math.inf
+        )
+    elif mode == "causal":
+        kwargs["is_causal"] = True
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
+    torch.testing.assert_close(_fused_sdpa(q, k, v, **kwargs), want, rtol=1e-12, atol=1e-12)
