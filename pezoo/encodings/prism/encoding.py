@@ -223,6 +223,7 @@ class PRISMLayer(nn.Module):
         # positions, within the scanned key cursors, of the keys paired with copying queries
         paired = [keys.index(hc + i) for i in copy_flat] if self.learned_copy_keys else []
         self._order, self._paired = order, paired
+        self._in_order = order == sorted(order)  # no copy branch: the scan order is the output order
         self.register_buffer("unpermute", torch.tensor(order).argsort(), persistent=False)
         self.register_buffer("copy_keys_in_scan", torch.tensor(paired, dtype=torch.long), persistent=False)
 
@@ -356,7 +357,8 @@ class PRISMLayer(nn.Module):
             else:
                 fixed = sinusoid_table((steps + 1).clamp(max=support), cfg.d_pe).to(dtype)  # (s, f)
             out = torch.cat([out, fixed[:, None, None, :].expand(s, b, self.n_fixed, -1)], dim=2)
-        out = _permute_dim2(out, self.unpermute)  # (s, b, 2hc, p|f) in (side, head, cursor) order
+        if not self._in_order:
+            out = _permute_dim2(out, self.unpermute)  # (s, b, 2hc, p|f) in (side, head, cursor) order
 
         recorded = None
         if record:
