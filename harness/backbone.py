@@ -140,6 +140,7 @@ class Backbone(nn.Module):
             scale_hint=scale_hint,
         )
         x = self.pe.embed(self.embed(tokens) * self.cfg.d_model**0.5, ctx.q_pos)  # (b, s, d)
+        x = self.pe.embed_tokens(x, tokens, ctx)
         all_probs = []
         for layer, block in enumerate(self.blocks):
             self.pe.observe(layer, x, ctx)

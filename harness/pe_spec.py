@@ -364,6 +364,25 @@ def stored_defaults(pe: str) -> dict[str, Any]:
     return {"randomize_eval": False} if _randomized(pe) else {}
 
 
+def vocabulary_options(pe: str) -> dict[str, Any]:
+    """Keywords that locate tokens in the harness's shared vocabulary, for the encodings
+    that take them: ``digit_ids`` (Abacus numbers the digits). Supplied when a model is
+    built and never recorded in a run's options: token ids are stable
+    (``harness.tasks.vocab``), so they are part of the harness, not of the run."""
+    import inspect
+
+    import pezoo
+    from harness.tasks.vocab import TOKEN_ID
+
+    try:
+        factory = pezoo.get(pe.rsplit(":", 1)[-1])
+    except KeyError:
+        return {}
+    if "digit_ids" not in inspect.signature(factory).parameters:
+        return {}
+    return {"digit_ids": [TOKEN_ID[str(d)] for d in range(10)]}
+
+
 def model_options(pe: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword options to build a run's encoding with: its recorded ``pe_options``,
     missing keys meaning what they meant when the run was stored (:func:`stored_defaults`)."""

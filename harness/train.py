@@ -29,7 +29,7 @@ from harness.config import RunConfig
 from harness.data import IGNORE, Batch, PackedStream, collate, sample_training_batch
 from harness.evaluate import Evaluation
 from harness.files import WriteError, remove_stale_temps
-from harness.pe_spec import model_options
+from harness.pe_spec import model_options, vocabulary_options
 from harness.tasks import Task
 
 
@@ -70,6 +70,7 @@ def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Backbone:
     torch.manual_seed(cfg.seed)
     b = cfg.backbone
     options = model_options(cfg.pe, cfg.pe_options)  # a stored run's missing options keep their old meaning
+    options = {**vocabulary_options(cfg.pe), **options}  # e.g. Abacus's digit ids, never recorded
     pe = pezoo.create(cfg.pe, dims=pezoo.ModelDims(b.d_model, b.n_heads, b.n_layers), **options)
     return Backbone(b, pe).to(device)
 

@@ -114,6 +114,7 @@ ENCODING_STYLES: dict[str, Style] = {
     # dotted lines, triangles
     "xpos": _style(ORANGE, DOTTED),
     "cope": _style(BLUE, DOTTED),
+    "abacus": _style(VERMILLION, DOTTED),
 }
 """The fixed look of every registered encoding (a test checks that it covers the registry)."""
 

@@ -5,11 +5,12 @@ Axis letters used in shape comments throughout pezoo:
     b batch, s sequence, i query positions, j key positions, d model width,
     h heads, e head dim (q/k), f value head dim, p histogram bins, c cursors.
 
-A positional encoding (PE) can act on attention at four points. Every hook defaults to
-the identity, so an encoding implements only what it changes:
+A positional encoding (PE) can act at five points. Every hook defaults to the identity,
+so an encoding implements only what it changes:
 
     positions(b, s)            which integer position each token gets (randomized PE)
     embed(x, pos)              token embeddings, before layer 0        (sin/cos, learned APE)
+    embed_tokens(x, ids, ctx)  the same, indexed by the token ids      (Abacus)
     observe(layer, x, ctx)     read the residual stream before a layer (PRISM's gates)
     qk(layer, q, k, ctx)       rotate or extend per-head q/k           (RoPE, PRISM)
     bias(layer, q, k, ctx)     structured additive bias / mask          (ALiBi, Hard-ALiBi, PRF)
@@ -288,6 +289,13 @@ class PositionalEncoding(nn.Module):
     # -- hooks ---------------------------------------------------------------------
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """Token embeddings (b, s, d) and positions (b|1, s) -> embeddings (b, s, d)."""
+        return x
+
+    def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
+        """Embeddings (b, s, d) after :meth:`embed`, and the token ids (b, s) they embed ->
+        embeddings (b, s, d): for encodings whose positions come from the content (Abacus
+        numbers each digit within its number). ``tokens`` are the current tokens only;
+        an encoding that needs earlier ones keeps what it needs in ``ctx.state``."""
         return x
 
     def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:

@@ -1,5 +1,6 @@
 """Every in-tree encoding, one module per family; importing registers them."""
 
+from pezoo.encodings.abacus import Abacus, abacus_indices
 from pezoo.encodings.alibi import ALiBi, alibi_slopes
 from pezoo.encodings.ape import SinusoidalAPE, sinusoid_table
 from pezoo.encodings.cope import CoPE, cope_bias, cope_interpolate, cope_positions
@@ -19,6 +20,7 @@ __all__ = [
     "FIRE",
     "PRISM",
     "ALiBi",
+    "Abacus",
     "CoPE",
     "HardALiBi",
     "KerpleLog",
@@ -33,6 +35,7 @@ __all__ = [
     "SinusoidalAPE",
     "T5Bias",
     "XPos",
+    "abacus_indices",
     "alibi_slopes",
     "cope_bias",
     "cope_interpolate",

@@ -138,6 +138,9 @@ class RandomizedPE(PositionalEncoding):
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         return self.inner.embed(x, pos)
 
+    def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
+        return self.inner.embed_tokens(x, tokens, ctx)
+
     def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
         self.inner.observe(layer, x, ctx)
 

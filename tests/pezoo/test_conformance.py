@@ -180,7 +180,41 @@ class DerivedBufferWithoutReset(PositionalEncoding):
         return x * self.scale.to(x.dtype)
 
 
+class CountsTokensWithinTheCall(PositionalEncoding):
+    """Numbers every token by its index in the current call instead of carrying the count
+    in ``ctx.state`` (an Abacus that forgets a number continuing across decoding calls)."""
+
+    name = "test_counts_in_call"
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(64, d_model))
+
+    def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
+        return x + self.table[torch.arange(tokens.shape[1])]
+
+
+class ReadsLaterTokens(PositionalEncoding):
+    """Embeds each token with the number of copies of it in the whole sequence."""
+
+    name = "test_reads_later"
+
+    def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
+        same = (tokens[:, :, None] == tokens[:, None, :]).sum(-1)  # (b, s), future included
+        return x + same[..., None].to(x.dtype)
+
+
+class WidensInEmbedTokens(PositionalEncoding):
+    name = "test_widens_tokens"
+
+    def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
+        return torch.cat([x, x], dim=-1)
+
+
 BROKEN = [
+    (lambda: CountsTokensWithinTheCall(DIMS.d_model), "incremental_decoding"),
+    (ReadsLaterTokens, "no_future_leakage"),
+    (WidensInEmbedTokens, "hook_shapes"),
     (LeaksTheFuture, "no_future_leakage"),
     (ForgetsTheCache, "incremental_decoding"),
     (lambda: HidesItsWeights(DIMS.d_model), "state_dict_round_trip"),

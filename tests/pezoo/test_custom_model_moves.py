@@ -43,6 +43,7 @@ class CachedGPT(nn.Module):
             q_pos=pos[:, start : start + s], k_pos=pos[:, : start + s], state=state, scale_hint=hint
         )
         x = self.pe.embed(self.emb(tokens), ctx.q_pos)  # (b, s, d)
+        x = self.pe.embed_tokens(x, tokens, ctx)
         e = D // HEADS
         for layer in range(LAYERS):
             self.pe.observe(layer, x, ctx)

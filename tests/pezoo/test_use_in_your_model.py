@@ -37,6 +37,7 @@ class MiniGPT(nn.Module):
         pos = self.pe.positions(b, s, tokens.device)  # (b|1, s): random under randomized PE
         ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)  # fresh per forward pass
         x = self.pe.embed(self.emb(tokens), pos)  # (b, s, d)
+        x = self.pe.embed_tokens(x, tokens, ctx)
         future = torch.ones(s, s, dtype=torch.bool).triu(1)
         e = x.shape[-1] // self.heads
         for layer in range(self.layers):

@@ -1,0 +1,123 @@
+"""Abacus embeddings (McLeish et al. 2024, "Transformers Can Do Arithmetic with the Right
+Embeddings", §3): every digit is numbered by its place within its number.
+
+A number is a maximal run of consecutive digit tokens. The t-th digit of a run (t = 1, 2,
+...) gets the index t, every other token the index 0, and the token's embedding gets
+``x + E[index]`` before layer 0, E a learned table. With numbers written least significant
+digit first (pezoo's addition task does), digits of equal significance share an index in
+every operand and in the answer, whatever the lengths, which is what lets the model line
+them up past the training lengths.
+
+Training shifts every digit's index by one random offset k drawn uniformly from
+``{0, ..., max_k}`` per batch (non-digits keep 0), so that the rows for indices beyond the
+training numbers' lengths are trained too; evaluation uses k = 0. The paper draws k up to
+100 (§3) and trains the rows an offset can reach: ``max_k`` (99) plus the longest
+training number must stay below ``max_index``.
+
+No integer positions are read (``uses_positions = False``): Abacus is the paper's
+"Abacus + NoPE" configuration, attention itself has no positional term. It needs the
+token ids, through the ``embed_tokens`` hook; ``digit_ids`` says which ids are the ten
+digits of the caller's vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from pezoo.base import AttentionContext, PositionalEncoding, register
+
+DEFAULT_MAX_INDEX = 1024
+DEFAULT_MAX_K = 99
+
+_RUN = "abacus_run"  # ctx.state: (b,) long, length of the digit run the last fed token ends
+_OFFSET = "abacus_offset"  # ctx.state: () long, the offset k of this sequence batch
+
+
+def abacus_indices(is_digit: Tensor, run_before: Tensor | None = None) -> Tensor:
+    """Place of every digit within its run of digits: (b, s) bool -> (b, s) long.
+
+    The t-th digit of a run gets t (from 1), non-digits 0. ``run_before`` (b,) is the
+    length of the run that the tokens before these ones end with (incremental decoding:
+    a run may continue across calls); None means no earlier tokens.
+    """
+    b, s = is_digit.shape
+    t = torch.arange(s, device=is_digit.device).expand(b, s)  # (b, s)
+    start = torch.full((b, 1), -1, dtype=torch.long, device=is_digit.device)  # index of the "last non-digit"
+    if run_before is not None:
+        start = start - run_before.to(torch.long)[:, None]  # a continued run counts from before this call
+    last_break = torch.cummax(torch.where(is_digit, start.expand(b, s), t), dim=1).values  # (b, s)
+    return torch.where(is_digit, t - last_break, torch.zeros_like(t))
+
+
+@register("abacus")
+class Abacus(PositionalEncoding):
+    """Abacus embeddings (McLeish et al. 2024): ``x + E[place of the digit in its number]``.
+
+    Args:
+        d_model: embedding width d.
+        digit_ids: the token ids of the digits 0-9 in the caller's vocabulary (default
+            0..9, a vocabulary that starts with the digits; the pezoo harness passes its
+            own vocabulary's ids).
+        max_k: training offsets are drawn from ``{0, ..., max_k}`` (one per batch).
+        max_index: rows of E; an index at or beyond it raises ``ValueError``.
+        init_std: standard deviation of E's normal initialisation (0.02, as GPT-2).
+    """
+
+    uses_positions = False
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        digit_ids: Sequence[int] = tuple(range(10)),
+        max_k: int = DEFAULT_MAX_K,
+        max_index: int = DEFAULT_MAX_INDEX,
+        init_std: float = 0.02,
+    ) -> None:
+        super().__init__()
+        ids = [int(i) for i in digit_ids]
+        if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
+            raise ValueError(f"digit_ids must be distinct non-negative token ids, got {list(digit_ids)}")
+        if max_k < 0:
+            raise ValueError(f"max_k must be >= 0, got {max_k}")
+        if max_index < max_k + 2:
+            raise ValueError(
+                f"max_index ({max_index}) must exceed max_k + 1 ({max_k + 1}) so that a shifted digit has a row"
+            )
+        self.d_model, self.max_k, self.max_index, self.init_std = d_model, max_k, max_index, init_std
+        self.digit_ids = tuple(ids)
+        self.register_buffer("digits", torch.tensor(ids, dtype=torch.long), persistent=False)
+        self.table = nn.Parameter(torch.randn(max_index, d_model) * init_std)  # (max_index, d)
+
+    def reset_parameters(self) -> None:
+        """Re-initialise E and rebuild the digit-id buffer (non-persistent), e.g. after
+        building on ``meta`` and ``to_empty``."""
+        self.digits = torch.tensor(self.digit_ids, dtype=torch.long, device=self.table.device)
+        with torch.no_grad():
+            self.table.normal_(0.0, self.init_std)
+
+    def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
+        """x (b, s, d), tokens (b, s) -> x + E[index]; the run and offset carry in ``ctx.state``."""
+        is_digit = torch.isin(tokens, self.digits)  # (b, s)
+        index = abacus_indices(is_digit, ctx.state.get(_RUN))  # (b, s)
+        if index.numel():
+            ctx.state[_RUN] = index[:, -1]
+        offset = ctx.state.get(_OFFSET)
+        if offset is None:
+            offset = torch.randint(self.max_k + 1, (), device=tokens.device) if self.training else tokens.new_zeros(())
+            ctx.state[_OFFSET] = offset
+        index = torch.where(is_digit, index + offset, index)
+        if index.numel() and int(index.max()) >= self.max_index:
+            raise ValueError(
+                f"abacus has rows for indices 0..{self.max_index - 1} but a digit got index {int(index.max())} "
+                f"(a number of {int(index.max() - offset)} digits, offset {int(offset)}); "
+                "build it with a larger max_index"
+            )
+        return x + self.table[index].to(x.dtype)  # (b, s, d)
+
+    def extra_repr(self) -> str:
+        ids = list(self.digit_ids)
+        return f"d_model={self.d_model}, digit_ids={ids}, max_k={self.max_k}, max_index={self.max_index}"
