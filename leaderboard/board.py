@@ -43,6 +43,7 @@ from harness.pe_spec import display_name, model_options, variant_display_name
 from harness.protocols import departures as protocol_departures
 from harness.protocols import paper_of
 from harness.report import per_seed_summary
+from leaderboard.plans import NO_PLANS, Filled, Plans, filled
 from leaderboard.schema import Record
 
 FRAME_COLUMNS = [
@@ -449,6 +450,33 @@ def _backbone_text(d: Mapping[str, Any]) -> str:
     return f"d_model {b.get('d_model')}, {plural(b.get('n_layers'), 'layer')}, {plural(b.get('n_heads'), 'head')}"
 
 
+def filling_sentence(board: Board, preset: str) -> str | None:
+    """One sentence saying that the preset's board is still being filled, or None (no
+    plan, or every planned run published)."""
+    f = board.preset_filled(preset)
+    if f is None or f.complete:
+        return None
+    sources = ", ".join(f"leaderboard/{s}" for s in board.plans.sources[preset])
+    return (
+        f"Still being filled: {f.done} of the {plural(f.planned, 'run')} that {sources} plans are published "
+        f"({_seeds_phrase(f)}); pezoo sweep plan {sources.split(', ')[0]} lists the rest. "
+        "A table with fewer runs or seeds than planned is provisional: its ranking may change."
+    )
+
+
+def table_filling(board: Board, table: Table) -> str | None:
+    """``provisional: 15 of 19 planned runs, seed 0 of 0, 1, 2`` for an unfinished table, else None."""
+    f = board.table_filled(table)
+    if f is None or f.complete:
+        return None
+    return f"provisional: {f.done} of {f.planned} planned runs, {_seeds_phrase(f)}"
+
+
+def _seeds_phrase(f: Filled) -> str:
+    done = ", ".join(map(str, f.seeds_done)) or "none"
+    return f"{'seed' if len(f.seeds_done) == 1 else 'seeds'} {done} of {', '.join(map(str, f.seeds_planned))}"
+
+
 def plural(count: Any, noun: str) -> str:
     """``1 run``, ``2 runs``."""
     return f"{count} {noun}" + ("" if count == 1 else "s")
@@ -484,6 +512,20 @@ class Board:
 
     records: tuple[Record, ...]
     tables: tuple[Table, ...]  # sorted by task, then preset
+    plans: Plans = NO_PLANS  # the committed sweep files' planned runs (leaderboard.plans)
+
+    def _published(self, **equal: str) -> dict[str, int]:
+        return {r.run_id: int(r.data["seed"]) for r in self.records_where(**equal)}
+
+    def preset_filled(self, preset: str) -> Filled | None:
+        """How much of the preset's plan is published; None without a plan."""
+        plan = self.plans.presets.get(preset)
+        return None if plan is None else filled(plan, self._published(preset=preset))
+
+    def table_filled(self, table: Table) -> Filled | None:
+        """How much of the (preset, task)'s plan is published; None without a plan."""
+        plan = self.plans.tables.get((table.preset, table.task))
+        return None if plan is None else filled(plan, self._published(preset=table.preset, task=table.task))
 
     @property
     def tasks(self) -> list[str]:
@@ -508,8 +550,9 @@ class Board:
         return [r for r in self.records if all(r.data[k] == v for k, v in equal.items())]
 
 
-def assemble(records: Sequence[Record]) -> Board:
-    """The board of ``records`` (validated results); raises BoardError on incomparable runs."""
+def assemble(records: Sequence[Record], plans: Plans = NO_PLANS) -> Board:
+    """The board of ``records`` (validated results) against the sweep files' ``plans``;
+    raises BoardError on incomparable runs."""
     check_protocols(records)
     df = frame(records)
     tables = []
@@ -529,7 +572,7 @@ def assemble(records: Sequence[Record]) -> Board:
                 match=str(config.get("eval", {}).get("match", "trace")),
             )
         )
-    return Board(tuple(records), tuple(tables))
+    return Board(tuple(records), tuple(tables), plans)
 
 
 OVERVIEW_RULE = (

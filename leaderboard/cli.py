@@ -141,16 +141,23 @@ def check_cmd(results_dir: Path) -> None:
     "a README that `build` did not generate is never overwritten.",
 )
 def build_cmd(results_dir: Path, out_dir: Path, readme: Path | None) -> None:
-    """Render the static site (and the markdown board) from the results files alone.
+    """Render the static site (and the markdown board) from the results files, and say
+    how much of each board is still to come from the sweep files (``*.toml``) next to the
+    results folder: a board whose sweep file plans more runs than are published is marked
+    as being filled, and its unfinished tables as provisional.
 
     Everything is validated and rendered before anything is written; then every file is
     written under a temporary name and renamed into place. Only pages of the folder's
     previous build (its manifest) are ever deleted.
     """
+    from leaderboard.plans import read_plans
     from leaderboard.site import SiteError, build
 
+    plans = read_plans(results_dir.parent)
+    for problem in plans.problems:
+        click.echo(f"note: sweep file {problem} (the board is built without its plan)")
     try:
-        pages = build(results_dir, out_dir, readme=readme)
+        pages = build(results_dir, out_dir, readme=readme, plans=plans)
     except (ResultsError, BoardError, SiteError) as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:

@@ -91,6 +91,9 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
                 "paper-scale results.",
                 "",
             ]
+        filling = bd.filling_sentence(board, p.preset)
+        if filling:
+            out += [f"> **{md(p.preset)}:** {md(filling)}", ""]
     departed = bd.departures(board.records)
     if departed:
         out += ["## Run unlike their papers", "", md(bd.DEPARTURES_RULE), ""]
@@ -127,11 +130,13 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         out += [f"## {md(task)}", ""]
         for table in board.tables_of_task(task):
             n = table.train_max
+            filling = bd.table_filling(board, table)
             out += [
                 f"Preset **{md(table.preset)}**, trained on scales {table.train_min}..{n}, "
                 f"tested up to {table.test_max} "
                 f"([curves]({site_href}/tasks/{slug(task)}.html))"
-                f"{'; exact match scores the final answer only' if table.match == 'answer' else ''}.",
+                f"{'; exact match scores the final answer only' if table.match == 'answer' else ''}."
+                + (f" **{md(filling[0].upper() + filling[1:])}.**" if filling else ""),
                 "",
             ]
             rows = []

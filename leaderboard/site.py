@@ -43,6 +43,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from leaderboard import board as bd
+from leaderboard.plans import NO_PLANS, Plans, read_plans
 from leaderboard.readme import README_MARK, is_generated_readme, render_readme
 from leaderboard.schema import read_diagnostics, read_results, results_files
 from leaderboard.svg import VIRIDIS, Series, Style, heat_colour, line_plot, panel_plot, styles, swatch, trajectory_plot
@@ -507,10 +508,11 @@ def render(
     repo_href: str,
     repo_root: Path = REPO_ROOT,
     diagnostics: Mapping[str, Mapping[str, Any]] | None = None,
+    plans: Plans = NO_PLANS,
 ) -> dict[str, str]:
     """Site path (relative, '/'-separated) -> page text, for validated ``records`` (and
-    the diagnostics of some of them, by run id)."""
-    board = bd.assemble(records)
+    the diagnostics of some of them, by run id), against the sweep files' ``plans``."""
+    board = bd.assemble(records, plans)
     site = Site(board, styles(board.labels), results_href, repo_href, repo_root, dict(diagnostics or {}))
     pages = {"index.html": index_page(site)}
     for names, folder, make in ((board.tasks, "tasks", task_page), (board.encodings, "encodings", encoding_page)):
@@ -550,6 +552,7 @@ def build(
     readme: Path | None = None,
     results_href: str | None = None,
     repo_href: str | None = None,
+    plans: Plans | None = None,
 ) -> dict[str, str]:
     """Read and validate the results files, then write the site (and the markdown board).
 
@@ -561,6 +564,8 @@ def build(
         readme: where to write the markdown board; default ``out_dir/../README.md``.
         results_href, repo_href: links from the site root to the results folder and to the
             repository root; default: the relative paths on this machine.
+        plans: the runs the board's sweep files plan (what is still to come); default: the
+            sweep files (``*.toml``) next to the results folder (``leaderboard.plans``).
 
     Returns:
         the pages written (site path -> text).
@@ -577,9 +582,11 @@ def build(
     results_href = results_href if results_href is not None else relative_href(out_dir, results_dir)
     repo_href = repo_href if repo_href is not None else relative_href(out_dir, REPO_ROOT)
     diagnostics = read_diagnostics(results_dir, (r.run_id for r in records))
-    pages = render(records, results_href=results_href, repo_href=repo_href, diagnostics=diagnostics)
+    plans = read_plans(results_dir.parent) if plans is None else plans
+    pages = render(records, results_href=results_href, repo_href=repo_href, diagnostics=diagnostics, plans=plans)
     readme = readme if readme is not None else out_dir.parent / "README.md"
-    readme_text = render_readme(bd.assemble(records), site_href=href(relative_href(readme.parent, out_dir)))
+    board = bd.assemble(records, plans)
+    readme_text = render_readme(board, site_href=href(relative_href(readme.parent, out_dir)))
     write_site(out_dir, pages, readme, readme_text)
     return pages
 

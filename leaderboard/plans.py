@@ -1,0 +1,107 @@
+"""How far each board has been filled: the runs its committed sweep file plans.
+
+A board is filled over many sessions from a sweep file kept next to the results folder
+(``leaderboard/board.toml``). Until every planned run is published, a table may rank one
+seed where three are planned, or miss encodings: the pages must say so, or a reader
+takes a provisional ranking for a settled one. The sweep files found there are the plans;
+each planned run is matched to the published records by run id (``RunConfig.run_id``,
+the identity both the store and the results files use).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The planned runs of one (preset, task), or of a whole preset (``task`` None).
+
+    Attributes:
+        run_ids: the planned runs' ids.
+        seeds: the planned seeds, ascending.
+    """
+
+    run_ids: frozenset[str]
+    seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Plans:
+    """Every plan found next to the results folder.
+
+    Attributes:
+        sources: per preset, the sweep files (names relative to the leaderboard folder)
+            that plan runs of it.
+        presets: per preset, all its planned runs.
+        tables: per (preset, task), its planned runs.
+        problems: sweep files that could not be read, each with the reason (the board is
+            still built; the CLI prints them).
+    """
+
+    sources: Mapping[str, tuple[str, ...]]
+    presets: Mapping[str, Planned]
+    tables: Mapping[tuple[str, str], Planned]
+    problems: tuple[str, ...] = ()
+
+
+NO_PLANS = Plans({}, {}, {})
+
+
+def read_plans(folder: Path) -> Plans:
+    """The plans of the sweep files (``*.toml``) in ``folder``; unreadable ones become
+    ``problems``, never an error (the results alone make a valid board)."""
+    from harness.sweep import load_sweep
+
+    runs: list[tuple[str, str, int, str, str]] = []  # (preset, task, seed, run_id, source)
+    problems = []
+    for path in sorted(folder.glob("*.toml")) if folder.is_dir() else []:
+        try:
+            configs = load_sweep(path).configs()
+        except (ValueError, TypeError, KeyError) as exc:
+            problems.append(f"{path.name}: {exc}")
+            continue
+        runs += [(c.preset, c.task, c.seed, c.run_id(), path.name) for c in configs]
+    return plans_of(runs, problems)
+
+
+def plans_of(runs: Iterable[tuple[str, str, int, str, str]], problems: Iterable[str] = ()) -> Plans:
+    """Plans from (preset, task, seed, run_id, source file) tuples."""
+    runs = list(runs)
+
+    def planned(rows: list[tuple[str, str, int, str, str]]) -> Planned:
+        return Planned(frozenset(r[3] for r in rows), tuple(sorted({r[2] for r in rows})))
+
+    presets = sorted({r[0] for r in runs})
+    return Plans(
+        sources={p: tuple(sorted({r[4] for r in runs if r[0] == p})) for p in presets},
+        presets={p: planned([r for r in runs if r[0] == p]) for p in presets},
+        tables={
+            (p, t): planned([r for r in runs if (r[0], r[1]) == (p, t)])
+            for p, t in sorted({(r[0], r[1]) for r in runs})
+        },
+        problems=tuple(problems),
+    )
+
+
+@dataclass(frozen=True)
+class Filled:
+    """How much of a plan is published: ``done`` of ``planned`` runs, and the seeds with
+    at least one published run against the planned seeds."""
+
+    done: int
+    planned: int
+    seeds_done: tuple[int, ...]
+    seeds_planned: tuple[int, ...]
+
+    @property
+    def complete(self) -> bool:
+        return self.done >= self.planned
+
+
+def filled(plan: Planned, published: Mapping[str, int]) -> Filled:
+    """``plan`` against the published runs (run id -> seed)."""
+    done = plan.run_ids & published.keys()
+    return Filled(len(done), len(plan.run_ids), tuple(sorted({published[i] for i in done})), plan.seeds)
