@@ -26,6 +26,11 @@ PRISM (Lee 2025, "PRISM: Position as Probability"):
 Randomized PE (Ruoss et al. 2023, §3): random positions at test time too
 (``randomize_eval=True``, also the harness's default for every randomized run);
 L = 2048 as in the paper's §4 (the wrapper's default).
+
+Departures no option shows are stated too (:func:`departures`): xPos without the
+blockwise causal attention its paper uses at inference (``STANDING_DEPARTURES``), and
+RoPE context extensions whose papers fine-tune after scaling (position interpolation,
+YaRN) evaluated on the trained weights as they are (``EXTENSION_DEPARTURES``).
 """
 
 from __future__ import annotations
@@ -186,12 +191,62 @@ def paper_of(pe: str) -> str | None:
     return PAPERS.get(_setup_key(pe))
 
 
-def departures(pe: str, task: str, options: Mapping[str, Any], backbone: BackboneConfig) -> list[str]:
+STANDING_DEPARTURES: dict[str, tuple[str, str]] = {
+    "xpos": (
+        "Sun et al. 2023, “A Length-Extrapolatable Transformer”",
+        "evaluated with plain causal attention: the blockwise causal attention the paper pairs xPos with "
+        "at inference is not implemented (docs/encodings/xpos.md)",
+    ),
+}
+"""Encodings whose every board run departs from their paper in a way no option shows:
+registry name -> (paper, how)."""
+
+EXTENSION_DEPARTURES: dict[str, tuple[str, str]] = {
+    "linear": (
+        "Chen et al. 2023, “Extending Context Window of Large Language Models via Positional Interpolation”",
+        "position interpolation applied to the trained weights as they are; the paper fine-tunes the model "
+        "briefly after interpolating",
+    ),
+    "yarn": (
+        "Peng et al. 2023, “YaRN: Efficient Context Window Extension of Large Language Models”",
+        "YaRN applied to the trained weights as they are; the paper fine-tunes the model briefly after scaling",
+    ),
+}
+"""RoPE context extensions that their papers follow with fine-tuning, which an
+inference-time variant (the same weights evaluated differently) leaves out: rope_type ->
+(paper, how). Dynamic NTK needs no fine-tuning by design and has no entry."""
+
+
+def departure_paper(pe: str, eval_options: Mapping[str, Any] | None = None) -> str | None:
+    """The paper a board row of ``pe`` (evaluated with ``eval_options``) is held to."""
+    kind = _extension_kind(eval_options)
+    if kind in EXTENSION_DEPARTURES:
+        return EXTENSION_DEPARTURES[kind][0]
+    return paper_of(pe) or STANDING_DEPARTURES.get(pe, (None, ""))[0]
+
+
+def _extension_kind(eval_options: Mapping[str, Any] | None) -> str | None:
+    scaling = (eval_options or {}).get("scaling")
+    return scaling.get("rope_type") if isinstance(scaling, Mapping) else None
+
+
+def departures(
+    pe: str,
+    task: str,
+    options: Mapping[str, Any],
+    backbone: BackboneConfig,
+    eval_options: Mapping[str, Any] | None = None,
+) -> list[str]:
     """How a run of ``pe`` on ``task`` with the effective ``options`` (the recorded ones
-    with the stored defaults applied: ``harness.pe_spec.model_options``) departs from its
-    paper's setup on that task, one sentence per difference; ``[]`` when it follows the
-    setup or the encoding has none here. The board shows these, so a method run unlike
-    its paper says so."""
+    with the stored defaults applied: ``harness.pe_spec.model_options``) and, for an
+    inference-time variant, its ``eval_options``, departs from its paper's setup on that
+    task, one sentence per difference; ``[]`` when it follows the setup or the encoding
+    has none here. The board shows these, so a method run unlike its paper says so."""
+    kind = _extension_kind(eval_options)
+    if kind in EXTENSION_DEPARTURES:
+        return [EXTENSION_DEPARTURES[kind][1]]
+    if pe in STANDING_DEPARTURES:
+        return [STANDING_DEPARTURES[pe][1]]
     if not has_paper_setup(pe):
         return []
     paper = paper_pe_options(pe, task, backbone)

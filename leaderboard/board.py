@@ -40,8 +40,8 @@ from harness import ranking
 from harness.backbone import BackboneConfig
 from harness.config import NEW_FIELD_DEFAULTS
 from harness.pe_spec import display_name, model_options, variant_display_name
+from harness.protocols import departure_paper
 from harness.protocols import departures as protocol_departures
-from harness.protocols import paper_of
 from harness.report import per_seed_summary
 from leaderboard.plans import NO_PLANS, Filled, Plans, filled
 from leaderboard.schema import Record
@@ -112,12 +112,13 @@ def departures(records: Iterable[Record]) -> list[Departure]:
         options = d["config"].get("pe_options") or {}
         try:
             backbone = BackboneConfig(**d["config"]["backbone"])
-            texts = protocol_departures(d["pe"], d["task"], model_options(d["pe"], options), backbone)
+            eval_options = d["config"].get("eval_pe_options") or {}
+            texts = protocol_departures(d["pe"], d["task"], model_options(d["pe"], options), backbone, eval_options)
         except (TypeError, ValueError, KeyError):
             continue
         for text in texts:
             found.setdefault(record_label(d), {}).setdefault(text, set()).add(d["task"])
-            papers[record_label(d)] = paper_of(d["pe"]) or d["pe"]
+            papers[record_label(d)] = departure_paper(d["pe"], eval_options) or d["pe"]
     return [
         Departure(label, papers[label], tuple((text, tuple(sorted(tasks))) for text, tasks in by_text.items()))
         for label, by_text in sorted(found.items())

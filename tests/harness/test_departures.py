@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.backbone import BackboneConfig
 from harness.pe_spec import model_options
-from harness.protocols import departures, paper_pe_options
+from harness.protocols import STANDING_DEPARTURES, departure_paper, departures, paper_pe_options
 
 QUICK = BackboneConfig(d_model=128, n_layers=3, n_heads=4)
 
@@ -46,3 +46,21 @@ def test_randomized_evaluated_on_plain_positions_says_so_and_the_published_proce
 def test_encodings_without_a_paper_setup_have_no_departures():
     assert departures("rope", "copy", {}, QUICK) == []
     assert departures("hard_alibi", "reverse", {"n_masked_heads": 1}, QUICK) == []
+
+
+def test_xpos_says_it_runs_without_blockwise_causal_attention():
+    (text,) = departures("xpos", "copy", {}, QUICK)
+    assert "blockwise causal attention" in text
+    assert departure_paper("xpos") == STANDING_DEPARTURES["xpos"][0]
+
+
+def test_rope_extensions_whose_papers_fine_tune_say_they_were_not_fine_tuned():
+    linear = {"scaling": {"rope_type": "linear", "factor": 4.0}}
+    yarn = {"scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 22}}
+    dynamic = {"scaling": {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 22}}
+    (pi,) = departures("rope", "copy", {}, QUICK, linear)
+    assert "fine-tunes" in pi and "Positional Interpolation" in departure_paper("rope", linear)
+    (y,) = departures("rope", "copy", {}, QUICK, yarn)
+    assert "fine-tunes" in y and "YaRN" in departure_paper("rope", yarn)
+    assert departures("rope", "copy", {}, QUICK, dynamic) == []  # zero-shot by design
+    assert departures("rope", "copy", {}, QUICK) == []  # rope as trained follows its paper
