@@ -5,7 +5,7 @@ Axis letters used in shape comments throughout pezoo:
     b batch, s sequence, i query positions, j key positions, d model width,
     h heads, e head dim (q/k), f value head dim, p histogram bins, c cursors.
 
-A positional encoding (PE) can act at five points. Every hook defaults to the identity,
+A positional encoding (PE) can act at six points. Every hook defaults to the identity,
 so an encoding implements only what it changes:
 
     positions(b, s)            which integer position each token gets (randomized PE)
