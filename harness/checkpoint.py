@@ -21,6 +21,9 @@ folder. Format version 2:
     evaluations  list of [step, [[split, {LengthMetrics field: value}], ...]], oldest first
     stream       {"ids": [int], "target": [bool], "scale": [int]}: a packed run's unconsumed
                  stream (``PackedStream.state()``); only for packed runs
+    code         list of [step, commit]: which commit (``harness.provenance.git_commit``)
+                 trained the run from which step on; absent in checkpoints written
+                 before it was recorded (their steps count as trained by unknown code)
 
 Final weights (``<run_id>.weights.pt``, :func:`save_weights`): what an inference-time
 variant (``RunConfig.eval_pe_options``) of a finished run loads instead of training again.
@@ -42,13 +45,14 @@ unusable checkpoint is set aside (:func:`set_aside`) and its run starts over.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
 import pickle
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +89,10 @@ def training_state(
     evaluating: bool,
     evaluations: list[tuple[int, Evaluation]],
     stream: Mapping[str, list] | None = None,
+    code: Sequence[tuple[int, str]] = (),
 ) -> dict[str, Any]:
-    """The checkpoint payload (format above) of a run at ``step``."""
+    """The checkpoint payload (format above) of a run at ``step``; ``code`` is which
+    commit trained the run from which step on (:func:`code_history`)."""
     payload: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -106,7 +112,27 @@ def training_state(
         payload["cuda_rng"] = torch.cuda.get_rng_state(torch.device(device))
     if stream is not None:
         payload["stream"] = {k: list(v) for k, v in stream.items()}
+    if code:
+        payload["code"] = [[int(s), str(c)] for s, c in code]
     return payload
+
+
+UNKNOWN_CODE = "unknown (a checkpoint from before pezoo recorded it)"
+"""What :func:`code_history` says trained the steps of a checkpoint that has no ``code``."""
+
+
+def code_history(resume: Mapping[str, Any] | None, commit: str) -> list[tuple[int, str]]:
+    """Which commit trained a run from which step on, once ``commit`` continues from
+    ``resume`` (a checked checkpoint, or None for a fresh run): ``[(0, commit)]`` for a
+    fresh run; a resumed one keeps the checkpoint's history and adds ``(step, commit)``
+    when the commit changed. A checkpoint written before the history was recorded
+    contributes ``(0, UNKNOWN_CODE)``: which code trained those steps is not known."""
+    if resume is None:
+        return [(0, commit)]
+    history = [(int(s), str(c)) for s, c in resume.get("code", [[0, UNKNOWN_CODE]])]
+    if history[-1][1] != commit:
+        history.append((int(resume["step"]), commit))
+    return history
 
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
@@ -236,6 +262,8 @@ def check_state(
         if not (isinstance(item, list) and len(item) == 2 and _is_int(item[0]) and 0 < item[0] <= step):
             raise CheckpointError(f"an evaluation is not [step <= {step}, rows]: {_short(item)}")
         decoded.append((item[0], decode_evaluation(item[1])))
+    if "code" in payload:
+        _check_code(payload["code"], step)
     if cfg.train.pack:
         _check_stream(payload["stream"])
     weights = payload["model"]
@@ -247,6 +275,15 @@ def check_state(
         raise CheckpointError(f"its weights do not fit the model ({_brief(exc)})") from None
     _check_optimizer(payload["optimizer"], optimizer)
     return {**payload, "evaluations": decoded}
+
+
+def _check_code(code: Any, step: int) -> None:
+    """``code``: [[step, commit], ...] from step 0, steps increasing and at most ``step``."""
+    ok = isinstance(code, list) and bool(code)
+    ok = ok and all(isinstance(c, list) and len(c) == 2 and _is_int(c[0]) and isinstance(c[1], str) for c in code)
+    ok = ok and code[0][0] == 0 and all(a[0] < b[0] for a, b in itertools.pairwise(code)) and code[-1][0] <= step
+    if not ok:
+        raise CheckpointError(f"field code is not [[0, commit], [step, commit], ...] up to step {step}: {_short(code)}")
 
 
 _REQUIRED = (

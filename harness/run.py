@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -239,6 +239,9 @@ def train_and_evaluate(
             evaluate=periodic if cfg.eval.every else None,
             on_lr=log.lr if log is not None else None,
         )
+        if len(result.code) > 1:  # resumed under other code: the record says which commit trained which steps
+            prov = {**prov, "code_by_step": code_by_step(result.code, result.steps)}
+            tell(f"run {run_id}: trained by more than one commit: {prov['code_by_step']}")
         if keep_weights:  # for the run's inference-time variants (harness.checkpoint.save_weights)
             try:
                 save_weights(weights_path(checkpoint.parent, run_id), cfg, model, result.final_loss)
@@ -292,6 +295,14 @@ def train_and_evaluate(
     finally:
         if log is not None:
             log.close()
+
+
+def code_by_step(code: Sequence[tuple[int, str]], steps: int) -> str:
+    """``[(0, "abc..."), (6750, "def...")]`` of a ``steps``-step run ->
+    ``"steps 0-6749: abc...; steps 6750-9999: def..."``: the provenance string of a run
+    trained by more than one commit (steps counted from 0)."""
+    ends = [s - 1 for s, _ in code[1:]] + [steps - 1]
+    return "; ".join(f"steps {start}-{end}: {commit}" for (start, commit), end in zip(code, ends, strict=True))
 
 
 def evaluate_variant(

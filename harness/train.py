@@ -24,12 +24,21 @@ from torch import Tensor, nn
 
 import pezoo
 from harness.backbone import Backbone
-from harness.checkpoint import CheckpointError, check_state, load_checkpoint, save_checkpoint, set_aside, training_state
+from harness.checkpoint import (
+    CheckpointError,
+    check_state,
+    code_history,
+    load_checkpoint,
+    save_checkpoint,
+    set_aside,
+    training_state,
+)
 from harness.config import RunConfig
 from harness.data import IGNORE, Batch, PackedStream, collate, sample_training_batch
 from harness.evaluate import Evaluation
 from harness.files import WriteError, remove_stale_temps
 from harness.pe_spec import model_options, vocabulary_options
+from harness.provenance import git_commit
 from harness.tasks import Task
 
 
@@ -63,6 +72,7 @@ class TrainResult:
     steps: int
     seconds: float
     evaluations: tuple[tuple[int, Any], ...] = ()
+    code: tuple[tuple[int, str], ...] = ()  # which commit trained from which step (harness.checkpoint.code_history)
 
 
 def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Backbone:
@@ -205,6 +215,7 @@ def train(
     every = cfg.eval.every if evaluate is not None else 0
     threshold = cfg.eval.start_below_loss
     evaluating, evaluations = threshold is None, []
+    code = code_history(resume, git_commit())
     if resume is not None:  # model weights were restored by the caller
         opt.load_state_dict(resume["optimizer"])
         rng.setstate(resume["data_rng"])
@@ -258,6 +269,7 @@ def train(
                 evaluating=evaluating,
                 evaluations=evaluations,
                 stream=stream.state() if stream is not None else None,
+                code=code,
             )
             try:
                 save_checkpoint(checkpointing.path, payload)
@@ -268,4 +280,6 @@ def train(
                 else:
                     warnings.warn(message, RuntimeWarning, stacklevel=2)
     seconds = elapsed + time.perf_counter() - start
-    return TrainResult(final_loss=loss_value, steps=t.steps, seconds=seconds, evaluations=tuple(evaluations))
+    return TrainResult(
+        final_loss=loss_value, steps=t.steps, seconds=seconds, evaluations=tuple(evaluations), code=tuple(code)
+    )

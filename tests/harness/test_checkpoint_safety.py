@@ -170,6 +170,9 @@ DAMAGE = {
     "evaluations": (lambda p: p.update(evaluations=[[1, [["test", {"length": "x"}]]]]), "evaluation"),
     "version 1": (lambda p: p.pop("format"), "not a pezoo checkpoint"),
     "run id": (lambda p: p.update(run_id="0123456789abcdef"), "does not belong to run"),
+    "code": (lambda p: p.update(code=[[1, "abc"]]), "field code"),
+    "code past the step": (lambda p: p.update(code=[[0, "abc"], [3, "def"]]), "field code"),
+    "code not text": (lambda p: p.update(code=[[0, 7]]), "field code"),
 }
 
 
