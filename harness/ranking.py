@@ -47,7 +47,8 @@ RULE = (
     f"1..N at least {FIT_THRESHOLD:.2f}); the others follow, marked “did not fit”, ordered by that in-distribution "
     f"exact match. Ranked encodings are ordered by exact match averaged over the scales beyond N (EM>N), then by "
     f"reach (the largest scale L with exact match at least {REACH_THRESHOLD:.1f} at every scale N+1..L; N means "
-    f"none), then by per-token accuracy beyond N (tok>N), each the mean over seeds; exact ties share a rank."
+    f"none; the largest tested scale means every tested scale, and the encoding may reach further), then by "
+    f"per-token accuracy beyond N (tok>N), each the mean over seeds; exact ties share a rank."
 )
 """The rule in one paragraph, quoted by the terminal docs, the site and the README."""
 
