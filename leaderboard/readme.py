@@ -19,6 +19,7 @@ from typing import Any
 from tabulate import tabulate
 
 from leaderboard import board as bd
+from leaderboard import claims
 from leaderboard.text import GENERATOR, short_commit, slug
 
 README_MARK = f"<!-- {GENERATOR}: generated from the results files; do not edit by hand -->"
@@ -124,6 +125,15 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         if len(board.presets) > 1:
             out += [f"Preset **{md(preset)}**:", ""]
         out += [tabulate(table, headers=headers, tablefmt="github", disable_numparse=True), ""]
+    found = claims.claim_verdicts(board)
+    if found:
+        out += ["## What the papers claim, and what this board shows", "", md(claims.CLAIMS_RULE), ""]
+        for claim, verdicts in found:
+            out += [f"**{md(claim.says)}** ({md(claim.source)}). *Test:* {md(claim.test)}", ""]
+            for v in verdicts:
+                note = f" *{md(v.provisional[0].upper() + v.provisional[1:])}.*" if v.provisional else ""
+                out.append(f"- {md(v.task)}, preset {md(v.preset)}: **{md(v.outcome)}**. {md(v.evidence)}.{note}")
+            out.append("")
     if board.tables:
         out += ["## Ranking", "", md(f"{bd.RANKING_RULE} {bd.CELLS_RULE}"), ""]
     for task in board.tasks:

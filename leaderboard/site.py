@@ -43,6 +43,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from leaderboard import board as bd
+from leaderboard import claims
 from leaderboard.plans import NO_PLANS, Plans, read_plans
 from leaderboard.readme import README_MARK, is_generated_readme, render_readme
 from leaderboard.schema import read_diagnostics, read_results, results_files
@@ -450,6 +451,7 @@ def _page(site: Site, template: str, page_dir: str, title: str, records: Sequenc
             prose=_prose,
             doc_html=_doc_html,
             seeds_text=_seeds,
+            claims=claims,
             **context,
         )
         + "\n"

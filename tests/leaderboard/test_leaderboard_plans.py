@@ -47,7 +47,7 @@ def test_a_board_with_runs_still_to_come_is_marked_provisional(tmp_path):
 
 def test_a_complete_plan_adds_nothing(tmp_path):
     text = _board(tmp_path, 'preset = "quick"\ntask = ["copy"]\nseeds = [0]\npe = ["alibi", "ape"]\n')
-    assert "Still being filled" not in text and "rovisional" not in text
+    assert "Still being filled" not in text and " of 6 planned runs" not in text and " of 2 planned runs" not in text
 
 
 def test_an_unreadable_sweep_file_is_reported_and_the_board_is_still_built(tmp_path):

@@ -1,0 +1,178 @@
+"""What the papers claim about extrapolation, and what the board's numbers say about it.
+
+A leaderboard answers its question only if a reader can see where it agrees with the
+papers and where it does not. Each :class:`Claim` names its source (paper and section),
+says the claim in one sentence, and states the test the board applies to it: a plain
+rule over the board's own table numbers (``leaderboard.board.Row``), so a verdict is
+never an opinion. A verdict on a table that is still being filled is marked provisional
+(``leaderboard.plans``); a claim is only tested on the rows run as its paper runs them
+(``prism{paper}``, ``randomized:ape`` evaluated on random positions), never on a
+configuration nobody proposed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from leaderboard.board import Board, Row, Table, table_filling
+
+EM_OK = 0.9  # "keeps working": exact match at least this at a scale (the reach threshold)
+COLLAPSED = 0.05  # "collapses": exact match beyond N below this
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one (preset, task) table says about a claim.
+
+    Attributes:
+        preset, task: the table.
+        outcome: ``holds``, ``partly`` or ``does not hold``.
+        evidence: the numbers behind it, one sentence.
+        provisional: the table is short of its planned runs or seeds (its words), or None.
+    """
+
+    preset: str
+    task: str
+    outcome: str
+    evidence: str
+    provisional: str | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim and the test the board applies to it.
+
+    Attributes:
+        source: the paper and where it says so.
+        says: the claim, in one sentence.
+        test: how the board checks it, in one sentence.
+        tasks: the tasks the claim is about; None: every task the needed rows are on.
+        check: (table, rows by label) -> (outcome, evidence), or None where the table
+            lacks the rows the claim needs.
+    """
+
+    source: str
+    says: str
+    test: str
+    tasks: tuple[str, ...] | None
+    check: Callable[[Table, dict[str, Row]], tuple[str, str] | None]
+
+
+def _reach_outcome(row: Row | None, table: Table, name: str) -> tuple[str, str] | None:
+    """holds: EM >= 0.9 at every tested scale past N on every seed; partly: some scales past N."""
+    if row is None:
+        return None
+    n, top = table.train_max, table.test_max
+    if not row.fitted:
+        return "does not hold", f"{name} did not fit the training scales (EM≤{n} {row.scores['em_within'].text(2)})"
+    reach = row.per_seed.get("reach", ())
+    low = int(min(reach)) if reach else n
+    em = row.scores["em_beyond"].text(2)
+    if low >= top:
+        return "holds", f"{name}: EM ≥ {EM_OK} at every tested scale {n + 1}..{top} on every seed (EM>{n} {em})"
+    if low > n:
+        return "partly", f"{name} reaches {low} on its weakest seed of the tested {top} (EM>{n} {em})"
+    return "does not hold", f"{name} falls below EM {EM_OK} at scale {n + 1} (EM>{n} {em})"
+
+
+def _prism(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
+    return _reach_outcome(rows.get("prism{paper}"), table, "prism{paper}")
+
+
+def _hard_alibi(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
+    return _reach_outcome(rows.get("hard_alibi"), table, "hard_alibi")
+
+
+def _randomized(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
+    rand, base = rows.get("randomized:ape"), rows.get("ape")
+    if rand is None or base is None:
+        return None
+    n = table.train_max
+    r, b = rand.scores["tok_beyond"], base.scores["tok_beyond"]
+    numbers = f"tok>{n} {r.text(2)} against {b.text(2)}; EM>{n} {rand.scores['em_beyond'].text(2)} against "
+    numbers += base.scores["em_beyond"].text(2)
+    if r.lo > b.hi:
+        return "holds", f"randomized:ape above sin/cos APE on every seed: {numbers}"
+    if r.mean > b.mean:
+        return "partly", f"randomized:ape above sin/cos APE on the mean, within the seeds' spread: {numbers}"
+    return "does not hold", f"randomized:ape not above sin/cos APE: {numbers}"
+
+
+def _ape(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
+    found = [(name, rows[name]) for name in ("ape", "learned_ape") if name in rows]
+    if not found:
+        return None
+    n = table.train_max
+    parts, collapsed = [], 0
+    for name, row in found:
+        em = row.scores["em_beyond"]
+        parts.append(f"{name} EM>{n} {em.text(2)}")
+        collapsed += em.hi < COLLAPSED
+    outcome = "holds" if collapsed == len(found) else "partly" if collapsed else "does not hold"
+    return outcome, "; ".join(parts)
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        source="Lee 2025, “PRISM: Position as Probability”, abstract and §1",
+        says="PRISM extrapolates accurately far beyond the training length (up to 10×, copy variants up to 15×).",
+        test=f"prism{{paper}} fits and keeps exact match ≥ {EM_OK} at every tested scale beyond N, on every seed.",
+        tasks=None,
+        check=_prism,
+    ),
+    Claim(
+        source="Jelassi et al. 2024, “Repeat After Me”, as summarised by Hou et al., “Universal Length "
+        "Generalization with Turing Programs”, §1 and §2.3",
+        says="Hard-ALiBi achieves state-of-the-art length generalization on copying.",
+        test=f"hard_alibi fits copy and keeps exact match ≥ {EM_OK} at every tested scale beyond N, on every seed.",
+        tasks=("copy",),
+        check=_hard_alibi,
+    ),
+    Claim(
+        source="Ruoss et al. 2023, “Randomized Positional Encodings Boost Length Generalization of "
+        "Transformers”, §4 and Table 1",
+        says="Randomizing an encoding's positions raises its accuracy beyond the training lengths "
+        "(by 12.0 points on average over their tasks).",
+        test="randomized:ape's per-token accuracy beyond N (the paper's metric) is above sin/cos APE's: on every "
+        "seed (holds), on the mean only (partly).",
+        tasks=None,
+        check=_randomized,
+    ),
+    Claim(
+        source="Hou et al., “Universal Length Generalization with Turing Programs”, related work (after Shaw "
+        "et al. 2018); Ruoss et al. 2023, §1",
+        says="Absolute position encodings do not generalize past the training length.",
+        test=f"sin/cos and learned APE score exact match below {COLLAPSED} beyond N on every seed.",
+        tasks=None,
+        check=_ape,
+    ),
+)
+"""The claims the board tests, in the order the pages show them."""
+
+
+def verdicts(board: Board, claim: Claim) -> list[Verdict]:
+    """The claim's verdict on every table of ``board`` that has the rows it needs."""
+    out = []
+    for table in board.tables:
+        if claim.tasks is not None and table.task not in claim.tasks:
+            continue
+        rows = {row.label: row for row in table.rows}
+        found = claim.check(table, rows)
+        if found is not None:
+            outcome, evidence = found
+            out.append(Verdict(table.preset, table.task, outcome, evidence, table_filling(board, table)))
+    return out
+
+
+def claim_verdicts(board: Board, claims: Sequence[Claim] = CLAIMS) -> list[tuple[Claim, list[Verdict]]]:
+    """Every claim with at least one verdict on ``board``, with its verdicts."""
+    return [(c, v) for c in claims if (v := verdicts(board, c))]
+
+
+CLAIMS_RULE = (
+    "Each claim is tested on the rows run as its paper runs them, by the rule stated under it; a verdict on a "
+    "table still short of its planned runs or seeds is provisional. Small models and short training: a claim "
+    "that does not hold here may still hold at the papers' scale."
+)
+"""What the claims section is, quoted by the site and the README."""

@@ -1,0 +1,57 @@
+"""The board tests the papers' claims by stated rules over its own numbers."""
+
+from __future__ import annotations
+
+from harness.ranking import Spread
+from leaderboard.board import Board, Row, Table
+from leaderboard.claims import CLAIMS, claim_verdicts, verdicts
+
+
+def row(label, *, em_in=1.0, em=(0.0,), reach=(10,), tok=(0.2,), fitted=True):
+    per_seed = {"em_within": (em_in,) * len(em), "em_beyond": em, "reach": reach, "tok_beyond": tok}
+    scores = {k: Spread.of(v) for k, v in per_seed.items()} | {"tok_within": Spread.of([1.0])}
+    return Row(1 if fitted else None, label, label.split("{")[0], tuple(range(len(em))), scores, 1, per_seed)
+
+
+def board(*rows, task="copy"):
+    return Board((), (Table("board", task, 10, 40, tuple(rows), ()),))
+
+
+def claim(name):
+    return next(c for c in CLAIMS if name in c.says)
+
+
+def test_reach_over_every_tested_scale_holds_short_of_it_is_partly_none_does_not_hold():
+    prism = claim("PRISM")
+    assert verdicts(board(row("prism{paper}", em=(1.0, 1.0), reach=(40, 40))), prism)[0].outcome == "holds"
+    partly = verdicts(board(row("prism{paper}", em=(0.9, 0.6), reach=(40, 24))), prism)[0]
+    assert partly.outcome == "partly" and "reaches 24 on its weakest seed" in partly.evidence
+    assert verdicts(board(row("prism{paper}", reach=(10,))), prism)[0].outcome == "does not hold"
+    unfit = verdicts(board(row("prism{paper}", em_in=0.5, fitted=False)), prism)[0]
+    assert unfit.outcome == "does not hold" and "did not fit" in unfit.evidence
+
+
+def test_a_claim_is_tested_only_on_the_rows_run_as_its_paper_runs_them():
+    # PRISM's defaults and randomized PE on plain positions are nobody's proposal: no verdict
+    b = board(row("prism", reach=(10,)), row("randomized:ape{randomize_eval=false}"), row("ape"))
+    assert verdicts(b, claim("PRISM")) == [] and verdicts(b, claim("Randomizing")) == []
+    assert verdicts(board(row("hard_alibi"), task="reverse"), claim("Hard-ALiBi")) == []  # a copy claim
+
+
+def test_randomized_beats_its_base_on_every_seed_on_the_mean_or_not_at_all():
+    c = claim("Randomizing")
+    base = row("ape", tok=(0.2, 0.3))
+    assert verdicts(board(row("randomized:ape", tok=(0.4, 0.5)), base), c)[0].outcome == "holds"
+    assert verdicts(board(row("randomized:ape", tok=(0.25, 0.6)), base), c)[0].outcome == "partly"
+    assert verdicts(board(row("randomized:ape", tok=(0.1, 0.2)), base), c)[0].outcome == "does not hold"
+
+
+def test_ape_collapse_needs_every_seed_of_every_ape_below_the_bar():
+    c = claim("Absolute")
+    assert verdicts(board(row("ape"), row("learned_ape", em=(0.0, 0.03))), c)[0].outcome == "holds"
+    assert verdicts(board(row("ape"), row("learned_ape", em=(0.0, 0.2))), c)[0].outcome == "partly"
+    assert verdicts(board(row("ape", em=(0.3,))), c)[0].outcome == "does not hold"
+
+
+def test_only_claims_with_a_verdict_are_listed():
+    assert [c.says for c, _ in claim_verdicts(board(row("ape")))] == [claim("Absolute").says]
