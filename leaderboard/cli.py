@@ -97,7 +97,8 @@ def import_cmd(results_dir: Path, store_path: Path) -> None:
 @_results_option
 def check_cmd(results_dir: Path) -> None:
     """Validate every results file (schema, checksum, duplicates) and diagnostics file; exit 1
-    with path:line: reason if any is bad.
+    with path:line: reason if any is bad. Then say how much of each board's plan (the sweep
+    files next to the results folder) is published.
 
     A results folder that does not exist, or holds no results files, is an error too.
     """
@@ -111,6 +112,17 @@ def check_cmd(results_dir: Path) -> None:
     click.echo(f"{len(files)} results file(s), {len(records)} run(s): valid")
     if diagnostics:
         click.echo(f"{len(diagnostics)} diagnostics file(s): valid")
+    from leaderboard.plans import filled, read_plans
+
+    plans = read_plans(results_dir.parent)
+    published = {r.run_id: int(r.data["seed"]) for r in records}
+    for preset, plan in sorted(plans.presets.items()):
+        f = filled(plan, published)
+        state = "complete" if f.complete else f"{f.planned - f.done} still to run"
+        sources = ", ".join(plans.sources[preset])
+        click.echo(f"plan {sources} (preset {preset}): {f.done} of {f.planned} runs published, {state}")
+    for problem in plans.problems:
+        click.echo(f"note: sweep file {problem} (not read as a plan)")
     for kind, published, installed in (
         ("encoding", {r.data["pe"] for r in records}, pezoo.available()),
         ("task", {r.data["task"] for r in records}, tasks.available()),

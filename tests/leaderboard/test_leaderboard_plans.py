@@ -61,3 +61,12 @@ def test_an_unreadable_sweep_file_is_reported_and_the_board_is_still_built(tmp_p
     assert out.exit_code == 0, out.output
     assert "note: sweep file board.toml:" in out.output and "not valid TOML" in out.output
     assert "Still being filled" not in (tmp_path / "README.md").read_text()
+
+
+def test_check_says_how_much_of_each_plan_is_published(tmp_path):
+    (tmp_path / "results").mkdir()
+    shutil.copy(QUICK, tmp_path / "results")
+    (tmp_path / "board.toml").write_text('preset = "quick"\ntask = ["copy"]\nseeds = [0, 1]\npe = ["alibi", "ape"]\n')
+    out = CliRunner().invoke(main, ["leaderboard", "check", "--results", str(tmp_path / "results")])
+    assert out.exit_code == 0, out.output
+    assert "plan board.toml (preset quick): 2 of 4 runs published, 2 still to run" in out.output
