@@ -217,6 +217,20 @@ inference-time variant (the same weights evaluated differently) leaves out: rope
 (paper, how). Dynamic NTK needs no fine-tuning by design and has no entry."""
 
 
+EXTRA_INPUTS: dict[str, str] = {
+    "learned_prf_sh": "reads each example's instance scale n as an input (the scale hint of Chen, Liang, Lin, "
+    "“On the Limitations and Capabilities of Position Embeddings for Length Generalization”, §VII-A), which the "
+    "harness passes in training and evaluation; the other encodings see only the tokens and their positions",
+}
+"""Encodings that read more than the tokens and their positions (as their papers do): a
+board must say so, or a reader compares them with the others as equals."""
+
+
+def extra_input(pe: str) -> str | None:
+    """What ``pe`` (a registry name, wrapped or not) reads beyond tokens and positions, or None."""
+    return EXTRA_INPUTS.get(pe.rsplit(":", 1)[-1])
+
+
 def departure_paper(pe: str, eval_options: Mapping[str, Any] | None = None) -> str | None:
     """The paper a board row of ``pe`` (evaluated with ``eval_options``) is held to."""
     kind = _extension_kind(eval_options)

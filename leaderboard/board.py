@@ -40,7 +40,7 @@ from harness import ranking
 from harness.backbone import BackboneConfig
 from harness.config import NEW_FIELD_DEFAULTS
 from harness.pe_spec import display_name, model_options, variant_display_name
-from harness.protocols import departure_paper
+from harness.protocols import departure_paper, extra_input
 from harness.protocols import departures as protocol_departures
 from harness.report import per_seed_summary
 from leaderboard.plans import NO_PLANS, Filled, Plans, filled
@@ -123,6 +123,20 @@ def departures(records: Iterable[Record]) -> list[Departure]:
         Departure(label, papers[label], tuple((text, tuple(sorted(tasks))) for text, tasks in by_text.items()))
         for label, by_text in sorted(found.items())
     ]
+
+
+def extra_inputs(records: Iterable[Record]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(label, what it reads beyond tokens and positions, tasks) for every board row that
+    reads more (``harness.protocols.EXTRA_INPUTS``), in label order."""
+    found: dict[str, tuple[str, set[str]]] = {}
+    for rec in records:
+        text = extra_input(rec.data["pe"])
+        if text is not None:
+            found.setdefault(record_label(rec.data), (text, set()))[1].add(rec.data["task"])
+    return [(label, text, tuple(sorted(tasks))) for label, (text, tasks) in sorted(found.items())]
+
+
+EXTRA_INPUTS_RULE = "Rows that read more than the tokens and their positions, and what:"
 
 
 DEPARTURES_RULE = (

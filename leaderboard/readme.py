@@ -103,6 +103,11 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
             for text, tasks in dep.differences:
                 out.append(f"  - {md(text)}; on {_mds(tasks)}")
         out.append("")
+    extra = bd.extra_inputs(board.records)
+    if extra:
+        out += ["## Extra inputs", "", md(bd.EXTRA_INPUTS_RULE), ""]
+        out += [f"- **{md(label)}** {md(text)}; on {_mds(tasks)}" for label, text, tasks in extra]
+        out.append("")
     if not board.tables:
         out += ["No results yet: publish some with `pezoo leaderboard export`.", ""]
     else:

@@ -447,6 +447,7 @@ def _page(site: Site, template: str, page_dir: str, title: str, records: Sequenc
             presets=sorted({r.data["preset"] for r in records}),
             provenances=bd.provenance(records),
             departures=bd.departures(records),
+            extra_inputs=bd.extra_inputs(records),
             task_info=task_info,
             prose=_prose,
             doc_html=_doc_html,

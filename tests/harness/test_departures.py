@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.backbone import BackboneConfig
 from harness.pe_spec import model_options
-from harness.protocols import STANDING_DEPARTURES, departure_paper, departures, paper_pe_options
+from harness.protocols import STANDING_DEPARTURES, departure_paper, departures, extra_input, paper_pe_options
 
 QUICK = BackboneConfig(d_model=128, n_layers=3, n_heads=4)
 
@@ -64,3 +64,9 @@ def test_rope_extensions_whose_papers_fine_tune_say_they_were_not_fine_tuned():
     assert "fine-tunes" in y and "YaRN" in departure_paper("rope", yarn)
     assert departures("rope", "copy", {}, QUICK, dynamic) == []  # zero-shot by design
     assert departures("rope", "copy", {}, QUICK) == []  # rope as trained follows its paper
+
+
+def test_an_encoding_that_reads_the_instance_scale_is_disclosed():
+    assert "instance scale n" in extra_input("learned_prf_sh")
+    assert extra_input("randomized:learned_prf_sh") == extra_input("learned_prf_sh")
+    assert extra_input("learned_prf") is None and extra_input("rope") is None
