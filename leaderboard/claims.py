@@ -165,6 +165,11 @@ def verdicts(board: Board, claim: Claim) -> list[Verdict]:
     return out
 
 
+def table_verdicts(board: Board, table: Table, claims: Sequence[Claim] = CLAIMS) -> list[tuple[Claim, Verdict]]:
+    """The verdicts of every claim on one table (a task page shows them under its ranking)."""
+    return [(c, v) for c in claims for v in verdicts(board, c) if (v.preset, v.task) == (table.preset, table.task)]
+
+
 def claim_verdicts(board: Board, claims: Sequence[Claim] = CLAIMS) -> list[tuple[Claim, list[Verdict]]]:
     """Every claim with at least one verdict on ``board``, with its verdicts."""
     return [(c, v) for c in claims if (v := verdicts(board, c))]

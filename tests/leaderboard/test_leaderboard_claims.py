@@ -55,3 +55,11 @@ def test_ape_collapse_needs_every_seed_of_every_ape_below_the_bar():
 
 def test_only_claims_with_a_verdict_are_listed():
     assert [c.says for c, _ in claim_verdicts(board(row("ape")))] == [claim("Absolute").says]
+
+
+def test_a_task_page_lists_the_verdicts_on_its_own_tables_only():
+    from leaderboard.claims import table_verdicts
+
+    b = Board((), (Table("board", "copy", 10, 40, (row("ape"),), ()), Table("board", "reverse", 10, 40, (), ())))
+    assert [v.task for _, v in table_verdicts(b, b.tables[0])] == ["copy"]
+    assert table_verdicts(b, b.tables[1]) == []
