@@ -480,14 +480,19 @@ def filling_sentence(board: Board, preset: str) -> str | None:
 
 
 def table_filling(board: Board, table: Table) -> str | None:
-    """``provisional: 15 of 19 planned runs, seed 0 of 0, 1, 2`` for an unfinished table, else None."""
+    """``provisional: 15 of 19 planned runs (seed 0: 13 of 13, seed 1: 2 of 13, ...)`` for an
+    unfinished table, else None."""
     f = board.table_filled(table)
     if f is None or f.complete:
         return None
-    return f"provisional: {f.done} of {f.planned} planned runs, {_seeds_phrase(f)}"
+    return f"provisional: {f.done} of {f.planned} planned runs ({_seeds_phrase(f)})"
 
 
 def _seeds_phrase(f: Filled) -> str:
+    """``seed 0: 20 of 20, seed 1: 1 of 20, seed 2: 1 of 20`` (or, without per-seed counts,
+    ``seeds 0, 1 of 0, 1, 2``)."""
+    if f.by_seed:
+        return ", ".join(f"seed {seed}: {done} of {planned}" for seed, done, planned in f.by_seed)
     done = ", ".join(map(str, f.seeds_done)) or "none"
     return f"{'seed' if len(f.seeds_done) == 1 else 'seeds'} {done} of {', '.join(map(str, f.seeds_planned))}"
 

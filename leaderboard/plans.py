@@ -26,6 +26,7 @@ class Planned:
 
     run_ids: frozenset[str]
     seeds: tuple[int, ...]
+    seed_of: Mapping[str, int] | None = None  # run id -> seed (per-seed counts)
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def plans_of(runs: Iterable[tuple[str, str, int, str, str]], problems: Iterable[
     runs = list(runs)
 
     def planned(rows: list[tuple[str, str, int, str, str]]) -> Planned:
-        return Planned(frozenset(r[3] for r in rows), tuple(sorted({r[2] for r in rows})))
+        return Planned(frozenset(r[3] for r in rows), tuple(sorted({r[2] for r in rows})), {r[3]: r[2] for r in rows})
 
     presets = sorted({r[0] for r in runs})
     return Plans(
@@ -95,6 +96,7 @@ class Filled:
     planned: int
     seeds_done: tuple[int, ...]
     seeds_planned: tuple[int, ...]
+    by_seed: tuple[tuple[int, int, int], ...] = ()  # (seed, published, planned), ascending seed
 
     @property
     def complete(self) -> bool:
@@ -104,4 +106,11 @@ class Filled:
 def filled(plan: Planned, published: Mapping[str, int]) -> Filled:
     """``plan`` against the published runs (run id -> seed)."""
     done = plan.run_ids & published.keys()
-    return Filled(len(done), len(plan.run_ids), tuple(sorted({published[i] for i in done})), plan.seeds)
+    by_seed: tuple[tuple[int, int, int], ...] = ()
+    if plan.seed_of is not None:
+        seed_of = plan.seed_of
+        by_seed = tuple(
+            (seed, sum(seed_of[i] == seed for i in done), sum(seed_of[i] == seed for i in plan.run_ids))
+            for seed in plan.seeds
+        )
+    return Filled(len(done), len(plan.run_ids), tuple(sorted({published[i] for i in done})), plan.seeds, by_seed)

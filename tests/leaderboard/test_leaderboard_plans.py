@@ -20,6 +20,8 @@ def test_filled_counts_the_published_planned_runs_and_their_seeds():
     got = filled(plan, {"a": 0, "b": 0, "x": 1})  # x is published but not planned
     assert (got.done, got.planned, got.seeds_done, got.seeds_planned, got.complete) == (2, 4, (0,), (0, 1, 2), False)
     assert filled(plan, dict.fromkeys("abcd", 0)).complete
+    by_seed = Planned(frozenset({"a", "b", "c"}), (0, 1), {"a": 0, "b": 0, "c": 1})
+    assert filled(by_seed, {"a": 0, "c": 1}).by_seed == ((0, 1, 2), (1, 1, 1))
 
 
 def test_plans_group_by_preset_and_task():
@@ -40,7 +42,7 @@ def _board(tmp_path: Path, sweep: str) -> str:
 def test_a_board_with_runs_still_to_come_is_marked_provisional(tmp_path):
     text = _board(tmp_path, 'preset = "quick"\ntask = ["copy"]\nseeds = [0, 1, 2]\npe = ["alibi", "ape"]\n')
     assert "Still being filled: 2 of the 6 runs that leaderboard/board.toml plans are published" in text
-    assert "seed 0 of 0, 1, 2" in text
+    assert "seed 0: 2 of 2, seed 1: 0 of 2, seed 2: 0 of 2" in text  # per seed: what is in, what is to come
     assert "Provisional: 2 of 6 planned runs" in text  # the README's copy table
     assert "provisional: 2 of 6 planned runs" in text  # the site's copy table
 
