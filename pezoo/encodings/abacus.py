@@ -34,6 +34,7 @@ DEFAULT_MAX_K = 99
 
 _RUN = "abacus_run"  # ctx.state: (b,) long, length of the digit run the last fed token ends
 _OFFSET = "abacus_offset"  # ctx.state: () long, the offset k of this sequence batch
+_FED = "abacus_fed"  # ctx.state: int, tokens of this sequence batch fed so far
 
 
 def abacus_indices(is_digit: Tensor, run_before: Tensor | None = None) -> Tensor:
@@ -110,13 +111,26 @@ class Abacus(PositionalEncoding):
             offset = torch.randint(self.max_k + 1, (), device=tokens.device) if self.training else tokens.new_zeros(())
             ctx.state[_OFFSET] = offset
         index = torch.where(is_digit, index + offset, index)
-        if index.numel() and int(index.max()) >= self.max_index:
+        # A digit's place in its run is at most the number of tokens fed so far, so the
+        # host knows the whole sequence is in range without reading the indices (no sync,
+        # no graph break) unless it is nearly max_index tokens long.
+        fed = ctx.state.get(_FED, 0) + tokens.shape[1]
+        ctx.state[_FED] = fed
+        if fed + self.max_k >= self.max_index:
+            self._check_rows(index, offset)
+        return x + self.table[index].to(x.dtype)  # (b, s, d)
+
+    def _check_rows(self, index: Tensor, offset: Tensor) -> None:
+        """Raise unless every index has a row of E (eager: ValueError; compiled: device assert)."""
+        if torch.compiler.is_compiling():
+            in_range = (index < self.max_index).all()
+            torch._assert_async(in_range, f"abacus has rows for indices 0..{self.max_index - 1} only")
+        elif index.numel() and int(index.max()) >= self.max_index:
             raise ValueError(
                 f"abacus has rows for indices 0..{self.max_index - 1} but a digit got index {int(index.max())} "
                 f"(a number of {int(index.max() - offset)} digits, offset {int(offset)}); "
                 "build it with a larger max_index"
             )
-        return x + self.table[index].to(x.dtype)  # (b, s, d)
 
     def extra_repr(self) -> str:
         ids = list(self.digit_ids)

@@ -2,7 +2,8 @@
 
 A table ``E`` of ``max_position`` learned vectors of width d; the token at position p
 gets ``x + E[p]`` before layer 0. Positions at or beyond ``max_position`` have no row
-and raise a ``ValueError`` (never a silent clamp or wrap).
+and raise a ``ValueError`` (never a silent clamp or wrap); under ``torch.compile`` the
+check is a device-side assert, so the forward pass stays one graph.
 
 The default ``max_position`` (2048) equals the default range L of randomized PE, so
 ``randomized:learned_ape`` works out of the box: under randomization every row of the
@@ -40,7 +41,11 @@ class LearnedAPE(PositionalEncoding):
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """x (b, s, d), pos (b|1, s) -> x + E[pos]; raises if a position has no row."""
-        if pos.numel() and (int(pos.max()) >= self.max_position or int(pos.min()) < 0):
+        if torch.compiler.is_compiling():
+            # a host-side check would break the graph (and sync); the assert runs on the device
+            in_range = ((pos >= 0) & (pos < self.max_position)).all()
+            torch._assert_async(in_range, f"learned_ape has rows for positions 0..{self.max_position - 1} only")
+        elif pos.numel() and (int(pos.max()) >= self.max_position or int(pos.min()) < 0):
             raise ValueError(
                 f"learned_ape has rows for positions 0..{self.max_position - 1} but got positions in "
                 f"[{int(pos.min())}, {int(pos.max())}]; build it with a larger max_position"

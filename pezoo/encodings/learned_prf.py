@@ -183,7 +183,9 @@ class LearnedPRF(PositionalEncoding):
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         slot_keys = self.slot_keys[layer]  # (S, h, e)
         hint = ctx.scale_hint if self.uses_scale_hint else None
-        if hint is None or hint.ndim > 1 or ctx.q_pos.shape[0] > 1 or ctx.k_pos.shape[0] > 1:
+        per_example = hint is None or hint.ndim > 1 or ctx.q_pos.shape[0] > 1 or ctx.k_pos.shape[0] > 1
+        # torch.unique has a data-dependent size, which would break a compiled graph
+        if per_example or torch.compiler.is_compiling():
             phi = self.prf(layer, ctx.q_pos, ctx.k_pos, hint)  # (b|1, i, j, S)
             return [DenseBias(lbpe_bias(phi, q, slot_keys))]
         # positions shared by the batch: evaluate φ once per distinct scale n, not per example
