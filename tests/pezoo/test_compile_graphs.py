@@ -17,7 +17,7 @@ from pezoo.encodings.abacus import Abacus
 from pezoo.encodings.learned_prf import LearnedPRFScaleHint
 from pezoo.testing import graph_breaks
 
-DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
+DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=1)
 
 # nn.GRU is not traced by dynamo; docs/prism.md says why PRISM keeps it
 BREAKS_BY_DESIGN = {"prism"}
