@@ -562,7 +562,8 @@ class SweepEvents:
         """Run ``index`` is already finished in the store."""
 
     def claimed(self, index: int, cfg: RunConfig, holder: str) -> None:
-        """Run ``index`` is being trained by another process (``holder`` says which): skipped."""
+        """Run ``index`` is being trained by another process (``holder`` says which), or is
+        a variant whose trained run is: skipped."""
 
     def started(self, job: Job) -> None:
         """An attempt was handed to the executor."""
@@ -609,7 +610,9 @@ def run_sweep(
 
     An inference-time variant (``RunConfig.is_variant``) is dispatched once its trained
     run is neither queued nor in flight; a trained run with variants in ``configs`` keeps
-    its final weights (``harness.run.weights_path``), which its variants evaluate.
+    its final weights (``harness.run.weights_path``), which its variants evaluate. A
+    variant whose trained run another live process is training is skipped with the
+    outcome ``claimed``, as that run is: its weights do not exist yet.
     """
     events = events or SweepEvents()
     ckpt_dir = checkpoint_dir_for(store.path, checkpoint_dir).resolve()
@@ -678,6 +681,11 @@ def run_sweep(
                     if job is None:
                         break  # only variants whose trained runs are still training
                     queue.remove(job)
+                    if job.attempt == 1 and (trainer := _trained_elsewhere(store, by_id[job.run_id])):
+                        # its weights do not exist yet: not a failure, a run for later
+                        events.claimed(job.index, by_id[job.run_id], trainer)
+                        outcomes.append(RunOutcome(job.run_id, "claimed", trainer))
+                        continue
                     if job.attempt == 1:
                         claim = store.claim(by_id[job.run_id], dispatch_provenance)
                         if claim.status == "finished":  # finished by another process since the queue was built
@@ -714,6 +722,14 @@ def run_sweep(
         raise
     executor.close()
     return outcomes
+
+
+def _trained_elsewhere(store: Store, cfg: RunConfig) -> str | None:
+    """For a variant whose trained run another live process is training: who holds that
+    run ("claimed by host:pid since ..."); None otherwise."""
+    if not cfg.is_variant:
+        return None
+    return store.held_elsewhere(cfg.trained_config().run_id())
 
 
 def _should_retry(answer: RunResult | WorkerLost) -> bool:

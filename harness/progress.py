@@ -301,7 +301,12 @@ class SweepReport(SweepEvents):
         if index in self.queue:
             self.queue.remove(index)
             self.todo -= 1
-        self._echo(f"{self.label(index)}: {holder}, which is training it; skipped (run again once it is done)")
+        if cfg.is_variant:  # its trained run is the one in training
+            trained = cfg.trained_config().run_id()
+            why = f"waits for the weights of run {trained}: {holder}, which is training it"
+        else:
+            why = f"{holder}, which is training it"
+        self._echo(f"{self.label(index)}: {why}; skipped (run again once it is done)")
 
     def started(self, job: Job) -> None:
         if job.index in self.queue:

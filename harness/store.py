@@ -632,6 +632,15 @@ class Store:
             return Claim(run_id, "finished")
         return Claim(run_id, "busy", holder or f"no longer claimed by this process (status: {state})")
 
+    def held_elsewhere(self, run_id: str) -> str | None:
+        """Who holds run ``run_id`` if another live process is training it ("claimed by
+        host:pid since ..."), else None (finished, free, absent, or ours)."""
+        try:
+            state, holder = self._state(self._db, run_id, Owner.this_process())
+        except sqlite3.Error as exc:
+            raise self._explain(exc, "reading it") from exc
+        return holder if state == "live" else None
+
     def set_provenance(
         self, run_id: str, provenance: Mapping[str, Any], started_at: float, owner: Owner | None = None
     ) -> bool:

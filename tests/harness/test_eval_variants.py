@@ -228,3 +228,22 @@ def test_a_variant_of_a_run_finished_without_weights_fails_and_trains_nothing(tm
     result = CliRunner().invoke(main, [*ARGS, "--pe", f"rope,{SPECS[2]}", "--retries", "0", "--store", str(path)])
     assert result.exit_code == 1 and "no final weights of run" in result.output
     assert trained == []
+
+
+def test_a_variant_waits_while_another_process_trains_its_run(tmp_path):
+    """Two bench processes on one board: the one that skips a run another process trains
+    must skip that run's variants too, not fail them for want of weights."""
+    from harness.store import Owner
+
+    path = tmp_path / "store.sqlite"
+    base, _, linear, _ = _configs()
+    them = Owner("some-other-host.example", 4242, 123, "their-boot", "pid:[1]")
+    with Store(path) as store:
+        assert store.claim(base, {"commit": "them"}, them).taken
+    result = CliRunner().invoke(main, [*ARGS, "--pe", f"rope,{SPECS[2]}", "--store", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"waits for the weights of run {base.run_id()}: claimed by some-other-host.example:4242" in result.output
+    assert "no final weights" not in result.output and "failed" not in result.output.replace("failed 0", "")
+    with Store(path) as store:
+        assert store.status(linear.run_id()) is None  # nothing recorded: it runs once the weights exist
+        assert store.status(base.run_id()) == "running"  # theirs, untouched
