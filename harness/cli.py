@@ -472,11 +472,18 @@ def sweep() -> None:
     help="Parallel workers to work out the wall time for (default: as bench would use here: one per GPU, "
     "else one per CPU core).",
 )
+@click.option(
+    "--probe",
+    is_flag=True,
+    help="Time a few training steps here of each encoding (options included) x task the store has no "
+    "finished run of, and estimate their runs from that instead of borrowing other runs' speeds.",
+)
 @max_runs_option
-def sweep_plan(file, store_path, checkpoint_dir, workers, max_runs) -> None:
+def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> None:
     """Print the runs of a sweep file, how many the store already holds finished, and an
     estimate of the device-hours the missing ones need (from the measured steps/s of
-    finished runs in the store, less what their checkpoints have done)."""
+    finished runs in the store, or with --probe of a few steps timed here, less what
+    their checkpoints have done)."""
     try:
         configs = load_sweep(file, max_runs).configs(max_runs)
     except ValueError as exc:
@@ -495,12 +502,36 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, max_runs) -> None:
     device = resolve_device("auto")
     published = _published_runs()
     resume = checkpointed_steps(ckpt_dir, [c.run_id() for c in configs]) if rows else None
-    plan = make_plan(configs, rows, resume, device_type=device.type, published=published)
+    probes = _probe(configs, rows, device) if probe else None
+    plan = make_plan(configs, rows, resume, device_type=device.type, published=published, probes=probes)
     n_workers = len(local_devices(device, workers, plan.missing))
     click.echo(format_plan(plan, varying_axes(configs), n_workers))
     line = published_line(plan, {r["run_id"] for r in published}, store_path)
     if line:
         click.echo(line)
+
+
+def _probe(configs, rows, device) -> dict:
+    """Speeds probed here for the speed groups the store has not measured, with a line each."""
+    from harness.pe_spec import config_display_name
+    from harness.probe import DEFAULT_STEPS, DEFAULT_WARMUP, probe_speeds
+    from harness.sweep import probe_key, unmeasured
+
+    todo = unmeasured(configs, rows, device.type)
+    if not todo:
+        click.echo("probe: every encoding x task to run has a finished run in the store; nothing to probe", err=True)
+        return {}
+    click.echo(
+        f"probe: timing {len(todo)} encoding x task group(s) the store has not measured, "
+        f"{DEFAULT_WARMUP} + {DEFAULT_STEPS} training steps of a fresh model each on {device} (one thread)",
+        err=True,
+    )
+
+    def report(i, cfg, rate) -> None:
+        name = config_display_name(cfg)
+        click.echo(f"probe {i}/{len(todo)}: {name} on {cfg.task}: {rate:.2f} steps/s", err=True)
+
+    return probe_speeds(todo, probe_key, device=str(device), on_probe=report)
 
 
 def _published_runs() -> list[dict]:

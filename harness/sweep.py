@@ -331,19 +331,81 @@ def _model_key(cfg: RunConfig) -> tuple[Any, ...]:
     return (cfg.preset, _backbone_key(cfg), cfg.train.batch_size, cfg.train.train_max, cfg.protocol)
 
 
+def _encoding_key(cfg: RunConfig) -> tuple[str, str]:
+    """The encoding *with its options*: ``prism{paper}`` resolves to one PRISM layer on
+    copy and two on odds_first, which train at very different speeds."""
+    return cfg.pe, json.dumps(dict(cfg.pe_options), sort_keys=True, default=str)
+
+
 MATCH_LEVELS: tuple[tuple[str, Callable[[RunConfig], tuple[Any, ...]]], ...] = (
-    ("same encoding, task and model", lambda c: (c.pe, c.task, *_model_key(c))),
+    ("same encoding, task and model", lambda c: (*_encoding_key(c), c.task, *_model_key(c))),
     ("same task and model", lambda c: (c.task, *_model_key(c))),
-    ("same encoding and model", lambda c: (c.pe, *_model_key(c))),
+    ("same encoding and model", lambda c: (*_encoding_key(c), *_model_key(c))),
+    ("same encoding name and model, other options", lambda c: (c.pe, *_model_key(c))),
     ("same model", _model_key),
 )
-"""How a missing run finds measured runs to estimate from: the first level with any.
+"""How a missing run finds measured runs to estimate from: the first level with any
+(after the speed probed here, and the same encoding on other tasks scaled by the tasks'
+speed ratio: see :func:`estimate`).
 
-The task comes before the encoding: a task's rows set the sequence length, which moves
-the speed more than the encoding does (on the committed CPU board addition trains 3-4x slower
-than stack_manipulation; PRISM about 1.7x slower than NoPE on the same task). There is
-no level below the same model (preset included): a run of another size says nothing
-reliable (a store of smoke runs put the quick board at 61 s per run; it took 8-12 h)."""
+"Same encoding" includes its options. The task comes before the encoding alone: a task's
+rows set the sequence length, which moves the speed more than the encoding does for most
+encodings (on the committed CPU board addition trains 3-4x slower than
+stack_manipulation; PRISM about 1.7x slower than NoPE on the same task), but not for a
+wide PRISM (prism{paper} with two layers trains about 4x slower than with one), which
+only a probe (``pezoo sweep plan --probe``) or a finished run measures. There is no level
+below the same model (preset included): a run of another size says nothing reliable (a
+store of smoke runs put the quick board at 61 s per run; it took 8-12 h)."""
+
+
+def probe_key(cfg: RunConfig) -> tuple[Any, ...]:
+    """Runs that train at one speed: the same encoding (options included), task and model."""
+    return MATCH_LEVELS[0][1](cfg)
+
+
+def unmeasured(
+    configs: Sequence[RunConfig], store_runs: Iterable[Mapping[str, Any]], device_type: str | None = None
+) -> list[RunConfig]:
+    """One config per :func:`probe_key` group that has missing runs to train and no
+    finished run in the store on ``device_type`` (any when None): what
+    ``pezoo sweep plan --probe`` times."""
+    rows = list(store_runs)
+    finished = {r["run_id"] for r in rows if r["status"] == "finished"}
+    measured = {
+        probe_key(m.config) for m in measurements(rows) if device_type is None or device_kind(m.device) == device_type
+    }
+    groups: dict[tuple[Any, ...], RunConfig] = {}
+    for cfg in configs:
+        key = probe_key(cfg)
+        if cfg.run_id() not in finished and not cfg.is_variant and key not in measured:
+            groups.setdefault(key, cfg)
+    return list(groups.values())
+
+
+def scaled_rate(cfg: RunConfig, runs: Sequence[Measurement]) -> tuple[float, int] | None:
+    """Steps/s of ``cfg`` from the same encoding (options included) on other tasks, each
+    scaled by how much faster the other encodings measured on both tasks train on
+    ``cfg``'s task: ``median over T' of rate(E, T') x median over X of rate(X, T) /
+    rate(X, T')``. Returns (rate, runs it rests on), or None without such runs."""
+    model, enc = _model_key(cfg), _encoding_key(cfg)
+    rates: dict[tuple[Any, str], list[float]] = {}  # (encoding, task) -> steps/s, this model only
+    for m in runs:
+        if _model_key(m.config) == model:
+            rates.setdefault((_encoding_key(m.config), m.config.task), []).append(m.steps_per_second)
+    median = {k: statistics.median(v) for k, v in rates.items()}
+    estimates, used = [], 0
+    for (e, task), rate in median.items():
+        if e != enc or task == cfg.task:
+            continue
+        ratios = [
+            median[x, cfg.task] / median[x, task]
+            for (x, t) in median
+            if t == task and x != enc and (x, cfg.task) in median
+        ]
+        if ratios:
+            estimates.append(rate * statistics.median(ratios))
+            used += len(rates[e, task]) + len(ratios)
+    return (statistics.median(estimates), used) if estimates else None
 
 
 def device_kind(device: str) -> str:
@@ -414,24 +476,44 @@ def estimate(
     *,
     device_type: str | None = None,
     published: Sequence[Measurement] = (),
+    probed: tuple[float, int] | None = None,
 ) -> Estimate | None:
-    """``(steps - from_step) / median(steps/s) + units × median(eval s/unit)`` over the
-    most specific ``MATCH_LEVELS`` level with measurements (``from_step``: the step its
-    checkpoint holds, 0 without one), among the store's runs (``measured``) on
-    ``device_type`` (``cpu``/``cuda``; any when None), else among ``published`` runs on
-    it (rough), else from the preset's recorded speed there (``harness.speeds``, rough,
-    only for the preset's own model); None when there is none of these."""
+    """``(steps - from_step) / steps/s + units × eval s/unit`` (``from_step``: the step its
+    checkpoint holds, 0 without one). Training speed, from the first that has it:
+
+    1. the median of the store's runs (``measured``) on ``device_type`` (``cpu``/``cuda``;
+       any when None) of the same encoding (options included), task and model;
+    2. ``probed``: (steps/s, steps timed) by :func:`harness.probe.probe_speed` here;
+    3. the same encoding on other tasks, scaled by the tasks' speed ratio
+       (:func:`scaled_rate`);
+    4. the median of the next ``MATCH_LEVELS`` level with measurements;
+
+    then the same from ``published`` runs (rough), else the preset's recorded speed on
+    ``device_type`` (``harness.speeds``, rough, only for the preset's own model); None
+    when there is none of these. Evaluation time comes from the most specific level."""
     left = 0 if cfg.is_variant else max(0, cfg.train.steps - from_step)  # a variant only evaluates
     units = eval_units(cfg)
     for source, runs in (("", measured), ("published runs of the ", published)):
         runs = [m for m in runs if device_type is None or device_kind(m.device) == device_type]
-        for basis, key in MATCH_LEVELS:
-            group = [m for m in runs if key(m.config) == key(cfg)]
-            if group:
-                rate = statistics.median(m.steps_per_second for m in group)
-                per_unit = statistics.median(m.eval_seconds_per_unit for m in group)
-                basis = f"{source}{basis} (rough: another machine)" if source else basis
-                return Estimate(left / rate + units * per_unit, basis, rate, len(group), from_step, bool(source))
+        found = [(basis, [m for m in runs if key(m.config) == key(cfg)]) for basis, key in MATCH_LEVELS]
+        found = [(basis, group) for basis, group in found if group]
+        if not found and not (probed is not None and not source):
+            continue
+        # evaluation from the closest group: small beside training, and it varies less
+        per_unit = statistics.median(m.eval_seconds_per_unit for m in found[0][1]) if found else 0.0
+        rough = " (rough: another machine)" if source else ""
+        if found and found[0][0] == MATCH_LEVELS[0][0]:
+            rate, basis, n = None, found[0][0], len(found[0][1])
+        elif probed is not None and not source and left:
+            rate, n = probed
+            basis, n = f"a probe here ({n} steps of a fresh model)", 0
+        elif (scaled := scaled_rate(cfg, runs)) is not None:
+            (rate, n), basis = scaled, "same encoding on other tasks, scaled by the tasks' speed ratio"
+        else:
+            rate, basis, n = None, found[0][0], len(found[0][1])
+        if rate is None:
+            rate = statistics.median(m.steps_per_second for m in found[0][1])
+        return Estimate(left / rate + units * per_unit, f"{source}{basis}{rough}", rate, n, from_step, bool(source))
     speed = recorded_speed(cfg.preset, device_type, cfg.task)
     if speed is not None and _model_key(cfg) == _preset_model_key(cfg.preset, cfg.task):
         basis = (
@@ -512,13 +594,15 @@ def make_plan(
     *,
     device_type: str | None = None,
     published: Iterable[Mapping[str, Any]] = (),
+    probes: Mapping[tuple[Any, ...], tuple[float, int]] | None = None,
 ) -> Plan:
     """Done/missing per run and an estimate for each missing one (``store_runs`` are
     ``Store.runs()`` rows; pass ``[]`` for a store that does not exist yet).
     ``resume_steps`` (run id → step, from ``checkpointed_steps``) counts only the steps a
     checkpointed run has left. ``device_type`` (``cpu``/``cuda``): the kind of device the
     runs will train on, estimated only from runs on that kind. ``published``: finished
-    runs in the same row shape from published results, a rough fallback (see :func:`estimate`)."""
+    runs in the same row shape from published results, a rough fallback (see :func:`estimate`).
+    ``probes``: speeds probed here, by :func:`probe_key` (``harness.probe.probe_speeds``)."""
     rows = list(store_runs)
     status = {r["run_id"]: r["status"] for r in rows}
     measured = measurements(rows)
@@ -530,7 +614,10 @@ def make_plan(
         st = status.get(run_id)
         est = None
         if st != "finished":
-            est = estimate(cfg, measured, resume_steps.get(run_id, 0), device_type=device_type, published=others)
+            probed = (probes or {}).get(probe_key(cfg))
+            est = estimate(
+                cfg, measured, resume_steps.get(run_id, 0), device_type=device_type, published=others, probed=probed
+            )
         planned.append(PlannedRun(i, cfg, st, est))
     return Plan(tuple(planned), tuple(sorted({m.device for m in measured})), device_type)
 

@@ -231,9 +231,10 @@ def test_plan_estimates_from_the_same_task_before_the_same_encoding(tmp_path):
     # alibi on addition: addition's median speed (7.5 steps/s: 40 s), not rope on copy's 10 s
     assert by_key["alibi", "addition"].basis == "same task and model"
     assert by_key["alibi", "addition"].seconds == pytest.approx(300 / 7.5)
-    # nope on copy: copy's only run (rope, 10 s), not nope on addition's 30 s
-    assert by_key["nope", "copy"].basis == "same task and model"
-    assert by_key["nope", "copy"].seconds == pytest.approx(10.0)
+    # nope on copy: nope on addition (10 steps/s) scaled by rope's copy/addition ratio
+    # (30 / 5 steps/s): 60 steps/s, 5 s; not copy's only run (rope, 10 s), nor nope on addition's 30 s
+    assert by_key["nope", "copy"].basis == "same encoding on other tasks, scaled by the tasks' speed ratio"
+    assert by_key["nope", "copy"].seconds == pytest.approx(300 / 60)
 
 
 def test_plan_falls_back_to_the_same_encoding_on_another_task(tmp_path):

@@ -1,0 +1,144 @@
+"""Plan estimates that follow the encoding's options, scale across tasks, and probe here.
+
+Before these, ``prism{paper}`` on odds_first (two PRISM layers) borrowed prism{paper} on
+copy's speed (one layer), or, once odds_first had runs, the other encodings' (about 14x
+too fast), and ``pezoo sweep plan`` put the rest of the board at 156 device-hours.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.config import preset_config
+from harness.evaluate import LengthMetrics
+from harness.probe import probe_speed
+from harness.store import Store
+from harness.sweep import load_sweep, make_plan, probe_key, unmeasured
+
+SCALED = "same encoding on other tasks, scaled by the tasks' speed ratio"
+
+
+def write(tmp_path, text, name="sweep.toml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def finish(store, cfg, train_seconds, eval_seconds=0.0, device="cpu:test x1 threads"):
+    run_id = store.start(cfg, {"commit": "t", "device": device})
+    metrics = [("test", LengthMetrics(n, float(n), 4, 0.5, 0.5)) for n in cfg.test_lengths()]
+    store.finish(
+        run_id,
+        metrics,
+        final_loss=0.1,
+        train_seconds=train_seconds,
+        eval_seconds=eval_seconds,
+        n_params={"total": 1, "pe": 0},
+    )
+
+
+def configs_of(tmp_path, pe, task):
+    sweep = f"""
+    preset = "smoke"
+    pe = {pe}
+    task = {task}
+    seeds = 1
+    steps = 300
+    """
+    configs = load_sweep(write(tmp_path, sweep)).configs()
+    return {(c.pe, dict(c.pe_options).get("n_cursors"), c.task): c for c in configs}
+
+
+def test_the_same_encoding_with_other_options_is_not_the_same_encoding(tmp_path):
+    cfgs = configs_of(tmp_path, '["prism{n_cursors=1}", "prism{n_cursors=2}"]', '"copy"')
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, cfgs["prism", 1, "copy"], train_seconds=10.0)  # 30 steps/s
+        plan = make_plan([cfgs["prism", 2, "copy"]], store.runs())
+    (run,) = plan.runs
+    # not "same encoding, task and model": the options differ
+    assert run.estimate.basis == "same task and model"
+
+
+def test_falls_back_to_the_encoding_name_with_other_options(tmp_path):
+    cfgs = configs_of(tmp_path, '["prism{n_cursors=1}", "prism{n_cursors=2}"]', '["copy", "reverse"]')
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, cfgs["prism", 1, "copy"], train_seconds=10.0)
+        plan = make_plan([cfgs["prism", 2, "reverse"]], store.runs())
+    (run,) = plan.runs
+    assert run.estimate.basis == "same encoding name and model, other options"
+    assert run.estimate.seconds == pytest.approx(10.0)
+
+
+def test_the_same_encoding_on_another_task_is_scaled_by_the_tasks_ratio(tmp_path):
+    cfgs = configs_of(tmp_path, '["nope", "rope", "alibi"]', '["copy", "addition"]')
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, cfgs["rope", None, "copy"], train_seconds=10.0)  # 30 steps/s
+        finish(store, cfgs["rope", None, "addition"], train_seconds=40.0)  # 7.5: addition 4x slower
+        finish(store, cfgs["nope", None, "copy"], train_seconds=3.0)  # 100
+        finish(store, cfgs["nope", None, "addition"], train_seconds=15.0)  # 20: 5x slower
+        finish(store, cfgs["alibi", None, "copy"], train_seconds=60.0)  # 5 steps/s: a slow encoding
+        plan = make_plan([cfgs["alibi", None, "addition"]], store.runs())
+    (run,) = plan.runs
+    assert run.estimate.basis == SCALED
+    # alibi on copy (5 steps/s) x the median ratio of the others (1/4, 1/5 -> 0.225): 1.125 steps/s
+    assert run.estimate.steps_per_second == pytest.approx(5 * 0.225)
+    assert run.estimate.seconds == pytest.approx(300 / (5 * 0.225))
+    # the old estimate, addition's median over other encodings (13.75 steps/s), is 12x too fast
+    assert run.estimate.seconds > 10 * 300 / 13.75
+
+
+def test_a_probe_comes_after_a_measured_run_and_before_borrowed_speeds(tmp_path):
+    cfgs = configs_of(tmp_path, '["nope", "rope"]', '"copy"')
+    nope, rope = cfgs["nope", None, "copy"], cfgs["rope", None, "copy"]
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, nope, train_seconds=10.0)
+        rows = store.runs()
+    assert unmeasured([nope, rope], rows) == [rope]  # nope is measured: not probed
+    probes = {probe_key(nope): (1.0, 5), probe_key(rope): (3.0, 5)}
+    plan = make_plan([nope, rope], rows, probes=probes)
+    by_pe = {r.config.pe: r for r in plan.runs}
+    assert by_pe["nope"].estimate is None  # finished
+    assert by_pe["rope"].estimate.basis == "a probe here (5 steps of a fresh model)"
+    assert by_pe["rope"].estimate.seconds == pytest.approx(300 / 3.0)
+    # a measured run of the group wins over a probe
+    plan = make_plan([nope.__class__.from_dict({**nope.to_dict(), "seed": 1})], rows, probes=probes)
+    assert plan.runs[0].estimate.basis == "same encoding, task and model"
+
+
+def test_unmeasured_is_one_config_per_group_and_skips_other_devices(tmp_path):
+    sweep = """
+    preset = "smoke"
+    pe = ["nope", "rope"]
+    task = ["copy", "reverse"]
+    seeds = 3
+    steps = 300
+    """
+    configs = load_sweep(write(tmp_path, sweep)).configs()
+    assert len(unmeasured(configs, [])) == 4
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, configs[0], train_seconds=10.0, device="cuda:NVIDIA H100")
+        rows = store.runs()
+    assert len(unmeasured(configs, rows, "cpu")) == 4  # a GPU speed says nothing about this CPU
+    assert len(unmeasured(configs, rows, "cuda")) == 3
+
+
+def test_probe_speed_trains_a_fresh_model_briefly():
+    cfg = preset_config("smoke", pe="rope", task="copy", seed=0)
+    rate = probe_speed(cfg, steps=3, warmup=1)
+    assert math.isfinite(rate) and rate > 0
+    with pytest.raises(ValueError, match="steps >= 1"):
+        probe_speed(cfg, steps=0)
+
+
+def test_plan_probe_on_the_command_line(tmp_path):
+    path = write(tmp_path, 'preset = "smoke"\npe = ["nope", "alibi"]\ntask = "copy"\nseeds = 2\nsteps = 300\n')
+    result = CliRunner().invoke(main, ["sweep", "plan", str(path), "--store", str(tmp_path / "s.sqlite"), "--probe"])
+    assert result.exit_code == 0, result.output
+    assert "probe: timing 2 encoding x task group(s) the store has not measured" in result.output
+    assert "probe 1/2: nope on copy:" in result.output and "probe 2/2: alibi on copy:" in result.output
+    assert "4 from a probe here (5 steps of a fresh model)" in result.output
