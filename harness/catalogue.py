@@ -48,7 +48,9 @@ def listing() -> str:
     for name in ENCODINGS:
         mark = "*" if wrappable(name) else " "
         encodings.append((f"{name} {mark}", summary(ENCODINGS[name])))
-    lines = _section(f"encodings (* = can be wrapped: {prefixes}):", encodings)
+    lines = _section(
+        f"encodings (* = can be wrapped: {prefixes}; join names with + to combine: abacus+fire):", encodings
+    )
     if broken:
         lines += _section("plugins that failed to load (not usable):", sorted(broken.items()))
     lines += _section("tasks:", [(name, summary(tasks.TASKS[name])) for name in tasks.available()])

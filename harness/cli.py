@@ -58,8 +58,12 @@ def _split(value: str) -> list[str]:
 
 def _check_names(kind: str, names: list[str], valid: list[str], option: str | None = None) -> None:
     for name in names:
-        if name not in valid:
-            raise click.BadParameter(name_problem(kind, name, valid), param_hint=option)
+        if name in valid or (kind == "encoding" and "+" in name and pezoo.is_known(name)):
+            continue
+        if kind == "encoding" and "+" in name:  # a combination: name the part that is wrong
+            parts = name.rpartition(":")[2].split("+")
+            name = next((p for p in parts if p not in valid), name)
+        raise click.BadParameter(name_problem(kind, name, valid), param_hint=option)
 
 
 def _refuse_broken_plugins(names: list[str]) -> None:
@@ -67,9 +71,9 @@ def _refuse_broken_plugins(names: list[str]) -> None:
     failed to load, with its error, instead of failing each run at train time."""
     broken = pezoo.base.ENCODINGS.load_plugins()
     for name in names:
-        base = name.split(":", 1)[-1]
-        if base in broken:
-            raise click.BadParameter(f"encoding plugin {base!r} failed to load: {broken[base]}", param_hint="--pe")
+        for base in name.split(":", 1)[-1].split("+"):
+            if base in broken:
+                raise click.BadParameter(f"encoding plugin {base!r} failed to load: {broken[base]}", param_hint="--pe")
 
 
 def _naming_the_option(message: str) -> str:

@@ -58,7 +58,7 @@ SETUPS = ("paper", "default")
 """Named setups a spec may ask for (a bare word in braces, or ``setup=...``)."""
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_:.\-]*")
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_:.+\-]*")
 _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _TOML_WORDS = ("true", "false", "inf", "nan")
 _PAIRS = {"[": "]", "{": "}"}
@@ -374,13 +374,14 @@ def vocabulary_options(pe: str) -> dict[str, Any]:
     import pezoo
     from harness.tasks.vocab import TOKEN_ID
 
-    try:
-        factory = pezoo.get(pe.rsplit(":", 1)[-1])
-    except KeyError:
-        return {}
-    if "digit_ids" not in inspect.signature(factory).parameters:
-        return {}
-    return {"digit_ids": [TOKEN_ID[str(d)] for d in range(10)]}
+    wanted = False
+    for part in pe.rsplit(":", 1)[-1].split("+"):  # a combination's parts too
+        try:
+            factory = pezoo.get(part)
+        except KeyError:
+            continue
+        wanted = wanted or "digit_ids" in inspect.signature(factory).parameters
+    return {"digit_ids": [TOKEN_ID[str(d)] for d in range(10)]} if wanted else {}
 
 
 def model_options(pe: str, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@
 >>> "rope" in pezoo.available()
 True
 >>> pe = pezoo.create("alibi", n_heads=8)
+>>> both = pezoo.create("abacus+fire", dims=pezoo.ModelDims(d_model=64, n_heads=4, n_layers=2))
 """
 
 from pezoo import backends, encodings
@@ -21,11 +22,13 @@ from pezoo.base import (
     available,
     create,
     get,
+    is_known,
     register,
 )
 from pezoo.encodings import (
     PRISM,
     ALiBi,
+    Combined,
     HardALiBi,
     LearnedAPE,
     LearnedPRF,
@@ -34,6 +37,7 @@ from pezoo.encodings import (
     RandomizedPE,
     RoPE,
     SinusoidalAPE,
+    combine,
 )
 
 __version__ = "0.1.0"
@@ -44,6 +48,7 @@ __all__ = [
     "ALiBi",
     "AttentionBias",
     "AttentionContext",
+    "Combined",
     "DenseBias",
     "HardALiBi",
     "LearnedAPE",
@@ -63,8 +68,10 @@ __all__ = [
     "attend",
     "available",
     "backends",
+    "combine",
     "create",
     "encodings",
     "get",
+    "is_known",
     "register",
 ]

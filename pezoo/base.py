@@ -502,9 +502,28 @@ def _wrappable(name: str) -> bool:
     return bool(getattr(factory, "uses_positions", True))
 
 
+def is_known(name: str) -> bool:
+    """Whether ``name`` names an encoding :func:`create` can build: a registered or wrapped
+    name (:func:`available`), or registered names joined by ``+`` (a combination,
+    optionally wrapped as a whole: ``randomized:abacus+fire``)."""
+    if name in available():
+        return True
+    prefix, _, base = name.rpartition(":")
+    if prefix and prefix not in WRAPPERS:
+        return False
+    parts = base.split("+")
+    return len(parts) > 1 and all(p in ENCODINGS for p in parts)
+
+
 def get(name: str) -> Callable[..., PositionalEncoding]:
     """The factory registered under ``name``: usually the class; for a wrapped name such
-    as ``randomized:rope``, a function taking the same keywords as :func:`create`."""
+    as ``randomized:rope`` or a combination such as ``abacus+fire``, a function taking
+    the same keywords as :func:`create`."""
+    if "+" in name:
+        if not is_known(name):
+            bad = [p for p in name.rpartition(":")[2].split("+") if p not in ENCODINGS]
+            raise UnknownNameError(unknown_name_message("encoding", bad[0] if bad else name, available()))
+        return functools.partial(create, name)
     if ":" in name:
         if name not in available():
             raise UnknownNameError(unknown_name_message("encoding", name, available()))
@@ -545,17 +564,47 @@ def create(name: str, *, dims: ModelDims | None = None, **config: Any) -> Positi
     """
     if ":" in name:
         prefix, base = name.split(":", 1)
+        if "+" in prefix:
+            raise ValueError(
+                f"{name!r}: a wrapper goes in front of the whole combination ({prefix.split('+')[-1]}:"
+                f"{'+'.join([*prefix.split('+')[:-1], base])}), not in front of one part"
+            )
         if prefix not in WRAPPERS:
             raise UnknownNameError(unknown_name_message("encoding", name, available()))
         wrapper = WRAPPERS[prefix]
         own = _accepted_keys(wrapper)
         inner = create(base, dims=dims, **{k: v for k, v in config.items() if k not in own})
         return wrapper(inner, **{k: v for k, v in config.items() if k in own})
+    if "+" in name:
+        return _create_combined(name, dims, config)
     factory = ENCODINGS[name]
     if dims is not None:
         wanted = _accepted_keys(factory)
         config = {**{k: v for k, v in dims.as_kwargs().items() if k in wanted}, **config}
     return _call_strict(factory, name, config)
+
+
+def _create_combined(name: str, dims: ModelDims | None, config: Mapping[str, Any]) -> PositionalEncoding:
+    """``a+b``: each part built with ``dims`` and the ``config`` keys it alone accepts."""
+    from pezoo.encodings.combined import Combined
+
+    names = name.split("+")
+    if any(not n for n in names):
+        raise ValueError(f"{name!r}: expected encoding names joined by '+', e.g. abacus+fire")
+    accepted = {n: _accepted_keys(ENCODINGS[n]) for n in names}  # unknown part: UnknownNameError
+    own: dict[str, dict[str, Any]] = {n: {} for n in names}
+    for key, value in config.items():
+        takers = [n for n in names if key in accepted[n]]
+        if not takers:
+            valid = "; ".join(f"{n}: {', '.join(sorted(accepted[n])) or '(none)'}" for n in names)
+            raise TypeError(f"encoding {name!r} got unknown option {key}; valid options: {valid}")
+        if len(takers) > 1:
+            raise ValueError(
+                f"option {key} of {name!r} is taken by {' and '.join(takers)}; build the parts yourself and "
+                "join them with pezoo.combine(...)"
+            )
+        own[takers[0]][key] = value
+    return Combined([create(n, dims=dims, **own[n]) for n in names])
 
 
 def _accepted_keys(factory: Callable[..., Any]) -> set[str]:

@@ -3,6 +3,7 @@
 from pezoo.encodings.abacus import Abacus, abacus_indices
 from pezoo.encodings.alibi import ALiBi, alibi_slopes
 from pezoo.encodings.ape import SinusoidalAPE, sinusoid_table
+from pezoo.encodings.combined import Combined, combine
 from pezoo.encodings.cope import CoPE, cope_bias, cope_interpolate, cope_positions
 from pezoo.encodings.fire import FIRE, fire_bias, fire_bias_dense
 from pezoo.encodings.hard_alibi import HardALiBi, hard_alibi_windows
@@ -22,6 +23,7 @@ __all__ = [
     "ALiBi",
     "Abacus",
     "CoPE",
+    "Combined",
     "HardALiBi",
     "KerpleLog",
     "KerplePower",
@@ -37,6 +39,7 @@ __all__ = [
     "XPos",
     "abacus_indices",
     "alibi_slopes",
+    "combine",
     "cope_bias",
     "cope_interpolate",
     "cope_positions",

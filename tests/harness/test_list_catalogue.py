@@ -27,7 +27,9 @@ def test_list_gives_a_section_per_kind_and_a_line_per_entry():
     assert result.exit_code == 0, result.output
     listed = sections(result.output)
     assert list(listed) == ["encodings", "tasks", "presets", "backends"]
-    assert result.output.startswith("encodings (* = can be wrapped: randomized:NAME):")
+    assert result.output.startswith(
+        "encodings (* = can be wrapped: randomized:NAME; join names with + to combine: abacus+fire):"
+    )
     rows = {line.split()[0]: line for line in listed["encodings"]}
     assert set(rows) == set(pezoo.base.ENCODINGS)
     # rope can be wrapped, hard_alibi cannot (pezoo.create refuses it); each with its docstring's first line

@@ -1,0 +1,115 @@
+"""Combinations of encodings: ``create("abacus+fire")`` is Abacus embeddings on the input
+and FIRE's bias in attention, one encoding behind the one interface.
+
+Papers combine encodings: McLeish et al. 2024 ("Transformers Can Do Arithmetic with the
+Right Embeddings", §3-4) pair Abacus embeddings with NoPE, FIRE or RoPE in attention.
+:class:`Combined` runs each hook of every part in the order the parts are given:
+
+- ``embed`` and ``embed_tokens`` pass the embeddings through each part in turn (two
+  additive embeddings add);
+- ``observe`` shows the residual stream to every part;
+- ``qk`` lets the one part that transforms queries and keys do so (two such parts are
+  refused: the second would rotate or widen the first's output, which no paper defines);
+- ``bias`` returns every part's biases, which attention adds;
+- ``optimizer_groups`` and ``regularisation`` gather the parts'.
+
+Positions are the plain ``0..s-1`` (``max_position`` the smallest of the parts'). A
+randomized part is refused: randomization wraps the whole combination
+(``randomized:abacus+fire`` randomizes the positions FIRE reads), since the parts must
+share one set of positions. Each part keeps its own ``ctx.state`` keys, so one encoding
+may not appear twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding
+
+SEPARATOR = "+"
+
+
+def _overrides(part: PositionalEncoding, hook: str) -> bool:
+    return getattr(type(part), hook) is not getattr(PositionalEncoding, hook)
+
+
+class Combined(PositionalEncoding):
+    """Several encodings as one; see the module docstring for how each hook combines.
+
+    Args:
+        parts: two or more built encodings, in the order their hooks run.
+    """
+
+    def __init__(self, parts: Sequence[PositionalEncoding]) -> None:
+        super().__init__()
+        parts = list(parts)
+        if len(parts) < 2:
+            raise ValueError(f"a combination needs two or more encodings, got {len(parts)}")
+        names = [getattr(p, "name", "") or type(p).__name__ for p in parts]
+        for part, name in zip(parts, names, strict=True):
+            if not isinstance(part, PositionalEncoding):
+                raise TypeError(f"{name!r} is not a pezoo PositionalEncoding")
+            if isinstance(part, Combined):
+                raise ValueError(f"{name!r} is already a combination: list its parts instead")
+            if _overrides(part, "positions"):
+                whole = SEPARATOR.join(n.split(":")[-1] for n in names)
+                raise ValueError(
+                    f"{name!r} chooses its own positions, which the other parts would not share; "
+                    f"randomize the whole combination instead (randomized:{whole})"
+                )
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} appears twice; each part keeps its own state, once")
+        rotating = [n for p, n in zip(parts, names, strict=True) if _overrides(p, "qk")]
+        if len(rotating) > 1:
+            raise ValueError(
+                f"{' and '.join(rotating)} both transform queries and keys; a combination may hold one such part"
+            )
+        self.parts = nn.ModuleList(parts)
+        self.name = SEPARATOR.join(names)
+        self.uses_positions = any(p.uses_positions for p in parts)
+        bounds = [p.max_position for p in parts if p.max_position is not None]
+        self.max_position = min(bounds) if bounds else None
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        for part in self.parts:
+            x = part.embed(x, pos)
+        return x
+
+    def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
+        for part in self.parts:
+            x = part.embed_tokens(x, tokens, ctx)
+        return x
+
+    def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
+        for part in self.parts:
+            part.observe(layer, x, ctx)
+
+    def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
+        for part in self.parts:
+            q, k = part.qk(layer, q, k, ctx)
+        return q, k
+
+    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        return [b for part in self.parts for b in part.bias(layer, q, k, ctx)]
+
+    def optimizer_groups(self) -> list[dict[str, Any]]:
+        """The parts' own parameter groups (e.g. PRISM's α), if any."""
+        return [g for part in self.parts for g in getattr(part, "optimizer_groups", list)()]
+
+    def regularisation(self) -> Tensor:
+        """The sum of the parts' loss terms (0 when none has one)."""
+        terms = [part.regularisation() for part in self.parts if hasattr(part, "regularisation")]
+        return sum(terms, torch.zeros(()))
+
+    def extra_repr(self) -> str:
+        return self.name
+
+
+def combine(*parts: PositionalEncoding) -> Combined:
+    """``combine(abacus, fire)``: built encodings as one (:class:`Combined`)."""
+    return Combined(parts)
