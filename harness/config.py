@@ -612,6 +612,12 @@ def preset_config(
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    spec_keys = sorted({"pe", "task", "seed", "pe_options", "eval_pe_options"} & set(overrides or {}))
+    if spec_keys:  # the spec and arguments set these; an override would be silently replaced
+        raise ValueError(
+            f"overrides cannot set {', '.join(spec_keys)}: pass pe, task and seed as arguments, and encoding "
+            "options in the spec (pe='rope{base=500}', variants as 'rope@{scaling={...}}')"
+        )
     sections = {k: dict(v) if isinstance(v, Mapping) else v for k, v in PRESETS[preset].items()}
     for section, values in (overrides or {}).items():
         if isinstance(values, Mapping):

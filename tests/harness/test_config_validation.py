@@ -183,3 +183,11 @@ def test_random_json_is_a_config_or_a_value_error(value):
 @given(path=st.sampled_from(PATHS), value=JSON, delete=st.booleans())
 def test_random_json_inside_a_valid_config_is_a_config_or_a_value_error(path, value, delete):
     _builds_or_value_error(_replace(VALID, path, value, delete))
+
+
+@pytest.mark.parametrize("key", ["pe_options", "eval_pe_options", "pe", "seed"])
+def test_overrides_cannot_set_what_the_spec_sets(key):
+    """An override of pe_options used to be replaced by the spec's options without a word:
+    a run configured as rope{base=500} trained with base 10000."""
+    with pytest.raises(ValueError, match=f"overrides cannot set {key}.*options in the spec"):
+        preset_config("smoke", pe="rope", task="copy", seed=0, overrides={key: {"base": 500.0}})
