@@ -43,7 +43,7 @@ from harness.pe_spec import display_name, model_options, variant_display_name
 from harness.protocols import departure_paper, extra_input
 from harness.protocols import departures as protocol_departures
 from harness.report import per_seed_summary
-from leaderboard.plans import NO_PLANS, Filled, Plans, filled
+from leaderboard.plans import NO_PLANS, Filled, Plans, filled, seeds_by_run
 from leaderboard.schema import Record
 
 FRAME_COLUMNS = [
@@ -535,7 +535,7 @@ class Board:
     plans: Plans = NO_PLANS  # the committed sweep files' planned runs (leaderboard.plans)
 
     def _published(self, **equal: str) -> dict[str, int]:
-        return {r.run_id: int(r.data["seed"]) for r in self.records_where(**equal)}
+        return seeds_by_run(self.records_where(**equal))
 
     def preset_filled(self, preset: str) -> Filled | None:
         """How much of the preset's plan is published; None without a plan."""

@@ -112,10 +112,10 @@ def check_cmd(results_dir: Path) -> None:
     click.echo(f"{len(files)} results file(s), {len(records)} run(s): valid")
     if diagnostics:
         click.echo(f"{len(diagnostics)} diagnostics file(s): valid")
-    from leaderboard.plans import filled, read_plans
+    from leaderboard.plans import filled, read_plans, seeds_by_run
 
     plans = read_plans(results_dir.parent)
-    published = {r.run_id: int(r.data["seed"]) for r in records}
+    published = seeds_by_run(records)
     for preset, plan in sorted(plans.presets.items()):
         f = filled(plan, published)
         state = "complete" if f.complete else f"{f.planned - f.done} still to run"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,12 @@ class Filled:
     @property
     def complete(self) -> bool:
         return self.done >= self.planned
+
+
+def seeds_by_run(records: Iterable[Any]) -> dict[str, int]:
+    """Published results records (``leaderboard.schema`` records) as run id -> seed, what
+    :func:`filled` takes."""
+    return {r.run_id: int(r.data["seed"]) for r in records}
 
 
 def filled(plan: Planned, published: Mapping[str, int]) -> Filled:
