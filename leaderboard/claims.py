@@ -151,23 +151,26 @@ CLAIMS: tuple[Claim, ...] = (
 """The claims the board tests, in the order the pages show them."""
 
 
+def verdict(board: Board, claim: Claim, table: Table) -> Verdict | None:
+    """The claim's verdict on one table of ``board``; None when the table lacks the rows
+    (or the task) it needs."""
+    if claim.tasks is not None and table.task not in claim.tasks:
+        return None
+    found = claim.check(table, {row.label: row for row in table.rows})
+    if found is None:
+        return None
+    outcome, evidence = found
+    return Verdict(table.preset, table.task, outcome, evidence, table_filling(board, table))
+
+
 def verdicts(board: Board, claim: Claim) -> list[Verdict]:
     """The claim's verdict on every table of ``board`` that has the rows it needs."""
-    out = []
-    for table in board.tables:
-        if claim.tasks is not None and table.task not in claim.tasks:
-            continue
-        rows = {row.label: row for row in table.rows}
-        found = claim.check(table, rows)
-        if found is not None:
-            outcome, evidence = found
-            out.append(Verdict(table.preset, table.task, outcome, evidence, table_filling(board, table)))
-    return out
+    return [v for table in board.tables if (v := verdict(board, claim, table)) is not None]
 
 
 def table_verdicts(board: Board, table: Table, claims: Sequence[Claim] = CLAIMS) -> list[tuple[Claim, Verdict]]:
     """The verdicts of every claim on one table (a task page shows them under its ranking)."""
-    return [(c, v) for c in claims for v in verdicts(board, c) if (v.preset, v.task) == (table.preset, table.task)]
+    return [(c, v) for c in claims if (v := verdict(board, c, table)) is not None]
 
 
 def claim_verdicts(board: Board, claims: Sequence[Claim] = CLAIMS) -> list[tuple[Claim, list[Verdict]]]:
