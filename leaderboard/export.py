@@ -14,6 +14,7 @@ run as finished, so `pezoo bench` and `pezoo sweep plan` skip what the board alr
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -89,6 +90,34 @@ def export(store_path: Path, out_dir: Path) -> ExportSummary:
     """
     if not store_path.is_file():
         raise ExportError(f"no results store at {store_path}; run `pezoo bench` first")
+    with exporting(out_dir):
+        return _export(store_path, out_dir)
+
+
+@contextlib.contextmanager
+def exporting(out_dir: Path) -> Iterator[None]:
+    """Hold the results folder for one export at a time: two exports at once (two
+    terminals, or a script beside a person) would each read the same published runs and
+    both write a new file of the same records, which ``leaderboard check`` then rejects as
+    duplicates. An exclusive ``flock`` on the folder's parent directory (no lock file to
+    leave behind or commit); the second export waits for the first. Where ``fcntl`` does
+    not exist (Windows), exports are not serialised."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux or macOS
+        yield
+        return
+    parent = out_dir.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _export(store_path: Path, out_dir: Path) -> ExportSummary:
     published = {r.run_id for r in read_results(out_dir)}
     batches: dict[str, list[dict[str, Any]]] = {}
     already = unfinished = 0

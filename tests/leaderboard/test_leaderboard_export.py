@@ -112,3 +112,41 @@ def test_missing_store(tmp_path):
                                        str(tmp_path / "out")])  # fmt: skip
     assert result.exit_code == 1 and "no results store at" in result.output
     assert not (tmp_path / "no.sqlite").exists() and not (tmp_path / "out").exists()
+
+
+def test_two_exports_at_once_write_each_run_once(smoke_store, tmp_path, monkeypatch):
+    """Both used to read the published runs before either wrote, then both wrote the same
+    records (the second failed on the file the first had written, or, had a run finished
+    between them, left a duplicate that leaderboard check rejects)."""
+    import threading
+    import time
+
+    import leaderboard.export as export_module
+
+    out = tmp_path / "results"
+    real_read = export_module.read_results
+
+    def slow_read(folder):
+        found = real_read(folder)
+        time.sleep(0.3)  # both exports read before either writes, unless they are serialised
+        return found
+
+    monkeypatch.setattr(export_module, "read_results", slow_read)
+    summaries, errors = [], []
+
+    def one() -> None:
+        try:
+            summaries.append(export(smoke_store, out))
+        except Exception as exc:  # the test reports whatever the second export hit
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    first, second = sorted(summaries, key=lambda s: -len(s.written))
+    assert sum(n for _, n in first.written) == len(RUNS) and second.written == []
+    assert second.already_published == len(RUNS)
+    assert sorted(out.glob("*.jsonl")) == sorted(path for path, _ in first.written)
