@@ -23,7 +23,7 @@ DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=1)
 BREAKS_BY_DESIGN = {"prism"}
 
 
-@pytest.mark.parametrize("name", [n for n in pezoo.available() if ":" not in n])
+@pytest.mark.parametrize("name", [*(n for n in pezoo.available() if ":" not in n), "abacus+fire"])
 def test_forward_is_one_graph(name):
     report = graph_breaks(lambda: pezoo.create(name, dims=DIMS), DIMS, length=8)
     if name in BREAKS_BY_DESIGN:
