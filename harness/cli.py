@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -525,9 +526,13 @@ def _probe(configs, rows, device) -> dict:
     if not todo:
         click.echo("probe: every encoding x task to run has a finished run in the store; nothing to probe", err=True)
         return {}
+    load = ""
+    with contextlib.suppress(OSError, AttributeError):  # no load average on Windows
+        busy = os.getloadavg()[0]
+        load = f"; load average {busy:.1f} on {os.cpu_count()} cores: other work slows probes and runs alike"
     click.echo(
         f"probe: timing {len(todo)} encoding x task group(s) the store has not measured, "
-        f"{DEFAULT_WARMUP} + {DEFAULT_STEPS} training steps of a fresh model each on {device} (one thread)",
+        f"{DEFAULT_WARMUP} + {DEFAULT_STEPS} training steps of a fresh model each on {device} (one thread){load}",
         err=True,
     )
 
