@@ -497,14 +497,15 @@ def estimate(
         runs = [m for m in runs if device_type is None or device_kind(m.device) == device_type]
         found = [(basis, [m for m in runs if key(m.config) == key(cfg)]) for basis, key in MATCH_LEVELS]
         found = [(basis, group) for basis, group in found if group]
-        if not found and not (probed is not None and not source):
+        use_probe = probed is not None and not source and left > 0  # a variant trains nothing to probe
+        if not found and not use_probe:
             continue
         # evaluation from the closest group: small beside training, and it varies less
         per_unit = statistics.median(m.eval_seconds_per_unit for m in found[0][1]) if found else 0.0
         rough = " (rough: another machine)" if source else ""
         if found and found[0][0] == MATCH_LEVELS[0][0]:
             rate, basis, n = None, found[0][0], len(found[0][1])
-        elif probed is not None and not source and left:
+        elif use_probe:
             rate, n = probed
             basis, n = f"a probe here ({n} steps of a fresh model)", 0
         elif (scaled := scaled_rate(cfg, runs)) is not None:

@@ -142,3 +142,20 @@ def test_plan_probe_on_the_command_line(tmp_path):
     assert "probe: timing 2 encoding x task group(s) the store has not measured" in result.output
     assert "probe 1/2: nope on copy:" in result.output and "probe 2/2: alibi on copy:" in result.output
     assert "4 from a probe here (5 steps of a fresh model)" in result.output
+
+
+def test_a_variant_with_nothing_measured_is_unknown_not_a_crash(tmp_path):
+    """A variant shares its trained run's probe key but trains nothing: the probe does not
+    apply to it (it used to index an empty list of measured groups)."""
+    path = write(
+        tmp_path,
+        'preset = "smoke"\npe = ["rope", "rope@{scaling={rope_type=linear,factor=2.0}}"]\n'
+        'task = "copy"\nseeds = 1\nsteps = 300\n',
+    )
+    configs = load_sweep(path).configs()
+    assert [c.is_variant for c in configs] == [False, True]
+    probes = {probe_key(configs[0]): (10.0, 5)}
+    plan = make_plan(configs, [], probes=probes)
+    trained, variant = plan.runs
+    assert trained.estimate.seconds == pytest.approx(300 / 10.0)
+    assert variant.estimate is None
