@@ -591,6 +591,9 @@ def _create_combined(name: str, dims: ModelDims | None, config: Mapping[str, Any
     names = name.split("+")
     if any(not n for n in names):
         raise ValueError(f"{name!r}: expected encoding names joined by '+', e.g. abacus+fire")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:  # before the options, which such a part would take twice
+        raise ValueError(f"{', '.join(repeated)} appears twice; each part keeps its own state, once")
     accepted = {n: _accepted_keys(ENCODINGS[n]) for n in names}  # unknown part: UnknownNameError
     own: dict[str, dict[str, Any]] = {n: {} for n in names}
     for key, value in config.items():

@@ -100,6 +100,7 @@ def test_options_go_to_the_part_that_takes_them():
     [
         ("rope+xpos", {}, ValueError, "rope and xpos both transform queries and keys"),
         ("alibi+alibi", {}, ValueError, "alibi appears twice"),
+        ("alibi+alibi", {"n_heads": 4}, ValueError, "alibi appears twice"),
         ("abacus+randomized:fire", {}, ValueError, r"in front of the whole combination \(randomized:abacus\+fire\)"),
         ("abacus+", {}, ValueError, "joined by '\\+'"),
         ("abacus+fyre", {}, KeyError, "fyre"),
