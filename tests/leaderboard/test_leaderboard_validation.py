@@ -159,6 +159,19 @@ def test_check_notes_encodings_that_are_not_installed(tmp_path):
     assert "note: encoding(s) my_plugin_pe are not installed here" in output
 
 
+def test_check_knows_a_combination_of_installed_encodings(tmp_path):
+    records = []
+    for name in ("abacus+fire", "abacus+my_plugin_pe"):
+        record = good()
+        record["pe"] = record["config"]["pe"] = name
+        record["seed"] = record["config"]["seed"] = len(records)
+        records.append(resealed(record))
+    write_jsonl(tmp_path / "r.jsonl", records)
+    code, output = check(tmp_path)
+    assert code == 0 and "valid" in output
+    assert "note: encoding(s) abacus+my_plugin_pe are not installed here" in output  # abacus+fire is
+
+
 # --------------------------------------------------------------------------------------
 # Nesting: deep JSON is a ResultsError, never a RecursionError
 # --------------------------------------------------------------------------------------
