@@ -538,7 +538,11 @@ def _probe(configs, rows, device) -> dict:
 
     def report(i, cfg, rate) -> None:
         name = config_display_name(cfg)
-        click.echo(f"probe {i}/{len(todo)}: {name} on {cfg.task}: {rate:.2f} steps/s", err=True)
+        if isinstance(rate, Exception):
+            said = f"failed ({type(rate).__name__}: {rate}); its runs are estimated without it"
+        else:
+            said = f"{rate:.2f} steps/s"
+        click.echo(f"probe {i}/{len(todo)}: {name} on {cfg.task}: {said}", err=True)
 
     return probe_speeds(todo, probe_key, device=str(device), on_probe=report)
 

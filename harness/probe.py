@@ -58,14 +58,20 @@ def probe_speeds(
     steps: int = DEFAULT_STEPS,
     warmup: int = DEFAULT_WARMUP,
     device: str = "cpu",
-    on_probe: Callable[[int, RunConfig, float], None] | None = None,
+    on_probe: Callable[[int, RunConfig, float | Exception], None] | None = None,
 ) -> dict[object, tuple[float, int]]:
     """``key(cfg) -> (steps/s, steps timed)`` for each config (one per speed group), in
-    order; ``on_probe(i, cfg, steps_per_second)`` after each."""
+    order; ``on_probe(i, cfg, steps_per_second)`` after each. A probe that fails (a run
+    that diverges in its first steps, memory) is left out, its estimate falling back to
+    borrowed speeds, and ``on_probe`` gets the exception instead of a rate."""
     out: dict[object, tuple[float, int]] = {}
     for i, cfg in enumerate(configs, start=1):
-        rate = probe_speed(cfg, steps, warmup, device)
-        out[key(cfg)] = (rate, steps)
+        try:
+            rate: float | Exception = probe_speed(cfg, steps, warmup, device)
+        except (RuntimeError, ValueError, MemoryError) as exc:  # DivergedError is a RuntimeError
+            rate = exc
+        else:
+            out[key(cfg)] = (rate, steps)
         if on_probe is not None:
             on_probe(i, cfg, rate)
     return out

@@ -159,3 +159,19 @@ def test_a_variant_with_nothing_measured_is_unknown_not_a_crash(tmp_path):
     trained, variant = plan.runs
     assert trained.estimate.seconds == pytest.approx(300 / 10.0)
     assert variant.estimate is None
+
+
+def test_a_failing_probe_is_reported_and_left_out(tmp_path, monkeypatch):
+    import harness.probe as probe_module
+
+    def diverging(cfg, *args, **kwargs):
+        if cfg.pe == "alibi":
+            raise RuntimeError("loss became nan at step 2")
+        return 5.0
+
+    monkeypatch.setattr(probe_module, "probe_speed", diverging)
+    path = write(tmp_path, 'preset = "smoke"\npe = ["nope", "alibi"]\ntask = "copy"\nseeds = 1\nsteps = 300\n')
+    result = CliRunner().invoke(main, ["sweep", "plan", str(path), "--store", str(tmp_path / "s.sqlite"), "--probe"])
+    assert result.exit_code == 0, result.output
+    assert "probe 2/2: alibi on copy: failed (RuntimeError: loss became nan at step 2)" in result.output
+    assert "1 from a probe here" in result.output and "1 from the recorded speed of preset smoke" in result.output
