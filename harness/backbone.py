@@ -123,6 +123,7 @@ class Backbone(nn.Module):
         probabilities of every layer.
         """
         b, s = tokens.shape
+        state_kept = state is not None
         if state is None:
             state = {"positions": self.pe.positions(b, s, tokens.device), "length": 0}
         start = state["length"]
@@ -138,6 +139,7 @@ class Backbone(nn.Module):
             causal=self.cfg.causal,
             state=state,
             scale_hint=scale_hint,
+            state_kept=state_kept,
         )
         x = self.pe.embed(self.embed(tokens) * self.cfg.d_model**0.5, ctx.q_pos)  # (b, s, d)
         x = self.pe.embed_tokens(x, tokens, ctx)

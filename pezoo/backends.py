@@ -450,6 +450,7 @@ def _pad_to_one_block(
         scale_hint=ctx.scale_hint,
         scratch=ctx.scratch,
         head_dim=ctx.head_dim,
+        state_kept=ctx.state_kept,
     )
     padded_biases: list[AttentionBias] = []
     for bias in biases:

@@ -77,6 +77,11 @@ class AttentionContext:
             default scale of :func:`pezoo.attend` is 1/sqrt(head_dim). A model may set
             it; an encoding whose ``qk`` widens q/k (PRISM) sets it when it is None, so
             ``attend`` without ``scale=`` does not fall back to 1/sqrt(widened dim).
+        state_kept: whether the caller keeps ``state`` for later calls (incremental
+            decoding). False for one full forward pass whose state is then dropped, as in
+            training: an encoding may then compute a term in a form a KV cache could not
+            hold (PRISM on CPU adds its position score as a dense bias instead of widening
+            q/k). The default True is always safe.
     """
 
     q_pos: Tensor
@@ -87,6 +92,7 @@ class AttentionContext:
     scale_hint: Tensor | None = None
     scratch: dict[str, Any] = field(default_factory=dict)
     head_dim: int | None = None
+    state_kept: bool = True
 
     @property
     def n_cached(self) -> int:

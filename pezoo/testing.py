@@ -153,6 +153,7 @@ class KitModel(nn.Module):
         scale_hint: Tensor | None = None,
     ) -> Tensor:
         """tokens (b, s) continuing ``state`` (or a full pass) at ``positions`` (b|1, total) -> (b, s, v)."""
+        state_kept = state is not None
         state = {} if state is None else state
         start, s = state.get("kit_length", 0), tokens.shape[1]
         ctx = AttentionContext(
@@ -162,6 +163,7 @@ class KitModel(nn.Module):
             state=state,
             key_padding_mask=key_padding_mask,
             scale_hint=scale_hint,
+            state_kept=state_kept,
         )
         x = self.pe.embed(self.embed(tokens), ctx.q_pos)  # (b, s, d)
         x = self.pe.embed_tokens(x, tokens, ctx)

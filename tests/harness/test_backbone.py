@@ -74,6 +74,28 @@ def test_backends_agree_in_the_backbone(name):
         torch.testing.assert_close(out, outs["eager"], atol=1e-4, rtol=1e-4, msg=backend)
 
 
+@pytest.mark.parametrize("options", [{}, {"n_cursors": 4, "d_pe": 40, "copy_cursors": (0,)}])
+def test_prism_training_pass_equals_decoding(options, monkeypatch):
+    """A pass without a state (training) drops its state, so PRISM adds its position score
+    as a bias (docs/prism.md, reading J); decoding keeps the state and widens q/k. Same logits."""
+    from pezoo.encodings.prism import encoding as prism_encoding
+
+    chosen: list[bool] = []
+    decide = prism_encoding.scores_as_bias
+    monkeypatch.setattr(prism_encoding, "scores_as_bias", lambda *a: chosen.append(decide(*a)) or chosen[-1])
+    cfg = BackboneConfig(d_model=32, n_layers=2, n_heads=4)
+    torch.manual_seed(0)
+    model = Backbone(cfg, pezoo.create("prism", dims=pezoo.ModelDims(32, 4, 2), **options)).eval()
+    tokens = torch.randint(0, 64, (3, 13), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = model(tokens)
+        assert chosen == [True, True]
+        state = model.start_state(3, 13)
+        parts = [model(tokens[:, :4], state=state)] + [model(tokens[:, t : t + 1], state=state) for t in range(4, 13)]
+    assert not any(chosen[2:])
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-4, rtol=1e-4)
+
+
 def test_state_planned_too_short_is_a_clear_error():
     model = build("rope")
     state = model.start_state(1, 3)

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import preset_config
-from harness.evaluate import LengthMetrics
 from harness.probe import probe_speed
 from harness.store import Store
 from harness.sweep import load_sweep, make_plan, probe_key, unmeasured
+from tests.harness.test_sweep import finish
 
 SCALED = "same encoding on other tasks, scaled by the tasks' speed ratio"
 
@@ -27,19 +27,6 @@ def write(tmp_path, text, name="sweep.toml"):
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))
     return path
-
-
-def finish(store, cfg, train_seconds, eval_seconds=0.0, device="cpu:test x1 threads"):
-    run_id = store.start(cfg, {"commit": "t", "device": device})
-    metrics = [("test", LengthMetrics(n, float(n), 4, 0.5, 0.5)) for n in cfg.test_lengths()]
-    store.finish(
-        run_id,
-        metrics,
-        final_loss=0.1,
-        train_seconds=train_seconds,
-        eval_seconds=eval_seconds,
-        n_params={"total": 1, "pe": 0},
-    )
 
 
 def configs_of(tmp_path, pe, task):

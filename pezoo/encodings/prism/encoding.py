@@ -14,6 +14,11 @@ How it plugs in (Lee 2025 §5, Eq. 9; docs/prism.md):
   ``layer`` are scaled and concatenated onto q and k (``streams.fold_position_streams``),
   so any attention backend computes the hybrid score of Eq. 9. Keys enter the KV cache
   extended; decoding costs O(P) per token and cursor for the filter.
+* ``bias(layer, q, k, ctx)``: in a full pass on CPU whose state is not kept
+  (``ctx.state_kept`` False, as in training), with wide streams and a short sequence
+  (:func:`scores_as_bias`), ``qk`` returns [μ q, k] instead and the position term of
+  Eq. 9 comes here as a dense score (``streams.position_scores``): the same score
+  without copying the C·d_pe-wide streams into q and k for every layer.
 * ``embed`` is the identity: §6.2 removes the APE from the residual stream.
 
 The support P is chosen at run time from the sequence length (the smallest power of two
@@ -36,7 +41,7 @@ from einops import rearrange
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from pezoo.base import AttentionContext, PositionalEncoding, register
+from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, register
 from pezoo.encodings.ape import sinusoid_table
 from pezoo.encodings.prism.fused_scan import fused_windowed_scan, scan_coefficients
 from pezoo.encodings.prism.gates import CopyAttention, GateNet, HiddenRegulariser, compute_dtype
@@ -48,9 +53,16 @@ from pezoo.encodings.prism.histogram import (
     reachable_mask,
     sharpen,
 )
-from pezoo.encodings.prism.streams import StreamNorm, fold_position_streams, normalise_streams, offset_table
+from pezoo.encodings.prism.streams import (
+    StreamNorm,
+    cursor_scores,
+    fold_position_streams,
+    normalise_streams,
+    offset_table,
+    position_scores,
+)
 
-__all__ = ["PAPER_OPTIONS", "PRISM", "PRISMConfig", "PRISMLayer", "support_for"]
+__all__ = ["PAPER_OPTIONS", "PRISM", "PRISMConfig", "PRISMLayer", "scores_as_bias", "support_for"]
 
 EpsSupport = Literal["reachable", "full"]
 CopyKey = Literal["absolute", "learned"]
@@ -566,6 +578,34 @@ def _grow(hist: Tensor, support: int) -> Tensor:
     return F.pad(hist, (extra, extra)) if extra > 0 else hist
 
 
+def scores_as_bias(q: Tensor, k: Tensor, streams: Tensor, ctx: AttentionContext) -> bool:
+    """Whether Eq. 9's position term goes to attention as a dense (b, h, i, j) score
+    rather than as C·d_pe dims widening q (b, h, i, e) and k (b, h, j, e); ``streams`` is
+    (b, h, i, c, f). The two give the same scores (tested in float64).
+
+    As a score, the per-cursor products ⟨g_i^{q,c}, g_j^{k,c}⟩ (b, h, c, i, j) are computed
+    once per PRISM layer and weighed per backbone layer, instead of copying the streams
+    into q and k and multiplying them out again in every layer that reads them. Chosen
+    when all of these hold:
+
+    * the state is dropped after the call (``ctx.state_kept`` False, nothing cached):
+      a KV cache holds widened keys;
+    * CPU: fused CUDA kernels take the widened q/k without an (i, j) tensor or the
+      gradient of a bias;
+    * the per-cursor scores are smaller than one layer's widened streams
+      (i·j < (i + j)·d_pe), so long sequences keep their linear memory;
+    * the streams dominate q/k (C·d_pe ≥ 4e). Measured on one core, board model,
+      prism{paper} (C·d_pe = 904, e = 32): the training step takes 0.70–0.88× the
+      widened one's; at the default sizes (C·d_pe = 64) it would take 1.03–1.18×
+      (docs/performance.md).
+    """
+    if ctx.state_kept or ctx.n_cached or q.device.type != "cpu":
+        return False
+    i, j, e = q.shape[-2], k.shape[-2], q.shape[-1]
+    c, f = streams.shape[-2:]
+    return i * j < (i + j) * f and c * f >= 4 * e
+
+
 @register("prism")
 class PRISM(PositionalEncoding):
     """PRISM: learned relative positions as histograms over offsets (Lee 2025, §4–5, Alg. 1–4).
@@ -578,7 +618,9 @@ class PRISM(PositionalEncoding):
 
         μ_h ⟨q_i, k_j⟩/√e + (1 - μ_h) Σ_c |α_{h,c}| ⟨g_i^{q,c}, g_j^{k,c}⟩ / √(C·d_pe)
 
-    computed as one dot product of extended q/k under the usual 1/√e scale (any backend).
+    computed as one dot product of extended q/k under the usual 1/√e scale (any backend),
+    or, in a full CPU pass whose state is dropped, as [μ q, k] plus the position term as a
+    dense score (:func:`scores_as_bias`).
     No positions are read (``uses_positions = False``); tokens are embedded without APE.
 
     Args: see :class:`PRISMConfig` (every field is a keyword argument).
@@ -664,7 +706,22 @@ class PRISM(PositionalEncoding):
         if ctx.head_dim is None:  # attend's default scale must stay 1/sqrt(e), not of the widened dim
             ctx.head_dim = q.shape[-1]
         mu = torch.sigmoid(self.mu_logit[layer])  # (h,)
+        if scores_as_bias(q, k, g_q, ctx):  # bias() adds the position term
+            ctx.scratch[("prism bias", layer)] = True
+            return q * mu[None, :, None, None].to(q.dtype), k
         return fold_position_streams(q, k, g_q, g_k, mu, self.alpha[layer].abs())
+
+    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        """Eq. 9's position term as a dense score where :meth:`qk` left q/k narrow, else none."""
+        if not ctx.scratch.pop(("prism bias", layer), False):
+            return []
+        source = self.source_layer(layer)
+        per_cursor = ctx.scratch.get(("prism scores", source))
+        if per_cursor is None:  # once per PRISM layer: every layer reading its streams shares them
+            g_q, g_k = ctx.scratch[("prism", source)]
+            per_cursor = ctx.scratch[("prism scores", source)] = cursor_scores(g_q, g_k)
+        mu = torch.sigmoid(self.mu_logit[layer])  # (h,)
+        return [DenseBias(position_scores(per_cursor, mu, self.alpha[layer].abs(), self.config.d_pe))]
 
     # -- training helpers ------------------------------------------------------------------
     def optimizer_groups(self) -> list[dict[str, Any]]:

@@ -17,6 +17,13 @@ folded into one dot product under the caller's 1/√e scale:
 
 All the learnable factors sit on the query side, so cached keys are plain streams and no
 square root of a learnable scale (singular at 0) is needed.
+
+In a training pass on CPU with wide streams and short sequences
+(``pezoo.encodings.prism.encoding.scores_as_bias``) the position term is instead added
+as a dense score to the attention of [μ_h q ; k]: per-cursor products computed once per
+PRISM layer (``cursor_scores``), weighed per backbone layer (``position_scores``). The
+same Eq. 9, without copying the streams into C·d_pe-wide queries and keys for every
+layer.
 """
 
 from __future__ import annotations
@@ -30,7 +37,15 @@ from torch import Tensor
 
 from pezoo.encodings.ape import sinusoid_table
 
-__all__ = ["StreamNorm", "fold_position_streams", "normalise_streams", "offset_table", "superpose"]
+__all__ = [
+    "StreamNorm",
+    "cursor_scores",
+    "fold_position_streams",
+    "normalise_streams",
+    "offset_table",
+    "position_scores",
+    "superpose",
+]
 
 StreamNorm = Literal["l2", "constant"]
 
@@ -84,3 +99,29 @@ def fold_position_streams(
     q_ext = torch.cat([q * mu[None, :, None, None].to(q.dtype), pos_q.to(q.dtype)], dim=-1)
     k_ext = torch.cat([k, pos_k.to(k.dtype)], dim=-1)
     return q_ext, k_ext
+
+
+def cursor_scores(g_q: Tensor, g_k: Tensor) -> Tensor:
+    """⟨g_i^{q,c}, g_j^{k,c}⟩ per cursor: (b, h, i, c, f), (b, h, j, c, f) -> (b, h, c, i, j).
+
+    They depend on the streams only, so every backbone layer that reads the same PRISM
+    layer's streams can share them; :func:`position_scores` weighs them per layer."""
+    return torch.einsum("bhicf,bhjcf->bhcij", g_q, g_k)
+
+
+def position_scores(per_cursor: Tensor, mu: Tensor, alpha: Tensor, d_pe: int) -> Tensor:
+    """Eq. 9's position term as an additive score, the part the fold puts in the widened dims.
+
+    Args:
+        per_cursor: (b, h, c, i, j) :func:`cursor_scores` of the normalised streams.
+        mu: (h,) content weight μ in [0, 1].
+        alpha: (h, c) non-negative cursor scales |α|.
+        d_pe: the stream width f.
+
+    Returns:
+        (b, h, i, j): (1 - μ_h) Σ_c |α_{h,c}| ⟨g_i^{q,c}, g_j^{k,c}⟩ / √(C·d_pe), in the
+        scores' dtype.
+    """
+    c = per_cursor.shape[2]
+    w = (1.0 - mu)[:, None] * alpha / math.sqrt(c * d_pe)  # (h, c)
+    return torch.einsum("bhcij,hc->bhij", per_cursor, w.to(per_cursor.dtype))

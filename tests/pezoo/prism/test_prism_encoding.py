@@ -13,7 +13,8 @@ from torch import nn
 
 import pezoo
 from pezoo.encodings.prism import PRISM, PRISMConfig, support_for
-from pezoo.encodings.prism.streams import fold_position_streams
+from pezoo.encodings.prism import encoding as prism_encoding
+from pezoo.encodings.prism.streams import cursor_scores, fold_position_streams, position_scores
 
 D, H, LAYERS = 32, 4, 3
 
@@ -29,10 +30,13 @@ class TinyDecoder(nn.Module):
         self.attn = nn.ModuleList(pezoo.SelfAttention(D, H, layer=i, backend=backend) for i in range(LAYERS))
 
     def forward(self, tokens: torch.Tensor, state: dict | None = None) -> torch.Tensor:
+        """A full pass without ``state`` (dropped after it: PRISM may add its scores as a bias),
+        else continuing ``state``."""
+        state_kept = state is not None
         state = {} if state is None else state
         start, s = state.get("length", 0), tokens.shape[1]
         pos = torch.arange(start + s)[None]
-        ctx = pezoo.AttentionContext(q_pos=pos[:, start:], k_pos=pos, state=state)
+        ctx = pezoo.AttentionContext(q_pos=pos[:, start:], k_pos=pos, state=state, state_kept=state_kept)
         x = self.embed(tokens) * math.sqrt(D)
         for layer, (norm, attn) in enumerate(zip(self.norms, self.attn, strict=True)):
             self.pe.observe(layer, x, ctx)
@@ -107,6 +111,75 @@ def test_folded_dot_product_is_the_hybrid_score():
                     ) / math.sqrt(c * f)
                     expected = mu[hi].item() * content + (1 - mu[hi].item()) * position
                     assert got[bi, hi, i, j].item() == pytest.approx(expected, abs=1e-4)
+
+
+def test_position_scores_are_the_position_term_of_eq9():
+    """(1-μ) Σ_c |α_c| ⟨g_q^c, g_k^c⟩ / √(C·d_pe), written out, and the fold's position part."""
+    g = torch.Generator().manual_seed(5)
+    b, h, s, e, c, f = 2, 3, 5, 8, 2, 6
+    gq, gk = torch.randn(b, h, s, c, f, generator=g), torch.randn(b, h, s, c, f, generator=g)
+    mu, alpha = torch.rand(h, generator=g), torch.rand(h, c, generator=g)
+    got = position_scores(cursor_scores(gq, gk), mu, alpha, f)
+    assert got.shape == (b, h, s, s)
+    for bi in range(b):
+        for hi in range(h):
+            for i in range(s):
+                for j in range(s):
+                    position = sum(
+                        alpha[hi, ci].item() * (gq[bi, hi, i, ci] @ gk[bi, hi, j, ci]).item() for ci in range(c)
+                    ) / math.sqrt(c * f)
+                    assert got[bi, hi, i, j].item() == pytest.approx((1 - mu[hi].item()) * position, abs=1e-5)
+    zero = torch.zeros(b, h, s, e)  # the fold with q = k = 0 leaves the position part alone
+    q2, k2 = fold_position_streams(zero, zero, gq, gk, mu, alpha)
+    torch.testing.assert_close(q2 @ k2.transpose(-1, -2) / math.sqrt(e), got, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [*VARIANTS, {"layers": (0, 1), "d_pe": 64}], ids=lambda o: ",".join(o) or "default")
+def test_scores_as_a_bias_equal_the_widened_q_k(options):
+    """A full pass whose state is dropped adds the position term as a bias; one whose state
+    is kept widens q/k. Outputs and every gradient agree in float64."""
+    model = build(**options).double()
+    tokens = torch.randint(0, 20, (2, 13), generator=torch.Generator().manual_seed(6))
+    results = []
+    for state in (None, {}):
+        model.zero_grad()
+        out = model(tokens, state)
+        out.square().mean().backward()
+        results.append((out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (bias_out, bias_grads), (wide_out, wide_grads) = results
+    torch.testing.assert_close(bias_out, wide_out, rtol=1e-10, atol=1e-10)
+    assert bias_grads.keys() == wide_grads.keys()
+    for name, grad in wide_grads.items():
+        torch.testing.assert_close(bias_grads[name], grad, rtol=1e-9, atol=1e-10, msg=name)
+
+
+def test_when_the_scores_go_as_a_bias(monkeypatch):
+    chosen: list[bool] = []
+    decide = prism_encoding.scores_as_bias
+    monkeypatch.setattr(prism_encoding, "scores_as_bias", lambda *a: chosen.append(decide(*a)) or chosen[-1])
+    model = build()  # e 8, C·d_pe 64: a bias while the (i, j) scores are smaller than q and k's 32-wide streams
+    with torch.no_grad():
+        model(torch.zeros(1, 20, dtype=torch.long))  # 20 · 20 < 40 · 32
+        assert chosen == [True] * LAYERS
+        chosen.clear()
+        model(torch.zeros(1, 64, dtype=torch.long))  # 64 · 64 = 128 · 32: widened
+        assert chosen == [False] * LAYERS
+        chosen.clear()
+        state: dict = {}
+        model(torch.zeros(1, 5, dtype=torch.long), state)  # kept for decoding: the cache holds widened keys
+        model(torch.zeros(1, 1, dtype=torch.long), state)
+        assert chosen == [False] * (2 * LAYERS)
+    q = torch.zeros(1, H, 4, 8)
+    streams = torch.zeros(1, H, 4, 2, 32)
+    pos = torch.arange(4)[None]
+    dropped = pezoo.AttentionContext(q_pos=pos, k_pos=pos, state_kept=False)
+    assert prism_encoding.scores_as_bias(q, q, streams, dropped)
+    assert not prism_encoding.scores_as_bias(q.to("meta"), q.to("meta"), streams, dropped)  # not CPU: fused kernels
+    cached = pezoo.AttentionContext(q_pos=pos[:, 2:], k_pos=pos, state_kept=False)  # keys cached before
+    assert not prism_encoding.scores_as_bias(q[:, :, 2:], q, streams, cached)
+    assert not prism_encoding.scores_as_bias(q, q, streams, pezoo.AttentionContext(q_pos=pos, k_pos=pos))
+    narrow = torch.zeros(1, H, 4, 2, 15)  # C·d_pe = 30 < 4e: widening q/k costs little
+    assert not prism_encoding.scores_as_bias(q, q, narrow, dropped)
 
 
 def test_streams_are_normalised_superpositions_of_sinusoids():

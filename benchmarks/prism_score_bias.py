@@ -1,0 +1,100 @@
+"""PRISM's position term as an attention score against widened q/k, side by side in one process.
+
+Usage: ``PYTHONPATH=. python benchmarks/prism_score_bias.py [--tasks copy addition] [--steps 8] [--rounds 3]``
+
+The board's training step (forward, loss with the encoding's regularisation, backward,
+clipping, AdamW) of ``prism{paper}`` at the ``board`` preset on each task's training
+batches (64 examples of scales 1..10, fixed per task), with Eq. 9's position term
+
+* ``widened``: folded into q/k widened by C·d_pe dims in every layer;
+* ``score``: added as a dense score from per-cursor products computed once per PRISM
+  layer (``pezoo.encodings.prism.encoding.scores_as_bias``, docs/prism.md, reading J).
+
+``--default-size`` also times the default PRISM (C = 2, d_pe = 32), where
+``scores_as_bias`` keeps the widened q/k, with the score forced, to show why.
+
+One thread, process CPU time, the candidates interleaved round by round (a background
+load hits them alike); the median round per candidate is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+import torch
+
+
+def step_time(pe: str, task_name: str, steps: int, rounds: int, forced: bool) -> dict[str, float]:
+    import harness.tasks as tasks
+    import pezoo.encodings.prism.encoding as prism_encoding
+    from harness.config import preset_config
+    from harness.data import collate, sample_training_batch
+    from harness.train import build_model, make_optimizer, training_loss
+
+    cfg = preset_config("board", pe=pe, task=task_name, seed=0)
+    task = tasks.create(task_name)
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu")
+    opt = make_optimizer(model, cfg)
+    rng = random.Random(0)
+    batches = [
+        collate(sample_training_batch(task, rng, cfg.train.batch_size, 1, cfg.train.train_max), cfg.protocol)
+        for _ in range(steps)
+    ]
+    decide = prism_encoding.scores_as_bias
+    choices = {
+        "widened": lambda *args: False,
+        "score": (lambda q, k, streams, ctx: not ctx.state_kept) if forced else decide,
+    }
+
+    def run(choice) -> float:
+        prism_encoding.scores_as_bias = choice
+        try:
+            start = time.process_time()
+            for batch in batches:
+                loss, _ = training_loss(model, batch)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+                opt.step()
+            return (time.process_time() - start) / steps
+        finally:
+            prism_encoding.scores_as_bias = decide
+
+    for choice in choices.values():  # warm-up
+        run(choice)
+    times: dict[str, list[float]] = {name: [] for name in choices}
+    for _ in range(rounds):
+        for name, choice in choices.items():
+            times[name].append(run(choice))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", default=["copy", "reverse", "odds_first", "addition"])
+    parser.add_argument("--steps", type=int, default=8, help="training steps per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--default-size", action="store_true", help="also the default PRISM, score forced")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rows = [("prism{paper}", task, False) for task in args.tasks]
+    if args.default_size:
+        rows += [("prism", task, True) for task in args.tasks]
+    print("| encoding | task | widened q/k | score | score / widened |")
+    print("|---|---|---:|---:|---:|")
+    for pe, task, forced in rows:
+        t = step_time(pe, task, args.steps, args.rounds, forced)
+        label = f"{pe} (score forced)" if forced else pe
+        print(
+            f"| {label} | {task} | {1000 * t['widened']:.0f} ms | {1000 * t['score']:.0f} ms | "
+            f"{t['score'] / t['widened']:.2f} |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
