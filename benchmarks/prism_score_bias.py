@@ -11,7 +11,11 @@ batches (64 examples of scales 1..10, fixed per task), with Eq. 9's position ter
   layer (``pezoo.encodings.prism.encoding.scores_as_bias``, docs/prism.md, reading J).
 
 ``--default-size`` also times the default PRISM (C = 2, d_pe = 32), where
-``scores_as_bias`` keeps the widened q/k, with the score forced, to show why.
+``scores_as_bias`` keeps the widened q/k, with the score forced, to show why;
+``--forced 'prism{d_pe=64,n_cursors=4}' ...`` other PRISM options, score forced;
+``--ruoss 80 40`` the default PRISM on the ruoss model (``pezoo perf``'s batch of 128
+sequences of reverse_string, cut to the given lengths), score forced, with NoPE's step
+for scale.
 
 One thread, process CPU time, the candidates interleaved round by round (a background
 load hits them alike); the median round per candidate is reported.
@@ -73,17 +77,52 @@ def step_time(pe: str, task_name: str, steps: int, rounds: int, forced: bool) ->
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def ruoss_step_time(length: int, rounds: int) -> dict[str, float]:
+    import dataclasses
+
+    import pezoo.encodings.prism.encoding as prism_encoding
+    from harness.perf.train import build_for, step_function, training_batch
+
+    device = torch.device("cpu")
+    _, batch = training_batch("ruoss", 0, device)
+    batch = dataclasses.replace(
+        batch, inputs=batch.inputs[:, :length].contiguous(), labels=batch.labels[:, :length].contiguous()
+    )
+    steps = {pe: step_function(*build_for("ruoss", pe, "auto", device), batch) for pe in ("nope", "prism")}
+    decide = prism_encoding.scores_as_bias
+    candidates = {
+        "nope": (steps["nope"], decide),
+        "widened": (steps["prism"], lambda *args: False),
+        "score": (steps["prism"], lambda q, k, streams, ctx: not ctx.state_kept),
+    }
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    for round_ in range(rounds + 1):  # the first round warms up
+        for name, (step, choice) in candidates.items():
+            prism_encoding.scores_as_bias = choice
+            try:
+                start = time.process_time()
+                step()
+                if round_:
+                    times[name].append(time.process_time() - start)
+            finally:
+                prism_encoding.scores_as_bias = decide
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["copy", "reverse", "odds_first", "addition"])
     parser.add_argument("--steps", type=int, default=8, help="training steps per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--default-size", action="store_true", help="also the default PRISM, score forced")
+    parser.add_argument("--forced", nargs="*", default=[], help="other PRISM specs, score forced")
+    parser.add_argument("--ruoss", nargs="*", type=int, default=[], help="lengths on the ruoss model")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = [("prism{paper}", task, False) for task in args.tasks]
     if args.default_size:
         rows += [("prism", task, True) for task in args.tasks]
+    rows += [(pe, task, True) for pe in args.forced for task in args.tasks]
     print("| encoding | task | widened q/k | score | score / widened |")
     print("|---|---|---:|---:|---:|")
     for pe, task, forced in rows:
@@ -92,6 +131,13 @@ def main() -> None:
         print(
             f"| {label} | {task} | {1000 * t['widened']:.0f} ms | {1000 * t['score']:.0f} ms | "
             f"{t['score'] / t['widened']:.2f} |",
+            flush=True,
+        )
+    for length in args.ruoss:
+        t = ruoss_step_time(length, args.rounds)
+        print(
+            f"| prism (score forced), ruoss model, NoPE {1000 * t['nope']:.0f} ms | reverse_string, 128 x {length} | "
+            f"{1000 * t['widened']:.0f} ms | {1000 * t['score']:.0f} ms | {t['score'] / t['widened']:.2f} |",
             flush=True,
         )
 

@@ -74,7 +74,7 @@ def test_backends_agree_in_the_backbone(name):
         torch.testing.assert_close(out, outs["eager"], atol=1e-4, rtol=1e-4, msg=backend)
 
 
-@pytest.mark.parametrize("options", [{}, {"n_cursors": 4, "d_pe": 40, "copy_cursors": (0,)}])
+@pytest.mark.parametrize("options", [{"d_pe": 64}, {"n_cursors": 4, "d_pe": 96, "copy_cursors": (0,)}])
 def test_prism_training_pass_equals_decoding(options, monkeypatch):
     """A pass without a state (training) drops its state, so PRISM adds its position score
     as a bias (docs/prism.md, reading J); decoding keeps the state and widens q/k. Same logits."""

@@ -578,6 +578,10 @@ def _grow(hist: Tensor, support: int) -> Tensor:
     return F.pad(hist, (extra, extra)) if extra > 0 else hist
 
 
+SCORE_MIN_D_PE = 64
+"""The narrowest streams whose position term :func:`scores_as_bias` sends as a score."""
+
+
 def scores_as_bias(q: Tensor, k: Tensor, streams: Tensor, ctx: AttentionContext) -> bool:
     """Whether Eq. 9's position term goes to attention as a dense (b, h, i, j) score
     rather than as C·d_pe dims widening q (b, h, i, e) and k (b, h, j, e); ``streams`` is
@@ -594,16 +598,16 @@ def scores_as_bias(q: Tensor, k: Tensor, streams: Tensor, ctx: AttentionContext)
       gradient of a bias;
     * the per-cursor scores are smaller than one layer's widened streams
       (i·j < (i + j)·d_pe), so long sequences keep their linear memory;
-    * the streams dominate q/k (C·d_pe ≥ 4e). Measured on one core, board model,
-      prism{paper} (C·d_pe = 904, e = 32): the training step takes 0.70–0.88× the
-      widened one's; at the default sizes (C·d_pe = 64) it would take 1.03–1.18×
-      (docs/performance.md).
+    * streams at least ``SCORE_MIN_D_PE`` = 64 wide. Measured on one core
+      (docs/performance.md): with d_pe = 64, 128 and prism{paper}'s 226 the training
+      step takes 0.70–0.95× the widened one's; with the default 32 it would take
+      1.03–1.18× (board model) and 1.24–1.43× (ruoss model), where the per-cursor
+      products are many small matrix products and the copies they save are small.
     """
     if ctx.state_kept or ctx.n_cached or q.device.type != "cpu":
         return False
-    i, j, e = q.shape[-2], k.shape[-2], q.shape[-1]
-    c, f = streams.shape[-2:]
-    return i * j < (i + j) * f and c * f >= 4 * e
+    i, j, f = q.shape[-2], k.shape[-2], streams.shape[-1]
+    return f >= SCORE_MIN_D_PE and i * j < (i + j) * f
 
 
 @register("prism")

@@ -135,9 +135,11 @@ def test_position_scores_are_the_position_term_of_eq9():
 
 
 @pytest.mark.parametrize("options", [*VARIANTS, {"layers": (0, 1), "d_pe": 64}], ids=lambda o: ",".join(o) or "default")
-def test_scores_as_a_bias_equal_the_widened_q_k(options):
-    """A full pass whose state is dropped adds the position term as a bias; one whose state
-    is kept widens q/k. Outputs and every gradient agree in float64."""
+def test_scores_as_a_bias_equal_the_widened_q_k(options, monkeypatch):
+    """A full pass whose state is dropped adds the position term as a bias (forced here at
+    every width); one whose state is kept widens q/k. Outputs and every gradient agree in
+    float64."""
+    monkeypatch.setattr(prism_encoding, "scores_as_bias", lambda q, k, streams, ctx: not ctx.state_kept)
     model = build(**options).double()
     tokens = torch.randint(0, 20, (2, 13), generator=torch.Generator().manual_seed(6))
     results = []
@@ -157,12 +159,12 @@ def test_when_the_scores_go_as_a_bias(monkeypatch):
     chosen: list[bool] = []
     decide = prism_encoding.scores_as_bias
     monkeypatch.setattr(prism_encoding, "scores_as_bias", lambda *a: chosen.append(decide(*a)) or chosen[-1])
-    model = build()  # e 8, C·d_pe 64: a bias while the (i, j) scores are smaller than q and k's 32-wide streams
+    model = build(d_pe=64)  # a bias while the (i, j) scores are smaller than q and k's 64-wide streams
     with torch.no_grad():
-        model(torch.zeros(1, 20, dtype=torch.long))  # 20 · 20 < 40 · 32
+        model(torch.zeros(1, 20, dtype=torch.long))  # 20 · 20 < 40 · 64
         assert chosen == [True] * LAYERS
         chosen.clear()
-        model(torch.zeros(1, 64, dtype=torch.long))  # 64 · 64 = 128 · 32: widened
+        model(torch.zeros(1, 128, dtype=torch.long))  # 128 · 128 = 256 · 64: widened
         assert chosen == [False] * LAYERS
         chosen.clear()
         state: dict = {}
@@ -170,7 +172,7 @@ def test_when_the_scores_go_as_a_bias(monkeypatch):
         model(torch.zeros(1, 1, dtype=torch.long), state)
         assert chosen == [False] * (2 * LAYERS)
     q = torch.zeros(1, H, 4, 8)
-    streams = torch.zeros(1, H, 4, 2, 32)
+    streams = torch.zeros(1, H, 4, 2, 64)
     pos = torch.arange(4)[None]
     dropped = pezoo.AttentionContext(q_pos=pos, k_pos=pos, state_kept=False)
     assert prism_encoding.scores_as_bias(q, q, streams, dropped)
@@ -178,7 +180,7 @@ def test_when_the_scores_go_as_a_bias(monkeypatch):
     cached = pezoo.AttentionContext(q_pos=pos[:, 2:], k_pos=pos, state_kept=False)  # keys cached before
     assert not prism_encoding.scores_as_bias(q[:, :, 2:], q, streams, cached)
     assert not prism_encoding.scores_as_bias(q, q, streams, pezoo.AttentionContext(q_pos=pos, k_pos=pos))
-    narrow = torch.zeros(1, H, 4, 2, 15)  # C·d_pe = 30 < 4e: widening q/k costs little
+    narrow = torch.zeros(1, H, 4, 8, 32)  # d_pe 32 (the default): slower as scores, measured
     assert not prism_encoding.scores_as_bias(q, q, narrow, dropped)
 
 
