@@ -60,9 +60,10 @@ from pezoo.encodings.prism.streams import (
     normalise_streams,
     offset_table,
     position_scores,
+    stack_factors,
 )
 
-__all__ = ["PAPER_OPTIONS", "PRISM", "PRISMConfig", "PRISMLayer", "scores_as_bias", "support_for"]
+__all__ = ["PAPER_OPTIONS", "PRISM", "CallStreams", "PRISMConfig", "PRISMLayer", "scores_as_bias", "support_for"]
 
 EpsSupport = Literal["reachable", "full"]
 CopyKey = Literal["absolute", "learned"]
@@ -204,6 +205,45 @@ def _inverse_softplus(y: float) -> float:
 _INCREMENT_ONLY = (0.0, 1.0, 0.0, 0.0)  # reset, inc, dec, keep
 
 
+class CallStreams:
+    """One PRISM layer's position streams for one call, before Alg. 3's normalisation.
+
+    ``raw`` is (s, b, 2h, c, f) in the scan's layout (side, head, cursor on one axis).
+    Each reader takes the form it needs, computed once and shared by every backbone layer
+    that reads this PRISM layer: :meth:`normalised` the streams for the q/k fold,
+    :meth:`scores` the per-cursor products of the normalised streams for the score path.
+    """
+
+    def __init__(self, raw: Tensor, mode: StreamNorm) -> None:
+        self.raw, self.mode = raw, mode
+        self._normalised: tuple[Tensor, Tensor] | None = None
+        self._scores: Tensor | None = None
+
+    @property
+    def d_pe(self) -> int:
+        return self.raw.shape[-1]
+
+    def normalised(self) -> tuple[Tensor, Tensor]:
+        """g_q, g_k: (b, h, s, c, f) normalised query / key streams (views of one tensor)."""
+        if self._normalised is None:
+            # normalise in the scan's contiguous layout (the (c, f) stack of a token and head is
+            # one row there), then lay the streams out once as the q/k fold reads them: on permuted
+            # views every elementwise op and its backward ran strided (a third of prism{paper}'s step)
+            streams = normalise_streams(self.raw, self.mode)
+            g_q, g_k = rearrange(streams, "s b (two h) c f -> two b h s c f", two=2).unbind(0)  # views
+            self._normalised = g_q, g_k
+        return self._normalised
+
+    def scores(self) -> Tensor:
+        """(b, h, c, i, j): ⟨g_i^{q,c}, g_j^{k,c}⟩ of the normalised streams, the normalisation
+        applied to the products rather than to the streams (``streams.cursor_scores``)."""
+        if self._scores is None:
+            e_q, e_k = rearrange(self.raw, "s b (two h) c f -> two b h s c f", two=2).unbind(0)
+            n_q, n_k = rearrange(stack_factors(self.raw, self.mode), "s b (two h) -> two b h s", two=2).unbind(0)
+            self._scores = cursor_scores(e_q, e_k, n_q, n_k)
+        return self._scores
+
+
 class PRISMLayer(nn.Module):
     """One PRISM layer: gates, copy branch and histogram filter for 2·h·C cursors.
 
@@ -307,6 +347,14 @@ class PRISMLayer(nn.Module):
             the new state (to keep for the next call);
             with ``record``: histograms (b, 2, h, c, s, p) and gates (b, 2, h, c, s, 4).
         """
+        streams, new_state, recorded = self.streams(x, state, record=record)
+        g_q, g_k = streams.normalised()
+        return g_q, g_k, new_state, recorded
+
+    def streams(
+        self, x: Tensor, state: dict[str, Any] | None, *, record: bool = False
+    ) -> tuple[CallStreams, dict[str, Any], dict[str, Tensor] | None]:
+        """:meth:`forward` with the streams not yet normalised (:class:`CallStreams`)."""
         cfg, state = self.cfg, state or {}
         b, s, _ = x.shape
         dtype = compute_dtype(x.dtype)  # histograms and streams: fp32 under fp16 / bf16, fp64 under fp64
@@ -383,12 +431,7 @@ class PRISMLayer(nn.Module):
                 "gates": rearrange(full_gates, split, two=2, h=cfg.n_heads),
             }
             out = out @ table
-        # normalise in the scan's contiguous layout (the (c, f) stack of a token and head is
-        # one row there), then lay the streams out once as the q/k fold reads them: on permuted
-        # views every elementwise op and its backward ran strided (a third of prism{paper}'s step)
-        streams = normalise_streams(out.unflatten(2, (2 * cfg.n_heads, cfg.n_cursors)), cfg.stream_norm)
-        g_q, g_k = rearrange(streams, "s b (two h) c f -> two b h s c f", two=2).unbind(0)  # views
-        return g_q, g_k, new_state, recorded
+        return CallStreams(out.unflatten(2, (2 * cfg.n_heads, cfg.n_cursors)), cfg.stream_norm), new_state, recorded
 
 
 def _scan_emitting(
@@ -585,7 +628,7 @@ SCORE_MIN_D_PE = 64
 def scores_as_bias(q: Tensor, k: Tensor, streams: Tensor, ctx: AttentionContext) -> bool:
     """Whether Eq. 9's position term goes to attention as a dense (b, h, i, j) score
     rather than as C·d_pe dims widening q (b, h, i, e) and k (b, h, j, e); ``streams`` is
-    (b, h, i, c, f). The two give the same scores (tested in float64).
+    (..., c, f), only its cursor count c and width f are read. The two give the same scores (tested in float64).
 
     As a score, the per-cursor products ⟨g_i^{q,c}, g_j^{k,c}⟩ (b, h, c, i, j) are computed
     once per PRISM layer and weighed per backbone layer, instead of copying the streams
@@ -598,16 +641,19 @@ def scores_as_bias(q: Tensor, k: Tensor, streams: Tensor, ctx: AttentionContext)
       gradient of a bias;
     * the per-cursor scores are smaller than one layer's widened streams
       (i·j < (i + j)·d_pe), so long sequences keep their linear memory;
-    * streams at least ``SCORE_MIN_D_PE`` = 64 wide. Measured on one core
-      (docs/performance.md): with d_pe = 64, 128 and prism{paper}'s 226 the training
-      step takes 0.70–0.95× the widened one's; with the default 32 it would take
-      1.03–1.18× (board model) and 1.24–1.43× (ruoss model), where the per-cursor
-      products are many small matrix products and the copies they save are small.
+    * streams at least ``SCORE_MIN_D_PE`` = 64 wide per cursor, and C·d_pe at least 4×
+      the sequence (max(i, j)): the saved copies and products grow with C·d_pe, the
+      per-layer work on the (b, h, c, i, j) scores with the sequence. Measured on one
+      core (docs/performance.md), every case inside the rule ran faster and every case
+      outside slower: prism{paper} (C·d_pe = 904) 0.64–0.79× on the board's tasks;
+      C·d_pe = 256 0.89–0.92× at 22 tokens, 1.05–1.07× at 83; the default (d_pe = 32,
+      C·d_pe = 64) 1.05–1.20× on the board model, 1.26–1.55× on the ruoss model.
     """
     if ctx.state_kept or ctx.n_cached or q.device.type != "cpu":
         return False
-    i, j, f = q.shape[-2], k.shape[-2], streams.shape[-1]
-    return f >= SCORE_MIN_D_PE and i * j < (i + j) * f
+    i, j = q.shape[-2], k.shape[-2]
+    c, f = streams.shape[-2], streams.shape[-1]
+    return f >= SCORE_MIN_D_PE and c * f >= 4 * max(i, j) and i * j < (i + j) * f
 
 
 @register("prism")
@@ -684,9 +730,9 @@ class PRISM(PositionalEncoding):
         if key not in self.prism_layers:
             return
         record = self._recording is not None
-        g_q, g_k, new_state, recorded = self.prism_layers[key](x, ctx.state.get(("prism", layer)), record=record)
+        streams, new_state, recorded = self.prism_layers[key].streams(x, ctx.state.get(("prism", layer)), record=record)
         ctx.state[("prism", layer)] = new_state
-        ctx.scratch[("prism", layer)] = (g_q, g_k)
+        ctx.scratch[("prism", layer)] = streams
         if recorded is not None and self._recording is not None:
             self._recording.append({"layer": layer, **recorded})
 
@@ -701,7 +747,7 @@ class PRISM(PositionalEncoding):
         if source is None:
             return q, k
         try:
-            g_q, g_k = ctx.scratch[("prism", source)]
+            streams: CallStreams = ctx.scratch[("prism", source)]
         except KeyError:
             raise RuntimeError(
                 f"PRISM.qk(layer={layer}) needs the streams of PRISM layer {source}: call "
@@ -710,20 +756,17 @@ class PRISM(PositionalEncoding):
         if ctx.head_dim is None:  # attend's default scale must stay 1/sqrt(e), not of the widened dim
             ctx.head_dim = q.shape[-1]
         mu = torch.sigmoid(self.mu_logit[layer])  # (h,)
-        if scores_as_bias(q, k, g_q, ctx):  # bias() adds the position term
+        if scores_as_bias(q, k, streams.raw, ctx):  # bias() adds the position term
             ctx.scratch[("prism bias", layer)] = True
             return q * mu[None, :, None, None].to(q.dtype), k
+        g_q, g_k = streams.normalised()
         return fold_position_streams(q, k, g_q, g_k, mu, self.alpha[layer].abs())
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         """Eq. 9's position term as a dense score where :meth:`qk` left q/k narrow, else none."""
         if not ctx.scratch.pop(("prism bias", layer), False):
             return []
-        source = self.source_layer(layer)
-        per_cursor = ctx.scratch.get(("prism scores", source))
-        if per_cursor is None:  # once per PRISM layer: every layer reading its streams shares them
-            g_q, g_k = ctx.scratch[("prism", source)]
-            per_cursor = ctx.scratch[("prism scores", source)] = cursor_scores(g_q, g_k)
+        per_cursor = ctx.scratch[("prism", self.source_layer(layer))].scores()  # once per PRISM layer
         mu = torch.sigmoid(self.mu_logit[layer])  # (h,)
         return [DenseBias(position_scores(per_cursor, mu, self.alpha[layer].abs(), self.config.d_pe))]
 

@@ -44,6 +44,7 @@ __all__ = [
     "normalise_streams",
     "offset_table",
     "position_scores",
+    "stack_factors",
     "superpose",
 ]
 
@@ -101,12 +102,29 @@ def fold_position_streams(
     return q_ext, k_ext
 
 
-def cursor_scores(g_q: Tensor, g_k: Tensor) -> Tensor:
+def stack_factors(e: Tensor, mode: StreamNorm) -> Tensor:
+    """The factor :func:`normalise_streams` multiplies each cursor stack (..., c, f) of ``e`` by: (...,)."""
+    c, f = e.shape[-2], e.shape[-1]
+    if mode == "l2":
+        return math.sqrt(f) / e.flatten(-2).norm(dim=-1).clamp_min(1e-12)
+    if mode == "constant":
+        return e.new_full(e.shape[:-2], math.sqrt(2.0 / c))
+    raise ValueError(f"unknown stream normalisation {mode!r}; valid: 'l2', 'constant'")
+
+
+def cursor_scores(g_q: Tensor, g_k: Tensor, n_q: Tensor | None = None, n_k: Tensor | None = None) -> Tensor:
     """⟨g_i^{q,c}, g_j^{k,c}⟩ per cursor: (b, h, i, c, f), (b, h, j, c, f) -> (b, h, c, i, j).
 
     They depend on the streams only, so every backbone layer that reads the same PRISM
-    layer's streams can share them; :func:`position_scores` weighs them per layer."""
-    return torch.einsum("bhicf,bhjcf->bhcij", g_q, g_k)
+    layer's streams can share them; :func:`position_scores` weighs them per layer. With
+    the stacks' :func:`stack_factors` ``n_q`` (b, h, i) and ``n_k`` (b, h, j), ``g_q`` and
+    ``g_k`` are the streams before :func:`normalise_streams` and the factors scale the
+    (i, j) products instead of the (c, f) streams: the same scores, without a pass over
+    the streams forward and two backward."""
+    per_cursor = torch.einsum("bhicf,bhjcf->bhcij", g_q, g_k)
+    if n_q is None or n_k is None:
+        return per_cursor
+    return per_cursor * (n_q[:, :, None, :, None] * n_k[:, :, None, None, :]).to(per_cursor.dtype)
 
 
 def position_scores(per_cursor: Tensor, mu: Tensor, alpha: Tensor, d_pe: int) -> Tensor:

@@ -14,7 +14,13 @@ from torch import nn
 import pezoo
 from pezoo.encodings.prism import PRISM, PRISMConfig, support_for
 from pezoo.encodings.prism import encoding as prism_encoding
-from pezoo.encodings.prism.streams import cursor_scores, fold_position_streams, position_scores
+from pezoo.encodings.prism.streams import (
+    cursor_scores,
+    fold_position_streams,
+    normalise_streams,
+    position_scores,
+    stack_factors,
+)
 
 D, H, LAYERS = 32, 4, 3
 
@@ -134,6 +140,17 @@ def test_position_scores_are_the_position_term_of_eq9():
     torch.testing.assert_close(q2 @ k2.transpose(-1, -2) / math.sqrt(e), got, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["l2", "constant"])
+def test_cursor_scores_normalise_the_products_as_alg3_normalises_the_streams(mode):
+    g = torch.Generator().manual_seed(7)
+    raw = torch.randn(5, 2, 6, 2, 8, generator=g, dtype=torch.float64)  # (s, b, 2h, c, f)
+    g_q, g_k = normalise_streams(raw, mode).unflatten(2, (2, 3)).permute(2, 1, 3, 0, 4, 5)  # (b, h, s, c, f)
+    e_q, e_k = raw.unflatten(2, (2, 3)).permute(2, 1, 3, 0, 4, 5)
+    n_q, n_k = stack_factors(raw, mode).unflatten(2, (2, 3)).permute(2, 1, 3, 0)  # (b, h, s)
+    expected = torch.einsum("bhicf,bhjcf->bhcij", g_q, g_k)
+    torch.testing.assert_close(cursor_scores(e_q, e_k, n_q, n_k), expected, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("options", [*VARIANTS, {"layers": (0, 1), "d_pe": 64}], ids=lambda o: ",".join(o) or "default")
 def test_scores_as_a_bias_equal_the_widened_q_k(options, monkeypatch):
     """A full pass whose state is dropped adds the position term as a bias (forced here at
@@ -182,6 +199,10 @@ def test_when_the_scores_go_as_a_bias(monkeypatch):
     assert not prism_encoding.scores_as_bias(q, q, streams, pezoo.AttentionContext(q_pos=pos, k_pos=pos))
     narrow = torch.zeros(1, H, 4, 8, 32)  # d_pe 32 (the default): slower as scores, measured
     assert not prism_encoding.scores_as_bias(q, q, narrow, dropped)
+    pos = torch.arange(40)[None]  # C·d_pe = 128 < 4 · 40 tokens: the per-layer work on the scores outgrows the saving
+    long = torch.zeros(1, H, 40, 8)
+    assert not prism_encoding.scores_as_bias(long, long, streams, pezoo.AttentionContext(pos, pos, state_kept=False))
+    assert prism_encoding.scores_as_bias(long[:, :, :32], long[:, :, :32], streams, dropped)  # 128 = 4 · 32
 
 
 def test_streams_are_normalised_superpositions_of_sinusoids():
@@ -191,7 +212,7 @@ def test_streams_are_normalised_superpositions_of_sinusoids():
     ctx = pezoo.AttentionContext(q_pos=torch.arange(7)[None], k_pos=torch.arange(7)[None])
     with torch.no_grad(), pe.recording() as rec:
         pe.observe(0, model.embed(tokens) * math.sqrt(D), ctx)
-    g_q, g_k = ctx.scratch[("prism", 0)]  # (b, h, s, c, f)
+    g_q, g_k = ctx.scratch[("prism", 0)].normalised()  # (b, h, s, c, f)
     hist = rec[0]["hist"]  # (b, 2, h, c, s, p)
     support, f = hist.shape[-1] // 2, pe.config.d_pe
     for side, streams in ((0, g_q), (1, g_k)):
