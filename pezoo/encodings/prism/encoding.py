@@ -219,10 +219,6 @@ class CallStreams:
         self._normalised: tuple[Tensor, Tensor] | None = None
         self._scores: Tensor | None = None
 
-    @property
-    def d_pe(self) -> int:
-        return self.raw.shape[-1]
-
     def normalised(self) -> tuple[Tensor, Tensor]:
         """g_q, g_k: (b, h, s, c, f) normalised query / key streams (views of one tensor)."""
         if self._normalised is None:
@@ -627,8 +623,9 @@ SCORE_MIN_D_PE = 64
 
 def scores_as_bias(q: Tensor, k: Tensor, streams: Tensor, ctx: AttentionContext) -> bool:
     """Whether Eq. 9's position term goes to attention as a dense (b, h, i, j) score
-    rather than as C·d_pe dims widening q (b, h, i, e) and k (b, h, j, e); ``streams`` is
-    (..., c, f), only its cursor count c and width f are read. The two give the same scores (tested in float64).
+    rather than as C·d_pe dims widening q (b, h, i, e) and k (b, h, j, e); of ``streams``
+    (..., c, f) only the cursor count c and width f are read. The two give the same
+    scores (tested in float64).
 
     As a score, the per-cursor products ⟨g_i^{q,c}, g_j^{k,c}⟩ (b, h, c, i, j) are computed
     once per PRISM layer and weighed per backbone layer, instead of copying the streams
