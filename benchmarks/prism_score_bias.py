@@ -17,25 +17,50 @@ batches (64 examples of scales 1..10, fixed per task), with Eq. 9's position ter
 sequences of reverse_string, cut to the given lengths), score forced, with NoPE's step
 for scale.
 
-One thread, process CPU time, the candidates interleaved round by round (a background
-load hits them alike); the median round per candidate is reported.
+One thread, process CPU time, the candidates interleaved round by round by ``pezoo
+perf``'s ``time_interleaved`` (a background load hits them alike); the median round per
+candidate is reported.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import statistics
-import time
+from collections.abc import Callable
 
 import torch
 
 
+def _with_choice(fn: Callable[[], object], choice: Callable[..., bool]) -> Callable[[], None]:
+    """``fn`` run with ``scores_as_bias`` replaced by ``choice`` (restored after the call)."""
+    import pezoo.encodings.prism.encoding as prism_encoding
+
+    def run() -> None:
+        decide = prism_encoding.scores_as_bias
+        prism_encoding.scores_as_bias = choice
+        try:
+            fn()
+        finally:
+            prism_encoding.scores_as_bias = decide
+
+    return run
+
+
+def _widened(*args: object) -> bool:
+    return False
+
+
+def _forced(q: torch.Tensor, k: torch.Tensor, streams: torch.Tensor, ctx: object) -> bool:
+    return not ctx.state_kept  # type: ignore[attr-defined]
+
+
 def step_time(pe: str, task_name: str, steps: int, rounds: int, forced: bool) -> dict[str, float]:
+    """Seconds per board training step of ``pe`` on ``task_name``, widened q/k and score."""
     import harness.tasks as tasks
     import pezoo.encodings.prism.encoding as prism_encoding
     from harness.config import preset_config
     from harness.data import collate, sample_training_batch
+    from harness.perf.timing import time_interleaved
     from harness.train import build_model, make_optimizer, training_loss
 
     cfg = preset_config("board", pe=pe, task=task_name, seed=0)
@@ -48,39 +73,26 @@ def step_time(pe: str, task_name: str, steps: int, rounds: int, forced: bool) ->
         collate(sample_training_batch(task, rng, cfg.train.batch_size, 1, cfg.train.train_max), cfg.protocol)
         for _ in range(steps)
     ]
-    decide = prism_encoding.scores_as_bias
-    choices = {
-        "widened": lambda *args: False,
-        "score": (lambda q, k, streams, ctx: not ctx.state_kept) if forced else decide,
-    }
 
-    def run(choice) -> float:
-        prism_encoding.scores_as_bias = choice
-        try:
-            start = time.process_time()
-            for batch in batches:
-                loss, _ = training_loss(model, batch)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-                opt.step()
-            return (time.process_time() - start) / steps
-        finally:
-            prism_encoding.scores_as_bias = decide
+    def train_steps() -> None:
+        for batch in batches:
+            loss, _ = training_loss(model, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+            opt.step()
 
-    for choice in choices.values():  # warm-up
-        run(choice)
-    times: dict[str, list[float]] = {name: [] for name in choices}
-    for _ in range(rounds):
-        for name, choice in choices.items():
-            times[name].append(run(choice))
-    return {name: statistics.median(values) for name, values in times.items()}
+    score = _forced if forced else prism_encoding.scores_as_bias
+    candidates = {"widened": _with_choice(train_steps, _widened), "score": _with_choice(train_steps, score)}
+    timings = time_interleaved(candidates, repeats=rounds, warmup=1)
+    return {name: t.cpu_ms / 1000.0 / steps for name, t in timings.items()}
 
 
 def ruoss_step_time(length: int, rounds: int) -> dict[str, float]:
+    """Seconds per training step on the ruoss model: NoPE, PRISM widened, PRISM score forced."""
     import dataclasses
 
-    import pezoo.encodings.prism.encoding as prism_encoding
+    from harness.perf.timing import time_interleaved
     from harness.perf.train import build_for, step_function, training_batch
 
     device = torch.device("cpu")
@@ -89,24 +101,13 @@ def ruoss_step_time(length: int, rounds: int) -> dict[str, float]:
         batch, inputs=batch.inputs[:, :length].contiguous(), labels=batch.labels[:, :length].contiguous()
     )
     steps = {pe: step_function(*build_for("ruoss", pe, "auto", device), batch) for pe in ("nope", "prism")}
-    decide = prism_encoding.scores_as_bias
     candidates = {
-        "nope": (steps["nope"], decide),
-        "widened": (steps["prism"], lambda *args: False),
-        "score": (steps["prism"], lambda q, k, streams, ctx: not ctx.state_kept),
+        "nope": steps["nope"],
+        "widened": _with_choice(steps["prism"], _widened),
+        "score": _with_choice(steps["prism"], _forced),
     }
-    times: dict[str, list[float]] = {name: [] for name in candidates}
-    for round_ in range(rounds + 1):  # the first round warms up
-        for name, (step, choice) in candidates.items():
-            prism_encoding.scores_as_bias = choice
-            try:
-                start = time.process_time()
-                step()
-                if round_:
-                    times[name].append(time.process_time() - start)
-            finally:
-                prism_encoding.scores_as_bias = decide
-    return {name: statistics.median(values) for name, values in times.items()}
+    timings = time_interleaved(candidates, repeats=rounds, warmup=1)
+    return {name: t.cpu_ms / 1000.0 for name, t in timings.items()}
 
 
 def main() -> None:

@@ -70,13 +70,7 @@ def normalise_streams(e: Tensor, mode: StreamNorm) -> Tensor:
     ``MHA_USE_CUSTOM_LN`` branch, one global factor √f / (√c · ‖f(k)‖) with
     ‖f(k)‖ = √(f/2) for every offset k.
     """
-    c, f = e.shape[-2], e.shape[-1]
-    if mode == "l2":
-        norm = e.flatten(-2).norm(dim=-1).clamp_min(1e-12)[..., None, None]  # (..., 1, 1)
-        return e * (math.sqrt(f) / norm)
-    if mode == "constant":
-        return e * math.sqrt(2.0 / c)
-    raise ValueError(f"unknown stream normalisation {mode!r}; valid: 'l2', 'constant'")
+    return e * stack_factors(e, mode)[..., None, None]
 
 
 def fold_position_streams(
