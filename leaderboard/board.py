@@ -44,6 +44,7 @@ from harness.protocols import departure_paper, extra_input
 from harness.protocols import departures as protocol_departures
 from harness.report import per_seed_summary
 from leaderboard.plans import NO_PLANS, Filled, Plans, filled, seeds_by_run
+from leaderboard.retired import RETIRED_FILE, Retirement
 from leaderboard.schema import Record
 
 FRAME_COLUMNS = [
@@ -527,12 +528,42 @@ class Table:
 
 
 @dataclass(frozen=True)
+class RetiredTable:
+    """A (preset, task) table left off the board (``leaderboard.retired``): the retirement,
+    and what its published runs were."""
+
+    retirement: Retirement
+    runs: int
+    seeds: tuple[int, ...]
+    steps: tuple[int, ...]
+    successor_steps: tuple[int, ...]
+
+    def sentence(self) -> str:
+        """``The quick table for copy (22 runs, seeds 0, 1, 3000 training steps) has left the
+        board: the board preset's copy table (10000 steps) is complete. Why: ... Its runs stay
+        in the results files.``"""
+        r = self.retirement
+        seeds = ("seed " if len(self.seeds) == 1 else "seeds ") + ", ".join(map(str, self.seeds))
+        steps = "/".join(map(str, self.steps))
+        return (
+            f"The {r.preset} table for {r.task} ({plural(self.runs, 'run')}, {seeds}, {steps} training steps) "
+            f"has left the board: the {r.superseded_by} preset's {r.task} table "
+            f"({'/'.join(map(str, self.successor_steps))} steps) is complete. Why: {r.why.rstrip('.')}. "
+            "Its runs stay in the results files."
+        )
+
+
+RETIRED_RULE = f"Tables superseded by a complete table of a later protocol (leaderboard/{RETIRED_FILE}):"
+
+
+@dataclass(frozen=True)
 class Board:
-    """Everything the pages show, computed once from the records."""
+    """Everything the pages show, computed once from the records (less the retired tables')."""
 
     records: tuple[Record, ...]
     tables: tuple[Table, ...]  # sorted by task, then preset
     plans: Plans = NO_PLANS  # the committed sweep files' planned runs (leaderboard.plans)
+    retired: tuple[RetiredTable, ...] = ()  # tables left off the board, and why
 
     def _published(self, **equal: str) -> dict[str, int]:
         return seeds_by_run(self.records_where(**equal))
@@ -570,9 +601,11 @@ class Board:
         return [r for r in self.records if all(r.data[k] == v for k, v in equal.items())]
 
 
-def assemble(records: Sequence[Record], plans: Plans = NO_PLANS) -> Board:
-    """The board of ``records`` (validated results) against the sweep files' ``plans``;
-    raises BoardError on incomparable runs."""
+def assemble(records: Sequence[Record], plans: Plans = NO_PLANS, retirements: Sequence[Retirement] = ()) -> Board:
+    """The board of ``records`` (validated results) against the sweep files' ``plans``,
+    less the tables ``retirements`` retire; raises BoardError on incomparable runs or a
+    retirement that does not hold (:func:`retire`)."""
+    records, plans, retired = retire(records, plans, retirements)
     check_protocols(records)
     df = frame(records)
     tables = []
@@ -592,7 +625,61 @@ def assemble(records: Sequence[Record], plans: Plans = NO_PLANS) -> Board:
                 match=str(config.get("eval", {}).get("match", "trace")),
             )
         )
-    return Board(tuple(records), tuple(tables), plans)
+    return Board(tuple(records), tuple(tables), plans, retired)
+
+
+def retire(
+    records: Sequence[Record], plans: Plans, retirements: Sequence[Retirement]
+) -> tuple[list[Record], Plans, tuple[RetiredTable, ...]]:
+    """(the records left on the board, the plans less the retired tables, the retired tables).
+
+    Raises:
+        BoardError: a retirement that matches no published run (a typo), whose successor
+            is not planned by a sweep file, is itself retired, or is not complete yet.
+    """
+    if not retirements:
+        return list(records), plans, ()
+    where = f"leaderboard/{RETIRED_FILE}"
+    retired_keys = {(r.preset, r.task) for r in retirements}
+    out = []
+    for r in retirements:
+        gone = [rec for rec in records if (rec.data["preset"], rec.data["task"]) == (r.preset, r.task)]
+        if not gone:
+            raise BoardError(
+                f"{where} retires preset {r.preset!r} on {r.task!r}, but no published run is one (a typo?)"
+            )
+        if (r.superseded_by, r.task) in retired_keys:
+            raise BoardError(
+                f"{where}: {r.preset!r} on {r.task!r} is superseded by {r.superseded_by!r}, which is retired too"
+            )
+        plan = plans.tables.get((r.superseded_by, r.task))
+        if plan is None:
+            raise BoardError(
+                f"{where} retires {r.preset!r} on {r.task!r} in favour of {r.superseded_by!r}, but no sweep file "
+                f"plans {r.superseded_by!r} on {r.task!r}, so nothing says that table is complete"
+            )
+        successors = [rec for rec in records if (rec.data["preset"], rec.data["task"]) == (r.superseded_by, r.task)]
+        f = filled(plan, seeds_by_run(successors))
+        if not f.complete:
+            raise BoardError(
+                f"{where} retires {r.preset!r} on {r.task!r}, but {r.superseded_by!r} on {r.task!r} has "
+                f"{f.done} of its {f.planned} planned runs published: retire the old table once the new one is complete"
+            )
+        out.append(
+            RetiredTable(
+                r,
+                len(gone),
+                tuple(sorted({int(rec.data["seed"]) for rec in gone})),
+                _train_steps(gone),
+                _train_steps(successors),
+            )
+        )
+    kept = [rec for rec in records if (rec.data["preset"], rec.data["task"]) not in retired_keys]
+    return kept, plans.without(retired_keys), tuple(out)
+
+
+def _train_steps(records: Iterable[Record]) -> tuple[int, ...]:
+    return tuple(sorted({int(rec.data["config"]["train"]["steps"]) for rec in records}))
 
 
 OVERVIEW_RULE = (

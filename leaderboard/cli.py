@@ -13,8 +13,9 @@ import harness.tasks as tasks
 import pezoo
 from harness.options import store_option
 from harness.store import StoreError
-from leaderboard.board import BoardError
+from leaderboard.board import BoardError, retire
 from leaderboard.export import ExportError, export, import_results
+from leaderboard.retired import RetiredFileError, read_retirements
 from leaderboard.schema import ResultsError, read_diagnostics, read_results, results_files
 
 DEFAULT_RESULTS = Path("leaderboard") / "results"
@@ -98,7 +99,8 @@ def import_cmd(results_dir: Path, store_path: Path) -> None:
 def check_cmd(results_dir: Path) -> None:
     """Validate every results file (schema, checksum, duplicates) and diagnostics file; exit 1
     with path:line: reason if any is bad. Then say how much of each board's plan (the sweep
-    files next to the results folder) is published.
+    files next to the results folder) is published, and which tables have left the board
+    (``retired.toml`` next to it; exit 1 if a retirement does not hold).
 
     A results folder that does not exist, or holds no results files, is an error too.
     """
@@ -123,6 +125,16 @@ def check_cmd(results_dir: Path) -> None:
         click.echo(f"plan {sources} (preset {preset}): {f.done} of {f.planned} runs published, {state}")
     for problem in plans.problems:
         click.echo(f"note: sweep file {problem} (not read as a plan)")
+    try:
+        _, _, retired = retire(records, plans, read_retirements(results_dir.parent))
+    except (RetiredFileError, BoardError) as exc:
+        raise click.ClickException(str(exc)) from None
+    for table in retired:
+        r = table.retirement
+        click.echo(
+            f"retired: preset {r.preset} on {r.task} ({table.runs} run(s), published, left off the board), "
+            f"superseded by preset {r.superseded_by}'s complete {r.task} table"
+        )
     for kind, published, installed in (
         ("encoding", {r.data["pe"] for r in records}, pezoo.available()),
         ("task", {r.data["task"] for r in records}, tasks.available()),
@@ -170,7 +182,7 @@ def build_cmd(results_dir: Path, out_dir: Path, readme: Path | None) -> None:
         click.echo(f"note: sweep file {problem} (the board is built without its plan)")
     try:
         pages = build(results_dir, out_dir, readme=readme, plans=plans)
-    except (ResultsError, BoardError, SiteError) as exc:
+    except (ResultsError, BoardError, SiteError, RetiredFileError) as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot build the site in {out_dir}: {_os_reason(exc)}") from None

@@ -48,18 +48,35 @@ class Plans:
     tables: Mapping[tuple[str, str], Planned]
     problems: tuple[str, ...] = ()
 
+    def without(self, tables: Iterable[tuple[str, str]]) -> Plans:
+        """These plans less the (preset, task) ``tables`` (retired ones, ``leaderboard.retired``):
+        their runs leave both the table's and the preset's plan."""
+        gone = set(tables)
+        dropped = {run for key in gone if key in self.tables for run in self.tables[key].run_ids}
+        presets = {}
+        for preset, plan in self.presets.items():
+            run_ids = plan.run_ids - dropped
+            seed_of = None if plan.seed_of is None else {r: s for r, s in plan.seed_of.items() if r in run_ids}
+            seeds = plan.seeds if seed_of is None else tuple(sorted(set(seed_of.values())))
+            presets[preset] = Planned(run_ids, seeds, seed_of)
+        tables = {key: plan for key, plan in self.tables.items() if key not in gone}
+        return Plans(self.sources, presets, tables, self.problems)
+
 
 NO_PLANS = Plans({}, {}, {})
 
 
 def read_plans(folder: Path) -> Plans:
-    """The plans of the sweep files (``*.toml``) in ``folder``; unreadable ones become
-    ``problems``, never an error (the results alone make a valid board)."""
+    """The plans of the sweep files (``*.toml``, except ``retired.toml``) in ``folder``;
+    unreadable ones become ``problems``, never an error (the results alone make a valid board)."""
     from harness.sweep import load_sweep
+    from leaderboard.retired import RETIRED_FILE
 
     runs: list[tuple[str, str, int, str, str]] = []  # (preset, task, seed, run_id, source)
     problems = []
     for path in sorted(folder.glob("*.toml")) if folder.is_dir() else []:
+        if path.name == RETIRED_FILE:
+            continue
         try:
             configs = load_sweep(path).configs()
         except (ValueError, TypeError, KeyError) as exc:

@@ -95,6 +95,10 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         filling = bd.filling_sentence(board, p.preset)
         if filling:
             out += [f"> **{md(p.preset)}:** {md(filling)}", ""]
+    if board.retired:
+        out += ["## Left the board", "", md(bd.RETIRED_RULE), ""]
+        out += [f"- {md(t.sentence())}" for t in board.retired]
+        out.append("")
     departed = bd.departures(board.records)
     if departed:
         out += ["## Run unlike their papers", "", md(bd.DEPARTURES_RULE), ""]

@@ -46,6 +46,7 @@ from leaderboard import board as bd
 from leaderboard import claims
 from leaderboard.plans import NO_PLANS, Plans, read_plans
 from leaderboard.readme import README_MARK, is_generated_readme, render_readme
+from leaderboard.retired import Retirement, read_retirements
 from leaderboard.schema import read_diagnostics, read_results, results_files
 from leaderboard.svg import VIRIDIS, Series, Style, heat_colour, line_plot, panel_plot, styles, swatch, trajectory_plot
 from leaderboard.text import GENERATOR, NotANumber, href, join, render_template, short_commit, slug
@@ -512,10 +513,12 @@ def render(
     repo_root: Path = REPO_ROOT,
     diagnostics: Mapping[str, Mapping[str, Any]] | None = None,
     plans: Plans = NO_PLANS,
+    retirements: Sequence[Retirement] = (),
 ) -> dict[str, str]:
     """Site path (relative, '/'-separated) -> page text, for validated ``records`` (and
-    the diagnostics of some of them, by run id), against the sweep files' ``plans``."""
-    board = bd.assemble(records, plans)
+    the diagnostics of some of them, by run id), against the sweep files' ``plans``, less
+    the tables ``retirements`` retire."""
+    board = bd.assemble(records, plans, retirements)
     site = Site(board, styles(board.labels), results_href, repo_href, repo_root, dict(diagnostics or {}))
     pages = {"index.html": index_page(site)}
     for names, folder, make in ((board.tasks, "tasks", task_page), (board.encodings, "encodings", encoding_page)):
@@ -556,6 +559,7 @@ def build(
     results_href: str | None = None,
     repo_href: str | None = None,
     plans: Plans | None = None,
+    retirements: Sequence[Retirement] | None = None,
 ) -> dict[str, str]:
     """Read and validate the results files, then write the site (and the markdown board).
 
@@ -569,6 +573,8 @@ def build(
             repository root; default: the relative paths on this machine.
         plans: the runs the board's sweep files plan (what is still to come); default: the
             sweep files (``*.toml``) next to the results folder (``leaderboard.plans``).
+        retirements: the tables that have left the board; default: ``retired.toml`` next
+            to the results folder (``leaderboard.retired``).
 
     Returns:
         the pages written (site path -> text).
@@ -576,7 +582,9 @@ def build(
     Raises:
         SiteError: no results; a file in the way that this command did not generate; a
             target that cannot be written (nothing is changed then).
-        ResultsError, BoardError: invalid results (nothing is written).
+        ResultsError, BoardError: invalid results, or a retirement that does not hold
+            (nothing is written).
+        RetiredFileError: ``retired.toml`` cannot be read (nothing is written).
     """
     problem = results_folder_problem(results_dir)
     if problem:
@@ -586,9 +594,17 @@ def build(
     repo_href = repo_href if repo_href is not None else relative_href(out_dir, REPO_ROOT)
     diagnostics = read_diagnostics(results_dir, (r.run_id for r in records))
     plans = read_plans(results_dir.parent) if plans is None else plans
-    pages = render(records, results_href=results_href, repo_href=repo_href, diagnostics=diagnostics, plans=plans)
+    retirements = read_retirements(results_dir.parent) if retirements is None else retirements
+    pages = render(
+        records,
+        results_href=results_href,
+        repo_href=repo_href,
+        diagnostics=diagnostics,
+        plans=plans,
+        retirements=retirements,
+    )
     readme = readme if readme is not None else out_dir.parent / "README.md"
-    board = bd.assemble(records, plans)
+    board = bd.assemble(records, plans, retirements)
     readme_text = render_readme(board, site_href=href(relative_href(readme.parent, out_dir)))
     write_site(out_dir, pages, readme, readme_text)
     return pages

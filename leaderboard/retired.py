@@ -1,0 +1,103 @@
+"""Tables that have left the board: a (preset, task) superseded by a later protocol's table.
+
+A board is re-run under a new protocol one task at a time (docs/leaderboard.md). While
+both are published, a task has two tables that rank the same encodings under different
+training, and a reader cannot tell which one the board stands behind. Once the new
+protocol's table for a task is complete, the old one leaves the board. It is named in
+``leaderboard/retired.toml``, next to the sweep files::
+
+    [[retired]]
+    preset = "quick"            # the table that leaves the board ...
+    task = "copy"
+    superseded_by = "board"     # ... because this preset's table for the task is complete
+    why = "3000 steps rank learning speed, not extrapolation (docs/protocol-study.md)"
+
+The results files are append-only and stay as they are: the retired runs remain published
+(``leaderboard check`` validates them, ``leaderboard import`` still counts them as done, so
+a sweep does not train them again); the board leaves them out and says which tables it
+left out and why. A retirement holds only while the superseding table is complete by its
+sweep file's plan: :func:`leaderboard.board.assemble` refuses one that would leave a task
+with no complete table, and one that matches no published run (a typo).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the project runs on 3.11+, tomllib is stdlib there
+    tomllib = None
+
+RETIRED_FILE = "retired.toml"
+"""The file, next to the results folder, that lists the retired tables (not a sweep file)."""
+
+_KEYS = ("preset", "task", "superseded_by", "why")
+
+
+class RetiredFileError(ValueError):
+    """``retired.toml`` cannot be read: not TOML, an unknown or missing key, a repeated table."""
+
+
+@dataclass(frozen=True)
+class Retirement:
+    """One retired table: ``preset`` on ``task``, superseded by ``superseded_by``'s table for
+    the same task, for the reason ``why`` (one sentence the board prints)."""
+
+    preset: str
+    task: str
+    superseded_by: str
+    why: str
+
+
+def read_retirements(folder: Path) -> tuple[Retirement, ...]:
+    """The retirements listed in ``folder / RETIRED_FILE``; none when the file does not exist.
+
+    Raises:
+        RetiredFileError: the file exists but is not a valid list of retirements.
+    """
+    path = folder / RETIRED_FILE
+    if not path.is_file():
+        return ()
+    if tomllib is None:  # pragma: no cover
+        raise RetiredFileError(f"{path}: reading it needs Python 3.11+ (tomllib)")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RetiredFileError(f"{path}: not valid TOML ({exc})") from None
+    return parse_retirements(data, str(path))
+
+
+def parse_retirements(data: object, where: str = RETIRED_FILE) -> tuple[Retirement, ...]:
+    """Retirements from the parsed TOML ``data`` (``{"retired": [{...}, ...]}``); ``where``
+    names the file in errors."""
+    if not isinstance(data, dict) or set(data) - {"retired"}:
+        extra = sorted(set(data) - {"retired"}) if isinstance(data, dict) else []
+        raise RetiredFileError(f"{where}: only [[retired]] tables belong here (found {', '.join(extra)})")
+    entries = data.get("retired", [])
+    if not isinstance(entries, list):
+        raise RetiredFileError(f"{where}: 'retired' must be an array of tables ([[retired]])")
+    out: list[Retirement] = []
+    for i, entry in enumerate(entries, start=1):
+        at = f"{where}, [[retired]] #{i}"
+        if not isinstance(entry, dict):
+            raise RetiredFileError(f"{at}: not a table")
+        unknown = sorted(set(entry) - set(_KEYS))
+        missing = [k for k in _KEYS if k not in entry]
+        if unknown or missing:
+            parts = ([f"unknown key(s) {', '.join(unknown)}"] if unknown else []) + (
+                [f"missing {', '.join(missing)}"] if missing else []
+            )
+            raise RetiredFileError(f"{at}: {'; '.join(parts)} (the keys are {', '.join(_KEYS)})")
+        bad = [k for k in _KEYS if not isinstance(entry[k], str) or not entry[k].strip()]
+        if bad:
+            raise RetiredFileError(f"{at}: {', '.join(bad)} must be non-empty text")
+        r = Retirement(*(entry[k].strip() for k in _KEYS))
+        if r.preset == r.superseded_by:
+            raise RetiredFileError(f"{at}: preset {r.preset!r} cannot supersede itself")
+        if any((o.preset, o.task) == (r.preset, r.task) for o in out):
+            raise RetiredFileError(f"{at}: preset {r.preset!r} on {r.task!r} is retired twice")
+        out.append(r)
+    return tuple(out)

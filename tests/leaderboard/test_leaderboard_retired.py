@@ -1,0 +1,148 @@
+"""A table superseded by a later protocol's complete table leaves the board, says so, and
+keeps its runs published; a retirement that does not hold is refused before anything is written."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+from leaderboard.plans import plans_of, read_plans
+from leaderboard.retired import RetiredFileError, parse_retirements, read_retirements
+from leaderboard.schema import read_results
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "leaderboard" / "results"
+QUICK = RESULTS / "quick-20261122-039bb641dbd2.jsonl"  # quick: 8 encodings on copy (seed 0), 3 on reverse
+BOARD_APE = RESULTS / "board-20261123-caca685ac4e6.jsonl"  # board preset: ape on copy, seed 0
+BOARD_ALIBI = RESULTS / "board-20261123-285a0298e0ff.jsonl"  # board preset: alibi on copy, seed 0
+
+BOARD_PLAN = 'preset = "board"\ntask = ["copy"]\nseeds = [0]\npe = ["ape", "alibi"]\n'
+RETIRE_COPY = (
+    '[[retired]]\npreset = "quick"\ntask = "copy"\nsuperseded_by = "board"\n'
+    'why = "3000 steps rank learning speed, not extrapolation"\n'
+)
+
+
+def _folder(tmp_path: Path, *files: Path, plan: str = BOARD_PLAN, retired: str | None = RETIRE_COPY) -> Path:
+    results = tmp_path / "results"
+    results.mkdir()
+    for f in files:
+        shutil.copy(f, results)
+    (tmp_path / "board.toml").write_text(plan)
+    if retired is not None:
+        (tmp_path / "retired.toml").write_text(retired)
+    return results
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(main, ["leaderboard", *args])
+
+
+def test_a_superseded_table_leaves_the_board_and_the_board_says_so(tmp_path):
+    results = _folder(tmp_path, QUICK, BOARD_APE, BOARD_ALIBI)
+    out = _invoke("build", "--results", str(results), "--out", str(tmp_path / "site"))
+    assert out.exit_code == 0, out.output
+    readme = (tmp_path / "README.md").read_text()
+    assert "## Left the board" in readme
+    assert (
+        "The quick table for copy (8 runs, seed 0, 3000 training steps) has left the board: the board preset's "
+        "copy table (10000 steps) is complete. Why: 3000 steps rank learning speed, not extrapolation." in readme
+    )
+    sections = {part.split("\n", 1)[0]: part for part in readme.split("\n## ")}
+    assert "Preset **quick**" not in sections["copy"] and "Preset **board**" in sections["copy"]
+    assert "Preset **quick**" in sections["reverse"]
+    # the quick banner counts only what is still on the board: the 6 reverse runs
+    assert "A CPU quick-preset board:** 6 runs" in readme
+    copy_page = (tmp_path / "site" / "tasks" / "copy.html").read_text()
+    assert "Left the board." in copy_page and 'data-preset="quick"' not in copy_page.split("<h1>", 1)[1]
+    assert "Left the board." not in (tmp_path / "site" / "tasks" / "reverse.html").read_text()
+    assert "Left the board." in (tmp_path / "site" / "index.html").read_text()
+    # nothing is taken out of the results files: the runs stay published, and check says which are retired
+    assert len(read_results(results)) == 16
+    checked = _invoke("check", "--results", str(results))
+    assert checked.exit_code == 0, checked.output
+    assert "16 run(s): valid" in checked.output
+    assert "retired: preset quick on copy (8 run(s), published, left off the board)" in checked.output
+
+
+def test_a_retired_table_leaves_its_presets_plan(tmp_path):
+    # quick.toml plans nope on copy and reverse at seeds 0 and 1; the results hold 3 of them
+    quick_plan = 'preset = "quick"\ntask = ["copy", "reverse"]\nseeds = [0, 1]\npe = ["nope"]\n'
+    for retired, expected in ((None, "Still being filled: 3 of the 4 runs"), (RETIRE_COPY, None)):
+        folder = tmp_path / ("kept" if retired is None else "retired")
+        folder.mkdir()
+        results = _folder(folder, QUICK, BOARD_APE, BOARD_ALIBI, retired=retired)
+        (folder / "quick.toml").write_text(quick_plan)
+        out = _invoke("build", "--results", str(results), "--out", str(folder / "site"))
+        assert out.exit_code == 0, out.output
+        readme = (folder / "README.md").read_text()
+        if expected:
+            assert expected in readme
+        else:  # copy's planned run (seed 1) left with the table; reverse's two are both in
+            assert "Still being filled" not in readme
+
+
+@pytest.mark.parametrize(
+    ("files", "retired", "message"),
+    [
+        (
+            (QUICK, BOARD_APE),  # alibi's board run is missing: the successor is not complete
+            RETIRE_COPY,
+            "but 'board' on 'copy' has 1 of its 2 planned runs published: retire the old table once the new one",
+        ),
+        ((QUICK, BOARD_APE, BOARD_ALIBI), RETIRE_COPY.replace('"copy"', '"cpy"'), "but no published run is one"),
+        (
+            (QUICK, BOARD_APE, BOARD_ALIBI),
+            RETIRE_COPY.replace('"copy"', '"reverse"'),
+            "but no sweep file plans 'board' on 'reverse'",
+        ),
+        ((QUICK, BOARD_APE, BOARD_ALIBI), RETIRE_COPY.replace("why", "reason"), "unknown key(s) reason; missing why"),
+        ((QUICK, BOARD_APE, BOARD_ALIBI), RETIRE_COPY.replace('"board"', '"quick"'), "cannot supersede itself"),
+        ((QUICK, BOARD_APE, BOARD_ALIBI), RETIRE_COPY + RETIRE_COPY, "is retired twice"),
+        ((QUICK, BOARD_APE, BOARD_ALIBI), RETIRE_COPY.replace("task =", "task ="[:-1]), "not valid TOML"),
+    ],
+)
+def test_a_retirement_that_does_not_hold_is_refused_before_anything_is_written(tmp_path, files, retired, message):
+    results = _folder(tmp_path, *files, retired=retired)
+    (tmp_path / "README.md").write_text("<!-- pezoo leaderboard build: generated from the results files -->\nold\n")
+    out = _invoke("build", "--results", str(results), "--out", str(tmp_path / "site"))
+    assert out.exit_code == 1 and message in out.output, out.output
+    assert not (tmp_path / "site").exists() and (tmp_path / "README.md").read_text().endswith("old\n")
+    checked = _invoke("check", "--results", str(results))
+    assert checked.exit_code == 1 and message in checked.output, checked.output
+
+
+def test_retired_toml_is_not_read_as_a_sweep_file(tmp_path):
+    (tmp_path / "retired.toml").write_text(RETIRE_COPY)
+    plans = read_plans(tmp_path)
+    assert plans.problems == () and plans.presets == {}
+    assert read_retirements(tmp_path)[0].superseded_by == "board"
+    assert read_retirements(tmp_path / "elsewhere") == ()
+
+
+def test_plans_without_a_table_drop_its_runs_from_the_preset():
+    plans = plans_of(
+        [("q", "copy", 0, "a", "x.toml"), ("q", "copy", 1, "b", "x.toml"), ("q", "rev", 0, "c", "x.toml")]
+    ).without([("q", "copy")])
+    assert set(plans.tables) == {("q", "rev")}
+    assert plans.presets["q"].run_ids == {"c"} and plans.presets["q"].seeds == (0,)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"retire": []}, "only [[retired]] tables belong here (found retire)"),
+        ({"retired": {"preset": "q"}}, "must be an array of tables"),
+        ({"retired": ["q"]}, "not a table"),
+        ({"retired": [{"preset": "q", "task": " ", "superseded_by": "b", "why": "w"}]}, "task must be non-empty"),
+        ({"retired": [{"preset": 1, "task": "t", "superseded_by": "b", "why": "w"}]}, "preset must be non-empty"),
+    ],
+)
+def test_malformed_retirements_are_named(data, message):
+    with pytest.raises(RetiredFileError, match=re.escape(message)):
+        parse_retirements(data)
