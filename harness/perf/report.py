@@ -130,7 +130,10 @@ def _render_train(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def _render_memory(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> list[str]:
+def _peak_table(rows: Sequence[Mapping[str, Any]], digits: int) -> tuple[list[tuple[str, int]], list[list[str]]]:
+    """(the (backend, length) columns, one row per encoding) of a memory section: each cell
+    the peak in MiB with its ratio to nope and, where the row has one, the target verdict;
+    ✗ where the measurement failed, blank where it was not taken."""
     columns = list(dict.fromkeys((r["backend"], r["length"]) for r in rows))
     table = []
     for pe in dict.fromkeys(r["pe"] for r in rows):
@@ -143,8 +146,14 @@ def _render_memory(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -
                 cells.append("✗")
             else:
                 ratio = "" if r["ratio_to_nope"] is None or pe == "nope" else f" ({r['ratio_to_nope']:.2f}×)"
-                cells.append(f"{r['peak_mib']:.0f}{ratio}")
+                verdict = "" if r.get("meets_target") is None else (" ✓" if r["meets_target"] else " NO")
+                cells.append(f"{r['peak_mib']:.{digits}f}{ratio}{verdict}")
         table.append([pe, *cells])
+    return columns, table
+
+
+def _render_memory(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> list[str]:
+    columns, table = _peak_table(rows, digits=0)
     d, n_layers, h = grid["memory_dims"]
     out = [
         f"peak memory of one forward pass, MiB above the pre-pass baseline (batch 1, d {d}, {n_layers} layers, "
@@ -159,21 +168,7 @@ def _render_memory(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -
 
 
 def _render_alloc(rows: Sequence[Mapping[str, Any]], grid: Mapping[str, Any]) -> list[str]:
-    columns = list(dict.fromkeys((r["backend"], r["length"]) for r in rows))
-    table = []
-    for pe in dict.fromkeys(r["pe"] for r in rows):
-        cells = []
-        for backend, length in columns:
-            r = next((r for r in rows if (r["pe"], r["backend"], r["length"]) == (pe, backend, length)), None)
-            if r is None:
-                cells.append("")
-            elif not r["ok"]:
-                cells.append("✗")
-            else:
-                ratio = "" if r["ratio_to_nope"] is None or pe == "nope" else f" ({r['ratio_to_nope']:.2f}×)"
-                verdict = "" if r.get("meets_target") is None else (" ✓" if r["meets_target"] else " NO")
-                cells.append(f"{r['peak_mib']:.1f}{ratio}{verdict}")
-        table.append([pe, *cells])
+    columns, table = _peak_table(rows, digits=1)
     d, n_layers, h = grid["memory_dims"]
     passes = {b: next((r["pass"] for r in rows if r["backend"] == b and r.get("pass")), "?") for b, _ in columns}
     how = next((r["how"] for r in rows if r.get("how")), "?")
