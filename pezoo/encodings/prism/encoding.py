@@ -531,18 +531,26 @@ def _scan_emitting(
         return h, torch.stack(chunk, dim=0)
 
     steps = gates.shape[0]
-    if checkpoint_every and torch.is_grad_enabled() and steps > checkpoint_every:
-        # keep each chunk's first histogram and its streams; recompute the rest in backward
-        for first in range(0, steps, checkpoint_every):
-            stop = min(first + checkpoint_every, steps)
-            h, streams = torch.utils.checkpoint.checkpoint(run, h, first, stop, use_reentrant=False)
-            out.append(streams)
-        out = torch.cat(out, dim=0)
-    else:
-        h, out = run(h, 0, steps)
+    h, out = _run_chunked(run, h, steps, checkpoint_every)
     radius = min(start + steps, support)
     last = F.pad(h, (support - radius, support - radius))
     return last, out
+
+
+def _run_chunked(
+    run: Callable[[Tensor, int, int], tuple[Tensor, Tensor]], h: Tensor, steps: int, checkpoint_every: int
+) -> tuple[Tensor, Tensor]:
+    """``run(h, 0, steps)`` -> (last window, streams), or, when ``checkpoint_every`` asks for it
+    and a backward pass will follow, chunk by chunk under ``torch.utils.checkpoint``: each
+    chunk keeps its first histogram and its streams and recomputes the rest in backward."""
+    if not (checkpoint_every and torch.is_grad_enabled() and steps > checkpoint_every):
+        return run(h, 0, steps)
+    out = []
+    for first in range(0, steps, checkpoint_every):
+        stop = min(first + checkpoint_every, steps)
+        h, streams = torch.utils.checkpoint.checkpoint(run, h, first, stop, use_reentrant=False)
+        out.append(streams)
+    return h, torch.cat(out, dim=0)
 
 
 def _fused_scan_emitting(
@@ -567,15 +575,7 @@ def _fused_scan_emitting(
             h, coef[first:stop], gamma, table, eps, start=start + first, support=support, copy_probs=probs
         )
 
-    if checkpoint_every and torch.is_grad_enabled() and steps > checkpoint_every:
-        out = []
-        for first in range(0, steps, checkpoint_every):
-            stop = min(first + checkpoint_every, steps)
-            h, streams = torch.utils.checkpoint.checkpoint(run, h, first, stop, use_reentrant=False)
-            out.append(streams)
-        streams = torch.cat(out, dim=0)
-    else:
-        h, streams = run(h, 0, steps)
+    h, streams = _run_chunked(run, h, steps, checkpoint_every)
     radius = min(start + steps, support)
     return F.pad(h, (support - radius, support - radius)), streams
 
