@@ -382,30 +382,58 @@ def unmeasured(
     return list(groups.values())
 
 
-def scaled_rate(cfg: RunConfig, runs: Sequence[Measurement]) -> tuple[float, int] | None:
+def scaled_rate(
+    cfg: RunConfig, runs: Sequence[Measurement], ratio_runs: Sequence[Measurement] = ()
+) -> tuple[float, int, bool] | None:
     """Steps/s of ``cfg`` from the same encoding (options included) on other tasks, each
     scaled by how much faster the other encodings measured on both tasks train on
     ``cfg``'s task: ``median over T' of rate(E, T') x median over X of rate(X, T) /
-    rate(X, T')``. Returns (rate, runs it rests on), or None without such runs."""
-    model, enc = _model_key(cfg), _encoding_key(cfg)
-    rates: dict[tuple[Any, str], list[float]] = {}  # (encoding, task) -> steps/s, this model only
-    for m in runs:
-        if _model_key(m.config) == model:
-            rates.setdefault((_encoding_key(m.config), m.config.task), []).append(m.steps_per_second)
-    median = {k: statistics.median(v) for k, v in rates.items()}
-    estimates, used = [], 0
-    for (e, task), rate in median.items():
+    rate(X, T')``, X among ``runs`` of ``cfg``'s model.
+
+    Where no other encoding of this model has run on both tasks (a board filled task by
+    task has only its first task's runs), the ratio comes from ``ratio_runs`` of *other
+    presets* with the same model shape (backbone, batch size, training lengths, protocol):
+    a step's cost ratio between two tasks is set by their sequence lengths and the model,
+    not by how many steps a preset trains. Every encoding measured on both tasks there
+    counts, per preset.
+
+    Returns (rate, runs it rests on, whether a ratio came from another preset), or None
+    without such runs."""
+    model, enc = _model_key(cfg), (*_encoding_key(cfg), cfg.preset)
+    median = _median_rates(m for m in runs if _model_key(m.config) == model)
+    shape = _model_key(cfg)[1:]
+    elsewhere = _median_rates(
+        m for m in ratio_runs if m.config.preset != cfg.preset and _model_key(m.config)[1:] == shape
+    )
+    estimates, used, borrowed = [], 0, False
+    for (e, task), (rate, n) in median.items():
         if e != enc or task == cfg.task:
             continue
         ratios = [
-            median[x, cfg.task] / median[x, task]
+            median[x, cfg.task][0] / median[x, task][0]
             for (x, t) in median
             if t == task and x != enc and (x, cfg.task) in median
         ]
+        if not ratios:
+            ratios = [
+                elsewhere[x, cfg.task][0] / elsewhere[x, t][0]
+                for (x, t) in elsewhere
+                if t == task and (x, cfg.task) in elsewhere
+            ]
+            borrowed = borrowed or bool(ratios)
         if ratios:
             estimates.append(rate * statistics.median(ratios))
-            used += len(rates[e, task]) + len(ratios)
-    return (statistics.median(estimates), used) if estimates else None
+            used += n + len(ratios)
+    return (statistics.median(estimates), used, borrowed) if estimates else None
+
+
+def _median_rates(runs: Iterable[Measurement]) -> dict[tuple[Any, str], tuple[float, int]]:
+    """(encoding with options [and preset], task) -> (median steps/s, runs) of ``runs``."""
+    rates: dict[tuple[Any, str], list[float]] = {}
+    for m in runs:
+        key = (*_encoding_key(m.config), m.config.preset)
+        rates.setdefault((key, m.config.task), []).append(m.steps_per_second)
+    return {k: (statistics.median(v), len(v)) for k, v in rates.items()}
 
 
 def device_kind(device: str) -> str:
@@ -485,7 +513,8 @@ def estimate(
        any when None) of the same encoding (options included), task and model;
     2. ``probed``: (steps/s, steps timed) by :func:`harness.probe.probe_speed` here;
     3. the same encoding on other tasks, scaled by the tasks' speed ratio
-       (:func:`scaled_rate`);
+       (:func:`scaled_rate`; the ratio from another preset's runs of the same model shape,
+       this store's or published, where this preset has none);
     4. the median of the next ``MATCH_LEVELS`` level with measurements;
 
     then the same from ``published`` runs (rough), else the preset's recorded speed on
@@ -493,6 +522,7 @@ def estimate(
     when there is none of these. Evaluation time comes from the most specific level."""
     left = 0 if cfg.is_variant else max(0, cfg.train.steps - from_step)  # a variant only evaluates
     units = eval_units(cfg)
+    ratio_runs = [m for m in (*measured, *published) if device_type is None or device_kind(m.device) == device_type]
     for source, runs in (("", measured), ("published runs of the ", published)):
         runs = [m for m in runs if device_type is None or device_kind(m.device) == device_type]
         found = [(basis, [m for m in runs if key(m.config) == key(cfg)]) for basis, key in MATCH_LEVELS]
@@ -508,8 +538,11 @@ def estimate(
         elif use_probe:
             rate, n = probed
             basis, n = f"a probe here ({n} steps of a fresh model)", 0
-        elif (scaled := scaled_rate(cfg, runs)) is not None:
-            (rate, n), basis = scaled, "same encoding on other tasks, scaled by the tasks' speed ratio"
+        elif (scaled := scaled_rate(cfg, runs, ratio_runs)) is not None:
+            rate, n, borrowed = scaled
+            basis = "same encoding on other tasks, scaled by the tasks' speed ratio" + (
+                " (of another preset's runs of this model shape)" if borrowed else ""
+            )
         else:
             rate, basis, n = None, found[0][0], len(found[0][1])
         if rate is None:

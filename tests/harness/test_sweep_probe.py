@@ -162,3 +162,38 @@ def test_a_failing_probe_is_reported_and_left_out(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "probe 2/2: alibi on copy: failed (RuntimeError: loss became nan at step 2)" in result.output
     assert "1 from a probe here" in result.output and "1 from the recorded speed of preset smoke" in result.output
+
+
+def test_a_board_filled_task_by_task_takes_the_tasks_ratio_from_another_preset_of_its_shape(tmp_path):
+    # the board preset is the quick model trained longer: the same cost per step on each task
+    grid = 'pe = ["nope", "alibi"]\ntask = ["copy", "addition"]\nseeds = 1\n'
+    quick, board = (
+        {(c.pe, c.task): c for c in load_sweep(write(tmp_path, f'preset = "{p}"\n' + grid, f"{p}.toml")).configs()}
+        for p in ("quick", "board")
+    )
+    with Store(tmp_path / "board.sqlite") as store:
+        finish(store, board["alibi", "copy"], train_seconds=1000.0)  # 10 steps/s
+        board_rows = store.runs()
+    with Store(tmp_path / "quick.sqlite") as store:
+        finish(store, quick["nope", "copy"], train_seconds=300.0)  # 10 steps/s
+        finish(store, quick["nope", "addition"], train_seconds=1200.0)  # 2.5 steps/s: addition 4x slower
+        quick_rows = store.runs()
+    missing = [board["alibi", "addition"]]
+    # without another preset's runs: copy's speed, 4x too fast
+    (alone,) = make_plan(missing, board_rows).runs
+    assert alone.estimate.basis == "same encoding and model" and alone.estimate.steps_per_second == pytest.approx(10)
+    # with them, in the same store or published: alibi's copy speed x quick's addition/copy ratio
+    for rows, published in ((board_rows + quick_rows, ()), (board_rows, quick_rows)):
+        (run,) = make_plan(missing, rows, published=published).runs
+        assert run.estimate.basis == SCALED + " (of another preset's runs of this model shape)"
+        assert run.estimate.steps_per_second == pytest.approx(2.5)
+        assert run.estimate.seconds == pytest.approx(10_000 / 2.5)
+    # a preset of another shape says nothing about this one's ratio
+    other = load_sweep(write(tmp_path, 'preset = "smoke"\n' + grid, "smoke.toml")).configs()
+    with Store(tmp_path / "smoke.sqlite") as store:
+        for cfg in other:
+            if cfg.pe == "nope":
+                finish(store, cfg, train_seconds=1.0 if cfg.task == "copy" else 100.0)
+        smoke_rows = store.runs()
+    (run,) = make_plan(missing, board_rows + smoke_rows).runs
+    assert run.estimate.basis == "same encoding and model"
