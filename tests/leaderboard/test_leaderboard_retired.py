@@ -146,3 +146,23 @@ def test_plans_without_a_table_drop_its_runs_from_the_preset():
 def test_malformed_retirements_are_named(data, message):
     with pytest.raises(RetiredFileError, match=re.escape(message)):
         parse_retirements(data)
+
+
+def test_a_hostile_reason_is_shown_as_text(tmp_path):
+    import json
+
+    from hostile_inputs import PAYLOADS, injected
+
+    why = " ".join(PAYLOADS)
+    results = _folder(
+        tmp_path, QUICK, BOARD_APE, BOARD_ALIBI, retired=RETIRE_COPY.split("why")[0] + f"why = {json.dumps(why)}\n"
+    )
+    out = _invoke("build", "--results", str(results), "--out", str(tmp_path / "site"))
+    assert out.exit_code == 0, out.output
+    for page in ("index.html", "tasks/copy.html"):
+        html = (tmp_path / "site" / page).read_text()
+        assert "Left the board." in html and injected(html) == [], page
+    readme = (tmp_path / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith("- The quick table for copy"))
+    assert "<script>" not in line and "<img" not in line and "&lt;script&gt;" in line
+    assert "[x](javascript:" not in line and r"\[x\](javascript:" in line  # a literal bracket, not a link
