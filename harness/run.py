@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,27 @@ class RunResult:
     traceback: str | None = None
     notices: tuple[str, ...] = ()
     diagnostics: Mapping[str, Any] | None = None
+
+    @classmethod
+    def failed(
+        cls,
+        run_id: str,
+        provenance: Mapping[str, Any],
+        started_at: float,
+        exc: BaseException,
+        notices: Iterable[str] = (),
+    ) -> RunResult:
+        """The result of a run that raised ``exc``; call it in the ``except`` block, which
+        supplies the traceback."""
+        return cls(
+            run_id,
+            "failed",
+            provenance,
+            started_at,
+            error=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
+            notices=tuple(notices),
+        )
 
 
 def check_run(cfg: RunConfig) -> None:
@@ -283,15 +304,7 @@ def train_and_evaluate(
     except DivergedError as exc:
         return RunResult(run_id, "diverged", prov, started_at, error=str(exc), notices=tuple(notices))
     except Exception as exc:
-        return RunResult(
-            run_id,
-            "failed",
-            prov,
-            started_at,
-            error=f"{type(exc).__name__}: {exc}",
-            traceback=traceback.format_exc(),
-            notices=tuple(notices),
-        )
+        return RunResult.failed(run_id, prov, started_at, exc, notices)
     finally:
         if log is not None:
             log.close()
@@ -366,14 +379,7 @@ def evaluate_variant(
             diagnostics=diagnostics,
         )
     except Exception as exc:
-        return RunResult(
-            run_id,
-            "failed",
-            prov,
-            started_at,
-            error=f"{type(exc).__name__}: {exc}",
-            traceback=traceback.format_exc(),
-        )
+        return RunResult.failed(run_id, prov, started_at, exc)
 
 
 def record(store: Store, result: RunResult) -> RunOutcome:
