@@ -519,6 +519,17 @@ def render(
     the diagnostics of some of them, by run id), against the sweep files' ``plans``, less
     the tables ``retirements`` retire."""
     board = bd.assemble(records, plans, retirements)
+    return _render_board(board, results_href, repo_href, repo_root, diagnostics)
+
+
+def _render_board(
+    board: bd.Board,
+    results_href: str,
+    repo_href: str,
+    repo_root: Path,
+    diagnostics: Mapping[str, Mapping[str, Any]] | None,
+) -> dict[str, str]:
+    """:func:`render` of an assembled ``board``."""
     site = Site(board, styles(board.labels), results_href, repo_href, repo_root, dict(diagnostics or {}))
     pages = {"index.html": index_page(site)}
     for names, folder, make in ((board.tasks, "tasks", task_page), (board.encodings, "encodings", encoding_page)):
@@ -595,16 +606,9 @@ def build(
     diagnostics = read_diagnostics(results_dir, (r.run_id for r in records))
     plans = read_plans(results_dir.parent) if plans is None else plans
     retirements = read_retirements(results_dir.parent) if retirements is None else retirements
-    pages = render(
-        records,
-        results_href=results_href,
-        repo_href=repo_href,
-        diagnostics=diagnostics,
-        plans=plans,
-        retirements=retirements,
-    )
+    board = bd.assemble(records, plans, retirements)  # once, for the pages and the README
+    pages = _render_board(board, results_href, repo_href, REPO_ROOT, diagnostics)
     readme = readme if readme is not None else out_dir.parent / "README.md"
-    board = bd.assemble(records, plans, retirements)
     readme_text = render_readme(board, site_href=href(relative_href(readme.parent, out_dir)))
     write_site(out_dir, pages, readme, readme_text)
     return pages
