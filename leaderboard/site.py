@@ -60,6 +60,8 @@ LEGACY_MARKER = ".pezoo-leaderboard-site"
 PAGE_MARK = f'<meta name="generator" content="{GENERATOR}">'
 """The line every generated page carries (checked before a page that is not in the manifest is replaced)."""
 REPO_ROOT = Path(__file__).resolve().parent.parent
+BANNER_COMMITS = 3
+"""The most commits a provenance banner names; more are counted, and listed in the Provenance table."""
 
 
 class SiteError(ValueError):
@@ -264,10 +266,16 @@ class Site:
         return swatch(self.style(label))
 
     def facts(self, p: bd.Provenance) -> str:
-        """The banner's one-line summary of a preset's runs."""
+        """The banner's one-line summary of a preset's runs. A board filled over many
+        sessions has many commits: past ``BANNER_COMMITS`` the banner counts them and the
+        Provenance table at the page's foot lists them, so the banner stays a line."""
+        if len(p.commits) <= BANNER_COMMITS:
+            commits = f"commit {join(short_commit(c) for c in p.commits)}"
+        else:
+            commits = f"{len(p.commits)} commits (listed under Provenance)"
         return (
             f"{bd.plural(p.runs, 'run')}, {_seeds(p.seeds)}, {join(p.steps)} training steps, {join(p.backbones)}, "
-            f"on {join(p.devices)}, commit {join(short_commit(c) for c in p.commits)}"
+            f"on {join(p.devices)}, {commits}"
         )
 
     def table_seeds(self, table: bd.Table) -> list[int]:

@@ -59,9 +59,9 @@ def test_a_superseded_table_leaves_the_board_and_the_board_says_so(tmp_path):
     # the quick banner counts only what is still on the board: the 6 reverse runs
     assert "A CPU quick-preset board:** 6 runs" in readme
     copy_page = (tmp_path / "site" / "tasks" / "copy.html").read_text()
-    assert "Left the board." in copy_page and 'data-preset="quick"' not in copy_page.split("<h1>", 1)[1]
-    assert "Left the board." not in (tmp_path / "site" / "tasks" / "reverse.html").read_text()
-    assert "Left the board." in (tmp_path / "site" / "index.html").read_text()
+    assert "Left the board:" in copy_page and 'data-preset="quick"' not in copy_page.split("<h1>", 1)[1]
+    assert "Left the board:" not in (tmp_path / "site" / "tasks" / "reverse.html").read_text()
+    assert "Left the board:" in (tmp_path / "site" / "index.html").read_text()
     # nothing is taken out of the results files: the runs stay published, and check says which are retired
     assert len(read_results(results)) == 16
     checked = _invoke("check", "--results", str(results))
@@ -161,7 +161,7 @@ def test_a_hostile_reason_is_shown_as_text(tmp_path):
     assert out.exit_code == 0, out.output
     for page in ("index.html", "tasks/copy.html"):
         html = (tmp_path / "site" / page).read_text()
-        assert "Left the board." in html and injected(html) == [], page
+        assert "Left the board:" in html and injected(html) == [], page
     readme = (tmp_path / "README.md").read_text()
     line = next(x for x in readme.splitlines() if x.startswith("- The quick table for copy"))
     assert "<script>" not in line and "<img" not in line and "&lt;script&gt;" in line

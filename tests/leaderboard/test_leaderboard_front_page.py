@@ -1,0 +1,67 @@
+"""The front of every page stays short on a narrow screen: the banners count a board's
+commits rather than list them, and the notes on departures, extra inputs and retired tables
+fold under a summary that still names every row they concern."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from leaderboard_fixtures import make_record, sha256_of_canonical, write_jsonl
+
+from leaderboard.site import build
+
+EM = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.5, 5: 0.25, 6: 0.0}
+
+
+def _with_commit(record: dict, commit: str) -> dict:
+    record = {**record, "provenance": {**record["provenance"], "commit": commit}}
+    record["checksum"] = sha256_of_canonical(record)
+    return record
+
+
+def _site(tmp_path: Path, records: list[dict]) -> Path:
+    results = tmp_path / "results"
+    write_jsonl(results / "smoke-20261124-000000000000.jsonl", records)
+    build(results, tmp_path / "site")
+    return tmp_path / "site"
+
+
+def _banner(page: str) -> str:
+    return re.search(r'<p class="warning" data-preset="smoke">(.*?)</p>', page).group(1)
+
+
+def test_a_banner_names_a_few_commits_and_counts_many(tmp_path):
+    commits = [f"{i:x}" * 40 for i in range(1, 6)]
+    encodings = ["nope", "ape", "rope", "alibi", "t5"]
+    many = [_with_commit(make_record(pe, "copy", 0, EM), c) for pe, c in zip(encodings, commits, strict=True)]
+    site = _site(tmp_path / "many", many)
+    for page in [site / "index.html", site / "tasks" / "copy.html"]:
+        text = page.read_text()
+        banner = _banner(text)
+        assert "5 commits (listed under Provenance)" in banner, banner
+        assert not any(c[:12] in banner for c in commits)
+        provenance = text.split('<section id="provenance">', 1)[1]
+        assert all(c[:12] in provenance for c in commits)  # the full list is still on the page
+    # an encoding's page tells of its own runs: rope's one commit, named
+    assert "commit " + commits[2][:12] + "." in _banner((site / "encodings" / "rope.html").read_text())
+
+    few = _site(tmp_path / "few", many[:3])
+    banner = _banner((few / "index.html").read_text())
+    assert "commit " + ", ".join(c[:12] for c in sorted(commits[:3])) in banner, banner
+    assert "commits (listed" not in banner
+
+
+def test_the_notes_fold_under_a_summary_that_names_their_rows(tmp_path):
+    records = [make_record(pe, "copy", 0, EM) for pe in ["nope", "xpos", "learned_prf_sh"]]
+    site = _site(tmp_path, records)
+    for page in [site / "index.html", site / "tasks" / "copy.html"]:
+        text = page.read_text()
+        notes = dict(re.findall(r'<details class="note-list" id="([\w-]+)"><summary>(.*?)</summary>', text))
+        assert set(notes) == {"departures", "extra-inputs"}, notes
+        assert notes["departures"] == "<strong>Run unlike their papers:</strong> xpos"
+        assert notes["extra-inputs"] == "<strong>Extra inputs:</strong> learned_prf_sh"
+        # what each says is inside the fold, not lost
+        body = text.split('id="departures">', 1)[1].split("</details>", 1)[0]
+        assert "blockwise" in body and "xPos" in body
+        assert "<details open" not in text  # folded: the ranking comes first on a phone
