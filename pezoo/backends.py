@@ -502,7 +502,8 @@ def xformers_plan(
     padding, only :class:`WindowMask` biases, and consecutive positions (windows are
     counted in positions, xformers' local masks in indices).
     """
-    if any(not isinstance(bias, WindowMask) for bias in biases):
+    windowed = [bias for bias in biases if isinstance(bias, WindowMask)]
+    if len(windowed) < len(biases):
         return None
     if not ctx.causal or ctx.key_padding_mask is not None:
         return None if biases or ctx.key_padding_mask is not None else [(None, math.inf)]
@@ -510,7 +511,7 @@ def xformers_plan(
         return [(None, math.inf)]
     if not _contiguous_positions(ctx):
         return None
-    windows = torch.stack([bias.windows.to(torch.float32).cpu() for bias in biases]).amin(0)  # (h,)
+    windows = torch.stack([bias.windows.to(torch.float32).cpu() for bias in windowed]).amin(0)  # (h,)
     groups = []
     for w in torch.unique(windows).tolist():
         heads = (windows == w).nonzero().squeeze(1)

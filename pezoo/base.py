@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, ClassVar
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -66,7 +66,8 @@ class AttentionContext:
         k_pos: positions of *all* keys, cached ones included, (b, j) or (1, j).
         causal: whether query t may see only keys at sequence index <= t.
         state: per-sequence-batch scratch/recurrent state, kept by the caller across
-            incremental decoding calls (fresh dict for a full forward pass).
+            incremental decoding calls (fresh dict for a full forward pass). Keys are
+            strings or tuples such as ``("prism", layer)``, each encoding's own.
         key_padding_mask: (b, j) bool, True for real keys, or None (no padding).
         scale_hint: optional instance scale n, for encodings that take one (learned-PRF
             with scale hint): per example (b,), or per query token (b, i) when a row
@@ -87,10 +88,10 @@ class AttentionContext:
     q_pos: Tensor
     k_pos: Tensor
     causal: bool = True
-    state: dict[str, Any] = field(default_factory=dict)
+    state: dict[Any, Any] = field(default_factory=dict)
     key_padding_mask: Tensor | None = None
     scale_hint: Tensor | None = None
-    scratch: dict[str, Any] = field(default_factory=dict)
+    scratch: dict[Any, Any] = field(default_factory=dict)
     head_dim: int | None = None
     state_kept: bool = True
 
@@ -275,8 +276,8 @@ class PositionalEncoding(nn.Module):
         max_position: largest position supported, or None for unbounded.
     """
 
-    name: ClassVar[str] = ""
-    uses_positions: ClassVar[bool] = True
+    name: str = ""  # per class; a wrapper (Combined, Randomized) sets its own per instance
+    uses_positions: bool = True
     max_position: int | None = None
 
     # -- positions -----------------------------------------------------------------
@@ -368,7 +369,7 @@ class Registry(Mapping[str, Callable[..., Any]]):
     def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
         self.kind = kind
         self._group = entry_point_group
-        self._factories: dict[str, Callable[..., Any]] = {}
+        self._factories: dict[str, Callable[..., Any] | _LazyEntryPoint] = {}  # a plugin: lazy until looked up
         self._entry_points_loaded = entry_point_group is None
         self.broken: dict[str, str] = {}
         """Plugins that failed to load: name -> error message (filled by lookups and :meth:`load_plugins`)."""
@@ -380,7 +381,7 @@ class Registry(Mapping[str, Callable[..., Any]]):
         self._factories[name] = factory
 
     def _load_entry_points(self) -> None:
-        if self._entry_points_loaded:
+        if self._entry_points_loaded or self._group is None:
             return
         found: dict[str, _LazyEntryPoint] = {}
         clashes = []
@@ -480,10 +481,14 @@ WRAPPERS: dict[str, Callable[..., PositionalEncoding]] = {}
 """Prefix wrappers: ``create("randomized:rope")`` -> ``WRAPPERS["randomized"](create("rope"))``."""
 
 
-def register(name: str) -> Callable[[type], type]:
-    """Class decorator: register an encoding class under ``name`` (sets ``cls.name``)."""
+_Encoding = TypeVar("_Encoding", bound=type[PositionalEncoding])
 
-    def deco(cls: type) -> type:
+
+def register(name: str) -> Callable[[_Encoding], _Encoding]:
+    """Class decorator: register an encoding class under ``name`` (sets ``cls.name``); the
+    class is returned as it is, so type checkers keep its own type."""
+
+    def deco(cls: _Encoding) -> _Encoding:
         cls.name = name
         ENCODINGS.register(name, cls)
         return cls

@@ -50,7 +50,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -141,7 +141,7 @@ class KitModel(nn.Module):
 
     def set_backend(self, backend: str) -> None:
         for attn in self.attn:
-            attn.backend = backend
+            cast(SelfAttention, attn).backend = backend
 
     def forward(
         self,
@@ -625,7 +625,7 @@ def check_encoding(
     unknown = sorted(set(config) - valid)
     if unknown:
         raise TypeError(f"check_encoding got unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
-    cfg = KitConfig(**({"dims": dims} if dims is not None else {}), **config)
+    cfg = KitConfig(**config) if dims is None else KitConfig(dims=dims, **config)
     names = list(CHECKS) if checks is None else list(checks)
     bad = sorted(set(names) - set(CHECKS))
     if bad:
@@ -664,7 +664,7 @@ def graph_breaks(factory: Factory, dims: ModelDims | None = None, **config: Any)
     """
     import torch._dynamo  # here, not at the top: the checks do not pay for dynamo's import
 
-    cfg = KitConfig(**({"dims": dims} if dims is not None else {}), **config)
+    cfg = KitConfig(**config) if dims is None else KitConfig(dims=dims, **config)
     model = _build(factory, cfg, cfg.seed)
     model.eval()
     model.set_backend("sdpa")

@@ -22,8 +22,8 @@ may not appear twice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -75,35 +75,39 @@ class Combined(PositionalEncoding):
         bounds = [p.max_position for p in parts if p.max_position is not None]
         self.max_position = min(bounds) if bounds else None
 
+    def _parts(self) -> Iterator[PositionalEncoding]:
+        """The parts, as the encodings they are (``self.parts`` is their ``nn.ModuleList``)."""
+        return cast("Iterator[PositionalEncoding]", iter(self.parts))
+
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        for part in self.parts:
+        for part in self._parts():
             x = part.embed(x, pos)
         return x
 
     def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
-        for part in self.parts:
+        for part in self._parts():
             x = part.embed_tokens(x, tokens, ctx)
         return x
 
     def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
-        for part in self.parts:
+        for part in self._parts():
             part.observe(layer, x, ctx)
 
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
-        for part in self.parts:
+        for part in self._parts():
             q, k = part.qk(layer, q, k, ctx)
         return q, k
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
-        return [b for part in self.parts for b in part.bias(layer, q, k, ctx)]
+        return [b for part in self._parts() for b in part.bias(layer, q, k, ctx)]
 
     def optimizer_groups(self) -> list[dict[str, Any]]:
         """The parts' own parameter groups (e.g. PRISM's α), if any."""
-        return [g for part in self.parts for g in getattr(part, "optimizer_groups", list)()]
+        return [g for part in self._parts() for g in getattr(part, "optimizer_groups", list)()]
 
     def regularisation(self) -> Tensor:
         """The sum of the parts' loss terms (0 when none has one)."""
-        terms = [part.regularisation() for part in self.parts if hasattr(part, "regularisation")]
+        terms = [term() for part in self._parts() if (term := getattr(part, "regularisation", None)) is not None]
         return sum(terms, torch.zeros(()))
 
     def extra_repr(self) -> str:

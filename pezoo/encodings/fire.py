@@ -28,6 +28,8 @@ tensor; eager/sdpa materialise it with one matrix product.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -133,17 +135,20 @@ class FIRE(PositionalEncoding):
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         s = 0 if self.share_layers else layer
-        first, second = self.mlp[s][0], self.mlp[s][2]
+        mlp = cast(nn.Sequential, self.mlp[s])
+        first, second = cast(nn.Linear, mlp[0]), cast(nn.Linear, mlp[2])
         threshold = (self.threshold_multiplier[s] * self.init_threshold).abs()  # ()
-        params = (
-            self.c[s],
-            threshold,
-            first.weight[:, 0],  # (u,)
-            first.bias,  # (u,)
-            second.weight,  # (h, u)
-            second.bias,  # (h,)
+        params = tuple(
+            p.to(torch.float32)  # fp32 math under a half-precision model
+            for p in (
+                self.c[s],
+                threshold,
+                first.weight[:, 0],  # (u,)
+                first.bias,  # (u,)
+                second.weight,  # (h, u)
+                second.bias,  # (h,)
+            )
         )
-        params = tuple(p.to(torch.float32) for p in params)  # fp32 math under a half-precision model
         return [RelativeFunctionBias(fire_bias, params, dense_fn=fire_bias_dense)]
 
     def extra_repr(self) -> str:

@@ -31,6 +31,8 @@ class LearnedAPE(PositionalEncoding):
         init_std: standard deviation of the normal initialisation (0.02, as GPT-2).
     """
 
+    max_position: int  # always bounded: the table's rows
+
     def __init__(self, *, d_model: int, max_position: int = DEFAULT_MAX_POSITION, init_std: float = 0.02) -> None:
         super().__init__()
         if max_position < 1:

@@ -30,7 +30,7 @@ import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import Tensor
@@ -337,6 +337,17 @@ def rotary_dim_of(head_dim: int, partial_rotary_factor: float | None = None) -> 
     return r
 
 
+_T = TypeVar("_T")
+
+
+def _given(value: _T | None) -> _T:
+    """A RopeScaling field that :class:`RopeScaling` has checked is set for the rope_type
+    that reads it (narrows ``X | None`` to ``X`` for type checkers)."""
+    if value is None:  # pragma: no cover - RopeScaling.__post_init__ rejects a missing required key
+        raise ValueError("rope scaling: a required key is missing")
+    return value
+
+
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     """YaRN's attention temperature factor sqrt(1/t) = 0.1 · mscale · ln(s) + 1 (1 for s <= 1)."""
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
@@ -394,31 +405,36 @@ def rope_frequencies(
     if kind in ("default", "p_rope"):  # exactly the float32 frequencies RoPE always used
         inv_freq = base ** (-torch.arange(0, r, 2, device=device, dtype=torch.float32) / r)
         if kind == "p_rope":
-            kept = int(cfg.p * r // 2)  # ⌊p·r/2⌋, as Barbero et al.'s apply_p_rope
+            kept = int(_given(cfg.p) * r // 2)  # ⌊p·r/2⌋, as Barbero et al.'s apply_p_rope
             inv_freq = torch.where(torch.arange(f, device=device) < kept, inv_freq, torch.zeros_like(inv_freq))
         return inv_freq, 1.0
 
     exponent = torch.arange(0, r, 2, dtype=torch.float64) / r  # 2i/r, (f,)
     theta = base**-exponent  # (f,) float64
-    scale, s = 1.0, cfg.factor
-    L = cfg.original_max_position_embeddings
+    scale = 1.0
+    s, L = cfg.factor, cfg.original_max_position_embeddings  # each required by the types that read it
     if kind == "linear":
-        inv = theta / s
+        inv = theta / _given(s)
     elif kind in ("ntk", "dynamic"):
         if r <= 2:
             raise ValueError(f"rope scaling: {kind!r} rescales the base by s^(r/(r-2)) and needs a rotary dim > 2")
+        s = _given(s)
         if kind == "dynamic":
-            length = L if seq_len is None else max(seq_len, L)
-            s = s * length / L - (s - 1)
+            length = _given(L) if seq_len is None else max(seq_len, _given(L))
+            s = s * length / _given(L) - (s - 1)
         inv = (base * s ** (r / (r - 2))) ** -exponent
     elif kind == "yarn":
-        scale = cfg.attention_factor
-        if scale is None:
-            scale = _yarn_mscale(s, cfg.mscale) / _yarn_mscale(s, cfg.mscale_all_dim) if cfg.mscale else _yarn_mscale(s)
+        s, trained = _given(s), _given(L)
+        if cfg.attention_factor is not None:
+            scale = cfg.attention_factor
+        elif cfg.mscale is not None:
+            scale = _yarn_mscale(s, cfg.mscale) / _yarn_mscale(s, _given(cfg.mscale_all_dim))
+        else:
+            scale = _yarn_mscale(s)
         beta_fast, beta_slow = cfg.beta_fast or 32.0, cfg.beta_slow or 1.0
 
         def dim_with(rotations: float) -> float:  # the dim index i at which L·θ_i/(2π) = rotations
-            return r * math.log(L / (rotations * 2 * math.pi)) / (2 * math.log(base))
+            return r * math.log(trained / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
         low, high = dim_with(beta_fast), dim_with(beta_slow)
         if cfg.truncate is not False:
@@ -429,23 +445,27 @@ def rope_frequencies(
         ramp = ((torch.arange(f, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)  # 0: keep θ, 1: θ/s
         inv = theta / s * ramp + theta * (1 - ramp)
     elif kind == "llama3":
+        s, L = _given(s), _given(L)
+        low_f, high_f = _given(cfg.low_freq_factor), _given(cfg.high_freq_factor)
         wavelength = 2 * math.pi / theta
-        long_edge, short_edge = L / cfg.low_freq_factor, L / cfg.high_freq_factor
-        smooth = (L / wavelength - cfg.low_freq_factor) / (cfg.high_freq_factor - cfg.low_freq_factor)
+        long_edge, short_edge = L / low_f, L / high_f
+        smooth = (L / wavelength - low_f) / (high_f - low_f)
         inv = torch.where(wavelength > long_edge, theta / s, theta)
         blend = (1 - smooth) * theta / s + smooth * theta
         inv = torch.where((wavelength >= short_edge) & (wavelength <= long_edge), blend, inv)
     elif kind == "longrope":
-        for name in ("short_factor", "long_factor"):
-            if len(getattr(cfg, name)) != f:
+        L, short, long = _given(L), _given(cfg.short_factor), _given(cfg.long_factor)
+        for name, values in (("short_factor", short), ("long_factor", long)):
+            if len(values) != f:
                 raise ValueError(
-                    f"rope scaling: {name} has {len(getattr(cfg, name))} entries but the rotary dim {r} "
-                    f"has {f} frequencies"
+                    f"rope scaling: {name} has {len(values)} entries but the rotary dim {r} has {f} frequencies"
                 )
-        factors = cfg.long_factor if seq_len is not None and seq_len > L else cfg.short_factor
+        factors = long if seq_len is not None and seq_len > L else short
         inv = theta / torch.tensor(factors, dtype=torch.float64)
-        scale = cfg.attention_factor
-        if scale is None:
+        if cfg.attention_factor is not None:
+            scale = cfg.attention_factor
+        else:  # RopeScaling requires factor when attention_factor is absent
+            s = _given(s)
             scale = 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(L))
     else:  # pragma: no cover - RopeScaling rejects other types
         raise AssertionError(kind)

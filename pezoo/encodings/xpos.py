@@ -91,10 +91,17 @@ class XPos(PositionalEncoding):
                 lo, hi = ctx.q_pos.amin(-1, keepdim=True), ctx.q_pos.amax(-1, keepdim=True)  # (b|1, 1)
                 ctx.state["xpos_center"] = torch.div(lo + hi, 2, rounding_mode="floor")
             center = ctx.state["xpos_center"]
-            options = {"base": self.base, "scale_base": self.scale_base, "gamma": self.gamma}
-            ctx.scratch["xpos"] = (
-                xpos_rotation(ctx.q_pos, center, self.head_dim, **options),
-                xpos_rotation(ctx.q_pos, center, self.head_dim, key=True, **options),
+            ctx.scratch["xpos"] = tuple(
+                xpos_rotation(
+                    ctx.q_pos,
+                    center,
+                    self.head_dim,
+                    key=key,
+                    base=self.base,
+                    scale_base=self.scale_base,
+                    gamma=self.gamma,
+                )
+                for key in (False, True)
             )
         rot_q, rot_k = ctx.scratch["xpos"]
         return rotate_pairs_complex(q, rot_q), rotate_pairs_complex(k, rot_k)

@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -482,17 +482,17 @@ def _scan_emitting(
         (last histogram (b, n, p), stacked streams (s, b, n, f|p)).
     """
     reset, inc, dec, keep = gates.unbind(dim=-1)
-    out = []
     h = hist
     support = hist.shape[-1] // 2
     copies = None if p_copy is None else p_copy.unbind(0)  # (b, k, p+1) per step
     if not windowed:
+        every = []
         for t in range(gates.shape[0]):
             copy_t = None if copies is None else copies[t]
             mask_t = None if masks is None else masks[t]
             h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=mask_t)
-            out.append(h if table is None else h @ table)
-        return h, torch.stack(out, dim=0)
+            every.append(h if table is None else h @ table)
+        return h, torch.stack(every, dim=0)
     radius = min(start, support)
     h = hist[..., support - radius : support + radius + 1]  # (b, n, 2r+1): the reachable bins
     if fused and table is not None and p_copy is None:
@@ -727,7 +727,8 @@ class PRISM(PositionalEncoding):
         if key not in self.prism_layers:
             return
         record = self._recording is not None
-        streams, new_state, recorded = self.prism_layers[key].streams(x, ctx.state.get(("prism", layer)), record=record)
+        prism_layer = cast(PRISMLayer, self.prism_layers[key])
+        streams, new_state, recorded = prism_layer.streams(x, ctx.state.get(("prism", layer)), record=record)
         ctx.state[("prism", layer)] = new_state
         ctx.scratch[("prism", layer)] = streams
         if recorded is not None and self._recording is not None:
@@ -781,7 +782,8 @@ class PRISM(PositionalEncoding):
         total = self.alpha.new_zeros(())
         if self.config.regulariser == "frobenius":
             for prism_layer in self.prism_layers.values():
-                total = total + self.config.frobenius_weight * prism_layer.gates.penalty()
+                gates = cast(PRISMLayer, prism_layer).gates
+                total = total + self.config.frobenius_weight * gates.penalty()
         return total
 
     @contextmanager

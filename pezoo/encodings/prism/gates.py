@@ -8,7 +8,7 @@ g GRU hidden width, e copy-attention width.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -49,7 +49,7 @@ def householder_product_wy(a: Tensor, tau: Tensor) -> Tensor:
 try:  # torch's orthogonal parametrisation, reused so init, state-dict keys and behaviour stay torch's
     from torch.nn.utils.parametrizations import _OrthMaps, _Orthogonal
 except ImportError:  # pragma: no cover - a torch without these internals uses the plain parametrisation
-    _Orthogonal = _OrthMaps = None
+    _Orthogonal = _OrthMaps = None  # type: ignore[assignment,misc]
 
 if _Orthogonal is not None:
 
@@ -138,7 +138,8 @@ class GateNet(nn.Module):
 
     def penalty(self) -> Tensor:
         """‖W_hh‖_F² (the §6.3 Frobenius regulariser before its weight)."""
-        return self.gru.weight_hh_l0.pow(2).sum()
+        weight = cast(Tensor, self.gru.weight_hh_l0)  # parametrised: computed on access
+        return weight.pow(2).sum()
 
 
 def _rebuild_gate_net(args: tuple, state: dict[str, Tensor], training: bool) -> GateNet:
