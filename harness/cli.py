@@ -378,6 +378,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
             runner = local_executor(dev, workers, report.todo, report.progress_for, report.live_notice)
         report.in_process = isinstance(runner, InProcess)
         report.slots = min(runner.capacity, max(1, report.todo))
+        report.held_elsewhere = store.held_by_others  # other processes on the store share the sweep
         if isinstance(runner, InProcess):
             how = "one run at a time, in this process"
         elif ray_executor is None:

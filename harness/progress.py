@@ -37,6 +37,8 @@ UNITS = {"train": "steps", "eval": "lengths"}
 """What a phase counts (``harness.run.Progress``: ``train`` steps, ``eval`` lengths)."""
 
 LINE_EVERY = 30.0
+SHARING_EVERY = 60.0
+"""Seconds between two looks at the store for other processes training this sweep's runs (for the ETA)."""
 """Seconds between a run's progress lines off a terminal."""
 
 
@@ -114,8 +116,11 @@ class SweepReport(SweepEvents):
     """Progress of a sweep, on a terminal or off one (see the module docstring).
 
     Attributes set by the caller once the executor is known: ``in_process`` (runs go one
-    at a time in this process: their bars stay on screen, no sweep bar) and ``slots``
-    (runs in flight at once, for the ETA).
+    at a time in this process: their bars stay on screen, no sweep bar), ``slots`` (runs
+    in flight at once, for the ETA) and ``held_elsewhere`` (the store's
+    :meth:`~harness.store.Store.held_by_others`: other ``pezoo bench`` processes sharing
+    the store share the sweep's work, and the ETA counts them; looked up at most every
+    ``SHARING_EVERY`` seconds).
     """
 
     def __init__(
@@ -149,6 +154,9 @@ class SweepReport(SweepEvents):
         if plan is not None:
             self.estimates = {r.index: r.estimate.seconds for r in plan.runs if r.estimate is not None}
         self.slots = 1  # runs in flight at once (the executor's capacity); the caller sets it
+        self.held_elsewhere: Callable[[], dict[str, str]] | None = None  # run id -> holder; the caller sets it
+        self._run_ids = [cfg.run_id() for cfg in self.configs]
+        self._sharing: tuple[float, dict[str, str]] | None = None  # (when looked up, what was held)
         self.running: set[int] = set()
         self.done = 0
         self.failures: list[str] = []
@@ -172,12 +180,32 @@ class SweepReport(SweepEvents):
             click.echo(message, err=err)
 
     def _status(self) -> str:
-        """``done 3/12, running 2, failed 0, ETA 4m`` (no ETA until there is one)."""
+        """``done 3/12, running 2, failed 0, ETA 4m`` (no ETA until there is one), and
+        ``(with 1 other process on this store)`` when other processes share the work."""
         status = f"done {self.done}/{self.todo}, running {len(self.running)}, failed {len(self.failures)}"
         eta = self.eta()
         if eta is not None and self.done + len(self.failures) < self.todo:
             status += f", ETA {format_duration(eta)}"
+            others = len(set(self._held().values()))
+            if others:
+                status += f" (with {others} other process{'es' if others > 1 else ''} on this store)"
         return status
+
+    def _held(self) -> dict[str, str]:
+        """This sweep's runs that other live processes hold (run id -> holder), as the
+        store said at most ``SHARING_EVERY`` seconds ago; {} without a store to ask, or
+        when asking fails (the ETA then counts this process alone)."""
+        if self.held_elsewhere is None:
+            return {}
+        now = self._clock()
+        if self._sharing is None or now - self._sharing[0] >= SHARING_EVERY:
+            try:
+                held = self.held_elsewhere()
+            except Exception:  # a busy or damaged store must not stop the sweep over an ETA
+                held = {} if self._sharing is None else self._sharing[1]
+            ours = set(self._run_ids)
+            self._sharing = (now, {run_id: who for run_id, who in held.items() if run_id in ours})
+        return self._sharing[1]
 
     def _expected_seconds(self, index: int) -> float | None:
         """How long run ``index`` should take: the plan's estimate scaled by how the
@@ -213,13 +241,20 @@ class SweepReport(SweepEvents):
         speed reported to tell how long it still takes. A mean over runs left would be
         wrong twice on a sweep of unequal runs: it ignores which runs are left, and it
         misses that the last worker busy decides the end. A retried run counts in full,
-        though it may resume from its checkpoint."""
+        though it may resume from its checkpoint.
+
+        Other processes training this sweep's runs (:meth:`_held`) count as one more worker
+        each, busy first with the run they hold for its whole expected time (how far they
+        are is theirs to know), so two processes on one store each see the sweep's end,
+        not twice it."""
         now = self._clock()
+        held = self._held()
         busy = [self._left(i, now) for i in self.running]
-        queued = [self._expected_seconds(i) for i in self.queue]
+        busy += [self._expected_seconds(i) for i in self.queue if self._run_ids[i - 1] in held]
+        queued = [self._expected_seconds(i) for i in self.queue if self._run_ids[i - 1] not in held]
         if None in busy or None in queued or any(left < 0 for left in busy):
             return None
-        return makespan(queued, self.slots, busy)
+        return makespan(queued, self.slots + len(set(held.values())), busy)
 
     def _attempt_over(self, index: int, measured: bool) -> None:
         """Run ``index`` is no longer in flight; ``measured``: its time counts towards the ETA

@@ -641,6 +641,19 @@ class Store:
             raise self._explain(exc, "reading it") from exc
         return holder if state == "live" else None
 
+    def held_by_others(self) -> dict[str, str]:
+        """The runs other live processes are training now: run id -> the holder's
+        ``host:pid`` (for a sweep's ETA when processes share the store's work)."""
+        me, now = Owner.this_process(), time.time()
+        held = {}
+        for run_id, owner_json, heartbeat in self._query(
+            "SELECT run_id, owner, heartbeat FROM runs WHERE status='running'"
+        ):
+            owner = Owner.from_json(owner_json)
+            if owner is not None and owner != me and owner.alive(heartbeat, now, self.lease_seconds):
+                held[run_id] = f"{owner.host}:{owner.pid}"
+        return held
+
     def set_provenance(
         self, run_id: str, provenance: Mapping[str, Any], started_at: float, owner: Owner | None = None
     ) -> bool:

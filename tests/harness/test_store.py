@@ -157,6 +157,18 @@ def test_a_claim_whose_process_is_gone_is_taken_over(tmp_path, other_process, wh
         zombie.wait()
 
 
+def test_held_by_others_lists_the_runs_other_live_processes_train(tmp_path, other_process):
+    mine, theirs, gone, done = (smoke(seed=s) for s in range(4))
+    with Store(tmp_path / "s.sqlite") as store:
+        assert store.claim(mine, {"commit": "us"}).taken
+        assert store.claim(theirs, {"commit": "them"}, owner_of(other_process.pid)).taken
+        assert store.claim(gone, {"commit": "gone"}, owner_of(dead_pid())).taken
+        assert store.claim(done, {"commit": "them"}, owner_of(other_process.pid)).taken
+        store.finish(done.run_id(), METRICS, **DONE, owner=owner_of(other_process.pid))
+        # ours, a dead process's and a finished run are not held elsewhere
+        assert store.held_by_others() == {theirs.run_id(): f"{socket.gethostname()}:{other_process.pid}"}
+
+
 def test_claims_from_another_machine_lapse_with_their_heartbeat(tmp_path):
     cfg = smoke()
     remote = Owner("some-other-host.example", 4242, 123, "their-boot", "pid:[1]")

@@ -453,6 +453,38 @@ def test_sweep_eta_tracks_retries_and_leaves_out_an_overdue_run():
     assert report.eta() is None and "ETA" not in report._status()
 
 
+def test_sweep_eta_counts_other_processes_training_the_same_sweep():
+    """Two `pezoo bench` processes on one store share a sweep's runs: each counts the other
+    as a worker busy with the run it holds, so each sees the sweep's end, not twice it."""
+    from harness.config import RunConfig
+
+    configs = [RunConfig(pe="nope", task="copy", seed=s) for s in range(4)]
+    report, now = _report(configs, slots=1)
+    report.estimates = {i: 100.0 for i in range(1, 5)}
+    assert report.eta() == pytest.approx(400.0)  # no store to ask: this process alone
+    asked = []
+    held = {configs[1].run_id(): "hostB:42", "another-sweeps-run": "hostC:7"}
+    report.held_elsewhere = lambda: asked.append(now[0]) or dict(held)
+    # run 2 busy on the other process (100 s); runs 1, 3, 4 on two workers: 200 s
+    assert report.eta() == pytest.approx(200.0)
+    assert report._status() == "done 0/4, running 0, failed 0, ETA 3m (with 1 other process on this store)"
+    # the store is asked at most once a minute
+    held[configs[2].run_id()] = "hostD:9"
+    now[0] = 30.0
+    assert report.eta() == pytest.approx(200.0) and asked == [0.0]
+    now[0] = 61.0
+    # runs 2 and 3 busy on two other processes (100 s each); run 1 here, then run 4 on the
+    # first worker free: 200 s (this process alone would say 400)
+    assert report.eta() == pytest.approx(200.0) and asked == [0.0, 61.0]
+    assert "(with 2 other processes on this store)" in report._status()
+
+    def broken():
+        raise RuntimeError("database is locked")
+
+    report.held_elsewhere, report._sharing = broken, None  # asking fails: this process alone
+    assert report.eta() == pytest.approx(400.0) and "other process" not in report._status()
+
+
 def test_sweep_eta_follows_the_plan_and_how_fast_runs_really_go(tmp_path):
     """With the plan's estimates the ETA is there from the start, counts which runs are
     left, and is rescaled by how the finished runs' wall times compared with theirs."""
