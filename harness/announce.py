@@ -99,12 +99,14 @@ def published_line(plan: Plan, published_ids: Collection[str], store_path: str |
     )
 
 
-def wall_line(plan: Plan, workers: int) -> str:
+def wall_line(plan: Plan, workers: int, others: int = 0) -> str:
     """The estimated wall time of the plan's missing runs on ``workers`` workers in the
-    order given (the driver's list scheduling), its device time and what it rests on."""
+    order given (the driver's list scheduling), its device time and what it rests on.
+    ``others``: other processes training runs of the same plan from the same store, each
+    counted as one more worker (they share the runs through the store's claims)."""
     if not plan.missing:
         return "estimated wall time: none, every run is finished in the store"
-    wall = wall_seconds(plan, workers)
+    wall = wall_seconds(plan, workers + others)
     if wall is None:
         on = f" on {plan.device_type}" if plan.device_type else ""
         return (
@@ -114,9 +116,10 @@ def wall_line(plan: Plan, workers: int) -> str:
         )
     device = format_duration(plan.device_hours * 3600)
     about = "under 1s" if wall[0] < 1 else f"about {format_duration(wall[0])}"
-    return (
-        f"estimated wall time: {about} on {_plural(workers, 'worker')} (device time {device}; {estimate_bases(plan)})"
-    )
+    on = _plural(workers, "worker")
+    if others:
+        on += f" and {others} other process{'es' if others > 1 else ''} on this store"
+    return f"estimated wall time: {about} on {on} (device time {device}; {estimate_bases(plan)})"
 
 
 def bench_announcement(
@@ -129,12 +132,14 @@ def bench_announcement(
     runner: str,
     workers: int,
     device_type: str,
+    others: int = 0,
 ) -> str:
     """The lines ``pezoo bench`` prints before it starts: runs, presets, where, how long.
 
     ``where``: the device in words (``cpu``, ``a Ray cluster (cuda)``); ``runner``: how
     the runs go (``in this process``, ``in 4 worker processes``); ``workers``: runs in
-    flight at once; ``device_type``: ``cpu`` or ``cuda``."""
+    flight at once; ``device_type``: ``cpu`` or ``cuda``; ``others``: other processes
+    training runs of this sweep from the same store (see :func:`wall_line`)."""
     counts = plan.counts()
     todo = plan.missing
     pes = _names([config_display_name(c) for c in configs])
@@ -156,5 +161,5 @@ def bench_announcement(
     hint = gpu_hint(configs, device_type)
     if hint:
         lines.append(hint)
-    lines.append(wall_line(plan, workers))
+    lines.append(wall_line(plan, workers, others))
     return "\n".join(lines)

@@ -47,6 +47,9 @@ def test_finished_runs_published_runs_and_varying_axes_are_named(tmp_path):
     # both rope runs 2 s too (same task and model): 3 runs of 2 s on 2 workers
     assert "about 4s on 2 workers (device time 6s; 1 from same encoding, task and model; 2 from same task" in text
     assert wall_line(make_plan(runs[:1], rows), 1) == "estimated wall time: none, every run is finished in the store"
+    # another process on the store shares the three runs: 2 s each on three workers
+    shared = announce(runs, plan, workers=2, others=1)
+    assert "about 2s on 2 workers and 1 other process on this store (device time 6s;" in shared
 
 
 def test_on_cuda_a_cpu_preset_points_at_the_gpu_preset_and_an_unrecorded_speed_is_unknown():
