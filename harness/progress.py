@@ -37,9 +37,10 @@ UNITS = {"train": "steps", "eval": "lengths"}
 """What a phase counts (``harness.run.Progress``: ``train`` steps, ``eval`` lengths)."""
 
 LINE_EVERY = 30.0
+"""Seconds between a run's progress lines off a terminal."""
+
 SHARING_EVERY = 60.0
 """Seconds between two looks at the store for other processes training this sweep's runs (for the ETA)."""
-"""Seconds between a run's progress lines off a terminal."""
 
 
 def _size() -> dict[str, int]:
@@ -193,8 +194,9 @@ class SweepReport(SweepEvents):
 
     def _held(self) -> dict[str, str]:
         """This sweep's runs that other live processes hold (run id -> holder), as the
-        store said at most ``SHARING_EVERY`` seconds ago; {} without a store to ask, or
-        when asking fails (the ETA then counts this process alone)."""
+        store said at most ``SHARING_EVERY`` seconds ago; {} without a store to ask. When
+        asking fails, the last answer stands ({} if there was none: the ETA then counts
+        this process alone)."""
         if self.held_elsewhere is None:
             return {}
         now = self._clock()
