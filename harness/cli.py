@@ -395,7 +395,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
                 runner=how,
                 workers=report.slots,
                 device_type=device_type,
-                others=len(set(report._held().values())),
+                others=report.other_processes(),
             )
             + "\n"
         )

@@ -187,12 +187,12 @@ class SweepReport(SweepEvents):
         eta = self.eta()
         if eta is not None and self.done + len(self.failures) < self.todo:
             status += f", ETA {format_duration(eta)}"
-            others = len(set(self._held().values()))
+            others = self.other_processes()
             if others:
                 status += f" (with {others} other process{'es' if others > 1 else ''} on this store)"
         return status
 
-    def _held(self) -> dict[str, str]:
+    def held(self) -> dict[str, str]:
         """This sweep's runs that other live processes hold (run id -> holder), as the
         store said at most ``SHARING_EVERY`` seconds ago; {} without a store to ask. When
         asking fails, the last answer stands ({} if there was none: the ETA then counts
@@ -208,6 +208,10 @@ class SweepReport(SweepEvents):
             ours = set(self._run_ids)
             self._sharing = (now, {run_id: who for run_id, who in held.items() if run_id in ours})
         return self._sharing[1]
+
+    def other_processes(self) -> int:
+        """How many other live processes are training this sweep's runs (:meth:`held`)."""
+        return len(set(self.held().values()))
 
     def _expected_seconds(self, index: int) -> float | None:
         """How long run ``index`` should take: the plan's estimate scaled by how the
@@ -245,12 +249,12 @@ class SweepReport(SweepEvents):
         misses that the last worker busy decides the end. A retried run counts in full,
         though it may resume from its checkpoint.
 
-        Other processes training this sweep's runs (:meth:`_held`) count as one more worker
+        Other processes training this sweep's runs (:meth:`held`) count as one more worker
         each, busy first with the run they hold for its whole expected time (how far they
         are is theirs to know), so two processes on one store each see the sweep's end,
         not twice it."""
         now = self._clock()
-        held = self._held()
+        held = self.held()
         busy = [self._left(i, now) for i in self.running]
         busy += [self._expected_seconds(i) for i in self.queue if self._run_ids[i - 1] in held]
         queued = [self._expected_seconds(i) for i in self.queue if self._run_ids[i - 1] not in held]
