@@ -19,11 +19,16 @@ from pathlib import Path
 
 import pytest
 from chromium_cdp import Chromium, find_chromium
+from click.testing import CliRunner
 from hostile_inputs import PAYLOADS, hostile_board
 
+from harness.cli import main
 from leaderboard.site import render
 
 pytestmark = pytest.mark.slow
+
+COMMITTED_RESULTS = Path(__file__).resolve().parents[2] / "leaderboard" / "results"
+"""The published board: its row labels are the longest the site has to lay out."""
 
 CHROMIUM = find_chromium()
 if CHROMIUM is None:
@@ -150,6 +155,32 @@ def test_pages_are_legible_400_px_wide(browser, smoke_site, shots):
             assert widths and max(widths) <= 400, page
             assert browser.evaluate(smallest_text) >= 9, page
             save_shot(browser, shots, f"narrow-{page.replace('/', '-').replace('.html', '')}.png")
+    finally:
+        browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
+
+
+def test_long_encoding_names_wrap_on_a_narrow_screen(browser, shots, tmp_path):
+    """On a 400 px screen a long row label ("rope → dynamic×4 L=22 (same weights)") wraps
+    inside the sticky encoding column instead of pushing every score off the screen."""
+    site = tmp_path / "site"
+    built = CliRunner().invoke(main, ["leaderboard", "build", "--results", str(COMMITTED_RESULTS), "--out", str(site)])
+    assert built.exit_code == 0, built.output
+    page = site / "tasks" / "copy.html"
+    assert "(same weights)" in page.read_text(encoding="utf-8")  # the committed board has such labels
+    try:
+        browser.call("Emulation.setDeviceMetricsOverride", width=400, height=900, deviceScaleFactor=1, mobile=True)
+        start = browser.navigate(page.as_uri())
+        assert browser.errors(start) == []
+        cells = browser.evaluate(
+            "[...document.querySelectorAll('table.ranking td.sticky')].map(c => c.getBoundingClientRect().width)"
+        )
+        assert cells and max(cells) <= 200
+        # the first score column after the encoding (EM<=N) starts well inside the screen
+        left = browser.evaluate(
+            "document.querySelector('table.ranking thead th:nth-child(3)').getBoundingClientRect().left"
+        )
+        assert left <= 280
+        save_shot(browser, shots, "narrow-long-labels.png")
     finally:
         browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
 
