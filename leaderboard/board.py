@@ -18,8 +18,11 @@ min..max band.
 
 **At a glance** (``overview``), per preset: an encodings × tasks grid whose cell is the
 ranking measure (EM>N, mean over seeds) where the encoding fitted, "did not fit"
-otherwise. Rows are ordered by the mean over the preset's tasks of EM>N counting a task
-the encoding did not fit (or was not run on) as 0, then by tasks fitted, then by name.
+otherwise. Rows are ordered by the mean of EM>N over the preset's *counted* tasks, those
+whose table is complete (every task while none is, or without a plan), counting a task
+the encoding did not fit (or was not run on) as 0, then by counted tasks fitted, then by
+name. A task still being filled is shown but not counted, so the order does not depend on
+which runs happened to finish first.
 
 An "encoding" on the board is the registry name, with its options appended when a run
 set any (``rope {"base": 500}``), so differently configured runs are never pooled.
@@ -686,17 +689,23 @@ OVERVIEW_RULE = (
     "Each cell is the ranking measure, EM>N (exact match beyond the training scales, mean over seeds), where every "
     "seed of the encoding fitted that task; “did not fit” where some seed did not; blank where it was not run. "
     "Rows are ordered by the mean over the tasks of EM>N, counting a task the encoding did not fit or was not run "
-    "on as 0, then by the number of tasks fitted."
+    "on as 0, then by the number of tasks fitted. While the board is being filled, only the tasks whose table is "
+    "complete count, so the order does not depend on which runs finished first."
 )
 """What the at-a-glance grid shows and how its rows are ordered, quoted by the site and the README."""
+
+PENDING_MARK = "†"
+PENDING_RULE = f"{PENDING_MARK} still being filled: shown, not counted in the mean"
+"""The key to a grid column whose table is incomplete (:attr:`Overview.pending`)."""
 
 
 @dataclass(frozen=True)
 class OverviewRow:
     """One encoding across the tasks of one preset: its row on each task's table.
 
-    ``score`` is the ordering measure: the mean over the preset's tasks of EM>N where the
-    encoding fitted, 0 where it did not fit or was not run.
+    ``score`` is the ordering measure: the mean over the preset's counted tasks
+    (:class:`Overview`) of EM>N where the encoding fitted, 0 where it did not fit or was
+    not run. ``tasks_fitted`` counts every task of the preset, counted or not.
     """
 
     position: int
@@ -707,10 +716,26 @@ class OverviewRow:
     tasks_fitted: int
 
 
-def overview(board: Board, preset: str) -> tuple[list[str], list[OverviewRow]]:
-    """(tasks, rows) of the preset's at-a-glance grid; the order is in the module docstring."""
+@dataclass(frozen=True)
+class Overview:
+    """A preset's at-a-glance grid: its tasks (columns), the ones its order counts, and its rows."""
+
+    tasks: list[str]
+    counted: list[str]  # the tasks whose table is complete; every task while none is
+    rows: list[OverviewRow]
+
+    @property
+    def pending(self) -> list[str]:
+        """The tasks still being filled: shown, not counted in the order (marked †)."""
+        return [t for t in self.tasks if t not in self.counted]
+
+
+def overview(board: Board, preset: str) -> Overview:
+    """The preset's at-a-glance grid; the order is in the module docstring."""
     tables = [t for t in board.tables if t.preset == preset]
     tasks = [t.task for t in tables]
+    complete = [t.task for t in tables if (f := board.table_filled(t)) is None or f.complete]
+    counted = complete or tasks
     cells: dict[str, dict[str, Row]] = {}
     encodings: dict[str, str] = {}
     for table in tables:
@@ -719,12 +744,13 @@ def overview(board: Board, preset: str) -> tuple[list[str], list[OverviewRow]]:
             encodings[row.label] = row.encoding
     unordered = []
     for label, by_task in cells.items():
-        fitted = [r for r in by_task.values() if r.fitted]
-        score = sum(max(_or_low(r.scores["em_beyond"].mean), 0.0) for r in fitted) / max(len(tasks), 1)
-        unordered.append(((-score, -len(fitted), label), label, by_task, score, len(fitted)))
+        fitted = [t for t, r in by_task.items() if r.fitted]
+        beyond = [max(_or_low(by_task[t].scores["em_beyond"].mean), 0.0) for t in fitted if t in counted]
+        score = sum(beyond) / max(len(counted), 1)
+        unordered.append(((-score, -len(beyond), label), label, by_task, score, len(fitted)))
     unordered.sort(key=lambda item: item[0])
     rows = [
         OverviewRow(i, label, encodings[label], by_task, score, n_fit)
         for i, (_, label, by_task, score, n_fit) in enumerate(unordered, start=1)
     ]
-    return tasks, rows
+    return Overview(tasks, counted, rows)

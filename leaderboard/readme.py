@@ -117,10 +117,12 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
     else:
         out += ["## At a glance", "", md(bd.OVERVIEW_RULE), ""]
     for preset in board.presets:
-        tasks, rows = bd.overview(board, preset)
-        headers = ["#", "encoding", *map(md, tasks), "mean", "fitted"]
+        grid = bd.overview(board, preset)
+        tasks = grid.tasks
+        headers = ["#", "encoding", *(md(t) + (bd.PENDING_MARK if t in grid.pending else "") for t in tasks)]
+        headers += ["mean", "fitted"]
         table = []
-        for row in rows:
+        for row in grid.rows:
             cells = [row.cells.get(t) for t in tasks]
             table.append(
                 [
@@ -134,6 +136,8 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         if len(board.presets) > 1:
             out += [f"Preset **{md(preset)}**:", ""]
         out += [tabulate(table, headers=headers, tablefmt="github", disable_numparse=True), ""]
+        if grid.pending:
+            out += [md(bd.PENDING_RULE) + ".", ""]
     found = claims.claim_verdicts(board)
     if found:
         out += ["## What the papers claim, and what this board shows", "", md(claims.CLAIMS_RULE), ""]

@@ -377,11 +377,10 @@ class Site:
             "title": title,
         }
 
-    def overview(self, preset: str) -> tuple[list[str], list[bd.OverviewRow], dict[str, dict[str, bd.Row]]]:
-        """(tasks, rows, task -> label -> row) of the preset's grid."""
-        tasks, rows = bd.overview(self.board, preset)
+    def overview(self, preset: str) -> tuple[bd.Overview, dict[str, dict[str, bd.Row]]]:
+        """(the preset's grid, task -> label -> row)."""
         tables = {t.task: {r.label: r for r in t.rows} for t in self.board.tables if t.preset == preset}
-        return tasks, rows, tables
+        return bd.overview(self.board, preset), tables
 
     # -- tables ---------------------------------------------------------------------------
     def fit_title(self, row: bd.Row) -> str:

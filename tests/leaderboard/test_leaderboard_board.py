@@ -9,6 +9,7 @@ import pytest
 from leaderboard_fixtures import make_record
 
 from leaderboard import board as bd
+from leaderboard.plans import plans_of
 from leaderboard.schema import Record
 
 FIT = 0.95  # the fit threshold, as the board states it
@@ -267,8 +268,9 @@ def test_overview_orders_by_mean_beyond_n_counting_unfitted_tasks_as_zero():
         make_record("alibi", "reverse", 0, NOPE, train_max=3),  # does not fit
     ]
     board = bd.assemble([rec(d, i) for i, d in enumerate(data, start=1)])
-    tasks, rows = bd.overview(board, "smoke")
-    assert tasks == ["copy", "reverse"]
+    grid = bd.overview(board, "smoke")
+    tasks, rows = grid.tasks, grid.rows
+    assert tasks == grid.counted == ["copy", "reverse"] and grid.pending == []  # no plan: every task counts
     expected = {
         "alibi": (1.0 + 0) / 2,
         "nope": (0 + 1.0) / 2,
@@ -282,3 +284,29 @@ def test_overview_orders_by_mean_beyond_n_counting_unfitted_tasks_as_zero():
     assert [(r.position, r.label) for r in rows] == [(1, "alibi"), (2, "nope"), (3, "rope"), (4, "ape")]
     assert by_label["ape"].cells.keys() == {"copy"}  # not run on reverse
     assert by_label["alibi"].cells["reverse"].rank is None and by_label["alibi"].cells["copy"].rank == 1
+
+
+def test_overview_counts_only_complete_tasks_while_the_board_is_filled():
+    """A task whose planned runs are not all published is shown, not counted: the order
+    must not depend on which runs happened to finish first."""
+    data = [
+        make_record("alibi", "copy", 0, ROPE0, train_max=3),  # fits, EM>N 0.3625
+        make_record("rope", "copy", 0, ROPE1, train_max=3),  # fits, 0.525
+        make_record("alibi", "reverse", 0, ALIBI, train_max=3),  # fits, 1; rope on reverse is still to come
+    ]
+    records = [rec(d, i) for i, d in enumerate(data, start=1)]
+    planned = [("smoke", r.data["task"], 0, r.run_id, "board.toml") for r in records]
+    planned.append(("smoke", "reverse", 0, "f" * 16, "board.toml"))  # rope on reverse: planned, not published
+    board = bd.assemble(records, plans_of(planned))
+    grid = bd.overview(board, "smoke")
+    assert (grid.tasks, grid.counted, grid.pending) == (["copy", "reverse"], ["copy"], ["reverse"])
+    # counting reverse would put alibi first (mean (0.3625 + 1) / 2 = 0.68 > rope's 0.26)
+    assert [(r.label, r.score) for r in grid.rows] == [("rope", pytest.approx(0.525)), ("alibi", pytest.approx(0.3625))]
+    assert {r.label: r.tasks_fitted for r in grid.rows} == {"rope": 1, "alibi": 2}
+    assert grid.rows[1].cells["reverse"].scores["em_beyond"].mean == 1.0  # shown all the same
+
+    # no task complete: every task counts (nothing else to order by)
+    none_complete = bd.assemble(records, plans_of([*planned, ("smoke", "copy", 0, "e" * 16, "board.toml")]))
+    grid = bd.overview(none_complete, "smoke")
+    assert grid.counted == ["copy", "reverse"] and grid.pending == []
+    assert [r.label for r in grid.rows] == ["alibi", "rope"]
