@@ -42,6 +42,10 @@ LINE_EVERY = 30.0
 SHARING_EVERY = 60.0
 """Seconds between two looks at the store for other processes training this sweep's runs (for the ETA)."""
 
+MIN_SHARE = 0.25
+"""A finished attempt that trained less of its run than this (it resumed near the end) is
+not timed for the ETA: its wall time is mostly evaluation and start-up."""
+
 
 def _size() -> dict[str, int]:
     """tqdm's ``ncols``/``nrows``: the terminal's size (``COLUMNS``/``LINES``, else the
@@ -164,6 +168,7 @@ class SweepReport(SweepEvents):
         self._clock = clock
         self._started_at: dict[int, float] = {}  # run index -> when its current attempt started
         self._run_seconds: dict[int, float] = {}  # run index -> wall seconds of its finished attempt
+        self._share: dict[int, float] = {}  # run index -> the part of its training this attempt does (resumed: < 1)
         self._runs: dict[int, RunProgress] = {}  # run index -> its progress (runs in flight)
         self._bars: dict[int, Any] = {}  # run index -> its tqdm bar (on a terminal)
         self._sweep_bar: Any = None
@@ -217,10 +222,13 @@ class SweepReport(SweepEvents):
         """How long run ``index`` should take: the plan's estimate scaled by how the
         finished runs' wall times compared with theirs (the estimate is device time from
         other runs; workers sharing a machine run slower), else the mean wall time of the
-        finished runs; None when there is neither."""
+        finished runs; None when there is neither. A run resumed from its checkpoint is
+        compared with the part of its estimate it trained (:meth:`_note_share`): after a
+        restart the first runs to finish are resumed ones, and a whole run's estimate
+        against half a run's time would halve every ETA that follows."""
         timed = [i for i in self._run_seconds if i in self.estimates]
         if index in self.estimates:
-            planned = sum(self.estimates[i] for i in timed)
+            planned = sum(self.estimates[i] * self._share.get(i, 1.0) for i in timed)
             scale = sum(self._run_seconds[i] for i in timed) / planned if timed and planned > 0 else 1.0
             return self.estimates[index] * scale
         if self._run_seconds:
@@ -228,11 +236,13 @@ class SweepReport(SweepEvents):
         return None
 
     def _left(self, index: int, now: float) -> float | None:
-        """Seconds run ``index`` (in flight) has left: its expected time less what it has
-        run; when that is unknown or already past, the time its training has left at
-        the speed it reports (evaluation not counted); else None."""
+        """Seconds run ``index`` (in flight) has left: its expected time (the part this
+        attempt trains, when it resumed) less what it has run; when that is unknown or
+        already past, the time its training has left at the speed it reports (evaluation
+        not counted); else None."""
         expected = self._expected_seconds(index)
-        left = None if expected is None else expected - (now - self._started_at[index])
+        share = self._share.get(index, 1.0)
+        left = None if expected is None else expected * share - (now - self._started_at[index])
         if left is None or left < 0:
             run = self._runs.get(index)
             live = run.eta() if run is not None and run.phase == "train" else None
@@ -262,14 +272,23 @@ class SweepReport(SweepEvents):
             return None
         return makespan(queued, self.slots + len(set(held.values())), busy)
 
+    def _note_share(self, index: int, done: int, total: int) -> None:
+        """The attempt's first training report is step ``done`` of ``total`` (1 when it
+        starts afresh, the checkpoint's step + 1 when it resumed): the part of the run's
+        training this attempt does, which its wall time is compared with. Evaluation is
+        counted with training: it is a small part of a run."""
+        if total > 0:
+            self._share[index] = min(max((total - done + 1) / total, 0.0), 1.0)
+
     def _attempt_over(self, index: int, measured: bool) -> None:
         """Run ``index`` is no longer in flight; ``measured``: its time counts towards the ETA
-        (a finished run's does; a failed or retried attempt's says little about a run's length)."""
+        (a finished run's does; a failed or retried attempt's says little about a run's length,
+        nor does one that trained less than ``MIN_SHARE`` of its run: it is mostly evaluation)."""
         self.running.discard(index)
         self._runs.pop(index, None)
         self._close_bar(index)
         started = self._started_at.pop(index, None)
-        if measured and started is not None:
+        if measured and started is not None and self._share.get(index, 1.0) >= MIN_SHARE:
             self._run_seconds[index] = self._clock() - started
 
     def _sweep_bar_update(self) -> None:
@@ -293,6 +312,10 @@ class SweepReport(SweepEvents):
     def run_progress(self, index: int, phase: str, done: int, total: int, note: str) -> None:
         run = self._runs.setdefault(index, RunProgress(self._clock))
         new_phase = run.update(phase, done, total, note)
+        if new_phase and phase == "train":
+            self._note_share(index, done, total)
+        elif new_phase and index not in self._share:
+            self._share[index] = 0.0  # evaluating with no training first: it resumed after its last step
         if not self.tty:
             if run.line_due(self.every):
                 click.echo(f"{self.label(index)}: {run.line()}")
@@ -354,6 +377,7 @@ class SweepReport(SweepEvents):
             self.queue.remove(job.index)
         self.running.add(job.index)
         self._started_at[job.index] = self._clock()
+        self._share.pop(job.index, None)  # known at its first report
         self.slots = max(self.slots, len(self.running))
         if not self.tty:
             click.echo(f"{self.label(job.index)}: started")

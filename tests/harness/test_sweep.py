@@ -485,6 +485,40 @@ def test_sweep_eta_counts_other_processes_training_the_same_sweep():
     assert report.eta() == pytest.approx(400.0) and "other process" not in report._status()
 
 
+def test_sweep_eta_compares_a_resumed_run_with_the_part_it_trained():
+    """After a restart the first runs to finish resumed from their checkpoints. Halfway
+    through its 1000 steps, a run that then takes 50 s went at its estimate's speed (100 s
+    for the whole run): the runs left still take their estimates, not half of them. A run
+    in flight that resumed has only its untrained part left. One that resumed after its
+    last step (evaluation only) is not timed."""
+    from types import SimpleNamespace
+
+    from harness.config import RunConfig
+    from harness.run import RunOutcome
+
+    configs = [RunConfig(pe="nope", task="copy", seed=s) for s in range(4)]
+    report, now = _report(configs, slots=1)
+    report.estimates = {i: 100.0 for i in range(1, 5)}
+    done = SimpleNamespace(train_seconds=1.0, eval_seconds=0.0)
+    report.started(SimpleNamespace(index=1, attempt=1))
+    report.run_progress(1, "train", 501, 1000, "loss 0.1")  # resumed from step 500
+    assert report.eta() == pytest.approx(50.0 + 300.0)  # its half left, then three whole runs
+    now[0] = 50.0
+    report.finished(SimpleNamespace(index=1, attempt=1), RunOutcome("a", "finished"), done)
+    assert report.eta() == pytest.approx(300.0)  # the old code scaled by 50/100: 150
+    report.started(SimpleNamespace(index=2, attempt=1))
+    report.run_progress(2, "test", 1, 30, "")  # resumed after its last step: evaluation only
+    now[0] = 55.0
+    report.finished(SimpleNamespace(index=2, attempt=1), RunOutcome("b", "finished"), done)
+    assert report.eta() == pytest.approx(200.0)  # 5 s of evaluation is not a run's length
+    report.started(SimpleNamespace(index=3, attempt=1))
+    report.run_progress(3, "train", 1, 1000, "loss 2.0")  # afresh
+    now[0] = 255.0  # twice its estimate
+    report.finished(SimpleNamespace(index=3, attempt=1), RunOutcome("c", "finished"), done)
+    # measured 50 + 200 s against 50 + 100 s planned: the last run takes 100 × 250/150
+    assert report.eta() == pytest.approx(100.0 * 250.0 / 150.0)
+
+
 def test_sweep_eta_follows_the_plan_and_how_fast_runs_really_go(tmp_path):
     """With the plan's estimates the ETA is there from the start, counts which runs are
     left, and is rescaled by how the finished runs' wall times compared with theirs."""
