@@ -135,7 +135,7 @@ class _ListOf(click.ParamType):
     "pes",
     help="Comma-separated encodings, each optionally with options in braces, e.g. "
     "nope,randomized:rope,'prism{paper}','prism{n_cursors=4,layers=[0,2]}'; 'rope@{scaling={rope_type=yarn,"
-    "factor=4.0,original_max_position_embeddings=22}}' evaluates the trained rope run with other options, "
+    "factor=4.0,original_max_position_embeddings=24}}' evaluates the trained rope run with other options, "
     "without training again (docs/sweeps.md).",
 )
 @click.option("--task", "task_names", help="Comma-separated tasks, e.g. copy,reverse.")

@@ -6,7 +6,7 @@
     prism{paper,n_cursors=2}               that setup, one option changed
     randomized:rope{max_length=256}        a wrapped encoding takes options the same way
     rope{scaling={rope_type=p_rope,p=0.75}}  a table value: {key=value,...}, nested as deep as needed
-    rope@{scaling={rope_type=yarn,factor=4.0,original_max_position_embeddings=22}}
+    rope@{scaling={rope_type=yarn,factor=4.0,original_max_position_embeddings=24}}
                                            an inference-time variant: the trained run ``rope``
                                            evaluated with these options (:data:`INFERENCE_OPTIONS`)
 
