@@ -47,7 +47,7 @@ from harness.protocols import departure_paper, extra_input
 from harness.protocols import departures as protocol_departures
 from harness.report import per_seed_summary
 from leaderboard.plans import NO_PLANS, Filled, Plans, filled, seeds_by_run
-from leaderboard.retired import RETIRED_FILE, Retirement
+from leaderboard.retired import RETIRED_FILE, Retirement, RowRetirement
 from leaderboard.schema import Record
 
 FRAME_COLUMNS = [
@@ -555,8 +555,45 @@ class RetiredTable:
             "Its runs stay in the results files."
         )
 
+    def summary(self) -> str:
+        """What left the board, in a few words: ``the quick table for copy``."""
+        return f"the {self.retirement.preset} table for {self.retirement.task}"
 
-RETIRED_RULE = f"Tables superseded by a complete table of a later protocol (leaderboard/{RETIRED_FILE}):"
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return (self.retirement.task,)
+
+
+@dataclass(frozen=True)
+class RetiredRow:
+    """A row left off the board (``[[retired_row]]`` in ``leaderboard.retired``): the
+    retirement, and the tasks and seeds its published runs covered."""
+
+    retirement: RowRetirement
+    runs: int
+    tasks: tuple[str, ...]
+    seeds: tuple[int, ...]
+
+    def sentence(self) -> str:
+        """``The board row rope → dynamic×4 L=22 (same weights) (12 runs on copy, reverse,
+        seeds 0, 1, 2) has left the board for rope → dynamic×4 L=24 (same weights), published
+        on the same tasks and seeds. Why: ... Its runs stay in the results files.``"""
+        r = self.retirement
+        seeds = ("seed " if len(self.seeds) == 1 else "seeds ") + ", ".join(map(str, self.seeds))
+        return (
+            f"The {r.preset} row {r.row} ({plural(self.runs, 'run')} on {', '.join(self.tasks)}, {seeds}) has left "
+            f"the board for {r.superseded_by}, published on the same tasks and seeds. Why: {r.why.rstrip('.')}. "
+            "Its runs stay in the results files."
+        )
+
+    def summary(self) -> str:
+        return f"the {self.retirement.preset} row {self.retirement.row}"
+
+
+RETIRED_RULE = (
+    "Tables superseded by a complete table of a later protocol, and rows replaced by a corrected run "
+    f"(leaderboard/{RETIRED_FILE}):"
+)
 
 
 @dataclass(frozen=True)
@@ -566,7 +603,7 @@ class Board:
     records: tuple[Record, ...]
     tables: tuple[Table, ...]  # sorted by task, then preset
     plans: Plans = NO_PLANS  # the committed sweep files' planned runs (leaderboard.plans)
-    retired: tuple[RetiredTable, ...] = ()  # tables left off the board, and why
+    retired: tuple[RetiredTable | RetiredRow, ...] = ()  # tables and rows left off the board, and why
 
     def _published(self, **equal: str) -> dict[str, int]:
         return seeds_by_run(self.records_where(**equal))
@@ -597,6 +634,10 @@ class Board:
     def encodings(self) -> list[str]:
         return sorted({row.encoding for t in self.tables for row in t.rows})
 
+    def retired_on(self, task: str) -> list[RetiredTable | RetiredRow]:
+        """The retirements that took something off ``task``'s tables."""
+        return [r for r in self.retired if task in r.tasks]
+
     def tables_of_task(self, task: str) -> list[Table]:
         return [t for t in self.tables if t.task == task]
 
@@ -604,7 +645,9 @@ class Board:
         return [r for r in self.records if all(r.data[k] == v for k, v in equal.items())]
 
 
-def assemble(records: Sequence[Record], plans: Plans = NO_PLANS, retirements: Sequence[Retirement] = ()) -> Board:
+def assemble(
+    records: Sequence[Record], plans: Plans = NO_PLANS, retirements: Sequence[Retirement | RowRetirement] = ()
+) -> Board:
     """The board of ``records`` (validated results) against the sweep files' ``plans``,
     less the tables ``retirements`` retire; raises BoardError on incomparable runs or a
     retirement that does not hold (:func:`retire`)."""
@@ -632,14 +675,71 @@ def assemble(records: Sequence[Record], plans: Plans = NO_PLANS, retirements: Se
 
 
 def retire(
-    records: Sequence[Record], plans: Plans, retirements: Sequence[Retirement]
-) -> tuple[list[Record], Plans, tuple[RetiredTable, ...]]:
-    """(the records left on the board, the plans less the retired tables, the retired tables).
+    records: Sequence[Record], plans: Plans, retirements: Sequence[Retirement | RowRetirement]
+) -> tuple[list[Record], Plans, tuple[RetiredTable | RetiredRow, ...]]:
+    """(the records left on the board, the plans less the retired tables, the retired tables
+    and rows).
 
     Raises:
         BoardError: a retirement that matches no published run (a typo), whose successor
-            is not planned by a sweep file, is itself retired, or is not complete yet.
+            is not planned by a sweep file, is itself retired, or is not complete yet; a
+            row retirement whose successor row is not published on each of its tasks and
+            seeds.
     """
+    tables = [r for r in retirements if isinstance(r, Retirement)]
+    kept, plans, retired_tables = _retire_tables(records, plans, tables)
+    rows = [r for r in retirements if isinstance(r, RowRetirement)]
+    kept, retired_rows = _retire_rows(kept, rows)
+    return kept, plans, (*retired_tables, *retired_rows)
+
+
+def _retire_rows(
+    records: list[Record], retirements: Sequence[RowRetirement]
+) -> tuple[list[Record], tuple[RetiredRow, ...]]:
+    """(the records left, the retired rows): each row's runs leave, once its successor row
+    has a run on every (task, seed) it had."""
+    if not retirements:
+        return records, ()
+    where = f"leaderboard/{RETIRED_FILE}"
+    labels = [record_label(rec.data) for rec in records]
+    retired_keys = {(r.preset, r.row) for r in retirements}
+    out = []
+    for r in retirements:
+        gone = [
+            rec for rec, label in zip(records, labels, strict=True) if (rec.data["preset"], label) == (r.preset, r.row)
+        ]
+        if not gone:
+            raise BoardError(f"{where} retires the {r.preset} row {r.row!r}, but no published run has it (a typo?)")
+        if (r.preset, r.superseded_by) in retired_keys:
+            raise BoardError(f"{where}: the {r.preset} row {r.row!r} is superseded by {r.superseded_by!r}, retired too")
+        covered = {
+            (rec.data["task"], int(rec.data["seed"]))
+            for rec, label in zip(records, labels, strict=True)
+            if (rec.data["preset"], label) == (r.preset, r.superseded_by)
+        }
+        needed = {(rec.data["task"], int(rec.data["seed"])) for rec in gone}
+        if needed - covered:
+            missing = ", ".join(f"{task} seed {seed}" for task, seed in sorted(needed - covered))
+            raise BoardError(
+                f"{where} retires the {r.preset} row {r.row!r} for {r.superseded_by!r}, which is not published on "
+                f"{missing}: retire the old row once its successor covers every task and seed it had"
+            )
+        out.append(
+            RetiredRow(
+                r,
+                len(gone),
+                tuple(sorted({task for task, _ in needed})),
+                tuple(sorted({seed for _, seed in needed})),
+            )
+        )
+    kept = [rec for rec, label in zip(records, labels, strict=True) if (rec.data["preset"], label) not in retired_keys]
+    return kept, tuple(out)
+
+
+def _retire_tables(
+    records: Sequence[Record], plans: Plans, retirements: Sequence[Retirement]
+) -> tuple[list[Record], Plans, tuple[RetiredTable, ...]]:
+    """:func:`retire` for the (preset, task) tables."""
     if not retirements:
         return list(records), plans, ()
     where = f"leaderboard/{RETIRED_FILE}"

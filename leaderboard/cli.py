@@ -13,7 +13,7 @@ import harness.tasks as tasks
 import pezoo
 from harness.options import store_option
 from harness.store import StoreError
-from leaderboard.board import BoardError, retire
+from leaderboard.board import BoardError, RetiredRow, retire
 from leaderboard.export import ExportError, export, import_results
 from leaderboard.retired import RetiredFileError, read_retirements
 from leaderboard.schema import ResultsError, read_diagnostics, read_results, results_files
@@ -129,10 +129,17 @@ def check_cmd(results_dir: Path) -> None:
         _, _, retired = retire(records, plans, read_retirements(results_dir.parent))
     except (RetiredFileError, BoardError) as exc:
         raise click.ClickException(str(exc)) from None
-    for table in retired:
-        r = table.retirement
+    for gone in retired:
+        if isinstance(gone, RetiredRow):
+            row = gone.retirement
+            click.echo(
+                f"retired: preset {row.preset}'s row {row.row} ({gone.runs} run(s) on {', '.join(gone.tasks)}, "
+                f"published, left off the board), superseded by {row.superseded_by}"
+            )
+            continue
+        r = gone.retirement
         click.echo(
-            f"retired: preset {r.preset} on {r.task} ({table.runs} run(s), published, left off the board), "
+            f"retired: preset {r.preset} on {r.task} ({gone.runs} run(s), published, left off the board), "
             f"superseded by preset {r.superseded_by}'s complete {r.task} table"
         )
     for kind, published, installed in (

@@ -12,6 +12,16 @@ protocol's table for a task is complete, the old one leaves the board. It is nam
     superseded_by = "board"     # ... because this preset's table for the task is complete
     why = "3000 steps rank learning speed, not extrapolation (docs/protocol-study.md)"
 
+A single row can leave the board too, when a corrected run of it replaces it (a variant
+run with a wrong option, say). It is named by the label the board shows, and its
+successor must be published on every task and seed it was::
+
+    [[retired_row]]
+    preset = "board"
+    row = "rope → dynamic×4 L=22 (same weights)"        # the row that leaves the board ...
+    superseded_by = "rope → dynamic×4 L=24 (same weights)"  # ... for this one
+    why = "L = 22 is shorter than the 24-token training sequences"
+
 The results files are append-only and stay as they are: the retired runs remain published
 (``leaderboard check`` validates them, ``leaderboard import`` still counts them as done, so
 a sweep does not train them again); the board leaves them out and says which tables it
@@ -35,6 +45,8 @@ RETIRED_FILE = "retired.toml"
 """The file, next to the results folder, that lists the retired tables (not a sweep file)."""
 
 _KEYS = ("preset", "task", "superseded_by", "why")
+_ROW_KEYS = ("preset", "row", "superseded_by", "why")
+_ARRAYS = {"retired": _KEYS, "retired_row": _ROW_KEYS}
 
 
 class RetiredFileError(ValueError):
@@ -52,7 +64,18 @@ class Retirement:
     why: str
 
 
-def read_retirements(folder: Path) -> tuple[Retirement, ...]:
+@dataclass(frozen=True)
+class RowRetirement:
+    """One retired row: the runs of ``preset`` whose board label is ``row``, superseded by
+    the row labelled ``superseded_by``, for the reason ``why``."""
+
+    preset: str
+    row: str
+    superseded_by: str
+    why: str
+
+
+def read_retirements(folder: Path) -> tuple[Retirement | RowRetirement, ...]:
     """The retirements listed in ``folder / RETIRED_FILE``; none when the file does not exist.
 
     Raises:
@@ -70,34 +93,50 @@ def read_retirements(folder: Path) -> tuple[Retirement, ...]:
     return parse_retirements(data, str(path))
 
 
-def parse_retirements(data: object, where: str = RETIRED_FILE) -> tuple[Retirement, ...]:
-    """Retirements from the parsed TOML ``data`` (``{"retired": [{...}, ...]}``); ``where``
-    names the file in errors."""
-    if not isinstance(data, dict) or set(data) - {"retired"}:
-        extra = sorted(set(data) - {"retired"}) if isinstance(data, dict) else []
-        raise RetiredFileError(f"{where}: only [[retired]] tables belong here (found {', '.join(extra)})")
-    entries = data.get("retired", [])
-    if not isinstance(entries, list):
-        raise RetiredFileError(f"{where}: 'retired' must be an array of tables ([[retired]])")
-    out: list[Retirement] = []
-    for i, entry in enumerate(entries, start=1):
-        at = f"{where}, [[retired]] #{i}"
-        if not isinstance(entry, dict):
-            raise RetiredFileError(f"{at}: not a table")
-        unknown = sorted(set(entry) - set(_KEYS))
-        missing = [k for k in _KEYS if k not in entry]
-        if unknown or missing:
-            parts = ([f"unknown key(s) {', '.join(unknown)}"] if unknown else []) + (
-                [f"missing {', '.join(missing)}"] if missing else []
-            )
-            raise RetiredFileError(f"{at}: {'; '.join(parts)} (the keys are {', '.join(_KEYS)})")
-        bad = [k for k in _KEYS if not isinstance(entry[k], str) or not entry[k].strip()]
-        if bad:
-            raise RetiredFileError(f"{at}: {', '.join(bad)} must be non-empty text")
-        r = Retirement(*(entry[k].strip() for k in _KEYS))
-        if r.preset == r.superseded_by:
-            raise RetiredFileError(f"{at}: preset {r.preset!r} cannot supersede itself")
-        if any((o.preset, o.task) == (r.preset, r.task) for o in out):
-            raise RetiredFileError(f"{at}: preset {r.preset!r} on {r.task!r} is retired twice")
-        out.append(r)
+def parse_retirements(data: object, where: str = RETIRED_FILE) -> tuple[Retirement | RowRetirement, ...]:
+    """Retirements from the parsed TOML ``data`` (``{"retired": [{...}, ...], "retired_row":
+    [...]}``); ``where`` names the file in errors."""
+    extra = sorted(set(data) - set(_ARRAYS)) if isinstance(data, dict) else []
+    if not isinstance(data, dict) or extra:
+        raise RetiredFileError(
+            f"{where}: only [[retired]] and [[retired_row]] tables belong here (found {', '.join(extra)})"
+        )
+    out: list[Retirement | RowRetirement] = []
+    for array, keys in _ARRAYS.items():
+        entries = data.get(array, [])
+        if not isinstance(entries, list):
+            raise RetiredFileError(f"{where}: {array!r} must be an array of tables ([[{array}]])")
+        for i, entry in enumerate(entries, start=1):
+            out.append(_entry(entry, keys, out, f"{where}, [[{array}]] #{i}"))
     return tuple(out)
+
+
+def _entry(
+    entry: object, keys: tuple[str, ...], seen: list[Retirement | RowRetirement], at: str
+) -> Retirement | RowRetirement:
+    """One [[retired]] or [[retired_row]] table, checked against those before it."""
+    if not isinstance(entry, dict):
+        raise RetiredFileError(f"{at}: not a table")
+    unknown = sorted(set(entry) - set(keys))
+    missing = [k for k in keys if k not in entry]
+    if unknown or missing:
+        parts = ([f"unknown key(s) {', '.join(unknown)}"] if unknown else []) + (
+            [f"missing {', '.join(missing)}"] if missing else []
+        )
+        raise RetiredFileError(f"{at}: {'; '.join(parts)} (the keys are {', '.join(keys)})")
+    bad = [k for k in keys if not isinstance(entry[k], str) or not entry[k].strip()]
+    if bad:
+        raise RetiredFileError(f"{at}: {', '.join(bad)} must be non-empty text")
+    if keys == _ROW_KEYS:
+        row = RowRetirement(*(entry[k].strip() for k in keys))
+        if row.row == row.superseded_by:
+            raise RetiredFileError(f"{at}: row {row.row!r} cannot supersede itself")
+        if any(isinstance(o, RowRetirement) and (o.preset, o.row) == (row.preset, row.row) for o in seen):
+            raise RetiredFileError(f"{at}: row {row.row!r} of preset {row.preset!r} is retired twice")
+        return row
+    r = Retirement(*(entry[k].strip() for k in keys))
+    if r.preset == r.superseded_by:
+        raise RetiredFileError(f"{at}: preset {r.preset!r} cannot supersede itself")
+    if any(isinstance(o, Retirement) and (o.preset, o.task) == (r.preset, r.task) for o in seen):
+        raise RetiredFileError(f"{at}: preset {r.preset!r} on {r.task!r} is retired twice")
+    return r

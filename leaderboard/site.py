@@ -46,7 +46,7 @@ from leaderboard import board as bd
 from leaderboard import claims
 from leaderboard.plans import NO_PLANS, Plans, read_plans
 from leaderboard.readme import README_MARK, is_generated_readme, render_readme
-from leaderboard.retired import Retirement, read_retirements
+from leaderboard.retired import Retirement, RowRetirement, read_retirements
 from leaderboard.schema import read_diagnostics, read_results, results_files
 from leaderboard.svg import VIRIDIS, Series, Style, heat_colour, line_plot, panel_plot, styles, swatch, trajectory_plot
 from leaderboard.text import GENERATOR, NotANumber, href, join, render_template, short_commit, slug
@@ -520,7 +520,7 @@ def render(
     repo_root: Path = REPO_ROOT,
     diagnostics: Mapping[str, Mapping[str, Any]] | None = None,
     plans: Plans = NO_PLANS,
-    retirements: Sequence[Retirement] = (),
+    retirements: Sequence[Retirement | RowRetirement] = (),
 ) -> dict[str, str]:
     """Site path (relative, '/'-separated) -> page text, for validated ``records`` (and
     the diagnostics of some of them, by run id), against the sweep files' ``plans``, less
@@ -577,7 +577,7 @@ def build(
     results_href: str | None = None,
     repo_href: str | None = None,
     plans: Plans | None = None,
-    retirements: Sequence[Retirement] | None = None,
+    retirements: Sequence[Retirement | RowRetirement] | None = None,
 ) -> dict[str, str]:
     """Read and validate the results files, then write the site (and the markdown board).
 

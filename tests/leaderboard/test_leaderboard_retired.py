@@ -136,7 +136,7 @@ def test_plans_without_a_table_drop_its_runs_from_the_preset():
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"retire": []}, "only [[retired]] tables belong here (found retire)"),
+        ({"retire": []}, "only [[retired]] and [[retired_row]] tables belong here (found retire)"),
         ({"retired": {"preset": "q"}}, "must be an array of tables"),
         ({"retired": ["q"]}, "not a table"),
         ({"retired": [{"preset": "q", "task": " ", "superseded_by": "b", "why": "w"}]}, "task must be non-empty"),
@@ -166,3 +166,82 @@ def test_a_hostile_reason_is_shown_as_text(tmp_path):
     line = next(x for x in readme.splitlines() if x.startswith("- The quick table for copy"))
     assert "<script>" not in line and "<img" not in line and "&lt;script&gt;" in line
     assert "[x](javascript:" not in line and r"\[x\](javascript:" in line  # a literal bracket, not a link
+
+
+# -- a row replaced by a corrected run ---------------------------------------------------
+
+ROPE = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.5, 5: 0.0}
+DYN22 = {"scaling": {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 22}}
+DYN24 = {"scaling": {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 24}}
+OLD_ROW = "rope → dynamic×4 L=22 (same weights)"
+NEW_ROW = "rope → dynamic×4 L=24 (same weights)"
+
+
+def _variant_records(old: list[tuple[str, int]], new: list[tuple[str, int]]):
+    from leaderboard_fixtures import make_record
+
+    from leaderboard.schema import Record
+
+    out = []
+    for options, runs in ((DYN22, old), (DYN24, new)):
+        for task, seed in runs:
+            data = make_record("rope", task, seed, ROPE, train_max=3)
+            data["config"]["eval_pe_options"] = options
+            data["run_id"] = f"{len(out):016x}"
+            out.append(Record(data, Path("fixture.jsonl"), len(out) + 1))
+    return out
+
+
+def _row(retired: str = OLD_ROW, by: str = NEW_ROW) -> dict:
+    return {
+        "retired_row": [
+            {"preset": "smoke", "row": retired, "superseded_by": by, "why": "L = 22 is shorter than the sequences"}
+        ]
+    }
+
+
+def test_a_replaced_row_leaves_the_board_and_says_for_what():
+    from leaderboard import board as bd
+
+    runs = [("copy", 0), ("copy", 1), ("reverse", 0)]
+    board = bd.assemble(_variant_records(runs, runs), retirements=parse_retirements(_row()))
+    assert {row.label for t in board.tables for row in t.rows} == {NEW_ROW}
+    assert len(board.records) == 3
+    (gone,) = board.retired
+    assert (gone.runs, gone.tasks, gone.seeds) == (3, ("copy", "reverse"), (0, 1))
+    assert gone.summary() == f"the smoke row {OLD_ROW}"
+    assert gone.sentence() == (
+        f"The smoke row {OLD_ROW} (3 runs on copy, reverse, seeds 0, 1) has left the board for {NEW_ROW}, "
+        "published on the same tasks and seeds. Why: L = 22 is shorter than the sequences. "
+        "Its runs stay in the results files."
+    )
+    assert board.retired_on("reverse") == [gone] and board.retired_on("addition") == []
+
+
+@pytest.mark.parametrize(
+    ("new", "data", "message"),
+    [
+        # the successor is not yet published on reverse seed 0: the old row stays until it is
+        ([("copy", 0), ("copy", 1)], _row(), "which is not published on reverse seed 0: retire the old row once"),
+        ([("copy", 0), ("copy", 1), ("reverse", 0)], _row(retired="rope → dynamic×4 L=2"), "(a typo?)"),
+    ],
+)
+def test_a_row_retirement_that_does_not_hold_is_refused(new, data, message):
+    from leaderboard import board as bd
+
+    records = _variant_records([("copy", 0), ("copy", 1), ("reverse", 0)], new)
+    with pytest.raises(bd.BoardError, match=re.escape(message)):
+        bd.assemble(records, retirements=parse_retirements(data))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_row(by=OLD_ROW), "cannot supersede itself"),
+        ({"retired_row": _row()["retired_row"] * 2}, "is retired twice"),
+        ({"retired_row": [{"preset": "smoke", "task": "copy", "superseded_by": "b", "why": "w"}]}, "missing row"),
+    ],
+)
+def test_malformed_row_retirements_are_named(data, message):
+    with pytest.raises(RetiredFileError, match=re.escape(message)):
+        parse_retirements(data)
