@@ -27,6 +27,9 @@ Randomized PE (Ruoss et al. 2023, §3): random positions at test time too
 (``randomize_eval=True``, also the harness's default for every randomized run);
 L = 2048 as in the paper's §4 (the wrapper's default).
 
+Hard-ALiBi's head split is held to the Turing Programs model's (§3.1.1: 16 heads, M = 6
+windowed, 10 NoPE); a smaller backbone keeps M = min(6, H - 1) and says so.
+
 Departures no option shows are stated too (:func:`departures`): xPos without the
 blockwise causal attention its paper uses at inference (``STANDING_DEPARTURES``), and
 RoPE context extensions whose papers fine-tune after scaling (position interpolation,
@@ -231,11 +234,40 @@ def extra_input(pe: str) -> str | None:
     return EXTRA_INPUTS.get(pe.rsplit(":", 1)[-1])
 
 
+HARD_ALIBI_PAPER = (
+    "Hou et al., “Universal Length Generalization with Turing Programs”, §3.1.1, after Jelassi et al. 2024, "
+    "“Repeat After Me”"
+)
+HARD_ALIBI_PAPER_HEADS = 16
+"""Heads per layer in the Turing Programs model, of which M = 6 windowed (its best M for addition)."""
+
+
+def _hard_alibi_departures(options: Mapping[str, Any], backbone: BackboneConfig) -> list[str]:
+    """Hard-ALiBi's head split against the paper's (M = 6 windowed heads of 16, 10 NoPE)."""
+    from pezoo.encodings.hard_alibi import PAPER_BEST_MASKED_HEADS, default_masked_heads
+
+    heads = backbone.n_heads
+    masked = options.get("n_masked")
+    masked = default_masked_heads(heads) if masked is None else int(masked)
+    if (heads, masked) == (HARD_ALIBI_PAPER_HEADS, PAPER_BEST_MASKED_HEADS):
+        return []
+    nope = heads - masked
+    return [
+        f"{heads} heads per layer: {masked} windowed (windows 1..{masked}) and {nope} NoPE "
+        f"head{'s' if nope != 1 else ''}, where the paper's model has {HARD_ALIBI_PAPER_HEADS}: "
+        f"{PAPER_BEST_MASKED_HEADS} windowed (its best M for addition) and "
+        f"{HARD_ALIBI_PAPER_HEADS - PAPER_BEST_MASKED_HEADS} NoPE; the windows follow that addition setup, "
+        "not Jelassi et al.'s own copy experiments"
+    ]
+
+
 def departure_paper(pe: str, eval_options: Mapping[str, Any] | None = None) -> str | None:
     """The paper a board row of ``pe`` (evaluated with ``eval_options``) is held to."""
     kind = _extension_kind(eval_options)
     if kind in EXTENSION_DEPARTURES:
         return EXTENSION_DEPARTURES[kind][0]
+    if pe == "hard_alibi":
+        return HARD_ALIBI_PAPER
     return paper_of(pe) or STANDING_DEPARTURES.get(pe, (None, ""))[0]
 
 
@@ -261,6 +293,8 @@ def departures(
         return [EXTENSION_DEPARTURES[kind][1]]
     if pe in STANDING_DEPARTURES:
         return [STANDING_DEPARTURES[pe][1]]
+    if pe == "hard_alibi":
+        return _hard_alibi_departures(options, backbone)
     if not has_paper_setup(pe):
         return []
     paper = paper_pe_options(pe, task, backbone)

@@ -45,7 +45,19 @@ def test_randomized_evaluated_on_plain_positions_says_so_and_the_published_proce
 
 def test_encodings_without_a_paper_setup_have_no_departures():
     assert departures("rope", "copy", {}, QUICK) == []
-    assert departures("hard_alibi", "reverse", {"n_masked_heads": 1}, QUICK) == []
+    assert departures("fire", "reverse", {}, QUICK) == []
+
+
+def test_hard_alibi_says_how_its_heads_differ_from_the_papers_16():
+    # 4 heads: M = min(6, 4 - 1) = 3 windows and one NoPE head, against 6 windows and 10 NoPE
+    (text,) = departures("hard_alibi", "copy", {}, QUICK)
+    assert text.startswith("4 heads per layer: 3 windowed (windows 1..3) and 1 NoPE head, where the paper's")
+    assert "6 windowed" in text and "10 NoPE" in text and "not Jelassi et al.'s own copy experiments" in text
+    (text,) = departures("hard_alibi", "copy", {"n_masked": 2}, QUICK)
+    assert "2 windowed (windows 1..2) and 2 NoPE heads" in text
+    paper = BackboneConfig(d_model=1024, n_layers=12, n_heads=16)
+    assert departures("hard_alibi", "copy", {}, paper) == []  # M = 6 of 16: the paper's split
+    assert "Turing Programs" in departure_paper("hard_alibi")
 
 
 def test_xpos_says_it_runs_without_blockwise_causal_attention():

@@ -7,10 +7,10 @@ from leaderboard.board import Board, Row, Table
 from leaderboard.claims import CLAIMS, claim_verdicts, verdicts
 
 
-def row(label, *, em_in=1.0, em=(0.0,), reach=(10,), tok=(0.2,), fitted=True):
+def row(label, *, em_in=1.0, em=(0.0,), reach=(10,), tok=(0.2,), fitted=True, rank=1):
     per_seed = {"em_within": (em_in,) * len(em), "em_beyond": em, "reach": reach, "tok_beyond": tok}
     scores = {k: Spread.of(v) for k, v in per_seed.items()} | {"tok_within": Spread.of([1.0])}
-    return Row(1 if fitted else None, label, label.split("{")[0], tuple(range(len(em))), scores, 1, per_seed)
+    return Row(rank if fitted else None, label, label.split("{")[0], tuple(range(len(em))), scores, 1, per_seed)
 
 
 def board(*rows, task="copy"):
@@ -23,7 +23,8 @@ def claim(name):
 
 def test_reach_over_every_tested_scale_holds_short_of_it_is_partly_none_does_not_hold():
     prism = claim("PRISM")
-    assert verdicts(board(row("prism{paper}", em=(1.0, 1.0), reach=(40, 40))), prism)[0].outcome == "holds"
+    held = verdicts(board(row("prism{paper}", em=(1.0, 1.0), reach=(40, 40))), prism)[0]
+    assert held.outcome == "holds" and held.evidence.endswith("tested up to 4× N")  # the claim says 10×
     partly = verdicts(board(row("prism{paper}", em=(0.9, 0.6), reach=(40, 24))), prism)[0]
     assert partly.outcome == "partly" and "reaches 24 on its weakest seed" in partly.evidence
     assert verdicts(board(row("prism{paper}", reach=(10,))), prism)[0].outcome == "does not hold"
@@ -63,3 +64,27 @@ def test_a_task_page_lists_the_verdicts_on_its_own_tables_only():
     b = Board((), (Table("board", "copy", 10, 40, (row("ape"),), ()), Table("board", "reverse", 10, 40, (), ())))
     assert [v.task for _, v in table_verdicts(b, b.tables[0])] == ["copy"]
     assert table_verdicts(b, b.tables[1]) == []
+
+
+def test_hard_alibi_state_of_the_art_is_tested_by_its_rank():
+    c = claim("Hard-ALiBi")
+    first = verdicts(board(row("hard_alibi", em=(0.3, 0.5), reach=(12, 14)), row("nope", rank=2)), c)[0]
+    assert first.outcome == "holds" and "ranks 1 of 2" in first.evidence  # a comparative claim
+    second = board(row("prism{paper}", em=(1.0,)), row("hard_alibi", em=(0.6, 0.9), reach=(13, 24), rank=2))
+    partly = verdicts(second, c)[0]
+    assert (
+        partly.outcome == "partly"
+        and "ranks 2 of 2" in partly.evidence
+        and "every seed reaches at least 13" in partly.evidence
+    )
+    assert partly.evidence.endswith("ranked above it: prism{paper}")
+    stuck = board(row("prism{paper}"), row("hard_alibi", reach=(10, 15), em=(0.0, 0.2), rank=2))
+    assert verdicts(stuck, c)[0].outcome == "does not hold"  # one seed does not get past N
+
+
+def test_an_ape_that_did_not_fit_is_not_counted_for_the_collapse():
+    c = claim("Absolute")
+    # an APE that never learned the training scales says nothing about extrapolating past them
+    assert verdicts(board(row("ape", em_in=0.7, fitted=False)), c) == []
+    v = verdicts(board(row("ape"), row("learned_ape", em_in=0.9, em=(0.0,), fitted=False)), c)[0]
+    assert v.outcome == "holds" and "learned_ape did not fit" in v.evidence and "not counted" in v.evidence
