@@ -53,7 +53,8 @@ RULE = (
 """The rule in one paragraph, quoted by the terminal docs, the site and the README."""
 
 CELLS_RULE = (
-    "With several seeds a cell reads mean (min–max) over the seeds: what the seeds did, not a confidence interval."
+    "With several seeds a cell reads mean (min–max) over the seeds: what the seeds did, not a confidence interval "
+    "(reach: its mean to one decimal, the seeds' scales whole)."
 )
 """What a table cell means, quoted by the site and the README."""
 

@@ -294,11 +294,16 @@ def summary(df: pd.DataFrame) -> list[Row]:
 
 def cell_text(row: Row, score: str) -> str:
     """One table cell of ``row`` (site and README alike): ``mean (min–max)``, two decimals
-    (reach: whole scales). EM≤N of a row that did not fit gets three decimals where two
-    would round up to the fit threshold: 0.947 must not read 0.95 beside "did not fit"."""
+    (reach: whole scales, its mean over seeds to one decimal, ``20.3 (13–24)``: a mean
+    rounded to a whole scale would name a scale no seed reached, and half-way means would
+    round to even). EM≤N of a row that did not fit gets three decimals where two would
+    round up to the fit threshold: 0.947 must not read 0.95 beside "did not fit"."""
     stat = row.scores[score]
     if score in INTEGER_SCORES:
-        return stat.text(0)
+        if math.isnan(stat.mean):
+            return "-"
+        mean = f"{stat.mean:.0f}" if stat.mean == round(stat.mean) else f"{stat.mean:.1f}"
+        return mean if stat.n < 2 or stat.lo == stat.hi else f"{mean} ({stat.lo:.0f}–{stat.hi:.0f})"
     if score == "em_within" and not row.fitted and round(stat.mean, 2) >= ranking.FIT_THRESHOLD:
         return stat.text(3)
     return stat.text(2)
@@ -795,7 +800,7 @@ OVERVIEW_RULE = (
 """What the at-a-glance grid shows and how its rows are ordered, quoted by the site and the README."""
 
 PENDING_MARK = "†"
-PENDING_RULE = f"{PENDING_MARK} still being filled: shown, not counted in the mean"
+PENDING_RULE = f"{PENDING_MARK} still being filled: shown, not counted in the mean or the tasks fitted"
 """The key to a grid column whose table is incomplete (:attr:`Overview.pending`)."""
 
 
@@ -805,7 +810,7 @@ class OverviewRow:
 
     ``score`` is the ordering measure: the mean over the preset's counted tasks
     (:class:`Overview`) of EM>N where the encoding fitted, 0 where it did not fit or was
-    not run. ``tasks_fitted`` counts every task of the preset, counted or not.
+    not run. ``tasks_fitted`` counts the counted tasks on which every seed fit.
     """
 
     position: int
@@ -847,7 +852,7 @@ def overview(board: Board, preset: str) -> Overview:
         fitted = [t for t, r in by_task.items() if r.fitted]
         beyond = [max(_or_low(by_task[t].scores["em_beyond"].mean), 0.0) for t in fitted if t in counted]
         score = sum(beyond) / max(len(counted), 1)
-        unordered.append(((-score, -len(beyond), label), label, by_task, score, len(fitted)))
+        unordered.append(((-score, -len(beyond), label), label, by_task, score, len(beyond)))
     unordered.sort(key=lambda item: item[0])
     rows = [
         OverviewRow(i, label, encodings[label], by_task, score, n_fit)

@@ -130,7 +130,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
                     md(row.label),
                     *(_glance_cell(c) for c in cells),
                     f"{row.score:.2f}",
-                    f"{row.tasks_fitted}/{len(tasks)}",
+                    f"{row.tasks_fitted}/{len(grid.counted)}",
                 ]
             )
         if len(board.presets) > 1:

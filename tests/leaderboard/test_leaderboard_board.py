@@ -142,6 +142,17 @@ def test_an_unfitted_row_near_the_threshold_shows_three_decimals():
     assert row.fitted and bd.cell_text(row, "em_within") == "0.99" and bd.cell_text(row, "reach") == "3"
 
 
+def test_reach_reads_its_mean_to_one_decimal_and_never_rounds_to_a_scale_no_seed_reached():
+    # reaches 4, 5 and 7 over seeds (ROPE0, ROPE1, ALIBI): mean 5.33 would read "5"; 4 and 5: 4.5 rounded to even
+    three = [rec(make_record("rope", "copy", s, em, train_max=3), s + 1) for s, em in enumerate((ROPE0, ROPE1, ALIBI))]
+    [row] = bd.assemble(three).tables[0].rows
+    assert bd.cell_text(row, "reach") == "5.3 (4–7)"
+    [row] = bd.assemble(three[:2]).tables[0].rows
+    assert bd.cell_text(row, "reach") == "4.5 (4–5)"
+    [row] = bd.assemble([three[2], rec(make_record("rope", "copy", 1, ALIBI, train_max=3), 9)]).tables[0].rows
+    assert bd.cell_text(row, "reach") == "7"
+
+
 def test_curves_mean_and_band():
     board = bd.assemble(records())
     [table] = board.tables
@@ -302,7 +313,7 @@ def test_overview_counts_only_complete_tasks_while_the_board_is_filled():
     assert (grid.tasks, grid.counted, grid.pending) == (["copy", "reverse"], ["copy"], ["reverse"])
     # counting reverse would put alibi first (mean (0.3625 + 1) / 2 = 0.68 > rope's 0.26)
     assert [(r.label, r.score) for r in grid.rows] == [("rope", pytest.approx(0.525)), ("alibi", pytest.approx(0.3625))]
-    assert {r.label: r.tasks_fitted for r in grid.rows} == {"rope": 1, "alibi": 2}
+    assert {r.label: r.tasks_fitted for r in grid.rows} == {"rope": 1, "alibi": 1}  # of the counted tasks
     assert grid.rows[1].cells["reverse"].scores["em_beyond"].mean == 1.0  # shown all the same
 
     # no task complete: every task counts (nothing else to order by)
