@@ -385,6 +385,14 @@ class Provenance:
     files: tuple[str, ...]
     n_layers: tuple[int, ...] = ()
     d_models: tuple[int, ...] = ()
+    evaluated: int = 0  # runs that evaluate another run's trained weights (inference-time variants), no training
+
+    def runs_text(self) -> str:
+        """``97 runs (18 of them evaluate a trained run's weights, no training)``."""
+        text = plural(self.runs, "run")
+        if self.evaluated:
+            text += f" ({self.evaluated} of them evaluate a trained run's weights, no training)"
+        return text
 
     @property
     def paper_scale(self) -> bool:
@@ -429,13 +437,14 @@ def provenance(records: Iterable[Record]) -> list[Provenance]:
                 files=tuple(sorted({r.path.name for r in recs})),
                 n_layers=values(lambda d: d["config"].get("backbone", {}).get("n_layers")),
                 d_models=values(lambda d: d["config"].get("backbone", {}).get("d_model")),
+                evaluated=sum(bool(r.data["config"].get("eval_pe_options")) for r in recs),
             )
         )
     return out
 
 
 PAPERS_PROTOCOLS = (
-    "the papers train larger models far longer on GPUs (5 layers, d_model 512, 150k steps in Position as "
+    "the papers train far longer on GPUs, mostly larger models (5 layers, d_model 512, 150k steps in Position as "
     "Probability §6.2 and §6.4; 5 layers, d_model 64, 2M steps in Randomized Positional Encodings, Appendix A; "
     "12 layers, d_model 1024, 200k steps in Universal Length Generalization with Turing Programs §3.1.1)"
 )
@@ -638,6 +647,11 @@ class Board:
     @property
     def encodings(self) -> list[str]:
         return sorted({row.encoding for t in self.tables for row in t.rows})
+
+    def retired_table(self, preset: str, task: str) -> RetiredTable | None:
+        """The retirement of ``preset``'s table for ``task``, if it has left the board."""
+        found = [r for r in self.retired if isinstance(r, RetiredTable) and r.tasks == (task,)]
+        return next((r for r in found if r.retirement.preset == preset), None)
 
     def retired_on(self, task: str) -> list[RetiredTable | RetiredRow]:
         """The retirements that took something off ``task``'s tables."""

@@ -86,7 +86,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
             kind = "CPU " if p.on_cpu else ""
             seeds = ("seed " if len(p.seeds) == 1 else "seeds ") + _mds(p.seeds)
             out += [
-                f"> **A {kind}{md(p.preset)}-preset board:** {bd.plural(p.runs, 'run')}, {seeds}, "
+                f"> **A {kind}{md(p.preset)}-preset board:** {md(p.runs_text())}, {seeds}, "
                 f"{_mds(p.steps)} training steps, {_mds(p.backbones)}, on "
                 f"{_mds(p.devices)}. Small models and short training: not comparable with the papers' "
                 "paper-scale results.",

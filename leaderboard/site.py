@@ -274,7 +274,7 @@ class Site:
         else:
             commits = f"{len(p.commits)} commits (listed under Provenance)"
         return (
-            f"{bd.plural(p.runs, 'run')}, {_seeds(p.seeds)}, {join(p.steps)} training steps, {join(p.backbones)}, "
+            f"{p.runs_text()}, {_seeds(p.seeds)}, {join(p.steps)} training steps, {join(p.backbones)}, "
             f"on {join(p.devices)}, {commits}"
         )
 

@@ -321,3 +321,13 @@ def test_overview_counts_only_complete_tasks_while_the_board_is_filled():
     grid = bd.overview(none_complete, "smoke")
     assert grid.counted == ["copy", "reverse"] and grid.pending == []
     assert [r.label for r in grid.rows] == ["alibi", "rope"]
+
+
+def test_the_banner_counts_the_runs_that_only_evaluate_trained_weights():
+    trained = make_record("rope", "copy", 0, ROPE0, train_max=3)
+    variant = make_record("rope", "copy", 0, ROPE1, train_max=3)
+    variant["config"]["eval_pe_options"] = {"scaling": {"rope_type": "linear", "factor": 4.0}}
+    [p] = bd.provenance([rec(trained, 1), rec(variant, 2)])
+    assert p.runs_text() == "2 runs (1 of them evaluate a trained run's weights, no training)"
+    [p] = bd.provenance([rec(trained, 1)])
+    assert p.runs_text() == "1 run"

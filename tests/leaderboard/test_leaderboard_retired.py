@@ -61,7 +61,11 @@ def test_a_superseded_table_leaves_the_board_and_the_board_says_so(tmp_path):
     copy_page = (tmp_path / "site" / "tasks" / "copy.html").read_text()
     assert "Left the board:" in copy_page and 'data-preset="quick"' not in copy_page.split("<h1>", 1)[1]
     assert "Left the board:" not in (tmp_path / "site" / "tasks" / "reverse.html").read_text()
-    assert "Left the board:" in (tmp_path / "site" / "index.html").read_text()
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "Left the board:" in index
+    # with the quick filter on, copy says where its quick table went, not that it has none
+    assert '<p class="muted" data-preset="quick">The quick table for this task has left the board' in index
+    assert "No quick runs of this task" not in index
     # nothing is taken out of the results files: the runs stay published, and check says which are retired
     assert len(read_results(results)) == 16
     checked = _invoke("check", "--results", str(results))
