@@ -34,7 +34,7 @@ import datetime as dt
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -265,10 +265,40 @@ class Row:
     scores: Mapping[str, Stat]
     seeds_fit: int = 0
     per_seed: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # score -> each seed's value, seed order
+    overlaps_above: bool = False  # EM>N's range over seeds meets the one ranked just above (OVERLAP_RULE)
 
     @property
     def fitted(self) -> bool:
         return self.rank is not None
+
+    def rank_text(self) -> str:
+        """``2``, ``≈3`` (its seeds do not separate it from the row above), or ``—`` (did not fit)."""
+        if self.rank is None:
+            return "—"
+        return f"{OVERLAP_MARK if self.overlaps_above else ''}{self.rank}"
+
+
+OVERLAP_MARK = "≈"
+OVERLAP_RULE = (
+    f"{OVERLAP_MARK} before a rank: the row's EM>N range over its seeds meets the range of the row ranked just "
+    "above it, so by EM>N, the ranking measure, the seeds do not separate the two."
+)
+"""What the ≈ before a rank means, quoted by the site and the README."""
+
+
+def _mark_overlaps(rows: list[Row]) -> list[Row]:
+    """Set ``overlaps_above`` on each ranked row whose EM>N min..max meets the min..max of
+    the ranked row just above it (a lower rank number; rows sharing a rank are not marked)."""
+    out, above = [], None
+    for row in rows:
+        if row.fitted and above is not None and row.rank != above.rank:
+            mine, theirs = row.scores["em_beyond"], above.scores["em_beyond"]
+            if not (math.isnan(mine.hi) or math.isnan(theirs.lo)) and mine.hi >= theirs.lo:
+                row = replace(row, overlaps_above=True)
+        out.append(row)
+        if row.fitted:
+            above = row
+    return out
 
 
 def summary(df: pd.DataFrame) -> list[Row]:
@@ -289,7 +319,7 @@ def summary(df: pd.DataFrame) -> list[Row]:
         encoding = str(df.loc[df["pe"] == standing.label, "encoding"].iloc[0])
         seeds = tuple(int(s) for s in g["seed"])
         rows.append(Row(standing.rank, standing.label, encoding, seeds, scores, standing.seeds_fit, values))
-    return rows
+    return _mark_overlaps(rows)
 
 
 def cell_text(row: Row, score: str) -> str:

@@ -148,7 +148,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
                 out.append(f"- {md(v.task)}, preset {md(v.preset)}: **{md(v.outcome)}**. {md(v.evidence)}.{note}")
             out.append("")
     if board.tables:
-        out += ["## Ranking", "", md(f"{bd.RANKING_RULE} {bd.CELLS_RULE}"), ""]
+        out += ["## Ranking", "", md(f"{bd.RANKING_RULE} {bd.CELLS_RULE} {bd.OVERLAP_RULE}"), ""]
     for task in board.tasks:
         out += [f"## {md(task)}", ""]
         for table in board.tables_of_task(task):
@@ -165,7 +165,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
             rows = []
             for row in table.rows:
                 rows.append(
-                    [row.rank if row.fitted else "—", md(row.label) + ("" if row.fitted else " · *did not fit*")]
+                    [row.rank_text(), md(row.label) + ("" if row.fitted else " · *did not fit*")]
                     + [bd.cell_text(row, s) for s in bd.SCORES]
                     + [f"{row.seeds_fit}/{len(row.seeds)} fit"]
                 )

@@ -331,3 +331,20 @@ def test_the_banner_counts_the_runs_that_only_evaluate_trained_weights():
     assert p.runs_text() == "2 runs (1 of them evaluate a trained run's weights, no training)"
     [p] = bd.provenance([rec(trained, 1)])
     assert p.runs_text() == "1 run"
+
+
+def test_a_rank_whose_seeds_overlap_the_row_above_is_marked():
+    # EM>N per seed over scales 4..7: alibi 1.0, 1.0; rope 0.3625, 0.525; nope (fits at N=2) below
+    high = {n: 1.0 for n in range(1, 8)}
+    near = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 0.5}  # EM>N 0.875
+    data = [
+        ("alibi", 0, high),
+        ("alibi", 1, high),
+        ("rope", 0, ROPE0),
+        ("rope", 1, ROPE1),
+        ("t5", 0, near),
+        ("t5", 1, high),  # t5: 0.875..1.0 meets alibi's 1.0..1.0
+    ]
+    recs = [rec(make_record(pe, "copy", s, em, train_max=3), i) for i, (pe, s, em) in enumerate(data, start=1)]
+    [table] = bd.assemble(recs).tables
+    assert [(r.label, r.rank_text()) for r in table.rows] == [("alibi", "1"), ("t5", "≈2"), ("rope", "3")]
