@@ -13,9 +13,9 @@ import harness.tasks as tasks
 import pezoo
 from harness.options import store_option
 from harness.store import StoreError
-from leaderboard.board import BoardError, RetiredRow, retire
+from leaderboard.board import BoardError, RetiredRow, record_label, retire
 from leaderboard.export import ExportError, export, import_results
-from leaderboard.retired import RetiredFileError, read_retirements
+from leaderboard.retired import RETIRED_FILE, RetiredFileError, read_retirements
 from leaderboard.schema import ResultsError, read_diagnostics, read_results, results_files
 
 DEFAULT_RESULTS = Path("leaderboard") / "results"
@@ -126,9 +126,21 @@ def check_cmd(results_dir: Path) -> None:
     for problem in plans.problems:
         click.echo(f"note: sweep file {problem} (not read as a plan)")
     try:
-        _, _, retired = retire(records, plans, read_retirements(results_dir.parent))
+        kept, _, retired = retire(records, plans, read_retirements(results_dir.parent))
     except (RetiredFileError, BoardError) as exc:
         raise click.ClickException(str(exc)) from None
+    stray = sorted(
+        {
+            f"{record_label(r.data)} on {r.data['task']}"
+            for r in kept
+            if r.data["preset"] in plans.presets and r.run_id not in plans.presets[r.data["preset"]].run_ids
+        }
+    )
+    if stray:
+        click.echo(
+            f"note: published runs of a planned preset that no sweep file plans and no retirement covers "
+            f"(still on the board): {', '.join(stray)}; plan them, or retire them in {RETIRED_FILE}"
+        )
     for gone in retired:
         if isinstance(gone, RetiredRow):
             row = gone.retirement

@@ -249,3 +249,15 @@ def test_a_row_retirement_that_does_not_hold_is_refused(new, data, message):
 def test_malformed_row_retirements_are_named(data, message):
     with pytest.raises(RetiredFileError, match=re.escape(message)):
         parse_retirements(data)
+
+
+def test_check_names_published_runs_that_no_plan_or_retirement_accounts_for(tmp_path):
+    # board.toml plans ape only; alibi's published board run is neither planned nor retired
+    results = _folder(
+        tmp_path, BOARD_APE, BOARD_ALIBI, plan=BOARD_PLAN.replace('["ape", "alibi"]', '["ape"]'), retired=None
+    )
+    checked = _invoke("check", "--results", str(results))
+    assert checked.exit_code == 0, checked.output
+    assert "no sweep file plans and no retirement covers (still on the board): alibi on copy" in checked.output
+    (tmp_path / "board.toml").write_text(BOARD_PLAN)
+    assert "no sweep file plans" not in _invoke("check", "--results", str(results)).output
