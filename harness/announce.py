@@ -9,11 +9,14 @@ the command line prints them.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection, Sequence
+import random
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import tasks
 from harness.config import PRESET_DESCRIPTIONS, PRESETS, RunConfig
+from harness.data import layout
 from harness.pe_spec import config_display_name
 from harness.sweep import Plan, estimate_bases, format_duration, varying_axes, wall_seconds
 
@@ -85,6 +88,40 @@ def gpu_hint(configs: Sequence[RunConfig], device_type: str) -> str | None:
         f"(d_model {gpu['backbone']['d_model']}, {gpu['backbone']['n_layers']} layers, "
         f"{gpu['train']['steps']} steps of batch {gpu['train']['batch_size']})"
     )
+
+
+def longest_training_sequence(cfg: RunConfig, samples: int = 32) -> int:
+    """Tokens in the longest training sequence of ``cfg`` (``<bos>`` and ``<eos>`` included),
+    over ``samples`` draws at its largest training scale: what a RoPE context extension's
+    original length must cover."""
+    task = tasks.create(cfg.task)
+    rng = random.Random(0)
+    return max(len(layout(task.sample(cfg.train.train_max, rng))[0]) for _ in range(samples))
+
+
+def extension_notes(configs: Sequence[RunConfig]) -> list[str]:
+    """A note for each RoPE context-extension variant whose original length L
+    (``original_max_position_embeddings``) is shorter than the sequences its weights were
+    trained on: the scaling then treats trained lengths as new ones (dynamic NTK rescales
+    them). Decoder runs without packing, where a sequence is one example."""
+    notes, seen = [], set()
+    for cfg in configs:
+        scaling = cfg.eval_pe_options.get("scaling")
+        if not isinstance(scaling, Mapping) or cfg.protocol != "decoder" or cfg.train.pack:
+            continue
+        original = scaling.get("original_max_position_embeddings")
+        key = (config_display_name(cfg), cfg.task, cfg.train.train_max)
+        if not isinstance(original, int) or key in seen:
+            continue
+        seen.add(key)
+        longest = longest_training_sequence(cfg)
+        if original < longest:
+            notes.append(
+                f"note: {key[0]} on {cfg.task}: original_max_position_embeddings = {original}, but its training "
+                f"sequences are up to {longest} tokens at scale {cfg.train.train_max} (<bos> and <eos> included), so "
+                "the scaling treats trained lengths as new ones (dynamic NTK rescales them); docs/sweeps.md"
+            )
+    return notes
 
 
 def published_line(plan: Plan, published_ids: Collection[str], store_path: str | Path) -> str | None:
@@ -161,5 +198,6 @@ def bench_announcement(
     hint = gpu_hint(configs, device_type)
     if hint:
         lines.append(hint)
+    lines += extension_notes(configs)
     lines.append(wall_line(plan, workers, others))
     return "\n".join(lines)

@@ -68,3 +68,24 @@ def test_a_strided_gpu_preset_is_described_as_run():
     assert lines[1] == "  model: decoder, d_model 512, 5 layers, 8 heads, sdpa attention"
     assert lines[2] == "  training: 20000 steps of batch 100 (lr 0.0003) on lengths 1..40"
     assert lines[3] == "  testing: lengths 41, 51, ..., 150, 1000 examples each"
+
+
+def test_a_context_extension_shorter_than_the_training_sequences_is_noted():
+    """A copy sequence at scale 10 is 24 tokens (<bos>, 10 digits, =, 10 digits, ., <eos>):
+    dynamic NTK with L = 22 would rescale the lengths the weights were trained on."""
+    import dataclasses
+
+    from harness.announce import extension_notes
+
+    base = preset_config("quick", pe="rope", task="copy", seed=0)
+
+    def variant(original):
+        options = {"scaling": {"rope_type": "dynamic", "factor": 4.0, "original_max_position_embeddings": original}}
+        return dataclasses.replace(base, eval_pe_options=options)
+
+    (note,) = extension_notes([base, variant(22), variant(22)])  # one note per row and task
+    assert note.startswith("note: rope → dynamic×4 L=22 (same weights) on copy: original_max_position_embeddings = 22")
+    assert "up to 24 tokens at scale 10" in note
+    assert extension_notes([variant(24), variant(96)]) == []
+    linear = dataclasses.replace(base, eval_pe_options={"scaling": {"rope_type": "linear", "factor": 4.0}})
+    assert extension_notes([linear]) == []  # no original length to check
