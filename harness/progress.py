@@ -169,6 +169,7 @@ class SweepReport(SweepEvents):
         self._started_at: dict[int, float] = {}  # run index -> when its current attempt started
         self._run_seconds: dict[int, float] = {}  # run index -> wall seconds of its finished attempt
         self._share: dict[int, float] = {}  # run index -> the part of its training this attempt does (resumed: < 1)
+        self._reported: set[int] = set()  # run indices whose current attempt has reported progress
         self._runs: dict[int, RunProgress] = {}  # run index -> its progress (runs in flight)
         self._bars: dict[int, Any] = {}  # run index -> its tqdm bar (on a terminal)
         self._sweep_bar: Any = None
@@ -288,6 +289,8 @@ class SweepReport(SweepEvents):
         self._runs.pop(index, None)
         self._close_bar(index)
         started = self._started_at.pop(index, None)
+        if index in self._reported and index not in self._share:
+            self._share[index] = 0.0  # it reported, but never training: it resumed after its last step
         if measured and started is not None and self._share.get(index, 1.0) >= MIN_SHARE:
             self._run_seconds[index] = self._clock() - started
 
@@ -312,10 +315,9 @@ class SweepReport(SweepEvents):
     def run_progress(self, index: int, phase: str, done: int, total: int, note: str) -> None:
         run = self._runs.setdefault(index, RunProgress(self._clock))
         new_phase = run.update(phase, done, total, note)
-        if new_phase and phase == "train":
+        if phase == "train" and index not in self._share:  # the attempt's first training report
             self._note_share(index, done, total)
-        elif new_phase and index not in self._share:
-            self._share[index] = 0.0  # evaluating with no training first: it resumed after its last step
+        self._reported.add(index)
         if not self.tty:
             if run.line_due(self.every):
                 click.echo(f"{self.label(index)}: {run.line()}")
@@ -377,7 +379,8 @@ class SweepReport(SweepEvents):
             self.queue.remove(job.index)
         self.running.add(job.index)
         self._started_at[job.index] = self._clock()
-        self._share.pop(job.index, None)  # known at its first report
+        self._share.pop(job.index, None)  # known at its first training report
+        self._reported.discard(job.index)
         self.slots = max(self.slots, len(self.running))
         if not self.tty:
             click.echo(f"{self.label(job.index)}: started")

@@ -619,7 +619,7 @@ class RetiredRow:
     seeds: tuple[int, ...]
 
     def sentence(self) -> str:
-        """``The board row rope → dynamic×4 L=22 (same weights) (12 runs on copy, reverse,
+        """``The board row rope → dynamic×4 L=22 (same weights) (6 runs on copy, reverse,
         seeds 0, 1, 2) has left the board for rope → dynamic×4 L=24 (same weights), published
         on the same tasks and seeds. Why: ... Its runs stay in the results files.``"""
         r = self.retirement
@@ -680,8 +680,14 @@ class Board:
 
     def retired_table(self, preset: str, task: str) -> RetiredTable | None:
         """The retirement of ``preset``'s table for ``task``, if it has left the board."""
-        found = [r for r in self.retired if isinstance(r, RetiredTable) and r.tasks == (task,)]
-        return next((r for r in found if r.retirement.preset == preset), None)
+        return next(
+            (
+                r
+                for r in self.retired
+                if isinstance(r, RetiredTable) and (r.retirement.preset, r.retirement.task) == (preset, task)
+            ),
+            None,
+        )
 
     def retired_on(self, task: str) -> list[RetiredTable | RetiredRow]:
         """The retirements that took something off ``task``'s tables."""

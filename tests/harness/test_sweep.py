@@ -513,6 +513,8 @@ def test_sweep_eta_compares_a_resumed_run_with_the_part_it_trained():
     assert report.eta() == pytest.approx(200.0)  # 5 s of evaluation is not a run's length
     report.started(SimpleNamespace(index=3, attempt=1))
     report.run_progress(3, "train", 1, 1000, "loss 2.0")  # afresh
+    report.run_progress(3, "eval", 1, 10, "")  # a periodic evaluation, then training goes on:
+    report.run_progress(3, "train", 501, 1000, "loss 1.0")  # still the whole run's attempt
     now[0] = 255.0  # twice its estimate
     report.finished(SimpleNamespace(index=3, attempt=1), RunOutcome("c", "finished"), done)
     # measured 50 + 200 s against 50 + 100 s planned: the last run takes 100 × 250/150
