@@ -67,7 +67,8 @@ def _why_not_wrappable(prefix: str, base: str) -> str | None:
         factory = ENCODINGS[base]
     except ImportError:
         return None
-    if isinstance(factory, type) and issubclass(factory, WRAPPERS[prefix]):
+    wrapper = WRAPPERS[prefix]
+    if isinstance(factory, type) and isinstance(wrapper, type) and issubclass(factory, wrapper):
         reason = f"{base!r} is already {prefix}"
     elif getattr(factory, "wrappable", True) is False:
         reason = f"encoding {base!r} declares itself not wrappable (see its docstring)"

@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -20,6 +21,7 @@ from harness.announce import bench_announcement, published_line
 from harness.catalogue import listing, name_problem
 from harness.config import GPU_PRESETS, INT64_MAX, PRESETS
 from harness.executors import (
+    Executor,
     ExecutorError,
     InProcess,
     RayExecutor,
@@ -367,11 +369,12 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         rows = store.runs()
         resume = checkpointed_steps(checkpoint_dir_for(store.path, checkpoint_dir), [c.run_id() for c in configs])
         published = _published_runs()
-        plan_options = {"device_type": device_type, "published": published}
+        plan_options: dict[str, Any] = {"device_type": device_type, "published": published}
         if order == "longest-first":
             configs = longest_first(configs, rows, resume, **plan_options)
         plan = make_plan(configs, rows, resume, **plan_options)
         report = SweepReport(configs, plan)
+        runner: Executor
         if ray_executor is not None:
             runner = ray_executor
         else:

@@ -297,7 +297,7 @@ class EvalConfig:
 SELECTIONS = ("final", "top3", "best_in_dist")
 """How a run with periodic evaluations picks the metrics it reports (``EvalConfig.select``)."""
 
-NEW_FIELD_DEFAULTS = {
+NEW_FIELD_DEFAULTS: dict[str, dict[str, Any]] = {
     "eval": {"every": 0, "start_below_loss": None, "select": "final", "window": 0, "window_jump": 20, "match": "trace"},
     "train": {"schedule": "cosine", "pack": 0, "pack_loss": "all"},
 }
@@ -427,7 +427,7 @@ class RunConfig:
         if not isinstance(d, Mapping):
             raise ValueError(f"a run config must be an object, got {shown(d)}")
         d = dict(d)
-        sections = {"backbone": BackboneConfig, "train": TrainConfig, "eval": EvalConfig}
+        sections: dict[str, type[Any]] = {"backbone": BackboneConfig, "train": TrainConfig, "eval": EvalConfig}
         values = {}
         for name in sections:
             section = d.pop(name, {})

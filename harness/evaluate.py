@@ -99,7 +99,7 @@ def planned_positions(
     ``pe.seeded(example_seed(seed, scale, i))``, for the longest whole sequence of
     ``examples`` (S tokens; at most ``window`` with a sliding window)."""
     pe = getattr(model, "pe", None)
-    if not getattr(pe, "random_at_eval", False):
+    if pe is None or not getattr(pe, "random_at_eval", False):
         return None
     length = max(sequence_length(ex, protocol) for ex in examples)
     if window:

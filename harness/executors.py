@@ -24,6 +24,7 @@ the other runs go on. A NaN loss (``diverged``) is deterministic and not retried
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -36,7 +37,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -292,6 +293,18 @@ class _Slot:
     conn: multiprocessing.connection.Connection | None = None
     job: Job | None = None
 
+    def pipe(self) -> multiprocessing.connection.Connection:
+        """The driver's end of the pipe to the slot's worker, which must have been started."""
+        if self.conn is None:
+            raise RuntimeError(f"no worker process on {self.device}")
+        return self.conn
+
+    def running(self) -> Job:
+        """The job the slot's worker holds, which there must be."""
+        if self.job is None:
+            raise RuntimeError(f"the worker on {self.device} holds no job")
+        return self.job
+
 
 def _set_sigint(handler: Any) -> Any:
     """Set the SIGINT handler and return the previous one (no-op off the main thread)."""
@@ -355,8 +368,8 @@ class LocalPool(Executor):
         slot = next(s for s in self._slots if s.job is None)
         if slot.process is None or not slot.process.is_alive():
             self._start(slot)
-        slot.job = replace(job, device=slot.device)
-        slot.conn.send(slot.job)
+        slot.job = placed = replace(job, device=slot.device)
+        slot.pipe().send(placed)
 
     def wait(self) -> list[Completion]:
         while True:
@@ -364,16 +377,17 @@ class LocalPool(Executor):
             multiprocessing.connection.wait([s.conn for s in busy] + [s.process.sentinel for s in busy])
             done: list[Completion] = []
             for slot in busy:
-                answer = self._read(slot)
+                job = slot.running()
+                answer: RunResult | WorkerLost | None = self._read(slot)
                 if answer is None and not slot.process.is_alive():
                     answer = self._read(slot)  # what it sent just before it ended
                     if answer is None:
                         slot.process.join()
-                        answer = WorkerLost(slot.job.run_id, _death(slot.process))
-                        slot.conn.close()
+                        answer = WorkerLost(job.run_id, _death(slot.process))
+                        slot.pipe().close()
                         slot.process = slot.conn = None
                 if answer is not None:
-                    done.append((slot.job, answer))
+                    done.append((job, answer))
                     slot.job = None
             if done:
                 return done
@@ -382,15 +396,16 @@ class LocalPool(Executor):
         """Read what the slot's worker has sent: hand progress and notices on, return its
         ``RunResult`` once it comes (None until then, or when the pipe is closed)."""
         progress = None
+        conn, job = slot.pipe(), slot.running()
         try:
-            while slot.conn.poll():
-                message = slot.conn.recv()
+            while conn.poll():
+                message = conn.recv()
                 if isinstance(message, ProgressReport):
-                    progress = progress or self._progress_for(slot.job) or (lambda *a: None)
+                    progress = progress or self._progress_for(job) or (lambda *a: None)
                     progress(message.phase, message.done, message.total, message.note)
                 elif isinstance(message, NoticeReport):
                     if self._notice is not None:
-                        self._notice(slot.job, message.message)
+                        self._notice(job, message.message)
                 else:
                     return message
         except (EOFError, OSError):
@@ -405,14 +420,14 @@ class LocalPool(Executor):
                 slot.process.terminate()
             else:
                 try:
-                    slot.conn.send(None)
+                    slot.pipe().send(None)
                 except OSError:
                     slot.process.terminate()
             slot.process.join(timeout=10)
             if slot.process.is_alive():
                 slot.process.kill()
                 slot.process.join()
-            slot.conn.close()
+            slot.pipe().close()
             slot.process = slot.conn = None
             slot.job = None
 
@@ -642,15 +657,16 @@ def run_sweep(
             tensorboard=tb,
             keep_weights=run_id in with_variants,
         )
-        kept = recover_kept(cfg, path, lambda msg, job=job: events.notice(job, msg))
+        kept = recover_kept(cfg, path, functools.partial(events.notice, job))
         if kept is not None:  # finished before, but the store could not take it then
             claim = store.claim(cfg, kept.provenance)
             if claim.status == "finished":
                 events.skipped(index, cfg)
                 continue
             if claim.status == "busy":
-                events.claimed(index, cfg, claim.holder)
-                outcomes.append(RunOutcome(run_id, "claimed", claim.holder))
+                holder = cast(str, claim.holder)  # a busy claim always names its holder
+                events.claimed(index, cfg, holder)
+                outcomes.append(RunOutcome(run_id, "claimed", holder))
                 continue
             events.started(job)
             try:
@@ -677,9 +693,10 @@ def run_sweep(
         with store.keep_alive():
             while queue or in_flight:
                 while queue and len(in_flight) < executor.capacity:
-                    job = next((j for j in queue if ready(j)), None)
-                    if job is None:
+                    next_job = next((j for j in queue if ready(j)), None)
+                    if next_job is None:
                         break  # only variants whose trained runs are still training
+                    job = next_job
                     queue.remove(job)
                     if job.attempt == 1 and (trainer := _trained_elsewhere(store, by_id[job.run_id])):
                         # its weights do not exist yet: not a failure, a run for later
@@ -692,8 +709,9 @@ def run_sweep(
                             events.skipped(job.index, by_id[job.run_id])
                             continue
                         if claim.status == "busy":
-                            events.claimed(job.index, by_id[job.run_id], claim.holder)
-                            outcomes.append(RunOutcome(job.run_id, "claimed", claim.holder))
+                            holder = cast(str, claim.holder)  # a busy claim always names its holder
+                            events.claimed(job.index, by_id[job.run_id], holder)
+                            outcomes.append(RunOutcome(job.run_id, "claimed", holder))
                             continue
                         if claim.holder is not None:
                             events.notice(job, f"took over from a process that is gone (it was {claim.holder})")

@@ -33,6 +33,8 @@ LOW_SPACE_BYTES = 1 << 20
 writer says "unexpected pos" or "file write failed") is taken to be a full disk."""
 
 _TORCH_WRITE_FAILURES = ("unexpected pos", "file write failed", "PytorchStreamWriter failed")
+_SQLITE_FULL = 13
+"""SQLite's result code for a full disk (``sqlite3.SQLITE_FULL``, which Python 3.10's sqlite3 lacks)."""
 
 
 class WriteError(OSError):
@@ -53,10 +55,11 @@ class WriteError(OSError):
 def _causes(exc: BaseException) -> list[BaseException]:
     """``exc`` and the exceptions it was raised from or during, innermost last."""
     chain, seen = [], set()
-    while exc is not None and id(exc) not in seen:
-        chain.append(exc)
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        chain.append(current)
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
     return chain
 
 
@@ -82,7 +85,7 @@ def is_disk_full(exc: BaseException, folder: Path) -> bool:
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
         if isinstance(e, sqlite3.Error) and (
-            getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e)
+            getattr(e, "sqlite_errorcode", None) == _SQLITE_FULL or "disk is full" in str(e)
         ):
             return True
         if isinstance(e, RuntimeError) and any(s in str(e) for s in _TORCH_WRITE_FAILURES):
@@ -104,7 +107,7 @@ def describe_write_error(exc: BaseException, folder: Path) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
     """Write ``path`` through ``write(file)`` so that it holds the old contents or the new, never half.
 
     Raises:

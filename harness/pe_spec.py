@@ -134,6 +134,8 @@ def parse_value(text: str) -> Any:
     text = text.strip()
     if text.startswith("{") and text.endswith("}"):
         return parse_table(text)
+    if tomllib is None:  # pragma: no cover
+        raise ValueError("encoding options need Python >= 3.11 (tomllib)")
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:

@@ -66,12 +66,14 @@ def probe_speeds(
     borrowed speeds, and ``on_probe`` gets the exception instead of a rate."""
     out: dict[object, tuple[float, int]] = {}
     for i, cfg in enumerate(configs, start=1):
+        rate: float | Exception
         try:
-            rate: float | Exception = probe_speed(cfg, steps, warmup, device)
+            speed = probe_speed(cfg, steps, warmup, device)
         except (RuntimeError, ValueError, MemoryError) as exc:  # DivergedError is a RuntimeError
             rate = exc
         else:
-            out[key(cfg)] = (rate, steps)
+            rate = speed
+            out[key(cfg)] = (speed, steps)
         if on_probe is not None:
             on_probe(i, cfg, rate)
     return out

@@ -25,7 +25,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 import click
 
@@ -45,6 +45,11 @@ SHARING_EVERY = 60.0
 MIN_SHARE = 0.25
 """A finished attempt that trained less of its run than this (it resumed near the end) is
 not timed for the ETA: its wall time is mostly evaluation and start-up."""
+
+
+def _known(values: list[float | None]) -> TypeGuard[list[float]]:
+    """Whether every one of ``values`` is known (none is None)."""
+    return None not in values
 
 
 def _size() -> dict[str, int]:
@@ -269,7 +274,7 @@ class SweepReport(SweepEvents):
         busy = [self._left(i, now) for i in self.running]
         busy += [self._expected_seconds(i) for i in self.queue if self._run_ids[i - 1] in held]
         queued = [self._expected_seconds(i) for i in self.queue if self._run_ids[i - 1] not in held]
-        if None in busy or None in queued or any(left < 0 for left in busy):
+        if not (_known(busy) and _known(queued)) or any(left < 0 for left in busy):
             return None
         return makespan(queued, self.slots + len(set(held.values())), busy)
 
@@ -401,7 +406,8 @@ class SweepReport(SweepEvents):
         label = self.label(job.index)
         if outcome.status == "finished":
             self.done += 1
-            seconds = (result.train_seconds or 0) + (result.eval_seconds or 0)
+            run = cast(RunResult, result)  # only a RunResult finishes
+            seconds = (run.train_seconds or 0) + (run.eval_seconds or 0)
             self._echo(f"{label}: finished in {seconds:.1f}s ({self._status()})")
         elif outcome.status in ("cached", "claimed"):  # another process's to record: no failure
             self.done += 1

@@ -26,6 +26,7 @@ import torch
 
 import harness.tasks as tasks
 from harness import kept_results
+from harness.backbone import Backbone
 from harness.checkpoint import CheckpointError, load_weights, save_weights, set_aside
 from harness.config import RunConfig
 from harness.data import evaluation_set
@@ -143,7 +144,7 @@ def weights_path(checkpoint_dir: str | Path, run_id: str) -> Path:
 
 def evaluate_all(
     cfg: RunConfig,
-    model: torch.nn.Module,
+    model: Backbone,
     task: tasks.Task,
     device: torch.device,
     eval_sets: dict[int, list],
@@ -387,6 +388,8 @@ def record(store: Store, result: RunResult) -> RunOutcome:
     ``finished`` atomically, or the terminal status with its traceback (failed) or reason
     (diverged)."""
     if result.status == "finished":
+        if result.final_loss is None or result.train_seconds is None or result.eval_seconds is None:
+            raise ValueError(f"run {result.run_id}: a finished result without its final loss and timings")
         store.finish(
             result.run_id,
             result.metrics,
@@ -404,10 +407,11 @@ def record(store: Store, result: RunResult) -> RunOutcome:
 def _storage_failure(exc: BaseException) -> bool:
     """Whether ``exc`` is the store failing to write (SQLite or OS error, possibly wrapped in
     a ``StoreError``), as opposed to a refusal the store means."""
-    while exc is not None:
-        if isinstance(exc, sqlite3.Error | OSError):
+    current: BaseException | None = exc
+    while current is not None:
+        if isinstance(current, sqlite3.Error | OSError):
             return True
-        exc = exc.__cause__ or exc.__context__
+        current = current.__cause__ or current.__context__
     return False
 
 

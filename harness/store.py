@@ -300,7 +300,7 @@ class Store:
         except StoreError:
             self._close_quietly()
             raise
-        self._db.row_factory = sqlite3.Row
+        self._conn.row_factory = sqlite3.Row
 
     # -- opening ---------------------------------------------------------------------
     def _check_header(self) -> bool:
@@ -326,12 +326,12 @@ class Store:
     def _open_writer(self) -> None:
         existing = self._check_header()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        self._db = db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         self._check_pezoo(allow_empty=True)
         if existing:
             self._quick_check()
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA foreign_keys=ON")
         self._create_schema()
 
     def _open_reader(self) -> None:
@@ -357,7 +357,7 @@ class Store:
     def _check_pezoo(self, *, allow_empty: bool) -> int | None:
         """The file's schema version (None for a database without tables, where allowed);
         NotAStoreError for a SQLite database that is not a pezoo store."""
-        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not tables and allow_empty:
             return None
         if "meta" not in tables or "runs" not in tables:
@@ -366,7 +366,7 @@ class Store:
                 f"results store {self.path} is a SQLite database but not a pezoo store (its tables: {listed}); "
                 "nothing was changed. Point --store at a pezoo store, or at a new path to start one"
             )
-        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         try:
             version = int(row[0])
         except (TypeError, ValueError):
@@ -381,7 +381,7 @@ class Store:
         return version
 
     def _quick_check(self) -> None:
-        rows = [" ".join(str(r[0]).split()) for r in self._db.execute("PRAGMA quick_check(3)")]
+        rows = [" ".join(str(r[0]).split()) for r in self._conn.execute("PRAGMA quick_check(3)")]
         if rows != ["ok"]:
             raise self._corrupt("quick_check: " + "; ".join(rows))
 
@@ -505,16 +505,24 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The open connection; StoreError once the store is closed."""
+        if self._db is None:
+            raise StoreError(f"results store {self.path} is closed")
+        return self._db
+
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
+        db = self._conn
+        db.execute("BEGIN IMMEDIATE")
         try:
-            yield self._db
+            yield db
         except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
+        db.execute("COMMIT")
 
     @contextmanager
     def _write(self, doing: str) -> Iterator[sqlite3.Connection]:
@@ -529,7 +537,7 @@ class Store:
 
     def _query(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
         try:
-            return self._db.execute(sql, params).fetchall()
+            return self._conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise self._explain(exc, "reading it") from exc
 
@@ -623,7 +631,7 @@ class Store:
         replaced it (or none)."""
         me = owner or Owner.this_process()
         try:
-            state, holder = self._state(self._db, run_id, me)
+            state, holder = self._state(self._conn, run_id, me)
         except sqlite3.Error as exc:
             raise self._explain(exc, "reading it") from exc
         if state == "ours":
@@ -636,7 +644,7 @@ class Store:
         """Who holds run ``run_id`` if another live process is training it ("claimed by
         host:pid since ..."), else None (finished, free, absent, or ours)."""
         try:
-            state, holder = self._state(self._db, run_id, Owner.this_process())
+            state, holder = self._state(self._conn, run_id, Owner.this_process())
         except sqlite3.Error as exc:
             raise self._explain(exc, "reading it") from exc
         return holder if state == "live" else None
@@ -858,7 +866,8 @@ class Store:
         return d
 
     def runs(self) -> list[dict[str, Any]]:
-        return [self.run(r["run_id"]) for r in self._query("SELECT run_id FROM runs ORDER BY started_at")]
+        runs = [self.run(r["run_id"]) for r in self._query("SELECT run_id FROM runs ORDER BY started_at")]
+        return [run for run in runs if run is not None]  # never None: a run is deleted only where it is re-inserted
 
     def diagnostics(self, run_id: str) -> dict[str, Any] | None:
         """The diagnostics stored with a finished run (``harness.diagnostics``), or None."""

@@ -137,7 +137,7 @@ class Grid:
         check_size(self.size(), max_runs)
         axes = [(name, values) for name in AXES if (values := getattr(self, name))]
         combos = list(itertools.product(*(values for _, values in axes)))
-        runs = []
+        runs: list[RunConfig] = []
         for task, pe, combo, seed in itertools.product(self.task, self.pe, combos, self.seeds):
             overrides: dict[str, dict[str, Any]] = {}
             for (name, _), value in zip(axes, combo, strict=True):
@@ -207,7 +207,7 @@ def parse_list(value: str, kind: type) -> tuple[Any, ...]:
 def _values(key: str, value: Any, kind: type, where: str) -> tuple[Any, ...]:
     """One TOML value or list as a tuple of ``kind``; strings may be comma-separated."""
     items = value if isinstance(value, list) else [value]
-    out = []
+    out: list[Any] = []
     for item in items:
         if kind is str and isinstance(item, str):
             out += [v.strip() for v in item.split(",") if v.strip()]
@@ -535,7 +535,7 @@ def estimate(
         rough = " (rough: another machine)" if source else ""
         if found and found[0][0] == MATCH_LEVELS[0][0]:
             rate, basis, n = None, found[0][0], len(found[0][1])
-        elif use_probe:
+        elif use_probe and probed is not None:
             rate, n = probed
             basis, n = f"a probe here ({n} steps of a fresh model)", 0
         elif (scaled := scaled_rate(cfg, runs, ratio_runs)) is not None:
@@ -712,7 +712,7 @@ def wall_seconds(plan: Plan, workers: int) -> tuple[float, float] | None:
     missing = [r for r in plan.runs if r.status != "finished"]
     if any(r.estimate is None for r in missing):
         return None
-    listed = [r.estimate.seconds for r in missing]
+    listed = [r.estimate.seconds for r in missing if r.estimate is not None]
     return makespan(listed, workers), makespan(sorted(listed, reverse=True), workers)
 
 

@@ -251,7 +251,7 @@ def train(
             on_step(step, loss_value)
         done = step + 1
         evaluating = evaluating or (threshold is not None and loss_value < threshold)
-        if every and evaluating and done % every == 0 and done < t.steps:
+        if evaluate is not None and every and evaluating and done % every == 0 and done < t.steps:
             t_eval = time.perf_counter()
             with torch.random.fork_rng(devices=[] if torch.device(device).type != "cuda" else None):
                 evaluations.append((done, evaluate(done)))

@@ -193,15 +193,15 @@ def check_protocols(records: Sequence[Record]) -> None:
     seen: dict[tuple[str, str, str, int], Record] = {}
     for rec in records:  # e.g. `randomized` and `randomized:ape`: one encoding, two run ids
         d = rec.data
-        key = (d["preset"], d["task"], record_label(d), d["seed"])
-        if key in seen:
-            other = seen[key]
+        run_key = (d["preset"], d["task"], record_label(d), d["seed"])
+        if run_key in seen:
+            other = seen[run_key]
             problems.append(
-                f"{rec.path}:{rec.line} and {other.path}:{other.line}: two runs of {key[2]!r} on task {key[1]!r}, "
-                f"seed {key[3]}, preset {key[0]!r} (run ids {d['run_id']} and {other.data['run_id']}); "
-                "publish one of them"
+                f"{rec.path}:{rec.line} and {other.path}:{other.line}: two runs of {run_key[2]!r} on task "
+                f"{run_key[1]!r}, seed {run_key[3]}, preset {run_key[0]!r} (run ids {d['run_id']} and "
+                f"{other.data['run_id']}); publish one of them"
             )
-        seen.setdefault(key, rec)
+        seen.setdefault(run_key, rec)
     if problems:
         raise BoardError("results that cannot share a board:\n  " + "\n  ".join(problems))
 

@@ -90,7 +90,7 @@ def _hard_alibi(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
     if row is None:
         return None
     n = table.train_max
-    if not row.fitted:
+    if row.rank is None:  # not fitted
         return "does not hold", f"hard_alibi did not fit the training scales (EM≤{n} {row.scores['em_within'].text(2)})"
     reach = row.per_seed.get("reach", ())
     low = int(min(reach)) if reach else n

@@ -154,11 +154,11 @@ def check_cmd(results_dir: Path) -> None:
             f"retired: preset {r.preset} on {r.task} ({gone.runs} run(s), published, left off the board), "
             f"superseded by preset {r.superseded_by}'s complete {r.task} table"
         )
-    for kind, published, installed in (
+    for kind, used, installed in (
         ("encoding", {r.data["pe"] for r in records}, pezoo.available()),
         ("task", {r.data["task"] for r in records}, tasks.available()),
     ):
-        missing = sorted(n for n in published - set(installed) if not (kind == "encoding" and pezoo.is_known(n)))
+        missing = sorted(n for n in used - set(installed) if not (kind == "encoding" and pezoo.is_known(n)))
         if missing:
             click.echo(
                 f"note: {kind}(s) {', '.join(missing)} are not installed here (a plugin's?); "

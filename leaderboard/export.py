@@ -21,7 +21,7 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ class ImportSummary:
     diagnostics: int = 0
 
 
-def file_name(preset: str, records: list[Mapping[str, Any]]) -> str:
+def file_name(preset: str, records: Sequence[Mapping[str, Any]]) -> str:
     """``<preset>-<YYYYMMDD>-<12 hex>.jsonl`` for a batch of records of one preset."""
     newest = max(r["timings"]["finished_at"] for r in records)
     day = dt.datetime.fromtimestamp(newest, tz=dt.timezone.utc).strftime("%Y%m%d")
@@ -75,7 +75,7 @@ def file_name(preset: str, records: list[Mapping[str, Any]]) -> str:
     return f"{safe}-{day}-{digest}{SUFFIX}"
 
 
-def write_new_file(path: Path, records: list[Mapping[str, Any]]) -> None:
+def write_new_file(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
     """Write ``records`` to ``path``, which must not exist yet (FileExistsError otherwise)."""
     write_new_text(path, "".join(iter_lines(records)))
 

@@ -118,24 +118,23 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         out += ["## At a glance", "", md(bd.OVERVIEW_RULE), ""]
     for preset in board.presets:
         grid = bd.overview(board, preset)
-        tasks = grid.tasks
-        headers = ["#", "encoding", *(md(t) + (bd.PENDING_MARK if t in grid.pending else "") for t in tasks)]
+        headers = ["#", "encoding", *(md(t) + (bd.PENDING_MARK if t in grid.pending else "") for t in grid.tasks)]
         headers += ["mean", "fitted"]
-        table = []
-        for row in grid.rows:
-            cells = [row.cells.get(t) for t in tasks]
-            table.append(
+        glance = []
+        for entry in grid.rows:
+            cells = [entry.cells.get(t) for t in grid.tasks]
+            glance.append(
                 [
-                    row.position,
-                    md(row.label),
+                    entry.position,
+                    md(entry.label),
                     *(_glance_cell(c) for c in cells),
-                    f"{row.score:.2f}",
-                    f"{row.tasks_fitted}/{len(grid.counted)}",
+                    f"{entry.score:.2f}",
+                    f"{entry.tasks_fitted}/{len(grid.counted)}",
                 ]
             )
         if len(board.presets) > 1:
             out += [f"Preset **{md(preset)}**:", ""]
-        out += [tabulate(table, headers=headers, tablefmt="github", disable_numparse=True), ""]
+        out += [tabulate(glance, headers=headers, tablefmt="github", disable_numparse=True), ""]
         if grid.pending:
             out += [md(bd.PENDING_RULE) + ".", ""]
     found = claims.claim_verdicts(board)
@@ -162,7 +161,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
                 + (f" **{md(filling[0].upper() + filling[1:])}.**" if filling else ""),
                 "",
             ]
-            rows = []
+            rows: list[list[Any]] = []
             for row in table.rows:
                 rows.append(
                     [row.rank_text(), md(row.label) + ("" if row.fitted else " · *did not fit*")]

@@ -45,7 +45,7 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from harness.config import INT64_MAX, NEW_FIELD_DEFAULTS, RunConfig, shown
 
@@ -180,7 +180,7 @@ def store_run_from_record(record: Mapping[str, Any]) -> tuple[dict[str, Any], li
 # --------------------------------------------------------------------------------------
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     """An int (not a bool) SQLite can store: within the signed 64-bit range."""
     return isinstance(v, int) and not isinstance(v, bool) and -INT64_MAX - 1 <= v <= INT64_MAX
 

@@ -35,7 +35,7 @@ import os
 import posixpath
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -200,6 +200,7 @@ def encoding_info(name: str) -> EncodingInfo | None:
     except Exception:
         return None
     doc = inspect.getdoc(factory) or ""
+    params: Iterable[inspect.Parameter]
     try:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
@@ -397,7 +398,8 @@ class Site:
         curves in the order of ``ordered_curves``."""
         rows = []
         for n in sorted({n for c in table.curves for n in c.lengths}):
-            split, tokens, stats = "", 0.0, []
+            split, tokens = "", 0.0
+            stats: list[bd.Stat | None] = []
             for c in self.ordered_curves(table):
                 if n in c.lengths:
                     k = c.lengths.index(n)
@@ -643,11 +645,10 @@ def _previous_build(out_dir: Path) -> tuple[set[str], bool]:
             files = body["files"] if isinstance(body, dict) and body.get("generator") == GENERATOR else None
         except (OSError, ValueError, KeyError) as exc:
             raise SiteError(f"{manifest} cannot be read ({exc}); move the site folder aside and build again") from None
-        ok = isinstance(files, list) and all(
+        if not isinstance(files, list) or not all(
             isinstance(f, str) and f and not PurePosixPath(f).is_absolute() and ".." not in PurePosixPath(f).parts
             for f in files
-        )
-        if not ok:
+        ):
             raise SiteError(f"{manifest} is not a site manifest; move the site folder aside and build again")
         return set(files), False
     if (out_dir / LEGACY_MARKER).is_file():

@@ -188,7 +188,7 @@ def _rgb(hex_colour: str) -> tuple[int, int, int]:
     return int(hex_colour[1:3], 16), int(hex_colour[3:5], 16), int(hex_colour[5:7], 16)
 
 
-def _luminance(rgb: tuple[float, float, float]) -> float:
+def _luminance(rgb: Sequence[float]) -> float:
     """WCAG 2 relative luminance of an sRGB colour (0..255 channels)."""
 
     def linear(c: float) -> float:
@@ -274,11 +274,16 @@ def _values(values: Iterable[Any], what: str) -> tuple[float, ...]:
     return tuple(out)
 
 
-def _coordinates(s: Series) -> tuple[tuple[float, ...], ...]:
+_Coordinates = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]
+"""A series' checked xs, ys, lo and hi."""
+
+
+def _coordinates(s: Series) -> _Coordinates:
     """The series' xs, ys, lo and hi as floats; NotANumber for a value that is not a finite number."""
-    return tuple(
+    xs, ys, lo, hi = (
         _values(v, f"{s.label!r} {name}") for name, v in (("xs", s.xs), ("ys", s.ys), ("lo", s.lo), ("hi", s.hi))
     )
+    return xs, ys, lo, hi
 
 
 @dataclass(frozen=True)
@@ -317,7 +322,17 @@ def _x_range(checked: Sequence[tuple[Any, ...]], boundary: float | None) -> tupl
     return x_lo, x_hi
 
 
-def _drawn(axes: _Axes, s: Series, xs, ys, lo, hi, index: int, marker_r: float, max_markers: int) -> dict[str, Any]:
+def _drawn(
+    axes: _Axes,
+    s: Series,
+    xs: Sequence[float],
+    ys: Sequence[float],
+    lo: Sequence[float],
+    hi: Sequence[float],
+    index: int,
+    marker_r: float,
+    max_markers: int,
+) -> dict[str, Any]:
     """One series in pixels: its line, its band outline (None when the seeds agree
     everywhere) and its markers (every point, or every k-th with a phase per series so
     markers of curves on top of each other do not hide one another)."""
@@ -363,7 +378,7 @@ def line_plot(
     axes = _Axes(left, top, plot_width, plot_height, *_x_range(checked, boundary))
     step = nice_step(axes.x_hi - axes.x_lo, 8)
     x_ticks = _ticks(axes, step)
-    drawn = [_drawn(axes, s, *coords, i, 3.0, 12) for i, (s, *coords) in enumerate(checked)]
+    drawn = [_drawn(axes, s, xs, ys, lo, hi, i, 3.0, 12) for i, (s, xs, ys, lo, hi) in enumerate(checked)]
     return render_template(
         "plot.svg.j2",
         title=title,

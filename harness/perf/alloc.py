@@ -118,7 +118,7 @@ def measure_alloc_one(
     threads: int,
 ) -> list[dict[str, Any]]:
     """Allocator peaks of one (encoding, backend) at every length, in one fresh subprocess."""
-    spec = {
+    spec: dict[str, Any] = {
         "pe": pe,
         "backend": backend,
         "lengths": sorted(lengths),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -121,7 +121,7 @@ def prism_components(
     histogram times the offset table); the position streams after it (Alg. 3 normalisation,
     the q/k fold). The NoPE step is timed alongside for the ratio.
     """
-    from pezoo.encodings.prism.encoding import support_for
+    from pezoo.encodings.prism.encoding import PRISM, PRISMLayer, support_for
     from pezoo.encodings.prism.streams import fold_position_streams, normalise_streams
 
     _, batch = training_batch(preset, batch_size, device)
@@ -129,7 +129,9 @@ def prism_components(
     model, opt = build_for(preset, "prism", "sdpa", device, **options)
     nope, nope_opt = build_for(preset, "nope", "sdpa", device)
     pe = model.pe
-    layer = next(iter(pe.prism_layers.values()))
+    if not isinstance(pe, PRISM):
+        raise TypeError(f"the prism model's encoding is {type(pe).__name__}, not PRISM")
+    layer = cast(PRISMLayer, next(iter(pe.prism_layers.values())))
     cfg = pe.config
     support = support_for(s, cfg.min_support)
     n = b * layer.n_scan

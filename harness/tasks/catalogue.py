@@ -164,10 +164,11 @@ def task_section(task: Task) -> list[str]:
     ex = task.sample(n, random.Random(f"catalogue/{task.name}"))
     lo, hi = task.train_scales
     test_lo, test_hi = task.test_scales
+    doc = inspect.getdoc(type(task)) or ""  # never None: a task class inherits Task's docstring
     lines = [
         f"### `{task.name}`",
         "",
-        f"{inspect.getdoc(type(task)).splitlines()[0]}",
+        f"{doc.splitlines()[0]}",
         "",
         f"- **Source:** {task.source}",
         f"- **Format:** `{task.layout}`",
