@@ -20,6 +20,7 @@ import pezoo
 from harness.announce import bench_announcement, published_line
 from harness.catalogue import listing, name_problem
 from harness.config import GPU_PRESETS, INT64_MAX, PRESETS
+from harness.deadline import MARGIN, TimeLimit, parse_duration
 from harness.executors import (
     Executor,
     ExecutorError,
@@ -45,6 +46,7 @@ from harness.sweep import (
     SweepSpec,
     check_size,
     checkpointed_steps,
+    format_duration,
     format_plan,
     load_sweep,
     longest_first,
@@ -91,6 +93,16 @@ def _preset_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     if value not in PRESETS:
         raise click.BadParameter(name_problem("preset", value, list(PRESETS)))
     return value
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """A duration option (``2h30m``, ``90m``, seconds) as seconds; None when not given."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -252,11 +264,19 @@ class _ListOf(click.ParamType):
     help="Also log every run's loss, learning rate and evaluations for TensorBoard under this folder "
     "(pip install 'pezoo[tensorboard]').",
 )
+@click.option(
+    "--time-limit",
+    "time_limit",
+    callback=_duration,
+    help="Start only runs expected to end within this time from now (e.g. 2h30m, 90m, 1.5h): one that would "
+    "not is deferred to a later bench, and a shorter run after it may go first. For a machine that goes away "
+    "with its disk at a known time; runs started are never stopped (docs/sweeps.md).",
+)
 @max_runs_option
 def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
           eval_samples, eval_every, eval_start_loss, eval_select, backend, pack, window, device, allow_cpu,
           checkpoint_every, checkpoint_dir, executor, workers, ray_address, retries, store_path, order,
-          tensorboard_dir, max_runs) -> None:  # fmt: skip
+          tensorboard_dir, time_limit, max_runs) -> None:  # fmt: skip
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
 
     Finished runs already in the store are not trained again; an interrupted run
@@ -402,6 +422,13 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
             )
             + "\n"
         )
+        limit = None
+        if time_limit is not None:
+            limit = TimeLimit(time_limit, report.expected_seconds)
+            click.echo(
+                f"time limit {format_duration(time_limit)}: a run is started only if it is expected to end "
+                f"within it (its estimate x {MARGIN:g}); the others are deferred\n"
+            )
         try:
             with _sigterm_interrupts():
                 run_sweep(
@@ -413,6 +440,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
                     retries=retries,
                     events=report,
                     tensorboard=tensorboard_dir,
+                    admit=None if limit is None else lambda index, _cfg: limit.admit(index),
                 )
         except KeyboardInterrupt as exc:
             report.close_bars()
@@ -429,6 +457,13 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     for table in leaderboard_tables(df).values():
         click.echo(table + "\n")
     click.echo(LEGEND + "\n")
+    if report.deferred_runs:
+        n = len(report.deferred_runs)
+        click.echo(
+            f"{n} run{'s' if n > 1 else ''} deferred by --time-limit, not started: run the same command again "
+            "to continue.",
+            err=True,
+        )
     if report.failures:
         click.echo("Some runs did not finish:\n  " + "\n  ".join(report.failures), err=True)
         sys.exit(1)

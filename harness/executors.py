@@ -580,6 +580,10 @@ class SweepEvents:
         """Run ``index`` is being trained by another process (``holder`` says which), or is
         a variant whose trained run is: skipped."""
 
+    def deferred(self, index: int, cfg: RunConfig, reason: str) -> None:
+        """Run ``index`` was not started: ``admit`` said why (``run_sweep``), or it is a
+        variant whose trained run was deferred. It is left for a later sweep."""
+
     def started(self, job: Job) -> None:
         """An attempt was handed to the executor."""
 
@@ -606,6 +610,7 @@ def run_sweep(
     retries: int = 2,
     events: SweepEvents | None = None,
     tensorboard: str | Path | None = None,
+    admit: Callable[[int, RunConfig], str | None] | None = None,
 ) -> list[RunOutcome]:
     """Run every config the store does not hold finished; return the recorded outcomes.
 
@@ -628,6 +633,12 @@ def run_sweep(
     its final weights (``harness.run.weights_path``), which its variants evaluate. A
     variant whose trained run another live process is training is skipped with the
     outcome ``claimed``, as that run is: its weights do not exist yet.
+
+    ``admit(index, cfg)``, asked as each run is about to start (not for a retry), returns
+    None to start it, else why it is *deferred*: not started, nothing recorded, the outcome
+    ``deferred`` with that reason, and the next run in the list is looked at instead
+    (``harness.deadline.TimeLimit`` defers what cannot end before a time limit). A
+    variant whose trained run was deferred is deferred too.
     """
     events = events or SweepEvents()
     ckpt_dir = checkpoint_dir_for(store.path, checkpoint_dir).resolve()
@@ -680,6 +691,12 @@ def run_sweep(
 
     dispatch_provenance = {"commit": git_commit(), "device": "pending", "executor": executor.name}
     in_flight: dict[str, Job] = {}
+    deferred: set[str] = set()
+
+    def defer(job: Job, reason: str) -> None:
+        deferred.add(job.run_id)
+        events.deferred(job.index, by_id[job.run_id], reason)
+        outcomes.append(RunOutcome(job.run_id, "deferred", reason))
 
     def ready(job: Job) -> bool:
         """A variant waits while its trained run is queued or training."""
@@ -698,6 +715,13 @@ def run_sweep(
                         break  # only variants whose trained runs are still training
                     job = next_job
                     queue.remove(job)
+                    cfg = by_id[job.run_id]
+                    if job.attempt == 1 and cfg.is_variant and cfg.trained_config().run_id() in deferred:
+                        defer(job, f"its trained run {cfg.trained_config().run_id()} was deferred")
+                        continue
+                    if job.attempt == 1 and admit is not None and (reason := admit(job.index, cfg)) is not None:
+                        defer(job, reason)
+                        continue
                     if job.attempt == 1 and (trainer := _trained_elsewhere(store, by_id[job.run_id])):
                         # its weights do not exist yet: not a failure, a run for later
                         events.claimed(job.index, by_id[job.run_id], trainer)

@@ -170,6 +170,7 @@ class SweepReport(SweepEvents):
         self.running: set[int] = set()
         self.done = 0
         self.failures: list[str] = []
+        self.deferred_runs: list[str] = []  # "[i/n] label: why", for the sweep's last words
         self._clock = clock
         self._started_at: dict[int, float] = {}  # run index -> when its current attempt started
         self._run_seconds: dict[int, float] = {}  # run index -> wall seconds of its finished attempt
@@ -224,7 +225,7 @@ class SweepReport(SweepEvents):
         """How many other live processes are training this sweep's runs (:meth:`held`)."""
         return len(set(self.held().values()))
 
-    def _expected_seconds(self, index: int) -> float | None:
+    def expected_seconds(self, index: int) -> float | None:
         """How long run ``index`` should take: the plan's estimate scaled by how the
         finished runs' wall times compared with theirs (the estimate is device time from
         other runs; workers sharing a machine run slower), else the mean wall time of the
@@ -246,7 +247,7 @@ class SweepReport(SweepEvents):
         attempt trains, when it resumed) less what it has run; when that is unknown or
         already past, the time its training has left at the speed it reports (evaluation
         not counted); else None."""
-        expected = self._expected_seconds(index)
+        expected = self.expected_seconds(index)
         share = self._share.get(index, 1.0)
         left = None if expected is None else expected * share - (now - self._started_at[index])
         if left is None or left < 0:
@@ -272,8 +273,8 @@ class SweepReport(SweepEvents):
         now = self._clock()
         held = self.held()
         busy = [self._left(i, now) for i in self.running]
-        busy += [self._expected_seconds(i) for i in self.queue if self._run_ids[i - 1] in held]
-        queued = [self._expected_seconds(i) for i in self.queue if self._run_ids[i - 1] not in held]
+        busy += [self.expected_seconds(i) for i in self.queue if self._run_ids[i - 1] in held]
+        queued = [self.expected_seconds(i) for i in self.queue if self._run_ids[i - 1] not in held]
         if not (_known(busy) and _known(queued)) or any(left < 0 for left in busy):
             return None
         return makespan(queued, self.slots + len(set(held.values())), busy)
@@ -378,6 +379,14 @@ class SweepReport(SweepEvents):
         else:
             why = f"{holder}, which is training it"
         self._echo(f"{self.label(index)}: {why}; skipped (run again once it is done)")
+
+    def deferred(self, index: int, cfg, reason: str) -> None:
+        if index in self.queue:
+            self.queue.remove(index)
+            self.todo -= 1
+        self.deferred_runs.append(f"{self.label(index)}: {reason}")
+        self._echo(f"{self.label(index)}: deferred, {reason}; not started")
+        self._sweep_bar_update()
 
     def started(self, job: Job) -> None:
         if job.index in self.queue:

@@ -49,10 +49,11 @@ reported with done 0 as the final evaluation starts)."""
 class RunOutcome:
     """What became of a run: ``finished``, ``cached`` (the store holds it finished, maybe
     finished by another process meanwhile), ``claimed`` (another process is training it;
-    ``error`` says which), ``diverged`` or ``failed``."""
+    ``error`` says which), ``deferred`` (not started: a sweep's ``admit`` said why, in
+    ``error``), ``diverged`` or ``failed``."""
 
     run_id: str
-    status: str  # finished | cached | claimed | diverged | failed | unrecorded (finished, kept: kept_results)
+    status: str  # finished | cached | claimed | deferred | diverged | failed | unrecorded (finished, kept)
     error: str | None = None
 
 

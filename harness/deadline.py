@@ -1,0 +1,85 @@
+"""A sweep's time limit (``pezoo bench --time-limit``): start only the runs expected to
+end before it.
+
+For a machine that goes away at a known time with what is on its disk: a notebook or
+cloud session, a scheduler's job whose checkpoint folder is not kept. A run cut off
+there loses all it trained, so a run that cannot finish in the time left is better not
+started: it is *deferred* (left for a later ``pezoo bench``) and a shorter run after it
+in the list may go in its place. Runs already started are never stopped; where
+checkpoints are kept (a shared ``--checkpoint-dir``), nothing needs this: a killed run
+resumes from its last checkpoint.
+
+A run's expected time is the sweep's ETA estimate for it (``SweepReport.expected_seconds``:
+the plan's estimate from finished runs' speeds, what a checkpoint has done left out,
+scaled by how this sweep's finished runs compared with their estimates), times
+:data:`MARGIN`. A run with no estimate (no finished run to measure from, nothing
+recorded) is started while any time is left: refusing it would refuse every run of a
+cold store; ``pezoo sweep plan --probe`` tells how long such runs take.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+
+from harness.sweep import format_duration
+
+MARGIN = 1.1
+"""A run is started when its expected seconds times this end before the limit: estimates
+move with the machine's load and the run's own evaluation."""
+
+_DURATION = re.compile(r"(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?(?:(?P<s>\d+(?:\.\d+)?)s?)?")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: ``2h30m``, ``90m``, ``1.5h``, ``45s`` or a plain number of seconds.
+
+    Raises:
+        ValueError: not such a duration, or not longer than 0 s.
+    """
+    spec = text.strip().lower()
+    match = _DURATION.fullmatch(spec)
+    if not spec or match is None:
+        raise ValueError(f"{text!r} is not a duration: write e.g. 2h30m, 90m, 1.5h, 45s or a number of seconds")
+    seconds = 3600 * float(match["h"] or 0) + 60 * float(match["m"] or 0) + float(match["s"] or 0)
+    if seconds <= 0:
+        raise ValueError(f"a time limit must be longer than 0 s, got {text!r}")
+    return seconds
+
+
+class TimeLimit:
+    """Admits a run when it is expected to end before the limit, ``seconds`` after this
+    object is made.
+
+    ``expected(index)``: the seconds run ``index`` is expected to take, or None when
+    unknown; ``clock``: seconds, monotonic (a fake one in tests).
+    """
+
+    def __init__(
+        self,
+        seconds: float,
+        expected: Callable[[int], float | None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.seconds = seconds
+        self._expected = expected
+        self._clock = clock
+        self._ends_at = clock() + seconds
+
+    def left(self) -> float:
+        """Seconds until the limit (negative once past)."""
+        return self._ends_at - self._clock()
+
+    def admit(self, index: int) -> str | None:
+        """None to start run ``index`` now; else why it is deferred."""
+        left = self.left()
+        if left <= 0:
+            return f"the time limit ({format_duration(self.seconds)}) has passed"
+        expected = self._expected(index)
+        if expected is None or expected * MARGIN <= left:
+            return None
+        return (
+            f"expected to take {format_duration(expected)} and {format_duration(left)} is left "
+            f"of the time limit ({format_duration(self.seconds)})"
+        )

@@ -1,0 +1,138 @@
+"""``pezoo bench --time-limit``: runs that would not end before the limit are deferred, not
+started, and a shorter run after them goes instead; nothing is recorded for them."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.config import preset_config
+from harness.deadline import MARGIN, TimeLimit, parse_duration
+from harness.executors import run_sweep
+from harness.store import Store
+from tests.harness.test_executors import Recorder, Scripted, finished
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("2h30m", 9000), ("90m", 5400), ("1.5h", 5400), ("45s", 45), ("600", 600), ("1h0m30s", 3630), (" 2H ", 7200)],
+)
+def test_durations_parse(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "h", "2x", "-5m", "1m2h", "0", "0m", "two hours", "5 m"])
+def test_bad_durations_are_refused_saying_how_to_write_one(text):
+    with pytest.raises(ValueError, match=r"duration|longer than 0"):
+        parse_duration(text)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_run_is_admitted_only_if_it_is_expected_to_end_before_the_limit():
+    clock = Clock()
+    expected = {1: 600.0, 2: 3000.0, 3: None}
+    limit = TimeLimit(3600, expected.get, clock)
+    assert limit.admit(1) is None and limit.admit(2) is None
+    clock.now += 3600 - 3000 * MARGIN  # just enough left for run 2, margin included
+    assert limit.admit(2) is None
+    clock.now += 1
+    reason = limit.admit(2)
+    assert reason is not None and "expected to take 50m" in reason and "of the time limit (60m)" in reason
+    assert limit.admit(1) is None  # a shorter run still fits
+    assert limit.admit(3) is None  # no estimate: started while time is left
+    clock.now += 3600
+    assert limit.left() < 0 and "has passed" in (limit.admit(3) or "") and "has passed" in (limit.admit(1) or "")
+
+
+def smoke(pe):
+    return preset_config("smoke", pe=pe, task="copy", seed=0)
+
+
+class Deferring(Recorder):
+    def deferred(self, index, cfg, reason):
+        self.log.append(("deferred", index, reason))
+
+
+def test_the_driver_defers_what_admit_refuses_and_starts_the_shorter_runs_after_it(tmp_path):
+    long, short, after = smoke("nope"), smoke("rope"), smoke("alibi")
+    asked = []
+
+    def admit(index, cfg):
+        asked.append(index)
+        return "too long" if cfg.pe == "nope" else None
+
+    events = Deferring()
+    executor = Scripted({short.run_id(): [finished], after.run_id(): [finished]}, capacity=1)
+    with Store(tmp_path / "s.sqlite") as store:
+        outcomes = run_sweep(executor, [long, short, after], store, events=events, admit=admit)
+        assert store.run(long.run_id()) is None  # not claimed, nothing recorded: a later sweep runs it
+        assert store.status(short.run_id()) == store.status(after.run_id()) == "finished"
+    first = outcomes[0]
+    assert (first.run_id, first.status, first.error) == (long.run_id(), "deferred", "too long")
+    assert [j.run_id for j in executor.submitted] == [short.run_id(), after.run_id()]
+    assert ("deferred", 1, "too long") in events.log and asked == [1, 2, 3]
+
+
+def test_a_retry_is_not_asked_again(tmp_path):
+    from tests.harness.test_executors import lost
+
+    cfg = smoke("rope")
+    answers = iter([None, "would not be asked"])
+    executor = Scripted({cfg.run_id(): [lost, finished]})
+    with Store(tmp_path / "s.sqlite") as store:
+        (outcome,) = run_sweep(executor, [cfg], store, admit=lambda i, c: next(answers))
+    assert outcome.status == "finished" and len(executor.submitted) == 2
+
+
+def test_the_variants_of_a_deferred_run_are_deferred_with_it(tmp_path):
+    trained = smoke("rope")
+    variant = smoke("rope@{scaling={rope_type=linear,factor=4.0}}")
+    assert variant.is_variant and variant.trained_config().run_id() == trained.run_id()
+    events = Deferring()
+    executor = Scripted({})
+    with Store(tmp_path / "s.sqlite") as store:
+        outcomes = run_sweep(
+            executor, [trained, variant], store, events=events, admit=lambda i, c: None if c.is_variant else "long"
+        )
+    assert [o.status for o in outcomes] == ["deferred", "deferred"] and not executor.submitted
+    assert outcomes[1].error == f"its trained run {trained.run_id()} was deferred"
+
+
+def test_bench_defers_every_run_that_cannot_end_in_time_and_says_so(tmp_path):
+    store = tmp_path / "s.sqlite"
+    args = ["bench", "--pe", "nope,rope", "--task", "copy", "--preset", "smoke", "--device", "cpu", "--workers", "1"]
+    # the smoke preset's recorded speed puts a run at about 0.1 s: 1 ms fits none
+    result = CliRunner().invoke(main, [*args, "--store", str(store), "--time-limit", "0.001s"])
+    assert result.exit_code == 0, result.output
+    assert "time limit <1s: a run is started only if it is expected to end within it" in result.output
+    assert result.output.count(": deferred, ") == 2  # expected to take longer, or the limit has passed
+    assert "2 runs deferred by --time-limit, not started: run the same command again to continue." in result.output
+    with Store(store) as s:
+        assert s.runs() == []
+
+
+def test_a_bad_time_limit_is_refused_before_the_store_is_made(tmp_path):
+    store = tmp_path / "s.sqlite"
+    args = ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke", "--store", str(store)]
+    result = CliRunner().invoke(main, [*args, "--time-limit", "2 hours"])
+    assert result.exit_code == 2 and "Invalid value for '--time-limit'" in result.output
+    assert "is not a duration" in result.output and not store.exists()
+
+
+def test_deferred_runs_leave_the_eta_and_are_listed_for_the_last_words(capsys):
+    from harness.progress import SweepReport
+
+    configs = [smoke("nope"), smoke("rope")]
+    report = SweepReport(configs, tty=False)
+    report.deferred(1, configs[0], "too long")
+    assert report.todo == 1 and report.queue == [2]
+    assert len(report.deferred_runs) == 1 and report.deferred_runs[0] == "[1/2] nope on copy seed 0: too long"
+    assert "[1/2] nope on copy seed 0: deferred, too long; not started" in capsys.readouterr().out
