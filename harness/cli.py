@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import pezoo
 from harness.announce import bench_announcement, published_line
 from harness.catalogue import listing, name_problem
 from harness.config import GPU_PRESETS, INT64_MAX, PRESETS
-from harness.deadline import MARGIN, TimeLimit, parse_duration
+from harness.deadline import MARGIN, TimeLimit, parse_duration, probing
 from harness.executors import (
     Executor,
     ExecutorError,
@@ -424,7 +424,10 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         )
         limit = None
         if time_limit is not None:
-            limit = TimeLimit(time_limit, report.expected_seconds)
+            expected: Callable[[int], float | None] = report.expected_seconds
+            if ray_executor is None:  # a probe here says nothing of a Ray cluster's nodes
+                expected = _probing_expectation(configs, plan, rows, resume, plan_options, report, dev)
+            limit = TimeLimit(time_limit, expected)
             click.echo(
                 f"time limit {format_duration(time_limit)}: a run is started only if it is expected to end "
                 f"within it (its estimate x {MARGIN:g}); the others are deferred\n"
@@ -467,6 +470,41 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     if report.failures:
         click.echo("Some runs did not finish:\n  " + "\n  ".join(report.failures), err=True)
         sys.exit(1)
+
+
+def _probing_expectation(configs, plan, rows, resume, plan_options, report, device) -> Callable[[int], float | None]:
+    """``--time-limit``'s expected seconds per run: the ETA's, after a probe of the run here
+    when its estimate is borrowed from other runs (``harness.deadline.probing``)."""
+    from harness.probe import probe_speeds
+    from harness.sweep import MATCH_LEVELS, probe_key
+
+    exact = MATCH_LEVELS[0][0]
+
+    def measured(index: int) -> bool:
+        cfg, est = configs[index - 1], plan.runs[index - 1].estimate
+        return cfg.is_variant or (est is not None and exact in est.basis)  # a variant only evaluates
+
+    probes: dict[Any, tuple[float, int]] = {}  # one probe per speed group: a run's other seeds share it
+    tried: set[Any] = set()
+
+    def probe(index: int) -> None:
+        cfg, key = configs[index - 1], probe_key(configs[index - 1])
+        if key not in tried:
+            tried.add(key)
+            why = "no finished run of it to estimate from"
+            report.echo(f"{report.label(index)}: timing a few training steps here: {why}")
+            probes.update(probe_speeds([cfg], probe_key, device=str(device)))
+            if key not in probes:
+                report.echo(f"{report.label(index)}: the probe failed; estimated from other runs as before")
+        if key not in probes:
+            return
+        est = make_plan([cfg], rows, resume, probes=probes, **plan_options).runs[0].estimate
+        if est is not None:
+            report.estimates[index] = est.seconds
+            rate = f"{est.steps_per_second:.3g} steps/s"
+            report.echo(f"{report.label(index)}: {rate} here, about {format_duration(est.seconds)} in all")
+
+    return probing(report.expected_seconds, measured, probe)
 
 
 class Terminated(KeyboardInterrupt):

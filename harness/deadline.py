@@ -12,9 +12,10 @@ resumes from its last checkpoint.
 A run's expected time is the sweep's ETA estimate for it (``SweepReport.expected_seconds``:
 the plan's estimate from finished runs' speeds, what a checkpoint has done left out,
 scaled by how this sweep's finished runs compared with their estimates), times
-:data:`MARGIN`. A run with no estimate (no finished run to measure from, nothing
-recorded) is started while any time is left: refusing it would refuse every run of a
-cold store; ``pezoo sweep plan --probe`` tells how long such runs take.
+:data:`MARGIN`. Where no finished run of the same encoding (options included), task
+and model measured it, bench first times a few training steps of it here (:func:`probing`,
+``harness.probe``), as ``pezoo sweep plan --probe`` does. A run that has no estimate
+even then (its probe failed) is started while any time is left.
 """
 
 from __future__ import annotations
@@ -46,6 +47,28 @@ def parse_duration(text: str) -> float:
     if seconds <= 0:
         raise ValueError(f"a time limit must be longer than 0 s, got {text!r}")
     return seconds
+
+
+def probing(
+    expected: Callable[[int], float | None],
+    measured: Callable[[int], bool],
+    probe: Callable[[int], None],
+) -> Callable[[int], float | None]:
+    """``expected`` for :class:`TimeLimit` that first probes a run whose estimate no
+    finished run of the same encoding (options included), task and model measured:
+    a borrowed speed can be far off for an encoding whose cost is its own (prism{paper}
+    on reverse, with its copy branch, was estimated at 22 minutes from the other
+    encodings on reverse; its runs take hours). ``probe(index)`` times a few steps of the
+    run here and updates what ``expected`` returns; it is asked once per run."""
+    probed: set[int] = set()
+
+    def expect(index: int) -> float | None:
+        if index not in probed and not measured(index):
+            probed.add(index)
+            probe(index)
+        return expected(index)
+
+    return expect
 
 
 class TimeLimit:

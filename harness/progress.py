@@ -184,7 +184,8 @@ class SweepReport(SweepEvents):
         return f"[{index}/{len(self.configs)}] {run_label(self.configs[index - 1], self.axes)}"
 
     # -- output that keeps live bars intact -------------------------------------------
-    def _echo(self, message: str, err: bool = False) -> None:
+    def echo(self, message: str, err: bool = False) -> None:
+        """Print a line above the live bars (or plainly, without bars)."""
         if self._bars or self._sweep_bar is not None:
             from tqdm import tqdm
 
@@ -353,7 +354,7 @@ class SweepReport(SweepEvents):
             bar.close()
 
     def live_notice(self, job: Job, message: str) -> None:
-        self._echo(f"{self.label(job.index)}: {message}", err=True)
+        self.echo(f"{self.label(job.index)}: {message}", err=True)
 
     def close_bars(self) -> None:
         for index in list(self._bars):
@@ -367,7 +368,7 @@ class SweepReport(SweepEvents):
         if index in self.queue:  # finished by another process after the plan was made
             self.queue.remove(index)
             self.todo -= 1
-        self._echo(f"{self.label(index)}: already in the store, skipped")
+        self.echo(f"{self.label(index)}: already in the store, skipped")
 
     def claimed(self, index: int, cfg, holder: str) -> None:
         if index in self.queue:
@@ -378,14 +379,14 @@ class SweepReport(SweepEvents):
             why = f"waits for the weights of run {trained}: {holder}, which is training it"
         else:
             why = f"{holder}, which is training it"
-        self._echo(f"{self.label(index)}: {why}; skipped (run again once it is done)")
+        self.echo(f"{self.label(index)}: {why}; skipped (run again once it is done)")
 
     def deferred(self, index: int, cfg, reason: str) -> None:
         if index in self.queue:
             self.queue.remove(index)
             self.todo -= 1
         self.deferred_runs.append(f"{self.label(index)}: {reason}")
-        self._echo(f"{self.label(index)}: deferred, {reason}; not started")
+        self.echo(f"{self.label(index)}: deferred, {reason}; not started")
         self._sweep_bar_update()
 
     def started(self, job: Job) -> None:
@@ -401,12 +402,12 @@ class SweepReport(SweepEvents):
         self._sweep_bar_update()
 
     def notice(self, job: Job, message: str) -> None:
-        self._echo(f"{self.label(job.index)}: {message}", err=True)
+        self.echo(f"{self.label(job.index)}: {message}", err=True)
 
     def retrying(self, job: Job, reason: str, attempts: int) -> None:
         self._attempt_over(job.index, measured=False)
         self.queue.insert(0, job.index)  # the driver runs a retry next
-        self._echo(
+        self.echo(
             f"{self.label(job.index)}: attempt {job.attempt} of {attempts} failed ({reason}); retrying", err=True
         )
 
@@ -417,11 +418,11 @@ class SweepReport(SweepEvents):
             self.done += 1
             run = cast(RunResult, result)  # only a RunResult finishes
             seconds = (run.train_seconds or 0) + (run.eval_seconds or 0)
-            self._echo(f"{label}: finished in {seconds:.1f}s ({self._status()})")
+            self.echo(f"{label}: finished in {seconds:.1f}s ({self._status()})")
         elif outcome.status in ("cached", "claimed"):  # another process's to record: no failure
             self.done += 1
-            self._echo(f"{label}: not recorded here: {outcome.error}")
+            self.echo(f"{label}: not recorded here: {outcome.error}")
         else:
             self.failures.append(f"{label}: {outcome.status}: {outcome.error}")
-            self._echo(f"{label}: {outcome.status}: {outcome.error}", err=True)
+            self.echo(f"{label}: {outcome.status}: {outcome.error}", err=True)
         self._sweep_bar_update()

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import preset_config
-from harness.deadline import MARGIN, TimeLimit, parse_duration
+from harness.deadline import MARGIN, TimeLimit, parse_duration, probing
 from harness.executors import run_sweep
 from harness.store import Store
 from tests.harness.test_executors import Recorder, Scripted, finished
@@ -136,3 +136,40 @@ def test_deferred_runs_leave_the_eta_and_are_listed_for_the_last_words(capsys):
     assert report.todo == 1 and report.queue == [2]
     assert len(report.deferred_runs) == 1 and report.deferred_runs[0] == "[1/2] nope on copy seed 0: too long"
     assert "[1/2] nope on copy seed 0: deferred, too long; not started" in capsys.readouterr().out
+
+
+def test_a_run_no_finished_run_measured_is_probed_once_before_it_is_judged():
+    estimates = {1: 60.0, 2: 60.0}
+    probes = []
+
+    def probe(index):
+        probes.append(index)
+        estimates[index] = 7200.0  # what the probe found: far slower than borrowed speeds said
+
+    expect = probing(estimates.get, measured=lambda i: i == 1, probe=probe)
+    limit = TimeLimit(3600, expect, Clock())
+    assert limit.admit(1) is None and probes == []  # measured: its estimate stands
+    assert "expected to take 2.0h" in (limit.admit(2) or "") and probes == [2]
+    limit.admit(2)
+    assert probes == [2]  # once per run
+
+
+def test_bench_probes_the_runs_it_cannot_estimate_from_their_own_kind_and_trains_what_fits(tmp_path):
+    store = tmp_path / "s.sqlite"
+    args = ["bench", "--task", "copy", "--preset", "smoke", "--device", "cpu", "--workers", "1", "--store", str(store)]
+    first = CliRunner().invoke(main, [*args, "--pe", "nope"])
+    assert first.exit_code == 0, first.output
+    result = CliRunner().invoke(main, [*args, "--pe", "nope,rope", "--seeds", "2", "--time-limit", "1h"])
+    assert result.exit_code == 0, result.output
+    # nope seed 1 is estimated from nope seed 0's finished run; rope has none: timed once, for both seeds
+    assert "nope on copy seed 1: timing" not in result.output
+    assert result.output.count("timing a few training steps here: no finished run of it to estimate from") == 1
+    assert "rope on copy seed 0: timing a few training steps here" in result.output
+    assert result.output.count("steps/s here, about") == 2 and ": deferred," not in result.output
+    with Store(store) as s:
+        assert sorted((r["pe"], r["seed"], r["status"]) for r in s.runs()) == [
+            ("nope", 0, "finished"),
+            ("nope", 1, "finished"),
+            ("rope", 0, "finished"),
+            ("rope", 1, "finished"),
+        ]
