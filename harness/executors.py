@@ -359,6 +359,11 @@ class LocalPool(Executor):
         previous = _set_sigint(signal.SIG_IGN)
         try:
             slot.process.start()
+        except BaseException:  # no worker (no memory to spawn one, say): leave the slot empty
+            slot.process = None
+            parent.close()
+            child.close()
+            raise
         finally:
             _set_sigint(previous)
         child.close()  # the worker's end: once it dies, reading ours gives EOF

@@ -451,3 +451,20 @@ def test_ray_task_whose_worker_dies_is_retried_from_its_checkpoint(ray_instance,
     with Store(path) as store:
         assert store.run(cfg.run_id())["provenance"]["attempts"] == "2"
     assert results_by_run(path)[cfg.run_id()] == results_by_run(pool_store)[cfg.run_id()]
+
+
+def test_a_worker_that_cannot_start_leaves_the_pool_closable_and_its_error_standing(monkeypatch):
+    pool = LocalPool(["cpu", "cpu"])
+    real = pool._ctx.Process
+
+    def unstartable(*args, **kwargs):
+        process = real(*args, **kwargs)
+        process.start = lambda: (_ for _ in ()).throw(OSError("cannot spawn: no memory"))
+        return process
+
+    monkeypatch.setattr(pool._ctx, "Process", unstartable)
+    job = Job(1, smoke("nope").to_dict(), smoke("nope").run_id(), "unused.pt", 10)
+    with pytest.raises(OSError, match="cannot spawn"):
+        pool.submit(job)
+    pool.close(cancel=True)  # before: terminate() of a process that never started raised instead
+    assert all(slot.process is None and slot.conn is None for slot in pool._slots)
