@@ -55,11 +55,22 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, d_ff), nn.GELU(), nn.Linear(d_ff, cfg.d_model))
 
     def forward(
-        self, x: Tensor, pe: PositionalEncoding, ctx: AttentionContext, return_probs: bool
+        self,
+        x: Tensor,
+        pe: PositionalEncoding,
+        ctx: AttentionContext,
+        return_probs: bool,
+        rows: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
+        """``rows``: the flat (b·s) indices of the tokens whose MLP is computed; the
+        others (padding) pass it by unchanged. None: every token."""
         a, probs = self.attn(self.ln_attn(x), pe, ctx, return_probs=return_probs)
         x = x + a  # (b, s, d)
-        return x + self.mlp(self.ln_mlp(x)), probs
+        if rows is None:
+            return x + self.mlp(self.ln_mlp(x)), probs
+        flat = x.reshape(-1, x.shape[-1])  # (b·s, d)
+        kept = self.mlp(self.ln_mlp(flat.index_select(0, rows)))  # (r, d)
+        return flat.index_add(0, rows, kept).view_as(x), probs
 
 
 class Backbone(nn.Module):
@@ -114,6 +125,7 @@ class Backbone(nn.Module):
         state: dict[str, Any] | None = None,
         scale_hint: Tensor | None = None,
         return_probs: bool = False,
+        keep: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """Logits for ``tokens`` (b, s) -> (b, s, v).
 
@@ -121,8 +133,16 @@ class Backbone(nn.Module):
         in it and the state is updated (KV cache, encoding state); without, this is one
         full forward pass. ``return_probs`` (eager backend) also returns the attention
         probabilities of every layer.
+
+        ``keep`` (b, s) bool, for training on right-padded batches (causal backbone, full
+        pass): the tokens whose logits are used. Each row's kept tokens must come before
+        its others; the others (padding, which no kept token attends to) skip the MLPs,
+        the bulk of a step's arithmetic, and their logits are meaningless. The kept
+        tokens' logits and every gradient are those of the pass without ``keep``, up to
+        float rounding (a padded row's share of a matmul is not computed).
         """
         b, s = tokens.shape
+        rows = self._kept_rows(keep, tokens, state)
         state_kept = state is not None
         if state is None:
             state = {"positions": self.pe.positions(b, s, tokens.device), "length": 0}
@@ -146,11 +166,35 @@ class Backbone(nn.Module):
         all_probs = []
         for layer, block in enumerate(self.blocks):
             self.pe.observe(layer, x, ctx)
-            x, probs = block(x, self.pe, ctx, return_probs)
+            x, probs = block(x, self.pe, ctx, return_probs, rows)
             all_probs.append(probs)
         state["length"] = start + s
         logits = F.linear(self.ln_out(x), self.embed.weight)  # tied: (b, s, v)
         return (logits, all_probs) if return_probs else logits
+
+    def _kept_rows(self, keep: Tensor | None, tokens: Tensor, state: dict[str, Any] | None) -> Tensor | None:
+        """The flat indices of ``keep``'s tokens, or None when every token is kept."""
+        if keep is None:
+            return None
+        if keep.shape != tokens.shape or keep.dtype != torch.bool:
+            raise ValueError(
+                f"keep must be a bool tensor shaped as tokens {tuple(tokens.shape)}, got {keep.dtype} "
+                f"{tuple(keep.shape)}"
+            )
+        if not self.cfg.causal or state is not None:
+            raise ValueError(
+                "keep is for a causal backbone's full pass: an encoder's tokens attend to the padding, "
+                "and a decoding state caches every token"
+            )
+        if bool((keep[:, 1:] & ~keep[:, :-1]).any()):
+            raise ValueError(
+                "keep must keep a prefix of each row (right padding): a kept token after a dropped "
+                "one would attend to it"
+            )
+        flat = keep.reshape(-1)
+        if bool(flat.all()):
+            return None
+        return flat.nonzero().squeeze(1)
 
     def n_params(self) -> dict[str, int]:
         """Parameter counts: total, and the encoding's own."""
