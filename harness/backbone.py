@@ -126,6 +126,7 @@ class Backbone(nn.Module):
         scale_hint: Tensor | None = None,
         return_probs: bool = False,
         keep: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """Logits for ``tokens`` (b, s) -> (b, s, v).
 
@@ -140,12 +141,25 @@ class Backbone(nn.Module):
         the bulk of a step's arithmetic, and their logits are meaningless. The kept
         tokens' logits and every gradient are those of the pass without ``keep``, up to
         float rounding (a padded row's share of a matmul is not computed).
+
+        ``positions`` (b|1, >= s), for a full pass: the positions planned for it (by
+        default drawn here from the encoding), e.g. one draw for a whole batch sliced
+        for a group of its rows, so the rows see what one pass would give them.
         """
         b, s = tokens.shape
         rows = self._kept_rows(keep, tokens, state)
         state_kept = state is not None
         if state is None:
-            state = {"positions": self.pe.positions(b, s, tokens.device), "length": 0}
+            if positions is None:
+                positions = self.pe.positions(b, s, tokens.device)
+            elif positions.ndim != 2 or positions.shape[0] not in (1, b) or positions.shape[1] < s:
+                raise ValueError(
+                    f"positions must be planned for {b} or 1 row(s) of at least {s} tokens, "
+                    f"got {tuple(positions.shape)}"
+                )
+            state = {"positions": positions, "length": 0}
+        elif positions is not None:
+            raise ValueError("positions are for a full pass: a decoding state holds its own (start_state)")
         start = state["length"]
         positions = state["positions"]  # (b|1, planned length)
         if positions.shape[-1] < start + s:

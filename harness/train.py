@@ -129,26 +129,73 @@ def make_optimizer(model: Backbone, cfg: RunConfig) -> torch.optim.Optimizer:
     return optimizer([g for g in groups if g["params"]], lr=t.lr, betas=t.betas)
 
 
+LENGTH_GROUPS = 4
+"""A causal model's training batch is run as this many groups of rows of similar length
+(:func:`_task_loss`); 4 was the fastest of 1, 2, 4 and 8 on addition (docs/performance.md)."""
+
+
 def training_loss(model: Backbone, batch: Batch) -> tuple[Tensor, Tensor]:
     """(the loss to minimise, the task's loss) on one batch.
 
     The task's loss is the cross-entropy of the labelled next tokens (the completion and
-    its EOS). The loss minimised adds the encoding's ``regularisation()`` when it has one
-    (PRISM: ``frobenius_weight · ‖W_hh‖_F²`` with ``regulariser="frobenius"``, Lee 2025
-    §6.3; 0 otherwise). Logs, ``final_loss`` and ``eval.start_below_loss`` use the task's
-    loss, so a penalty does not hold back periodic evaluation.
-
-    A causal model skips the MLPs at the right padding (``Backbone.forward``'s ``keep``):
-    no labelled token sees it, and it is 37-45 % of a batch whose scales are drawn per
-    example.
+    its EOS), :func:`_task_loss`. The loss minimised adds the encoding's
+    ``regularisation()`` when it has one (PRISM: ``frobenius_weight · ‖W_hh‖_F²`` with
+    ``regulariser="frobenius"``, Lee 2025 §6.3; 0 otherwise). Logs, ``final_loss`` and
+    ``eval.start_below_loss`` use the task's loss, so a penalty does not hold back
+    periodic evaluation.
     """
-    keep = batch.inputs != PAD_ID if model.cfg.causal else None  # (b, s)
-    logits = model(batch.inputs, scale_hint=batch.scales, keep=keep)  # (b, s, v)
-    task_loss = F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
+    task_loss = _task_loss(model, batch)
     regularisation = getattr(model.pe, "regularisation", None)
     if regularisation is None:
         return task_loss, task_loss
     return task_loss + regularisation(), task_loss
+
+
+def _task_loss(model: Backbone, batch: Batch, groups: int = LENGTH_GROUPS) -> Tensor:
+    """The mean cross-entropy of ``batch``'s labelled tokens.
+
+    A causal model's batch is right-padded to its longest row (each example draws its
+    scale: 37-45 % of a board batch is padding), and no labelled token sees the padding.
+    So its rows are sorted by length and run as ``groups`` groups, each cut to its own
+    longest row, and within a group the MLPs skip the padding left (``Backbone.forward``'s
+    ``keep``). The positions are drawn once for the whole batch, as one pass would (a
+    randomized encoding's draw is the same), and each group reads its rows' share; the
+    loss is the sum over groups over the batch's labelled count. Each group starts from
+    the same random state, so a draw an encoding makes once per pass (Abacus's offset) is
+    one per batch, as in one pass. The same loss and gradients as one padded pass, to
+    float rounding (tests/harness/test_padding_skip.py).
+    """
+    if not model.cfg.causal:  # an encoder's tokens attend to the padding; its batches have none
+        logits = model(batch.inputs, scale_hint=batch.scales)  # (b, s, v)
+        return F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
+    keep = batch.inputs != PAD_ID  # (b, s)
+    lengths = keep.sum(dim=1)  # (b,)
+    b, s = batch.inputs.shape
+    positions = model.pe.positions(b, s, batch.inputs.device)  # (b|1, s): the batch's one draw
+    if bool(keep.all()):  # no padding (packed rows, one scale per batch): one pass
+        groups = 1
+    total: Tensor | None = None
+    device = batch.inputs.device
+    cuda = device.type == "cuda"
+    start_state = torch.cuda.get_rng_state(device) if cuda else torch.get_rng_state()
+    for group, rows in enumerate(torch.argsort(lengths, stable=True).chunk(groups)):
+        if group and cuda:  # replay the random state the first group started from
+            torch.cuda.set_rng_state(start_state, device)
+        elif group:
+            torch.set_rng_state(start_state)
+        width = max(int(lengths[rows].max()), 1)
+        hint = batch.scales[rows, :width] if batch.scales.ndim == 2 else batch.scales[rows]
+        logits = model(
+            batch.inputs[rows, :width],
+            scale_hint=hint,
+            keep=keep[rows, :width],
+            positions=positions[:, :width] if positions.shape[0] == 1 else positions[rows, :width],
+        )  # (rows, width, v)
+        labels = batch.labels[rows, :width].flatten()
+        part = F.cross_entropy(logits.flatten(0, 1), labels, ignore_index=IGNORE, reduction="sum")
+        total = part if total is None else total + part
+    assert total is not None  # a batch has at least one row
+    return total / (batch.labels != IGNORE).sum()
 
 
 def restore(

@@ -1,6 +1,8 @@
-"""Training skips the MLPs at a batch's right padding (``Backbone.forward(keep=...)``):
-the labelled tokens' logits and every gradient stay those of the full pass, for every
-encoding, and a ``keep`` that would change them is refused."""
+"""Training skips a batch's right padding: the MLPs skip it (``Backbone.forward(keep=...)``)
+and the rows run in groups of similar length, each cut to its longest row
+(``harness.train._task_loss``). The labelled tokens' logits, the loss and every gradient
+stay those of one padded pass, for every encoding, and a ``keep`` or ``positions`` that
+would change them is refused."""
 
 from __future__ import annotations
 
@@ -18,10 +20,10 @@ from harness.config import preset_config
 from harness.data import IGNORE, collate, sample_training_batch
 from harness.protocols import paper_pe_options
 from harness.tasks.vocab import PAD_ID
-from harness.train import build_model, training_loss
+from harness.train import LENGTH_GROUPS, _task_loss, build_model, training_loss
 
 
-def padded_batch(task: str, seed: int = 0, size: int = 6):
+def padded_batch(task: str, seed: int = 0, size: int = 8):
     """A decoder batch whose examples have different scales, so most rows end in padding."""
     rng = random.Random(seed)
     batch = collate(sample_training_batch(tasks.create(task), rng, size, 1, 6))
@@ -74,25 +76,95 @@ def test_prism_as_its_paper_runs_it_too(task):
     assert_same_pass(model, padded_batch(task, seed=1))
 
 
-def test_training_loss_skips_the_padding():
-    """The harness's training step passes ``keep``: its loss is the full pass's."""
+def full_pass_loss(model: Backbone, batch) -> torch.Tensor:
+    logits = model(batch.inputs, scale_hint=batch.scales)
+    return F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
+
+
+FLOAT32_INSIDE = ("cope", "fire", "learned_prf")
+"""Encodings that compute their bias in float32 whatever the model's dtype: a group's
+narrower tensors round differently there (relative 1e-7 to 1e-4 of a gradient)."""
+
+
+def assert_same_loss(model: Backbone, batch, rel: float = 1e-8) -> None:
+    """The grouped loss and its gradients equal one padded pass's, the encoding's random
+    draws (randomized PE's positions, Abacus's offset: one per batch either way) fixed by
+    the seed. Each gradient is compared relative to its largest entry, floored at 1e-6 of
+    the largest gradient of all (a parameter whose true gradient is 0, such as a bias
+    that shifts a whole row of logits, has only rounding noise)."""
+    results = []
+    for loss_of in (full_pass_loss, _task_loss):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(7)
+        loss = loss_of(model, batch)
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (want, want_grads), (got, got_grads) = results
+    torch.testing.assert_close(got, want, rtol=max(rel, 1e-10), atol=0)
+    assert got_grads.keys() == want_grads.keys() and want_grads
+    floor = 1e-6 * max(float(g.abs().max()) for g in want_grads.values())
+    for name, grad in want_grads.items():
+        error = float((got_grads[name] - grad).abs().max()) / max(float(grad.abs().max()), floor)
+        assert error < rel, f"{name}: relative error {error:.2e}"
+
+
+@pytest.mark.parametrize("name", pezoo.available())
+def test_groups_of_similar_length_give_the_padded_pass_loss_and_gradients(name):
+    cfg = BackboneConfig(d_model=32, n_layers=2, n_heads=4)
+    torch.manual_seed(0)
+    pe = pezoo.create(name, dims=pezoo.ModelDims(cfg.d_model, cfg.n_heads, cfg.n_layers))
+    rel = 1e-3 if any(inside in name for inside in FLOAT32_INSIDE) else 1e-8
+    assert_same_loss(Backbone(cfg, pe).double().train(), padded_batch("copy", seed=3), rel)
+
+
+@pytest.mark.parametrize("task", ["reverse", "odds_first", "addition"])
+def test_groups_with_prism_as_its_paper_runs_it(task):
+    cfg = preset_config("smoke", pe="prism", task=task, seed=0)
+    options = paper_pe_options("prism", task, BackboneConfig(d_model=32, n_layers=4, n_heads=2))
+    options.update(d_pe=8, gru_hidden=8)
+    cfg = replace(cfg, backbone=replace(cfg.backbone, n_layers=4), pe_options=options)
+    torch.manual_seed(0)
+    assert_same_loss(build_model(cfg, "cpu").double().train(), padded_batch(task, seed=4))
+
+
+def spy_on_forward(model: Backbone) -> list[dict]:
+    calls: list[dict] = []
+    forward = model.forward
+
+    def spy(tokens, **kwargs):
+        calls.append({"shape": tuple(tokens.shape), **kwargs})
+        return forward(tokens, **kwargs)
+
+    model.forward = spy  # type: ignore[method-assign]
+    return calls
+
+
+def test_training_runs_groups_of_rows_sorted_by_length_with_the_padding_kept_out():
     cfg = preset_config("smoke", pe="rope", task="copy", seed=0)
     torch.manual_seed(0)
     model = build_model(cfg, "cpu").double()
     batch = padded_batch("copy", seed=2)
-    seen = []
-    forward = model.forward
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs.get("keep"))
-        return forward(*args, **kwargs)
-
-    model.forward = spy  # type: ignore[method-assign]
+    want = full_pass_loss(model, batch)
+    calls = spy_on_forward(model)
     _, task_loss = training_loss(model, batch)
-    assert seen[0] is not None and torch.equal(seen[0], batch.inputs != PAD_ID)
-    model.forward = forward  # type: ignore[method-assign]
-    full = F.cross_entropy(model(batch.inputs).flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
-    torch.testing.assert_close(task_loss, full, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(task_loss, want, rtol=1e-10, atol=1e-12)
+    assert len(calls) == LENGTH_GROUPS
+    assert sum(c["shape"][0] for c in calls) == batch.inputs.shape[0]
+    widths = [c["shape"][1] for c in calls]
+    lengths = sorted((batch.inputs != PAD_ID).sum(dim=1).tolist())
+    assert widths == sorted(widths) and widths[-1] == batch.inputs.shape[1] and widths[0] < widths[-1]
+    assert widths[0] == max(lengths[: calls[0]["shape"][0]])  # each group cut to its own longest row
+    for call in calls:
+        assert call["keep"].shape == call["shape"] and call["positions"].shape[-1] >= call["shape"][1]
+
+
+def test_a_batch_without_padding_is_one_pass():
+    cfg = preset_config("smoke", pe="nope", task="copy", seed=0)
+    model = build_model(cfg, "cpu")
+    batch = collate([tasks.create("copy").sample(4, random.Random(i)) for i in range(4)])  # one scale: no padding
+    calls = spy_on_forward(model)
+    training_loss(model, batch)
+    assert len(calls) == 1 and calls[0]["shape"] == tuple(batch.inputs.shape)
 
 
 def small_model(causal: bool = True) -> Backbone:
@@ -112,6 +184,18 @@ def test_a_keep_that_would_change_the_kept_tokens_is_refused():
         model(tokens, state=model.start_state(2, 5), keep=torch.ones(2, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="bool tensor shaped as tokens"):
         model(tokens, keep=torch.ones(2, 4, dtype=torch.bool))
+
+
+def test_positions_that_do_not_fit_the_pass_are_refused():
+    model = small_model()
+    tokens = torch.randint(0, 64, (2, 5))
+    for bad in (torch.arange(4)[None], torch.arange(5).expand(3, 5), torch.arange(5)):
+        with pytest.raises(ValueError, match="positions must be planned"):
+            model(tokens, positions=bad)
+    with pytest.raises(ValueError, match="decoding state holds its own"):
+        model(tokens, state=model.start_state(2, 5), positions=torch.arange(5)[None])
+    longer = torch.arange(9)[None]  # planned for more tokens: the pass reads the first 5
+    torch.testing.assert_close(model(tokens, positions=longer), model(tokens), rtol=0, atol=0)
 
 
 def test_keeping_every_token_is_the_plain_pass():
