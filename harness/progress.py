@@ -407,9 +407,7 @@ class SweepReport(SweepEvents):
     def retrying(self, job: Job, reason: str, attempts: int) -> None:
         self._attempt_over(job.index, measured=False)
         self.queue.insert(0, job.index)  # the driver runs a retry next
-        self.echo(
-            f"{self.label(job.index)}: attempt {job.attempt} of {attempts} failed ({reason}); retrying", err=True
-        )
+        self.echo(f"{self.label(job.index)}: attempt {job.attempt} of {attempts} failed ({reason}); retrying", err=True)
 
     def finished(self, job: Job, outcome: RunOutcome, result: RunResult | WorkerLost) -> None:
         self._attempt_over(job.index, measured=outcome.status == "finished")
