@@ -31,6 +31,17 @@ def padded_batch(task: str, seed: int = 0, size: int = 8):
     return batch
 
 
+def paper_prism(task: str) -> Backbone:
+    """A small float64 model with PRISM's paper setup for ``task`` (copy branch, layers),
+    its streams narrowed so the test stays fast."""
+    cfg = preset_config("smoke", pe="prism", task=task, seed=0)
+    options = paper_pe_options("prism", task, BackboneConfig(d_model=32, n_layers=4, n_heads=2))
+    options.update(d_pe=8, gru_hidden=8)
+    cfg = replace(cfg, backbone=replace(cfg.backbone, n_layers=4), pe_options=options)
+    torch.manual_seed(0)
+    return build_model(cfg, "cpu").double().train()
+
+
 def loss_and_grads(model: Backbone, batch, keep: torch.Tensor | None, seed: int):
     """The labelled tokens' loss, their logits and every parameter's gradient, with the
     encoding's random draws (randomized PE's positions) fixed by ``seed``."""
@@ -67,13 +78,7 @@ def test_skipping_the_padding_changes_no_labelled_logit_or_gradient(name):
 @pytest.mark.parametrize("task", ["reverse", "odds_first"])
 def test_prism_as_its_paper_runs_it_too(task):
     """The copy branch (reverse) and two PRISM layers (odds_first), as the board runs them."""
-    cfg = preset_config("smoke", pe="prism", task=task, seed=0)
-    options = paper_pe_options("prism", task, BackboneConfig(d_model=32, n_layers=4, n_heads=2))
-    options.update(d_pe=8, gru_hidden=8)
-    cfg = replace(cfg, backbone=replace(cfg.backbone, n_layers=4), pe_options=options)
-    torch.manual_seed(0)
-    model = build_model(cfg, "cpu").double().train()
-    assert_same_pass(model, padded_batch(task, seed=1))
+    assert_same_pass(paper_prism(task), padded_batch(task, seed=1))
 
 
 def full_pass_loss(model: Backbone, batch) -> torch.Tensor:
@@ -119,12 +124,7 @@ def test_groups_of_similar_length_give_the_padded_pass_loss_and_gradients(name):
 
 @pytest.mark.parametrize("task", ["reverse", "odds_first", "addition"])
 def test_groups_with_prism_as_its_paper_runs_it(task):
-    cfg = preset_config("smoke", pe="prism", task=task, seed=0)
-    options = paper_pe_options("prism", task, BackboneConfig(d_model=32, n_layers=4, n_heads=2))
-    options.update(d_pe=8, gru_hidden=8)
-    cfg = replace(cfg, backbone=replace(cfg.backbone, n_layers=4), pe_options=options)
-    torch.manual_seed(0)
-    assert_same_loss(build_model(cfg, "cpu").double().train(), padded_batch(task, seed=4))
+    assert_same_loss(paper_prism(task), padded_batch(task, seed=4))
 
 
 def spy_on_forward(model: Backbone) -> list[dict]:
