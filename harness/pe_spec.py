@@ -33,6 +33,10 @@ the key keeps its id and its meaning, plain positions (:func:`stored_defaults`; 
 that way by ``harness.train.build_model`` through :func:`model_options`, and displayed
 as ``randomized{randomize_eval=false}``). An explicit ``randomize_eval=false`` builds the
 same encoding as that stored ``{}``, and has the same id (:func:`identity_options`).
+``draw`` followed the same path: training used to give a padded row of n tokens the
+first n of one draw for the whole batch; new runs record ``draw="per_length"`` (a draw
+of its own length for each row), and a stored run without the key means
+``draw="per_batch"``, displayed as ``randomized:ape{draw=per_batch}``.
 """
 
 from __future__ import annotations
@@ -356,14 +360,18 @@ def _randomized(pe: str) -> bool:
 def harness_defaults(pe: str) -> dict[str, Any]:
     """Options the harness writes into every new run of ``pe`` unless given: a randomized
     encoding's ``randomize_eval=True`` (random positions at evaluation, the paper's
-    procedure; recorded so that such runs get ids of their own)."""
-    return {"randomize_eval": True} if _randomized(pe) else {}
+    procedure) and ``draw="per_length"`` (each padded row's positions drawn for its own
+    length, as the paper's are for each sequence), recorded so that such runs get ids
+    of their own."""
+    return {"draw": "per_length", "randomize_eval": True} if _randomized(pe) else {}
 
 
 def stored_defaults(pe: str) -> dict[str, Any]:
     """What a stored run's missing options meant when it was stored: a randomized run
-    without ``randomize_eval`` evaluated on plain positions (the wrapper's old default)."""
-    return {"randomize_eval": False} if _randomized(pe) else {}
+    without ``randomize_eval`` evaluated on plain positions (the wrapper's old default),
+    and one without ``draw`` trained on one draw per batch, whose first n positions a
+    padded row of n tokens took (the harness before 25 November 2026)."""
+    return {"draw": "per_batch", "randomize_eval": False} if _randomized(pe) else {}
 
 
 def vocabulary_options(pe: str) -> dict[str, Any]:

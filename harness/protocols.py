@@ -24,8 +24,11 @@ PRISM (Lee 2025, "PRISM: Position as Probability"):
   of §6.4) is already the encoding's default.
 
 Randomized PE (Ruoss et al. 2023, §3): random positions at test time too
-(``randomize_eval=True``, also the harness's default for every randomized run);
-L = 2048 as in the paper's §4 (the wrapper's default).
+(``randomize_eval=True``, also the harness's default for every randomized run); each
+training row's positions a sorted uniform subset of its own length (``draw="per_length"``:
+the paper's batches have one length, the harness pads rows of several, and one draw per
+length gives each row the paper's distribution); L = 2048 as in the paper's §4 (the
+wrapper's default).
 
 Hard-ALiBi's head split is held to the Turing Programs model's (§3.1.1: 16 heads, M = 6
 windowed, 10 NoPE); a smaller backbone keeps M = min(6, H - 1) and says so.
@@ -89,8 +92,10 @@ def prism_paper_options(task: str, backbone: BackboneConfig) -> dict[str, Any]:
 
 
 def randomized_paper_options(task: str, backbone: BackboneConfig) -> dict[str, Any]:
-    """Ruoss et al. §3: random sorted positions at evaluation too."""
-    return {"randomize_eval": True}
+    """Ruoss et al. §3: random sorted positions at evaluation too, and every training
+    sequence's positions a uniform sorted subset of its own length (the paper's batches
+    have one length; the harness's padded rows get one draw per length)."""
+    return {"draw": "per_length", "randomize_eval": True}
 
 
 PAPER_SETUPS: dict[str, Callable[[str, BackboneConfig], dict[str, Any]]] = {
@@ -149,6 +154,13 @@ _RANDOMIZED_WORDS: dict[str, Callable[[Any, Any], str]] = {
         "sorted positions at test time too (§3)"
         if not run
         else "random positions at evaluation although the paper evaluates on plain ones"
+    ),
+    "draw": lambda run, paper: (
+        "trained on one position draw per batch, for its longest row: a shorter row of n tokens took "
+        "that draw's first n positions, which crowd the start of the range, where the paper draws each "
+        "sequence's n positions from all of it (§3; its batches have one length)"
+        if run == "per_batch"
+        else f"positions drawn {run!r} (the paper: each sequence's from the whole range, §3)"
     ),
 }
 
@@ -302,8 +314,8 @@ def departures(
     out = []
     for key, wanted in paper.items():
         run = options.get(key, _option_default(pe, key))
-        if _same_value(run, wanted):
-            continue
+        if _same_value(run, wanted) or (key == "draw" and not backbone.causal):
+            continue  # an encoder's batches hold one length, so no rows are padded and both draws agree
         describe = words.get(key)
         out.append(describe(run, wanted) if describe else f"{key} = {run!r} (the paper: {wanted!r})")
     if _setup_key(pe) == "prism" and "copy_every" not in paper and options.get("copy_every"):

@@ -158,20 +158,21 @@ def _task_loss(model: Backbone, batch: Batch, groups: int = LENGTH_GROUPS) -> Te
     scale: 37-45 % of a board batch is padding), and no labelled token sees the padding.
     So its rows are sorted by length and run as ``groups`` groups, each cut to its own
     longest row, and within a group the MLPs skip the padding left (``Backbone.forward``'s
-    ``keep``). The positions are drawn once for the whole batch, as one pass would (a
-    randomized encoding's draw is the same), and each group reads its rows' share; the
-    loss is the sum over groups over the batch's labelled count. Each group starts from
+    ``keep``). The positions are planned once for the whole batch from its row lengths
+    (``padded_positions``: randomized PE gives each row a draw of its own length, one
+    per distinct length), and each group reads its rows' share; the loss is the sum
+    over groups over the batch's labelled count. Each group starts from
     the same random state, so a draw an encoding makes once per pass (Abacus's offset) is
-    one per batch, as in one pass. The same loss and gradients as one padded pass, to
-    float rounding (tests/harness/test_padding_skip.py).
+    one per batch, as in one pass. The same loss and gradients as one padded pass on
+    those positions, to float rounding (tests/harness/test_padding_skip.py).
     """
     if not model.cfg.causal:  # an encoder's tokens attend to the padding; its batches have none
         logits = model(batch.inputs, scale_hint=batch.scales)  # (b, s, v)
         return F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
     keep = batch.inputs != PAD_ID  # (b, s)
     lengths = keep.sum(dim=1)  # (b,)
-    b, s = batch.inputs.shape
-    positions = model.pe.positions(b, s, batch.inputs.device)  # (b|1, s): the batch's one draw
+    s = batch.inputs.shape[1]
+    positions = model.pe.padded_positions(lengths, s, batch.inputs.device)  # (b|1, s): the batch's draw
     if bool(keep.all()):  # no padding (packed rows, one scale per batch): one pass
         groups = 1
     total: Tensor | None = None

@@ -46,7 +46,7 @@ from harness.pe_spec import display_name, model_options, variant_display_name
 from harness.protocols import departure_paper, extra_input
 from harness.protocols import departures as protocol_departures
 from harness.report import per_seed_summary
-from leaderboard.plans import NO_PLANS, Filled, Plans, filled, seeds_by_run
+from leaderboard.plans import NO_PLANS, Filled, Plans, filled, published_cells, seeds_by_run
 from leaderboard.retired import RETIRED_FILE, Retirement, RowRetirement
 from leaderboard.schema import Record
 
@@ -522,8 +522,20 @@ def filling_sentence(board: Board, preset: str) -> str | None:
     sources = ", ".join(f"leaderboard/{s}" for s in board.plans.sources[preset])
     return (
         f"Still being filled: {f.done} of the {plural(f.planned, 'run')} that {sources} plans are published "
-        f"({_seeds_phrase(f)}); pezoo sweep plan {sources.split(', ')[0]} lists the rest. "
+        f"({_seeds_phrase(f)}){_rerun_phrase(f)}; pezoo sweep plan {sources.split(', ')[0]} lists the rest. "
         "A table with fewer runs or seeds than planned is provisional: its ranking may change."
+    )
+
+
+def _rerun_phrase(f: Filled) -> str:
+    """``; 3 re-runs of published runs under corrected options to come, ...`` when some
+    planned runs re-run published ones (``Filled.rerunning``), else empty."""
+    if not f.rerunning:
+        return ""
+    runs = plural(f.rerunning, "re-run")
+    return (
+        f"; {runs} of published runs under corrected options to come, the earlier runs standing in meanwhile, "
+        "marked with how they depart from their paper"
     )
 
 
@@ -533,7 +545,7 @@ def table_filling(board: Board, table: Table) -> str | None:
     f = board.table_filled(table)
     if f is None or f.complete:
         return None
-    return f"provisional: {f.done} of {f.planned} planned runs ({_seeds_phrase(f)})"
+    return f"provisional: {f.done} of {f.planned} planned runs ({_seeds_phrase(f)}){_rerun_phrase(f)}"
 
 
 def _seeds_phrase(f: Filled) -> str:
@@ -649,18 +661,19 @@ class Board:
     plans: Plans = NO_PLANS  # the committed sweep files' planned runs (leaderboard.plans)
     retired: tuple[RetiredTable | RetiredRow, ...] = ()  # tables and rows left off the board, and why
 
-    def _published(self, **equal: str) -> dict[str, int]:
-        return seeds_by_run(self.records_where(**equal))
+    def _published(self, **equal: str) -> tuple[dict[str, int], frozenset[str]]:
+        records = self.records_where(**equal)
+        return seeds_by_run(records), published_cells(records)
 
     def preset_filled(self, preset: str) -> Filled | None:
         """How much of the preset's plan is published; None without a plan."""
         plan = self.plans.presets.get(preset)
-        return None if plan is None else filled(plan, self._published(preset=preset))
+        return None if plan is None else filled(plan, *self._published(preset=preset))
 
     def table_filled(self, table: Table) -> Filled | None:
         """How much of the (preset, task)'s plan is published; None without a plan."""
         plan = self.plans.tables.get((table.preset, table.task))
-        return None if plan is None else filled(plan, self._published(preset=table.preset, task=table.task))
+        return None if plan is None else filled(plan, *self._published(preset=table.preset, task=table.task))
 
     @property
     def tasks(self) -> list[str]:
@@ -817,8 +830,8 @@ def _retire_tables(
                 f"plans {r.superseded_by!r} on {r.task!r}, so nothing says that table is complete"
             )
         successors = [rec for rec in records if (rec.data["preset"], rec.data["task"]) == (r.superseded_by, r.task)]
-        f = filled(plan, seeds_by_run(successors))
-        if not f.complete:
+        f = filled(plan, seeds_by_run(successors), published_cells(successors))
+        if not f.covered:  # a table whose rows all stand, some awaiting a corrected re-run, still replaces it
             raise BoardError(
                 f"{where} retires {r.preset!r} on {r.task!r}, but {r.superseded_by!r} on {r.task!r} has "
                 f"{f.done} of its {f.planned} planned runs published: retire the old table once the new one is complete"
@@ -889,7 +902,7 @@ def overview(board: Board, preset: str) -> Overview:
     """The preset's at-a-glance grid; the order is in the module docstring."""
     tables = [t for t in board.tables if t.preset == preset]
     tasks = [t.task for t in tables]
-    complete = [t.task for t in tables if (f := board.table_filled(t)) is None or f.complete]
+    complete = [t.task for t in tables if (f := board.table_filled(t)) is None or f.covered]
     counted = complete or tasks
     cells: dict[str, dict[str, Row]] = {}
     encodings: dict[str, str] = {}

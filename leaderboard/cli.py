@@ -114,13 +114,15 @@ def check_cmd(results_dir: Path) -> None:
     click.echo(f"{len(files)} results file(s), {len(records)} run(s): valid")
     if diagnostics:
         click.echo(f"{len(diagnostics)} diagnostics file(s): valid")
-    from leaderboard.plans import filled, read_plans, seeds_by_run
+    from leaderboard.plans import filled, published_cells, read_plans, seeds_by_run
 
     plans = read_plans(results_dir.parent)
-    published = seeds_by_run(records)
+    published, cells = seeds_by_run(records), published_cells(records)
     for preset, plan in sorted(plans.presets.items()):
-        f = filled(plan, published)
+        f = filled(plan, published, cells)
         state = "complete" if f.complete else f"{f.planned - f.done} still to run"
+        if f.rerunning:
+            state += f" ({f.rerunning} of them re-runs of published runs under corrected options)"
         sources = ", ".join(plans.sources[preset])
         click.echo(f"plan {sources} (preset {preset}): {f.done} of {f.planned} runs published, {state}")
     for problem in plans.problems:
@@ -129,11 +131,14 @@ def check_cmd(results_dir: Path) -> None:
         kept, _, retired = retire(records, plans, read_retirements(results_dir.parent))
     except (RetiredFileError, BoardError) as exc:
         raise click.ClickException(str(exc)) from None
+    planned_cells = {c for plan in plans.presets.values() for c in (plan.cell_of or {}).values()}
     stray = sorted(
         {
             f"{record_label(r.data)} on {r.data['task']}"
             for r in kept
-            if r.data["preset"] in plans.presets and r.run_id not in plans.presets[r.data["preset"]].run_ids
+            if r.data["preset"] in plans.presets
+            and r.run_id not in plans.presets[r.data["preset"]].run_ids
+            and not published_cells([r]) <= planned_cells  # standing in for a planned re-run
         }
     )
     if stray:

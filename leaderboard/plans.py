@@ -28,6 +28,7 @@ class Planned:
     run_ids: frozenset[str]
     seeds: tuple[int, ...]
     seed_of: Mapping[str, int] | None = None  # run id -> seed (per-seed counts)
+    cell_of: Mapping[str, str] | None = None  # run id -> its cell (:func:`cell`), where known
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ class Plans:
             run_ids = plan.run_ids - dropped
             seed_of = None if plan.seed_of is None else {r: s for r, s in plan.seed_of.items() if r in run_ids}
             seeds = plan.seeds if seed_of is None else tuple(sorted(set(seed_of.values())))
-            presets[preset] = Planned(run_ids, seeds, seed_of)
+            cell_of = None if plan.cell_of is None else {r: c for r, c in plan.cell_of.items() if r in run_ids}
+            presets[preset] = Planned(run_ids, seeds, seed_of, cell_of)
         tables = {key: plan for key, plan in self.tables.items() if key not in gone}
         return Plans(self.sources, presets, tables, self.problems)
 
@@ -72,7 +74,7 @@ def read_plans(folder: Path) -> Plans:
     from harness.sweep import load_sweep
     from leaderboard.retired import RETIRED_FILE
 
-    runs: list[tuple[str, str, int, str, str]] = []  # (preset, task, seed, run_id, source)
+    runs: list[tuple[Any, ...]] = []  # (preset, task, seed, run_id, source, cell)
     problems = []
     for path in sorted(folder.glob("*.toml")) if folder.is_dir() else []:
         if path.name == RETIRED_FILE:
@@ -82,16 +84,35 @@ def read_plans(folder: Path) -> Plans:
         except (ValueError, TypeError, KeyError) as exc:
             problems.append(f"{path.name}: {exc}")
             continue
-        runs += [(c.preset, c.task, c.seed, c.run_id(), path.name) for c in configs]
+        runs += [
+            (c.preset, c.task, c.seed, c.run_id(), path.name, cell(c.preset, c.pe, c.task, c.seed, c.eval_pe_options))
+            for c in configs
+        ]
     return plans_of(runs, problems)
 
 
-def plans_of(runs: Iterable[tuple[str, str, int, str, str]], problems: Iterable[str] = ()) -> Plans:
-    """Plans from (preset, task, seed, run_id, source file) tuples."""
+def cell(preset: str, pe: str, task: str, seed: int, eval_options: Mapping[str, Any] | None) -> str:
+    """A planned or published run's place on the boards whatever its options: the
+    preset, the encoding's registry name, the task, the seed and, for an inference-time
+    variant, how it is evaluated. A run re-run with corrected options (a new run id)
+    keeps its cell."""
+    import json
+
+    return json.dumps([preset, pe, task, int(seed), dict(eval_options or {})], sort_keys=True)
+
+
+def plans_of(runs: Iterable[tuple[Any, ...]], problems: Iterable[str] = ()) -> Plans:
+    """Plans from (preset, task, seed, run_id, source file[, cell]) tuples."""
     runs = list(runs)
 
-    def planned(rows: list[tuple[str, str, int, str, str]]) -> Planned:
-        return Planned(frozenset(r[3] for r in rows), tuple(sorted({r[2] for r in rows})), {r[3]: r[2] for r in rows})
+    def planned(rows: list[tuple[Any, ...]]) -> Planned:
+        cells = {r[3]: r[5] for r in rows if len(r) > 5}
+        return Planned(
+            frozenset(r[3] for r in rows),
+            tuple(sorted({r[2] for r in rows})),
+            {r[3]: r[2] for r in rows},
+            cells if len(cells) == len(rows) else None,
+        )
 
     presets = sorted({r[0] for r in runs})
     return Plans(
@@ -115,10 +136,18 @@ class Filled:
     seeds_done: tuple[int, ...]
     seeds_planned: tuple[int, ...]
     by_seed: tuple[tuple[int, int, int], ...] = ()  # (seed, published, planned), ascending seed
+    rerunning: int = 0  # planned runs not published whose cell an earlier, since corrected run holds
 
     @property
     def complete(self) -> bool:
         return self.done >= self.planned
+
+    @property
+    def covered(self) -> bool:
+        """Every planned run is published, or is the re-run, under corrected options, of a
+        published run of the same cell (:func:`cell`), which stands in for it meanwhile:
+        the table has all its rows and seeds, some still to be replaced."""
+        return self.done + self.rerunning >= self.planned
 
 
 def seeds_by_run(records: Iterable[Any]) -> dict[str, int]:
@@ -127,9 +156,18 @@ def seeds_by_run(records: Iterable[Any]) -> dict[str, int]:
     return {r.run_id: int(r.data["seed"]) for r in records}
 
 
-def filled(plan: Planned, published: Mapping[str, int]) -> Filled:
-    """``plan`` against the published runs (run id -> seed)."""
+def published_cells(records: Iterable[Any]) -> frozenset[str]:
+    """The cells (:func:`cell`) of published results records, what :func:`filled` takes."""
+    return frozenset(
+        cell(r.data["preset"], r.data["pe"], r.data["task"], r.data["seed"], r.data["config"].get("eval_pe_options"))
+        for r in records
+    )
+
+
+def filled(plan: Planned, published: Mapping[str, int], cells: frozenset[str] = frozenset()) -> Filled:
+    """``plan`` against the published runs (run id -> seed) and their ``cells``."""
     done = plan.run_ids & published.keys()
+    rerunning = sum(1 for run in plan.run_ids - done if plan.cell_of is not None and plan.cell_of.get(run) in cells)
     by_seed: tuple[tuple[int, int, int], ...] = ()
     if plan.seed_of is not None:
         seed_of = plan.seed_of
@@ -137,4 +175,6 @@ def filled(plan: Planned, published: Mapping[str, int]) -> Filled:
             (seed, sum(seed_of[i] == seed for i in done), sum(seed_of[i] == seed for i in plan.run_ids))
             for seed in plan.seeds
         )
-    return Filled(len(done), len(plan.run_ids), tuple(sorted({published[i] for i in done})), plan.seeds, by_seed)
+    return Filled(
+        len(done), len(plan.run_ids), tuple(sorted({published[i] for i in done})), plan.seeds, by_seed, rerunning
+    )

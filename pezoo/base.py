@@ -254,6 +254,27 @@ class RelativeFunctionBias(AttentionBias):
 # --------------------------------------------------------------------------------------
 
 
+def check_lengths(lengths: Tensor, width: int) -> None:
+    """ValueError unless ``lengths`` is a 1-D integer tensor of row lengths in ``[0, width]``
+    (the real tokens of right-padded rows ``width`` tokens wide)."""
+    integer = isinstance(lengths, Tensor) and not (
+        lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool
+    )
+    if not integer or lengths.ndim != 1:
+        raise ValueError(f"lengths must be a 1-D integer tensor, one length per row; got {_describe(lengths)}")
+    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > width):
+        raise ValueError(
+            f"row lengths must lie in [0, {width}] for rows {width} tokens wide; "
+            f"got {int(lengths.min())}..{int(lengths.max())}"
+        )
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return type(value).__name__
+
+
 class PositionalEncoding(nn.Module):
     """Base class of every pezoo encoding. All hooks are the identity by default.
 
@@ -292,6 +313,22 @@ class PositionalEncoding(nn.Module):
                 f"{type(self).__name__} supports positions < {self.max_position}, got a sequence of {length} tokens"
             )
         return torch.arange(length, device=device)[None]
+
+    def padded_positions(self, lengths: Tensor, width: int, device: torch.device | str = "cpu") -> Tensor:
+        """Positions for a batch of right-padded rows: row i holds ``lengths[i]`` real
+        tokens, then padding, ``width`` tokens in all. (b|1, width) long.
+
+        Every row's real tokens get what :meth:`positions` would give a sequence of
+        their own length; what the padding gets is unspecified (no real token of a
+        causal model sees it). By default that is :meth:`positions` for the whole width,
+        since a plain encoding's positions do not depend on the length. Randomized PE
+        overrides it: a sequence's random positions depend on how many tokens it has.
+
+        Raises:
+            ValueError: ``lengths`` is not a 1-D integer tensor of values in ``[0, width]``.
+        """
+        check_lengths(lengths, width)
+        return self.positions(int(lengths.shape[0]), width, device)
 
     # -- hooks ---------------------------------------------------------------------
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:

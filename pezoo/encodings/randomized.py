@@ -13,7 +13,16 @@ wrapped encoding then sees those positions wherever it would have seen ``t``:
 Conventions:
     * one draw per call to ``positions()``, i.e. once per batch and shared by every
       sequence of the batch (the paper subsamples "once per batch and not individually
-      for every sequence");
+      for every sequence"; its batches hold sequences of one length);
+    * a batch of right-padded rows of different lengths (``padded_positions()``) gets
+      one draw per distinct length, shared by the rows of that length
+      (``draw="per_length"``, the default): every row's positions are then a uniform
+      sorted subset of ``[0, L)`` of its own length, as each sequence's are in the
+      paper, and a batch of one length is the paper's one draw. ``draw="per_batch"``
+      instead draws once for the widest row and gives a shorter row of n tokens that
+      draw's first n positions: the smallest n of a larger subset, so a short row's
+      positions crowd the start of the range (about ``n/W`` of it for a batch W wide)
+      instead of spreading over all of it;
     * the paper counts positions 1..L; pezoo counts 0..L-1 (the same set shifted by one);
     * positions are random in training *and* in eval mode by default: "at test time
       [...] we use the same procedure but for all token positions" (§3). With
@@ -35,10 +44,13 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from pezoo.base import WRAPPERS, AttentionBias, AttentionContext, PositionalEncoding, register
+from pezoo.base import WRAPPERS, AttentionBias, AttentionContext, PositionalEncoding, check_lengths, register
 from pezoo.encodings.ape import SinusoidalAPE
 
 DEFAULT_MAX_LENGTH = 2048
+
+DRAWS = ("per_length", "per_batch")
+"""How a batch of rows of different lengths draws its positions (module docstring)."""
 
 
 def sample_sorted_positions(
@@ -76,14 +88,27 @@ class RandomizedPE(PositionalEncoding):
         max_length: L, the range positions are drawn from (2048 by default).
         randomize_eval: draw random positions in eval mode too (default True: the
             paper's test-time procedure, §3); False: plain ``0..n-1`` at evaluation.
+        draw: for a batch of right-padded rows of different lengths
+            (:meth:`padded_positions`), ``"per_length"`` (default): one draw per
+            distinct length, so each row's positions are distributed as the paper's
+            for a sequence of its length; ``"per_batch"``: one draw for the widest row,
+            whose first n positions a row of n tokens takes (module docstring).
     """
 
     wrappable: ClassVar[bool] = False  # randomizing twice means nothing
 
     def __init__(
-        self, inner: PositionalEncoding, /, *, max_length: int = DEFAULT_MAX_LENGTH, randomize_eval: bool = True
+        self,
+        inner: PositionalEncoding,
+        /,
+        *,
+        max_length: int = DEFAULT_MAX_LENGTH,
+        randomize_eval: bool = True,
+        draw: str = "per_length",
     ) -> None:
         super().__init__()
+        if draw not in DRAWS:
+            raise ValueError(f"draw must be one of {', '.join(map(repr, DRAWS))}; got {draw!r}")
         if isinstance(inner, RandomizedPE):
             raise ValueError(f"{inner.name!r} is already randomized; it cannot be wrapped again")
         if getattr(inner, "wrappable", True) is False:
@@ -100,7 +125,7 @@ class RandomizedPE(PositionalEncoding):
                 f"< {inner.max_position}; build it with max_position >= {max_length} or lower max_length"
             )
         self.inner = inner
-        self.max_length, self.randomize_eval = max_length, randomize_eval
+        self.max_length, self.randomize_eval, self.draw = max_length, randomize_eval, draw
         self.max_position = max_length
         self._generator: torch.Generator | None = None
         if not type(self).name:  # the wrapper form; a registered alias keeps its own key
@@ -135,6 +160,30 @@ class RandomizedPE(PositionalEncoding):
             return sample_sorted_positions(length, self.max_length, device=device, generator=self._generator)[None]
         return self.inner.positions(batch, length, device)
 
+    def padded_positions(self, lengths: Tensor, width: int, device: torch.device | str = "cpu") -> Tensor:
+        """Positions for right-padded rows of ``lengths`` real tokens, ``width`` wide:
+        (b|1, width) long.
+
+        With ``draw="per_length"`` (random positions, rows of different lengths): one
+        draw per distinct length, shortest first, shared by the rows of that length;
+        a row's padding repeats its last position (0 for an empty row). Rows all of
+        the full width, ``draw="per_batch"``, or eval mode without ``randomize_eval``:
+        :meth:`positions` for the whole width (the same draw, from the same random
+        stream, as a plain call)."""
+        check_lengths(lengths, width)
+        batch = int(lengths.shape[0])
+        sizes = sorted({int(n) for n in lengths.tolist()})
+        random = self.training or self.randomize_eval
+        if not random or self.draw == "per_batch" or sizes in ([], [width]):
+            return self.positions(batch, width, device)
+        planned = torch.zeros(batch, width, dtype=torch.long)
+        for n in sizes:
+            if n == 0:
+                continue  # an empty row: its padding is 0
+            drawn = sample_sorted_positions(n, self.max_length, generator=self._generator)  # (n,)
+            planned[lengths.cpu() == n] = torch.cat([drawn, drawn[-1:].expand(width - n)])
+        return planned.to(device)
+
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         return self.inner.embed(x, pos)
 
@@ -151,7 +200,7 @@ class RandomizedPE(PositionalEncoding):
         return self.inner.bias(layer, q, k, ctx)
 
     def extra_repr(self) -> str:
-        return f"max_length={self.max_length}, randomize_eval={self.randomize_eval}"
+        return f"max_length={self.max_length}, randomize_eval={self.randomize_eval}, draw={self.draw!r}"
 
 
 @register("randomized")
@@ -164,6 +213,8 @@ class RandomizedSinusoidalAPE(RandomizedPE):
         scale: multiplier on the sin/cos table.
         max_length: L, the range positions are drawn from.
         randomize_eval: randomize in eval mode too (default True, as the paper).
+        draw: how rows of different lengths draw (``"per_length"``, the default, or
+            ``"per_batch"``; :class:`RandomizedPE`).
     """
 
     def __init__(
@@ -174,9 +225,10 @@ class RandomizedSinusoidalAPE(RandomizedPE):
         scale: float = 1.0,
         max_length: int = DEFAULT_MAX_LENGTH,
         randomize_eval: bool = True,
+        draw: str = "per_length",
     ) -> None:
         inner = SinusoidalAPE(d_model=d_model, base=base, scale=scale)
-        super().__init__(inner, max_length=max_length, randomize_eval=randomize_eval)
+        super().__init__(inner, max_length=max_length, randomize_eval=randomize_eval, draw=draw)
 
 
 WRAPPERS["randomized"] = RandomizedPE

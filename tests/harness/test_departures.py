@@ -35,12 +35,23 @@ def test_a_copy_branch_where_the_paper_has_none_is_said():
     ]
 
 
-def test_randomized_evaluated_on_plain_positions_says_so_and_the_published_procedure_does_not():
-    stored = model_options("randomized:ape", {})  # a record from before randomize_eval existed
+def test_randomized_evaluated_on_plain_positions_says_so_and_the_paper_procedure_does_not():
+    stored = model_options("randomized:ape", {"draw": "per_length"})  # before randomize_eval existed
     (text,) = departures("randomized:ape", "copy", stored, QUICK)
     assert "plain positions 0..n-1" in text and "§3" in text
-    published = model_options("randomized:rope", {"randomize_eval": True})
-    assert departures("randomized:rope", "copy", published, QUICK) == []
+    new = model_options("randomized:rope", {"draw": "per_length", "randomize_eval": True})
+    assert departures("randomized:rope", "copy", new, QUICK) == []
+
+
+def test_randomized_trained_on_one_draw_per_padded_batch_says_so():
+    """Runs stored before ``draw`` existed gave a padded row of n tokens the first n
+    positions of the batch's one draw; the board says how that departs from the paper."""
+    published = model_options("randomized:ape", {"randomize_eval": True})
+    (text,) = departures("randomized:ape", "copy", published, QUICK)
+    assert "one position draw per batch" in text and "first n positions" in text and "§3" in text
+    # An encoder's batches hold one length (no padding), where both draws are the paper's.
+    encoder = BackboneConfig(d_model=32, n_layers=2, n_heads=4, causal=False)
+    assert departures("randomized:ape", "copy", published, encoder) == []
 
 
 def test_encodings_without_a_paper_setup_have_no_departures():

@@ -81,6 +81,7 @@ def test_the_python_api_gives_the_same_reason():
 
 
 def test_bare_randomized_is_shown_as_the_wrapper_around_sin_cos_ape():
-    assert display_name("randomized", {"randomize_eval": True}) == "randomized:ape"
-    assert display_name("randomized", {}) == "randomized:ape{randomize_eval=false}"
-    assert display_name("randomized:rope", {"randomize_eval": True}) == "randomized:rope"
+    new = {"draw": "per_length", "randomize_eval": True}
+    assert display_name("randomized", new) == "randomized:ape"
+    assert display_name("randomized", {}) == "randomized:ape{draw=per_batch,randomize_eval=false}"
+    assert display_name("randomized:rope", new) == "randomized:rope"

@@ -82,7 +82,11 @@ def test_prism_as_its_paper_runs_it_too(task):
 
 
 def full_pass_loss(model: Backbone, batch) -> torch.Tensor:
-    logits = model(batch.inputs, scale_hint=batch.scales)
+    """One padded pass, on positions planned for the rows' lengths as training plans them
+    (randomized PE: a draw of its own length for each row)."""
+    lengths = (batch.inputs != PAD_ID).sum(dim=1)
+    positions = model.pe.padded_positions(lengths, batch.inputs.shape[1])
+    logits = model(batch.inputs, scale_hint=batch.scales, positions=positions)
     return F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
 
 
@@ -156,6 +160,33 @@ def test_training_runs_groups_of_rows_sorted_by_length_with_the_padding_kept_out
     assert widths[0] == max(lengths[: calls[0]["shape"][0]])  # each group cut to its own longest row
     for call in calls:
         assert call["keep"].shape == call["shape"] and call["positions"].shape[-1] >= call["shape"][1]
+
+
+def test_training_draws_each_rows_random_positions_for_its_own_length():
+    """Randomized PE as the board trains it: each group's rows see the positions the
+    encoding plans for the batch's row lengths (``padded_positions``: one draw per length,
+    so a short row's are spread over [0, L), not the first n of the widest row's)."""
+    cfg = preset_config("smoke", pe="randomized", task="copy", seed=0)
+    assert cfg.pe_options["draw"] == "per_length"
+    model = build_model(cfg, "cpu").train()
+    batch = padded_batch("copy", seed=2)
+    lengths = (batch.inputs != PAD_ID).sum(dim=1)
+    torch.manual_seed(11)
+    planned = model.pe.padded_positions(lengths, batch.inputs.shape[1])
+    assert planned.shape[0] == len(lengths) and len(set(lengths.tolist())) > 1
+    calls = spy_on_forward(model)
+    torch.manual_seed(11)
+    _task_loss(model, batch)
+    groups = torch.argsort(lengths, stable=True).chunk(LENGTH_GROUPS)
+    assert len(calls) == len(groups)
+    for rows, call in zip(groups, calls, strict=True):
+        width = call["shape"][1]
+        assert torch.equal(call["positions"], planned[rows, :width])
+        for row, n in zip(rows.tolist(), lengths[rows].tolist(), strict=True):
+            shorter = lengths < n
+            if bool(shorter.any()):  # a longer row's draw is not a shorter row's extended
+                other = int(torch.nonzero(shorter)[0])
+                assert not torch.equal(planned[row, : int(lengths[other])], planned[other, : int(lengths[other])])
 
 
 def test_a_batch_without_padding_is_one_pass():

@@ -114,16 +114,22 @@ def test_resolution_checks_options_against_the_encoding():
 
 def test_new_randomized_runs_record_the_paper_procedure_and_get_new_ids():
     new = preset_config("smoke", pe="randomized", task="copy", seed=0)
-    assert new.pe_options == {"randomize_eval": True}
-    assert preset_config("smoke", pe="randomized:rope", task="copy", seed=0).pe_options == {"randomize_eval": True}
+    assert new.pe_options == {"draw": "per_length", "randomize_eval": True}
+    rope = preset_config("smoke", pe="randomized:rope", task="copy", seed=0)
+    assert rope.pe_options == {"draw": "per_length", "randomize_eval": True}
     # a run stored before the default changed: no option, evaluated on plain positions
     stored = RunConfig.from_dict({**new.to_dict(), "pe_options": {}})
-    plain = preset_config("smoke", pe="randomized{randomize_eval=false}", task="copy", seed=0)
+    plain = preset_config("smoke", pe="randomized{randomize_eval=false,draw=per_batch}", task="copy", seed=0)
     assert stored.run_id() != new.run_id()  # an old result is never taken for the new default
     assert stored.run_id() == plain.run_id()  # the same encoding, the same run
+    # a run stored before draw existed: one draw per padded batch, its id unchanged
+    published = RunConfig.from_dict({**new.to_dict(), "pe_options": {"randomize_eval": True}})
+    shared = preset_config("smoke", pe="randomized{draw=per_batch}", task="copy", seed=0)
+    assert published.run_id() == shared.run_id() != new.run_id()
+    assert build_model(published).pe.draw == "per_batch" and build_model(new).pe.draw == "per_length"
     assert build_model(new).pe.random_at_eval
     assert not build_model(stored).pe.random_at_eval and not build_model(plain).pe.random_at_eval
-    assert model_options("randomized", {}) == {"randomize_eval": False}
+    assert model_options("randomized", {}) == {"draw": "per_batch", "randomize_eval": False}
     assert model_options("rope", {}) == {}
     # the id of a run without options is what it always was (no key is added to its hash)
     rope = preset_config("smoke", pe="rope", task="copy", seed=0)
@@ -133,8 +139,9 @@ def test_new_randomized_runs_record_the_paper_procedure_and_get_new_ids():
 
 def test_display_names_show_options_not_harness_defaults():
     assert display_name("rope", {}) == "rope"
-    assert display_name("randomized", {"randomize_eval": True}) == "randomized:ape"
-    assert display_name("randomized", {}) == "randomized:ape{randomize_eval=false}"
+    assert display_name("randomized", {"draw": "per_length", "randomize_eval": True}) == "randomized:ape"
+    assert display_name("randomized", {"randomize_eval": True}) == "randomized:ape{draw=per_batch}"
+    assert display_name("randomized", {}) == "randomized:ape{draw=per_batch,randomize_eval=false}"
     assert display_name("prism", {"n_cursors": 4, "regulariser": "frobenius"}) == (
         "prism{n_cursors=4,regulariser=frobenius}"
     )

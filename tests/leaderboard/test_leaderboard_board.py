@@ -198,9 +198,12 @@ def test_labels_keep_options_apart():
     assert bd.encoding_label("rope", {}) == "rope"
     # The spec syntax of --pe and sweep files (harness.pe_spec), so a label can be pasted back.
     assert bd.encoding_label("rope", {"base": 500}) == "rope{base=500}"
-    # A randomized run stored before randomize_eval existed evaluated on plain positions.
-    assert bd.encoding_label("randomized:ape", {}) == "randomized:ape{randomize_eval=false}"
-    assert bd.encoding_label("randomized:ape", {"randomize_eval": True}) == "randomized:ape"
+    # A randomized run stored before randomize_eval existed evaluated on plain positions;
+    # one stored before draw existed gave a padded row the first n of the batch's one draw.
+    assert bd.encoding_label("randomized:ape", {}) == "randomized:ape{draw=per_batch,randomize_eval=false}"
+    assert bd.encoding_label("randomized:ape", {"randomize_eval": True}) == "randomized:ape{draw=per_batch}"
+    new = {"draw": "per_length", "randomize_eval": True}
+    assert bd.encoding_label("randomized:ape", new) == "randomized:ape"
     paper = {"n_cursors": 4, "d_pe": 226, "gru_hidden": 100, "layers": [0], "copy_every": 5, "copy_key": "absolute"}
     config = {"task": "reverse", "backbone": {"d_model": 128, "n_layers": 3, "n_heads": 4}}
     assert bd.encoding_label("prism", paper, config) == "prism{paper}"

@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from harness.cli import main
-from leaderboard.plans import Planned, filled, plans_of, read_plans
+from leaderboard.plans import Planned, cell, filled, plans_of, read_plans
 from leaderboard.site import build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,3 +72,41 @@ def test_check_says_how_much_of_each_plan_is_published(tmp_path):
     out = CliRunner().invoke(main, ["leaderboard", "check", "--results", str(tmp_path / "results")])
     assert out.exit_code == 0, out.output
     assert "plan board.toml (preset quick): 2 of 4 runs published, 2 still to run" in out.output
+
+
+def test_a_planned_rerun_of_a_published_cell_is_counted_apart():
+    """A planned run whose encoding, task, seed and evaluation (its cell) a published run
+    holds under options since corrected (randomized PE's draw) is a re-run still to come:
+    the table is covered, not complete; a cell of another preset, task or seed is not it."""
+    cells = {"a": cell("p", "randomized", "copy", 0, None), "b": cell("p", "rope", "copy", 0, None)}
+    plan = Planned(frozenset({"a", "b"}), (0,), {"a": 0, "b": 0}, cells)
+    published = frozenset({cell("p", "randomized", "copy", 0, {}), cell("p", "rope", "copy", 0, None)})
+    got = filled(plan, {"b": 0, "old": 0}, published)
+    assert (got.done, got.rerunning, got.complete, got.covered) == (1, 1, False, True)
+    for other in (("q", "copy", 0), ("p", "reverse", 0), ("p", "copy", 1)):
+        preset, task, seed = other
+        elsewhere = frozenset({cell(preset, "randomized", task, seed, None)})
+        assert not filled(plan, {"b": 0}, elsewhere).covered
+    variant = frozenset({cell("p", "randomized", "copy", 0, {"scaling": {"rope_type": "linear"}})})
+    assert not filled(plan, {"b": 0}, variant).covered
+
+
+def test_a_published_run_awaiting_its_corrected_rerun_stays_and_the_board_says_so(tmp_path):
+    """quick, reverse, seed 0: randomized was stored before ``draw`` existed (one draw per
+    padded batch); planning plain ``randomized{randomize_eval=false}`` now asks for a re-run
+    with a draw per row length, while the stored run stands in, its departure shown."""
+    (tmp_path / "results").mkdir()
+    shutil.copy(ROOT / "leaderboard" / "results" / "quick-20261122-6e6bc7a73d24.jsonl", tmp_path / "results")
+    sweep = 'preset = "quick"\ntask = ["reverse"]\nseeds = [0]\npe = ["randomized{randomize_eval=false}"]\n'
+    (tmp_path / "board.toml").write_text(sweep)
+    build(tmp_path / "results", tmp_path / "site", readme=tmp_path / "README.md")
+    readme = (tmp_path / "README.md").read_text()
+    assert "Still being filled: 0 of the 1 run that leaderboard/board.toml plans are published" in readme
+    assert "1 re-run of published runs under corrected options to come" in readme
+    assert "randomized:ape{draw=per_batch,randomize_eval=false}" in readme
+    assert "trained on one position draw per batch, for its longest row" in readme
+    checked = CliRunner().invoke(main, ["leaderboard", "check", "--results", str(tmp_path / "results")])
+    assert checked.exit_code == 0, checked.output
+    assert "1 still to run (1 of them re-runs of published runs under corrected options)" in checked.output
+    assert "no sweep file plans" in checked.output  # the file's other encodings are strays, not it
+    assert "randomized" not in checked.output.split("no sweep file plans")[1].split("\n")[0]

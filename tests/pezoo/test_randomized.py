@@ -161,3 +161,95 @@ def test_options_route_to_wrapper_and_inner():
 def test_state_dict_is_the_inner_state():
     pe = pezoo.create("randomized:learned_ape", d_model=4)
     assert list(pe.state_dict()) == ["inner.table"]
+
+
+# -- a batch of right-padded rows of different lengths (padded_positions) ----------------
+
+
+def test_a_short_padded_row_gets_a_uniform_subset_of_its_own_length():
+    """Every row's real positions are a uniform sorted subset of [0, L) of the row's length,
+    as each sequence's are in the paper: each of the C(6, 2) = 15 pairs a 2-token row can
+    get is about equally frequent, (4, 5) included. Taking the first 2 of the 4-token
+    row's draw instead (``draw="per_batch"``) never gives (4, 5)."""
+    pe = pezoo.create("randomized:rope", head_dim=8, max_length=6).train()
+    lengths, draws = torch.tensor([2, 4, 2]), 6000
+    counts: dict[tuple[int, ...], int] = {}
+    with pe.seeded(0):
+        for _ in range(draws):
+            pos = pe.padded_positions(lengths, 4)
+            assert pos.shape == (3, 4) and torch.equal(pos[0], pos[2])  # one draw per length, shared
+            assert bool((pos[1, 1:] > pos[1, :-1]).all()) and bool(pos[0, 1] > pos[0, 0])
+            key = tuple(pos[0, :2].tolist())
+            counts[key] = counts.get(key, 0) + 1
+    assert len(counts) == math.comb(6, 2)
+    want, sd = draws / 15, math.sqrt(draws * (1 / 15) * (14 / 15))
+    assert all(abs(c - want) <= 5 * sd for c in counts.values()), counts
+    shared = pezoo.create("randomized:rope", head_dim=8, max_length=6, draw="per_batch").train()
+    with shared.seeded(0):
+        pairs = {tuple(shared.padded_positions(lengths, 4)[0, :2].tolist()) for _ in range(2000)}
+    assert (4, 5) not in pairs
+
+
+def test_a_short_rows_last_position_spreads_over_the_whole_range():
+    """L = 2048, a 2-token row beside a 40-token one: a uniform 2-subset's larger element
+    averages 2·2049/3 - 1 ≈ 1365; the first 2 of a 40-subset average about 99."""
+    pe = pezoo.create("randomized", d_model=16).train()
+    lengths = torch.tensor([40, 2])
+    with pe.seeded(1):
+        last = torch.tensor([float(pe.padded_positions(lengths, 40)[1, 1]) for _ in range(1000)])
+    want = 2 * 2049 / 3 - 1
+    assert abs(float(last.mean()) - want) < 0.05 * want, float(last.mean())
+
+
+def test_rows_of_the_full_width_are_one_plain_draw():
+    """No padding: the paper's one draw per batch, from the same random stream as positions()."""
+    pe = pezoo.create("randomized:rope", head_dim=8).train()
+    torch.manual_seed(3)
+    padded = pe.padded_positions(torch.tensor([7, 7, 7]), 7)
+    torch.manual_seed(3)
+    assert torch.equal(padded, pe.positions(3, 7))
+    assert padded.shape == (1, 7)
+
+
+def test_padding_repeats_the_rows_last_position():
+    pe = pezoo.create("randomized:rope", head_dim=8).train()
+    pos = pe.padded_positions(torch.tensor([3, 0, 5]), 5)
+    assert bool((pos[0, 3:] == pos[0, 2]).all()) and bool((pos[1] == 0).all())
+    assert bool((pos[2, 1:] > pos[2, :-1]).all())
+
+
+def test_per_batch_draw_and_plain_eval_give_positions_for_the_whole_width():
+    shared = pezoo.create("randomized:rope", head_dim=8, draw="per_batch").train()
+    torch.manual_seed(4)
+    got = shared.padded_positions(torch.tensor([2, 6]), 6)
+    torch.manual_seed(4)
+    assert torch.equal(got, shared.positions(2, 6))
+    plain = pezoo.create("randomized:rope", head_dim=8, randomize_eval=False).eval()
+    assert torch.equal(plain.padded_positions(torch.tensor([2, 6]), 6), torch.arange(6)[None])
+
+
+def test_a_plain_encoding_plans_padded_rows_as_one_sequence():
+    pe = pezoo.create("rope", head_dim=8)
+    assert torch.equal(pe.padded_positions(torch.tensor([1, 4, 3]), 4), torch.arange(4)[None])
+
+
+@pytest.mark.parametrize(
+    ("lengths", "message"),
+    [
+        (torch.tensor([1.0, 2.0]), "1-D integer tensor"),
+        (torch.tensor([[1, 2]]), "1-D integer tensor"),
+        (torch.tensor([True, False]), "1-D integer tensor"),
+        ([1, 2], "1-D integer tensor"),
+        (torch.tensor([1, 5]), r"lie in \[0, 4\]"),
+        (torch.tensor([-1, 2]), r"lie in \[0, 4\]"),
+    ],
+)
+def test_bad_row_lengths_are_refused(lengths, message):
+    for name in ("rope", "randomized:rope"):
+        with pytest.raises(ValueError, match=message):
+            pezoo.create(name, head_dim=8).padded_positions(lengths, 4)
+
+
+def test_an_unknown_draw_is_refused():
+    with pytest.raises(ValueError, match="draw must be one of 'per_length', 'per_batch'"):
+        pezoo.create("randomized:rope", head_dim=8, draw="per_row")
