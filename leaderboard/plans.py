@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from leaderboard.schema import config_run_id
+
 
 @dataclass(frozen=True)
 class Planned:
@@ -84,21 +86,18 @@ def read_plans(folder: Path) -> Plans:
         except (ValueError, TypeError, KeyError) as exc:
             problems.append(f"{path.name}: {exc}")
             continue
-        runs += [
-            (c.preset, c.task, c.seed, c.run_id(), path.name, cell(c.preset, c.pe, c.task, c.seed, c.eval_pe_options))
-            for c in configs
-        ]
+        runs += [(c.preset, c.task, c.seed, c.run_id(), path.name, cell(c.to_dict())) for c in configs]
     return plans_of(runs, problems)
 
 
-def cell(preset: str, pe: str, task: str, seed: int, eval_options: Mapping[str, Any] | None) -> str:
-    """A planned or published run's place on the boards whatever its options: the
-    preset, the encoding's registry name, the task, the seed and, for an inference-time
-    variant, how it is evaluated. A run re-run with corrected options (a new run id)
-    keeps its cell."""
-    import json
-
-    return json.dumps([preset, pe, task, int(seed), dict(eval_options or {})], sort_keys=True)
+def cell(config: Mapping[str, Any]) -> str:
+    """A planned or published run's place on the boards: its preset and everything that
+    identifies it but the encoding's options (the encoding, task, seed, training,
+    evaluation, and a variant's evaluation options), from its config dict
+    (``RunConfig.to_dict``, as results records hold it). A run re-run with corrected
+    encoding options, such as randomized PE's ``draw``, gets a new run id but keeps its
+    cell; a run whose training or evaluation changed does not."""
+    return f"{config['preset']}/{config_run_id({**config, 'pe_options': {}})}"
 
 
 def plans_of(runs: Iterable[tuple[Any, ...]], problems: Iterable[str] = ()) -> Plans:
@@ -158,10 +157,7 @@ def seeds_by_run(records: Iterable[Any]) -> dict[str, int]:
 
 def published_cells(records: Iterable[Any]) -> frozenset[str]:
     """The cells (:func:`cell`) of published results records, what :func:`filled` takes."""
-    return frozenset(
-        cell(r.data["preset"], r.data["pe"], r.data["task"], r.data["seed"], r.data["config"].get("eval_pe_options"))
-        for r in records
-    )
+    return frozenset(cell(r.data["config"]) for r in records)
 
 
 def filled(plan: Planned, published: Mapping[str, int], cells: frozenset[str] = frozenset()) -> Filled:

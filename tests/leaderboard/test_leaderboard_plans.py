@@ -74,21 +74,34 @@ def test_check_says_how_much_of_each_plan_is_published(tmp_path):
     assert "plan board.toml (preset quick): 2 of 4 runs published, 2 still to run" in out.output
 
 
+def _config(pe: str = "randomized", task: str = "copy", seed: int = 0, preset: str = "smoke", **changes) -> dict:
+    from dataclasses import replace
+
+    from harness.config import preset_config
+
+    return replace(preset_config(preset, pe=pe, task=task, seed=seed), **changes).to_dict()
+
+
 def test_a_planned_rerun_of_a_published_cell_is_counted_apart():
-    """A planned run whose encoding, task, seed and evaluation (its cell) a published run
-    holds under options since corrected (randomized PE's draw) is a re-run still to come:
-    the table is covered, not complete; a cell of another preset, task or seed is not it."""
-    cells = {"a": cell("p", "randomized", "copy", 0, None), "b": cell("p", "rope", "copy", 0, None)}
-    plan = Planned(frozenset({"a", "b"}), (0,), {"a": 0, "b": 0}, cells)
-    published = frozenset({cell("p", "randomized", "copy", 0, {}), cell("p", "rope", "copy", 0, None)})
-    got = filled(plan, {"b": 0, "old": 0}, published)
+    """A planned run that a published run matches in all but the encoding's options (its
+    cell), such as randomized PE stored before ``draw`` existed, is a re-run still to come:
+    the table is covered, not complete. Another preset, task, seed, training or
+    evaluation is another cell."""
+    new = _config()
+    stored = {**new, "pe_options": {"randomize_eval": True}}
+    assert cell(stored) == cell(new)
+    plan = Planned(frozenset({"a", "b"}), (0,), {"a": 0, "b": 0}, {"a": cell(new), "b": cell(_config("rope"))})
+    got = filled(plan, {"b": 0, "old": 0}, frozenset({cell(stored), cell(_config("rope"))}))
     assert (got.done, got.rerunning, got.complete, got.covered) == (1, 1, False, True)
-    for other in (("q", "copy", 0), ("p", "reverse", 0), ("p", "copy", 1)):
-        preset, task, seed = other
-        elsewhere = frozenset({cell(preset, "randomized", task, seed, None)})
-        assert not filled(plan, {"b": 0}, elsewhere).covered
-    variant = frozenset({cell("p", "randomized", "copy", 0, {"scaling": {"rope_type": "linear"}})})
-    assert not filled(plan, {"b": 0}, variant).covered
+    for other in (
+        _config(preset="quick"),
+        _config(task="reverse"),
+        _config(seed=1),
+        {**new, "train": {**new["train"], "steps": new["train"]["steps"] + 1}},
+        {**new, "eval_pe_options": {"randomize_eval": False}},
+    ):
+        assert cell(other) != cell(new)
+        assert not filled(plan, {"b": 0}, frozenset({cell({**other, "pe_options": {}})})).covered
 
 
 def test_a_published_run_awaiting_its_corrected_rerun_stays_and_the_board_says_so(tmp_path):
