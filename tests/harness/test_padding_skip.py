@@ -97,8 +97,8 @@ narrower tensors round differently there (relative 1e-7 to 1e-4 of a gradient)."
 
 def assert_same_loss(model: Backbone, batch, rel: float = 1e-8) -> None:
     """The grouped loss and its gradients equal one padded pass's, the encoding's random
-    draws (randomized PE's positions, Abacus's offset: one per batch either way) fixed by
-    the seed. Each gradient is compared relative to its largest entry, floored at 1e-6 of
+    draws (randomized PE's positions, planned once for the batch; Abacus's offset, one per
+    batch either way) fixed by the seed. Each gradient is compared relative to its largest entry, floored at 1e-6 of
     the largest gradient of all (a parameter whose true gradient is 0, such as a bias
     that shifts a whole row of logits, has only rounding noise)."""
     results = []
