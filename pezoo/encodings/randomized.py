@@ -173,15 +173,16 @@ class RandomizedPE(PositionalEncoding):
         check_lengths(lengths, width)
         batch = int(lengths.shape[0])
         sizes = sorted({int(n) for n in lengths.tolist()})
-        random = self.training or self.randomize_eval
-        if not random or self.draw == "per_batch" or sizes in ([], [width]):
+        randomizing = self.training or self.randomize_eval
+        if not randomizing or self.draw == "per_batch" or sizes in ([], [width]):
             return self.positions(batch, width, device)
+        on_cpu = lengths.cpu()
         planned = torch.zeros(batch, width, dtype=torch.long)
         for n in sizes:
             if n == 0:
                 continue  # an empty row: its padding is 0
             drawn = sample_sorted_positions(n, self.max_length, generator=self._generator)  # (n,)
-            planned[lengths.cpu() == n] = torch.cat([drawn, drawn[-1:].expand(width - n)])
+            planned[on_cpu == n] = torch.cat([drawn, drawn[-1:].expand(width - n)])
         return planned.to(device)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
