@@ -262,11 +262,10 @@ def check_lengths(lengths: Tensor, width: int) -> None:
     )
     if not integer or lengths.ndim != 1:
         raise ValueError(f"lengths must be a 1-D integer tensor, one length per row; got {_describe(lengths)}")
-    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > width):
-        raise ValueError(
-            f"row lengths must lie in [0, {width}] for rows {width} tokens wide; "
-            f"got {int(lengths.min())}..{int(lengths.max())}"
-        )
+    if lengths.numel():
+        low, high = (int(v) for v in torch.stack(torch.aminmax(lengths)).tolist())  # one transfer, not two
+        if low < 0 or high > width:
+            raise ValueError(f"row lengths must lie in [0, {width}] for rows {width} tokens wide; got {low}..{high}")
 
 
 def _describe(value: Any) -> str:
