@@ -339,21 +339,25 @@ def _encoding_key(cfg: RunConfig) -> tuple[str, str]:
 
 MATCH_LEVELS: tuple[tuple[str, Callable[[RunConfig], tuple[Any, ...]]], ...] = (
     ("same encoding, task and model", lambda c: (*_encoding_key(c), c.task, *_model_key(c))),
+    ("same encoding name, task and model, other options", lambda c: (c.pe, c.task, *_model_key(c))),
     ("same task and model", lambda c: (c.task, *_model_key(c))),
     ("same encoding and model", lambda c: (*_encoding_key(c), *_model_key(c))),
     ("same encoding name and model, other options", lambda c: (c.pe, *_model_key(c))),
     ("same model", _model_key),
 )
 """How a missing run finds measured runs to estimate from: the first level with any
-(after the speed probed here, and the same encoding on other tasks scaled by the tasks'
-speed ratio: see :func:`estimate`).
+(after the speed probed here, and the same encoding, with its options or failing that
+with others, on other tasks scaled by the tasks' speed ratio: see :func:`estimate`).
 
 "Same encoding" includes its options. The task comes before the encoding alone: a task's
 rows set the sequence length, which moves the speed more than the encoding does for most
 encodings (on the committed CPU board addition trains 3-4x slower than
 stack_manipulation; PRISM about 1.7x slower than NoPE on the same task), but not for a
-wide PRISM (prism{paper} with two layers trains about 4x slower than with one), which
-only a probe (``pezoo sweep plan --probe``) or a finished run measures. There is no level
+wide PRISM (prism{paper}: 2.2 steps/s on copy, where the other encodings run 7-10), so
+the encoding's name with other options, scaled from another task, comes before the
+other encodings on this task. Options can still move the speed (prism{paper} with two
+layers trains about 4x slower than with one), which only a probe
+(``pezoo sweep plan --probe``) or a finished run measures. There is no level
 below the same model (preset included): a run of another size says nothing reliable (a
 store of smoke runs put the quick board at 61 s per run; it took 8-12 h)."""
 
@@ -382,8 +386,11 @@ def unmeasured(
     return list(groups.values())
 
 
+_SCALED = "same encoding on other tasks, scaled by the tasks' speed ratio"
+
+
 def scaled_rate(
-    cfg: RunConfig, runs: Sequence[Measurement], ratio_runs: Sequence[Measurement] = ()
+    cfg: RunConfig, runs: Sequence[Measurement], ratio_runs: Sequence[Measurement] = (), *, options: bool = True
 ) -> tuple[float, int, bool] | None:
     """Steps/s of ``cfg`` from the same encoding (options included) on other tasks, each
     scaled by how much faster the other encodings measured on both tasks train on
@@ -397,9 +404,17 @@ def scaled_rate(
     not by how many steps a preset trains. Every encoding measured on both tasks there
     counts, per preset.
 
+    ``options=False``: E is the encoding's name with any options (another PRISM setup of
+    ``prism{paper}`` on another task): its own cost is still the better guide than other
+    encodings on this task, where the encoding sets the speed.
+
     Returns (rate, runs it rests on, whether a ratio came from another preset), or None
     without such runs."""
     model, enc = _model_key(cfg), (*_encoding_key(cfg), cfg.preset)
+
+    def same(e: tuple[Any, ...]) -> bool:
+        return e == enc if options else (e[0], e[2]) == (cfg.pe, cfg.preset)
+
     median = _median_rates(m for m in runs if _model_key(m.config) == model)
     shape = _model_key(cfg)[1:]
     elsewhere = _median_rates(
@@ -407,12 +422,12 @@ def scaled_rate(
     )
     estimates, used, borrowed = [], 0, False
     for (e, task), (rate, n) in median.items():
-        if e != enc or task == cfg.task:
+        if not same(e) or task == cfg.task:
             continue
         ratios = [
             median[x, cfg.task][0] / median[x, task][0]
             for (x, t) in median
-            if t == task and x != enc and (x, cfg.task) in median
+            if t == task and x != e and (x, cfg.task) in median
         ]
         if not ratios:
             ratios = [
@@ -515,7 +530,9 @@ def estimate(
     3. the same encoding on other tasks, scaled by the tasks' speed ratio
        (:func:`scaled_rate`; the ratio from another preset's runs of the same model shape,
        this store's or published, where this preset has none);
-    4. the median of the next ``MATCH_LEVELS`` level with measurements;
+    4. the median of the same encoding name with other options, task and model;
+    5. the same encoding name with other options on other tasks, scaled likewise;
+    6. the median of the next ``MATCH_LEVELS`` level with measurements;
 
     then the same from ``published`` runs (rough), else the preset's recorded speed on
     ``device_type`` (``harness.speeds``, rough, only for the preset's own model); None
@@ -533,20 +550,27 @@ def estimate(
         # evaluation from the closest group: small beside training, and it varies less
         per_unit = statistics.median(m.eval_seconds_per_unit for m in found[0][1]) if found else 0.0
         rough = " (rough: another machine)" if source else ""
+        group = found[0][1] if found else []
+        named = dict(found).get(MATCH_LEVELS[1][0])  # the encoding's name on this task, other options
         if found and found[0][0] == MATCH_LEVELS[0][0]:
-            rate, basis, n = None, found[0][0], len(found[0][1])
+            rate, basis, n = None, found[0][0], len(group)
         elif use_probe and probed is not None:
             rate, n = probed
             basis, n = f"a probe here ({n} steps of a fresh model)", 0
         elif (scaled := scaled_rate(cfg, runs, ratio_runs)) is not None:
             rate, n, borrowed = scaled
-            basis = "same encoding on other tasks, scaled by the tasks' speed ratio" + (
+            basis = _SCALED + (" (of another preset's runs of this model shape)" if borrowed else "")
+        elif named:
+            rate, basis, n, group = None, MATCH_LEVELS[1][0], len(named), named
+        elif (scaled := scaled_rate(cfg, runs, ratio_runs, options=False)) is not None:
+            rate, n, borrowed = scaled
+            basis = "same encoding name with other options on other tasks, scaled by the tasks' speed ratio" + (
                 " (of another preset's runs of this model shape)" if borrowed else ""
             )
         else:
-            rate, basis, n = None, found[0][0], len(found[0][1])
+            rate, basis, n = None, found[0][0], len(group)
         if rate is None:
-            rate = statistics.median(m.steps_per_second for m in found[0][1])
+            rate = statistics.median(m.steps_per_second for m in group)
         return Estimate(left / rate + units * per_unit, f"{source}{basis}{rough}", rate, n, from_step, bool(source))
     speed = recorded_speed(cfg.preset, device_type, cfg.task)
     if speed is not None and _model_key(cfg) == _preset_model_key(cfg.preset, cfg.task):

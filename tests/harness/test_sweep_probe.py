@@ -42,13 +42,38 @@ def configs_of(tmp_path, pe, task):
 
 
 def test_the_same_encoding_with_other_options_is_not_the_same_encoding(tmp_path):
-    cfgs = configs_of(tmp_path, '["prism{n_cursors=1}", "prism{n_cursors=2}"]', '"copy"')
+    cfgs = configs_of(tmp_path, '["prism{n_cursors=1}", "prism{n_cursors=2}", "nope"]', '"copy"')
     with Store(tmp_path / "s.sqlite") as store:
         finish(store, cfgs["prism", 1, "copy"], train_seconds=10.0)  # 30 steps/s
+        finish(store, cfgs["nope", None, "copy"], train_seconds=1.0)  # 300 steps/s
         plan = make_plan([cfgs["prism", 2, "copy"]], store.runs())
     (run,) = plan.runs
-    # not "same encoding, task and model": the options differ
-    assert run.estimate.basis == "same task and model"
+    # not "same encoding, task and model": the options differ; but PRISM with other
+    # options on this task says more than NoPE does (the old basis, "same task and model",
+    # took the median of both: 165 steps/s)
+    assert run.estimate.basis == "same encoding name, task and model, other options"
+    assert run.estimate.seconds == pytest.approx(10.0)
+
+
+def test_another_setup_of_the_encoding_on_another_task_beats_the_other_encodings_on_this_one(tmp_path):
+    """prism{paper} is one PRISM layer on copy and one with a copy branch on reverse: with
+    only copy's runs of it, reverse's estimate took the other encodings' median on reverse,
+    and `pezoo sweep plan` put a 75-minute run at 21 minutes."""
+    cfgs = configs_of(tmp_path, '["prism{n_cursors=1}", "prism{n_cursors=2}", "nope", "rope"]', '["copy", "reverse"]')
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, cfgs["prism", 1, "copy"], train_seconds=30.0)  # 10 steps/s
+        finish(store, cfgs["nope", None, "copy"], train_seconds=2.0)  # 150
+        finish(store, cfgs["nope", None, "reverse"], train_seconds=2.5)  # 120: reverse 0.8x copy
+        finish(store, cfgs["rope", None, "copy"], train_seconds=3.0)  # 100
+        finish(store, cfgs["rope", None, "reverse"], train_seconds=4.0)  # 75: 0.75x
+        plan = make_plan([cfgs["prism", 2, "reverse"]], store.runs())
+    (run,) = plan.runs
+    assert run.estimate.basis == (
+        "same encoding name with other options on other tasks, scaled by the tasks' speed ratio"
+    )
+    assert run.estimate.steps_per_second == pytest.approx(10 * 0.775)
+    # the other encodings on reverse (97.5 steps/s) would make it 12x too fast
+    assert run.estimate.seconds > 10 * 300 / 97.5
 
 
 def test_falls_back_to_the_encoding_name_with_other_options(tmp_path):
