@@ -389,7 +389,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         rows = store.runs()
         resume = checkpointed_steps(checkpoint_dir_for(store.path, checkpoint_dir), [c.run_id() for c in configs])
         published = _published_runs()
-        plan_options: dict[str, Any] = {"device_type": device_type, "published": published}
+        plan_options: dict[str, Any] = {"device_type": device_type, "published": published, "lapsed": store.lapsed()}
         if order == "longest-first":
             configs = longest_first(configs, rows, resume, **plan_options)
         plan = make_plan(configs, rows, resume, **plan_options)
@@ -574,11 +574,12 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
     pes = list(dict.fromkeys(c.pe for c in configs))
     _check_names("encoding", pes, pezoo.available())
     _check_names("task", list(dict.fromkeys(c.task for c in configs)), tasks.available())
-    rows = []
+    rows: list[dict[str, Any]] = []
+    lapsed: set[str] = set()
     if Path(store_path).exists():
         try:
             with Store(store_path, readonly=True) as store:
-                rows = store.runs()
+                rows, lapsed = store.runs(), store.lapsed()
         except StoreError as exc:
             raise click.ClickException(str(exc)) from None
     ckpt_dir = checkpoint_dir_for(store_path, checkpoint_dir)
@@ -586,7 +587,7 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
     published = _published_runs()
     resume = checkpointed_steps(ckpt_dir, [c.run_id() for c in configs]) if rows else None
     probes = _probe(configs, rows, device) if probe else None
-    plan = make_plan(configs, rows, resume, device_type=device.type, published=published, probes=probes)
+    plan = make_plan(configs, rows, resume, device_type=device.type, published=published, probes=probes, lapsed=lapsed)
     n_workers = len(local_devices(device, workers, plan.missing))
     click.echo(format_plan(plan, varying_axes(configs), n_workers))
     line = published_line(plan, {r["run_id"] for r in published}, store_path)

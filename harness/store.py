@@ -662,6 +662,19 @@ class Store:
                 held[run_id] = f"{owner.host}:{owner.pid}"
         return held
 
+    def lapsed(self) -> set[str]:
+        """Runs the store says are ``running`` whose process is gone (killed, or the machine
+        restarted): interrupted in fact, and taken over by the next bench to reach them."""
+        me, now = Owner.this_process(), time.time()
+        gone = set()
+        for run_id, owner_json, heartbeat in self._query(
+            "SELECT run_id, owner, heartbeat FROM runs WHERE status='running'"
+        ):
+            owner = Owner.from_json(owner_json)
+            if owner != me and (owner is None or not owner.alive(heartbeat, now, self.lease_seconds)):
+                gone.add(run_id)
+        return gone
+
     def set_provenance(
         self, run_id: str, provenance: Mapping[str, Any], started_at: float, owner: Owner | None = None
     ) -> bool:

@@ -38,7 +38,7 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -653,6 +653,7 @@ def make_plan(
     device_type: str | None = None,
     published: Iterable[Mapping[str, Any]] = (),
     probes: Mapping[tuple[Any, ...], tuple[float, int]] | None = None,
+    lapsed: Collection[str] = (),
 ) -> Plan:
     """Done/missing per run and an estimate for each missing one (``store_runs`` are
     ``Store.runs()`` rows; pass ``[]`` for a store that does not exist yet).
@@ -660,9 +661,11 @@ def make_plan(
     checkpointed run has left. ``device_type`` (``cpu``/``cuda``): the kind of device the
     runs will train on, estimated only from runs on that kind. ``published``: finished
     runs in the same row shape from published results, a rough fallback (see :func:`estimate`).
-    ``probes``: speeds probed here, by :func:`probe_key` (``harness.probe.probe_speeds``)."""
+    ``probes``: speeds probed here, by :func:`probe_key` (``harness.probe.probe_speeds``).
+    ``lapsed``: ids of runs whose ``running`` claim's process is gone
+    (``Store.lapsed``): they count as ``interrupted``, which is what they are."""
     rows = list(store_runs)
-    status = {r["run_id"]: r["status"] for r in rows}
+    status = {r["run_id"]: "interrupted" if r["run_id"] in lapsed else r["status"] for r in rows}
     measured = measurements(rows)
     others = measurements(published)
     resume_steps = resume_steps or {}

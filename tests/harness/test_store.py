@@ -169,6 +169,18 @@ def test_held_by_others_lists_the_runs_other_live_processes_train(tmp_path, othe
         assert store.held_by_others() == {theirs.run_id(): f"{socket.gethostname()}:{other_process.pid}"}
 
 
+def test_lapsed_lists_the_running_runs_whose_process_is_gone(tmp_path, other_process):
+    mine, theirs, gone, failed = (smoke(seed=s) for s in range(4))
+    with Store(tmp_path / "s.sqlite") as store:
+        assert store.claim(mine, {"commit": "us"}).taken
+        assert store.claim(theirs, {"commit": "them"}, owner_of(other_process.pid)).taken
+        assert store.claim(gone, {"commit": "gone"}, owner_of(dead_pid())).taken
+        assert store.claim(failed, {"commit": "us"}).taken
+        store.mark(failed.run_id(), "failed", "boom")
+        assert store.lapsed() == {gone.run_id()}
+        assert store.status(gone.run_id()) == "running"  # reading it changes nothing
+
+
 def test_claims_from_another_machine_lapse_with_their_heartbeat(tmp_path):
     cfg = smoke()
     remote = Owner("some-other-host.example", 4242, 123, "their-boot", "pid:[1]")

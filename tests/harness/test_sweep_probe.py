@@ -222,3 +222,25 @@ def test_a_board_filled_task_by_task_takes_the_tasks_ratio_from_another_preset_o
         smoke_rows = store.runs()
     (run,) = make_plan(missing, board_rows + smoke_rows).runs
     assert run.estimate.basis == "same encoding and model"
+
+
+def test_the_plan_calls_a_running_run_whose_process_is_gone_interrupted(tmp_path):
+    """After a reboot or a kill the store still says ``running``; the plan used to print that,
+    and `pezoo bench` to announce "2 running" for runs no process was training."""
+    from dataclasses import replace
+
+    from harness.store import Owner
+    from tests.harness.test_store import dead_pid
+
+    sweep = write(tmp_path, 'preset = "smoke"\npe = ["nope", "rope"]\ntask = "copy"\nseeds = 1\nsteps = 300\n')
+    nope, rope = load_sweep(sweep).configs()
+    store_path = tmp_path / "s.sqlite"
+    with Store(store_path) as store:
+        assert store.claim(nope, {"commit": "t"}, replace(Owner.this_process(), pid=dead_pid(), start=None)).taken
+        assert store.claim(rope, {"commit": "t"}).taken  # this process: alive
+        result = CliRunner().invoke(main, ["sweep", "plan", str(sweep), "--store", str(store_path)])
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines()]
+    status = {row[1]: row[4] for row in rows if len(row) > 4 and row[0].isdigit() and row[2] == "copy"}
+    assert status == {"nope": "interrupted", "rope": "running"}
+    assert "(1 interrupted, 1 running)" in result.output
