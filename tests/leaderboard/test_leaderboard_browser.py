@@ -181,6 +181,13 @@ def test_long_encoding_names_wrap_on_a_narrow_screen(browser, shots, tmp_path):
         )
         assert left <= 280
         save_shot(browser, shots, "narrow-long-labels.png")
+        # a long option list in a label ("randomized:ape{draw=per_batch,randomize_eval=false}",
+        # in the notes above the tables) wraps too, rather than making the page scroll sideways
+        for wide in ("tasks/reverse.html", "index.html"):
+            assert "randomize_eval=false}" in (site / wide).read_text(encoding="utf-8")
+            start = browser.navigate((site / wide).as_uri())
+            assert browser.errors(start) == []
+            assert browser.evaluate("document.documentElement.scrollWidth") <= 400, wide
     finally:
         browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
 
