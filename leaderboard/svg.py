@@ -270,7 +270,8 @@ def _values(values: Iterable[Any], what: str) -> tuple[float, ...]:
     """``values`` as floats; NotANumber naming ``what`` and the position of the first bad one."""
     out = []
     for i, v in enumerate(values):
-        out.append(finite(v, f"{what}[{i}]"))
+        # a plain finite float passes as is; anything else goes through finite(), which names it
+        out.append(v if type(v) is float and math.isfinite(v) else finite(v, f"{what}[{i}]"))
     return tuple(out)
 
 

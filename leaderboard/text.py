@@ -63,6 +63,8 @@ class NotANumber(ValueError):
 
 def finite(value: Any, what: str = "value") -> float:
     """``value`` as a float if it is a finite real number (bools are not); else NotANumber."""
+    if type(value) is float and math.isfinite(value):  # the common case, without the ABC checks below
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise NotANumber(f"{what} must be a finite number, got {value!r}")
     return float(value)
