@@ -141,6 +141,52 @@ def _ape(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
     return outcome, "; ".join(parts + unfit)
 
 
+def _above(name: str, others: Sequence[str]) -> Callable[[Table, dict[str, Row]], tuple[str, str] | None]:
+    """A comparative claim ("extrapolates better than X, Y, ..."): ``name`` against each of
+    ``others`` on the table. Above one: ranked ahead of it, or it did not fit. holds: above
+    every one, and its EM>N range over seeds clear of theirs (the seeds separate them);
+    partly: above some, or above all on the ranking with the seeds not separating them;
+    does not hold: above none, or ``name`` did not fit."""
+
+    def check(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
+        row, present = rows.get(name), [o for o in others if o in rows]
+        if row is None or not present:
+            return None
+        n = table.train_max
+        if row.rank is None:
+            return "does not hold", f"{name} did not fit the training scales (EM≤{n} {row.scores['em_within'].text(2)})"
+        em = row.scores["em_beyond"]
+
+        def beats(other: Row) -> bool:
+            return other.rank is None or other.rank > row.rank  # type: ignore[operator]
+
+        def clear(other: Row) -> bool:  # the seeds separate the two on EM>N
+            return other.rank is None or em.lo > other.scores["em_beyond"].hi
+
+        def shown(other: Row) -> str:
+            if other.rank is None:
+                return f"{other.label} (did not fit)"
+            return f"{other.label} (rank {other.rank}, EM>{n} {other.scores['em_beyond'].text(2)})"
+
+        beaten = [rows[o] for o in present if beats(rows[o])]
+        ahead = [rows[o] for o in present if not beats(rows[o])]
+        said = f"{name} ranks {row.rank} (EM>{n} {em.text(2)})"
+        if beaten:
+            said += "; above " + ", ".join(shown(o) for o in beaten)
+        if ahead:
+            said += "; not above " + ", ".join(shown(o) for o in ahead)
+        if not beaten:
+            return "does not hold", said
+        if ahead:
+            return "partly", said
+        unseparated = [o.label for o in beaten if not clear(o)]
+        if unseparated:
+            return "partly", said + f"; the seeds do not separate it from {', '.join(unseparated)} on EM>{n}"
+        return "holds", said
+
+    return check
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         source="Lee 2025, “PRISM: Position as Probability”, abstract and §1",
@@ -177,6 +223,36 @@ CLAIMS: tuple[Claim, ...] = (
         "beyond N on every seed.",
         tasks=None,
         check=_ape,
+    ),
+    Claim(
+        source="Li et al. 2024, “Functional Interpolation for Relative Positions Improves Long Context "
+        "Transformers”, abstract (claimed on language modelling and long-text benchmarks)",
+        says="FIRE generalizes to longer contexts better than the relative encodings it is compared with.",
+        test="fire ranks above each of T5's bias, ALiBi, KERPLE (log), RoPE and NoPE on the table, with its EM>N "
+        "range over seeds clear of theirs (holds); above some, or above all without the seeds separating them "
+        "(partly); above none (does not hold).",
+        tasks=None,
+        check=_above("fire", ("t5", "alibi", "kerple_log", "rope", "nope")),
+    ),
+    Claim(
+        source="Chi et al. 2022, “KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation”, "
+        "abstract (claimed on language modelling)",
+        says="KERPLE's logarithmic variant extrapolates better than the encodings it is compared with.",
+        test="kerple_log ranks above each of ALiBi, T5's bias, RoPE and sin/cos APE on the table, with its EM>N "
+        "range over seeds clear of theirs (holds); above some, or above all without the seeds separating them "
+        "(partly); above none (does not hold).",
+        tasks=None,
+        check=_above("kerple_log", ("alibi", "t5", "rope", "ape")),
+    ),
+    Claim(
+        source="McLeish et al. 2024, “Transformers Can Do Arithmetic with the Right Embeddings”, abstract",
+        says="With Abacus embeddings, a model trained on additions of up to 20 digits adds 100-digit numbers "
+        "(up to 99% accuracy): 5× the training length.",
+        test=f"abacus fits addition and keeps exact match ≥ {EM_OK} at every tested scale beyond N, on every seed; "
+        "only as far as the table tests, which may be short of 5×. The task is pezoo's addition (least significant "
+        "digit first, with a chain of thought), not the paper's format.",
+        tasks=("addition",),
+        check=lambda table, rows: _reach_outcome(rows.get("abacus"), table, "abacus"),
     ),
 )
 """The claims the board tests, in the order the pages show them."""

@@ -88,3 +88,37 @@ def test_an_ape_that_did_not_fit_is_not_counted_for_the_collapse():
     assert verdicts(board(row("ape", em_in=0.7, fitted=False)), c) == []
     v = verdicts(board(row("ape"), row("learned_ape", em_in=0.9, em=(0.0,), fitted=False)), c)[0]
     assert v.outcome == "holds" and "learned_ape did not fit" in v.evidence and "not counted" in v.evidence
+
+
+def test_a_comparative_claim_needs_every_baseline_beaten_and_separated_by_the_seeds():
+    c = claim("FIRE")
+    fire = row("fire", em=(0.3, 0.4), rank=1)
+    # above both, and its seeds' range (0.3-0.4) clear of theirs: holds
+    clear = verdicts(board(fire, row("alibi", em=(0.1, 0.2), rank=2), row("t5", em_in=0.5, fitted=False)), c)[0]
+    assert clear.outcome == "holds"
+    assert clear.evidence.endswith("; above t5 (did not fit), alibi (rank 2, EM>10 0.15 (0.10–0.20))")  # claim order
+    # above on the ranking, but the seeds' ranges meet: partly, naming the one not separated
+    close = verdicts(board(fire, row("nope", em=(0.2, 0.3), rank=2)), c)[0]
+    assert close.outcome == "partly" and close.evidence.endswith("the seeds do not separate it from nope on EM>10")
+    # above one baseline and behind another: partly
+    mixed = board(row("alibi", em=(0.5,), rank=1), row("fire", em=(0.3, 0.4), rank=2), row("rope", rank=3))
+    v = verdicts(mixed, c)[0]
+    assert v.outcome == "partly" and "above rope" in v.evidence and "not above alibi (rank 1" in v.evidence
+    # behind every baseline, or not fitted: does not hold
+    behind = board(row("kerple_log", em=(0.5,), rank=1), row("fire", rank=2))
+    assert verdicts(behind, c)[0].outcome == "does not hold"
+    unfit = verdicts(board(row("fire", em_in=0.6, fitted=False), row("t5")), c)[0]
+    assert unfit.outcome == "does not hold" and "did not fit" in unfit.evidence
+    # without any baseline on the table there is nothing to compare
+    assert verdicts(board(fire, row("ape")), c) == []
+
+
+def test_kerple_is_compared_with_its_own_baselines_and_abacus_only_on_addition():
+    kerple = claim("KERPLE")
+    v = verdicts(board(row("kerple_log", em=(0.3,), rank=1), row("ape", rank=2), row("nope", em=(0.9,))), kerple)[0]
+    assert "above ape" in v.evidence and "nope" not in v.evidence  # NoPE is not one of KERPLE's baselines
+    abacus = claim("Abacus")
+    reach = row("abacus", em=(1.0, 1.0), reach=(40, 40))
+    assert verdicts(board(reach, task="copy"), abacus) == []
+    held = verdicts(board(reach, task="addition"), abacus)[0]
+    assert held.outcome == "holds" and held.evidence.endswith("tested up to 4× N")
