@@ -19,7 +19,8 @@ the training length?* Two things would blur it, and the rule removes both:
      fails; mean over seeds);
   3. **tok>N**: teacher-forced per-token accuracy beyond N (mean over seeds).
 
-  Exact ties share a rank (competition ranking: 1, 1, 3).
+  Each is compared at the precision the tables show (:data:`RANK_DIGITS`); ties share a
+  rank (competition ranking: 1, 1, 3).
 
 Seeds are shown as what they did, never as an interval wider than the metric: a cell
 with several seeds reads ``mean (min–max)`` over the seeds (:class:`Spread`).
@@ -42,13 +43,21 @@ REACH_THRESHOLD = 0.9
 RANK_KEYS = ("EM>N", "reach", "tok-acc>N")
 """Per-seed columns that order fitted encodings, most important first (means over seeds)."""
 
+RANK_DIGITS = {"EM>N": 2, "reach": 1, "tok-acc>N": 2}
+"""Each key is compared at the precision the tables show it (``Spread.text``; reach's mean
+to one decimal): a difference a reader cannot see does not order two rows. On odds_first,
+where no encoding extrapolates, EM>N is 0.00 on every row, and the third decimal (12
+exact answers of 3000 on one seed) ranked randomized PE first, ahead of encodings with
+higher reach or per-token accuracy beyond N."""
+
 RULE = (
     f"An encoding is ranked on a task only if every seed fits the training scales (mean exact match over scales "
     f"1..N at least {FIT_THRESHOLD:.2f}); the others follow, marked “did not fit”, ordered by that in-distribution "
     f"exact match. Ranked encodings are ordered by exact match averaged over the scales beyond N (EM>N), then by "
     f"reach (the largest scale L with exact match at least {REACH_THRESHOLD:.1f} at every scale N+1..L; N means "
     f"none; the largest tested scale means every tested scale, and the encoding may reach further), then by "
-    f"per-token accuracy beyond N (tok>N), each the mean over seeds; exact ties share a rank."
+    f"per-token accuracy beyond N (tok>N), each the mean over seeds, compared as shown (EM>N and tok>N to two "
+    f"decimals, reach to one); ties share a rank."
 )
 """The rule in one paragraph, quoted by the terminal docs, the site and the README."""
 
@@ -137,7 +146,7 @@ def standings(per_seed: pd.DataFrame, label: str = "pe") -> list[Standing]:
     for name, g in per_seed.groupby(label, sort=True):
         ok = sum(fits(x) for x in g["in-dist"])
         if ok == len(g):
-            key = tuple(-_or_low(pd.to_numeric(g[k]).mean()) for k in RANK_KEYS)
+            key = tuple(-_or_low(_shown(pd.to_numeric(g[k]).mean(), RANK_DIGITS[k])) for k in RANK_KEYS)
             fitted.append((key, str(name), ok, len(g)))
         else:
             unfitted.append(((-_or_low(pd.to_numeric(g["in-dist"]).mean()),), str(name), ok, len(g)))
@@ -145,7 +154,7 @@ def standings(per_seed: pd.DataFrame, label: str = "pe") -> list[Standing]:
     unfitted.sort()
     out, rank, previous = [], 0, None
     for i, (key, name, ok, n) in enumerate(fitted, start=1):
-        if key != previous:  # competition ranking: exact ties share a rank
+        if key != previous:  # competition ranking: ties (at the shown precision) share a rank
             rank, previous = i, key
         out.append(Standing(name, rank, ok, n))
     out += [Standing(name, None, ok, n) for _, name, ok, n in unfitted]
@@ -155,6 +164,12 @@ def standings(per_seed: pd.DataFrame, label: str = "pe") -> list[Standing]:
 def order(standings_: Sequence[Standing]) -> Mapping[str, int]:
     """label -> position on the table (1-based), ranked and unranked alike."""
     return {s.label: i for i, s in enumerate(standings_, start=1)}
+
+
+def _shown(value: float, digits: int) -> float:
+    """``value`` as a table shows it (the same formatting, so the order can be read off the
+    table); NaN stays NaN."""
+    return value if math.isnan(value) else float(f"{value:.{digits}f}")
 
 
 def _or_low(value: float) -> float:

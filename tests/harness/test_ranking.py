@@ -68,6 +68,32 @@ def test_every_seed_must_fit_and_the_order_is_em_then_reach_then_tokens():
     ]
 
 
+def test_differences_the_table_does_not_show_do_not_order_rows():
+    """odds_first: every EM>10 reads 0.00, but 12 exact answers of 3000 on one seed used
+    to rank randomized PE above encodings with higher per-token accuracy beyond N."""
+    table = standings(
+        per_seed(
+            [
+                ("randomized", 0, 1.0, 0.004, 10, 0.34),
+                ("randomized", 1, 1.0, 0.0003, 10, 0.19),
+                ("alibi", 0, 1.0, 0.0, 10, 0.37),
+                ("kerple_power", 0, 1.0, 0.0007, 10, 0.29),
+                ("nope", 0, 1.0, 0.0, 10, 0.372),  # 0.37 as shown: ties with alibi
+                ("rope", 0, 1.0, 0.006, 10, 0.10),  # EM>N shows as 0.01: above the 0.00s
+                ("fire", 0, 1.0, 0.0, 10.04, 0.5),  # reach's mean shows as 10.0: tok>N decides
+            ]
+        )
+    )
+    assert [(s.label, s.rank) for s in table] == [
+        ("rope", 1),
+        ("fire", 2),
+        ("alibi", 3),
+        ("nope", 3),
+        ("kerple_power", 5),
+        ("randomized", 6),
+    ]
+
+
 def test_spread_shows_what_the_seeds_did():
     assert Spread.of([0.5]).text() == "0.50"
     assert Spread.of([0.1, 0.9]).text() == "0.50 (0.10–0.90)"
