@@ -390,7 +390,10 @@ def unmeasured(
     return list(groups.values())
 
 
-_SCALED = "same encoding on other tasks, scaled by the tasks' speed ratio"
+def _scaled_basis(encoding: str, borrowed: bool) -> str:
+    """How :func:`scaled_rate` estimated a run, in the plan's words."""
+    basis = f"{encoding} on other tasks, scaled by the tasks' speed ratio"
+    return basis + (" (of another preset's runs of this model shape)" if borrowed else "")
 
 
 def scaled_rate(
@@ -563,14 +566,12 @@ def estimate(
             basis, n = f"a probe here ({n} steps of a fresh model)", 0
         elif (scaled := scaled_rate(cfg, runs, ratio_runs)) is not None:
             rate, n, borrowed = scaled
-            basis = _SCALED + (" (of another preset's runs of this model shape)" if borrowed else "")
+            basis = _scaled_basis("same encoding", borrowed)
         elif named:
             rate, basis, n, group = None, MATCH_LEVELS[1][0], len(named), named
         elif (scaled := scaled_rate(cfg, runs, ratio_runs, options=False)) is not None:
             rate, n, borrowed = scaled
-            basis = "same encoding name with other options on other tasks, scaled by the tasks' speed ratio" + (
-                " (of another preset's runs of this model shape)" if borrowed else ""
-            )
+            basis = _scaled_basis("same encoding name with other options", borrowed)
         else:
             rate, basis, n = None, found[0][0], len(group)
         if rate is None:
