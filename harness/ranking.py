@@ -146,7 +146,7 @@ def standings(per_seed: pd.DataFrame, label: str = "pe") -> list[Standing]:
     for name, g in per_seed.groupby(label, sort=True):
         ok = sum(fits(x) for x in g["in-dist"])
         if ok == len(g):
-            key = tuple(-_or_low(_shown(pd.to_numeric(g[k]).mean(), RANK_DIGITS[k])) for k in RANK_KEYS)
+            key = tuple(-_or_low(shown(pd.to_numeric(g[k]).mean(), RANK_DIGITS[k])) for k in RANK_KEYS)
             fitted.append((key, str(name), ok, len(g)))
         else:
             unfitted.append(((-_or_low(pd.to_numeric(g["in-dist"]).mean()),), str(name), ok, len(g)))
@@ -166,9 +166,10 @@ def order(standings_: Sequence[Standing]) -> Mapping[str, int]:
     return {s.label: i for i, s in enumerate(standings_, start=1)}
 
 
-def _shown(value: float, digits: int) -> float:
-    """``value`` as a table shows it (the same formatting, so the order can be read off the
-    table); NaN stays NaN."""
+def shown(value: float, digits: int = 2) -> float:
+    """``value`` as a table shows it (the same formatting, so an order or a comparison can
+    be read off the table); NaN stays NaN. Every comparison between two rows' numbers (the
+    ranking, the board's ≈ mark, a claim's "the seeds separate them") goes through this."""
     return value if math.isnan(value) else float(f"{value:.{digits}f}")
 
 

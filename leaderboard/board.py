@@ -20,8 +20,9 @@ min..max band.
 ranking measure (EM>N, mean over seeds) where the encoding fitted, "did not fit"
 otherwise. Rows are ordered by the mean of EM>N over the preset's *counted* tasks, those
 whose table is complete (every task while none is, or without a plan), counting a task
-the encoding did not fit (or was not run on) as 0, then by counted tasks fitted, then by
-name. A task still being filled is shown but not counted, so the order does not depend on
+the encoding did not fit (or was not run on) as 0, then by counted tasks fitted, the mean
+compared as the grid shows it (two decimals); rows equal on both share a position and are
+listed by name. A task still being filled is shown but not counted, so the order does not depend on
 which runs happened to finish first.
 
 An "encoding" on the board is the registry name, with its options appended when a run
@@ -281,19 +282,23 @@ class Row:
 OVERLAP_MARK = "≈"
 OVERLAP_RULE = (
     f"{OVERLAP_MARK} before a rank: the row's EM>N range over its seeds meets the range of the row ranked just "
-    "above it, so by EM>N, the ranking measure, the seeds do not separate the two."
+    "above it, as the table shows them (two decimals), so by EM>N, the ranking measure, the seeds do not separate "
+    "the two."
 )
 """What the ≈ before a rank means, quoted by the site and the README."""
 
 
 def _mark_overlaps(rows: list[Row]) -> list[Row]:
     """Set ``overlaps_above`` on each ranked row whose EM>N min..max meets the min..max of
-    the ranked row just above it (a lower rank number; rows sharing a rank are not marked)."""
+    the ranked row just above it (a lower rank number; rows sharing a rank are not marked),
+    compared as the table shows them: two ranges that read ``0.00`` and ``0.00`` meet, even
+    where the third decimal differs (odds_first: a handful of exact answers in 3000)."""
     out, above = [], None
     for row in rows:
         if row.fitted and above is not None and row.rank != above.rank:
             mine, theirs = row.scores["em_beyond"], above.scores["em_beyond"]
-            if not (math.isnan(mine.hi) or math.isnan(theirs.lo)) and mine.hi >= theirs.lo:
+            measured = not (math.isnan(mine.hi) or math.isnan(theirs.lo))
+            if measured and ranking.shown(mine.hi) >= ranking.shown(theirs.lo):
                 row = replace(row, overlaps_above=True)
         out.append(row)
         if row.fitted:
@@ -857,8 +862,9 @@ OVERVIEW_RULE = (
     "Each cell is the ranking measure, EM>N (exact match beyond the training scales, mean over seeds), where every "
     "seed of the encoding fitted that task; “did not fit” where some seed did not; blank where it was not run. "
     "Rows are ordered by the mean over the tasks of EM>N, counting a task the encoding did not fit or was not run "
-    "on as 0, then by the number of tasks fitted. While the board is being filled, only the tasks whose table is "
-    "complete count, so the order does not depend on which runs finished first."
+    "on as 0, then by the number of tasks fitted, both compared as shown (the mean to two decimals); rows equal on "
+    "both share a position. While the board is being filled, only the tasks whose table is complete count, so the "
+    "order does not depend on which runs finished first."
 )
 """What the at-a-glance grid shows and how its rows are ordered, quoted by the site and the README."""
 
@@ -915,10 +921,11 @@ def overview(board: Board, preset: str) -> Overview:
         fitted = [t for t, r in by_task.items() if r.fitted]
         beyond = [max(_or_low(by_task[t].scores["em_beyond"].mean), 0.0) for t in fitted if t in counted]
         score = sum(beyond) / max(len(counted), 1)
-        unordered.append(((-score, -len(beyond), label), label, by_task, score, len(beyond)))
-    unordered.sort(key=lambda item: item[0])
-    rows = [
-        OverviewRow(i, label, encodings[label], by_task, score, n_fit)
-        for i, (_, label, by_task, score, n_fit) in enumerate(unordered, start=1)
-    ]
+        unordered.append(((-ranking.shown(score), -len(beyond)), label, by_task, score, len(beyond)))
+    unordered.sort(key=lambda item: (item[0], item[1]))  # equal as shown: by name
+    rows, position, previous = [], 0, None
+    for i, (key, label, by_task, score, n_fit) in enumerate(unordered, start=1):
+        if key != previous:  # competition positions: rows equal as shown share one
+            position, previous = i, key
+        rows.append(OverviewRow(position, label, encodings[label], by_task, score, n_fit))
     return Overview(tasks, counted, rows)

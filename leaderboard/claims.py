@@ -6,8 +6,12 @@ says the claim in one sentence, and states the test the board applies to it: a p
 rule over the board's own table numbers (``leaderboard.board.Row``), so a verdict is
 never an opinion. A verdict on a table that is still being filled is marked provisional
 (``leaderboard.plans``); a claim is only tested on the rows run as its paper runs them
-(``prism{paper}``, ``randomized:ape`` evaluated on random positions), never on a
-configuration nobody proposed.
+(``prism{paper}``, ``randomized:ape`` evaluated on random positions), or as near as the
+board's model allows (Hard-ALiBi: 3 windowed heads and 1 NoPE head per layer, where the
+paper's model has 6 and 10; ``harness.protocols`` words each difference), never on a configuration
+nobody proposed. Two rows' numbers are compared as the tables show them
+(``harness.ranking.shown``), and every number is worded as its table cell
+(``leaderboard.board.cell_text``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from leaderboard.board import Board, Row, Table, table_filling
+from harness.ranking import shown
+from leaderboard.board import Board, Row, Table, cell_text, table_filling
 
 EM_OK = 0.9  # "keeps working": exact match at least this at a scale (the reach threshold)
 COLLAPSED = 0.05  # "collapses": exact match beyond N below this
@@ -65,10 +70,10 @@ def _reach_outcome(row: Row | None, table: Table, name: str) -> tuple[str, str] 
         return None
     n, top = table.train_max, table.test_max
     if not row.fitted:
-        return "does not hold", f"{name} did not fit the training scales (EM≤{n} {row.scores['em_within'].text(2)})"
+        return "does not hold", f"{name} did not fit the training scales (EM≤{n} {cell_text(row, 'em_within')})"
     reach = row.per_seed.get("reach", ())
     low = int(min(reach)) if reach else n
-    em = row.scores["em_beyond"].text(2)
+    em = cell_text(row, "em_beyond")
     if low >= top:
         return "holds", (
             f"{name}: EM ≥ {EM_OK} at every tested scale {n + 1}..{top} on every seed (EM>{n} {em}); "
@@ -91,11 +96,11 @@ def _hard_alibi(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
         return None
     n = table.train_max
     if row.rank is None:  # not fitted
-        return "does not hold", f"hard_alibi did not fit the training scales (EM≤{n} {row.scores['em_within'].text(2)})"
+        return "does not hold", f"hard_alibi did not fit the training scales (EM≤{n} {cell_text(row, 'em_within')})"
     reach = row.per_seed.get("reach", ())
     low = int(min(reach)) if reach else n
     ranked = sum(r.fitted for r in table.rows)
-    said = f"hard_alibi ranks {row.rank} of {ranked} (EM>{n} {row.scores['em_beyond'].text(2)}; every seed reaches "
+    said = f"hard_alibi ranks {row.rank} of {ranked} (EM>{n} {cell_text(row, 'em_beyond')}; every seed reaches "
     said += f"at least {low} of the tested {table.test_max})"
     above = [r.label for r in table.rows if r.fitted and r.rank is not None and r.rank < row.rank]
     if row.rank == 1:
@@ -112,11 +117,11 @@ def _randomized(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
         return None
     n = table.train_max
     r, b = rand.scores["tok_beyond"], base.scores["tok_beyond"]
-    numbers = f"tok>{n} {r.text(2)} against {b.text(2)}; EM>{n} {rand.scores['em_beyond'].text(2)} against "
-    numbers += base.scores["em_beyond"].text(2)
-    if r.lo > b.hi:
+    numbers = f"tok>{n} {cell_text(rand, 'tok_beyond')} against {cell_text(base, 'tok_beyond')}; "
+    numbers += f"EM>{n} {cell_text(rand, 'em_beyond')} against {cell_text(base, 'em_beyond')}"
+    if shown(r.lo) > shown(b.hi):  # as the table shows them
         return "holds", f"randomized:ape above sin/cos APE on every seed: {numbers}"
-    if r.mean > b.mean:
+    if shown(r.mean) > shown(b.mean):
         return "partly", f"randomized:ape above sin/cos APE on the mean, within the seeds' spread: {numbers}"
     return "does not hold", f"randomized:ape not above sin/cos APE: {numbers}"
 
@@ -125,7 +130,7 @@ def _ape(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
     found = [(name, rows[name]) for name in ("ape", "learned_ape") if name in rows]
     n = table.train_max
     unfit = [
-        f"{name} did not fit (EM≤{n} {row.scores['em_within'].text(2)}): not counted"
+        f"{name} did not fit (EM≤{n} {cell_text(row, 'em_within')}): not counted"
         for name, row in found
         if not row.fitted
     ]
@@ -135,7 +140,7 @@ def _ape(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
     parts, collapsed = [], 0
     for name, row in found:
         em = row.scores["em_beyond"]
-        parts.append(f"{name} EM>{n} {em.text(2)}")
+        parts.append(f"{name} EM>{n} {cell_text(row, 'em_beyond')}")
         collapsed += em.hi < COLLAPSED
     outcome = "holds" if collapsed == len(found) else "partly" if collapsed else "does not hold"
     return outcome, "; ".join(parts + unfit)
@@ -154,27 +159,27 @@ def _above(name: str, others: Sequence[str]) -> Callable[[Table, dict[str, Row]]
             return None
         n = table.train_max
         if row.rank is None:
-            return "does not hold", f"{name} did not fit the training scales (EM≤{n} {row.scores['em_within'].text(2)})"
+            return "does not hold", f"{name} did not fit the training scales (EM≤{n} {cell_text(row, 'em_within')})"
         em = row.scores["em_beyond"]
 
         def beats(other: Row) -> bool:
             return other.rank is None or other.rank > row.rank  # type: ignore[operator]
 
-        def clear(other: Row) -> bool:  # the seeds separate the two on EM>N
-            return other.rank is None or em.lo > other.scores["em_beyond"].hi
+        def clear(other: Row) -> bool:  # the seeds separate the two on EM>N, as the table shows them
+            return other.rank is None or shown(em.lo) > shown(other.scores["em_beyond"].hi)
 
-        def shown(other: Row) -> str:
+        def named(other: Row) -> str:
             if other.rank is None:
                 return f"{other.label} (did not fit)"
-            return f"{other.label} (rank {other.rank}, EM>{n} {other.scores['em_beyond'].text(2)})"
+            return f"{other.label} (rank {other.rank}, EM>{n} {cell_text(other, 'em_beyond')})"
 
         beaten = [rows[o] for o in present if beats(rows[o])]
         ahead = [rows[o] for o in present if not beats(rows[o])]
-        said = f"{name} ranks {row.rank} (EM>{n} {em.text(2)})"
+        said = f"{name} ranks {row.rank} (EM>{n} {cell_text(row, 'em_beyond')})"
         if beaten:
-            said += "; above " + ", ".join(shown(o) for o in beaten)
+            said += "; above " + ", ".join(named(o) for o in beaten)
         if ahead:
-            said += "; not above " + ", ".join(shown(o) for o in ahead)
+            said += "; not above " + ", ".join(named(o) for o in ahead)
         if not beaten:
             return "does not hold", said
         if ahead:
@@ -286,8 +291,10 @@ def claim_verdicts(board: Board, claims: Sequence[Claim] = CLAIMS) -> list[tuple
 
 
 CLAIMS_RULE = (
-    "Each claim is tested on the rows run as its paper runs them, by the rule stated under it; a verdict on a "
-    "table still short of its planned runs or seeds is provisional. Small models and short training: a claim "
-    "that does not hold here may still hold at the papers' scale."
+    "Each claim is tested on the rows run as its paper runs them, or as near as the board's small model allows "
+    "(each difference is listed under “Run unlike their papers”), by the rule stated under it; numbers are "
+    "compared as the tables show them. A verdict on a table still short of its planned runs or seeds is "
+    "provisional. Small models and short training: a claim that does not hold here may still hold at the papers' "
+    "scale."
 )
 """What the claims section is, quoted by the site and the README."""

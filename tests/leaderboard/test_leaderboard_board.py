@@ -294,8 +294,9 @@ def test_overview_orders_by_mean_beyond_n_counting_unfitted_tasks_as_zero():
     by_label = {r.label: r for r in rows}
     assert {k: r.score for k, r in by_label.items()} == pytest.approx(expected)
     assert {k: r.tasks_fitted for k, r in by_label.items()} == {"alibi": 1, "nope": 1, "rope": 2, "ape": 0}
-    # equal scores (alibi, nope: 0.5) go by name; rope, fitted twice, scores 0.44
-    assert [(r.position, r.label) for r in rows] == [(1, "alibi"), (2, "nope"), (3, "rope"), (4, "ape")]
+    # equal scores and tasks fitted (alibi, nope: 0.5, 1) share a position, listed by name; rope, fitted
+    # twice, scores 0.44
+    assert [(r.position, r.label) for r in rows] == [(1, "alibi"), (1, "nope"), (3, "rope"), (4, "ape")]
     assert by_label["ape"].cells.keys() == {"copy"}  # not run on reverse
     assert by_label["alibi"].cells["reverse"].rank is None and by_label["alibi"].cells["copy"].rank == 1
 
@@ -351,3 +352,43 @@ def test_a_rank_whose_seeds_overlap_the_row_above_is_marked():
     recs = [rec(make_record(pe, "copy", s, em, train_max=3), i) for i, (pe, s, em) in enumerate(data, start=1)]
     [table] = bd.assemble(recs).tables
     assert [(r.label, r.rank_text()) for r in table.rows] == [("alibi", "1"), ("t5", "≈2"), ("rope", "3")]
+
+
+def test_overview_compares_means_as_the_grid_shows_them():
+    """A difference in the third decimal does not order two rows the grid shows as equal:
+    the one that fitted more tasks comes first, and rows equal on both share a position."""
+    lo = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.24, 5: 0.0, 6: 0.0, 7: 0.0}  # EM>N 0.06
+    hi = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.25, 5: 0.0, 6: 0.0, 7: 0.0}  # EM>N 0.0625, shown 0.06
+    zero = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.0, 5: 0.0, 6: 0.0, 7: 0.0}
+    tiny = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.004, 5: 0.0, 6: 0.0, 7: 0.0}  # EM>N 0.001, shown 0.00
+    data = [
+        make_record("learned_prf_sh", "copy", 0, hi, train_max=3),
+        make_record("learned_prf_sh", "reverse", 0, NOPE, train_max=3),  # did not fit reverse
+        make_record("learned_prf", "copy", 0, lo, train_max=3),
+        make_record("learned_prf", "reverse", 0, zero, train_max=3),  # fitted both
+        make_record("ape", "copy", 0, zero, train_max=3),
+        make_record("rope", "copy", 0, tiny, train_max=3),
+    ]
+    board = bd.assemble([rec(d, i) for i, d in enumerate(data, start=1)])
+    rows = bd.overview(board, "smoke").rows
+    assert rows[0].score < rows[1].score  # learned_prf first on the second key, not the unshown decimals
+    assert [(r.position, r.label, r.tasks_fitted) for r in rows] == [
+        (1, "learned_prf", 2),
+        (2, "learned_prf_sh", 1),
+        (3, "ape", 1),
+        (3, "rope", 1),  # 0.0005 and 0 both read 0.00
+    ]
+
+
+def test_ranges_that_read_the_same_are_marked_as_not_separated():
+    """odds_first: RoPE and xPos at 0.00 on every seed sat under randomized PE (0.0003-0.004
+    over its seeds, also read 0.00) with a plain rank, as if the seeds separated them."""
+    some = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.016, 5: 0.0, 6: 0.0, 7: 0.0}  # EM>N 0.004, shown 0.00
+    few = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.004, 5: 0.0, 6: 0.0, 7: 0.0}  # EM>N 0.001, shown 0.00
+    none = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.0, 5: 0.0, 6: 0.0, 7: 0.0}
+    good_tok = {n: 0.9 for n in range(1, 8)}  # randomized ranks first on tok>N, the shown EM>N being equal
+    data = [("randomized", 0, some, good_tok), ("randomized", 1, few, good_tok), ("rope", 0, none, None)]
+    data.append(("rope", 1, none, None))
+    recs = [rec(make_record(pe, "copy", s, em, tok, train_max=3), i) for i, (pe, s, em, tok) in enumerate(data, 1)]
+    [table] = bd.assemble(recs).tables
+    assert [(r.label, r.rank_text()) for r in table.rows] == [("randomized:ape", "1"), ("rope", "≈2")]

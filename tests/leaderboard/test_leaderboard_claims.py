@@ -122,3 +122,29 @@ def test_kerple_is_compared_with_its_own_baselines_and_abacus_only_on_addition()
     assert verdicts(board(reach, task="copy"), abacus) == []
     held = verdicts(board(reach, task="addition"), abacus)[0]
     assert held.outcome == "holds" and held.evidence.endswith("tested up to 4× N")
+
+
+def test_a_did_not_fit_number_reads_as_its_table_cell_never_the_threshold():
+    """learned_ape on quick addition: EM≤10 0.948 did not fit; the claim said "0.95", the
+    fit threshold, beside "did not fit" (the table reads 0.948)."""
+    c = claim("Absolute")
+    [v] = verdicts(board(row("ape"), row("learned_ape", em_in=0.9484, fitted=False)), c)
+    assert "learned_ape did not fit (EM≤10 0.948)" in v.evidence
+    [v] = verdicts(board(row("prism{paper}", em_in=0.9484, fitted=False)), claim("PRISM"))
+    assert v.evidence.endswith("(EM≤10 0.948)")
+
+
+def test_seeds_that_read_the_same_do_not_separate_two_rows():
+    """KERPLE-log (0.05-0.14) against T5 (0.00-0.05 on the table, 0.052 unrounded): the
+    table shows the ranges meeting, so the seeds do not separate them."""
+    c = claim("KERPLE")
+    kerple = row("kerple_log", em=(0.053, 0.14), rank=1)
+    t5 = row("t5", em=(0.0, 0.052), rank=2)
+    [v] = verdicts(board(kerple, t5), c)
+    assert v.outcome == "partly" and "the seeds do not separate it from t5" in v.evidence
+    [v] = verdicts(board(kerple, row("t5", em=(0.0, 0.03), rank=2)), c)
+    assert v.outcome == "holds"
+    # randomized PE above its base on every seed only if the tables show it so
+    rand = claim("Randomizing")
+    b = board(row("randomized:ape", tok=(0.204, 0.5)), row("ape", tok=(0.1, 0.2)))
+    assert verdicts(b, rand)[0].outcome == "partly"
