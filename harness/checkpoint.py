@@ -58,9 +58,10 @@ from typing import Any
 
 import torch
 
-from harness.config import RunConfig
+from harness.config import RunConfig, is_finite_number
 from harness.evaluate import Evaluation, LengthMetrics
 from harness.files import write_atomically
+from harness.kept_results import evaluated_scales
 
 FORMAT = "pezoo-checkpoint"
 VERSION = 2
@@ -167,12 +168,17 @@ def decode_evaluation(value: Any) -> Evaluation:
         for name in ("length", "n"):
             if not _is_int(fields[name]):
                 raise CheckpointError(f"evaluation metric {name} is not an integer: {_short(fields[name])}")
+        if fields["length"] < 1 or fields["n"] < 1:
+            raise CheckpointError(f"an evaluation row has length {fields['length']} and n {fields['n']}")
         for name in ("token_length", "exact_match", "token_accuracy", "trace_exact_match"):
             v = fields[name]
             if v is None and name == "trace_exact_match":
                 continue
-            if not (isinstance(v, float | int) and not isinstance(v, bool) and math.isfinite(v)):
+            if not is_finite_number(v):
                 raise CheckpointError(f"evaluation metric {name} is not a finite number: {_short(v)}")
+            if v < 0 or (name != "token_length" and v > 1):
+                bounds = "negative" if name == "token_length" else "not in [0, 1]"
+                raise CheckpointError(f"evaluation metric {name} is {bounds}: {_short(v)}")
         rows.append((row[0], LengthMetrics(**fields)))
     return tuple(rows)
 
@@ -257,11 +263,14 @@ def check_state(
     evaluations = payload["evaluations"]
     if not isinstance(evaluations, list):
         raise CheckpointError("field evaluations is not a list")
-    decoded = []
+    decoded, scales = [], set(evaluated_scales(cfg))
     for item in evaluations:
         if not (isinstance(item, list) and len(item) == 2 and _is_int(item[0]) and 0 < item[0] <= step):
             raise CheckpointError(f"an evaluation is not [step <= {step}, rows]: {_short(item)}")
-        decoded.append((item[0], decode_evaluation(item[1])))
+        rows = decode_evaluation(item[1])
+        if not {(split, m.length) for split, m in rows} <= scales:
+            raise CheckpointError(f"an evaluation at step {item[0]} has scales the run does not evaluate")
+        decoded.append((item[0], rows))
     if "code" in payload:
         _check_code(payload["code"], step)
     if cfg.train.pack:
@@ -341,6 +350,13 @@ def _check_stream(stream: Any) -> None:
 
 
 def _check_optimizer(state: Any, optimizer: torch.optim.Optimizer) -> None:
+    """Load ``state`` into ``optimizer`` (fresh, built from the run's config) and check that
+    it fits: tensors of its parameters' shapes, and the config's settings in every group. A
+    checkpoint's param_groups replace the optimiser's own on loading, so a learning rate,
+    betas or weight decay other than the config's would train the rest of the run under
+    settings its record does not show. ``lr`` itself is rewritten from ``base_lr`` at every
+    step; a setting this torch has and the checkpoint's lacks is filled in by torch."""
+    settings = [{k: _plain(v) for k, v in g.items() if k not in ("params", "lr")} for g in optimizer.param_groups]
     if (
         not isinstance(state, dict)
         or not isinstance(state.get("state"), dict)
@@ -351,6 +367,12 @@ def _check_optimizer(state: Any, optimizer: torch.optim.Optimizer) -> None:
         optimizer.load_state_dict(state)
     except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
         raise CheckpointError(f"its optimiser state does not fit the model ({_brief(exc)})") from None
+    for i, (configured, group) in enumerate(zip(settings, optimizer.param_groups, strict=True)):
+        for key, value in configured.items():
+            if key in group and _plain(group[key]) != value:
+                raise CheckpointError(
+                    f"its optimiser group {i} has {key} {_short(group[key])}, the run's config {_short(value)}"
+                )
     for group in optimizer.param_groups:
         for p in group["params"]:
             for key, value in optimizer.state.get(p, {}).items():
@@ -361,6 +383,15 @@ def _check_optimizer(state: Any, optimizer: torch.optim.Optimizer) -> None:
                     raise CheckpointError(
                         f"its optimiser state {key} has shape {tuple(value.shape)}, its parameter needs {want}"
                     )
+
+
+def _plain(value: Any) -> Any:
+    """A group setting as compared: tuples and lists alike (betas), tensors as numbers."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, list | tuple):
+        return tuple(_plain(v) for v in value)
+    return value
 
 
 # --------------------------------------------------------------------------------------

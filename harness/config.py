@@ -68,6 +68,18 @@ def check_int(what: str, value: Any, minimum: int = 0, maximum: int = INT64_MAX)
         raise ValueError(f"{what} must be at most {maximum}{limit}, got {shown(value)}")
 
 
+def is_finite_number(value: Any) -> bool:
+    """Whether ``value`` is a finite int or float (not a bool). An int beyond the float range
+    (JSON allows 400 digits) is not: comparing it with floats or ``math.isfinite`` would
+    raise OverflowError where a checker must answer."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def check_number(
     what: str, value: Any, *, minimum: float | None = None, above: float | None = None, maximum: float | None = None
 ) -> None:
@@ -75,11 +87,7 @@ def check_number(
     and ``value <= maximum`` for the bounds given; ValueError names ``what``."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{what} must be a number, got {shown(value)}")
-    try:
-        finite = math.isfinite(value)
-    except OverflowError:  # an int beyond the float range
-        finite = False
-    if not finite:
+    if not is_finite_number(value):
         raise ValueError(f"{what} must be a finite number, got {shown(value)}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{what} must be >= {minimum}, got {value}")

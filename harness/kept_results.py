@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import harness.tasks as tasks
 from harness import diagnostics as diag
-from harness.config import RunConfig
+from harness.config import RunConfig, is_finite_number
 from harness.evaluate import LengthMetrics
 from harness.files import write_atomically
 from harness.tasks.vocab import VOCAB_SIZE, decode
@@ -242,7 +241,7 @@ def _count(v: Any) -> bool:
 
 
 def _number(v: Any, *, low: float | None = None, high: float | None = None) -> bool:
-    if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+    if not is_finite_number(v):
         return False
     return (low is None or v >= low) and (high is None or v <= high)
 

@@ -156,6 +156,16 @@ def _other_config(payload):
     payload["config"] = json.dumps(smoke(seed=1).to_dict())
 
 
+def _optimizer_settings(payload):
+    group = payload["optimizer"]["param_groups"][0]
+    group.update(base_lr=50.0, weight_decay=0.9, betas=(0.0, 0.0))
+
+
+def _evaluation(**change):
+    row = {"length": 1, "n": 4, "token_length": 3.0, "exact_match": 0.5, "token_accuracy": 0.5}
+    return lambda p: p.update(evaluations=[[1, [["train", {**row, "trace_exact_match": None, **change}]]]])
+
+
 DAMAGE = {
     "data_rng": (lambda p: p.pop("data_rng"), "lacks field data_rng"),
     "torch_rng": (lambda p: p.update(torch_rng=[1, 2, 3]), "torch_rng"),
@@ -173,6 +183,11 @@ DAMAGE = {
     "code": (lambda p: p.update(code=[[1, "abc"]]), "field code"),
     "code past the step": (lambda p: p.update(code=[[0, "abc"], [3, "def"]]), "field code"),
     "code not text": (lambda p: p.update(code=[[0, 7]]), "field code"),
+    # the rest of the run would train at lr 50 under a record that says the config's 1e-3
+    "optimizer settings": (_optimizer_settings, "optimiser group 0 has"),
+    "exact match above 1": (_evaluation(exact_match=7.5), "exact_match is not in [0, 1]"),
+    "a scale not evaluated": (_evaluation(length=999), "scales the run does not evaluate"),
+    "an int beyond floats": (_evaluation(token_length=10**400), "not a finite number"),
 }
 
 
@@ -470,6 +485,7 @@ TAMPERED = {
     "an extra field": ({"extra": 1}, "has fields"),
     "other scales": ({"metrics": lambda b: b["metrics"][:-1]}, "other scales"),
     "negative time": ({"train_seconds": -1.0}, "train_seconds"),
+    "an int beyond floats": ({"train_seconds": 10**400}, "train_seconds"),  # OverflowError stopped every bench
     "markup in diagnostics": ({"diagnostics": DIAGNOSTICS}, "diagnostics"),
     "another format": ({"format": "pezoo-results"}, "is not a pezoo-kept-result file"),
 }
