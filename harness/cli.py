@@ -300,6 +300,8 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         raise click.UsageError("Missing option '--pe' (or give a --sweep FILE).")
     if sweep_file is None and not task_list:
         raise click.UsageError("Missing option '--task' (or give a --sweep FILE).")
+    if given("ray_address") and executor != "ray":  # else the runs would train here, not on the cluster named
+        raise click.UsageError("--ray-address names a Ray cluster for --executor ray; add --executor ray, or drop it.")
     _refuse_broken_plugins(pe_names(pe_list))
     _check_names("encoding", pe_names(pe_list), pezoo.available())
     _check_names("task", task_list, tasks.available())

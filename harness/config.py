@@ -298,7 +298,10 @@ class EvalConfig:
         check_int("eval.window", self.window)
         check_int("eval.window_jump", self.window_jump, minimum=1)
         if self.window and not 1 <= self.window_jump < self.window:
-            raise ValueError(f"need 1 <= eval.window_jump < eval.window, got {self.window_jump} and {self.window}")
+            raise ValueError(
+                f"eval.window must be larger than eval.window_jump, the {self.window_jump} oldest tokens a full "
+                f"window drops at once, got {self.window}"
+            )
         check_choice("eval.match", self.match, MATCHES)
 
 

@@ -145,6 +145,12 @@ class Grid:
                 section, key, _ = AXES[name]
                 overrides.setdefault(section, {})[key] = value
             cfg = preset_config(self.preset, pe=pe, task=task, seed=seed, overrides=overrides)
+            if "start_below_loss" in overrides.get("eval", {}) and cfg.eval.every == 0:
+                # it would do nothing but change the run id: a finished run would train again
+                raise ValueError(
+                    "eval.start_below_loss delays periodic evaluation, and this run evaluates only its final "
+                    "model (eval.every is 0): set eval.every > 0 too"
+                )
             if cfg.is_variant:  # a variant needs its trained run: planned first, once
                 trained = cfg.trained_config()
                 if all(r.run_id() != trained.run_id() for r in runs):

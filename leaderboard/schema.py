@@ -39,15 +39,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
-import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from harness.config import INT64_MAX, NEW_FIELD_DEFAULTS, RunConfig, shown
+from harness.config import INT64_MAX, NEW_FIELD_DEFAULTS, RunConfig, is_finite_number, shown
 
 SCHEMA_VERSION = 1
 SUFFIX = ".jsonl"
@@ -187,12 +185,7 @@ def _is_int(v: Any) -> TypeGuard[int]:
 
 def _is_number(v: Any) -> bool:
     """A finite int or float (not a bool); an int too large for a float is not finite."""
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return False
-    try:
-        return math.isfinite(v) and abs(v) <= sys.float_info.max
-    except OverflowError:
-        return False
+    return is_finite_number(v)
 
 
 def _keys(obj: Mapping[str, Any], expected: Iterable[str], where: str) -> list[str]:

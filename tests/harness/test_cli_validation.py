@@ -39,7 +39,7 @@ def _refused(args, tmp_path, message, code=2):
         (["--checkpoint-every", "0"], "'--checkpoint-every': 0 is not in the range x>=1"),
         (["--checkpoint-every", "-1"], "'--checkpoint-every': -1 is not in the range x>=1"),
         (["--eval-start-loss", "nan"], "eval.start_below_loss must be a finite number, got nan (--eval-start-loss)"),
-        (["--eval-start-loss", "0"], "eval.start_below_loss must be > 0"),
+        (["--eval-start-loss", "0", "--eval-every", "2"], "eval.start_below_loss must be > 0"),
         (["--seed", str(2**63)], "'--seed': 9223372036854775808 is not in the range 0<=x<=9223372036854775807"),
         (["--seed", "-1"], "'--seed': -1 is not in the range 0<=x"),
         (["--seed", str(2**63 - 1), "--seeds", "2"], "seed must be at most 9223372036854775807"),
@@ -48,6 +48,12 @@ def _refused(args, tmp_path, message, code=2):
         (["--seeds", "5", "--max-runs", "4"], "the sweep holds 5 runs, more than the limit of 4"),
         (["--steps", str(2**64)], "train.steps must be at most 9223372036854775807"),
         (["--backend", "xformers"], "the xformers backend runs on CUDA tensors only, and no CUDA device is in use"),
+        # accepted and ignored before: a second run id for the same training, or local runs for a cluster's
+        (["--eval-start-loss", "0.1"], "this run evaluates only its final model (eval.every is 0): set eval.every > 0"),
+        (["--eval-start-loss", "0.1"], "(--eval-every, --eval-start-loss)"),
+        (["--ray-address", "10.0.0.1:6379"], "--ray-address names a Ray cluster for --executor ray"),
+        (["--window", "5"], "eval.window must be larger than eval.window_jump, the 20 oldest tokens a full window"),
+        (["--window", "5"], "got 5 (--window)"),
     ],
 )
 def test_bench_refuses_bad_values_before_the_store_exists(tmp_path, args, message):

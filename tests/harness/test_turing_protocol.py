@@ -131,7 +131,7 @@ def test_bad_protocol_options_are_refused_plainly():
         TrainConfig(pack=1)
     with pytest.raises(ValueError, match="unknown schedule 'step'; valid: cosine, linear"):
         TrainConfig(schedule="step")
-    with pytest.raises(ValueError, match=r"window_jump < eval\.window"):
+    with pytest.raises(ValueError, match=r"eval\.window must be larger than eval\.window_jump"):
         EvalConfig(window=20, window_jump=20)
     with pytest.raises(ValueError, match=r"unknown eval\.match"):
         EvalConfig(match="final")
