@@ -369,6 +369,8 @@ def _check_optimizer(state: Any, optimizer: torch.optim.Optimizer) -> None:
         raise CheckpointError(f"its optimiser state does not fit the model ({_brief(exc)})") from None
     for i, (configured, group) in enumerate(zip(settings, optimizer.param_groups, strict=True)):
         for key, value in configured.items():
+            if key not in group and key in _GROUP_SETTINGS:  # training reads base_lr at every step
+                raise CheckpointError(f"its optimiser group {i} lacks {key}")
             if key in group and _plain(group[key]) != value:
                 raise CheckpointError(
                     f"its optimiser group {i} has {key} {_short(group[key])}, the run's config {_short(value)}"
@@ -383,6 +385,10 @@ def _check_optimizer(state: Any, optimizer: torch.optim.Optimizer) -> None:
                     raise CheckpointError(
                         f"its optimiser state {key} has shape {tuple(value.shape)}, its parameter needs {want}"
                     )
+
+
+_GROUP_SETTINGS = ("base_lr", "weight_decay", "betas")
+"""Group settings a checkpoint must hold (the config's); others torch fills in when missing."""
 
 
 def _plain(value: Any) -> Any:

@@ -185,6 +185,7 @@ DAMAGE = {
     "code not text": (lambda p: p.update(code=[[0, 7]]), "field code"),
     # the rest of the run would train at lr 50 under a record that says the config's 1e-3
     "optimizer settings": (_optimizer_settings, "optimiser group 0 has"),
+    "no base_lr": (lambda p: p["optimizer"]["param_groups"][1].pop("base_lr"), "optimiser group 1 lacks base_lr"),
     "exact match above 1": (_evaluation(exact_match=7.5), "exact_match is not in [0, 1]"),
     "a scale not evaluated": (_evaluation(length=999), "scales the run does not evaluate"),
     "an int beyond floats": (_evaluation(token_length=10**400), "not a finite number"),
