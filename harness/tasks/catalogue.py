@@ -56,6 +56,22 @@ Do not edit by hand: `tests/harness/tasks/test_catalogue.py` regenerates it and 
   `addition_turing` also takes `test_operand_lengths` (default `"equal"`, the Turing-Programs
   paper's test set) for its evaluation instances (`Task.sample_test`).
 
+## Sources
+
+Each task's `source` cites its paper by author and year, with the table or section:
+
+- **Lee 2025**: “Position as Probability: Self-Supervised Transformers that Think Past Their
+  Training for Length Extrapolation” (PRISM).
+- **Ruoss et al. 2023**: “Randomized Positional Encodings Boost Length Generalization of
+  Transformers”.
+- **Delétang et al. 2023**: “Neural Networks and the Chomsky Hierarchy”, the source of the
+  tasks Ruoss et al. reuse.
+- **Hou et al.** (2024): “Universal Length Generalization with Turing Programs”.
+- **Chen, Liang & Lin** (also “Chen et al.”): “On the Limitations and Capabilities of
+  Position Embeddings for Length Generalization”.
+- **Lake & Baroni 2018**: “Generalization without Systematicity: On the Compositional Skills
+  of Sequence-to-Sequence Recurrent Networks” (SCAN).
+
 ## Names: which task is which paper's
 
 Bare names are the PRISM paper's tasks. The randomized-PE paper's tasks keep their own
