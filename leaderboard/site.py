@@ -14,9 +14,11 @@ a preset selector hides the other presets. The output is deterministic: the same
 files (and the same pezoo checkout, whose docstrings and task formats the pages quote)
 give the same bytes; nothing but the runs' own dates is written.
 
-The HTML is in Jinja2 templates (``leaderboard/templates/*.html.j2``) rendered with
-autoescape on (``leaderboard.text``): a string from a results or diagnostics file is
-escaped wherever it lands. This module computes what the templates show.
+The HTML is in Jinja2 templates (``leaderboard/templates/*.j2``) rendered with
+autoescape on (``leaderboard.text``): a string from a results or diagnostics file, or an
+installed plugin's docstring, is escaped wherever it lands. This module computes what
+the templates show and builds no HTML itself: docstrings are parsed into parts
+(``leaderboard.text.inline``, ``doc_blocks``) that ``_doc.j2`` renders.
 
 Writing is careful with what is already there: a missing or empty results folder is an
 error (never an empty board); only files listed in the output folder's manifest are ever
@@ -34,13 +36,12 @@ import math
 import os
 import posixpath
 import random
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from leaderboard import board as bd
 from leaderboard import claims
@@ -49,7 +50,7 @@ from leaderboard.readme import README_MARK, is_generated_readme, render_readme
 from leaderboard.retired import Retirement, RowRetirement, read_retirements
 from leaderboard.schema import read_diagnostics, read_results, results_files
 from leaderboard.svg import VIRIDIS, Series, Style, heat_colour, line_plot, panel_plot, styles, swatch, trajectory_plot
-from leaderboard.text import GENERATOR, NotANumber, href, join, render_template, short_commit, slug
+from leaderboard.text import GENERATOR, NotANumber, environment, href, join, render_template, short_commit, slug
 
 __all__ = ["MANIFEST", "SiteError", "build", "encoding_info", "render", "slug", "task_info"]
 
@@ -76,62 +77,23 @@ class SiteError(ValueError):
 
 
 def _prose(text: str) -> Markup:
-    """Docstring prose as HTML: escaped, its reST ``literals`` and ``:role:`target```
-    references set as <code>.
-
-    Markup built from escaped parts: the text is escaped first, and the substitutions
-    only wrap (already escaped) pieces of it in ``<code>``.
-    """
-    html = re.sub(r"``(.+?)``", r"<code>\1</code>", str(escape(text)))
-    return Markup(re.sub(r":[a-z]+:`~?([^`]+)`", r"<code>\1</code>", html))
-
-
-_SECTION = re.compile(r"^(Args|Arguments|Attributes|Returns|Raises|Shapes?|Notes?):\s*$")
-_ARG = re.compile(r"^(\*{0,2}[\w.]+)(\s*\([^)]*\))?:\s*(.*)$")
+    """Docstring prose as HTML: its reST ``literals`` and ``:role:`target``` references
+    set as <code>, everything escaped (``_doc.j2``'s ``prose``, from
+    ``leaderboard.text.inline``)."""
+    return _doc_macro("prose", text)
 
 
 def _doc_html(doc: str) -> Markup:
-    """A Google-style docstring as HTML (the encoding pages quote the class docstrings).
+    """A Google-style docstring as HTML (the encoding pages quote the class docstrings):
+    paragraphs as ``<p>``, an indented block (a formula) as ``<pre>``, a section such as
+    ``Args:`` as a heading over a definition list (``leaderboard.text.doc_blocks``,
+    rendered by ``_doc.j2``'s ``doc_html``, where autoescape escapes every piece)."""
+    return _doc_macro("doc_html", doc)
 
-    Paragraphs become ``<p>``, an indented block (a formula) ``<pre>``, and a section
-    such as ``Args:`` a heading over a definition list, one ``<dt>`` per argument with its
-    continuation lines joined to its ``<dd>``. Nothing is dropped: a line this reader
-    does not recognise is kept as prose. Markup built from escaped parts: every piece of
-    the docstring goes through ``escape`` (or ``_prose``, which escapes) before it is
-    wrapped in a tag.
-    """
-    blocks: list[list[str]] = [[]]
-    for line in doc.strip("\n").splitlines():
-        if line.strip():
-            blocks[-1].append(line.rstrip())
-        elif blocks[-1]:
-            blocks.append([])
-    out: list[str] = []
-    for block in filter(None, blocks):
-        section = _SECTION.match(block[0])
-        if section:
-            out.append(f'<h3 class="doc">{escape(section.group(1))}</h3>')
-            entries: list[tuple[str, int, list[str]]] = []  # (argument, its indent, its text lines)
-            for line in block[1:]:
-                indent = len(line) - len(line.lstrip())
-                arg = _ARG.match(line.strip())
-                if arg and (not entries or indent <= entries[-1][1]):
-                    entries.append((arg.group(1) + (arg.group(2) or ""), indent, [arg.group(3)]))
-                elif entries:
-                    entries[-1][2].append(line.strip())
-                else:
-                    entries.append(("", indent, [line.strip()]))
-            items = "".join(
-                (f"<dt><code>{escape(name)}</code></dt>" if name else "") + f"<dd>{_prose(' '.join(text))}</dd>"
-                for name, _, text in entries
-            )
-            out.append(f'<dl class="doc">{items}</dl>')
-        elif all(line.startswith((" ", "\t")) for line in block):
-            width = min(len(line) - len(line.lstrip()) for line in block)
-            out.append(f'<pre class="formula">{escape(chr(10).join(line[width:] for line in block))}</pre>')
-        else:
-            out.append(f"<p>{_prose(' '.join(line.strip() for line in block))}</p>")
-    return Markup("".join(out))
+
+def _doc_macro(name: str, text: str) -> Markup:
+    """``_doc.j2``'s macro ``name`` applied to ``text`` (a macro's output is Markup)."""
+    return Markup(getattr(environment().get_template("_doc.j2").module, name)(text))
 
 
 @dataclass(frozen=True)
@@ -348,11 +310,6 @@ class Site:
         return float(min(min(xs), table.train_min)), float(max(max(xs), table.train_max + 1))
 
     # -- the at-a-glance heat-map ---------------------------------------------------------
-    @staticmethod
-    def breakable(name: str) -> Markup:
-        """``name`` escaped, with a line-break opportunity after each ``_`` (narrow column headers)."""
-        return Markup(str(escape(name)).replace("_", "_<wbr>"))
-
     heat_ramp = ", ".join(VIRIDIS)
     """The heat-map's colour scale as a CSS gradient's stops (its legend)."""
 

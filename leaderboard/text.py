@@ -21,6 +21,7 @@ import math
 import numbers
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -105,6 +106,79 @@ def whole_points(pairs: Iterable[tuple[Any, Any]]) -> str:
 
 
 # --------------------------------------------------------------------------------------
+# Docstrings, parsed for the templates (``_doc.j2`` turns the parts into HTML)
+# --------------------------------------------------------------------------------------
+
+_LITERAL = re.compile(r"``(.+?)``")
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+
+
+def inline(text: str) -> list[tuple[bool, str]]:
+    """Docstring prose as (is_code, piece) pieces, in order: its reST ``literals`` and
+    ``:role:`target``` references are code (the target without its ``~``), the rest text.
+    The template escapes every piece; nothing here is HTML."""
+    out: list[tuple[bool, str]] = []
+    for i, part in enumerate(_LITERAL.split(text)):
+        if i % 2:  # the inside of a ``literal``
+            out.append((True, part))
+            continue
+        for j, piece in enumerate(_ROLE.split(part)):
+            if piece or j % 2:
+                out.append((bool(j % 2), piece))
+    return out
+
+
+@dataclass(frozen=True)
+class DocBlock:
+    """One block of a Google-style docstring: ``kind`` ``p`` (a paragraph, ``text``),
+    ``pre`` (an indented block, a formula, ``text`` dedented) or ``section`` (``Args:``
+    and the like: ``text`` its title, ``entries`` (name, text) per argument; an entry
+    with no name is a line of the section that names no argument)."""
+
+    kind: str
+    text: str
+    entries: tuple[tuple[str, str], ...] = ()
+
+
+_SECTION = re.compile(r"^(Args|Arguments|Attributes|Returns|Raises|Shapes?|Notes?):\s*$")
+_ARG = re.compile(r"^(\*{0,2}[\w.]+)(\s*\([^)]*\))?:\s*(.*)$")
+
+
+def doc_blocks(doc: str) -> list[DocBlock]:
+    """A Google-style docstring's blocks (:class:`DocBlock`), split at blank lines. A
+    section's argument takes its continuation lines (indented further); nothing is
+    dropped: a line this reader does not recognise is kept as prose."""
+    blocks: list[list[str]] = [[]]
+    for line in doc.strip("\n").splitlines():
+        if line.strip():
+            blocks[-1].append(line.rstrip())
+        elif blocks[-1]:
+            blocks.append([])
+    out = []
+    for block in filter(None, blocks):
+        section = _SECTION.match(block[0])
+        if section:
+            entries: list[tuple[str, int, list[str]]] = []  # (argument, its indent, its text lines)
+            for line in block[1:]:
+                indent = len(line) - len(line.lstrip())
+                arg = _ARG.match(line.strip())
+                if arg and (not entries or indent <= entries[-1][1]):
+                    entries.append((arg.group(1) + (arg.group(2) or ""), indent, [arg.group(3)]))
+                elif entries:
+                    entries[-1][2].append(line.strip())
+                else:
+                    entries.append(("", indent, [line.strip()]))
+            pairs = tuple((name, " ".join(text)) for name, _, text in entries)
+            out.append(DocBlock("section", section.group(1), pairs))
+        elif all(line.startswith((" ", "\t")) for line in block):
+            width = min(len(line) - len(line.lstrip()) for line in block)
+            out.append(DocBlock("pre", "\n".join(line[width:] for line in block)))
+        else:
+            out.append(DocBlock("p", " ".join(line.strip() for line in block)))
+    return out
+
+
+# --------------------------------------------------------------------------------------
 # Templates
 # --------------------------------------------------------------------------------------
 
@@ -121,7 +195,7 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(c=coordinate, i=integer, g=general, fixed=fixed, points=points, whole_points=whole_points)
-    env.globals.update(slug=slug, join=join)
+    env.globals.update(slug=slug, join=join, inline=inline, doc_blocks=doc_blocks)
     return env
 
 

@@ -455,3 +455,19 @@ def test_fitted_encodings_are_ranked_and_the_others_marked_on_site_and_readme(tm
     assert [line.split("|")[1].strip() for line in lines] == ["1", "2", "—"]
     assert "nope · *did not fit*" in lines[2] and lines[2].rstrip(" |").endswith("0/1 fit")
     assert "±" not in readme and "±" not in index and "±" not in page
+
+
+def test_docstring_markup_is_escaped_by_the_template_in_every_part():
+    """A plugin's docstring is outside text: its argument names, literals, references and
+    formulas reach the page only through _doc.j2's autoescape (nothing in Python builds HTML)."""
+    from leaderboard.site import _doc_html
+    from leaderboard.text import doc_blocks, inline
+
+    assert inline("a ``<b>`` and :func:`~x.<i>` & c") == [(False, "a "), (True, "<b>"), (False, " and "),
+                                                       (True, "x.<i>"), (False, " & c")]  # fmt: skip
+    doc = "Lead <p>.\n\n    <script>s()</script>\n\nArgs:\n    n (<img src=x>): ``<u>``\n        more <em>."
+    assert [b.kind for b in doc_blocks(doc)] == ["p", "pre", "section"]
+    html = _doc_html(doc)
+    assert "<script>" not in html and "<img" not in html and "<u>" not in html and "<em>" not in html
+    assert "<p>Lead &lt;p&gt;.</p>" in html and "&lt;script&gt;s()&lt;/script&gt;</pre>" in html
+    assert "<dt><code>n (&lt;img src=x&gt;)</code></dt><dd><code>&lt;u&gt;</code> more &lt;em&gt;.</dd>" in html
