@@ -5,7 +5,8 @@
 paper's model (docs/prism.md, "The paper's setup"). ``pezoo bench --pe 'prism{paper}'``
 (``harness.pe_spec``) asks for it, and the ``prism`` preset applies it by default.
 
-PRISM (Lee 2025, "PRISM: Position as Probability"):
+PRISM (Lee 2025, "Position as Probability: Self-Supervised Transformers that Think Past
+Their Training for Length Extrapolation"):
 
 * §6.0.1: the copy branch on Reverse, SCAN-CoT and dyn_str_cpy, "enabled on a small
   subset — one out of every five query cursors", the key cursor paired with a copying
@@ -195,7 +196,8 @@ def _same_value(a: Any, b: Any) -> bool:
 
 
 PAPERS: dict[str, str] = {
-    "prism": "Lee 2025, “PRISM: Position as Probability”",
+    "prism": "Lee 2025, “Position as Probability: Self-Supervised Transformers that Think Past Their Training "
+    "for Length Extrapolation”",
     "randomized": "Ruoss et al. 2023, “Randomized Positional Encodings Boost Length Generalization of Transformers”",
 }
 """The paper each setup in PAPER_SETUPS follows (the § numbers in :func:`departures` are its)."""

@@ -11,7 +11,8 @@ a (colour, dash, marker) for every registered encoding; colours are the Okabe–
 colour-blind-safe palette without its yellow (too pale on white), each colour used at
 most once per line style (solid + circle, dashed + square, dotted + triangle), so two
 encodings never share both colour and line. ``randomized:<base>`` keeps its base's colour
-and marker with a dash-dot line (one per base line style); any other name (a plugin, or a run with options where
+with a dash-dot line (one per base line style) and a downward triangle, so it stays told
+apart from its base where their curves meet; any other name (a plugin, or a run with options where
 the plain encoding is on the board too) gets a deterministic style from a hash of the
 name, in line styles the table does not use (:func:`styles`).
 
@@ -85,7 +86,12 @@ class Style:
 
 SOLID, DASHED, DOTTED = ("", "circle"), ("7 3", "square"), ("1.5 3", "triangle")
 RANDOMIZED_DASHES = {SOLID[0]: "9 3 2 3", DASHED[0]: "9 3 2 3 2 3", DOTTED[0]: "14 3 2 3"}
-"""``randomized:<base>``: its base's colour and marker on a dash-dot line, one per base line style."""
+"""``randomized:<base>``: its base's colour on a dash-dot line, one per base line style, with
+:data:`RANDOMIZED_MARKER`."""
+RANDOMIZED_MARKER = "triangle-down"
+"""``randomized:<base>``'s marker: no registered encoding's (circle, square, triangle), so a
+randomized curve and its base's differ in marker as well as dash (ape and randomized:ape
+lie on top of each other up to N, where a dash alone did not tell them apart)."""
 FALLBACK_LINES = (("5 2 1 2 1 2", "diamond"), ("12 3", "triangle-down"), ("3 3", "diamond"))
 """Line styles for names outside the table: the table never uses them."""
 
@@ -151,7 +157,7 @@ def _candidates(label: str) -> Iterator[Style]:
         yield ENCODING_STYLES[name]
     elif name.startswith("randomized:") and name.split(":", 1)[1] in ENCODING_STYLES:
         base = ENCODING_STYLES[name.split(":", 1)[1]]
-        yield Style(base.colour, RANDOMIZED_DASHES[base.dash], base.marker)
+        yield Style(base.colour, RANDOMIZED_DASHES[base.dash], RANDOMIZED_MARKER)
     yield from _fallbacks(label)
 
 

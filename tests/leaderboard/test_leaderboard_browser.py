@@ -183,13 +183,32 @@ def test_long_encoding_names_wrap_on_a_narrow_screen(browser, shots, tmp_path):
         save_shot(browser, shots, "narrow-long-labels.png")
         # a long option list in a label ("randomized:ape{draw=per_batch,randomize_eval=false}",
         # in the notes above the tables) wraps too, rather than making the page scroll sideways
+        # and inside its table cell, where it ran 263-295 px past a 180 px cell over the scores
+        spill = "[...document.querySelectorAll('td.sticky')].filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.textContent)"
         for wide in ("tasks/reverse.html", "index.html"):
             assert "randomize_eval=false}" in (site / wide).read_text(encoding="utf-8")
             start = browser.navigate((site / wide).as_uri())
             assert browser.errors(start) == []
             assert browser.evaluate("document.documentElement.scrollWidth") <= 400, wide
+            assert browser.evaluate(spill) == [], wide
+        # an option's long default in inline code (RoPE's scaling dict) wraps too (the page was 442 px)
+        start = browser.navigate((site / "encodings" / "rope.html").as_uri())
+        assert browser.errors(start) == []
+        assert browser.evaluate("document.documentElement.scrollWidth") <= 400
     finally:
         browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
+    # on a desktop screen the ranking tables fit the page (the reverse table was 1254 px in 1144:
+    # its seeds column hidden behind a sideways scroll, its 406 px encoding column the cause)
+    browser.navigate((site / "tasks" / "reverse.html").as_uri())
+    overflow = "[...document.querySelectorAll('table.ranking')].map(t => t.scrollWidth - t.parentNode.clientWidth)"
+    assert max(browser.evaluate(overflow)) <= 0
+    # the heat-map's task headers sort their column; a link there also jumped to the task's
+    # section, away from the table just sorted
+    browser.navigate((site / "index.html").as_uri())
+    assert browser.evaluate("document.querySelectorAll('table.heatmap thead a').length") == 0
+    browser.click("table.heatmap thead th:nth-child(3)")
+    assert browser.evaluate("location.hash") == ""
+    assert browser.evaluate("document.querySelector('table.heatmap thead th:nth-child(3)').getAttribute('aria-sort')")
 
 
 def test_preset_filter_hides_other_presets(browser, smoke_site, shots):
