@@ -109,6 +109,43 @@ _TABLES = {"meta", "runs", "metrics", "diagnostics"}
 # --------------------------------------------------------------------------------------
 
 
+
+_COMPANIONS = ("-wal", "-shm", "-journal")
+"""Suffixes of the files SQLite keeps beside a database (its write-ahead log, shared
+memory index, rollback journal)."""
+
+
+def _companion_of(path: Path) -> Path | None:
+    """The database ``path`` is a companion file of (``runs/pezoo.sqlite-wal`` ->
+    ``runs/pezoo.sqlite``), when that database exists; else None. A store idle between runs
+    keeps an empty ``-wal`` beside it, which a typo or a tab completion offers as --store:
+    taken for a new store, its writes were wiped by the real store's next checkpoint, and
+    two processes on the pair left the real store unreadable."""
+    for suffix in _COMPANIONS:
+        if path.name.endswith(suffix) and len(path.name) > len(suffix):
+            database = path.with_name(path.name[: -len(suffix)])
+            if database.is_file():
+                return database
+    return None
+
+
+def _wal_mode(db: sqlite3.Connection, timeout: float = 30.0) -> None:
+    """``PRAGMA journal_mode=WAL``, waiting as long as every other write does. Switching a
+    new database to WAL needs an exclusive lock, and SQLite answers "database is locked" at
+    once, without its busy timeout, when other processes open the same new store at the
+    same moment (a pool of workers starting together)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            code = getattr(exc, "sqlite_errorcode", None)
+            busy = (code & 0xFF if isinstance(code, int) else None) in (_BUSY, _LOCKED) or "locked" in str(exc)
+            if not busy or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
 class StoreError(RuntimeError):
     """The store cannot be used; the message says why and what to do."""
 
@@ -309,6 +346,12 @@ class Store:
             raise NotAStoreError(
                 f"results store {self.path} is a folder; --store takes a file (e.g. runs/pezoo.sqlite)"
             )
+        companion = _companion_of(self.path)
+        if companion is not None:
+            raise NotAStoreError(
+                f"results store {self.path} is SQLite's {self.path.name[len(companion.name) :]} file of the store "
+                f"{companion}, not a store; nothing was changed. Point --store at {companion}"
+            )
         if not self.path.exists():
             return False
         with open(self.path, "rb") as f:
@@ -330,7 +373,7 @@ class Store:
         self._check_pezoo(allow_empty=True)
         if existing:
             self._quick_check()
-        db.execute("PRAGMA journal_mode=WAL")
+        _wal_mode(db)
         db.execute("PRAGMA foreign_keys=ON")
         self._create_schema()
 

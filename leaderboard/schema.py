@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from harness.config import INT64_MAX, NEW_FIELD_DEFAULTS, RunConfig, is_finite_number, shown
+from harness.pe_spec import identity_options
 
 SCHEMA_VERSION = 1
 SUFFIX = ".jsonl"
@@ -120,9 +121,14 @@ def config_run_id(config: Mapping[str, Any]) -> str:
     The same definition as ``RunConfig.run_id`` (a test keeps the two in agreement), written
     here on the plain dict so a results file can be checked without building a RunConfig.
     Fields added to the config after results were first published are left out at their
-    default values (``harness.config.NEW_FIELD_DEFAULTS``), so older records keep their ids.
+    default values (``harness.config.NEW_FIELD_DEFAULTS``), so older records keep their ids,
+    and so are encoding options at what their absence meant in a stored run
+    (``harness.pe_spec.identity_options``: ``randomized{randomize_eval=false}`` is the run
+    stored as ``randomized`` with no options).
     """
     body = {k: v for k, v in config.items() if k != "preset"}
+    if isinstance(body.get("pe"), str) and isinstance(body.get("pe_options"), Mapping):
+        body["pe_options"] = identity_options(body["pe"], body["pe_options"])
     for section, defaults in NEW_FIELD_DEFAULTS.items():
         if isinstance(body.get(section), Mapping):
             kept = {k: v for k, v in body[section].items() if not (k in defaults and v == defaults[k])}

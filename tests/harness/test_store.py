@@ -321,6 +321,58 @@ def test_a_sqlite_file_that_is_not_a_store_is_refused_unchanged(tmp_path):
         assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
 
 
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+def test_a_store_s_own_sqlite_files_are_refused_as_stores(tmp_path, suffix):
+    """An idle store keeps an empty -wal beside it, which a typo or tab completion offers
+    as --store. Taken for a new store, its runs were wiped at the real store's next
+    checkpoint, and two processes on the pair left the real store unreadable."""
+    path = tmp_path / "pezoo.sqlite"
+    finished_store(path)
+    companion = tmp_path / f"pezoo.sqlite{suffix}"
+    companion.write_bytes(b"")
+    before = digest(path)
+    result = CliRunner().invoke(main, [*BENCH, "--store", str(companion)])
+    assert result.exit_code == 1, result.output
+    assert f"SQLite's {suffix} file of the store {path}" in result.output
+    assert f"Point --store at {path}" in result.output
+    for name, args in read_commands(companion, tmp_path / "out").items():
+        assert "is SQLite's" in CliRunner().invoke(main, args).output, name
+    assert companion.read_bytes() == b"" and digest(path) == before
+    with Store(path) as store:
+        assert len(store.runs()) == 3
+    lone = tmp_path / "elsewhere.sqlite-wal"  # no database beside it: a name like any other
+    with Store(lone) as store:
+        assert store.runs() == []
+
+
+def test_switching_a_new_store_to_wal_waits_when_another_opener_holds_it():
+    """SQLite answers "database is locked" at once, without the busy timeout, to a
+    journal-mode switch racing other processes opening the same new store; it is retried
+    until the timeout, as every other write waits. Other errors are not retried."""
+    from harness.store import _wal_mode
+
+    class Racing:
+        def __init__(self, failures, error="database is locked"):
+            self.failures, self.error, self.calls = failures, error, 0
+
+        def execute(self, sql):
+            assert sql == "PRAGMA journal_mode=WAL"
+            self.calls += 1
+            if self.calls <= self.failures:
+                raise sqlite3.OperationalError(self.error)
+
+    db = Racing(3)
+    _wal_mode(db)
+    assert db.calls == 4
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _wal_mode(Racing(1, "disk I/O error"))
+    stuck = Racing(10**9)
+    start = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        _wal_mode(stuck, timeout=0.3)
+    assert 0.3 <= time.monotonic() - start < 5 and stuck.calls > 1
+
+
 def test_a_store_damaged_past_its_first_pages_is_refused_before_training(tmp_path):
     path = tmp_path / "s.sqlite"
     finished_store(path, runs=60)  # several pages of runs and metrics

@@ -184,7 +184,10 @@ def test_long_encoding_names_wrap_on_a_narrow_screen(browser, shots, tmp_path):
         # a long option list in a label ("randomized:ape{draw=per_batch,randomize_eval=false}",
         # in the notes above the tables) wraps too, rather than making the page scroll sideways
         # and inside its table cell, where it ran 263-295 px past a 180 px cell over the scores
-        spill = "[...document.querySelectorAll('td.sticky')].filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.textContent)"
+        spill = (
+            "[...document.querySelectorAll('td.sticky')]"
+            ".filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.textContent)"
+        )
         for wide in ("tasks/reverse.html", "index.html"):
             assert "randomize_eval=false}" in (site / wide).read_text(encoding="utf-8")
             start = browser.navigate((site / wide).as_uri())

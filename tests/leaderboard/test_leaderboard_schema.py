@@ -45,6 +45,23 @@ def test_run_id_rule_is_the_harness_rule(preset, pe, task, seed):
     assert cfg.run_id() == hashlib.sha256(blob).hexdigest()[:16]
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "randomized{randomize_eval=false}",
+        "randomized{draw=per_batch}",
+        "randomized{draw=per_batch,randomize_eval=false}",
+        "randomized:rope{randomize_eval=false}",
+    ],
+)
+def test_run_id_rule_leaves_out_options_at_their_stored_meaning_as_the_harness_does(spec):
+    """An option spelled out at what its absence meant in a stored run is left out of the
+    harness's run id; the schema kept it, so such a finished run failed export's id check,
+    and the whole export with it, every time."""
+    cfg = preset_config("smoke", pe=spec, task="copy", seed=0)
+    assert config_run_id(json.loads(json.dumps(cfg.to_dict()))) == cfg.run_id()
+
+
 def _edit(path: str, value):
     def apply(rec: dict) -> dict:
         rec = copy.deepcopy(rec)
