@@ -228,6 +228,13 @@ def test_preset_filter_hides_other_presets(browser, smoke_site, shots):
     assert browser.evaluate(shown_plots) == 1  # copy's smoke-2step plot; reverse has no smoke-2step runs
     assert browser.errors(start) == []
     save_shot(browser, shots, "index-filtered.png")
+    try:  # the choice follows the reader to the next page (it used to reset to all presets)
+        start = browser.navigate((smoke_site / "tasks" / "copy.html").as_uri())
+        assert browser.evaluate("document.getElementById('preset-filter').value") == "smoke-2step"
+        assert browser.evaluate(f"{count}('smoke')") == 0 and browser.evaluate(f"{count}('smoke-2step')") > 0
+        assert browser.errors(start) == []
+    finally:
+        browser.evaluate("localStorage.clear()")
 
 
 def test_a_site_built_from_hostile_inputs_runs_none_of_their_script(browser, tmp_path, shots):
