@@ -24,6 +24,9 @@ folder. Format version 2:
     code         list of [step, commit]: which commit (``harness.provenance.git_commit``)
                  trained the run from which step on; absent in checkpoints written
                  before it was recorded (their steps count as trained by unknown code)
+    machine      list of [step, machine]: on which device and CPU
+                 (``harness.provenance.machine_name``) the run trained from which step
+                 on; absent in checkpoints written before it was recorded
 
 Final weights (``<run_id>.weights.pt``, :func:`save_weights`): what an inference-time
 variant (``RunConfig.eval_pe_options``) of a finished run loads instead of training again.
@@ -91,9 +94,11 @@ def training_state(
     evaluations: list[tuple[int, Evaluation]],
     stream: Mapping[str, list] | None = None,
     code: Sequence[tuple[int, str]] = (),
+    machine: Sequence[tuple[int, str]] = (),
 ) -> dict[str, Any]:
-    """The checkpoint payload (format above) of a run at ``step``; ``code`` is which
-    commit trained the run from which step on (:func:`code_history`)."""
+    """The checkpoint payload (format above) of a run at ``step``; ``code`` and ``machine``
+    are which commit trained the run from which step on, and on which machine
+    (:func:`code_history`, :func:`machine_history`)."""
     payload: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -115,11 +120,26 @@ def training_state(
         payload["stream"] = {k: list(v) for k, v in stream.items()}
     if code:
         payload["code"] = [[int(s), str(c)] for s, c in code]
+    if machine:
+        payload["machine"] = [[int(s), str(m)] for s, m in machine]
     return payload
 
 
 UNKNOWN_CODE = "unknown (a checkpoint from before pezoo recorded it)"
 """What :func:`code_history` says trained the steps of a checkpoint that has no ``code``."""
+
+UNKNOWN_MACHINE = "unknown (a checkpoint from before pezoo recorded it)"
+"""What :func:`machine_history` says trained the steps of a checkpoint that has no ``machine``."""
+
+
+def _history(resume: Mapping[str, Any] | None, field: str, now: str, unknown: str) -> list[tuple[int, str]]:
+    """``[(step, value), ...]``: the checkpoint's ``field`` history continued by ``now``."""
+    if resume is None:
+        return [(0, now)]
+    history = [(int(s), str(v)) for s, v in resume.get(field, [[0, unknown]])]
+    if history[-1][1] != now:
+        history.append((int(resume["step"]), now))
+    return history
 
 
 def code_history(resume: Mapping[str, Any] | None, commit: str) -> list[tuple[int, str]]:
@@ -128,12 +148,14 @@ def code_history(resume: Mapping[str, Any] | None, commit: str) -> list[tuple[in
     fresh run; a resumed one keeps the checkpoint's history and adds ``(step, commit)``
     when the commit changed. A checkpoint written before the history was recorded
     contributes ``(0, UNKNOWN_CODE)``: which code trained those steps is not known."""
-    if resume is None:
-        return [(0, commit)]
-    history = [(int(s), str(c)) for s, c in resume.get("code", [[0, UNKNOWN_CODE]])]
-    if history[-1][1] != commit:
-        history.append((int(resume["step"]), commit))
-    return history
+    return _history(resume, "code", commit, UNKNOWN_CODE)
+
+
+def machine_history(resume: Mapping[str, Any] | None, machine: str) -> list[tuple[int, str]]:
+    """As :func:`code_history`, for the machine (device, threads and CPU) that trained
+    each step: a run resumed on another machine, or with another thread count, may not
+    round as the uninterrupted run would, and its record says so."""
+    return _history(resume, "machine", machine, UNKNOWN_MACHINE)
 
 
 def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
@@ -271,8 +293,9 @@ def check_state(
         if not {(split, m.length) for split, m in rows} <= scales:
             raise CheckpointError(f"an evaluation at step {item[0]} has scales the run does not evaluate")
         decoded.append((item[0], rows))
-    if "code" in payload:
-        _check_code(payload["code"], step)
+    for field in ("code", "machine"):
+        if field in payload:
+            _check_history(field, payload[field], step)
     if cfg.train.pack:
         _check_stream(payload["stream"])
     weights = payload["model"]
@@ -286,13 +309,17 @@ def check_state(
     return {**payload, "evaluations": decoded}
 
 
-def _check_code(code: Any, step: int) -> None:
-    """``code``: [[step, commit], ...] from step 0, steps increasing and at most ``step``."""
-    ok = isinstance(code, list) and bool(code)
-    ok = ok and all(isinstance(c, list) and len(c) == 2 and _is_int(c[0]) and isinstance(c[1], str) for c in code)
-    ok = ok and code[0][0] == 0 and all(a[0] < b[0] for a, b in itertools.pairwise(code)) and code[-1][0] <= step
+def _check_history(field: str, history: Any, step: int) -> None:
+    """``history``: [[step, text], ...] from step 0, steps increasing and at most ``step``."""
+    ok = isinstance(history, list) and bool(history)
+    ok = ok and all(isinstance(c, list) and len(c) == 2 and _is_int(c[0]) and isinstance(c[1], str) for c in history)
+    ok = ok and history[0][0] == 0
+    ok = ok and all(a[0] < b[0] for a, b in itertools.pairwise(history)) and history[-1][0] <= step
     if not ok:
-        raise CheckpointError(f"field code is not [[0, commit], [step, commit], ...] up to step {step}: {_short(code)}")
+        what = "commit" if field == "code" else field
+        raise CheckpointError(
+            f"field {field} is not [[0, {what}], [step, {what}], ...] up to step {step}: {_short(history)}"
+        )
 
 
 _REQUIRED = (

@@ -15,29 +15,79 @@ import pezoo
 
 @cache
 def git_commit() -> str:
-    """The checkout's HEAD commit (suffixed ``-dirty`` with uncommitted changes), or ``unknown``."""
-    root = Path(__file__).resolve().parent.parent
+    """The checkout's HEAD commit, or ``unknown``; suffixed ``-dirty`` when the checkout
+    runs code the commit does not hold: a tracked file changed, or an untracked Python
+    file (not ignored) anywhere in it, which a package or the repository root on
+    ``sys.path`` can import (a module beside the code, or one shadowing a library)."""
+    return commit_of(Path(__file__).resolve().parent.parent)
+
+
+def commit_of(root: Path) -> str:
+    """:func:`git_commit` of the checkout at ``root``."""
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True, timeout=10
         ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all"],
             cwd=root,
             capture_output=True,
             text=True,
             check=True,
             timeout=10,
-        ).stdout.strip()
+        ).stdout.splitlines()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    return f"{sha}-dirty" if dirty else sha
+    return f"{sha}-dirty" if any(_runs_other_code(line) for line in status) else sha
+
+
+def _runs_other_code(status_line: str) -> bool:
+    """Whether one ``git status --porcelain`` line means code the commit does not hold:
+    any change to a tracked file; an untracked file only if it is Python."""
+    if not status_line.startswith("??"):
+        return bool(status_line.strip())
+    return status_line[3:].strip().strip('"').endswith(".py")
+
+
+@cache
+def cpu_name() -> str:
+    """The CPU model and the instruction set torch's CPU kernels use on it, e.g. ``AMD
+    EPYC 7B13 (torch CPU kernels: AVX2)``: two machines with one ``device_name`` can
+    round differently when their kernels differ."""
+    return f"{_cpu_model()} (torch CPU kernels: {torch.backends.cpu.get_cpu_capability()})"
+
+
+def _cpu_model() -> str:
+    try:  # Linux: platform.processor() is empty there
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        try:
+            brand = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            brand = ""
+        if brand:
+            return brand
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda:{torch.cuda.get_device_name(device)}"
     return f"cpu:{platform.processor() or platform.machine()} x{torch.get_num_threads()} threads"
+
+
+def machine_name(device: torch.device) -> str:
+    """The device (with its thread count on a CPU) and the host's CPU, in one string:
+    what :func:`harness.checkpoint.machine_history` records per training segment."""
+    return f"{device_name(device)} on {cpu_name()}"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -55,6 +105,7 @@ def provenance(device: torch.device) -> dict[str, Any]:
     return {
         "commit": git_commit(),
         "device": device_name(device),
+        "cpu": cpu_name(),
         "torch": torch.__version__,
         "pezoo": pezoo.__version__,
         "python": platform.python_version(),

@@ -263,8 +263,11 @@ def train_and_evaluate(
             on_lr=log.lr if log is not None else None,
         )
         if len(result.code) > 1:  # resumed under other code: the record says which commit trained which steps
-            prov = {**prov, "code_by_step": code_by_step(result.code, result.steps)}
+            prov = {**prov, "code_by_step": by_step(result.code, result.steps)}
             tell(f"run {run_id}: trained by more than one commit: {prov['code_by_step']}")
+        if len(result.machine) > 1:  # resumed on another machine: which one trained which steps
+            prov = {**prov, "machine_by_step": by_step(result.machine, result.steps)}
+            tell(f"run {run_id}: trained on more than one machine: {prov['machine_by_step']}")
         if keep_weights:  # for the run's inference-time variants (harness.checkpoint.save_weights)
             try:
                 save_weights(weights_path(checkpoint.parent, run_id), cfg, model, result.final_loss)
@@ -312,10 +315,10 @@ def train_and_evaluate(
             log.close()
 
 
-def code_by_step(code: Sequence[tuple[int, str]], steps: int) -> str:
+def by_step(code: Sequence[tuple[int, str]], steps: int) -> str:
     """``[(0, "abc..."), (6750, "def...")]`` of a ``steps``-step run ->
     ``"steps 0-6749: abc...; steps 6750-9999: def..."``: the provenance string of a run
-    trained by more than one commit (steps counted from 0)."""
+    trained by more than one commit, or on more than one machine (steps counted from 0)."""
     ends = [s - 1 for s, _ in code[1:]] + [steps - 1]
     return "; ".join(f"steps {start}-{end}: {commit}" for (start, commit), end in zip(code, ends, strict=True))
 

@@ -109,7 +109,6 @@ _TABLES = {"meta", "runs", "metrics", "diagnostics"}
 # --------------------------------------------------------------------------------------
 
 
-
 _COMPANIONS = ("-wal", "-shm", "-journal")
 """Suffixes of the files SQLite keeps beside a database (its write-ahead log, shared
 memory index, rollback journal)."""
@@ -145,6 +144,7 @@ def _wal_mode(db: sqlite3.Connection, timeout: float = 30.0) -> None:
             if not busy or time.monotonic() >= deadline:
                 raise
             time.sleep(0.05)
+
 
 class StoreError(RuntimeError):
     """The store cannot be used; the message says why and what to do."""

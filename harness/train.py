@@ -29,6 +29,7 @@ from harness.checkpoint import (
     check_state,
     code_history,
     load_checkpoint,
+    machine_history,
     save_checkpoint,
     set_aside,
     training_state,
@@ -38,7 +39,7 @@ from harness.data import IGNORE, Batch, PackedStream, collate, sample_training_b
 from harness.evaluate import Evaluation
 from harness.files import WriteError, remove_stale_temps
 from harness.pe_spec import model_options, vocabulary_options
-from harness.provenance import git_commit
+from harness.provenance import git_commit, machine_name
 from harness.tasks import Task
 from harness.tasks.vocab import PAD_ID
 
@@ -74,6 +75,7 @@ class TrainResult:
     seconds: float
     evaluations: tuple[tuple[int, Any], ...] = ()
     code: tuple[tuple[int, str], ...] = ()  # which commit trained from which step (harness.checkpoint.code_history)
+    machine: tuple[tuple[int, str], ...] = ()  # and on which machine (harness.checkpoint.machine_history)
 
 
 def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Backbone:
@@ -270,6 +272,7 @@ def train(
     threshold = cfg.eval.start_below_loss
     evaluating, evaluations = threshold is None, []
     code = code_history(resume, git_commit())
+    machine = machine_history(resume, machine_name(torch.device(device)))
     if resume is not None:  # model weights were restored by the caller
         opt.load_state_dict(resume["optimizer"])
         rng.setstate(resume["data_rng"])
@@ -324,6 +327,7 @@ def train(
                 evaluations=evaluations,
                 stream=stream.state() if stream is not None else None,
                 code=code,
+                machine=machine,
             )
             try:
                 save_checkpoint(checkpointing.path, payload)
@@ -335,5 +339,10 @@ def train(
                     warnings.warn(message, RuntimeWarning, stacklevel=2)
     seconds = elapsed + time.perf_counter() - start
     return TrainResult(
-        final_loss=loss_value, steps=t.steps, seconds=seconds, evaluations=tuple(evaluations), code=tuple(code)
+        final_loss=loss_value,
+        steps=t.steps,
+        seconds=seconds,
+        evaluations=tuple(evaluations),
+        code=tuple(code),
+        machine=tuple(machine),
     )

@@ -421,6 +421,8 @@ class Provenance:
     n_layers: tuple[int, ...] = ()
     d_models: tuple[int, ...] = ()
     evaluated: int = 0  # runs that evaluate another run's trained weights (inference-time variants), no training
+    cpus: tuple[str, ...] = ()  # the hosts' CPUs ("not recorded" for records from before pezoo recorded them)
+    resumed_elsewhere: int = 0  # runs trained by more than one commit or on more than one machine
 
     def runs_text(self) -> str:
         """``97 runs (18 of them evaluate a trained run's weights, no training)``."""
@@ -437,6 +439,10 @@ class Provenance:
     @property
     def on_cpu(self) -> bool:
         return any(d.startswith("cpu") for d in self.devices)
+
+
+NOT_RECORDED = "not recorded"
+"""A provenance field a record predates (the CPU, recorded from 25 November 2026)."""
 
 
 def provenance(records: Iterable[Record]) -> list[Provenance]:
@@ -473,6 +479,10 @@ def provenance(records: Iterable[Record]) -> list[Provenance]:
                 n_layers=values(lambda d: d["config"].get("backbone", {}).get("n_layers")),
                 d_models=values(lambda d: d["config"].get("backbone", {}).get("d_model")),
                 evaluated=sum(bool(r.data["config"].get("eval_pe_options")) for r in recs),
+                cpus=values(lambda d: d["provenance"].get("cpu", NOT_RECORDED)),
+                resumed_elsewhere=sum(
+                    any(k in r.data["provenance"] for k in ("code_by_step", "machine_by_step")) for r in recs
+                ),
             )
         )
     return out

@@ -183,6 +183,8 @@ DAMAGE = {
     "code": (lambda p: p.update(code=[[1, "abc"]]), "field code"),
     "code past the step": (lambda p: p.update(code=[[0, "abc"], [3, "def"]]), "field code"),
     "code not text": (lambda p: p.update(code=[[0, 7]]), "field code"),
+    "machine": (lambda p: p.update(machine=[[1, "cpu"]]), "field machine"),
+    "machine not text": (lambda p: p.update(machine=[[0, None]]), "field machine"),
     # the rest of the run would train at lr 50 under a record that says the config's 1e-3
     "optimizer settings": (_optimizer_settings, "optimiser group 0 has"),
     "no base_lr": (lambda p: p["optimizer"]["param_groups"][1].pop("base_lr"), "optimiser group 1 lacks base_lr"),

@@ -392,3 +392,16 @@ def test_ranges_that_read_the_same_are_marked_as_not_separated():
     recs = [rec(make_record(pe, "copy", s, em, tok, train_max=3), i) for i, (pe, s, em, tok) in enumerate(data, 1)]
     [table] = bd.assemble(recs).tables
     assert [(r.label, r.rank_text()) for r in table.rows] == [("randomized:ape", "1"), ("rope", "≈2")]
+
+
+def test_provenance_lists_the_cpus_and_counts_runs_trained_in_segments():
+    old = make_record("rope", "copy", 0, ROPE0, train_max=3)  # from before the CPU was recorded
+    new = make_record("rope", "copy", 1, ROPE1, train_max=3)
+    new["provenance"]["cpu"] = "AMD EPYC (torch CPU kernels: AVX2)"
+    moved = make_record("alibi", "copy", 0, ROPE1, train_max=3)
+    moved["provenance"]["machine_by_step"] = "steps 0-9: cpu x1 on A; steps 10-19: cpu x1 on B"
+    recommitted = make_record("alibi", "copy", 1, ROPE1, train_max=3)
+    recommitted["provenance"]["code_by_step"] = "steps 0-9: aaa; steps 10-19: bbb"
+    [p] = bd.provenance([rec(old, 1), rec(new, 2), rec(moved, 3), rec(recommitted, 4)])
+    assert p.cpus == ("AMD EPYC (torch CPU kernels: AVX2)", bd.NOT_RECORDED)
+    assert p.resumed_elsewhere == 2

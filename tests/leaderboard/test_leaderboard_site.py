@@ -169,11 +169,13 @@ def test_provenance_on_every_page(smoke_site):
     recs = _published(smoke_site)
     commit = recs[0]["provenance"]["commit"][:12]
     device = recs[0]["provenance"]["device"]
+    cpu = html.escape(recs[0]["provenance"]["cpu"])  # the device string names no CPU model
     for path in pages(smoke_site):
         text = path.read_text()
         assert "smoke-preset board.</strong>" in text and "not comparable with the papers" in text, path
         assert commit in text and device in text and "training steps" in text, path
         assert '<section id="provenance">' in text, path
+        assert f'<th class="text">CPU</th><td class="text">{cpu}</td>' in text, path
     readme = (smoke_site.parent / "README.md").read_text()
     assert "CPU smoke-preset board" in readme and "| rank | encoding" in readme.replace("   ", " ").replace("  ", " ")
 

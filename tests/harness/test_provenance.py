@@ -1,0 +1,71 @@
+"""What a result records about the code and the machine that produced it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from harness.provenance import commit_of, cpu_name, machine_name, provenance
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+def _git(root, *args):
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A git checkout with one committed module and an ignored folder."""
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("x = 1\n")
+    (tmp_path / ".gitignore").write_text("venv/\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    return tmp_path, sha
+
+
+@needs_git
+def test_a_clean_checkout_records_its_commit(checkout):
+    root, sha = checkout
+    (root / "notes.txt").write_text("not code\n")  # an untracked file that no import reaches
+    (root / "venv").mkdir()
+    (root / "venv" / "site.py").write_text("ignored\n")  # ignored: not the checkout's code
+    assert commit_of(root) == sha
+
+
+@needs_git
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda root: (root / "pkg" / "mod.py").write_text("x = 2\n"), id="tracked file changed"),
+        # before, untracked files were left out: a module beside the package's, or one at the
+        # root shadowing a library (`random.py`) ran under a record naming the clean commit
+        pytest.param(lambda root: (root / "pkg" / "extra.py").write_text("y = 1\n"), id="untracked module"),
+        pytest.param(lambda root: (root / "random.py").write_text("z = 1\n"), id="untracked module at the root"),
+    ],
+)
+def test_code_the_commit_does_not_hold_marks_it_dirty(checkout, change):
+    root, sha = checkout
+    change(root)
+    assert commit_of(root) == f"{sha}-dirty"
+
+
+def test_outside_a_checkout_the_commit_is_unknown(tmp_path):
+    assert commit_of(tmp_path / "missing") == "unknown"
+
+
+def test_the_cpu_and_its_kernels_are_recorded():
+    # the device string says cpu:x86_64 on every x86 machine; the CPU model and the
+    # instruction set torch dispatches to tell two of them apart
+    name = cpu_name()
+    assert name.endswith(f"(torch CPU kernels: {torch.backends.cpu.get_cpu_capability()})")
+    assert name.split(" (torch CPU kernels")[0].strip()
+    prov = provenance(torch.device("cpu"))
+    assert prov["cpu"] == name and all(isinstance(v, str) for v in prov.values())
+    assert machine_name(torch.device("cpu")) == f"{prov['device']} on {name}"
