@@ -5,12 +5,18 @@ from __future__ import annotations
 import platform
 import subprocess
 from functools import cache
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 import pezoo
+from harness.tasks import TASKS
+from pezoo.base import ENCODINGS, WRAPPERS
+
+if TYPE_CHECKING:
+    from harness.config import RunConfig
 
 
 @cache
@@ -101,6 +107,44 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+BUILT_IN = ("pezoo", "harness")
+"""Top-level packages of this distribution: their code is identified by ``commit``."""
+
+
+def code_origins(pe: str, task: str) -> str | None:
+    """Where a run's encoding and task code comes from when it is not pezoo's own (a
+    plugin, or a class registered by the user's code), which ``commit`` does not
+    identify: ``"encoding my_pe: my-plugin 1.2.0 (module my_plugin.pe)"``, one part per
+    such encoding, wrapper or task; ``None`` when all of it is built in.
+
+    Raises:
+        KeyError: ``pe`` or ``task`` names nothing registered.
+    """
+    prefix, _, base = pe.rpartition(":")
+    used: list[tuple[str, str, Any]] = [("encoding", name, ENCODINGS[name]) for name in base.split("+")]
+    if prefix:
+        used.append(("wrapper", prefix, WRAPPERS[prefix]))
+    used.append(("task", task, TASKS[task]))
+    parts = []
+    for kind, name, factory in used:
+        module = str(getattr(factory, "__module__", None) or "an unknown module")
+        if module.split(".")[0] not in BUILT_IN:
+            parts.append(f"{kind} {name}: {_distribution_of(module)} (module {module})")
+    return "; ".join(parts) or None
+
+
+def _distribution_of(module: str) -> str:
+    """``name version`` of the installed distribution that provides ``module``'s top-level package."""
+    names = metadata.packages_distributions().get(module.split(".")[0], [])
+    found = []
+    for name in sorted(set(names)):
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return ", ".join(found) or "not from an installed distribution, so no version identifies its code"
+
+
 def provenance(device: torch.device) -> dict[str, Any]:
     return {
         "commit": git_commit(),
@@ -111,3 +155,16 @@ def provenance(device: torch.device) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
+
+
+def run_provenance(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
+    """:func:`provenance` of a run of ``cfg`` on ``device``, with
+    ``plugins`` (:func:`code_origins`) when its encoding or task is not pezoo's own."""
+    prov = provenance(device)
+    try:
+        origins = code_origins(cfg.pe, cfg.task)
+    except (KeyError, ImportError):  # an unknown name: the run itself fails, saying so
+        origins = None
+    if origins:
+        prov["plugins"] = origins
+    return prov

@@ -34,7 +34,7 @@ from harness.diagnostics import prism_trajectories
 from harness.evaluate import Evaluation, LengthMetrics, evaluate_length, select_evaluation, summary
 from harness.files import WriteError, describe_write_error
 from harness.pe_spec import format_eval_options
-from harness.provenance import provenance
+from harness.provenance import run_provenance
 from harness.store import ClaimLostError, Store, StoreError
 from harness.tblog import RunLog
 from harness.train import Checkpointing, DivergedError, build_model, restore, train
@@ -209,7 +209,7 @@ def train_and_evaluate(
         return evaluate_variant(cfg, device, checkpoint, progress, notice=notice)
     run_id = cfg.run_id()
     started_at = time.time()
-    prov = provenance(device)
+    prov = run_provenance(cfg, device)
     notices: list[str] = []
     log = None
 
@@ -343,7 +343,7 @@ def evaluate_variant(
     trained = cfg.trained_config()
     trained_id = trained.run_id()
     started_at = time.time()
-    prov = {**provenance(device), "weights_from": trained_id}
+    prov = {**run_provenance(cfg, device), "weights_from": trained_id}
     try:
         try:
             payload = load_weights(weights_path(checkpoint.parent, trained_id), trained_id)
@@ -521,7 +521,7 @@ def execute(
     if store.status(run_id) == "finished":
         return RunOutcome(run_id, "cached")
     check_run(cfg)
-    claim = store.claim(cfg, provenance(device))
+    claim = store.claim(cfg, run_provenance(cfg, device))
     if claim.status == "finished":
         return RunOutcome(run_id, "cached")
     if claim.status == "busy":

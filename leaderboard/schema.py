@@ -16,7 +16,8 @@ the local SQLite store never is. Each line is one JSON object, written canonical
     provenance      commit, device, torch, pezoo (strings, required) and any other
                     string-valued keys the harness records (python, platform, cpu;
                     code_by_step and machine_by_step for a run resumed under another
-                    commit or on another machine; weights_from for a variant)
+                    commit or on another machine; weights_from for a variant;
+                    plugins for a plugin's encoding or task code)
     params          {"total": int, "pe": int} parameter counts (every integer of a record
                     fits SQLite's signed 64 bits)
     timings         {"train_seconds", "eval_seconds", "started_at", "finished_at"}:

@@ -9,6 +9,7 @@ import textwrap
 from importlib import metadata
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 import pezoo
@@ -105,3 +106,31 @@ def test_bench_refuses_a_broken_plugin_before_it_starts(plugins, tmp_path, pe):
     assert "broken_plugin" in result.output and "failed to load" in result.output
     assert "no_such_module_for_pezoo" in result.output
     assert not (tmp_path / "s.sqlite").exists()  # refused before any run was stored
+
+
+def _smoke_run(pe, tmp_path):
+    from harness.config import preset_config
+    from harness.run import train_and_evaluate
+
+    cfg = preset_config("smoke", pe=pe, task="copy", seed=0, overrides={"train": {"steps": 2}})
+    result = train_and_evaluate(cfg, torch.device("cpu"), tmp_path / "ck.pt")
+    assert result.status == "finished", result.traceback
+    return result.provenance
+
+
+def test_a_plugin_encodings_code_is_named_in_the_record(plugins, tmp_path, monkeypatch):
+    # the record's commit is pezoo's: before, nothing said which code the plugin ran
+    plugins(agrees_plugin="fake_pezoo_plugin:Agrees")
+    prov = _smoke_run("agrees_plugin", tmp_path)
+    assert prov["plugins"] == (
+        "encoding agrees_plugin: not from an installed distribution, so no version identifies its code "
+        "(module fake_pezoo_plugin)"
+    )
+    monkeypatch.setattr(metadata, "packages_distributions", lambda: {"fake_pezoo_plugin": ["fake-pezoo-plugin"]})
+    monkeypatch.setattr(metadata, "version", lambda name: {"fake-pezoo-plugin": "1.2.0"}[name])
+    prov = _smoke_run("randomized:agrees_plugin", tmp_path)
+    assert prov["plugins"] == "encoding agrees_plugin: fake-pezoo-plugin 1.2.0 (module fake_pezoo_plugin)"
+
+
+def test_a_built_in_run_names_no_plugins(tmp_path):
+    assert "plugins" not in _smoke_run("randomized:rope", tmp_path)
