@@ -30,29 +30,19 @@ def git_commit() -> str:
 
 def commit_of(root: Path) -> str:
     """:func:`git_commit` of the checkout at ``root``."""
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True, timeout=10
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=10
         ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=all"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.splitlines()
+
+    try:
+        sha = git("rev-parse", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no")
+        untracked_modules = git("ls-files", "--others", "--exclude-standard", "--", "*.py")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    return f"{sha}-dirty" if any(_runs_other_code(line) for line in status) else sha
-
-
-def _runs_other_code(status_line: str) -> bool:
-    """Whether one ``git status --porcelain`` line means code the commit does not hold:
-    any change to a tracked file; an untracked file only if it is Python."""
-    if not status_line.startswith("??"):
-        return bool(status_line.strip())
-    return status_line[3:].strip().strip('"').endswith(".py")
+    return f"{sha}-dirty" if changed or untracked_modules else sha
 
 
 @cache
