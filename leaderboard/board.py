@@ -99,7 +99,10 @@ def record_label(data: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class Departure:
-    """One board label run unlike its paper: the paper, and each difference with its tasks."""
+    """One board label run unlike its paper: the paper, and each difference with where it
+    applies: groups of tasks, each group's presets named when the board shows several
+    (``("addition, odds_first (preset quick)", "copy (presets board, quick)")``), to be
+    joined with "; "."""
 
     label: str
     paper: str
@@ -110,7 +113,8 @@ def departures(records: Iterable[Record]) -> list[Departure]:
     """How the board's runs depart from their papers' setups
     (``harness.protocols.departures``): per label, each difference with the tasks it
     applies to, in label order; labels that follow their papers are left out."""
-    found: dict[str, dict[str, set[str]]] = {}
+    records = list(records)
+    found: dict[str, dict[str, set[tuple[str, str]]]] = {}
     papers: dict[str, str] = {}
     for rec in records:
         d = rec.data
@@ -122,10 +126,26 @@ def departures(records: Iterable[Record]) -> list[Departure]:
         except (TypeError, ValueError, KeyError):
             continue
         for text in texts:
-            found.setdefault(record_label(d), {}).setdefault(text, set()).add(d["task"])
+            found.setdefault(record_label(d), {}).setdefault(text, set()).add((d["preset"], d["task"]))
             papers[record_label(d)] = departure_paper(d["pe"], eval_options) or d["pe"]
+    several = len({rec.data["preset"] for rec in records}) > 1
+
+    def where(pairs: set[tuple[str, str]]) -> tuple[str, ...]:
+        by_preset: dict[str, set[str]] = {}
+        for preset, task in pairs:
+            by_preset.setdefault(preset, set()).add(task)
+        if not several:
+            return (", ".join(sorted(t for _, t in pairs)),)
+        presets_of: dict[tuple[str, ...], list[str]] = {}
+        for preset, tasks in sorted(by_preset.items()):
+            presets_of.setdefault(tuple(sorted(tasks)), []).append(preset)
+        return tuple(
+            ", ".join(tasks) + (" (preset " if len(presets) == 1 else " (presets ") + ", ".join(presets) + ")"
+            for tasks, presets in presets_of.items()
+        )
+
     return [
-        Departure(label, papers[label], tuple((text, tuple(sorted(tasks))) for text, tasks in by_text.items()))
+        Departure(label, papers[label], tuple((text, where(pairs)) for text, pairs in by_text.items()))
         for label, by_text in sorted(found.items())
     ]
 

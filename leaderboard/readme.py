@@ -105,7 +105,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         for dep in departed:
             out.append(f"- **{md(dep.label)}** ({md(dep.paper)}):")
             for text, tasks in dep.differences:
-                out.append(f"  - {md(text)}; on {_mds(tasks)}")
+                out.append(f"  - {md(text)}; on {md('; '.join(tasks))}")
         out.append("")
     extra = bd.extra_inputs(board.records)
     if extra:

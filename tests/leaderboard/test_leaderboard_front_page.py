@@ -65,3 +65,28 @@ def test_the_notes_fold_under_a_summary_that_names_their_rows(tmp_path):
         body = text.split('id="departures">', 1)[1].split("</details>", 1)[0]
         assert "blockwise" in body and "xPos" in body
         assert "<details open" not in text  # folded: the ranking comes first on a phone
+
+
+
+def _departures(site: Path) -> str:
+    return (site / "index.html").read_text().split('id="departures">', 1)[1].split("</details>", 1)[0]
+
+
+def test_a_departure_says_which_preset_it_was_run_under(tmp_path):
+    """With several presets on one board, a departure names the preset of its tasks, so a
+    departure of one preset's runs does not read as one of another's; presets that share
+    the same tasks are named together."""
+    records = [
+        make_record("xpos", "copy", 1, EM, preset="smoke"),
+        make_record("xpos", "reverse", 0, EM, preset="quick"),
+        make_record("xpos", "copy", 0, EM, preset="quick"),
+    ]
+    body = _departures(_site(tmp_path / "two", records))
+    assert "; on copy, reverse (preset quick); copy (preset smoke)</li>" in body, body
+
+    same = _departures(_site(tmp_path / "same", [records[0], records[2]]))
+    assert "; on copy (presets quick, smoke)</li>" in same, same
+
+    # one preset: none named (the banner says which)
+    one = _departures(_site(tmp_path / "one", records[:1]))
+    assert "; on copy</li>" in one, one
