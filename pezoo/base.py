@@ -5,10 +5,11 @@ Axis letters used in shape comments throughout pezoo:
     b batch, s sequence, i query positions, j key positions, d model width,
     h heads, e head dim (q/k), f value head dim, p histogram bins, c cursors.
 
-A positional encoding (PE) can act at six points. Every hook defaults to the identity,
+A positional encoding (PE) can act at seven points. Every hook defaults to the identity,
 so an encoding implements only what it changes:
 
     positions(b, s)            which integer position each token gets (randomized PE)
+    padded_positions(lens, w)  the same for right-padded rows of several lengths
     embed(x, pos)              token embeddings, before layer 0        (sin/cos, learned APE)
     embed_tokens(x, ids, ctx)  the same, indexed by the token ids      (Abacus)
     observe(layer, x, ctx)     read the residual stream before a layer (PRISM's gates)
@@ -27,7 +28,7 @@ import difflib
 import functools
 import inspect
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, TypeVar
@@ -66,8 +67,10 @@ class AttentionContext:
         k_pos: positions of *all* keys, cached ones included, (b, j) or (1, j).
         causal: whether query t may see only keys at sequence index <= t.
         state: per-sequence-batch scratch/recurrent state, kept by the caller across
-            incremental decoding calls (fresh dict for a full forward pass). Keys are
-            strings or tuples such as ``("prism", layer)``, each encoding's own.
+            incremental decoding calls (fresh dict for a full forward pass). An encoding
+            keys its entries by instance (:meth:`PositionalEncoding.ctx_key`); the caller
+            may set ``"positions"``, the positions planned for the whole sequence batch
+            (b|1, planned), which length-dependent encodings read (docs/use-in-your-model.md).
         key_padding_mask: (b, j) bool, True for real keys, or None (no padding).
         scale_hint: optional instance scale n, for encodings that take one (learned-PRF
             with scale hint): per example (b,), or per query token (b, i) when a row
@@ -224,7 +227,7 @@ class RelativeFunctionBias(AttentionBias):
     fn: Callable[..., Tensor]
     params: tuple[Tensor, ...] = ()
     dense_fn: Callable[..., Tensor] | None = None
-    memo: str | None = None
+    memo: Hashable | None = None
 
     def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
         if self.memo is None:
@@ -357,6 +360,29 @@ class PositionalEncoding(nn.Module):
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         """Structured biases for ``layer`` given the (transformed) q (b,h,i,e), k (b,h,j,e)."""
         return []
+
+    # -- training extras -------------------------------------------------------------
+    def optimizer_groups(self) -> list[dict[str, Any]]:
+        """Parameters that need their own optimiser settings, as ``torch.optim`` parameter
+        groups (PRISM's α scales, say); the rest belong in the caller's default group.
+        None by default."""
+        return []
+
+    def regularisation(self) -> Tensor:
+        """A loss term to add during training (PRISM's optional Frobenius penalty); a
+        zero scalar by default."""
+        return torch.zeros(())
+
+    def ctx_key(self, name: str) -> tuple[str, int]:
+        """A key for this instance's entries in ``ctx.scratch`` and ``ctx.state``.
+
+        One context is shared by every layer of a forward call, so two instances in one
+        model (RoPE with one base for local layers and another for global ones, two T5
+        tables) would read each other's memo under a fixed key; keyed by instance, each
+        reads its own. (Valid while the instance lives, which is as long as any context
+        that holds its entries is used.)
+        """
+        return (name, id(self))
 
     def extra_repr(self) -> str:
         return self.name

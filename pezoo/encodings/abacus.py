@@ -32,9 +32,9 @@ from pezoo.base import AttentionContext, PositionalEncoding, register
 DEFAULT_MAX_INDEX = 1024
 DEFAULT_MAX_K = 99
 
-_RUN = "abacus_run"  # ctx.state: (b,) long, length of the digit run the last fed token ends
-_OFFSET = "abacus_offset"  # ctx.state: () long, the offset k of this sequence batch
-_FED = "abacus_fed"  # ctx.state: int, tokens of this sequence batch fed so far
+_RUN = "abacus_run"  # ctx.state (under ctx_key): (b,) long, length of the digit run the last fed token ends
+_OFFSET = "abacus_offset"  # ctx.state (under ctx_key): () long, the offset k of this sequence batch
+_FED = "abacus_fed"  # ctx.state (under ctx_key): int, tokens of this sequence batch fed so far
 
 
 def abacus_indices(is_digit: Tensor, run_before: Tensor | None = None) -> Tensor:
@@ -103,19 +103,19 @@ class Abacus(PositionalEncoding):
     def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
         """x (b, s, d), tokens (b, s) -> x + E[index]; the run and offset carry in ``ctx.state``."""
         is_digit = torch.isin(tokens, self.digits)  # (b, s)
-        index = abacus_indices(is_digit, ctx.state.get(_RUN))  # (b, s)
+        index = abacus_indices(is_digit, ctx.state.get(self.ctx_key(_RUN)))  # (b, s)
         if index.numel():
-            ctx.state[_RUN] = index[:, -1]
-        offset = ctx.state.get(_OFFSET)
+            ctx.state[self.ctx_key(_RUN)] = index[:, -1]
+        offset = ctx.state.get(self.ctx_key(_OFFSET))
         if offset is None:
             offset = torch.randint(self.max_k + 1, (), device=tokens.device) if self.training else tokens.new_zeros(())
-            ctx.state[_OFFSET] = offset
+            ctx.state[self.ctx_key(_OFFSET)] = offset
         index = torch.where(is_digit, index + offset, index)
         # A digit's place in its run is at most the number of tokens fed so far, so the
         # host knows the whole sequence is in range without reading the indices (no sync,
         # no graph break) unless it is nearly max_index tokens long.
-        fed = ctx.state.get(_FED, 0) + tokens.shape[1]
-        ctx.state[_FED] = fed
+        fed = ctx.state.get(self.ctx_key(_FED), 0) + tokens.shape[1]
+        ctx.state[self.ctx_key(_FED)] = fed
         if fed + self.max_k >= self.max_index:
             self._check_rows(index, offset)
         return x + self.table[index].to(x.dtype)  # (b, s, d)

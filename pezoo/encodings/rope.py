@@ -567,13 +567,14 @@ class RoPE(PositionalEncoding):
 
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """q, k (b, h, i, e) at positions ctx.q_pos -> rotated q, k."""
-        if "rope" not in ctx.scratch:  # once per call, shared by all layers
+        key = self.ctx_key("rope")
+        if key not in ctx.scratch:  # once per call, shared by all layers
             seq_len = _planned_length(ctx) if self.scaling.depends_on_length else None
             inv_freq, scale = self.frequencies(seq_len, ctx.q_pos.device)  # (f,) fp32
             angles = (ctx.q_pos.to(torch.float32)[..., None] * inv_freq)[:, None]  # (b|1, 1, i, f)
             magnitude = torch.ones_like(angles) if scale == 1.0 else torch.full_like(angles, scale)
-            ctx.scratch["rope"] = torch.polar(magnitude, angles)  # a · exp(i angle), complex64
-        rotation = ctx.scratch["rope"]
+            ctx.scratch[key] = torch.polar(magnitude, angles)  # a · exp(i angle), complex64
+        rotation = ctx.scratch[key]
         return rotate_complex(q, rotation, self.layout), rotate_complex(k, rotation, self.layout)
 
     def extra_repr(self) -> str:

@@ -121,10 +121,12 @@ class T5Bias(PositionalEncoding):
         return self.table[self.buckets(distances)].t()  # (h, 2C + 1)
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
-        if "t5-lut" not in ctx.scratch:  # same for every layer of this call
-            ctx.scratch["t5-lut"] = self.distance_table()
-        lut = ctx.scratch["t5-lut"]
-        return [RelativeFunctionBias(t5_distance_bias, (lut,), dense_fn=t5_distance_bias_dense, memo="t5")]
+        key = self.ctx_key("t5-lut")
+        if key not in ctx.scratch:  # same for every layer of this call
+            ctx.scratch[key] = self.distance_table()
+        lut = ctx.scratch[key]
+        memo = self.ctx_key("t5")
+        return [RelativeFunctionBias(t5_distance_bias, (lut,), dense_fn=t5_distance_bias_dense, memo=memo)]
 
     def extra_repr(self) -> str:
         return (

@@ -86,12 +86,13 @@ class XPos(PositionalEncoding):
 
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """q, k (b, h, i, e) at positions ctx.q_pos -> rotated and scaled q, k."""
-        if "xpos" not in ctx.scratch:  # once per call, shared by all layers
+        key = self.ctx_key("xpos")
+        if key not in ctx.scratch:  # once per call, shared by all layers
             if "xpos_center" not in ctx.state:  # the sequence's first call fixes the centre
                 lo, hi = ctx.q_pos.amin(-1, keepdim=True), ctx.q_pos.amax(-1, keepdim=True)  # (b|1, 1)
                 ctx.state["xpos_center"] = torch.div(lo + hi, 2, rounding_mode="floor")
             center = ctx.state["xpos_center"]
-            ctx.scratch["xpos"] = tuple(
+            ctx.scratch[key] = tuple(
                 xpos_rotation(
                     ctx.q_pos,
                     center,
@@ -103,7 +104,7 @@ class XPos(PositionalEncoding):
                 )
                 for key in (False, True)
             )
-        rot_q, rot_k = ctx.scratch["xpos"]
+        rot_q, rot_k = ctx.scratch[key]
         return rotate_pairs_complex(q, rot_q), rotate_pairs_complex(k, rot_k)
 
     def extra_repr(self) -> str:

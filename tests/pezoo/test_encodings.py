@@ -112,3 +112,16 @@ def test_get_accepts_wrapped_names():
     assert isinstance(pe, pezoo.PositionalEncoding) and pe.name == "randomized:rope"
     with pytest.raises(pezoo.UnknownNameError, match="Valid encodings"):
         pezoo.get("randomized:nope")  # NoPE reads no positions: nothing to randomize
+
+
+@pytest.mark.parametrize("name", [*pezoo.available(), "abacus+fire"])
+def test_every_encoding_offers_the_training_extras(name):
+    """Generic training code calls ``pe.optimizer_groups()`` and adds ``pe.regularisation()``
+    for any encoding (docs/use-in-your-model.md), not only PRISM's."""
+    pe = pezoo.create(name, dims=pezoo.ModelDims(d_model=16, n_heads=2, n_layers=1))
+    groups = pe.optimizer_groups()
+    assert isinstance(groups, list) and all("params" in g for g in groups)
+    term = pe.regularisation()
+    assert isinstance(term, torch.Tensor) and term.shape == ()
+    if name not in ("prism",):
+        assert groups == [] and term.item() == 0.0

@@ -728,11 +728,21 @@ class PRISM(PositionalEncoding):
             return
         record = self._recording is not None
         prism_layer = cast(PRISMLayer, self.prism_layers[key])
-        streams, new_state, recorded = prism_layer.streams(x, ctx.state.get(("prism", layer)), record=record)
-        ctx.state[("prism", layer)] = new_state
-        ctx.scratch[("prism", layer)] = streams
+        state_key = self.state_key(layer)
+        streams, new_state, recorded = prism_layer.streams(x, ctx.state.get(state_key), record=record)
+        ctx.state[state_key] = new_state
+        ctx.scratch[state_key] = streams
         if recorded is not None and self._recording is not None:
             self._recording.append({"layer": layer, **recorded})
+
+    def _ctx_key(self, what: str, layer: int | None) -> tuple[str, int, int | None]:
+        """This instance's ``ctx.state``/``ctx.scratch`` key for ``layer`` (:meth:`ctx_key`)."""
+        return (*self.ctx_key(what), layer)
+
+    def state_key(self, layer: int) -> tuple[str, int, int | None]:
+        """The ``ctx.state`` key of PRISM layer ``layer``'s recurrent state (its filter's
+        histogram, GRU state and support), for callers that inspect a decode's state."""
+        return self._ctx_key("prism", layer)
 
     def source_layer(self, layer: int) -> int | None:
         """The PRISM layer whose streams backbone ``layer`` uses (most recent at or below), or None."""
@@ -745,7 +755,7 @@ class PRISM(PositionalEncoding):
         if source is None:
             return q, k
         try:
-            streams: CallStreams = ctx.scratch[("prism", source)]
+            streams: CallStreams = ctx.scratch[self._ctx_key("prism", source)]
         except KeyError:
             raise RuntimeError(
                 f"PRISM.qk(layer={layer}) needs the streams of PRISM layer {source}: call "
@@ -755,16 +765,16 @@ class PRISM(PositionalEncoding):
             ctx.head_dim = q.shape[-1]
         mu = torch.sigmoid(self.mu_logit[layer])  # (h,)
         if scores_as_bias(q, k, streams.raw, ctx):  # bias() adds the position term
-            ctx.scratch[("prism bias", layer)] = True
+            ctx.scratch[self._ctx_key("prism bias", layer)] = True
             return q * mu[None, :, None, None].to(q.dtype), k
         g_q, g_k = streams.normalised()
         return fold_position_streams(q, k, g_q, g_k, mu, self.alpha[layer].abs())
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         """Eq. 9's position term as a dense score where :meth:`qk` left q/k narrow, else none."""
-        if not ctx.scratch.pop(("prism bias", layer), False):
+        if not ctx.scratch.pop(self._ctx_key("prism bias", layer), False):
             return []
-        per_cursor = ctx.scratch[("prism", self.source_layer(layer))].scores()  # once per PRISM layer
+        per_cursor = ctx.scratch[self._ctx_key("prism", self.source_layer(layer))].scores()  # once per PRISM layer
         mu = torch.sigmoid(self.mu_logit[layer])  # (h,)
         return [DenseBias(position_scores(per_cursor, mu, self.alpha[layer].abs(), self.config.d_pe))]
 

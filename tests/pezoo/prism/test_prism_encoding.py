@@ -75,7 +75,7 @@ def test_incremental_decoding_equals_full_forward(options):
         state: dict = {}
         chunks = [model(tokens[:, :4], state)] + [model(tokens[:, t : t + 1], state) for t in range(4, 21)]
     # 21 tokens: the support grew from 16 to 32 during decoding (or stays at a fixed window's P)
-    assert state[("prism", 0)]["support"] == options.get("max_support", 32)
+    assert state[model.pe.state_key(0)]["support"] == options.get("max_support", 32)
     torch.testing.assert_close(torch.cat(chunks, 1), full, rtol=0, atol=2e-5)
 
 
@@ -212,7 +212,7 @@ def test_streams_are_normalised_superpositions_of_sinusoids():
     ctx = pezoo.AttentionContext(q_pos=torch.arange(7)[None], k_pos=torch.arange(7)[None])
     with torch.no_grad(), pe.recording() as rec:
         pe.observe(0, model.embed(tokens) * math.sqrt(D), ctx)
-    g_q, g_k = ctx.scratch[("prism", 0)].normalised()  # (b, h, s, c, f)
+    g_q, g_k = ctx.scratch[pe.state_key(0)].normalised()  # (b, h, s, c, f)
     hist = rec[0]["hist"]  # (b, 2, h, c, s, p)
     support, f = hist.shape[-1] // 2, pe.config.d_pe
     for side, streams in ((0, g_q), (1, g_k)):
@@ -339,7 +339,7 @@ def test_windowed_scan_equals_the_full_width_scan(options):
         with torch.no_grad():
             model(tokens[:, :7], state)
             step = model(tokens[:, 7:], state)
-        runs[window] = (out.detach(), grads, step, state[("prism", 0)]["hist"])
+        runs[window] = (out.detach(), grads, step, state[model.pe.state_key(0)]["hist"])
     (out_w, grads_w, step_w, hist_w), (out_f, grads_f, step_f, hist_f) = runs[True], runs[False]
     torch.testing.assert_close(out_w, out_f, rtol=1e-5, atol=1e-6)
     assert grads_w.keys() == grads_f.keys() and grads_w
