@@ -103,6 +103,12 @@ class CoPE(PositionalEncoding):
         self.head_dim, self.n_layers, self.npos_max = head_dim, n_layers, npos_max
         self.pos_emb = nn.Parameter(torch.zeros(n_layers, head_dim, npos_max))  # (l, e, P)
 
+    def reset_parameters(self) -> None:
+        """Re-initialise the parameters as the constructor does (deferred initialisation:
+        after building on ``meta`` and ``to_empty``)."""
+        with torch.no_grad():
+            self.pos_emb.zero_()
+
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         if not ctx.causal:
             raise ValueError("cope is defined for causal attention only (its positions count keys up to the query)")

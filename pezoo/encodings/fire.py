@@ -133,6 +133,13 @@ class FIRE(PositionalEncoding):
         self.c = nn.Parameter(torch.full((n_sets,), float(init_c)))  # (sets,)
         self.threshold_multiplier = nn.Parameter(torch.ones(n_sets))  # (sets,)
 
+    def reset_parameters(self) -> None:
+        """Re-initialise c and the threshold multiplier as the constructor does (the MLPs'
+        layers have their own); for deferred initialisation after ``meta`` and ``to_empty``."""
+        with torch.no_grad():
+            self.c.fill_(float(self.init_c))
+            self.threshold_multiplier.fill_(1.0)
+
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         s = 0 if self.share_layers else layer
         mlp = cast(nn.Sequential, self.mlp[s])

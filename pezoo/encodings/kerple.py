@@ -77,6 +77,14 @@ class _Kerple(PositionalEncoding):
         self.r2 = nn.Parameter(torch.rand(n_layers, n_heads) * self._r2_init_scale)  # (l, h)
         self.project()
 
+    def reset_parameters(self) -> None:
+        """Re-initialise the parameters as the constructor does (deferred initialisation:
+        after building on ``meta`` and ``to_empty``)."""
+        with torch.no_grad():
+            self.r1.uniform_(0.0, self._r1_init_scale)
+            self.r2.uniform_(0.0, self._r2_init_scale)
+        self.project()
+
     @torch.no_grad()
     def project(self) -> None:
         """Clip r1, r2 into their ranges in place (the reference's projection step).

@@ -41,6 +41,12 @@ class LearnedAPE(PositionalEncoding):
         self.max_position = max_position
         self.table = nn.Parameter(torch.randn(max_position, d_model) * init_std)  # (max_position, d)
 
+    def reset_parameters(self) -> None:
+        """Re-initialise the parameters as the constructor does (deferred initialisation:
+        after building on ``meta`` and ``to_empty``)."""
+        with torch.no_grad():
+            self.table.normal_(0.0, self.init_std)
+
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """x (b, s, d), pos (b|1, s) -> x + E[pos]; raises if a position has no row."""
         if torch.compiler.is_compiling():

@@ -166,7 +166,14 @@ class LearnedPRF(PositionalEncoding):
             PRFNetwork(n_features, self.n_slots, hidden, depth, temperature) for _ in range(n_layers)
         )
         std = 0.02 * math.sqrt(d_model) if slot_std is None else slot_std
+        self.slot_std = std
         self.slot_keys = nn.Parameter(torch.randn(n_layers, self.n_slots, n_heads, head_dim) * std)  # (l, S, h, e)
+
+    def reset_parameters(self) -> None:
+        """Re-initialise the slot keys as the constructor does (the PRF networks' layers have
+        their own); for deferred initialisation after ``meta`` and ``to_empty``."""
+        with torch.no_grad():
+            self.slot_keys.normal_(0.0, self.slot_std)
 
     def prf(self, layer: int, q_pos: Tensor, k_pos: Tensor, scale_hint: Tensor | None = None) -> Tensor:
         """φθ of ``layer``: (b|1, i, j, S), non-negative and summing to 1 over S."""

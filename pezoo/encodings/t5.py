@@ -98,7 +98,7 @@ class T5Bias(PositionalEncoding):
                 f"got num_buckets={num_buckets}, max_distance={max_distance}"
             )
         self.n_heads, self.num_buckets, self.max_distance = n_heads, num_buckets, max_distance
-        self.bidirectional = bidirectional
+        self.bidirectional, self.init_std = bidirectional, init_std
         self.table = nn.Parameter(torch.randn(num_buckets, n_heads) * init_std)  # (B, h)
         # Distances the lookup table covers: -C..C. Beyond C the bucket is the last of its sign
         # (the log rule is monotone and capped); checked here for this configuration.
@@ -113,6 +113,12 @@ class T5Bias(PositionalEncoding):
         return t5_relative_bucket(
             relative, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=self.max_distance
         )
+
+    def reset_parameters(self) -> None:
+        """Re-initialise the parameters as the constructor does (deferred initialisation:
+        after building on ``meta`` and ``to_empty``)."""
+        with torch.no_grad():
+            self.table.normal_(0.0, self.init_std)
 
     def distance_table(self) -> Tensor:
         """(h, 2C + 1): the bias of each head at distances -C..C, C = ``lut_radius``."""

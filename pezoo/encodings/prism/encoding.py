@@ -720,6 +720,14 @@ class PRISM(PositionalEncoding):
         self.alpha = nn.Parameter(torch.full((n_layers, n_heads, n_cursors), float(alpha_init)))
         self._recording: list[dict[str, Any]] | None = None
 
+    def reset_parameters(self) -> None:
+        """Re-initialise μ's logits and α as the constructor does (the PRISM layers have their
+        own); for deferred initialisation after ``meta`` and ``to_empty``."""
+        mu = self.config.mu_init
+        with torch.no_grad():
+            self.mu_logit.fill_(math.log(mu / (1.0 - mu)))
+            self.alpha.fill_(float(self.config.alpha_init))
+
     # -- hooks ---------------------------------------------------------------------------
     def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
         """At a PRISM layer: gates + filter over the new tokens x (b, s, d); streams to ctx.scratch."""

@@ -85,6 +85,39 @@ def _orthogonal_fast(module: nn.Module, name: str) -> None:
         orth.base = torch.empty((*weight.shape[:-2], n, n), dtype=weight.dtype, device=weight.device)
 
 
+_W_HH = "weight_hh_l0"  # the GRU's stacked hidden-to-hidden weight (3g, g)
+
+
+class _GateGRU(nn.GRU):
+    """nn.GRU whose ``reset_parameters`` keeps an orthogonal W_hh orthogonal.
+
+    nn.GRU's own redraws every parameter uniformly, including the orthogonal
+    parametrisation's ``original``, whose diagonal signs the parametrisation reads (they
+    truncate to 0) and leaves its base (a buffer) as it was: after deferred
+    initialisation (``meta``, ``to_empty``, ``reset_parameters``) W_hh was neither
+    orthogonal nor initialised. Here W_hh is then set to a fresh orthogonal matrix through
+    the parametrisation's right inverse, which rebuilds both.
+    """
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()  # in the constructor: before any parametrisation, as nn.GRU
+        if parametrize.is_parametrized(self, _W_HH):
+            with torch.no_grad():
+                weight = cast(Tensor, getattr(self, _W_HH))  # parametrised: computed on access
+                setattr(self, _W_HH, nn.init.orthogonal_(torch.empty_like(weight)))  # through the right inverse
+
+
+class _GateHead(nn.Linear):
+    """The gate logits' linear layer: small random weights (std 1/hidden) and zero bias, so
+    every cursor starts near the uniform prior. Its own ``reset_parameters`` so that
+    deferred initialisation restores this init, not nn.Linear's."""
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()  # draws as nn.Linear does first, so seeded builds are unchanged
+        nn.init.normal_(self.weight, std=1.0 / self.in_features)
+        nn.init.zeros_(self.bias)
+
+
 class GateNet(nn.Module):
     """GRU over (layer-normed) token states -> per cursor (p_reset, p_inc, p_dec, p_keep).
 
@@ -111,12 +144,10 @@ class GateNet(nn.Module):
         if regulariser not in ("orthogonal", "frobenius", "none"):
             raise ValueError(f"unknown W_hh regulariser {regulariser!r}; valid: 'orthogonal', 'frobenius', 'none'")
         self.n_cursors, self.regulariser = n_cursors, regulariser
-        self.gru = nn.GRU(d_model, hidden, batch_first=True)
+        self.gru = _GateGRU(d_model, hidden, batch_first=True)
         if regulariser == "orthogonal":
             _orthogonal_fast(self.gru, "weight_hh_l0")
-        self.head = nn.Linear(hidden, 4 * n_cursors)
-        nn.init.normal_(self.head.weight, std=1.0 / hidden)
-        nn.init.zeros_(self.head.bias)
+        self.head = _GateHead(hidden, 4 * n_cursors)
 
     def forward(self, x: Tensor, hidden: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """x (b, i, d), GRU state (1, b, g) or None -> gates (b, i, n, 4), new state (1, b, g).
