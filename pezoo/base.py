@@ -585,7 +585,21 @@ def is_known(name: str) -> bool:
     if prefix and prefix not in WRAPPERS:
         return False
     parts = base.split("+")
-    return len(parts) > 1 and all(p in ENCODINGS for p in parts)
+    if len(parts) < 2 or not all(p in ENCODINGS for p in parts) or len(set(parts)) < len(parts):
+        return False
+    # the rules Combined and the wrappers enforce on built parts, read from the classes
+    classes = [f for f in (ENCODINGS[p] for p in parts) if isinstance(f, type)]
+    if any(_class_overrides(c, "positions") for c in classes):
+        return False  # a part that chooses its own positions cannot share them (Combined)
+    if sum(_class_overrides(c, "qk") for c in classes) > 1:
+        return False  # two parts transforming q and k
+    if prefix and len(classes) == len(parts):
+        return any(getattr(c, "uses_positions", True) for c in classes)  # else nothing to randomize
+    return True
+
+
+def _class_overrides(cls: type, hook: str) -> bool:
+    return getattr(cls, hook, None) is not getattr(PositionalEncoding, hook)
 
 
 def get(name: str) -> Callable[..., PositionalEncoding]:

@@ -56,7 +56,11 @@ class Combined(PositionalEncoding):
             if isinstance(part, Combined):
                 raise ValueError(f"{name!r} is already a combination: list its parts instead")
             if _overrides(part, "positions"):
-                whole = SEPARATOR.join(n.split(":")[-1] for n in names)
+                # a randomized part is named by what it randomizes: randomized (of ape) + fire -> randomized:ape+fire
+                whole = SEPARATOR.join(
+                    getattr(getattr(p, "inner", None), "name", None) or n.split(":")[-1]
+                    for p, n in zip(parts, names, strict=True)
+                )
                 raise ValueError(
                     f"{name!r} chooses its own positions, which the other parts would not share; "
                     f"randomize the whole combination instead (randomized:{whole})"

@@ -128,3 +128,27 @@ def test_names_are_known_without_being_listed():
     assert not pezoo.is_known("abacus+fyre") and not pezoo.is_known("bogus:abacus+fire")
     assert "abacus+fire" not in pezoo.available()
     assert pezoo.get("abacus+fire")(dims=DIMS).name == "abacus+fire"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "randomized:nope+abacus",  # reads no positions: nothing to randomize
+        "randomized+fire",  # a part that chooses its own positions
+        "randomized:randomized+fire",
+        "rope+xpos",  # two parts transform q and k
+        "rope+rope",
+    ],
+)
+def test_is_known_agrees_with_create(name):
+    """is_known() answers whether create() builds the name: no yes for a name it refuses."""
+    assert not pezoo.is_known(name)
+    with pytest.raises(ValueError):
+        pezoo.create(name, dims=DIMS)
+
+
+def test_a_refused_randomized_part_suggests_a_name_that_builds():
+    with pytest.raises(ValueError, match=r"randomize the whole combination instead \(randomized:ape\+fire\)"):
+        pezoo.create("randomized+fire", dims=DIMS)
+    assert pezoo.is_known("randomized:ape+fire")
+    pezoo.create("randomized:ape+fire", dims=DIMS)
