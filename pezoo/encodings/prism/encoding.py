@@ -353,6 +353,11 @@ class PRISMLayer(nn.Module):
         """:meth:`forward` with the streams not yet normalised (:class:`CallStreams`)."""
         cfg, state = self.cfg, state or {}
         b, s, _ = x.shape
+        own = self.norm.weight.dtype
+        if x.dtype != own and not torch.is_autocast_enabled(x.device.type):
+            # a bf16 residual stream into an fp32 PRISM without autocast: nn.GRU takes no mixed
+            # dtypes, so the gates read the stream in the module's dtype (as autocast would)
+            x = x.to(own)
         dtype = compute_dtype(x.dtype)  # histograms and streams: fp32 under fp16 / bf16, fp64 under fp64
         t0 = state.get("t", 0)
         support = max(state.get("support", 0), support_for(t0 + s, cfg.min_support, cfg.max_support))

@@ -374,3 +374,22 @@ def test_dtype_moves(options, dtype):
     assert (got.float() - want).abs().max().item() <= tol * scale
     assert (steps.float() - got.float()).abs().max().item() <= tol * scale
     assert moved.pe.prism_layers["0"].unpermute.dtype == torch.long  # index buffers keep their dtype
+
+
+def test_a_bf16_stream_into_an_fp32_prism_without_autocast():
+    """Every other encoding takes a bf16 residual stream with fp32 weights and returns bf16;
+    PRISM's GRU refused mixed dtypes. The gates now read the stream in the module's dtype."""
+    torch.manual_seed(0)
+    pe = pezoo.create("prism", dims=pezoo.ModelDims(d_model=D, n_heads=H, n_layers=LAYERS)).eval()
+    x = torch.randn(2, 6, D)
+    q = torch.randn(2, H, 6, D // H)
+    pos = torch.arange(6)[None]
+    outs = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)
+        with torch.no_grad():
+            pe.observe(0, x.to(dtype), ctx)
+            outs[dtype] = pe.qk(0, q.to(dtype), q.to(dtype), ctx)
+    assert all(t.dtype == torch.bfloat16 for t in outs[torch.bfloat16])
+    for got, want in zip(outs[torch.bfloat16], outs[torch.float32], strict=True):
+        torch.testing.assert_close(got.float(), want, atol=0.05, rtol=0.05)
