@@ -98,10 +98,44 @@ class AttentionContext:
     head_dim: int | None = None
     state_kept: bool = True
 
+    def __post_init__(self) -> None:
+        if self.q_pos.dim() != 2 or self.k_pos.dim() != 2:
+            raise ValueError(
+                f"AttentionContext wants positions of shape (b|1, s); got q_pos {tuple(self.q_pos.shape)} and "
+                f"k_pos {tuple(self.k_pos.shape)} (a 1-D arange needs [None])"
+            )
+        if self.k_pos.shape[-1] < self.q_pos.shape[-1]:
+            raise ValueError(
+                f"k_pos holds the positions of all keys, cached ones included, so at least the "
+                f"{self.q_pos.shape[-1]} of q_pos; got {self.k_pos.shape[-1]}"
+            )
+
     @property
     def n_cached(self) -> int:
         """How many keys precede the current queries (0 for a full forward pass)."""
         return self.k_pos.shape[-1] - self.q_pos.shape[-1]
+
+
+def check_qk(name: str, q: Tensor, k: Tensor, ctx: AttentionContext, head_dim: int) -> None:
+    """Raise a ValueError naming the mistake unless q and k are the *new* queries and keys
+    of this call in the (b, h, s, e) layout with e = ``head_dim``: for encodings whose
+    ``qk`` would otherwise broadcast a wrong layout into a silently wrong result."""
+    if q.dim() != 4 or k.dim() != 4:
+        raise ValueError(
+            f"{name}.qk wants q and k of shape (b, h, s, e); got {tuple(q.shape)} and {tuple(k.shape)}"
+        )
+    if q.shape[-1] != head_dim or k.shape[-1] != head_dim:
+        raise ValueError(f"{name} was built for head_dim={head_dim}, got q/k of width {q.shape[-1]}/{k.shape[-1]}")
+    if q.shape[-2] != ctx.q_pos.shape[-1]:
+        raise ValueError(
+            f"{name}.qk got {q.shape[-2]} queries on axis 2 of q for {ctx.q_pos.shape[-1]} positions in "
+            f"ctx.q_pos; q's layout must be (b, h, s, e)"
+        )
+    if k.shape[-2] != q.shape[-2]:
+        raise ValueError(
+            f"{name}.qk transforms the new keys only, one per query ({q.shape[-2]}), before they enter "
+            f"a KV cache; got {k.shape[-2]} keys"
+        )
 
 
 # --------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionContext, PositionalEncoding, register
+from pezoo.base import AttentionContext, PositionalEncoding, check_qk, register
 
 __all__ = [
     "LAYOUTS",
@@ -567,6 +567,7 @@ class RoPE(PositionalEncoding):
 
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """q, k (b, h, i, e) at positions ctx.q_pos -> rotated q, k."""
+        check_qk(self.name, q, k, ctx, self.head_dim)
         key = self.ctx_key("rope")
         if key not in ctx.scratch:  # once per call, shared by all layers
             seq_len = _planned_length(ctx) if self.scaling.depends_on_length else None

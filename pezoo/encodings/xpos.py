@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionContext, PositionalEncoding, register
+from pezoo.base import AttentionContext, PositionalEncoding, check_qk, register
 from pezoo.encodings.rope import rotate_pairs_complex
 
 
@@ -86,6 +86,7 @@ class XPos(PositionalEncoding):
 
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """q, k (b, h, i, e) at positions ctx.q_pos -> rotated and scaled q, k."""
+        check_qk(self.name, q, k, ctx, self.head_dim)
         key = self.ctx_key("xpos")
         if key not in ctx.scratch:  # once per call, shared by all layers
             if "xpos_center" not in ctx.state:  # the sequence's first call fixes the centre
