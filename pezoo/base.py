@@ -116,6 +116,15 @@ class AttentionContext:
         return self.k_pos.shape[-1] - self.q_pos.shape[-1]
 
 
+def check_layer(name: str, layer: int, n_layers: int) -> None:
+    """Raise a ValueError unless ``layer`` is one of the ``n_layers`` an encoding with
+    per-layer parameters was built for (instead of an IndexError from inside it)."""
+    if not 0 <= layer < n_layers:
+        raise ValueError(
+            f"{name} was built for n_layers={n_layers} (layers 0..{n_layers - 1}), got layer {layer}"
+        )
+
+
 def check_qk(name: str, q: Tensor, k: Tensor, ctx: AttentionContext, head_dim: int) -> None:
     """Raise a ValueError naming the mistake unless q and k are the *new* queries and keys
     of this call in the (b, h, s, e) layout with e = ``head_dim``: for encodings whose
@@ -665,6 +674,15 @@ class ModelDims:
     d_model: int
     n_heads: int
     n_layers: int
+
+    def __post_init__(self) -> None:
+        if min(self.d_model, self.n_heads, self.n_layers) < 1:
+            raise ValueError(f"ModelDims needs positive sizes, got {self}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: heads would be "
+                f"{self.d_model / self.n_heads:g} wide"
+            )
 
     @property
     def head_dim(self) -> int:

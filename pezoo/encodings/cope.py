@@ -31,7 +31,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, register
+from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, check_layer, register
 
 
 def cope_positions(gates: Tensor) -> Tensor:
@@ -110,6 +110,7 @@ class CoPE(PositionalEncoding):
             self.pos_emb.zero_()
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        check_layer(self.name, layer, self.n_layers)
         if not ctx.causal:
             raise ValueError("cope is defined for causal attention only (its positions count keys up to the query)")
         if q.shape[-1] != self.head_dim:

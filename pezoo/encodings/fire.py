@@ -33,7 +33,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, RelativeFunctionBias, register
+from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, RelativeFunctionBias, check_layer, register
 
 FIRE_EPS = 1e-6
 """Added to the normaliser ψ(max(L, i)) (the reference code's ``eps``)."""
@@ -141,6 +141,7 @@ class FIRE(PositionalEncoding):
             self.threshold_multiplier.fill_(1.0)
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        check_layer(self.name, layer, self.n_layers)
         s = 0 if self.share_layers else layer
         mlp = cast(nn.Sequential, self.mlp[s])
         first, second = cast(nn.Linear, mlp[0]), cast(nn.Linear, mlp[2])

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, RelativeFunctionBias, register
+from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, RelativeFunctionBias, check_layer, register
 
 KERPLE_EPS = 0.01
 """Lower bound of r1 and r2 (the reference implementation's ``eps``)."""
@@ -97,6 +97,7 @@ class _Kerple(PositionalEncoding):
         self.r2.data.clamp_(min=KERPLE_EPS, max=self._r2_max)
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        check_layer(self.name, layer, self.n_layers)
         self.project()
         # The clamp repeats the projection functionally: values stay in range even for a
         # state dict loaded after the last projection; clamp passes gradients at the bounds.

@@ -48,7 +48,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, register
+from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, check_layer, register
 
 
 def prf_features(q_pos: Tensor, k_pos: Tensor, scale_hint: Tensor | None = None, *, feature_scale: float) -> Tensor:
@@ -188,6 +188,9 @@ class LearnedPRF(PositionalEncoding):
         return net(prf_features(q_pos, k_pos, scale_hint, feature_scale=self.feature_scale))
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        check_layer(self.name, layer, self.n_layers)
+        if q.shape[1] != self.n_heads:
+            raise ValueError(f"{self.name} was built for n_heads={self.n_heads}, got q with {q.shape[1]} heads")
         slot_keys = self.slot_keys[layer]  # (S, h, e)
         hint = ctx.scale_hint if self.uses_scale_hint else None
         per_example = hint is None or hint.ndim > 1 or ctx.q_pos.shape[0] > 1 or ctx.k_pos.shape[0] > 1

@@ -1,0 +1,44 @@
+"""Mistakes a library user makes get a ValueError that names the fix, raised before any
+computation, instead of an IndexError or an einsum shape error from deep inside."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pezoo
+
+DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
+PER_LAYER = ["kerple_log", "kerple_power", "fire", "cope", "learned_prf", "learned_prf_sh"]
+
+
+def _ctx() -> pezoo.AttentionContext:
+    pos = torch.arange(5)[None]
+    return pezoo.AttentionContext(q_pos=pos, k_pos=pos, scale_hint=torch.tensor([5]))
+
+
+@pytest.mark.parametrize("name", PER_LAYER)
+def test_a_layer_the_encoding_was_not_built_for(name):
+    q = torch.randn(1, 4, 5, 8)
+    with pytest.raises(ValueError, match=r"built for n_layers=2 \(layers 0\.\.1\), got layer 2"):
+        pezoo.create(name, dims=DIMS).bias(2, q, q, _ctx())
+
+
+@pytest.mark.parametrize("name", ["learned_prf", "learned_prf_sh"])
+def test_learned_prf_with_another_head_count(name):
+    q = torch.randn(1, 8, 5, 8)
+    with pytest.raises(ValueError, match="built for n_heads=4, got q with 8 heads"):
+        pezoo.create(name, dims=DIMS).bias(0, q, q, _ctx())
+
+
+def test_model_dims_with_heads_that_do_not_divide_the_width():
+    with pytest.raises(ValueError, match="d_model=63 is not divisible by n_heads=4"):
+        pezoo.ModelDims(63, 4, 2)
+    with pytest.raises(ValueError, match="positive"):
+        pezoo.ModelDims(32, 4, 0)
+
+
+def test_every_encoding_class_is_exported_at_the_top():
+    for cls in ["FIRE", "Abacus", "CoPE", "KerpleLog", "KerplePower", "T5Bias", "XPos", "RoPE", "PRISM"]:
+        assert getattr(pezoo, cls) is getattr(pezoo.encodings, cls)
+        assert cls in pezoo.__all__
