@@ -165,6 +165,13 @@ class AttentionBias:
         raise NotImplementedError
 
 
+def _check_heads(kind: str, built: int, n_heads: int) -> None:
+    """A per-head bias materialised for another head count: name it here, not as a broadcast
+    error in the attention that adds it."""
+    if built != n_heads:
+        raise ValueError(f"{kind} holds {built} heads but was materialised for n_heads={n_heads}")
+
+
 def _relative_distance(ctx: AttentionContext) -> Tensor:
     """pos_i - pos_j as float, (b|1, 1, i, j)."""
     q = ctx.q_pos.to(torch.float32)[:, None, :, None]
@@ -185,6 +192,7 @@ class LinearBias(AttentionBias):
     slopes: Tensor
 
     def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
+        _check_heads("LinearBias", self.slopes.shape[0], n_heads)
         dist = _relative_distance(ctx).abs()  # (b, 1, i, j)
         return (-self.slopes.to(torch.float32).view(1, -1, 1, 1) * dist).to(dtype)
 
@@ -211,6 +219,7 @@ class WindowMask(AttentionBias):
         return (dist < w) & (dist > -w)
 
     def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
+        _check_heads("WindowMask", self.windows.shape[0], n_heads)
         zero = torch.zeros((), dtype=dtype, device=self.windows.device)
         return torch.where(self.allowed(ctx), zero, torch.tensor(-math.inf, dtype=dtype))
 
@@ -222,6 +231,8 @@ class DenseBias(AttentionBias):
     tensor: Tensor
 
     def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
+        if self.tensor.dim() == 4 and self.tensor.shape[1] != 1:
+            _check_heads("DenseBias", self.tensor.shape[1], n_heads)
         return self.tensor.to(dtype)
 
 
@@ -289,9 +300,16 @@ class RelativeFunctionBias(AttentionBias):
         k = ctx.k_pos.to(torch.float32)[:, None, None, :]  # (b|1, 1, 1, j)
         if self.dense_fn is not None:
             out = self.dense_fn(q, k, *self.params)  # (b|1, h, i, j)
+            _check_heads("RelativeFunctionBias", out.shape[1], n_heads)
         else:
             head = torch.arange(n_heads, device=q.device).view(1, -1, 1, 1)  # (1, h, 1, 1)
-            out = self.fn(q, k, head, *self.params)  # (b|1, h, i, j)
+            try:
+                out = self.fn(q, k, head, *self.params)  # (b|1, h, i, j)
+            except IndexError as err:  # fn indexes its per-head params by head
+                raise ValueError(
+                    f"RelativeFunctionBias materialised for n_heads={n_heads}, more heads than its "
+                    f"parameters hold ({err})"
+                ) from err
         return out.to(dtype)
 
 

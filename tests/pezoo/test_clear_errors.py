@@ -42,3 +42,15 @@ def test_every_encoding_class_is_exported_at_the_top():
     for cls in ["FIRE", "Abacus", "CoPE", "KerpleLog", "KerplePower", "T5Bias", "XPos", "RoPE", "PRISM"]:
         assert getattr(pezoo, cls) is getattr(pezoo.encodings, cls)
         assert cls in pezoo.__all__
+
+
+@pytest.mark.parametrize("name", ["alibi", "hard_alibi", "kerple_log", "fire", "t5", "learned_prf"])
+def test_a_bias_materialised_for_another_head_count(name):
+    """Used to broadcast into an error inside the attention that adds it, or an IndexError."""
+    pe = pezoo.create(name, dims=DIMS)
+    q = torch.randn(1, 4, 5, 8)
+    ctx = _ctx()
+    (bias,) = pe.bias(0, q, q, ctx)
+    with pytest.raises(ValueError, match="materialised for n_heads=8"):
+        bias.materialize(ctx, 8, torch.float32)
+    assert bias.materialize(ctx, 4, torch.float32).shape[1] in (1, 4)
