@@ -159,6 +159,8 @@ class LearnedPRF(PositionalEncoding):
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
         self.n_slots = self.default_slots if n_slots is None else n_slots
+        if self.n_slots < 1:
+            raise ValueError(f"n_slots must be >= 1 (the bias is a mixture over slots), got {self.n_slots}")
         self.feature_scale = feature_scale
         head_dim = d_model // n_heads
         n_features = 4 if self.uses_scale_hint else 3

@@ -54,3 +54,9 @@ def test_a_bias_materialised_for_another_head_count(name):
     with pytest.raises(ValueError, match="materialised for n_heads=8"):
         bias.materialize(ctx, 8, torch.float32)
     assert bias.materialize(ctx, 4, torch.float32).shape[1] in (1, 4)
+
+
+def test_learned_prf_without_slots():
+    """n_slots=0 built a model whose bias was zero everywhere, silently."""
+    with pytest.raises(ValueError, match="n_slots must be >= 1"):
+        pezoo.create("learned_prf", dims=DIMS, n_slots=0)
