@@ -58,6 +58,12 @@ class KerpleLog(PositionalEncoding):
         self.raw_r1 = nn.Parameter(torch.full((n_heads,), _SOFTPLUS_INV_1))
         self.raw_r2 = nn.Parameter(torch.full((n_heads,), _SOFTPLUS_INV_1))
 
+    def reset_parameters(self) -> None:
+        """r1 = r2 = 1 again: deferred (meta-device) initialisation calls this after to_empty."""
+        with torch.no_grad():
+            self.raw_r1.fill_(_SOFTPLUS_INV_1)
+            self.raw_r2.fill_(_SOFTPLUS_INV_1)
+
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         softplus = nn.functional.softplus
         return [LogDistanceBias(softplus(self.raw_r1), softplus(self.raw_r2))]
