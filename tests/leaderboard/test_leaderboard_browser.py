@@ -180,6 +180,12 @@ def test_long_encoding_names_wrap_on_a_narrow_screen(browser, shots, tmp_path):
             "document.querySelector('table.ranking thead th:nth-child(3)').getBoundingClientRect().left"
         )
         assert left <= 280
+        # the ranking measure (EM>N, the fourth column) is on screen without scrolling sideways:
+        # each cell's seed range sits under its mean (it ended at 482 px with the range beside it)
+        right = browser.evaluate(
+            "document.querySelector('table.ranking thead th:nth-child(4)').getBoundingClientRect().right"
+        )
+        assert right <= 400, right
         save_shot(browser, shots, "narrow-long-labels.png")
         # a long option list in a label ("randomized:ape{draw=per_batch,randomize_eval=false}",
         # in the notes above the tables) wraps too, rather than making the page scroll sideways
