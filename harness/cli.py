@@ -34,7 +34,7 @@ from harness.options import max_runs_option, store_option
 from harness.pe_spec import names as pe_names
 from harness.pe_spec import parse_pe, split_pe_list
 from harness.progress import SweepReport
-from harness.provenance import resolve_device
+from harness.provenance import cpu_name, resolve_device
 from harness.report import LEGEND, leaderboard_tables
 from harness.results import load
 from harness.run import check_run, checkpoint_dir_for
@@ -391,7 +391,12 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         rows = store.runs()
         resume = checkpointed_steps(checkpoint_dir_for(store.path, checkpoint_dir), [c.run_id() for c in configs])
         published = _published_runs()
-        plan_options: dict[str, Any] = {"device_type": device_type, "published": published, "lapsed": store.lapsed()}
+        plan_options: dict[str, Any] = {
+            "device_type": device_type,
+            "published": published,
+            "lapsed": store.lapsed(),
+            "machine": cpu_name(),
+        }
         if order == "longest-first":
             configs = longest_first(configs, rows, resume, **plan_options)
         plan = make_plan(configs, rows, resume, **plan_options)
@@ -589,7 +594,16 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
     published = _published_runs()
     resume = checkpointed_steps(ckpt_dir, [c.run_id() for c in configs]) if rows else None
     probes = _probe(configs, rows, device) if probe else None
-    plan = make_plan(configs, rows, resume, device_type=device.type, published=published, probes=probes, lapsed=lapsed)
+    plan = make_plan(
+        configs,
+        rows,
+        resume,
+        device_type=device.type,
+        published=published,
+        probes=probes,
+        lapsed=lapsed,
+        machine=cpu_name(),
+    )
     n_workers = len(local_devices(device, workers, plan.missing))
     click.echo(format_plan(plan, varying_axes(configs), n_workers))
     line = published_line(plan, {r["run_id"] for r in published}, store_path)

@@ -487,6 +487,7 @@ class Measurement:
     steps_per_second: float
     eval_seconds_per_unit: float
     device: str
+    cpu: str | None = None  # provenance["cpu"], None where the run did not record it
 
 
 def measurements(runs: Iterable[Mapping[str, Any]]) -> list[Measurement]:
@@ -505,8 +506,69 @@ def measurements(runs: Iterable[Mapping[str, Any]]) -> list[Measurement]:
                 cfg.train.steps / run["train_seconds"],
                 (run.get("eval_seconds") or 0.0) / eval_units(cfg),
                 str(run["provenance"].get("device", "?")),
+                run["provenance"].get("cpu"),
             )
         )
+    return out
+
+
+@dataclass(frozen=True)
+class MachineScale:
+    """How much faster this CPU trains ``encoding`` than another CPU does (or than the runs
+    that did not record their CPU do): the median, over that encoding's runs measured on
+    both (same options, task and model), of this CPU's speed over the other's, from
+    ``pairs`` of them. Per encoding because encodings gain unequally from a faster CPU: on
+    this project's two VMs plain attention trained 3.3x faster on the newer one, PRISM's
+    sequential scan 1.7x; a factor borrowed across encodings would have promised PRISM's
+    run in half the time it took, and a time limit would have started it."""
+
+    factor: float
+    pairs: int
+    encoding: str
+
+
+def machine_scales(measured: Iterable[Measurement], here: str) -> dict[tuple[str | None, str], MachineScale]:
+    """For each other CPU among the CPU runs (None: runs that did not record one) and each
+    encoding name measured both there and ``here`` (``harness.provenance.cpu_name()``), its
+    :class:`MachineScale`."""
+    rates: dict[str | None, dict[tuple[Any, ...], list[float]]] = {}
+    names: dict[tuple[Any, ...], str] = {}
+    for m in measured:
+        if device_kind(m.device) == "cpu":
+            key = probe_key(m.config)
+            rates.setdefault(m.cpu, {}).setdefault(key, []).append(m.steps_per_second)
+            names[key] = m.config.pe
+    mine = rates.get(here, {})
+    scales: dict[tuple[str | None, str], MachineScale] = {}
+    for cpu, by_key in rates.items():
+        if cpu == here:
+            continue
+        ratios = {k: statistics.median(mine[k]) / statistics.median(v) for k, v in by_key.items() if k in mine}
+        for name in sorted({names[k] for k in ratios}):
+            own = [r for k, r in ratios.items() if names[k] == name]
+            scales[cpu, name] = MachineScale(statistics.median(own), len(own), name)
+    return scales
+
+
+def scaled_to_machine(
+    measured: Sequence[Measurement], scales: Mapping[tuple[str | None, str], MachineScale]
+) -> list[Measurement]:
+    """``measured`` with each CPU run from another machine timed as if it had run here
+    (speeds × its machine's factor for its encoding); runs with no factor are kept as they
+    are: an encoding not yet run here is estimated at the other machine's speed."""
+    out = []
+    for m in measured:
+        scale = scales.get((m.cpu, m.config.pe)) if device_kind(m.device) == "cpu" else None
+        if scale is None:
+            out.append(m)
+        else:
+            out.append(
+                replace(
+                    m,
+                    steps_per_second=m.steps_per_second * scale.factor,
+                    eval_seconds_per_unit=m.eval_seconds_per_unit / scale.factor,
+                )
+            )
     return out
 
 
@@ -629,6 +691,8 @@ class Plan:
     runs: tuple[PlannedRun, ...]
     devices: tuple[str, ...]  # devices the store's measured runs ran on
     device_type: str | None = None  # the kind of device the runs are estimated for (None: any)
+    machine_scales: tuple[MachineScale, ...] = ()  # speeds of other CPUs scaled to this one
+    machine_names: tuple[str | None, ...] = ()  # the CPU of each of machine_scales (None: not recorded)
 
     @property
     def done(self) -> int:
@@ -665,6 +729,7 @@ def make_plan(
     published: Iterable[Mapping[str, Any]] = (),
     probes: Mapping[tuple[Any, ...], tuple[float, int]] | None = None,
     lapsed: Collection[str] = (),
+    machine: str | None = None,
 ) -> Plan:
     """Done/missing per run and an estimate for each missing one (``store_runs`` are
     ``Store.runs()`` rows; pass ``[]`` for a store that does not exist yet).
@@ -674,11 +739,19 @@ def make_plan(
     runs in the same row shape from published results, a rough fallback (see :func:`estimate`).
     ``probes``: speeds probed here, by :func:`probe_key` (``harness.probe.probe_speeds``).
     ``lapsed``: ids of runs whose ``running`` claim's process is gone
-    (``Store.lapsed``): they count as ``interrupted``, which is what they are."""
+    (``Store.lapsed``): they count as ``interrupted``, which is what they are.
+    ``machine``: this CPU (``harness.provenance.cpu_name()``): speeds measured on another
+    CPU are scaled by how much faster this one ran the runs measured on both
+    (:func:`machine_scales`), so a store filled on a slower machine does not double every
+    estimate here (nor a time limit defer runs that fit it)."""
     rows = list(store_runs)
     status = {r["run_id"]: "interrupted" if r["run_id"] in lapsed else r["status"] for r in rows}
     measured = measurements(rows)
     others = measurements(published)
+    scales: dict[tuple[str | None, str], MachineScale] = {}
+    if machine is not None:
+        scales = machine_scales([*measured, *others], machine)
+        measured, others = scaled_to_machine(measured, scales), scaled_to_machine(others, scales)
     resume_steps = resume_steps or {}
     planned = []
     for i, cfg in enumerate(configs, start=1):
@@ -691,7 +764,14 @@ def make_plan(
                 cfg, measured, resume_steps.get(run_id, 0), device_type=device_type, published=others, probed=probed
             )
         planned.append(PlannedRun(i, cfg, st, est))
-    return Plan(tuple(planned), tuple(sorted({m.device for m in measured})), device_type)
+    ordered = sorted(scales.items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))
+    return Plan(
+        tuple(planned),
+        tuple(sorted({m.device for m in measured})),
+        device_type,
+        tuple(scale for _, scale in ordered),
+        tuple(cpu for (cpu, _), _ in ordered),
+    )
 
 
 def makespan(durations: Iterable[float], workers: int, busy: Iterable[float] = ()) -> float:
@@ -797,6 +877,12 @@ def estimate_bases(plan: Plan) -> str:
     text = "; ".join(f"{n} from {b}" for b, n in bases.items())
     if plan.devices and any(r.estimate is not None and not r.estimate.rough for r in plan.runs):
         text += f"; speeds measured on {', '.join(plan.devices)}"
+    for cpu, scale in zip(plan.machine_names, plan.machine_scales, strict=True):
+        where = cpu or "a CPU the runs did not record"
+        text += (
+            f"; {scale.encoding} on {where} scaled ×{scale.factor:.2f} to this CPU "
+            f"(from {scale.pairs} measured on both)"
+        )
     return text
 
 

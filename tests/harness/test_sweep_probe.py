@@ -15,9 +15,10 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import preset_config
+from harness.evaluate import LengthMetrics
 from harness.probe import probe_speed
 from harness.store import Store
-from harness.sweep import load_sweep, make_plan, probe_key, unmeasured
+from harness.sweep import estimate_bases, load_sweep, make_plan, probe_key, unmeasured
 from tests.harness.test_sweep import finish
 
 SCALED = "same encoding on other tasks, scaled by the tasks' speed ratio"
@@ -244,3 +245,45 @@ def test_the_plan_calls_a_running_run_whose_process_is_gone_interrupted(tmp_path
     status = {row[1]: row[4] for row in rows if len(row) > 4 and row[0].isdigit() and row[2] == "copy"}
     assert status == {"nope": "interrupted", "rope": "running"}
     assert "(1 interrupted, 1 running)" in result.output
+
+
+OLD, HERE = "Old CPU (torch CPU kernels: AVX2)", "New CPU (torch CPU kernels: AVX512)"
+
+
+def finish_on(store, cfg, train_seconds, cpu):
+    """``finish`` with the CPU recorded, as runs do since provenance records it."""
+    run_id = store.start(cfg, {"commit": "t", "device": "cpu:x86_64 x1 threads", "cpu": cpu})
+    metrics = [("test", LengthMetrics(n, float(n), 4, 0.5, 0.5)) for n in cfg.test_lengths()]
+    params = {"total": 1, "pe": 0}
+    store.finish(run_id, metrics, final_loss=0.1, train_seconds=train_seconds, eval_seconds=0.0, n_params=params)
+
+
+def test_speeds_from_another_cpu_are_scaled_per_encoding_to_this_one(tmp_path):
+    """A board moved to a faster VM: its store's runs from the old one doubled the estimates
+    there (prism{paper} on odds_first: 2.7 h planned, 1.5 h taken), so a time limit
+    deferred runs that fitted it. Each encoding's runs from the other CPU are scaled by how
+    much faster this CPU ran that encoding; an encoding not yet run here keeps the old speed
+    (encodings gain unequally: borrowing NoPE's 3x would promise PRISM's run too soon)."""
+    sweep = 'preset = "smoke"\npe = ["nope", "rope", "prism"]\ntask = "copy"\nseeds = 3\nsteps = 300\n'
+    cfgs = {(c.pe, c.seed): c for c in load_sweep(write(tmp_path, sweep)).configs()}
+    with Store(tmp_path / "s.sqlite") as store:
+        finish_on(store, cfgs["nope", 0], 30.0, OLD)  # 10 steps/s
+        finish_on(store, cfgs["nope", 1], 10.0, HERE)  # 30: this CPU runs nope 3x faster
+        finish_on(store, cfgs["rope", 0], 10.0, OLD)  # 30 steps/s, never run here
+        finish_on(store, cfgs["prism", 0], 100.0, OLD)  # 3 steps/s
+        finish_on(store, cfgs["prism", 1], 50.0, HERE)  # 6: 2x faster here
+        missing = [cfgs["nope", 2], cfgs["rope", 1], cfgs["prism", 2]]
+        rows = store.runs()
+    plan = make_plan(missing, rows, machine=HERE)
+    nope, rope, prism = (r.estimate for r in plan.runs)
+    assert nope.steps_per_second == pytest.approx(30.0)  # both nope runs, the old one scaled x3
+    assert rope.steps_per_second == pytest.approx(30.0)  # no rope run here: not borrowed from nope
+    assert prism.steps_per_second == pytest.approx(6.0)  # the old run scaled x2, not x3
+    assert "prism on Old CPU (torch CPU kernels: AVX2) scaled ×2.00 to this CPU (from 1 measured on both)" in (
+        estimate_bases(plan)
+    )
+    # without the machine, the old way: the median of both CPUs' speeds
+    unscaled = make_plan(missing, rows).runs[2].estimate
+    assert unscaled.steps_per_second == pytest.approx(4.5)
+    # and the other way round: planned on the old CPU, the new one's runs are scaled down
+    assert make_plan(missing, rows, machine=OLD).runs[2].estimate.steps_per_second == pytest.approx(3.0)
