@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import json
 import os
 import re
@@ -37,6 +36,7 @@ from leaderboard.schema import (
     read_diagnostics,
     read_results,
     record_from_store,
+    run_ids_digest,
     store_run_from_record,
     validate_record,
 )
@@ -70,7 +70,7 @@ def file_name(preset: str, records: Sequence[Mapping[str, Any]]) -> str:
     """``<preset>-<YYYYMMDD>-<12 hex>.jsonl`` for a batch of records of one preset."""
     newest = max(r["timings"]["finished_at"] for r in records)
     day = dt.datetime.fromtimestamp(newest, tz=dt.timezone.utc).strftime("%Y%m%d")
-    digest = hashlib.sha256(",".join(sorted(r["run_id"] for r in records)).encode()).hexdigest()[:12]
+    digest = run_ids_digest(r["run_id"] for r in records)
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", preset)
     return f"{safe}-{day}-{digest}{SUFFIX}"
 

@@ -377,8 +377,33 @@ def parse_json(text: str) -> Any:
     return value
 
 
+FILE_NAME = re.compile(r"^(?P<preset>[A-Za-z0-9_.-]+)-(?P<day>\d{8})-(?P<digest>[0-9a-f]{12})\.jsonl$")
+"""``<preset>-<YYYYMMDD>-<digest>.jsonl``, as ``pezoo leaderboard export`` names a file."""
+
+
+def run_ids_digest(run_ids: Iterable[str]) -> str:
+    """The 12 hex digits a results file's name carries: the sha256 of its sorted run ids,
+    so a line removed from (or added to) a file after export shows."""
+    return hashlib.sha256(",".join(sorted(run_ids)).encode()).hexdigest()[:12]
+
+
+def _name_problem(path: Path, records: list[Record]) -> str | None:
+    """Why the file's name does not fit its runs, if it does not."""
+    match = FILE_NAME.match(path.name)
+    if match is None:  # not named by export (a hand-made file): nothing to compare with
+        return None
+    if match["digest"] != run_ids_digest(r.run_id for r in records):
+        return (
+            f"holds other runs than it was exported with (its name's digest {match['digest']} is of other run "
+            f"ids than its {len(records)} lines': a line was removed or added after export; the file's "
+            "history in git shows which)"
+        )
+    return None
+
+
 def read_file(path: Path) -> tuple[list[Record], list[tuple[Path, int, str]]]:
-    """Validated records of one results file, and every problem found (path, line, reason)."""
+    """Validated records of one results file, and every problem found (path, line, reason):
+    each line's, and the file's own (line 0) when its name's digest is not of its runs."""
     problems: list[tuple[Path, int, str]] = []
     records: list[Record] = []
     try:
@@ -406,6 +431,8 @@ def read_file(path: Path) -> tuple[list[Record], list[tuple[Path, int, str]]]:
         problems += [(path, number, reason) for reason in reasons]
         if not reasons:
             records.append(Record(value, path, number))
+    if not problems and (why := _name_problem(path, records)) is not None:
+        problems.append((path, 0, why))
     return records, problems
 
 

@@ -14,6 +14,7 @@ import torch
 from harness.config import RunConfig, preset_config
 from harness.run import execute
 from harness.store import Store
+from leaderboard.schema import FILE_NAME, SUFFIX, run_ids_digest
 
 # (preset label, pe, task, seed, overrides): real smoke-preset runs, as small as they go.
 TINY = {"train": {"steps": 4}, "eval": {"samples": 4}}
@@ -156,6 +157,13 @@ def make_record(
 
 
 def write_jsonl(path: Path, records: list[Mapping[str, Any]]) -> Path:
+    """Write ``records`` as a results file. A name in export's pattern gets the digest of
+    its records' run ids (as export names it; ``check`` verifies it), and that path is
+    returned: ``smoke-20261124-000000000000.jsonl`` becomes ``smoke-20261124-<digest>.jsonl``."""
+    match = FILE_NAME.match(path.name)
+    if match is not None and all(isinstance(r, Mapping) and isinstance(r.get("run_id"), str) for r in records):
+        digest = run_ids_digest(str(r["run_id"]) for r in records)
+        path = path.with_name(f"{match['preset']}-{match['day']}-{digest}{SUFFIX}")
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n" for r in records]
     path.write_text("".join(lines), encoding="utf-8")

@@ -184,3 +184,26 @@ def test_other_files_are_ignored_and_a_missing_folder_is_empty(tmp_path):
     write_jsonl(tmp_path / "a.jsonl", [good()])
     assert [r.run_id for r in read_results(tmp_path)] == [good()["run_id"]]
     assert read_results(tmp_path / "missing") == []
+
+
+def test_a_line_removed_from_an_exported_file_is_noticed(tmp_path):
+    """Every line stays valid on its own, so only the file name, which carries the digest
+    of the run ids it was exported with, shows that a bad merge (or a copy cut at a
+    newline) dropped a published run."""
+    records = [make_record("nope", "copy", seed, EM, train_max=3) for seed in range(3)]
+    path = write_jsonl(tmp_path / "smoke-20261124-000000000000.jsonl", records)
+    assert read_results(tmp_path)  # as exported: fine
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(lines[:1] + lines[2:]), encoding="utf-8")
+    with pytest.raises(ResultsError) as info:
+        read_results(tmp_path)
+    [(where, line, reason)] = info.value.problems
+    assert (where, line) == (path, 0)
+    assert "holds other runs than it was exported with" in reason and "line was removed or added" in reason
+    # and one added by hand, valid on its own, shows the same way
+    path.write_text("".join(lines), encoding="utf-8")
+    extra = make_record("rope", "copy", 0, EM, train_max=3)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(extra, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n")
+    with pytest.raises(ResultsError, match="holds other runs"):
+        read_results(tmp_path)
