@@ -209,7 +209,9 @@ def check_protocols(records: Sequence[Record]) -> None:
             differ = sorted(_differing_keys(protocol, first[key][0]))
             problems.append(
                 f"{rec.path}:{rec.line} and {other.path}:{other.line}: preset {d['preset']!r} on task {d['task']!r} "
-                f"with different protocols ({', '.join(differ)}); give one of them its own preset name"
+                f"with different protocols ({', '.join(differ)}): a table holds one protocol, so runs with "
+                "other settings go to a results folder of their own (`pezoo leaderboard export --out DIR`), or "
+                "are re-run with the preset's settings"
             )
     seen: dict[tuple[str, str, str, int], Record] = {}
     for rec in records:  # e.g. `randomized` and `randomized:ape`: one encoding, two run ids

@@ -13,7 +13,7 @@ import harness.tasks as tasks
 import pezoo
 from harness.options import store_option
 from harness.store import StoreError
-from leaderboard.board import BoardError, RetiredRow, record_label, retire
+from leaderboard.board import BoardError, RetiredRow, check_protocols, record_label, retire
 from leaderboard.export import ExportError, export, import_results
 from leaderboard.retired import RETIRED_FILE, RetiredFileError, read_retirements
 from leaderboard.schema import ResultsError, read_diagnostics, read_results, results_files
@@ -129,6 +129,7 @@ def check_cmd(results_dir: Path) -> None:
         click.echo(f"note: sweep file {problem} (not read as a plan)")
     try:
         kept, _, retired = retire(records, plans, read_retirements(results_dir.parent))
+        check_protocols(kept)  # as build does: one protocol per (preset, task) table
     except (RetiredFileError, BoardError) as exc:
         raise click.ClickException(str(exc)) from None
     planned_cells = {c for plan in plans.presets.values() for c in (plan.cell_of or {}).values()}

@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.store import Store
+from leaderboard.board import BoardError, check_protocols, retire
+from leaderboard.plans import read_plans
+from leaderboard.retired import RetiredFileError, read_retirements
 from leaderboard.schema import (
     DIAGNOSTICS_DIR,
     SUFFIX,
@@ -118,7 +121,8 @@ def exporting(out_dir: Path) -> Iterator[None]:
 
 
 def _export(store_path: Path, out_dir: Path) -> ExportSummary:
-    published = {r.run_id for r in read_results(out_dir)}
+    existing = read_results(out_dir)
+    published = {r.run_id for r in existing}
     batches: dict[str, list[dict[str, Any]]] = {}
     already = unfinished = 0
     problems = []
@@ -138,6 +142,7 @@ def _export(store_path: Path, out_dir: Path) -> ExportSummary:
             batches.setdefault(record["preset"], []).append(record)
     if problems:
         raise ExportError("these runs do not make valid results records:\n  " + "\n  ".join(problems))
+    _check_one_protocol_per_table(existing, batches, out_dir)
     written = []
     if batches:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -147,6 +152,27 @@ def _export(store_path: Path, out_dir: Path) -> ExportSummary:
         write_new_file(path, records)
         written.append((path, len(records)))
     return ExportSummary(written, already, unfinished, export_diagnostics(store_path, out_dir))
+
+
+def _check_one_protocol_per_table(
+    existing: Sequence[Record], batches: Mapping[str, Sequence[Mapping[str, Any]]], out_dir: Path
+) -> None:
+    """ExportError, before anything is written, if the new runs would put two protocols in
+    one board table (``leaderboard.board.check_protocols``, after the tables and rows that
+    ``retired.toml`` next to ``out_dir`` retires): ``check`` would pass such a file and
+    ``build`` refuse it."""
+    new = [
+        Record(record, out_dir / file_name(preset, records), line)
+        for preset, records in batches.items()
+        for line, record in enumerate(records, start=1)
+    ]
+    if not new:
+        return
+    try:
+        kept, _, _ = retire([*existing, *new], read_plans(out_dir.parent), read_retirements(out_dir.parent))
+        check_protocols(kept)
+    except (BoardError, RetiredFileError) as exc:
+        raise ExportError(f"nothing written: the new runs would make a board that `build` refuses:\n{exc}") from None
 
 
 def export_diagnostics(store_path: Path, out_dir: Path) -> int:

@@ -8,11 +8,19 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-from leaderboard_fixtures import RUNS, TINIER, run_tiny_bench, sha256_of_canonical, unfinish
+from leaderboard_fixtures import (
+    RUNS,
+    TINIER,
+    make_record,
+    run_tiny_bench,
+    sha256_of_canonical,
+    unfinish,
+    write_jsonl,
+)
 
 from harness.cli import main
 from harness.store import Store
-from leaderboard.export import export
+from leaderboard.export import ExportError, export, import_results
 from leaderboard.schema import ResultsError
 
 pytestmark = pytest.mark.slow  # uses the real tiny bench (a few seconds, once per session)
@@ -150,3 +158,26 @@ def test_two_exports_at_once_write_each_run_once(smoke_store, tmp_path, monkeypa
     assert sum(n for _, n in first.written) == len(RUNS) and second.written == []
     assert second.already_published == len(RUNS)
     assert sorted(out.glob("*.jsonl")) == sorted(path for path, _ in first.written)
+
+
+def test_runs_of_another_protocol_are_refused_before_anything_is_written(tmp_path):
+    """A contributor's `--steps 10` runs under a preset whose table was published at 20
+    steps: export wrote a file that `check` called valid and `build` refused. Export now
+    refuses before writing, and check refuses such a folder too."""
+    em = {1: 1.0, 2: 1.0, 3: 0.5, 4: 0.0, 5: 0.0, 6: 0.0}
+    published = tmp_path / "board" / "results"
+    write_jsonl(published / "smoke-20261124-000000000000.jsonl", [make_record("nope", "copy", 0, em, train_max=3, steps=20)])
+    other = tmp_path / "other"
+    write_jsonl(other / "smoke-20261124-000000000000.jsonl", [make_record("rope", "copy", 0, em, train_max=3, steps=10)])
+    store = tmp_path / "s.sqlite"
+    import_results(other, store)
+    before = _lines(published)
+    with pytest.raises(ExportError, match=r"(?s)nothing written.*different protocols \(train\.steps\)"):
+        export(store, published)
+    assert _lines(published) == before
+    # into a folder of its own it goes, and check then refuses the two side by side
+    export(store, tmp_path / "mine" / "results")
+    for path in (tmp_path / "mine" / "results").glob("*.jsonl"):
+        shutil.copy(path, published / path.name)
+    checked = CliRunner().invoke(main, ["leaderboard", "check", "--results", str(published)])
+    assert checked.exit_code == 1 and "different protocols (train.steps)" in checked.output
