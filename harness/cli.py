@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import harness.tblog as tblog
 import pezoo
 from harness.announce import bench_announcement, published_line
 from harness.catalogue import listing, name_problem
-from harness.config import GPU_PRESETS, INT64_MAX, PRESETS
+from harness.config import GPU_PRESETS, INT64_MAX, PRESETS, RunConfig
 from harness.deadline import MARGIN, TimeLimit, parse_duration, probing
 from harness.executors import (
     Executor,
@@ -79,6 +80,17 @@ def _refuse_broken_plugins(names: list[str]) -> None:
         for base in name.split(":", 1)[-1].split("+"):
             if base in broken:
                 raise click.BadParameter(f"encoding plugin {base!r} failed to load: {broken[base]}", param_hint="--pe")
+
+
+def _check_runs(configs: Sequence[RunConfig]) -> None:
+    """``check_run`` once per distinct run shape (seeds aside): what can be known not to
+    work, before anything is written or trained (ValueError)."""
+    shapes: dict[tuple[Any, ...], RunConfig] = {}
+    for c in configs:
+        key = (c.task, c.preset, c.pe, json.dumps(c.pe_options, sort_keys=True, default=str), c.train.pack)
+        shapes.setdefault((*key, c.eval.window, tuple(c.train_lengths()), tuple(c.test_lengths())), c)
+    for cfg in shapes.values():
+        check_run(cfg)
 
 
 def _naming_the_option(message: str) -> str:
@@ -337,8 +349,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         _check_names("attention backend", list(grid.backend), sorted(pezoo.BACKENDS))
     try:
         configs = spec.configs(max_runs)
-        for cfg in {(c.task, c.preset): c for c in configs}.values():
-            check_run(cfg)
+        _check_runs(configs)
     except ValueError as exc:
         raise click.UsageError(_naming_the_option(str(exc))) from None
 
@@ -581,6 +592,10 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
     pes = list(dict.fromkeys(c.pe for c in configs))
     _check_names("encoding", pes, pezoo.available())
     _check_names("task", list(dict.fromkeys(c.task for c in configs)), tasks.available())
+    try:
+        _check_runs(configs)  # what bench would refuse, plan refuses too
+    except ValueError as exc:
+        raise click.UsageError(f"{file}: {exc}") from None
     rows: list[dict[str, Any]] = []
     lapsed: set[str] = set()
     if Path(store_path).exists():

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 import harness.tasks as tasks
+import pezoo
 from harness import kept_results
 from harness.backbone import Backbone
 from harness.checkpoint import CheckpointError, load_weights, save_weights, set_aside
@@ -33,7 +34,7 @@ from harness.data import evaluation_set
 from harness.diagnostics import prism_trajectories
 from harness.evaluate import Evaluation, LengthMetrics, evaluate_length, select_evaluation, summary
 from harness.files import WriteError, describe_write_error
-from harness.pe_spec import format_eval_options
+from harness.pe_spec import format_eval_options, model_options, vocabulary_options
 from harness.provenance import run_provenance
 from harness.store import ClaimLostError, Store, StoreError
 from harness.tblog import RunLog
@@ -124,6 +125,33 @@ def check_run(cfg: RunConfig) -> None:
             f"task {cfg.task!r} has no fixed output length, which the encoder protocol (preset "
             f"{cfg.preset!r}) needs; use a randomized-PE task or a decoder preset such as quick"
         )
+    _check_positions_fit(cfg, task)
+
+
+def _check_positions_fit(cfg: RunConfig, task: tasks.Task) -> None:
+    """ValueError before training when the encoding has no position for the longest
+    sequence the run will feed it (a learned table's rows, randomized PE's range L): that
+    used to surface at evaluation, after all of training, and then twice more on retries."""
+    b = cfg.backbone
+    options = {**vocabulary_options(cfg.pe), **model_options(cfg.pe, cfg.pe_options)}
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):  # no weights, no RNG drawn
+        bound = pezoo.create(cfg.pe, dims=pezoo.ModelDims(b.d_model, b.n_heads, b.n_layers), **options).max_position
+    if bound is None:
+        return
+    longest: list[tuple[int, str]] = []  # (tokens, where)
+    if cfg.train.pack:
+        longest.append((cfg.train.pack, f"training rows of {cfg.train.pack} tokens (train.pack)"))
+    scales = [n for n in (*cfg.train_lengths(), *cfg.test_lengths()) if task.has_scale(n)]
+    if scales and not cfg.eval.window:  # a sliding window bounds what the model sees
+        n = max(scales)
+        tokens = max(ex.token_length for ex in evaluation_set(task, n, cfg.eval.samples, cfg.seed))
+        longest.append((tokens, f"{cfg.task} at scale {n}: sequences of up to {tokens} tokens"))
+    for tokens, where in longest:
+        if tokens > bound:
+            raise ValueError(
+                f"{cfg.pe} has positions 0..{bound - 1} only, but the run would feed it {where}; lower the "
+                f"test length (--test-len) or give the encoding more positions (max_position / max_length)"
+            )
 
 
 def checkpoint_dir_for(store_path: str | Path, checkpoint_dir: str | Path | None = None) -> Path:

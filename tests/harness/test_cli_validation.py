@@ -160,3 +160,34 @@ def test_results_filters_accept_registered_names_and_names_in_the_store(store_wi
     assert plugin.exit_code == 0 and "my_plugin_pe" in plugin.output and ",rope," not in plugin.output
     absent = CliRunner().invoke(main, [*args, "--pe", "alibi"])  # registered, no runs: an empty table
     assert absent.exit_code == 0 and absent.output.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # copy at scale 8 (smoke's largest test scale) is 19 tokens: a 16-row table has no position for them
+        (["--pe", "learned_ape{max_position=16}"], "learned_ape has positions 0..15 only"),
+        (["--pe", "learned_ape{max_position=16}"], "copy at scale 8: sequences of up to 19 tokens"),
+        (["--pe", "randomized{max_length=12}"], "randomized has positions 0..11 only"),
+        (["--pe", "learned_ape", "--test-len", "1100"], "copy at scale 1100: sequences of up to 2203 tokens"),
+    ],
+)
+def test_a_sequence_longer_than_the_encoding_has_positions_is_refused_before_training(tmp_path, args, message):
+    """It surfaced at evaluation, after all of training, and was retried twice more."""
+    _refused([*BENCH, *args], tmp_path, message)
+
+
+def test_sweep_plan_refuses_what_bench_refuses(tmp_path):
+    """plan listed a ruoss-preset copy run as missing (exit 0) that bench then refused."""
+    sweep = _sweep(tmp_path, 'preset = "ruoss"\ntask = ["copy"]\npe = ["nope"]\n')
+    result = CliRunner().invoke(main, ["sweep", "plan", str(sweep), "--store", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 2, result.output
+    assert "has no fixed output length, which the encoder protocol" in result.output
+    assert str(sweep) in result.output
+
+
+def test_every_encoding_of_a_sweep_is_checked_not_only_the_first_per_task(tmp_path):
+    """bench checked one run per (task, preset): a learned table too short for the test
+    lengths, listed after an encoding without positions, trained to the end first."""
+    sweep = _sweep(tmp_path, 'preset = "smoke"\ntask = "copy"\npe = ["nope", "learned_ape{max_position=16}"]\n')
+    _refused(["bench", "--sweep", str(sweep), "--device", "cpu"], tmp_path, "learned_ape has positions 0..15 only")
