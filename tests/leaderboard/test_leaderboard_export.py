@@ -166,9 +166,10 @@ def test_runs_of_another_protocol_are_refused_before_anything_is_written(tmp_pat
     refuses before writing, and check refuses such a folder too."""
     em = {1: 1.0, 2: 1.0, 3: 0.5, 4: 0.0, 5: 0.0, 6: 0.0}
     published = tmp_path / "board" / "results"
-    write_jsonl(published / "smoke-20261124-000000000000.jsonl", [make_record("nope", "copy", 0, em, train_max=3, steps=20)])
+    name = "smoke-20261124-000000000000.jsonl"
+    write_jsonl(published / name, [make_record("nope", "copy", 0, em, train_max=3, steps=20)])
     other = tmp_path / "other"
-    write_jsonl(other / "smoke-20261124-000000000000.jsonl", [make_record("rope", "copy", 0, em, train_max=3, steps=10)])
+    write_jsonl(other / name, [make_record("rope", "copy", 0, em, train_max=3, steps=10)])
     store = tmp_path / "s.sqlite"
     import_results(other, store)
     before = _lines(published)
