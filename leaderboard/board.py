@@ -26,7 +26,7 @@ listed by name. A task still being filled is shown but not counted, so the order
 which runs happened to finish first.
 
 An "encoding" on the board is the registry name, with its options appended when a run
-set any (``rope {"base": 500}``), so differently configured runs are never pooled.
+set any (``rope{base=500}``), so differently configured runs are never pooled.
 """
 
 from __future__ import annotations

@@ -142,8 +142,10 @@ def _fallbacks(name: str) -> Iterator[Style]:
 
 
 def _encoding_of(label: str) -> str:
-    """A board label is the registry name, then its options after a space (``rope {"base": 500}``)."""
-    return label.split(" ", 1)[0]
+    """The encoding a board label names: the registry name before its options in braces
+    (``rope{base=500}``, ``prism{paper}``) or before a variant's description
+    (``rope → linear×4 (same weights)``)."""
+    return label.split(" ", 1)[0].split("{", 1)[0]
 
 
 def style_of(label: str) -> Style:
@@ -153,11 +155,19 @@ def style_of(label: str) -> Style:
 
 def _candidates(label: str) -> Iterator[Style]:
     name = _encoding_of(label)
+    own: Style | None = None
     if name in ENCODING_STYLES:
-        yield ENCODING_STYLES[name]
+        own = ENCODING_STYLES[name]
     elif name.startswith("randomized:") and name.split(":", 1)[1] in ENCODING_STYLES:
         base = ENCODING_STYLES[name.split(":", 1)[1]]
-        yield Style(base.colour, RANDOMIZED_DASHES[base.dash], RANDOMIZED_MARKER)
+        own = Style(base.colour, RANDOMIZED_DASHES[base.dash], RANDOMIZED_MARKER)
+    if own is not None:
+        yield own
+        # a run with options beside its plain encoding keeps the encoding's colour, another line
+        lines = list(FALLBACK_LINES)
+        start = _hash(label) % len(lines)
+        for line in lines[start:] + lines[:start]:
+            yield _style(own.colour, line)
     yield from _fallbacks(label)
 
 
@@ -172,7 +182,7 @@ def styles(labels: Iterable[str]) -> dict[str, Style]:
     """
     out: dict[str, Style] = {}
     taken: set[Style] = set()
-    for label in sorted(set(labels), key=lambda lb: (" " in lb, lb)):
+    for label in sorted(set(labels), key=lambda lb: (_encoding_of(lb) != lb, lb)):
         style = next(s for s in _candidates(label) if s not in taken)
         out[label] = style
         taken.add(style)

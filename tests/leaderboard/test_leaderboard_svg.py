@@ -227,3 +227,17 @@ def test_numbers_are_written_as_numbers():
     for bad in ("480", 480.0, True):
         with pytest.raises(NotANumber):
             integer(bad)
+
+
+def test_a_run_with_options_keeps_its_encodings_colour():
+    """Labels spell options in braces (``rope{base=500}``, ``prism{paper}``); reading the
+    encoding as the text before a space, they were unknown names and got hashed colours,
+    rope{base=500} PRISM's green. Alone on a board such a row looks like its encoding; beside
+    the plain encoding (or a variant) it keeps the colour and takes another line."""
+    assert style_of("prism{paper}") == ENCODING_STYLES["prism"]
+    assert style_of("rope{base=500}") == ENCODING_STYLES["rope"]
+    looks = styles(["rope", "rope{base=500}", "rope → linear×4 (same weights)", "prism{paper}"])
+    assert looks["rope"] == ENCODING_STYLES["rope"] and looks["prism{paper}"] == ENCODING_STYLES["prism"]
+    for variant in ("rope{base=500}", "rope → linear×4 (same weights)"):
+        assert looks[variant].colour == ENCODING_STYLES["rope"].colour
+    assert len(set(looks.values())) == len(looks)
