@@ -333,12 +333,14 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         "pe": tuple(pe_list) or None,
         "task": tuple(task_list) or None,
         "preset": preset if sweep_file is None or given("preset") else None,
-        "seeds": tuple(range(seed0, seed0 + seeds)) if sweep_file is None or given("seeds") or given("seed0") else None,
+        "seeds": tuple(range(seed0, seed0 + seeds)) if sweep_file is None else None,
         **axes,
     }
     try:
         spec = load_sweep(sweep_file, max_runs) if sweep_file else SweepSpec((Grid(pe=cli["pe"], task=cli["task"]),))
         spec = spec.override(**cli)
+        if sweep_file is not None:  # each option replaces its own part of every grid's seeds
+            spec = spec.with_seeds(seed0 if given("seed0") else None, seeds if given("seeds") else None)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     sweep_pes, sweep_tasks = spec.names()

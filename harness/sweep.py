@@ -187,6 +187,26 @@ class SweepSpec:
         given = {k: v for k, v in values.items() if v is not None}
         return SweepSpec(tuple(replace(g, **given) for g in self.grids))
 
+    def with_seeds(self, first: int | None, count: int | None) -> SweepSpec:
+        """Each grid's seeds with the command line's ``--seed`` (first) and/or ``--seeds``
+        (count): a given one replaces the grid's, the other is kept (its first seed, or its
+        count). ``--seed`` alone on a grid that lists seeds not in a row (``[0, 4, 7]``) is
+        a ValueError: there is no first seed to move."""
+        if first is None and count is None:
+            return self
+        grids = []
+        for i, g in enumerate(self.grids, start=1):
+            own = tuple(g.seeds)
+            in_a_row = own == tuple(range(own[0], own[0] + len(own)))
+            if count is None and not in_a_row:
+                raise ValueError(
+                    f"--seed gives the first of a grid's seeds in a row, but grid {i} lists {list(own)}: "
+                    "give --seeds too (the count), or change the file"
+                )
+            start = own[0] if first is None else first
+            grids.append(replace(g, seeds=tuple(range(start, start + (len(own) if count is None else count)))))
+        return SweepSpec(tuple(grids))
+
     def names(self) -> tuple[list[str], list[str]]:
         """Every encoding and task named anywhere in the sweep (for validation)."""
         pes = names(p for g in self.grids for p in g.pe)  # registry names, options left out

@@ -191,3 +191,32 @@ def test_every_encoding_of_a_sweep_is_checked_not_only_the_first_per_task(tmp_pa
     lengths, listed after an encoding without positions, trained to the end first."""
     sweep = _sweep(tmp_path, 'preset = "smoke"\ntask = "copy"\npe = ["nope", "learned_ape{max_position=16}"]\n')
     _refused(["bench", "--sweep", str(sweep), "--device", "cpu"], tmp_path, "learned_ape has positions 0..15 only")
+
+
+def test_seed_and_seeds_next_to_a_sweep_replace_only_their_own_part(tmp_path):
+    """`--seed 3` alone collapsed every grid to the one seed 3, and `--seeds 1` alone reset
+    a grid's `seed = 7` to 0: given one, the other took its command-line default."""
+    from harness.sweep import load_sweep
+
+    path = _sweep(
+        tmp_path,
+        'preset = "smoke"\npe = ["nope"]\n[[grid]]\ntask = "copy"\nseeds = [0, 4]\n'
+        '[[grid]]\ntask = "reverse"\nseeds = 2\nseed = 7\n',
+    )
+    spec = load_sweep(path)
+
+    def seeds(s):
+        return sorted((c.task, c.seed) for c in s.configs())
+
+    assert seeds(spec) == [("copy", 0), ("copy", 4), ("reverse", 7), ("reverse", 8)]
+    assert seeds(spec.with_seeds(None, 1)) == [("copy", 0), ("reverse", 7)]  # --seeds 1
+    assert seeds(spec.with_seeds(3, 2)) == [("copy", 3), ("copy", 4), ("reverse", 3), ("reverse", 4)]
+    with pytest.raises(ValueError, match=r"grid 1 lists \[0, 4\]: give --seeds too"):
+        spec.with_seeds(3, None)  # --seed alone on a list not in a row
+    # through the command line: refused before any store exists
+    _refused(["bench", "--sweep", str(path), "--seed", "3", "--device", "cpu"], tmp_path, "give --seeds too")
+    result = CliRunner().invoke(
+        main, ["bench", "--sweep", str(path), "--seeds", "1", "--steps", "1", "--store", str(tmp_path / "s.sqlite"),
+               "--device", "cpu", "--test-len", "6", "--eval-samples", "1"],
+    )  # fmt: skip
+    assert "seed 0, 7" in result.output.splitlines()[0], result.output
