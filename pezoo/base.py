@@ -116,6 +116,22 @@ class AttentionContext:
         return self.k_pos.shape[-1] - self.q_pos.shape[-1]
 
 
+def check_number(
+    name: str, option: str, value: Any, *, above: float | None = None, at_least: float | None = None
+) -> None:
+    """ValueError unless the option ``value`` is a finite real number (not a bool) above
+    ``above`` / at least ``at_least``: a bad frequency base or init scale built a model
+    that turned into NaN at its first step, or trained with nonsense silently."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and above is not None:
+        ok = value > above
+    if ok and at_least is not None:
+        ok = value >= at_least
+    if not ok:
+        bound = f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
+        raise ValueError(f"{name}: {option} must be a finite number{bound}, got {value!r}")
+
+
 def check_layer(name: str, layer: int, n_layers: int) -> None:
     """Raise a ValueError unless ``layer`` is one of the ``n_layers`` an encoding with
     per-layer parameters was built for (instead of an IndexError from inside it)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pezoo.base import PositionalEncoding, register
+from pezoo.base import PositionalEncoding, check_number, register
 
 
 def sinusoid_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
@@ -42,6 +42,8 @@ class SinusoidalAPE(PositionalEncoding):
         super().__init__()
         if d_model % 2:
             raise ValueError(f"sinusoidal APE needs an even d_model, got {d_model}")
+        check_number("ape", "base", base, above=1)
+        check_number("ape", "scale", scale)
         self.d_model, self.base, self.scale = d_model, base, scale
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:

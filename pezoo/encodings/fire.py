@@ -33,7 +33,15 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, RelativeFunctionBias, check_layer, register
+from pezoo.base import (
+    AttentionBias,
+    AttentionContext,
+    PositionalEncoding,
+    RelativeFunctionBias,
+    check_layer,
+    check_number,
+    register,
+)
 
 FIRE_EPS = 1e-6
 """Added to the normaliser ψ(max(L, i)) (the reference code's ``eps``)."""
@@ -122,6 +130,7 @@ class FIRE(PositionalEncoding):
         super().__init__()
         if n_heads < 1 or n_layers < 1 or mlp_width < 1:
             raise ValueError(f"n_heads, n_layers and mlp_width must be >= 1, got {n_heads}, {n_layers}, {mlp_width}")
+        check_number("fire", "init_c", init_c)
         if init_threshold <= 0:
             raise ValueError(f"init_threshold must be > 0, got {init_threshold}")
         self.n_heads, self.n_layers, self.mlp_width = n_heads, n_layers, mlp_width

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import PositionalEncoding, register
+from pezoo.base import PositionalEncoding, check_number, register
 
 DEFAULT_MAX_POSITION = 2048
 
@@ -37,6 +37,7 @@ class LearnedAPE(PositionalEncoding):
         super().__init__()
         if max_position < 1:
             raise ValueError(f"max_position must be >= 1, got {max_position}")
+        check_number("learned_ape", "init_std", init_std, at_least=0)
         self.d_model, self.init_std = d_model, init_std
         self.max_position = max_position
         self.table = nn.Parameter(torch.randn(max_position, d_model) * init_std)  # (max_position, d)

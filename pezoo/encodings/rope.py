@@ -35,7 +35,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionContext, PositionalEncoding, check_qk, register
+from pezoo.base import AttentionContext, PositionalEncoding, check_number, check_qk, register
 
 __all__ = [
     "LAYOUTS",
@@ -533,6 +533,7 @@ class RoPE(PositionalEncoding):
     ) -> None:
         super().__init__()
         _check_layout(layout)
+        check_number("rope", "base", base, above=1)  # theta_i = base^(-2i/r) must fall with i
         cfg = RopeScaling.from_dict(scaling)
         if rotary_dim is not None and rotary_fraction is not None:
             raise ValueError("give rotary_dim or rotary_fraction, not both")

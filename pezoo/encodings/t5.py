@@ -28,7 +28,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, RelativeFunctionBias, register
+from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, RelativeFunctionBias, check_number, register
 
 
 def t5_relative_bucket(relative: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
@@ -98,6 +98,7 @@ class T5Bias(PositionalEncoding):
                 f"got num_buckets={num_buckets}, max_distance={max_distance}"
             )
         self.n_heads, self.num_buckets, self.max_distance = n_heads, num_buckets, max_distance
+        check_number("t5", "init_std", init_std, at_least=0)
         self.bidirectional, self.init_std = bidirectional, init_std
         self.table = nn.Parameter(torch.randn(num_buckets, n_heads) * init_std)  # (B, h)
         # Distances the lookup table covers: -C..C. Beyond C the bucket is the last of its sign

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionContext, PositionalEncoding, check_qk, register
+from pezoo.base import AttentionContext, PositionalEncoding, check_number, check_qk, register
 from pezoo.encodings.rope import rotate_pairs_complex
 
 
@@ -80,6 +80,7 @@ class XPos(PositionalEncoding):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"xPos needs an even head_dim, got {head_dim}")
+        check_number("xpos", "base", base, above=1)
         if scale_base <= 0 or gamma <= 0:
             raise ValueError(f"scale_base and gamma must be > 0, got scale_base={scale_base}, gamma={gamma}")
         self.head_dim, self.base, self.scale_base, self.gamma = head_dim, base, scale_base, gamma

@@ -3,6 +3,8 @@ computation, instead of an IndexError or an einsum shape error from deep inside.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -60,3 +62,21 @@ def test_learned_prf_without_slots():
     """n_slots=0 built a model whose bias was zero everywhere, silently."""
     with pytest.raises(ValueError, match="n_slots must be >= 1"):
         pezoo.create("learned_prf", dims=DIMS, n_slots=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("rope", {"base": -1.0}, "rope: base must be a finite number > 1, got -1.0"),  # NaN at step 1 before
+        ("rope", {"base": 1.0}, "rope: base must be a finite number > 1"),  # every pair at one frequency
+        ("rope", {"base": float("inf")}, "rope: base must be a finite number > 1"),
+        ("xpos", {"base": -1.0}, "xpos: base must be a finite number > 1"),
+        ("ape", {"base": 0.0}, "ape: base must be a finite number > 1"),
+        ("learned_ape", {"init_std": -1.0}, "learned_ape: init_std must be a finite number >= 0"),
+        ("t5", {"init_std": float("nan")}, "t5: init_std must be a finite number >= 0, got nan"),
+        ("fire", {"init_c": float("nan")}, "fire: init_c must be a finite number, got nan"),
+    ],
+)
+def test_numeric_options_out_of_range(name, options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        pezoo.create(name, dims=DIMS, **options)
