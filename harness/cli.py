@@ -699,6 +699,9 @@ def results(store_path, pe, task, fmt) -> None:
     if task:
         _check_names("task", _split(task), sorted(set(tasks.available()) | set(df["task"])), "--task")
         df = df[df["task"].isin(_split(task))]
+    if df.empty:  # say so (on stderr: csv/json output stays parseable), rather than print nothing
+        which = "no finished runs match" if pe or task else "no finished runs"
+        click.echo(f"{which} in {store_path}{_unfinished(store_path)}", err=True)
     if fmt == "table":
         tables = leaderboard_tables(df)
         for table in tables.values():
@@ -711,6 +714,21 @@ def results(store_path, pe, task, fmt) -> None:
         click.echo(df.to_json(orient="records", lines=True), nl=False)
     else:
         click.echo(df.to_markdown(index=False))
+
+
+def _unfinished(store_path: str | Path) -> str:
+    """``" (2 interrupted, 1 failed)"``: the store's runs that ``results`` leaves out."""
+    try:
+        with Store(store_path, readonly=True) as store:
+            counts: dict[str, int] = {}
+            for run in store.runs():
+                if run["status"] != "finished":
+                    counts[run["status"]] = counts.get(run["status"], 0) + 1
+    except StoreError:
+        return ""
+    if not counts:
+        return ""
+    return " (" + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) + "; results lists finished runs)"
 
 
 # `pezoo perf`: time and memory of every encoding side by side (harness/perf/).

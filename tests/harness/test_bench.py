@@ -8,8 +8,16 @@ import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
+from harness.config import RunConfig
 from harness.results import load
 from harness.store import NotAStoreError, Store, StoreError
+
+
+def load_config(store_path):
+    """A run config of the store's first run (to start an unfinished run elsewhere)."""
+    with Store(store_path, readonly=True) as store:
+        return RunConfig.from_dict(store.runs()[0]["config"])
+
 
 ARGS = ["bench", "--pe", "nope,rope", "--task", "copy", "--preset", "smoke", "--device", "cpu"]
 
@@ -56,6 +64,19 @@ def test_results_command_formats(bench_store):
     csv = CliRunner().invoke(main, ["results", "--store", str(path), "--format", "csv", "--pe", "rope"])
     assert csv.exit_code == 0 and csv.output.startswith("run_id,pe,task")
     assert "nope" not in csv.output
+
+
+def test_results_says_when_nothing_matches(bench_store, tmp_path):
+    """An encoding with no runs printed nothing at all (exit 0), as if the store were empty."""
+    path, _ = bench_store
+    none = CliRunner().invoke(main, ["results", "--store", str(path), "--pe", "xpos"])
+    assert none.exit_code == 0 and "no finished runs match in" in none.output
+    # a store holding only unfinished runs says what it holds
+    store_path = tmp_path / "s.sqlite"
+    with Store(store_path) as store:
+        store.start(load_config(path), {"commit": "t"})
+    empty = CliRunner().invoke(main, ["results", "--store", str(store_path), "--format", "csv"])
+    assert "no finished runs in" in empty.output and "(1 running; results lists finished runs)" in empty.output
 
 
 @pytest.mark.parametrize(
