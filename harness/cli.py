@@ -393,6 +393,12 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
             f"preset {gpu_presets[0]!r} is sized for a GPU and no CUDA device is in use; run it on a GPU, use "
             "--preset quick on CPU, or pass --allow-cpu to run it anyway (e.g. with --steps 10)"
         )
+    problem = _unwritable_folder(checkpoint_dir_for(store_path, checkpoint_dir))
+    if problem is not None:  # runs would train without checkpoints, warning at every interval
+        if ray_executor is not None:
+            ray_executor.close()
+        why = f"{problem}; checkpoints (and the weights variants evaluate) go there"
+        raise click.BadParameter(why, param_hint="--checkpoint-dir")
     try:
         store = Store(store_path)
     except StoreError as exc:
@@ -714,6 +720,16 @@ def results(store_path, pe, task, fmt) -> None:
         click.echo(df.to_json(orient="records", lines=True), nl=False)
     else:
         click.echo(df.to_markdown(index=False))
+
+
+def _unwritable_folder(folder: Path) -> str | None:
+    """Why runs could not write into ``folder`` (created when missing, as runs would), or None."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return f"{folder} cannot be created: {existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{folder}: {existing} is not writable by this user"
+    return None
 
 
 def _unfinished(store_path: str | Path) -> str:

@@ -220,3 +220,10 @@ def test_seed_and_seeds_next_to_a_sweep_replace_only_their_own_part(tmp_path):
                "--device", "cpu", "--test-len", "6", "--eval-samples", "1"],
     )  # fmt: skip
     assert "seed 0, 7" in result.output.splitlines()[0], result.output
+
+
+def test_a_checkpoint_folder_that_cannot_be_made_is_refused_before_the_store(tmp_path):
+    """Every run trained without checkpoints (nothing could resume), warning at every interval."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    _refused([*BENCH, "--checkpoint-dir", str(blocker / "ckpt")], tmp_path, "is not a folder")
