@@ -345,15 +345,17 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         raise click.UsageError(str(exc)) from None
     sweep_pes, sweep_tasks = spec.names()
     _refuse_broken_plugins(sweep_pes)
-    _check_names("encoding", sweep_pes, pezoo.available())
-    _check_names("task", sweep_tasks, tasks.available())
+    # a name from the sweep file is the file's mistake: say which file
+    _check_names("encoding", sweep_pes, pezoo.available(), "--pe" if pe_list or not sweep_file else str(sweep_file))
+    _check_names("task", sweep_tasks, tasks.available(), "--task" if task_list or not sweep_file else str(sweep_file))
     for grid in spec.grids:
         _check_names("attention backend", list(grid.backend), sorted(pezoo.BACKENDS))
     try:
         configs = spec.configs(max_runs)
         _check_runs(configs)
     except ValueError as exc:
-        raise click.UsageError(_naming_the_option(str(exc))) from None
+        where = f"{sweep_file} (or an option beside it): " if sweep_file else ""
+        raise click.UsageError(where + _naming_the_option(str(exc))) from None
 
     if tensorboard_dir is not None:
         try:
@@ -598,8 +600,8 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     pes = list(dict.fromkeys(c.pe for c in configs))
-    _check_names("encoding", pes, pezoo.available())
-    _check_names("task", list(dict.fromkeys(c.task for c in configs)), tasks.available())
+    _check_names("encoding", pes, pezoo.available(), str(file))
+    _check_names("task", list(dict.fromkeys(c.task for c in configs)), tasks.available(), str(file))
     try:
         _check_runs(configs)  # what bench would refuse, plan refuses too
     except ValueError as exc:
