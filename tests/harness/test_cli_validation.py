@@ -162,7 +162,8 @@ def test_results_filters_accept_registered_names_and_names_in_the_store(store_wi
     plugin = CliRunner().invoke(main, [*args, "--pe", "my_plugin_pe"])
     assert plugin.exit_code == 0 and "my_plugin_pe" in plugin.output and ",rope," not in plugin.output
     absent = CliRunner().invoke(main, [*args, "--pe", "alibi"])  # registered, no runs: an empty table
-    assert absent.exit_code == 0 and absent.output.count("\n") == 1
+    assert absent.exit_code == 0 and absent.stdout.count("\n") == 1  # the csv header
+    assert "no finished runs match" in absent.stderr  # and a word on stderr
 
 
 @pytest.mark.parametrize(
