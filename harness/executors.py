@@ -18,7 +18,8 @@ Retries: an attempt whose worker died or which raised is run again, up to ``retr
 more times, resuming from the run's checkpoint when the worker can read the checkpoint
 directory (always locally; on a cluster when the directory is shared). A run that fails
 every attempt is stored as ``failed`` with its traceback (or the worker's fate), and
-the other runs go on. A NaN loss (``diverged``) is deterministic and not retried.
+the other runs go on. A NaN loss (``diverged``) is deterministic and not retried, nor is a
+variant whose trained run kept no usable weights (``RunResult.retryable``).
 """
 
 from __future__ import annotations
@@ -780,7 +781,7 @@ def _trained_elsewhere(store: Store, cfg: RunConfig) -> str | None:
 
 
 def _should_retry(answer: RunResult | WorkerLost) -> bool:
-    return isinstance(answer, WorkerLost) or answer.status == "failed"
+    return isinstance(answer, WorkerLost) or (answer.status == "failed" and answer.retryable)
 
 
 def _reason(answer: RunResult | WorkerLost) -> str:

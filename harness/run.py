@@ -74,6 +74,8 @@ class RunResult:
         notices: messages worth showing (a resume, a corrupt checkpoint), in order.
         diagnostics: what the encoding did on one example (PRISM's cursor trajectories,
             ``harness.diagnostics``), or None.
+        retryable: whether another attempt could end otherwise (False for a variant whose
+            trained run kept no usable weights: the executor then does not retry it).
     """
 
     run_id: str
@@ -89,6 +91,7 @@ class RunResult:
     traceback: str | None = None
     notices: tuple[str, ...] = ()
     diagnostics: Mapping[str, Any] | None = None
+    retryable: bool = True
 
     @classmethod
     def failed(
@@ -98,6 +101,8 @@ class RunResult:
         started_at: float,
         exc: BaseException,
         notices: Iterable[str] = (),
+        *,
+        retryable: bool = True,
     ) -> RunResult:
         """The result of a run that raised ``exc``; call it in the ``except`` block, which
         supplies the traceback."""
@@ -109,6 +114,7 @@ class RunResult:
             error=f"{type(exc).__name__}: {exc}",
             traceback=traceback.format_exc(),
             notices=tuple(notices),
+            retryable=retryable,
         )
 
 
@@ -411,6 +417,8 @@ def evaluate_variant(
             notices=(told,),
             diagnostics=diagnostics,
         )
+    except CheckpointError as exc:  # no usable weights: another attempt would read the same file
+        return RunResult.failed(run_id, prov, started_at, exc, retryable=False)
     except Exception as exc:
         return RunResult.failed(run_id, prov, started_at, exc)
 

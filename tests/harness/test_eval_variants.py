@@ -216,6 +216,7 @@ def test_a_variant_without_usable_weights_fails_saying_why(tmp_path, content, ca
         "other run": f"is not run {trained.run_id()}'s",
     }[content]
     assert expected in result.error and "keeps when it trains in a sweep that lists the variant" in result.error
+    assert not result.retryable  # another attempt would read the same file
     assert "this ran code" not in capfd.readouterr().out
 
 
@@ -225,9 +226,10 @@ def test_a_variant_of_a_run_finished_without_weights_fails_and_trains_nothing(tm
     trained = []
     real_train = harness.run.train
     monkeypatch.setattr(harness.run, "train", lambda cfg, *a, **k: trained.append(cfg) or real_train(cfg, *a, **k))
-    result = CliRunner().invoke(main, [*ARGS, "--pe", f"rope,{SPECS[2]}", "--retries", "0", "--store", str(path)])
+    result = CliRunner().invoke(main, [*ARGS, "--pe", f"rope,{SPECS[2]}", "--store", str(path)])
     assert result.exit_code == 1 and "no final weights of run" in result.output
     assert trained == []
+    assert "retrying" not in result.output  # the default 2 retries would read the same missing file
 
 
 def test_a_variant_waits_while_another_process_trains_its_run(tmp_path):
