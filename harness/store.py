@@ -368,6 +368,17 @@ class Store:
 
     def _open_writer(self) -> None:
         existing = self._check_header()
+        if existing and (why := self._access_problem()) is not None:
+            # before SQLite opens it: connecting creates -wal/-shm files beside the store,
+            # read-only ones for a read-only store, which then stand in the way of the fix
+            readable = os.access(self.path, os.R_OK, **_EFFECTIVE)
+            tail = (
+                ". The store is intact: `pezoo results`, `pezoo sweep plan` and `pezoo leaderboard export` can "
+                "read it as it is"
+                if readable
+                else ""
+            )
+            raise StoreAccessError(f"results store {self.path} cannot be written: {why}{tail}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         self._check_pezoo(allow_empty=True)
@@ -383,6 +394,12 @@ class Store:
         if not self._check_header():
             raise NotAStoreError(f"results store {self.path} is an empty file, not a pezoo store")
         uri = self.path.resolve().as_uri()
+        if not os.access(self.path, os.W_OK, **_EFFECTIVE) and not _has_content(Path(f"{self.path}-wal")):
+            # a store this user may not write, with every commit in the main file: read it as
+            # immutable, so SQLite leaves no (read-only, in the way) -shm file beside it
+            self._db = sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=30.0, isolation_level=None)
+            self._check_pezoo(allow_empty=False)
+            return
         try:
             self._db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30.0, isolation_level=None)
             self._check_pezoo(allow_empty=False)
@@ -482,9 +499,15 @@ class Store:
                 f"{self.path.name}-shm and journal files beside the store, so it cannot write even a writable "
                 "store file there; make the folder writable or copy the store to one that is"
             )
-        for side in (Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
-            if side.exists() and not os.access(side, os.W_OK, **_EFFECTIVE):
-                return f"{side} is read-only ({_mode(side)})"
+        wal, shm = Path(f"{self.path}-wal"), Path(f"{self.path}-shm")
+        if wal.exists() and not os.access(wal, os.W_OK, **_EFFECTIVE):
+            # never advise removing the -wal: it may hold commits not yet in the store file
+            return f"{wal} is read-only ({_mode(wal)}): `chmod u+w {wal}` makes it writable"
+        if shm.exists() and not os.access(shm, os.W_OK, **_EFFECTIVE):
+            return (
+                f"{shm} is read-only ({_mode(shm)}): `chmod u+w {shm}`, or remove it while no process has the "
+                "store open (it is only an index; SQLite makes a new one)"
+            )
         return None
 
     def _explain(self, exc: BaseException, doing: str) -> StoreError:
