@@ -5,6 +5,7 @@ Attached to the root ``pezoo`` command by ``harness/cli.py`` (the composition ro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -15,8 +16,9 @@ from harness.options import store_option
 from harness.store import StoreError
 from leaderboard.board import BoardError, RetiredRow, check_protocols, record_label, retire
 from leaderboard.export import ExportError, export, import_results
+from leaderboard.plans import Plans
 from leaderboard.retired import RETIRED_FILE, RetiredFileError, read_retirements
-from leaderboard.schema import ResultsError, read_diagnostics, read_results, results_files
+from leaderboard.schema import Record, ResultsError, read_diagnostics, read_results, results_files
 
 DEFAULT_RESULTS = Path("leaderboard") / "results"
 DEFAULT_SITE = Path("leaderboard") / "site"
@@ -114,17 +116,11 @@ def check_cmd(results_dir: Path) -> None:
     click.echo(f"{len(files)} results file(s), {len(records)} run(s): valid")
     if diagnostics:
         click.echo(f"{len(diagnostics)} diagnostics file(s): valid")
-    from leaderboard.plans import cell, filled, published_cells, read_plans, seeds_by_run
+    from leaderboard.plans import cell, read_plans
 
     plans = read_plans(results_dir.parent)
-    published, cells = seeds_by_run(records), published_cells(records)
-    for preset, plan in sorted(plans.presets.items()):
-        f = filled(plan, published, cells)
-        state = "complete" if f.complete else f"{f.planned - f.done} still to run"
-        if f.rerunning:
-            state += f" ({f.rerunning} of them re-runs of published runs under corrected options)"
-        sources = ", ".join(plans.sources[preset])
-        click.echo(f"plan {sources} (preset {preset}): {f.done} of {f.planned} runs published, {state}")
+    for line in _plan_lines(records, plans):
+        click.echo(line)
     for problem in plans.problems:
         click.echo(f"note: sweep file {problem} (not read as a plan)")
     try:
@@ -213,7 +209,25 @@ def build_cmd(results_dir: Path, out_dir: Path, readme: Path | None) -> None:
         raise click.ClickException(f"cannot build the site in {out_dir}: {_os_reason(exc)}") from None
     readme = readme if readme is not None else out_dir.parent / "README.md"
     click.echo(f"wrote {len(pages)} page(s) to {out_dir} and the markdown board to {readme}")
+    for line in _plan_lines(read_results(results_dir), plans):
+        click.echo(line)
     click.echo(f"open {out_dir / 'index.html'}")
+
+
+def _plan_lines(records: Sequence[Record], plans: Plans) -> list[str]:
+    """One line per board preset with a sweep file: how many of its planned runs are published."""
+    from leaderboard.plans import filled, published_cells, seeds_by_run
+
+    published, cells = seeds_by_run(records), published_cells(records)
+    lines = []
+    for preset, plan in sorted(plans.presets.items()):
+        f = filled(plan, published, cells)
+        state = "complete" if f.complete else f"{f.planned - f.done} still to run"
+        if f.rerunning:
+            state += f" ({f.rerunning} of them re-runs of published runs under corrected options)"
+        sources = ", ".join(plans.sources[preset])
+        lines.append(f"plan {sources} (preset {preset}): {f.done} of {f.planned} runs published, {state}")
+    return lines
 
 
 def _require_results(results_dir: Path) -> None:

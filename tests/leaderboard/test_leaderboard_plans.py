@@ -72,6 +72,11 @@ def test_check_says_how_much_of_each_plan_is_published(tmp_path):
     out = CliRunner().invoke(main, ["leaderboard", "check", "--results", str(tmp_path / "results")])
     assert out.exit_code == 0, out.output
     assert "plan board.toml (preset quick): 2 of 4 runs published, 2 still to run" in out.output
+    # build says it too, as its --help promises (it printed only the pages it wrote)
+    built = CliRunner().invoke(
+        main, ["leaderboard", "build", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "site")]
+    )
+    assert built.exit_code == 0 and "plan board.toml (preset quick): 2 of 4 runs published" in built.output
 
 
 def _config(pe: str = "randomized", task: str = "copy", seed: int = 0, preset: str = "smoke", **changes) -> dict:
