@@ -184,10 +184,17 @@ def bench_announcement(
     seeds = _names([str(c.seed) for c in configs])
     axes = [a for a in varying_axes(configs) if a != "preset"]
     grid = f" ({pes} on {tasks}, seed {seeds}{', varying ' + ', '.join(axes) if axes else ''})"
-    other = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()) if k not in ("finished", "not started"))
+    # `running` here is a live claim (a claim whose process is gone counts as interrupted):
+    # another process trains it, and this one skips it unless that process stops
+    resumable = ", ".join(
+        f"{n} {k}" for k, n in sorted(counts.items()) if k not in ("finished", "not started", "running")
+    )
+    parts = [f"{resumable}: resumed from a checkpoint where there is one"] if resumable else []
+    if counts.get("running"):
+        parts.append(f"{counts['running']} running in another process: left to it")
     lines = [
         f"pezoo bench: {_plural(len(plan.runs), 'run')}{grid}: {plan.done} already in the store ({store_path}), "
-        f"{todo} to train" + (f" ({other}: resumed from a checkpoint where there is one)" if other else "")
+        f"{todo} to train" + (f" ({'; '.join(parts)})" if parts else "")
     ]
     published = published_line(plan, published_ids, store_path)
     if published:

@@ -89,3 +89,19 @@ def test_a_context_extension_shorter_than_the_training_sequences_is_noted():
     assert extension_notes([variant(24), variant(96)]) == []
     linear = dataclasses.replace(base, eval_pe_options={"scaling": {"rope_type": "linear", "factor": 4.0}})
     assert extension_notes([linear]) == []  # no original length to check
+
+
+def test_a_run_another_process_trains_is_not_announced_as_resumed(tmp_path):
+    """A second bench on a board's store said '(1 running: resumed from a checkpoint where
+    there is one)' of a run another live process holds, which it then (rightly) skipped."""
+    runs = configs(pe=("nope", "rope", "alibi"))
+    with Store(tmp_path / "s.sqlite") as store:
+        store.start(runs[0], {"commit": "t"})  # claimed by this (live) process: running
+        store.start(runs[1], {"commit": "t"})
+        store.mark(runs[1].run_id(), "interrupted", "stopped")
+        rows = store.runs()
+    first = announce(runs, make_plan(runs, rows, device_type="cpu")).splitlines()[0]
+    assert first.endswith(
+        "3 to train (1 interrupted: resumed from a checkpoint where there is one; 1 running in another process: "
+        "left to it)"
+    ), first
