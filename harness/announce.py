@@ -68,6 +68,15 @@ def describe_preset(preset: str, configs: Sequence[RunConfig]) -> list[str]:
     periodic = ""
     if any(c.eval.every for c in configs):
         periodic = f"; also every {e('every')} steps, reporting {e('select')}"
+    short = []  # tasks with no instances at the largest asked scales: say where they stop
+    for task_name in dict.fromkeys(c.task for c in configs):
+        task = tasks.create(task_name)
+        asked = sorted({n for c in configs if c.task == task_name for n in c.test_lengths()})
+        reached = [n for n in asked if task.has_scale(n)]
+        if reached and reached[-1] < asked[-1]:
+            short.append(f"{task_name} only up to {reached[-1]}, the largest it has instances of")
+    if short:
+        test += f" ({'; '.join(short)})"
     return [
         f"preset {preset}: {PRESET_DESCRIPTIONS.get(preset, '')}".rstrip(": "),
         f"  model: {_values(configs, lambda c: c.protocol)}, d_model {b('d_model')}, "

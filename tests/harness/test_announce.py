@@ -105,3 +105,11 @@ def test_a_run_another_process_trains_is_not_announced_as_resumed(tmp_path):
         "3 to train (1 interrupted: resumed from a checkpoint where there is one; 1 running in another process: "
         "left to it)"
     ), first
+
+
+def test_a_task_with_no_instances_at_the_largest_asked_scales_says_where_it_stops():
+    """--test-len 150 on scan_cot announced 'lengths 6..150' and evaluated up to 48."""
+    runs = configs(preset="quick", pe=("nope",), task=("scan_cot", "copy"), test_len=(150,))
+    testing = next(line for line in describe_preset("quick", runs) if line.startswith("  testing:"))
+    assert testing.startswith("  testing: lengths 11..150 (scan_cot only up to 48, the largest it has instances of)")
+    assert "copy only" not in testing
