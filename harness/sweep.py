@@ -763,15 +763,20 @@ def make_plan(
     ``machine``: this CPU (``harness.provenance.cpu_name()``): speeds measured on another
     CPU are scaled by how much faster this one ran the runs measured on both
     (:func:`machine_scales`), so a store filled on a slower machine does not double every
-    estimate here (nor a time limit defer runs that fit it)."""
+    estimate here (nor a time limit defer runs that fit it). The store's runs are paired
+    among themselves and the published runs among themselves (the plan names the store's
+    factors; the published fallback is marked rough anyway)."""
     rows = list(store_runs)
     status = {r["run_id"]: "interrupted" if r["run_id"] in lapsed else r["status"] for r in rows}
     measured = measurements(rows)
     others = measurements(published)
     scales: dict[tuple[str | None, str], MachineScale] = {}
     if machine is not None:
-        scales = machine_scales([*measured, *others], machine)
-        measured, others = scaled_to_machine(measured, scales), scaled_to_machine(others, scales)
+        # each source pairs its own runs: runs that did not record their CPU are one machine
+        # within a store (the one that filled it), not across a store and the published board
+        scales = machine_scales(measured, machine)
+        measured = scaled_to_machine(measured, scales)
+        others = scaled_to_machine(others, machine_scales(others, machine))
     resume_steps = resume_steps or {}
     planned = []
     for i, cfg in enumerate(configs, start=1):

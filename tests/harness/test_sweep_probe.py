@@ -287,3 +287,20 @@ def test_speeds_from_another_cpu_are_scaled_per_encoding_to_this_one(tmp_path):
     assert unscaled.steps_per_second == pytest.approx(4.5)
     # and the other way round: planned on the old CPU, the new one's runs are scaled down
     assert make_plan(missing, rows, machine=OLD).runs[2].estimate.steps_per_second == pytest.approx(3.0)
+
+
+def test_a_stores_unrecorded_cpu_is_not_scaled_by_pairs_from_published_runs(tmp_path):
+    """Runs that did not record their CPU are one machine within a store, not across a store
+    and the published board: a CI machine whose CPU published runs share scaled a test
+    store's runs by the board's factor (10 minutes planned as 7)."""
+    sweep = 'preset = "smoke"\npe = ["nope"]\ntask = "copy"\nseeds = 3\nsteps = 300\n'
+    cfgs = {c.seed: c for c in load_sweep(write(tmp_path, sweep)).configs()}
+    with Store(tmp_path / "pub.sqlite") as store:
+        finish_on(store, cfgs[0], 30.0, None)  # the published board: old CPU unrecorded ...
+        finish_on(store, cfgs[1], 10.0, HERE)  # ... and this CPU, 3x faster
+        published = store.runs()
+    with Store(tmp_path / "s.sqlite") as store:
+        finish_on(store, cfgs[0], 60.0, None)  # a store of this user's own, CPU unrecorded
+        rows = store.runs()
+    plan = make_plan([cfgs[2]], rows, published=published, machine=HERE)
+    assert plan.runs[0].estimate.steps_per_second == pytest.approx(5.0)  # 300 steps / 60 s, unscaled
