@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +85,9 @@ def _refuse_broken_plugins(names: list[str]) -> None:
 def _check_runs(configs: Sequence[RunConfig]) -> None:
     """``check_run`` once per distinct run shape (seeds aside): what can be known not to
     work, before anything is written or trained (ValueError)."""
-    shapes: dict[tuple[Any, ...], RunConfig] = {}
+    shapes: dict[str, RunConfig] = {}
     for c in configs:
-        key = (c.task, c.preset, c.pe, json.dumps(c.pe_options, sort_keys=True, default=str), c.train.pack)
-        shapes.setdefault((*key, c.eval.window, tuple(c.train_lengths()), tuple(c.test_lengths())), c)
+        shapes.setdefault(replace(c, seed=0).run_id(), c)  # the whole config but its seed
     for cfg in shapes.values():
         check_run(cfg)
 

@@ -25,7 +25,6 @@ from typing import Any
 import torch
 
 import harness.tasks as tasks
-import pezoo
 from harness import kept_results
 from harness.backbone import Backbone
 from harness.checkpoint import CheckpointError, load_weights, save_weights, set_aside
@@ -34,11 +33,11 @@ from harness.data import evaluation_set
 from harness.diagnostics import prism_trajectories
 from harness.evaluate import Evaluation, LengthMetrics, evaluate_length, select_evaluation, summary
 from harness.files import WriteError, describe_write_error
-from harness.pe_spec import format_eval_options, model_options, vocabulary_options
+from harness.pe_spec import format_eval_options
 from harness.provenance import run_provenance
 from harness.store import ClaimLostError, Store, StoreError
 from harness.tblog import RunLog
-from harness.train import Checkpointing, DivergedError, build_model, restore, train
+from harness.train import Checkpointing, DivergedError, build_encoding, build_model, restore, train
 
 Progress = Callable[[str, int, int, str], None]
 """progress(phase, done, total, note): phase ``train`` (done of total steps, note
@@ -138,10 +137,8 @@ def _check_positions_fit(cfg: RunConfig, task: tasks.Task) -> None:
     """ValueError before training when the encoding has no position for the longest
     sequence the run will feed it (a learned table's rows, randomized PE's range L): that
     used to surface at evaluation, after all of training, and then twice more on retries."""
-    b = cfg.backbone
-    options = {**vocabulary_options(cfg.pe), **model_options(cfg.pe, cfg.pe_options)}
     with torch.random.fork_rng(devices=[]), torch.device("meta"):  # no weights, no RNG drawn
-        bound = pezoo.create(cfg.pe, dims=pezoo.ModelDims(b.d_model, b.n_heads, b.n_layers), **options).max_position
+        bound = build_encoding(cfg).max_position
     if bound is None:
         return
     longest: list[tuple[int, str]] = []  # (tokens, where)

@@ -78,14 +78,18 @@ class TrainResult:
     machine: tuple[tuple[int, str], ...] = ()  # and on which machine (harness.checkpoint.machine_history)
 
 
-def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Backbone:
-    """The backbone of ``cfg`` with its encoding, initialised from ``cfg.seed``."""
-    torch.manual_seed(cfg.seed)
+def build_encoding(cfg: RunConfig) -> pezoo.PositionalEncoding:
+    """The encoding of ``cfg``, built for its backbone (on torch's current default device)."""
     b = cfg.backbone
     options = model_options(cfg.pe, cfg.pe_options)  # a stored run's missing options keep their old meaning
     options = {**vocabulary_options(cfg.pe), **options}  # e.g. Abacus's digit ids, never recorded
-    pe = pezoo.create(cfg.pe, dims=pezoo.ModelDims(b.d_model, b.n_heads, b.n_layers), **options)
-    return Backbone(b, pe).to(device)
+    return pezoo.create(cfg.pe, dims=pezoo.ModelDims(b.d_model, b.n_heads, b.n_layers), **options)
+
+
+def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Backbone:
+    """The backbone of ``cfg`` with its encoding, initialised from ``cfg.seed``."""
+    torch.manual_seed(cfg.seed)
+    return Backbone(cfg.backbone, build_encoding(cfg)).to(device)
 
 
 def lr_factor(step: int, cfg: RunConfig) -> float:
