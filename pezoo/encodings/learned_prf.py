@@ -36,8 +36,8 @@ do not have; see docs/encodings/learned_prf.md):
     * Scale hint: n comes from ``ctx.scale_hint``, the task's instance scale: (b,) per
       example, or (b, i) per query token when a row packs several instances (our
       packed-row reading of the scale hint of §VII-A: a pair (i, j) gets the n of query i's
-      instance). The harness passes it
-      for every example. ``learned_prf_sh`` without it is an error.
+      instance); (1,) or (1, i) gives every example the same. The harness passes it
+      for every example. ``learned_prf_sh`` without it, or with another shape, is an error.
 """
 
 from __future__ import annotations
@@ -189,12 +189,29 @@ class LearnedPRF(PositionalEncoding):
             )
         return net(prf_features(q_pos, k_pos, scale_hint, feature_scale=self.feature_scale))
 
+    def _scale_hint(self, ctx: AttentionContext, q: Tensor) -> Tensor | None:
+        """``ctx.scale_hint`` checked against q (b, h, i, e): (b,) or (b|1, i) as given, and
+        (1,) expanded to (b,), the same n for every example. Any other shape is an error: a
+        (1,) hint used to give every example the bias of example 0's queries."""
+        hint = ctx.scale_hint
+        if hint is None:
+            return None  # prf() says that the hint is missing
+        b, i = q.shape[0], q.shape[2]
+        if hint.ndim == 1 and hint.shape[0] in (1, b):
+            return hint.expand(b)
+        if hint.ndim == 2 and hint.shape[0] in (1, b) and hint.shape[1] == i:
+            return hint
+        raise ValueError(
+            f"{self.name}: ctx.scale_hint must have shape (b|1,), one n per example, or (b|1, i), one per "
+            f"query token; for q with b={b}, i={i}: ({b},), (1,), ({b}, {i}) or (1, {i}); got {tuple(hint.shape)}"
+        )
+
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         check_layer(self.name, layer, self.n_layers)
         if q.shape[1] != self.n_heads:
             raise ValueError(f"{self.name} was built for n_heads={self.n_heads}, got q with {q.shape[1]} heads")
         slot_keys = self.slot_keys[layer]  # (S, h, e)
-        hint = ctx.scale_hint if self.uses_scale_hint else None
+        hint = self._scale_hint(ctx, q) if self.uses_scale_hint else None
         per_example = hint is None or hint.ndim > 1 or ctx.q_pos.shape[0] > 1 or ctx.k_pos.shape[0] > 1
         # torch.unique has a data-dependent size, which would break a compiled graph
         if per_example or torch.compiler.is_compiling():

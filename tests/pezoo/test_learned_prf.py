@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -107,6 +108,32 @@ def test_scale_hint_per_query_token_gives_each_query_row_its_own_n():
     (per_row,) = pe.bias(0, q, k, AttentionContext(q_pos=pos, k_pos=pos, scale_hint=flat))
     (per_token,) = pe.bias(0, q, k, AttentionContext(q_pos=pos, k_pos=pos, scale_hint=flat[:, None].expand(2, 6)))
     torch.testing.assert_close(per_row.tensor, per_token.tensor)
+
+
+@pytest.mark.parametrize("name", ["learned_prf_sh", "randomized:learned_prf_sh"])
+def test_one_scale_hint_shared_by_the_batch_gives_every_example_its_own_bias(name):
+    """A (1,) hint used to build the bias from example 0's queries alone, (1, h, i, j),
+    which then broadcast onto the other examples."""
+    torch.manual_seed(3)
+    pe = pezoo.create(name, d_model=16, n_heads=4, n_layers=1)
+    q, k = torch.randn(3, 4, 6, 4), torch.randn(3, 4, 6, 4)
+    pos = torch.arange(6)[None]
+    (shared,) = pe.bias(0, q, k, AttentionContext(q_pos=pos, k_pos=pos, scale_hint=torch.tensor([5])))
+    assert shared.tensor.shape == (3, 4, 6, 6)
+    for b in range(3):
+        ctx = AttentionContext(q_pos=pos, k_pos=pos, scale_hint=torch.tensor([5]))
+        (alone,) = pe.bias(0, q[b : b + 1], k[b : b + 1], ctx)
+        torch.testing.assert_close(shared.tensor[b : b + 1], alone.tensor)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 5), (2, 1), (3, 6)])
+def test_a_scale_hint_of_another_shape_is_an_error(shape):
+    pe = pezoo.create("learned_prf_sh", d_model=16, n_heads=4, n_layers=1)
+    q = torch.randn(2, 4, 6, 4)
+    pos = torch.arange(6)[None]
+    ctx = AttentionContext(q_pos=pos, k_pos=pos, scale_hint=torch.full(shape, 5))
+    with pytest.raises(ValueError, match=re.escape(f"(2,), (1,), (2, 6) or (1, 6); got {shape}")):
+        pe.bias(0, q, q, ctx)
 
 
 def test_scale_hint_is_required():
