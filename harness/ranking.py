@@ -22,6 +22,12 @@ the training length?* Two things would blur it, and the rule removes both:
   Each is compared at the precision the tables show (:data:`RANK_DIGITS`); ties share a
   rank (competition ranking: 1, 1, 3).
 
+A table being filled over time (the published board) may hold an encoding with one seed
+where three are planned. Such an encoding is **pending**: listed after the ranked ones
+with the numbers of its seeds so far, not ranked, so that one lucky seed does not rank
+above three seeds' means (``seeds_wanted``). An encoding whose seeds so far include one
+that did not fit is "did not fit" whatever its later seeds do.
+
 Seeds are shown as what they did, never as an interval wider than the metric: a cell
 with several seeds reads ``mean (min–max)`` over the seeds (:class:`Spread`).
 """
@@ -126,37 +132,53 @@ class Standing:
         rank: its competition rank among the fitted encodings, ``None`` if it did not fit.
         seeds_fit: how many of its seeds fit the training scales.
         seeds: how many seeds it has.
+        pending: every seed so far fits, but it has fewer seeds than the table wants
+            (``seeds_wanted``): listed after the ranked encodings, not ranked.
     """
 
     label: str
     rank: int | None
     seeds_fit: int
     seeds: int
+    pending: bool = False
 
     @property
     def fitted(self) -> bool:
+        """Every seed so far fits the training scales."""
+        return self.seeds_fit == self.seeds
+
+    @property
+    def ranked(self) -> bool:
+        """Every seed fits, and the table has all the seeds it wants of it."""
         return self.rank is not None
 
 
-def standings(per_seed: pd.DataFrame, label: str = "pe") -> list[Standing]:
+def standings(per_seed: pd.DataFrame, label: str = "pe", seeds_wanted: int | None = None) -> list[Standing]:
     """Rank the encodings of one task's per-seed rows (columns ``label``, ``in-dist``
     (EM≤N), and :data:`RANK_KEYS`) by :data:`RULE`. Returns fitted encodings in rank
-    order, then the others by EM≤N (higher first), then by name."""
-    fitted, unfitted = [], []
+    order, then the pending ones (every seed fits, fewer than ``seeds_wanted`` seeds) in
+    the same order, unranked, then the others by EM≤N (higher first), then by name."""
+    Entry = tuple[tuple[float, ...], str, int, int]  # (sort key, label, seeds fit, seeds)
+    fitted: list[Entry] = []
+    pending: list[Entry] = []
+    unfitted: list[Entry] = []
     for name, g in per_seed.groupby(label, sort=True):
         ok = sum(fits(x) for x in g["in-dist"])
         if ok == len(g):
             key = tuple(-_or_low(shown(pd.to_numeric(g[k]).mean(), RANK_DIGITS[k])) for k in RANK_KEYS)
-            fitted.append((key, str(name), ok, len(g)))
+            short = seeds_wanted is not None and len(g) < seeds_wanted
+            (pending if short else fitted).append((key, str(name), ok, len(g)))
         else:
             unfitted.append(((-_or_low(pd.to_numeric(g["in-dist"]).mean()),), str(name), ok, len(g)))
     fitted.sort()
+    pending.sort()
     unfitted.sort()
     out, rank, previous = [], 0, None
     for i, (key, name, ok, n) in enumerate(fitted, start=1):
         if key != previous:  # competition ranking: ties (at the shown precision) share a rank
             rank, previous = i, key
         out.append(Standing(name, rank, ok, n))
+    out += [Standing(name, None, ok, n, pending=True) for _, name, ok, n in pending]
     out += [Standing(name, None, ok, n) for _, name, ok, n in unfitted]
     return out
 

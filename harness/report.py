@@ -86,7 +86,7 @@ def leaderboard_tables(df: pd.DataFrame) -> dict[str, str]:
             r = g[g["pe"] == standing.label]
             rows.append(
                 {
-                    "rank": standing.rank if standing.fitted else "-",
+                    "rank": standing.rank if standing.ranked else "-",
                     "encoding": standing.label,
                     "fit": f"{standing.seeds_fit}/{standing.seeds}" + ("" if standing.fitted else " did not fit"),
                     f"EM≤{n}": fmt(r["in-dist"]),

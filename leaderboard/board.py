@@ -277,8 +277,9 @@ INTEGER_SCORES = ("reach",)
 class Row:
     """One encoding on one (preset, task) table.
 
-    ``rank`` is ``None`` when some seed did not fit the training scales: such rows come
-    after the ranked ones (``harness.ranking.RULE``).
+    ``rank`` is ``None`` when some seed did not fit the training scales, or when every
+    seed so far fits but the table's plan wants more seeds of it (``pending``): such rows
+    come after the ranked ones (``harness.ranking.RULE``), the pending ones first.
     """
 
     rank: int | None
@@ -288,48 +289,79 @@ class Row:
     scores: Mapping[str, Stat]
     seeds_fit: int = 0
     per_seed: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # score -> each seed's value, seed order
-    overlaps_above: bool = False  # EM>N's range over seeds meets the one ranked just above (OVERLAP_RULE)
+    overlaps_above: bool = False  # EM>N's range over seeds meets that of a row ranked above (OVERLAP_RULE)
+    pending: bool = False  # every seed so far fits, fewer seeds than planned: not ranked yet (PENDING_SEEDS_RULE)
+    seeds_wanted: int | None = None  # the seeds the table's plan wants of each row (None: no plan)
 
     @property
     def fitted(self) -> bool:
+        """Every seed so far fits the training scales."""
+        return bool(self.seeds) and self.seeds_fit == len(self.seeds)
+
+    @property
+    def ranked(self) -> bool:
+        """Every seed fits and the table has all the seeds it plans of it."""
         return self.rank is not None
 
     def rank_text(self) -> str:
-        """``2``, ``≈3`` (its seeds do not separate it from the row above), or ``—`` (did not fit)."""
+        """``2``, ``≈3`` (its seeds do not separate it from a row ranked above), or ``—``
+        (did not fit, or still short of its planned seeds)."""
         if self.rank is None:
             return "—"
         return f"{OVERLAP_MARK if self.overlaps_above else ''}{self.rank}"
 
+    def status_text(self) -> str | None:
+        """``did not fit``, ``1 of 3 seeds: not ranked yet``, or None for a ranked row."""
+        if self.ranked:
+            return None
+        if not self.fitted:
+            return "did not fit"
+        return f"{len(self.seeds)} of {self.seeds_wanted} seeds: not ranked yet"
+
 
 OVERLAP_MARK = "≈"
 OVERLAP_RULE = (
-    f"{OVERLAP_MARK} before a rank: the row's EM>N range over its seeds meets the range of the row ranked just "
-    "above it, as the table shows them (two decimals), so by EM>N, the ranking measure, the seeds do not separate "
-    "the two."
+    f"{OVERLAP_MARK} before a rank: the row's EM>N range over its seeds meets the range of some row ranked above "
+    "it, as the table shows them (two decimals), so by EM>N, the ranking measure, the seeds do not separate the "
+    "row from that one. A rank without the mark is separated on EM>N from every row ranked above it."
 )
 """What the ≈ before a rank means, quoted by the site and the README."""
+
+PENDING_SEEDS_RULE = (
+    "A row with fewer seeds than its table plans is listed after the ranked rows, “not ranked yet”, with the "
+    "numbers of its seeds so far: one seed is not ranked against three seeds' means."
+)
+"""What a pending row is, quoted by the site and the README where a table has one."""
 
 
 def _mark_overlaps(rows: list[Row]) -> list[Row]:
     """Set ``overlaps_above`` on each ranked row whose EM>N min..max meets the min..max of
-    the ranked row just above it (a lower rank number; rows sharing a rank are not marked),
-    compared as the table shows them: two ranges that read ``0.00`` and ``0.00`` meet, even
-    where the third decimal differs (odds_first: a handful of exact answers in 3000)."""
-    out, above = [], None
+    some ranked row with a smaller rank number (rows sharing a rank are compared with the
+    rows above them, not with each other), compared as the table shows them: two ranges
+    that read ``0.00`` and ``0.00`` meet, even where the third decimal differs (odds_first:
+    a handful of exact answers in 3000)."""
+    out: list[Row] = []
     for row in rows:
-        if row.fitted and above is not None and row.rank != above.rank:
-            mine, theirs = row.scores["em_beyond"], above.scores["em_beyond"]
-            measured = not (math.isnan(mine.hi) or math.isnan(theirs.lo))
-            if measured and ranking.shown(mine.hi) >= ranking.shown(theirs.lo):
-                row = replace(row, overlaps_above=True)
+        if row.ranked:
+            mine = row.scores["em_beyond"]
+            for above in out:
+                if not above.ranked or above.rank == row.rank:
+                    continue
+                theirs = above.scores["em_beyond"]
+                measured = not (math.isnan(mine.hi) or math.isnan(theirs.lo) or math.isnan(mine.lo))
+                meets = ranking.shown(mine.hi) >= ranking.shown(theirs.lo) and ranking.shown(mine.lo) <= ranking.shown(
+                    theirs.hi
+                )
+                if measured and meets:
+                    row = replace(row, overlaps_above=True)
+                    break
         out.append(row)
-        if row.fitted:
-            above = row
     return out
 
 
-def summary(df: pd.DataFrame) -> list[Row]:
-    """Rows of one (preset, task) frame in the order of ``harness.ranking.RULE``."""
+def summary(df: pd.DataFrame, seeds_wanted: int | None = None) -> list[Row]:
+    """Rows of one (preset, task) frame in the order of ``harness.ranking.RULE``; with
+    ``seeds_wanted`` (the seeds the table's plan has), a row short of them is pending."""
     if df.empty:
         return []
     per_seed = per_seed_summary(df)
@@ -339,13 +371,25 @@ def summary(df: pd.DataFrame) -> list[Row]:
     rows = []
     columns = {"em_within": "in-dist", "em_beyond": "EM>N", "reach": "reach", "tok_beyond": "tok-acc>N"}
     columns["tok_within"] = "tok_within"
-    for standing in ranking.standings(per_seed):
+    for standing in ranking.standings(per_seed, seeds_wanted=seeds_wanted):
         g = per_seed[per_seed["pe"] == standing.label].sort_values("seed")
         scores = {score: Stat.of(g[column]) for score, column in columns.items()}
         values = {score: tuple(float(v) for v in g[column]) for score, column in columns.items()}
         encoding = str(df.loc[df["pe"] == standing.label, "encoding"].iloc[0])
         seeds = tuple(int(s) for s in g["seed"])
-        rows.append(Row(standing.rank, standing.label, encoding, seeds, scores, standing.seeds_fit, values))
+        rows.append(
+            Row(
+                standing.rank,
+                standing.label,
+                encoding,
+                seeds,
+                scores,
+                standing.seeds_fit,
+                values,
+                pending=standing.pending,
+                seeds_wanted=seeds_wanted,
+            )
+        )
     return _mark_overlaps(rows)
 
 
@@ -763,13 +807,14 @@ def assemble(
     for (task, preset), g in df.groupby(["task", "preset"], sort=True):
         config = next(r.data["config"] for r in records if (r.data["task"], r.data["preset"]) == (task, preset))
         protocol = config.get("protocol")  # one per (task, preset): check_protocols made sure
+        plan = plans.tables.get((str(preset), str(task)))
         tables.append(
             Table(
                 preset=str(preset),
                 task=str(task),
                 train_max=int(g["train_max"].iloc[0]),
                 test_max=int(g["length"].max()),
-                rows=tuple(summary(g)),
+                rows=tuple(summary(g, seeds_wanted=None if plan is None else len(plan.seeds))),
                 curves=tuple(curves(g)),
                 protocol=None if protocol is None else str(protocol),
                 train_min=int(config["train"].get("train_min", 1)),

@@ -95,14 +95,16 @@ def _hard_alibi(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
     if row is None:
         return None
     n = table.train_max
+    if row.pending:  # a rank among the others needs all its seeds
+        return None
     if row.rank is None:  # not fitted
         return "does not hold", f"hard_alibi did not fit the training scales (EM≤{n} {cell_text(row, 'em_within')})"
     reach = row.per_seed.get("reach", ())
     low = int(min(reach)) if reach else n
-    ranked = sum(r.fitted for r in table.rows)
+    ranked = sum(r.ranked for r in table.rows)
     said = f"hard_alibi ranks {row.rank} of {ranked} (EM>{n} {cell_text(row, 'em_beyond')}; every seed reaches "
     said += f"at least {low} of the tested {table.test_max})"
-    above = [r.label for r in table.rows if r.fitted and r.rank is not None and r.rank < row.rank]
+    above = [r.label for r in table.rows if r.rank is not None and r.rank < row.rank]
     if row.rank == 1:
         return "holds", said
     behind = f"; ranked above it: {', '.join(above[:3])}{' …' if len(above) > 3 else ''}"
@@ -154,9 +156,10 @@ def _above(name: str, others: Sequence[str]) -> Callable[[Table, dict[str, Row]]
     does not hold: above none, or ``name`` did not fit."""
 
     def check(table: Table, rows: dict[str, Row]) -> tuple[str, str] | None:
-        row, present = rows.get(name), [o for o in others if o in rows]
-        if row is None or not present:
+        row, present = rows.get(name), [o for o in others if o in rows and not rows[o].pending]
+        if row is None or row.pending or not present:  # a comparison of ranks needs every seed
             return None
+        waiting = [o for o in others if o in rows and rows[o].pending]
         n = table.train_max
         if row.rank is None:
             return "does not hold", f"{name} did not fit the training scales (EM≤{n} {cell_text(row, 'em_within')})"
@@ -180,6 +183,8 @@ def _above(name: str, others: Sequence[str]) -> Callable[[Table, dict[str, Row]]
             said += "; above " + ", ".join(named(o) for o in beaten)
         if ahead:
             said += "; not above " + ", ".join(named(o) for o in ahead)
+        if waiting:
+            said += "; not compared yet (short of their seeds): " + ", ".join(waiting)
         if not beaten:
             return "does not hold", said
         if ahead:

@@ -147,7 +147,8 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
                 out.append(f"- {md(v.task)}, preset {md(v.preset)}: **{md(v.outcome)}**. {md(v.evidence)}.{note}")
             out.append("")
     if board.tables:
-        out += ["## Ranking", "", md(f"{bd.RANKING_RULE} {bd.CELLS_RULE} {bd.OVERLAP_RULE}"), ""]
+        rules = f"{bd.RANKING_RULE} {bd.PENDING_SEEDS_RULE} {bd.CELLS_RULE} {bd.OVERLAP_RULE}"
+        out += ["## Ranking", "", md(rules), ""]
     for task in board.tasks:
         out += [f"## {md(task)}", ""]
         for table in board.tables_of_task(task):
@@ -164,7 +165,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
             rows: list[list[Any]] = []
             for row in table.rows:
                 rows.append(
-                    [row.rank_text(), md(row.label) + ("" if row.fitted else " · *did not fit*")]
+                    [row.rank_text(), md(row.label) + ("" if row.ranked else f" · *{row.status_text()}*")]
                     + [bd.cell_text(row, s) for s in bd.SCORES]
                     + [f"{row.seeds_fit}/{len(row.seeds)} fit"]
                 )

@@ -106,3 +106,17 @@ def test_spread_shows_what_the_seeds_did():
 def test_a_spread_never_leaves_the_metric_range(values):
     s = Spread.of(values)
     assert 0.0 <= s.lo <= s.mean + 1e-12 and s.mean <= s.hi + 1e-12 and s.hi <= 1.0
+
+
+def test_an_encoding_short_of_the_seeds_wanted_is_pending_not_ranked():
+    rows = [("three", s, 1.0, 0.1, 10, 0.3) for s in range(3)]
+    rows += [("lucky", 0, 1.0, 0.9, 14, 0.9)]  # one seed, far above the others
+    rows += [("slipped", 0, 0.5, 0.9, 14, 0.9)]  # one seed that did not fit: did not fit, not pending
+    table = standings(per_seed(rows), seeds_wanted=3)
+    assert [(s.label, s.rank, s.pending, s.fitted) for s in table] == [
+        ("three", 1, False, True),
+        ("lucky", None, True, True),
+        ("slipped", None, False, False),
+    ]
+    # the terminal wants no number of seeds: whatever is there is ranked
+    assert [(s.label, s.rank) for s in standings(per_seed(rows))][:2] == [("lucky", 1), ("three", 2)]

@@ -405,3 +405,54 @@ def test_provenance_lists_the_cpus_and_counts_runs_trained_in_segments():
     [p] = bd.provenance([rec(old, 1), rec(new, 2), rec(moved, 3), rec(recommitted, 4)])
     assert p.cpus == ("AMD EPYC (torch CPU kernels: AVX2)", bd.NOT_RECORDED)
     assert p.resumed_elsewhere == 2
+
+
+def test_a_row_short_of_its_planned_seeds_is_listed_after_the_ranked_rows_not_ranked():
+    """odds_first, 25 November: learned_prf's one seed (EM>10 0.005, read 0.01) ranked 1st
+    above encodings with three seeds' means. A row with fewer seeds than the table plans
+    is now "not ranked yet", after the ranked rows and before those that did not fit."""
+    good = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}  # EM>N 1.0: would rank first
+    data = [
+        ("alibi", 0, ROPE0),
+        ("alibi", 1, ROPE1),
+        ("rope", 0, ROPE1),
+        ("rope", 1, ROPE1),
+        ("learned_prf", 0, good),  # one seed of two
+        ("nope", 0, NOPE),  # one seed of two, and it did not fit: final whatever seed 1 does
+    ]
+    records = [rec(make_record(pe, "copy", s, em, train_max=3), i) for i, (pe, s, em) in enumerate(data, start=1)]
+    planned = [("smoke", "copy", r.data["seed"], r.run_id, "board.toml") for r in records]
+    planned += [("smoke", "copy", 1, "f" * 16, "board.toml"), ("smoke", "copy", 1, "e" * 16, "board.toml")]
+    [table] = bd.assemble(records, plans_of(planned)).tables
+    assert [(r.label, r.rank, r.status_text()) for r in table.rows] == [
+        ("rope", 1, None),
+        ("alibi", 2, None),
+        ("learned_prf", None, "1 of 2 seeds: not ranked yet"),
+        ("nope", None, "did not fit"),
+    ]
+    pending = table.rows[2]
+    assert pending.fitted and not pending.ranked and pending.rank_text() == "—"
+    # without a plan (a user's own store) every row with all seeds fitting is ranked, as in the terminal
+    [table] = bd.assemble(records).tables
+    assert [(r.label, r.rank) for r in table.rows][:3] == [("learned_prf", 1), ("rope", 2), ("alibi", 3)]
+
+
+def test_the_overlap_mark_looks_at_every_row_ranked_above_and_at_each_member_of_a_tie():
+    """reverse, 25 November: randomized:ape (0.15-0.17) sat inside learned_prf_sh's range
+    (0.06-0.46, rank 1) but clear of the row just above, and read a plain 3; on odds_first
+    the second row of a tie read a plain rank under a first one marked ≈."""
+    wide = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 0.2, 7: 0.0}  # EM>N 0.55
+    top = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}  # 1.0: the wide row's range is 0.55-1.0
+    mid = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 0.0}  # 0.75
+    low = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 0.6, 7: 0.0}  # 0.65: inside the first row's range only
+    data = [("alibi", 0, wide), ("alibi", 1, top), ("rope", 0, mid), ("rope", 1, mid)]
+    data += [("t5", 0, low), ("t5", 1, low), ("fire", 0, low), ("fire", 1, low)]
+    recs = [rec(make_record(pe, "copy", s, em, train_max=3), i) for i, (pe, s, em) in enumerate(data, start=1)]
+    [table] = bd.assemble(recs).tables
+    # alibi 0.775 (0.55-1.00); rope 0.75 (clear of nothing above: it meets alibi's range too)
+    assert [(r.label, r.rank_text()) for r in table.rows] == [
+        ("alibi", "1"),
+        ("rope", "≈2"),
+        ("fire", "≈3"),  # 0.65 (0.65-0.65): clear of rope's 0.75, inside alibi's 0.55-1.00
+        ("t5", "≈3"),  # the same numbers: tied, and both marked
+    ]

@@ -10,7 +10,8 @@ from leaderboard.claims import CLAIMS, claim_verdicts, verdicts
 def row(label, *, em_in=1.0, em=(0.0,), reach=(10,), tok=(0.2,), fitted=True, rank=1):
     per_seed = {"em_within": (em_in,) * len(em), "em_beyond": em, "reach": reach, "tok_beyond": tok}
     scores = {k: Spread.of(v) for k, v in per_seed.items()} | {"tok_within": Spread.of([1.0])}
-    return Row(rank if fitted else None, label, label.split("{")[0], tuple(range(len(em))), scores, 1, per_seed)
+    seeds_fit = len(em) if fitted else 0
+    return Row(rank if fitted else None, label, label.split("{")[0], tuple(range(len(em))), scores, seeds_fit, per_seed)
 
 
 def board(*rows, task="copy"):
@@ -148,3 +149,16 @@ def test_seeds_that_read_the_same_do_not_separate_two_rows():
     rand = claim("Randomizing")
     b = board(row("randomized:ape", tok=(0.204, 0.5)), row("ape", tok=(0.1, 0.2)))
     assert verdicts(b, rand)[0].outcome == "partly"
+
+
+def test_a_comparison_of_ranks_waits_for_every_seed():
+    """A row short of its planned seeds has no rank: a comparative claim gives no verdict
+    on it, and does not count it as "did not fit" either."""
+    pending = Row(None, "hard_alibi", "hard_alibi", (0,), row("x").scores, 1, row("x").per_seed, pending=True)
+    assert verdicts(board(pending, row("rope", rank=1)), claim("Hard-ALiBi")) == []
+    fire = row("fire", em=(0.5, 0.6), rank=1)
+    t5 = row("t5", em=(0.1, 0.2), rank=2)
+    alibi = Row(None, "alibi", "alibi", (0,), row("x").scores, 1, row("x").per_seed, pending=True)
+    [v] = verdicts(board(fire, t5, alibi), claim("FIRE"))
+    assert v.outcome == "holds" and "not compared yet (short of their seeds): alibi" in v.evidence
+    assert "did not fit" not in v.evidence
