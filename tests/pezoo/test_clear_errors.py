@@ -58,6 +58,43 @@ def test_a_bias_materialised_for_another_head_count(name):
     assert bias.materialize(ctx, 4, torch.float32).shape[1] in (1, 4)
 
 
+@pytest.mark.parametrize("name", ["kerple_log", "kerple_power", "randomized:kerple_log", "fire", "t5"])
+def test_a_bias_built_for_more_heads_than_it_is_materialised_for(name):
+    """KERPLE's per-head parameters were indexed by arange(4) and silently read for the
+    first 4 of its 8 heads."""
+    pe = pezoo.create(name, dims=pezoo.ModelDims(d_model=64, n_heads=8, n_layers=2))
+    q = torch.randn(1, 4, 5, 8)
+    ctx = _ctx()
+    (bias,) = pe.bias(0, q, q, ctx)
+    with pytest.raises(ValueError, match="holds 8 heads but was materialised for n_heads=4"):
+        bias.materialize(ctx, 4, torch.float32)
+    with pytest.raises(ValueError, match="holds 8 heads but was materialised for n_heads=4"):
+        pezoo.attend(q, q, q, ctx, [bias])
+
+
+def _per_head_table(q_pos, k_pos, head, table):
+    return table[head, (q_pos - k_pos).abs().long().clamp(max=2)]
+
+
+def _per_head_selected(q_pos, k_pos, head, weight):
+    return -torch.index_select(weight, 0, head.flatten()).view(head.shape) * (q_pos - k_pos).abs()
+
+
+@pytest.mark.parametrize(
+    ("fn", "per_head"),
+    [(_per_head_table, lambda h: torch.randn(h, 3)), (_per_head_selected, lambda h: torch.rand(h))],
+)
+def test_a_relative_function_of_ones_own_checks_its_head_count(fn, per_head):
+    """The check is RelativeFunctionBias's, whatever fn indexes by the head, in either
+    direction; the values for the right head count are fn's own."""
+    ctx = _ctx()
+    assert pezoo.RelativeFunctionBias(fn, (per_head(4),)).materialize(ctx, 4, torch.float32).shape == (1, 4, 5, 5)
+    for built, used in ((8, 4), (2, 4)):
+        bias = pezoo.RelativeFunctionBias(fn, (per_head(built),))
+        with pytest.raises(ValueError, match=f"holds {built} heads but was materialised for n_heads={used}"):
+            bias.materialize(ctx, used, torch.float32)
+
+
 def test_learned_prf_without_slots():
     """n_slots=0 built a model whose bias was zero everywhere, silently."""
     with pytest.raises(ValueError, match="n_slots must be >= 1"):
