@@ -142,22 +142,39 @@ def check_layer(name: str, layer: int, n_layers: int) -> None:
         )
 
 
-def check_qk(name: str, q: Tensor, k: Tensor, ctx: AttentionContext, head_dim: int) -> None:
+def check_qk(
+    name: str, q: Tensor, k: Tensor, ctx: AttentionContext, head_dim: int, *, all_keys: bool = False
+) -> None:
     """Raise a ValueError naming the mistake unless q and k are the *new* queries and keys
     of this call in the (b, h, s, e) layout with e = ``head_dim``: for encodings whose
-    ``qk`` would otherwise broadcast a wrong layout into a silently wrong result."""
+    ``qk`` would otherwise broadcast a wrong layout into a silently wrong result.
+
+    With ``all_keys`` (for a ``bias`` hook, which reads the keys after the KV cache), k
+    must instead hold every key of ``ctx.k_pos``, cached ones included."""
+    hook = "bias" if all_keys else "qk"
     if q.dim() != 4 or k.dim() != 4:
         raise ValueError(
-            f"{name}.qk wants q and k of shape (b, h, s, e); got {tuple(q.shape)} and {tuple(k.shape)}"
+            f"{name}.{hook} wants q and k of shape (b, h, s, e); got {tuple(q.shape)} and {tuple(k.shape)}"
         )
     if q.shape[-1] != head_dim or k.shape[-1] != head_dim:
         raise ValueError(f"{name} was built for head_dim={head_dim}, got q/k of width {q.shape[-1]}/{k.shape[-1]}")
     if q.shape[-2] != ctx.q_pos.shape[-1]:
         raise ValueError(
-            f"{name}.qk got {q.shape[-2]} queries on axis 2 of q for {ctx.q_pos.shape[-1]} positions in "
+            f"{name}.{hook} got {q.shape[-2]} queries on axis 2 of q for {ctx.q_pos.shape[-1]} positions in "
             f"ctx.q_pos; q's layout must be (b, h, s, e)"
         )
-    if k.shape[-2] != q.shape[-2]:
+    if all_keys:
+        if k.shape[-2] != ctx.k_pos.shape[-1]:
+            raise ValueError(
+                f"{name}.bias reads all keys, cached ones included: {ctx.k_pos.shape[-1]} for the positions in "
+                f"ctx.k_pos; got {k.shape[-2]} keys on axis 2 of k (layout (b, h, j, e))"
+            )
+        if k.shape[:2] != q.shape[:2]:
+            raise ValueError(
+                f"{name}.bias wants q and k with the same batch and heads (b, h); got {tuple(q.shape[:2])} and "
+                f"{tuple(k.shape[:2])}"
+            )
+    elif k.shape[-2] != q.shape[-2]:
         raise ValueError(
             f"{name}.qk transforms the new keys only, one per query ({q.shape[-2]}), before they enter "
             f"a KV cache; got {k.shape[-2]} keys"

@@ -31,7 +31,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, check_layer, register
+from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, check_layer, check_qk, register
 
 
 def cope_positions(gates: Tensor) -> Tensor:
@@ -113,8 +113,7 @@ class CoPE(PositionalEncoding):
         check_layer(self.name, layer, self.n_layers)
         if not ctx.causal:
             raise ValueError("cope is defined for causal attention only (its positions count keys up to the query)")
-        if q.shape[-1] != self.head_dim:
-            raise ValueError(f"cope was built for head_dim={self.head_dim}, got q/k of width {q.shape[-1]}")
+        check_qk(self.name, q, k, ctx, self.head_dim, all_keys=True)
         n_queries, n_keys = q.shape[2], k.shape[2]
         key_idx = torch.arange(n_keys, device=q.device)
         query_idx = torch.arange(n_queries, device=q.device) + (n_keys - n_queries)  # key index of each query

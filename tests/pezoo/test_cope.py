@@ -70,6 +70,25 @@ def test_bias_with_cached_keys():
         assert dense[0, 0, i, j].item() == pytest.approx(value, rel=1e-4, abs=1e-4)
 
 
+def test_keys_and_layout_are_checked_against_the_context():
+    """Only the new key of a cached step gave a (b, h, 1, 1) bias of that key alone, and a
+    (b, s, h, e) layout a bias over heads instead of keys, both without an error."""
+    pe = pezoo.create("cope", head_dim=8, n_layers=1)
+    step = pezoo.AttentionContext(q_pos=torch.tensor([[5]]), k_pos=torch.arange(6)[None])
+    q_new, k_new = torch.randn(2, 4, 1, 8), torch.randn(2, 4, 1, 8)
+    with pytest.raises(ValueError, match=r"all keys, cached ones included: 6 .* got 1 keys"):
+        pe.bias(0, q_new, k_new, step)
+    assert pe.bias(0, q_new, torch.randn(2, 4, 6, 8), step)[0].tensor.shape == (2, 4, 1, 6)
+    full = pezoo.AttentionContext(q_pos=torch.arange(6)[None], k_pos=torch.arange(6)[None])
+    swapped = torch.randn(2, 6, 4, 8)
+    with pytest.raises(ValueError, match=r"4 queries on axis 2 of q for 6 positions.*\(b, h, s, e\)"):
+        pe.bias(0, swapped, swapped, full)
+    with pytest.raises(ValueError, match="same batch and heads"):
+        pe.bias(0, torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8), full)
+    with pytest.raises(ValueError, match=r"shape \(b, h, s, e\)"):
+        pe.bias(0, torch.randn(4, 6, 8), torch.randn(4, 6, 8), full)
+
+
 def test_positions_count_gates_not_tokens():
     """With gates all 1 the contextual position is the token distance + 1; with gates 0 on
     the in-between keys it collapses: position is a count of what the gates select."""
