@@ -243,6 +243,15 @@ EXTRA_INPUTS: dict[str, str] = {
 board must say so, or a reader compares them with the others as equals."""
 
 
+EXTRA_INPUT_BADGES: dict[str, str] = {"learned_prf_sh": "reads n"}
+"""The same, in the two words a table row carries beside the encoding's name."""
+
+
+def extra_input_badge(pe: str) -> str | None:
+    """The badge of what ``pe`` reads beyond tokens and positions (``reads n``), or None."""
+    return EXTRA_INPUT_BADGES.get(pe.rsplit(":", 1)[-1])
+
+
 def extra_input(pe: str) -> str | None:
     """What ``pe`` (a registry name, wrapped or not) reads beyond tokens and positions, or None."""
     return EXTRA_INPUTS.get(pe.rsplit(":", 1)[-1])

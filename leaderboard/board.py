@@ -44,7 +44,7 @@ from harness import ranking
 from harness.backbone import BackboneConfig
 from harness.config import NEW_FIELD_DEFAULTS
 from harness.pe_spec import display_name, model_options, variant_display_name
-from harness.protocols import departure_paper, extra_input
+from harness.protocols import departure_paper, extra_input, extra_input_badge
 from harness.protocols import departures as protocol_departures
 from harness.report import per_seed_summary
 from leaderboard.plans import NO_PLANS, Filled, Plans, filled, published_cells, seeds_by_run
@@ -310,6 +310,13 @@ class Row:
             return "—"
         return f"{OVERLAP_MARK if self.overlaps_above else ''}{self.rank}"
 
+    def badges(self) -> list[str]:
+        """What a reader must know beside the name: ``did not fit`` or ``1 of 3 seeds: not
+        ranked yet``, and ``reads n`` for an encoding with an extra input
+        (``harness.protocols.EXTRA_INPUTS``)."""
+        status, reads = self.status_text(), extra_input_badge(self.encoding)
+        return [b for b in (status, reads) if b is not None]
+
     def status_text(self) -> str | None:
         """``did not fit``, ``1 of 3 seeds: not ranked yet``, or None for a ranked row."""
         if self.ranked:
@@ -489,6 +496,8 @@ class Provenance:
     evaluated: int = 0  # runs that evaluate another run's trained weights (inference-time variants), no training
     cpus: tuple[str, ...] = ()  # the hosts' CPUs ("not recorded" for records from before pezoo recorded them)
     resumed_elsewhere: int = 0  # runs trained by more than one commit or on more than one machine
+    train_scales: tuple[str, ...] = ()  # the training scales, "1..10"
+    test_maxes: tuple[int, ...] = ()  # the largest tested scale
 
     def runs_text(self) -> str:
         """``97 runs (18 of them evaluate a trained run's weights, no training)``."""
@@ -549,6 +558,10 @@ def provenance(records: Iterable[Record]) -> list[Provenance]:
                 resumed_elsewhere=sum(
                     any(k in r.data["provenance"] for k in ("code_by_step", "machine_by_step")) for r in recs
                 ),
+                train_scales=values(
+                    lambda d: f"{d['config']['train'].get('train_min', 1)}..{d['config']['train']['train_max']}"
+                ),
+                test_maxes=values(lambda d: d["config"]["eval"]["test_max"]),
             )
         )
     return out
@@ -564,18 +577,28 @@ PAPERS_PROTOCOLS = (
 
 def trained_sentence(p: Provenance) -> str:
     """One sentence a newcomer understands: what each run of the preset trained, on what,
-    and (unless the board is paper scale) how that differs from the papers' protocols.
+    how far it was tested, and (unless the board is paper scale) how that differs from the
+    papers' protocols.
 
     Built from the records' own config and provenance, e.g. "Each run trains a 3-layer
-    transformer (d_model 128) for 3000 steps of batch 64 on a CPU; the papers train
-    larger models far longer on GPUs (...)."
+    transformer (d_model 128) for 3000 steps of batch 64 on task instances of scale 1..10,
+    on a CPU, and is tested on scales up to 40; the papers train larger models far longer
+    on GPUs (...)."
     """
     layers = "/".join(map(str, p.n_layers)) or "?"
     width = "/".join(map(str, p.d_models)) or "?"
     steps = "/".join(map(str, p.steps))
     batch = "/".join(map(str, p.batch_sizes))
-    text = f"Each run trains a {layers}-layer transformer (d_model {width}) for {steps} steps of batch {batch} "
-    text += _device_words(p.devices)
+    text = f"Each run trains a {layers}-layer transformer (d_model {width}) for {steps} steps of batch {batch}"
+    if p.train_scales:
+        text += f" on task instances of scale {' or '.join(p.train_scales)},"
+    text += " " + _device_words(p.devices)
+    if len(p.cpus) > 1:
+        text += " (more than one machine: the provenance lists their CPUs)"
+    if p.test_maxes:
+        text += f", and is tested on scales up to {'/'.join(map(str, p.test_maxes))}"
+    if p.evaluated:
+        text += " (a row marked “same weights” evaluates a trained run's weights with other options, no training)"
     return text + ("." if p.paper_scale else f"; {PAPERS_PROTOCOLS}.")
 
 
@@ -937,7 +960,8 @@ def _train_steps(records: Iterable[Record]) -> tuple[int, ...]:
 
 OVERVIEW_RULE = (
     "Each cell is the ranking measure, EM>N (exact match beyond the training scales, mean over seeds), where every "
-    "seed of the encoding fitted that task; “did not fit” where some seed did not; blank where it was not run. "
+    "seed of the encoding fitted that task; “did not fit” where some seed did not (with how many of its seeds "
+    "fit); blank where it was not run. "
     "Rows are ordered by the mean over the tasks of EM>N, counting a task the encoding did not fit or was not run "
     "on as 0, then by the number of tasks fitted, both compared as shown (the mean to two decimals); rows equal on "
     "both share a position. While the board is being filled, only the tasks whose table is complete count, so the "
@@ -979,6 +1003,18 @@ class Overview:
     def pending(self) -> list[str]:
         """The tasks still being filled: shown, not counted in the order (marked †)."""
         return [t for t in self.tasks if t not in self.counted]
+
+    def counted_text(self) -> str | None:
+        """``The order counts copy and reverse only, ...`` while some task is still being
+        filled (the grid then is not an overall ranking), else None."""
+        if not self.pending:
+            return None
+        counted = " and ".join(self.counted) if len(self.counted) < 3 else ", ".join(self.counted)
+        pending = ", ".join(self.pending)
+        return (
+            f"The order counts {counted} only, the {'task' if len(self.counted) == 1 else 'tasks'} whose table is "
+            f"complete; {pending} ({PENDING_MARK}) {'is' if len(self.pending) == 1 else 'are'} still being filled."
+        )
 
 
 def overview(board: Board, preset: str) -> Overview:

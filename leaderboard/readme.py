@@ -62,7 +62,9 @@ def _glance_cell(row: bd.Row | None) -> str:
     if row is None:
         return ""
     mean = row.scores["em_beyond"].mean
-    return ("-" if math.isnan(mean) else f"{mean:.2f}") if row.fitted else "*did not fit*"
+    if not row.fitted:
+        return f"*did not fit ({row.seeds_fit}/{len(row.seeds)} seeds fit)*"
+    return "-" if math.isnan(mean) else f"{mean:.2f}"
 
 
 def render_readme(board: bd.Board, *, site_href: str) -> str:
@@ -136,7 +138,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
             out += [f"Preset **{md(preset)}**:", ""]
         out += [tabulate(glance, headers=headers, tablefmt="github", disable_numparse=True), ""]
         if grid.pending:
-            out += [md(bd.PENDING_RULE) + ".", ""]
+            out += [md(f"{grid.counted_text()} {bd.PENDING_RULE}."), ""]
     found = claims.claim_verdicts(board)
     if found:
         out += ["## What the papers claim, and what this board shows", "", md(claims.CLAIMS_RULE), ""]
@@ -165,7 +167,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
             rows: list[list[Any]] = []
             for row in table.rows:
                 rows.append(
-                    [row.rank_text(), md(row.label) + ("" if row.ranked else f" · *{row.status_text()}*")]
+                    [row.rank_text(), md(row.label) + "".join(f" · *{badge}*" for badge in row.badges())]
                     + [bd.cell_text(row, s) for s in bd.SCORES]
                     + [f"{row.seeds_fit}/{len(row.seeds)} fit"]
                 )

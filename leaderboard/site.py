@@ -318,15 +318,17 @@ class Site:
         if row is None:
             return {"kind": "none", "text": "", "sort": "", "style": "", "title": f"{task}: not run"}
         em, within = row.scores["em_beyond"], row.scores["em_within"]
-        ranked = sum(r.fitted for r in table_rows.values())
+        ranked = sum(r.ranked for r in table_rows.values())
         fit = f"{row.seeds_fit}/{len(row.seeds)} seeds fit, EM≤N {within.text()}"
         if not row.fitted:
             title = f"{task}: did not fit ({fit}); EM>N {em.text()}"
-            return {"kind": "unfit", "text": "did not fit", "sort": "-1", "style": "", "title": title}
+            text = f"did not fit ({row.seeds_fit}/{len(row.seeds)})"
+            return {"kind": "unfit", "text": text, "sort": "-1", "style": "", "title": title}
         if math.isnan(em.mean):
             return {"kind": "value", "text": "-", "sort": "", "style": "", "title": f"{task}: no scale beyond N"}
         background, ink = heat_colour(em.mean)
-        title = f"{task}: rank {row.rank} of {ranked} ranked · EM>N {em.text()} · {fit}"
+        standing = f"rank {row.rank} of {ranked} ranked" if row.ranked else row.status_text()
+        title = f"{task}: {standing} · EM>N {em.text()} · {fit}"
         return {
             "kind": "value",
             "text": f"{em.mean:.2f}",
@@ -348,7 +350,7 @@ class Site:
         return f"EM≤N per seed ({each}); fits at ≥ {bd.ranking.FIT_THRESHOLD:.2f}"
 
     def ranked_count(self, table: bd.Table) -> int:
-        return sum(r.fitted for r in table.rows)
+        return sum(r.ranked for r in table.rows)
 
     def per_length_rows(self, table: bd.Table, metric: str) -> list[tuple[int, str, float, list[bd.Stat | None]]]:
         """Per evaluated scale: (n, split, mean token length, each curve's Stat or None), the

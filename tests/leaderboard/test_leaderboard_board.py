@@ -242,17 +242,20 @@ def test_stat_text_matches_the_terminal_format():
     assert bd.Stat.of([]).text() == "-" and bd.Stat.of([]).sort_value() == ""
 
 
-def test_the_trained_sentence_says_size_steps_device_and_the_papers():
+def test_the_trained_sentence_says_size_steps_scales_device_and_the_papers():
     [cpu] = bd.provenance(records())
     sentence = bd.trained_sentence(cpu)
-    backbone = records()[0].data["config"]["backbone"]
+    config = records()[0].data["config"]
+    backbone, test_max = config["backbone"], config["eval"]["test_max"]
     assert sentence.startswith(
         f"Each run trains a {backbone['n_layers']}-layer transformer (d_model {backbone['d_model']}) "
-        f"for 20 steps of batch {records()[0].data['config']['train']['batch_size']} on a CPU; the papers train"
+        f"for 20 steps of batch {config['train']['batch_size']} on task instances of scale 1..3, on a CPU, "
+        f"and is tested on scales up to {test_max}; the papers train"
     )
     assert "150k steps" in sentence and "2M steps" in sentence and sentence.endswith(").")
     gpu = bd.provenance([rec(make_record("rope", "copy", 0, ROPE0, preset="gpu", device="cuda:NVIDIA H100"))])
-    assert bd.trained_sentence(gpu[0]).endswith("on a GPU (NVIDIA H100).")  # paper scale: no comparison
+    paper_scale = bd.trained_sentence(gpu[0])
+    assert paper_scale.endswith("on a GPU (NVIDIA H100), and is tested on scales up to 7.")  # no comparison
 
 
 def test_the_runs_protocol_is_carried_to_the_table():
@@ -315,6 +318,10 @@ def test_overview_counts_only_complete_tasks_while_the_board_is_filled():
     board = bd.assemble(records, plans_of(planned))
     grid = bd.overview(board, "smoke")
     assert (grid.tasks, grid.counted, grid.pending) == (["copy", "reverse"], ["copy"], ["reverse"])
+    # said in words under the grid, so that it is not read as an overall ranking
+    assert grid.counted_text() == (
+        "The order counts copy only, the task whose table is complete; reverse (†) is still being filled."
+    )
     # counting reverse would put alibi first (mean (0.3625 + 1) / 2 = 0.68 > rope's 0.26)
     assert [(r.label, r.score) for r in grid.rows] == [("rope", pytest.approx(0.525)), ("alibi", pytest.approx(0.3625))]
     assert {r.label: r.tasks_fitted for r in grid.rows} == {"rope": 1, "alibi": 1}  # of the counted tasks
@@ -456,3 +463,14 @@ def test_the_overlap_mark_looks_at_every_row_ranked_above_and_at_each_member_of_
         ("fire", "≈3"),  # 0.65 (0.65-0.65): clear of rope's 0.75, inside alibi's 0.55-1.00
         ("t5", "≈3"),  # the same numbers: tied, and both marked
     ]
+
+
+def test_a_row_that_reads_more_than_tokens_and_positions_says_so_beside_its_name():
+    """learned_prf_sh reads each example's scale n: a reader comparing its row with the
+    others must see that on the row, not only in a note further down."""
+    data = [
+        make_record("learned_prf_sh", "copy", 0, ROPE0, train_max=3),
+        make_record("nope", "copy", 0, NOPE, train_max=3),
+    ]
+    [table] = bd.assemble([rec(d, i) for i, d in enumerate(data, start=1)]).tables
+    assert {r.label: r.badges() for r in table.rows} == {"learned_prf_sh": ["reads n"], "nope": ["did not fit"]}

@@ -311,7 +311,8 @@ def test_index_at_a_glance_shows_each_tasks_ranking_measure(smoke_site):
             for tr in ranking.split("<tr")[2:]:
                 name = re.search(r">([^<]+)</a>", tr).group(1)
                 cells = re.findall(r"<td[^>]*>([^<]*)</td>", tr)
-                shown[name] = "did not fit" if cells[0] == "—" else cells[2].split(" (")[0]
+                fit = cells[-1].replace(" fit", "")  # the seeds column: "0/2 fit"
+                shown[name] = f"did not fit ({fit})" if cells[0] == "—" else cells[2].split(" (")[0]
             column = tasks.index(task)
             for tr in grid.split("<tr")[2:]:
                 label = re.search(r">([^<]+)</a></td>", tr).group(1)
@@ -445,8 +446,8 @@ def test_fitted_encodings_are_ranked_and_the_others_marked_on_site_and_readme(tm
     assert cells == {
         "alibi": [("value", "0.70"), ("none", "")],
         "rope": [("value", "0.10"), ("value", "0.70")],
-        "nope": [("unfit", "did not fit"), ("none", "")],
-        "hard_alibi": [("none", ""), ("unfit", "did not fit")],
+        "nope": [("unfit", "did not fit (0/1)"), ("none", "")],  # with how many of its seeds fit
+        "hard_alibi": [("none", ""), ("unfit", "did not fit (0/1)")],
     }
     assert list(cells) == ["rope", "alibi", "hard_alibi", "nope"]  # means (0.10 + 0.70) / 2, 0.70 / 2, 0, 0
     assert "Each run trains a " in index.split("<h2>At a glance</h2>")[0]  # the sentence on top
@@ -454,7 +455,7 @@ def test_fitted_encodings_are_ranked_and_the_others_marked_on_site_and_readme(tm
     head = readme.split("## At a glance")[0]
     assert "Each run trains a " in head and "the papers train" in head
     glance = readme.split("## At a glance")[1].split("## Ranking")[0]
-    assert "| rope " in glance and "*did not fit*" in glance and "0.70" in glance
+    assert "| rope " in glance and "*did not fit (0/1 seeds fit)*" in glance and "0.70" in glance
     copy = readme.split("## copy")[1].split("## ")[0]
     lines = [line for line in copy.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [line.split("|")[1].strip() for line in lines] == ["1", "2", "—"]
