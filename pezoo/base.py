@@ -133,6 +133,13 @@ def check_number(
         raise ValueError(f"{name}: {option} must be a finite number{bound}, got {value!r}")
 
 
+def check_length(name: str, length: int) -> None:
+    """ValueError unless a sequence ``length`` given to ``positions`` is >= 0 (a negative one
+    gave torch's arange error, or, for randomized PE, all but a few positions of its range)."""
+    if length < 0:
+        raise ValueError(f"{name}: length must be >= 0, got {length}")
+
+
 def check_layer(name: str, layer: int, n_layers: int) -> None:
     """Raise a ValueError unless ``layer`` is one of the ``n_layers`` an encoding with
     per-layer parameters was built for (instead of an IndexError from inside it)."""
@@ -470,6 +477,7 @@ class PositionalEncoding(nn.Module):
         Plain encodings use 0..s-1 shared by the batch. Randomized PE overrides this
         during training (sorted random subset of a larger range).
         """
+        check_length(self.name or type(self).__name__, length)
         if self.max_position is not None and length > self.max_position:
             raise ValueError(
                 f"{type(self).__name__} supports positions < {self.max_position}, got a sequence of {length} tokens"

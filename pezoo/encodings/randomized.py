@@ -44,7 +44,15 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from pezoo.base import WRAPPERS, AttentionBias, AttentionContext, PositionalEncoding, check_lengths, register
+from pezoo.base import (
+    WRAPPERS,
+    AttentionBias,
+    AttentionContext,
+    PositionalEncoding,
+    check_length,
+    check_lengths,
+    register,
+)
 from pezoo.encodings.ape import SinusoidalAPE
 
 DEFAULT_MAX_LENGTH = 2048
@@ -68,6 +76,7 @@ def sample_sorted_positions(
     Returns:
         (s,) long tensor, strictly increasing.
     """
+    check_length("randomized positions", length)
     if length > max_length:
         raise ValueError(
             f"randomized positions are distinct values of [0, {max_length}), so a sequence can have at most "
@@ -151,6 +160,7 @@ class RandomizedPE(PositionalEncoding):
     def positions(self, batch: int, length: int, device: torch.device | str = "cpu") -> Tensor:
         """(1, s) sorted distinct positions of ``[0, L)`` (training, or eval with
         ``randomize_eval``), else the inner ones (plain ``0..s-1``)."""
+        check_length(self.name, length)
         if length > self.max_length:
             raise ValueError(
                 f"{self.name} draws positions from [0, {self.max_length}) and cannot place {length} tokens; "

@@ -95,6 +95,15 @@ def test_a_relative_function_of_ones_own_checks_its_head_count(fn, per_head):
             bias.materialize(ctx, used, torch.float32)
 
 
+@pytest.mark.parametrize("name", ["rope", "learned_ape", "abacus+fire", "nope"])
+def test_positions_for_a_negative_length(name):
+    """Used to be torch's 'upper bound and lower bound inconsistent with step sign'."""
+    pe = pezoo.create(name, dims=DIMS)
+    with pytest.raises(ValueError, match=f"{re.escape(pe.name)}: length must be >= 0, got -3"):
+        pe.positions(2, -3)
+    assert pe.positions(2, 0).shape == (1, 0)
+
+
 def test_learned_prf_without_slots():
     """n_slots=0 built a model whose bias was zero everywhere, silently."""
     with pytest.raises(ValueError, match="n_slots must be >= 1"):

@@ -97,6 +97,21 @@ def test_length_beyond_l_is_a_clear_error():
         sample_sorted_positions(6, 5)
 
 
+@pytest.mark.parametrize("name", ["randomized:rope", "randomized", "randomized:abacus+fire"])
+def test_a_negative_length_is_a_clear_error(name):
+    """randperm(L)[:-1] gave L - 1 positions for a length of -1."""
+    pe = pezoo.create(name, dims=pezoo.ModelDims(d_model=16, n_heads=2, n_layers=1))
+    for mode, randomize_eval in ((True, True), (False, True), (False, False)):
+        pe.train(mode)
+        pe.randomize_eval = randomize_eval
+        for length in (-1, -5):
+            with pytest.raises(ValueError, match=f"length must be >= 0, got {length}"):
+                pe.positions(2, length)
+        assert pe.positions(2, 0).shape == (1, 0)
+    with pytest.raises(ValueError, match="length must be >= 0, got -1"):
+        sample_sorted_positions(-1, 5)
+
+
 def test_bare_randomized_is_randomized_sinusoidal_ape():
     d = 6
     bare, wrapped = pezoo.create("randomized", d_model=d), pezoo.create("randomized:ape", d_model=d)
