@@ -41,7 +41,7 @@ from einops import rearrange
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, register
+from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, check_layer, check_qk, register
 from pezoo.encodings.ape import sinusoid_table
 from pezoo.encodings.prism.fused_scan import fused_windowed_scan, scan_coefficients
 from pezoo.encodings.prism.gates import CopyAttention, GateNet, HiddenRegulariser, compute_dtype
@@ -736,6 +736,7 @@ class PRISM(PositionalEncoding):
     # -- hooks ---------------------------------------------------------------------------
     def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
         """At a PRISM layer: gates + filter over the new tokens x (b, s, d); streams to ctx.scratch."""
+        check_layer(self.name, layer, self.config.n_layers)
         key = str(layer)
         if key not in self.prism_layers:
             return
@@ -764,6 +765,10 @@ class PRISM(PositionalEncoding):
 
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """q, k (b, h, s, e) -> (b, h, s, e + C·d_pe) extended by the position streams."""
+        check_layer(self.name, layer, self.config.n_layers)
+        check_qk(self.name, q, k, ctx, q.shape[-1])  # any e: the streams are appended to it
+        if q.shape[1] != self.config.n_heads:
+            raise ValueError(f"{self.name} was built for n_heads={self.config.n_heads}, got q with {q.shape[1]} heads")
         source = self.source_layer(layer)
         if source is None:
             return q, k
@@ -785,6 +790,7 @@ class PRISM(PositionalEncoding):
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         """Eq. 9's position term as a dense score where :meth:`qk` left q/k narrow, else none."""
+        check_layer(self.name, layer, self.config.n_layers)
         if not ctx.scratch.pop(self._ctx_key("prism bias", layer), False):
             return []
         per_cursor = ctx.scratch[self._ctx_key("prism", self.source_layer(layer))].scores()  # once per PRISM layer

@@ -280,6 +280,28 @@ def test_layers_use_the_most_recent_prism_layer():
         pe.qk(2, q, k, ctx)
 
 
+def test_wrong_heads_layout_or_layer_name_the_mistake():
+    """Used to be torch's broadcast error for the heads and the layout, an IndexError for the layer."""
+    pe = PRISM(d_model=D, n_heads=H, n_layers=2)
+    ctx = pezoo.AttentionContext(q_pos=torch.arange(6)[None], k_pos=torch.arange(6)[None])
+    pe.observe(0, torch.randn(2, 6, D), ctx)
+    q = torch.randn(2, H, 6, D // H)
+    assert pe.qk(0, q, q, ctx)[0].shape[:3] == (2, H, 6)
+    twice = torch.randn(2, 2 * H, 6, D // H)
+    with pytest.raises(ValueError, match=f"built for n_heads={H}, got q with {2 * H} heads"):
+        pe.qk(0, twice, twice, ctx)
+    swapped = q.transpose(1, 2)  # (b, s, h, e)
+    with pytest.raises(ValueError, match=rf"{H} queries on axis 2 of q for 6 positions.*\(b, h, s, e\)"):
+        pe.qk(0, swapped, swapped, ctx)
+    with pytest.raises(ValueError, match="new keys only"):
+        pe.qk(0, q, torch.randn(2, H, 7, D // H), ctx)
+    for hook in (pe.qk, pe.bias):
+        with pytest.raises(ValueError, match=r"built for n_layers=2 \(layers 0\.\.1\), got layer 5"):
+            hook(5, q, q, ctx)
+    with pytest.raises(ValueError, match="got layer 2"):
+        pe.observe(2, torch.randn(2, 6, D), ctx)
+
+
 def test_gradients_reach_every_learned_part():
     model = build(copy_cursors=(0,))
     model.train()
