@@ -643,6 +643,24 @@ def _rerun_phrase(f: Filled) -> str:
     )
 
 
+def superseded_sentence(board: Board, table: Table) -> str | None:
+    """``an earlier protocol (3000 steps): the board preset's table for odds_first (30 of
+    51 planned runs published) replaces it when complete; not tested against the papers'
+    claims`` for a table of a preset whose other tables have already left the board for a
+    later protocol, else None."""
+    successor = board.successor(table.preset)
+    if successor is None:
+        return None
+    steps = "/".join(map(str, _train_steps(board.records_where(preset=table.preset, task=table.task))))
+    later = next((t for t in board.tables if (t.preset, t.task) == (successor, table.task)), None)
+    f = None if later is None else board.table_filled(later)
+    so_far = "not started" if later is None else f"{f.done} of {f.planned} planned runs published" if f else "begun"
+    return (
+        f"an earlier protocol ({steps} steps): the {successor} preset's table for {table.task} ({so_far}) replaces "
+        "it when complete; not tested against the papers' claims"
+    )
+
+
 def table_filling(board: Board, table: Table) -> str | None:
     """``provisional: 15 of 19 planned runs (seed 0: 13 of 13, seed 1: 2 of 13, ...)`` for an
     unfinished table, else None."""
@@ -802,6 +820,18 @@ class Board:
                 r
                 for r in self.retired
                 if isinstance(r, RetiredTable) and (r.retirement.preset, r.retirement.task) == (preset, task)
+            ),
+            None,
+        )
+
+    def successor(self, preset: str) -> str | None:
+        """The later protocol that replaces ``preset``'s tables, where some of them have
+        already left the board for it (``[[retired]]`` in ``leaderboard.retired``), else None."""
+        return next(
+            (
+                r.retirement.superseded_by
+                for r in self.retired
+                if isinstance(r, RetiredTable) and r.retirement.preset == preset
             ),
             None,
         )

@@ -276,6 +276,8 @@ def verdict(board: Board, claim: Claim, table: Table) -> Verdict | None:
     (or the task) it needs."""
     if claim.tasks is not None and table.task not in claim.tasks:
         return None
+    if board.successor(table.preset) is not None:  # an earlier protocol, being replaced: not evidence
+        return None
     found = claim.check(table, {row.label: row for row in table.rows})
     if found is None:
         return None
@@ -302,7 +304,8 @@ CLAIMS_RULE = (
     "Each claim is tested on the rows run as its paper runs them, or as near as the board's small model allows "
     "(each difference is listed under “Run unlike their papers”), by the rule stated under it; numbers are "
     "compared as the tables show them. A verdict on a table still short of its planned runs or seeds is "
-    "provisional. Small models and short training: a claim that does not hold here may still hold at the papers' "
+    "provisional; tables of an earlier protocol that a later one is replacing are not tested. Small models and "
+    "short training: a claim that does not hold here may still hold at the papers' "
     "scale."
 )
 """What the claims section is, quoted by the site and the README."""

@@ -156,12 +156,14 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         for table in board.tables_of_task(task):
             n = table.train_max
             filling = bd.table_filling(board, table)
+            earlier = bd.superseded_sentence(board, table)
             out += [
                 f"Preset **{md(table.preset)}**, trained on scales {table.train_min}..{n}, "
                 f"tested up to {table.test_max} "
                 f"([curves]({site_href}/tasks/{slug(task)}.html))"
                 f"{'; exact match scores the final answer only' if table.match == 'answer' else ''}."
-                + (f" **{md(filling[0].upper() + filling[1:])}.**" if filling else ""),
+                + (f" **{md(filling[0].upper() + filling[1:])}.**" if filling else "")
+                + (f" **{md(earlier[0].upper() + earlier[1:])}.**" if earlier else ""),
                 "",
             ]
             rows: list[list[Any]] = []

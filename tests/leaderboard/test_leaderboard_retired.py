@@ -56,6 +56,13 @@ def test_a_superseded_table_leaves_the_board_and_the_board_says_so(tmp_path):
     sections = {part.split("\n", 1)[0]: part for part in readme.split("\n## ")}
     assert "Preset **quick**" not in sections["copy"] and "Preset **board**" in sections["copy"]
     assert "Preset **quick**" in sections["reverse"]
+    # the quick table still shown says it is an earlier protocol on its way out, and no claim is tested on it
+    assert (
+        "**An earlier protocol (3000 steps): the board preset's table for reverse (not started) replaces it when "
+        "complete; not tested against the papers' claims.**" in sections["reverse"]
+    )
+    claims = sections["What the papers claim, and what this board shows"]
+    assert "reverse, preset quick" not in claims and "copy, preset board" in claims
     # the quick banner counts only what is still on the board: the 6 reverse runs
     assert "A CPU quick-preset board:** 6 runs" in readme
     copy_page = (tmp_path / "site" / "tasks" / "copy.html").read_text()
