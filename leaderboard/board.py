@@ -43,7 +43,7 @@ import pandas as pd
 from harness import ranking
 from harness.backbone import BackboneConfig
 from harness.config import NEW_FIELD_DEFAULTS
-from harness.pe_spec import display_name, model_options, variant_display_name
+from harness.pe_spec import display_name, format_value, model_options, variant_display_name
 from harness.protocols import departure_paper, extra_input, extra_input_badge
 from harness.protocols import departures as protocol_departures
 from harness.report import per_seed_summary
@@ -162,6 +162,55 @@ def extra_inputs(records: Iterable[Record]) -> list[tuple[str, str, tuple[str, .
 
 
 EXTRA_INPUTS_RULE = "Rows that read more than the tokens and their positions, and what:"
+
+
+@dataclass(frozen=True)
+class PerTaskSetup:
+    """A board row whose options change from task to task (a paper's per-task setup, e.g.
+    ``prism{paper}``): per task, its options and its positional parameters."""
+
+    label: str
+    preset: str
+    tasks: tuple[tuple[str, str, int | None], ...]  # (task, options as written, positional parameters)
+
+    def sentence(self) -> str:
+        """``copy: d_pe=226, layers=[0], n_cursors=4 (75k positional parameters); ...``."""
+        parts = []
+        for task, options, params in self.tasks:
+            count = "" if params is None else f" ({_thousands(params)} positional parameters)"
+            parts.append(f"{task}: {options}{count}")
+        return "; ".join(parts)
+
+
+def _thousands(n: int) -> str:
+    return f"{n / 1000:.0f}k" if n >= 1000 else str(n)
+
+
+def per_task_setups(records: Iterable[Record]) -> list[PerTaskSetup]:
+    """The rows whose recorded options differ between the tasks of one preset, in label
+    order: a reader comparing rows must know that one of them was set up per task while
+    every other runs one configuration everywhere."""
+    found: dict[tuple[str, str], dict[str, tuple[str, int | None]]] = {}
+    for rec in records:
+        config = rec.data["config"]
+        if config.get("eval_pe_options"):  # a variant: its trained run's row says it
+            continue
+        options = config.get("pe_options") or {}
+        written = ", ".join(f"{k}={format_value(v)}" for k, v in sorted(options.items())) or "defaults"
+        params = rec.data.get("params", {}).get("pe")
+        by_task = found.setdefault((record_label(rec.data), rec.data["preset"]), {})
+        by_task[rec.data["task"]] = (written, int(params) if isinstance(params, int) else None)
+    out = []
+    for (label, preset), by_task in sorted(found.items()):
+        if len({options for options, _ in by_task.values()}) > 1:
+            out.append(PerTaskSetup(label, preset, tuple((t, *by_task[t]) for t in sorted(by_task))))
+    return out
+
+
+PER_TASK_RULE = (
+    "Rows whose options change from task to task, as their papers' per-task setups do; every other row runs one "
+    "configuration on every task:"
+)
 
 
 DEPARTURES_RULE = (

@@ -114,6 +114,11 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         out += ["## Extra inputs", "", md(bd.EXTRA_INPUTS_RULE), ""]
         out += [f"- **{md(label)}** {md(text)}; on {_mds(tasks)}" for label, text, tasks in extra]
         out.append("")
+    setups = bd.per_task_setups(board.records)
+    if setups:
+        out += ["## Set up per task", "", md(bd.PER_TASK_RULE), ""]
+        out += [f"- **{md(s.label)}** (preset {md(s.preset)}): {md(s.sentence())}" for s in setups]
+        out.append("")
     if not board.tables:
         out += ["No results yet: publish some with `pezoo leaderboard export`.", ""]
     else:

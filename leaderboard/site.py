@@ -417,6 +417,7 @@ def _page(site: Site, template: str, page_dir: str, title: str, records: Sequenc
             provenances=bd.provenance(records),
             departures=bd.departures(records),
             extra_inputs=bd.extra_inputs(records),
+            per_task_setups=bd.per_task_setups(records),
             task_info=task_info,
             prose=_prose,
             doc_html=_doc_html,

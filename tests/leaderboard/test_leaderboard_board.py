@@ -474,3 +474,29 @@ def test_a_row_that_reads_more_than_tokens_and_positions_says_so_beside_its_name
     ]
     [table] = bd.assemble([rec(d, i) for i, d in enumerate(data, start=1)]).tables
     assert {r.label: r.badges() for r in table.rows} == {"learned_prf_sh": ["reads n"], "nope": ["did not fit"]}
+
+
+def test_a_row_set_up_per_task_is_listed_with_its_options_on_each_task():
+    """prism{paper} runs the copy branch on reverse and not on copy, as its paper does;
+    every other row runs one configuration everywhere. A reader must see that."""
+    from harness.config import BackboneConfig
+    from harness.pe_spec import format_value
+    from harness.protocols import paper_pe_options
+
+    data = [make_record(pe, task, 0, ROPE0, train_max=3) for pe in ("rope", "prism") for task in ("copy", "reverse")]
+    options = {}
+    for d in data[2:]:
+        backbone = BackboneConfig(**d["config"]["backbone"])
+        options[d["task"]] = d["config"]["pe_options"] = paper_pe_options("prism", d["task"], backbone)
+    assert options["copy"] != options["reverse"]  # the copy branch
+    data[2]["params"], data[3]["params"] = {"pe": 82_000, "total": 1}, {"pe": 98_000, "total": 1}
+    [setup] = bd.per_task_setups([rec(d, i) for i, d in enumerate(data, start=1)])
+    assert (setup.label, setup.preset) == ("prism{paper}", "smoke")
+
+    def written(o):
+        return ", ".join(f"{k}={format_value(v)}" for k, v in sorted(o.items()))
+
+    assert setup.sentence() == (
+        f"copy: {written(options['copy'])} (82k positional parameters); "
+        f"reverse: {written(options['reverse'])} (98k positional parameters)"
+    )
