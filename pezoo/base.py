@@ -28,6 +28,7 @@ import difflib
 import functools
 import inspect
 import math
+import numbers
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -118,19 +119,35 @@ class AttentionContext:
 
 
 def check_number(
-    name: str, option: str, value: Any, *, above: float | None = None, at_least: float | None = None
+    name: str,
+    option: str,
+    value: Any,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    integer: bool = False,
 ) -> None:
     """ValueError unless the option ``value`` is a finite real number (not a bool) above
     ``above`` / at least ``at_least``: a bad frequency base or init scale built a model
-    that turned into NaN at its first step, or trained with nonsense silently."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    that turned into NaN at its first step, or trained with nonsense silently. With
+    ``integer``, it must be an integer (a size: ``check_number(name, "n_heads", n,
+    integer=True, at_least=1)``)."""
+    kinds = (numbers.Integral,) if integer else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
     if ok and above is not None:
         ok = value > above
     if ok and at_least is not None:
         ok = value >= at_least
     if not ok:
         bound = f" > {above:g}" if above is not None else f" >= {at_least:g}" if at_least is not None else ""
-        raise ValueError(f"{name}: {option} must be a finite number{bound}, got {value!r}")
+        what = "an integer" if integer else "a finite number"
+        raise ValueError(f"{name}: {option} must be {what}{bound}, got {value!r}")
+
+
+def check_sizes(name: str, **sizes: Any) -> None:
+    """:func:`check_number` for each keyword: an integer >= 1 (a width, head or layer count)."""
+    for option, value in sizes.items():
+        check_number(name, option, value, integer=True, at_least=1)
 
 
 def check_length(name: str, length: int) -> None:

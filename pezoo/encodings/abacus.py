@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionContext, PositionalEncoding, register
+from pezoo.base import AttentionContext, PositionalEncoding, check_sizes, register
 
 DEFAULT_MAX_INDEX = 1024
 DEFAULT_MAX_K = 99
@@ -79,6 +79,7 @@ class Abacus(PositionalEncoding):
         init_std: float = 0.02,
     ) -> None:
         super().__init__()
+        check_sizes("abacus", d_model=d_model)
         ids = [int(i) for i in digit_ids]
         if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
             raise ValueError(f"digit_ids must be distinct non-negative token ids, got {list(digit_ids)}")

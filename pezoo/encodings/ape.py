@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pezoo.base import PositionalEncoding, check_number, register
+from pezoo.base import PositionalEncoding, check_number, check_sizes, register
 
 
 def sinusoid_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
@@ -40,6 +40,7 @@ class SinusoidalAPE(PositionalEncoding):
 
     def __init__(self, *, d_model: int, base: float = 10000.0, scale: float = 1.0) -> None:
         super().__init__()
+        check_sizes("ape", d_model=d_model)
         if d_model % 2:
             raise ValueError(f"sinusoidal APE needs an even d_model, got {d_model}")
         check_number("ape", "base", base, above=1)

@@ -31,7 +31,16 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, check_layer, check_qk, register
+from pezoo.base import (
+    AttentionBias,
+    AttentionContext,
+    DenseBias,
+    PositionalEncoding,
+    check_layer,
+    check_qk,
+    check_sizes,
+    register,
+)
 
 
 def cope_positions(gates: Tensor) -> Tensor:
@@ -98,6 +107,7 @@ class CoPE(PositionalEncoding):
 
     def __init__(self, *, head_dim: int, n_layers: int, npos_max: int = 64) -> None:
         super().__init__()
+        check_sizes("cope", head_dim=head_dim, n_layers=n_layers)
         if npos_max < 2:
             raise ValueError(f"npos_max must be >= 2, got {npos_max}")
         self.head_dim, self.n_layers, self.npos_max = head_dim, n_layers, npos_max

@@ -26,7 +26,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, WindowMask, register
+from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, WindowMask, check_sizes, register
 
 PAPER_BEST_MASKED_HEADS = 6  # Turing Programs §3.1.1: M swept over 3..8 for addition, 6 was best
 
@@ -61,6 +61,7 @@ class HardALiBi(PositionalEncoding):
 
     def __init__(self, *, n_heads: int, n_masked: int | None = None) -> None:
         super().__init__()
+        check_sizes("hard_alibi", n_heads=n_heads)
         self.n_heads = n_heads
         self.n_masked = default_masked_heads(n_heads) if n_masked is None else n_masked
         self.register_buffer("windows", hard_alibi_windows(n_heads, self.n_masked), persistent=False)  # (h,)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import PositionalEncoding, check_number, register
+from pezoo.base import PositionalEncoding, check_number, check_sizes, register
 
 DEFAULT_MAX_POSITION = 2048
 
@@ -35,6 +35,7 @@ class LearnedAPE(PositionalEncoding):
 
     def __init__(self, *, d_model: int, max_position: int = DEFAULT_MAX_POSITION, init_std: float = 0.02) -> None:
         super().__init__()
+        check_sizes("learned_ape", d_model=d_model)
         if max_position < 1:
             raise ValueError(f"max_position must be >= 1, got {max_position}")
         check_number("learned_ape", "init_std", init_std, at_least=0)

@@ -48,7 +48,16 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, check_layer, register
+from pezoo.base import (
+    AttentionBias,
+    AttentionContext,
+    DenseBias,
+    PositionalEncoding,
+    check_layer,
+    check_number,
+    check_sizes,
+    register,
+)
 
 
 def prf_features(q_pos: Tensor, k_pos: Tensor, scale_hint: Tensor | None = None, *, feature_scale: float) -> Tensor:
@@ -155,6 +164,8 @@ class LearnedPRF(PositionalEncoding):
         slot_std: float | None = None,
     ) -> None:
         super().__init__()
+        check_sizes(self.name, d_model=d_model, n_heads=n_heads, n_layers=n_layers, hidden=hidden)
+        check_number(self.name, "temperature", temperature, above=0)  # φ divides the logits by it
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers

@@ -35,7 +35,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionContext, PositionalEncoding, check_number, check_qk, register
+from pezoo.base import AttentionContext, PositionalEncoding, check_number, check_qk, check_sizes, register
 
 __all__ = [
     "LAYOUTS",
@@ -532,6 +532,7 @@ class RoPE(PositionalEncoding):
         scaling: Mapping[str, Any] | RopeScaling | None = None,
     ) -> None:
         super().__init__()
+        check_sizes("rope", head_dim=head_dim)
         _check_layout(layout)
         check_number("rope", "base", base, above=1)  # theta_i = base^(-2i/r) must fall with i
         cfg = RopeScaling.from_dict(scaling)

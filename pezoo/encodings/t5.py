@@ -28,7 +28,15 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, RelativeFunctionBias, check_number, register
+from pezoo.base import (
+    AttentionBias,
+    AttentionContext,
+    PositionalEncoding,
+    RelativeFunctionBias,
+    check_number,
+    check_sizes,
+    register,
+)
 
 
 def t5_relative_bucket(relative: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
@@ -91,6 +99,7 @@ class T5Bias(PositionalEncoding):
         init_std: float = 0.02,
     ) -> None:
         super().__init__()
+        check_sizes("t5", n_heads=n_heads)
         per_sign = num_buckets // 2 if bidirectional else num_buckets
         if per_sign < 2 or max_distance <= per_sign // 2:
             raise ValueError(

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionContext, PositionalEncoding, check_number, check_qk, register
+from pezoo.base import AttentionContext, PositionalEncoding, check_number, check_qk, check_sizes, register
 from pezoo.encodings.rope import rotate_pairs_complex
 
 
@@ -78,11 +78,12 @@ class XPos(PositionalEncoding):
 
     def __init__(self, *, head_dim: int, base: float = 10000.0, scale_base: float = 512.0, gamma: float = 0.4) -> None:
         super().__init__()
+        check_sizes("xpos", head_dim=head_dim)
         if head_dim % 2:
             raise ValueError(f"xPos needs an even head_dim, got {head_dim}")
         check_number("xpos", "base", base, above=1)
-        if scale_base <= 0 or gamma <= 0:
-            raise ValueError(f"scale_base and gamma must be > 0, got scale_base={scale_base}, gamma={gamma}")
+        check_number("xpos", "scale_base", scale_base, above=0)
+        check_number("xpos", "gamma", gamma, above=0)
         self.head_dim, self.base, self.scale_base, self.gamma = head_dim, base, scale_base, gamma
 
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:

@@ -121,8 +121,37 @@ def test_learned_prf_without_slots():
         ("learned_ape", {"init_std": -1.0}, "learned_ape: init_std must be a finite number >= 0"),
         ("t5", {"init_std": float("nan")}, "t5: init_std must be a finite number >= 0, got nan"),
         ("fire", {"init_c": float("nan")}, "fire: init_c must be a finite number, got nan"),
+        # built without an error before, then NaN (temperature, scale_base) or an empty encoding
+        ("learned_prf", {"temperature": 0}, "learned_prf: temperature must be a finite number > 0, got 0"),
+        ("learned_prf_sh", {"temperature": -1.0}, "learned_prf_sh: temperature must be a finite number > 0"),
+        ("xpos", {"scale_base": float("nan")}, "xpos: scale_base must be a finite number > 0, got nan"),
+        ("xpos", {"gamma": float("inf")}, "xpos: gamma must be a finite number > 0, got inf"),
+        ("xpos", {"head_dim": 0}, "xpos: head_dim must be an integer >= 1, got 0"),
+        ("xpos", {"head_dim": -8}, "xpos: head_dim must be an integer >= 1, got -8"),
+        ("rope", {"head_dim": 0}, "rope: head_dim must be an integer >= 1, got 0"),
+        ("cope", {"head_dim": 0}, "cope: head_dim must be an integer >= 1, got 0"),
+        ("cope", {"n_layers": 0}, "cope: n_layers must be an integer >= 1, got 0"),
+        ("t5", {"n_heads": 0}, "t5: n_heads must be an integer >= 1, got 0"),
+        ("t5", {"n_heads": 2.5}, "t5: n_heads must be an integer >= 1, got 2.5"),
+        ("learned_prf", {"n_heads": 0}, "learned_prf: n_heads must be an integer >= 1, got 0"),  # ZeroDivisionError
+        ("learned_prf", {"n_layers": 0}, "learned_prf: n_layers must be an integer >= 1, got 0"),
+        ("learned_prf", {"d_model": 0}, "learned_prf: d_model must be an integer >= 1, got 0"),
+        ("ape", {"d_model": 0}, "ape: d_model must be an integer >= 1, got 0"),
+        ("randomized", {"d_model": 0}, "ape: d_model must be an integer >= 1, got 0"),
+        ("learned_ape", {"d_model": -1}, "learned_ape: d_model must be an integer >= 1, got -1"),
+        ("abacus", {"d_model": -1}, "abacus: d_model must be an integer >= 1, got -1"),
+        ("hard_alibi", {"n_heads": 0}, "hard_alibi: n_heads must be an integer >= 1, got 0"),  # named n_masked
+        ("prism", {"n_heads": 0}, "prism: n_heads must be an integer >= 1, got 0"),
     ],
 )
 def test_numeric_options_out_of_range(name, options, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         pezoo.create(name, dims=DIMS, **options)
+
+
+@pytest.mark.parametrize("name", ["xpos", "learned_prf", "hard_alibi", "t5", "cope", "prism"])
+def test_the_smallest_valid_sizes_still_build(name):
+    small = {"xpos": {"head_dim": 2}, "learned_prf": {"d_model": 1, "n_heads": 1, "n_layers": 1, "temperature": 1e-3}}
+    small |= {"hard_alibi": {"n_heads": 1}, "t5": {"n_heads": 1}, "cope": {"head_dim": 1, "n_layers": 1}}
+    small["prism"] = {"d_model": 4, "n_heads": 1, "n_layers": 1}
+    pezoo.create(name, **small[name])

@@ -41,7 +41,16 @@ from einops import rearrange
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, check_layer, check_qk, register
+from pezoo.base import (
+    AttentionBias,
+    AttentionContext,
+    DenseBias,
+    PositionalEncoding,
+    check_layer,
+    check_qk,
+    check_sizes,
+    register,
+)
 from pezoo.encodings.ape import sinusoid_table
 from pezoo.encodings.prism.fused_scan import fused_windowed_scan, scan_coefficients
 from pezoo.encodings.prism.gates import CopyAttention, GateNet, HiddenRegulariser, compute_dtype
@@ -155,6 +164,7 @@ class PRISMConfig:
             if not ok:
                 raise ValueError(f"PRISM: {msg}")
 
+        check_sizes("prism", d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers)
         need(self.d_pe > 0 and self.d_pe % 2 == 0, f"d_pe must be a positive even number, got {self.d_pe}")
         need(self.n_cursors >= 1, f"n_cursors must be >= 1, got {self.n_cursors}")
         need(len(self.layers) >= 1, "layers must name at least one backbone layer")
