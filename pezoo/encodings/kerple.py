@@ -15,7 +15,9 @@ the parameter outside the distance term starts uniform in (0, 2) for the log var
 into ``[eps, inf)`` (and r2 <= 2 for the power variant), eps = 0.01, so a gradient step
 that leaves the range is undone before the next use, and the gradient at the boundary
 still flows (projected gradient descent, as in the reference). Each layer has its own
-(r1, r2) per head.
+(r1, r2) per head. Only the module's own ``nn.Parameter``s are projected in place: plain
+tensors a caller swaps in (``torch.func.functional_call``) are never written to; the bias
+reads their projected values with the gradient the projection gives.
 
 The bias is a :class:`~pezoo.base.RelativeFunctionBias`: flex adds it in its
 ``score_mod`` without an (i, j) tensor; eager/sdpa/xformers materialise it.
@@ -53,6 +55,12 @@ def kerple_power_bias(q_pos: Tensor, k_pos: Tensor, head: Tensor, r1: Tensor, r2
     ``0^r2 = 0``; PyTorch's ``pow`` gives a zero (not NaN) exponent gradient at a zero base.
     """
     return -r1[head] * (q_pos - k_pos).abs().pow(r2[head])
+
+
+def _projected(x: Tensor, low: float, high: float) -> Tensor:
+    """``x.clamp(low, high)`` whose gradient is the identity: the values and gradients of
+    projecting x in place (:meth:`_Kerple.project`) and then using it, without writing to x."""
+    return x.clamp(min=low, max=high).detach() + (x - x.detach())
 
 
 class _Kerple(PositionalEncoding):
@@ -98,6 +106,13 @@ class _Kerple(PositionalEncoding):
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         check_layer(self.name, layer, self.n_layers)
+        if not (isinstance(self.r1, nn.Parameter) and isinstance(self.r2, nn.Parameter)):
+            # Tensors a caller swapped in (torch.func.functional_call, torch.func transforms):
+            # never written to. The projected values, with the gradient the in-place projection
+            # gives (it flows at and beyond the bounds, as from the bound), without projecting.
+            r1 = _projected(self.r1[layer], KERPLE_EPS, float("inf"))  # (h,)
+            r2 = _projected(self.r2[layer], KERPLE_EPS, self._r2_max)  # (h,)
+            return [RelativeFunctionBias(type(self)._fn, (r1, r2))]
         self.project()
         # The clamp repeats the projection functionally: values stay in range even for a
         # state dict loaded after the last projection; clamp passes gradients at the bounds.

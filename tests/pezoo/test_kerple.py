@@ -66,6 +66,46 @@ def test_parameters_are_projected_into_range_and_gradients_flow_at_the_bound():
     assert (pe.r1.grad != 0).all() and (pe.r2.grad != 0).all()  # projected, not frozen by the clamp
 
 
+class _OneBias(torch.nn.Module):
+    """A module whose forward is the encoding's materialised bias of layer 0 (functional_call
+    swaps the parameters of a module's forward)."""
+
+    def __init__(self, pe: pezoo.PositionalEncoding) -> None:
+        super().__init__()
+        self.pe = pe
+
+    def forward(self, ctx: pezoo.AttentionContext) -> torch.Tensor:
+        (bias,) = self.pe.bias(0, torch.zeros(1, 2, 5, 4), torch.zeros(1, 2, 5, 4), ctx)
+        return bias.materialize(ctx, 2, torch.float32)
+
+
+def test_functional_call_leaves_the_callers_tensors_alone():
+    """forward projected whatever tensors torch.func.functional_call swapped in, in place,
+    so the caller's r1/r2 (MAML fast weights, say) changed under it."""
+    pe = pezoo.create("kerple_power", n_heads=2, n_layers=1)
+    own = [pe.r1.detach().clone(), pe.r2.detach().clone()]
+    given = [torch.tensor([[-0.5, 0.3]]), torch.tensor([[3.0, -1.0]])]  # out of range, as a step may leave them
+    r1, r2 = (t.clone().requires_grad_() for t in given)
+    pos = torch.arange(5)[None]
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)
+    dense = torch.func.functional_call(_OneBias(pe), {"pe.r1": r1, "pe.r2": r2}, (ctx,))
+    assert torch.equal(r1, given[0]) and torch.equal(r2, given[1])
+    assert torch.equal(pe.r1, own[0]) and torch.equal(pe.r2, own[1])
+    for i in range(5):  # the projected values: r1 = (0.01, 0.3), r2 = (2, 0.01)
+        for j in range(i + 1):
+            assert dense[0, 0, i, j].item() == pytest.approx(_naive_power(0.01, 2.0, i, j), abs=1e-6)
+            assert dense[0, 1, i, j].item() == pytest.approx(_naive_power(0.3, 0.01, i, j), abs=1e-6)
+    dense.sum().backward()
+    # the gradients of the module's own parameters left there and projected in place
+    with torch.no_grad():
+        pe.r1.copy_(r1)
+        pe.r2.copy_(r2)
+    _OneBias(pe)(ctx).sum().backward()
+    torch.testing.assert_close(r1.grad, pe.r1.grad)
+    torch.testing.assert_close(r2.grad, pe.r2.grad)
+    assert (r1.grad != 0).all() and (r2.grad != 0).all()
+
+
 def test_log_parameters_have_no_upper_bound():
     pe = pezoo.create("kerple_log", n_heads=1, n_layers=1)
     with torch.no_grad():
