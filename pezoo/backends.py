@@ -69,7 +69,15 @@ import torch
 from torch import Tensor
 
 from pezoo.attention import BACKENDS, dense_mask, register_backend
-from pezoo.base import AttentionBias, AttentionContext, DenseBias, LinearBias, RelativeFunctionBias, WindowMask
+from pezoo.base import (
+    AttentionBias,
+    AttentionContext,
+    DenseBias,
+    LinearBias,
+    RelativeFunctionBias,
+    WindowMask,
+    _check_heads,
+)
 
 __all__ = [
     "FLEX_BLOCK_SIZE",
@@ -347,10 +355,13 @@ def _flex_mods(
     full = (batch, n_heads, n_queries, n_keys)
     for bias in biases:
         if isinstance(bias, LinearBias):
+            _check_heads("LinearBias", bias.slopes.shape[0], n_heads)
             slopes.append(bias.slopes.to(device=qp.device, dtype=torch.float32))
         elif isinstance(bias, WindowMask):
+            _check_heads("WindowMask", bias.windows.shape[0], n_heads)
             windows.append(bias.windows.to(device=qp.device, dtype=torch.float32))
         elif isinstance(bias, RelativeFunctionBias):
+            bias.check_heads(n_heads)
             functions.append(bias)
         elif isinstance(bias, DenseBias):
             dense.append(

@@ -36,7 +36,6 @@ from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
 
 __all__ = [
     "AttentionBias",
@@ -161,14 +160,10 @@ def check_layer(name: str, layer: int, n_layers: int) -> None:
     """Raise a ValueError unless ``layer`` is one of the ``n_layers`` an encoding with
     per-layer parameters was built for (instead of an IndexError from inside it)."""
     if not 0 <= layer < n_layers:
-        raise ValueError(
-            f"{name} was built for n_layers={n_layers} (layers 0..{n_layers - 1}), got layer {layer}"
-        )
+        raise ValueError(f"{name} was built for n_layers={n_layers} (layers 0..{n_layers - 1}), got layer {layer}")
 
 
-def check_qk(
-    name: str, q: Tensor, k: Tensor, ctx: AttentionContext, head_dim: int, *, all_keys: bool = False
-) -> None:
+def check_qk(name: str, q: Tensor, k: Tensor, ctx: AttentionContext, head_dim: int, *, all_keys: bool = False) -> None:
     """Raise a ValueError naming the mistake unless q and k are the *new* queries and keys
     of this call in the (b, h, s, e) layout with e = ``head_dim``: for encodings whose
     ``qk`` would otherwise broadcast a wrong layout into a silently wrong result.
@@ -294,67 +289,6 @@ class DenseBias(AttentionBias):
         return self.tensor.to(dtype)
 
 
-class _HeadIndexCheck(TorchFunctionMode):
-    """While a :class:`RelativeFunctionBias` ``fn`` is materialised for ``n_heads`` heads:
-    a ValueError (:func:`_check_heads`) when ``fn`` indexes a tensor by the head index
-    ``head`` (``r1[head]``, ``table[head, d]``, ``index_select(r1, 0, head)``) along an axis
-    that does not hold ``n_heads`` entries, before the indexing runs.
-
-    Without it, parameters built for more heads were silently read for the first
-    ``n_heads`` only (fewer gave an IndexError on CPU, a device-side assert on CUDA).
-    Only the sizes of the indexed tensors are read; the values ``fn`` computes are its own.
-    """
-
-    # ops whose result holds the same head indices, in another shape or dtype (head.flatten())
-    _SAME_VALUES = frozenset(
-        {
-            *(getattr(Tensor, m) for m in ("view", "view_as", "reshape", "reshape_as", "flatten", "squeeze")),
-            *(getattr(Tensor, m) for m in ("unsqueeze", "expand", "expand_as", "to", "long", "int", "contiguous")),
-            torch.reshape,
-            torch.flatten,
-            torch.squeeze,
-            torch.unsqueeze,
-        }
-    )
-
-    def __init__(self, head: Tensor, n_heads: int) -> None:
-        super().__init__()
-        self.heads, self.n_heads = [head], n_heads
-
-    def _is_head(self, value: Any) -> bool:
-        return any(value is head for head in self.heads)
-
-    def __torch_function__(
-        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
-    ) -> Any:
-        if func is Tensor.__getitem__ and len(args) == 2 and isinstance(args[0], Tensor):
-            self._check_getitem(args[0], args[1])
-        elif func in (torch.index_select, Tensor.index_select) and len(args) >= 3:
-            source, dim, index = args[0], args[1], args[2]
-            if self._is_head(index) and isinstance(source, Tensor) and isinstance(dim, int):
-                self._check(source, dim)
-        out = func(*args, **(kwargs or {}))
-        if func in self._SAME_VALUES and args and self._is_head(args[0]):
-            self.heads.append(out)
-        return out
-
-    def _check_getitem(self, source: Tensor, index: Any) -> None:
-        axis = 0
-        for item in index if isinstance(index, tuple) else (index,):
-            if self._is_head(item):
-                self._check(source, axis)
-                return
-            if item is None:
-                continue  # a new axis of size 1
-            if item is Ellipsis:
-                return  # the axes after it count from the end; not followed
-            axis += item.ndim if isinstance(item, Tensor) and item.dtype == torch.bool else 1
-
-    def _check(self, source: Tensor, axis: int) -> None:
-        if -source.ndim <= axis < source.ndim:
-            _check_heads("RelativeFunctionBias", source.shape[axis], self.n_heads)
-
-
 @dataclass(frozen=True, eq=False)
 class RelativeFunctionBias(AttentionBias):
     """A bias given by a pure elementwise function of the two positions and the head:
@@ -390,17 +324,30 @@ class RelativeFunctionBias(AttentionBias):
     ``ctx.scratch`` and returns it again for the same positions, params and dtype, so
     the backends that materialise build the (i, j) tensor once per call, not per layer.
 
+    ``n_heads`` says how many heads ``params`` hold per-head values for. Every backend
+    then refuses, with a ValueError, a call for another head count; without it a
+    ``fn`` that reads ``r1[head]`` for fewer heads than ``r1`` holds would silently use
+    the first ones (more heads are an IndexError, turned into the same ValueError when
+    materialised). A ``dense_fn`` is checked by the head axis of its result.
+
     Attributes:
         fn: ``(q_pos, k_pos, head, *params) -> bias``, elementwise and broadcasting.
         params: tensors ``fn`` reads (per-head parameters, MLP weights).
         dense_fn: optional ``(q_pos, k_pos, *params) -> (b|1, h, i, j)``, same values.
         memo: optional ``ctx.scratch`` key under which the materialised bias is reused.
+        n_heads: optional number of heads ``params`` hold values for, checked by every backend.
     """
 
     fn: Callable[..., Tensor]
     params: tuple[Tensor, ...] = ()
     dense_fn: Callable[..., Tensor] | None = None
     memo: Hashable | None = None
+    n_heads: int | None = None
+
+    def check_heads(self, n_heads: int) -> None:
+        """ValueError when built (``self.n_heads``) for another head count than ``n_heads``."""
+        if self.n_heads is not None:
+            _check_heads("RelativeFunctionBias", self.n_heads, n_heads)
 
     def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
         if self.memo is None:
@@ -415,6 +362,7 @@ class RelativeFunctionBias(AttentionBias):
         return out
 
     def _materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
+        self.check_heads(n_heads)
         q = ctx.q_pos.to(torch.float32)[:, None, :, None]  # (b|1, 1, i, 1)
         k = ctx.k_pos.to(torch.float32)[:, None, None, :]  # (b|1, 1, 1, j)
         if self.dense_fn is not None:
@@ -423,12 +371,8 @@ class RelativeFunctionBias(AttentionBias):
         else:
             head = torch.arange(n_heads, device=q.device).view(1, -1, 1, 1)  # (1, h, 1, 1)
             try:
-                if torch.compiler.is_compiling():  # the check reads shapes only; eager calls make it
-                    out = self.fn(q, k, head, *self.params)  # (b|1, h, i, j)
-                else:
-                    with _HeadIndexCheck(head, n_heads):
-                        out = self.fn(q, k, head, *self.params)
-            except IndexError as err:  # an indexing by head that _HeadIndexCheck does not follow
+                out = self.fn(q, k, head, *self.params)  # (b|1, h, i, j)
+            except IndexError as err:  # fn indexes per-head params by head: fewer than n_heads
                 raise ValueError(
                     f"RelativeFunctionBias materialised for n_heads={n_heads}, more heads than its "
                     f"parameters hold ({err})"

@@ -166,7 +166,7 @@ class FIRE(PositionalEncoding):
                 second.bias,  # (h,)
             )
         )
-        return [RelativeFunctionBias(fire_bias, params, dense_fn=fire_bias_dense)]
+        return [RelativeFunctionBias(fire_bias, params, dense_fn=fire_bias_dense, n_heads=second.weight.shape[0])]
 
     def extra_repr(self) -> str:
         return (

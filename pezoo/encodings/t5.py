@@ -142,7 +142,10 @@ class T5Bias(PositionalEncoding):
             ctx.scratch[key] = self.distance_table()
         lut = ctx.scratch[key]
         memo = self.ctx_key("t5")
-        return [RelativeFunctionBias(t5_distance_bias, (lut,), dense_fn=t5_distance_bias_dense, memo=memo)]
+        bias = RelativeFunctionBias(
+            t5_distance_bias, (lut,), dense_fn=t5_distance_bias_dense, memo=memo, n_heads=lut.shape[0]
+        )
+        return [bias]
 
     def extra_repr(self) -> str:
         return (
