@@ -30,6 +30,7 @@ import inspect
 import math
 import numbers
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, TypeVar
@@ -501,6 +502,21 @@ class PositionalEncoding(nn.Module):
         """A loss term to add during training (PRISM's optional Frobenius penalty); a
         zero scalar by default."""
         return torch.zeros(())
+
+    # -- evaluation ------------------------------------------------------------------
+    @property
+    def random_at_eval(self) -> bool:
+        """Whether eval-mode positions are random draws (randomized PE, as its paper
+        evaluates it): an evaluation is then reproducible only under :meth:`seeded`.
+        False by default."""
+        return False
+
+    @contextmanager
+    def seeded(self, seed: int) -> Iterator[torch.Generator | None]:
+        """Inside the block, the encoding's random draws come from a generator seeded with
+        ``seed``, leaving torch's global RNG alone. An encoding that draws nothing yields
+        None and the block changes nothing, so evaluation code can wrap any encoding."""
+        yield None
 
     def ctx_key(self, name: str) -> tuple[str, int]:
         """A key for this instance's entries in ``ctx.scratch`` and ``ctx.state``.

@@ -101,3 +101,20 @@ def test_the_foreign_attention_equals_pezoo_attention():
         h = x + a
         got = model.out(h + model.mlp[0](model.ln2[0](h)))
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", pezoo.available())
+def test_every_encoding_can_be_evaluated_under_seeded(name):
+    """docs/use-in-your-model.md: "wrap an evaluation in ``with pe.seeded(seed):``". Generic
+    evaluation code did that for randomized PE only: rope, abacus+fire... raised
+    AttributeError. Every encoding takes it; only those that draw at evaluation change."""
+    pe = pezoo.create(name, dims=pezoo.ModelDims(d_model=64, n_heads=4, n_layers=2)).eval()
+    draws = []
+    for _ in range(2):
+        with pe.seeded(7) as generator:
+            draws.append(pe.positions(2, 6))
+        assert (generator is not None) == pe.random_at_eval
+    assert torch.equal(draws[0], draws[1])  # the same seed, the same positions
+    if not pe.random_at_eval:  # and a deterministic encoding's are its plain ones
+        assert torch.equal(draws[0], pe.positions(2, 6))
+
