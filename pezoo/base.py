@@ -157,6 +157,19 @@ def check_length(name: str, length: int) -> None:
         raise ValueError(f"{name}: length must be >= 0, got {length}")
 
 
+def check_embed(name: str, x: Tensor, index: Tensor, d_model: int, what: str = "pos") -> None:
+    """Raise a ValueError naming the mistake unless ``x`` is (b, s, ``d_model``) and
+    ``index`` (the positions, or the tokens) is (b|1, s): for the ``embed`` hooks, which
+    would otherwise fail with a broadcast error or unpack one."""
+    if x.dim() != 3 or x.shape[-1] != d_model:
+        raise ValueError(f"{name} was built for d_model={d_model}: x must be (b, s, {d_model}), got {tuple(x.shape)}")
+    if index.dim() != 2 or index.shape[-1] != x.shape[1] or index.shape[0] not in (1, x.shape[0]):
+        raise ValueError(
+            f"{name}: {what} must be (b|1, s) = ({x.shape[0]}|1, {x.shape[1]}) for x of shape {tuple(x.shape)}, "
+            f"got {tuple(index.shape)}"
+        )
+
+
 def check_layer(name: str, layer: int, n_layers: int) -> None:
     """Raise a ValueError unless ``layer`` is one of the ``n_layers`` an encoding with
     per-layer parameters was built for (instead of an IndexError from inside it)."""

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionContext, PositionalEncoding, check_sizes, register
+from pezoo.base import AttentionContext, PositionalEncoding, check_embed, check_sizes, register
 
 DEFAULT_MAX_INDEX = 1024
 DEFAULT_MAX_K = 99
@@ -103,6 +103,7 @@ class Abacus(PositionalEncoding):
 
     def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
         """x (b, s, d), tokens (b, s) -> x + E[index]; the run and offset carry in ``ctx.state``."""
+        check_embed(self.name, x, tokens, self.d_model, what="tokens")
         is_digit = torch.isin(tokens, self.digits)  # (b, s)
         index = abacus_indices(is_digit, ctx.state.get(self.ctx_key(_RUN)))  # (b, s)
         if index.numel():

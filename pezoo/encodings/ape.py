@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pezoo.base import PositionalEncoding, check_number, check_sizes, register
+from pezoo.base import PositionalEncoding, check_embed, check_number, check_sizes, register
 
 
 def sinusoid_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
@@ -49,6 +49,7 @@ class SinusoidalAPE(PositionalEncoding):
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """x (b, s, d), pos (b|1, s) -> x + scale * PE[pos]."""
+        check_embed(self.name, x, pos, self.d_model)
         table = sinusoid_table(pos, self.d_model, self.base)  # (b|1, s, d)
         return x + (self.scale * table).to(x.dtype)
 

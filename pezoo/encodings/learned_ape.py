@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import PositionalEncoding, check_number, check_sizes, register
+from pezoo.base import PositionalEncoding, check_embed, check_number, check_sizes, register
 
 DEFAULT_MAX_POSITION = 2048
 
@@ -51,6 +51,7 @@ class LearnedAPE(PositionalEncoding):
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """x (b, s, d), pos (b|1, s) -> x + E[pos]; raises if a position has no row."""
+        check_embed(self.name, x, pos, self.d_model)
         if torch.compiler.is_compiling():
             # a host-side check would break the graph (and sync); the assert runs on the device
             in_range = ((pos >= 0) & (pos < self.max_position)).all()

@@ -145,3 +145,26 @@ def test_the_smallest_valid_sizes_still_build(name):
     small |= {"hard_alibi": {"n_heads": 1}, "t5": {"n_heads": 1}, "cope": {"head_dim": 1, "n_layers": 1}}
     small["prism"] = {"d_model": 4, "n_heads": 1, "n_layers": 1}
     pezoo.create(name, **small[name])
+
+
+@pytest.mark.parametrize("name", ["ape", "learned_ape", "randomized:ape"])
+def test_embed_names_a_wrong_width_or_layout(name):
+    """A model of another width, or positions for another length, gave a raw broadcast
+    error from inside the encoding."""
+    pe = pezoo.create(name, d_model=16)
+    pos = torch.arange(5)[None]
+    assert pe.embed(torch.zeros(2, 5, 16), pos).shape == (2, 5, 16)
+    with pytest.raises(ValueError, match=r"built for d_model=16: x must be \(b, s, 16\), got \(2, 5, 32\)"):
+        pe.embed(torch.zeros(2, 5, 32), pos)
+    with pytest.raises(
+        ValueError, match=r"pos must be \(b\|1, s\) = \(2\|1, 5\) for x of shape \(2, 5, 16\), got \(1, 6\)"
+    ):
+        pe.embed(torch.zeros(2, 5, 16), torch.arange(6)[None])
+
+
+def test_abacus_names_one_dimensional_tokens():
+    """abacus.embed_tokens with (s,) tokens said "not enough values to unpack"."""
+    pe = pezoo.create("abacus", d_model=16)
+    ctx = _ctx()
+    with pytest.raises(ValueError, match=r"tokens must be \(b\|1, s\)"):
+        pe.embed_tokens(torch.zeros(1, 5, 16), torch.zeros(5, dtype=torch.long), ctx)
