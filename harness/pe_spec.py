@@ -439,12 +439,14 @@ def check_options(pe: str, options: Mapping[str, Any], backbone: BackboneConfig,
         raise ValueError(f"encoding {what or format_pe(pe, options)!r}: {message}") from None
 
 
-INFERENCE_OPTIONS: dict[str, tuple[str, ...]] = {"rope": ("scaling",)}
+INFERENCE_OPTIONS: dict[str, tuple[str, ...]] = {"rope": ("scaling",), "xpos": ("blockwise",)}
 """Per registry name, the options an inference-time variant (``name@{...}``) may change:
 those that change what the encoding computes from positions without changing its
 parameters, so the trained weights load as they are. RoPE's ``scaling`` is the
 context-extension methods (position interpolation, NTK, YaRN, ...) applied to a
-RoPE-trained model, as practitioners do (``pezoo.encodings.rope.rope_frequencies``)."""
+RoPE-trained model, as practitioners do (``pezoo.encodings.rope.rope_frequencies``);
+xPos's ``blockwise`` is the blockwise causal attention its paper evaluates it with
+(``pezoo.base.BlockMask``), the block the training length."""
 
 
 def check_eval_options(
@@ -543,7 +545,8 @@ def display_name(
 def variant_name(eval_options: Mapping[str, Any]) -> str:
     """A short name for an inference-time variant's options: RoPE scaling as
     ``{rope_type}×{factor}`` then its other keys (``original_max_position_embeddings`` as
-    ``L``), e.g. ``yarn×4 L=10``, ``linear×4``, ``default``; other options as ``k=v``."""
+    ``L``), e.g. ``yarn×4 L=10``, ``linear×4``, ``default``; xPos's blockwise causal
+    attention as ``blockwise L=24``; other options as ``k=v``."""
     parts = []
     for key, value in sorted(eval_options.items()):
         if key == "scaling" and isinstance(value, Mapping) and "rope_type" in value:
@@ -555,6 +558,8 @@ def variant_name(eval_options: Mapping[str, Any]) -> str:
                 short = "L" if k == "original_max_position_embeddings" else k
                 text += f" {short}={format_value(v)}"
             parts.append(text)
+        elif key == "blockwise" and value is not None:
+            parts.append(f"blockwise L={format_value(value)}")
         else:
             parts.append(f"{key}={format_value(value)}")
     return ", ".join(parts)

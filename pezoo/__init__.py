@@ -12,6 +12,7 @@ from pezoo.attention import BACKENDS, SelfAttention, attend
 from pezoo.base import (
     AttentionBias,
     AttentionContext,
+    BlockMask,
     DenseBias,
     LinearBias,
     ModelDims,
@@ -57,6 +58,7 @@ __all__ = [
     "Abacus",
     "AttentionBias",
     "AttentionContext",
+    "BlockMask",
     "CoPE",
     "Combined",
     "DenseBias",

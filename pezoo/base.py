@@ -41,6 +41,7 @@ from torch import Tensor, nn
 __all__ = [
     "AttentionBias",
     "AttentionContext",
+    "BlockMask",
     "DenseBias",
     "LinearBias",
     "ModelDims",
@@ -289,6 +290,39 @@ class WindowMask(AttentionBias):
         _check_heads("WindowMask", self.windows.shape[0], n_heads)
         zero = torch.zeros((), dtype=dtype, device=self.windows.device)
         return torch.where(self.allowed(ctx), zero, torch.tensor(-math.inf, dtype=dtype))
+
+
+@dataclass(frozen=True, eq=False)
+class BlockMask(AttentionBias):
+    """Blockwise attention, the same for every head: positions fall into blocks of
+    ``block`` consecutive positions (block ``pos // block``), and a query sees the keys of
+    its own block and of the block before it, none further back.
+
+    With the causal mask this is the *blockwise causal attention* xPos is evaluated with
+    (Sun et al. 2023, "A Length-Extrapolatable Transformer", its section on blockwise
+    causal attention): with ``block`` the training length, a query at any length sees
+    between ``block`` and ``2·block - 1`` keys back at most, distances training covered
+    or came near. It does not mask future keys: the causal mask is the caller's.
+
+    Attributes:
+        block: positions per block (>= 1).
+    """
+
+    block: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1:
+            raise ValueError(f"BlockMask needs a whole number of positions per block >= 1, got {self.block!r}")
+
+    def allowed(self, ctx: AttentionContext) -> Tensor:
+        """(b|1, 1, i, j) bool: True where attention is allowed."""
+        q = torch.div(ctx.q_pos, self.block, rounding_mode="floor")[:, None, :, None]  # (b|1, 1, i, 1)
+        k = torch.div(ctx.k_pos, self.block, rounding_mode="floor")[:, None, None, :]  # (b|1, 1, 1, j)
+        return k >= q - 1
+
+    def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
+        zero = torch.zeros((), dtype=dtype, device=ctx.q_pos.device)
+        return torch.where(self.allowed(ctx), zero, torch.tensor(-math.inf, dtype=dtype, device=ctx.q_pos.device))
 
 
 @dataclass(frozen=True, eq=False)

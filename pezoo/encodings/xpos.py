@@ -22,7 +22,10 @@ span of positions; a long incremental decode drifts away from c as it goes (see 
 page for the limits). The scale and rotation are computed in fp32 and applied as one
 complex product, then cast back to the input dtype.
 
-The blockwise causal attention the paper uses at inference is not part of this encoding.
+The blockwise causal attention the paper evaluates xPos with is the option ``blockwise``:
+its block length (the training length, in positions), returned by ``bias`` as a
+:class:`~pezoo.base.BlockMask` (each query sees its own block and the one before it).
+It changes no parameter, so it can be switched on for evaluation only.
 """
 
 from __future__ import annotations
@@ -30,7 +33,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionContext, PositionalEncoding, check_number, check_qk, check_sizes, register
+from pezoo.base import (
+    AttentionBias,
+    AttentionContext,
+    BlockMask,
+    PositionalEncoding,
+    check_number,
+    check_qk,
+    check_sizes,
+    register,
+)
 from pezoo.encodings.rope import rotate_pairs_complex
 
 
@@ -74,9 +86,20 @@ class XPos(PositionalEncoding):
         base: RoPE frequency base (10000).
         scale_base: B, the positions one decay step spans (512 in the paper).
         gamma: γ in ``ζ_i = (2i/e + γ)/(1 + γ)`` (0.4 in the paper).
+        blockwise: None (plain attention), or the block length of the blockwise causal
+            attention the paper evaluates with: the training length in positions. Each
+            query then sees the keys of its own block and the block before it.
     """
 
-    def __init__(self, *, head_dim: int, base: float = 10000.0, scale_base: float = 512.0, gamma: float = 0.4) -> None:
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        base: float = 10000.0,
+        scale_base: float = 512.0,
+        gamma: float = 0.4,
+        blockwise: int | None = None,
+    ) -> None:
         super().__init__()
         check_sizes("xpos", head_dim=head_dim)
         if head_dim % 2:
@@ -84,7 +107,10 @@ class XPos(PositionalEncoding):
         check_number("xpos", "base", base, above=1)
         check_number("xpos", "scale_base", scale_base, above=0)
         check_number("xpos", "gamma", gamma, above=0)
+        if blockwise is not None:
+            check_number("xpos", "blockwise", blockwise, integer=True, at_least=1)
         self.head_dim, self.base, self.scale_base, self.gamma = head_dim, base, scale_base, gamma
+        self.blockwise = blockwise
 
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """q, k (b, h, i, e) at positions ctx.q_pos -> rotated and scaled q, k."""
@@ -110,5 +136,10 @@ class XPos(PositionalEncoding):
         rot_q, rot_k = ctx.scratch[key]
         return rotate_pairs_complex(q, rot_q), rotate_pairs_complex(k, rot_k)
 
+    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        """The blockwise causal attention's mask when ``blockwise`` is set, else nothing."""
+        return [] if self.blockwise is None else [BlockMask(self.blockwise)]
+
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, base={self.base}, scale_base={self.scale_base}, gamma={self.gamma}"
+        text = f"head_dim={self.head_dim}, base={self.base}, scale_base={self.scale_base}, gamma={self.gamma}"
+        return text if self.blockwise is None else f"{text}, blockwise={self.blockwise}"

@@ -249,3 +249,31 @@ def test_a_variant_waits_while_another_process_trains_its_run(tmp_path):
     with Store(path) as store:
         assert store.status(linear.run_id()) is None  # nothing recorded: it runs once the weights exist
         assert store.status(base.run_id()) == "running"  # theirs, untouched
+
+
+def test_xpos_blockwise_causal_attention_is_a_variant_of_the_trained_run(tmp_path):
+    """xPos's paper evaluates it with blockwise causal attention: the trained xpos run's
+    weights, evaluated again with each query seeing its own block and the one before. On
+    sequences longer than the block it changes the output; on shorter ones it cannot."""
+    path = tmp_path / "store.sqlite"
+    specs = "xpos,xpos@{blockwise=4}"
+    result = CliRunner().invoke(main, [*ARGS, "--pe", specs, "--store", str(path)])
+    assert result.exit_code == 0, result.output
+    df = load(path)
+    assert set(df["pe_label"]) == {"xpos", "xpos → blockwise L=4 (same weights)"}
+    base, variant = (
+        preset_config("smoke", pe=s, task="copy", seed=0, overrides={"train": {"steps": 12}}) for s in specs.split(",")
+    )
+    assert variant.trained_config().run_id() == base.run_id()
+    payload = torch.load(weights_path(path.parent / "checkpoints", base.run_id()), weights_only=True)
+    tokens = torch.randint(0, 32, (2, 10))
+    outputs = []
+    for cfg in (base, variant):
+        model = build_model(replace(base, pe_options=cfg.eval_options()))
+        model.load_state_dict(payload["model"])
+        model.eval()
+        with torch.no_grad():
+            outputs.append(model(tokens))
+    plain, blocked = outputs
+    torch.testing.assert_close(blocked[:, :4], plain[:, :4], rtol=0, atol=0)  # within the first block: the same
+    assert not torch.allclose(blocked[:, 8:], plain[:, 8:])  # two blocks on: the first is out of sight

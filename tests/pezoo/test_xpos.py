@@ -113,3 +113,47 @@ def test_rejects_odd_head_dim_and_bad_scales():
     with pytest.raises(ValueError, match="scale_base"):
         pezoo.create("xpos", head_dim=8, scale_base=0.0)
     assert math.isfinite(pezoo.create("xpos", head_dim=8).scale_base)
+
+
+def test_blockwise_mask_matches_its_definition():
+    """Blockwise causal attention: positions in blocks of ``block``; a query sees the keys
+    of its own block and of the block before (the causal mask is the caller's)."""
+    block, n = 3, 11
+    pos = torch.arange(n)[None]
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)
+    mask = pezoo.BlockMask(block).materialize(ctx, 4, torch.float32)  # (1, 1, i, j)
+    for i in range(n):
+        for j in range(n):
+            seen = j // block in (i // block - 1, i // block) or j // block > i // block
+            assert (mask[0, 0, i, j] == 0) == seen and (mask[0, 0, i, j] == -math.inf) != seen, (i, j)
+    # a query in block b sees back to the start of block b - 1: between block and 2*block - 1 keys
+    causal = [sum(1 for j in range(i + 1) if mask[0, 0, i, j] == 0) for i in range(n)]
+    assert causal == [1, 2, 3, 4, 5, 6, 4, 5, 6, 4, 5]
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, True, "3"])
+def test_blockwise_needs_a_whole_block(bad):
+    with pytest.raises((ValueError, TypeError), match="blockwise"):
+        pezoo.create("xpos", head_dim=8, blockwise=bad)
+    with pytest.raises(ValueError, match="BlockMask"):
+        pezoo.BlockMask(bad)
+
+
+def test_blockwise_is_a_bias_only_and_changes_no_parameter():
+    plain, blockwise = pezoo.create("xpos", head_dim=8), pezoo.create("xpos", head_dim=8, blockwise=4)
+    pos = torch.arange(6)[None]
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)
+    q = torch.randn(1, 2, 6, 8)
+    assert plain.bias(0, q, q, ctx) == []
+    [mask] = blockwise.bias(0, q, q, ctx)
+    assert isinstance(mask, pezoo.BlockMask) and mask.block == 4
+    assert plain.state_dict().keys() == blockwise.state_dict().keys()  # trained weights load either way
+
+
+def test_blockwise_xpos_passes_the_kit():
+    """Decoding in steps equals the full pass, every backend agrees, nothing leaks from the
+    future, with blocks short enough that the kit's sequences cross several."""
+    from pezoo.testing import check_encoding
+
+    dims = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
+    check_encoding(lambda: pezoo.create("xpos", dims=dims, blockwise=3), dims)
