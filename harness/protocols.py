@@ -227,11 +227,13 @@ EXTENSION_DEPARTURES: dict[str, tuple[str, str]] = {
     "linear": (
         "Chen et al. 2023, “Extending Context Window of Large Language Models via Positional Interpolation”",
         "position interpolation applied to the trained weights as they are; the paper fine-tunes the model "
-        "briefly after interpolating",
+        "briefly after interpolating, at the extended length, which here would train on the lengths the board "
+        "tests",
     ),
     "yarn": (
         "Peng et al. 2023, “YaRN: Efficient Context Window Extension of Large Language Models”",
-        "YaRN applied to the trained weights as they are; the paper fine-tunes the model briefly after scaling",
+        "YaRN applied to the trained weights as they are; the paper fine-tunes the model briefly after scaling, "
+        "at the extended length, which here would train on the lengths the board tests",
     ),
 }
 """RoPE context extensions that their papers follow with fine-tuning, which an
