@@ -47,7 +47,7 @@ from harness.pe_spec import display_name, format_value, model_options, variant_d
 from harness.protocols import departure_paper, extra_input, extra_input_badge
 from harness.protocols import departures as protocol_departures
 from harness.report import per_seed_summary
-from leaderboard.plans import NO_PLANS, Filled, Plans, filled, published_cells, seeds_by_run
+from leaderboard.plans import NO_PLANS, Filled, Planned, Plans, filled, published_cells, seeds_by_run
 from leaderboard.retired import RETIRED_FILE, Retirement, RowRetirement
 from leaderboard.schema import Record
 
@@ -910,13 +910,14 @@ def assemble(
         config = next(r.data["config"] for r in records if (r.data["task"], r.data["preset"]) == (task, preset))
         protocol = config.get("protocol")  # one per (task, preset): check_protocols made sure
         plan = plans.tables.get((str(preset), str(task)))
+        wanted = _seeds_wanted(plan, [r for r in records if (r.data["task"], r.data["preset"]) == (task, preset)])
         tables.append(
             Table(
                 preset=str(preset),
                 task=str(task),
                 train_max=int(g["train_max"].iloc[0]),
                 test_max=int(g["length"].max()),
-                rows=tuple(summary(g, seeds_wanted=None if plan is None else len(plan.seeds))),
+                rows=tuple(summary(g, seeds_wanted=wanted)),
                 curves=tuple(curves(g)),
                 protocol=None if protocol is None else str(protocol),
                 train_min=int(config["train"].get("train_min", 1)),
@@ -924,6 +925,17 @@ def assemble(
             )
         )
     return Board(tuple(records), tuple(tables), plans, retired)
+
+
+def _seeds_wanted(plan: Planned | None, records: Sequence[Record]) -> int | None:
+    """The seeds a row of a table still being filled must have to be ranked: the plan's
+    seeds. None (rank every row whose seeds fit) without a plan, or once every planned
+    run is published or stood in for: the table is then complete, and a row the plan
+    gave fewer seeds than others is as complete as it will get."""
+    if plan is None:
+        return None
+    f = filled(plan, seeds_by_run(records), published_cells(records))
+    return None if f.covered else len(plan.seeds)
 
 
 def retire(
@@ -1041,10 +1053,10 @@ OVERVIEW_RULE = (
     "Each cell is the ranking measure, EM>N (exact match beyond the training scales, mean over seeds), where every "
     "seed of the encoding fitted that task; “did not fit” where some seed did not (with how many of its seeds "
     "fit); blank where it was not run. "
-    "Rows are ordered by the mean over the tasks of EM>N, counting a task the encoding did not fit or was not run "
-    "on as 0, then by the number of tasks fitted, both compared as shown (the mean to two decimals); rows equal on "
-    "both share a position. While the board is being filled, only the tasks whose table is complete count, so the "
-    "order does not depend on which runs finished first."
+    "Rows are ordered by the mean over the tasks of EM>N, counting a task the encoding did not fit, is not ranked "
+    "on yet (short of its seeds) or was not run on as 0, then by the number of tasks fitted, both compared as "
+    "shown (the mean to two decimals); rows equal on both share a position. While the board is being filled, only "
+    "the tasks whose table is complete count, so the order does not depend on which runs finished first."
 )
 """What the at-a-glance grid shows and how its rows are ordered, quoted by the site and the README."""
 
@@ -1059,7 +1071,8 @@ class OverviewRow:
 
     ``score`` is the ordering measure: the mean over the preset's counted tasks
     (:class:`Overview`) of EM>N where the encoding fitted, 0 where it did not fit or was
-    not run. ``tasks_fitted`` counts the counted tasks on which every seed fit.
+    not run, or is not ranked yet (short of its planned seeds). ``tasks_fitted`` counts the
+    counted tasks on which it is ranked (every seed fit).
     """
 
     position: int
@@ -1110,7 +1123,7 @@ def overview(board: Board, preset: str) -> Overview:
             encodings[row.label] = row.encoding
     unordered = []
     for label, by_task in cells.items():
-        fitted = [t for t, r in by_task.items() if r.fitted]
+        fitted = [t for t, r in by_task.items() if r.ranked]  # a row not ranked yet counts as not fitted
         beyond = [max(_or_low(by_task[t].scores["em_beyond"].mean), 0.0) for t in fitted if t in counted]
         score = sum(beyond) / max(len(counted), 1)
         unordered.append(((-ranking.shown(score), -len(beyond)), label, by_task, score, len(beyond)))

@@ -311,8 +311,9 @@ class BlockMask(AttentionBias):
     block: int
 
     def __post_init__(self) -> None:
-        if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1:
+        if isinstance(self.block, bool) or not isinstance(self.block, numbers.Integral) or self.block < 1:
             raise ValueError(f"BlockMask needs a whole number of positions per block >= 1, got {self.block!r}")
+        object.__setattr__(self, "block", int(self.block))  # numpy integers too
 
     def allowed(self, ctx: AttentionContext) -> Tensor:
         """(b|1, 1, i, j) bool: True where attention is allowed."""

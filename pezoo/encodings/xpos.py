@@ -110,7 +110,7 @@ class XPos(PositionalEncoding):
         if blockwise is not None:
             check_number("xpos", "blockwise", blockwise, integer=True, at_least=1)
         self.head_dim, self.base, self.scale_base, self.gamma = head_dim, base, scale_base, gamma
-        self.blockwise = blockwise
+        self.blockwise = None if blockwise is None else int(blockwise)
 
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """q, k (b, h, i, e) at positions ctx.q_pos -> rotated and scaled q, k."""
@@ -137,8 +137,17 @@ class XPos(PositionalEncoding):
         return rotate_pairs_complex(q, rot_q), rotate_pairs_complex(k, rot_k)
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
-        """The blockwise causal attention's mask when ``blockwise`` is set, else nothing."""
-        return [] if self.blockwise is None else [BlockMask(self.blockwise)]
+        """The blockwise causal attention's mask when ``blockwise`` is set, else nothing.
+        It is defined for causal attention only: a bidirectional model would let every
+        query see all later blocks."""
+        if self.blockwise is None:
+            return []
+        if not ctx.causal:
+            raise ValueError(
+                f"xpos blockwise={self.blockwise} is blockwise *causal* attention; this attention is not causal "
+                "(an encoder), where it would let each query see every later block"
+            )
+        return [BlockMask(self.blockwise)]
 
     def extra_repr(self) -> str:
         text = f"head_dim={self.head_dim}, base={self.base}, scale_base={self.scale_base}, gamma={self.gamma}"

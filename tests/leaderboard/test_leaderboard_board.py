@@ -439,6 +439,13 @@ def test_a_row_short_of_its_planned_seeds_is_listed_after_the_ranked_rows_not_ra
     ]
     pending = table.rows[2]
     assert pending.fitted and not pending.ranked and pending.rank_text() == "—"
+    # the grid does not count a row that is not ranked yet as fitted, even when it counts the task
+    grid = bd.overview(bd.assemble(records, plans_of(planned)), "smoke")
+    assert {r.label: r.tasks_fitted for r in grid.rows}["learned_prf"] == 0
+    # once every planned run is in, a row the plan gave fewer seeds than the others is ranked
+    complete = [p for p in planned if p[3] not in ("f" * 16, "e" * 16)]
+    [table] = bd.assemble(records, plans_of(complete)).tables
+    assert [(r.label, r.rank) for r in table.rows][:3] == [("learned_prf", 1), ("rope", 2), ("alibi", 3)]
     # without a plan (a user's own store) every row with all seeds fitting is ranked, as in the terminal
     [table] = bd.assemble(records).tables
     assert [(r.label, r.rank) for r in table.rows][:3] == [("learned_prf", 1), ("rope", 2), ("alibi", 3)]

@@ -157,3 +157,15 @@ def test_blockwise_xpos_passes_the_kit():
 
     dims = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
     check_encoding(lambda: pezoo.create("xpos", dims=dims, blockwise=3), dims)
+
+
+def test_blockwise_takes_numpy_integers_and_refuses_a_bidirectional_model():
+    import numpy as np
+
+    pe = pezoo.create("xpos", head_dim=8, blockwise=np.int64(4))
+    pos = torch.arange(6)[None]
+    q = torch.randn(1, 2, 6, 8)
+    [mask] = pe.bias(0, q, q, pezoo.AttentionContext(q_pos=pos, k_pos=pos))
+    assert mask.block == 4 and type(mask.block) is int
+    with pytest.raises(ValueError, match="blockwise \\*causal\\* attention"):
+        pe.bias(0, q, q, pezoo.AttentionContext(q_pos=pos, k_pos=pos, causal=False))
