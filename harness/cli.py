@@ -484,7 +484,11 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     df = df[df["run_id"].isin(run_ids)]
     presets = ", ".join(dict.fromkeys(c.preset for c in configs))
     click.echo(f"\npreset {presets} on {where}; results in {store_path}\n")
-    for table in leaderboard_tables(df).values():
+    planned_seeds: dict[str, set[int]] = {}
+    for c in configs:
+        planned_seeds.setdefault(c.task, set()).add(c.seed)
+    wanted = {task: len(seeds) for task, seeds in planned_seeds.items()}
+    for table in leaderboard_tables(df, seeds_wanted=wanted).values():
         click.echo(table + "\n")
     click.echo(LEGEND + "\n")
     if report.deferred_runs:

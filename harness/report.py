@@ -3,7 +3,8 @@
 Columns (exact match of the greedy decode, EOS included; with several seeds a cell reads
 ``mean (min–max)`` over the seeds):
     rank          position among the encodings whose every seed fits the training scales
-                  (``-``: did not fit; listed after the ranked ones)
+                  (``-``: did not fit, or not ranked yet: fewer finished seeds than the
+                  sweep planned; listed after the ranked ones)
     fit           seeds whose mean exact match over the training scales reaches 0.95
     EM≤N          mean exact match over the training scales 1..N
     2N, 4N, ...   exact match at multiples of the training scale N that were evaluated
@@ -24,13 +25,16 @@ else ``pe``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 from tabulate import tabulate
 
-from harness.ranking import FIT_THRESHOLD, Spread, fits, reach_beyond, standings
+from harness.ranking import FIT_THRESHOLD, Spread, Standing, fits, reach_beyond, standings
 
 LEGEND = (
-    f"rank: among encodings whose every seed fits (EM≤N ≥ {FIT_THRESHOLD:.2f}; '-': did not fit) · "
+    f"rank: among encodings whose every seed fits (EM≤N ≥ {FIT_THRESHOLD:.2f}; '-': did not fit, or fewer "
+    "finished seeds than planned) · "
     "EM: exact match of the whole decode · N: largest training scale · EM>N, tok>N: mean beyond N · "
     "reach: largest L with EM ≥ 0.9 at every scale N+1..L · cells with several seeds: mean (min–max) · "
     "params: whole model (the encoding's own)"
@@ -67,13 +71,23 @@ def per_seed_summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _status(standing: Standing, seeds_wanted: Mapping[str, int] | None, task: str) -> str:
+    if not standing.fitted:
+        return " did not fit"
+    if standing.pending:
+        return f" not ranked yet ({standing.seeds} of {(seeds_wanted or {}).get(task)} seeds)"
+    return ""
+
+
 def fmt(values: pd.Series, integer: bool = False) -> str:
     """``mean (min–max)`` over seeds, one value alone, ``-`` when missing."""
     return Spread.of(values).text(0 if integer else 2)
 
 
-def leaderboard_tables(df: pd.DataFrame) -> dict[str, str]:
-    """Task -> rendered table, rows in the order of ``harness.ranking.RULE``."""
+def leaderboard_tables(df: pd.DataFrame, seeds_wanted: Mapping[str, int] | None = None) -> dict[str, str]:
+    """Task -> rendered table, rows in the order of ``harness.ranking.RULE``. With
+    ``seeds_wanted`` (task -> the seeds a sweep planned), a row with fewer finished seeds
+    is listed unranked, "not ranked yet", as on the board."""
     if df.empty:
         return {}
     summary = per_seed_summary(df)
@@ -82,13 +96,13 @@ def leaderboard_tables(df: pd.DataFrame) -> dict[str, str]:
         n = int(g["train_max"].iloc[0])
         cols = [c for c in ("2N", "4N", "8N", "16N") if c in g and g[c].notna().any()]
         rows = []
-        for standing in standings(g):
+        for standing in standings(g, seeds_wanted=(seeds_wanted or {}).get(str(task))):
             r = g[g["pe"] == standing.label]
             rows.append(
                 {
                     "rank": standing.rank if standing.ranked else "-",
                     "encoding": standing.label,
-                    "fit": f"{standing.seeds_fit}/{standing.seeds}" + ("" if standing.fitted else " did not fit"),
+                    "fit": f"{standing.seeds_fit}/{standing.seeds}" + _status(standing, seeds_wanted, str(task)),
                     f"EM≤{n}": fmt(r["in-dist"]),
                     **{c: fmt(r[c]) for c in cols},
                     f"EM>{n}": fmt(r["EM>N"]),

@@ -64,3 +64,21 @@ def test_runs_of_one_encoding_with_other_options_are_other_rows_named_by_their_s
     names = [line.split("|")[2].strip() for line in table.splitlines()[3:]]
     assert names == ["prism{paper}", "prism"]
     assert list(per_seed_summary(df)["pe"]) == ["prism", "prism{paper}"]
+
+
+def test_a_sweep_table_holds_back_a_row_short_of_its_planned_seeds_as_the_board_does():
+    """bench --sweep planned two seeds; one of "lucky"'s is not finished (deferred by a time
+    limit, failed): its one seed is not ranked against two seeds' means, on the terminal
+    as on the board."""
+    df = pd.DataFrame(
+        frame("steady", 0, {1: 1.0, 2: 1.0, 3: 0.5})
+        + frame("steady", 1, {1: 1.0, 2: 1.0, 3: 0.5})
+        + frame("lucky", 0, {1: 1.0, 2: 1.0, 3: 1.0})
+    )
+    lines = leaderboard_tables(df, seeds_wanted={"copy": 2})["copy"].splitlines()[3:]
+    assert [line.split("|")[2].strip() for line in lines] == ["steady", "lucky"]
+    assert [line.split("|")[1].strip() for line in lines] == ["1", "-"]
+    assert "not ranked yet (1 of 2 seeds)" in lines[1]
+    assert [(row.label, row.rank) for row in summary(df, seeds_wanted=2)] == [("steady", 1), ("lucky", None)]
+    # without a plan (pezoo results over a store) what is there is ranked
+    assert leaderboard_tables(df)["copy"].splitlines()[3].split("|")[2].strip() == "lucky"
