@@ -212,9 +212,12 @@ class LearnedPRF(PositionalEncoding):
             return hint.expand(b)
         if hint.ndim == 2 and hint.shape[0] in (1, b) and hint.shape[1] == i:
             return hint
+        if hint.ndim == 2 and hint.shape[0] in (1, b) and hint.shape[1] == 1:  # (b, 1): one n per example
+            return hint[:, 0].expand(b)
         raise ValueError(
-            f"{self.name}: ctx.scale_hint must have shape (b|1,), one n per example, or (b|1, i), one per "
-            f"query token; for q with b={b}, i={i}: ({b},), (1,), ({b}, {i}) or (1, {i}); got {tuple(hint.shape)}"
+            f"{self.name}: ctx.scale_hint must have shape (b|1,) or (b|1, 1), one n per example, or (b|1, i), one "
+            f"per query token; for q with b={b}, i={i}: ({b},), ({b}, 1), ({b}, {i}) or (1, {i}); got "
+            f"{tuple(hint.shape)}"
         )
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:

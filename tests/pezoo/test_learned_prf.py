@@ -126,14 +126,27 @@ def test_one_scale_hint_shared_by_the_batch_gives_every_example_its_own_bias(nam
         torch.testing.assert_close(shared.tensor[b : b + 1], alone.tensor)
 
 
-@pytest.mark.parametrize("shape", [(3,), (2, 5), (2, 1), (3, 6)])
+@pytest.mark.parametrize("shape", [(3,), (2, 5), (3, 1), (3, 6)])
 def test_a_scale_hint_of_another_shape_is_an_error(shape):
     pe = pezoo.create("learned_prf_sh", d_model=16, n_heads=4, n_layers=1)
     q = torch.randn(2, 4, 6, 4)
     pos = torch.arange(6)[None]
     ctx = AttentionContext(q_pos=pos, k_pos=pos, scale_hint=torch.full(shape, 5))
-    with pytest.raises(ValueError, match=re.escape(f"(2,), (1,), (2, 6) or (1, 6); got {shape}")):
+    with pytest.raises(ValueError, match=re.escape(f"(2,), (2, 1), (2, 6) or (1, 6); got {shape}")):
         pe.bias(0, q, q, ctx)
+
+
+def test_a_column_of_scale_hints_is_one_per_example():
+    """(b, 1), a column of per-example n, broadcast over the queries before 568e751; it is
+    the (b,) form, not an error."""
+    torch.manual_seed(4)
+    pe = pezoo.create("learned_prf_sh", d_model=16, n_heads=4, n_layers=1)
+    q, k = torch.randn(2, 4, 6, 4), torch.randn(2, 4, 6, 4)
+    pos = torch.arange(6)[None]
+    hints = torch.tensor([4, 9])
+    (flat,) = pe.bias(0, q, k, AttentionContext(q_pos=pos, k_pos=pos, scale_hint=hints))
+    (column,) = pe.bias(0, q, k, AttentionContext(q_pos=pos, k_pos=pos, scale_hint=hints[:, None]))
+    torch.testing.assert_close(column.tensor, flat.tensor, rtol=0, atol=0)
 
 
 def test_scale_hint_is_required():
