@@ -14,6 +14,9 @@ How each structured bias is lowered:
                   per-block position ranges (no (i, j)      with LowerTriangularFromBottomRight-
                   tensor is ever built)                     LocalAttentionMask(window) (needs contiguous
                                                             positions; otherwise dense)
+    BlockMask     mask_mod ``⌊pos_j/l⌋ >= ⌊pos_i/l⌋ - 1`` + a   dense tensor bias
+                  block mask from the per-block position
+                  ranges (no (i, j) tensor)
     LinearBias    score_mod ``-slope_h |pos_i - pos_j|``    dense tensor bias
     RelativeFunctionBias                                   dense tensor bias
                   score_mod calling ``fn(pos_i, pos_j, h)``
@@ -72,6 +75,7 @@ from pezoo.attention import BACKENDS, dense_mask, register_backend
 from pezoo.base import (
     AttentionBias,
     AttentionContext,
+    BlockMask,
     DenseBias,
     LinearBias,
     RelativeFunctionBias,
@@ -121,7 +125,8 @@ def native_lowering(backend: str, biases: Sequence[AttentionBias], ctx: Attentio
     in place (flex). ``eager`` and ``sdpa`` materialise everything.
     """
     if backend == "flex":
-        return all(isinstance(bias, (LinearBias, WindowMask, RelativeFunctionBias, DenseBias)) for bias in biases)
+        native = (LinearBias, WindowMask, BlockMask, RelativeFunctionBias, DenseBias)
+        return all(isinstance(bias, native) for bias in biases)
     if backend == "xformers":
         return ctx is not None and xformers_plan(ctx, biases, n_queries=ctx.q_pos.shape[-1]) is not None
     return not biases
@@ -259,8 +264,11 @@ def flex_block_mask(
     *,
     batch: int = 1,
     block: int = FLEX_BLOCK_SIZE,
+    position_blocks: Sequence[Tensor] = (),
 ) -> Any:
-    """A ``BlockMask`` for causal + per-head windows + key padding, from block summaries only.
+    """A ``BlockMask`` for causal + per-head windows + key padding + blockwise attention
+    (``position_blocks``: each a pezoo ``BlockMask``'s block length, a 0-d float tensor),
+    from block summaries only.
 
     For each (query block, key block) the range of ``pos_i - pos_j`` is bounded by the
     blocks' position minima/maxima; a block is *skipped* when no pair in it can be
@@ -274,7 +282,8 @@ def flex_block_mask(
     nqb, nkb = -(-n_queries // block), -(-n_keys // block)
     batch_q, batch_k = ctx.q_pos.shape[0], ctx.k_pos.shape[0]
     pad = ctx.key_padding_mask
-    b = max(batch_q, batch_k, 1 if pad is None else pad.shape[0]) if (windows or pad is not None) else 1
+    by_row = windows or pad is not None or position_blocks
+    b = max(batch_q, batch_k, 1 if pad is None else pad.shape[0]) if by_row else 1
     qb_start = torch.arange(nqb, device=device) * block  # (qb,)
     kb_start = torch.arange(nkb, device=device) * block  # (kb,)
     qb_end = (qb_start + block).clamp(max=n_queries) - 1
@@ -295,6 +304,15 @@ def flex_block_mask(
             w = w.to(device=device, dtype=torch.float32).view(1, -1, 1, 1)  # (1, h, 1, 1)
             any_ok = any_ok & (d_min < w) & (d_max > -w)
             all_ok = all_ok & (d_max < w) & (d_min > -w)
+    if position_blocks:  # a query sees keys whose position block is at least its own minus one
+        q_lo, q_hi = _block_ranges(_batched(ctx.q_pos, b), nqb, block)  # (b, qb)
+        k_lo, k_hi = _block_ranges(_batched(ctx.k_pos, b), nkb, block)  # (b, kb)
+        for size in position_blocks:
+            size = size.to(device=device, dtype=torch.float32)
+            q_first, q_last = torch.floor(q_lo / size)[:, None, :, None], torch.floor(q_hi / size)[:, None, :, None]
+            k_first, k_last = torch.floor(k_lo / size)[:, None, None, :], torch.floor(k_hi / size)[:, None, None, :]
+            any_ok = any_ok & (k_last >= q_first - 1)  # (b, 1, qb, kb)
+            all_ok = all_ok & (k_first >= q_last - 1)
     if pad is not None:
         kpad = torch.nn.functional.pad(pad.to(device), (0, nkb * block - n_keys), value=False)
         kpad = kpad.unflatten(-1, (nkb, block))  # (b, kb, 128)
@@ -320,8 +338,8 @@ def flex_block_mask(
 
 def _flex_mods(
     ctx: AttentionContext, biases: Sequence[AttentionBias], n_heads: int, n_queries: int, n_keys: int, batch: int
-) -> tuple[Callable[..., Tensor] | None, Callable[..., Tensor] | None, list[Tensor]]:
-    """(score_mod, mask_mod, windows) for flex; every captured tensor is O(b·(i+j)) or a given bias."""
+) -> tuple[Callable[..., Tensor] | None, Callable[..., Tensor] | None, list[Tensor], list[Tensor]]:
+    """(score_mod, mask_mod, windows, position blocks) for flex; every captured tensor is O(b·(i+j)) or a given bias."""
     qp, kp = _batched(ctx.q_pos, batch), _batched(ctx.k_pos, batch)  # (b, i), (b, j)
     offset = n_keys - n_queries  # query index qi is key index qi + offset
     if _contiguous_positions(ctx):  # pos_q - pos_k from the indices: no gathers in the kernel
@@ -352,6 +370,7 @@ def _flex_mods(
     functions: list[RelativeFunctionBias] = []
     dense: list[Tensor] = []
     windows: list[Tensor] = []
+    position_blocks: list[Tensor] = []  # BlockMask sizes, 0-d tensors (captured, not baked into the kernel)
     full = (batch, n_heads, n_queries, n_keys)
     for bias in biases:
         if isinstance(bias, LinearBias):
@@ -363,6 +382,8 @@ def _flex_mods(
         elif isinstance(bias, RelativeFunctionBias):
             bias.check_heads(n_heads)
             functions.append(bias)
+        elif isinstance(bias, BlockMask):
+            position_blocks.append(torch.tensor(float(bias.block), device=qp.device))
         elif isinstance(bias, DenseBias):
             dense.append(
                 bias.tensor.to(device=qp.device, dtype=torch.float32).expand(batch, n_heads, n_queries, n_keys)
@@ -384,7 +405,7 @@ def _flex_mods(
     causal = ctx.causal
     pad = None if ctx.key_padding_mask is None else ctx.key_padding_mask.expand(batch, -1).contiguous()
     mask_mod = None
-    if causal or windows or pad is not None:
+    if causal or windows or pad is not None or position_blocks:
 
         def mask_mod(b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
             ok = kj >= 0
@@ -393,11 +414,13 @@ def _flex_mods(
             for w in windows:
                 d = distance(b, qi, kj)
                 ok = ok & (d < w[h]) & (d > -w[h])
+            for size in position_blocks:
+                ok = ok & (torch.floor(k_position(b, kj) / size) >= torch.floor(q_position(b, qi) / size) - 1)
             if pad is not None:
                 ok = ok & pad[b, kj]
             return ok
 
-    return score_mod, mask_mod, windows
+    return score_mod, mask_mod, windows, position_blocks
 
 
 @register_backend("flex")
@@ -414,8 +437,12 @@ def _flex(q, k, v, ctx, biases, scale, return_probs):
     if q.device.type == "cpu" and i < FLEX_BLOCK_SIZE:
         q, k, v, ctx, biases = _pad_to_one_block(q, k, v, ctx, biases)
     pi, pj = q.shape[2], k.shape[2]
-    score_mod, mask_mod, windows = _flex_mods(ctx, biases, h, pi, pj, b)
-    block_mask = None if mask_mod is None else flex_block_mask(ctx, windows, h, pi, pj, mask_mod, batch=b)
+    score_mod, mask_mod, windows, position_blocks = _flex_mods(ctx, biases, h, pi, pj, b)
+    block_mask = (
+        None
+        if mask_mod is None
+        else flex_block_mask(ctx, windows, h, pi, pj, mask_mod, batch=b, position_blocks=position_blocks)
+    )
     key = (
         q.device.type,
         q.dtype,
@@ -465,7 +492,9 @@ def _pad_to_one_block(
     )
     padded_biases: list[AttentionBias] = []
     for bias in biases:
-        if isinstance(bias, (LinearBias, WindowMask, RelativeFunctionBias)):  # read positions: padded ctx has them
+        if isinstance(
+            bias, (LinearBias, WindowMask, BlockMask, RelativeFunctionBias)
+        ):  # read positions: padded ctx has them
             padded_biases.append(bias)
         else:
             t = bias.tensor if isinstance(bias, DenseBias) else bias.materialize(ctx, h, torch.float32)

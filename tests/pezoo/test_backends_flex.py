@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pezoo.backends as backends
-from pezoo import AttentionContext, DenseBias, LinearBias, RelativeFunctionBias, WindowMask, attend
+from pezoo import AttentionContext, BlockMask, DenseBias, LinearBias, RelativeFunctionBias, WindowMask, attend
 from pezoo.backends import flex_block_mask, flex_compile, native_lowering, pick_backend
 
 
@@ -46,6 +46,8 @@ BIASES = {
     "dense": lambda h, b, i: [DenseBias(torch.randn(b, h, i, i))],
     "alibi+windows": lambda h, b, i: [LinearBias(torch.rand(h)), WindowMask(torch.tensor([1.0, 30.0, 3.0, math.inf]))],
     "function": lambda h, b, i: [RelativeFunctionBias(_toy_function, (torch.rand(h) + 0.1,))],
+    "blocks": lambda h, b, i: [BlockMask(7)],  # xPos's blockwise causal attention, blocks of 7 positions
+    "blocks+alibi": lambda h, b, i: [BlockMask(30), LinearBias(torch.rand(h) + 0.1)],
     "function+windows": lambda h, b, i: [
         RelativeFunctionBias(_toy_function, (torch.rand(h),), dense_fn=_toy_dense),
         WindowMask(torch.tensor([2.0, 30.0, 3.0, math.inf])),
@@ -133,10 +135,12 @@ def test_block_mask_is_exact(i, cached, windows, sparse, causal, pad_from, seed)
     pad[0] = True
     ctx = AttentionContext(q_pos=k_pos[:, cached:], k_pos=k_pos, causal=causal, key_padding_mask=pad)
     w = torch.tensor(windows)
-    bm = flex_block_mask(ctx, [w], 3, i, j, lambda *a: None, block=16)
+    size = 5 + seed % 40  # a BlockMask's positions per block
+    bm = flex_block_mask(ctx, [w], 3, i, j, lambda *a: None, block=16, position_blocks=[torch.tensor(float(size))])
     # brute force, from the definitions
     d = (ctx.q_pos[:, :, None] - ctx.k_pos[:, None, :]).float()[:, None]  # (1, 1, i, j)
     ok = (d < w.view(1, -1, 1, 1)) & (d > -w.view(1, -1, 1, 1)) & pad[:, None, None, :]  # (2, 3, i, j)
+    ok = ok & (ctx.k_pos[:, None, None, :] // size >= ctx.q_pos[:, None, :, None] // size - 1)
     if causal:
         ok = ok & (torch.arange(j)[None, :] <= torch.arange(i)[:, None] + cached)
     nqb, nkb = -(-i // 16), -(-j // 16)
@@ -283,7 +287,7 @@ def test_compile_is_switched_off_after_several_failing_configurations(monkeypatc
 
 def test_native_lowering_and_auto_on_cpu():
     windows, alibi, dense = WindowMask(torch.ones(2)), LinearBias(torch.ones(2)), DenseBias(torch.zeros(1))
-    assert native_lowering("flex", [windows, alibi, dense])
+    assert native_lowering("flex", [windows, alibi, dense, BlockMask(24)])
     assert not native_lowering("sdpa", [windows]) and native_lowering("sdpa", [])
     q = torch.zeros(1, 2, 5, 4)
     ctx = AttentionContext(q_pos=torch.arange(5)[None], k_pos=torch.arange(5)[None])
