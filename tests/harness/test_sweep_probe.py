@@ -304,3 +304,19 @@ def test_a_stores_unrecorded_cpu_is_not_scaled_by_pairs_from_published_runs(tmp_
         rows = store.runs()
     plan = make_plan([cfgs[2]], rows, published=published, machine=HERE)
     assert plan.runs[0].estimate.steps_per_second == pytest.approx(5.0)  # 300 steps / 60 s, unscaled
+
+
+def test_the_plan_says_what_each_task_has_left(tmp_path):
+    """A board filled column by column: which task costs what decides which to fill first
+    or leave out (addition cost as much as the other four together), so the plan says it."""
+    from harness.sweep import task_lines
+
+    sweep = 'preset = "smoke"\npe = ["nope"]\ntask = ["copy", "reverse"]\nseeds = 3\nsteps = 300\n'
+    cfgs = {(c.task, c.seed): c for c in load_sweep(write(tmp_path, sweep)).configs()}
+    with Store(tmp_path / "s.sqlite") as store:
+        finish_on(store, cfgs["copy", 0], 3600.0, HERE)  # an hour per copy run
+        finish_on(store, cfgs["reverse", 0], 7200.0, HERE)  # two per reverse run
+        rows = store.runs()
+    plan = make_plan(list(cfgs.values()), rows, machine=HERE)
+    assert task_lines(plan) == "left by task (device time): copy 2 runs, 2.0 h; reverse 2 runs, 4.0 h"
+    assert task_lines(make_plan([cfgs["copy", 1]], rows, machine=HERE)) is None  # one task: nothing to compare
