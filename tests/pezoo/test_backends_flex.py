@@ -327,6 +327,21 @@ def test_compiled():
 
 
 @pytest.mark.slow
+def test_compiled_block_mask():
+    """One compile: xPos's blockwise causal attention over three tiles, blocks of 50
+    positions, so some key tiles are skipped, some full and some partial."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        q, k, v, pos = _case(7, i=300, f=4)
+        ctx = AttentionContext(q_pos=pos, k_pos=pos)
+        biases = [BlockMask(50), LinearBias(torch.rand(4))]
+        want, _ = attend(q, k, v, ctx, biases)
+        with flex_compile(True), torch.no_grad():
+            got, _ = attend(q, k, v, ctx, biases, backend="flex")
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
 def test_compiled_second_length_with_randomized_positions():
     """Two compiles (~1 min on CPU): torch 2.13's dynamic recompile fails here; the static retry must work."""
     from torch.nn.attention.flex_attention import flex_attention
