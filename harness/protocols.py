@@ -220,8 +220,14 @@ STANDING_DEPARTURES: dict[str, tuple[str, str]] = {
 registry name -> (paper, how); :data:`FOLLOWS_PAPER_WITH` names that option."""
 
 FOLLOWS_PAPER_WITH: dict[str, str] = {"xpos": "blockwise"}
-"""Per encoding of :data:`STANDING_DEPARTURES`, the option (trained or set for evaluation)
-under which a run follows its paper after all."""
+"""Per encoding of :data:`STANDING_DEPARTURES`, the evaluation option under which a run
+follows its paper after all (an inference-time variant, ``xpos@{blockwise=24}``)."""
+
+TRAINED_WITH_EVAL_OPTION: dict[str, str] = {
+    "xpos": "trained with blockwise attention as well; the paper trains with full causal attention and uses blockwise "
+    "causal attention at evaluation only (the same where every training sequence fits in one block)",
+}
+"""The departure of a run that *trained* with its :data:`FOLLOWS_PAPER_WITH` option set."""
 
 EXTENSION_DEPARTURES: dict[str, tuple[str, str]] = {
     "linear": (
@@ -323,9 +329,11 @@ def departures(
         return [EXTENSION_DEPARTURES[kind][1]]
     if pe in STANDING_DEPARTURES:
         remedy = FOLLOWS_PAPER_WITH.get(pe)
-        if remedy is None or {**options, **(eval_options or {})}.get(remedy) is None:
-            return [STANDING_DEPARTURES[pe][1]]
-        return []
+        if remedy is not None and options.get(remedy) is not None:
+            return [TRAINED_WITH_EVAL_OPTION[pe]]
+        if remedy is not None and (eval_options or {}).get(remedy) is not None:
+            return []
+        return [STANDING_DEPARTURES[pe][1]]
     if pe == "hard_alibi":
         return _hard_alibi_departures(options, backbone)
     if not has_paper_setup(pe):

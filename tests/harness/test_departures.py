@@ -75,9 +75,11 @@ def test_xpos_says_it_runs_without_blockwise_causal_attention():
     (text,) = departures("xpos", "copy", {}, QUICK)
     assert "blockwise causal attention" in text
     assert departure_paper("xpos") == STANDING_DEPARTURES["xpos"][0]
-    # with it, trained so or switched on for evaluation (xpos@{blockwise=24}), it follows its paper
-    assert departures("xpos", "copy", {"blockwise": 24}, QUICK) == []
+    # switched on for evaluation of the trained weights (xpos@{blockwise=24}) it follows its paper;
+    # trained with it, it does not: the paper trains with full attention
     assert departures("xpos", "copy", {}, QUICK, eval_options={"blockwise": 24}) == []
+    (trained,) = departures("xpos", "copy", {"blockwise": 24}, QUICK)
+    assert trained.startswith("trained with blockwise attention as well")
 
 
 def test_rope_extensions_whose_papers_fine_tune_say_they_were_not_fine_tuned():
