@@ -906,11 +906,14 @@ def assemble(
     check_protocols(records)
     df = frame(records)
     tables = []
+    by_table: dict[tuple[str, str], list[Record]] = {}
+    for r in records:
+        by_table.setdefault((r.data["task"], r.data["preset"]), []).append(r)
     for (task, preset), g in df.groupby(["task", "preset"], sort=True):
-        config = next(r.data["config"] for r in records if (r.data["task"], r.data["preset"]) == (task, preset))
+        table_records = by_table[(str(task), str(preset))]
+        config = table_records[0].data["config"]
         protocol = config.get("protocol")  # one per (task, preset): check_protocols made sure
-        plan = plans.tables.get((str(preset), str(task)))
-        wanted = _seeds_wanted(plan, [r for r in records if (r.data["task"], r.data["preset"]) == (task, preset)])
+        wanted = _seeds_wanted(plans.tables.get((str(preset), str(task))), table_records)
         tables.append(
             Table(
                 preset=str(preset),

@@ -112,12 +112,12 @@ class _Kerple(PositionalEncoding):
             # gives (it flows at and beyond the bounds, as from the bound), without projecting.
             r1 = _projected(self.r1[layer], KERPLE_EPS, float("inf"))  # (h,)
             r2 = _projected(self.r2[layer], KERPLE_EPS, self._r2_max)  # (h,)
-            return [RelativeFunctionBias(type(self)._fn, (r1, r2), n_heads=r1.shape[0])]
-        self.project()
-        # The clamp repeats the projection functionally: values stay in range even for a
-        # state dict loaded after the last projection; clamp passes gradients at the bounds.
-        r1 = self.r1[layer].clamp(min=KERPLE_EPS)  # (h,)
-        r2 = self.r2[layer].clamp(min=KERPLE_EPS, max=self._r2_max)  # (h,)
+        else:
+            self.project()
+            # The clamp repeats the projection functionally: values stay in range even for a
+            # state dict loaded after the last projection; clamp passes gradients at the bounds.
+            r1 = self.r1[layer].clamp(min=KERPLE_EPS)  # (h,)
+            r2 = self.r2[layer].clamp(min=KERPLE_EPS, max=self._r2_max)  # (h,)
         return [RelativeFunctionBias(type(self)._fn, (r1, r2), n_heads=r1.shape[0])]
 
     def extra_repr(self) -> str:
