@@ -775,11 +775,15 @@ class RetiredTable:
         r = self.retirement
         seeds = ("seed " if len(self.seeds) == 1 else "seeds ") + ", ".join(map(str, self.seeds))
         steps = "/".join(map(str, self.steps))
+        replaced = (
+            "no table replaces it"
+            if r.superseded_by is None
+            else f"the {r.superseded_by} preset's {r.task} table ({'/'.join(map(str, self.successor_steps))} steps) "
+            "is complete"
+        )
         return (
             f"The {r.preset} table for {r.task} ({plural(self.runs, 'run')}, {seeds}, {steps} training steps) "
-            f"has left the board: the {r.superseded_by} preset's {r.task} table "
-            f"({'/'.join(map(str, self.successor_steps))} steps) is complete. Why: {r.why.rstrip('.')}. "
-            "Its runs stay in the results files."
+            f"has left the board: {replaced}. Why: {r.why.rstrip('.')}. Its runs stay in the results files."
         )
 
     def summary(self) -> str:
@@ -818,8 +822,8 @@ class RetiredRow:
 
 
 RETIRED_RULE = (
-    "Tables superseded by a complete table of a later protocol, and rows replaced by a corrected run "
-    f"(leaderboard/{RETIRED_FILE}):"
+    "Tables superseded by a complete table of a later protocol or withdrawn with their task, and rows replaced by "
+    f"a corrected run (leaderboard/{RETIRED_FILE}):"
 )
 
 
@@ -880,7 +884,7 @@ class Board:
             (
                 r.retirement.superseded_by
                 for r in self.retired
-                if isinstance(r, RetiredTable) and r.retirement.preset == preset
+                if isinstance(r, RetiredTable) and r.retirement.preset == preset and r.retirement.superseded_by
             ),
             None,
         )
@@ -1018,6 +1022,20 @@ def _retire_tables(
             raise BoardError(
                 f"{where} retires preset {r.preset!r} on {r.task!r}, but no published run is one (a typo?)"
             )
+        if r.superseded_by is None:
+            still = sorted(p for p, t in plans.tables if t == r.task and (p, t) not in retired_keys)
+            if still:
+                raise BoardError(
+                    f"{where} withdraws {r.preset!r} on {r.task!r} with no table replacing it, but a sweep file "
+                    f"plans {' and '.join(map(repr, still))} on {r.task!r}: retire it for that table once complete "
+                    "([[retired]]), or take the task out of that sweep file"
+                )
+            out.append(
+                RetiredTable(
+                    r, len(gone), tuple(sorted({int(rec.data["seed"]) for rec in gone})), _train_steps(gone), ()
+                )
+            )
+            continue
         if (r.superseded_by, r.task) in retired_keys:
             raise BoardError(
                 f"{where}: {r.preset!r} on {r.task!r} is superseded by {r.superseded_by!r}, which is retired too"

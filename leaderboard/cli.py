@@ -154,7 +154,11 @@ def check_cmd(results_dir: Path) -> None:
         r = gone.retirement
         click.echo(
             f"retired: preset {r.preset} on {r.task} ({gone.runs} run(s), published, left off the board), "
-            f"superseded by preset {r.superseded_by}'s complete {r.task} table"
+            + (
+                "withdrawn: no table replaces it"
+                if r.superseded_by is None
+                else f"superseded by preset {r.superseded_by}'s complete {r.task} table"
+            )
         )
     for kind, used, installed in (
         ("encoding", {r.data["pe"] for r in records}, pezoo.available()),

@@ -22,12 +22,23 @@ successor must be published on every task and seed it was::
     superseded_by = "rope → dynamic×4 L=24 (same weights)"  # ... for this one
     why = "L = 22 is shorter than the 24-token training sequences"
 
+A table can also leave the board with nothing replacing it, when the board no longer
+plans its task (a task dropped for the compute it would take, say) and the old protocol's
+table would otherwise stand alone for it. It is withdrawn, with the reason::
+
+    [[withdrawn]]
+    preset = "quick"
+    task = "addition"
+    why = "the board's protocol on addition costs more than this machine has"
+
 The results files are append-only and stay as they are: the retired runs remain published
 (``leaderboard check`` validates them, ``leaderboard import`` still counts them as done, so
 a sweep does not train them again); the board leaves them out and says which tables it
 left out and why. A retirement holds only while the superseding table is complete by its
 sweep file's plan: :func:`leaderboard.board.assemble` refuses one that would leave a task
-with no complete table, and one that matches no published run (a typo).
+with no complete table, and one that matches no published run (a typo); it refuses a
+withdrawal while a sweep file still plans the task under another preset (that table, once
+complete, supersedes it: a ``[[retired]]`` entry).
 """
 
 from __future__ import annotations
@@ -46,7 +57,8 @@ RETIRED_FILE = "retired.toml"
 
 _KEYS = ("preset", "task", "superseded_by", "why")
 _ROW_KEYS = ("preset", "row", "superseded_by", "why")
-_ARRAYS = {"retired": _KEYS, "retired_row": _ROW_KEYS}
+_WITHDRAWN_KEYS = ("preset", "task", "why")
+_ARRAYS = {"retired": _KEYS, "retired_row": _ROW_KEYS, "withdrawn": _WITHDRAWN_KEYS}
 
 
 class RetiredFileError(ValueError):
@@ -56,11 +68,12 @@ class RetiredFileError(ValueError):
 @dataclass(frozen=True)
 class Retirement:
     """One retired table: ``preset`` on ``task``, superseded by ``superseded_by``'s table for
-    the same task, for the reason ``why`` (one sentence the board prints)."""
+    the same task, or withdrawn with no table replacing it (``superseded_by`` None), for the
+    reason ``why`` (one sentence the board prints)."""
 
     preset: str
     task: str
-    superseded_by: str
+    superseded_by: str | None
     why: str
 
 
@@ -95,11 +108,12 @@ def read_retirements(folder: Path) -> tuple[Retirement | RowRetirement, ...]:
 
 def parse_retirements(data: object, where: str = RETIRED_FILE) -> tuple[Retirement | RowRetirement, ...]:
     """Retirements from the parsed TOML ``data`` (``{"retired": [{...}, ...], "retired_row":
-    [...]}``); ``where`` names the file in errors."""
+    [...], "withdrawn": [...]}``); ``where`` names the file in errors."""
     extra = sorted(set(data) - set(_ARRAYS)) if isinstance(data, dict) else []
     if not isinstance(data, dict) or extra:
         raise RetiredFileError(
-            f"{where}: only [[retired]] and [[retired_row]] tables belong here (found {', '.join(extra)})"
+            f"{where}: only [[retired]], [[retired_row]] and [[withdrawn]] tables belong here "
+            f"(found {', '.join(extra)})"
         )
     out: list[Retirement | RowRetirement] = []
     for array, keys in _ARRAYS.items():
@@ -114,7 +128,7 @@ def parse_retirements(data: object, where: str = RETIRED_FILE) -> tuple[Retireme
 def _entry(
     entry: object, keys: tuple[str, ...], seen: list[Retirement | RowRetirement], at: str
 ) -> Retirement | RowRetirement:
-    """One [[retired]] or [[retired_row]] table, checked against those before it."""
+    """One [[retired]], [[retired_row]] or [[withdrawn]] table, checked against those before it."""
     if not isinstance(entry, dict):
         raise RetiredFileError(f"{at}: not a table")
     unknown = sorted(set(entry) - set(keys))
@@ -134,9 +148,12 @@ def _entry(
         if any(isinstance(o, RowRetirement) and (o.preset, o.row) == (row.preset, row.row) for o in seen):
             raise RetiredFileError(f"{at}: row {row.row!r} of preset {row.preset!r} is retired twice")
         return row
-    r = Retirement(*(entry[k].strip() for k in keys))
+    if keys == _WITHDRAWN_KEYS:
+        r = Retirement(entry["preset"].strip(), entry["task"].strip(), None, entry["why"].strip())
+    else:
+        r = Retirement(*(entry[k].strip() for k in keys))
     if r.preset == r.superseded_by:
         raise RetiredFileError(f"{at}: preset {r.preset!r} cannot supersede itself")
     if any(isinstance(o, Retirement) and (o.preset, o.task) == (r.preset, r.task) for o in seen):
-        raise RetiredFileError(f"{at}: preset {r.preset!r} on {r.task!r} is retired twice")
+        raise RetiredFileError(f"{at}: preset {r.preset!r} on {r.task!r} is retired or withdrawn twice")
     return r

@@ -114,7 +114,7 @@ def test_a_retired_table_leaves_its_presets_plan(tmp_path):
         ),
         ((QUICK, BOARD_APE, BOARD_ALIBI), RETIRE_COPY.replace("why", "reason"), "unknown key(s) reason; missing why"),
         ((QUICK, BOARD_APE, BOARD_ALIBI), RETIRE_COPY.replace('"board"', '"quick"'), "cannot supersede itself"),
-        ((QUICK, BOARD_APE, BOARD_ALIBI), RETIRE_COPY + RETIRE_COPY, "is retired twice"),
+        ((QUICK, BOARD_APE, BOARD_ALIBI), RETIRE_COPY + RETIRE_COPY, "is retired or withdrawn twice"),
         ((QUICK, BOARD_APE, BOARD_ALIBI), RETIRE_COPY.replace("task =", "task ="[:-1]), "not valid TOML"),
     ],
 )
@@ -126,6 +126,46 @@ def test_a_retirement_that_does_not_hold_is_refused_before_anything_is_written(t
     assert not (tmp_path / "site").exists() and (tmp_path / "README.md").read_text().endswith("old\n")
     checked = _invoke("check", "--results", str(results))
     assert checked.exit_code == 1 and message in checked.output, checked.output
+
+
+WITHDRAW_REVERSE = (
+    '[[withdrawn]]\npreset = "quick"\ntask = "reverse"\n'
+    'why = "the board protocol on reverse costs more than this machine has"\n'
+)
+
+
+def test_a_withdrawn_table_leaves_the_board_with_nothing_replacing_it(tmp_path):
+    # no sweep file plans reverse under another preset: the quick reverse table leaves alone
+    results = _folder(tmp_path, QUICK, BOARD_APE, BOARD_ALIBI, retired=RETIRE_COPY + WITHDRAW_REVERSE)
+    out = _invoke("build", "--results", str(results), "--out", str(tmp_path / "site"))
+    assert out.exit_code == 0, out.output
+    readme = (tmp_path / "README.md").read_text()
+    assert (
+        "The quick table for reverse (6 runs, seeds 0, 1, 3000 training steps) has left the board: no table replaces "
+        "it. Why: the board protocol on reverse costs more than this machine has. Its runs stay in the results "
+        "files." in readme
+    )
+    assert "## reverse" not in readme and "Preset **quick**" not in readme
+    assert not (tmp_path / "site" / "tasks" / "reverse.html").exists()
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "the quick table for reverse" in index
+    checked = _invoke("check", "--results", str(results))
+    assert checked.exit_code == 0, checked.output
+    assert "16 run(s): valid" in checked.output
+    assert (
+        "retired: preset quick on reverse (6 run(s), published, left off the board), withdrawn: no table replaces it"
+        in checked.output
+    )
+
+
+def test_a_withdrawal_is_refused_while_a_sweep_file_plans_the_task(tmp_path):
+    # the board plans copy: quick's copy table is superseded once that is complete, not withdrawn
+    withdraw_copy = WITHDRAW_REVERSE.replace('"reverse"', '"copy"')
+    results = _folder(tmp_path, QUICK, BOARD_APE, BOARD_ALIBI, retired=withdraw_copy)
+    out = _invoke("build", "--results", str(results), "--out", str(tmp_path / "site"))
+    message = "withdraws 'quick' on 'copy' with no table replacing it, but a sweep file plans 'board' on 'copy'"
+    assert out.exit_code == 1 and message in out.output, out.output
+    assert not (tmp_path / "site").exists()
 
 
 def test_retired_toml_is_not_read_as_a_sweep_file(tmp_path):
@@ -147,11 +187,22 @@ def test_plans_without_a_table_drop_its_runs_from_the_preset():
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"retire": []}, "only [[retired]] and [[retired_row]] tables belong here (found retire)"),
+        ({"retire": []}, "only [[retired]], [[retired_row]] and [[withdrawn]] tables belong here (found retire)"),
         ({"retired": {"preset": "q"}}, "must be an array of tables"),
         ({"retired": ["q"]}, "not a table"),
         ({"retired": [{"preset": "q", "task": " ", "superseded_by": "b", "why": "w"}]}, "task must be non-empty"),
         ({"retired": [{"preset": 1, "task": "t", "superseded_by": "b", "why": "w"}]}, "preset must be non-empty"),
+        (
+            {"withdrawn": [{"preset": "q", "task": "t", "superseded_by": "b", "why": "w"}]},
+            "unknown key(s) superseded_by (the keys are preset, task, why)",
+        ),
+        (
+            {
+                "retired": [{"preset": "q", "task": "t", "superseded_by": "b", "why": "w"}],
+                "withdrawn": [{"preset": "q", "task": "t", "why": "w"}],
+            },
+            "preset 'q' on 't' is retired or withdrawn twice",
+        ),
     ],
 )
 def test_malformed_retirements_are_named(data, message):
