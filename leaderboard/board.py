@@ -710,6 +710,44 @@ def superseded_sentence(board: Board, table: Table) -> str | None:
     )
 
 
+def past_n_sentence(table: Table) -> str | None:
+    """The table's answer to the board's question in one sentence, from each ranked row's
+    weakest seed: ``How far past N = 10 exact match stays ≥ 0.9 on every seed: prism{paper}
+    to 40, the largest tested scale; hard_alibi to 13; nope and alibi to 11; the other 12
+    ranked rows fall below 0.9 at 11 (2 rows did not fit)``. None for a table with no
+    ranked row."""
+    ranked = [row for row in table.rows if row.ranked]
+    if not ranked:
+        return None
+    n, top, em = table.train_max, table.test_max, ranking.REACH_THRESHOLD
+    reach = {row.label: int(min(row.per_seed.get("reach") or (n,))) for row in ranked}
+    by_reach: dict[int, list[str]] = {}
+    for row in ranked:  # in rank order within each reach
+        if reach[row.label] > n:
+            by_reach.setdefault(reach[row.label], []).append(row.label)
+    groups = [
+        f"{_and(labels)} to {far}" + (", the largest tested scale" if far >= top else "")
+        for far, labels in sorted(by_reach.items(), reverse=True)
+    ]
+    rest = len(ranked) - sum(map(len, by_reach.values()))
+    unfit = sum(not row.fitted for row in table.rows)
+    pending = sum(row.fitted and not row.ranked for row in table.rows)
+    tail = [f"{plural(unfit, 'row')} did not fit"] if unfit else []
+    tail += [f"{plural(pending, 'row')} not ranked yet"] if pending else []
+    after = f" ({', '.join(tail)})" if tail else ""
+    if not groups:
+        return f"No ranked row keeps exact match ≥ {em} at scale {n + 1} on every seed{after}"
+    if rest:
+        others = "the other ranked row falls" if rest == 1 else f"the other {rest} ranked rows fall"
+        groups.append(f"{others} below {em} at {n + 1}")
+    return f"How far past N = {n} exact match stays ≥ {em} on every seed: {'; '.join(groups)}{after}"
+
+
+def _and(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def table_filling(board: Board, table: Table) -> str | None:
     """``provisional: 15 of 19 planned runs (seed 0: 13 of 13, seed 1: 2 of 13, ...)`` for an
     unfinished table, else None."""

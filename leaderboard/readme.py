@@ -181,6 +181,9 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
                 )
             headers = ["rank", "encoding", f"EM≤{n}", f"EM>{n}", "reach", f"tok>{n}", f"tok≤{n}", "seeds"]
             out += [tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True), ""]
+            answer = bd.past_n_sentence(table)
+            if answer:
+                out += [md(answer) + ".", ""]
     if provs:
         out += ["## Provenance", ""]
         rows = []

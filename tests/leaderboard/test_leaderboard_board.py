@@ -507,3 +507,43 @@ def test_a_row_set_up_per_task_is_listed_with_its_options_on_each_task():
         f"copy: {written(options['copy'])} (82k positional parameters); "
         f"reverse: {written(options['reverse'])} (98k positional parameters)"
     )
+
+
+T5_NONE = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.85, 5: 0.9, 6: 1.0, 7: 1.0}  # fits; reach 3: 0.85 at N+1 ends it
+
+
+def test_past_n_sentence_says_how_far_each_ranked_row_holds_on_its_weakest_seed():
+    """The table's answer: per ranked row, the reach of its weakest seed, grouped by reach
+    (rope's seeds reach 4 and 5: it holds to 4 on every seed); rows that did not fit are
+    counted, never listed, even where their scales past N look good (ape)."""
+    extra = [rec(make_record("t5", "copy", s, T5_NONE, train_max=3), 10 + s) for s in (0, 1)]
+    [table] = bd.assemble(records() + extra).tables
+    assert bd.past_n_sentence(table) == (
+        "How far past N = 3 exact match stays ≥ 0.9 on every seed: alibi to 7, the largest tested scale; rope to 4; "
+        "the other ranked row falls below 0.9 at 4 (2 rows did not fit)"
+    )
+    none = [rec(make_record("t5", "copy", s, T5_NONE, train_max=3), s) for s in (0, 1)]
+    [table] = bd.assemble([*none, rec(make_record("nope", "copy", 0, NOPE, train_max=3), 5)]).tables
+    assert (
+        bd.past_n_sentence(table)
+        == "No ranked row keeps exact match ≥ 0.9 at scale 4 on every seed (1 row did not fit)"
+    )
+    [table] = bd.assemble([rec(make_record("nope", "copy", 0, NOPE, train_max=3))]).tables
+    assert bd.past_n_sentence(table) is None  # nothing ranked: nothing to answer with
+
+
+def test_past_n_sentence_counts_rows_not_ranked_yet_and_is_on_the_pages():
+    from leaderboard import site
+    from leaderboard.readme import render_readme
+
+    plans = plans_of([("smoke", "copy", s, f"r{s}", "board.toml") for s in (0, 1)])
+    runs = [("alibi", 0), ("alibi", 1), ("rope", 0)]
+    records = [rec(make_record(pe, "copy", s, ALIBI, train_max=3), i) for i, (pe, s) in enumerate(runs, start=1)]
+    board = bd.assemble(records, plans)
+    [table] = board.tables
+    answer = "alibi to 7, the largest tested scale (1 row not ranked yet)"
+    assert bd.past_n_sentence(table).endswith(answer)
+    assert answer + "." in render_readme(board, site_href="site")
+    pages = site.render(records, results_href="results", repo_href="..", plans=plans)
+    assert '<p class="answer">How far past N = 3 exact match stays' in pages["tasks/copy.html"]
+    assert answer + ".</p>" in pages["index.html"]
