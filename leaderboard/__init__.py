@@ -1,13 +1,16 @@
 """The published leaderboard: results files, their schema, and the static site rendered from them.
 
-``leaderboard.schema``  the JSON Lines results format (schema version, validator)
-``leaderboard.export``  store -> new append-only results files
-``leaderboard.board``   results records -> the numbers every page shows
-``leaderboard.svg``     hand-drawn SVG curves, the colour of each encoding
-``leaderboard.text``    the one rendering path: Jinja2 templates (``templates/``) with autoescape
-``leaderboard.site``    the static site (HTML + inline CSS/JS), built and written over its own files only
-``leaderboard.readme``  leaderboard/README.md: the ranking tables as markdown, record fields escaped
-``leaderboard.cli``     ``pezoo leaderboard export | check | build``
+``leaderboard.schema``      the JSON Lines results format (schema version, validator)
+``leaderboard.export``      store -> new append-only results files
+``leaderboard.board``       results records -> the numbers every page shows
+``leaderboard.provenance``  where each preset's runs came from, what each run trained
+``leaderboard.notes``       runs unlike their papers, extra inputs, per-task setups
+``leaderboard.overview``    the at-a-glance grid: encodings × tasks per preset
+``leaderboard.svg``         hand-drawn SVG curves, the colour of each encoding
+``leaderboard.text``        the one rendering path: Jinja2 templates (``templates/``) with autoescape
+``leaderboard.site``        the static site (HTML + inline CSS/JS), built and written over its own files only
+``leaderboard.readme``      leaderboard/README.md: the ranking tables as markdown, record fields escaped
+``leaderboard.cli``         ``pezoo leaderboard export | check | build``
 
 Depends on ``harness`` (store, report, task registry) and ``pezoo``; neither imports it
 (``harness/cli.py``, the composition root, attaches the command group).

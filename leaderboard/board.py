@@ -16,22 +16,18 @@ by EM>N, then reach, then tok>N (means); the others follow, unranked, marked "di
 fit" (``harness.ranking.RULE``). Curves give, per scale, the mean over seeds and the
 min..max band.
 
-**At a glance** (``overview``), per preset: an encodings × tasks grid whose cell is the
-ranking measure (EM>N, mean over seeds) where the encoding fitted, "did not fit"
-otherwise. Rows are ordered by the mean of EM>N over the preset's *counted* tasks, those
-whose table is complete (every task while none is, or without a plan), counting a task
-the encoding did not fit (or was not run on) as 0, then by counted tasks fitted, the mean
-compared as the grid shows it (two decimals); rows equal on both share a position and are
-listed by name. A task still being filled is shown but not counted, so the order does not depend on
-which runs happened to finish first.
-
 An "encoding" on the board is the registry name, with its options appended when a run
 set any (``rope{base=500}``), so differently configured runs are never pooled.
+
+What the pages show beside the tables is computed next door, from the records or this
+board: where the runs came from (``leaderboard.provenance``), the notes on rows run unlike
+their papers, reading extra inputs or set up per task (``leaderboard.notes``), and the at
+a glance grid (``leaderboard.overview``). Those modules import this one, never the
+reverse.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,11 +37,9 @@ from typing import Any
 import pandas as pd
 
 from harness import ranking
-from harness.backbone import BackboneConfig
 from harness.config import NEW_FIELD_DEFAULTS
-from harness.pe_spec import display_name, format_value, model_options, variant_display_name
-from harness.protocols import departure_paper, extra_input, extra_input_badge
-from harness.protocols import departures as protocol_departures
+from harness.pe_spec import display_name, variant_display_name
+from harness.protocols import extra_input_badge
 from harness.report import per_seed_summary
 from leaderboard.plans import NO_PLANS, Filled, Planned, Plans, filled, published_cells, seeds_by_run
 from leaderboard.retired import RETIRED_FILE, Retirement, RowRetirement
@@ -95,128 +89,6 @@ def record_label(data: Mapping[str, Any]) -> str:
     config = data["config"]
     label = encoding_label(data["pe"], config.get("pe_options") or {}, config)
     return variant_display_name(label, config.get("eval_pe_options"))
-
-
-@dataclass(frozen=True)
-class Departure:
-    """One board label run unlike its paper: the paper, and each difference with where it
-    applies: groups of tasks, each group's presets named when the board shows several
-    (``("addition, odds_first (preset quick)", "copy (presets board, quick)")``), to be
-    joined with "; "."""
-
-    label: str
-    paper: str
-    differences: tuple[tuple[str, tuple[str, ...]], ...]
-
-
-def departures(records: Iterable[Record]) -> list[Departure]:
-    """How the board's runs depart from their papers' setups
-    (``harness.protocols.departures``): per label, each difference with the tasks it
-    applies to, in label order; labels that follow their papers are left out."""
-    records = list(records)
-    found: dict[str, dict[str, set[tuple[str, str]]]] = {}
-    papers: dict[str, str] = {}
-    for rec in records:
-        d = rec.data
-        options = d["config"].get("pe_options") or {}
-        try:
-            backbone = BackboneConfig(**d["config"]["backbone"])
-            eval_options = d["config"].get("eval_pe_options") or {}
-            texts = protocol_departures(d["pe"], d["task"], model_options(d["pe"], options), backbone, eval_options)
-        except (TypeError, ValueError, KeyError):
-            continue
-        for text in texts:
-            found.setdefault(record_label(d), {}).setdefault(text, set()).add((d["preset"], d["task"]))
-            papers[record_label(d)] = departure_paper(d["pe"], eval_options) or d["pe"]
-    several = len({rec.data["preset"] for rec in records}) > 1
-
-    def where(pairs: set[tuple[str, str]]) -> tuple[str, ...]:
-        by_preset: dict[str, set[str]] = {}
-        for preset, task in pairs:
-            by_preset.setdefault(preset, set()).add(task)
-        if not several:
-            return (", ".join(sorted(t for _, t in pairs)),)
-        presets_of: dict[tuple[str, ...], list[str]] = {}
-        for preset, tasks in sorted(by_preset.items()):
-            presets_of.setdefault(tuple(sorted(tasks)), []).append(preset)
-        return tuple(
-            ", ".join(tasks) + (" (preset " if len(presets) == 1 else " (presets ") + ", ".join(presets) + ")"
-            for tasks, presets in presets_of.items()
-        )
-
-    return [
-        Departure(label, papers[label], tuple((text, where(pairs)) for text, pairs in by_text.items()))
-        for label, by_text in sorted(found.items())
-    ]
-
-
-def extra_inputs(records: Iterable[Record]) -> list[tuple[str, str, tuple[str, ...]]]:
-    """(label, what it reads beyond tokens and positions, tasks) for every board row that
-    reads more (``harness.protocols.EXTRA_INPUTS``), in label order."""
-    found: dict[str, tuple[str, set[str]]] = {}
-    for rec in records:
-        text = extra_input(rec.data["pe"])
-        if text is not None:
-            found.setdefault(record_label(rec.data), (text, set()))[1].add(rec.data["task"])
-    return [(label, text, tuple(sorted(tasks))) for label, (text, tasks) in sorted(found.items())]
-
-
-EXTRA_INPUTS_RULE = "Rows that read more than the tokens and their positions, and what:"
-
-
-@dataclass(frozen=True)
-class PerTaskSetup:
-    """A board row whose options change from task to task (a paper's per-task setup, e.g.
-    ``prism{paper}``): per task, its options and its positional parameters."""
-
-    label: str
-    preset: str
-    tasks: tuple[tuple[str, str, int | None], ...]  # (task, options as written, positional parameters)
-
-    def sentence(self) -> str:
-        """``copy: d_pe=226, layers=[0], n_cursors=4 (75k positional parameters); ...``."""
-        parts = []
-        for task, options, params in self.tasks:
-            count = "" if params is None else f" ({_thousands(params)} positional parameters)"
-            parts.append(f"{task}: {options}{count}")
-        return "; ".join(parts)
-
-
-def _thousands(n: int) -> str:
-    return f"{n / 1000:.0f}k" if n >= 1000 else str(n)
-
-
-def per_task_setups(records: Iterable[Record]) -> list[PerTaskSetup]:
-    """The rows whose recorded options differ between the tasks of one preset, in label
-    order: a reader comparing rows must know that one of them was set up per task while
-    every other runs one configuration everywhere."""
-    found: dict[tuple[str, str], dict[str, tuple[str, int | None]]] = {}
-    for rec in records:
-        config = rec.data["config"]
-        if config.get("eval_pe_options"):  # a variant: its trained run's row says it
-            continue
-        options = config.get("pe_options") or {}
-        written = ", ".join(f"{k}={format_value(v)}" for k, v in sorted(options.items())) or "defaults"
-        params = rec.data.get("params", {}).get("pe")
-        by_task = found.setdefault((record_label(rec.data), rec.data["preset"]), {})
-        by_task[rec.data["task"]] = (written, int(params) if isinstance(params, int) else None)
-    out = []
-    for (label, preset), by_task in sorted(found.items()):
-        if len({options for options, _ in by_task.values()}) > 1:
-            out.append(PerTaskSetup(label, preset, tuple((t, *by_task[t]) for t in sorted(by_task))))
-    return out
-
-
-PER_TASK_RULE = (
-    "Rows whose options change from task to task, as their papers' per-task setups do; every other row runs one "
-    "configuration on every task:"
-)
-
-
-DEPARTURES_RULE = (
-    "Where a method on this board was run unlike its paper (beyond the small model and short training said above), "
-    "and how:"
-)
 
 
 def frame(records: Iterable[Record]) -> pd.DataFrame:
@@ -466,10 +338,6 @@ def cell_text(row: Row, score: str) -> str:
     return stat.text(2)
 
 
-def _or_low(x: float) -> float:
-    return -math.inf if math.isnan(x) else x
-
-
 @dataclass(frozen=True)
 class Curve:
     """One encoding's per-scale numbers on one (preset, task): parallel tuples, sorted by length."""
@@ -516,154 +384,8 @@ def curves(df: pd.DataFrame) -> list[Curve]:
 
 
 # --------------------------------------------------------------------------------------
-# Provenance
+# Sentences beside the tables
 # --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where the runs of one preset (within some page's scope) came from."""
-
-    preset: str
-    runs: int
-    seeds: tuple[int, ...]
-    tasks: tuple[str, ...]
-    encodings: tuple[str, ...]
-    steps: tuple[int, ...]
-    batch_sizes: tuple[int, ...]
-    backbones: tuple[str, ...]
-    eval_samples: tuple[int, ...]
-    devices: tuple[str, ...]
-    commits: tuple[str, ...]
-    pezoo_versions: tuple[str, ...]
-    torch_versions: tuple[str, ...]
-    first_day: str
-    last_day: str
-    files: tuple[str, ...]
-    n_layers: tuple[int, ...] = ()
-    d_models: tuple[int, ...] = ()
-    evaluated: int = 0  # runs that evaluate another run's trained weights (inference-time variants), no training
-    cpus: tuple[str, ...] = ()  # the hosts' CPUs ("not recorded" for records from before pezoo recorded them)
-    resumed_elsewhere: int = 0  # runs trained by more than one commit or on more than one machine
-    train_scales: tuple[str, ...] = ()  # the training scales, "1..10"
-    test_maxes: tuple[int, ...] = ()  # the largest tested scale
-
-    def runs_text(self) -> str:
-        """``97 runs (18 of them evaluate a trained run's weights, no training)``."""
-        text = plural(self.runs, "run")
-        if self.evaluated:
-            text += f" ({self.evaluated} of them evaluate a trained run's weights, no training)"
-        return text
-
-    @property
-    def paper_scale(self) -> bool:
-        """Only a GPU-preset board run on GPUs is in the papers' regime; everything else is flagged."""
-        return self.preset == "gpu" and all(d.startswith("cuda") for d in self.devices)
-
-    @property
-    def on_cpu(self) -> bool:
-        return any(d.startswith("cpu") for d in self.devices)
-
-
-NOT_RECORDED = "not recorded"
-"""A provenance field a record predates (the CPU, recorded from 25 November 2026)."""
-
-
-def provenance(records: Iterable[Record]) -> list[Provenance]:
-    """One Provenance per preset among ``records``, sorted by preset."""
-    by_preset: dict[str, list[Record]] = {}
-    for rec in records:
-        by_preset.setdefault(rec.data["preset"], []).append(rec)
-    out = []
-    for preset in sorted(by_preset):
-        recs = by_preset[preset]
-
-        def values(get: Any, recs: list[Record] = recs) -> tuple[Any, ...]:
-            return tuple(sorted({get(r.data) for r in recs}))
-
-        days = values(lambda d: _day(d["timings"]["finished_at"]))
-        out.append(
-            Provenance(
-                preset=preset,
-                runs=len(recs),
-                seeds=values(lambda d: d["seed"]),
-                tasks=values(lambda d: d["task"]),
-                encodings=values(record_label),
-                steps=values(lambda d: d["config"]["train"]["steps"]),
-                batch_sizes=values(lambda d: d["config"]["train"]["batch_size"]),
-                backbones=values(_backbone_text),
-                eval_samples=values(lambda d: d["config"]["eval"]["samples"]),
-                devices=values(lambda d: d["provenance"]["device"]),
-                commits=values(lambda d: d["provenance"]["commit"]),
-                pezoo_versions=values(lambda d: d["provenance"]["pezoo"]),
-                torch_versions=values(lambda d: d["provenance"]["torch"]),
-                first_day=days[0],
-                last_day=days[-1],
-                files=tuple(sorted({r.path.name for r in recs})),
-                n_layers=values(lambda d: d["config"].get("backbone", {}).get("n_layers")),
-                d_models=values(lambda d: d["config"].get("backbone", {}).get("d_model")),
-                evaluated=sum(bool(r.data["config"].get("eval_pe_options")) for r in recs),
-                cpus=values(lambda d: d["provenance"].get("cpu", NOT_RECORDED)),
-                resumed_elsewhere=sum(
-                    any(k in r.data["provenance"] for k in ("code_by_step", "machine_by_step")) for r in recs
-                ),
-                train_scales=values(
-                    lambda d: f"{d['config']['train'].get('train_min', 1)}..{d['config']['train']['train_max']}"
-                ),
-                test_maxes=values(lambda d: d["config"]["eval"]["test_max"]),
-            )
-        )
-    return out
-
-
-PAPERS_PROTOCOLS = (
-    "the papers train far longer on GPUs, mostly larger models (5 layers, d_model 512, 150k steps in Position as "
-    "Probability §6.2 and §6.4; 5 layers, d_model 64, 2M steps in Randomized Positional Encodings, Appendix A; "
-    "12 layers, d_model 1024, 200k steps in Universal Length Generalization with Turing Programs §3.1.1)"
-)
-"""What the source papers train, for the sentence at the top of a board that is not paper scale."""
-
-
-def trained_sentence(p: Provenance) -> str:
-    """One sentence a newcomer understands: what each run of the preset trained, on what,
-    how far it was tested, and (unless the board is paper scale) how that differs from the
-    papers' protocols.
-
-    Built from the records' own config and provenance, e.g. "Each run trains a 3-layer
-    transformer (d_model 128) for 3000 steps of batch 64 on task instances of scale 1..10,
-    on a CPU, and is tested on scales up to 40; the papers train larger models far longer
-    on GPUs (...)."
-    """
-    layers = "/".join(map(str, p.n_layers)) or "?"
-    width = "/".join(map(str, p.d_models)) or "?"
-    steps = "/".join(map(str, p.steps))
-    batch = "/".join(map(str, p.batch_sizes))
-    text = f"Each run trains a {layers}-layer transformer (d_model {width}) for {steps} steps of batch {batch}"
-    if p.train_scales:
-        text += f" on task instances of scale {' or '.join(p.train_scales)},"
-    text += " " + _device_words(p.devices)
-    if len(p.cpus) > 1:
-        text += " (more than one machine: the provenance lists their CPUs)"
-    if p.test_maxes:
-        text += f", and is tested on scales up to {'/'.join(map(str, p.test_maxes))}"
-    if p.evaluated:
-        text += " (a row marked “same weights” evaluates a trained run's weights with other options, no training)"
-    return text + ("." if p.paper_scale else f"; {PAPERS_PROTOCOLS}.")
-
-
-def _device_words(devices: Sequence[str]) -> str:
-    """``cpu:x86_64 x1 threads`` -> "on a CPU"; ``cuda:NVIDIA H100`` -> "on a GPU (NVIDIA H100)"."""
-    words = []
-    for device in devices:
-        kind, _, name = device.partition(":")
-        what = {"cpu": "a CPU", "cuda": "a GPU", "mps": "an Apple GPU"}.get(kind, f"device {kind}")
-        words.append(what if kind == "cpu" or not name else f"{what} ({name})")
-    return "on " + (" or ".join(dict.fromkeys(words)) if words else "an unrecorded device")
-
-
-def _backbone_text(d: Mapping[str, Any]) -> str:
-    b = d["config"].get("backbone", {})
-    return f"d_model {b.get('d_model')}, {plural(b.get('n_layers'), 'layer')}, {plural(b.get('n_heads'), 'head')}"
 
 
 def filling_sentence(board: Board, preset: str) -> str | None:
@@ -769,10 +491,6 @@ def _seeds_phrase(f: Filled) -> str:
 def plural(count: Any, noun: str) -> str:
     """``1 run``, ``2 runs``."""
     return f"{count} {noun}" + ("" if count == 1 else "s")
-
-
-def _day(unix: float) -> str:
-    return dt.datetime.fromtimestamp(unix, tz=dt.timezone.utc).strftime("%Y-%m-%d")
 
 
 # --------------------------------------------------------------------------------------
@@ -1106,90 +824,3 @@ def _retire_tables(
 
 def _train_steps(records: Iterable[Record]) -> tuple[int, ...]:
     return tuple(sorted({int(rec.data["config"]["train"]["steps"]) for rec in records}))
-
-
-OVERVIEW_RULE = (
-    "Each cell is the ranking measure, EM>N (exact match beyond the training scales, mean over seeds), where every "
-    "seed of the encoding fitted that task; “did not fit” where some seed did not (with how many of its seeds "
-    "fit); blank where it was not run. "
-    "Rows are ordered by the mean over the tasks of EM>N, counting a task the encoding did not fit, is not ranked "
-    "on yet (short of its seeds) or was not run on as 0, then by the number of tasks fitted, both compared as "
-    "shown (the mean to two decimals); rows equal on both share a position. While the board is being filled, only "
-    "the tasks whose table is complete count, so the order does not depend on which runs finished first."
-)
-"""What the at-a-glance grid shows and how its rows are ordered, quoted by the site and the README."""
-
-PENDING_MARK = "†"
-PENDING_RULE = f"{PENDING_MARK} still being filled: shown, not counted in the mean or the tasks fitted"
-"""The key to a grid column whose table is incomplete (:attr:`Overview.pending`)."""
-
-
-@dataclass(frozen=True)
-class OverviewRow:
-    """One encoding across the tasks of one preset: its row on each task's table.
-
-    ``score`` is the ordering measure: the mean over the preset's counted tasks
-    (:class:`Overview`) of EM>N where the encoding fitted, 0 where it did not fit or was
-    not run, or is not ranked yet (short of its planned seeds). ``tasks_fitted`` counts the
-    counted tasks on which it is ranked (every seed fit).
-    """
-
-    position: int
-    label: str
-    encoding: str
-    cells: Mapping[str, Row]  # task -> the encoding's row there (absent: not run on it)
-    score: float
-    tasks_fitted: int
-
-
-@dataclass(frozen=True)
-class Overview:
-    """A preset's at-a-glance grid: its tasks (columns), the ones its order counts, and its rows."""
-
-    tasks: list[str]
-    counted: list[str]  # the tasks whose table is complete; every task while none is
-    rows: list[OverviewRow]
-
-    @property
-    def pending(self) -> list[str]:
-        """The tasks still being filled: shown, not counted in the order (marked †)."""
-        return [t for t in self.tasks if t not in self.counted]
-
-    def counted_text(self) -> str | None:
-        """``The order counts copy and reverse only, ...`` while some task is still being
-        filled (the grid then is not an overall ranking), else None."""
-        if not self.pending:
-            return None
-        counted = " and ".join(self.counted) if len(self.counted) < 3 else ", ".join(self.counted)
-        pending = ", ".join(self.pending)
-        return (
-            f"The order counts {counted} only, the {'task' if len(self.counted) == 1 else 'tasks'} whose table is "
-            f"complete; {pending} ({PENDING_MARK}) {'is' if len(self.pending) == 1 else 'are'} still being filled."
-        )
-
-
-def overview(board: Board, preset: str) -> Overview:
-    """The preset's at-a-glance grid; the order is in the module docstring."""
-    tables = [t for t in board.tables if t.preset == preset]
-    tasks = [t.task for t in tables]
-    complete = [t.task for t in tables if (f := board.table_filled(t)) is None or f.covered]
-    counted = complete or tasks
-    cells: dict[str, dict[str, Row]] = {}
-    encodings: dict[str, str] = {}
-    for table in tables:
-        for row in table.rows:
-            cells.setdefault(row.label, {})[table.task] = row
-            encodings[row.label] = row.encoding
-    unordered = []
-    for label, by_task in cells.items():
-        fitted = [t for t, r in by_task.items() if r.ranked]  # a row not ranked yet counts as not fitted
-        beyond = [max(_or_low(by_task[t].scores["em_beyond"].mean), 0.0) for t in fitted if t in counted]
-        score = sum(beyond) / max(len(counted), 1)
-        unordered.append(((-ranking.shown(score), -len(beyond)), label, by_task, score, len(beyond)))
-    unordered.sort(key=lambda item: (item[0], item[1]))  # equal as shown: by name
-    rows, position, previous = [], 0, None
-    for i, (key, label, by_task, score, n_fit) in enumerate(unordered, start=1):
-        if key != previous:  # competition positions: rows equal as shown share one
-            position, previous = i, key
-        rows.append(OverviewRow(position, label, encodings[label], by_task, score, n_fit))
-    return Overview(tasks, counted, rows)

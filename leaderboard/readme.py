@@ -19,7 +19,9 @@ from typing import Any
 from tabulate import tabulate
 
 from leaderboard import board as bd
-from leaderboard import claims
+from leaderboard import claims, notes
+from leaderboard import overview as ov
+from leaderboard import provenance as prov
 from leaderboard.text import GENERATOR, short_commit, slug
 
 README_MARK = f"<!-- {GENERATOR}: generated from the results files; do not edit by hand -->"
@@ -80,10 +82,10 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         "in a browser (GitHub shows an HTML file as its source); the task sections' curves links go to its pages.",
         "",
     ]
-    provs = bd.provenance(board.records)
+    provs = prov.provenance(board.records)
     for p in provs:
         prefix = f"**{md(p.preset)}:** " if len(provs) > 1 else ""
-        out += [f"{prefix}{md(bd.trained_sentence(p))}", ""]
+        out += [f"{prefix}{md(prov.trained_sentence(p))}", ""]
     for p in provs:
         if not p.paper_scale:
             kind = "CPU " if p.on_cpu else ""
@@ -102,31 +104,31 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         out += ["## Left the board", "", md(bd.RETIRED_RULE), ""]
         out += [f"- {md(t.sentence())}" for t in board.retired]
         out.append("")
-    departed = bd.departures(board.records)
+    departed = notes.departures(board.records)
     if departed:
-        out += ["## Run unlike their papers", "", md(bd.DEPARTURES_RULE), ""]
+        out += ["## Run unlike their papers", "", md(notes.DEPARTURES_RULE), ""]
         for dep in departed:
             out.append(f"- **{md(dep.label)}** ({md(dep.paper)}):")
             for text, tasks in dep.differences:
                 out.append(f"  - {md(text)}; on {md('; '.join(tasks))}")
         out.append("")
-    extra = bd.extra_inputs(board.records)
+    extra = notes.extra_inputs(board.records)
     if extra:
-        out += ["## Extra inputs", "", md(bd.EXTRA_INPUTS_RULE), ""]
+        out += ["## Extra inputs", "", md(notes.EXTRA_INPUTS_RULE), ""]
         out += [f"- **{md(label)}** {md(text)}; on {_mds(tasks)}" for label, text, tasks in extra]
         out.append("")
-    setups = bd.per_task_setups(board.records)
+    setups = notes.per_task_setups(board.records)
     if setups:
-        out += ["## Set up per task", "", md(bd.PER_TASK_RULE), ""]
+        out += ["## Set up per task", "", md(notes.PER_TASK_RULE), ""]
         out += [f"- **{md(s.label)}** (preset {md(s.preset)}): {md(s.sentence())}" for s in setups]
         out.append("")
     if not board.tables:
         out += ["No results yet: publish some with `pezoo leaderboard export`.", ""]
     else:
-        out += ["## At a glance", "", md(bd.OVERVIEW_RULE), ""]
+        out += ["## At a glance", "", md(ov.OVERVIEW_RULE), ""]
     for preset in board.presets:
-        grid = bd.overview(board, preset)
-        headers = ["#", "encoding", *(md(t) + (bd.PENDING_MARK if t in grid.pending else "") for t in grid.tasks)]
+        grid = ov.overview(board, preset)
+        headers = ["#", "encoding", *(md(t) + (ov.PENDING_MARK if t in grid.pending else "") for t in grid.tasks)]
         headers += ["mean", "fitted"]
         glance = []
         for entry in grid.rows:
@@ -144,7 +146,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
             out += [f"Preset **{md(preset)}**:", ""]
         out += [tabulate(glance, headers=headers, tablefmt="github", disable_numparse=True), ""]
         if grid.pending:
-            out += [md(f"{grid.counted_text()} {bd.PENDING_RULE}."), ""]
+            out += [md(f"{grid.counted_text()} {ov.PENDING_RULE}."), ""]
     found = claims.claim_verdicts(board)
     if found:
         out += ["## What the papers claim, and what this board shows", "", md(claims.CLAIMS_RULE), ""]

@@ -44,7 +44,9 @@ from typing import Any
 from markupsafe import Markup
 
 from leaderboard import board as bd
-from leaderboard import claims
+from leaderboard import claims, notes
+from leaderboard import overview as ov
+from leaderboard import provenance as prov
 from leaderboard.plans import NO_PLANS, Plans, read_plans
 from leaderboard.readme import README_MARK, is_generated_readme, render_readme
 from leaderboard.retired import Retirement, RowRetirement, read_retirements
@@ -228,7 +230,7 @@ class Site:
     def swatch(self, label: str) -> Markup:
         return swatch(self.style(label))
 
-    def facts(self, p: bd.Provenance) -> str:
+    def facts(self, p: prov.Provenance) -> str:
         """The banner's one-line summary of a preset's runs. A board filled over many
         sessions has many commits: past ``BANNER_COMMITS`` the banner counts them and the
         Provenance table at the page's foot lists them, so the banner stays a line."""
@@ -337,10 +339,10 @@ class Site:
             "title": title,
         }
 
-    def overview(self, preset: str) -> tuple[bd.Overview, dict[str, dict[str, bd.Row]]]:
+    def overview(self, preset: str) -> tuple[ov.Overview, dict[str, dict[str, bd.Row]]]:
         """(the preset's grid, task -> label -> row)."""
         tables = {t.task: {r.label: r for r in t.rows} for t in self.board.tables if t.preset == preset}
-        return bd.overview(self.board, preset), tables
+        return ov.overview(self.board, preset), tables
 
     # -- tables ---------------------------------------------------------------------------
     def fit_title(self, row: bd.Row) -> str:
@@ -410,14 +412,17 @@ def _page(site: Site, template: str, page_dir: str, title: str, records: Sequenc
             site=site,
             board=site.board,
             bd=bd,
+            prov=prov,
+            notes=notes,
+            ov=ov,
             page_dir=page_dir,
             title=title,
             generator=GENERATOR,
             presets=sorted({r.data["preset"] for r in records}),
-            provenances=bd.provenance(records),
-            departures=bd.departures(records),
-            extra_inputs=bd.extra_inputs(records),
-            per_task_setups=bd.per_task_setups(records),
+            provenances=prov.provenance(records),
+            departures=notes.departures(records),
+            extra_inputs=notes.extra_inputs(records),
+            per_task_setups=notes.per_task_setups(records),
             task_info=task_info,
             prose=_prose,
             doc_html=_doc_html,

@@ -9,6 +9,9 @@ import pytest
 from leaderboard_fixtures import make_record
 
 from leaderboard import board as bd
+from leaderboard import notes
+from leaderboard import overview as ov
+from leaderboard import provenance as prov
 from leaderboard.plans import plans_of
 from leaderboard.schema import Record
 
@@ -220,15 +223,15 @@ def test_an_alias_and_its_encoding_at_one_seed_are_refused_not_merged_into_one_r
 
 
 def test_provenance_flags_everything_but_a_gpu_board_on_gpus():
-    cpu = bd.provenance(records())
+    cpu = prov.provenance(records())
     assert len(cpu) == 1 and cpu[0].on_cpu and not cpu[0].paper_scale
     assert cpu[0].seeds == (0, 1) and cpu[0].steps == (20,) and cpu[0].files == ("fixture.jsonl",)
     assert cpu[0].first_day == cpu[0].last_day == "2023-11-14"  # 1_700_000_000 s after the epoch, UTC
-    gpu = bd.provenance(
+    gpu = prov.provenance(
         [rec(make_record("rope", "copy", 0, ROPE0, preset="gpu", device="cuda:NVIDIA H100", train_max=3))]
     )
     assert gpu[0].paper_scale and not gpu[0].on_cpu
-    quick_on_gpu = bd.provenance(
+    quick_on_gpu = prov.provenance(
         [rec(make_record("rope", "copy", 0, ROPE0, preset="quick", device="cuda:X", train_max=3))]
     )
     assert not quick_on_gpu[0].paper_scale
@@ -243,8 +246,8 @@ def test_stat_text_matches_the_terminal_format():
 
 
 def test_the_trained_sentence_says_size_steps_scales_device_and_the_papers():
-    [cpu] = bd.provenance(records())
-    sentence = bd.trained_sentence(cpu)
+    [cpu] = prov.provenance(records())
+    sentence = prov.trained_sentence(cpu)
     config = records()[0].data["config"]
     backbone, test_max = config["backbone"], config["eval"]["test_max"]
     assert sentence.startswith(
@@ -253,8 +256,8 @@ def test_the_trained_sentence_says_size_steps_scales_device_and_the_papers():
         f"and is tested on scales up to {test_max}; the papers train"
     )
     assert "150k steps" in sentence and "2M steps" in sentence and sentence.endswith(").")
-    gpu = bd.provenance([rec(make_record("rope", "copy", 0, ROPE0, preset="gpu", device="cuda:NVIDIA H100"))])
-    paper_scale = bd.trained_sentence(gpu[0])
+    gpu = prov.provenance([rec(make_record("rope", "copy", 0, ROPE0, preset="gpu", device="cuda:NVIDIA H100"))])
+    paper_scale = prov.trained_sentence(gpu[0])
     assert paper_scale.endswith("on a GPU (NVIDIA H100), and is tested on scales up to 7.")  # no comparison
 
 
@@ -285,7 +288,7 @@ def test_overview_orders_by_mean_beyond_n_counting_unfitted_tasks_as_zero():
         make_record("alibi", "reverse", 0, NOPE, train_max=3),  # does not fit
     ]
     board = bd.assemble([rec(d, i) for i, d in enumerate(data, start=1)])
-    grid = bd.overview(board, "smoke")
+    grid = ov.overview(board, "smoke")
     tasks, rows = grid.tasks, grid.rows
     assert tasks == grid.counted == ["copy", "reverse"] and grid.pending == []  # no plan: every task counts
     expected = {
@@ -316,7 +319,7 @@ def test_overview_counts_only_complete_tasks_while_the_board_is_filled():
     planned = [("smoke", r.data["task"], 0, r.run_id, "board.toml") for r in records]
     planned.append(("smoke", "reverse", 0, "f" * 16, "board.toml"))  # rope on reverse: planned, not published
     board = bd.assemble(records, plans_of(planned))
-    grid = bd.overview(board, "smoke")
+    grid = ov.overview(board, "smoke")
     assert (grid.tasks, grid.counted, grid.pending) == (["copy", "reverse"], ["copy"], ["reverse"])
     # said in words under the grid, so that it is not read as an overall ranking
     assert grid.counted_text() == (
@@ -329,7 +332,7 @@ def test_overview_counts_only_complete_tasks_while_the_board_is_filled():
 
     # no task complete: every task counts (nothing else to order by)
     none_complete = bd.assemble(records, plans_of([*planned, ("smoke", "copy", 0, "e" * 16, "board.toml")]))
-    grid = bd.overview(none_complete, "smoke")
+    grid = ov.overview(none_complete, "smoke")
     assert grid.counted == ["copy", "reverse"] and grid.pending == []
     assert [r.label for r in grid.rows] == ["alibi", "rope"]
 
@@ -338,9 +341,9 @@ def test_the_banner_counts_the_runs_that_only_evaluate_trained_weights():
     trained = make_record("rope", "copy", 0, ROPE0, train_max=3)
     variant = make_record("rope", "copy", 0, ROPE1, train_max=3)
     variant["config"]["eval_pe_options"] = {"scaling": {"rope_type": "linear", "factor": 4.0}}
-    [p] = bd.provenance([rec(trained, 1), rec(variant, 2)])
+    [p] = prov.provenance([rec(trained, 1), rec(variant, 2)])
     assert p.runs_text() == "2 runs (1 of them evaluate a trained run's weights, no training)"
-    [p] = bd.provenance([rec(trained, 1)])
+    [p] = prov.provenance([rec(trained, 1)])
     assert p.runs_text() == "1 run"
 
 
@@ -377,7 +380,7 @@ def test_overview_compares_means_as_the_grid_shows_them():
         make_record("rope", "copy", 0, tiny, train_max=3),
     ]
     board = bd.assemble([rec(d, i) for i, d in enumerate(data, start=1)])
-    rows = bd.overview(board, "smoke").rows
+    rows = ov.overview(board, "smoke").rows
     assert rows[0].score < rows[1].score  # learned_prf first on the second key, not the unshown decimals
     assert [(r.position, r.label, r.tasks_fitted) for r in rows] == [
         (1, "learned_prf", 2),
@@ -409,8 +412,8 @@ def test_provenance_lists_the_cpus_and_counts_runs_trained_in_segments():
     moved["provenance"]["machine_by_step"] = "steps 0-9: cpu x1 on A; steps 10-19: cpu x1 on B"
     recommitted = make_record("alibi", "copy", 1, ROPE1, train_max=3)
     recommitted["provenance"]["code_by_step"] = "steps 0-9: aaa; steps 10-19: bbb"
-    [p] = bd.provenance([rec(old, 1), rec(new, 2), rec(moved, 3), rec(recommitted, 4)])
-    assert p.cpus == ("AMD EPYC (torch CPU kernels: AVX2)", bd.NOT_RECORDED)
+    [p] = prov.provenance([rec(old, 1), rec(new, 2), rec(moved, 3), rec(recommitted, 4)])
+    assert p.cpus == ("AMD EPYC (torch CPU kernels: AVX2)", prov.NOT_RECORDED)
     assert p.resumed_elsewhere == 2
 
 
@@ -440,7 +443,7 @@ def test_a_row_short_of_its_planned_seeds_is_listed_after_the_ranked_rows_not_ra
     pending = table.rows[2]
     assert pending.fitted and not pending.ranked and pending.rank_text() == "—"
     # the grid does not count a row that is not ranked yet as fitted, even when it counts the task
-    grid = bd.overview(bd.assemble(records, plans_of(planned)), "smoke")
+    grid = ov.overview(bd.assemble(records, plans_of(planned)), "smoke")
     assert {r.label: r.tasks_fitted for r in grid.rows}["learned_prf"] == 0
     # once every planned run is in, a row the plan gave fewer seeds than the others is ranked
     complete = [p for p in planned if p[3] not in ("f" * 16, "e" * 16)]
@@ -497,7 +500,7 @@ def test_a_row_set_up_per_task_is_listed_with_its_options_on_each_task():
         options[d["task"]] = d["config"]["pe_options"] = paper_pe_options("prism", d["task"], backbone)
     assert options["copy"] != options["reverse"]  # the copy branch
     data[2]["params"], data[3]["params"] = {"pe": 82_000, "total": 1}, {"pe": 98_000, "total": 1}
-    [setup] = bd.per_task_setups([rec(d, i) for i, d in enumerate(data, start=1)])
+    [setup] = notes.per_task_setups([rec(d, i) for i, d in enumerate(data, start=1)])
     assert (setup.label, setup.preset) == ("prism{paper}", "smoke")
 
     def written(o):
