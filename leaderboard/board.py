@@ -786,6 +786,19 @@ def _retire_tables(
                     f"plans {' and '.join(map(repr, still))} on {r.task!r}: retire it for that table once complete "
                     "([[retired]]), or take the task out of that sweep file"
                 )
+            shown = sorted(
+                {
+                    str(rec.data["preset"])
+                    for rec in records
+                    if rec.data["task"] == r.task and (rec.data["preset"], r.task) not in retired_keys
+                }
+            )
+            if shown:
+                raise BoardError(
+                    f"{where} withdraws {r.preset!r} on {r.task!r} with no table replacing it, but "
+                    f"{' and '.join(map(repr, shown))} has published runs on {r.task!r}, which the board would show: "
+                    "plan them in a sweep file beside the results, and retire the old table for theirs once complete"
+                )
             out.append(
                 RetiredTable(
                     r, len(gone), tuple(sorted({int(rec.data["seed"]) for rec in gone})), _train_steps(gone), ()

@@ -37,8 +37,9 @@ a sweep does not train them again); the board leaves them out and says which tab
 left out and why. A retirement holds only while the superseding table is complete by its
 sweep file's plan: :func:`leaderboard.board.assemble` refuses one that would leave a task
 with no complete table, and one that matches no published run (a typo); it refuses a
-withdrawal while a sweep file still plans the task under another preset (that table, once
-complete, supersedes it: a ``[[retired]]`` entry).
+withdrawal while a sweep file still plans the task under another preset, or another
+preset's runs on it are published (that table, once complete, supersedes it: a
+``[[retired]]`` entry).
 """
 
 from __future__ import annotations

@@ -168,6 +168,24 @@ def test_a_withdrawal_is_refused_while_a_sweep_file_plans_the_task(tmp_path):
     assert not (tmp_path / "site").exists()
 
 
+def test_a_withdrawal_is_refused_while_another_presets_runs_on_the_task_are_published(tmp_path):
+    # the board's copy runs exported without a plan beside them: the board would show their
+    # table (unmarked, since nothing says what is planned), so "no table replaces it" is false
+    withdraw_copy = WITHDRAW_REVERSE.replace('"reverse"', '"copy"')
+    results = _folder(
+        tmp_path,
+        QUICK,
+        BOARD_APE,
+        BOARD_ALIBI,
+        plan='preset = "quick"\ntask = ["copy"]\nseeds = [0]\npe = ["ape"]\n',
+        retired=withdraw_copy,
+    )
+    out = _invoke("build", "--results", str(results), "--out", str(tmp_path / "site"))
+    message = "withdraws 'quick' on 'copy' with no table replacing it, but 'board' has published runs on 'copy'"
+    assert out.exit_code == 1 and message in out.output, out.output
+    assert not (tmp_path / "site").exists()
+
+
 def test_retired_toml_is_not_read_as_a_sweep_file(tmp_path):
     (tmp_path / "retired.toml").write_text(RETIRE_COPY)
     plans = read_plans(tmp_path)
