@@ -432,12 +432,12 @@ def superseded_sentence(board: Board, table: Table) -> str | None:
     )
 
 
-def past_n_sentence(table: Table) -> str | None:
+def past_n_sentence(table: Table, provisional: bool = False) -> str | None:
     """The table's answer to the board's question in one sentence, from each ranked row's
     weakest seed: ``How far past N = 10 exact match stays ≥ 0.9 on every seed: prism{paper}
     to 40, the largest tested scale; hard_alibi to 13; nope and alibi to 11; the other 12
-    ranked rows fall below 0.9 at 11 (2 rows did not fit)``. None for a table with no
-    ranked row."""
+    ranked rows fall below 0.9 at 11 (2 rows did not fit)``, begun ``So far,`` on a
+    ``provisional`` table (still being filled). None for a table with no ranked row."""
     ranked = [row for row in table.rows if row.ranked]
     if not ranked:
         return None
@@ -458,11 +458,13 @@ def past_n_sentence(table: Table) -> str | None:
     tail += [f"{plural(pending, 'row')} not ranked yet"] if pending else []
     after = f" ({', '.join(tail)})" if tail else ""
     if not groups:
-        return f"No ranked row keeps exact match ≥ {em} at scale {n + 1} on every seed{after}"
-    if rest:
-        others = "the other ranked row falls" if rest == 1 else f"the other {rest} ranked rows fall"
-        groups.append(f"{others} below {em} at {n + 1}")
-    return f"How far past N = {n} exact match stays ≥ {em} on every seed: {'; '.join(groups)}{after}"
+        said = f"no ranked row keeps exact match ≥ {em} at scale {n + 1} on every seed{after}"
+    else:
+        if rest:
+            others = "the other ranked row falls" if rest == 1 else f"the other {rest} ranked rows fall"
+            groups.append(f"{others} below {em} at {n + 1}")
+        said = f"how far past N = {n} exact match stays ≥ {em} on every seed: {'; '.join(groups)}{after}"
+    return f"So far, {said}" if provisional else said[0].upper() + said[1:]
 
 
 def _and(items: Sequence[str]) -> str:
@@ -710,14 +712,31 @@ def retire(
     Raises:
         BoardError: a retirement that matches no published run (a typo), whose successor
             is not planned by a sweep file, is itself retired, or is not complete yet; a
-            row retirement whose successor row is not published on each of its tasks and
-            seeds.
+            withdrawal (no successor) while a sweep file plans its task under another
+            preset, or while runs of another preset on its task stay on the board; a row
+            retirement whose successor row is not published on each of its tasks and seeds.
     """
     tables = [r for r in retirements if isinstance(r, Retirement)]
     kept, plans, retired_tables = _retire_tables(records, plans, tables)
     rows = [r for r in retirements if isinstance(r, RowRetirement)]
     kept, retired_rows = _retire_rows(kept, rows)
+    _check_withdrawals(kept, [r for r in tables if r.superseded_by is None])
     return kept, plans, (*retired_tables, *retired_rows)
+
+
+def _check_withdrawals(kept: Sequence[Record], withdrawn: Sequence[Retirement]) -> None:
+    """Refuse a withdrawal whose task still has runs on the board (``kept``: the records
+    left once every retirement is applied): their table would be shown, so something does
+    replace the withdrawn one, and without a plan nothing marks it provisional."""
+    for r in withdrawn:
+        shown = sorted({str(rec.data["preset"]) for rec in kept if rec.data["task"] == r.task})
+        if shown:
+            have = "has" if len(shown) == 1 else "have"
+            raise BoardError(
+                f"leaderboard/{RETIRED_FILE} withdraws {r.preset!r} on {r.task!r} with no table replacing it, but "
+                f"{' and '.join(map(repr, shown))} {have} published runs on {r.task!r}, which the board would show: "
+                "plan them in a sweep file beside the results, and retire the old table for theirs once complete"
+            )
 
 
 def _retire_rows(
@@ -783,21 +802,9 @@ def _retire_tables(
             if still:
                 raise BoardError(
                     f"{where} withdraws {r.preset!r} on {r.task!r} with no table replacing it, but a sweep file "
-                    f"plans {' and '.join(map(repr, still))} on {r.task!r}: retire it for that table once complete "
-                    "([[retired]]), or take the task out of that sweep file"
-                )
-            shown = sorted(
-                {
-                    str(rec.data["preset"])
-                    for rec in records
-                    if rec.data["task"] == r.task and (rec.data["preset"], r.task) not in retired_keys
-                }
-            )
-            if shown:
-                raise BoardError(
-                    f"{where} withdraws {r.preset!r} on {r.task!r} with no table replacing it, but "
-                    f"{' and '.join(map(repr, shown))} has published runs on {r.task!r}, which the board would show: "
-                    "plan them in a sweep file beside the results, and retire the old table for theirs once complete"
+                    f"plans {' and '.join(map(repr, still))} on {r.task!r}: delete the [[withdrawn]] entry (the old "
+                    "table returns, marked as an earlier protocol) and retire it ([[retired]]) once that table is "
+                    "complete, or take the task out of that sweep file"
                 )
             out.append(
                 RetiredTable(

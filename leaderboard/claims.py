@@ -300,6 +300,26 @@ def claim_verdicts(board: Board, claims: Sequence[Claim] = CLAIMS) -> list[tuple
     return [(c, v) for c in claims if (v := verdicts(board, c))]
 
 
+def unanswered(board: Board, claims: Sequence[Claim] = CLAIMS) -> list[tuple[Claim, str]]:
+    """The claims with no verdict on ``board``, each with why: ``the board has no addition
+    table`` (none of its tasks has a table the claims are tested on) or ``no table has the
+    rows it needs``. The pages list them, so a claim does not vanish without a word."""
+    tested_tasks = {t.task for t in board.tables if board.successor(t.preset) is None}
+    out = []
+    for claim in claims:
+        if verdicts(board, claim):
+            continue
+        if claim.tasks is not None and not tested_tasks & set(claim.tasks):
+            names = " or ".join(claim.tasks)
+            out.append((claim, f"the board has no {names} table of a protocol the claims are tested on"))
+        else:
+            out.append((claim, "no table has the rows it needs"))
+    return out
+
+
+UNANSWERED_RULE = "No verdict on this board:"
+"""The heading of the claims without a verdict (:func:`unanswered`)."""
+
 CLAIMS_RULE = (
     "Each claim is tested on the rows run as its paper runs them, or as near as the board's small model allows "
     "(each difference is listed under “Run unlike their papers”), by the rule stated under it; numbers are "

@@ -156,6 +156,11 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
                 note = f" *{md(v.provisional[0].upper() + v.provisional[1:])}.*" if v.provisional else ""
                 out.append(f"- {md(v.task)}, preset {md(v.preset)}: **{md(v.outcome)}**. {md(v.evidence)}.{note}")
             out.append("")
+        missing = claims.unanswered(board)
+        if missing:
+            out += [md(claims.UNANSWERED_RULE), ""]
+            out += [f"- **{md(claim.says)}** ({md(claim.source)}): {md(why)}." for claim, why in missing]
+            out.append("")
     if board.tables:
         rules = f"{bd.RANKING_RULE} {bd.PENDING_SEEDS_RULE} {bd.CELLS_RULE} {bd.OVERLAP_RULE}"
         out += ["## Ranking", "", md(rules), ""]
@@ -183,7 +188,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
                 )
             headers = ["rank", "encoding", f"EM≤{n}", f"EM>{n}", "reach", f"tok>{n}", f"tok≤{n}", "seeds"]
             out += [tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True), ""]
-            answer = bd.past_n_sentence(table)
+            answer = bd.past_n_sentence(table, provisional=filling is not None)
             if answer:
                 out += [md(answer) + ".", ""]
     if provs:

@@ -1,4 +1,5 @@
-"""Tables that have left the board: a (preset, task) superseded by a later protocol's table.
+"""Tables and rows that have left the board: a (preset, task) superseded by a later
+protocol's table or withdrawn with its task, and rows replaced by a corrected run.
 
 A board is re-run under a new protocol one task at a time (docs/leaderboard.md). While
 both are published, a task has two tables that rank the same encodings under different

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.ranking import Spread
 from leaderboard.board import Board, Row, Table
-from leaderboard.claims import CLAIMS, claim_verdicts, verdicts
+from leaderboard.claims import CLAIMS, claim_verdicts, unanswered, verdicts
 
 
 def row(label, *, em_in=1.0, em=(0.0,), reach=(10,), tok=(0.2,), fitted=True, rank=1):
@@ -162,3 +162,14 @@ def test_a_comparison_of_ranks_waits_for_every_seed():
     [v] = verdicts(board(fire, t5, alibi), claim("FIRE"))
     assert v.outcome == "holds" and "not compared yet (short of their seeds): alibi" in v.evidence
     assert "did not fit" not in v.evidence
+
+
+def test_claims_without_a_verdict_are_named_with_why():
+    """A claim with no verdict used to vanish from the pages: Abacus's, once the board had no
+    addition table, left no trace of having been considered."""
+    why = dict((c.says, reason) for c, reason in unanswered(board(row("ape"))))
+    assert set(why) == {c.says for c in CLAIMS} - {claim("Absolute").says}  # every claim but the one answered
+    assert why[claim("Abacus").says] == "the board has no addition table of a protocol the claims are tested on"
+    assert why[claim("Hard-ALiBi").says] == "no table has the rows it needs"  # copy is there, hard_alibi is not
+    assert why[claim("PRISM").says] == "no table has the rows it needs"
+    assert claim("Abacus") not in dict(unanswered(board(row("abacus", reach=(40,)), task="addition")))

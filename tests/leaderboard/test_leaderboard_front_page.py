@@ -67,7 +67,6 @@ def test_the_notes_fold_under_a_summary_that_names_their_rows(tmp_path):
         assert "<details open" not in text  # folded: the ranking comes first on a phone
 
 
-
 def _departures(site: Path) -> str:
     return (site / "index.html").read_text().split('id="departures">', 1)[1].split("</details>", 1)[0]
 

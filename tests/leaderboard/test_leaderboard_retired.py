@@ -39,6 +39,16 @@ def _folder(tmp_path: Path, *files: Path, plan: str = BOARD_PLAN, retired: str |
     return results
 
 
+def _folder_of(*files: Path) -> Path:
+    import tempfile
+
+    results = Path(tempfile.mkdtemp()) / "results"
+    results.mkdir()
+    for f in files:
+        shutil.copy(f, results)
+    return results
+
+
 def _invoke(*args: str):
     return CliRunner().invoke(main, ["leaderboard", *args])
 
@@ -184,6 +194,23 @@ def test_a_withdrawal_is_refused_while_another_presets_runs_on_the_task_are_publ
     message = "withdraws 'quick' on 'copy' with no table replacing it, but 'board' has published runs on 'copy'"
     assert out.exit_code == 1 and message in out.output, out.output
     assert not (tmp_path / "site").exists()
+
+
+def test_a_withdrawal_is_not_taken_for_its_presets_successor():
+    # listed before the retirement, the withdrawal (no successor) must not hide that the
+    # quick preset's tables are being replaced by the board's
+    from leaderboard import board as bd
+
+    records = read_results(_folder_of(QUICK, BOARD_APE, BOARD_ALIBI))
+    plans = plans_of([("board", "copy", 0, r.run_id, "board.toml") for r in records if r.data["preset"] == "board"])
+    withdraw, retire = parse_retirements(
+        {
+            "withdrawn": [{"preset": "quick", "task": "reverse", "why": "w"}],
+            "retired": [{"preset": "quick", "task": "copy", "superseded_by": "board", "why": "r"}],
+        }
+    )[::-1]
+    assert withdraw.superseded_by is None and retire.superseded_by == "board"
+    assert bd.assemble(records, plans, [withdraw, retire]).successor("quick") == "board"
 
 
 def test_retired_toml_is_not_read_as_a_sweep_file(tmp_path):
