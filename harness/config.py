@@ -581,7 +581,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 PRESET_DESCRIPTIONS: dict[str, str] = {
     "quick": "CPU-sized: 3k steps of a 3-layer d128 decoder; 5-20 min per run on one core (the committed board)",
-    "board": "the CPU leaderboard's protocol: the quick model trained 10k steps; about 1 h per run on one core",
+    "board": (
+        "the CPU leaderboard's protocol: the quick model trained 10k steps; "
+        "10-50 min per run on one core (prism{paper} 1.5-3 h)"
+    ),
     "smoke": "seconds per run, for tests and smoke checks; learns nothing useful",
     "gpu": "GPU-sized: 20k steps of a 5-layer d512 decoder (the PRISM paper's baseline shape), lengths to 40/150",
     "ruoss": "Ruoss et al. 2023 (Randomized Positional Encodings), App. A: 5-block d64 encoder, 2M steps, Adam",
