@@ -283,11 +283,17 @@ class _ListOf(click.ParamType):
     "not is deferred to a later bench, and a shorter run after it may go first. For a machine that goes away "
     "with its disk at a known time; runs started are never stopped (docs/sweeps.md).",
 )
+@click.option(
+    "--keep-weights",
+    is_flag=True,
+    help="Keep every trained run's final weights (<run_id>.weights.pt in the checkpoint folder), so a later "
+    "inference-time variant or re-evaluation never trains again. Runs with variants in the sweep always keep them.",
+)
 @max_runs_option
 def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
           eval_samples, eval_every, eval_start_loss, eval_select, backend, pack, window, device, allow_cpu,
           checkpoint_every, checkpoint_dir, executor, workers, ray_address, retries, store_path, order,
-          tensorboard_dir, time_limit, max_runs) -> None:  # fmt: skip
+          tensorboard_dir, time_limit, max_runs, keep_weights) -> None:  # fmt: skip
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
 
     Finished runs already in the store are not trained again; an interrupted run
@@ -471,6 +477,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
                     events=report,
                     tensorboard=tensorboard_dir,
                     admit=None if limit is None else lambda index, _cfg: limit.admit(index),
+                    keep_weights=keep_weights,
                 )
         except KeyboardInterrupt as exc:
             report.close_bars()

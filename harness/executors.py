@@ -617,8 +617,13 @@ def run_sweep(
     events: SweepEvents | None = None,
     tensorboard: str | Path | None = None,
     admit: Callable[[int, RunConfig], str | None] | None = None,
+    keep_weights: bool = False,
 ) -> list[RunOutcome]:
     """Run every config the store does not hold finished; return the recorded outcomes.
+
+    ``keep_weights`` keeps every trained run's final weights (``harness.run.weights_path``),
+    not only those of runs with variants in ``configs``: a later inference-time variant or
+    re-evaluation then never trains again.
 
     Each run is claimed for this process (``Store.claim``) when first dispatched: a run
     found finished then is skipped, and one another live process holds is skipped with
@@ -672,7 +677,7 @@ def run_sweep(
             checkpoint_every,
             fault=faults.get(run_id),
             tensorboard=tb,
-            keep_weights=run_id in with_variants,
+            keep_weights=keep_weights or run_id in with_variants,
         )
         kept = recover_kept(cfg, path, functools.partial(events.notice, job))
         if kept is not None:  # finished before, but the store could not take it then

@@ -277,3 +277,19 @@ def test_xpos_blockwise_causal_attention_is_a_variant_of_the_trained_run(tmp_pat
     plain, blocked = outputs
     torch.testing.assert_close(blocked[:, :4], plain[:, :4], rtol=0, atol=0)  # within the first block: the same
     assert not torch.allclose(blocked[:, 8:], plain[:, 8:])  # two blocks on: the first is out of sight
+
+
+def test_keep_weights_keeps_a_plain_runs_final_weights_for_a_later_variant(tmp_path, monkeypatch):
+    """`--keep-weights` (board runs): a run finished with no variant in its sweep keeps its
+    final weights, so a variant asked for in a later bench evaluates them without training."""
+    path = tmp_path / "store.sqlite"
+    first = CliRunner().invoke(main, [*ARGS, "--pe", "rope", "--store", str(path), "--keep-weights"])
+    assert first.exit_code == 0, first.output
+    base = _configs()[0]
+    assert weights_path(tmp_path / "checkpoints", base.run_id()).is_file()
+    trained = []
+    real_train = harness.run.train
+    monkeypatch.setattr(harness.run, "train", lambda cfg, *a, **k: trained.append(cfg) or real_train(cfg, *a, **k))
+    later = CliRunner().invoke(main, [*ARGS, "--pe", f"rope,{SPECS[2]}", "--store", str(path)])
+    assert later.exit_code == 0, later.output
+    assert trained == []
