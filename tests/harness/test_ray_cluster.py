@@ -197,9 +197,14 @@ def two_nodes() -> Iterator[tuple[Cluster, subprocess.Popen]]:
         second = cluster.start_node("node2", f"--address={cluster.address}")
         yield cluster, second
     finally:
+        survivors = []
         for process in reversed(cluster.sessions):  # the driver, the second node, the head
-            kill_session(process)
+            try:
+                kill_session(process)
+            except AssertionError as exc:  # still try the others
+                survivors.append(str(exc))
         shutil.rmtree(root, ignore_errors=True)
+        assert not survivors, survivors
 
 
 # -- the test ------------------------------------------------------------------------------
