@@ -17,6 +17,7 @@ Importing :mod:`pezoo` never imports transformers; this module does.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 from collections.abc import Iterator, Mapping
@@ -67,9 +68,7 @@ class Adapter:
         self.call: calls.Call | None = None
 
 
-def use_encoding(
-    model: PreTrainedModel, spec: str, *, backend: str = "auto", **options: Any
-) -> PreTrainedModel:
+def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **options: Any) -> PreTrainedModel:
     """Replace the positional encoding of a transformers causal LM with pezoo's ``spec``, in place.
 
     Args:
@@ -129,12 +128,14 @@ def use_encoding(
     layers = getattr(base, family["layers"])
     for index, layer in enumerate(layers):
         attention = getattr(layer, family["attention"])
-        object.__setattr__(attention, "_pezoo_adapter", adapter)
-        object.__setattr__(attention, "_pezoo_layer", index)
+        for module in (attention, layer):
+            object.__setattr__(module, "_pezoo_adapter", adapter)
+            object.__setattr__(module, "_pezoo_layer", index)
         attention.forward = MethodType(family["forward"], attention)
-        layer.register_forward_pre_hook(_observer(adapter, index), with_kwargs=True)
-    base.forward = MethodType(_base_forward(base.forward, adapter), base)
-    model.generate = MethodType(_generate(model.generate, adapter), model)
+        layer.register_forward_pre_hook(_observe, with_kwargs=True)
+    object.__setattr__(base, "_pezoo_adapter", adapter)
+    base.forward = MethodType(_base_forward, base)
+    model.generate = MethodType(_generate, model)
     config.pezoo = {"spec": spec, "options": _jsonable(options), "backend": backend}
     return model
 
@@ -216,104 +217,103 @@ def _own_rope(config: Any) -> dict[str, Any]:
     return out
 
 
-def _observer(adapter: Adapter, layer: int) -> Any:
-    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _observe(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Forward pre-hook of a decoder layer: the ``observe`` hook on the residual stream entering it."""
+    adapter: Adapter = module._pezoo_adapter  # type: ignore[assignment]
+    if adapter.call is not None:
         x = args[0] if args else kwargs["hidden_states"]
-        if adapter.call is not None:
-            calls.observe(adapter.encoding, adapter.call, layer, x)
-
-    return hook
+        calls.observe(adapter.encoding, adapter.call, module._pezoo_layer, x)  # type: ignore[arg-type]
 
 
-def _base_forward(original: Any, adapter: Adapter) -> Any:
+_SIGNATURES: dict[type, inspect.Signature] = {}
+
+
+def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
     """The base model's forward with the call's context built first and the ``embed`` hooks
-    applied to the token embeddings (passed on as ``inputs_embeds``)."""
-    import inspect
+    applied to the token embeddings (passed on as ``inputs_embeds``). Bound to the base model;
+    everything it needs is on it (``_pezoo_adapter``), so a deep copy of the model runs its own."""
+    from transformers.cache_utils import DynamicCache
 
-    signature = inspect.signature(original)
-
-    def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        from transformers.cache_utils import DynamicCache
-
-        if "past_key_values" in kwargs and "cache" in signature.parameters:
-            kwargs["cache"] = kwargs.pop("past_key_values")
-        bound = signature.bind(*args, **kwargs)
-        arguments = dict(bound.arguments)
-        extra = arguments.pop("kwargs", {})
-        ids, embeds = arguments.get("input_ids"), arguments.get("inputs_embeds")
-        if embeds is None:
-            if ids is None:
-                raise ValueError("give input_ids or inputs_embeds")
-            embeds = self.get_input_embeddings()(ids)  # (b, s, d)
-        b, s = embeds.shape[:2]
-        cache = arguments.get("cache")
-        use_cache = arguments.get("use_cache")
-        if use_cache is None:
-            use_cache = bool(getattr(self.config, "use_cache", False)) and not self.training
-        if cache is None and use_cache:
-            cache = DynamicCache(config=self.config)
-        n_cached = cache.get_seq_length() if cache is not None else 0
-        mask = arguments.get("attention_mask")
-        if mask is None:
-            mask = torch.ones(b, n_cached + s, dtype=torch.bool, device=embeds.device)
-        elif mask.dim() != 2 or mask.shape[1] != n_cached + s:
-            raise ValueError(
-                f"pezoo.hf needs a 2-D attention mask (b, {n_cached + s}) over all keys; got {tuple(mask.shape)} "
-                "(a static or compiled cache's 4-D mask is not supported: use the default dynamic cache)"
-            )
-        state: dict[Any, Any]
-        if cache is None:
-            state = {}
-        else:
-            if n_cached == 0 or not hasattr(cache, "_pezoo_state"):
-                cache._pezoo_state = {}
-            state = cache._pezoo_state
-        call = calls.build_call(
-            adapter.encoding,
-            state,
-            mask,
-            n_cached,
-            s,
-            adapter.planned_width,
-            kept=cache is not None,
-            scale_hint=adapter.scale_hint,
-            head_dim=adapter.head_dim,
+    adapter: Adapter = self._pezoo_adapter
+    original = type(self).forward
+    signature = _SIGNATURES.setdefault(type(self), inspect.signature(original))
+    if "past_key_values" in kwargs and "cache" in signature.parameters:
+        kwargs["cache"] = kwargs.pop("past_key_values")
+    bound = signature.bind(self, *args, **kwargs)
+    arguments = dict(bound.arguments)
+    arguments.pop("self", None)
+    extra = arguments.pop("kwargs", {})
+    ids, embeds = arguments.get("input_ids"), arguments.get("inputs_embeds")
+    if embeds is None:
+        if ids is None:
+            raise ValueError("give input_ids or inputs_embeds")
+        embeds = self.get_input_embeddings()(ids)  # (b, s, d)
+    b, s = embeds.shape[:2]
+    cache = arguments.get("cache")
+    use_cache = arguments.get("use_cache")
+    if use_cache is None:
+        use_cache = bool(getattr(self.config, "use_cache", False)) and not self.training
+    if cache is None and use_cache:
+        cache = DynamicCache(config=self.config)
+    n_cached = cache.get_seq_length() if cache is not None else 0
+    mask = arguments.get("attention_mask")
+    if mask is None:
+        mask = torch.ones(b, n_cached + s, dtype=torch.bool, device=embeds.device)
+    elif mask.dim() != 2 or mask.shape[1] != n_cached + s:
+        raise ValueError(
+            f"pezoo.hf needs a 2-D attention mask (b, {n_cached + s}) over all keys; got {tuple(mask.shape)} "
+            "(a static or compiled cache's 4-D mask is not supported: use the default dynamic cache)"
         )
-        adapter.call = call
-        embeds = calls.embed(adapter.encoding, call, embeds, ids)
-        arguments.update(input_ids=None, inputs_embeds=embeds, use_cache=use_cache)
-        if "cache" in signature.parameters:
-            arguments["cache"] = cache
-        return original(**arguments, **extra)
+    state: dict[Any, Any]
+    if cache is None:
+        state = {}
+    else:
+        if n_cached == 0 or not hasattr(cache, "_pezoo_state"):
+            cache._pezoo_state = {}  # the encoding's state for this sequence batch lives with its KV cache
+        state = cache._pezoo_state
+    call = calls.build_call(
+        adapter.encoding,
+        state,
+        mask,
+        n_cached,
+        s,
+        adapter.planned_width,
+        kept=cache is not None,
+        scale_hint=adapter.scale_hint,
+        head_dim=adapter.head_dim,
+    )
+    adapter.call = call
+    embeds = calls.embed(adapter.encoding, call, embeds, ids)
+    arguments.update(input_ids=None, inputs_embeds=embeds, use_cache=use_cache)
+    if "cache" in signature.parameters:
+        arguments["cache"] = cache
+    return original(self, **arguments, **extra)
 
-    return forward
 
-
-def _generate(original: Any, adapter: Adapter) -> Any:
+def _generate(self: Any, *args: Any, **kwargs: Any) -> Any:
     """``generate`` that plans positions for the prompt plus ``max_new_tokens``."""
-
-    def generate(self: PreTrainedModel, *args: Any, **kwargs: Any) -> Any:
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        config = kwargs.get("generation_config") or self.generation_config
-        new = kwargs.get("max_new_tokens", getattr(config, "max_new_tokens", None))
-        longest = kwargs.get("max_length", getattr(config, "max_length", None))
-        width = 0
-        if ids is not None:
-            width = ids.shape[1] + new if new is not None else (longest or 0)
-        before, adapter.planned_width = adapter.planned_width, max(width, adapter.planned_width)
-        try:
-            return original(*args, **kwargs)
-        finally:
-            adapter.planned_width = before
-
-    return generate
+    adapter: Adapter = self._pezoo_adapter
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    config = kwargs.get("generation_config") or self.generation_config
+    new = kwargs.get("max_new_tokens", getattr(config, "max_new_tokens", None))
+    longest = kwargs.get("max_length", getattr(config, "max_length", None))
+    width = 0
+    if ids is not None:
+        width = ids.shape[1] + new if new is not None else (longest or 0)
+    before, adapter.planned_width = adapter.planned_width, max(width, adapter.planned_width)
+    try:
+        return type(self).generate(self, *args, **kwargs)
+    finally:
+        adapter.planned_width = before
 
 
 def _jsonable(options: Mapping[str, Any]) -> dict[str, Any]:
     try:
         json.dumps(dict(options))
     except TypeError as exc:
-        raise TypeError(f"pezoo.hf records the options in the model's config, so they must be JSON values: {exc}") from exc
+        raise TypeError(
+            f"pezoo.hf records the options in the model's config, so they must be JSON values: {exc}"
+        ) from exc
     return dict(options)
 
 
@@ -327,10 +327,12 @@ def _read_weights(path: Path, prefix: str) -> dict[str, Tensor]:
 
         for file in files:
             with safe_open(str(file), framework="pt") as f:
-                out.update({k: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)})  # noqa: SIM118
+                out.update({k: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)})
         return out
     for file in sorted(path.glob("*.bin")):
-        out.update({k: v for k, v in torch.load(file, weights_only=True, map_location="cpu").items() if k.startswith(prefix)})
+        out.update(
+            {k: v for k, v in torch.load(file, weights_only=True, map_location="cpu").items() if k.startswith(prefix)}
+        )
     return out
 
 

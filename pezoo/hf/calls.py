@@ -222,7 +222,9 @@ def qk(pe: PositionalEncoding, call: Call, layer: int, q: Tensor, k: Tensor) -> 
     """The ``qk`` hook on the new q, k (b, h, s, e) -> (b, h, s, e')."""
     if call.groups is None:
         return pe.qk(layer, q, k, call.ctx)
-    done = [(g, *pe.qk(layer, group_rows(q, g, 2), group_rows(k, g, 2), g.ctx)) for g in call.groups if g.start < q.shape[2]]
+    done = [
+        (g, *pe.qk(layer, group_rows(q, g, 2), group_rows(k, g, 2), g.ctx)) for g in call.groups if g.start < q.shape[2]
+    ]
     width = max([q.shape[-1], *(qg.shape[-1] for _, qg, _ in done)])
     q_out = torch.nn.functional.pad(q, (0, width - q.shape[-1]))  # padding's q/k: zeros where widened
     k_out = torch.nn.functional.pad(k, (0, width - k.shape[-1]))

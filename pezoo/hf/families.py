@@ -66,25 +66,28 @@ def _repeat_heads(x: Tensor, heads: int) -> Tensor:
     return x.repeat_interleave(heads // x.shape[1], dim=1)
 
 
-def _attend(module: nn.Module, q: Tensor, k: Tensor, v: Tensor, cache: Any, **kwargs: Any) -> Tensor:
+def _attend(module: Any, q: Tensor, k: Tensor, v: Tensor, cache: Any) -> Tensor:
     """qk hook on the new q/k, cache update, registered attention: -> (b, s, h*f)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     adapter: Adapter = module._pezoo_adapter
-    call = adapter.call
-    layer = module._pezoo_layer
+    call, layer = adapter.call, module._pezoo_layer
+    if call is None:
+        raise ValueError("pezoo.hf: an attention layer ran outside the adapted model's forward")
     h = q.shape[1]
     k, v = _repeat_heads(k, h), _repeat_heads(v, h)  # (b, h, s, e): the encoding sees every head
     q, k = calls.qk(adapter.encoding, call, layer, q, k)
     if cache is not None:
         k, v = cache.update(k, v, module.layer_idx)
     fn = ALL_ATTENTION_FUNCTIONS[ATTENTION_NAME]
-    out, _ = fn(module, q, k, v, None, scaling=module.scaling, pezoo_adapter=adapter, pezoo_call=call, pezoo_layer=layer)
+    out, _ = fn(
+        module, q, k, v, None, scaling=module.scaling, pezoo_adapter=adapter, pezoo_call=call, pezoo_layer=layer
+    )
     return out.reshape(*out.shape[:2], -1).contiguous()  # (b, s, h*f)
 
 
 def llama_attention_forward(
-    self: nn.Module,
+    self: Any,
     hidden_states: Tensor,
     position_embeddings: Any = None,
     attention_mask: Tensor | None = None,
@@ -105,7 +108,7 @@ def llama_attention_forward(
 
 
 def gpt2_attention_forward(
-    self: nn.Module,
+    self: Any,
     hidden_states: Tensor,
     cache: Any = None,
     attention_mask: Tensor | None = None,

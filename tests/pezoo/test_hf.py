@@ -83,9 +83,15 @@ def test_generate_on_a_left_padded_batch_equals_each_row_alone(kind, name):
         None,
         {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0},
         {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 10000.0},
-        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-         "original_max_position_embeddings": 16, "rope_theta": 10000.0},
-    ],  # fmt: skip
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+            "rope_theta": 10000.0,
+        },
+    ],
 )
 def test_rope_as_the_models_own_gives_its_logits(kind, rope_parameters):
     torch.manual_seed(0)
@@ -99,9 +105,10 @@ def test_rope_as_the_models_own_gives_its_logits(kind, rope_parameters):
     torch.testing.assert_close(got[real], want[real], atol=1e-4, rtol=0)
     assert ours.pezoo_encoding.layout == "half"
     with torch.no_grad():  # and the untouched model's generation
-        assert ours.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False).tolist() == model.generate(
-            ids, attention_mask=mask, max_new_tokens=4, do_sample=False
-        ).tolist()
+        assert (
+            ours.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False).tolist()
+            == model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False).tolist()
+        )
 
 
 @pytest.mark.parametrize(("kind", "spec"), [("llama", "fire"), ("qwen2", "prism"), ("gpt2", "learned_ape"),
@@ -201,9 +208,11 @@ def test_every_hook_sees_the_real_tokens_with_positions_from_zero(monkeypatch):
 
 
 def test_bad_uses_are_errors(tmp_path):
+    bert = transformers.BertConfig(
+        hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=32
+    )
     with pytest.raises(ValueError, match="model type"):
-        pezoo.hf.use_encoding(transformers.BertLMHeadModel(transformers.BertConfig(
-            hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=32)), "alibi")  # fmt: skip
+        pezoo.hf.use_encoding(transformers.BertLMHeadModel(bert), "alibi")
     model = adapted("llama", "alibi")
     with pytest.raises(ValueError, match="already"):
         pezoo.hf.use_encoding(model, "rope")
@@ -277,3 +286,15 @@ def test_positions_that_depend_on_the_length_must_be_planned():
         assert model(ids[:, 3:4], cache=cache, use_cache=True).logits.shape == (1, 1, 32)
     out = model.generate(ids, max_new_tokens=3, do_sample=False)  # generate plans by itself
     assert out.shape == (1, ids.shape[1] + 3)
+
+
+def test_a_deep_copy_runs_its_own_encoding():
+    model = adapted("llama", "fire")
+    twin = copy.deepcopy(model)
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        torch.testing.assert_close(twin(ids).logits, model(ids).logits, atol=0, rtol=0)
+        for p in twin.pezoo_encoding.parameters():
+            p.add_(1.0)
+        assert not torch.equal(twin(ids).logits, model(ids).logits)
+        assert twin._pezoo_adapter.encoding is twin.pezoo_encoding
