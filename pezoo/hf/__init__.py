@@ -32,7 +32,7 @@ from transformers.modeling_utils import AttentionInterface
 
 from pezoo.base import ModelDims, PositionalEncoding, create
 from pezoo.hf import calls
-from pezoo.hf.families import ATTENTION_NAME, FAMILIES, NoPositionTable, pezoo_attention
+from pezoo.hf.families import ATTENTION_NAME, FAMILIES, NoPositionTable, pezoo_attention, sliding_window
 
 __all__ = ["Adapter", "from_pretrained", "plan", "set_scale_hint", "use_encoding"]
 
@@ -64,6 +64,7 @@ class Adapter:
         self.backend = backend
         self.head_dim = head_dim
         self.planned_width = 0
+        self.window: int | None = None
         self.scale_hint: Tensor | None = None
         self.call: calls.Call | None = None
 
@@ -121,6 +122,7 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     model.add_module(ENCODING_MODULE, encoding)
 
     adapter = Adapter(encoding, backend, head_dim)
+    adapter.window = sliding_window(config)
     object.__setattr__(model, "_pezoo_adapter", adapter)  # a plain attribute: not a submodule
     table = family.get("table")
     if table is not None:
@@ -256,6 +258,11 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
     if cache is None and use_cache:
         cache = DynamicCache(config=self.config)
     n_cached = cache.get_seq_length() if cache is not None else 0
+    if adapter.window is not None and n_cached + s > adapter.window:
+        raise ValueError(
+            f"this model attends through a sliding window of {adapter.window} tokens, which pezoo.hf does not "
+            f"reproduce (its attention is global); got {n_cached + s} tokens"
+        )
     mask = arguments.get("attention_mask")
     if mask is None:
         mask = torch.ones(b, n_cached + s, dtype=torch.bool, device=embeds.device)

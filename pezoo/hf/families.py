@@ -133,12 +133,15 @@ class NoPositionTable(nn.Module):
     """Stands in for GPT-2's learned absolute table ``wpe`` when pezoo's encoding replaces it:
     zeros of the model width, no parameters (so none in the state dict)."""
 
+    zero: Tensor
+
     def __init__(self, width: int) -> None:
         super().__init__()
         self.width = width
+        self.register_buffer("zero", torch.zeros(()), persistent=False)  # follows the model's dtype
 
     def forward(self, position_ids: Tensor) -> Tensor:
-        return torch.zeros((*position_ids.shape, self.width), device=position_ids.device)
+        return self.zero.expand(*position_ids.shape, self.width).to(position_ids.device)
 
     def extra_repr(self) -> str:
         return f"width={self.width} (GPT-2's learned positions, removed by pezoo.hf)"
@@ -152,3 +155,11 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "gpt2": {"layers": "h", "attention": "attn", "forward": gpt2_attention_forward, "table": "wpe"},
 }
 """The model families pezoo.hf adapts, by ``config.model_type``."""
+
+
+def sliding_window(config: Any) -> int | None:
+    """The model's own sliding attention window, if it uses one (pezoo's attention is global)."""
+    window = getattr(config, "sliding_window", None)
+    if config.model_type == "qwen2" and not getattr(config, "use_sliding_window", False):
+        return None
+    return int(window) if window else None

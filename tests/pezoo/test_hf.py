@@ -298,3 +298,16 @@ def test_a_deep_copy_runs_its_own_encoding():
             p.add_(1.0)
         assert not torch.equal(twin(ids).logits, model(ids).logits)
         assert twin._pezoo_adapter.encoding is twin.pezoo_encoding
+
+
+def test_gpt2_in_bfloat16_stays_in_bfloat16():
+    model = adapted("gpt2", "alibi").to(torch.bfloat16)
+    out = model(torch.tensor([PROMPTS[0]]), output_hidden_states=True)
+    assert {h.dtype for h in out.hidden_states} == {torch.bfloat16}
+
+
+def test_a_sliding_window_model_refuses_sequences_past_its_window():
+    model = pezoo.hf.use_encoding(tiny("mistral", sliding_window=4), "alibi")
+    assert model(torch.tensor([PROMPTS[1]])).logits.shape == (1, 3, 32)
+    with pytest.raises(ValueError, match="sliding window"):
+        model(torch.tensor([PROMPTS[0]]))
