@@ -111,7 +111,7 @@ def test_rope_as_the_models_own_gives_its_logits(kind, rope_parameters):
         )
 
 
-@pytest.mark.parametrize(("kind", "spec"), [("llama", "fire"), ("qwen2", "prism"), ("gpt2", "learned_ape"),
+@pytest.mark.parametrize(("kind", "spec"), [("llama", "fire"), ("qwen2", "prism{paper}"), ("gpt2", "learned_ape"),
                                              ("llama", "abacus+fire"), ("gpt2", "alibi{n_biased=2}")])  # fmt: skip
 def test_save_and_load_give_the_same_model(tmp_path, kind, spec):
     model = adapted(kind, spec)
