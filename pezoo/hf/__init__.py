@@ -343,15 +343,25 @@ def _read_weights(path: Path, prefix: str) -> dict[str, Tensor]:
     return out
 
 
+class _NoLoadReport(logging.Filter):
+    """Drops transformers' load report, which lists the encoding's weights as unexpected (and
+    GPT-2's removed table as missing): :func:`from_pretrained` loads the first and checks the
+    rest itself, raising on any other weight."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "LOAD REPORT" not in record.getMessage()
+
+
 @contextlib.contextmanager
 def _quiet(name: str) -> Iterator[None]:
-    """transformers' loader logs the encoding's weights as unexpected; they are loaded next."""
+    """Without transformers' load report (:class:`_NoLoadReport`) from logger ``name``. (Not by
+    raising its level: the loader checks that level for other work.)"""
     from transformers.utils import logging as hf_logging
 
     logger = hf_logging.get_logger(name)
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    drop = _NoLoadReport()
+    logger.addFilter(drop)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        logger.removeFilter(drop)

@@ -311,3 +311,11 @@ def test_a_sliding_window_model_refuses_sequences_past_its_window():
     assert model(torch.tensor([PROMPTS[1]])).logits.shape == (1, 3, 32)
     with pytest.raises(ValueError, match="sliding window"):
         model(torch.tensor([PROMPTS[0]]))
+
+
+def test_loading_reports_nothing_about_the_encodings_weights(tmp_path, capfd, caplog):
+    adapted("gpt2", "fire").save_pretrained(tmp_path)
+    capfd.readouterr()
+    pezoo.hf.from_pretrained(tmp_path)
+    logged = capfd.readouterr().err + caplog.text
+    assert "UNEXPECTED" not in logged and "MISSING" not in logged and "not sharded" not in logged
