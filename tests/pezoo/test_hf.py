@@ -71,9 +71,13 @@ def test_generate_on_a_left_padded_batch_equals_each_row_alone(kind, name):
         alone = model.generate(torch.tensor([prompt]), max_new_tokens=NEW, do_sample=False)
         assert until_eos(batch[row, ids.shape[1] :].tolist()) == until_eos(alone[0, len(prompt) :].tolist())
     hint_for(model, name, PROMPTS)
-    torch.manual_seed(0)
-    sampled = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=True, top_k=0)
-    assert sampled.shape == (len(PROMPTS), ids.shape[1] + NEW)
+    sampled = []
+    for use_cache in (True, False):  # sampling with the KV cache draws what full passes draw
+        torch.manual_seed(0)
+        sampled.append(model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=True, top_k=0,
+                                      use_cache=use_cache))  # fmt: skip
+    assert sampled[0].shape == (len(PROMPTS), ids.shape[1] + NEW)
+    assert sampled[0].tolist() == sampled[1].tolist()
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
