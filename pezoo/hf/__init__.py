@@ -52,8 +52,9 @@ class Adapter:
     Attributes:
         encoding: the encoding.
         backend: the :func:`pezoo.attend` backend.
-        planned_width: columns to plan positions for on the next sequence batch
-            (``generate`` sets it from ``max_new_tokens``; :func:`plan` by hand).
+        planned_width: columns to plan positions for, while ``generate`` runs (from
+            ``max_new_tokens``).
+        next_width: the same for the next sequence batch only (:func:`plan`).
         scale_hint: the instance scale n per row, for encodings that read one
             (:func:`set_scale_hint`).
         call: the current forward call's context (:class:`pezoo.hf.calls.Call`).
@@ -64,6 +65,7 @@ class Adapter:
         self.backend = backend
         self.head_dim = head_dim
         self.planned_width = 0
+        self.next_width = 0
         self.window: int | None = None
         self.scale_hint: Tensor | None = None
         self.call: calls.Call | None = None
@@ -171,10 +173,11 @@ def from_pretrained(path: str | Path, **kwargs: Any) -> PreTrainedModel:
 
 
 def plan(model: PreTrainedModel, width: int) -> None:
-    """Plan positions for ``width`` tokens on the next sequence batch (a decoding loop of your
-    own; ``generate`` plans from ``max_new_tokens``): needed only by encodings whose positions
-    depend on the length (randomized PE)."""
-    _adapter(model).planned_width = int(width)
+    """Plan positions for ``width`` tokens on the next sequence batch only (a decoding loop of
+    your own; ``generate`` plans from ``max_new_tokens``): needed only by encodings whose
+    positions depend on the length (randomized PE). Later batches are planned for their own
+    length again, so training is not drawn for a longer sequence than it has."""
+    _adapter(model).next_width = int(width)
 
 
 def set_scale_hint(model: PreTrainedModel, hint: Tensor | None) -> None:
@@ -284,12 +287,14 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         mask,
         n_cached,
         s,
-        adapter.planned_width,
+        max(adapter.planned_width, adapter.next_width),
         kept=cache is not None,
         scale_hint=adapter.scale_hint,
         head_dim=adapter.head_dim,
     )
     adapter.call = call
+    if n_cached == 0:
+        adapter.next_width = 0  # plan() holds for one sequence batch
     embeds = calls.embed(adapter.encoding, call, embeds, ids)
     arguments.update(input_ids=None, inputs_embeds=embeds, use_cache=use_cache)
     if "cache" in signature.parameters:
@@ -304,6 +309,12 @@ def _generate(self: Any, *args: Any, **kwargs: Any) -> Any:
     config = kwargs.get("generation_config") or self.generation_config
     new = kwargs.get("max_new_tokens", getattr(config, "max_new_tokens", None))
     longest = kwargs.get("max_length", getattr(config, "max_length", None))
+    beams = kwargs.get("num_beams", getattr(config, "num_beams", 1)) or 1
+    if beams > 1 and calls.reads_tokens_in_order(adapter.encoding):
+        raise ValueError(
+            f"{adapter.encoding.name} keeps per-row state along the sequence, which beam search would have to "
+            "reorder with the beams; pezoo.hf does not: generate greedily or by sampling"
+        )
     width = 0
     if ids is not None:
         width = ids.shape[1] + new if new is not None else (longest or 0)

@@ -20,7 +20,7 @@ other encoding, take one context for the whole batch and keep pezoo's structured
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -85,7 +85,6 @@ class Call:
 
     ctx: AttentionContext
     groups: list[Group] | None = None
-    widths: dict[int, int] = field(default_factory=dict)  # layer -> width of q/k after qk
 
 
 def build_call(

@@ -290,6 +290,13 @@ def test_positions_that_depend_on_the_length_must_be_planned():
         assert model(ids[:, 3:4], cache=cache, use_cache=True).logits.shape == (1, 1, 32)
     out = model.generate(ids, max_new_tokens=3, do_sample=False)  # generate plans by itself
     assert out.shape == (1, ids.shape[1] + 3)
+    # a plan holds for one sequence batch: the next one (training, say) is drawn for its own length
+    model.train()
+    pezoo.hf.plan(model, 48)
+    model(ids[:, :2])
+    assert model._pezoo_adapter.call.ctx.state["positions"].shape[-1] == 48
+    model(ids[:, :2])
+    assert model._pezoo_adapter.call.ctx.state["positions"].shape[-1] == 2
 
 
 def test_a_deep_copy_runs_its_own_encoding():
@@ -323,3 +330,11 @@ def test_loading_reports_nothing_about_the_encodings_weights(tmp_path, capfd, ca
     pezoo.hf.from_pretrained(tmp_path)
     logged = capfd.readouterr().err + caplog.text
     assert "UNEXPECTED" not in logged and "MISSING" not in logged and "not sharded" not in logged
+
+
+def test_beam_search_works_by_positions_and_is_refused_for_per_row_state():
+    ids, mask = left_padded(PROMPTS)
+    alibi = adapted("llama", "alibi")
+    assert alibi.generate(ids, attention_mask=mask, max_new_tokens=2, num_beams=2, do_sample=False).shape == (2, 8)
+    with pytest.raises(ValueError, match="beam"):
+        adapted("llama", "prism").generate(ids, attention_mask=mask, max_new_tokens=2, num_beams=2)
