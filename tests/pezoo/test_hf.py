@@ -338,3 +338,13 @@ def test_beam_search_works_by_positions_and_is_refused_for_per_row_state():
     assert alibi.generate(ids, attention_mask=mask, max_new_tokens=2, num_beams=2, do_sample=False).shape == (2, 8)
     with pytest.raises(ValueError, match="beam"):
         adapted("llama", "prism").generate(ids, attention_mask=mask, max_new_tokens=2, num_beams=2)
+
+
+@pytest.mark.parametrize("spec", ["prism", "abacus+fire"])
+def test_training_on_a_left_padded_batch_reaches_the_encoding(spec):
+    model = adapted("gpt2", spec).train()
+    ids, mask = left_padded(PROMPTS)
+    model(ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss.backward()
+    grads = [p.grad for p in model.pezoo_encoding.parameters()]
+    assert any(g is not None and g.abs().sum() > 0 for g in grads)
+    assert all(torch.isfinite(g).all() for g in grads if g is not None)
