@@ -240,6 +240,11 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
     from transformers.cache_utils import DynamicCache
 
     adapter: Adapter = self._pezoo_adapter
+    if getattr(self, "gradient_checkpointing", False) and self.training:
+        raise ValueError(
+            "pezoo.hf does not support gradient checkpointing: recomputing a layer would run the encoding's "
+            "hooks a second time on state they already advanced (PRISM's filter); disable it"
+        )
     original = type(self).forward
     signature = _SIGNATURES.setdefault(type(self), inspect.signature(original))
     if "past_key_values" in kwargs and "cache" in signature.parameters:

@@ -348,3 +348,11 @@ def test_training_on_a_left_padded_batch_reaches_the_encoding(spec):
     grads = [p.grad for p in model.pezoo_encoding.parameters()]
     assert any(g is not None and g.abs().sum() > 0 for g in grads)
     assert all(torch.isfinite(g).all() for g in grads if g is not None)
+
+
+def test_gradient_checkpointing_is_refused():
+    model = adapted("llama", "prism").train()
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
+    with pytest.raises(ValueError, match="checkpointing"):
+        model(torch.tensor([PROMPTS[0]]))
