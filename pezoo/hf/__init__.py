@@ -112,6 +112,7 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     head_dim = getattr(config, "head_dim", None) or width // n_heads
     if head_dim * n_heads != width:
         raise ValueError(f"pezoo.hf needs head_dim * heads = hidden size; got {head_dim} * {n_heads} != {width}")
+    recorded = _jsonable(options)  # before anything changes: save_pretrained must be able to write them
     name, given = _parse(spec, ModelDims(width, n_heads, config.num_hidden_layers))
     given.update(options)
     built = dict(given)
@@ -140,7 +141,7 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     object.__setattr__(base, "_pezoo_adapter", adapter)
     base.forward = MethodType(_base_forward, base)
     model.generate = MethodType(_generate, model)
-    config.pezoo = {"spec": spec, "options": _jsonable(options), "backend": backend}
+    config.pezoo = {"spec": spec, "options": recorded, "backend": backend}
     return model
 
 
@@ -203,6 +204,11 @@ def _parse(spec: str, dims: ModelDims) -> tuple[str, dict[str, Any]]:
     from harness.protocols import paper_pe_options
 
     parsed = parse_pe(spec)
+    if parsed.eval_options:
+        raise ValueError(
+            f"{spec!r}: an inference-time variant (name@{{...}}) names a benchmark run evaluated differently; "
+            "give the encoding its options directly (name{...} or keywords)"
+        )
     options: dict[str, Any] = {}
     if parsed.setup == "paper":
         backbone = BackboneConfig(d_model=dims.d_model, n_heads=dims.n_heads, n_layers=dims.n_layers)

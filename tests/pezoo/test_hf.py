@@ -222,6 +222,14 @@ def test_bad_uses_are_errors(tmp_path):
         pezoo.hf.use_encoding(model, "rope")
     with pytest.raises(TypeError, match="unknown option"):
         pezoo.hf.use_encoding(tiny("llama"), "alibi", slope=2)
+    with pytest.raises(TypeError, match="unknown option"):
+        pezoo.hf.use_encoding(tiny("llama"), "alibi{slope=2}")
+    untouched = tiny("llama")
+    with pytest.raises(TypeError, match="JSON"):  # save_pretrained could not record it
+        pezoo.hf.use_encoding(untouched, "abacus", digit_ids=range(3, 13))
+    assert not hasattr(untouched, "pezoo_encoding") and "pezoo" not in untouched.config.to_dict()
+    with pytest.raises(ValueError, match="inference-time"):
+        pezoo.hf.use_encoding(tiny("llama"), "rope@{scaling={rope_type=linear,factor=2.0}}")
     tiny("llama").save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="no pezoo encoding"):
         pezoo.hf.from_pretrained(tmp_path)
