@@ -113,13 +113,13 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     if head_dim * n_heads != width:
         raise ValueError(f"pezoo.hf needs head_dim * heads = hidden size; got {head_dim} * {n_heads} != {width}")
     recorded = _jsonable(options)  # before anything changes: save_pretrained must be able to write them
-    name, given = _parse(spec, ModelDims(width, n_heads, config.num_hidden_layers))
+    dims = ModelDims(width, n_heads, config.num_hidden_layers)
+    name, given = _parse(spec, dims)
     given.update(options)
-    built = dict(given)
-    if name == "rope" and "rope_parameters" in config.to_dict() and family["forward"] is FAMILIES["llama"]["forward"]:
-        built = {**_own_rope(config), **given}
+    if name == family.get("own") == "rope":  # the model's own RoPE, reproduced; given options win
+        given = {**_own_rope(config), **given}
     weight = base.get_input_embeddings().weight
-    encoding = create(name, dims=ModelDims(width, n_heads, config.num_hidden_layers), **built)
+    encoding = create(name, dims=dims, **given)
     encoding.to(device=weight.device, dtype=weight.dtype if weight.dtype.is_floating_point else None)
     encoding.train(model.training)
     model.add_module(ENCODING_MODULE, encoding)

@@ -147,14 +147,16 @@ class NoPositionTable(nn.Module):
         return f"width={self.width} (GPT-2's learned positions, removed by pezoo.hf)"
 
 
+_LLAMA = {"layers": "layers", "attention": "self_attn", "forward": llama_attention_forward, "own": "rope"}
 FAMILIES: dict[str, dict[str, Any]] = {
-    # model_type -> where its parts are
-    "llama": {"layers": "layers", "attention": "self_attn", "forward": llama_attention_forward},
-    "mistral": {"layers": "layers", "attention": "self_attn", "forward": llama_attention_forward},
-    "qwen2": {"layers": "layers", "attention": "self_attn", "forward": llama_attention_forward},
+    "llama": _LLAMA,
+    "mistral": _LLAMA,
+    "qwen2": _LLAMA,
     "gpt2": {"layers": "h", "attention": "attn", "forward": gpt2_attention_forward, "table": "wpe"},
 }
-"""The model families pezoo.hf adapts, by ``config.model_type``."""
+"""The model families pezoo.hf adapts, by ``config.model_type``: where the decoder layers and
+their attention are, the attention forward that replaces theirs, the model's own encoding
+(``own``: reproduced by that pezoo name) and a learned position table to remove (``table``)."""
 
 
 def sliding_window(config: Any) -> int | None:
