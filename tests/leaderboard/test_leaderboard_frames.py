@@ -84,3 +84,23 @@ def test_importing_the_package_does_not_load_pandas_for_it():
     assert out.strip() == "False"
     assert isinstance(leaderboard.read_results.__doc__, str)
     assert pd is not None
+
+
+def test_a_plan_next_to_the_results_leaves_rows_short_of_their_seeds_unranked(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    quick = Path(__file__).resolve().parents[2] / "leaderboard" / "results" / "quick-20261122-039bb641dbd2.jsonl"
+    (tmp_path / "results").mkdir()
+    shutil.copy(quick, tmp_path / "results")  # quick, copy, seed 0
+    (tmp_path / "board.toml").write_text(
+        'preset = "quick"\ntask = ["copy"]\nseeds = [0, 1, 2]\npe = ["alibi", "ape"]\n'
+    )
+    planned = leaderboard.read_results(tmp_path / "results").query("task == 'copy'").reset_index(drop=True)
+    unplanned = leaderboard.read_results(tmp_path / "results", plans=False).query("task == 'copy'")
+    unplanned = unplanned.reset_index(drop=True)
+    assert list(planned["label"]) != [] and set(planned["label"]) == set(unplanned["label"])
+    assert (planned["seeds_wanted"] == 3).all() and planned["rank"].isna().all()  # the table plans 3 seeds
+    fit = unplanned["seeds_fit"] == unplanned["seeds"]
+    assert fit.any() and (planned.set_index("label").loc[unplanned.loc[fit, "label"], "status"] == "pending").all()
+    assert (unplanned.loc[fit, "status"] == "ranked").all() and unplanned.loc[fit, "rank"].notna().all()
