@@ -232,9 +232,10 @@ def train_and_evaluate(
     for the run's inference-time variants. A variant (``cfg.is_variant``) is not trained:
     :func:`evaluate_variant` evaluates its trained run's kept weights.
 
-    A NaN loss gives a ``diverged`` result and any other exception a ``failed`` one with
-    its traceback; ``KeyboardInterrupt`` propagates. The checkpoint is left in place:
-    the caller removes it once the result is safely recorded.
+    A NaN loss gives a ``diverged`` result (its checkpoint is set aside as
+    ``<name>.diverged``, never resumed) and any other exception a ``failed`` one with
+    its traceback; ``KeyboardInterrupt`` propagates. Otherwise the checkpoint is left in
+    place: the caller removes it once the result is safely recorded.
     """
     if cfg.is_variant:
         return evaluate_variant(cfg, device, checkpoint, progress, notice=notice)
@@ -338,6 +339,11 @@ def train_and_evaluate(
             diagnostics=diagnostics,
         )
     except DivergedError as exc:
+        # its last checkpoint leads to the same NaN (or holds it): never resume from it
+        if checkpoint.exists():
+            aside = set_aside(checkpoint, "diverged")
+            where = f"set aside as {aside.name}" if aside is not None else "removed"
+            tell(f"run {run_id}: its checkpoint is {where}; the next attempt starts over from step 0")
         return RunResult(run_id, "diverged", prov, started_at, error=str(exc), notices=tuple(notices))
     except Exception as exc:
         return RunResult.failed(run_id, prov, started_at, exc, notices)

@@ -43,6 +43,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.files import NotRegularFileError, open_regular
+
 if TYPE_CHECKING:
     from harness.config import RunConfig
     from harness.evaluate import LengthMetrics
@@ -354,8 +356,14 @@ class Store:
             )
         if not self.path.exists():
             return False
-        with open(self.path, "rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
+        try:
+            with open_regular(self.path) as f:  # a FIFO there would block this read forever
+                head = f.read(len(_SQLITE_MAGIC))
+        except NotRegularFileError as exc:
+            raise NotAStoreError(
+                f"results store {exc}, so not a pezoo store; nothing was changed. Point --store at a pezoo store, "
+                "or at a new path to start one"
+            ) from None
         if not head:
             return False
         if head != _SQLITE_MAGIC:
