@@ -247,13 +247,35 @@ class Owner:
 
     def alive(self, heartbeat: float | None, now: float, lease: float) -> bool:
         """Whether the claim still stands: on this machine (same boot, same pid namespace),
-        the process runs and is the one that claimed; elsewhere, its heartbeat is recent."""
+        the process runs and is the one that claimed; elsewhere, its heartbeat is recent.
+
+        A claim with this machine's name but another boot id is either this machine's
+        from before its last boot, or another machine's that has the same name (cloned
+        VMs, containers named alike): it is taken for the former only when its last
+        heartbeat is older than this boot; otherwise the lease decides, as for any
+        other machine."""
         here = Owner.this_process()
-        if self.host == here.host and self.boot is not None and here.boot is not None and self.boot != here.boot:
-            return False  # claimed before this machine last booted
         if (self.host, self.boot, self.pidns) == (here.host, here.boot, here.pidns):
             return _process_alive(self.pid, self.start)
-        return heartbeat is not None and now - heartbeat < lease
+        if heartbeat is None:
+            return False
+        if self.host == here.host and self.boot is not None and here.boot is not None and self.boot != here.boot:
+            booted = _boot_time()
+            if booted is not None and heartbeat < booted:
+                return False  # claimed before this machine last booted
+        return now - heartbeat < lease
+
+
+def _boot_time() -> float | None:
+    """When this machine booted (Unix time; ``btime`` in ``/proc/stat``), or None."""
+    text = _read("/proc/stat")
+    for line in (text or "").splitlines():
+        if line.startswith("btime "):
+            try:
+                return float(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
 
 
 def _process_alive(pid: int, start: int | None) -> bool:
