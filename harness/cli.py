@@ -465,6 +465,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
                 f"time limit {format_duration(time_limit)}: a run is started only if it is expected to end "
                 f"within it (its estimate x {MARGIN:g}); the others are deferred\n"
             )
+        stopped: StoreError | None = None
         try:
             with _sigterm_interrupts():
                 run_sweep(
@@ -484,10 +485,18 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
             for index in sorted(report.running):
                 click.echo(f"\n{report.label(index)}: interrupted; run the same command again to resume.", err=True)
             sys.exit(128 + signal.SIGTERM if isinstance(exc, Terminated) else 130)
+        except StoreError as exc:  # claiming or recording: the table of what finished still shows
+            stopped = exc
         finally:
             report.close_bars()
     run_ids = {c.run_id() for c in configs}
-    df = load(store_path)
+    try:
+        df = load(store_path)
+    except StoreError as exc:
+        if stopped is None:
+            raise click.ClickException(str(exc)) from None
+        unreadable = f"the store cannot be read either ({_one_line(exc)})"
+        raise click.ClickException(f"{_one_line(stopped)}; {unreadable}") from None
     df = df[df["run_id"].isin(run_ids)]
     presets = ", ".join(dict.fromkeys(c.preset for c in configs))
     click.echo(f"\npreset {presets} on {where}; results in {store_path}\n")
@@ -507,7 +516,17 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         )
     if report.failures:
         click.echo("Some runs did not finish:\n  " + "\n  ".join(report.failures), err=True)
+    if stopped is not None:
+        left = getattr(stopped, "not_started", None)
+        tail = f"; {left} run{'s' if left != 1 else ''} not started: run the same command again" if left else ""
+        click.echo(f"Error: the sweep stopped: {_one_line(stopped)}{tail}", err=True)
+    if report.failures or stopped is not None:
         sys.exit(1)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _probing_expectation(configs, plan, rows, resume, plan_options, report, device) -> Callable[[int], float | None]:

@@ -54,7 +54,7 @@ from harness.run import (
     recover_kept,
     train_and_evaluate,
 )
-from harness.store import ClaimLostError, Store, StoreError
+from harness.store import Claim, ClaimLostError, Store, StoreError
 
 FAULT_ENV = "PEZOO_INJECT_FAULT"
 """Fault injection for tests and drills: ``kill:<run_id>`` makes the first attempt of
@@ -645,6 +645,11 @@ def run_sweep(
     variant whose trained run another live process is training is skipped with the
     outcome ``claimed``, as that run is: its weights do not exist yet.
 
+    A claim the store refuses with an error (locked past SQLite's busy timeout, a full
+    disk) is tried again after each of :data:`CLAIM_RETRY_DELAYS`; if every try fails,
+    no further run starts, the runs in flight finish and are recorded, and
+    :class:`SweepStopped` (a ``StoreError`` carrying the outcomes so far) is raised.
+
     ``admit(index, cfg)``, asked as each run is about to start (not for a retry), returns
     None to start it, else why it is *deferred*: not started, nothing recorded, the outcome
     ``deferred`` with that reason, and the next run in the list is looked at instead
@@ -681,7 +686,7 @@ def run_sweep(
         )
         kept = recover_kept(cfg, path, functools.partial(events.notice, job))
         if kept is not None:  # finished before, but the store could not take it then
-            claim = store.claim(cfg, kept.provenance)
+            claim = _claim(store, cfg, kept.provenance, events, job)
             if claim.status == "finished":
                 events.skipped(index, cfg)
                 continue
@@ -717,10 +722,11 @@ def run_sweep(
         trained = cfg.trained_config().run_id()
         return trained not in in_flight and all(j.run_id != trained for j in queue)
 
+    stopped: StoreError | None = None  # a claim the store kept refusing: no new run starts
     try:
         with store.keep_alive():
-            while queue or in_flight:
-                while queue and len(in_flight) < executor.capacity:
+            while (queue and stopped is None) or in_flight:
+                while queue and stopped is None and len(in_flight) < executor.capacity:
                     next_job = next((j for j in queue if ready(j)), None)
                     if next_job is None:
                         break  # only variants whose trained runs are still training
@@ -739,7 +745,12 @@ def run_sweep(
                         outcomes.append(RunOutcome(job.run_id, "claimed", trainer))
                         continue
                     if job.attempt == 1:
-                        claim = store.claim(by_id[job.run_id], dispatch_provenance)
+                        try:
+                            claim = _claim(store, by_id[job.run_id], dispatch_provenance, events, job)
+                        except StoreError as exc:  # the runs in flight finish and are recorded first
+                            stopped = exc
+                            queue.appendleft(job)
+                            break
                         if claim.status == "finished":  # finished by another process since the queue was built
                             events.skipped(job.index, by_id[job.run_id])
                             continue
@@ -774,7 +785,48 @@ def run_sweep(
                 store.mark(job.run_id, "interrupted", "the sweep driver was interrupted; run it again to resume")
         raise
     executor.close()
+    if stopped is not None:
+        raise SweepStopped(str(stopped), outcomes, len(queue)) from stopped
     return outcomes
+
+
+class SweepStopped(StoreError):
+    """The store kept refusing to claim the next run (:data:`CLAIM_RETRY_DELAYS`): the sweep
+    stopped there, after the runs in flight were recorded.
+
+    Attributes:
+        outcomes: what the sweep recorded before it stopped, as ``run_sweep`` returns it.
+        not_started: how many runs it did not start.
+    """
+
+    def __init__(self, message: str, outcomes: list[RunOutcome], not_started: int) -> None:
+        super().__init__(message)
+        self.outcomes = outcomes
+        self.not_started = not_started
+
+
+CLAIM_RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0)
+"""Seconds to wait before each new try of a claim the store refused with an error (locked
+past SQLite's 30 s busy timeout, a full disk): a store busy for a while, or a disk freed
+meanwhile, does not end the sweep; after the last try it stops (``StoreError``)."""
+
+
+def _claim(store: Store, cfg: RunConfig, provenance: Mapping[str, Any], events: SweepEvents, job: Job) -> Claim:
+    """``store.claim``, tried again after each of :data:`CLAIM_RETRY_DELAYS` while the store
+    raises ``StoreError``; the last error, saying how often it was tried, once they are spent."""
+    for delay in (*CLAIM_RETRY_DELAYS, None):
+        try:
+            return store.claim(cfg, provenance)
+        except StoreError as exc:
+            if delay is None:
+                tries = len(CLAIM_RETRY_DELAYS) + 1
+                raise StoreError(
+                    f"could not claim run {cfg.run_id()} ({tries} tries over {sum(CLAIM_RETRY_DELAYS):g} s): "
+                    f"{_first_line(exc)}"
+                ) from exc
+            events.notice(job, f"could not claim the run ({_first_line(exc)}); trying again in {delay:g} s")
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def _trained_elsewhere(store: Store, cfg: RunConfig) -> str | None:
