@@ -35,7 +35,7 @@ from harness.options import max_runs_option, store_option
 from harness.pe_spec import names as pe_names
 from harness.pe_spec import parse_pe, split_pe_list
 from harness.progress import SweepReport
-from harness.provenance import cpu_name, resolve_device
+from harness.provenance import code_origins, cpu_name, resolve_device
 from harness.report import LEGEND, leaderboard_tables
 from harness.results import load
 from harness.run import check_run, checkpoint_dir_for
@@ -72,14 +72,17 @@ def _check_names(kind: str, names: list[str], valid: list[str], option: str | No
         raise click.BadParameter(name_problem(kind, name, valid), param_hint=option)
 
 
-def _refuse_broken_plugins(names: list[str]) -> None:
+def _refuse_broken_plugins(names: list[str], *, warn: bool = True) -> None:
     """Import every encoding plugin now; stop if one of ``names`` (wrapped forms included)
-    failed to load, with its error, instead of failing each run at train time."""
+    failed to load, with its error, instead of failing each run at train time. With
+    ``warn``, each other plugin that failed to load is named in a warning (stderr)."""
     broken = pezoo.base.ENCODINGS.load_plugins()
-    for name in names:
-        for base in name.split(":", 1)[-1].split("+"):
-            if base in broken:
-                raise click.BadParameter(f"encoding plugin {base!r} failed to load: {broken[base]}", param_hint="--pe")
+    used = {base for name in names for base in name.split(":", 1)[-1].split("+")}
+    for base in sorted(used & set(broken)):
+        raise click.BadParameter(f"encoding plugin {base!r} failed to load: {broken[base]}", param_hint="--pe")
+    if warn:  # a broken plugin not used here: said, and the command goes on without it
+        for base in sorted(set(broken) - used):
+            click.echo(f"warning: encoding plugin {base!r} is skipped: {_one_line(broken[base])}", err=True)
 
 
 def _check_runs(configs: Sequence[RunConfig]) -> None:
@@ -116,7 +119,18 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         raise click.BadParameter(str(exc)) from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group: a plugin name clash (``pezoo.PluginClashError``), met by whatever
+    command first looks an encoding up, is a one-line error, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except pezoo.PluginClashError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(pezoo.__version__, prog_name="pezoo")
 def main() -> None:
     """pezoo: positional encodings behind one interface, and a length-extrapolation benchmark.
@@ -349,7 +363,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     sweep_pes, sweep_tasks = spec.names()
-    _refuse_broken_plugins(sweep_pes)
+    _refuse_broken_plugins(sweep_pes, warn=False)
     # a name from the sweep file is the file's mistake: say which file
     _check_names("encoding", sweep_pes, pezoo.available(), "--pe" if pe_list or not sweep_file else str(sweep_file))
     _check_names("task", sweep_tasks, tasks.available(), "--task" if task_list or not sweep_file else str(sweep_file))
@@ -431,12 +445,16 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         if ray_executor is not None:
             runner = ray_executor
         else:
-            runner = local_executor(dev, workers, report.todo, report.progress_for, report.live_notice)
+            runner = local_executor(
+                dev, workers, report.todo, report.progress_for, report.live_notice, isolate=_uses_plugins(configs)
+            )
         report.in_process = isinstance(runner, InProcess)
         report.slots = min(runner.capacity, max(1, report.todo))
         report.held_elsewhere = store.held_by_others  # other processes on the store share the sweep
         if isinstance(runner, InProcess):
             how = "one run at a time, in this process"
+        elif ray_executor is None and report.slots == 1:
+            how = "one run at a time, in a worker process (one torch thread): a plugin that crashes ends only its run"
         elif ray_executor is None:
             how = f"{report.slots} runs at a time, in {report.slots} worker processes (one torch thread each)"
         else:
@@ -524,8 +542,19 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         sys.exit(1)
 
 
-def _one_line(exc: BaseException) -> str:
-    """``exc``'s message on one line."""
+def _uses_plugins(configs: Sequence[RunConfig]) -> bool:
+    """Whether a run uses an encoding (or task) not from pezoo (``code_origins``)."""
+    for cfg in configs:
+        try:
+            if code_origins(cfg.pe, cfg.task):
+                return True
+        except (KeyError, ImportError):  # checked before: cannot happen, but never stop bench here
+            return True
+    return False
+
+
+def _one_line(exc: object) -> str:
+    """``exc`` (an exception or a message) on one line."""
     return " ".join(str(exc).split()) or type(exc).__name__
 
 

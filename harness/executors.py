@@ -563,10 +563,16 @@ def local_executor(
     todo: int,
     progress_for: Callable[[Job], Progress | None] = lambda job: None,
     notice: Callable[[Job, str], None] = lambda job, msg: None,
+    *,
+    isolate: bool = False,
 ) -> Executor:
-    """In-process when one worker is enough (or asked for), else a ``LocalPool``."""
+    """In-process when one worker is enough (or asked for), else a ``LocalPool``.
+
+    ``isolate`` (runs that use code not from pezoo, a plugin's encoding) gives a pool even
+    of one worker: a plugin that crashes its process (a segfault, ``os._exit``) then ends
+    its run, which is retried and recorded failed, not the sweep and its driver."""
     devices = local_devices(device, workers, todo)
-    if len(devices) == 1:
+    if len(devices) == 1 and not isolate:
         return InProcess(torch.device(devices[0]) if device.type == "cuda" else device, progress_for, notice)
     return LocalPool(devices, progress_for, notice)
 

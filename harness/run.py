@@ -345,6 +345,8 @@ def train_and_evaluate(
             where = f"set aside as {aside.name}" if aside is not None else "removed"
             tell(f"run {run_id}: its checkpoint is {where}; the next attempt starts over from step 0")
         return RunResult(run_id, "diverged", prov, started_at, error=str(exc), notices=tuple(notices))
+    except SystemExit as exc:  # sys.exit() in the run's code (a plugin's forward): the run fails, not the sweep
+        return RunResult.failed(run_id, prov, started_at, _exited(exc, prov), notices, retryable=False)
     except Exception as exc:
         return RunResult.failed(run_id, prov, started_at, exc, notices)
     finally:
@@ -422,8 +424,24 @@ def evaluate_variant(
         )
     except CheckpointError as exc:  # no usable weights: another attempt would read the same file
         return RunResult.failed(run_id, prov, started_at, exc, retryable=False)
+    except SystemExit as exc:
+        return RunResult.failed(run_id, prov, started_at, _exited(exc, prov), retryable=False)
     except Exception as exc:
         return RunResult.failed(run_id, prov, started_at, exc)
+
+
+class RunExited(RuntimeError):
+    """The run's code raised ``SystemExit`` (``sys.exit()``, e.g. in a plugin's ``forward``):
+    the run failed. Caught, SystemExit would have ended the whole sweep, with the exit
+    status the code chose (0: a silent success with the later runs never run)."""
+
+
+def _exited(exc: SystemExit, provenance: Mapping[str, Any]) -> RunExited:
+    """The :class:`RunExited` for ``exc``, naming the code the run used that is not
+    pezoo's own (``provenance["plugins"]``), where the call most likely came from."""
+    code = "" if exc.code is None else repr(exc.code)
+    where = f" (its code not from pezoo: {provenance['plugins']})" if provenance.get("plugins") else ""
+    return RunExited(f"the run's code called sys.exit({code}){where}; the run failed, the sweep goes on")
 
 
 def record(store: Store, result: RunResult) -> RunOutcome:
