@@ -19,7 +19,14 @@ more times, resuming from the run's checkpoint when the worker can read the chec
 directory (always locally; on a cluster when the directory is shared). A run that fails
 every attempt is stored as ``failed`` with its traceback (or the worker's fate), and
 the other runs go on. A NaN loss (``diverged``) is deterministic and not retried, nor is a
-variant whose trained run kept no usable weights (``RunResult.retryable``).
+variant whose trained run kept no usable weights, nor a run whose code called
+``sys.exit`` (``RunResult.retryable``).
+
+A run the store shows ``running`` under a process that died (the driver itself was
+killed or crashed while training it in-process) is started after every other run of the
+sweep, so a run that crashes whatever trains it cannot stop the others; once
+``retries + 1`` processes in a row died on it without its checkpoint moving on
+(``Claim.deaths``), it is recorded ``failed`` instead of being run again.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from harness.run import (
     train_and_evaluate,
 )
 from harness.store import Claim, ClaimLostError, Store, StoreError
+from harness.sweep import checkpointed_steps
 
 FAULT_ENV = "PEZOO_INJECT_FAULT"
 """Fault injection for tests and drills: ``kill:<run_id>`` makes the first attempt of
@@ -670,6 +678,8 @@ def run_sweep(
     queue: deque[Job] = deque()
     outcomes: list[RunOutcome] = []
     with_variants = {c.trained_config().run_id() for c in configs if c.is_variant}  # keep their final weights
+    lapsed = store.lapsed()  # in flight when their process died: maybe what killed it, so they go last
+    last: list[Job] = []
     for index, cfg in enumerate(configs, start=1):
         run_id = cfg.run_id()
         if run_id in by_id:
@@ -709,7 +719,8 @@ def run_sweep(
             outcomes.append(outcome)
             events.finished(job, outcome, kept)
             continue
-        queue.append(job)
+        (last if run_id in lapsed else queue).append(job)
+    queue.extend(last)
 
     dispatch_provenance = {"commit": git_commit(), "device": "pending", "executor": executor.name}
     in_flight: dict[str, Job] = {}
@@ -764,6 +775,17 @@ def run_sweep(
                             holder = cast(str, claim.holder)  # a busy claim always names its holder
                             events.claimed(job.index, by_id[job.run_id], holder)
                             outcomes.append(RunOutcome(job.run_id, "claimed", holder))
+                            continue
+                        if claim.deaths >= attempts:  # it kills whatever trains it: not once more
+                            error = (
+                                f"the process training it died {claim.deaths} times in a row without its checkpoint "
+                                f"moving on (the last was {claim.holder}): a crash in its code, such as a plugin's "
+                                "segfault, or the machine killing it (out of memory); not run again in this sweep"
+                            )
+                            store.mark(job.run_id, "failed", error)
+                            outcome = RunOutcome(job.run_id, "failed", error)
+                            outcomes.append(outcome)
+                            events.finished(job, outcome, WorkerLost(job.run_id, error))
                             continue
                         if claim.holder is not None:
                             events.notice(job, f"took over from a process that is gone (it was {claim.holder})")
@@ -820,9 +842,10 @@ meanwhile, does not end the sweep; after the last try it stops (``StoreError``).
 def _claim(store: Store, cfg: RunConfig, provenance: Mapping[str, Any], events: SweepEvents, job: Job) -> Claim:
     """``store.claim``, tried again after each of :data:`CLAIM_RETRY_DELAYS` while the store
     raises ``StoreError``; the last error, saying how often it was tried, once they are spent."""
+    step = checkpointed_steps(Path(job.checkpoint).parent, [job.run_id]).get(job.run_id, 0)
     for delay in (*CLAIM_RETRY_DELAYS, None):
         try:
-            return store.claim(cfg, provenance)
+            return store.claim(cfg, provenance, step=step)
         except StoreError as exc:
             if delay is None:
                 tries = len(CLAIM_RETRY_DELAYS) + 1

@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import sqlite3
@@ -306,15 +307,34 @@ class Claim:
             finished: nothing to do) or ``busy`` (another process holds it).
         holder: for ``busy``, who holds it ("claimed by host:pid since ..."); for
             ``taken``, the stale claim of a process that is gone, if one was taken over.
+        deaths: for ``taken``, how many processes in a row died while training the run
+            (killed, or crashed: a segfault, the OOM killer) without its checkpoint moving
+            on in between; 0 when no dead process's claim was taken over.
     """
 
     run_id: str
     status: str
     holder: str | None = None
+    deaths: int = 0
 
     @property
     def taken(self) -> bool:
         return self.status == "taken"
+
+
+_DEATHS = re.compile(r"^processes died while training it: (\d+) in a row, at checkpoint step (-?\d+)")
+
+
+def _count_death(before: str | None, step: int | None) -> tuple[int, str]:
+    """(deaths, note) once one more process died holding a run whose running row says
+    ``before`` (the note of the deaths before, or nothing) and whose checkpoint is at
+    ``step`` now (None: unknown, counted as no progress)."""
+    match = _DEATHS.match(before or "")
+    deaths, at = (int(match[1]), int(match[2])) if match else (0, -1)  # -1: step unknown
+    if step is not None and at >= 0 and step > at:  # progress since the last death: a kill, not a crash loop
+        deaths = 0
+    now = at if step is None else step
+    return deaths + 1, f"processes died while training it: {deaths + 1} in a row, at checkpoint step {now}"
 
 
 def _describe(owner: Owner | None, since: float | None, heartbeat: float | None, now: float) -> str:
@@ -667,6 +687,7 @@ class Store:
         owner: Owner | None = None,
         *,
         started_at: float | None = None,
+        step: int | None = None,
     ) -> Claim:
         """Take ``cfg`` for ``owner`` (default: this process) to train, in one transaction.
 
@@ -674,7 +695,12 @@ class Store:
         live process holds (``"busy"``, with who and since when). Otherwise the run is
         registered ``running`` under ``owner`` (``"taken"``), replacing an earlier attempt
         that did not finish or whose process is gone. ``started_at`` (Unix time, default
-        now) is when the run started."""
+        now) is when the run started.
+
+        Taking over from a process that died counts the death (``Claim.deaths``, kept in
+        the running row's ``error`` until the run ends): ``step`` is the step of the run's
+        checkpoint now, and a death after the checkpoint moved on since the last one counts
+        from 1 again, so a sweep killed now and then is never taken for a crashing run."""
         run_id = cfg.run_id()
         me = owner or Owner.this_process()
         now = time.time()
@@ -702,16 +728,21 @@ class Store:
                     " heartbeat, run_id) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
                     values,
                 )
-            else:  # an unfinished attempt: ours, or nobody's any more
-                db.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
-                db.execute("DELETE FROM diagnostics WHERE run_id=?", (run_id,))
-                db.execute(
-                    "UPDATE runs SET pe=?, task=?, seed=?, preset=?, config=?, status='running', error=NULL,"
-                    " provenance=?, n_params=NULL, pe_params=NULL, final_loss=NULL, train_seconds=NULL,"
-                    " eval_seconds=NULL, started_at=?, finished_at=NULL, owner=?, heartbeat=? WHERE run_id=?",
-                    values,
-                )
-        return Claim(run_id, "taken", holder)
+                return Claim(run_id, "taken")
+            deaths, note = 0, None
+            if state == "free" and holder is not None:  # a running row whose process died
+                (before,) = db.execute("SELECT error FROM runs WHERE run_id=?", (run_id,)).fetchone()
+                deaths, note = _count_death(before, step)
+            # an unfinished attempt: ours, or nobody's any more
+            db.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
+            db.execute("DELETE FROM diagnostics WHERE run_id=?", (run_id,))
+            db.execute(
+                "UPDATE runs SET pe=?, task=?, seed=?, preset=?, config=?, status='running', error=?,"
+                " provenance=?, n_params=NULL, pe_params=NULL, final_loss=NULL, train_seconds=NULL,"
+                " eval_seconds=NULL, started_at=?, finished_at=NULL, owner=?, heartbeat=? WHERE run_id=?",
+                (*values[:5], note, *values[5:]),
+            )
+        return Claim(run_id, "taken", holder, deaths)
 
     def start(self, cfg: RunConfig, provenance: Mapping[str, Any], *, started_at: float | None = None) -> str:
         """:meth:`claim` for this process, raising StoreError when the run is finished or

@@ -525,3 +525,60 @@ def test_bench_shows_the_table_of_what_finished_when_the_store_refuses_a_claim(t
     assert "| nope" in result.output and "| rope" not in result.output  # the table of what finished
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and "disk is full" in errors[0] and "could not claim run" in errors[0]
+
+
+# -- a run whose process died -------------------------------------------------------------
+
+
+def died_holding(store, cfg, times):
+    """``cfg`` left ``running`` by ``times`` processes in a row that died holding it (a
+    segfault, SIGKILL), its checkpoint never moving on."""
+    for _ in range(times):
+        proc = subprocess.Popen([sys.executable, "-c", "pass"])
+        proc.wait()  # exited and reaped: its pid names no process
+        assert store.claim(cfg, {"commit": "gone"}, replace(Owner.this_process(), pid=proc.pid, start=None)).taken
+
+
+def test_a_run_in_flight_when_its_process_died_goes_last(tmp_path):
+    a, b = smoke("nope"), smoke("rope")
+    executor = Scripted({a.run_id(): [finished], b.run_id(): [finished]}, capacity=1)
+    with Store(tmp_path / "s.sqlite") as store:
+        died_holding(store, a, 1)
+        outcomes = run_sweep(executor, [a, b], store)
+    assert [j.run_id for j in executor.submitted] == [b.run_id(), a.run_id()]
+    assert {o.status for o in outcomes} == {"finished"}
+
+
+def test_a_run_whose_process_keeps_dying_fails_after_the_retry_budget(tmp_path):
+    a, b = smoke("nope"), smoke("rope")
+    executor = Scripted({a.run_id(): [finished], b.run_id(): [finished]}, capacity=1)
+    events = Recorder()
+    with Store(tmp_path / "s.sqlite") as store:
+        died_holding(store, a, 3)  # the first, then two takeovers that died too: 2 deaths counted
+        assert "2 in a row" in store.run(a.run_id())["error"]
+        outcomes = run_sweep(executor, [a, b], store, retries=2, events=events)
+        run = store.run(a.run_id())
+    assert [j.run_id for j in executor.submitted] == [b.run_id()]  # not run a fourth time
+    assert {o.run_id: o.status for o in outcomes} == {a.run_id(): "failed", b.run_id(): "finished"}
+    assert run["status"] == "failed" and "died 3 times" in run["error"] and run["owner"] is None
+    assert ("finished", 1, "failed") in events.log
+
+
+def test_deaths_count_again_from_1_once_the_checkpoint_moved_on(tmp_path):
+    cfg = smoke("nope")
+    with Store(tmp_path / "s.sqlite") as store:
+        died_holding(store, cfg, 1)
+        gone = [replace(Owner.this_process(), pid=pid, start=None) for pid in (2**22 + 1, 2**22 + 2)]
+        assert store.claim(cfg, {}, gone[0], step=0).deaths == 1
+        assert store.claim(cfg, {}, gone[1], step=0).deaths == 2  # no progress: a crash loop
+        assert store.claim(cfg, {}, step=50).deaths == 1  # it trained on between: killed, not crashing
+        assert store.claim(cfg, {}, step=50).deaths == 0  # our own claim: nobody died
+        assert store.finish(
+            cfg.run_id(),
+            [("test", LengthMetrics(6, 9.0, 8, 0.25, 0.5))],
+            final_loss=0.5,
+            train_seconds=1.0,
+            eval_seconds=1.0,
+            n_params={"total": 1, "pe": 0},
+        )
+        assert store.run(cfg.run_id())["error"] is None  # a finished run keeps no note
