@@ -298,6 +298,14 @@ class _ListOf(click.ParamType):
     "with its disk at a known time; runs started are never stopped (docs/sweeps.md).",
 )
 @click.option(
+    "--hang-timeout",
+    "hang_timeout",
+    callback=_duration,
+    help="Local executor: stop a run whose worker sends no progress for this long (e.g. 30m; a training step "
+    "and an evaluated length each report), as hung; it is retried, then recorded failed. Runs then train in "
+    "worker processes, also with --workers 1. Default: wait for ever.",
+)
+@click.option(
     "--keep-weights",
     is_flag=True,
     help="Keep every trained run's final weights (<run_id>.weights.pt in the checkpoint folder), so a later "
@@ -307,7 +315,7 @@ class _ListOf(click.ParamType):
 def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
           eval_samples, eval_every, eval_start_loss, eval_select, backend, pack, window, device, allow_cpu,
           checkpoint_every, checkpoint_dir, executor, workers, ray_address, retries, store_path, order,
-          tensorboard_dir, time_limit, max_runs, keep_weights) -> None:  # fmt: skip
+          tensorboard_dir, time_limit, hang_timeout, max_runs, keep_weights) -> None:  # fmt: skip
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
 
     Finished runs already in the store are not trained again; an interrupted run
@@ -331,6 +339,8 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         raise click.UsageError("Missing option '--pe' (or give a --sweep FILE).")
     if sweep_file is None and not task_list:
         raise click.UsageError("Missing option '--task' (or give a --sweep FILE).")
+    if hang_timeout is not None and executor == "ray":
+        raise click.UsageError("--hang-timeout stops hung runs of the local executor; Ray runs are not watched.")
     if given("ray_address") and executor != "ray":  # else the runs would train here, not on the cluster named
         raise click.UsageError("--ray-address names a Ray cluster for --executor ray; add --executor ray, or drop it.")
     _refuse_broken_plugins(pe_names(pe_list))
@@ -446,7 +456,13 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
             runner = ray_executor
         else:
             runner = local_executor(
-                dev, workers, report.todo, report.progress_for, report.live_notice, isolate=_uses_plugins(configs)
+                dev,
+                workers,
+                report.todo,
+                report.progress_for,
+                report.live_notice,
+                isolate=_uses_plugins(configs),
+                hang_seconds=hang_timeout,
             )
         report.in_process = isinstance(runner, InProcess)
         report.slots = min(runner.capacity, max(1, report.todo))
@@ -454,7 +470,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         if isinstance(runner, InProcess):
             how = "one run at a time, in this process"
         elif ray_executor is None and report.slots == 1:
-            how = "one run at a time, in a worker process (one torch thread): a plugin that crashes ends only its run"
+            how = "one run at a time, in a worker process (one torch thread): a crash or hang ends only its run"
         elif ray_executor is None:
             how = f"{report.slots} runs at a time, in {report.slots} worker processes (one torch thread each)"
         else:

@@ -135,6 +135,12 @@ class NoticeReport:
     message: str
 
 
+@dataclass(frozen=True)
+class Started:
+    """A pool worker took its job (sent first): from then on, silence counts as a hang
+    (``LocalPool(hang_seconds=...)``); before it, the worker may still be starting up."""
+
+
 PROGRESS_INTERVAL = 0.5
 """Least seconds between a pool worker's progress messages (a phase's first and last always go)."""
 
@@ -292,6 +298,7 @@ def _pool_worker(conn: multiprocessing.connection.Connection, parent_pid: int) -
             return
         if job is None:
             return
+        conn.send(Started())
         conn.send(run_job(job, throttled_progress(conn.send), lambda msg: conn.send(NoticeReport(msg))))
 
 
@@ -301,6 +308,7 @@ class _Slot:
     process: Any = None  # multiprocessing.Process
     conn: multiprocessing.connection.Connection | None = None
     job: Job | None = None
+    heard: float | None = None  # when its worker last sent anything about its job (time.monotonic)
 
     def pipe(self) -> multiprocessing.connection.Connection:
         """The driver's end of the pipe to the slot's worker, which must have been started."""
@@ -338,6 +346,12 @@ class LocalPool(Executor):
     Their progress and notices reach ``progress_for(job)`` and ``notice(job, msg)`` in
     the driver (within ``wait``) as they come; without ``notice`` the driver shows them
     from the ``RunResult`` instead (``live_notices`` is False).
+
+    ``hang_seconds``: a worker that has taken its job and then sends nothing (no progress,
+    notice or result) for this long is taken to hang (a plugin stuck in a loop, a
+    deadlock) and killed: its attempt ends as a ``WorkerLost`` saying so. None: wait for
+    ever. Progress comes at least once per training step and per evaluated length, so the
+    limit must exceed the longest of those (and a first ``torch.compile``).
     """
 
     name = "local"
@@ -347,6 +361,8 @@ class LocalPool(Executor):
         devices: Sequence[str],
         progress_for: Callable[[Job], Progress | None] = lambda job: None,
         notice: Callable[[Job, str], None] | None = None,
+        *,
+        hang_seconds: float | None = None,
     ) -> None:
         if not devices:
             raise ExecutorError("a local pool needs at least one worker")
@@ -356,6 +372,7 @@ class LocalPool(Executor):
         self.device_type = torch.device(devices[0]).type
         self._progress_for, self._notice = progress_for, notice
         self.live_notices = notice is not None
+        self.hang_seconds = hang_seconds
 
     def _start(self, slot: _Slot) -> None:
         parent, child = self._ctx.Pipe()
@@ -383,12 +400,22 @@ class LocalPool(Executor):
         if slot.process is None or not slot.process.is_alive():
             self._start(slot)
         slot.job = placed = replace(job, device=slot.device)
+        slot.heard = None
         slot.pipe().send(placed)
+
+    def _timeout(self, busy: list[_Slot]) -> float | None:
+        """Seconds until the first busy worker that has started its job would count as hung."""
+        heard = [s.heard for s in busy if s.heard is not None]
+        if self.hang_seconds is None or not heard:
+            return None if self.hang_seconds is None else 1.0  # look again once a worker has started
+        return max(0.0, min(heard) + self.hang_seconds - time.monotonic())
 
     def wait(self) -> list[Completion]:
         while True:
             busy = [s for s in self._slots if s.job is not None]
-            multiprocessing.connection.wait([s.conn for s in busy] + [s.process.sentinel for s in busy])
+            multiprocessing.connection.wait(
+                [s.conn for s in busy] + [s.process.sentinel for s in busy], timeout=self._timeout(busy)
+            )
             done: list[Completion] = []
             for slot in busy:
                 job = slot.running()
@@ -400,11 +427,28 @@ class LocalPool(Executor):
                         answer = WorkerLost(job.run_id, _death(slot.process))
                         slot.pipe().close()
                         slot.process = slot.conn = None
+                elif answer is None and self._hung(slot):
+                    pid = slot.process.pid
+                    slot.process.kill()
+                    slot.process.join()
+                    answer = WorkerLost(
+                        job.run_id,
+                        f"worker process {pid} sent nothing for {self.hang_seconds:g} s (--hang-timeout): it hung, "
+                        "and was killed",
+                    )
+                    slot.pipe().close()
+                    slot.process = slot.conn = None
                 if answer is not None:
                     done.append((job, answer))
                     slot.job = None
             if done:
                 return done
+
+    def _hung(self, slot: _Slot) -> bool:
+        """Whether the slot's worker started its job and has been silent past ``hang_seconds``."""
+        if self.hang_seconds is None or slot.heard is None:
+            return False
+        return time.monotonic() - slot.heard >= self.hang_seconds
 
     def _read(self, slot: _Slot) -> RunResult | None:
         """Read what the slot's worker has sent: hand progress and notices on, return its
@@ -414,6 +458,9 @@ class LocalPool(Executor):
         try:
             while conn.poll():
                 message = conn.recv()
+                slot.heard = time.monotonic()
+                if isinstance(message, Started):
+                    continue
                 if isinstance(message, ProgressReport):
                     progress = progress or self._progress_for(job) or (lambda *a: None)
                     progress(message.phase, message.done, message.total, message.note)
@@ -573,16 +620,18 @@ def local_executor(
     notice: Callable[[Job, str], None] = lambda job, msg: None,
     *,
     isolate: bool = False,
+    hang_seconds: float | None = None,
 ) -> Executor:
     """In-process when one worker is enough (or asked for), else a ``LocalPool``.
 
     ``isolate`` (runs that use code not from pezoo, a plugin's encoding) gives a pool even
     of one worker: a plugin that crashes its process (a segfault, ``os._exit``) then ends
-    its run, which is retried and recorded failed, not the sweep and its driver."""
+    its run, which is retried and recorded failed, not the sweep and its driver. So does
+    ``hang_seconds`` (``LocalPool``): only a worker process can be stopped when it hangs."""
     devices = local_devices(device, workers, todo)
-    if len(devices) == 1 and not isolate:
+    if len(devices) == 1 and not isolate and hang_seconds is None:
         return InProcess(torch.device(devices[0]) if device.type == "cuda" else device, progress_for, notice)
-    return LocalPool(devices, progress_for, notice)
+    return LocalPool(devices, progress_for, notice, hang_seconds=hang_seconds)
 
 
 # --------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from importlib import metadata
 
 import pytest
@@ -154,6 +155,14 @@ MISBEHAVING_SOURCE = textwrap.dedent(
         def embed(self, x, pos):
             sys.exit(0)
 
+    class Hangs(PositionalEncoding):
+        '''Never returns from its forward, as a deadlocked plugin would not.'''
+
+        def embed(self, x, pos):
+            import time
+
+            time.sleep(3600)
+
     class Segfaults(PositionalEncoding):
         '''Its process dies of SIGSEGV in its forward, as a broken C extension's would.'''
 
@@ -250,3 +259,23 @@ def test_a_segfaulting_plugin_under_one_worker_fails_its_run_not_the_sweep(insta
 
     with Store(tmp_path / "s.sqlite", readonly=True) as store:
         assert {r["pe"]: r["status"] for r in store.runs()} == {"segv_plugin": "failed", "nope": "finished"}
+
+
+def test_a_hanging_plugin_is_stopped_after_the_hang_timeout_and_the_sweep_goes_on(installed, tmp_path):
+    from harness.config import preset_config
+    from harness.executors import local_executor, run_sweep
+    from harness.store import Store
+
+    installed(MISBEHAVING_SOURCE, hangs_plugin="Hangs")
+    hangs, nope = (
+        preset_config("smoke", pe=pe, task="copy", seed=0, overrides={"train": {"steps": 2}})
+        for pe in ("hangs_plugin", "nope")
+    )
+    executor = local_executor(torch.device("cpu"), 1, 2, hang_seconds=15.0)  # a worker process, even for one
+    started = time.monotonic()
+    with Store(tmp_path / "s.sqlite") as store:
+        outcomes = run_sweep(executor, [hangs, nope], store, retries=0)
+        runs = {r["pe"]: r for r in store.runs()}
+    assert [o.status for o in outcomes] == ["failed", "finished"]
+    assert "sent nothing for 15 s" in runs["hangs_plugin"]["error"] and "hung" in runs["hangs_plugin"]["error"]
+    assert time.monotonic() - started < 300
