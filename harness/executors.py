@@ -789,11 +789,16 @@ def run_sweep(
         return trained not in in_flight and all(j.run_id != trained for j in queue)
 
     stopped: StoreError | None = None  # a claim the store kept refusing: no new run starts
+
+    def startable(job: Job) -> bool:
+        """Once stopped, only retries of runs this process holds already start."""
+        return stopped is None or job.attempt > 1
+
     try:
         with store.keep_alive():
-            while (queue and stopped is None) or in_flight:
-                while queue and stopped is None and len(in_flight) < executor.capacity:
-                    next_job = next((j for j in queue if ready(j)), None)
+            while any(startable(j) for j in queue) or in_flight:
+                while queue and len(in_flight) < executor.capacity:
+                    next_job = next((j for j in queue if startable(j) and ready(j)), None)
                     if next_job is None:
                         break  # only variants whose trained runs are still training
                     job = next_job
@@ -863,7 +868,7 @@ def run_sweep(
         raise
     executor.close()
     if stopped is not None:
-        raise SweepStopped(str(stopped), outcomes, len(queue)) from stopped
+        raise SweepStopped(str(stopped), outcomes, sum(1 for j in queue if j.attempt == 1)) from stopped
     return outcomes
 
 

@@ -582,3 +582,15 @@ def test_deaths_count_again_from_1_once_the_checkpoint_moved_on(tmp_path):
             n_params={"total": 1, "pe": 0},
         )
         assert store.run(cfg.run_id())["error"] is None  # a finished run keeps no note
+
+
+def test_a_run_in_flight_when_the_store_stopped_the_sweep_still_gets_its_retries(tmp_path, monkeypatch):
+    a, b = smoke("nope"), smoke("rope")
+    refusing_claims(monkeypatch, "rope", times=None)
+    executor = Scripted({a.run_id(): [failed, finished], b.run_id(): [finished]}, capacity=2)
+    with Store(tmp_path / "s.sqlite") as store:
+        with pytest.raises(SweepStopped) as stopped:
+            run_sweep(executor, [a, b], store, retries=2)
+        assert store.status(a.run_id()) == "finished"  # its claim is held: its retry runs, not left "running"
+    assert [(j.run_id, j.attempt) for j in executor.submitted] == [(a.run_id(), 1), (a.run_id(), 2)]
+    assert stopped.value.not_started == 1
