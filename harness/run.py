@@ -138,7 +138,11 @@ def _check_positions_fit(cfg: RunConfig, task: tasks.Task) -> None:
     sequence the run will feed it (a learned table's rows, randomized PE's range L): that
     used to surface at evaluation, after all of training, and then twice more on retries."""
     with torch.random.fork_rng(devices=[]), torch.device("meta"):  # no weights, no RNG drawn
-        bound = build_encoding(cfg).max_position
+        try:
+            bound = build_encoding(cfg).max_position
+        except SystemExit as exc:  # a plugin's constructor: else bench would end here, with its status
+            why = _exited(exc, run_provenance(cfg, torch.device("cpu")), "building it exits, so no run can use it")
+            raise ValueError(f"encoding {cfg.pe}: {why}") from None
     if bound is None:
         return
     longest: list[tuple[int, str]] = []  # (tokens, where)
@@ -436,12 +440,14 @@ class RunExited(RuntimeError):
     status the code chose (0: a silent success with the later runs never run)."""
 
 
-def _exited(exc: SystemExit, provenance: Mapping[str, Any]) -> RunExited:
+def _exited(
+    exc: SystemExit, provenance: Mapping[str, Any], then: str = "the run failed, the sweep goes on"
+) -> RunExited:
     """The :class:`RunExited` for ``exc``, naming the code the run used that is not
     pezoo's own (``provenance["plugins"]``), where the call most likely came from."""
     code = "" if exc.code is None else repr(exc.code)
     where = f" (its code not from pezoo: {provenance['plugins']})" if provenance.get("plugins") else ""
-    return RunExited(f"the run's code called sys.exit({code}){where}; the run failed, the sweep goes on")
+    return RunExited(f"the run's code called sys.exit({code}){where}; {then}")
 
 
 def record(store: Store, result: RunResult) -> RunOutcome:

@@ -155,6 +155,12 @@ MISBEHAVING_SOURCE = textwrap.dedent(
         def embed(self, x, pos):
             sys.exit(0)
 
+    class ExitsWhenBuilt(PositionalEncoding):
+        '''Calls sys.exit(0) in its constructor.'''
+
+        def __init__(self, *args, **kwargs):
+            sys.exit(0)
+
     class Hangs(PositionalEncoding):
         '''Never returns from its forward, as a deadlocked plugin would not.'''
 
@@ -279,3 +285,12 @@ def test_a_hanging_plugin_is_stopped_after_the_hang_timeout_and_the_sweep_goes_o
     assert [o.status for o in outcomes] == ["failed", "finished"]
     assert "sent nothing for 15 s" in runs["hangs_plugin"]["error"] and "hung" in runs["hangs_plugin"]["error"]
     assert time.monotonic() - started < 300
+
+
+def test_a_plugin_that_exits_when_built_is_refused_before_bench_starts(installed, tmp_path):
+    installed(MISBEHAVING_SOURCE, exits_built="ExitsWhenBuilt")
+    args = ["bench", "--pe", "exits_built,nope", "--task", "copy", "--preset", "smoke", "--device", "cpu"]
+    result = CliRunner().invoke(main, [*args, "--store", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 2, result.output  # not 0, the status the plugin chose
+    assert "exits_built" in result.output and "sys.exit(0)" in result.output
+    assert not (tmp_path / "s.sqlite").exists()
