@@ -42,7 +42,10 @@ Kept only for runs that have variants in a sweep; read the same way, weights onl
 Version 1 had no ``format`` field and pickled harness objects (``LengthMetrics``), which
 only an unpickler that runs code can read: it is refused like any file that is not
 version 2. A refused or
-unusable checkpoint is set aside (:func:`set_aside`) and its run starts over.
+unusable checkpoint is set aside (:func:`set_aside`) and its run starts over: before any
+tensor is loaded into the model or optimiser, each must be backed by bytes of its own
+(no stride-0 tensor that declares GBs in a few bytes), have its parameter's shape, and be
+finite (no NaN or inf). Only regular files are read (a FIFO would block the reader).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ import os
 import pickle
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +66,7 @@ import torch
 
 from harness.config import RunConfig, is_finite_number
 from harness.evaluate import Evaluation, LengthMetrics
-from harness.files import write_atomically
+from harness.files import NotRegularFileError, check_regular, open_regular, write_atomically
 from harness.kept_results import evaluated_scales
 
 FORMAT = "pezoo-checkpoint"
@@ -223,7 +226,14 @@ def load_checkpoint(path: Path, run_id: str, *, mmap: bool = False) -> dict[str,
             version, or another run's.
     """
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        if mmap:  # torch maps a file by name: check what the name holds first
+            check_regular(path)
+            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        else:
+            with open_regular(path) as f:
+                payload = torch.load(f, map_location="cpu", weights_only=True)
+    except NotRegularFileError as exc:
+        raise CheckpointError(f"checkpoint {exc}") from None
     except pickle.UnpicklingError as exc:  # the weights-only unpickler refused something
         wanted = re.search(r"GLOBAL ([\w.]+)", str(exc))  # "Unsupported global: GLOBAL x", "... GLOBAL x whose module"
         detail = f"it asks for {wanted.group(1)}" if wanted else "a pickle of something else, or a damaged file"
@@ -244,7 +254,49 @@ def load_checkpoint(path: Path, run_id: str, *, mmap: bool = False) -> dict[str,
         )
     if not _is_int(payload.get("step")) or payload["step"] < 0:
         raise CheckpointError(f"checkpoint {path} has no valid step ({_short(payload.get('step'))})")
+    _check_layouts(payload, f"checkpoint {path}")
     return payload
+
+
+def _tensors(value: Any, where: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """``(where, tensor)`` for every tensor inside ``value`` (dicts, lists, tuples), without
+    recursion (a hostile file may nest deeper than Python's stack)."""
+    stack: list[tuple[str, Any]] = [(where, value)]
+    while stack:
+        at, item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            yield at, item
+        elif isinstance(item, dict):
+            stack.extend((f"{at}.{k}" if at else str(k), v) for k, v in item.items())
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{at}[{i}]", v) for i, v in enumerate(item))
+
+
+def layout_problem(t: torch.Tensor) -> str | None:
+    """Why tensor ``t``'s declared shape does not fit its stored bytes, or None when it
+    does: every element must have bytes of its own in its storage. A stride of 0 (or
+    strides that make elements overlap) lets a file of a few bytes declare a tensor of
+    any size, which the first operation that copies it (a dtype conversion, ``clone``)
+    allocates in full: a 194 KB checkpoint reached GBs of memory that way."""
+    if t.layout != torch.strided:
+        return f"has layout {t.layout}, not a dense tensor"
+    span = 1  # elements spanned by the dims seen so far, smallest stride first
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride(), strict=True) if sz > 1):
+        if stride < span:
+            return f"has shape {tuple(t.shape)} with strides {t.stride()}: elements share bytes (a stride-0 tensor)"
+        span += stride * (size - 1)
+    if t.numel() and (t.storage_offset() + span) * t.element_size() > t.untyped_storage().nbytes():
+        return f"has shape {tuple(t.shape)} but its storage holds only {t.untyped_storage().nbytes()} bytes"
+    return None
+
+
+def _check_layouts(payload: Any, what: str) -> None:
+    """CheckpointError for the first tensor in ``payload`` whose shape its bytes do not hold
+    (:func:`layout_problem`); only metadata is read, nothing is allocated."""
+    for where, t in _tensors(payload):
+        problem = layout_problem(t)
+        if problem is not None:
+            raise CheckpointError(f"{what}: tensor {where} {problem}")
 
 
 def check_state(
@@ -301,6 +353,14 @@ def check_state(
     weights = payload["model"]
     if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
         raise CheckpointError("field model is not a state dict of tensors")
+    own = model.state_dict()
+    for name, t in weights.items():  # shapes first: nothing is copied from a tensor that does not fit
+        if name in own and tuple(t.shape) != tuple(own[name].shape):
+            raise CheckpointError(
+                f"its weights do not fit the model ({name} has shape {tuple(t.shape)}, the model's "
+                f"{tuple(own[name].shape)})"
+            )
+    _check_finite(weights.items(), "its weights")
     try:
         model.load_state_dict(weights)
     except (RuntimeError, TypeError, ValueError, KeyError) as exc:
@@ -390,6 +450,7 @@ def _check_optimizer(state: Any, optimizer: torch.optim.Optimizer) -> None:
         or not isinstance(state.get("param_groups"), list)
     ):
         raise CheckpointError("field optimizer is not an optimiser state dict")
+    _check_optimizer_tensors(state, optimizer)
     try:
         optimizer.load_state_dict(state)
     except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
@@ -412,6 +473,43 @@ def _check_optimizer(state: Any, optimizer: torch.optim.Optimizer) -> None:
                     raise CheckpointError(
                         f"its optimiser state {key} has shape {tuple(value.shape)}, its parameter needs {want}"
                     )
+
+
+def _check_optimizer_tensors(state: dict[str, Any], optimizer: torch.optim.Optimizer) -> None:
+    """Before the optimiser reads ``state`` (it converts each tensor to its parameter's
+    dtype and device, a full copy): every tensor of a parameter's state has that
+    parameter's shape (``step``: a scalar) and is finite. Parameters are matched as
+    ``Optimizer.load_state_dict`` matches them, in order, group by group."""
+    groups = state["param_groups"]
+    ours = [g["params"] for g in optimizer.param_groups]
+    ok = len(groups) == len(ours) and all(
+        isinstance(g, dict) and isinstance(g.get("params"), list) and len(g["params"]) == len(o)
+        for g, o in zip(groups, ours, strict=False)
+    )
+    if not ok:
+        raise CheckpointError("its optimiser state does not fit the model (other parameter groups)")
+    params = {key: p for g, o in zip(groups, ours, strict=True) for key, p in zip(g["params"], o, strict=True)}
+    for key, per_param in state["state"].items():
+        if key not in params or not isinstance(per_param, dict):
+            raise CheckpointError(f"its optimiser state has an entry {_short(key)} for no parameter of the model")
+        p = params[key]
+        for name, value in per_param.items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            want = () if name == "step" else tuple(p.shape)
+            if tuple(value.shape) != want:
+                raise CheckpointError(
+                    f"its optimiser state {name} has shape {tuple(value.shape)}, its parameter needs {want}"
+                )
+            _check_finite([(f"optimiser state {name}", value)], "its optimiser state")
+
+
+def _check_finite(tensors: Iterable[tuple[str, torch.Tensor]], what: str) -> None:
+    """CheckpointError naming the first floating-point tensor that holds a NaN or an inf:
+    resuming from it trains nothing (every later loss is NaN) and diverges again."""
+    for name, t in tensors:
+        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"{what}: {name} holds NaN or inf values (the training it comes from diverged)")
 
 
 _GROUP_SETTINGS = ("base_lr", "weight_decay", "betas")
@@ -462,7 +560,10 @@ def load_weights(path: Path, run_id: str) -> dict[str, Any]:
     if not Path(path).is_file():
         raise CheckpointError(f"no final weights of run {run_id} at {path}")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with open_regular(path) as f:
+            payload = torch.load(f, map_location="cpu", weights_only=True)
+    except NotRegularFileError as exc:
+        raise CheckpointError(f"weights file {exc}") from None
     except pickle.UnpicklingError as exc:  # the weights-only unpickler refused something
         wanted = re.search(r"GLOBAL ([\w.]+)", str(exc))
         detail = f"it asks for {wanted.group(1)}" if wanted else "a pickle of something else, or a damaged file"
@@ -482,6 +583,7 @@ def load_weights(path: Path, run_id: str) -> dict[str, Any]:
         raise CheckpointError(f"weights file {path} has no finite final_loss ({_short(loss)})")
     if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
         raise CheckpointError(f"weights file {path}: field model is not a state dict of tensors")
+    _check_layouts(weights, f"weights file {path}")
     return payload
 
 
@@ -490,15 +592,17 @@ def load_weights(path: Path, run_id: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 
-def set_aside(path: Path) -> Path | None:
-    """Rename a checkpoint that cannot be used to ``<name>.unreadable`` (``.unreadable-2``,
-    ... when taken), so that nothing reads it again and it stays for inspection.
+def set_aside(path: Path, why: str = "unreadable") -> Path | None:
+    """Rename a checkpoint that cannot be used to ``<name>.<why>`` (``.<why>-2``, ... when
+    taken), so that nothing reads it again and it stays for inspection: ``unreadable`` for
+    one that fails the checks, ``diverged`` for the last checkpoint of a run whose loss
+    became NaN (resuming it would diverge again).
 
     Returns the new path, or None when it could not be moved (then it is deleted if
     possible; a first checkpoint of the restarted run replaces it anyway)."""
     path = Path(path)
     for n in range(1, 1000):
-        aside = path.with_name(f"{path.name}.unreadable" + (f"-{n}" if n > 1 else ""))
+        aside = path.with_name(f"{path.name}.{why}" + (f"-{n}" if n > 1 else ""))
         if aside.exists():
             continue
         try:

@@ -35,7 +35,7 @@ from harness.options import max_runs_option, store_option
 from harness.pe_spec import names as pe_names
 from harness.pe_spec import parse_pe, split_pe_list
 from harness.progress import SweepReport
-from harness.provenance import cpu_name, resolve_device
+from harness.provenance import code_origins, cpu_name, resolve_device
 from harness.report import LEGEND, leaderboard_tables
 from harness.results import load
 from harness.run import check_run, checkpoint_dir_for
@@ -72,14 +72,17 @@ def _check_names(kind: str, names: list[str], valid: list[str], option: str | No
         raise click.BadParameter(name_problem(kind, name, valid), param_hint=option)
 
 
-def _refuse_broken_plugins(names: list[str]) -> None:
+def _refuse_broken_plugins(names: list[str], *, warn: bool = True) -> None:
     """Import every encoding plugin now; stop if one of ``names`` (wrapped forms included)
-    failed to load, with its error, instead of failing each run at train time."""
+    failed to load, with its error, instead of failing each run at train time. With
+    ``warn``, each other plugin that failed to load is named in a warning (stderr)."""
     broken = pezoo.base.ENCODINGS.load_plugins()
-    for name in names:
-        for base in name.split(":", 1)[-1].split("+"):
-            if base in broken:
-                raise click.BadParameter(f"encoding plugin {base!r} failed to load: {broken[base]}", param_hint="--pe")
+    used = {base for name in names for base in name.split(":", 1)[-1].split("+")}
+    for base in sorted(used & set(broken)):
+        raise click.BadParameter(f"encoding plugin {base!r} failed to load: {broken[base]}", param_hint="--pe")
+    if warn:  # a broken plugin not used here: said, and the command goes on without it
+        for base in sorted(set(broken) - used):
+            click.echo(f"warning: encoding plugin {base!r} is skipped: {_one_line(broken[base])}", err=True)
 
 
 def _check_runs(configs: Sequence[RunConfig]) -> None:
@@ -116,7 +119,18 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         raise click.BadParameter(str(exc)) from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group: a plugin name clash (``pezoo.PluginClashError``), met by whatever
+    command first looks an encoding up, is a one-line error, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except pezoo.PluginClashError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(pezoo.__version__, prog_name="pezoo")
 def main() -> None:
     """pezoo: positional encodings behind one interface, and a length-extrapolation benchmark.
@@ -284,6 +298,14 @@ class _ListOf(click.ParamType):
     "with its disk at a known time; runs started are never stopped (docs/sweeps.md).",
 )
 @click.option(
+    "--hang-timeout",
+    "hang_timeout",
+    callback=_duration,
+    help="Local executor: stop a run whose worker sends no progress for this long (e.g. 30m; a training step "
+    "and an evaluated length each report), as hung; it is retried, then recorded failed. Runs then train in "
+    "worker processes, also with --workers 1. Default: wait for ever.",
+)
+@click.option(
     "--keep-weights",
     is_flag=True,
     help="Keep every trained run's final weights (<run_id>.weights.pt in the checkpoint folder), so a later "
@@ -293,7 +315,7 @@ class _ListOf(click.ParamType):
 def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
           eval_samples, eval_every, eval_start_loss, eval_select, backend, pack, window, device, allow_cpu,
           checkpoint_every, checkpoint_dir, executor, workers, ray_address, retries, store_path, order,
-          tensorboard_dir, time_limit, max_runs, keep_weights) -> None:  # fmt: skip
+          tensorboard_dir, time_limit, hang_timeout, max_runs, keep_weights) -> None:  # fmt: skip
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
 
     Finished runs already in the store are not trained again; an interrupted run
@@ -317,6 +339,8 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         raise click.UsageError("Missing option '--pe' (or give a --sweep FILE).")
     if sweep_file is None and not task_list:
         raise click.UsageError("Missing option '--task' (or give a --sweep FILE).")
+    if hang_timeout is not None and executor == "ray":
+        raise click.UsageError("--hang-timeout stops hung runs of the local executor; Ray runs are not watched.")
     if given("ray_address") and executor != "ray":  # else the runs would train here, not on the cluster named
         raise click.UsageError("--ray-address names a Ray cluster for --executor ray; add --executor ray, or drop it.")
     _refuse_broken_plugins(pe_names(pe_list))
@@ -349,7 +373,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     sweep_pes, sweep_tasks = spec.names()
-    _refuse_broken_plugins(sweep_pes)
+    _refuse_broken_plugins(sweep_pes, warn=False)
     # a name from the sweep file is the file's mistake: say which file
     _check_names("encoding", sweep_pes, pezoo.available(), "--pe" if pe_list or not sweep_file else str(sweep_file))
     _check_names("task", sweep_tasks, tasks.available(), "--task" if task_list or not sweep_file else str(sweep_file))
@@ -431,12 +455,22 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         if ray_executor is not None:
             runner = ray_executor
         else:
-            runner = local_executor(dev, workers, report.todo, report.progress_for, report.live_notice)
+            runner = local_executor(
+                dev,
+                workers,
+                report.todo,
+                report.progress_for,
+                report.live_notice,
+                isolate=_uses_plugins(configs),
+                hang_seconds=hang_timeout,
+            )
         report.in_process = isinstance(runner, InProcess)
         report.slots = min(runner.capacity, max(1, report.todo))
         report.held_elsewhere = store.held_by_others  # other processes on the store share the sweep
         if isinstance(runner, InProcess):
             how = "one run at a time, in this process"
+        elif ray_executor is None and report.slots == 1:
+            how = "one run at a time, in a worker process (one torch thread): a crash or hang ends only its run"
         elif ray_executor is None:
             how = f"{report.slots} runs at a time, in {report.slots} worker processes (one torch thread each)"
         else:
@@ -465,6 +499,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
                 f"time limit {format_duration(time_limit)}: a run is started only if it is expected to end "
                 f"within it (its estimate x {MARGIN:g}); the others are deferred\n"
             )
+        stopped: StoreError | None = None
         try:
             with _sigterm_interrupts():
                 run_sweep(
@@ -484,10 +519,18 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
             for index in sorted(report.running):
                 click.echo(f"\n{report.label(index)}: interrupted; run the same command again to resume.", err=True)
             sys.exit(128 + signal.SIGTERM if isinstance(exc, Terminated) else 130)
+        except StoreError as exc:  # claiming or recording: the table of what finished still shows
+            stopped = exc
         finally:
             report.close_bars()
     run_ids = {c.run_id() for c in configs}
-    df = load(store_path)
+    try:
+        df = load(store_path)
+    except StoreError as exc:
+        if stopped is None:
+            raise click.ClickException(str(exc)) from None
+        unreadable = f"the store cannot be read either ({_one_line(exc)})"
+        raise click.ClickException(f"{_one_line(stopped)}; {unreadable}") from None
     df = df[df["run_id"].isin(run_ids)]
     presets = ", ".join(dict.fromkeys(c.preset for c in configs))
     click.echo(f"\npreset {presets} on {where}; results in {store_path}\n")
@@ -507,7 +550,28 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         )
     if report.failures:
         click.echo("Some runs did not finish:\n  " + "\n  ".join(report.failures), err=True)
+    if stopped is not None:
+        left = getattr(stopped, "not_started", None)
+        tail = f"; {left} run{'s' if left != 1 else ''} not started: run the same command again" if left else ""
+        click.echo(f"Error: the sweep stopped: {_one_line(stopped)}{tail}", err=True)
+    if report.failures or stopped is not None:
         sys.exit(1)
+
+
+def _uses_plugins(configs: Sequence[RunConfig]) -> bool:
+    """Whether a run uses an encoding (or task) not from pezoo (``code_origins``)."""
+    for cfg in configs:
+        try:
+            if code_origins(cfg.pe, cfg.task):
+                return True
+        except (KeyError, ImportError):  # checked before: cannot happen, but never stop bench here
+            return True
+    return False
+
+
+def _one_line(exc: object) -> str:
+    """``exc`` (an exception or a message) on one line."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _probing_expectation(configs, plan, rows, resume, plan_options, report, device) -> Callable[[int], float | None]:

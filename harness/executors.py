@@ -19,7 +19,14 @@ more times, resuming from the run's checkpoint when the worker can read the chec
 directory (always locally; on a cluster when the directory is shared). A run that fails
 every attempt is stored as ``failed`` with its traceback (or the worker's fate), and
 the other runs go on. A NaN loss (``diverged``) is deterministic and not retried, nor is a
-variant whose trained run kept no usable weights (``RunResult.retryable``).
+variant whose trained run kept no usable weights, nor a run whose code called
+``sys.exit`` (``RunResult.retryable``).
+
+A run the store shows ``running`` under a process that died (the driver itself was
+killed or crashed while training it in-process) is started after every other run of the
+sweep, so a run that crashes whatever trains it cannot stop the others; once
+``retries + 1`` processes in a row died on it without its checkpoint moving on
+(``Claim.deaths``), it is recorded ``failed`` instead of being run again.
 """
 
 from __future__ import annotations
@@ -54,7 +61,8 @@ from harness.run import (
     recover_kept,
     train_and_evaluate,
 )
-from harness.store import ClaimLostError, Store, StoreError
+from harness.store import Claim, ClaimLostError, Store, StoreError
+from harness.sweep import checkpointed_steps
 
 FAULT_ENV = "PEZOO_INJECT_FAULT"
 """Fault injection for tests and drills: ``kill:<run_id>`` makes the first attempt of
@@ -125,6 +133,12 @@ class NoticeReport:
     """A pool worker's notice (resume, corrupt checkpoint), sent as it happens."""
 
     message: str
+
+
+@dataclass(frozen=True)
+class Started:
+    """A pool worker took its job (sent first): from then on, silence counts as a hang
+    (``LocalPool(hang_seconds=...)``); before it, the worker may still be starting up."""
 
 
 PROGRESS_INTERVAL = 0.5
@@ -284,6 +298,7 @@ def _pool_worker(conn: multiprocessing.connection.Connection, parent_pid: int) -
             return
         if job is None:
             return
+        conn.send(Started())
         conn.send(run_job(job, throttled_progress(conn.send), lambda msg: conn.send(NoticeReport(msg))))
 
 
@@ -293,6 +308,7 @@ class _Slot:
     process: Any = None  # multiprocessing.Process
     conn: multiprocessing.connection.Connection | None = None
     job: Job | None = None
+    heard: float | None = None  # when its worker last sent anything about its job (time.monotonic)
 
     def pipe(self) -> multiprocessing.connection.Connection:
         """The driver's end of the pipe to the slot's worker, which must have been started."""
@@ -330,6 +346,12 @@ class LocalPool(Executor):
     Their progress and notices reach ``progress_for(job)`` and ``notice(job, msg)`` in
     the driver (within ``wait``) as they come; without ``notice`` the driver shows them
     from the ``RunResult`` instead (``live_notices`` is False).
+
+    ``hang_seconds``: a worker that has taken its job and then sends nothing (no progress,
+    notice or result) for this long is taken to hang (a plugin stuck in a loop, a
+    deadlock) and killed: its attempt ends as a ``WorkerLost`` saying so. None: wait for
+    ever. Progress comes at least once per training step and per evaluated length, so the
+    limit must exceed the longest of those (and a first ``torch.compile``).
     """
 
     name = "local"
@@ -339,6 +361,8 @@ class LocalPool(Executor):
         devices: Sequence[str],
         progress_for: Callable[[Job], Progress | None] = lambda job: None,
         notice: Callable[[Job, str], None] | None = None,
+        *,
+        hang_seconds: float | None = None,
     ) -> None:
         if not devices:
             raise ExecutorError("a local pool needs at least one worker")
@@ -348,6 +372,7 @@ class LocalPool(Executor):
         self.device_type = torch.device(devices[0]).type
         self._progress_for, self._notice = progress_for, notice
         self.live_notices = notice is not None
+        self.hang_seconds = hang_seconds
 
     def _start(self, slot: _Slot) -> None:
         parent, child = self._ctx.Pipe()
@@ -375,12 +400,22 @@ class LocalPool(Executor):
         if slot.process is None or not slot.process.is_alive():
             self._start(slot)
         slot.job = placed = replace(job, device=slot.device)
+        slot.heard = None
         slot.pipe().send(placed)
+
+    def _timeout(self, busy: list[_Slot]) -> float | None:
+        """Seconds until the first busy worker that has started its job would count as hung."""
+        heard = [s.heard for s in busy if s.heard is not None]
+        if self.hang_seconds is None or not heard:
+            return None if self.hang_seconds is None else 1.0  # look again once a worker has started
+        return max(0.0, min(heard) + self.hang_seconds - time.monotonic())
 
     def wait(self) -> list[Completion]:
         while True:
             busy = [s for s in self._slots if s.job is not None]
-            multiprocessing.connection.wait([s.conn for s in busy] + [s.process.sentinel for s in busy])
+            multiprocessing.connection.wait(
+                [s.conn for s in busy] + [s.process.sentinel for s in busy], timeout=self._timeout(busy)
+            )
             done: list[Completion] = []
             for slot in busy:
                 job = slot.running()
@@ -392,11 +427,28 @@ class LocalPool(Executor):
                         answer = WorkerLost(job.run_id, _death(slot.process))
                         slot.pipe().close()
                         slot.process = slot.conn = None
+                elif answer is None and self._hung(slot):
+                    pid = slot.process.pid
+                    slot.process.kill()
+                    slot.process.join()
+                    answer = WorkerLost(
+                        job.run_id,
+                        f"worker process {pid} sent nothing for {self.hang_seconds:g} s (--hang-timeout): it hung, "
+                        "and was killed",
+                    )
+                    slot.pipe().close()
+                    slot.process = slot.conn = None
                 if answer is not None:
                     done.append((job, answer))
                     slot.job = None
             if done:
                 return done
+
+    def _hung(self, slot: _Slot) -> bool:
+        """Whether the slot's worker started its job and has been silent past ``hang_seconds``."""
+        if self.hang_seconds is None or slot.heard is None:
+            return False
+        return time.monotonic() - slot.heard >= self.hang_seconds
 
     def _read(self, slot: _Slot) -> RunResult | None:
         """Read what the slot's worker has sent: hand progress and notices on, return its
@@ -406,6 +458,9 @@ class LocalPool(Executor):
         try:
             while conn.poll():
                 message = conn.recv()
+                slot.heard = time.monotonic()
+                if isinstance(message, Started):
+                    continue
                 if isinstance(message, ProgressReport):
                     progress = progress or self._progress_for(job) or (lambda *a: None)
                     progress(message.phase, message.done, message.total, message.note)
@@ -573,12 +628,20 @@ def local_executor(
     todo: int,
     progress_for: Callable[[Job], Progress | None] = lambda job: None,
     notice: Callable[[Job, str], None] = lambda job, msg: None,
+    *,
+    isolate: bool = False,
+    hang_seconds: float | None = None,
 ) -> Executor:
-    """In-process when one worker is enough (or asked for), else a ``LocalPool``."""
+    """In-process when one worker is enough (or asked for), else a ``LocalPool``.
+
+    ``isolate`` (runs that use code not from pezoo, a plugin's encoding) gives a pool even
+    of one worker: a plugin that crashes its process (a segfault, ``os._exit``) then ends
+    its run, which is retried and recorded failed, not the sweep and its driver. So does
+    ``hang_seconds`` (``LocalPool``): only a worker process can be stopped when it hangs."""
     devices = local_devices(device, workers, todo)
-    if len(devices) == 1:
+    if len(devices) == 1 and not isolate and hang_seconds is None:
         return InProcess(torch.device(devices[0]) if device.type == "cuda" else device, progress_for, notice)
-    return LocalPool(devices, progress_for, notice)
+    return LocalPool(devices, progress_for, notice, hang_seconds=hang_seconds)
 
 
 # --------------------------------------------------------------------------------------
@@ -655,6 +718,11 @@ def run_sweep(
     variant whose trained run another live process is training is skipped with the
     outcome ``claimed``, as that run is: its weights do not exist yet.
 
+    A claim the store refuses with an error (locked past SQLite's busy timeout, a full
+    disk) is tried again after each of :data:`CLAIM_RETRY_DELAYS`; if every try fails,
+    no further run starts, the runs in flight finish and are recorded, and
+    :class:`SweepStopped` (a ``StoreError`` carrying the outcomes so far) is raised.
+
     ``admit(index, cfg)``, asked as each run is about to start (not for a retry), returns
     None to start it, else why it is *deferred*: not started, nothing recorded, the outcome
     ``deferred`` with that reason, and the next run in the list is looked at instead
@@ -669,6 +737,8 @@ def run_sweep(
     queue: deque[Job] = deque()
     outcomes: list[RunOutcome] = []
     with_variants = {c.trained_config().run_id() for c in configs if c.is_variant}  # keep their final weights
+    lapsed = store.lapsed()  # in flight when their process died: maybe what killed it, so they go last
+    last: list[Job] = []
     for index, cfg in enumerate(configs, start=1):
         run_id = cfg.run_id()
         if run_id in by_id:
@@ -691,7 +761,7 @@ def run_sweep(
         )
         kept = recover_kept(cfg, path, functools.partial(events.notice, job))
         if kept is not None:  # finished before, but the store could not take it then
-            claim = store.claim(cfg, kept.provenance)
+            claim = _claim(store, cfg, kept.provenance, events, job)
             if claim.status == "finished":
                 events.skipped(index, cfg)
                 continue
@@ -708,7 +778,8 @@ def run_sweep(
             outcomes.append(outcome)
             events.finished(job, outcome, kept)
             continue
-        queue.append(job)
+        (last if run_id in lapsed else queue).append(job)
+    queue.extend(last)
 
     dispatch_provenance = {"commit": git_commit(), "device": "pending", "executor": executor.name}
     in_flight: dict[str, Job] = {}
@@ -727,11 +798,17 @@ def run_sweep(
         trained = cfg.trained_config().run_id()
         return trained not in in_flight and all(j.run_id != trained for j in queue)
 
+    stopped: StoreError | None = None  # a claim the store kept refusing: no new run starts
+
+    def startable(job: Job) -> bool:
+        """Once stopped, only retries of runs this process holds already start."""
+        return stopped is None or job.attempt > 1
+
     try:
         with store.keep_alive():
-            while queue or in_flight:
+            while any(startable(j) for j in queue) or in_flight:
                 while queue and len(in_flight) < executor.capacity:
-                    next_job = next((j for j in queue if ready(j)), None)
+                    next_job = next((j for j in queue if startable(j) and ready(j)), None)
                     if next_job is None:
                         break  # only variants whose trained runs are still training
                     job = next_job
@@ -749,7 +826,12 @@ def run_sweep(
                         outcomes.append(RunOutcome(job.run_id, "claimed", trainer))
                         continue
                     if job.attempt == 1:
-                        claim = store.claim(by_id[job.run_id], dispatch_provenance)
+                        try:
+                            claim = _claim(store, by_id[job.run_id], dispatch_provenance, events, job)
+                        except StoreError as exc:  # the runs in flight finish and are recorded first
+                            stopped = exc
+                            queue.appendleft(job)
+                            break
                         if claim.status == "finished":  # finished by another process since the queue was built
                             events.skipped(job.index, by_id[job.run_id])
                             continue
@@ -757,6 +839,17 @@ def run_sweep(
                             holder = cast(str, claim.holder)  # a busy claim always names its holder
                             events.claimed(job.index, by_id[job.run_id], holder)
                             outcomes.append(RunOutcome(job.run_id, "claimed", holder))
+                            continue
+                        if claim.deaths >= attempts:  # it kills whatever trains it: not once more
+                            error = (
+                                f"the process training it died {claim.deaths} times in a row without its checkpoint "
+                                f"moving on (the last was {claim.holder}): a crash in its code, such as a plugin's "
+                                "segfault, or the machine killing it (out of memory); not run again in this sweep"
+                            )
+                            store.mark(job.run_id, "failed", error)
+                            outcome = RunOutcome(job.run_id, "failed", error)
+                            outcomes.append(outcome)
+                            events.finished(job, outcome, WorkerLost(job.run_id, error))
                             continue
                         if claim.holder is not None:
                             events.notice(job, f"took over from a process that is gone (it was {claim.holder})")
@@ -784,7 +877,49 @@ def run_sweep(
                 store.mark(job.run_id, "interrupted", "the sweep driver was interrupted; run it again to resume")
         raise
     executor.close()
+    if stopped is not None:
+        raise SweepStopped(str(stopped), outcomes, sum(1 for j in queue if j.attempt == 1)) from stopped
     return outcomes
+
+
+class SweepStopped(StoreError):
+    """The store kept refusing to claim the next run (:data:`CLAIM_RETRY_DELAYS`): the sweep
+    stopped there, after the runs in flight were recorded.
+
+    Attributes:
+        outcomes: what the sweep recorded before it stopped, as ``run_sweep`` returns it.
+        not_started: how many runs it did not start.
+    """
+
+    def __init__(self, message: str, outcomes: list[RunOutcome], not_started: int) -> None:
+        super().__init__(message)
+        self.outcomes = outcomes
+        self.not_started = not_started
+
+
+CLAIM_RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0)
+"""Seconds to wait before each new try of a claim the store refused with an error (locked
+past SQLite's 30 s busy timeout, a full disk): a store busy for a while, or a disk freed
+meanwhile, does not end the sweep; after the last try it stops (``StoreError``)."""
+
+
+def _claim(store: Store, cfg: RunConfig, provenance: Mapping[str, Any], events: SweepEvents, job: Job) -> Claim:
+    """``store.claim``, tried again after each of :data:`CLAIM_RETRY_DELAYS` while the store
+    raises ``StoreError``; the last error, saying how often it was tried, once they are spent."""
+    step = checkpointed_steps(Path(job.checkpoint).parent, [job.run_id]).get(job.run_id, 0)
+    for delay in (*CLAIM_RETRY_DELAYS, None):
+        try:
+            return store.claim(cfg, provenance, step=step)
+        except StoreError as exc:
+            if delay is None:
+                tries = len(CLAIM_RETRY_DELAYS) + 1
+                raise StoreError(
+                    f"could not claim run {cfg.run_id()} ({tries} tries over {sum(CLAIM_RETRY_DELAYS):g} s): "
+                    f"{_first_line(exc)}"
+                ) from exc
+            events.notice(job, f"could not claim the run ({_first_line(exc)}); trying again in {delay:g} s")
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def _trained_elsewhere(store: Store, cfg: RunConfig) -> str | None:

@@ -19,6 +19,7 @@ import os
 import secrets
 import shutil
 import sqlite3
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -163,3 +164,59 @@ def remove_stale_temps(path: Path, older_than: float = STALE_TEMP_SECONDS) -> li
         except OSError:  # gone already, or not ours to delete
             continue
     return removed
+
+
+class NotRegularFileError(OSError):
+    """A path the harness reads its own files from holds something else: a FIFO (opening
+    one blocks until a writer comes, forever), a device (``/dev/zero`` never ends), a
+    socket or a folder. The message names the path and what it is."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def file_kind(mode: int) -> str:
+    """What ``st_mode`` is, in words: "a FIFO", "a character device", ..."""
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading in binary, only if it is a regular file (a symlink to
+    one is followed). It is opened without blocking and checked on the open descriptor,
+    so a FIFO put there (even after a check of the name) never blocks the reader.
+
+    Raises:
+        NotRegularFileError: it is a FIFO, a device, a socket or a folder.
+        OSError: it cannot be opened (missing, no permission).
+    """
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(errno.EINVAL, f"{path} is {file_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_regular(path: Path) -> None:
+    """Raise :class:`NotRegularFileError` unless ``path`` is a regular file (following
+    symlinks), or does not exist; for readers that must name a path, not a descriptor
+    (``torch.load(mmap=True)``, SQLite). Opening it never blocks (``os.stat`` only)."""
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise NotRegularFileError(errno.EINVAL, f"{path} is {file_kind(mode)}, not a regular file")

@@ -33,7 +33,7 @@ import harness.tasks as tasks
 from harness import diagnostics as diag
 from harness.config import RunConfig, is_finite_number
 from harness.evaluate import LengthMetrics
-from harness.files import write_atomically
+from harness.files import open_regular, write_atomically
 from harness.tasks.vocab import VOCAB_SIZE, decode
 
 FORMAT = "pezoo-kept-result"
@@ -104,7 +104,7 @@ def read(path: Path, cfg: RunConfig) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:  # a FIFO put there would block the reader forever
             raw = f.read(MAX_BYTES + 1)
     except OSError as exc:
         raise KeptResultError(f"kept result {path} is unreadable ({exc})") from None

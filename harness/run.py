@@ -138,7 +138,11 @@ def _check_positions_fit(cfg: RunConfig, task: tasks.Task) -> None:
     sequence the run will feed it (a learned table's rows, randomized PE's range L): that
     used to surface at evaluation, after all of training, and then twice more on retries."""
     with torch.random.fork_rng(devices=[]), torch.device("meta"):  # no weights, no RNG drawn
-        bound = build_encoding(cfg).max_position
+        try:
+            bound = build_encoding(cfg).max_position
+        except SystemExit as exc:  # a plugin's constructor: else bench would end here, with its status
+            why = _exited(exc, run_provenance(cfg, torch.device("cpu")), "building it exits, so no run can use it")
+            raise ValueError(f"encoding {cfg.pe}: {why}") from None
     if bound is None:
         return
     longest: list[tuple[int, str]] = []  # (tokens, where)
@@ -232,9 +236,10 @@ def train_and_evaluate(
     for the run's inference-time variants. A variant (``cfg.is_variant``) is not trained:
     :func:`evaluate_variant` evaluates its trained run's kept weights.
 
-    A NaN loss gives a ``diverged`` result and any other exception a ``failed`` one with
-    its traceback; ``KeyboardInterrupt`` propagates. The checkpoint is left in place:
-    the caller removes it once the result is safely recorded.
+    A NaN loss gives a ``diverged`` result (its checkpoint is set aside as
+    ``<name>.diverged``, never resumed) and any other exception a ``failed`` one with
+    its traceback; ``KeyboardInterrupt`` propagates. Otherwise the checkpoint is left in
+    place: the caller removes it once the result is safely recorded.
     """
     if cfg.is_variant:
         return evaluate_variant(cfg, device, checkpoint, progress, notice=notice)
@@ -338,7 +343,14 @@ def train_and_evaluate(
             diagnostics=diagnostics,
         )
     except DivergedError as exc:
+        # its last checkpoint leads to the same NaN (or holds it): never resume from it
+        if checkpoint.exists():
+            aside = set_aside(checkpoint, "diverged")
+            where = f"set aside as {aside.name}" if aside is not None else "removed"
+            tell(f"run {run_id}: its checkpoint is {where}; the next attempt starts over from step 0")
         return RunResult(run_id, "diverged", prov, started_at, error=str(exc), notices=tuple(notices))
+    except SystemExit as exc:  # sys.exit() in the run's code (a plugin's forward): the run fails, not the sweep
+        return RunResult.failed(run_id, prov, started_at, _exited(exc, prov), notices, retryable=False)
     except Exception as exc:
         return RunResult.failed(run_id, prov, started_at, exc, notices)
     finally:
@@ -416,8 +428,26 @@ def evaluate_variant(
         )
     except CheckpointError as exc:  # no usable weights: another attempt would read the same file
         return RunResult.failed(run_id, prov, started_at, exc, retryable=False)
+    except SystemExit as exc:
+        return RunResult.failed(run_id, prov, started_at, _exited(exc, prov), retryable=False)
     except Exception as exc:
         return RunResult.failed(run_id, prov, started_at, exc)
+
+
+class RunExited(RuntimeError):
+    """The run's code raised ``SystemExit`` (``sys.exit()``, e.g. in a plugin's ``forward``):
+    the run failed. Caught, SystemExit would have ended the whole sweep, with the exit
+    status the code chose (0: a silent success with the later runs never run)."""
+
+
+def _exited(
+    exc: SystemExit, provenance: Mapping[str, Any], then: str = "the run failed, the sweep goes on"
+) -> RunExited:
+    """The :class:`RunExited` for ``exc``, naming the code the run used that is not
+    pezoo's own (``provenance["plugins"]``), where the call most likely came from."""
+    code = "" if exc.code is None else repr(exc.code)
+    where = f" (its code not from pezoo: {provenance['plugins']})" if provenance.get("plugins") else ""
+    return RunExited(f"the run's code called sys.exit({code}){where}; {then}")
 
 
 def record(store: Store, result: RunResult) -> RunOutcome:

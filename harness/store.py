@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import sqlite3
@@ -42,6 +43,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from harness.files import NotRegularFileError, open_regular
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
@@ -245,13 +248,35 @@ class Owner:
 
     def alive(self, heartbeat: float | None, now: float, lease: float) -> bool:
         """Whether the claim still stands: on this machine (same boot, same pid namespace),
-        the process runs and is the one that claimed; elsewhere, its heartbeat is recent."""
+        the process runs and is the one that claimed; elsewhere, its heartbeat is recent.
+
+        A claim with this machine's name but another boot id is either this machine's
+        from before its last boot, or another machine's that has the same name (cloned
+        VMs, containers named alike): it is taken for the former only when its last
+        heartbeat is older than this boot; otherwise the lease decides, as for any
+        other machine."""
         here = Owner.this_process()
-        if self.host == here.host and self.boot is not None and here.boot is not None and self.boot != here.boot:
-            return False  # claimed before this machine last booted
         if (self.host, self.boot, self.pidns) == (here.host, here.boot, here.pidns):
             return _process_alive(self.pid, self.start)
-        return heartbeat is not None and now - heartbeat < lease
+        if heartbeat is None:
+            return False
+        if self.host == here.host and self.boot is not None and here.boot is not None and self.boot != here.boot:
+            booted = _boot_time()
+            if booted is not None and heartbeat < booted:
+                return False  # claimed before this machine last booted
+        return now - heartbeat < lease
+
+
+def _boot_time() -> float | None:
+    """When this machine booted (Unix time; ``btime`` in ``/proc/stat``), or None."""
+    text = _read("/proc/stat")
+    for line in (text or "").splitlines():
+        if line.startswith("btime "):
+            try:
+                return float(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
 
 
 def _process_alive(pid: int, start: int | None) -> bool:
@@ -282,15 +307,34 @@ class Claim:
             finished: nothing to do) or ``busy`` (another process holds it).
         holder: for ``busy``, who holds it ("claimed by host:pid since ..."); for
             ``taken``, the stale claim of a process that is gone, if one was taken over.
+        deaths: for ``taken``, how many processes in a row died while training the run
+            (killed, or crashed: a segfault, the OOM killer) without its checkpoint moving
+            on in between; 0 when no dead process's claim was taken over.
     """
 
     run_id: str
     status: str
     holder: str | None = None
+    deaths: int = 0
 
     @property
     def taken(self) -> bool:
         return self.status == "taken"
+
+
+_DEATHS = re.compile(r"^processes died while training it: (\d+) in a row, at checkpoint step (-?\d+)")
+
+
+def _count_death(before: str | None, step: int | None) -> tuple[int, str]:
+    """(deaths, note) once one more process died holding a run whose running row says
+    ``before`` (the note of the deaths before, or nothing) and whose checkpoint is at
+    ``step`` now (None: unknown, counted as no progress)."""
+    match = _DEATHS.match(before or "")
+    deaths, at = (int(match[1]), int(match[2])) if match else (0, -1)  # -1: step unknown
+    if step is not None and at >= 0 and step > at:  # progress since the last death: a kill, not a crash loop
+        deaths = 0
+    now = at if step is None else step
+    return deaths + 1, f"processes died while training it: {deaths + 1} in a row, at checkpoint step {now}"
 
 
 def _describe(owner: Owner | None, since: float | None, heartbeat: float | None, now: float) -> str:
@@ -354,8 +398,14 @@ class Store:
             )
         if not self.path.exists():
             return False
-        with open(self.path, "rb") as f:
-            head = f.read(len(_SQLITE_MAGIC))
+        try:
+            with open_regular(self.path) as f:  # a FIFO there would block this read forever
+                head = f.read(len(_SQLITE_MAGIC))
+        except NotRegularFileError as exc:
+            raise NotAStoreError(
+                f"results store {exc}, so not a pezoo store; nothing was changed. Point --store at a pezoo store, "
+                "or at a new path to start one"
+            ) from None
         if not head:
             return False
         if head != _SQLITE_MAGIC:
@@ -637,6 +687,7 @@ class Store:
         owner: Owner | None = None,
         *,
         started_at: float | None = None,
+        step: int | None = None,
     ) -> Claim:
         """Take ``cfg`` for ``owner`` (default: this process) to train, in one transaction.
 
@@ -644,7 +695,12 @@ class Store:
         live process holds (``"busy"``, with who and since when). Otherwise the run is
         registered ``running`` under ``owner`` (``"taken"``), replacing an earlier attempt
         that did not finish or whose process is gone. ``started_at`` (Unix time, default
-        now) is when the run started."""
+        now) is when the run started.
+
+        Taking over from a process that died counts the death (``Claim.deaths``, kept in
+        the running row's ``error`` until the run ends): ``step`` is the step of the run's
+        checkpoint now, and a death after the checkpoint moved on since the last one counts
+        from 1 again, so a sweep killed now and then is never taken for a crashing run."""
         run_id = cfg.run_id()
         me = owner or Owner.this_process()
         now = time.time()
@@ -672,16 +728,21 @@ class Store:
                     " heartbeat, run_id) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
                     values,
                 )
-            else:  # an unfinished attempt: ours, or nobody's any more
-                db.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
-                db.execute("DELETE FROM diagnostics WHERE run_id=?", (run_id,))
-                db.execute(
-                    "UPDATE runs SET pe=?, task=?, seed=?, preset=?, config=?, status='running', error=NULL,"
-                    " provenance=?, n_params=NULL, pe_params=NULL, final_loss=NULL, train_seconds=NULL,"
-                    " eval_seconds=NULL, started_at=?, finished_at=NULL, owner=?, heartbeat=? WHERE run_id=?",
-                    values,
-                )
-        return Claim(run_id, "taken", holder)
+                return Claim(run_id, "taken")
+            deaths, note = 0, None
+            if state == "free" and holder is not None:  # a running row whose process died
+                (before,) = db.execute("SELECT error FROM runs WHERE run_id=?", (run_id,)).fetchone()
+                deaths, note = _count_death(before, step)
+            # an unfinished attempt: ours, or nobody's any more
+            db.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
+            db.execute("DELETE FROM diagnostics WHERE run_id=?", (run_id,))
+            db.execute(
+                "UPDATE runs SET pe=?, task=?, seed=?, preset=?, config=?, status='running', error=?,"
+                " provenance=?, n_params=NULL, pe_params=NULL, final_loss=NULL, train_seconds=NULL,"
+                " eval_seconds=NULL, started_at=?, finished_at=NULL, owner=?, heartbeat=? WHERE run_id=?",
+                (*values[:5], note, *values[5:]),
+            )
+        return Claim(run_id, "taken", holder, deaths)
 
     def start(self, cfg: RunConfig, provenance: Mapping[str, Any], *, started_at: float | None = None) -> str:
         """:meth:`claim` for this process, raising StoreError when the run is finished or

@@ -588,6 +588,11 @@ class PositionalEncoding(nn.Module):
 ENTRY_POINT_GROUP = "pezoo.encodings"
 
 
+class PluginClashError(ValueError):
+    """A plugin (entry point) takes a name that a built-in or another plugin has; the
+    message names both and says how to resolve it, on one line."""
+
+
 class UnknownNameError(KeyError):
     """A name that is not in a registry. The message lists the valid names."""
 
@@ -650,7 +655,7 @@ class Registry(Mapping[str, Callable[..., Any]]):
                 origin = "plugin" if isinstance(other, _LazyEntryPoint) else "built-in"
                 clashes.append(f"{ep.name!r}: plugin {plugin.source} and {origin} {_source(other)}")
         if clashes:  # raised on every listing or lookup until the clash is resolved
-            raise ValueError(
+            raise PluginClashError(
                 f"{self.kind} plugin names clash (entry-point group {self._group!r}): "
                 + "; ".join(clashes)
                 + ". Rename the plugin's entry point or uninstall one of the two."
@@ -715,8 +720,9 @@ class _LazyEntryPoint:
     def load(self) -> Callable[..., Any]:
         try:
             factory = self._ep.load()
-        except Exception as exc:
-            raise ImportError(f"could not load plugin {self._ep.name!r} from {self._ep.value!r}: {exc}") from exc
+        except (Exception, SystemExit) as exc:  # sys.exit() at import: this plugin is broken, not pezoo
+            what = f"{type(exc).__name__}: {exc}" if isinstance(exc, SystemExit) or not str(exc) else str(exc)
+            raise ImportError(f"could not load plugin {self.source}: {what}") from exc
         if isinstance(factory, type) and issubclass(factory, PositionalEncoding):
             if not factory.name:
                 factory.name = self._ep.name  # derived from the entry-point key

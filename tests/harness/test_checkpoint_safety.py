@@ -4,6 +4,7 @@ a finished result."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -12,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
 
@@ -21,12 +23,12 @@ from click.testing import CliRunner
 
 import harness.tasks as tasks
 from harness import kept_results
-from harness.checkpoint import FORMAT, VERSION, save_checkpoint
+from harness.checkpoint import FORMAT, VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from harness.cli import main
 from harness.config import preset_config
 from harness.evaluate import LengthMetrics
 from harness.run import RunResult, checkpoint_path, execute, recover_kept, train_and_evaluate
-from harness.store import Store
+from harness.store import NotAStoreError, Store
 from harness.sweep import checkpointed_steps
 from harness.train import Checkpointing, build_model, restore, train
 
@@ -161,6 +163,21 @@ def _optimizer_settings(payload):
     group.update(base_lr=50.0, weight_decay=0.9, betas=(0.0, 0.0))
 
 
+def _nan_weight(payload):
+    name = next(iter(payload["model"]))
+    payload["model"][name][0] = float("nan")
+
+
+def _inf_optimizer_state(payload):
+    state = next(iter(payload["optimizer"]["state"].values()))
+    state["exp_avg_sq"].view(-1)[-1] = float("inf")
+
+
+def _stride_zero_weight(payload):  # the right shape, but one float's bytes behind it
+    name, weight = next(iter(payload["model"].items()))
+    payload["model"][name] = torch.zeros(1).expand(weight.shape)
+
+
 def _evaluation(**change):
     row = {"length": 1, "n": 4, "token_length": 3.0, "exact_match": 0.5, "token_accuracy": 0.5}
     return lambda p: p.update(evaluations=[[1, [["train", {**row, "trace_exact_match": None, **change}]]]])
@@ -191,6 +208,10 @@ DAMAGE = {
     "exact match above 1": (_evaluation(exact_match=7.5), "exact_match is not in [0, 1]"),
     "a scale not evaluated": (_evaluation(length=999), "scales the run does not evaluate"),
     "an int beyond floats": (_evaluation(token_length=10**400), "not a finite number"),
+    # resuming NaN weights trains nothing: every later loss is NaN, the run diverges again
+    "NaN weights": (_nan_weight, "NaN or inf"),
+    "inf optimiser state": (_inf_optimizer_state, "NaN or inf"),
+    "a stride-0 weight": (_stride_zero_weight, "stride-0"),
 }
 
 
@@ -574,3 +595,141 @@ def test_a_disk_that_fills_up_during_a_run_loses_nothing_finished(tiny_disk, mon
     with Store(tiny_disk / "s.sqlite") as store:
         assert execute(cfg, store, torch.device("cpu"), notice=lambda _: None).status == "finished"
         assert store.status(cfg.run_id()) == "finished"
+
+
+# -- 9. tensors are checked before anything is allocated from them ---------------------
+
+
+def _stride_zero_optimizer_state(path, cfg, elements):
+    """A real checkpoint whose first exp_avg is one float64 declared as ``elements``: a
+    file of a few hundred KB; the optimiser's dtype conversion used to allocate it in
+    full (8 bytes x elements) before its shape was checked."""
+    payload = real_checkpoint(path, cfg)
+    state = next(iter(payload["optimizer"]["state"].values()))
+    state["exp_avg"] = torch.zeros(1, dtype=torch.float64).expand(elements)
+    save_checkpoint(path, payload)
+    return payload
+
+
+def test_a_stride_0_tensor_is_refused_when_read_before_any_use(tmp_path):
+    cfg = smoke()
+    path = tmp_path / "ck.pt"
+    _stride_zero_optimizer_state(path, cfg, 10_000_000)  # 80 MB if materialised
+    assert path.stat().st_size < 1_000_000
+    for mmap in (False, True):  # a run's start, and sweep plan (which maps the file)
+        with pytest.raises(CheckpointError, match="stride-0"):
+            load_checkpoint(path, cfg.run_id(), mmap=mmap)
+    _model, resume, problem = restore(cfg, path, "cpu")
+    assert resume is None and "stride-0" in problem and (tmp_path / "ck.pt.unreadable").exists()
+
+
+@pytest.mark.parametrize(
+    "tensor, fits",
+    [
+        (torch.zeros(4, 3), True),
+        (torch.zeros(3, 4).t(), True),  # transposed: strides (1, 4), every element its own
+        (torch.zeros(10)[2:5], True),  # a view inside a larger storage
+        (torch.zeros(()), True),
+        (torch.zeros(0, 5), True),
+        (torch.zeros(1).expand(6), False),
+        (torch.zeros(5).as_strided((3, 3), (1, 1)), False),  # rows overlap
+        (torch.zeros(4, 1).expand(4, 5), False),
+    ],
+)
+def test_layout_problem_tells_tensors_that_share_bytes(tensor, fits):
+    from harness.checkpoint import layout_problem
+
+    assert (layout_problem(tensor) is None) == fits
+
+
+def diverging_at(step):
+    """A ``training_loss`` whose loss is NaN from training step ``step`` on (counted from 0)."""
+    from harness.train import training_loss
+
+    calls = []
+
+    def loss(model, batch):
+        calls.append(1)
+        total, task_loss = training_loss(model, batch)
+        if len(calls) > step:
+            return total * float("nan"), task_loss * float("nan")
+        return total, task_loss
+
+    return loss
+
+
+def test_a_diverged_run_sets_its_checkpoint_aside_and_is_never_resumed(tmp_path, monkeypatch):
+    cfg = smoke()
+    path = tmp_path / "ck.pt"
+    monkeypatch.setattr("harness.train.training_loss", diverging_at(3))  # after the checkpoint at step 2
+    notices = []
+    result = train_and_evaluate(cfg, torch.device("cpu"), path, checkpoint_every=2, notice=notices.append)
+    assert result.status == "diverged"
+    assert not path.exists() and (tmp_path / "ck.pt.diverged").exists()
+    assert any("ck.pt.diverged" in n for n in notices)
+    monkeypatch.undo()
+    notices.clear()
+    again = train_and_evaluate(cfg, torch.device("cpu"), path, checkpoint_every=2, notice=notices.append)
+    assert again.status == "finished"
+    assert not any("resuming" in n for n in notices), notices
+
+
+def unblocked(call, fifos, timeout=20.0):
+    """``call()``'s result, or AssertionError when it blocks past ``timeout``: then the
+    writing end of each FIFO is opened, so a reader stuck on one returns and the test
+    ends (a daemon thread holds the call)."""
+    box = {}
+
+    def target():
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        for fifo in fifos:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(5)
+        raise AssertionError(f"blocked for {timeout:.0f} s on a FIFO")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def test_a_fifo_at_a_checkpoint_path_is_set_aside_not_read(tmp_path):
+    cfg = smoke()
+    path = tmp_path / "ck.pt"
+    os.mkfifo(path)
+    _model, resume, problem = unblocked(lambda: restore(cfg, path, "cpu"), [path])
+    assert resume is None and "FIFO" in problem and "starts over" in problem
+    assert not path.exists() and (tmp_path / "ck.pt.unreadable").exists()
+    os.mkfifo(path)  # sweep plan reads only the step, and changes nothing
+    assert unblocked(lambda: checkpointed_steps(tmp_path, [cfg.run_id()]), [path]) == {}
+    with pytest.raises(CheckpointError, match="FIFO"):
+        unblocked(lambda: load_checkpoint(path, cfg.run_id(), mmap=True), [path])
+
+
+def test_a_fifo_as_a_kept_result_is_set_aside_and_the_run_trains(tmp_path):
+    cfg = smoke()
+    path = tmp_path / "ck.pt"
+    os.mkfifo(kept_results.path_for(path))
+    notices = []
+    assert unblocked(lambda: recover_kept(cfg, path, notices.append), [kept_results.path_for(path)]) is None
+    assert any("FIFO" in n for n in notices)
+
+
+def test_a_fifo_at_the_store_path_is_refused_at_bench(tmp_path):
+    fifo = tmp_path / "s.sqlite"
+    os.mkfifo(fifo)
+    args = ["bench", "--pe", "rope", "--task", "copy", "--preset", "smoke", "--steps", "2", "--device", "cpu"]
+    result = unblocked(lambda: CliRunner().invoke(main, [*args, "--store", str(fifo)]), [fifo], timeout=60)
+    assert result.exit_code == 1, result.output
+    assert "FIFO" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    for readonly in (False, True):
+        with pytest.raises(NotAStoreError, match="FIFO"):
+            unblocked(lambda readonly=readonly: Store(fifo, readonly=readonly), [fifo])

@@ -28,6 +28,7 @@ from harness.executors import (
     Job,
     LocalPool,
     SweepEvents,
+    SweepStopped,
     WorkerLost,
     injected_faults,
     local_devices,
@@ -35,7 +36,7 @@ from harness.executors import (
     run_sweep,
 )
 from harness.run import RunResult, train_and_evaluate
-from harness.store import Owner, Store
+from harness.store import Owner, Store, StoreFullError
 
 # -- the driver loop, against a scripted executor (no training) -------------------------
 
@@ -468,3 +469,128 @@ def test_a_worker_that_cannot_start_leaves_the_pool_closable_and_its_error_stand
         pool.submit(job)
     pool.close(cancel=True)  # before: terminate() of a process that never started raised instead
     assert all(slot.process is None and slot.conn is None for slot in pool._slots)
+
+
+# -- the store refuses a claim -----------------------------------------------------------
+
+
+def refusing_claims(monkeypatch, pe, times):
+    """``Store.claim`` raises StoreFullError for the runs of encoding ``pe``, ``times`` times
+    (None: always)."""
+    real, refused = Store.claim, []
+
+    def claim(self, cfg, *args, **kwargs):
+        if cfg.pe == pe and (times is None or len(refused) < times):
+            refused.append(cfg.run_id())
+            raise StoreFullError(f"results store {self.path}: the disk is full (0.0 MiB free) while claiming")
+        return real(self, cfg, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "claim", claim)
+    monkeypatch.setattr("harness.executors.CLAIM_RETRY_DELAYS", (0.0, 0.0, 0.0))
+    return refused
+
+
+def test_a_claim_the_store_refuses_for_a_while_is_tried_again(tmp_path, monkeypatch):
+    a, b = smoke("nope"), smoke("rope")
+    refused = refusing_claims(monkeypatch, "rope", times=2)
+    events = Recorder()
+    with Store(tmp_path / "s.sqlite") as store:
+        outcomes = run_sweep(Scripted({a.run_id(): [finished], b.run_id(): [finished]}), [a, b], store, events=events)
+        assert {r["status"] for r in store.runs()} == {"finished"}
+    assert [o.status for o in outcomes] == ["finished", "finished"] and len(refused) == 2
+    assert sum(1 for e in events.log if e[0] == "notice" and "trying again" in e[2]) == 2
+
+
+def test_a_claim_the_store_keeps_refusing_stops_the_sweep_after_the_runs_in_flight(tmp_path, monkeypatch):
+    a, b, c = smoke("nope"), smoke("rope"), smoke("alibi")
+    refused = refusing_claims(monkeypatch, "rope", times=None)
+    executor = Scripted({a.run_id(): [finished], b.run_id(): [finished], c.run_id(): [finished]}, capacity=1)
+    with Store(tmp_path / "s.sqlite") as store:
+        with pytest.raises(SweepStopped) as stopped:
+            run_sweep(executor, [a, b, c], store)
+        assert {r["pe"]: r["status"] for r in store.runs()} == {"nope": "finished"}
+    assert len(refused) == 4  # the first try and one per delay
+    assert [o.status for o in stopped.value.outcomes] == ["finished"] and stopped.value.not_started == 2
+    assert b.run_id() in str(stopped.value) and "4 tries" in str(stopped.value)
+    assert [j.run_id for j in executor.submitted] == [a.run_id()] and executor.closed_with is False
+
+
+def test_bench_shows_the_table_of_what_finished_when_the_store_refuses_a_claim(tmp_path, monkeypatch):
+    refusing_claims(monkeypatch, "rope", times=None)
+    store = tmp_path / "s.sqlite"
+    args = ["bench", "--pe", "nope,rope", "--task", "copy", "--preset", "smoke", "--steps", "2", "--device", "cpu"]
+    result = CliRunner().invoke(main, [*args, "--workers", "1", "--store", str(store)])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output
+    assert "| nope" in result.output and "| rope" not in result.output  # the table of what finished
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "disk is full" in errors[0] and "could not claim run" in errors[0]
+
+
+# -- a run whose process died -------------------------------------------------------------
+
+
+def died_holding(store, cfg, times):
+    """``cfg`` left ``running`` by ``times`` processes in a row that died holding it (a
+    segfault, SIGKILL), its checkpoint never moving on."""
+    for _ in range(times):
+        proc = subprocess.Popen([sys.executable, "-c", "pass"])
+        proc.wait()  # exited and reaped: its pid names no process
+        assert store.claim(cfg, {"commit": "gone"}, replace(Owner.this_process(), pid=proc.pid, start=None)).taken
+
+
+def test_a_run_in_flight_when_its_process_died_goes_last(tmp_path):
+    a, b = smoke("nope"), smoke("rope")
+    executor = Scripted({a.run_id(): [finished], b.run_id(): [finished]}, capacity=1)
+    with Store(tmp_path / "s.sqlite") as store:
+        died_holding(store, a, 1)
+        outcomes = run_sweep(executor, [a, b], store)
+    assert [j.run_id for j in executor.submitted] == [b.run_id(), a.run_id()]
+    assert {o.status for o in outcomes} == {"finished"}
+
+
+def test_a_run_whose_process_keeps_dying_fails_after_the_retry_budget(tmp_path):
+    a, b = smoke("nope"), smoke("rope")
+    executor = Scripted({a.run_id(): [finished], b.run_id(): [finished]}, capacity=1)
+    events = Recorder()
+    with Store(tmp_path / "s.sqlite") as store:
+        died_holding(store, a, 3)  # the first, then two takeovers that died too: 2 deaths counted
+        assert "2 in a row" in store.run(a.run_id())["error"]
+        outcomes = run_sweep(executor, [a, b], store, retries=2, events=events)
+        run = store.run(a.run_id())
+    assert [j.run_id for j in executor.submitted] == [b.run_id()]  # not run a fourth time
+    assert {o.run_id: o.status for o in outcomes} == {a.run_id(): "failed", b.run_id(): "finished"}
+    assert run["status"] == "failed" and "died 3 times" in run["error"] and run["owner"] is None
+    assert ("finished", 1, "failed") in events.log
+
+
+def test_deaths_count_again_from_1_once_the_checkpoint_moved_on(tmp_path):
+    cfg = smoke("nope")
+    with Store(tmp_path / "s.sqlite") as store:
+        died_holding(store, cfg, 1)
+        gone = [replace(Owner.this_process(), pid=pid, start=None) for pid in (2**22 + 1, 2**22 + 2)]
+        assert store.claim(cfg, {}, gone[0], step=0).deaths == 1
+        assert store.claim(cfg, {}, gone[1], step=0).deaths == 2  # no progress: a crash loop
+        assert store.claim(cfg, {}, step=50).deaths == 1  # it trained on between: killed, not crashing
+        assert store.claim(cfg, {}, step=50).deaths == 0  # our own claim: nobody died
+        assert store.finish(
+            cfg.run_id(),
+            [("test", LengthMetrics(6, 9.0, 8, 0.25, 0.5))],
+            final_loss=0.5,
+            train_seconds=1.0,
+            eval_seconds=1.0,
+            n_params={"total": 1, "pe": 0},
+        )
+        assert store.run(cfg.run_id())["error"] is None  # a finished run keeps no note
+
+
+def test_a_run_in_flight_when_the_store_stopped_the_sweep_still_gets_its_retries(tmp_path, monkeypatch):
+    a, b = smoke("nope"), smoke("rope")
+    refusing_claims(monkeypatch, "rope", times=None)
+    executor = Scripted({a.run_id(): [failed, finished], b.run_id(): [finished]}, capacity=2)
+    with Store(tmp_path / "s.sqlite") as store:
+        with pytest.raises(SweepStopped) as stopped:
+            run_sweep(executor, [a, b], store, retries=2)
+        assert store.status(a.run_id()) == "finished"  # its claim is held: its retry runs, not left "running"
+    assert [(j.run_id, j.attempt) for j in executor.submitted] == [(a.run_id(), 1), (a.run_id(), 2)]
+    assert stopped.value.not_started == 1

@@ -4,8 +4,11 @@ starts, and the encoding's ``name`` is the entry-point key (issue 18, items 6-8)
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import textwrap
+import time
 from importlib import metadata
 
 import pytest
@@ -134,3 +137,160 @@ def test_a_plugin_encodings_code_is_named_in_the_record(plugins, tmp_path, monke
 
 def test_a_built_in_run_names_no_plugins(tmp_path):
     assert "plugins" not in _smoke_run("randomized:rope", tmp_path)
+
+
+# -- plugins that exit, crash or clash (issue 39) -----------------------------------------
+
+MISBEHAVING_SOURCE = textwrap.dedent(
+    """
+    import os
+    import signal
+    import sys
+
+    from pezoo import PositionalEncoding
+
+    class ExitsInForward(PositionalEncoding):
+        '''Calls sys.exit(0) in its forward (embed).'''
+
+        def embed(self, x, pos):
+            sys.exit(0)
+
+    class ExitsWhenBuilt(PositionalEncoding):
+        '''Calls sys.exit(0) in its constructor.'''
+
+        def __init__(self, *args, **kwargs):
+            sys.exit(0)
+
+    class Hangs(PositionalEncoding):
+        '''Never returns from its forward, as a deadlocked plugin would not.'''
+
+        def embed(self, x, pos):
+            import time
+
+            time.sleep(3600)
+
+    class Segfaults(PositionalEncoding):
+        '''Its process dies of SIGSEGV in its forward, as a broken C extension's would.'''
+
+        def embed(self, x, pos):
+            os.kill(os.getpid(), signal.SIGSEGV)
+    """
+)
+
+
+@pytest.fixture
+def installed(monkeypatch, tmp_path):
+    """Install a plugin distribution for real (a ``.dist-info`` with entry points on
+    sys.path, which spawned workers inherit): ``installed(source, name=value, ...)``."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(ENCODINGS, "_factories", {k: v for k, v in ENCODINGS._factories.items()})
+    monkeypatch.setattr(ENCODINGS, "broken", {})
+    monkeypatch.setattr(ENCODINGS, "_entry_points_loaded", False)
+    modules = []
+
+    def install(source: str, **points: str) -> None:
+        module = "misbehaving_pezoo_plugin_" + str(len(modules))
+        modules.append(module)
+        (tmp_path / f"{module}.py").write_text(source)
+        info = tmp_path / f"{module}-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+        lines = "".join(f"{name} = {module}:{value}\n" for name, value in points.items())
+        (info / "entry_points.txt").write_text(f"[pezoo.encodings]\n{lines}")
+        (info / "top_level.txt").write_text(f"{module}\n")
+
+    yield install
+    for module in modules:
+        sys.modules.pop(module, None)
+
+
+def test_a_plugin_that_exits_in_forward_fails_its_run_and_the_sweep_goes_on(installed, tmp_path):
+    from harness.config import preset_config
+    from harness.executors import InProcess, run_sweep
+    from harness.store import Store
+
+    installed(MISBEHAVING_SOURCE, exits_plugin="ExitsInForward")
+    exits, nope = (
+        preset_config("smoke", pe=pe, task="copy", seed=0, overrides={"train": {"steps": 2}})
+        for pe in ("exits_plugin", "nope")
+    )
+    with Store(tmp_path / "s.sqlite") as store:
+        outcomes = run_sweep(InProcess(torch.device("cpu")), [exits, nope], store)
+        runs = {r["pe"]: r for r in store.runs()}
+    assert [o.status for o in outcomes] == ["failed", "finished"]
+    assert "sys.exit(0)" in outcomes[0].error and "exits_plugin" in outcomes[0].error
+    assert "misbehaving_pezoo_plugin_0 0.1" in outcomes[0].error  # its distribution
+    assert runs["exits_plugin"]["status"] == "failed" and "SystemExit" in runs["exits_plugin"]["error"]
+
+
+@pytest.mark.parametrize("at_import", ["import sys\nsys.exit(0)\n", "raise RuntimeError('no GPU here')\n"])
+def test_a_plugin_that_exits_at_import_is_skipped_naming_it(installed, tmp_path, at_import):
+    installed(at_import, broken_plugin="Anything")
+    listed = CliRunner().invoke(main, ["list"])
+    assert listed.exit_code == 0 and isinstance(listed.exception, type(None)), listed.output
+    usable, _, rest = listed.output.partition("plugins that failed to load")
+    assert "nope" in usable and "broken_plugin" not in usable
+    line = next(line for line in rest.splitlines() if "broken_plugin" in line)
+    assert "misbehaving_pezoo_plugin_0" in line  # the distribution that holds it
+    args = ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke", "--steps", "2", "--device", "cpu"]
+    result = CliRunner().invoke(main, [*args, "--store", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 0, result.output
+    warning = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "broken_plugin" in warning[0] and "misbehaving_pezoo_plugin_0" in warning[0]
+    assert "| nope" in result.output
+
+
+def test_a_plugin_named_like_a_built_in_is_a_one_line_error_naming_both(plugins):
+    plugins(rope="fake_pezoo_plugin:Unnamed")
+    for args in (["list"], ["bench", "--pe", "nope", "--task", "copy"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
+        assert "fake_pezoo_plugin:Unnamed" in lines[0] and "pezoo.encodings.rope.RoPE" in lines[0]
+
+
+def test_a_segfaulting_plugin_under_one_worker_fails_its_run_not_the_sweep(installed, tmp_path):
+    # in a subprocess: before, the segfault killed bench itself (and would kill pytest here)
+    installed(MISBEHAVING_SOURCE, segv_plugin="Segfaults")
+    args = ["bench", "--pe", "segv_plugin,nope", "--task", "copy", "--preset", "smoke", "--steps", "2"]
+    args += ["--device", "cpu", "--workers", "1", "--retries", "0", "--store", str(tmp_path / "s.sqlite")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    code = "import sys; from harness.cli import main; sys.argv = ['pezoo', *sys.argv[1:]]; main()"
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "SIGSEGV" in output and "| nope" in output
+    from harness.store import Store
+
+    with Store(tmp_path / "s.sqlite", readonly=True) as store:
+        assert {r["pe"]: r["status"] for r in store.runs()} == {"segv_plugin": "failed", "nope": "finished"}
+
+
+def test_a_hanging_plugin_is_stopped_after_the_hang_timeout_and_the_sweep_goes_on(installed, tmp_path):
+    from harness.config import preset_config
+    from harness.executors import local_executor, run_sweep
+    from harness.store import Store
+
+    installed(MISBEHAVING_SOURCE, hangs_plugin="Hangs")
+    hangs, nope = (
+        preset_config("smoke", pe=pe, task="copy", seed=0, overrides={"train": {"steps": 2}})
+        for pe in ("hangs_plugin", "nope")
+    )
+    executor = local_executor(torch.device("cpu"), 1, 2, hang_seconds=15.0)  # a worker process, even for one
+    started = time.monotonic()
+    with Store(tmp_path / "s.sqlite") as store:
+        outcomes = run_sweep(executor, [hangs, nope], store, retries=0)
+        runs = {r["pe"]: r for r in store.runs()}
+    assert [o.status for o in outcomes] == ["failed", "finished"]
+    assert "sent nothing for 15 s" in runs["hangs_plugin"]["error"] and "hung" in runs["hangs_plugin"]["error"]
+    assert time.monotonic() - started < 300
+
+
+def test_a_plugin_that_exits_when_built_is_refused_before_bench_starts(installed, tmp_path):
+    installed(MISBEHAVING_SOURCE, exits_built="ExitsWhenBuilt")
+    args = ["bench", "--pe", "exits_built,nope", "--task", "copy", "--preset", "smoke", "--device", "cpu"]
+    result = CliRunner().invoke(main, [*args, "--store", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 2, result.output  # not 0, the status the plugin chose
+    assert "exits_built" in result.output and "sys.exit(0)" in result.output
+    assert not (tmp_path / "s.sqlite").exists()

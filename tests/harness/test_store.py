@@ -145,6 +145,9 @@ def test_a_claim_whose_process_is_gone_is_taken_over(tmp_path, other_process, wh
         gone = owner_of(other_process.pid)
     with Store(path) as store:
         assert store.claim(cfg, {"commit": "gone"}, gone).taken
+    if who == "before a reboot":  # its last heartbeat came before this machine booted
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE runs SET heartbeat=?", (boot_time() - 60,))
     if who == "unknown (schema 1)":
         with sqlite3.connect(path) as db:  # a running row as a schema-1 pezoo left it: no owner
             db.execute("UPDATE runs SET owner=NULL, heartbeat=NULL")
@@ -179,6 +182,30 @@ def test_lapsed_lists_the_running_runs_whose_process_is_gone(tmp_path, other_pro
         store.mark(failed.run_id(), "failed", "boom")
         assert store.lapsed() == {gone.run_id()}
         assert store.status(gone.run_id()) == "running"  # reading it changes nothing
+
+
+def boot_time() -> float:
+    """When this machine booted (``btime`` in /proc/stat)."""
+    try:
+        text = Path("/proc/stat").read_text()
+    except OSError:
+        pytest.skip("no /proc/stat: the boot time is unknown")
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith("btime ")))
+
+
+def test_a_live_claim_from_another_machine_of_the_same_name_stands(tmp_path):
+    # cloned VMs, containers named alike: the same host name, another boot id, a fresh heartbeat
+    cfg = smoke()
+    twin = replace(Owner.this_process(), pid=4242, start=123, boot="another-machine-s-boot-id")
+    with Store(tmp_path / "s.sqlite") as store:
+        assert store.claim(cfg, {"commit": "twin"}, twin).taken
+        claim = store.claim(cfg, {"commit": "us"})
+        assert claim.status == "busy" and f"{socket.gethostname()}:4242" in claim.holder
+        assert store.run(cfg.run_id())["owner"]["boot"] == "another-machine-s-boot-id"
+        assert store.held_by_others() == {cfg.run_id(): f"{socket.gethostname()}:4242"}
+        store.lease_seconds = 0.2  # its heartbeat stops: the lease lapses, as for any other machine
+        time.sleep(0.3)
+        assert store.claim(cfg, {"commit": "us"}).taken
 
 
 def test_claims_from_another_machine_lapse_with_their_heartbeat(tmp_path):
