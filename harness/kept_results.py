@@ -143,7 +143,9 @@ def _check(body: Any, cfg: RunConfig) -> dict[str, Any]:
         raise KeptResultError(f"holds a config that is not run {run_id}'s")
     provenance = body["provenance"]
     if not isinstance(provenance, dict) or not all(
-        isinstance(k, str) and len(k) <= 100 and (v is None or isinstance(v, bool | int | float) or _short_str(v))
+        isinstance(k, str)
+        and len(k) <= 100
+        and (v is None or isinstance(v, bool | int | float) or _short_str(v) or _resolved_options(k, v))
         for k, v in provenance.items()
     ):
         raise KeptResultError("has a provenance that is not {name: short string or number}")
@@ -244,6 +246,17 @@ def _number(v: Any, *, low: float | None = None, high: float | None = None) -> b
     if not is_finite_number(v):
         return False
     return (low is None or v >= low) and (high is None or v <= high)
+
+
+def _resolved_options(key: str, value: Any) -> bool:
+    """``pe_options_resolved`` (``harness.provenance.resolved_pe_options``): an object of
+    option names to JSON values, small."""
+    return (
+        key == "pe_options_resolved"
+        and isinstance(value, dict)
+        and all(isinstance(k, str) for k in value)
+        and len(json.dumps(value)) <= 65536
+    )
 
 
 def _short_str(v: Any) -> bool:

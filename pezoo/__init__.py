@@ -23,10 +23,10 @@ from pezoo.base import (
     WindowMask,
     available,
     create,
-    resolved_options,
     get,
     is_known,
     register,
+    resolved_options,
 )
 from pezoo.encodings import (
     FIRE,
@@ -89,9 +89,9 @@ __all__ = [
     "backends",
     "combine",
     "create",
-    "resolved_options",
     "encodings",
     "get",
     "is_known",
     "register",
+    "resolved_options",
 ]
