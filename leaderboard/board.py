@@ -53,6 +53,7 @@ FRAME_COLUMNS = [
     "seed",
     "preset",
     "train_max",
+    "test_range",
     "split",
     "length",
     "token_length",
@@ -105,10 +106,19 @@ def frame(records: Iterable[Record]) -> pd.DataFrame:
             "seed": d["seed"],
             "preset": d["preset"],
             "train_max": d["config"]["train"]["train_max"],
+            "test_range": test_range(d),
         }
         rows += [{**base, **m} for m in d["metrics"]]
     df = pd.DataFrame(rows, columns=FRAME_COLUMNS)
-    return df.sort_values(["preset", "task", "pe", "seed", "length"], kind="stable").reset_index(drop=True)
+    return df.sort_values(["preset", "task", "test_range", "pe", "seed", "length"], kind="stable").reset_index(
+        drop=True
+    )
+
+
+def test_range(data: Mapping[str, Any]) -> int:
+    """A record's largest planned test scale (``config.eval.test_max``): runs tested to 100
+    make a table of their own beside the ones tested to 40 on the same task and preset."""
+    return int(data["config"]["eval"]["test_max"])
 
 
 def check_protocols(records: Sequence[Record]) -> None:
@@ -122,7 +132,7 @@ def check_protocols(records: Sequence[Record]) -> None:
     for rec in records:
         d = rec.data
         protocol = {k: v for k, v in _with_later_defaults(d["config"]).items() if k not in PROTOCOL_FREE_KEYS}
-        key = (d["preset"], d["task"])
+        key = (d["preset"], d["task"], test_range(d))
         if key not in first:
             first[key] = (protocol, rec)
         elif protocol != first[key][0]:
@@ -134,10 +144,10 @@ def check_protocols(records: Sequence[Record]) -> None:
                 "other settings go to a results folder of their own (`pezoo leaderboard export --out DIR`), or "
                 "are re-run with the preset's settings"
             )
-    seen: dict[tuple[str, str, str, int], Record] = {}
+    seen: dict[tuple[str, str, str, int, int], Record] = {}
     for rec in records:  # e.g. `randomized` and `randomized:ape`: one encoding, two run ids
         d = rec.data
-        run_key = (d["preset"], d["task"], record_label(d), d["seed"])
+        run_key = (d["preset"], d["task"], record_label(d), d["seed"], test_range(d))
         if run_key in seen:
             other = seen[run_key]
             problems.append(
@@ -212,7 +222,7 @@ class Row:
     per_seed: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # score -> each seed's value, seed order
     overlaps_above: bool = False  # EM>N's range over seeds meets that of a row ranked above (OVERLAP_RULE)
     pending: bool = False  # every seed so far fits, fewer seeds than planned: not ranked yet (PENDING_SEEDS_RULE)
-    seeds_wanted: int | None = None  # the seeds the table's plan wants of each row (None: no plan)
+    seeds_wanted: int | None = None  # the seeds the table's plan gives this row, while short of them (None: no plan)
 
     @property
     def fitted(self) -> bool:
@@ -233,10 +243,10 @@ class Row:
 
     def badges(self) -> list[str]:
         """What a reader must know beside the name: ``did not fit`` or ``1 of 3 seeds: not
-        ranked yet``, and ``reads n`` for an encoding with an extra input
-        (``harness.protocols.EXTRA_INPUTS``)."""
-        status, reads = self.status_text(), extra_input_badge(self.encoding)
-        return [b for b in (status, reads) if b is not None]
+        ranked yet``, ``3 of 8 seeds, 5 being run``, and ``reads n`` for an encoding with an
+        extra input (``harness.protocols.EXTRA_INPUTS``)."""
+        status, more, reads = self.status_text(), self.seeds_text(), extra_input_badge(self.encoding)
+        return [b for b in (status, more, reads) if b is not None]
 
     def status_text(self) -> str | None:
         """``did not fit``, ``1 of 3 seeds: not ranked yet``, or None for a ranked row."""
@@ -245,6 +255,18 @@ class Row:
         if not self.fitted:
             return "did not fit"
         return f"{len(self.seeds)} of {self.seeds_wanted} seeds: not ranked yet"
+
+    @property
+    def seeds_to_come(self) -> int:
+        """Planned seeds of this row not published yet (0 without a plan, or with all of them)."""
+        return max(0, (self.seeds_wanted or 0) - len(self.seeds))
+
+    def seeds_text(self) -> str | None:
+        """``3 of 8 seeds, 5 being run`` for a ranked row whose plan gives it more seeds
+        (SPLIT_SEEDS_RULE), else None: it is ranked on the seeds it has meanwhile."""
+        if not self.ranked or not self.seeds_to_come:
+            return None
+        return f"{len(self.seeds)} of {self.seeds_wanted} seeds, {self.seeds_to_come} being run"
 
 
 OVERLAP_MARK = "≈"
@@ -255,9 +277,14 @@ OVERLAP_RULE = (
 )
 """What the ≈ before a rank means, quoted by the site and the README."""
 
+MIN_RANKED_SEEDS = 3
+"""A row is ranked once it has this many seeds (or all its plan gives it, if fewer)."""
+
 PENDING_SEEDS_RULE = (
-    "A row with fewer seeds than its table plans is listed after the ranked rows, “not ranked yet”, with the "
-    "numbers of its seeds so far: one seed is not ranked against three seeds' means."
+    f"A row with fewer than {MIN_RANKED_SEEDS} seeds (or than its plan gives it, if fewer) is listed after the "
+    "ranked rows, “not ranked yet”, with the numbers of its seeds so far: one seed is not ranked against three "
+    "seeds' means. A row with more seeds planned than published is ranked on the seeds it has, marked with how "
+    "many are being run."
 )
 """What a pending row is, quoted by the site and the README where a table has one."""
 
@@ -287,11 +314,18 @@ def _mark_overlaps(rows: list[Row]) -> list[Row]:
     return out
 
 
-def summary(df: pd.DataFrame, seeds_wanted: int | None = None) -> list[Row]:
+def summary(df: pd.DataFrame, seeds_wanted: int | Mapping[str, int] | None = None) -> list[Row]:
     """Rows of one (preset, task) frame in the order of ``harness.ranking.RULE``; with
-    ``seeds_wanted`` (the seeds the table's plan has), a row short of them is pending."""
+    ``seeds_wanted`` (the seeds the table's plan gives every row, or per label), a row with
+    fewer than ``MIN_RANKED_SEEDS`` of them (all of them where fewer are planned) is pending."""
     if df.empty:
         return []
+    planned: Mapping[str, int] | None = None
+    if isinstance(seeds_wanted, Mapping):
+        planned = seeds_wanted
+    elif seeds_wanted is not None:
+        planned = {str(label): seeds_wanted for label in df["pe"].unique()}
+    to_rank = None if planned is None else {k: min(v, MIN_RANKED_SEEDS) for k, v in planned.items()}
     per_seed = per_seed_summary(df)
     # the per-seed number per_seed_summary does not give
     tok_within = df[df["split"] == "train"].groupby(["pe", "seed"])["token_accuracy"].mean().rename("tok_within")
@@ -299,7 +333,7 @@ def summary(df: pd.DataFrame, seeds_wanted: int | None = None) -> list[Row]:
     rows = []
     columns = {"em_within": "in-dist", "em_beyond": "EM>N", "reach": "reach", "tok_beyond": "tok-acc>N"}
     columns["tok_within"] = "tok_within"
-    for standing in ranking.standings(per_seed, seeds_wanted=seeds_wanted):
+    for standing in ranking.standings(per_seed, seeds_wanted=to_rank):
         g = per_seed[per_seed["pe"] == standing.label].sort_values("seed")
         scores = {score: Stat.of(g[column]) for score, column in columns.items()}
         values = {score: tuple(float(v) for v in g[column]) for score, column in columns.items()}
@@ -315,7 +349,7 @@ def summary(df: pd.DataFrame, seeds_wanted: int | None = None) -> list[Row]:
                 standing.seeds_fit,
                 values,
                 pending=standing.pending,
-                seeds_wanted=seeds_wanted,
+                seeds_wanted=None if planned is None else planned.get(standing.label),
             )
         )
     return _mark_overlaps(rows)
@@ -513,6 +547,17 @@ class Table:
     protocol: str | None = None  # the config's "protocol" (decoder / encoder) where runs record one
     train_min: int = 1
     match: str = "trace"  # what exact match scores (config eval.match): the whole completion, or the final answer
+    test_range: int | None = None  # its runs' planned largest test scale (config eval.test_max); None: test_max
+
+    @property
+    def tested_to(self) -> int:
+        """The largest test scale its runs were planned to (a table's identity beside preset and task)."""
+        return self.test_max if self.test_range is None else self.test_range
+
+    @property
+    def multiple(self) -> float:
+        """The largest tested scale as a multiple of N (4 for 40 over N = 10)."""
+        return self.test_max / self.train_max
 
 
 @dataclass(frozen=True)
@@ -586,6 +631,28 @@ RETIRED_RULE = (
 
 
 @dataclass(frozen=True)
+class TableToCome:
+    """A planned table with no published run yet: what it will hold."""
+
+    preset: str
+    task: str
+    tested_to: int
+    labels: tuple[str, ...]
+    runs: int
+    seeds: tuple[int, ...]
+
+    def sentence(self, train_max: int | None = None) -> str:
+        """``Being run: a copy table tested to 100 (10× N): hard_alibi, learned_prf_sh and
+        prism{paper}, seeds 0, 1, 2 (9 runs); none published yet.``"""
+        times = "" if not train_max else f" ({self.tested_to / train_max:g}× N)"
+        seeds = ("seed " if len(self.seeds) == 1 else "seeds ") + ", ".join(map(str, self.seeds))
+        return (
+            f"Being run: a {self.task} table of preset {self.preset} tested to {self.tested_to}{times}: "
+            f"{_and(list(self.labels))}, {seeds} ({plural(self.runs, 'run')}); none published yet"
+        )
+
+
+@dataclass(frozen=True)
 class Board:
     """Everything the pages show, computed once from the records (less the retired tables')."""
 
@@ -603,10 +670,35 @@ class Board:
         plan = self.plans.presets.get(preset)
         return None if plan is None else filled(plan, *self._published(preset=preset))
 
-    def table_filled(self, table: Table) -> Filled | None:
-        """How much of the (preset, task)'s plan is published; None without a plan."""
+    def table_plan(self, table: Table) -> Planned | None:
+        """The planned runs of ``table`` (its preset, task and test range); None without a plan."""
         plan = self.plans.tables.get((table.preset, table.task))
-        return None if plan is None else filled(plan, *self._published(preset=table.preset, task=table.task))
+        return None if plan is None else plan.within(table.tested_to)
+
+    def table_filled(self, table: Table) -> Filled | None:
+        """How much of the (preset, task, test range)'s plan is published; None without a plan."""
+        plan = self.table_plan(table)
+        if plan is None:
+            return None
+        records = self.records_where(preset=table.preset, task=table.task)
+        records = [r for r in records if test_range(r.data) == table.tested_to]
+        return filled(plan, seeds_by_run(records), published_cells(records))
+
+    def tables_to_come(self, task: str) -> list[TableToCome]:
+        """The tables a sweep file plans on ``task`` that have no published run yet (a copy
+        table tested to 100 while its runs train), so a page can say they are being run."""
+        out = []
+        for (preset, planned_task), plan in sorted(self.plans.tables.items()):
+            if planned_task != task or self.successor(preset) is not None:
+                continue
+            have = {t.tested_to for t in self.tables if (t.preset, t.task) == (preset, task)}
+            for tested_to in plan.test_ranges():
+                if tested_to in have:
+                    continue
+                part = plan.within(tested_to)
+                rows = part.seeds_of_rows()
+                out.append(TableToCome(preset, task, tested_to, tuple(sorted(rows)), len(part.run_ids), part.seeds))
+        return out
 
     @property
     def tasks(self) -> list[str]:
@@ -668,14 +760,15 @@ def assemble(
     check_protocols(records)
     df = frame(records)
     tables = []
-    by_table: dict[tuple[str, str], list[Record]] = {}
+    by_table: dict[tuple[str, str, int], list[Record]] = {}
     for r in records:
-        by_table.setdefault((r.data["task"], r.data["preset"]), []).append(r)
-    for (task, preset), g in df.groupby(["task", "preset"], sort=True):
-        table_records = by_table[(str(task), str(preset))]
+        by_table.setdefault((r.data["task"], r.data["preset"], test_range(r.data)), []).append(r)
+    for (task, preset, tested_to), g in df.groupby(["task", "preset", "test_range"], sort=True):
+        table_records = by_table[(str(task), str(preset), int(tested_to))]
         config = table_records[0].data["config"]
-        protocol = config.get("protocol")  # one per (task, preset): check_protocols made sure
-        wanted = _seeds_wanted(plans.tables.get((str(preset), str(task))), table_records)
+        protocol = config.get("protocol")  # one per (task, preset, test range): check_protocols made sure
+        plan = plans.tables.get((str(preset), str(task)))
+        wanted = _seeds_wanted(None if plan is None else plan.within(int(tested_to)), table_records)
         tables.append(
             Table(
                 preset=str(preset),
@@ -687,20 +780,24 @@ def assemble(
                 protocol=None if protocol is None else str(protocol),
                 train_min=int(config["train"].get("train_min", 1)),
                 match=str(config.get("eval", {}).get("match", "trace")),
+                test_range=int(tested_to),
             )
         )
     return Board(tuple(records), tuple(tables), plans, retired)
 
 
-def _seeds_wanted(plan: Planned | None, records: Sequence[Record]) -> int | None:
-    """The seeds a row of a table still being filled must have to be ranked: the plan's
-    seeds. None (rank every row whose seeds fit) without a plan, or once every planned
-    run is published or stood in for: the table is then complete, and a row the plan
-    gave fewer seeds than others is as complete as it will get."""
+def _seeds_wanted(plan: Planned | None, records: Sequence[Record]) -> int | Mapping[str, int] | None:
+    """The seeds the plan gives each row of a table still being filled: per label where
+    the plan knows its rows' labels (a row planned for 8 seeds beside rows of 3), else
+    the plan's seeds for every row. None (rank every row whose seeds fit) without a plan,
+    or once every planned run is published or stood in for: the table is then complete,
+    and a row the plan gave fewer seeds than others is as complete as it will get."""
     if plan is None:
         return None
     f = filled(plan, seeds_by_run(records), published_cells(records))
-    return None if f.covered else len(plan.seeds)
+    if f.covered:
+        return None
+    return plan.seeds_of_rows() or len(plan.seeds)
 
 
 def retire(
@@ -824,7 +921,11 @@ def _retire_tables(
             )
         successors = [rec for rec in records if (rec.data["preset"], rec.data["task"]) == (r.superseded_by, r.task)]
         f = filled(plan, seeds_by_run(successors), published_cells(successors))
-        if not f.covered:  # a table whose rows all stand, some awaiting a corrected re-run, still replaces it
+        # a table whose rows all stand, some awaiting a corrected re-run, still replaces it; so does one that
+        # shows every encoding on every seed the old table showed while later rows or seeds are added to it
+        # (8 seeds for rows whose seeds split): it says itself that it is still being filled
+        shown_again = {(rec.data["pe"], int(rec.data["seed"])) for rec in successors}
+        if not f.covered and not {(rec.data["pe"], int(rec.data["seed"])) for rec in gone} <= shown_again:
             raise BoardError(
                 f"{where} retires {r.preset!r} on {r.task!r}, but {r.superseded_by!r} on {r.task!r} has "
                 f"{f.done} of its {f.planned} planned runs published: retire the old table once the new one is complete"

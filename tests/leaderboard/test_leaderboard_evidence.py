@@ -1,0 +1,115 @@
+"""How the board holds evidence still arriving: rows planned for more seeds, a table tested
+further, a new row beside an old one, and a table extended after it replaced an older one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from leaderboard_fixtures import make_record as _make_record
+
+from leaderboard import board as bd
+from leaderboard.plans import plans_of
+from leaderboard.retired import Retirement
+from leaderboard.schema import Record
+
+FITS_FAR = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 1.0}  # N = 3, reach 7
+FITS_4 = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.95, 5: 0.2, 6: 0.0, 7: 0.0}  # reach 4
+FITS_3 = {1: 1.0, 2: 1.0, 3: 1.0, 4: 0.1, 5: 0.0, 6: 0.0, 7: 0.0}  # reach 3 (none)
+
+
+def make_record(*args, preset: str = "board", **kw) -> dict:
+    return _make_record(*args, preset=preset, **kw)
+
+
+def rec(data: dict, line: int = 1) -> Record:
+    return Record(data, Path("fixture.jsonl"), line)
+
+
+def _plan_row(data: dict, source: str = "board.toml") -> tuple:
+    from leaderboard.plans import cell
+
+    d = data["config"]
+    return (
+        data["preset"],
+        data["task"],
+        data["seed"],
+        data["run_id"],
+        source,
+        cell(d),
+        (bd.record_label(data), int(d["eval"]["test_max"])),
+    )
+
+
+def _planned(pe: str, seed: int, em: dict, **kw) -> tuple:
+    """A plan entry for a run that is not published (its record is built only for its id)."""
+    return _plan_row(make_record(pe, "copy", seed, em, train_max=3, **kw))
+
+
+def test_a_row_planned_for_8_seeds_is_ranked_on_its_3_and_says_how_many_are_being_run():
+    published = [make_record("hard_alibi", "copy", s, FITS_4, train_max=3) for s in range(3)]
+    published += [make_record("nope", "copy", s, FITS_3, train_max=3) for s in range(3)]
+    plan = [_plan_row(d) for d in published] + [_planned("hard_alibi", s, FITS_4) for s in range(3, 8)]
+    board = bd.assemble([rec(d, i) for i, d in enumerate(published, 1)], plans_of(plan))
+    rows = {r.label: r for r in board.tables[0].rows}
+    # before: every row short of the plan's 8 seeds was "not ranked yet", nope (planned for 3) included
+    assert rows["hard_alibi"].ranked and rows["nope"].ranked
+    assert (rows["hard_alibi"].seeds_wanted, rows["hard_alibi"].seeds_to_come) == (8, 5)
+    assert rows["nope"].seeds_to_come == 0 and rows["nope"].seeds_text() is None
+    assert "5 being run" in rows["hard_alibi"].badges()[0]
+
+
+def test_a_row_with_one_of_its_planned_seeds_is_still_not_ranked():
+    published = [make_record("hard_alibi", "copy", 0, FITS_4, train_max=3)]
+    plan = [_plan_row(published[0])] + [_planned("hard_alibi", s, FITS_4) for s in (1, 2)]
+    board = bd.assemble([rec(published[0])], plans_of(plan))
+    assert board.tables[0].rows[0].pending and not board.tables[0].rows[0].ranked
+
+
+def test_runs_tested_further_make_a_table_of_their_own_and_one_to_come_is_announced():
+    short = [make_record("alibi", "copy", s, FITS_4, train_max=3) for s in range(2)]
+    longer = {**FITS_FAR, **{n: 1.0 for n in range(8, 13)}}  # the same rows, tested to 12 (4x N)
+    far = [make_record("alibi", "copy", s, longer, train_max=3) for s in range(2)]
+    records = [rec(d, i) for i, d in enumerate(short + far, 1)]
+    board = bd.assemble(records)  # before: refused, one preset and task with two protocols
+    assert [(t.task, t.tested_to, t.test_max) for t in board.tables] == [("copy", 7, 7), ("copy", 12, 12)]
+    assert [r.label for r in board.tables[1].rows] == ["alibi"] and board.tables[1].multiple == 4
+    # planned but not published: the page can say it is being run, with its rows and seeds
+    plan = [_plan_row(d) for d in short] + [_planned("prism", s, longer) for s in range(3)]
+    only_short = bd.assemble([rec(d, i) for i, d in enumerate(short, 1)], plans_of(plan))
+    (to_come,) = only_short.tables_to_come("copy")
+    assert (to_come.tested_to, to_come.labels, to_come.runs, to_come.seeds) == (12, ("prism",), 3, (0, 1, 2))
+    assert only_short.table_filled(only_short.tables[0]).complete  # the short table's own plan is all in
+    assert bd.assemble(records, plans_of(plan)).tables_to_come("copy") == []
+
+
+def test_a_new_row_of_other_options_is_not_counted_as_a_re_run_of_the_old_one():
+    old = [make_record("randomized:ape", "copy", s, FITS_4, train_max=3) for s in range(2)]
+    from leaderboard.plans import filled, published_cells, seeds_by_run
+
+    rows = [_plan_row(d) for d in old]  # the old row, planned and published; the new one planned
+    new = ("randomized:ape{max_length=28}", 7)
+    rows += [("board", "copy", s, f"new{s}", "board.toml", rows[s][5], new) for s in (0, 1)]
+    plan = plans_of(rows).tables[("board", "copy")]
+    records = [rec(d, i) for i, d in enumerate(old, 1)]
+    got = filled(plan, seeds_by_run(records), published_cells(records))
+    # before: the new row's 2 runs counted as re-runs "standing in", and the table as covered
+    assert (got.done, got.planned, got.rerunning, got.covered) == (2, 4, 0, False)
+
+
+def test_a_table_that_replaced_an_older_one_still_does_while_seeds_are_added_to_it():
+    older = [make_record("alibi", "copy", 0, FITS_4, train_max=3, preset="quick")]
+    newer = [make_record("alibi", "copy", s, FITS_4, train_max=3) for s in range(3)]
+    plan = [_plan_row(d) for d in newer] + [_planned("alibi", s, FITS_4) for s in range(3, 8)]
+    retired = [Retirement("quick", "copy", "board", "a shorter protocol")]
+    records = [rec(d, i) for i, d in enumerate(older + newer, 1)]
+    board = bd.assemble(records, plans_of(plan), retired)  # before: refused, 3 of 8 planned runs published
+    assert [t.preset for t in board.tables] == ["board"]
+    assert bd.table_filling(board, board.tables[0]).startswith("provisional: 3 of 8")
+    # a newer table that lacks a row the older one showed still does not replace it
+    lacking = [make_record("nope", "copy", 0, FITS_4, train_max=3, preset="quick")]
+    try:
+        bd.assemble([rec(d, i) for i, d in enumerate(older + lacking + newer, 1)], plans_of(plan), retired)
+    except bd.BoardError as exc:
+        assert "planned runs published" in str(exc)
+    else:
+        raise AssertionError("a retirement whose successor lacks a row was accepted")
