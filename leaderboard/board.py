@@ -501,6 +501,29 @@ def past_n_sentence(table: Table, provisional: bool = False) -> str | None:
     return f"So far, {said}" if provisional else said[0].upper() + said[1:]
 
 
+def nothing_extrapolates(table: Table) -> bool:
+    """No seed of any fitted row keeps exact match ≥ 0.9 at scale N+1 (odds_first at
+    N = 10): the table cannot contrast encodings on extrapolation. It stays on the board,
+    labelled so (``NULL_TASK_TEXT``), and is left out of the grid's means and the verdicts."""
+    fitted = [row for row in table.rows if row.fitted]
+    return bool(fitted) and all(
+        max(row.per_seed.get("reach") or (table.train_max,)) <= table.train_max for row in fitted
+    )
+
+
+def null_text(table: Table) -> str:
+    """``no encoding extrapolates at N = 10``: what a table that cannot contrast is labelled."""
+    return f"no encoding extrapolates at N = {table.train_max}"
+
+
+NULL_RULE = (
+    "A table on which no seed of any fitted row keeps exact match ≥ 0.9 one scale past N is labelled “no encoding "
+    "extrapolates at N”: its ranking orders rows by near-zero numbers, so it is left out of the grid's means and "
+    "its claims read “no contrast”."
+)
+"""What a null table is, quoted by the site and the README."""
+
+
 def _and(items: Sequence[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``."""
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"

@@ -154,7 +154,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
             out += [f"**{md(claim.says)}** ({md(claim.source)}). *Test:* {md(claim.test)}", ""]
             for v in verdicts:
                 note = f" *{md(v.provisional[0].upper() + v.provisional[1:])}.*" if v.provisional else ""
-                out.append(f"- {md(v.task)}, preset {md(v.preset)}: **{md(v.outcome)}**. {md(v.evidence)}.{note}")
+                out.append(f"- {md(v.where())}: **{md(v.shown)}**. {md(v.evidence)}.{note}")
             out.append("")
         missing = claims.unanswered(board)
         if missing:
