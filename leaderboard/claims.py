@@ -31,6 +31,7 @@ from leaderboard.board import (
     null_text,
     plural,
     table_filling,
+    times_n,
 )
 
 EM_OK = 0.9  # "keeps working": exact match at least this at a scale (the reach threshold)
@@ -103,12 +104,6 @@ def _weakest(row: Row, n: int) -> int:
     return int(min(reach)) if reach else n
 
 
-def times(reach: float, table: Table) -> str:
-    """A reach as a multiple of N: ``1.3×``, ``≥ 4×`` where it holds to the largest tested scale."""
-    n, top = table.train_max, table.test_max
-    return f"≥ {top / n:g}×" if reach >= top else f"{reach / n:.2g}×"
-
-
 def _unfit(name: str, row: Row, n: int) -> tuple[str, str]:
     return (
         NO_CONTRAST,
@@ -148,7 +143,7 @@ def _reach_claim(name: str, claimed: float) -> Callable[[Table, dict[str, Row]],
                     f"holds to the tested {top / n:g}×; claimed {claimed:g}×: untested",
                 )
             return HOLDS, said + f"; tested to {top / n:g}× N, the claimed {claimed:g}×"
-        reached = f"{name}'s weakest seed keeps EM ≥ {EM_OK} to {low} ({times(low, table)} N) of the tested {top}"
+        reached = f"{name}'s weakest seed keeps EM ≥ {EM_OK} to {low} ({times_n(low, table)} N) of the tested {top}"
         if below is not None:
             return DOES_NOT_HOLD, f"{reached}, and it is {below}"
         if low >= PARTLY_MULTIPLE * n:
