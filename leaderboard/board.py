@@ -41,6 +41,7 @@ from harness.config import NEW_FIELD_DEFAULTS
 from harness.pe_spec import display_name, variant_display_name
 from harness.protocols import extra_input_badge
 from harness.report import per_seed_summary
+from leaderboard import permutation
 from leaderboard.plans import NO_PLANS, Filled, Planned, Plans, filled, published_cells, seeds_by_run
 from leaderboard.retired import RETIRED_FILE, Retirement, RowRetirement
 from leaderboard.schema import Record
@@ -271,9 +272,10 @@ class Row:
 
 OVERLAP_MARK = "≈"
 OVERLAP_RULE = (
-    f"{OVERLAP_MARK} before a rank: the row's EM>N range over its seeds meets the range of some row ranked above "
-    "it, as the table shows them (two decimals), so by EM>N, the ranking measure, the seeds do not separate the "
-    "row from that one. A rank without the mark is separated on EM>N from every row ranked above it."
+    f"{OVERLAP_MARK} before a rank: the exact permutation test over seeds does not put some row ranked above it "
+    "above it on EM>N, the ranking measure, as the table shows the seeds' values (two decimals; one-sided p > 0.05, "
+    "or too few seeds to decide: 3 against 3 can reach p = 0.05 only where every seed of one is above every seed "
+    "of the other). A rank without the mark is below every row ranked above it by that test."
 )
 """What the ≈ before a rank means, quoted by the site and the README."""
 
@@ -290,24 +292,22 @@ PENDING_SEEDS_RULE = (
 
 
 def _mark_overlaps(rows: list[Row]) -> list[Row]:
-    """Set ``overlaps_above`` on each ranked row whose EM>N min..max meets the min..max of
-    some ranked row with a smaller rank number (rows sharing a rank are compared with the
-    rows above them, not with each other), compared as the table shows them: two ranges
-    that read ``0.00`` and ``0.00`` meet, even where the third decimal differs (odds_first:
-    a handful of exact answers in 3000)."""
+    """Set ``overlaps_above`` on each ranked row that the exact permutation test over seeds
+    (``leaderboard.permutation``) does not put below some ranked row with a smaller rank
+    number (rows sharing a rank are compared with the rows above them, not with each other),
+    on the seeds' EM>N as the table shows them: values that read ``0.00`` and ``0.00`` are
+    equal, even where the third decimal differs (odds_first: a handful of exact answers in
+    3000)."""
     out: list[Row] = []
     for row in rows:
         if row.ranked:
-            mine = row.scores["em_beyond"]
+            mine = [ranking.shown(v) for v in row.per_seed.get("em_beyond", ())]
             for above in out:
                 if not above.ranked or above.rank == row.rank:
                     continue
-                theirs = above.scores["em_beyond"]
-                measured = not (math.isnan(mine.hi) or math.isnan(theirs.lo) or math.isnan(mine.lo))
-                meets = ranking.shown(mine.hi) >= ranking.shown(theirs.lo) and ranking.shown(mine.lo) <= ranking.shown(
-                    theirs.hi
-                )
-                if measured and meets:
+                theirs = [ranking.shown(v) for v in above.per_seed.get("em_beyond", ())]
+                p = permutation.p_above(theirs, mine)
+                if p is not None and p > permutation.ALPHA:
                     row = replace(row, overlaps_above=True)
                     break
         out.append(row)

@@ -352,14 +352,20 @@ def test_a_rank_whose_seeds_overlap_the_row_above_is_marked():
     data = [
         ("alibi", 0, high),
         ("alibi", 1, high),
+        ("alibi", 2, high),
         ("rope", 0, ROPE0),
         ("rope", 1, ROPE1),
+        ("rope", 2, ROPE0),
         ("t5", 0, near),
-        ("t5", 1, high),  # t5: 0.875..1.0 meets alibi's 1.0..1.0
+        ("t5", 1, high),  # t5: 0.875..1.0, not below alibi's 1.0 on every seed by the permutation test
+        ("t5", 2, high),
     ]
     recs = [rec(make_record(pe, "copy", s, em, train_max=3), i) for i, (pe, s, em) in enumerate(data, start=1)]
     [table] = bd.assemble(recs).tables
     assert [(r.label, r.rank_text()) for r in table.rows] == [("alibi", "1"), ("t5", "≈2"), ("rope", "3")]
+    # two seeds against two can never reach p <= 0.05: a rank below another is then always marked
+    [table] = bd.assemble([r for r in recs if r.data["seed"] < 2]).tables
+    assert [r.rank_text() for r in table.rows] == ["1", "≈2", "≈3"]
 
 
 def test_overview_compares_means_as_the_grid_shows_them():

@@ -435,7 +435,8 @@ def test_fitted_encodings_are_ranked_and_the_others_marked_on_site_and_readme(tm
     ranking = page.split('class="sortable ranking"')[1].split("</table>")[0]
     rows = ranking.split("<tr")[2:]
     assert [re.search(r">([^<]+)</a>", r).group(1) for r in rows] == ["alibi", "rope", "nope"]
-    assert [re.findall(r"<td[^>]*>([^<]*)</td>", r)[0] for r in rows] == ["1", "2", "—"]
+    # rope's 2 seeds against alibi's 1: too few for the permutation test to separate them (≈)
+    assert [re.findall(r"<td[^>]*>([^<]*)</td>", r)[0] for r in rows] == ["1", "≈2", "—"]
     assert 'class="unfit"' in rows[2] and '<span class="badge">did not fit</span>' in rows[2]
     assert re.findall(r"<td[^>]*>([^<]*)</td>", rows[2])[1] == "0.90"  # its in-distribution number is shown
     assert [re.findall(r"<td[^>]*>([^<]*)</td>", r)[-1] for r in rows] == ["1/1 fit", "2/2 fit", "0/1 fit"]
@@ -467,7 +468,7 @@ def test_fitted_encodings_are_ranked_and_the_others_marked_on_site_and_readme(tm
     copy = readme.split("## copy")[1].split("## ")[0]
     ranking = copy[copy.rindex("\n", 0, copy.index("EM≤2")) :]  # the ranking table, after the answer's
     lines = [line for line in ranking.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert [line.split("|")[1].strip() for line in lines] == ["1", "2", "—"]
+    assert [line.split("|")[1].strip() for line in lines] == ["1", "≈2", "—"]
     assert "nope · *did not fit*" in lines[2] and lines[2].rstrip(" |").endswith("0/1 fit")
     assert "±" not in readme and "±" not in index and "±" not in page
 
