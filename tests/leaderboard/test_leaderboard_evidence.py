@@ -113,3 +113,80 @@ def test_a_table_that_replaced_an_older_one_still_does_while_seeds_are_added_to_
         assert "planned runs published" in str(exc)
     else:
         raise AssertionError("a retirement whose successor lacks a row was accepted")
+
+
+def _far(em: dict, top: int) -> dict:
+    """``em`` on 1..7, then the same as its scale 7 up to ``top``."""
+    return {**em, **{n: em[7] for n in range(8, top + 1)}}
+
+
+def test_runs_still_arriving_are_presented_on_the_pages():
+    """The board as board.toml plans it, on synthetic records: hard_alibi planned for 8 seeds
+    with 3 in, randomized PE at L set beside L = 2048, and a copy table tested to 10x N."""
+    from leaderboard import site
+    from leaderboard.readme import render_readme
+
+    split = [FITS_FAR, {**FITS_4, 5: 1.0, 6: 0.95}, FITS_4]  # reaches 7, 6, 4: seeds split
+    published = [make_record("hard_alibi", "copy", s, split[s], train_max=3) for s in range(3)]
+    published += [make_record("ape", "copy", s, FITS_3, train_max=3, tok={n: 0.2 for n in FITS_3}) for s in range(3)]
+    published += [
+        make_record("randomized:ape", "copy", s, FITS_4, train_max=3, tok={n: 0.1 for n in FITS_4}) for s in range(3)
+    ]
+    at_ratio = []
+    for s in range(3):
+        d = make_record("randomized:ape", "copy", s, FITS_4, train_max=3, tok={n: 0.6 for n in FITS_4})
+        options = {"max_length": 28, "draw": "per_length", "randomize_eval": True}  # as the sweep records it
+        d["config"] = {**d["config"], "pe_options": options}
+        d["run_id"] = f"ratio{s}"
+        at_ratio.append(d)
+    far = [make_record("alibi", "copy", s, _far(FITS_FAR, 30), train_max=3) for s in range(3)]
+    records = [rec(d, i) for i, d in enumerate(published + at_ratio + far, 1)]
+    plan = [_plan_row(d) for d in published + at_ratio + far]
+    plan += [_planned("hard_alibi", s, FITS_4) for s in range(3, 8)]
+    plans = plans_of(plan)
+    board = bd.assemble(records, plans)
+    pages = site.render(records, results_href="results", repo_href="..", plans=plans)
+    readme = render_readme(board, site_href="site")
+    copy, index = pages["tasks/copy.html"], pages["index.html"]
+    # two copy tables, the far one headed with its multiple
+    assert [t.tested_to for t in board.tables] == [7, 30]
+    assert "tested to 30 (10× N)" in copy and "Tested to 30 (10× N)" in index and "tested to 30" in readme
+    # hard_alibi ranked on its 3 seeds, saying 5 more are being run, and how many seeds reach each multiple
+    assert "3 of 8 seeds, 5 being run" in copy and "3 of 8 seeds, 5 being run" in readme
+    [hard] = [r for r in bd.reaches(board.tables[0]) if r.row.label == "hard_alibi"]
+    assert (hard.weakest, dict(hard.counts)[2], hard.splits) == (4, 2, True)  # 2 of 3 seeds reach 2x N
+    assert "2×: 2 of 3" in copy and "2×: 2 of 3" in readme
+    # the randomized verdict uses the row at the paper's ratio, and says the other is beside it
+    from leaderboard.claims import claim_verdicts
+
+    found = {c.says.split()[0]: vs for c, vs in claim_verdicts(board)}
+    [rand] = found["Randomizing"]
+    assert rand.outcome == "holds", rand.evidence
+    assert rand.evidence.startswith("randomized:ape{max_length=28}")
+    assert "L = 2048" in rand.evidence
+
+
+def test_the_grid_leaves_a_task_where_nothing_extrapolates_out_of_its_mean_and_variants_out_of_its_rows():
+    from leaderboard import overview as ov
+
+    data = [
+        make_record(pe, "copy", s, em, train_max=3)
+        for pe, em in (("alibi", FITS_FAR), ("nope", FITS_3))
+        for s in (0, 1)
+    ]
+    # odds_first-like: nothing past N, but a 0.1 that the old mean counted
+    data += [make_record("nope", "odds_first", s, {**FITS_3, 4: 0.8}, train_max=3) for s in (0, 1)]
+    data += [make_record("alibi", "odds_first", s, FITS_3, train_max=3) for s in (0, 1)]
+    variant = make_record("alibi", "copy", 0, FITS_4, train_max=3)
+    variant["config"]["eval_pe_options"] = {"blockwise": 3}
+    variant["run_id"] = "variant0"
+    board = bd.assemble([rec(d, i) for i, d in enumerate([*data, variant], 1)])
+    grid = ov.overview(board, "board")
+    assert grid.null == ["odds_first"] and grid.counted == ["copy"] and "odds_first" not in grid.mean_title()
+    by = {r.label: r for r in grid.rows}
+    assert by["nope"].score == 0.025  # copy's EM>N alone; before, the mean with odds_first's 0.2: 0.1125
+    assert all(not ov.is_variant(r.label) for r in grid.rows) and [ov.is_variant(r.label) for r in grid.variants] == [
+        True
+    ]
+    cell = ov.cell(board.tables[0], "copy", by["alibi"].cells["copy"])
+    assert cell.reach == "≥ 2.3×" and cell.em == "EM>N 1.00"
