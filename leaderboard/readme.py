@@ -198,6 +198,8 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
     departed = notes.departures(board.records)
     if departed:
         notes_out += ["## Run unlike their papers", "", md(notes.DEPARTURES_RULE), ""]
+        common = notes.common_departure(board.records)
+        notes_out += [md(common), ""] if common else []
         for dep in departed:
             notes_out.append(f"- **{md(dep.label)}** ({md(dep.paper)}):")
             for text, tasks in dep.differences:

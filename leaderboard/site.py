@@ -415,6 +415,7 @@ def _page(site: Site, template: str, page_dir: str, title: str, records: Sequenc
             presets=sorted({r.data["preset"] for r in records}),
             provenances=prov.provenance(records),
             departures=notes.departures(records),
+            records=records,
             extra_inputs=notes.extra_inputs(records),
             per_task_setups=notes.per_task_setups(records),
             task_info=task_info,

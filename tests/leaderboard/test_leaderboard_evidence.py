@@ -190,3 +190,46 @@ def test_the_grid_leaves_a_task_where_nothing_extrapolates_out_of_its_mean_and_v
     ]
     cell = ov.cell(board.tables[0], "copy", by["alibi"].cells["copy"])
     assert cell.reach == "≥ 2.3×" and cell.em == "EM>N 1.00"
+
+
+def test_every_departure_from_the_papers_is_declared_from_the_records():
+    from leaderboard import notes
+
+    def prism(task: str) -> dict:
+        d = make_record("prism", task, 0, FITS_4, train_max=3)
+        d["config"] = {**d["config"], "pe_options": {"n_cursors": 4, "d_pe": 226}}
+        d["params"] = {"total": 1000, "pe": 98_000}
+        return d
+
+    said = {task: notes.protocol_departures_of(prism(task)) for task in ("copy", "reverse")}
+    # reverse: trained short of the paper's 40 with no curriculum; both: lr, top-3 reporting, extra width
+    assert len(said["reverse"]) == 4 and len(said["copy"]) == 3
+    assert any("40" in t and "curriculum" in t for t in said["reverse"])
+    assert not any("curriculum" in t for t in said["copy"])  # the paper trains copy to 10 too (Figure 6)
+    width = 32 // 2 + 4 * 226  # the smoke backbone's heads, widened by 4 streams of 226
+    assert any(f"{width} wide" in t and "98k" in t for t in said["copy"])
+    hard = make_record("hard_alibi", "copy", 0, FITS_4, train_max=3)
+    assert len(notes.protocol_departures_of(hard)) == 3  # no packing, lr, a self-only m = 1 head
+    hard["config"]["train"] = {**hard["config"]["train"], "pack": 500, "lr": 7e-5}
+    assert len(notes.protocol_departures_of(hard)) == 1
+    rand = make_record("randomized:ape", "copy", 0, FITS_4, train_max=3)  # 17 tokens at scale 7
+    [ratio, setting] = notes.protocol_departures_of(rand)
+    assert "L = 2048, about 120×" in ratio and "encoder" in setting
+    assert len(notes.protocol_departures_of(make_record("learned_prf_sh", "copy", 0, FITS_4, train_max=3))) == 1
+    assert notes.protocol_departures_of(make_record("alibi", "copy", 0, FITS_4, train_max=3)) == []
+    # on the board's notes, with its paper named, and the learning rate every row shares said once
+    board_notes = notes.departures([rec(prism("reverse")), rec(hard, 2)])
+    assert board_notes[0].label == "hard_alibi" and "Position as Probability" in board_notes[1].paper
+    assert "0.001" in notes.common_departure([rec(prism("copy"))])
+
+
+def test_the_provenance_line_says_unknown_where_records_name_no_cpu():
+    from leaderboard import provenance as prov
+
+    named = make_record("alibi", "copy", 0, FITS_4, train_max=3)
+    named["provenance"] = {**named["provenance"], "cpu": "Xeon (AVX512)"}
+    bare = make_record("nope", "copy", 0, FITS_4, train_max=3)  # no cpu: written before it was recorded
+    [p] = prov.provenance([rec(named, 1), rec(bare, 2)])
+    said = prov.trained_sentence(p)
+    # before: "(more than one machine: the provenance lists their CPUs)", listing none for the unrecorded
+    assert p.cpus_unknown == 1 and "1 of the 2 runs is unknown" in said and "lists their CPUs" not in said
