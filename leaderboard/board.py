@@ -128,7 +128,7 @@ def check_protocols(records: Sequence[Record]) -> None:
     (One encoding and seed twice under one protocol cannot happen: it is the same run_id,
     which reading the results already refuses.)
     """
-    first: dict[tuple[str, str], tuple[dict[str, Any], Record]] = {}
+    first: dict[tuple[str, str, int], tuple[dict[str, Any], Record]] = {}
     problems = []
     for rec in records:
         d = rec.data
