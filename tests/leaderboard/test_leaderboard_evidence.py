@@ -151,6 +151,13 @@ def test_runs_still_arriving_are_presented_on_the_pages():
     # two copy tables, the far one headed with its multiple
     assert [t.tested_to for t in board.tables] == [7, 30]
     assert "tested to 30 (10× N)" in copy and "Tested to 30 (10× N)" in index and "tested to 30" in readme
+    # the answer first: the sentences before the grid, per table the answer, then the panels, then the ranking,
+    # the rules folded
+    assert index.index('<h2 id="answer">') < index.index("<h2>At a glance</h2>")
+    for page in (copy, index):
+        assert page.index('class="how-far"') < page.index('class="panels"') < page.index('class="sortable ranking"')
+        assert '<details class="note-list how-to-read">' in page
+    assert readme.index("## How far past the training length") < readme.index("## At a glance")
     # hard_alibi ranked on its 3 seeds, saying 5 more are being run, and how many seeds reach each multiple
     assert "3 of 8 seeds, 5 being run" in copy and "3 of 8 seeds, 5 being run" in readme
     [hard] = [r for r in bd.reaches(board.tables[0]) if r.row.label == "hard_alibi"]
