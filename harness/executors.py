@@ -491,12 +491,17 @@ class RayExecutor(Executor):
             raise ExecutorError("--device cuda was asked for but the Ray cluster has no GPUs; use --device auto or cpu")
         self.device_type = "cuda" if gpus else "cpu"
         self.capacity = workers or max(1, gpus or int(resources.get("CPU", 1)))
-        self._task = ray.remote(_ray_run_job).options(num_cpus=1, num_gpus=1 if gpus else 0, max_retries=0)
+        self._task = ray.remote(_ray_run_job)
+        self._resources = {"num_cpus": 1, "num_gpus": 1 if gpus else 0, "max_retries": 0}
         self._pending: dict[Any, Job] = {}
 
     def submit(self, job: Job) -> None:
         job = replace(job, device=self.device_type)
-        self._pending[self._task.remote(job)] = job
+        # Named after the run: Ray shows the name in ``ray list tasks``, on the dashboard and
+        # as the worker's process title (``ray::pezoo run <run_id> (attempt n)``), so which
+        # node trains which run can be seen (a test finds the runs a killed node held by it).
+        name = task_name(job)
+        self._pending[self._task.options(name=name, **self._resources).remote(job)] = job
 
     def wait(self) -> list[Completion]:
         ray = self._ray
@@ -519,6 +524,11 @@ class RayExecutor(Executor):
         if self._owns_instance:
             self._ray.shutdown()
             self._owns_instance = False
+
+
+def task_name(job: Job) -> str:
+    """The Ray task's name for one attempt: ``pezoo run <run_id> (attempt n)``."""
+    return f"pezoo run {job.run_id} (attempt {job.attempt})"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -148,9 +148,14 @@ def provenance(device: torch.device) -> dict[str, Any]:
 
 
 def run_provenance(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
-    """:func:`provenance` of a run of ``cfg`` on ``device``, with
-    ``plugins`` (:func:`code_origins`) when its encoding or task is not pezoo's own."""
+    """:func:`provenance` of a run of ``cfg`` on ``device``, with ``pe_options_resolved``
+    (:func:`resolved_pe_options`) and ``plugins`` (:func:`code_origins`) when its encoding
+    or task is not pezoo's own."""
     prov = provenance(device)
+    try:
+        prov["pe_options_resolved"] = resolved_pe_options(cfg)
+    except (KeyError, TypeError, ValueError):  # an unknown name or option: the run itself fails, saying so
+        pass
     try:
         origins = code_origins(cfg.pe, cfg.task)
     except (KeyError, ImportError):  # an unknown name: the run itself fails, saying so
@@ -158,3 +163,15 @@ def run_provenance(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
     if origins:
         prov["plugins"] = origins
     return prov
+
+
+def resolved_pe_options(cfg: RunConfig) -> dict[str, Any]:
+    """Every option the run's encoding is built with, defaults included
+    (``pezoo.resolved_options``), as JSON values: what the run meant even if a default
+    changes later. A variant's are those it is evaluated with."""
+    import json
+
+    from harness.pe_spec import model_options, vocabulary_options
+
+    options = {**vocabulary_options(cfg.pe), **model_options(cfg.pe, cfg.eval_options())}
+    return dict(json.loads(json.dumps(pezoo.resolved_options(cfg.pe, **options))))

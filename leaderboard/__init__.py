@@ -10,8 +10,26 @@
 ``leaderboard.text``        the one rendering path: Jinja2 templates (``templates/``) with autoescape
 ``leaderboard.site``        the static site (HTML + inline CSS/JS), built and written over its own files only
 ``leaderboard.readme``      leaderboard/README.md: the ranking tables as markdown, record fields escaped
+``leaderboard.frames``      the results as pandas DataFrames, ranked as on the board (:func:`read_results`)
 ``leaderboard.cli``         ``pezoo leaderboard export | check | build``
 
 Depends on ``harness`` (store, report, task registry) and ``pezoo``; neither imports it
 (``harness/cli.py``, the composition root, attaches the command group).
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def read_results(path: str | Path | None = None, *, per: str = "row", plans: bool = True) -> pd.DataFrame:
+    """The published results as a pandas DataFrame in one call, with the board's ranking and
+    fit rules applied: ``leaderboard.read_results()`` (the board's own results) or
+    ``leaderboard.read_results("my/results", per="seed")``. See :mod:`leaderboard.frames`."""
+    from leaderboard.frames import read_results as read
+
+    return read(path, per=per, plans=plans)

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import sqlite3
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,8 +94,46 @@ def export(store_path: Path, out_dir: Path) -> ExportSummary:
     """
     if not store_path.is_file():
         raise ExportError(f"no results store at {store_path}; run `pezoo bench` first")
+    problem = shadowing_problem(out_dir)
+    if problem:
+        raise ExportError(problem)
     with exporting(out_dir):
         return _export(store_path, out_dir)
+
+
+PACKAGES = ("pezoo", "harness", "leaderboard")
+"""The top-level packages this distribution installs: a folder of one of these names where
+Python looks for modules shadows the installed package."""
+
+
+def shadowing_problem(out_dir: Path, cwd: Path | None = None) -> str | None:
+    """Why writing results to ``out_dir`` would make a folder that shadows an installed
+    package, or None.
+
+    The default ``--out leaderboard/results`` is meant for a checkout, where ``./leaderboard``
+    *is* the package. Run anywhere else, it created ``./leaderboard/``, which ``python -m
+    harness.cli`` (the current folder first on ``sys.path``) then imported as the
+    ``leaderboard`` package, without its templates. So a folder named after one of
+    :data:`PACKAGES`, in the current folder or on ``sys.path``, is refused when export would
+    create it, or when it exists and is no package (no ``__init__.py``: a previous export's).
+    """
+    here = (cwd or Path.cwd()).resolve()
+    roots = {here} | {Path(p).resolve() for p in sys.path if p}
+    target = out_dir if out_dir.is_absolute() else here / out_dir
+    target = Path(os.path.normpath(target))
+    for folder in (target, *target.parents):
+        if folder.name not in PACKAGES or folder.parent not in roots:
+            continue
+        if folder.is_dir() and (folder / "__init__.py").is_file():
+            return None  # the package's own folder (a checkout): results beside its modules
+        state = "is a folder that is no package" if folder.exists() else "would be created"
+        return (
+            f"refusing to export to {out_dir}: {folder} {state}, named like the installed {folder.name!r} "
+            f"package where Python looks for modules ({folder.parent}), so `python -m harness.cli` there "
+            f"would import it instead of the package; pass --out to a folder of another name "
+            f"(e.g. --out results), or run from the pezoo checkout"
+        )
+    return None
 
 
 @contextlib.contextmanager

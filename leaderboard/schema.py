@@ -17,7 +17,9 @@ the local SQLite store never is. Each line is one JSON object, written canonical
                     string-valued keys the harness records (python, platform, cpu;
                     code_by_step and machine_by_step for a run resumed under another
                     commit or on another machine; weights_from for a variant;
-                    plugins for a plugin's encoding or task code)
+                    plugins for a plugin's encoding or task code), and
+                    pe_options_resolved: an object, every option the encoding was
+                    built with, defaults included (``pezoo.resolved_options``)
     params          {"total": int, "pe": int} parameter counts (every integer of a record
                     fits SQLite's signed 64 bits)
     timings         {"train_seconds", "eval_seconds", "started_at", "finished_at"}:
@@ -265,9 +267,16 @@ def validate_record(record: Any) -> list[str]:
         missing = [k for k in PROVENANCE_REQUIRED if k not in prov]
         if missing:
             problems.append(f"provenance: missing key(s) {', '.join(missing)}")
-        bad = sorted(k for k, v in prov.items() if not isinstance(v, str))
+        bad = sorted(k for k, v in prov.items() if not isinstance(v, str) and k != "pe_options_resolved")
         if bad:
             problems.append(f"provenance: value(s) of {', '.join(bad)} must be strings")
+        if "pe_options_resolved" in prov and not isinstance(prov["pe_options_resolved"], dict):
+            problems.append("provenance: pe_options_resolved must be an object (option: value)")
+        elif isinstance(prov.get("pe_options_resolved"), dict):
+            given = run_config.eval_options() if run_config is not None else {}
+            differ = sorted(k for k, v in given.items() if prov["pe_options_resolved"].get(k, v) != v)
+            if differ:
+                problems.append(f"provenance: pe_options_resolved contradicts the config's options {', '.join(differ)}")
 
     params = record["params"]
     if not isinstance(params, dict):

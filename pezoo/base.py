@@ -873,6 +873,53 @@ def create(name: str, *, dims: ModelDims | None = None, **config: Any) -> Positi
     return _call_strict(factory, name, config)
 
 
+def resolved_options(name: str, **config: Any) -> dict[str, Any]:
+    """Every option :func:`create` builds ``name`` with: ``config`` over the defaults of the
+    constructors it calls (a wrapper's and its base's; each part's of a combination). The
+    model-shape keywords :class:`ModelDims` supplies are not options and are left out.
+
+    A record that stores this, not only the options given, keeps its meaning when a default
+    changes later. Raises like :func:`create` for an unknown name or option.
+
+    >>> resolved_options("hard_alibi")
+    {'n_masked': None}
+    """
+    if ":" in name:
+        prefix, base = name.split(":", 1)
+        if prefix not in WRAPPERS:
+            raise UnknownNameError(unknown_name_message("encoding", name, available()))
+        own = _accepted_keys(WRAPPERS[prefix])
+        inner = resolved_options(base, **{k: v for k, v in config.items() if k not in own})
+        wrapper = _defaults(WRAPPERS[prefix], {k: v for k, v in config.items() if k in own}, prefix)
+        return dict(sorted({**inner, **wrapper}.items()))
+    if "+" in name:
+        parts = name.split("+")
+        out: dict[str, Any] = {}
+        for part in parts:  # each key is taken by one part (create refuses a shared one)
+            accepted = _accepted_keys(ENCODINGS[part])
+            out.update(_defaults(ENCODINGS[part], {k: v for k, v in config.items() if k in accepted}, part))
+        unknown = sorted(set(config) - set(out))
+        if unknown:
+            raise TypeError(f"encoding {name!r} got unknown option(s) {', '.join(unknown)}")
+        return dict(sorted(out.items()))
+    return _defaults(ENCODINGS[name], config, name)
+
+
+def _defaults(factory: Callable[..., Any], config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """``config`` over ``factory``'s keyword defaults, without the model-shape keywords."""
+    unknown = sorted(set(config) - _accepted_keys(factory))
+    if unknown:
+        raise TypeError(f"encoding {name!r} got unknown option(s) {', '.join(unknown)}")
+    shape = set(ModelDims(1, 1, 1).as_kwargs())
+    params = inspect.signature(factory).parameters.values()
+    out = {
+        p.name: p.default
+        for p in params
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is not p.empty and p.name not in shape
+    }
+    return dict(sorted({**out, **config}.items()))
+
+
 def _create_combined(name: str, dims: ModelDims | None, config: Mapping[str, Any]) -> PositionalEncoding:
     """``a+b``: each part built with ``dims`` and the ``config`` keys it alone accepts."""
     from pezoo.encodings.combined import Combined

@@ -21,15 +21,39 @@ def imported_top_levels(package: str) -> set[str]:
     return names
 
 
+def imported_top_levels_of(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
 def test_pezoo_needs_only_torch_and_einops():
-    third_party = imported_top_levels("pezoo") - {"pezoo", "__future__"}
-    third_party -= set(sys.stdlib_module_names)
+    hf = ROOT / "pezoo" / "hf"
+    third_party = set()
+    for path in (ROOT / "pezoo").rglob("*.py"):
+        if hf not in path.parents:
+            third_party |= imported_top_levels_of(path)
+    third_party -= {"pezoo", "__future__"} | set(sys.stdlib_module_names)
     # optional extras (gpu: xformers, plot: matplotlib) are imported lazily, where used
     assert third_party <= {"torch", "einops", "matplotlib", "xformers"}, third_party
 
 
+def test_pezoo_hf_needs_only_the_hf_extra():
+    # pezoo.hf (extra hf: transformers, which brings safetensors) is imported only by `import pezoo.hf`;
+    # a spec with options ("prism{paper}") is parsed by the harness, shipped in the same distribution
+    third_party = set()
+    for path in (ROOT / "pezoo" / "hf").rglob("*.py"):
+        third_party |= imported_top_levels_of(path)
+    third_party -= {"pezoo", "__future__"} | set(sys.stdlib_module_names)
+    assert third_party <= {"torch", "einops", "transformers", "safetensors", "harness"}, third_party
+
+
 def test_importing_pezoo_loads_no_optional_or_harness_modules():
-    optional = ("harness", "leaderboard", "pandas", "matplotlib", "xformers", "click")
+    optional = ("harness", "leaderboard", "pandas", "matplotlib", "xformers", "click", "transformers")
     code = f"import pezoo, sys; print(sorted(m for m in {optional!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

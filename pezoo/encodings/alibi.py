@@ -5,6 +5,10 @@ bias is *not* scaled). Slopes form a geometric sequence: for n heads, n a power 
 ``m_h = 2^(-8h/n)``, h = 1..n. For other n (paper §3, footnote), take the 2^k slopes of
 the largest power of two 2^k < n, then the odd-indexed slopes of the 2^(k+1) sequence
 until n slopes are there.
+
+ALiBi on a subset of heads (x-transformers' ``alibi_num_heads``): with ``n_biased=k`` the
+first k heads get the slopes of a k-head model, ``m_h = alibi_slopes(k)[h]``, and the other
+h - k heads get slope 0, plain (NoPE) causal heads with global reach.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import math
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionBias, AttentionContext, LinearBias, PositionalEncoding, register
+from pezoo.base import AttentionBias, AttentionContext, LinearBias, PositionalEncoding, check_number, register
 
 
 def alibi_slopes(n_heads: int) -> list[float]:
@@ -32,29 +36,51 @@ def alibi_slopes(n_heads: int) -> list[float]:
     return power_of_two(lower) + power_of_two(2 * lower)[0::2][: n_heads - lower]
 
 
+def alibi_subset_slopes(n_heads: int, n_biased: int) -> list[float]:
+    """Slopes of ``n_heads`` heads of which the first ``n_biased`` are ALiBi heads (the slopes
+    of an ``n_biased``-head model) and the rest plain heads (slope 0)."""
+    if not 0 <= n_biased <= n_heads:
+        raise ValueError(f"n_biased must be in [0, n_heads={n_heads}], got {n_biased}")
+    return (alibi_slopes(n_biased) if n_biased else []) + [0.0] * (n_heads - n_biased)
+
+
 @register("alibi")
 class ALiBi(PositionalEncoding):
     """Linear distance bias per head (Press et al. 2022); no position in embeddings or q/k.
 
     Args:
         n_heads: number of heads; slopes from :func:`alibi_slopes`.
+        n_biased: how many heads carry a linear bias (the first ones, with the slopes of an
+            ``n_biased``-head model); the others are plain heads. Default: all ``n_heads``.
     """
 
     slopes: Tensor
 
-    def __init__(self, *, n_heads: int) -> None:
+    def __init__(self, *, n_heads: int, n_biased: int | None = None) -> None:
         super().__init__()
+        check_number("alibi", "n_heads", n_heads, integer=True, at_least=1)
+        if n_biased is not None:
+            check_number("alibi", "n_biased", n_biased, integer=True, at_least=0)
+            if n_biased > n_heads:
+                raise ValueError(f"alibi: n_biased must be at most n_heads={n_heads}, got {n_biased}")
         self.n_heads = n_heads
-        self.register_buffer("slopes", torch.tensor(alibi_slopes(n_heads)), persistent=False)
+        self.n_biased = n_heads if n_biased is None else int(n_biased)
+        self.register_buffer("slopes", torch.tensor(self._slopes()), persistent=False)
+
+    def _slopes(self) -> list[float]:
+        return alibi_subset_slopes(self.n_heads, self.n_biased)
 
     def reset_parameters(self) -> None:
         """Rebuild the slopes in place (a derived, non-persistent buffer: not in the state dict,
         so after ``to_empty`` of a meta-device model this is what restores them)."""
         with torch.no_grad():
-            self.slopes.copy_(torch.tensor(alibi_slopes(self.n_heads), device="cpu"))
+            self.slopes.copy_(torch.tensor(self._slopes(), device="cpu"))
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         return [LinearBias(self.slopes)]
 
     def extra_repr(self) -> str:
-        return f"n_heads={self.n_heads}"
+        if self.n_biased == self.n_heads:
+            return f"n_heads={self.n_heads}"
+        biased = f"ALiBi heads 0..{self.n_biased - 1}, the rest plain" if self.n_biased else "every head plain"
+        return f"n_heads={self.n_heads}, n_biased={self.n_biased} ({biased})"

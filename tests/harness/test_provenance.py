@@ -69,3 +69,36 @@ def test_the_cpu_and_its_kernels_are_recorded():
     prov = provenance(torch.device("cpu"))
     assert prov["cpu"] == name and all(isinstance(v, str) for v in prov.values())
     assert machine_name(torch.device("cpu")) == f"{prov['device']} on {name}"
+
+
+@pytest.mark.parametrize(
+    ("pe", "expected"),
+    [
+        ("randomized:ape", {"max_length": 2048, "randomize_eval": True, "draw": "per_length"}),
+        ("randomized:ape{max_length=336}", {"max_length": 336}),
+        ("hard_alibi", {"n_masked": None}),
+        ("learned_prf_sh", {"hidden": 64, "depth": 2, "n_slots": None}),
+        ("abacus+fire{max_k=50}", {"max_k": 50, "mlp_width": 32}),
+    ],
+)
+def test_a_run_records_every_option_its_encoding_was_built_with(pe, expected):
+    """Records keep their meaning when a default changes later: the provenance holds the
+    encoding's fully resolved options (defaults included), as the harness built it."""
+    from harness.config import preset_config
+    from harness.provenance import run_provenance
+
+    cfg = preset_config("smoke", pe=pe, task="copy", seed=0)
+    resolved = run_provenance(cfg, torch.device("cpu"))["pe_options_resolved"]
+    assert expected.items() <= resolved.items()
+    assert not {"d_model", "n_heads", "n_layers", "head_dim"} & set(resolved)  # the model's shape, not options
+
+
+def test_resolved_options_are_what_create_builds_with():
+    import pezoo
+
+    resolved = pezoo.resolved_options("randomized:rope", max_length=64, layout="half")
+    assert resolved["max_length"] == 64 and resolved["layout"] == "half" and resolved["base"] == 10000.0
+    with pytest.raises(TypeError):
+        pezoo.resolved_options("rope", nosuch=1)
+    pe = pezoo.create("randomized:rope", dims=pezoo.ModelDims(32, 4, 1), **resolved)  # the record rebuilds it
+    assert pe.max_length == 64

@@ -182,3 +182,34 @@ def test_runs_of_another_protocol_are_refused_before_anything_is_written(tmp_pat
         shutil.copy(path, published / path.name)
     checked = CliRunner().invoke(main, ["leaderboard", "check", "--results", str(published)])
     assert checked.exit_code == 1 and "different protocols (train.steps)" in checked.output
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_export_never_makes_a_folder_that_shadows_the_package(tmp_path, monkeypatch, existing):
+    # outside a checkout, the default --out leaderboard/results used to create ./leaderboard/, which
+    # `python -m harness.cli` there imports instead of the installed leaderboard package
+    store = tmp_path / "store.sqlite"
+    store.write_bytes(b"")
+    work = tmp_path / "work"
+    work.mkdir()
+    if existing:  # a previous export's folder: no package, still shadowing
+        (work / "leaderboard" / "results").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    result = CliRunner().invoke(main, ["leaderboard", "export", "--store", str(store)])
+    assert result.exit_code == 1 and "--out" in result.output
+    assert (work / "leaderboard").exists() == existing
+    if existing:
+        assert not any((work / "leaderboard" / "results").iterdir())
+
+
+def test_shadowing_check_allows_the_checkout_and_other_names(tmp_path):
+    from pathlib import Path
+
+    from leaderboard.export import shadowing_problem
+
+    (tmp_path / "leaderboard").mkdir()
+    (tmp_path / "leaderboard" / "__init__.py").write_text("")
+    assert shadowing_problem(Path("leaderboard/results"), cwd=tmp_path) is None
+    assert shadowing_problem(Path("results"), cwd=tmp_path / "x") is None
+    assert shadowing_problem(tmp_path / "harness" / "results", cwd=tmp_path) is not None
+    assert shadowing_problem(tmp_path / "deep" / "leaderboard" / "results", cwd=tmp_path) is None

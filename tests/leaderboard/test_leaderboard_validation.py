@@ -394,3 +394,12 @@ def test_random_json_inside_diagnostics_gives_a_problem_never_an_exception(path,
     problem = diagnostics_problem(body, record)
     assert problem is None or isinstance(problem, str)
     assert diagnostics_problem(value) is not None or value == diagnostics()
+
+
+def test_resolved_options_in_provenance_must_be_an_object_that_agrees_with_the_config():
+    record = edited("config.pe_options", {"base": 500.0})
+    assert validate_record(record) == []
+    ok = edited("provenance.pe_options_resolved", {"base": 500.0, "layout": "interleaved"}, record)
+    assert validate_record(ok) == []
+    assert validate_record(edited("provenance.pe_options_resolved", "base=500.0", record))
+    assert validate_record(edited("provenance.pe_options_resolved", {"base": 10000.0}, record))

@@ -1,0 +1,366 @@
+"""pezoo.hf: any registered encoding in a tiny transformers Llama, Qwen2 and GPT-2 (built here,
+no downloads): generate on a left-padded batch, the model's own RoPE, save/load, the hooks."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+import pezoo
+
+transformers = pytest.importorskip("transformers")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import pezoo.hf  # noqa: E402  (needs transformers)
+
+PAD, EOS = 0, 2
+PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]  # the second row is left-padded by three
+NEW = 3
+
+
+def tiny(kind: str, **config):
+    """A hidden-64, 2-layer, 4-head model of ``kind`` with a 32-token vocabulary, random weights."""
+    ids = {"vocab_size": 32, "pad_token_id": PAD, "bos_token_id": 1, "eos_token_id": EOS}
+    if kind == "gpt2":
+        cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=64, **ids, **config)
+        return transformers.GPT2LMHeadModel(cfg).eval()
+    classes = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+    }[kind]
+    cfg = classes[0](hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, max_position_embeddings=64, **ids, **config)  # fmt: skip
+    return classes[1](cfg).eval()
+
+
+def left_padded(prompts):
+    width = max(map(len, prompts))
+    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts])
+    return ids, (ids != PAD).long()
+
+
+def until_eos(tokens: list[int]) -> list[int]:
+    return tokens[: tokens.index(EOS) + 1] if EOS in tokens else tokens
+
+
+def adapted(kind: str, name: str, seed: int = 1):
+    torch.manual_seed(seed)
+    # randomized PE draws its positions at evaluation too; plain positions make rows comparable
+    options = {"randomize_eval": False} if name.startswith("randomized") else {}
+    model = pezoo.hf.use_encoding(tiny(kind), name, **options)
+    return model
+
+
+def hint_for(model, name, prompts):
+    if "learned_prf_sh" in name:  # the instance scale it reads: here each prompt's length
+        pezoo.hf.set_scale_hint(model, torch.tensor([float(len(p)) for p in prompts]))
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("name", pezoo.available())
+def test_generate_on_a_left_padded_batch_equals_each_row_alone(kind, name):
+    model = adapted(kind, name)
+    ids, mask = left_padded(PROMPTS)
+    hint_for(model, name, PROMPTS)
+    batch = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False)
+    for row, prompt in enumerate(PROMPTS):
+        hint_for(model, name, [prompt])
+        alone = model.generate(torch.tensor([prompt]), max_new_tokens=NEW, do_sample=False)
+        assert until_eos(batch[row, ids.shape[1] :].tolist()) == until_eos(alone[0, len(prompt) :].tolist())
+    hint_for(model, name, PROMPTS)
+    sampled = []
+    for use_cache in (True, False):  # sampling with the KV cache draws what full passes draw
+        torch.manual_seed(0)
+        sampled.append(model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=True, top_k=0,
+                                      use_cache=use_cache))  # fmt: skip
+    assert sampled[0].shape == (len(PROMPTS), ids.shape[1] + NEW)
+    assert sampled[0].tolist() == sampled[1].tolist()
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
+@pytest.mark.parametrize(
+    "rope_parameters",
+    [
+        None,
+        {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0},
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 10000.0},
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+            "rope_theta": 10000.0,
+        },
+    ],
+)
+def test_rope_as_the_models_own_gives_its_logits(kind, rope_parameters):
+    torch.manual_seed(0)
+    model = tiny(kind, **({} if rope_parameters is None else {"rope_parameters": rope_parameters}))
+    ids, mask = left_padded([list(range(3, 30)), list(range(5, 20))])
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+        ours = pezoo.hf.use_encoding(copy.deepcopy(model), "rope")
+        got = ours(ids, attention_mask=mask).logits
+    real = mask.bool()
+    torch.testing.assert_close(got[real], want[real], atol=1e-4, rtol=0)
+    assert ours.pezoo_encoding.layout == "half"
+    with torch.no_grad():  # and the untouched model's generation
+        assert (
+            ours.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False).tolist()
+            == model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False).tolist()
+        )
+
+
+@pytest.mark.parametrize(("kind", "spec"), [("llama", "fire"), ("qwen2", "prism{paper}"), ("gpt2", "learned_ape"),
+                                             ("llama", "abacus+fire"), ("gpt2", "alibi{n_biased=2}")])  # fmt: skip
+def test_save_and_load_give_the_same_model(tmp_path, kind, spec):
+    model = adapted(kind, spec)
+    model.save_pretrained(tmp_path)
+    assert transformers.AutoConfig.from_pretrained(tmp_path).pezoo["spec"] == spec
+    loaded = pezoo.hf.from_pretrained(tmp_path).eval()
+    want_state, got_state = model.state_dict(), loaded.state_dict()
+    assert set(got_state) == set(want_state)
+    assert {k for k in got_state if k.startswith("pezoo_encoding.")} == {
+        f"pezoo_encoding.{k}" for k in model.pezoo_encoding.state_dict()
+    }
+    for key, value in want_state.items():
+        assert torch.equal(got_state[key], value), key
+    ids, mask = left_padded(PROMPTS)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, attention_mask=mask).logits, model(ids, attention_mask=mask).logits,
+                                   atol=1e-6, rtol=0)  # fmt: skip
+
+
+def test_the_encodings_parameters_belong_to_the_model():
+    model = adapted("llama", "fire")
+    own = {id(p) for p in model.pezoo_encoding.parameters()}
+    assert own and own <= {id(p) for p in model.parameters()}
+    ids = torch.tensor([PROMPTS[0]])
+    model.train()
+    assert model.pezoo_encoding.training
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.pezoo_encoding.parameters()]
+    model(ids, labels=ids).loss.backward()
+    opt.step()
+    assert any(not torch.equal(a, p) for a, p in zip(before, model.pezoo_encoding.parameters(), strict=True))
+    model.to(torch.float64).eval()
+    assert {p.dtype for p in model.pezoo_encoding.parameters()} == {torch.float64}
+    assert model(ids).logits.dtype == torch.float64
+
+
+def test_gpt2s_learned_table_is_removed():
+    model = adapted("gpt2", "nope")
+    assert not any(k.startswith("transformer.wpe") for k in model.state_dict())
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():  # NoPE: nothing tells positions apart but the causal mask
+        assert torch.isfinite(model(ids).logits).all()
+
+
+class Probe(pezoo.PositionalEncoding):
+    """Records what each hook sees (a plugin-like encoding, registered for one test)."""
+
+    name = "hf_probe"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple] = []
+
+    def embed(self, x, pos):
+        self.seen.append(("embed", pos.tolist()))
+        return x
+
+    def embed_tokens(self, x, tokens, ctx):
+        self.seen.append(("embed_tokens", tokens.tolist()))
+        return x
+
+    def observe(self, layer, x, ctx):
+        self.seen.append(("observe", layer, tuple(x.shape)))
+
+    def qk(self, layer, q, k, ctx):
+        self.seen.append(("qk", layer, tuple(q.shape), ctx.q_pos.tolist()))
+        return q, k
+
+    def bias(self, layer, q, k, ctx):
+        self.seen.append(("bias", layer, tuple(k.shape), ctx.k_pos.tolist()))
+        return []
+
+
+def test_every_hook_sees_the_real_tokens_with_positions_from_zero(monkeypatch):
+    from pezoo.base import ENCODINGS
+
+    monkeypatch.setitem(ENCODINGS._factories, "hf_probe", Probe)
+    model = pezoo.hf.use_encoding(tiny("llama"), "hf_probe")
+    ids, mask = left_padded(PROMPTS)
+    model.generate(ids, attention_mask=mask, max_new_tokens=2, do_sample=False)
+    seen = model.pezoo_encoding.seen
+    # the probe reads tokens in order (embed_tokens, observe): each row group alone, real tokens only
+    embeds = [s[1] for s in seen if s[0] == "embed"]
+    # the prompt (the full row, then the row padded by three), then the first new token of each
+    assert embeds == [[[0, 1, 2, 3, 4, 5]], [[0, 1, 2]], [[6]], [[3]]]
+    tokens = [s[1] for s in seen if s[0] == "embed_tokens"]
+    assert tokens[:2] == [[PROMPTS[0]], [PROMPTS[1]]]
+    assert [s[1:] for s in seen if s[0] == "observe"][:4] == [(0, (1, 6, 64)), (0, (1, 3, 64)), (1, (1, 6, 64)),
+                                                               (1, (1, 3, 64))]  # fmt: skip
+    assert [s[2:] for s in seen if s[0] == "qk"][-1] == ((1, 4, 1, 16), [[3]])
+    # the bias of the last step: every key of the row's real tokens, cached ones included
+    assert [s[2:] for s in seen if s[0] == "bias"][-2:] == [((1, 4, 7, 16), [[0, 1, 2, 3, 4, 5, 6]]),
+                                                             ((1, 4, 4, 16), [[0, 1, 2, 3]])]  # fmt: skip
+
+
+def test_bad_uses_are_errors(tmp_path):
+    bert = transformers.BertConfig(
+        hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=32
+    )
+    with pytest.raises(ValueError, match="model type"):
+        pezoo.hf.use_encoding(transformers.BertLMHeadModel(bert), "alibi")
+    model = adapted("llama", "alibi")
+    with pytest.raises(ValueError, match="already"):
+        pezoo.hf.use_encoding(model, "rope")
+    with pytest.raises(TypeError, match="unknown option"):
+        pezoo.hf.use_encoding(tiny("llama"), "alibi", slope=2)
+    with pytest.raises(TypeError, match="unknown option"):
+        pezoo.hf.use_encoding(tiny("llama"), "alibi{slope=2}")
+    untouched = tiny("llama")
+    with pytest.raises(TypeError, match="JSON"):  # save_pretrained could not record it
+        pezoo.hf.use_encoding(untouched, "abacus", digit_ids=range(3, 13))
+    assert not hasattr(untouched, "pezoo_encoding") and "pezoo" not in untouched.config.to_dict()
+    with pytest.raises(ValueError, match="inference-time"):
+        pezoo.hf.use_encoding(tiny("llama"), "rope@{scaling={rope_type=linear,factor=2.0}}")
+    tiny("llama").save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="no pezoo encoding"):
+        pezoo.hf.from_pretrained(tmp_path)
+
+
+def test_importing_pezoo_does_not_import_transformers():
+    import subprocess
+    import sys
+
+    code = "import pezoo, sys; print('transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+class PositionProbe(pezoo.PositionalEncoding):
+    """Records the positions qk sees; reads no tokens, so the batch runs as one."""
+
+    name = "hf_position_probe"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple] = []
+
+    def qk(self, layer, q, k, ctx):
+        self.seen.append((tuple(q.shape), ctx.q_pos.tolist(), ctx.key_padding_mask))
+        return q, k
+
+
+def test_a_padded_batch_gets_positions_from_each_rows_first_real_token(monkeypatch):
+    from pezoo.base import ENCODINGS
+
+    monkeypatch.setitem(ENCODINGS._factories, "hf_position_probe", PositionProbe)
+    model = pezoo.hf.use_encoding(tiny("qwen2"), "hf_position_probe")
+    ids, mask = left_padded(PROMPTS)
+    model.generate(ids, attention_mask=mask, max_new_tokens=2, do_sample=False)
+    (shape, pos, padding), *_, (_, step, _) = model.pezoo_encoding.seen
+    assert shape == (2, 4, 6, 16) and pos[0] == [0, 1, 2, 3, 4, 5] and pos[1][3:] == [0, 1, 2]
+    assert padding.tolist() == mask.bool().tolist()  # the padding is masked, whatever HF passes as its mask
+    assert step == [[6], [3]]
+
+
+def test_a_decoding_loop_of_ones_own_equals_the_full_pass():
+    model = adapted("llama", "xpos")
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        full = model(ids).logits
+        first = model(ids[:, :4], use_cache=True)
+        cache = first.past_key_values
+        steps = [first.logits]
+        for t in range(4, ids.shape[1]):
+            out = model(ids[:, t : t + 1], cache=cache, use_cache=True)
+            steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+
+
+def test_positions_that_depend_on_the_length_must_be_planned():
+    torch.manual_seed(0)
+    model = pezoo.hf.use_encoding(tiny("llama"), "randomized:rope")  # random positions at evaluation too
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        cache = model(ids[:, :3], use_cache=True).past_key_values
+        with pytest.raises(ValueError, match="plan"):
+            model(ids[:, 3:4], cache=cache, use_cache=True)
+        pezoo.hf.plan(model, ids.shape[1])
+        cache = model(ids[:, :3], use_cache=True).past_key_values
+        assert model(ids[:, 3:4], cache=cache, use_cache=True).logits.shape == (1, 1, 32)
+    out = model.generate(ids, max_new_tokens=3, do_sample=False)  # generate plans by itself
+    assert out.shape == (1, ids.shape[1] + 3)
+    # a plan holds for one sequence batch: the next one (training, say) is drawn for its own length
+    model.train()
+    pezoo.hf.plan(model, 48)
+    model(ids[:, :2])
+    assert model._pezoo_adapter.call.ctx.state["positions"].shape[-1] == 48
+    model(ids[:, :2])
+    assert model._pezoo_adapter.call.ctx.state["positions"].shape[-1] == 2
+
+
+def test_a_deep_copy_runs_its_own_encoding():
+    model = adapted("llama", "fire")
+    twin = copy.deepcopy(model)
+    ids = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        torch.testing.assert_close(twin(ids).logits, model(ids).logits, atol=0, rtol=0)
+        for p in twin.pezoo_encoding.parameters():
+            p.add_(1.0)
+        assert not torch.equal(twin(ids).logits, model(ids).logits)
+        assert twin._pezoo_adapter.encoding is twin.pezoo_encoding
+
+
+def test_gpt2_in_bfloat16_stays_in_bfloat16():
+    model = adapted("gpt2", "alibi").to(torch.bfloat16)
+    out = model(torch.tensor([PROMPTS[0]]), output_hidden_states=True)
+    assert {h.dtype for h in out.hidden_states} == {torch.bfloat16}
+
+
+def test_a_sliding_window_model_refuses_sequences_past_its_window():
+    model = pezoo.hf.use_encoding(tiny("mistral", sliding_window=4), "alibi")
+    assert model(torch.tensor([PROMPTS[1]])).logits.shape == (1, 3, 32)
+    with pytest.raises(ValueError, match="sliding window"):
+        model(torch.tensor([PROMPTS[0]]))
+
+
+def test_loading_reports_nothing_about_the_encodings_weights(tmp_path, capfd, caplog):
+    adapted("gpt2", "fire").save_pretrained(tmp_path)
+    capfd.readouterr()
+    pezoo.hf.from_pretrained(tmp_path)
+    logged = capfd.readouterr().err + caplog.text
+    assert "UNEXPECTED" not in logged and "MISSING" not in logged and "not sharded" not in logged
+
+
+def test_beam_search_works_by_positions_and_is_refused_for_per_row_state():
+    ids, mask = left_padded(PROMPTS)
+    alibi = adapted("llama", "alibi")
+    assert alibi.generate(ids, attention_mask=mask, max_new_tokens=2, num_beams=2, do_sample=False).shape == (2, 8)
+    with pytest.raises(ValueError, match="beam"):
+        adapted("llama", "prism").generate(ids, attention_mask=mask, max_new_tokens=2, num_beams=2)
+
+
+@pytest.mark.parametrize("spec", ["prism", "abacus+fire"])
+def test_training_on_a_left_padded_batch_reaches_the_encoding(spec):
+    model = adapted("gpt2", spec).train()
+    ids, mask = left_padded(PROMPTS)
+    model(ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss.backward()
+    grads = [p.grad for p in model.pezoo_encoding.parameters()]
+    assert any(g is not None and g.abs().sum() > 0 for g in grads)
+    assert all(torch.isfinite(g).all() for g in grads if g is not None)
+
+
+def test_gradient_checkpointing_is_refused():
+    model = adapted("llama", "prism").train()
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
+    with pytest.raises(ValueError, match="checkpointing"):
+        model(torch.tensor([PROMPTS[0]]))
