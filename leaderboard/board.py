@@ -914,7 +914,12 @@ def _seeds_wanted(plan: Planned | None, records: Sequence[Record]) -> int | Mapp
     f = filled(plan, seeds_by_run(records), published_cells(records))
     if f.covered:
         return None
-    return plan.seeds_of_rows() or len(plan.seeds)
+    rows = plan.seeds_of_rows()
+    if not rows:
+        return len(plan.seeds)
+    # a published row the plan does not name wants what the plan's rows want at least
+    fallback = min(rows.values())
+    return {label: rows.get(label, fallback) for label in {record_label(r.data) for r in records}}
 
 
 def retire(
