@@ -153,11 +153,14 @@ class Standing:
         return self.rank is not None
 
 
-def standings(per_seed: pd.DataFrame, label: str = "pe", seeds_wanted: int | None = None) -> list[Standing]:
+def standings(
+    per_seed: pd.DataFrame, label: str = "pe", seeds_wanted: int | Mapping[str, int] | None = None
+) -> list[Standing]:
     """Rank the encodings of one task's per-seed rows (columns ``label``, ``in-dist``
     (EM≤N), and :data:`RANK_KEYS`) by :data:`RULE`. Returns fitted encodings in rank
-    order, then the pending ones (every seed fits, fewer than ``seeds_wanted`` seeds) in
-    the same order, unranked, then the others by EM≤N (higher first), then by name."""
+    order, then the pending ones (every seed fits, fewer than ``seeds_wanted`` seeds: one
+    number for every row, or per label, a label it lacks wanting none) in the same order,
+    unranked, then the others by EM≤N (higher first), then by name."""
     Entry = tuple[tuple[float, ...], str, int, int]  # (sort key, label, seeds fit, seeds)
     fitted: list[Entry] = []
     pending: list[Entry] = []
@@ -166,7 +169,8 @@ def standings(per_seed: pd.DataFrame, label: str = "pe", seeds_wanted: int | Non
         ok = sum(fits(x) for x in g["in-dist"])
         if ok == len(g):
             key = tuple(-_or_low(shown(pd.to_numeric(g[k]).mean(), RANK_DIGITS[k])) for k in RANK_KEYS)
-            short = seeds_wanted is not None and len(g) < seeds_wanted
+            wanted = seeds_wanted.get(str(name)) if isinstance(seeds_wanted, Mapping) else seeds_wanted
+            short = wanted is not None and len(g) < wanted
             (pending if short else fitted).append((key, str(name), ok, len(g)))
         else:
             unfitted.append(((-_or_low(pd.to_numeric(g["in-dist"]).mean()),), str(name), ok, len(g)))

@@ -41,6 +41,7 @@ from harness.config import NEW_FIELD_DEFAULTS
 from harness.pe_spec import display_name, variant_display_name
 from harness.protocols import extra_input_badge
 from harness.report import per_seed_summary
+from leaderboard import permutation
 from leaderboard.plans import NO_PLANS, Filled, Planned, Plans, filled, published_cells, seeds_by_run
 from leaderboard.retired import RETIRED_FILE, Retirement, RowRetirement
 from leaderboard.schema import Record
@@ -53,6 +54,7 @@ FRAME_COLUMNS = [
     "seed",
     "preset",
     "train_max",
+    "test_range",
     "split",
     "length",
     "token_length",
@@ -105,10 +107,19 @@ def frame(records: Iterable[Record]) -> pd.DataFrame:
             "seed": d["seed"],
             "preset": d["preset"],
             "train_max": d["config"]["train"]["train_max"],
+            "test_range": test_range(d),
         }
         rows += [{**base, **m} for m in d["metrics"]]
     df = pd.DataFrame(rows, columns=FRAME_COLUMNS)
-    return df.sort_values(["preset", "task", "pe", "seed", "length"], kind="stable").reset_index(drop=True)
+    return df.sort_values(["preset", "task", "test_range", "pe", "seed", "length"], kind="stable").reset_index(
+        drop=True
+    )
+
+
+def test_range(data: Mapping[str, Any]) -> int:
+    """A record's largest planned test scale (``config.eval.test_max``): runs tested to 100
+    make a table of their own beside the ones tested to 40 on the same task and preset."""
+    return int(data["config"]["eval"]["test_max"])
 
 
 def check_protocols(records: Sequence[Record]) -> None:
@@ -117,12 +128,12 @@ def check_protocols(records: Sequence[Record]) -> None:
     (One encoding and seed twice under one protocol cannot happen: it is the same run_id,
     which reading the results already refuses.)
     """
-    first: dict[tuple[str, str], tuple[dict[str, Any], Record]] = {}
+    first: dict[tuple[str, str, int], tuple[dict[str, Any], Record]] = {}
     problems = []
     for rec in records:
         d = rec.data
         protocol = {k: v for k, v in _with_later_defaults(d["config"]).items() if k not in PROTOCOL_FREE_KEYS}
-        key = (d["preset"], d["task"])
+        key = (d["preset"], d["task"], test_range(d))
         if key not in first:
             first[key] = (protocol, rec)
         elif protocol != first[key][0]:
@@ -134,10 +145,10 @@ def check_protocols(records: Sequence[Record]) -> None:
                 "other settings go to a results folder of their own (`pezoo leaderboard export --out DIR`), or "
                 "are re-run with the preset's settings"
             )
-    seen: dict[tuple[str, str, str, int], Record] = {}
+    seen: dict[tuple[str, str, str, int, int], Record] = {}
     for rec in records:  # e.g. `randomized` and `randomized:ape`: one encoding, two run ids
         d = rec.data
-        run_key = (d["preset"], d["task"], record_label(d), d["seed"])
+        run_key = (d["preset"], d["task"], record_label(d), d["seed"], test_range(d))
         if run_key in seen:
             other = seen[run_key]
             problems.append(
@@ -212,7 +223,7 @@ class Row:
     per_seed: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # score -> each seed's value, seed order
     overlaps_above: bool = False  # EM>N's range over seeds meets that of a row ranked above (OVERLAP_RULE)
     pending: bool = False  # every seed so far fits, fewer seeds than planned: not ranked yet (PENDING_SEEDS_RULE)
-    seeds_wanted: int | None = None  # the seeds the table's plan wants of each row (None: no plan)
+    seeds_wanted: int | None = None  # the seeds the table's plan gives this row, while short of them (None: no plan)
 
     @property
     def fitted(self) -> bool:
@@ -233,10 +244,10 @@ class Row:
 
     def badges(self) -> list[str]:
         """What a reader must know beside the name: ``did not fit`` or ``1 of 3 seeds: not
-        ranked yet``, and ``reads n`` for an encoding with an extra input
-        (``harness.protocols.EXTRA_INPUTS``)."""
-        status, reads = self.status_text(), extra_input_badge(self.encoding)
-        return [b for b in (status, reads) if b is not None]
+        ranked yet``, ``3 of 8 seeds, 5 being run``, and ``reads n`` for an encoding with an
+        extra input (``harness.protocols.EXTRA_INPUTS``)."""
+        status, more, reads = self.status_text(), self.seeds_text(), extra_input_badge(self.encoding)
+        return [b for b in (status, more, reads) if b is not None]
 
     def status_text(self) -> str | None:
         """``did not fit``, ``1 of 3 seeds: not ranked yet``, or None for a ranked row."""
@@ -246,52 +257,75 @@ class Row:
             return "did not fit"
         return f"{len(self.seeds)} of {self.seeds_wanted} seeds: not ranked yet"
 
+    @property
+    def seeds_to_come(self) -> int:
+        """Planned seeds of this row not published yet (0 without a plan, or with all of them)."""
+        return max(0, (self.seeds_wanted or 0) - len(self.seeds))
+
+    def seeds_text(self) -> str | None:
+        """``3 of 8 seeds, 5 being run`` for a ranked row whose plan gives it more seeds
+        (SPLIT_SEEDS_RULE), else None: it is ranked on the seeds it has meanwhile."""
+        if not self.ranked or not self.seeds_to_come:
+            return None
+        return f"{len(self.seeds)} of {self.seeds_wanted} seeds, {self.seeds_to_come} being run"
+
 
 OVERLAP_MARK = "≈"
 OVERLAP_RULE = (
-    f"{OVERLAP_MARK} before a rank: the row's EM>N range over its seeds meets the range of some row ranked above "
-    "it, as the table shows them (two decimals), so by EM>N, the ranking measure, the seeds do not separate the "
-    "row from that one. A rank without the mark is separated on EM>N from every row ranked above it."
+    f"{OVERLAP_MARK} before a rank: the exact permutation test over seeds does not put some row ranked above it "
+    "above it on EM>N, the ranking measure, as the table shows the seeds' values (two decimals; one-sided p > 0.05, "
+    "or too few seeds to decide: 3 against 3 can reach p = 0.05 only where every seed of one is above every seed "
+    "of the other). A rank without the mark is below every row ranked above it by that test."
 )
 """What the ≈ before a rank means, quoted by the site and the README."""
 
+MIN_RANKED_SEEDS = 3
+"""A row is ranked once it has this many seeds (or all its plan gives it, if fewer)."""
+
 PENDING_SEEDS_RULE = (
-    "A row with fewer seeds than its table plans is listed after the ranked rows, “not ranked yet”, with the "
-    "numbers of its seeds so far: one seed is not ranked against three seeds' means."
+    f"A row with fewer than {MIN_RANKED_SEEDS} seeds (or than its plan gives it, if fewer) is listed after the "
+    "ranked rows, “not ranked yet”, with the numbers of its seeds so far: one seed is not ranked against three "
+    "seeds' means. A row with more seeds planned than published is ranked on the seeds it has, marked with how "
+    "many are being run."
 )
 """What a pending row is, quoted by the site and the README where a table has one."""
 
 
 def _mark_overlaps(rows: list[Row]) -> list[Row]:
-    """Set ``overlaps_above`` on each ranked row whose EM>N min..max meets the min..max of
-    some ranked row with a smaller rank number (rows sharing a rank are compared with the
-    rows above them, not with each other), compared as the table shows them: two ranges
-    that read ``0.00`` and ``0.00`` meet, even where the third decimal differs (odds_first:
-    a handful of exact answers in 3000)."""
+    """Set ``overlaps_above`` on each ranked row that the exact permutation test over seeds
+    (``leaderboard.permutation``) does not put below some ranked row with a smaller rank
+    number (rows sharing a rank are compared with the rows above them, not with each other),
+    on the seeds' EM>N as the table shows them: values that read ``0.00`` and ``0.00`` are
+    equal, even where the third decimal differs (odds_first: a handful of exact answers in
+    3000)."""
     out: list[Row] = []
     for row in rows:
         if row.ranked:
-            mine = row.scores["em_beyond"]
+            mine = [ranking.shown(v) for v in row.per_seed.get("em_beyond", ())]
             for above in out:
                 if not above.ranked or above.rank == row.rank:
                     continue
-                theirs = above.scores["em_beyond"]
-                measured = not (math.isnan(mine.hi) or math.isnan(theirs.lo) or math.isnan(mine.lo))
-                meets = ranking.shown(mine.hi) >= ranking.shown(theirs.lo) and ranking.shown(mine.lo) <= ranking.shown(
-                    theirs.hi
-                )
-                if measured and meets:
+                theirs = [ranking.shown(v) for v in above.per_seed.get("em_beyond", ())]
+                p = permutation.p_above(theirs, mine)
+                if p is not None and p > permutation.ALPHA:
                     row = replace(row, overlaps_above=True)
                     break
         out.append(row)
     return out
 
 
-def summary(df: pd.DataFrame, seeds_wanted: int | None = None) -> list[Row]:
+def summary(df: pd.DataFrame, seeds_wanted: int | Mapping[str, int] | None = None) -> list[Row]:
     """Rows of one (preset, task) frame in the order of ``harness.ranking.RULE``; with
-    ``seeds_wanted`` (the seeds the table's plan has), a row short of them is pending."""
+    ``seeds_wanted`` (the seeds the table's plan gives every row, or per label), a row with
+    fewer than ``MIN_RANKED_SEEDS`` of them (all of them where fewer are planned) is pending."""
     if df.empty:
         return []
+    planned: Mapping[str, int] | None = None
+    if isinstance(seeds_wanted, Mapping):
+        planned = seeds_wanted
+    elif seeds_wanted is not None:
+        planned = {str(label): seeds_wanted for label in df["pe"].unique()}
+    to_rank = None if planned is None else {k: min(v, MIN_RANKED_SEEDS) for k, v in planned.items()}
     per_seed = per_seed_summary(df)
     # the per-seed number per_seed_summary does not give
     tok_within = df[df["split"] == "train"].groupby(["pe", "seed"])["token_accuracy"].mean().rename("tok_within")
@@ -299,7 +333,7 @@ def summary(df: pd.DataFrame, seeds_wanted: int | None = None) -> list[Row]:
     rows = []
     columns = {"em_within": "in-dist", "em_beyond": "EM>N", "reach": "reach", "tok_beyond": "tok-acc>N"}
     columns["tok_within"] = "tok_within"
-    for standing in ranking.standings(per_seed, seeds_wanted=seeds_wanted):
+    for standing in ranking.standings(per_seed, seeds_wanted=to_rank):
         g = per_seed[per_seed["pe"] == standing.label].sort_values("seed")
         scores = {score: Stat.of(g[column]) for score, column in columns.items()}
         values = {score: tuple(float(v) for v in g[column]) for score, column in columns.items()}
@@ -315,7 +349,7 @@ def summary(df: pd.DataFrame, seeds_wanted: int | None = None) -> list[Row]:
                 standing.seeds_fit,
                 values,
                 pending=standing.pending,
-                seeds_wanted=seeds_wanted,
+                seeds_wanted=None if planned is None else planned.get(standing.label),
             )
         )
     return _mark_overlaps(rows)
@@ -432,12 +466,104 @@ def superseded_sentence(board: Board, table: Table) -> str | None:
     )
 
 
+MILESTONES = (1.5, 2, 3, 4, 5, 10)
+"""The multiples of N the answer counts seeds at (those the table tests)."""
+
+SPLIT_RANGE = 0.3
+SPLIT_SEEDS = 8
+SPLIT_SEEDS_RULE = (
+    f"Rows whose seeds' EM>N range exceeds {SPLIT_RANGE} split between seeds that extrapolate and seeds that do "
+    f"not: they get {SPLIT_SEEDS} seeds, and the answer counts how many of them reach each multiple of N. Until "
+    "those seeds are in, such a row is ranked on the seeds it has and says how many are being run."
+)
+"""The board's rule for rows whose seeds split, quoted by the site and the README."""
+
+
+def times_n(reach: float, table: Table) -> str:
+    """A reach as a multiple of N: ``1.3×``; ``≥ 4×`` where it holds to the largest tested scale."""
+    n, top = table.train_max, table.test_max
+    return f"≥ {top / n:.2g}×" if reach >= top else f"{reach / n:.2g}×"
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How far one row holds on a table, as multiples of N.
+
+    Attributes:
+        row: the table's row.
+        weakest: the weakest seed's reach (the largest scale with exact match ≥ 0.9 at
+            every scale N+1..it; N: none past N).
+        per_seed: each seed's reach.
+        counts: per multiple of N the table tests (MILESTONES), how many seeds reach it.
+    """
+
+    row: Row
+    weakest: int
+    per_seed: tuple[int, ...]
+    counts: tuple[tuple[float, int], ...]
+    n: int = 0  # the table's N
+
+    @property
+    def past_n(self) -> int:
+        """Seeds that keep exact match ≥ 0.9 one scale past N."""
+        return sum(r > self.n for r in self.per_seed)
+
+    @property
+    def splits(self) -> bool:
+        """The seeds' EM>N range exceeds SPLIT_RANGE."""
+        em = self.row.scores["em_beyond"]
+        return not math.isnan(em.lo) and em.hi - em.lo > SPLIT_RANGE
+
+    def fractions_text(self) -> str:
+        """``2 of 3 seeds reach 2×, 1 of 3 reaches 3×``: the multiples above the weakest
+        seed's reach that some seed reaches."""
+        total = len(self.per_seed)
+        parts = [
+            f"{k} of {total} seed{'s' if total != 1 else ''} reach{'es' if k == 1 else ''} {m:g}×"
+            for m, k in self.counts
+            if 0 < k < total
+        ]
+        return ", ".join(parts)
+
+
+def reaches(table: Table) -> list[Reach]:
+    """Per ranked row (and row still short of its seeds) that fitted, in the table's order:
+    how far it holds on each seed, as multiples of N."""
+    n = table.train_max
+    marks = [m for m in MILESTONES if m * n <= table.test_max]
+    out = []
+    for row in table.rows:
+        if not row.fitted:
+            continue
+        per_seed = tuple(int(r) for r in row.per_seed.get("reach") or (n,))
+        counts = tuple((m, sum(r >= m * n for r in per_seed)) for m in marks)
+        out.append(Reach(row, min(per_seed), per_seed, counts, n))
+    return out
+
+
+def reach_text(reach: Reach, table: Table) -> str:
+    """``1.3× N on its weakest seed; 2 of 3 seeds reach 2×`` or ``≥ 4× N on every seed (3 of 3)``."""
+    n, total = table.train_max, len(reach.per_seed)
+    if reach.weakest >= table.test_max:
+        return f"{times_n(reach.weakest, table)} N on every seed ({total} of {total})"
+    head = (
+        f"{times_n(reach.weakest, table)} N on its weakest seed"
+        if reach.weakest > n
+        else f"below 0.9 at {n + 1} on its weakest seed"
+    )
+    if reach.past_n and reach.weakest <= n:
+        head += f"; {reach.past_n} of {total} seeds past N"
+    more = reach.fractions_text()
+    return head + (f"; {more}" if more else "")
+
+
 def past_n_sentence(table: Table, provisional: bool = False) -> str | None:
     """The table's answer to the board's question in one sentence, from each ranked row's
-    weakest seed: ``How far past N = 10 exact match stays ≥ 0.9 on every seed: prism{paper}
-    to 40, the largest tested scale; hard_alibi to 13; nope and alibi to 11; the other 12
-    ranked rows fall below 0.9 at 11 (2 rows did not fit)``, begun ``So far,`` on a
-    ``provisional`` table (still being filled). None for a table with no ranked row."""
+    weakest seed, as multiples of N: ``How far past N = 10 exact match stays ≥ 0.9 on every
+    seed: prism{paper} ≥ 4× N (40, the largest tested scale); learned_prf_sh 1.7× N (17);
+    ...; the other 8 ranked rows fall below 0.9 at 11 (2 rows did not fit)``, begun ``So
+    far,`` on a ``provisional`` table (still being filled); on a table where nothing
+    extrapolates, says so. None for a table with no ranked row."""
     ranked = [row for row in table.rows if row.ranked]
     if not ranked:
         return None
@@ -448,7 +574,7 @@ def past_n_sentence(table: Table, provisional: bool = False) -> str | None:
         if reach[row.label] > n:
             by_reach.setdefault(reach[row.label], []).append(row.label)
     groups = [
-        f"{_and(labels)} to {far}" + (", the largest tested scale" if far >= top else "")
+        f"{_and(labels)} {times_n(far, table)} N ({far}" + (", the largest tested scale)" if far >= top else ")")
         for far, labels in sorted(by_reach.items(), reverse=True)
     ]
     rest = len(ranked) - sum(map(len, by_reach.values()))
@@ -457,7 +583,9 @@ def past_n_sentence(table: Table, provisional: bool = False) -> str | None:
     tail = [f"{plural(unfit, 'row')} did not fit"] if unfit else []
     tail += [f"{plural(pending, 'row')} not ranked yet"] if pending else []
     after = f" ({', '.join(tail)})" if tail else ""
-    if not groups:
+    if nothing_extrapolates(table):
+        said = f"{null_text(table)}: no seed of any fitted row keeps exact match ≥ {em} at scale {n + 1}{after}"
+    elif not groups:
         said = f"no ranked row keeps exact match ≥ {em} at scale {n + 1} on every seed{after}"
     else:
         if rest:
@@ -465,6 +593,29 @@ def past_n_sentence(table: Table, provisional: bool = False) -> str | None:
             groups.append(f"{others} below {em} at {n + 1}")
         said = f"how far past N = {n} exact match stays ≥ {em} on every seed: {'; '.join(groups)}{after}"
     return f"So far, {said}" if provisional else said[0].upper() + said[1:]
+
+
+def nothing_extrapolates(table: Table) -> bool:
+    """No seed of any fitted row keeps exact match ≥ 0.9 at scale N+1 (odds_first at
+    N = 10): the table cannot contrast encodings on extrapolation. It stays on the board,
+    labelled so (``NULL_TASK_TEXT``), and is left out of the grid's means and the verdicts."""
+    fitted = [row for row in table.rows if row.fitted]
+    return bool(fitted) and all(
+        max(row.per_seed.get("reach") or (table.train_max,)) <= table.train_max for row in fitted
+    )
+
+
+def null_text(table: Table) -> str:
+    """``no encoding extrapolates at N = 10``: what a table that cannot contrast is labelled."""
+    return f"no encoding extrapolates at N = {table.train_max}"
+
+
+NULL_RULE = (
+    "A table on which no seed of any fitted row keeps exact match ≥ 0.9 one scale past N is labelled “no encoding "
+    "extrapolates at N”: its ranking orders rows by near-zero numbers, so it is left out of the grid's means and "
+    "its claims read “no contrast”."
+)
+"""What a null table is, quoted by the site and the README."""
 
 
 def _and(items: Sequence[str]) -> str:
@@ -513,6 +664,17 @@ class Table:
     protocol: str | None = None  # the config's "protocol" (decoder / encoder) where runs record one
     train_min: int = 1
     match: str = "trace"  # what exact match scores (config eval.match): the whole completion, or the final answer
+    test_range: int | None = None  # its runs' planned largest test scale (config eval.test_max); None: test_max
+
+    @property
+    def tested_to(self) -> int:
+        """The largest test scale its runs were planned to (a table's identity beside preset and task)."""
+        return self.test_max if self.test_range is None else self.test_range
+
+    @property
+    def multiple(self) -> float:
+        """The largest tested scale as a multiple of N (4 for 40 over N = 10)."""
+        return self.test_max / self.train_max
 
 
 @dataclass(frozen=True)
@@ -586,6 +748,28 @@ RETIRED_RULE = (
 
 
 @dataclass(frozen=True)
+class TableToCome:
+    """A planned table with no published run yet: what it will hold."""
+
+    preset: str
+    task: str
+    tested_to: int
+    labels: tuple[str, ...]
+    runs: int
+    seeds: tuple[int, ...]
+
+    def sentence(self, train_max: int | None = None) -> str:
+        """``Being run: a copy table tested to 100 (10× N): hard_alibi, learned_prf_sh and
+        prism{paper}, seeds 0, 1, 2 (9 runs); none published yet.``"""
+        times = "" if not train_max else f" ({self.tested_to / train_max:g}× N)"
+        seeds = ("seed " if len(self.seeds) == 1 else "seeds ") + ", ".join(map(str, self.seeds))
+        return (
+            f"Being run: a {self.task} table of preset {self.preset} tested to {self.tested_to}{times}: "
+            f"{_and(list(self.labels))}, {seeds} ({plural(self.runs, 'run')}); none published yet"
+        )
+
+
+@dataclass(frozen=True)
 class Board:
     """Everything the pages show, computed once from the records (less the retired tables')."""
 
@@ -603,10 +787,35 @@ class Board:
         plan = self.plans.presets.get(preset)
         return None if plan is None else filled(plan, *self._published(preset=preset))
 
-    def table_filled(self, table: Table) -> Filled | None:
-        """How much of the (preset, task)'s plan is published; None without a plan."""
+    def table_plan(self, table: Table) -> Planned | None:
+        """The planned runs of ``table`` (its preset, task and test range); None without a plan."""
         plan = self.plans.tables.get((table.preset, table.task))
-        return None if plan is None else filled(plan, *self._published(preset=table.preset, task=table.task))
+        return None if plan is None else plan.within(table.tested_to)
+
+    def table_filled(self, table: Table) -> Filled | None:
+        """How much of the (preset, task, test range)'s plan is published; None without a plan."""
+        plan = self.table_plan(table)
+        if plan is None:
+            return None
+        records = self.records_where(preset=table.preset, task=table.task)
+        records = [r for r in records if test_range(r.data) == table.tested_to]
+        return filled(plan, seeds_by_run(records), published_cells(records))
+
+    def tables_to_come(self, task: str) -> list[TableToCome]:
+        """The tables a sweep file plans on ``task`` that have no published run yet (a copy
+        table tested to 100 while its runs train), so a page can say they are being run."""
+        out = []
+        for (preset, planned_task), plan in sorted(self.plans.tables.items()):
+            if planned_task != task or self.successor(preset) is not None:
+                continue
+            have = {t.tested_to for t in self.tables if (t.preset, t.task) == (preset, task)}
+            for tested_to in plan.test_ranges():
+                if tested_to in have:
+                    continue
+                part = plan.within(tested_to)
+                rows = part.seeds_of_rows()
+                out.append(TableToCome(preset, task, tested_to, tuple(sorted(rows)), len(part.run_ids), part.seeds))
+        return out
 
     @property
     def tasks(self) -> list[str]:
@@ -668,14 +877,15 @@ def assemble(
     check_protocols(records)
     df = frame(records)
     tables = []
-    by_table: dict[tuple[str, str], list[Record]] = {}
+    by_table: dict[tuple[str, str, int], list[Record]] = {}
     for r in records:
-        by_table.setdefault((r.data["task"], r.data["preset"]), []).append(r)
-    for (task, preset), g in df.groupby(["task", "preset"], sort=True):
-        table_records = by_table[(str(task), str(preset))]
+        by_table.setdefault((r.data["task"], r.data["preset"], test_range(r.data)), []).append(r)
+    for (task, preset, tested_to), g in df.groupby(["task", "preset", "test_range"], sort=True):
+        table_records = by_table[(str(task), str(preset), int(tested_to))]
         config = table_records[0].data["config"]
-        protocol = config.get("protocol")  # one per (task, preset): check_protocols made sure
-        wanted = _seeds_wanted(plans.tables.get((str(preset), str(task))), table_records)
+        protocol = config.get("protocol")  # one per (task, preset, test range): check_protocols made sure
+        plan = plans.tables.get((str(preset), str(task)))
+        wanted = _seeds_wanted(None if plan is None else plan.within(int(tested_to)), table_records)
         tables.append(
             Table(
                 preset=str(preset),
@@ -687,20 +897,29 @@ def assemble(
                 protocol=None if protocol is None else str(protocol),
                 train_min=int(config["train"].get("train_min", 1)),
                 match=str(config.get("eval", {}).get("match", "trace")),
+                test_range=int(tested_to),
             )
         )
     return Board(tuple(records), tuple(tables), plans, retired)
 
 
-def _seeds_wanted(plan: Planned | None, records: Sequence[Record]) -> int | None:
-    """The seeds a row of a table still being filled must have to be ranked: the plan's
-    seeds. None (rank every row whose seeds fit) without a plan, or once every planned
-    run is published or stood in for: the table is then complete, and a row the plan
-    gave fewer seeds than others is as complete as it will get."""
+def _seeds_wanted(plan: Planned | None, records: Sequence[Record]) -> int | Mapping[str, int] | None:
+    """The seeds the plan gives each row of a table still being filled: per label where
+    the plan knows its rows' labels (a row planned for 8 seeds beside rows of 3), else
+    the plan's seeds for every row. None (rank every row whose seeds fit) without a plan,
+    or once every planned run is published or stood in for: the table is then complete,
+    and a row the plan gave fewer seeds than others is as complete as it will get."""
     if plan is None:
         return None
     f = filled(plan, seeds_by_run(records), published_cells(records))
-    return None if f.covered else len(plan.seeds)
+    if f.covered:
+        return None
+    rows = plan.seeds_of_rows()
+    if not rows:
+        return len(plan.seeds)
+    # a published row the plan does not name wants what the plan's rows want at least
+    fallback = min(rows.values())
+    return {label: rows.get(label, fallback) for label in {record_label(r.data) for r in records}}
 
 
 def retire(
@@ -824,7 +1043,11 @@ def _retire_tables(
             )
         successors = [rec for rec in records if (rec.data["preset"], rec.data["task"]) == (r.superseded_by, r.task)]
         f = filled(plan, seeds_by_run(successors), published_cells(successors))
-        if not f.covered:  # a table whose rows all stand, some awaiting a corrected re-run, still replaces it
+        # a table whose rows all stand, some awaiting a corrected re-run, still replaces it; so does one that
+        # shows every encoding on every seed the old table showed while later rows or seeds are added to it
+        # (8 seeds for rows whose seeds split): it says itself that it is still being filled
+        shown_again = {(rec.data["pe"], int(rec.data["seed"])) for rec in successors}
+        if not f.covered and not {(rec.data["pe"], int(rec.data["seed"])) for rec in gone} <= shown_again:
             raise BoardError(
                 f"{where} retires {r.preset!r} on {r.task!r}, but {r.superseded_by!r} on {r.task!r} has "
                 f"{f.done} of its {f.planned} planned runs published: retire the old table once the new one is complete"

@@ -1,13 +1,17 @@
 """The at-a-glance grid: per preset, every encoding across every task, in one table.
 
-Per preset (:func:`overview`): an encodings × tasks grid whose cell is the ranking
-measure (EM>N, mean over seeds) where the encoding fitted, "did not fit" otherwise. Rows
-are ordered by the mean of EM>N over the preset's *counted* tasks, those whose table is
-complete (every task while none is, or without a plan), counting a task the encoding did
-not fit (or was not run on) as 0, then by counted tasks fitted, the mean compared as the
-grid shows it (two decimals); rows equal on both share a position and are listed by
-name. A task still being filled is shown but not counted, so the order does not depend
-on which runs happened to finish first.
+Per preset (:func:`overview`): an encodings × tasks grid whose cell is how far the
+encoding holds past N on its weakest seed, as a multiple of N (exact match ≥ 0.9 at every
+scale up to it), with the seeds' range of that reach and their mean EM>N, where the
+encoding fitted; "did not fit" otherwise. Rows are ordered by the mean of EM>N over the
+preset's *counted* tasks: those whose rows are all ranked (none short of its seeds; every
+task while none is, or without a plan) and on which something extrapolates (a task where
+no seed of any fitted row gets past N, odds_first at N = 10, contrasts nothing and is left
+out), counting a task the encoding did not fit (or was not run on) as 0, then by counted
+tasks fitted, the mean compared as the grid shows it (two decimals); rows equal on both
+share a position and are listed by name. Evaluation-time variants (a trained row's
+weights evaluated otherwise, "same weights") have a small grid of their own
+(:attr:`Overview.variants`).
 
 The grid is read off the board's own tables (``leaderboard.board.Row``), never the
 records, so a cell is the number its task's table shows. The site's front page and the
@@ -19,24 +23,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness import ranking
-from leaderboard.board import Board, Row
+from leaderboard.board import Board, Row, Table, nothing_extrapolates, times_n
 
 OVERVIEW_RULE = (
-    "Each cell is the ranking measure, EM>N (exact match beyond the training scales, mean over seeds), where every "
-    "seed of the encoding fitted that task; “did not fit” where some seed did not (with how many of its seeds "
-    "fit); blank where it was not run. "
-    "Rows are ordered by the mean over the tasks of EM>N, counting a task the encoding did not fit, is not ranked "
-    "on yet (short of its seeds) or was not run on as 0, then by the number of tasks fitted, both compared as "
-    "shown (the mean to two decimals); rows equal on both share a position. While the board is being filled, only "
-    "the tasks whose table is complete count, so the order does not depend on which runs finished first."
+    "Each cell is how far the encoding holds past N on its weakest seed, as a multiple of N (exact match ≥ 0.9 at "
+    "every scale up to it; ≥ 4× where it holds to the largest tested scale; “—” where it falls below 0.9 at N+1), "
+    "with the range over its seeds when they differ and, below, its EM>N (exact match beyond N, mean over seeds), "
+    "where every seed fitted; “did not fit” where some seed did not; blank where it was not run. "
+    "The mean column is the mean EM>N over the tasks it names, counting a task the encoding did not fit, is not "
+    "ranked on yet or was not run on as 0; it leaves out tasks where no encoding extrapolates and tasks with rows "
+    "short of their seeds. Rows are ordered by it, then by the number of those tasks fitted, both compared as shown "
+    "(the mean to two decimals); rows equal on both share a position. Evaluation-time variants (same weights) have "
+    "their own grid below."
 )
 """What the at-a-glance grid shows and how its rows are ordered, quoted by the site and the README."""
 
 PENDING_MARK = "†"
 PENDING_RULE = f"{PENDING_MARK} still being filled: shown, not counted in the mean or the tasks fitted"
+NULL_MARK = "∅"
+NULL_KEY = f"{NULL_MARK} no encoding extrapolates at N: shown, left out of the mean"
 """The key to a grid column whose table is incomplete (:attr:`Overview.pending`)."""
 
 
@@ -63,13 +71,19 @@ class Overview:
     """A preset's at-a-glance grid: its tasks (columns), the ones its order counts, and its rows."""
 
     tasks: list[str]
-    counted: list[str]  # the tasks whose table is complete; every task while none is
+    counted: list[str]  # the tasks the mean counts: something extrapolates, no row short of its seeds
     rows: list[OverviewRow]
+    null: list[str] = field(default_factory=list)  # tasks where no encoding extrapolates (left out of the mean)
+    variants: list[OverviewRow] = field(default_factory=list)  # evaluation-time variants ("same weights")
 
     @property
     def pending(self) -> list[str]:
         """The tasks still being filled: shown, not counted in the order (marked †)."""
-        return [t for t in self.tasks if t not in self.counted]
+        return [t for t in self.tasks if t not in self.counted and t not in self.null]
+
+    def mean_title(self) -> str:
+        """``mean EM>N over copy, reverse, stack_manipulation``: what the mean column is."""
+        return f"mean EM>N over {', '.join(self.counted) or 'no task'}"
 
     def counted_text(self) -> str | None:
         """``The order counts copy and reverse only, ...`` while some task is still being
@@ -79,17 +93,21 @@ class Overview:
         counted = " and ".join(self.counted) if len(self.counted) < 3 else ", ".join(self.counted)
         pending = ", ".join(self.pending)
         return (
-            f"The order counts {counted} only, the {'task' if len(self.counted) == 1 else 'tasks'} whose table is "
-            f"complete; {pending} ({PENDING_MARK}) {'is' if len(self.pending) == 1 else 'are'} still being filled."
+            f"The order counts {counted} only, the {'task' if len(self.counted) == 1 else 'tasks'} with every row "
+            f"ranked; {pending} ({PENDING_MARK}) {'has' if len(self.pending) == 1 else 'have'} rows short of their "
+            "seeds."
         )
 
 
 def overview(board: Board, preset: str) -> Overview:
     """The preset's at-a-glance grid; the order is in the module docstring."""
-    tables = [t for t in board.tables if t.preset == preset]
+    tables = first_tables(board, preset)
     tasks = [t.task for t in tables]
-    complete = [t.task for t in tables if (f := board.table_filled(t)) is None or f.covered]
-    counted = complete or tasks
+    null = [t.task for t in tables if nothing_extrapolates(t)]
+    contrasting = [t for t in tables if t.task not in null]
+    labels = {row.label for t in tables for row in t.rows}
+    complete = [t.task for t in contrasting if _complete_enough(board, t, labels)]
+    counted = complete or [t.task for t in contrasting]
     cells: dict[str, dict[str, Row]] = {}
     encodings: dict[str, str] = {}
     for table in tables:
@@ -103,13 +121,108 @@ def overview(board: Board, preset: str) -> Overview:
         score = sum(beyond) / max(len(counted), 1)
         unordered.append(((-ranking.shown(score), -len(beyond)), label, by_task, score, len(beyond)))
     unordered.sort(key=lambda item: (item[0], item[1]))  # equal as shown: by name
-    rows, position, previous = [], 0, None
-    for i, (key, label, by_task, score, n_fit) in enumerate(unordered, start=1):
-        if key != previous:  # competition positions: rows equal as shown share one
-            position, previous = i, key
-        rows.append(OverviewRow(position, label, encodings[label], by_task, score, n_fit))
-    return Overview(tasks, counted, rows)
+    rows: list[OverviewRow] = []
+    variants: list[OverviewRow] = []
+    for part, kept in ((rows, False), (variants, True)):
+        position, previous, i = 0, None, 0
+        for key, label, by_task, score, n_fit in unordered:
+            if is_variant(label) != kept:
+                continue
+            i += 1
+            if key != previous:  # competition positions: rows equal as shown share one
+                position, previous = i, key
+            part.append(OverviewRow(position, label, encodings[label], by_task, score, n_fit))
+    return Overview(tasks, counted, rows, null, variants)
+
+
+def _complete_enough(board: Board, table: Table, labels: set[str]) -> bool:
+    """Whether the grid's mean may count ``table``: no row of it short of its seeds, and no
+    row the grid shows elsewhere still to come on it (it would count as 0 until it arrives,
+    so the order would depend on which runs finished first). Rows new to the whole grid and
+    seeds added to ranked rows do not hold it back. Where the plan does not name its rows,
+    the table must be complete."""
+    plan = board.table_plan(table)
+    if plan is None:
+        return True
+    planned = plan.seeds_of_rows()
+    if not planned:
+        f = board.table_filled(table)
+        return f is None or f.covered
+    if any(r.fitted and not r.ranked for r in table.rows):
+        return False
+    missing = (set(planned) - {r.label for r in table.rows}) & labels
+    return not missing
+
+
+def is_variant(label: str) -> bool:
+    """An evaluation-time variant: a trained row's weights evaluated otherwise (``rope → yarn×4 (same weights)``)."""
+    return label.endswith("(same weights)")
+
+
+def first_tables(board: Board, preset: str) -> list[Table]:
+    """The preset's table per task that the grid shows: the one tested to the shortest
+    range (copy to 40, not the copy table tested to 100 beside it, which has a few rows)."""
+    out: dict[str, Table] = {}
+    for t in board.tables:
+        if t.preset == preset and (t.task not in out or t.tested_to < out[t.task].tested_to):
+            out[t.task] = t
+    return list(out.values())
 
 
 def _or_low(x: float) -> float:
     return -math.inf if math.isnan(x) else x
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What one grid cell shows (the site and the README alike).
+
+    Attributes:
+        kind: ``value``, ``unfit`` or ``none`` (not run).
+        reach: the weakest seed's reach as a multiple of N (``1.3×``, ``≥ 4×``), ``—`` where
+            it falls below 0.9 at N+1.
+        em: ``EM>N 0.66``: the mean EM>N over seeds.
+        spread: the seeds' reaches where they differ, as multiples of N (``1.3–2.4×``).
+        fraction: how far the weakest seed holds, from 0 (not past N) to 1 (the largest
+            tested scale): the cell's colour.
+        title: the tooltip: rank, each number with its seeds' range, the fit.
+    """
+
+    kind: str
+    reach: str
+    em: str
+    spread: str
+    fraction: float
+    title: str
+    sort: str
+
+
+def cell(table: Table | None, task: str, row: Row | None) -> Cell:
+    """The grid cell of ``row`` on ``table`` (None: not run)."""
+    if row is None or table is None:
+        return Cell("none", "", "", "", 0.0, f"{task}: not run", "")
+    em, within = row.scores["em_beyond"], row.scores["em_within"]
+    fit = f"{row.seeds_fit}/{len(row.seeds)} seeds fit, EM≤N {within.text()}"
+    if not row.fitted:
+        return Cell(
+            "unfit",
+            f"did not fit ({row.seeds_fit}/{len(row.seeds)})",
+            "",
+            "",
+            0.0,
+            f"{task}: did not fit ({fit})",
+            "-1",
+        )
+    n = table.train_max
+    per_seed = [int(r) for r in row.per_seed.get("reach") or (n,)]
+    low, high = min(per_seed), max(per_seed)
+    reach = "—" if low <= n else times_n(low, table)
+    spread = "" if high == low else f"{low / n:.2g}–{times_n(high, table).replace('≥ ', '')}"
+    ranked = sum(r.ranked for r in table.rows)
+    standing = f"rank {row.rank} of {ranked} ranked" if row.ranked else row.status_text()
+    seeds = ", ".join(map(str, per_seed))
+    title = f"{task}: {standing} · reach per seed {seeds} (N = {n}) · EM>N {em.text()} · {fit}"
+    span = max(table.test_max - n, 1)
+    fraction = max(0.0, min(1.0, (low - n) / span))
+    text_em = "-" if math.isnan(em.mean) else f"EM>N {em.mean:.2f}"
+    return Cell("value", reach, text_em, spread, fraction, title, f"{low / n:.6f}")

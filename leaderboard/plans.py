@@ -31,6 +31,31 @@ class Planned:
     seeds: tuple[int, ...]
     seed_of: Mapping[str, int] | None = None  # run id -> seed (per-seed counts)
     cell_of: Mapping[str, str] | None = None  # run id -> its cell (:func:`cell`), where known
+    row_of: Mapping[str, tuple[str, int]] | None = None  # run id -> (board label, largest test scale), where known
+
+    def within(self, test_max: int) -> Planned:
+        """The planned runs tested up to ``test_max`` (one table: a copy table tested to 100
+        is another table than the one tested to 40); all of them where runs' ranges are unknown."""
+        if self.row_of is None:
+            return self
+        keep = frozenset(r for r in self.run_ids if self.row_of[r][1] == test_max)
+        seed_of = None if self.seed_of is None else {r: s for r, s in self.seed_of.items() if r in keep}
+        seeds = self.seeds if seed_of is None else tuple(sorted(set(seed_of.values())))
+        cell_of = None if self.cell_of is None else {r: c for r, c in self.cell_of.items() if r in keep}
+        return Planned(keep, seeds, seed_of, cell_of, {r: self.row_of[r] for r in keep})
+
+    def seeds_of_rows(self) -> dict[str, int]:
+        """Board label -> how many seeds the plan gives that row ({} where labels are unknown)."""
+        if self.row_of is None or self.seed_of is None:
+            return {}
+        seeds: dict[str, set[int]] = {}
+        for run, (label, _) in self.row_of.items():
+            seeds.setdefault(label, set()).add(self.seed_of[run])
+        return {label: len(s) for label, s in seeds.items()}
+
+    def test_ranges(self) -> tuple[int, ...]:
+        """The largest test scales the plan's runs are tested to, ascending (() where unknown)."""
+        return () if self.row_of is None else tuple(sorted({t for _, t in self.row_of.values()}))
 
 
 @dataclass(frozen=True)
@@ -62,7 +87,8 @@ class Plans:
             seed_of = None if plan.seed_of is None else {r: s for r, s in plan.seed_of.items() if r in run_ids}
             seeds = plan.seeds if seed_of is None else tuple(sorted(set(seed_of.values())))
             cell_of = None if plan.cell_of is None else {r: c for r, c in plan.cell_of.items() if r in run_ids}
-            presets[preset] = Planned(run_ids, seeds, seed_of, cell_of)
+            row_of = None if plan.row_of is None else {r: c for r, c in plan.row_of.items() if r in run_ids}
+            presets[preset] = Planned(run_ids, seeds, seed_of, cell_of, row_of)
         tables = {key: plan for key, plan in self.tables.items() if key not in gone}
         return Plans(self.sources, presets, tables, self.problems)
 
@@ -74,9 +100,10 @@ def read_plans(folder: Path) -> Plans:
     """The plans of the sweep files (``*.toml``, except ``retired.toml``) in ``folder``;
     unreadable ones become ``problems``, never an error (the results alone make a valid board)."""
     from harness.sweep import load_sweep
+    from leaderboard.board import record_label
     from leaderboard.retired import RETIRED_FILE
 
-    runs: list[tuple[Any, ...]] = []  # (preset, task, seed, run_id, source, cell)
+    runs: list[tuple[Any, ...]] = []  # (preset, task, seed, run_id, source, cell, (label, test_max))
     problems = []
     for path in sorted(folder.glob("*.toml")) if folder.is_dir() else []:
         if path.name == RETIRED_FILE:
@@ -86,7 +113,10 @@ def read_plans(folder: Path) -> Plans:
         except (ValueError, TypeError, KeyError) as exc:
             problems.append(f"{path.name}: {exc}")
             continue
-        runs += [(c.preset, c.task, c.seed, c.run_id(), path.name, cell(c.to_dict())) for c in configs]
+        for c in configs:
+            d = c.to_dict()
+            row = (record_label({"pe": c.pe, "config": d}), int(d["eval"]["test_max"]))
+            runs.append((c.preset, c.task, c.seed, c.run_id(), path.name, cell(d), row))
     return plans_of(runs, problems)
 
 
@@ -101,16 +131,18 @@ def cell(config: Mapping[str, Any]) -> str:
 
 
 def plans_of(runs: Iterable[tuple[Any, ...]], problems: Iterable[str] = ()) -> Plans:
-    """Plans from (preset, task, seed, run_id, source file[, cell]) tuples."""
+    """Plans from (preset, task, seed, run_id, source file[, cell[, (board label, test_max)]]) tuples."""
     runs = list(runs)
 
     def planned(rows: list[tuple[Any, ...]]) -> Planned:
         cells = {r[3]: r[5] for r in rows if len(r) > 5}
+        row_of = {r[3]: (str(r[6][0]), int(r[6][1])) for r in rows if len(r) > 6}
         return Planned(
             frozenset(r[3] for r in rows),
             tuple(sorted({r[2] for r in rows})),
             {r[3]: r[2] for r in rows},
             cells if len(cells) == len(rows) else None,
+            row_of if len(row_of) == len(rows) else None,
         )
 
     presets = sorted({r[0] for r in runs})
@@ -163,7 +195,12 @@ def published_cells(records: Iterable[Any]) -> frozenset[str]:
 def filled(plan: Planned, published: Mapping[str, int], cells: frozenset[str] = frozenset()) -> Filled:
     """``plan`` against the published runs (run id -> seed) and their ``cells``."""
     done = plan.run_ids & published.keys()
-    rerunning = sum(1 for run in plan.run_ids - done if plan.cell_of is not None and plan.cell_of.get(run) in cells)
+    # a published cell stands in for a planned run only where no planned run published holds it: a new
+    # row of another option (randomized{max_length=336} beside randomized) shares its cell, re-runs nothing
+    taken = set() if plan.cell_of is None else {plan.cell_of.get(run) for run in done}
+    rerunning = sum(
+        1 for run in plan.run_ids - done if plan.cell_of is not None and plan.cell_of.get(run) in cells - taken
+    )
     by_seed: tuple[tuple[int, int, int], ...] = ()
     if plan.seed_of is not None:
         seed_of = plan.seed_of

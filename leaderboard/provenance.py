@@ -49,6 +49,7 @@ class Provenance:
     evaluated: int = 0  # runs that evaluate another run's trained weights (inference-time variants), no training
     cpus: tuple[str, ...] = ()  # the hosts' CPUs ("not recorded" for records from before pezoo recorded them)
     resumed_elsewhere: int = 0  # runs trained by more than one commit or on more than one machine
+    cpus_unknown: int = 0  # runs whose record names no CPU (written before the harness recorded it)
     train_scales: tuple[str, ...] = ()  # the training scales, "1..10"
     test_maxes: tuple[int, ...] = ()  # the largest tested scale
 
@@ -108,6 +109,7 @@ def provenance(records: Iterable[Record]) -> list[Provenance]:
                 d_models=values(lambda d: d["config"].get("backbone", {}).get("d_model")),
                 evaluated=sum(bool(r.data["config"].get("eval_pe_options")) for r in recs),
                 cpus=values(lambda d: d["provenance"].get("cpu", NOT_RECORDED)),
+                cpus_unknown=sum("cpu" not in r.data["provenance"] for r in recs),
                 resumed_elsewhere=sum(
                     any(k in r.data["provenance"] for k in ("code_by_step", "machine_by_step")) for r in recs
                 ),
@@ -146,8 +148,12 @@ def trained_sentence(p: Provenance) -> str:
     if p.train_scales:
         text += f" on task instances of scale {' or '.join(p.train_scales)},"
     text += " " + _device_words(p.devices)
-    if len(p.cpus) > 1:
-        text += " (more than one machine: the provenance lists their CPUs)"
+    known = [c for c in p.cpus if c != NOT_RECORDED]
+    if p.cpus_unknown and known:  # all unknown: the Provenance table's CPU row says "not recorded"
+        cpus = plural(len(known), "CPU model")
+        text += f" ({cpus} named in the records; the CPU of {p.cpus_unknown} of the {p.runs} runs is unknown)"
+    elif len(known) > 1:
+        text += f" (more than one machine: the records name {len(known)} CPU models, listed under Provenance)"
     if p.test_maxes:
         text += f", and is tested on scales up to {'/'.join(map(str, p.test_maxes))}"
     if p.evaluated:

@@ -10,7 +10,6 @@ generated (``README_MARK``): `pezoo leaderboard build` replaces no other README.
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from pathlib import Path
@@ -21,6 +20,7 @@ from tabulate import tabulate
 from leaderboard import board as bd
 from leaderboard import claims, notes
 from leaderboard import overview as ov
+from leaderboard import permutation as pt
 from leaderboard import provenance as prov
 from leaderboard.text import GENERATOR, short_commit, slug
 
@@ -58,15 +58,75 @@ def is_generated_readme(path: Path) -> bool:
     return head[0] == README_MARK or (head[:2] == list(_LEGACY_HEAD[:2]) and head[2].startswith(_LEGACY_HEAD[2]))
 
 
-def _glance_cell(row: bd.Row | None) -> str:
-    """An at-a-glance cell: the mean EM>N where the encoding fitted (the task tables carry
-    the seeds' min–max), "did not fit", or blank (not run)."""
-    if row is None:
+def _glance_cell(table: bd.Table | None, task: str, row: bd.Row | None) -> str:
+    """An at-a-glance cell (``leaderboard.overview.cell``): the weakest seed's reach as a
+    multiple of N, the seeds' range where they differ, the mean EM>N; "did not fit"; blank."""
+    c = ov.cell(table, task, row)
+    if c.kind == "none":
         return ""
-    mean = row.scores["em_beyond"].mean
-    if not row.fitted:
-        return f"*did not fit ({row.seeds_fit}/{len(row.seeds)} seeds fit)*"
-    return "-" if math.isnan(mean) else f"{mean:.2f}"
+    if c.kind == "unfit":
+        return f"*{md(c.reach)}*"
+    spread = f" (seeds {md(c.spread)})" if c.spread else ""
+    return f"**{md(c.reach)}**{spread} · {md(c.em)}"
+
+
+def _glance(grid: ov.Overview, tables: dict[str, bd.Table], rows: list[ov.OverviewRow]) -> str:
+    headers = ["#", "encoding"]
+    for t in grid.tasks:
+        mark = ov.NULL_MARK if t in grid.null else ov.PENDING_MARK if t in grid.pending else ""
+        headers.append(md(t) + mark)
+    headers += [md(grid.mean_title()), "fitted"]
+    body = []
+    for entry in rows:
+        reads = bd.extra_input_badge(entry.encoding)
+        body.append(
+            [
+                entry.position,
+                md(entry.label) + (f" · *{md(reads)}*" if reads else ""),
+                *(_glance_cell(tables.get(t), t, entry.cells.get(t)) for t in grid.tasks),
+                f"{entry.score:.2f}",
+                f"{entry.tasks_fitted}/{len(grid.counted)}",
+            ]
+        )
+    return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def _how_far(table: bd.Table) -> list[str]:
+    """The answer's table under a task's sentence: per fitted row some seed of which gets
+    past N, its weakest seed's reach and how many seeds reach each multiple of N."""
+    if bd.nothing_extrapolates(table):
+        return []
+    found = bd.reaches(table)
+    far = [r for r in found if r.past_n]
+    if not far:
+        return []
+    rows = []
+    for r in far:
+        weakest = "—" if r.weakest <= table.train_max else bd.times_n(r.weakest, table)
+        counts = " · ".join(f"{m:g}×: {k} of {len(r.per_seed)}" for m, k in r.counts)
+        badges = "".join(f" · *{md(b)}*" for b in r.row.badges())
+        rows.append(
+            [r.row.rank_text(), md(r.row.label) + badges, weakest, counts + (" · *seeds split*" if r.splits else "")]
+        )
+    out = [
+        tabulate(
+            rows,
+            headers=["rank", "encoding", "weakest seed", "seeds reaching each multiple of N"],
+            tablefmt="github",
+            disable_numparse=True,
+        ),
+        "",
+    ]
+    rest = len(found) - len(far)
+    if rest:
+        out += [
+            md(
+                f"The other {bd.plural(rest, 'fitted row')}: no seed keeps exact match ≥ 0.9 at scale "
+                f"{table.train_max + 1}."
+            ),
+            "",
+        ]
+    return out
 
 
 def render_readme(board: bd.Board, *, site_href: str) -> str:
@@ -100,53 +160,62 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         filling = bd.filling_sentence(board, p.preset)
         if filling:
             out += [f"> **{md(p.preset)}:** {md(filling)}", ""]
-    if board.retired:
-        out += ["## Left the board", "", md(bd.RETIRED_RULE), ""]
-        out += [f"- {md(t.sentence())}" for t in board.retired]
-        out.append("")
-    departed = notes.departures(board.records)
-    if departed:
-        out += ["## Run unlike their papers", "", md(notes.DEPARTURES_RULE), ""]
-        for dep in departed:
-            out.append(f"- **{md(dep.label)}** ({md(dep.paper)}):")
-            for text, tasks in dep.differences:
-                out.append(f"  - {md(text)}; on {md('; '.join(tasks))}")
-        out.append("")
-    extra = notes.extra_inputs(board.records)
-    if extra:
-        out += ["## Extra inputs", "", md(notes.EXTRA_INPUTS_RULE), ""]
-        out += [f"- **{md(label)}** {md(text)}; on {_mds(tasks)}" for label, text, tasks in extra]
-        out.append("")
-    setups = notes.per_task_setups(board.records)
-    if setups:
-        out += ["## Set up per task", "", md(notes.PER_TASK_RULE), ""]
-        out += [f"- **{md(s.label)}** (preset {md(s.preset)}): {md(s.sentence())}" for s in setups]
-        out.append("")
     if not board.tables:
         out += ["No results yet: publish some with `pezoo leaderboard export`.", ""]
     else:
+        out += ["## How far past the training length", ""]
+        several = {t.task for t in board.tables if len(board.tables_of_task(t.task)) > 1}
+        for table in board.tables:
+            if board.successor(table.preset) is not None:
+                continue
+            answer = bd.past_n_sentence(table, provisional=bd.table_filling(board, table) is not None)
+            if answer:
+                further = f" (tested to {table.tested_to})" if table.task in several else ""
+                out.append(f"- **{md(table.task)}**{further}: {md(answer)}.")
+        out.append("")
+        for task in board.tasks:
+            out += [f"> **{md(t.sentence(_train_max(board, task)))}.**\n" for t in board.tables_to_come(task)]
+        out += _how_to_read()
         out += ["## At a glance", "", md(ov.OVERVIEW_RULE), ""]
     for preset in board.presets:
         grid = ov.overview(board, preset)
-        headers = ["#", "encoding", *(md(t) + (ov.PENDING_MARK if t in grid.pending else "") for t in grid.tasks)]
-        headers += ["mean", "fitted"]
-        glance = []
-        for entry in grid.rows:
-            cells = [entry.cells.get(t) for t in grid.tasks]
-            glance.append(
-                [
-                    entry.position,
-                    md(entry.label),
-                    *(_glance_cell(c) for c in cells),
-                    f"{entry.score:.2f}",
-                    f"{entry.tasks_fitted}/{len(grid.counted)}",
-                ]
-            )
+        tables = {t.task: t for t in ov.first_tables(board, preset)}
         if len(board.presets) > 1:
             out += [f"Preset **{md(preset)}**:", ""]
-        out += [tabulate(glance, headers=headers, tablefmt="github", disable_numparse=True), ""]
+        out += [_glance(grid, tables, grid.rows), ""]
+        if grid.null:
+            out += [md(f"{ov.NULL_KEY} ({', '.join(grid.null)})."), ""]
         if grid.pending:
             out += [md(f"{grid.counted_text()} {ov.PENDING_RULE}."), ""]
+        if grid.variants:
+            out += ["Evaluation-time variants (a trained row's weights evaluated otherwise, no training):", ""]
+            out += [_glance(grid, tables, grid.variants), ""]
+    notes_out: list[str] = []
+    if board.retired:
+        notes_out += ["## Left the board", "", md(bd.RETIRED_RULE), ""]
+        notes_out += [f"- {md(t.sentence())}" for t in board.retired]
+        notes_out.append("")
+    departed = notes.departures(board.records)
+    if departed:
+        notes_out += ["## Run unlike their papers", "", md(notes.DEPARTURES_RULE), ""]
+        common = notes.common_departure(board.records)
+        notes_out += [md(common), ""] if common else []
+        for dep in departed:
+            notes_out.append(f"- **{md(dep.label)}** ({md(dep.paper)}):")
+            for text, tasks in dep.differences:
+                notes_out.append(f"  - {md(text)}; on {md('; '.join(tasks))}")
+        notes_out.append("")
+    extra = notes.extra_inputs(board.records)
+    if extra:
+        notes_out += ["## Extra inputs", "", md(notes.EXTRA_INPUTS_RULE), ""]
+        notes_out += [f"- **{md(label)}** {md(text)}; on {_mds(tasks)}" for label, text, tasks in extra]
+        notes_out.append("")
+    setups = notes.per_task_setups(board.records)
+    if setups:
+        notes_out += ["## Set up per task", "", md(notes.PER_TASK_RULE), ""]
+        notes_out += [f"- **{md(s.label)}** (preset {md(s.preset)}): {md(s.sentence())}" for s in setups]
+        notes_out.append("")
+    out += notes_out
     found = claims.claim_verdicts(board)
     if found:
         out += ["## What the papers claim, and what this board shows", "", md(claims.CLAIMS_RULE), ""]
@@ -154,16 +223,13 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
             out += [f"**{md(claim.says)}** ({md(claim.source)}). *Test:* {md(claim.test)}", ""]
             for v in verdicts:
                 note = f" *{md(v.provisional[0].upper() + v.provisional[1:])}.*" if v.provisional else ""
-                out.append(f"- {md(v.task)}, preset {md(v.preset)}: **{md(v.outcome)}**. {md(v.evidence)}.{note}")
+                out.append(f"- {md(v.where())}: **{md(v.shown)}**. {md(v.evidence)}.{note}")
             out.append("")
         missing = claims.unanswered(board)
         if missing:
             out += [md(claims.UNANSWERED_RULE), ""]
             out += [f"- **{md(claim.says)}** ({md(claim.source)}): {md(why)}." for claim, why in missing]
             out.append("")
-    if board.tables:
-        rules = f"{bd.RANKING_RULE} {bd.PENDING_SEEDS_RULE} {bd.CELLS_RULE} {bd.OVERLAP_RULE}"
-        out += ["## Ranking", "", md(rules), ""]
     for task in board.tasks:
         out += [f"## {md(task)}", ""]
         for table in board.tables_of_task(task):
@@ -172,13 +238,17 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
             earlier = bd.superseded_sentence(board, table)
             out += [
                 f"Preset **{md(table.preset)}**, trained on scales {table.train_min}..{n}, "
-                f"tested up to {table.test_max} "
+                f"tested up to {table.test_max} ({table.multiple:g}× N) "
                 f"([curves]({site_href}/tasks/{slug(task)}.html))"
                 f"{'; exact match scores the final answer only' if table.match == 'answer' else ''}."
                 + (f" **{md(filling[0].upper() + filling[1:])}.**" if filling else "")
                 + (f" **{md(earlier[0].upper() + earlier[1:])}.**" if earlier else ""),
                 "",
             ]
+            answer = bd.past_n_sentence(table, provisional=filling is not None)
+            if answer:
+                out += [f"**{md(answer)}.**", ""]
+            out += _how_far(table)
             rows: list[list[Any]] = []
             for row in table.rows:
                 rows.append(
@@ -188,9 +258,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
                 )
             headers = ["rank", "encoding", f"EM≤{n}", f"EM>{n}", "reach", f"tok>{n}", f"tok≤{n}", "seeds"]
             out += [tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True), ""]
-            answer = bd.past_n_sentence(table, provisional=filling is not None)
-            if answer:
-                out += [md(answer) + ".", ""]
+        out += [f"> **{md(t.sentence(_train_max(board, task)))}.**\n" for t in board.tables_to_come(task)]
     if provs:
         out += ["## Provenance", ""]
         rows = []
@@ -212,3 +280,25 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         headers = ["preset", "runs", "steps", "backbone", "device", "commit", "torch", "finished (UTC)", "files"]
         out += [tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True), ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _train_max(board: bd.Board, task: str) -> int | None:
+    tables = board.tables_of_task(task)
+    return tables[0].train_max if tables else None
+
+
+def _how_to_read() -> list[str]:
+    """The rules behind the answer, folded (GitHub renders <details>)."""
+    ranking = f"{bd.RANKING_RULE} {bd.PENDING_SEEDS_RULE} {bd.CELLS_RULE} {bd.OVERLAP_RULE}"
+    return [
+        "<details><summary>How to read this: the ranking, the cells, the seeds, the test behind “above”</summary>",
+        "",
+        f"**Ranking.** {md(ranking)}",
+        "",
+        f"**Seeds.** {md(bd.SPLIT_SEEDS_RULE)} {md(pt.RULE)}",
+        "",
+        f"**Nothing to contrast.** {md(bd.NULL_RULE)}",
+        "",
+        "</details>",
+        "",
+    ]

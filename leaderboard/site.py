@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-import math
 import os
 import posixpath
 import random
@@ -46,6 +45,7 @@ from markupsafe import Markup
 from leaderboard import board as bd
 from leaderboard import claims, notes
 from leaderboard import overview as ov
+from leaderboard import permutation as pt
 from leaderboard import provenance as prov
 from leaderboard.plans import NO_PLANS, Plans, read_plans
 from leaderboard.readme import README_MARK, is_generated_readme, render_readme
@@ -315,34 +315,27 @@ class Site:
     heat_ramp = ", ".join(VIRIDIS)
     """The heat-map's colour scale as a CSS gradient's stops (its legend)."""
 
-    def heat_cell(self, table_rows: Mapping[str, bd.Row], task: str, row: bd.Row | None) -> dict[str, str]:
-        """What one grid cell shows: kind (value, unfit, none), text, sort key, colours, tooltip."""
-        if row is None:
-            return {"kind": "none", "text": "", "sort": "", "style": "", "title": f"{task}: not run"}
-        em, within = row.scores["em_beyond"], row.scores["em_within"]
-        ranked = sum(r.ranked for r in table_rows.values())
-        fit = f"{row.seeds_fit}/{len(row.seeds)} seeds fit, EM≤N {within.text()}"
-        if not row.fitted:
-            title = f"{task}: did not fit ({fit}); EM>N {em.text()}"
-            text = f"did not fit ({row.seeds_fit}/{len(row.seeds)})"
-            return {"kind": "unfit", "text": text, "sort": "-1", "style": "", "title": title}
-        if math.isnan(em.mean):
-            return {"kind": "value", "text": "-", "sort": "", "style": "", "title": f"{task}: no scale beyond N"}
-        background, ink = heat_colour(em.mean)
-        standing = f"rank {row.rank} of {ranked} ranked" if row.ranked else row.status_text()
-        title = f"{task}: {standing} · EM>N {em.text()} · {fit}"
+    def heat_cell(self, table: bd.Table | None, task: str, row: bd.Row | None) -> dict[str, Any]:
+        """What one grid cell shows (``leaderboard.overview.cell``), with its colours: how far
+        its weakest seed holds, from not past N to the largest tested scale."""
+        c = ov.cell(table, task, row)
+        style = ""
+        if c.kind == "value":
+            background, ink = heat_colour(c.fraction)
+            style = f"background-color:{background};color:{ink}"
         return {
-            "kind": "value",
-            "text": f"{em.mean:.2f}",
-            "sort": em.sort_value(),
-            "style": f"background-color:{background};color:{ink}",
-            "title": title,
+            "kind": c.kind,
+            "reach": c.reach,
+            "spread": c.spread,
+            "em": c.em,
+            "sort": c.sort,
+            "style": style,
+            "title": c.title,
         }
 
-    def overview(self, preset: str) -> tuple[ov.Overview, dict[str, dict[str, bd.Row]]]:
-        """(the preset's grid, task -> label -> row)."""
-        tables = {t.task: {r.label: r for r in t.rows} for t in self.board.tables if t.preset == preset}
-        return ov.overview(self.board, preset), tables
+    def overview(self, preset: str) -> tuple[ov.Overview, dict[str, bd.Table]]:
+        """(the preset's grid, task -> the table the grid reads)."""
+        return ov.overview(self.board, preset), {t.task: t for t in ov.first_tables(self.board, preset)}
 
     # -- tables ---------------------------------------------------------------------------
     def fit_title(self, row: bd.Row) -> str:
@@ -412,6 +405,7 @@ def _page(site: Site, template: str, page_dir: str, title: str, records: Sequenc
             site=site,
             board=site.board,
             bd=bd,
+            pt=pt,
             prov=prov,
             notes=notes,
             ov=ov,
@@ -421,6 +415,7 @@ def _page(site: Site, template: str, page_dir: str, title: str, records: Sequenc
             presets=sorted({r.data["preset"] for r in records}),
             provenances=prov.provenance(records),
             departures=notes.departures(records),
+            records=records,
             extra_inputs=notes.extra_inputs(records),
             per_task_setups=notes.per_task_setups(records),
             task_info=task_info,

@@ -290,3 +290,28 @@ def test_a_site_built_from_hostile_inputs_runs_none_of_their_script(browser, tmp
     # the payloads are shown as text: the first token of the diagnostics is the <img> payload
     assert PAYLOADS[0] in browser.evaluate("document.querySelector('p.tokens code').textContent")
     save_shot(browser, shots, "hostile-task-copy.png")
+
+
+def test_the_encoding_column_stays_pinned_when_the_grid_scrolls_at_400_px(browser, shots):
+    """The committed board's grid (4 tasks, the mean, fitted) is wider than a phone: scrolled
+    sideways, the encoding column, its header included, stays at the left edge."""
+    page = Path(__file__).resolve().parents[2] / "leaderboard" / "site" / "index.html"
+    try:
+        browser.call("Emulation.setDeviceMetricsOverride", width=400, height=900, deviceScaleFactor=1, mobile=True)
+        start = browser.navigate(page.as_uri())
+        assert browser.errors(start) == []
+        where = browser.evaluate(
+            "(() => { const t = document.querySelector('table.heatmap'); const box = t.closest('.scroll');"
+            " const cell = t.querySelector('tbody td.sticky'), head = t.querySelector('thead th.sticky');"
+            " const heat = t.querySelector('tbody td.heat'); const before = heat.getBoundingClientRect().left;"
+            " box.scrollLeft = 400;"
+            " return [box.scrollWidth > box.clientWidth, box.getBoundingClientRect().left,"
+            " cell.getBoundingClientRect().left, head.getBoundingClientRect().left,"
+            " before - heat.getBoundingClientRect().left]; })()"
+        )
+        wider, left, cell, head, moved = where
+        assert wider and moved > 100  # the grid did scroll under the column
+        assert abs(cell - left) <= 1 and abs(head - left) <= 1, where
+        save_shot(browser, shots, "grid-400-scrolled.png")
+    finally:
+        browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness.ranking import Spread
+from leaderboard import permutation as pt
 from leaderboard.board import Board, Row, Table
-from leaderboard.claims import CLAIMS, claim_verdicts, unanswered, verdicts
+from leaderboard.claims import CLAIMS, NO_CONTRAST, OUTCOMES, claim_verdicts, unanswered, verdicts
 
 
 def row(label, *, em_in=1.0, em=(0.0,), reach=(10,), tok=(0.2,), fitted=True, rank=1):
@@ -14,38 +17,92 @@ def row(label, *, em_in=1.0, em=(0.0,), reach=(10,), tok=(0.2,), fitted=True, ra
     return Row(rank if fitted else None, label, label.split("{")[0], tuple(range(len(em))), scores, seeds_fit, per_seed)
 
 
-def board(*rows, task="copy"):
-    return Board((), (Table("board", task, 10, 40, tuple(rows), ()),))
+EXTRAPOLATES = row("learned_prf", em=(0.1, 0.1, 0.1), reach=(12, 12, 12), rank=99)
+"""A row no claim names whose seeds all get past N: the table is not a null one."""
+
+
+def board(*rows, task="copy", test_max=40, null=False):
+    rows = rows if null else (*rows, EXTRAPOLATES)
+    return Board((), (Table("board", task, 10, test_max, tuple(rows), ()),))
 
 
 def claim(name):
     return next(c for c in CLAIMS if name in c.says)
 
 
-def test_reach_over_every_tested_scale_holds_short_of_it_is_partly_none_does_not_hold():
+def test_a_multiple_holds_only_where_it_was_tested_and_partly_needs_its_thresholds():
     prism = claim("PRISM")
-    held = verdicts(board(row("prism{paper}", em=(1.0, 1.0), reach=(40, 40))), prism)[0]
-    assert held.outcome == "holds" and held.evidence.endswith("tested up to 4× N")  # the claim says 10×
-    partly = verdicts(board(row("prism{paper}", em=(0.9, 0.6), reach=(40, 24))), prism)[0]
-    assert partly.outcome == "partly" and "reaches 24 on its weakest seed" in partly.evidence
-    assert verdicts(board(row("prism{paper}", reach=(10,))), prism)[0].outcome == "does not hold"
-    unfit = verdicts(board(row("prism{paper}", em_in=0.5, fitted=False)), prism)[0]
-    assert unfit.outcome == "does not hold" and "did not fit" in unfit.evidence
+    every = row("prism{paper}", em=(1.0, 1.0, 1.0), reach=(40, 40, 40))
+    # before: "holds" on a table tested to 4x, for a claim of 10x
+    at_4 = verdicts(board(every), prism)[0]
+    assert at_4.outcome == "partly" and "4×" in at_4.shown and "10×" in at_4.shown and at_4.shown != "partly"
+    at_10 = verdicts(board(row("prism{paper}", em=(1.0,) * 3, reach=(100,) * 3), test_max=100), prism)[0]
+    assert at_10.outcome == "holds" and at_10.shown == "holds"
+    # partly: the weakest seed reaches at least 2x N (20) and is not below NoPE
+    assert verdicts(board(row("prism{paper}", em=(0.9, 0.6), reach=(40, 24))), prism)[0].outcome == "partly"
+    # past N but short of 2x N: before, "partly" (reverse: 13, stack: 11)
+    assert verdicts(board(row("prism{paper}", em=(0.3, 0.3), reach=(13, 15))), prism)[0].outcome == "does not hold"
 
 
-def test_a_claim_is_tested_only_on_the_rows_run_as_its_paper_runs_them():
-    # PRISM's defaults and randomized PE on plain positions are nobody's proposal: no verdict
-    b = board(row("prism", reach=(10,)), row("randomized:ape{randomize_eval=false}"), row("ape"))
-    assert verdicts(b, claim("PRISM")) == [] and verdicts(b, claim("Randomizing")) == []
-    assert verdicts(board(row("hard_alibi"), task="reverse"), claim("Hard-ALiBi")) == []  # a copy claim
+def test_a_reach_claim_below_nope_by_the_permutation_test_does_not_hold():
+    """PRISM on stack_manipulation: reach 11 on its weakest seed, EM>10 below NoPE's on every seed."""
+    prism = claim("PRISM")
+    low = row("prism{paper}", em=(0.12, 0.14, 0.15), reach=(20, 22, 24))  # 2x N on its weakest seed
+    nope = row("nope", em=(0.19, 0.21, 0.23), reach=(11, 11, 12), rank=1)
+    v = verdicts(board(low, nope), prism)[0]
+    assert v.outcome == "does not hold" and "p = 0.05" in v.evidence
+    # the same numbers with the seeds mixed: the test does not put NoPE above, so the 2x reach stands
+    mixed = row("nope", em=(0.10, 0.13, 0.16), reach=(11, 11, 12), rank=1)
+    assert verdicts(board(low, mixed), prism)[0].outcome == "partly"
 
 
-def test_randomized_beats_its_base_on_every_seed_on_the_mean_or_not_at_all():
+def test_a_tested_row_that_did_not_fit_is_no_contrast():
+    for name, says in (("prism{paper}", "PRISM"), ("hard_alibi", "Hard-ALiBi"), ("fire", "FIRE")):
+        b = board(row(name, em_in=0.6, fitted=False), row("nope", reach=(12,), rank=1))
+        v = verdicts(b, claim(says))[0]
+        assert v.outcome == NO_CONTRAST and "did not fit" in v.evidence  # before: "does not hold"
+
+
+def test_a_table_where_nothing_extrapolates_gives_no_contrast_to_every_claim():
+    """odds_first at N = 10: no seed of any fitted row keeps EM >= 0.9 at 11; before, KERPLE
+    'partly' on 0.01 and randomized 'holds' on ranges 0.003 apart."""
+    rows = (
+        row("kerple_log", em=(0.0, 0.01, 0.01), rank=1),
+        row("alibi", em=(0.0, 0.0, 0.0), rank=2),
+        row("randomized:ape", tok=(0.3, 0.32, 0.34), rank=3),
+        row("ape", tok=(0.1, 0.12, 0.14), rank=4),
+        row("prism{paper}", rank=5),
+        row("fire", em_in=0.9, fitted=False),
+    )
+    found = {c.says: [v.outcome for v in vs] for c, vs in claim_verdicts(board(*rows, null=True))}
+    assert set(found) >= {claim(n).says for n in ("PRISM", "KERPLE", "Randomizing", "Absolute", "FIRE")}
+    assert all(outcomes == [NO_CONTRAST] for outcomes in found.values())
+    # one seed of one fitted row past N is enough for a contrast
+    found = claim_verdicts(board(*rows, row("nope", reach=(10, 11), em=(0.0, 0.1), rank=6), null=True))
+    assert any(v.outcome != NO_CONTRAST for _, vs in found for v in vs)
+
+
+def test_randomized_beats_its_base_by_the_permutation_test_on_the_mean_or_not_at_all():
     c = claim("Randomizing")
-    base = row("ape", tok=(0.2, 0.3))
-    assert verdicts(board(row("randomized:ape", tok=(0.4, 0.5)), base), c)[0].outcome == "holds"
-    assert verdicts(board(row("randomized:ape", tok=(0.25, 0.6)), base), c)[0].outcome == "partly"
-    assert verdicts(board(row("randomized:ape", tok=(0.1, 0.2)), base), c)[0].outcome == "does not hold"
+    base = row("ape", tok=(0.2, 0.25, 0.3))
+    assert verdicts(board(row("randomized:ape", tok=(0.4, 0.45, 0.5)), base), c)[0].outcome == "holds"  # p = 0.05
+    assert verdicts(board(row("randomized:ape", tok=(0.25, 0.3, 0.6)), base), c)[0].outcome == "partly"
+    assert verdicts(board(row("randomized:ape", tok=(0.1, 0.2, 0.2)), base), c)[0].outcome == "does not hold"
+    # 2 seeds against 2 can never reach p <= 0.05: above on every seed is "partly", and says the seeds are too few
+    two = verdicts(board(row("randomized:ape", tok=(0.4, 0.5)), row("ape", tok=(0.2, 0.3))), c)[0]
+    assert two.outcome == "partly" and "too few seeds" in two.evidence
+
+
+def test_randomized_uses_the_row_at_its_papers_ratio_where_the_table_has_it():
+    c = claim("Randomizing")
+    base = row("ape", tok=(0.2, 0.25, 0.3))
+    at_2048 = row("randomized:ape", tok=(0.1, 0.15, 0.2))  # below APE
+    at_ratio = row("randomized:ape{max_length=336}", tok=(0.4, 0.45, 0.5))
+    v = verdicts(board(at_2048, at_ratio, base), c)[0]
+    assert v.outcome == "holds" and v.evidence.startswith("randomized:ape{max_length=336}")
+    assert "L = 2048" in v.evidence  # the other row is shown beside it
+    alone = verdicts(board(at_2048, base), c)[0]
+    assert alone.outcome == "does not hold" and "L = 2048" in alone.evidence
 
 
 def test_ape_collapse_needs_every_seed_of_every_ape_below_the_bar():
@@ -55,113 +112,98 @@ def test_ape_collapse_needs_every_seed_of_every_ape_below_the_bar():
     assert verdicts(board(row("ape", em=(0.3,))), c)[0].outcome == "does not hold"
 
 
-def test_only_claims_with_a_verdict_are_listed():
-    assert [c.says for c, _ in claim_verdicts(board(row("ape")))] == [claim("Absolute").says]
-
-
-def test_a_task_page_lists_the_verdicts_on_its_own_tables_only():
-    from leaderboard.claims import table_verdicts
-
-    b = Board((), (Table("board", "copy", 10, 40, (row("ape"),), ()), Table("board", "reverse", 10, 40, (), ())))
-    assert [v.task for _, v in table_verdicts(b, b.tables[0])] == ["copy"]
-    assert table_verdicts(b, b.tables[1]) == []
-
-
-def test_hard_alibi_state_of_the_art_is_tested_by_its_rank():
-    c = claim("Hard-ALiBi")
-    first = verdicts(board(row("hard_alibi", em=(0.3, 0.5), reach=(12, 14)), row("nope", rank=2)), c)[0]
-    assert first.outcome == "holds" and "ranks 1 of 2" in first.evidence  # a comparative claim
-    second = board(row("prism{paper}", em=(1.0,)), row("hard_alibi", em=(0.6, 0.9), reach=(13, 24), rank=2))
-    partly = verdicts(second, c)[0]
-    assert (
-        partly.outcome == "partly"
-        and "ranks 2 of 2" in partly.evidence
-        and "every seed reaches at least 13" in partly.evidence
-    )
-    assert partly.evidence.endswith("ranked above it: prism{paper}")
-    stuck = board(row("prism{paper}"), row("hard_alibi", reach=(10, 15), em=(0.0, 0.2), rank=2))
-    assert verdicts(stuck, c)[0].outcome == "does not hold"  # one seed does not get past N
-
-
 def test_an_ape_that_did_not_fit_is_not_counted_for_the_collapse():
     c = claim("Absolute")
-    # an APE that never learned the training scales says nothing about extrapolating past them
-    assert verdicts(board(row("ape", em_in=0.7, fitted=False)), c) == []
+    assert verdicts(board(row("ape", em_in=0.7, fitted=False)), c)[0].outcome == NO_CONTRAST
     v = verdicts(board(row("ape"), row("learned_ape", em_in=0.9, em=(0.0,), fitted=False)), c)[0]
     assert v.outcome == "holds" and "learned_ape did not fit" in v.evidence and "not counted" in v.evidence
 
 
-def test_a_comparative_claim_needs_every_baseline_beaten_and_separated_by_the_seeds():
+def test_hard_alibi_is_judged_against_the_strongest_other_row_by_the_permutation_test():
+    c = claim("Hard-ALiBi")
+    first = board(row("hard_alibi", em=(0.5, 0.6, 0.7), reach=(14, 15, 16)), row("nope", em=(0.1, 0.2, 0.3), rank=2))
+    assert verdicts(first, c)[0].outcome == "holds"
+    close = board(row("hard_alibi", em=(0.2, 0.6, 0.9), reach=(14, 15, 16)), row("nope", em=(0.3, 0.4, 0.5), rank=2))
+    assert verdicts(close, c)[0].outcome == "partly"
+    # the copy table: prism{paper} 1.00 on every seed, hard_alibi 0.20-0.91: before, "partly"
+    second = board(
+        row("prism{paper}", em=(1.0,) * 3), row("hard_alibi", em=(0.2, 0.87, 0.91), reach=(13, 24, 24), rank=2)
+    )
+    v = verdicts(second, c)[0]
+    assert v.outcome == "does not hold" and "prism{paper}" in v.evidence and "p = 0.05" in v.evidence
+
+
+def test_a_better_than_claim_is_judged_against_the_strongest_named_competitor():
     c = claim("FIRE")
-    fire = row("fire", em=(0.3, 0.4), rank=1)
-    # above both, and its seeds' range (0.3-0.4) clear of theirs: holds
-    clear = verdicts(board(fire, row("alibi", em=(0.1, 0.2), rank=2), row("t5", em_in=0.5, fitted=False)), c)[0]
+    fire = row("fire", em=(0.3, 0.35, 0.4), rank=2)
+    rope = row("rope", em=(0.0, 0.0, 0.0), rank=5)
+    # above the collapsing rope by far, tied with nope: before, "partly" for beating rope; now judged against nope
+    tied = verdicts(board(row("nope", em=(0.3, 0.38, 0.41), rank=1), fire, rope), c)[0]
+    assert tied.outcome == "does not hold" and "nope" in tied.evidence
+    ahead = verdicts(board(fire, row("nope", em=(0.2, 0.25, 0.3), rank=3), rope), c)[0]
+    assert ahead.outcome == "partly" and "p = " in ahead.evidence  # ranked above, not separated (0.3 meets 0.3)
+    clear = verdicts(board(fire, row("nope", em=(0.1, 0.15, 0.2), rank=3), rope), c)[0]
     assert clear.outcome == "holds"
-    assert clear.evidence.endswith("; above t5 (did not fit), alibi (rank 2, EM>10 0.15 (0.10–0.20))")  # claim order
-    # above on the ranking, but the seeds' ranges meet: partly, naming the one not separated
-    close = verdicts(board(fire, row("nope", em=(0.2, 0.3), rank=2)), c)[0]
-    assert close.outcome == "partly" and close.evidence.endswith("the seeds do not separate it from nope on EM>10")
-    # above one baseline and behind another: partly
-    mixed = board(row("alibi", em=(0.5,), rank=1), row("fire", em=(0.3, 0.4), rank=2), row("rope", rank=3))
-    v = verdicts(mixed, c)[0]
-    assert v.outcome == "partly" and "above rope" in v.evidence and "not above alibi (rank 1" in v.evidence
-    # behind every baseline, or not fitted: does not hold
-    behind = board(row("kerple_log", em=(0.5,), rank=1), row("fire", rank=2))
-    assert verdicts(behind, c)[0].outcome == "does not hold"
-    unfit = verdicts(board(row("fire", em_in=0.6, fitted=False), row("t5")), c)[0]
-    assert unfit.outcome == "does not hold" and "did not fit" in unfit.evidence
-    # without any baseline on the table there is nothing to compare
-    assert verdicts(board(fire, row("ape")), c) == []
+    unfit = verdicts(board(fire, row("t5", em_in=0.5, fitted=False)), c)[0]
+    assert unfit.outcome == NO_CONTRAST  # the only named competitor did not fit
+    assert verdicts(board(fire, row("ape")), c) == []  # none named on the table
 
 
 def test_kerple_is_compared_with_its_own_baselines_and_abacus_only_on_addition():
     kerple = claim("KERPLE")
     v = verdicts(board(row("kerple_log", em=(0.3,), rank=1), row("ape", rank=2), row("nope", em=(0.9,))), kerple)[0]
-    assert "above ape" in v.evidence and "nope" not in v.evidence  # NoPE is not one of KERPLE's baselines
+    assert "ape" in v.evidence and "nope" not in v.evidence  # NoPE is not one of KERPLE's baselines
     abacus = claim("Abacus")
     reach = row("abacus", em=(1.0, 1.0), reach=(40, 40))
     assert verdicts(board(reach, task="copy"), abacus) == []
     held = verdicts(board(reach, task="addition"), abacus)[0]
-    assert held.outcome == "holds" and held.evidence.endswith("tested up to 4× N")
+    assert held.outcome == "partly" and "4×" in held.shown and "5×" in held.shown  # tested to 4x of a 5x claim
 
 
 def test_a_did_not_fit_number_reads_as_its_table_cell_never_the_threshold():
-    """learned_ape on quick addition: EM≤10 0.948 did not fit; the claim said "0.95", the
-    fit threshold, beside "did not fit" (the table reads 0.948)."""
     c = claim("Absolute")
     [v] = verdicts(board(row("ape"), row("learned_ape", em_in=0.9484, fitted=False)), c)
     assert "learned_ape did not fit (EM≤10 0.948)" in v.evidence
     [v] = verdicts(board(row("prism{paper}", em_in=0.9484, fitted=False)), claim("PRISM"))
-    assert v.evidence.endswith("(EM≤10 0.948)")
+    assert "(EM≤10 0.948)" in v.evidence
 
 
-def test_seeds_that_read_the_same_do_not_separate_two_rows():
-    """KERPLE-log (0.05-0.14) against T5 (0.00-0.05 on the table, 0.052 unrounded): the
-    table shows the ranges meeting, so the seeds do not separate them."""
-    c = claim("KERPLE")
-    kerple = row("kerple_log", em=(0.053, 0.14), rank=1)
-    t5 = row("t5", em=(0.0, 0.052), rank=2)
-    [v] = verdicts(board(kerple, t5), c)
-    assert v.outcome == "partly" and "the seeds do not separate it from t5" in v.evidence
-    [v] = verdicts(board(kerple, row("t5", em=(0.0, 0.03), rank=2)), c)
-    assert v.outcome == "holds"
-    # randomized PE above its base on every seed only if the tables show it so
-    rand = claim("Randomizing")
-    b = board(row("randomized:ape", tok=(0.204, 0.5)), row("ape", tok=(0.1, 0.2)))
-    assert verdicts(b, rand)[0].outcome == "partly"
-
-
-def test_a_comparison_of_ranks_waits_for_every_seed():
-    """A row short of its planned seeds has no rank: a comparative claim gives no verdict
-    on it, and does not count it as "did not fit" either."""
+def test_a_comparison_waits_for_every_seed():
     pending = Row(None, "hard_alibi", "hard_alibi", (0,), row("x").scores, 1, row("x").per_seed, pending=True)
     assert verdicts(board(pending, row("rope", rank=1)), claim("Hard-ALiBi")) == []
-    fire = row("fire", em=(0.5, 0.6), rank=1)
-    t5 = row("t5", em=(0.1, 0.2), rank=2)
-    alibi = Row(None, "alibi", "alibi", (0,), row("x").scores, 1, row("x").per_seed, pending=True)
-    [v] = verdicts(board(fire, t5, alibi), claim("FIRE"))
-    assert v.outcome == "holds" and "not compared yet (short of their seeds): alibi" in v.evidence
-    assert "did not fit" not in v.evidence
+    fire = Row(None, "fire", "fire", (0,), row("x").scores, 1, row("x").per_seed, pending=True)
+    assert verdicts(board(fire, row("t5", rank=1)), claim("FIRE")) == []
+
+
+def test_every_verdict_is_one_of_the_four_outcomes():
+    b = board(row("prism{paper}", em=(1.0, 1.0), reach=(40, 40)), row("ape"), row("fire", rank=2), row("nope"))
+    assert {v.outcome for _, vs in claim_verdicts(b) for v in vs} <= set(OUTCOMES)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "p"),
+    [
+        ((3, 4, 5), (0, 1, 2), 1 / 20),  # every seed above: the smallest p of 3 against 3
+        ((0, 1, 2), (3, 4, 5), 1.0),
+        ((1, 2), (0,), 1 / 3),
+        ((5, 6, 7), (0, 1, 2, 3, 4, 5, 6, 7), None),  # checked below against brute force
+    ],
+)
+def test_the_permutation_test_is_exact(a, b, p):
+    import itertools
+
+    pooled = [*a, *b]
+    observed = sum(a) / len(a) - sum(b) / len(b)
+    splits = list(itertools.combinations(range(len(pooled)), len(a)))
+    brute = sum(
+        sum(pooled[i] for i in g) / len(a) - sum(pooled[i] for i in range(len(pooled)) if i not in g) / len(b)
+        >= observed - 1e-12
+        for g in splits
+    ) / len(splits)
+    assert pt.p_above(a, b) == pytest.approx(brute)
+    if p is not None:
+        assert pt.p_above(a, b) == pytest.approx(p)
+    assert pt.smallest_p(3, 3) == pytest.approx(0.05) and not pt.too_few(3, 3) and pt.too_few(2, 3)
 
 
 def test_claims_without_a_verdict_are_named_with_why():
