@@ -171,8 +171,9 @@ def _compare(row: Row, other: Row, n: int, score: str = "em_beyond") -> tuple[fl
 def _above_strongest(name: str, others: Sequence[str]) -> Callable[[Table, dict[str, Row]], Found | None]:
     """A comparative claim ("better than X, Y, ..."), judged against the strongest of the
     named competitors on the table (the best ranked that fitted). holds: ``name``'s EM>N is
-    above it by the permutation test (p ≤ 0.05); partly: ranked above it, the test not
-    deciding; does not hold: ranked at or below it. No competitor fitted: no contrast."""
+    above it by the permutation test (p ≤ 0.05); does not hold: ranked at or below it, or
+    above it without the test separating them (a tie does not show "better"). No competitor
+    fitted: no contrast."""
 
     def check(table: Table, rows: dict[str, Row]) -> Found | None:
         row = rows.get(name)
@@ -190,7 +191,7 @@ def _above_strongest(name: str, others: Sequence[str]) -> Callable[[Table, dict[
             return DOES_NOT_HOLD, said
         if p is not None and p <= pt.ALPHA:
             return HOLDS, said
-        return PARTLY, said + ": ranked above it, not separated by the test"
+        return DOES_NOT_HOLD, said + ": ranked above it but tied by the test, so better is not shown"
 
     return check
 
