@@ -529,10 +529,12 @@ def read_file(path: Path) -> tuple[list[Record], list[tuple[Path, int, str]]]:
 
 
 def results_files(directory: Path) -> list[Path]:
-    """The ``*.jsonl`` files directly under ``directory``, sorted by name (none if it is missing)."""
+    """The ``*.jsonl`` entries directly under ``directory`` but folders, sorted by name (none
+    if it is missing): a FIFO, a device or a dangling link of that name is listed too, so
+    that :func:`read_file` reports it rather than the board silently lacking it."""
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(SUFFIX))
+    return sorted(p for p in directory.iterdir() if p.name.endswith(SUFFIX) and not p.is_dir())
 
 
 def read_results(directory: Path) -> list[Record]:
