@@ -21,11 +21,14 @@ the local SQLite store never is. Each line is one JSON object, written canonical
     params          {"total": int, "pe": int} parameter counts (every integer of a record
                     fits SQLite's signed 64 bits)
     timings         {"train_seconds", "eval_seconds", "started_at", "finished_at"}:
-                    seconds, and Unix times of the run
-    final_loss      the last training loss
+                    seconds, and Unix times of the run, none past 9999-12-31
+                    (``MAX_UNIX_TIME``: a page shows the date)
+    final_loss      the last training loss (finite, >= 0)
     metrics         one object per evaluated scale, sorted by length: split ("train" for
                     1..N, "test" beyond N), length, token_length, n (examples),
-                    exact_match and token_accuracy in [0, 1]
+                    exact_match and token_accuracy in [0, 1]; exactly the scales the
+                    config evaluates (``harness.kept_results.evaluated_scales``), each
+                    over ``eval.samples`` examples
     checksum        "sha256:" + hex digest of the canonical JSON of every other key
 
 The checksum is a guard against accidental or hand edits, not a signature: a file whose
@@ -40,7 +43,6 @@ line; no other exception escapes them (hypothesis tests feed them random JSON).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
@@ -50,7 +52,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
+import harness.tasks as tasks
 from harness.config import INT64_MAX, NEW_FIELD_DEFAULTS, RunConfig, is_finite_number, shown
+from harness.kept_results import evaluated_scales
 from harness.pe_spec import identity_options
 from harness.reading import DIAGNOSTICS_LIMIT, MAX_DEPTH, RESULTS_LIMIT, FileReadError, nesting_depth, read_text
 
@@ -359,32 +363,22 @@ count and range only (its scales are not listed: a hostile ``test_max`` must not
 memory of a list of them)."""
 
 
-@functools.cache
-def _installed_task(name: str) -> Any:
-    """The task ``name`` from the harness registry, or None when it is not installed here
-    (a plugin's): its ``has_scale`` says which scales a run of it evaluates."""
-    try:
-        from harness.tasks import TASKS
-
-        return TASKS[name]()
-    except Exception:
-        return None
-
-
-def evaluated_scales(config: RunConfig) -> list[tuple[str, int]] | None:
+def _evaluated_scales(config: RunConfig) -> list[tuple[str, int]] | None:
     """(split, scale) of every scale a run of ``config`` evaluates, in order, as the harness
-    lists them (``RunConfig.train_lengths`` and ``test_lengths``, less the scales its task
-    has no instance of); None when the task is not installed here (which of the listed
-    scales it has is then unknown) or the config evaluates more than ``MAX_LISTED_SCALES``."""
+    lists them (``harness.kept_results.evaluated_scales``: ``RunConfig.train_lengths`` and
+    ``test_lengths``, less the scales its task has no instance of); None when the task is
+    not installed here (which of the listed scales it has is then unknown) or the config
+    evaluates more than ``MAX_LISTED_SCALES``."""
     train, test = config.train, config.eval
     test_count = -(-(test.test_max - train.train_max) // test.test_stride) + 1  # an upper bound
     if (train.train_max - train.train_min + 1) + test_count > MAX_LISTED_SCALES:
         return None
-    task = _installed_task(config.task)
-    if task is None:
+    if config.task not in tasks.available():
         return None
-    listed = [("train", n) for n in config.train_lengths()] + [("test", n) for n in config.test_lengths()]
-    return [(split, n) for split, n in listed if task.has_scale(n)]
+    try:
+        return evaluated_scales(config)
+    except Exception:  # a plugin task that fails to build here: as if not installed
+        return None
 
 
 def _scale_problems(metrics: list[dict[str, Any]], config: RunConfig) -> list[str]:
@@ -400,7 +394,7 @@ def _scale_problems(metrics: list[dict[str, Any]], config: RunConfig) -> list[st
             f"metrics at scale(s) {_scales_text(wrong_n)} count other than eval.samples = {samples} examples "
             "(every scale is evaluated on that many)"
         )
-    expected = evaluated_scales(config)
+    expected = _evaluated_scales(config)
     got = [(m["split"], m["length"]) for m in metrics]
     if expected is not None:
         missing = sorted({n for _, n in expected} - {n for _, n in got})
