@@ -103,7 +103,9 @@ def check_cmd(results_dir: Path) -> None:
     """Validate every results file (schema, checksum, duplicates) and diagnostics file; exit 1
     with path:line: reason if any is bad. Then say how much of each board's plan (the sweep
     files next to the results folder) is published, and which tables have left the board
-    (``retired.toml`` next to it; exit 1 if a retirement does not hold).
+    (``retired.toml`` next to it; exit 1 if a retirement does not hold). The board is
+    rendered in memory as `build` renders it (exit 1 if it cannot be), so a board `check`
+    passes is one `build` can write.
 
     A results folder that does not exist, or holds no results files, is an error too.
     """
@@ -124,10 +126,15 @@ def check_cmd(results_dir: Path) -> None:
         _echo(line)
     for problem in plans.problems:
         _echo(f"note: sweep file {problem} (not read as a plan)")
+    from leaderboard.site import SiteError, render
+
     try:
-        kept, _, retired = retire(records, plans, read_retirements(results_dir.parent))
+        retirements = read_retirements(results_dir.parent)
+        kept, _, retired = retire(records, plans, retirements)
         check_protocols(kept)  # as build does: one protocol per (preset, task) table
-    except (RetiredFileError, BoardError) as exc:
+        # and everything else build does but write: what check passes, build draws
+        render(records, results_href=".", repo_href=".", diagnostics=diagnostics, plans=plans, retirements=retirements)
+    except (RetiredFileError, BoardError, SiteError) as exc:
         raise click.ClickException(terminal_text(str(exc))) from None
     planned_cells = {c for plan in plans.presets.values() for c in (plan.cell_of or {}).values()}
     stray = sorted(

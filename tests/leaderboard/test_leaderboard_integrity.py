@@ -251,6 +251,18 @@ def test_a_deeply_nested_sweep_file_is_a_usage_error_for_sweep_plan_and_bench(tm
     assert not store.exists()
 
 
+def test_a_fifo_as_the_sweep_file_of_sweep_plan_and_bench_is_a_usage_error(tmp_path):
+    fifo, store = tmp_path / "sweep.toml", tmp_path / "store.sqlite"
+    os.mkfifo(fifo)
+    for args in (
+        ["sweep", "plan", str(fifo), "--store", str(store)],
+        ["bench", "--sweep", str(fifo), "--store", str(store)],
+    ):
+        result = _finishes(lambda args=args: _cli(*args), [fifo])
+        assert result.exit_code == 2 and "FIFO" in result.output, (args, result.output)
+    assert not store.exists()
+
+
 def test_a_fifo_named_like_a_diagnostics_file_does_not_hang_check_or_build(tmp_path):
     results = _results(tmp_path)
     run_id = json.loads((results / "a.jsonl").read_text().splitlines()[0])["run_id"]
@@ -477,3 +489,15 @@ def test_terminal_text_keeps_ordinary_text():
     text = "rope → yarn×4 L=22 (same weights) 中文 é\nsecond line"
     assert terminal_text(text) == text
     assert terminal_text("a\nb", keep_newlines=False) == "a\\x0ab"
+
+
+def test_check_fails_what_build_would_refuse_to_draw(tmp_path):
+    """Two encodings whose pages would share a file name: check passed, build refused."""
+    records = []
+    for name in ("my_pe", "MY_PE"):
+        record = make_record("rope", "copy", 0, EM, train_max=2)
+        record["pe"] = record["config"]["pe"] = name
+        records.append(_resealed(record))
+    write_jsonl(tmp_path / "results" / "a.jsonl", records)
+    assert "my_pe.html" in _error_line(_check(tmp_path / "results"))
+    assert "my_pe.html" in _one_line_error(_build(tmp_path / "results", tmp_path / "site"))
