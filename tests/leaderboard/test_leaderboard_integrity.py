@@ -229,6 +229,20 @@ def test_a_deeply_nested_sweep_file_beside_the_results_is_reported_and_ignored(t
         assert "note: sweep file deep.toml" in result.output and "nested more than" in result.output
 
 
+def test_a_deeply_nested_encoding_spec_is_an_error_not_a_recursion_error(tmp_path):
+    """The nesting may hide in a string: an encoding's options in a sweep file or on --pe."""
+    results = _results(tmp_path)
+    spec = "rope{a=" + "[" * 100_000 + "]" * 100_000 + "}"
+    (tmp_path / "deep.toml").write_text(f'preset = "smoke"\ntask = ["copy"]\npe = ["{spec}"]\n')
+    result = _check(results)
+    assert result.exit_code == 0 and "note: sweep file deep.toml" in result.output, result.output
+    assert "nests more than 32 levels" in result.output
+    store = tmp_path / "store.sqlite"
+    result = _cli("bench", "--pe", spec, "--task", "copy", "--preset", "smoke", "--store", str(store))
+    assert result.exit_code == 2 and "nests more than 32 levels" in result.output, result.output
+    assert not store.exists()
+
+
 def test_a_deeply_nested_retired_toml_is_a_one_line_error(tmp_path):
     results = _results(tmp_path)
     (tmp_path / "retired.toml").write_text(DEEP_TOML)
