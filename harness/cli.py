@@ -36,7 +36,7 @@ from harness.pe_spec import names as pe_names
 from harness.pe_spec import parse_pe, split_pe_list
 from harness.progress import SweepReport
 from harness.provenance import code_origins, cpu_name, resolve_device
-from harness.report import LEGEND, leaderboard_tables
+from harness.report import LEGEND, leaderboard_tables, terminal_text
 from harness.results import load
 from harness.run import check_run, checkpoint_dir_for
 from harness.store import Store, StoreError
@@ -69,7 +69,7 @@ def _check_names(kind: str, names: list[str], valid: list[str], option: str | No
         if kind == "encoding" and "+" in name:  # a combination: name the part that is wrong
             parts = name.rpartition(":")[2].split("+")
             name = next((p for p in parts if p not in valid), name)
-        raise click.BadParameter(name_problem(kind, name, valid), param_hint=option)
+        raise click.BadParameter(terminal_text(name_problem(kind, name, valid)), param_hint=option)
 
 
 def _refuse_broken_plugins(names: list[str], *, warn: bool = True) -> None:
@@ -784,6 +784,8 @@ def results(store_path, pe, task, fmt) -> None:
     if df.empty:  # say so (on stderr: csv/json output stays parseable), rather than print nothing
         which = "no finished runs match" if pe or task else "no finished runs"
         click.echo(f"{which} in {store_path}{_unfinished(store_path)}", err=True)
+    if fmt != "json":  # JSON escapes control characters itself; text formats go to a terminal
+        df = df.map(lambda v: terminal_text(v, keep_newlines=False) if isinstance(v, str) else v)
     if fmt == "table":
         tables = leaderboard_tables(df)
         for table in tables.values():

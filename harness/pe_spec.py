@@ -52,6 +52,7 @@ from typing import Any
 
 from harness.backbone import BackboneConfig
 from harness.protocols import has_paper_setup, paper_pe_options
+from harness.reading import MAX_DEPTH
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -113,6 +114,8 @@ def _split_top_level(text: str, what: str) -> list[str]:
             quote = ch
         elif ch in _PAIRS:
             depth.append(_PAIRS[ch])
+            if len(depth) > MAX_DEPTH:  # before anything recurses into it (tomllib, parse_table)
+                raise ValueError(f"{what} {text[:40]!r}... nests more than {MAX_DEPTH} levels deep")
         elif ch in "]}":
             if not depth or depth.pop() != ch:
                 raise ValueError(f"unbalanced {ch!r} in {what} {text!r}")
@@ -142,6 +145,8 @@ def parse_value(text: str) -> Any:
         raise ValueError("encoding options need Python >= 3.11 (tomllib)")
     try:
         value = tomllib.loads(f"v = {text}")["v"]
+    except RecursionError:  # parse_value's callers bound the depth first; this is the backstop
+        raise ValueError(f"{text[:40]!r}... nests more than {MAX_DEPTH} levels deep") from None
     except tomllib.TOMLDecodeError:
         if _BARE.fullmatch(text):
             return text

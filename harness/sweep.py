@@ -37,7 +37,6 @@ import itertools
 import json
 import math
 import statistics
-import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,12 +45,8 @@ from typing import Any
 from harness.backbone import BackboneConfig
 from harness.config import INT64_MAX, PRESETS, RunConfig, check_int, check_number, preset_config
 from harness.pe_spec import config_display_name, names, pe_values
+from harness.reading import TOML_LIMIT, FileReadError, parse_toml, read_text
 from harness.speeds import recorded_speed
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - the project runs on 3.11+, tomllib is stdlib there
-    tomllib = None
 
 AXES: dict[str, tuple[str, str, type]] = {
     "steps": ("train", "steps", int),
@@ -297,20 +292,17 @@ def load_sweep(path: str | Path, max_runs: int | None = MAX_RUNS) -> SweepSpec:
     """Read a TOML sweep file (see the module docstring); ValueError says what is wrong and
     names the file. ``max_runs``: see :func:`grid_from_mapping`."""
     path = Path(path)
-    if tomllib is None:  # pragma: no cover
-        raise ValueError("sweep files need Python >= 3.11 (tomllib)")
     try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ValueError(f"cannot read sweep file {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"sweep file {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        text = read_text(path, TOML_LIMIT)  # a regular file of bounded size (a FIFO would hang)
+    except FileReadError as exc:
+        reason = exc.reason.replace("not UTF-8 text", "is not UTF-8 text")
+        raise ValueError(f"sweep file {path} {reason}") from None
     if not text.strip():
         raise ValueError(f"sweep file {path} is empty; it needs at least pe = [...] and task = [...]")
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"sweep file {path} is not valid TOML: {exc}") from None
+        data = parse_toml(text)  # nesting bounded: never a RecursionError
+    except ValueError as exc:
+        raise ValueError(f"sweep file {path} is {exc}") from None
     tables = data.pop("grid", None)
     if tables is None:
         return SweepSpec((grid_from_mapping(data, str(path), max_runs),))

@@ -13,6 +13,7 @@ import click
 import harness.tasks as tasks
 import pezoo
 from harness.options import store_option
+from harness.report import terminal_text
 from harness.store import StoreError
 from leaderboard.board import BoardError, RetiredRow, check_protocols, record_label, retire
 from leaderboard.export import ExportError, export, import_results
@@ -60,19 +61,19 @@ def export_cmd(store_path: Path, out_dir: Path) -> None:
     try:
         summary = export(store_path, out_dir)
     except (ExportError, ResultsError, StoreError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal_text(str(exc))) from None
     except OSError as exc:  # an unwritable --out, a full disk: each file is written whole or not at all
-        raise click.ClickException(f"cannot export to {out_dir}: {_os_reason(exc)}") from None
+        raise click.ClickException(terminal_text(f"cannot export to {out_dir}: {_os_reason(exc)}")) from None
     for path, count in summary.written:
-        click.echo(f"wrote {count} run(s) to {path}")
+        _echo(f"wrote {count} run(s) to {path}")
     if not summary.written:
-        click.echo(f"nothing new to export to {out_dir}")
+        _echo(f"nothing new to export to {out_dir}")
     if summary.diagnostics:
-        click.echo(f"wrote diagnostics of {summary.diagnostics} run(s) to {out_dir / 'diagnostics'}")
+        _echo(f"wrote diagnostics of {summary.diagnostics} run(s) to {out_dir / 'diagnostics'}")
     if summary.already_published:
-        click.echo(f"{summary.already_published} finished run(s) were already published")
+        _echo(f"{summary.already_published} finished run(s) were already published")
     if summary.not_finished:
-        click.echo(f"{summary.not_finished} run(s) not finished (running, failed, diverged, interrupted): not exported")
+        _echo(f"{summary.not_finished} run(s) not finished (running, failed, diverged, interrupted): not exported")
 
 
 @leaderboard.command("import")
@@ -90,10 +91,10 @@ def import_cmd(results_dir: Path, store_path: Path) -> None:
     try:
         summary = import_results(results_dir, store_path)
     except (ResultsError, StoreError) as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(f"imported {summary.imported} run(s) into {store_path} ({summary.diagnostics} with diagnostics)")
+        raise click.ClickException(terminal_text(str(exc))) from None
+    _echo(f"imported {summary.imported} run(s) into {store_path} ({summary.diagnostics} with diagnostics)")
     if summary.already_in_store:
-        click.echo(f"{summary.already_in_store} run(s) were already in the store: left as they are")
+        _echo(f"{summary.already_in_store} run(s) were already in the store: left as they are")
 
 
 @leaderboard.command("check")
@@ -102,7 +103,9 @@ def check_cmd(results_dir: Path) -> None:
     """Validate every results file (schema, checksum, duplicates) and diagnostics file; exit 1
     with path:line: reason if any is bad. Then say how much of each board's plan (the sweep
     files next to the results folder) is published, and which tables have left the board
-    (``retired.toml`` next to it; exit 1 if a retirement does not hold).
+    (``retired.toml`` next to it; exit 1 if a retirement does not hold). The board is
+    rendered in memory as `build` renders it (exit 1 if it cannot be), so a board `check`
+    passes is one `build` can write.
 
     A results folder that does not exist, or holds no results files, is an error too.
     """
@@ -112,22 +115,27 @@ def check_cmd(results_dir: Path) -> None:
         records = read_results(results_dir)
         diagnostics = read_diagnostics(results_dir, records)
     except ResultsError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(f"{len(files)} results file(s), {len(records)} run(s): valid")
+        raise click.ClickException(terminal_text(str(exc))) from None
+    _echo(f"{len(files)} results file(s), {len(records)} run(s): valid")
     if diagnostics:
-        click.echo(f"{len(diagnostics)} diagnostics file(s): valid")
+        _echo(f"{len(diagnostics)} diagnostics file(s): valid")
     from leaderboard.plans import cell, read_plans
 
     plans = read_plans(results_dir.parent)
     for line in _plan_lines(records, plans):
-        click.echo(line)
+        _echo(line)
     for problem in plans.problems:
-        click.echo(f"note: sweep file {problem} (not read as a plan)")
+        _echo(f"note: sweep file {problem} (not read as a plan)")
+    from leaderboard.site import SiteError, render
+
     try:
-        kept, _, retired = retire(records, plans, read_retirements(results_dir.parent))
+        retirements = read_retirements(results_dir.parent)
+        kept, _, retired = retire(records, plans, retirements)
         check_protocols(kept)  # as build does: one protocol per (preset, task) table
-    except (RetiredFileError, BoardError) as exc:
-        raise click.ClickException(str(exc)) from None
+        # and everything else build does but write: what check passes, build draws
+        render(records, results_href=".", repo_href=".", diagnostics=diagnostics, plans=plans, retirements=retirements)
+    except (RetiredFileError, BoardError, SiteError) as exc:
+        raise click.ClickException(terminal_text(str(exc))) from None
     planned_cells = {c for plan in plans.presets.values() for c in (plan.cell_of or {}).values()}
     stray = sorted(
         {
@@ -139,20 +147,20 @@ def check_cmd(results_dir: Path) -> None:
         }
     )
     if stray:
-        click.echo(
+        _echo(
             f"note: published runs of a planned preset that no sweep file plans and no retirement covers "
             f"(still on the board): {', '.join(stray)}; plan them, or retire them in {RETIRED_FILE}"
         )
     for gone in retired:
         if isinstance(gone, RetiredRow):
             row = gone.retirement
-            click.echo(
+            _echo(
                 f"retired: preset {row.preset}'s row {row.row} ({gone.runs} run(s) on {', '.join(gone.tasks)}, "
                 f"published, left off the board), superseded by {row.superseded_by}"
             )
             continue
         r = gone.retirement
-        click.echo(
+        _echo(
             f"retired: preset {r.preset} on {r.task} ({gone.runs} run(s), published, left off the board), "
             + (
                 "withdrawn: no table replaces it"
@@ -166,7 +174,7 @@ def check_cmd(results_dir: Path) -> None:
     ):
         missing = sorted(n for n in used - set(installed) if not (kind == "encoding" and pezoo.is_known(n)))
         if missing:
-            click.echo(
+            _echo(
                 f"note: {kind}(s) {', '.join(missing)} are not installed here (a plugin's?); "
                 "their runs are valid and are drawn, but cannot be re-run here"
             )
@@ -204,18 +212,18 @@ def build_cmd(results_dir: Path, out_dir: Path, readme: Path | None) -> None:
 
     plans = read_plans(results_dir.parent)
     for problem in plans.problems:
-        click.echo(f"note: sweep file {problem} (the board is built without its plan)")
+        _echo(f"note: sweep file {problem} (the board is built without its plan)")
     try:
         pages = build(results_dir, out_dir, readme=readme, plans=plans)
     except (ResultsError, BoardError, SiteError, RetiredFileError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(terminal_text(str(exc))) from None
     except OSError as exc:
-        raise click.ClickException(f"cannot build the site in {out_dir}: {_os_reason(exc)}") from None
+        raise click.ClickException(terminal_text(f"cannot build the site in {out_dir}: {_os_reason(exc)}")) from None
     readme = readme if readme is not None else out_dir.parent / "README.md"
-    click.echo(f"wrote {len(pages)} page(s) to {out_dir} and the markdown board to {readme}")
+    _echo(f"wrote {len(pages)} page(s) to {out_dir} and the markdown board to {readme}")
     for line in _plan_lines(read_results(results_dir), plans):
-        click.echo(line)
-    click.echo(f"open {out_dir / 'index.html'}")
+        _echo(line)
+    _echo(f"open {out_dir / 'index.html'}")
 
 
 def _plan_lines(records: Sequence[Record], plans: Plans) -> list[str]:
@@ -234,13 +242,20 @@ def _plan_lines(records: Sequence[Record], plans: Plans) -> list[str]:
     return lines
 
 
+def _echo(line: str) -> None:
+    """Print one line of the command's report with the names in it made safe for a
+    terminal (``harness.report.terminal_text``): a results file, a sweep file or a store
+    may hold a name with escape sequences, NUL or bidi overrides."""
+    click.echo(terminal_text(line))
+
+
 def _require_results(results_dir: Path) -> None:
     """A missing or empty results folder is an error (a typo in --results must not read as an empty board)."""
     from leaderboard.site import results_folder_problem
 
     problem = results_folder_problem(results_dir)
     if problem:
-        raise click.ClickException(problem)
+        raise click.ClickException(terminal_text(problem))
 
 
 def _os_reason(exc: OSError) -> str:

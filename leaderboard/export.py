@@ -141,9 +141,18 @@ def exporting(out_dir: Path) -> Iterator[None]:
     """Hold the results folder for one export at a time: two exports at once (two
     terminals, or a script beside a person) would each read the same published runs and
     both write a new file of the same records, which ``leaderboard check`` then rejects as
-    duplicates. An exclusive ``flock`` on the folder's parent directory (no lock file to
-    leave behind or commit); the second export waits for the first. Where ``fcntl`` does
-    not exist (Windows), exports are not serialised."""
+    duplicates. The second export waits for the first (:func:`folder_lock`)."""
+    with folder_lock(out_dir):
+        yield
+
+
+@contextlib.contextmanager
+def folder_lock(out_dir: Path) -> Iterator[None]:
+    """Hold ``out_dir`` (a results folder being exported to, a site folder being built)
+    for one writer at a time: an exclusive ``flock`` on the folder's parent directory (no
+    lock file to leave behind or commit), so an export and a build of the same board's
+    folders wait for each other too. Where ``fcntl`` does not exist (Windows), writers
+    are not serialised."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not on Linux or macOS

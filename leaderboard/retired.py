@@ -45,14 +45,10 @@ preset's runs on it are published (that table, once complete, supersedes it: a
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - the project runs on 3.11+, tomllib is stdlib there
-    tomllib = None
+from harness.reading import FileReadError, read_toml
 
 RETIRED_FILE = "retired.toml"
 """The file, next to the results folder, that lists the retired tables (not a sweep file)."""
@@ -97,14 +93,12 @@ def read_retirements(folder: Path) -> tuple[Retirement | RowRetirement, ...]:
         RetiredFileError: the file exists but is not a valid list of retirements.
     """
     path = folder / RETIRED_FILE
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         return ()
-    if tomllib is None:  # pragma: no cover
-        raise RetiredFileError(f"{path}: reading it needs Python 3.11+ (tomllib)")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise RetiredFileError(f"{path}: not valid TOML ({exc})") from None
+    try:  # a regular file of bounded size and nesting: a FIFO or [[[[... is an error, not a hang
+        data = read_toml(path)
+    except FileReadError as exc:
+        raise RetiredFileError(f"{path}: {exc.reason}") from None
     return parse_retirements(data, str(path))
 
 

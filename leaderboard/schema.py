@@ -23,11 +23,14 @@ the local SQLite store never is. Each line is one JSON object, written canonical
     params          {"total": int, "pe": int} parameter counts (every integer of a record
                     fits SQLite's signed 64 bits)
     timings         {"train_seconds", "eval_seconds", "started_at", "finished_at"}:
-                    seconds, and Unix times of the run
-    final_loss      the last training loss
+                    seconds, and Unix times of the run, none past 9999-12-31
+                    (``MAX_UNIX_TIME``: a page shows the date)
+    final_loss      the last training loss (finite, >= 0)
     metrics         one object per evaluated scale, sorted by length: split ("train" for
                     1..N, "test" beyond N), length, token_length, n (examples),
-                    exact_match and token_accuracy in [0, 1]
+                    exact_match and token_accuracy in [0, 1]; exactly the scales the
+                    config evaluates (``harness.kept_results.evaluated_scales``), each
+                    over ``eval.samples`` examples
     checksum        "sha256:" + hex digest of the canonical JSON of every other key
 
 The checksum is a guard against accidental or hand edits, not a signature: a file whose
@@ -45,15 +48,21 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
+import harness.tasks as tasks
 from harness.config import INT64_MAX, NEW_FIELD_DEFAULTS, RunConfig, is_finite_number, shown
+from harness.kept_results import evaluated_scales
 from harness.pe_spec import identity_options
+from harness.reading import DIAGNOSTICS_LIMIT, MAX_DEPTH, RESULTS_LIMIT, FileReadError, nesting_depth, read_text
 
 SCHEMA_VERSION = 1
+MAX_UNIX_TIME = 253_402_300_799.0
+"""9999-12-31 23:59:59 UTC: the latest time a record may carry (a page shows its date)."""
 SUFFIX = ".jsonl"
 
 RECORD_KEYS = (
@@ -286,6 +295,8 @@ def validate_record(record: Any) -> list[str]:
         for k in PARAM_KEYS:
             if k in params and not (_is_int(params[k]) and params[k] >= 0):
                 problems.append(f"params.{k} must be a non-negative integer (64-bit), got {shown(params[k])}")
+        if all(_is_int(params.get(k)) for k in PARAM_KEYS) and params["pe"] > params["total"]:
+            problems.append(f"params.pe ({params['pe']}) cannot exceed params.total ({params['total']})")
 
     timings = record["timings"]
     if not isinstance(timings, dict):
@@ -294,13 +305,21 @@ def validate_record(record: Any) -> list[str]:
         problems += _keys(timings, TIMING_KEYS, "timings")
         bad = [k for k in TIMING_KEYS if k in timings and not (_is_number(timings[k]) and timings[k] >= 0)]
         problems += [f"timings.{k} must be a non-negative number" for k in bad]
+        late = [k for k in TIMING_KEYS if k in timings and k not in bad and timings[k] > MAX_UNIX_TIME]
+        problems += [
+            f"timings.{k} is {shown(timings[k])}: beyond {MAX_UNIX_TIME:.0f} (9999-12-31, the last date a page shows)"
+            for k in late
+        ]
+        bad += late
         if not bad and set(TIMING_KEYS) <= set(timings) and timings["finished_at"] < timings["started_at"]:
             problems.append("timings: finished_at is before started_at")
 
-    if not _is_number(record["final_loss"]):
-        problems.append(f"final_loss must be a finite number, got {shown(record['final_loss'])}")
+    if not (_is_number(record["final_loss"]) and record["final_loss"] >= 0):
+        problems.append(f"final_loss must be a finite number >= 0 (a cross-entropy), got {shown(record['final_loss'])}")
 
     problems += _validate_metrics(record["metrics"], train_max)
+    if run_config is not None and not problems:
+        problems += _scale_problems(record["metrics"], run_config)
 
     check = record["checksum"]
     if not (isinstance(check, str) and _CHECKSUM.fullmatch(check)):
@@ -335,14 +354,87 @@ def _validate_metrics(metrics: Any, train_max: int | None) -> list[str]:
             problems.append(f"{where}: length {length} is marked {m['split']!r} but train_max is {train_max}")
         if not (_is_int(m["n"]) and m["n"] >= 1):
             problems.append(f"{where}.n must be an integer >= 1 (64-bit), got {shown(m['n'])}")
-        if not (_is_number(m["token_length"]) and m["token_length"] > 0):
-            problems.append(f"{where}.token_length must be a positive number, got {shown(m['token_length'])}")
+        if not (_is_number(m["token_length"]) and 0 < m["token_length"] <= INT64_MAX):
+            problems.append(
+                f"{where}.token_length must be a positive number of at most {INT64_MAX}, got {shown(m['token_length'])}"
+            )
         for key in ("exact_match", "token_accuracy"):
             if not (_is_number(m[key]) and 0.0 <= m[key] <= 1.0):
                 problems.append(f"{where}.{key} must be a number in [0, 1], got {shown(m[key])}")
     if lengths != sorted(set(lengths)):
         problems.append("metrics must be sorted by length, each length once")
     return problems
+
+
+MAX_LISTED_SCALES = 100_000
+"""A config that evaluates more scales than this is compared with its record's metrics by
+count and range only (its scales are not listed: a hostile ``test_max`` must not take the
+memory of a list of them)."""
+
+
+def _evaluated_scales(config: RunConfig) -> list[tuple[str, int]] | None:
+    """(split, scale) of every scale a run of ``config`` evaluates, in order, as the harness
+    lists them (``harness.kept_results.evaluated_scales``: ``RunConfig.train_lengths`` and
+    ``test_lengths``, less the scales its task has no instance of); None when the task is
+    not installed here (which of the listed scales it has is then unknown) or the config
+    evaluates more than ``MAX_LISTED_SCALES``."""
+    train, test = config.train, config.eval
+    test_count = -(-(test.test_max - train.train_max) // test.test_stride) + 1  # an upper bound
+    if (train.train_max - train.train_min + 1) + test_count > MAX_LISTED_SCALES:
+        return None
+    if config.task not in tasks.available():
+        return None
+    try:
+        return evaluated_scales(config)
+    except Exception:  # a plugin task that fails to build here: as if not installed
+        return None
+
+
+def _scale_problems(metrics: list[dict[str, Any]], config: RunConfig) -> list[str]:
+    """Why the (already well-formed) ``metrics`` are not those a run of ``config`` records:
+    exactly the scales it evaluates (each once, which ``_validate_metrics`` checked), each
+    over ``eval.samples`` examples. For a task not installed here, each scale must be one
+    of those its config lists."""
+    problems = []
+    samples = config.eval.samples
+    wrong_n = sorted({m["length"] for m in metrics if m["n"] != samples})
+    if wrong_n:
+        problems.append(
+            f"metrics at scale(s) {_scales_text(wrong_n)} count other than eval.samples = {samples} examples "
+            "(every scale is evaluated on that many)"
+        )
+    expected = _evaluated_scales(config)
+    got = [(m["split"], m["length"]) for m in metrics]
+    if expected is not None:
+        missing = sorted({n for _, n in expected} - {n for _, n in got})
+        extra = sorted({n for _, n in got} - {n for _, n in expected})
+    else:  # not installed, or too many to list: each scale must be one the config lists
+        train, test = config.train, config.eval
+        lo = train.train_max + 1
+
+        def listed(n: int) -> bool:
+            return train.train_min <= n <= train.train_max or (
+                lo <= n <= test.test_max and ((n - lo) % test.test_stride == 0 or n == test.test_max)
+            )
+
+        missing, extra = [], sorted(n for _, n in got if not listed(n))
+    if extra:
+        problems.append(
+            f"metrics at scale(s) {_scales_text(extra)} that its config does not evaluate (train "
+            f"{config.train.train_min}..{config.train.train_max}, test up to {config.eval.test_max} every "
+            f"{config.eval.test_stride})"
+        )
+    if missing:
+        problems.append(
+            f"metrics missing at scale(s) {_scales_text(missing)} that its config evaluates: a record keeps every "
+            "scale its run evaluated"
+        )
+    return problems
+
+
+def _scales_text(scales: list[int], most: int = 8) -> str:
+    shown_ = ", ".join(str(n) for n in scales[:most])
+    return shown_ + (f" and {len(scales) - most} more" if len(scales) > most else "")
 
 
 # --------------------------------------------------------------------------------------
@@ -352,24 +444,6 @@ def _validate_metrics(metrics: Any, train_max: int | None) -> list[str]:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed (metrics must be finite numbers)")
-
-
-MAX_DEPTH = 32
-"""How deeply arrays and objects may nest in a results or diagnostics file (records nest 5
-levels, diagnostics 6): deeper is refused before anything walks it."""
-
-
-def nesting_depth(value: Any) -> int:
-    """How many arrays and objects deep ``value`` nests (0 for a scalar), without recursion."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            depth += 1
-            deepest = max(deepest, depth)
-            if depth <= MAX_DEPTH:
-                stack.extend((v, depth) for v in (item.values() if isinstance(item, dict) else item))
-    return deepest
 
 
 def parse_json(text: str) -> Any:
@@ -396,6 +470,18 @@ def run_ids_digest(run_ids: Iterable[str]) -> str:
     return hashlib.sha256(",".join(sorted(run_ids)).encode()).hexdigest()[:12]
 
 
+def file_name_problem(name: str) -> str | None:
+    """Why a file name cannot name a published file, or None: its bytes must be UTF-8 (the
+    site links to every results file by name) and it may hold no control characters."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 reach Python as lone surrogates
+        return "the file name is not valid UTF-8; rename the file"
+    if any(unicodedata.category(ch) == "Cc" for ch in name):
+        return "the file name holds control characters; rename the file"
+    return None
+
+
 def _name_problem(path: Path, records: list[Record]) -> str | None:
     """Why the file's name does not fit its runs, if it does not."""
     match = FILE_NAME.match(path.name)
@@ -415,12 +501,12 @@ def read_file(path: Path) -> tuple[list[Record], list[tuple[Path, int, str]]]:
     each line's, and the file's own (line 0) when its name's digest is not of its runs."""
     problems: list[tuple[Path, int, str]] = []
     records: list[Record] = []
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return [], [(path, 0, f"not UTF-8 text ({exc.reason} at byte {exc.start})")]
-    except OSError as exc:
-        return [], [(path, 0, f"cannot be read ({exc.strerror})")]
+    if (why := file_name_problem(path.name)) is not None:
+        return [], [(path, 0, why)]
+    try:  # a regular file within RESULTS_LIMIT: a FIFO, a device, a 6 GB sparse file are refused unread
+        text = read_text(path, RESULTS_LIMIT)
+    except FileReadError as exc:
+        return [], [(path, 0, exc.reason)]
     if not text:
         return [], [(path, 0, "empty file (a results file holds at least one run)")]
     if not text.endswith("\n"):
@@ -446,10 +532,12 @@ def read_file(path: Path) -> tuple[list[Record], list[tuple[Path, int, str]]]:
 
 
 def results_files(directory: Path) -> list[Path]:
-    """The ``*.jsonl`` files directly under ``directory``, sorted by name (none if it is missing)."""
+    """The ``*.jsonl`` entries directly under ``directory`` but folders, sorted by name (none
+    if it is missing): a FIFO, a device or a dangling link of that name is listed too, so
+    that :func:`read_file` reports it rather than the board silently lacking it."""
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(SUFFIX))
+    return sorted(p for p in directory.iterdir() if p.name.endswith(SUFFIX) and not p.is_dir())
 
 
 def read_results(directory: Path) -> list[Record]:
@@ -601,14 +689,13 @@ def read_diagnostics(directory: Path, runs: Iterable[str | Record]) -> dict[str,
         if run_id not in records:
             problems.append((path, 0, f"no published run has run_id {shown(run_id)} (diagnostics belong to a run)"))
             continue
+        try:  # a regular file within DIAGNOSTICS_LIMIT (a symlink to /dev/zero, a FIFO: refused unread)
+            text = read_text(path, DIAGNOSTICS_LIMIT)
+        except FileReadError as exc:
+            problems.append((path, 0, exc.reason))
+            continue
         try:
-            body = parse_json(path.read_bytes().decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            problems.append((path, 0, f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
-            continue
-        except OSError as exc:
-            problems.append((path, 0, f"cannot be read ({exc.strerror})"))
-            continue
+            body = parse_json(text)
         except ValueError as exc:
             problems.append((path, 1, f"unreadable diagnostics: {exc}"))
             continue

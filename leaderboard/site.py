@@ -35,6 +35,9 @@ import json
 import os
 import posixpath
 import random
+import re
+import secrets
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -42,6 +45,8 @@ from typing import Any
 
 from markupsafe import Markup
 
+from harness.config import shown
+from harness.reading import MANIFEST_LIMIT, FileReadError, read_text
 from leaderboard import board as bd
 from leaderboard import claims, notes
 from leaderboard import overview as ov
@@ -50,7 +55,7 @@ from leaderboard import provenance as prov
 from leaderboard.plans import NO_PLANS, Plans, read_plans
 from leaderboard.readme import README_MARK, is_generated_readme, render_readme
 from leaderboard.retired import Retirement, RowRetirement, read_retirements
-from leaderboard.schema import read_diagnostics, read_results, results_files
+from leaderboard.schema import parse_json, read_diagnostics, read_results, results_files
 from leaderboard.svg import VIRIDIS, Series, Style, heat_colour, line_plot, panel_plot, styles, swatch, trajectory_plot
 from leaderboard.text import GENERATOR, NotANumber, environment, href, join, render_template, short_commit, slug
 
@@ -588,37 +593,92 @@ def build(
 # --------------------------------------------------------------------------------------
 
 
-def _previous_build(out_dir: Path) -> tuple[set[str], bool]:
-    """(files the previous build wrote, whether that build predates the manifest).
+PAGE_PATH = re.compile(r"index\.html|(?:tasks|encodings)/[a-z0-9_.-]+\.html")
+"""The site paths a build writes (``slug`` names the pages): the only entries a manifest
+may list, so a manifest can name nothing outside the folder (no ``..``, no absolute path,
+no other kind of file)."""
+
+
+def _site_root(out_dir: Path) -> Path:
+    """The output folder, resolved: the one folder a build writes and deletes under (the
+    path given may lead there through links; nothing under it is followed)."""
+    root = out_dir.resolve()
+    if root.exists() and not root.is_dir():
+        raise SiteError(f"{out_dir} is not a folder; choose another --out")
+    return root
+
+
+def _inside(root: Path, rel: str) -> Path:
+    """``root / rel`` for a page path ``rel`` (``PAGE_PATH``), after checking that what
+    exists of it is real folders and at most a regular file at its end: a symlink anywhere
+    below ``root`` (``tasks`` -> ``../outside``) would make a write or a delete land outside
+    the folder, and a FIFO would block the build; both are a SiteError."""
+    path = root
+    parts = rel.split("/")
+    for i, part in enumerate(parts):
+        path = path / part
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            break  # the rest does not exist yet: the build makes it
+        except OSError as exc:
+            raise SiteError(f"cannot check {path}: {exc.strerror or exc}") from None
+        if stat.S_ISLNK(mode):
+            raise SiteError(
+                f"{path} is a symlink: `build` writes and deletes only inside {root}, never through a link; "
+                "remove the link"
+            )
+        last = i == len(parts) - 1
+        if (stat.S_ISDIR(mode) if last else not stat.S_ISDIR(mode)) or (last and not stat.S_ISREG(mode)):
+            want = "a page file" if last else "a folder"
+            raise SiteError(f"{path} is not {want}; move it aside or choose another --out")
+    path = root.joinpath(*parts)
+    if not path.resolve().is_relative_to(root):  # nothing above can lead out, but say so if it did
+        raise SiteError(f"{path} is outside {root}; `build` writes only inside its folder")
+    return path
+
+
+def _previous_build(root: Path) -> tuple[set[str], bool]:
+    """(files the previous build wrote, whether that build predates the manifest), for the
+    resolved output folder ``root``.
 
     Raises SiteError for a non-empty folder that is not a generated site, and for a
-    manifest that is damaged or names a path outside the folder.
+    manifest that cannot be read (not a regular file of bounded size, not JSON) or that
+    names anything but the pages a build writes (``PAGE_PATH``).
     """
-    if not out_dir.exists():
+    if not root.exists():
         return set(), False
-    if not out_dir.is_dir():
-        raise SiteError(f"{out_dir} is not a folder; choose another --out")
-    manifest = out_dir / MANIFEST
-    if manifest.is_file():
+    if not root.is_dir():
+        raise SiteError(f"{root} is not a folder; choose another --out")
+    manifest = root / MANIFEST
+    if manifest.exists() or manifest.is_symlink():
         try:
-            body = json.loads(manifest.read_text(encoding="utf-8"))
+            if manifest.is_symlink():
+                raise ValueError("a symlink, not the manifest a build writes")
+            body = parse_json(read_text(manifest, MANIFEST_LIMIT))
             files = body["files"] if isinstance(body, dict) and body.get("generator") == GENERATOR else None
-        except (OSError, ValueError, KeyError) as exc:
+        except FileReadError as exc:
+            raise SiteError(f"{manifest} {exc.reason}; move the site folder aside and build again") from None
+        except (ValueError, KeyError) as exc:
             raise SiteError(f"{manifest} cannot be read ({exc}); move the site folder aside and build again") from None
-        if not isinstance(files, list) or not all(
-            isinstance(f, str) and f and not PurePosixPath(f).is_absolute() and ".." not in PurePosixPath(f).parts
-            for f in files
-        ):
-            raise SiteError(f"{manifest} is not a site manifest; move the site folder aside and build again")
+        bad = (
+            [f for f in files if not (isinstance(f, str) and PAGE_PATH.fullmatch(f))] if isinstance(files, list) else []
+        )
+        if not isinstance(files, list) or bad:
+            named = f" (it names {shown(bad[0])}, not a page a build writes)" if bad else ""
+            raise SiteError(f"{manifest} is not a site manifest{named}; move the site folder aside and build again")
         return set(files), False
-    if (out_dir / LEGACY_MARKER).is_file():
-        return {p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*.html")}, True
-    if any(out_dir.iterdir()):
-        raise SiteError(f"{out_dir} is not empty and is not a generated leaderboard site; choose another --out")
+    if (root / LEGACY_MARKER).is_file():
+        pages = {p.relative_to(root).as_posix() for p in root.rglob("*.html")}
+        return {f for f in pages if PAGE_PATH.fullmatch(f)}, True
+    if any(root.iterdir()):
+        raise SiteError(f"{root} is not empty and is not a generated leaderboard site; choose another --out")
     return set(), False
 
 
 def _carries_page_mark(path: Path) -> bool:
+    if not path.is_file():  # a FIFO, a device: not a page, and never opened
+        return False
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             head = [line.rstrip("\n") for line, _ in zip(f, range(8), strict=False)]  # the mark is on line 4
@@ -638,22 +698,54 @@ def _unchanged(path: Path, text: str) -> bool:
         return False
 
 
+def _readme_target(readme: Path) -> Path:
+    """The README to write: refused when it is a symlink (it would be replaced by a file,
+    or lead elsewhere) or something other than a regular file."""
+    if readme.is_symlink():
+        raise SiteError(f"{readme} is a symlink; `build` writes the README only as a file of its own (--readme)")
+    if readme.exists() and not readme.is_file():
+        raise SiteError(f"{readme} is not a regular file; choose another --readme")
+    return readme
+
+
 def write_site(out_dir: Path, pages: Mapping[str, str], readme: Path, readme_text: str) -> None:
     """Write ``pages`` under ``out_dir`` and the README, delete the previous build's stale pages.
 
     Refuses (SiteError, before writing anything) a non-empty ``out_dir`` that is not a
-    generated site, a page path taken by a file the site did not generate, and a README
-    that is not a generated one (``README_MARK``). All files are first written under
-    temporary names next to their targets; only when every one was written are they
-    renamed into place. An OSError (permission, disk full) is a SiteError naming the path,
-    with the temporary files removed and the old files untouched.
+    generated site, a page path taken by a file the site did not generate, a README that
+    is not a generated one (``README_MARK``), a manifest that names anything but the pages
+    a build writes, and a symlink (or a FIFO, a device) anywhere a page is written or
+    deleted: every path is resolved and must stay inside ``out_dir``. All files are first
+    written under temporary names next to their targets; only when every one was written
+    are they renamed into place. An OSError (permission, disk full) is a SiteError naming
+    the path, with the temporary files removed and the old files untouched.
+
+    One build writes a folder at a time: a build holds the lock export takes
+    (``leaderboard.export.folder_lock``, on the folder's parent), so two concurrent builds
+    cannot leave a page off the manifest.
     """
-    previous, legacy = _previous_build(out_dir)
+    from leaderboard.export import folder_lock
+
+    try:
+        with folder_lock(out_dir):
+            _write_site(out_dir, pages, readme, readme_text)
+    except OSError as exc:  # the lock's folder cannot be made or opened (the writes catch their own)
+        raise SiteError(f"cannot write {exc.filename or out_dir}: {exc.strerror or exc}") from None
+
+
+def _write_site(out_dir: Path, pages: Mapping[str, str], readme: Path, readme_text: str) -> None:
+    root = _site_root(out_dir)
+    previous, legacy = _previous_build(root)
+    strange = sorted(rel for rel in pages if not PAGE_PATH.fullmatch(rel))
+    if strange:  # the renderer names every page by ``slug``; this would be a bug
+        raise SiteError(f"pages with paths a build does not write: {', '.join(strange)}")
+    paths = {rel: _inside(root, rel) for rel in sorted(previous | set(pages))}
     foreign = sorted(
-        str(out_dir / rel)
+        str(paths[rel])
         for rel in pages
-        if (out_dir / rel).exists() and rel not in previous and not _carries_page_mark(out_dir / rel)
+        if paths[rel].exists() and rel not in previous and not _carries_page_mark(paths[rel])
     )
+    readme = _readme_target(readme)
     if readme.exists() and not is_generated_readme(readme):
         foreign.append(f"{readme} (no `{README_MARK}` first line)")
     if foreign:
@@ -662,11 +754,11 @@ def write_site(out_dir: Path, pages: Mapping[str, str], readme: Path, readme_tex
             + "; ".join(foreign)
             + " (move them aside, or choose another --out / --readme)"
         )
-    targets = {out_dir / rel: text for rel, text in sorted(pages.items())}
+    targets = {paths[rel]: text for rel, text in sorted(pages.items())}
     targets[readme] = readme_text
     # first: the manifest of everything either build wrote, so an interrupted write leaves
     # no generated file unlisted; after the pages, the manifest of this build
-    manifest = out_dir / MANIFEST
+    manifest = _inside(root, MANIFEST)
     staged, final = _Staging(), _Staging()
     try:
         for path, text in [(manifest, _manifest_text(previous | set(pages))), *targets.items()]:
@@ -674,14 +766,14 @@ def write_site(out_dir: Path, pages: Mapping[str, str], readme: Path, readme_tex
                 staged.add(path, text)
         staged.commit()
         for rel in sorted(previous - set(pages)):
-            stale = out_dir / rel
+            stale = _inside(root, rel)  # checked again: never deleted through a link
             if stale.is_file():
                 stale.unlink()
         if not _unchanged(manifest, _manifest_text(set(pages))):
             final.add(manifest, _manifest_text(set(pages)))
         final.commit()
         if legacy:
-            (out_dir / LEGACY_MARKER).unlink(missing_ok=True)
+            (root / LEGACY_MARKER).unlink(missing_ok=True)
     except OSError as exc:
         staged.abandon()
         final.abandon()
@@ -701,8 +793,8 @@ class _Staging:
         for d in reversed(missing):
             d.mkdir()
             self.made_dirs.append(d)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        with open(tmp, "x", encoding="utf-8", newline="\n") as f:  # a new file: never through a link put there
             self.files.append((tmp, path))  # created: removed by abandon() even if the write fails
             f.write(text)
 
