@@ -37,7 +37,8 @@ from harness.store import (
     StoreFullError,
 )
 
-METRICS = [("train" if n <= 5 else "test", LengthMetrics(n, float(n), 8, 0.5, 0.25)) for n in range(1, 9)]  # smoke: 8 samples
+# the smoke preset evaluates 8 samples per scale
+METRICS = [("train" if n <= 5 else "test", LengthMetrics(n, float(n), 8, 0.5, 0.25)) for n in range(1, 9)]
 PROVENANCE = {"commit": "t", "device": "cpu", "torch": "t", "pezoo": "p"}
 DONE = {"final_loss": 0.1, "train_seconds": 1.0, "eval_seconds": 1.0, "n_params": {"total": 1, "pe": 0}}
 
