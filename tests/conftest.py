@@ -5,13 +5,64 @@ a test starts): the models here are tiny, and on a 2-core machine two processes 
 OpenMP threads each spin against each other (measured: a tiny decode took 11 s with two
 threads under load, 0.15 s with one). It also makes CPU results bit-identical between
 the in-process and subprocess paths.
+
+Hypothesis is derandomized by default, not only in CI. The README's test command is what
+CI runs *and* what every fresh clone runs; a suite that passes or fails by the luck of a
+random draw is wrong in both places (it did: a fuzz test drew ``eval.test_max =
+7_508_565_006`` on two fresh clones and ran out of memory). So the default profile,
+``deterministic``, seeds every test from a hash of the test itself and keeps no example
+database: the same examples on every machine and every run. Looking for new failures is
+opt-in, ``python -m pytest --hypothesis-profile=explore`` (random seeds, the local
+``.hypothesis/`` database, more examples where a test does not set its own count); a
+failure it finds becomes an explicit ``@example`` on that test, so it stays covered in the
+deterministic runs.
+
+The test process has a memory cap (``RLIMIT_DATA``: private writable memory, which is
+what Python objects and torch's CPU tensors live in): a test that starts to build
+something huge gets ``MemoryError`` at once instead of filling the machine until the
+kernel's OOM killer ends the whole run. Subprocesses the tests start inherit it, each with
+a cap of its own. ``RLIMIT_DATA`` rather than ``RLIMIT_AS``: address space that is only
+reserved (thread arenas, Chromium's and CUDA's reservations) or shared (Ray's object
+store in /dev/shm) does not count against it. The peak of the heaviest test files
+measured on CPU is about 1.3 GB (docs/harness.md, "Reliability"), so the default cap of
+8 GiB leaves room to spare; ``PEZOO_TEST_MEMORY_CAP_GB`` sets another (``0``: none).
 """
 
 from __future__ import annotations
 
 import os
+import resource
 
 import torch
+from hypothesis import settings
 
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
+
+settings.register_profile("deterministic", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, max_examples=1000, print_blob=True)
+settings.load_profile("deterministic")  # --hypothesis-profile=explore replaces it (pytest_configure runs later)
+
+MEMORY_CAP_GB = 8.0
+"""The default cap on the test process's private writable memory, in GiB."""
+
+
+def memory_cap_bytes(environ: dict[str, str] | os._Environ[str] = os.environ) -> int | None:
+    """The cap in bytes: ``PEZOO_TEST_MEMORY_CAP_GB`` (``0``: none), else ``MEMORY_CAP_GB``."""
+    value = environ.get("PEZOO_TEST_MEMORY_CAP_GB", "").strip()
+    gib = float(value) if value else MEMORY_CAP_GB
+    return None if gib <= 0 else int(gib * 2**30)
+
+
+def _cap_memory() -> None:
+    cap = memory_cap_bytes()
+    if cap is None:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    if soft == resource.RLIM_INFINITY or soft > cap:  # never raise a cap someone set lower
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+
+
+_cap_memory()
