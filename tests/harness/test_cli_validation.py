@@ -260,7 +260,13 @@ def test_a_checkpoint_folder_that_cannot_be_made_is_refused_before_the_store(tmp
         (["--pe", "prism{d_pe=100000000}"], "d_pe must be at most"),
     ],
 )
-def test_sizes_beyond_their_bounds_are_a_one_line_usage_error_before_the_store_exists(tmp_path, args, message):
+def test_sizes_beyond_their_bounds_are_a_one_line_usage_error_before_the_store_exists(
+    tmp_path, monkeypatch, args, message
+):
+    def no_store(*args, **kwargs):  # fail at once where the store would be made (and a run trained)
+        raise AssertionError("the store was opened: the sizes were accepted")
+
+    monkeypatch.setattr("harness.cli.Store", no_store)
     output = _refused([*BENCH, *args], tmp_path, message)
     errors = [line for line in output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and message in errors[0], output  # the whole reason on the one line
