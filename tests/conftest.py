@@ -31,10 +31,10 @@ measured on CPU is about 1.3 GB (docs/harness.md, "Reliability"), so the default
 from __future__ import annotations
 
 import os
-import resource
 
 import torch
 from hypothesis import settings
+from memory_cap import cap_memory  # tests/ is on sys.path here, as for every test module
 
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
@@ -43,26 +43,4 @@ settings.register_profile("deterministic", derandomize=True, database=None, prin
 settings.register_profile("explore", derandomize=False, max_examples=1000, print_blob=True)
 settings.load_profile("deterministic")  # --hypothesis-profile=explore replaces it (pytest_configure runs later)
 
-MEMORY_CAP_GB = 8.0
-"""The default cap on the test process's private writable memory, in GiB."""
-
-
-def memory_cap_bytes(environ: dict[str, str] | os._Environ[str] = os.environ) -> int | None:
-    """The cap in bytes: ``PEZOO_TEST_MEMORY_CAP_GB`` (``0``: none), else ``MEMORY_CAP_GB``."""
-    value = environ.get("PEZOO_TEST_MEMORY_CAP_GB", "").strip()
-    gib = float(value) if value else MEMORY_CAP_GB
-    return None if gib <= 0 else int(gib * 2**30)
-
-
-def _cap_memory() -> None:
-    cap = memory_cap_bytes()
-    if cap is None:
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    if hard != resource.RLIM_INFINITY:
-        cap = min(cap, hard)
-    if soft == resource.RLIM_INFINITY or soft > cap:  # never raise a cap someone set lower
-        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
-
-
-_cap_memory()
+cap_memory()
