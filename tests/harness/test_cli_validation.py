@@ -3,11 +3,15 @@ failed run after it; unknown names in filters are errors with suggestions."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import preset_config
+from harness.printable import printable
 from harness.store import Store
 
 BENCH = ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke", "--device", "cpu"]
@@ -271,3 +275,41 @@ def test_sizes_beyond_their_bounds_are_a_one_line_usage_error_before_the_store_e
     errors = [line for line in output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and message in errors[0], output  # the whole reason on the one line
     assert "Traceback" not in output
+
+
+HOSTILE = "rope\x1b]8;;http://x\x07\x1b[31mRED\u202eevil\x00\rback"
+"""An encoding name with an OSC hyperlink, an ANSI colour, a bidi override, NUL and CR."""
+
+
+@pytest.fixture
+def store_with_a_hostile_name(tmp_path):
+    path = tmp_path / "store.sqlite"
+    cfg = replace(preset_config("smoke", pe="rope", task="copy", seed=0), pe=HOSTILE, preset="smoke\x1b[2J")
+    with Store(path) as store:
+        run = {"run_id": cfg.run_id(), "pe": HOSTILE, "task": "copy", "seed": 0, "preset": cfg.preset,
+               "config": cfg.to_dict(), "provenance": {"device": "cpu"}, "final_loss": 0.1,
+               "train_seconds": 1.0, "eval_seconds": 1.0, "started_at": 0.0, "finished_at": 1.0,
+               "n_params": 10, "pe_params": 0}  # fmt: skip
+        metrics = [{"split": "test", "length": 6, "token_length": 9.0, "n": 8, "exact_match": 0.5,
+                    "token_accuracy": 0.75}]  # fmt: skip
+        assert store.insert_finished(run, metrics)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json", "markdown"])
+def test_results_escape_what_a_terminal_would_act_on(store_with_a_hostile_name, fmt):
+    result = CliRunner().invoke(main, ["results", "--store", str(store_with_a_hostile_name), "--format", fmt])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines and all(line.isprintable() for line in lines), [line for line in lines if not line.isprintable()]
+    if fmt == "json":  # the stored name, which the json encoder escaped
+        assert json.loads(lines[0])["pe"] == HOSTILE
+    else:
+        assert printable(HOSTILE) in result.stdout
+
+
+def test_results_refuse_an_unparsable_pe_filter_with_a_usage_error(store_with_a_hostile_name):
+    """A filter copied from such a name (its "]" closes no "[") raised ValueError: a traceback."""
+    args = ["results", "--store", str(store_with_a_hostile_name), "--pe", printable(HOSTILE)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "unbalanced" in result.output and "--pe" in result.output, result.output
