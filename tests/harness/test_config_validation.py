@@ -354,3 +354,20 @@ def test_every_preset_and_published_record_is_within_the_bounds():
                 assert RunConfig.from_dict(record["config"]).run_id() == record["run_id"], path
                 records += 1
     assert records > 300
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [(("eval", "test_max"), 7_508_565_006), (("eval", "samples"), 10**8), (("pe_options", "max_length"), 10**11)],
+)
+def test_a_results_record_beyond_the_bounds_is_refused(path, value):
+    """The results-record entry point: ``leaderboard check`` validates a record's config
+    through RunConfig, so the bounds hold there too (before anything is built from it)."""
+    from leaderboard.schema import validate_record
+
+    line = next(line for p in sorted(RESULTS.glob("*.jsonl")) for line in p.read_text().splitlines() if line.strip())
+    record = json.loads(line)
+    assert validate_record(record) == []
+    record["config"] = _replace(record["config"], path, value)
+    problems = validate_record(record)
+    assert any(f"{path[-1]} must be at most" in p for p in problems), problems
