@@ -22,10 +22,11 @@ what Python objects and torch's CPU tensors live in): a test that starts to buil
 something huge gets ``MemoryError`` at once instead of filling the machine until the
 kernel's OOM killer ends the whole run. Subprocesses the tests start inherit it, each with
 a cap of its own. ``RLIMIT_DATA`` rather than ``RLIMIT_AS``: address space that is only
-reserved (thread arenas, Chromium's and CUDA's reservations) or shared (Ray's object
-store in /dev/shm) does not count against it. The peak of the heaviest test files
-measured on CPU is about 1.3 GB (docs/harness.md, "Reliability"), so the default cap of
-8 GiB leaves room to spare; ``PEZOO_TEST_MEMORY_CAP_GB`` sets another (``0``: none).
+reserved (mapped without write access, as Chromium and the CUDA driver reserve theirs) or
+shared (Ray's object store in /dev/shm) does not count against it. The heaviest test
+files peak at 0.58 GiB of it per process (measured on CPU, Ray's tests included;
+docs/harness.md, "Reliability"), so the default cap of 8 GiB (tests/memory_cap.py) leaves
+13x room; ``PEZOO_TEST_MEMORY_CAP_GB`` sets another (``0``: none).
 """
 
 from __future__ import annotations
