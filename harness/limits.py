@@ -48,7 +48,7 @@ MAX_STEPS = 10_000_000
 """Most optimiser steps: 5x the randomized-PE paper's 2M."""
 
 MAX_BATCH = 4096
-"""Largest training or decoding batch: 16x the largest preset's (250)."""
+"""Largest training or decoding batch: 8x the largest preset's (500: ruoss decodes 500 at a time)."""
 
 MAX_SAMPLES = 100_000
 """Most evaluation examples per scale: 100x the PRISM paper's 1000."""
