@@ -9,7 +9,6 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from memory_cap import MEMORY_CAP_GB, memory_cap_bytes
 
 SEEN: list[list[int]] = []
