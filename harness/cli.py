@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pandas as pd
 from click.core import ParameterSource
 
 import harness.tasks as tasks
@@ -34,6 +35,7 @@ from harness.executors import (
 from harness.options import max_runs_option, store_option
 from harness.pe_spec import names as pe_names
 from harness.pe_spec import parse_pe, split_pe_list
+from harness.printable import printable
 from harness.progress import SweepReport
 from harness.provenance import code_origins, cpu_name, resolve_device
 from harness.report import LEGEND, leaderboard_tables, terminal_text
@@ -767,14 +769,18 @@ def results(store_path, pe, task, fmt) -> None:
     if not Path(store_path).exists():
         raise click.ClickException(f"no results store at {store_path}; run `pezoo bench` first")
     try:
-        df = load(store_path)
+        stored = load(store_path)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
+    df = _printable_frame(stored)  # names as a terminal may show them; filters match these
     # A filter name must be one this checkout knows or one the store holds (a plugin's runs
     # imported from published results): a typo is an error, not an empty table. A registry
     # name selects every run of it; a displayed name such as prism{paper} those runs only.
     if pe:
-        wanted = split_pe_list(pe)
+        try:
+            wanted = split_pe_list(pe)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--pe") from None
         known = sorted(set(pezoo.available()) | set(df["pe"]) | set(df.get("pe_label", df["pe"])))
         _check_names("encoding", wanted, known, "--pe")
         df = df[df["pe"].isin(wanted) | df["pe_label"].isin(wanted)]
@@ -794,10 +800,21 @@ def results(store_path, pe, task, fmt) -> None:
             click.echo(LEGEND)
     elif fmt == "csv":
         click.echo(df.to_csv(index=False), nl=False)
-    elif fmt == "json":
-        click.echo(df.to_json(orient="records", lines=True), nl=False)
+    elif fmt == "json":  # the stored values: the json encoder escapes what a terminal would act on
+        click.echo(stored.loc[df.index].to_json(orient="records", lines=True), nl=False)
     else:
         click.echo(df.to_markdown(index=False))
+
+
+def _printable_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every string cell :func:`harness.printable.printable`: a store's names
+    (an imported plugin's, a contributed record's) may hold terminal escapes, NUL or bidi
+    overrides, which the table, csv and markdown would print raw."""
+    out = df.copy()
+    for column in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[column]):  # object or str columns (pandas 3)
+            out[column] = out[column].map(lambda v: printable(v) if isinstance(v, str) else v)
+    return out
 
 
 def _unwritable_folder(folder: Path) -> str | None:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from harness import limits
 from harness.backbone import BackboneConfig
 from harness.pe_spec import check_eval_options, identity_options, parse_pe, resolve_pe
 
@@ -64,7 +65,7 @@ def check_int(what: str, value: Any, minimum: int = 0, maximum: int = INT64_MAX)
     if value < minimum:
         raise ValueError(f"{what} must be an integer >= {minimum}, got {value}")
     if value > maximum:
-        limit = " (the largest integer SQLite stores)" if maximum == INT64_MAX else ""
+        limit = " (the largest integer SQLite stores)" if maximum == INT64_MAX else " (harness.limits)"
         raise ValueError(f"{what} must be at most {maximum}{limit}, got {shown(value)}")
 
 
@@ -189,8 +190,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
             as_float(self, name, f"train.{name}")
-        check_int("train.steps", self.steps, minimum=1)
-        check_int("train.batch_size", self.batch_size, minimum=1)
+        check_int("train.steps", self.steps, minimum=1, maximum=limits.MAX_STEPS)
+        check_int("train.batch_size", self.batch_size, minimum=1, maximum=limits.MAX_BATCH)
         check_number("train.lr", self.lr, above=0)
         if not (isinstance(self.betas, tuple) and len(self.betas) == 2):
             raise ValueError(f"train.betas must be two numbers (beta1, beta2), got {shown(self.betas)}")
@@ -200,14 +201,14 @@ class TrainConfig:
                 raise ValueError(f"train.betas[{i}] must be < 1, got {beta}")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
         check_number("train.weight_decay", self.weight_decay, minimum=0)
-        check_int("train.warmup", self.warmup)
+        check_int("train.warmup", self.warmup, maximum=limits.MAX_STEPS)
         check_number("train.min_lr_ratio", self.min_lr_ratio, minimum=0, maximum=1)
         check_number("train.grad_clip", self.grad_clip, above=0)
-        check_int("train.train_max", self.train_max, minimum=1)
-        check_int("train.train_min", self.train_min, minimum=1)
+        check_int("train.train_max", self.train_max, minimum=1, maximum=limits.MAX_SCALE)
+        check_int("train.train_min", self.train_min, minimum=1, maximum=limits.MAX_SCALE)
         check_choice("optimizer", self.optimizer, ("adamw", "adam"))
         check_choice("schedule", self.schedule, SCHEDULES)
-        check_int("train.pack", self.pack)
+        check_int("train.pack", self.pack, maximum=limits.MAX_TOKENS)
         if self.pack == 1:
             raise ValueError(f"train.pack is a row width of at least 2 tokens (0: no packing), got {self.pack}")
         check_choice("pack_loss", self.pack_loss, PACK_LOSSES)
@@ -217,8 +218,8 @@ class TrainConfig:
         for i, stage in enumerate(self.curriculum):
             if not (isinstance(stage, tuple) and len(stage) == 2):
                 raise ValueError(f"train.curriculum[{i}] must be [start_step, max_scale], got {shown(stage)}")
-            check_int(f"train.curriculum[{i}] start step", stage[0])
-            check_int(f"train.curriculum[{i}] max scale", stage[1], minimum=1)
+            check_int(f"train.curriculum[{i}] start step", stage[0], maximum=limits.MAX_STEPS)
+            check_int(f"train.curriculum[{i}] max scale", stage[1], minimum=1, maximum=limits.MAX_SCALE)
         starts = [s for s, _ in self.curriculum]
         if starts != sorted(starts) or any(m < self.train_min for _, m in self.curriculum):
             raise ValueError(f"curriculum stages must have increasing start steps and scales >= train_min: "
@@ -280,13 +281,13 @@ class EvalConfig:
     match: str = "trace"
 
     def __post_init__(self) -> None:
-        check_int("eval.test_max", self.test_max, minimum=1)
-        check_int("eval.test_stride", self.test_stride, minimum=1)
-        check_int("eval.samples", self.samples, minimum=1)
-        check_int("eval.batch_size", self.batch_size, minimum=1)
+        check_int("eval.test_max", self.test_max, minimum=1, maximum=limits.MAX_SCALE)
+        check_int("eval.test_stride", self.test_stride, minimum=1, maximum=limits.MAX_SCALE)
+        check_int("eval.samples", self.samples, minimum=1, maximum=limits.MAX_SAMPLES)
+        check_int("eval.batch_size", self.batch_size, minimum=1, maximum=limits.MAX_BATCH)
         if isinstance(self.every, int) and not isinstance(self.every, bool) and self.every < 0:
             raise ValueError(f"eval.every must be >= 0 (0: evaluate the final model only), got {self.every}")
-        check_int("eval.every", self.every)
+        check_int("eval.every", self.every, maximum=limits.MAX_STEPS)
         if self.start_below_loss is not None:
             check_number("eval.start_below_loss", self.start_below_loss, above=0)
             as_float(self, "start_below_loss", "eval.start_below_loss")
@@ -295,8 +296,8 @@ class EvalConfig:
             raise ValueError(f"eval.select={self.select!r} chooses among periodic evaluations: set eval.every > 0")
         if isinstance(self.window, int) and not isinstance(self.window, bool) and self.window < 0:
             raise ValueError(f"eval.window must be >= 0 (0: no window), got {self.window}")
-        check_int("eval.window", self.window)
-        check_int("eval.window_jump", self.window_jump, minimum=1)
+        check_int("eval.window", self.window, maximum=limits.MAX_TOKENS)
+        check_int("eval.window_jump", self.window_jump, minimum=1, maximum=limits.MAX_TOKENS)
         if self.window and not 1 <= self.window_jump < self.window:
             raise ValueError(
                 f"eval.window must be larger than eval.window_jump, the {self.window_jump} oldest tokens a full "
@@ -323,14 +324,14 @@ PROTOCOLS = ("decoder", "encoder")
 
 def check_backbone(b: BackboneConfig) -> None:
     """The types and ranges of a backbone's fields (``harness.backbone`` keeps the model, this the checks)."""
-    check_int("backbone.vocab_size", b.vocab_size, minimum=1)
-    check_int("backbone.d_model", b.d_model, minimum=1)
-    check_int("backbone.n_layers", b.n_layers, minimum=1)
-    check_int("backbone.n_heads", b.n_heads, minimum=1)
+    check_int("backbone.vocab_size", b.vocab_size, minimum=1, maximum=limits.MAX_VOCAB)
+    check_int("backbone.d_model", b.d_model, minimum=1, maximum=limits.MAX_WIDTH)
+    check_int("backbone.n_layers", b.n_layers, minimum=1, maximum=limits.MAX_LAYERS)
+    check_int("backbone.n_heads", b.n_heads, minimum=1, maximum=limits.MAX_HEADS)
     if b.d_model % b.n_heads:
         raise ValueError(f"backbone.d_model={b.d_model} is not divisible by backbone.n_heads={b.n_heads}")
     if b.d_ff is not None:
-        check_int("backbone.d_ff", b.d_ff, minimum=1)
+        check_int("backbone.d_ff", b.d_ff, minimum=1, maximum=4 * limits.MAX_WIDTH)
     check_name("backbone.backend", b.backend)
     if not isinstance(b.causal, bool):
         raise ValueError(f"backbone.causal must be true or false, got {shown(b.causal)}")
@@ -373,11 +374,13 @@ class RunConfig:
         if not isinstance(self.pe_options, Mapping):
             raise ValueError(f"pe_options must be a mapping of option names to values, got {shown(self.pe_options)}")
         check_plain("pe_options", self.pe_options)
+        limits.check_option_sizes(self.pe_options, "pe_options")
         if not isinstance(self.eval_pe_options, Mapping):
             raise ValueError(
                 f"eval_pe_options must be a mapping of option names to values, got {shown(self.eval_pe_options)}"
             )
         check_plain("eval_pe_options", self.eval_pe_options)
+        limits.check_option_sizes(self.eval_pe_options, "eval_pe_options")
         if self.eval_pe_options and self.eval.select != "final":
             raise ValueError(
                 f"an inference-time variant evaluates the trained run's final weights, but eval.select="
@@ -398,9 +401,25 @@ class RunConfig:
                 f"test length {self.eval.test_max} must exceed the training length {self.train.train_max}: "
                 "extrapolation is measured beyond training"
             )
+        units = self.eval.samples * self.evaluated_scale_sum()
+        if units > limits.MAX_EVAL_UNITS:
+            raise ValueError(
+                f"the evaluation sets would hold {units:,} scale units (eval.samples {self.eval.samples} times the "
+                f"sum of the scales evaluated, training and test, up to eval.test_max {self.eval.test_max}); the "
+                f"limit is {limits.MAX_EVAL_UNITS:,} (harness.limits): lower eval.samples or eval.test_max, or raise "
+                "eval.test_stride to evaluate every k-th test scale"
+            )
 
     def train_lengths(self) -> list[int]:
         return list(range(self.train.train_min, self.train.train_max + 1))
+
+    def evaluated_scale_sum(self) -> int:
+        """The sum of :meth:`train_lengths` and :meth:`test_lengths`, without building them."""
+        a, b = self.train.train_min, self.train.train_max
+        lo, hi, k = b + 1, self.eval.test_max, self.eval.test_stride
+        m = (hi - lo) // k + 1  # test scales lo, lo+k, ..., then hi if the stride skips it
+        last = lo + (m - 1) * k
+        return (a + b) * (b - a + 1) // 2 + m * lo + k * m * (m - 1) // 2 + (hi if last != hi else 0)
 
     def test_lengths(self) -> list[int]:
         lo, hi, k = self.train.train_max + 1, self.eval.test_max, self.eval.test_stride

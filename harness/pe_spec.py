@@ -50,6 +50,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import limits
 from harness.backbone import BackboneConfig
 from harness.protocols import has_paper_setup, paper_pe_options
 from harness.reading import MAX_DEPTH
@@ -435,8 +436,10 @@ def resolve_pe(
 
 def check_options(pe: str, options: Mapping[str, Any], backbone: BackboneConfig, what: str | None = None) -> None:
     """Build ``pe`` with ``options`` for ``backbone`` (as ``build_model`` would) and turn
-    any complaint into a ValueError naming the spec."""
+    any complaint into a ValueError naming the spec. Size-like options are checked against
+    their bounds first (``harness.limits``): building the encoding allocates from them."""
     try:
+        limits.check_option_sizes(options)
         b = backbone
         _check_built(pe, json.dumps(dict(options), sort_keys=True), b.d_model, b.n_heads, b.n_layers)
     except (TypeError, ValueError, KeyError) as exc:

@@ -5,6 +5,28 @@ a test starts): the models here are tiny, and on a 2-core machine two processes 
 OpenMP threads each spin against each other (measured: a tiny decode took 11 s with two
 threads under load, 0.15 s with one). It also makes CPU results bit-identical between
 the in-process and subprocess paths.
+
+Hypothesis is derandomized by default, not only in CI. The README's test command is what
+CI runs *and* what every fresh clone runs; a suite that passes or fails by the luck of a
+random draw is wrong in both places (it did: a fuzz test drew ``eval.test_max =
+7_508_565_006`` on two fresh clones and ran out of memory). So the default profile,
+``deterministic``, seeds every test from a hash of the test itself and keeps no example
+database: the same examples on every machine and every run. Looking for new failures is
+opt-in, ``python -m pytest --hypothesis-profile=explore`` (random seeds, the local
+``.hypothesis/`` database, more examples where a test does not set its own count); a
+failure it finds becomes an explicit ``@example`` on that test, so it stays covered in the
+deterministic runs.
+
+The test process has a memory cap (``RLIMIT_DATA``: private writable memory, which is
+what Python objects and torch's CPU tensors live in): a test that starts to build
+something huge gets ``MemoryError`` at once instead of filling the machine until the
+kernel's OOM killer ends the whole run. Subprocesses the tests start inherit it, each with
+a cap of its own. ``RLIMIT_DATA`` rather than ``RLIMIT_AS``: address space that is only
+reserved (mapped without write access, as Chromium and the CUDA driver reserve theirs) or
+shared (Ray's object store in /dev/shm) does not count against it. The heaviest test
+files peak at 0.58 GiB of it per process (measured on CPU, Ray's tests included;
+docs/harness.md, "Reliability"), so the default cap of 8 GiB (tests/memory_cap.py) leaves
+13x room; ``PEZOO_TEST_MEMORY_CAP_GB`` sets another (``0``: none).
 """
 
 from __future__ import annotations
@@ -12,6 +34,14 @@ from __future__ import annotations
 import os
 
 import torch
+from hypothesis import settings
+from memory_cap import cap_memory  # tests/ is on sys.path here, as for every test module
 
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
+
+settings.register_profile("deterministic", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, max_examples=1000, print_blob=True)
+settings.load_profile("deterministic")  # --hypothesis-profile=explore replaces it (pytest_configure runs later)
+
+cap_memory()

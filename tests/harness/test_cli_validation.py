@@ -3,11 +3,15 @@ failed run after it; unknown names in filters are errors with suggestions."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import preset_config
+from harness.printable import printable
 from harness.store import Store
 
 BENCH = ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke", "--device", "cpu"]
@@ -46,7 +50,7 @@ def _refused(args, tmp_path, message, code=2):
         (["--seeds", "0"], "'--seeds': 0 is not in the range x>=1"),
         (["--seeds", "1000000"], "the sweep holds 1,000,000 runs, more than the limit of 100,000"),
         (["--seeds", "5", "--max-runs", "4"], "the sweep holds 5 runs, more than the limit of 4"),
-        (["--steps", str(2**64)], "train.steps must be at most 9223372036854775807"),
+        (["--steps", str(2**64)], "train.steps must be at most"),
         (["--backend", "xformers"], "the xformers backend runs on CUDA tensors only, and no CUDA device is in use"),
         # accepted and ignored before: a second run id for the same training, or local runs for a cluster's
         (["--eval-start-loss", "0.1"], "this run evaluates only its final model (eval.every is 0): set eval.every > 0"),
@@ -79,6 +83,9 @@ def _sweep(tmp_path, content: str | bytes):
         ('pe = "nope"\ntask = "copy"\nseeds = [99999999999999999999999]\n', "seeds must be at most"),
         ('pe = "nope"\ntask = "copy"\nseeds = 1000000000000\n', "seeds = 1,000,000,000,000: the sweep holds"),
         ('pe = "nope"\ntask = "copy"\ntest_stride = 0\n', "eval.test_stride must be an integer >= 1, got 0"),
+        ('pe = "nope"\ntask = "copy"\ntest_len = 30000000\n', "eval.test_max must be at most"),
+        ('pe = "nope"\ntask = "copy"\neval_samples = 100000000\n', "eval.samples must be at most"),
+        ('pe = ["randomized:ape{max_length=99999999999}"]\ntask = "copy"\n', "max_length must be at most"),
         (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "is not UTF-8 text"),
         (b"", "is empty"),
         (b"  \n\n", "is empty"),
@@ -231,3 +238,78 @@ def test_a_checkpoint_folder_that_cannot_be_made_is_refused_before_the_store(tmp
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     _refused([*BENCH, "--checkpoint-dir", str(blocker / "ckpt")], tmp_path, "is not a folder")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # a 1e9-element list of test lengths (MemoryError traceback); accepted, the store
+        # created, then past 5.5 GB without finishing
+        (["--test-len", "1000000000"], "eval.test_max must be at most"),
+        (["--test-len", "30000000"], "eval.test_max must be at most"),
+        (["--test-len", "30000000"], "(--test-len)"),
+        (["--train-len", "20000", "--test-len", "30000"], "train.train_max must be at most"),
+        (["--test-stride", "1000000000"], "eval.test_stride must be at most"),
+        (["--batch-size", "1e8"], "not a comma-separated list of int values"),
+        (["--batch-size", "100000000"], "train.batch_size must be at most"),
+        (["--eval-samples", "1e8"], "not a comma-separated list of int values"),
+        (["--eval-samples", "100000000"], "eval.samples must be at most"),
+        (["--eval-samples", "100000", "--test-len", "2000"], "the evaluation sets would hold"),
+        (["--steps", "100000000"], "train.steps must be at most"),
+        (["--pack", "100000000"], "train.pack must be at most"),
+        (["--window", "100000000"], "eval.window must be at most"),
+        (["--eval-every", "100000000"], "eval.every must be at most"),
+        (["--pe", "randomized:ape{max_length=99999999999}"], "max_length must be at most"),
+        (["--pe", "learned_ape{max_position=99999999999}"], "max_position must be at most"),
+        (["--pe", "prism{d_pe=100000000}"], "d_pe must be at most"),
+    ],
+)
+def test_sizes_beyond_their_bounds_are_a_one_line_usage_error_before_the_store_exists(
+    tmp_path, monkeypatch, args, message
+):
+    def no_store(*args, **kwargs):  # fail at once where the store would be made (and a run trained)
+        raise AssertionError("the store was opened: the sizes were accepted")
+
+    monkeypatch.setattr("harness.cli.Store", no_store)
+    output = _refused([*BENCH, *args], tmp_path, message)
+    errors = [line for line in output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and message in errors[0], output  # the whole reason on the one line
+    assert "Traceback" not in output
+
+
+HOSTILE = "rope\x1b]8;;http://x\x07\x1b[31mRED\u202eevil\x00\rback"
+"""An encoding name with an OSC hyperlink, an ANSI colour, a bidi override, NUL and CR."""
+
+
+@pytest.fixture
+def store_with_a_hostile_name(tmp_path):
+    path = tmp_path / "store.sqlite"
+    cfg = replace(preset_config("smoke", pe="rope", task="copy", seed=0), pe=HOSTILE, preset="smoke\x1b[2J")
+    with Store(path) as store:
+        run = {"run_id": cfg.run_id(), "pe": HOSTILE, "task": "copy", "seed": 0, "preset": cfg.preset,
+               "config": cfg.to_dict(), "provenance": {"device": "cpu"}, "final_loss": 0.1,
+               "train_seconds": 1.0, "eval_seconds": 1.0, "started_at": 0.0, "finished_at": 1.0,
+               "n_params": 10, "pe_params": 0}  # fmt: skip
+        metrics = [{"split": "test", "length": 6, "token_length": 9.0, "n": 8, "exact_match": 0.5,
+                    "token_accuracy": 0.75}]  # fmt: skip
+        assert store.insert_finished(run, metrics)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json", "markdown"])
+def test_results_escape_what_a_terminal_would_act_on(store_with_a_hostile_name, fmt):
+    result = CliRunner().invoke(main, ["results", "--store", str(store_with_a_hostile_name), "--format", fmt])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines and all(line.isprintable() for line in lines), [line for line in lines if not line.isprintable()]
+    if fmt == "json":  # the stored name, which the json encoder escaped
+        assert json.loads(lines[0])["pe"] == HOSTILE
+    else:
+        assert printable(HOSTILE) in result.stdout
+
+
+def test_results_refuse_an_unparsable_pe_filter_with_a_usage_error(store_with_a_hostile_name):
+    """A filter copied from such a name (its "]" closes no "[") raised ValueError: a traceback."""
+    args = ["results", "--store", str(store_with_a_hostile_name), "--pe", printable(HOSTILE)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "unbalanced" in result.output and "--pe" in result.output, result.output
