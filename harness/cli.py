@@ -35,10 +35,10 @@ from harness.executors import (
 from harness.options import max_runs_option, store_option
 from harness.pe_spec import names as pe_names
 from harness.pe_spec import parse_pe, split_pe_list
-from harness.printable import printable
+from harness.printable import printable, terminal_text
 from harness.progress import SweepReport
 from harness.provenance import code_origins, cpu_name, resolve_device
-from harness.report import LEGEND, leaderboard_tables, terminal_text
+from harness.report import LEGEND, leaderboard_tables
 from harness.results import load
 from harness.run import check_run, checkpoint_dir_for
 from harness.store import Store, StoreError

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import unicodedata
 
-_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 """Control (C0, DEL, C1), format (bidi overrides and isolates, zero-width characters),
-lone surrogates (undecodable bytes of a file name), and the line and paragraph separators."""
+lone surrogates (undecodable bytes of a file name), private-use and unassigned code
+points, and the line and paragraph separators."""
 
 
 def _escape(ch: str) -> str:
@@ -35,3 +36,12 @@ def printable(s: str) -> str:
     if s.isprintable():  # the common case: nothing to escape (isprintable is False for all of the above)
         return s
     return "".join(_escape(ch) if unicodedata.category(ch) in _ESCAPED_CATEGORIES else ch for ch in s)
+
+
+def terminal_text(text: str, *, keep_newlines: bool = True) -> str:
+    """:func:`printable` of a message of several lines: newlines stay when ``keep_newlines``
+    and a tab becomes a space; everything else a terminal would act on is escaped."""
+    text = text.replace("\t", " ")
+    if not keep_newlines:
+        return printable(text)
+    return "\n".join(printable(line) for line in text.split("\n"))

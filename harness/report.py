@@ -25,39 +25,12 @@ else ``pe``.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Mapping
 
 import pandas as pd
 from tabulate import tabulate
 
 from harness.ranking import FIT_THRESHOLD, Spread, Standing, fits, reach_beyond, standings
-
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-"""Unicode categories a terminal must not receive raw from a name: controls (ESC starts
-ANSI and OSC sequences, NUL), formats (the bidi overrides U+202A..U+202E, U+2066..U+2069
-reorder what follows), lone surrogates (bytes of a file name that are not UTF-8),
-private-use and unassigned code points, line and paragraph separators."""
-
-
-def terminal_text(text: str, *, keep_newlines: bool = True) -> str:
-    """``text`` safe to print: every character of ``_UNSAFE_CATEGORIES`` written as its
-    Python escape (``\\x1b``, ``\\x00``, ``\\u202e``), so a name from a results file or a store
-    shows what it holds instead of acting on the terminal. Newlines stay when
-    ``keep_newlines`` (a message of several lines); a tab becomes a space."""
-    out = []
-    for ch in text:
-        if ch == "\n" and keep_newlines:
-            out.append(ch)
-        elif ch == "\t":
-            out.append(" ")
-        elif unicodedata.category(ch) in _UNSAFE_CATEGORIES:
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-        else:
-            out.append(ch)
-    return "".join(out)
-
 
 LEGEND = (
     f"rank: among encodings whose every seed fits (EM≤N ≥ {FIT_THRESHOLD:.2f}; '-': did not fit, or fewer "

@@ -13,7 +13,7 @@ import click
 import harness.tasks as tasks
 import pezoo
 from harness.options import store_option
-from harness.report import terminal_text
+from harness.printable import terminal_text
 from harness.store import StoreError
 from leaderboard.board import BoardError, RetiredRow, check_protocols, record_label, retire
 from leaderboard.export import ExportError, export, import_results

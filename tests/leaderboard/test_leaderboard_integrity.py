@@ -498,7 +498,7 @@ def test_pezoo_results_escapes_names(tmp_path):
 
 
 def test_terminal_text_keeps_ordinary_text():
-    from harness.report import terminal_text
+    from harness.printable import terminal_text
 
     text = "rope → yarn×4 L=22 (same weights) 中文 é\nsecond line"
     assert terminal_text(text) == text
