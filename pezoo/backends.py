@@ -72,9 +72,8 @@ import torch
 from torch import Tensor
 
 from pezoo.attention import BACKENDS, dense_mask, register_backend
-from pezoo.base import (
+from pezoo.biases import (
     AttentionBias,
-    AttentionContext,
     BlockMask,
     DenseBias,
     LinearBias,
@@ -82,6 +81,7 @@ from pezoo.base import (
     WindowMask,
     _check_heads,
 )
+from pezoo.context import AttentionContext
 
 __all__ = [
     "FLEX_BLOCK_SIZE",

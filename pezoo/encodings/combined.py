@@ -28,7 +28,9 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding
+from pezoo.biases import AttentionBias
+from pezoo.context import AttentionContext
+from pezoo.interface import PositionalEncoding
 
 SEPARATOR = "+"
 

@@ -26,7 +26,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionBias, AttentionContext, DenseBias, PositionalEncoding, _class_overrides
+from pezoo.biases import AttentionBias, DenseBias
+from pezoo.context import AttentionContext
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import _class_overrides
 
 _WRAPPERS = ("Combined", "RandomizedPE", "RandomizedSinusoidalAPE")
 """Classes whose hooks only delegate to the encodings they hold."""

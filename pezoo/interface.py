@@ -1,0 +1,181 @@
+"""The one interface every positional encoding implements (:class:`PositionalEncoding`).
+
+Axis letters used in shape comments throughout pezoo:
+    b batch, s sequence, i query positions, j key positions, d model width,
+    h heads, e head dim (q/k), f value head dim, p histogram bins, c cursors.
+
+A positional encoding (PE) can act at seven points. Every hook defaults to the identity,
+so an encoding implements only what it changes:
+
+    positions(b, s)            which integer position each token gets (randomized PE)
+    padded_positions(lens, w)  the same for right-padded rows of several lengths
+    embed(x, pos)              token embeddings, before layer 0        (sin/cos, learned APE)
+    embed_tokens(x, ids, ctx)  the same, indexed by the token ids      (Abacus)
+    observe(layer, x, ctx)     read the residual stream before a layer (PRISM's gates)
+    qk(layer, q, k, ctx)       rotate or extend per-head q/k           (RoPE, PRISM)
+    bias(layer, q, k, ctx)     structured additive bias / mask          (ALiBi, Hard-ALiBi, PRF)
+
+Positions are explicit integer tensors. Incremental decoding works through
+``ctx.state``: a dict the caller keeps alive across calls for one sequence batch, in
+which an encoding may keep whatever recurrent state it needs (PRISM keeps its GRU hidden
+state and histograms there). For a full forward pass the dict is fresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from pezoo.biases import AttentionBias
+from pezoo.context import AttentionContext, check_length
+
+
+def check_lengths(lengths: Tensor, width: int) -> None:
+    """ValueError unless ``lengths`` is a 1-D integer tensor of row lengths in ``[0, width]``
+    (the real tokens of right-padded rows ``width`` tokens wide)."""
+    integer = isinstance(lengths, Tensor) and not (
+        lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool
+    )
+    if not integer or lengths.ndim != 1:
+        raise ValueError(f"lengths must be a 1-D integer tensor, one length per row; got {_describe(lengths)}")
+    if lengths.numel():
+        low, high = (int(v) for v in torch.stack(torch.aminmax(lengths)).tolist())  # one transfer, not two
+        if low < 0 or high > width:
+            raise ValueError(f"row lengths must lie in [0, {width}] for rows {width} tokens wide; got {low}..{high}")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return type(value).__name__
+
+
+class PositionalEncoding(nn.Module):
+    """Base class of every pezoo encoding. All hooks are the identity by default.
+
+    Subclasses set ``name`` (the registry key) and override the hooks they need. Hooks
+    work on plain tensors, so an encoding can be used inside any attention code:
+
+    >>> import torch, pezoo
+    >>> rope = pezoo.create("rope", head_dim=16)
+    >>> q = k = torch.randn(2, 4, 10, 16)                       # (b, h, s, e)
+    >>> pos = torch.arange(10)
+    >>> ctx = pezoo.AttentionContext(q_pos=pos[None], k_pos=pos[None])
+    >>> q2, k2 = rope.qk(0, q, k, ctx)
+    >>> q2.shape
+    torch.Size([2, 4, 10, 16])
+
+    Class attributes:
+        name: registry key.
+        uses_positions: whether the encoding reads ``pos`` at all (randomized PE wraps
+            only those that do).
+        max_position: largest position supported, or None for unbounded.
+    """
+
+    name: str = ""  # per class; a wrapper (Combined, Randomized) sets its own per instance
+    uses_positions: bool = True
+    max_position: int | None = None
+
+    # -- positions -----------------------------------------------------------------
+    def positions(self, batch: int, length: int, device: torch.device | str = "cpu") -> Tensor:
+        """Integer positions for a sequence of ``length`` tokens: (b|1, s) long.
+
+        Plain encodings use 0..s-1 shared by the batch. Randomized PE overrides this
+        during training (sorted random subset of a larger range).
+        """
+        check_length(self.name or type(self).__name__, length)
+        if self.max_position is not None and length > self.max_position:
+            raise ValueError(
+                f"{type(self).__name__} supports positions < {self.max_position}, got a sequence of {length} tokens"
+            )
+        return torch.arange(length, device=device)[None]
+
+    def padded_positions(self, lengths: Tensor, width: int, device: torch.device | str = "cpu") -> Tensor:
+        """Positions for a batch of right-padded rows: row i holds ``lengths[i]`` real
+        tokens, then padding, ``width`` tokens in all. (b|1, width) long.
+
+        Every row's real tokens get what :meth:`positions` would give a sequence of
+        their own length; what the padding gets is unspecified (no real token of a
+        causal model sees it). By default that is :meth:`positions` for the whole width,
+        since a plain encoding's positions do not depend on the length. Randomized PE
+        overrides it: a sequence's random positions depend on how many tokens it has.
+
+        Raises:
+            ValueError: ``lengths`` is not a 1-D integer tensor of values in ``[0, width]``.
+        """
+        check_lengths(lengths, width)
+        return self.positions(int(lengths.shape[0]), width, device)
+
+    # -- hooks ---------------------------------------------------------------------
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        """Token embeddings (b, s, d) and positions (b|1, s) -> embeddings (b, s, d)."""
+        return x
+
+    def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
+        """Embeddings (b, s, d) after :meth:`embed`, and the token ids (b, s) they embed ->
+        embeddings (b, s, d): for encodings whose positions come from the content (Abacus
+        numbers each digit within its number). ``tokens`` are the current tokens only;
+        an encoding that needs earlier ones keeps what it needs in ``ctx.state``."""
+        return x
+
+    def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
+        """Read the residual stream (b, s, d) entering ``layer``; no return value."""
+
+    def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
+        """Transform the *new* queries (b, h, i, e) and keys (b, h, i, e) of ``layer``.
+
+        Keys are transformed once, before they enter a KV cache. The output head dim
+        may be larger than e (PRISM concatenates position streams); the attention scale
+        stays the caller's 1/sqrt(e), and an encoding that widens q/k records e in
+        ``ctx.head_dim`` (if unset) so that ``attend``'s default scale is that one.
+        """
+        return q, k
+
+    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
+        """Structured biases for ``layer`` given the (transformed) q (b,h,i,e), k (b,h,j,e)."""
+        return []
+
+    # -- training extras -------------------------------------------------------------
+    def optimizer_groups(self) -> list[dict[str, Any]]:
+        """Parameters that need their own optimiser settings, as ``torch.optim`` parameter
+        groups (PRISM's α scales, say); the rest belong in the caller's default group.
+        None by default."""
+        return []
+
+    def regularisation(self) -> Tensor:
+        """A loss term to add during training (PRISM's optional Frobenius penalty); a
+        zero scalar by default."""
+        return torch.zeros(())
+
+    # -- evaluation ------------------------------------------------------------------
+    @property
+    def random_at_eval(self) -> bool:
+        """Whether eval-mode positions are random draws (randomized PE, as its paper
+        evaluates it): an evaluation is then reproducible only under :meth:`seeded`.
+        False by default."""
+        return False
+
+    @contextmanager
+    def seeded(self, seed: int) -> Iterator[torch.Generator | None]:
+        """Inside the block, the encoding's random draws come from a generator seeded with
+        ``seed``, leaving torch's global RNG alone. An encoding that draws nothing yields
+        None and the block changes nothing, so evaluation code can wrap any encoding."""
+        yield None
+
+    def ctx_key(self, name: str) -> tuple[str, int]:
+        """A key for this instance's entries in ``ctx.scratch`` and ``ctx.state``.
+
+        One context is shared by every layer of a forward call, so two instances in one
+        model (RoPE with one base for local layers and another for global ones, two T5
+        tables) would read each other's memo under a fixed key; keyed by instance, each
+        reads its own. (Valid while the instance lives, which is as long as any context
+        that holds its entries is used.)
+        """
+        return (name, id(self))
+
+    def extra_repr(self) -> str:
+        return self.name

@@ -1,0 +1,397 @@
+"""The registry of encodings: names to factories (built-ins, plugins through the
+``pezoo.encodings`` entry point group, wrappers such as ``randomized:``), combinations by
+name (``abacus+fire``), and :func:`create`, which builds any of them for a model's shape."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, TypeVar
+
+from pezoo.interface import PositionalEncoding
+
+ENTRY_POINT_GROUP = "pezoo.encodings"
+
+
+class PluginClashError(ValueError):
+    """A plugin (entry point) takes a name that a built-in or another plugin has; the
+    message names both and says how to resolve it, on one line."""
+
+
+class UnknownNameError(KeyError):
+    """A name that is not in a registry. The message lists the valid names."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; show it plainly
+        return str(self.args[0])
+
+
+def unknown_name_message(kind: str, name: str, valid: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, valid, n=3)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown {kind} {name!r}.{hint} Valid {kind}s: {', '.join(valid)}"
+
+
+def _source(factory: Any) -> str:
+    """Where a factory comes from, for messages: ``module.QualName`` or an entry point's value."""
+    if isinstance(factory, _LazyEntryPoint):
+        return factory.source
+    return f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', repr(factory))}"
+
+
+class Registry(Mapping[str, Callable[..., Any]]):
+    """Name -> factory. Hard error on clashes; entry points are found lazily and imported on
+    first lookup, or all at once by :meth:`load_plugins`.
+
+    A plugin (entry point) whose name is already taken, by a built-in or by another plugin,
+    is an error naming both sources, never a silent shadowing. A plugin that fails to import
+    is left out and kept in :attr:`broken` with its error.
+
+    Args:
+        kind: what is registered ("encoding", "task"), used in messages.
+        entry_point_group: Python entry-point group third-party packages register in.
+    """
+
+    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+        self.kind = kind
+        self._group = entry_point_group
+        self._factories: dict[str, Callable[..., Any] | _LazyEntryPoint] = {}  # a plugin: lazy until looked up
+        self._entry_points_loaded = entry_point_group is None
+        self.broken: dict[str, str] = {}
+        """Plugins that failed to load: name -> error message (filled by lookups and :meth:`load_plugins`)."""
+
+    def register(self, name: str, factory: Callable[..., Any]) -> None:
+        if name in self._factories and self._factories[name] is not factory:
+            first, second = _source(self._factories[name]), _source(factory)
+            raise ValueError(f"{self.kind} {name!r} is registered twice: by {first} and by {second}")
+        self._factories[name] = factory
+
+    def _load_entry_points(self) -> None:
+        if self._entry_points_loaded or self._group is None:
+            return
+        found: dict[str, _LazyEntryPoint] = {}
+        clashes = []
+        for ep in metadata.entry_points(group=self._group):
+            plugin = _LazyEntryPoint(ep)
+            other = found.get(ep.name) or self._factories.get(ep.name)
+            if other is None:
+                found[ep.name] = plugin
+            elif isinstance(other, _LazyEntryPoint) or _source(other) != f"{ep.module}.{ep.attr}":
+                # (an already imported plugin that registered itself is the same factory, not a clash)
+                origin = "plugin" if isinstance(other, _LazyEntryPoint) else "built-in"
+                clashes.append(f"{ep.name!r}: plugin {plugin.source} and {origin} {_source(other)}")
+        if clashes:  # raised on every listing or lookup until the clash is resolved
+            raise PluginClashError(
+                f"{self.kind} plugin names clash (entry-point group {self._group!r}): "
+                + "; ".join(clashes)
+                + ". Rename the plugin's entry point or uninstall one of the two."
+            )
+        self._entry_points_loaded = True
+        self._factories.update(found)
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        self._load_entry_points()
+        try:
+            factory = self._factories[name]
+        except KeyError:
+            if name in self.broken:
+                raise ImportError(self.broken[name]) from None
+            raise UnknownNameError(unknown_name_message(self.kind, name, sorted(self))) from None
+        if isinstance(factory, _LazyEntryPoint):  # import a plugin on first use
+            try:
+                factory = self._factories[name] = factory.load()
+            except ImportError as exc:
+                del self._factories[name]
+                self.broken[name] = str(exc)
+                raise
+        return factory
+
+    def load_plugins(self) -> dict[str, str]:
+        """Import every plugin now (``pezoo list`` and ``pezoo bench`` do, before anything
+        else): broken ones leave the registry. Returns :attr:`broken` (name -> error)."""
+        self._load_entry_points()
+        for name in [n for n, f in self._factories.items() if isinstance(f, _LazyEntryPoint)]:
+            try:
+                self[name]
+            except ImportError:
+                pass  # recorded in self.broken
+        return dict(self.broken)
+
+    def is_loaded(self, name: str) -> bool:
+        return not isinstance(self._factories.get(name), _LazyEntryPoint)
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_entry_points()
+        return iter(sorted(self._factories))
+
+    def __len__(self) -> int:
+        self._load_entry_points()
+        return len(self._factories)
+
+
+class _LazyEntryPoint:
+    """Placeholder for a third-party factory, imported on first lookup.
+
+    The registry key is the entry point's name. An encoding class that leaves ``name``
+    empty gets it from the key; one whose ``name`` says otherwise does not load (the key
+    and ``name`` must agree, or ``create(key).name`` would be another encoding's name).
+    """
+
+    def __init__(self, ep: metadata.EntryPoint) -> None:
+        self._ep = ep
+        dist = getattr(ep, "dist", None)
+        where = f" (distribution {dist.name})" if dist is not None and getattr(dist, "name", None) else ""
+        self.source = f"entry point {ep.name} = {ep.value!r}{where}"
+
+    def load(self) -> Callable[..., Any]:
+        try:
+            factory = self._ep.load()
+        except (Exception, SystemExit) as exc:  # sys.exit() at import: this plugin is broken, not pezoo
+            what = f"{type(exc).__name__}: {exc}" if isinstance(exc, SystemExit) or not str(exc) else str(exc)
+            raise ImportError(f"could not load plugin {self.source}: {what}") from exc
+        if isinstance(factory, type) and issubclass(factory, PositionalEncoding):
+            if not factory.name:
+                factory.name = self._ep.name  # derived from the entry-point key
+            elif factory.name != self._ep.name:
+                raise ImportError(
+                    f"plugin {self._ep.name!r} from {self._ep.value!r}: its class sets name = {factory.name!r}, "
+                    f"which differs from the entry-point key {self._ep.name!r}; make them agree or leave name unset"
+                )
+        return factory
+
+    def __repr__(self) -> str:
+        return f"<{self.source}>"
+
+
+ENCODINGS = Registry("encoding", ENTRY_POINT_GROUP)
+WRAPPERS: dict[str, Callable[..., PositionalEncoding]] = {}
+"""Prefix wrappers: ``create("randomized:rope")`` -> ``WRAPPERS["randomized"](create("rope"))``."""
+
+
+_Encoding = TypeVar("_Encoding", bound=type[PositionalEncoding])
+
+
+def register(name: str) -> Callable[[_Encoding], _Encoding]:
+    """Class decorator: register an encoding class under ``name`` (sets ``cls.name``); the
+    class is returned as it is, so type checkers keep its own type."""
+
+    def deco(cls: _Encoding) -> _Encoding:
+        cls.name = name
+        ENCODINGS.register(name, cls)
+        return cls
+
+    return deco
+
+
+def available() -> list[str]:
+    """Names ``create`` accepts (wrapped forms such as ``randomized:rope`` included)."""
+    names = list(ENCODINGS)
+    for prefix in WRAPPERS:
+        names += [f"{prefix}:{n}" for n in ENCODINGS if _wrappable(n)]
+    return sorted(set(names))
+
+
+def _wrappable(name: str) -> bool:
+    if not ENCODINGS.is_loaded(name):
+        return True
+    factory = ENCODINGS[name]
+    if getattr(factory, "wrappable", True) is False:  # e.g. an already-randomized alias
+        return False
+    return bool(getattr(factory, "uses_positions", True))
+
+
+def is_known(name: str) -> bool:
+    """Whether ``name`` names an encoding :func:`create` can build: a registered or wrapped
+    name (:func:`available`), or registered names joined by ``+`` (a combination,
+    optionally wrapped as a whole: ``randomized:abacus+fire``)."""
+    if name in available():
+        return True
+    prefix, _, base = name.rpartition(":")
+    if prefix and prefix not in WRAPPERS:
+        return False
+    parts = base.split("+")
+    if len(parts) < 2 or not all(p in ENCODINGS for p in parts) or len(set(parts)) < len(parts):
+        return False
+    # the rules Combined and the wrappers enforce on built parts, read from the classes
+    classes = [f for f in (ENCODINGS[p] for p in parts) if isinstance(f, type)]
+    if any(_class_overrides(c, "positions") for c in classes):
+        return False  # a part that chooses its own positions cannot share them (Combined)
+    if sum(_class_overrides(c, "qk") for c in classes) > 1:
+        return False  # two parts transforming q and k
+    if prefix and len(classes) == len(parts):
+        return any(getattr(c, "uses_positions", True) for c in classes)  # else nothing to randomize
+    return True
+
+
+def _class_overrides(cls: type, hook: str) -> bool:
+    return getattr(cls, hook, None) is not getattr(PositionalEncoding, hook)
+
+
+def get(name: str) -> Callable[..., PositionalEncoding]:
+    """The factory registered under ``name``: usually the class; for a wrapped name such
+    as ``randomized:rope`` or a combination such as ``abacus+fire``, a function taking
+    the same keywords as :func:`create`."""
+    if "+" in name:
+        if not is_known(name):
+            bad = [p for p in name.rpartition(":")[2].split("+") if p not in ENCODINGS]
+            raise UnknownNameError(unknown_name_message("encoding", bad[0] if bad else name, available()))
+        return functools.partial(create, name)
+    if ":" in name:
+        if name not in available():
+            raise UnknownNameError(unknown_name_message("encoding", name, available()))
+        return functools.partial(create, name)
+    return ENCODINGS[name]
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The shape of the model an encoding is built for.
+
+    ``create(name, dims=ModelDims(...))`` passes each field to the encoding's
+    constructor only if the constructor takes a keyword of that name, so one call
+    builds any encoding for a given backbone (NoPE takes none, RoPE takes
+    ``head_dim``, ALiBi ``n_heads``, APE ``d_model``, PRISM several).
+    """
+
+    d_model: int
+    n_heads: int
+    n_layers: int
+
+    def __post_init__(self) -> None:
+        if min(self.d_model, self.n_heads, self.n_layers) < 1:
+            raise ValueError(f"ModelDims needs positive sizes, got {self}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: heads would be "
+                f"{self.d_model / self.n_heads:g} wide"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def as_kwargs(self) -> dict[str, int]:
+        return {"d_model": self.d_model, "n_heads": self.n_heads, "n_layers": self.n_layers, "head_dim": self.head_dim}
+
+
+def create(name: str, *, dims: ModelDims | None = None, **config: Any) -> PositionalEncoding:
+    """Build the encoding registered as ``name`` with keyword ``config``.
+
+    ``prefix:base`` applies a wrapper (e.g. ``randomized:rope``); config keys the
+    wrapper does not take are passed to the base encoding. ``dims`` supplies the model
+    shape to whichever constructor keywords want it. Unknown names raise
+    :class:`UnknownNameError` listing the valid names; unknown config keys raise
+    ``TypeError`` naming the accepted ones.
+    """
+    if ":" in name:
+        prefix, base = name.split(":", 1)
+        if "+" in prefix:
+            raise ValueError(
+                f"{name!r}: a wrapper goes in front of the whole combination ({prefix.split('+')[-1]}:"
+                f"{'+'.join([*prefix.split('+')[:-1], base])}), not in front of one part"
+            )
+        if prefix not in WRAPPERS:
+            raise UnknownNameError(unknown_name_message("encoding", name, available()))
+        wrapper = WRAPPERS[prefix]
+        own = _accepted_keys(wrapper)
+        inner = create(base, dims=dims, **{k: v for k, v in config.items() if k not in own})
+        return wrapper(inner, **{k: v for k, v in config.items() if k in own})
+    if "+" in name:
+        return _create_combined(name, dims, config)
+    factory = ENCODINGS[name]
+    if dims is not None:
+        wanted = _accepted_keys(factory)
+        config = {**{k: v for k, v in dims.as_kwargs().items() if k in wanted}, **config}
+    return _call_strict(factory, name, config)
+
+
+def resolved_options(name: str, **config: Any) -> dict[str, Any]:
+    """Every option :func:`create` builds ``name`` with: ``config`` over the defaults of the
+    constructors it calls (a wrapper's and its base's; each part's of a combination). The
+    model-shape keywords :class:`ModelDims` supplies are not options and are left out.
+
+    A record that stores this, not only the options given, keeps its meaning when a default
+    changes later. Raises like :func:`create` for an unknown name or option.
+
+    >>> resolved_options("hard_alibi")
+    {'n_masked': None}
+    """
+    if ":" in name:
+        prefix, base = name.split(":", 1)
+        if prefix not in WRAPPERS:
+            raise UnknownNameError(unknown_name_message("encoding", name, available()))
+        own = _accepted_keys(WRAPPERS[prefix])
+        inner = resolved_options(base, **{k: v for k, v in config.items() if k not in own})
+        wrapper = _defaults(WRAPPERS[prefix], {k: v for k, v in config.items() if k in own}, prefix)
+        return dict(sorted({**inner, **wrapper}.items()))
+    if "+" in name:
+        parts = name.split("+")
+        out: dict[str, Any] = {}
+        for part in parts:  # each key is taken by one part (create refuses a shared one)
+            accepted = _accepted_keys(ENCODINGS[part])
+            out.update(_defaults(ENCODINGS[part], {k: v for k, v in config.items() if k in accepted}, part))
+        unknown = sorted(set(config) - set(out))
+        if unknown:
+            raise TypeError(f"encoding {name!r} got unknown option(s) {', '.join(unknown)}")
+        return dict(sorted(out.items()))
+    return _defaults(ENCODINGS[name], config, name)
+
+
+def _defaults(factory: Callable[..., Any], config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """``config`` over ``factory``'s keyword defaults, without the model-shape keywords."""
+    unknown = sorted(set(config) - _accepted_keys(factory))
+    if unknown:
+        raise TypeError(f"encoding {name!r} got unknown option(s) {', '.join(unknown)}")
+    shape = set(ModelDims(1, 1, 1).as_kwargs())
+    params = inspect.signature(factory).parameters.values()
+    out = {
+        p.name: p.default
+        for p in params
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is not p.empty and p.name not in shape
+    }
+    return dict(sorted({**out, **config}.items()))
+
+
+def _create_combined(name: str, dims: ModelDims | None, config: Mapping[str, Any]) -> PositionalEncoding:
+    """``a+b``: each part built with ``dims`` and the ``config`` keys it alone accepts."""
+    from pezoo.encodings.combined import Combined
+
+    names = name.split("+")
+    if any(not n for n in names):
+        raise ValueError(f"{name!r}: expected encoding names joined by '+', e.g. abacus+fire")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:  # before the options, which such a part would take twice
+        raise ValueError(f"{', '.join(repeated)} appears twice; each part keeps its own state, once")
+    accepted = {n: _accepted_keys(ENCODINGS[n]) for n in names}  # unknown part: UnknownNameError
+    own: dict[str, dict[str, Any]] = {n: {} for n in names}
+    for key, value in config.items():
+        takers = [n for n in names if key in accepted[n]]
+        if not takers:
+            valid = "; ".join(f"{n}: {', '.join(sorted(accepted[n])) or '(none)'}" for n in names)
+            raise TypeError(f"encoding {name!r} got unknown option {key}; valid options: {valid}")
+        if len(takers) > 1:
+            raise ValueError(
+                f"option {key} of {name!r} is taken by {' and '.join(takers)}; build the parts yourself and "
+                "join them with pezoo.combine(...)"
+            )
+        own[takers[0]][key] = value
+    return Combined([create(n, dims=dims, **own[n]) for n in names])
+
+
+def _accepted_keys(factory: Callable[..., Any]) -> set[str]:
+    params = inspect.signature(factory).parameters.values()
+    return {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+
+
+def _call_strict(factory: Callable[..., Any], name: str, config: Mapping[str, Any]) -> Any:
+    accepted = _accepted_keys(factory)
+    unknown = sorted(set(config) - accepted)
+    if unknown:
+        raise TypeError(
+            f"encoding {name!r} got unknown option(s) {', '.join(unknown)}; "
+            f"valid options: {', '.join(sorted(accepted)) or '(none)'}"
+        )
+    return factory(**config)
