@@ -67,6 +67,8 @@ AXES: dict[str, tuple[str, str, type]] = {
     "backend": ("backbone", "backend", str),
     "pack": ("train", "pack", int),
     "window": ("eval", "window", int),
+    "precision": ("train", "precision", str),
+    "eval_precision": ("eval", "precision", str),
 }
 """Override axes: sweep/CLI name -> (config section, config key, value type)."""
 
@@ -96,7 +98,8 @@ class Grid:
         task: tasks.
         seeds: the seeds, each a separate run.
         steps, batch_size, lr, train_len, test_len, test_stride, eval_samples,
-        eval_every, eval_start_loss, eval_select, backend, pack, window: override axes (see
+        eval_every, eval_start_loss, eval_select, backend, pack, window, precision,
+        eval_precision: override axes (see
             ``AXES``); empty = the preset's value, several values = one run per value.
     """
 
@@ -117,6 +120,8 @@ class Grid:
     backend: tuple[str, ...] = ()
     pack: tuple[int, ...] = ()
     window: tuple[int, ...] = ()
+    precision: tuple[str, ...] = ()
+    eval_precision: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
