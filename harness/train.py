@@ -181,7 +181,7 @@ def _task_loss(model: Backbone, batch: Batch, groups: int = LENGTH_GROUPS) -> Te
     those positions, to float rounding (tests/harness/test_padding_skip.py).
     """
     if not model.cfg.causal:  # an encoder's tokens attend to the padding; its batches have none
-        logits = model(batch.inputs, scale_hint=batch.scales).float()  # (b, s, v); the loss in float32
+        logits = _at_least_float32(model(batch.inputs, scale_hint=batch.scales))  # (b, s, v)
         return F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
     keep = batch.inputs != PAD_ID  # (b, s)
     lengths = keep.sum(dim=1)  # (b,)
@@ -207,11 +207,16 @@ def _task_loss(model: Backbone, batch: Batch, groups: int = LENGTH_GROUPS) -> Te
             positions=positions[:, :width] if positions.shape[0] == 1 else positions[rows, :width],
         )  # (rows, width, v)
         labels = batch.labels[rows, :width].flatten()
-        logits = logits.float()  # under autocast the logits are bf16/fp16: the loss is taken in float32
+        logits = _at_least_float32(logits)
         part = F.cross_entropy(logits.flatten(0, 1), labels, ignore_index=IGNORE, reduction="sum")
         total = part if total is None else total + part
     assert total is not None  # a batch has at least one row
     return total / (batch.labels != IGNORE).sum()
+
+
+def _at_least_float32(logits: Tensor) -> Tensor:
+    """bf16/fp16 logits (autocast) as float32, so the loss is taken in float32; others as they are."""
+    return logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
 
 
 def restore(
