@@ -18,6 +18,7 @@ from harness.perf.memory import measure_memory
 from harness.perf.precision import measure_precision
 from harness.perf.prism import measure_prism
 from harness.perf.train import best_backend_rows, measure_train
+from harness.precision import use_tf32
 from harness.provenance import provenance
 
 
@@ -25,11 +26,13 @@ def run_perf(grid: PerfGrid, device: torch.device, *, log: Callable[[str], None]
     """Every section of ``grid`` on ``device``: the JSON-ready report."""
     if grid.threads:
         torch.set_num_threads(grid.threads)
+    tf32 = use_tf32(device)  # on CUDA, float32 matmuls as the harness trains them (harness.precision)
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "provenance": {
             **provenance(device),
             "threads": torch.get_num_threads(),
+            "tf32": tf32,
             "load_average_before": _load_average(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },

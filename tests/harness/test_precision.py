@@ -204,3 +204,39 @@ def test_every_encoding_learns_copy_in_bf16_as_in_fp32(pe):
         losses[precision] = train(cfg, build_model(cfg), tasks.create("copy")).final_loss
     assert losses["fp32"] < 3.0
     assert abs(losses["bf16"] - losses["fp32"]) <= 0.05, losses
+
+
+def test_tf32_is_switched_on_for_cuda_devices_only():
+    from harness.precision import use_tf32
+
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        assert use_tf32("cpu") is False and torch.backends.cuda.matmul.allow_tf32 is False
+        assert use_tf32(torch.device("cuda", 0)) is True
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+@pytest.mark.parametrize(("preset", "task"), [("gpu", "copy"), ("ruoss", "reverse_string")])
+def test_a_gpu_preset_runs_its_bf16_default_end_to_end_on_the_cpu(tmp_path, preset, task):
+    """The code a GPU runs by default (autocast bf16, fused optimiser, evaluation in bf16),
+    through CPU autocast, at a toy size."""
+    from harness.run import train_and_evaluate
+
+    cfg = preset_config(
+        preset,
+        pe="alibi",
+        task=task,
+        seed=0,
+        overrides={
+            "backbone": {"d_model": 32, "n_layers": 1, "n_heads": 2},
+            "train": {"steps": 3, "batch_size": 4, "train_max": 3, "warmup": 1},
+            "eval": {"test_max": 5, "test_stride": 1, "samples": 2, "batch_size": 2},
+        },
+    )
+    assert cfg.train.precision == "bf16"
+    result = train_and_evaluate(cfg, torch.device("cpu"), tmp_path / "ck.pt", notice=lambda _: None)
+    assert result.status == "finished", result.traceback
+    assert [m.length for _, m in result.metrics] == [1, 2, 3, 4, 5]
