@@ -9,7 +9,10 @@ Every backend computes ``softmax(scale * q kᵀ + biases + masks) v`` and must a
     eager   explicit softmax over a materialised (b, h, i, j) score tensor; the only
             backend that can return attention probabilities (for plots/diagnostics).
     sdpa    torch.nn.functional.scaled_dot_product_attention with a materialised
-            additive mask (or ``is_causal`` when there is nothing else to add).
+            additive mask (or ``is_causal`` when there is nothing else to add); on CPU
+            where SDPA's own kernel is measured slower (bf16/fp16 below
+            ``CPU_LOW_PRECISION_MATH_MAX_SCORES``, some PRISM shapes) the same math
+            written out.
 
 More backends register themselves in ``BACKENDS`` (see ``register_backend``).
 """
