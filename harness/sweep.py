@@ -362,8 +362,16 @@ def _backbone_key(cfg: RunConfig) -> BackboneConfig:
 
 def _model_key(cfg: RunConfig) -> tuple[Any, ...]:
     """What sets a run's cost per step: the preset, the backbone, batch size, training
-    lengths and protocol (steps, evaluation samples and test lengths scale the estimate)."""
-    return (cfg.preset, _backbone_key(cfg), cfg.train.batch_size, cfg.train.train_max, cfg.protocol)
+    lengths, protocol and precision (a bf16 step costs about 0.6 of an fp32 one on CPU;
+    steps, evaluation samples and test lengths scale the estimate)."""
+    return (
+        cfg.preset,
+        _backbone_key(cfg),
+        cfg.train.batch_size,
+        cfg.train.train_max,
+        cfg.protocol,
+        cfg.train.precision,
+    )
 
 
 def _encoding_key(cfg: RunConfig) -> tuple[str, str]:

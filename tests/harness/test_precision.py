@@ -240,3 +240,21 @@ def test_a_gpu_preset_runs_its_bf16_default_end_to_end_on_the_cpu(tmp_path, pres
     result = train_and_evaluate(cfg, torch.device("cpu"), tmp_path / "ck.pt", notice=lambda _: None)
     assert result.status == "finished", result.traceback
     assert [m.length for _, m in result.metrics] == [1, 2, 3, 4, 5]
+
+
+def test_a_bf16_run_is_not_estimated_from_fp32_runs_of_the_same_model(tmp_path):
+    """A precision changes the cost of a step: a plan estimates a bf16 run from bf16 runs only."""
+    from harness.store import Store
+    from harness.sweep import make_plan
+    from tests.harness.test_sweep import finish
+
+    fp32, bf16 = smoke("fp32"), smoke("bf16")
+    bf16_alibi = dataclasses.replace(bf16, pe="alibi", pe_options={})
+    with Store(tmp_path / "s.sqlite") as store:
+        finish(store, fp32, train_seconds=2.0)
+        rows = store.runs()
+        (run,) = make_plan([bf16], rows, device_type="cpu").runs
+        assert run.estimate is None or run.estimate.steps_per_second != 10.0  # not fp32's 20 steps in 2 s
+        finish(store, bf16_alibi, train_seconds=1.0)
+        (run,) = make_plan([bf16], store.runs(), device_type="cpu").runs
+        assert run.estimate is not None and run.estimate.steps_per_second == 20.0  # the bf16 run's 20 steps in 1 s
