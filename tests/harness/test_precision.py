@@ -258,3 +258,14 @@ def test_a_bf16_run_is_not_estimated_from_fp32_runs_of_the_same_model(tmp_path):
         finish(store, bf16_alibi, train_seconds=1.0)
         (run,) = make_plan([bf16], store.runs(), device_type="cpu").runs
         assert run.estimate is not None and run.estimate.steps_per_second == 20.0  # the bf16 run's 20 steps in 1 s
+
+
+@pytest.mark.parametrize("pe", LEARNING)
+def test_every_encoding_takes_fp16_steps_with_loss_scaling(pe):
+    cfg = preset_config(
+        "smoke", pe=SMALL.get(pe, pe), task="copy", seed=0, overrides={"train": {"steps": 3, "precision": "fp16"}}
+    )
+    model = build_model(cfg)
+    result = train(cfg, model, tasks.create("copy"))
+    assert torch.isfinite(torch.tensor(result.final_loss))
+    assert all(torch.isfinite(p).all() and p.dtype == torch.float32 for p in model.parameters())
