@@ -269,3 +269,16 @@ def test_every_encoding_takes_fp16_steps_with_loss_scaling(pe):
     result = train(cfg, model, tasks.create("copy"))
     assert torch.isfinite(torch.tensor(result.final_loss))
     assert all(torch.isfinite(p).all() and p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_tables_show_a_run_not_in_fp32_as_a_row_of_its_own(tmp_path):
+    from harness.results import load
+    from harness.store import Store
+    from tests.harness.test_sweep import finish
+
+    runs = [smoke("fp32"), smoke("bf16"), with_precision(smoke("fp32"), evaluation="fp16")]
+    with Store(tmp_path / "s.sqlite") as store:
+        for cfg in runs:
+            finish(store, cfg, train_seconds=1.0)
+    labels = load(tmp_path / "s.sqlite").groupby("run_id")["pe_label"].first()
+    assert [labels[c.run_id()] for c in runs] == ["rope", "rope [bf16]", "rope [fp32, eval fp16]"]
