@@ -18,6 +18,7 @@ from harness import tasks
 from harness.config import PRESET_DESCRIPTIONS, PRESETS, RunConfig
 from harness.data import layout
 from harness.pe_spec import config_display_name
+from harness.precision import evaluation_precision
 from harness.sweep import Plan, estimate_bases, format_duration, varying_axes, wall_seconds
 
 CPU_PRESETS = ("quick", "smoke")
@@ -55,6 +56,10 @@ def _lengths(lengths: list[int]) -> str:
     return ", ".join(map(str, lengths))
 
 
+PRECISION_WORDS = {"fp32": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast, loss scaling"}
+"""How the banner names each ``harness.precision`` precision."""
+
+
 def describe_preset(preset: str, configs: Sequence[RunConfig]) -> list[str]:
     """What the runs of ``preset`` (``configs``) are: its one-line purpose, then the
     model, training and testing as the configs have them (several values where a sweep
@@ -77,12 +82,15 @@ def describe_preset(preset: str, configs: Sequence[RunConfig]) -> list[str]:
             short.append(f"{task_name} only up to {reached[-1]}, the largest it has instances of")
     if short:
         test += f" ({'; '.join(short)})"
+    precision = _values(configs, lambda c: PRECISION_WORDS[c.train.precision])
+    evaluated = _values(configs, lambda c: PRECISION_WORDS[evaluation_precision(c.eval.precision, c.train.precision)])
     return [
         f"preset {preset}: {PRESET_DESCRIPTIONS.get(preset, '')}".rstrip(": "),
         f"  model: {_values(configs, lambda c: c.protocol)}, d_model {b('d_model')}, "
         f"{_counted(b('n_layers'), 'layer')}, {_counted(b('n_heads'), 'head')}, {b('backend')} attention",
-        f"  training: {t('steps')} steps of batch {t('batch_size')} (lr {t('lr')}) on lengths {train}{packed}",
-        f"  testing: lengths {test}, {e('samples')} examples each{periodic}",
+        f"  training: {t('steps')} steps of batch {t('batch_size')} (lr {t('lr')}, {precision}) on lengths "
+        f"{train}{packed}",
+        f"  testing: lengths {test}, {e('samples')} examples each ({evaluated}){periodic}",
     ]
 
 

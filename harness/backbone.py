@@ -69,8 +69,8 @@ class Block(nn.Module):
         if rows is None:
             return x + self.mlp(self.ln_mlp(x)), probs
         flat = x.reshape(-1, x.shape[-1])  # (b·s, d)
-        kept = self.mlp(self.ln_mlp(flat.index_select(0, rows)))  # (r, d)
-        return flat.index_add(0, rows, kept).view_as(x), probs
+        kept = self.mlp(self.ln_mlp(flat.index_select(0, rows)))  # (r, d); bf16/fp16 under autocast
+        return flat.index_add(0, rows, kept.to(flat.dtype)).view_as(x), probs  # the residual stays float32
 
 
 class Backbone(nn.Module):

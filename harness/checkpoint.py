@@ -21,6 +21,8 @@ folder. Format version 2:
     evaluations  list of [step, [[split, {LengthMetrics field: value}], ...]], oldest first
     stream       {"ids": [int], "target": [bool], "scale": [int]}: a packed run's unconsumed
                  stream (``PackedStream.state()``); only for packed runs
+    scaler       {"scale": float, "growth_tracker": int}: an fp16 run's loss scale and the
+                 steps since it last grew (``torch.amp.GradScaler``); only for fp16 runs
     code         list of [step, commit]: which commit (``harness.provenance.git_commit``)
                  trained the run from which step on; absent in checkpoints written
                  before it was recorded (their steps count as trained by unknown code)
@@ -96,6 +98,7 @@ def training_state(
     evaluating: bool,
     evaluations: list[tuple[int, Evaluation]],
     stream: Mapping[str, list] | None = None,
+    scaler: Mapping[str, Any] | None = None,
     code: Sequence[tuple[int, str]] = (),
     machine: Sequence[tuple[int, str]] = (),
 ) -> dict[str, Any]:
@@ -121,6 +124,8 @@ def training_state(
         payload["cuda_rng"] = torch.cuda.get_rng_state(torch.device(device))
     if stream is not None:
         payload["stream"] = {k: list(v) for k, v in stream.items()}
+    if scaler is not None:  # an fp16 run's loss scale (torch.amp.GradScaler.state_dict)
+        payload["scaler"] = {"scale": float(scaler["scale"]), "growth_tracker": int(scaler["_growth_tracker"])}
     if code:
         payload["code"] = [[int(s), str(c)] for s, c in code]
     if machine:
@@ -315,6 +320,8 @@ def check_state(
     missing = [k for k in _REQUIRED if k not in payload]
     if cfg.train.pack and "stream" not in payload:
         missing.append("stream")
+    if cfg.train.precision == "fp16" and "scaler" not in payload:
+        missing.append("scaler")
     if missing:
         raise CheckpointError(f"lacks field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
     try:
@@ -350,6 +357,8 @@ def check_state(
             _check_history(field, payload[field], step)
     if cfg.train.pack:
         _check_stream(payload["stream"])
+    if cfg.train.precision == "fp16":
+        _check_scaler(payload["scaler"])
     weights = payload["model"]
     if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
         raise CheckpointError("field model is not a state dict of tensors")
@@ -434,6 +443,14 @@ def _check_stream(stream: Any) -> None:
         lengths.add(len(values))
     if len(lengths) > 1:
         raise CheckpointError("field stream has lists of different lengths")
+
+
+def _check_scaler(scaler: Any) -> None:
+    """An fp16 run's loss scale: {"scale": a finite float > 0, "growth_tracker": an int >= 0}."""
+    ok = isinstance(scaler, dict) and set(scaler) == {"scale", "growth_tracker"}
+    ok = ok and isinstance(scaler["scale"], float) and math.isfinite(scaler["scale"]) and scaler["scale"] > 0
+    if not (ok and _is_int(scaler["growth_tracker"]) and scaler["growth_tracker"] >= 0):
+        raise CheckpointError(f"field scaler is not {{scale > 0, growth_tracker >= 0}} ({_short(scaler)})")
 
 
 def _check_optimizer(state: Any, optimizer: torch.optim.Optimizer) -> None:

@@ -239,6 +239,17 @@ class _ListOf(click.ParamType):
     help="Decode and score with a sliding context of this many tokens, dropping the oldest eval.window_jump "
     "(20 by default) when full (0: whole sequence; the turing preset: 500).",
 )
+@click.option(
+    "--precision",
+    type=_ListOf(str),
+    help="Arithmetic of training: fp32, bf16 or fp16 (autocast over float32 weights; fp16 with loss scaling). "
+    "Default: the preset's (fp32 on the CPU presets, bf16 on the GPU ones). See docs/harness.md.",
+)
+@click.option(
+    "--eval-precision",
+    type=_ListOf(str),
+    help="Arithmetic of evaluation: fp32, bf16 or fp16 (default: as the run trained).",
+)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--allow-cpu", is_flag=True, help="Run a GPU-sized preset on the CPU anyway (e.g. a few --steps).")
 @click.option(
@@ -315,7 +326,8 @@ class _ListOf(click.ParamType):
 )
 @max_runs_option
 def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
-          eval_samples, eval_every, eval_start_loss, eval_select, backend, pack, window, device, allow_cpu,
+          eval_samples, eval_every, eval_start_loss, eval_select, backend, pack, window, precision, eval_precision,
+          device, allow_cpu,
           checkpoint_every, checkpoint_dir, executor, workers, ray_address, retries, store_path, order,
           tensorboard_dir, time_limit, hang_timeout, max_runs, keep_weights) -> None:  # fmt: skip
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
@@ -352,7 +364,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         zip(
             AXES,
             (steps, batch_size, lr, train_len, test_len, test_stride, eval_samples, eval_every, eval_start_loss,
-             eval_select, backend, pack, window),
+             eval_select, backend, pack, window, precision, eval_precision),
             strict=True,
         )
     )  # fmt: skip

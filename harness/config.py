@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from harness import limits
 from harness.backbone import BackboneConfig
 from harness.pe_spec import check_eval_options, identity_options, parse_pe, resolve_pe
+from harness.precision import PRECISIONS
 
 T = TypeVar("T")
 
@@ -169,6 +170,9 @@ class TrainConfig:
         pack_loss: with ``pack``, which next tokens carry loss, per :data:`PACK_LOSSES`:
             ``all`` (a plain language-model loss, prompts included) or ``completion``
             (targets and EOS only, as unpacked rows).
+        precision: the arithmetic of training, per ``harness.precision.PRECISIONS``:
+            ``fp32``, or ``bf16`` / ``fp16`` autocast over float32 weights (fp16 with
+            loss scaling); docs/harness.md "Precision".
     """
 
     steps: int = 1500
@@ -186,6 +190,7 @@ class TrainConfig:
     schedule: str = "cosine"
     pack: int = 0
     pack_loss: str = "all"
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         for name in ("lr", "weight_decay", "min_lr_ratio", "grad_clip"):
@@ -212,6 +217,7 @@ class TrainConfig:
         if self.pack == 1:
             raise ValueError(f"train.pack is a row width of at least 2 tokens (0: no packing), got {self.pack}")
         check_choice("pack_loss", self.pack_loss, PACK_LOSSES)
+        check_choice("train.precision", self.precision, PRECISIONS)
         if not isinstance(self.curriculum, tuple):
             raise ValueError(f"train.curriculum must be a list of [start_step, max_scale] stages, got "
                              f"{shown(self.curriculum)}")  # fmt: skip
@@ -267,6 +273,8 @@ class EvalConfig:
             completion and its EOS) or ``answer`` (only what follows the task's last
             ``answer_separator``, e.g. the sum after a Turing Program's last line; the
             trace must still end with EOS within the target's length).
+        precision: the arithmetic of evaluation (``harness.precision.PRECISIONS``);
+            None: the training's (``train.precision``).
     """
 
     test_max: int = 40
@@ -279,6 +287,7 @@ class EvalConfig:
     window: int = 0
     window_jump: int = 20
     match: str = "trace"
+    precision: str | None = None
 
     def __post_init__(self) -> None:
         check_int("eval.test_max", self.test_max, minimum=1, maximum=limits.MAX_SCALE)
@@ -304,14 +313,24 @@ class EvalConfig:
                 f"window drops at once, got {self.window}"
             )
         check_choice("eval.match", self.match, MATCHES)
+        if self.precision is not None:
+            check_choice("eval.precision", self.precision, PRECISIONS)
 
 
 SELECTIONS = ("final", "top3", "best_in_dist")
 """How a run with periodic evaluations picks the metrics it reports (``EvalConfig.select``)."""
 
 NEW_FIELD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "eval": {"every": 0, "start_below_loss": None, "select": "final", "window": 0, "window_jump": 20, "match": "trace"},
-    "train": {"schedule": "cosine", "pack": 0, "pack_loss": "all"},
+    "eval": {
+        "every": 0,
+        "start_below_loss": None,
+        "select": "final",
+        "window": 0,
+        "window_jump": 20,
+        "match": "trace",
+        "precision": None,
+    },
+    "train": {"schedule": "cosine", "pack": 0, "pack_loss": "all", "precision": "fp32"},
 }
 """Fields added after runs were first stored, at their default values. They are left out
 of :meth:`RunConfig.run_id`, so a run stored before they existed keeps its identity (a
@@ -390,6 +409,8 @@ class RunConfig:
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be a {kind.__name__}, got {shown(getattr(self, name))}")
         check_backbone(self.backbone)
+        if self.eval.precision == self.train.precision:  # evaluated as trained: one behaviour, one run id
+            object.__setattr__(self, "eval", dataclasses.replace(self.eval, precision=None))
         if self.backbone.causal != (self.protocol == "decoder"):
             raise ValueError(f"the {self.protocol} protocol needs backbone.causal={self.protocol == 'decoder'}")
         if self.protocol == "encoder" and (self.train.pack or self.eval.window or self.eval.match != "trace"):
@@ -518,7 +539,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # A GPU-sized decoder run (5 layers, 8 heads as the PRISM paper's baselines).
     "gpu": {
         "backbone": {"d_model": 512, "n_layers": 5, "n_heads": 8},
-        "train": {"steps": 20000, "batch_size": 100, "lr": 3e-4, "warmup": 1000, "train_max": 40},
+        "train": {"steps": 20000, "batch_size": 100, "lr": 3e-4, "warmup": 1000, "train_max": 40, "precision": "bf16"},
         "eval": {"test_max": 150, "test_stride": 10, "samples": 1000, "batch_size": 250},
     },
     # Ruoss et al. 2023, App. A: encoder, 5 blocks x 8 heads, d_model 64; 2M steps of
@@ -537,6 +558,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "warmup": 0,
             "min_lr_ratio": 1.0,
             "train_max": 40,
+            "precision": "bf16",
         },
         "eval": {"test_max": 500, "samples": 500, "batch_size": 500},
     },
@@ -553,6 +575,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "betas": (0.9, 0.98),
             "warmup": 1000,
             "train_max": 40,
+            "precision": "bf16",
         },
         # §6.1: evaluate every 1k steps once the loss is below 0.1; report the mean of
         # the top 3 per length (docs/harness.md: and how to pick on in-distribution instead)
@@ -585,6 +608,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "train_min": 2,
             "train_max": 50,
             "pack": 500,
+            "precision": "bf16",
         },
         "eval": {
             "test_max": 100,
@@ -598,6 +622,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
+GPU_PRECISION_NOTE = "bf16 autocast over float32 weights (--precision fp32 for plain float32)"
+"""How the GPU presets train (``train.precision = "bf16"``), said in their descriptions."""
+
 PRESET_DESCRIPTIONS: dict[str, str] = {
     "quick": "CPU-sized: 3k steps of a 3-layer d128 decoder; 5-20 min per run on one core (the committed board)",
     "board": (
@@ -605,10 +632,22 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
         "10-50 min per run on one core (prism{paper} 1.5-3 h)"
     ),
     "smoke": "seconds per run, for tests and smoke checks; learns nothing useful",
-    "gpu": "GPU-sized: 20k steps of a 5-layer d512 decoder (the PRISM paper's baseline shape), lengths to 40/150",
-    "ruoss": "Ruoss et al. 2023 (Randomized Positional Encodings), App. A: 5-block d64 encoder, 2M steps, Adam",
-    "prism": "Lee 2025 (PRISM) §6.2-6.4: 150k steps, curriculum, the mean of the 3 best periodic evaluations",
-    "turing": "Hou et al. (Turing Programs) §3.1.1: 12-layer d1024, 200k steps of packed 500-token rows",
+    "gpu": (
+        "GPU-sized: 20k steps of a 5-layer d512 decoder (the PRISM paper's baseline shape), lengths to 40/150; "
+        f"{GPU_PRECISION_NOTE}"
+    ),
+    "ruoss": (
+        "Ruoss et al. 2023 (Randomized Positional Encodings), App. A: 5-block d64 encoder, 2M steps, Adam; "
+        f"{GPU_PRECISION_NOTE}"
+    ),
+    "prism": (
+        "Lee 2025 (PRISM) §6.2-6.4: 150k steps, curriculum, the mean of the 3 best periodic evaluations; "
+        f"{GPU_PRECISION_NOTE}"
+    ),
+    "turing": (
+        "Hou et al. (Turing Programs) §3.1.1: 12-layer d1024, 200k steps of packed 500-token rows; "
+        f"{GPU_PRECISION_NOTE}"
+    ),
 }
 """One line per preset: what it is for (``pezoo list``, the start of ``pezoo bench``)."""
 

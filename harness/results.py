@@ -10,6 +10,17 @@ from harness.pe_spec import display_name, variant_display_name
 from harness.store import Store
 
 
+def precision_label(config: dict) -> str:
+    """How a stored config's run was trained and evaluated, when not plain fp32: ``bf16``,
+    ``fp16``, ``fp32, eval bf16``; "" for fp32 (every run from before precision existed)."""
+    trained = config.get("train", {}).get("precision", "fp32")
+    evaluated = config.get("eval", {}).get("precision")
+    label = "" if trained == "fp32" else trained
+    if evaluated is not None and evaluated != trained:
+        label = f"{trained}, eval {evaluated}"
+    return label
+
+
 def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
     """Per-length metrics joined with their runs, as a pandas DataFrame.
 
@@ -17,7 +28,7 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
     train_max, protocol, match (what exact match scores: ``trace`` or ``answer``),
     n_params, pe_params, pe_label (the name with its options, as tables show it:
     ``harness.pe_spec.display_name``; an inference-time variant's ``rope → yarn×4 L=10 (same
-    weights)``), split, length, token_length, n, exact_match,
+    weights)``; a run not in fp32 ends in its precision, ``rope [bf16]``), split, length, token_length, n, exact_match,
     token_accuracy.
 
     The store is opened read-only (never created, migrated or changed), so this works on
@@ -34,6 +45,9 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
                 run["pe"], config.get("pe_options") or {}, task=run["task"], backbone=config.get("backbone")
             )
             base["pe_label"] = variant_display_name(trained, config.get("eval_pe_options"))
+            precision = precision_label(config)
+            if precision:  # a bf16 run is a row of its own beside the fp32 one, never pooled with it
+                base["pe_label"] += f" [{precision}]"
             base["train_min"] = run["config"]["train"].get("train_min", 1)
             base["train_max"] = run["config"]["train"]["train_max"]
             base["protocol"] = run["config"].get("protocol", "decoder")

@@ -34,6 +34,7 @@ from harness.diagnostics import prism_trajectories
 from harness.evaluate import Evaluation, LengthMetrics, evaluate_length, select_evaluation, summary
 from harness.files import WriteError, describe_write_error
 from harness.pe_spec import format_eval_options
+from harness.precision import autocast, evaluation_precision, use_tf32
 from harness.provenance import run_provenance
 from harness.store import ClaimLostError, Store, StoreError
 from harness.tblog import RunLog
@@ -192,22 +193,24 @@ def evaluate_all(
     lengths = [("train", n) for n in cfg.train_lengths()] + [("test", n) for n in cfg.test_lengths()]
     lengths = [(split, n) for split, n in lengths if task.has_scale(n)]  # SCAN lacks some lengths
     metrics = []
+    precision = evaluation_precision(cfg.eval.precision, cfg.train.precision)
     if report is not None:
         report("eval", 0, len(lengths), "")
     for done, (split, n) in enumerate(lengths, start=1):
         if n not in eval_sets:
             eval_sets[n] = evaluation_set(task, n, cfg.eval.samples, cfg.seed)
-        m = evaluate_length(
-            model,
-            eval_sets[n],
-            batch_size=cfg.eval.batch_size,
-            device=device,
-            protocol=cfg.protocol,
-            window=cfg.eval.window,
-            jump=cfg.eval.window_jump,
-            answer_task=task if cfg.eval.match == "answer" else None,
-            seed=cfg.seed,
-        )
+        with autocast(precision, device):
+            m = evaluate_length(
+                model,
+                eval_sets[n],
+                batch_size=cfg.eval.batch_size,
+                device=device,
+                protocol=cfg.protocol,
+                window=cfg.eval.window,
+                jump=cfg.eval.window_jump,
+                answer_task=task if cfg.eval.match == "answer" else None,
+                seed=cfg.seed,
+            )
         metrics.append((split, m))
         if report is not None:
             report("eval", done, len(lengths), f"length {n}: EM {m.exact_match:.2f}")
@@ -241,6 +244,7 @@ def train_and_evaluate(
     its traceback; ``KeyboardInterrupt`` propagates. Otherwise the checkpoint is left in
     place: the caller removes it once the result is safely recorded.
     """
+    use_tf32(device)  # a GPU's float32 matmuls on its TF32 tensor cores (harness.precision)
     if cfg.is_variant:
         return evaluate_variant(cfg, device, checkpoint, progress, notice=notice)
     run_id = cfg.run_id()

@@ -57,7 +57,9 @@ flex specifics:
 ``auto`` picks, per call: ``eager`` when attention probabilities are requested; on CUDA
 ``xformers`` when it is installed and can lower every bias without a dense tensor, else
 ``flex`` when every bias has a native flex lowering, else ``sdpa``; on CPU always
-``sdpa`` (flex on CPU costs a ~30 s compile per shape family and cannot train).
+``sdpa`` (flex on CPU costs a ~30 s compile per shape family and cannot train), which in
+bf16/fp16 (autocast) runs the explicit matmul-softmax path below 1024 x 1024 scores per head:
+measured 2-5x faster there than SDPA's own CPU kernel (``pezoo.attention.CPU_LOW_PRECISION_MATH_MAX_SCORES``).
 """
 
 from __future__ import annotations

@@ -3,12 +3,15 @@
 Axis letters: b batch, s sequence, d model width, h heads, n cursors, p histogram bins
 (2P+1), f stream width, t scanned tokens.
 
-Four measurements, each run side by side in one process on the current device:
+The measurements, each run side by side in one process on the current device:
 
 * ``train``: one optimiser step (forward, backward, AdamW) of the backbone that the
   benchmark trains (``harness.train.build_model`` at a preset's size), per encoding and
   attention backend, on a fixed batch at the preset's largest training length; median
   time, spread, tokens/s, and the ratio to ``nope`` on its fastest backend.
+* ``precision``: the benchmark's own training step (``harness.train.training_loss`` and
+  optimiser) in fp32 and in bf16 (``--precision``: also fp16), per encoding on the backend
+  the preset trains with, interleaved; the ratio to the same encoding's fp32 step.
 * ``memory``: peak memory of one forward pass at batch 1 and long sequences, each in its
   own subprocess (so one measurement cannot inflate another and an out-of-memory kill
   stays contained): CUDA peak allocator bytes on GPU, the peak resident set (VmHWM,
@@ -49,6 +52,7 @@ from harness.perf.grid import (  # noqa: F401
     ALLOC_TARGETS,
     DEFAULT_SECTIONS,
     GRIDS,
+    PRECISION_TARGETS,
     PRESET_TASKS,
     SCHEMA_VERSION,
     SECTIONS,
@@ -66,6 +70,7 @@ from harness.perf.memory import (  # noqa: F401
     memory_backbone,
     memory_child,
 )
+from harness.perf.precision import measure_precision, precision_step  # noqa: F401
 from harness.perf.prism import (  # noqa: F401
     _scan_inputs,
     measure_prism,

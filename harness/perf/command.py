@@ -35,6 +35,11 @@ def _ints(value: str | None) -> tuple[int, ...] | None:
 @click.option("--pe", "encodings", help="Encodings of the training-step table (comma-separated).")
 @click.option("--presets", help="Presets whose backbone the training step is timed at (comma-separated).")
 @click.option("--backends", help="Attention backends of the training-step table (default: all that train here).")
+@click.option(
+    "--precision",
+    "precisions",
+    help="Precisions the precision section times against fp32 (comma-separated of bf16,fp16; default bf16).",
+)
 @click.option("--batch-size", type=int, help="Training batch size (default: the preset's).")
 @click.option("--repeats", type=int, help="Timed rounds per measurement.")
 @click.option("--threads", type=int, help="torch threads (0: torch's default; default 1).")
@@ -56,7 +61,7 @@ def _ints(value: str | None) -> tuple[int, ...] | None:
 @click.option("--prism-lengths", help="Sequence lengths of the PRISM step table (comma-separated; default 64,128,256).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the report here as JSON.")
-def perf_command(size, sections, encodings, presets, backends, batch_size, repeats, threads, memory_lengths,
+def perf_command(size, sections, encodings, presets, backends, precisions, batch_size, repeats, threads, memory_lengths,
                  memory_pe, memory_backends, memory_cap_gib, alloc_lengths, alloc_pe, alloc_backends, alloc_batch,
                  decode_length, decode_batch, decode_pe, decode_window,
                  prism_supports, prism_lengths, device, json_path) -> None:  # fmt: skip
@@ -76,6 +81,7 @@ def perf_command(size, sections, encodings, presets, backends, batch_size, repea
             encodings=_names(encodings),
             presets=_names(presets),
             backends=_names(backends),
+            precisions=_names(precisions),
             batch_size=batch_size,
             repeats=repeats,
             threads=threads,

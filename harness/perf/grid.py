@@ -10,9 +10,9 @@ from pezoo.encodings.prism import PAPER_OPTIONS
 
 SCHEMA_VERSION = 1
 
-SECTIONS = ("train", "memory", "alloc", "decode", "prism")
+SECTIONS = ("train", "precision", "memory", "alloc", "decode", "prism")
 
-DEFAULT_SECTIONS = ("train", "memory", "decode", "prism")
+DEFAULT_SECTIONS = ("train", "precision", "memory", "decode", "prism")
 """What a plain ``pezoo perf`` runs; ``alloc`` (minutes of flex compiles on CPU) is asked for
 with ``--sections alloc`` or ``--full``."""
 
@@ -45,6 +45,10 @@ STEP_TARGETS: dict[str, float] = {
 }
 """Largest accepted training-step time as a multiple of NoPE on its fastest backend."""
 
+PRECISION_TARGETS: dict[str, float] = {"*": 0.45, "prism": 0.7}
+"""Largest accepted bf16 training step as a multiple of the same encoding's fp32 step ("*": every
+encoding not named)."""
+
 PRISM_LENGTH_TARGETS: dict[str, float] = {"prism": 2.0, "copy": 1.5}
 """The PRISM step at longer sequences: ``prism`` ≤ 2.0× NoPE's step, and PRISM with its copy
 branch ≤ 1.5× PRISM without it (both measured side by side at each length)."""
@@ -69,6 +73,8 @@ class PerfGrid:
         encodings: encodings of the training-step table.
         backends: attention backends of the training-step table (empty: every backend
             that can train on the device).
+        precisions: precisions (``harness.precision``) whose training step the
+            ``precision`` section times against fp32, on the backend the preset trains with.
         batch_size: training batch (0: the preset's own).
         memory_lengths: sequence lengths of the memory table (batch 1).
         memory_encodings, memory_backends: the memory table's rows.
@@ -102,6 +108,7 @@ class PerfGrid:
     presets: tuple[str, ...] = ("quick", "ruoss")
     encodings: tuple[str, ...] = TARGET_ENCODINGS
     backends: tuple[str, ...] = ()
+    precisions: tuple[str, ...] = ("bf16",)
     batch_size: int = 0
     memory_lengths: tuple[int, ...] = (2048,)
     memory_encodings: tuple[str, ...] = ("nope", "alibi", "hard_alibi")
@@ -132,6 +139,11 @@ class PerfGrid:
             raise ValueError(f"need repeats >= 1 and warmup >= 0, got {self.repeats}, {self.warmup}")
         if self.decode_batch < 1 or self.alloc_batch < 1:
             raise ValueError(f"need decode_batch and alloc_batch >= 1, got {self.decode_batch}, {self.alloc_batch}")
+        from harness.precision import PRECISIONS
+
+        unknown = sorted(set(self.precisions) - set(PRECISIONS))
+        if unknown:
+            raise ValueError(f"unknown precision(s) {', '.join(unknown)}; valid: {', '.join(PRECISIONS)}")
         if 0 < self.decode_window <= 20 or self.decode_window < 0:
             raise ValueError(f"the decoding window must exceed its 20-token jump, got {self.decode_window}")
 

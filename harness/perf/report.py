@@ -15,8 +15,10 @@ from harness.perf.alloc import measure_alloc
 from harness.perf.decode import measure_decode
 from harness.perf.grid import ALLOC_TARGETS, PRISM_LENGTH_TARGETS, SCHEMA_VERSION, SECTIONS, PerfGrid
 from harness.perf.memory import measure_memory
+from harness.perf.precision import measure_precision
 from harness.perf.prism import measure_prism
 from harness.perf.train import best_backend_rows, measure_train
+from harness.precision import use_tf32
 from harness.provenance import provenance
 
 
@@ -24,11 +26,13 @@ def run_perf(grid: PerfGrid, device: torch.device, *, log: Callable[[str], None]
     """Every section of ``grid`` on ``device``: the JSON-ready report."""
     if grid.threads:
         torch.set_num_threads(grid.threads)
+    tf32 = use_tf32(device)  # on CUDA, float32 matmuls as the harness trains them (harness.precision)
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "provenance": {
             **provenance(device),
             "threads": torch.get_num_threads(),
+            "tf32": tf32,
             "load_average_before": _load_average(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },
@@ -36,6 +40,7 @@ def run_perf(grid: PerfGrid, device: torch.device, *, log: Callable[[str], None]
     }
     measure = {
         "train": measure_train,
+        "precision": measure_precision,
         "memory": measure_memory,
         "alloc": measure_alloc,
         "decode": measure_decode,
@@ -75,6 +80,8 @@ def render(report: Mapping[str, Any]) -> str:
     ]
     if "train" in report:
         lines += ["", *_render_train(report["train"])]
+    if "precision" in report:
+        lines += ["", *_render_precision(report["precision"])]
     if "memory" in report:
         lines += ["", *_render_memory(report["memory"], report["grid"])]
     if "alloc" in report:
@@ -123,6 +130,44 @@ def _render_train(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             tabulate(
                 table,
                 headers=["encoding", *backends, "fastest", f"× nope ({mine[0]['basis']})", "tokens/s", "target"],
+                tablefmt="github",
+                disable_numparse=True,
+            )
+        )
+    return out
+
+
+def _render_precision(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    out = []
+    for preset in dict.fromkeys(r["preset"] for r in rows):
+        mine = [r for r in rows if r["preset"] == preset]
+        precisions = list(dict.fromkeys(r["precision"] for r in mine))
+        others = [p for p in precisions if p != "fp32"]
+        table = []
+        for pe in dict.fromkeys(r["pe"] for r in mine):
+            by = {r["precision"]: r for r in mine if r["pe"] == pe}
+            verdicts = [
+                f"{p} ≤ {by[p]['target']:g}× {'yes' if by[p]['meets_target'] else 'NO'}"
+                for p in others
+                if by[p]["target"] is not None
+            ]
+            table.append(
+                [
+                    pe,
+                    *(_fmt_ms(by[p]["median_ms"], by[p]["spread"]) for p in precisions),
+                    *(f"{by[p]['ratio_to_fp32']:.2f}" for p in others),
+                    ", ".join(verdicts),
+                ]
+            )
+        b, s = mine[0]["batch"]
+        out.append(
+            f"training step per precision (autocast over float32 weights), preset {preset}, batch {b}×{s} tokens: "
+            f"wall-clock ms; ratio to the same encoding's fp32 step on {BASIS_WORDS[mine[0]['basis']]}"
+        )
+        out.append(
+            tabulate(
+                table,
+                headers=["encoding", *precisions, *(f"{p} / fp32 ({mine[0]['basis']})" for p in others), "target"],
                 tablefmt="github",
                 disable_numparse=True,
             )

@@ -25,8 +25,8 @@ def test_a_cold_two_run_smoke_sweep_says_runs_preset_device_and_a_rough_wall_tim
     assert lines[0] == "pezoo bench: 2 runs (nope, rope on copy, seed 0): 0 already in the store (s.sqlite), 2 to train"
     assert lines[1].startswith("preset smoke: seconds per run")
     assert lines[2] == "  model: decoder, d_model 32, 1 layer, 2 heads, sdpa attention"
-    assert lines[3] == "  training: 20 steps of batch 16 (lr 0.001) on lengths 1..5"
-    assert lines[4] == "  testing: lengths 6..8, 8 examples each"
+    assert lines[3] == "  training: 20 steps of batch 16 (lr 0.001, fp32) on lengths 1..5"
+    assert lines[4] == "  testing: lengths 6..8, 8 examples each (fp32)"
     assert lines[5] == "device cpu: one run at a time, in this process"
     # 20 steps at the recorded 314 steps/s + 8 x 8 units at 0.31 ms, twice: under a second
     assert lines[6].startswith("estimated wall time: under 1s on 1 worker (device time <1s; 2 from the recorded")
@@ -42,7 +42,7 @@ def test_finished_runs_published_runs_and_varying_axes_are_named(tmp_path):
     text = announce(runs, plan, published_ids={runs[3].run_id()}, workers=2)
     assert "4 runs (nope, rope on copy, seed 0, varying lr): 1 already in the store (s.sqlite), 3 to train" in text
     assert "1 of the runs to train are published under leaderboard/results" in text
-    assert "(lr 0.001, 0.0003)" in text
+    assert "(lr 0.001, 0.0003, fp32)" in text
     # nope lr 3e-4: 2 s (same encoding, task and model: lr does not set the cost of a step);
     # both rope runs 2 s too (same task and model): 3 runs of 2 s on 2 workers
     assert "about 4s on 2 workers (device time 6s; 1 from same encoding, task and model; 2 from same task" in text
@@ -66,8 +66,16 @@ def test_a_strided_gpu_preset_is_described_as_run():
     cfg = preset_config("gpu", pe="rope", task="copy", seed=0)
     lines = describe_preset("gpu", [cfg])
     assert lines[1] == "  model: decoder, d_model 512, 5 layers, 8 heads, sdpa attention"
-    assert lines[2] == "  training: 20000 steps of batch 100 (lr 0.0003) on lengths 1..40"
-    assert lines[3] == "  testing: lengths 41, 51, ..., 150, 1000 examples each"
+    assert lines[2] == "  training: 20000 steps of batch 100 (lr 0.0003, bf16 autocast) on lengths 1..40"
+    assert lines[3] == "  testing: lengths 41, 51, ..., 150, 1000 examples each (bf16 autocast)"
+    assert "bf16 autocast" in lines[0]  # the preset's description says how it trains
+
+
+def test_the_banner_shows_each_precision_a_sweep_trains_and_evaluates_in():
+    runs = configs(precision=("fp32", "fp16"), eval_precision=("bf16",))
+    lines = describe_preset("smoke", runs)
+    assert "(lr 0.001, fp32, fp16 autocast, loss scaling)" in lines[2]
+    assert lines[3].endswith("8 examples each (bf16 autocast)")
 
 
 def test_a_context_extension_shorter_than_the_training_sequences_is_noted():

@@ -240,3 +240,21 @@ def test_windowed_decode_rows_generate_the_same_tokens_cached_and_not(toy_report
     assert "sliding window 24" in render({"provenance": toy_report["provenance"], "grid": {}, "decode": [row]})
     with pytest.raises(ValueError, match="exceed its 20-token jump"):
         grid_from(TOY, decode_window=20)
+
+
+def test_precision_rows_time_each_encoding_in_fp32_and_bf16_with_ratios_and_targets(toy_report):
+    rows = toy_report["precision"]
+    assert [(r["pe"], r["precision"]) for r in rows] == [(pe, p) for pe in TOY.encodings for p in ("fp32", "bf16")]
+    by = {(r["pe"], r["precision"]): r for r in rows}
+    for pe in TOY.encodings:
+        assert by[pe, "fp32"]["ratio_to_fp32"] == 1.0 and by[pe, "fp32"]["target"] is None
+        bf16 = by[pe, "bf16"]
+        assert bf16["ratio_to_fp32"] == pytest.approx(bf16["cpu_ms"] / by[pe, "fp32"]["cpu_ms"])
+        assert bf16["target"] == (0.7 if pe == "prism" else 0.45)
+        assert bf16["meets_target"] == (bf16["ratio_to_fp32"] <= bf16["target"])
+    assert "training step per precision" in render(toy_report)
+
+
+def test_cli_rejects_an_unknown_precision():
+    result = CliRunner().invoke(main, ["perf", "--sections", "precision", "--precision", "fp64"])
+    assert result.exit_code != 0 and "unknown precision" in result.output

@@ -74,8 +74,16 @@ def sha256_of_canonical(record: Mapping[str, Any]) -> str:
 
 
 LATER_DEFAULTS = {
-    "eval": {"every": 0, "start_below_loss": None, "select": "final", "window": 0, "window_jump": 20, "match": "trace"},
-    "train": {"schedule": "cosine", "pack": 0, "pack_loss": "all"},
+    "eval": {
+        "every": 0,
+        "start_below_loss": None,
+        "select": "final",
+        "window": 0,
+        "window_jump": 20,
+        "match": "trace",
+        "precision": None,
+    },
+    "train": {"schedule": "cosine", "pack": 0, "pack_loss": "all", "precision": "fp32"},
 }
 """Config fields added after the first results were published: left out of the run id at these values."""
 

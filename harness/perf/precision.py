@@ -1,0 +1,89 @@
+"""`pezoo perf`: the training step in each precision (see :mod:`harness.perf`).
+
+Per preset and encoding, the benchmark's own training step (``harness.train``: the model
+the harness builds, its optimiser for that precision, the loss of ``training_loss`` under
+``harness.precision.autocast``, fp16 with its loss scaler) in fp32 and in every other
+precision of the grid, all interleaved in one process on one fixed batch; the ratio of
+each to the same encoding's fp32 step.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from harness.config import preset_config
+from harness.perf.grid import PRECISION_TARGETS, PRESET_TASKS, PerfGrid
+from harness.perf.timing import synchronizer, time_interleaved
+from harness.perf.train import basis_ms, ratio_basis, training_batch
+from harness.precision import grad_scaler
+
+
+def precision_step(preset: str, pe: str, precision: str, batch: Any, device: torch.device) -> Callable[[], float]:
+    """One training step of ``pe`` at ``preset`` in ``precision``, as ``harness.train.train`` takes it."""
+    from harness.train import build_model, make_optimizer, training_loss
+
+    overrides: dict[str, dict[str, Any]] = {"train": {"precision": precision}}
+    cfg = preset_config(preset, pe=pe, task=PRESET_TASKS.get(preset, "copy"), seed=0, overrides=overrides)
+    model = build_model(cfg, device)
+    model.train()
+    optimizer = make_optimizer(model, cfg)
+    scaler = grad_scaler(precision, device)
+
+    def step() -> float:
+        loss, _ = training_loss(model, batch, precision)
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+        return 0.0
+
+    return step
+
+
+def measure_precision(grid: PerfGrid, device: torch.device) -> list[dict[str, Any]]:
+    """Rows for every (preset, encoding, precision) of ``grid``, with the ratio to fp32."""
+    rows: list[dict[str, Any]] = []
+    basis = ratio_basis(device)
+    precisions = tuple(dict.fromkeys(("fp32", *grid.precisions)))
+    for preset in grid.presets:
+        _, batch = training_batch(preset, grid.batch_size, device)
+        candidates = {
+            f"{pe}|{p}": precision_step(preset, pe, p, batch, device) for pe in grid.encodings for p in precisions
+        }
+        timings = time_interleaved(candidates, repeats=grid.repeats, warmup=grid.warmup, sync=synchronizer(device))
+        b, s = batch.inputs.shape
+        for key, t in timings.items():
+            pe, precision = key.split("|")
+            fp32 = basis_ms(timings[f"{pe}|fp32"], basis)
+            ratio = basis_ms(t, basis) / fp32 if fp32 > 0 else math.nan
+            target = PRECISION_TARGETS.get(pe, PRECISION_TARGETS["*"]) if precision == "bf16" else None
+            rows.append(
+                {
+                    "preset": preset,
+                    "pe": pe,
+                    "precision": precision,
+                    "batch": [b, s],
+                    "median_ms": t.median_ms,
+                    "spread": t.spread,
+                    "cpu_ms": t.cpu_ms,
+                    "basis": basis,
+                    "ratio_to_fp32": ratio,
+                    "target": target,
+                    "meets_target": None if target is None else bool(ratio <= target),
+                }
+            )
+        del candidates
+        gc.collect()
+    return rows
