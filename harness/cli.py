@@ -755,20 +755,28 @@ def _probe(configs, rows, device) -> dict:
     return probe_speeds(todo, probe_key, device=str(device), on_probe=report)
 
 
-def _published_runs() -> list[dict]:
-    """The runs published under ./leaderboard/results, as ``Store.runs()`` rows ([] when
-    there is no such folder or it does not validate: they serve only as hints and as
-    rough speeds)."""
-    from leaderboard.cli import DEFAULT_RESULTS
-    from leaderboard.schema import ResultsError, read_results, store_run_from_record
+PUBLISHED_RUNS_GROUP = "pezoo.published_runs"
+"""Entry point group of functions ``() -> list[dict]`` giving published runs as
+``Store.runs()`` rows: the leaderboard package provides one (its results files); bench and
+sweep plan use them only as hints and rough speeds. The harness imports no leaderboard
+module: floors point down, and upper floors plug in here."""
 
-    if not DEFAULT_RESULTS.is_dir():
-        return []
-    try:
-        records = read_results(DEFAULT_RESULTS)
-    except ResultsError:
-        return []
-    return [{**store_run_from_record(r.data)[0], "status": "finished"} for r in records]
+COMMANDS_GROUP = "pezoo.commands"
+"""Entry point group of click commands added to ``pezoo`` (the leaderboard's commands)."""
+
+
+def _published_runs() -> list[dict]:
+    """The runs every installed :data:`PUBLISHED_RUNS_GROUP` provider reports ([] when none
+    is installed, or one fails: they serve only as hints and as rough speeds)."""
+    from importlib.metadata import entry_points
+
+    rows: list[dict] = []
+    for ep in entry_points(group=PUBLISHED_RUNS_GROUP):
+        try:
+            rows += ep.load()()
+        except Exception:
+            continue
+    return rows
 
 
 @main.command()
@@ -859,11 +867,34 @@ from harness.perf import perf_command as _perf_command  # noqa: E402
 
 main.add_command(_perf_command)
 
-# The leaderboard's commands (export, check, build); this composition root is the only
-# harness module that imports the leaderboard package.
-from leaderboard.cli import leaderboard as _leaderboard_group  # noqa: E402
 
-main.add_command(_leaderboard_group)
+
+def _add_installed_commands() -> None:
+    """Commands of upper floors (the leaderboard's export, check, build, import), found
+    through the :data:`COMMANDS_GROUP` entry points; one that fails to load is named on
+    stderr when used, never a traceback for every command."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=COMMANDS_GROUP):
+        try:
+            command = ep.load()
+        except Exception as exc:
+            main.add_command(_unavailable(ep.name, _one_line(exc)))
+            continue
+        if isinstance(command, click.Command):
+            main.add_command(command, ep.name)
+
+
+def _unavailable(name: str, why: str) -> click.Command:
+    """A command standing in for one that failed to load: using it says why, on one line."""
+
+    def say() -> None:
+        raise click.ClickException(f"the {name!r} commands failed to load: {why}")
+
+    return click.Command(name, callback=say, help=f"(not available: {why})")
+
+
+_add_installed_commands()
 
 
 if __name__ == "__main__":

@@ -262,3 +262,18 @@ def _os_reason(exc: OSError) -> str:
     """One line for an OSError: the path and the system's reason (``Permission denied``)."""
     reason = exc.strerror or str(exc)
     return f"{exc.filename}: {reason}" if exc.filename else reason
+
+
+def published_store_rows() -> list[dict]:
+    """The runs published under ./leaderboard/results, as ``Store.runs()`` rows ([] when
+    there is no such folder or it does not validate). The harness reads them through its
+    ``pezoo.published_runs`` entry point, as hints and rough speeds for bench and sweep plan."""
+    from leaderboard.schema import ResultsError, read_results, store_run_from_record
+
+    if not DEFAULT_RESULTS.is_dir():
+        return []
+    try:
+        records = read_results(DEFAULT_RESULTS)
+    except ResultsError:
+        return []
+    return [{**store_run_from_record(r.data)[0], "status": "finished"} for r in records]
