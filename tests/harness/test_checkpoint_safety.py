@@ -648,9 +648,9 @@ def diverging_at(step):
 
     calls = []
 
-    def loss(model, batch):
+    def loss(model, batch, *args, **kwargs):
         calls.append(1)
-        total, task_loss = training_loss(model, batch)
+        total, task_loss = training_loss(model, batch, *args, **kwargs)
         if len(calls) > step:
             return total * float("nan"), task_loss * float("nan")
         return total, task_loss
