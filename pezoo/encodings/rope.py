@@ -46,9 +46,11 @@ __all__ = [
     "rope_angles",
     "rope_frequencies",
     "rotary_dim_of",
+    "rotate",
     "rotate_complex",
     "rotate_pairs",
     "rotate_pairs_complex",
+    "rotation",
 ]
 
 LAYOUTS = ("interleaved", "half")
@@ -138,6 +140,35 @@ def rotate_complex(x: Tensor, rotation: Tensor, layout: str = "interleaved") -> 
         z = torch.view_as_complex(xr.to(torch.float32).unflatten(-1, (2, f)).transpose(-1, -2).contiguous())
         out = torch.view_as_real(z * rotation).transpose(-1, -2).flatten(-2).to(x.dtype)  # (..., r)
     return out if r == e else torch.cat([out, x[..., r:]], dim=-1)
+
+
+Rotation = Tensor | tuple[Tensor, Tensor]
+"""Angles ready to rotate with: ``a·exp(i angle)`` as one complex64 tensor (eager), or the real
+pair ``(a cos, a sin)`` (under ``torch.compile``), see :func:`rotation`."""
+
+
+def rotation(magnitude: Tensor, angles: Tensor) -> Rotation:
+    """``magnitude · exp(i angles)`` (..., f) for :func:`rotate`: complex64 in eager mode, the
+    real pair ``(magnitude · cos, magnitude · sin)`` while ``torch.compile`` traces.
+
+    Eager PyTorch rotates fastest as one complex product (one kernel forward and backward,
+    docs/performance.md). Inductor has no code generation for complex operators ("does not
+    support code generation for complex operators"): a complex product under compile falls
+    back to eager kernels around every fused region and made a compiled training step slower
+    than eager. The real form is the same arithmetic (fp32, to rounding), which inductor
+    fuses into the surrounding elementwise work.
+    """
+    if torch.compiler.is_compiling():
+        return magnitude * torch.cos(angles), magnitude * torch.sin(angles)
+    return torch.polar(magnitude, angles)
+
+
+def rotate(x: Tensor, rot: Rotation, layout: str = "interleaved") -> Tensor:
+    """Rotate x (..., e) by a :func:`rotation`: :func:`rotate_complex` for a complex tensor,
+    :func:`apply_rotary` for a real (a cos, a sin) pair. Features past r = 2f unchanged."""
+    if isinstance(rot, tuple):
+        return apply_rotary(x, rot[0], rot[1], layout)
+    return rotate_complex(x, rot, layout)
 
 
 def rope_angles(pos: Tensor, head_dim: int, base: float = 10000.0) -> Tensor:
@@ -576,9 +607,9 @@ class RoPE(PositionalEncoding):
             inv_freq, scale = self.frequencies(seq_len, ctx.q_pos.device)  # (f,) fp32
             angles = (ctx.q_pos.to(torch.float32)[..., None] * inv_freq)[:, None]  # (b|1, 1, i, f)
             magnitude = torch.ones_like(angles) if scale == 1.0 else torch.full_like(angles, scale)
-            ctx.scratch[key] = torch.polar(magnitude, angles)  # a · exp(i angle), complex64
-        rotation = ctx.scratch[key]
-        return rotate_complex(q, rotation, self.layout), rotate_complex(k, rotation, self.layout)
+            ctx.scratch[key] = rotation(magnitude, angles)  # a · exp(i angle): complex64, or (a cos, a sin) compiled
+        rot = ctx.scratch[key]
+        return rotate(q, rot, self.layout), rotate(k, rot, self.layout)
 
     def extra_repr(self) -> str:
         text = f"head_dim={self.head_dim}, base={self.base}"

@@ -357,10 +357,22 @@ class PRISMLayer(nn.Module):
         g_q, g_k = streams.normalised()
         return g_q, g_k, new_state, recorded
 
+    @torch.compiler.disable(reason="PRISM's filter is a sequential scan over the tokens: see PRISMLayer.streams")
     def streams(
         self, x: Tensor, state: dict[str, Any] | None, *, record: bool = False
     ) -> tuple[CallStreams, dict[str, Any], dict[str, Tensor] | None]:
-        """:meth:`forward` with the streams not yet normalised (:class:`CallStreams`)."""
+        """:meth:`forward` with the streams not yet normalised (:class:`CallStreams`).
+
+        Runs eagerly under ``torch.compile`` (``torch.compiler.disable``); the streams'
+        normalisation and the q/k fold that read its result compile as usual. Traced, this
+        method specialised the graph on the sequence length: the support P is a power of
+        two computed from it in Python (``int.bit_length``), the window of each step of
+        the scan has its own width (``min(t + 1, P)``), and the scan's loop over the
+        tokens unrolled into the graph, so every new length recompiled (until dynamo's
+        ``recompile_limit``) and each compilation grew with the length. Eagerly it is one
+        graph break (the GRU is one already: dynamo does not trace ``nn.GRU``) and the
+        fused scan's hand-written backward (``fused_scan.py``).
+        """
         cfg, state = self.cfg, state or {}
         b, s, _ = x.shape
         own = self.norm.weight.dtype
