@@ -454,7 +454,10 @@ class PRISMLayer(nn.Module):
                 "gates": rearrange(full_gates, split, two=2, h=cfg.n_heads),
             }
             out = out @ table
-        return CallStreams(out.unflatten(2, (2 * cfg.n_heads, cfg.n_cursors)), cfg.stream_norm), new_state, recorded
+        raw = out.unflatten(2, (2 * cfg.n_heads, cfg.n_cursors))  # (s, b, 2h, c, p|f)
+        for dim in (2, 3, 4):  # the model's sizes, not the data's: torch.compile(dynamic=True) must
+            torch._dynamo.mark_static(raw, dim)  # not unify 2h with a sequence just as long (a recompile)
+        return CallStreams(raw, cfg.stream_norm), new_state, recorded
 
 
 def _scan_emitting(
