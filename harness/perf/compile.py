@@ -23,11 +23,10 @@ alone (the recompile limit counts per code object, which every encoding's model 
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -157,36 +156,11 @@ def measure_compile_one(
     warmup: int,
     device: torch.device,
     backend: str = "inductor",
-    seeded: bool = False,
 ) -> dict[str, Any]:
-    """One encoding: compile time and graphs per length, compiled vs eager numbers and step times.
-
-    ``seeded``: draw random positions (randomized PE) under ``pe.seeded(0)`` in both copies,
-    as an evaluation does, instead of from torch's global generator."""
-    with contextlib.ExitStack() as stack:
-        return _measure(
-            model_kind, pe, preset, lengths, batch, repeats, warmup, device, backend, stack if seeded else None
-        )
-
-
-def _measure(
-    model_kind: str,
-    pe: str,
-    preset: str,
-    lengths: Sequence[int],
-    batch: int,
-    repeats: int,
-    warmup: int,
-    device: torch.device,
-    backend: str,
-    seeded: contextlib.ExitStack | None,
-) -> dict[str, Any]:
+    """One encoding: compile time and graphs per length, compiled vs eager numbers and step times."""
     torch._dynamo.reset()
     eager, eager_opt, vocab = _build(model_kind, preset, pe, device)
     twin, twin_opt, _ = _build(model_kind, preset, pe, device)
-    if seeded is not None:
-        for model in (eager, twin):
-            seeded.enter_context(cast(pezoo.PositionalEncoding, model.pe).seeded(0))
     counter = GraphCounter(torch._dynamo.lookup_backend(backend))
     dynamic = True if model_kind == "backbone" else None  # the user's decoder: plain torch.compile(model)
     compiled = torch.compile(twin, backend=counter, dynamic=dynamic)

@@ -12,7 +12,6 @@ import math
 import pytest
 
 from harness.perf import grid_from, measure_compile, render
-from harness.perf.compile import measure_compile_one
 
 TOY = grid_from(
     "quick",
@@ -63,27 +62,6 @@ def test_graphs_stop_growing_after_the_shape_regime_is_known(rows):
         assert counts[settled:] == [counts[settled]] * (len(counts) - settled), r
         assert r["graphs"] == counts[-1], "the timed rounds compiled again"
         assert r["recompiles_after_second_length"] == 0
-
-
-def test_randomized_positions_under_seeded_compile_once(monkeypatch):
-    """Evaluation wraps the draws in ``pe.seeded``: a ``torch.Generator`` dynamo cannot trace.
-    The draw runs eagerly, so new lengths do not recompile the code after it."""
-    import torch
-
-    row = measure_compile_one(
-        "decoder",
-        "randomized:rope",
-        preset="smoke",
-        lengths=(4, 6, 9, 12),
-        batch=2,
-        repeats=1,
-        warmup=0,
-        device=torch.device("cpu"),
-        backend="eager",
-        seeded=True,
-    )
-    counts = row["graphs_after_length"]
-    assert counts[1:] == [counts[1]] * 3, counts
 
 
 def test_the_report_renders_a_compile_table(rows):

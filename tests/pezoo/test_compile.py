@@ -6,9 +6,8 @@ as traced (``backend="eager"`` behind a counter: dynamo's tracing, guards and re
 without code generation, a second or two per encoding). With ``dynamic=None`` (plain
 ``torch.compile(model)``) dynamo compiles the first length with static shapes and the
 second with dynamic ones; a third length must then reuse them. Before the fix PRISM's
-streams recompiled for every new length until the recompile limit, and randomized PE's
-position draw did too. One test runs inductor itself, on RoPE (the encoding whose complex
-product inductor could not generate code for).
+streams recompiled for every new length until the recompile limit. One test runs inductor
+itself, on RoPE (the encoding whose complex product inductor could not generate code for).
 """
 
 from __future__ import annotations
@@ -128,6 +127,26 @@ def test_dynamic_true_compiles_once(name, fresh_dynamo):
         _loss_and_grads(compiled, torch.randint(16, (3, s)), seed=i)
         graphs_after.append(len(counter.graphs))
     assert graphs_after == [graphs_after[0]] * len(LENGTHS), f"graphs compiled after each length: {graphs_after}"
+
+
+def test_seeded_evaluation_compiles_once_per_shape_regime(fresh_dynamo):
+    """An evaluation draws randomized positions under ``with pe.seeded(seed):``, a fresh
+    ``torch.Generator`` per block: compiled, it draws the positions eager draws, and new
+    lengths (or generators) compile nothing new after the second length."""
+    torch.manual_seed(0)
+    model = Decoder(pezoo.create("randomized:rope", dims=DIMS)).eval()
+    counter = GraphCounter()
+    compiled = torch.compile(model, backend=counter)
+    graphs_after = []
+    for i, s in enumerate(LENGTHS):
+        tokens = torch.randint(16, (2, s))
+        with torch.no_grad(), model.pe.seeded(i):
+            got = compiled(tokens)
+        with torch.no_grad(), model.pe.seeded(i):
+            want = model(tokens)
+        torch.testing.assert_close(got, want)  # the same draw: the same positions
+        graphs_after.append(len(counter.graphs))
+    assert graphs_after[1:] == [graphs_after[1]] * (len(LENGTHS) - 1), f"graphs after each length: {graphs_after}"
 
 
 def _complex_values(gm: torch.fx.GraphModule) -> list[str]:
