@@ -114,6 +114,8 @@ def test_compiled_equals_eager_and_compiles_once_per_shape_regime(name, fresh_dy
     assert graphs_after[1:] == [graphs_after[1]] * (len(LENGTHS) - 1), (
         f"graphs compiled after each length: {graphs_after}"
     )
+    # inductor draws random operators from its own generator: a traced draw would differ from eager's
+    assert [op for gm in counter.graphs for op in _random_ops(gm)] == []
 
 
 @pytest.mark.parametrize("name", ["prism", "randomized:rope", "rope"])
@@ -147,6 +149,13 @@ def test_seeded_evaluation_compiles_once_per_shape_regime(fresh_dynamo):
         torch.testing.assert_close(got, want)  # the same draw: the same positions
         graphs_after.append(len(counter.graphs))
     assert graphs_after[1:] == [graphs_after[1]] * (len(LENGTHS) - 1), f"graphs after each length: {graphs_after}"
+
+
+RANDOM_OPS = {torch.rand, torch.randn, torch.randint, torch.randperm, torch.bernoulli, torch.multinomial}
+
+
+def _random_ops(gm: torch.fx.GraphModule) -> list[str]:
+    return [str(node.target) for node in gm.graph.nodes if node.target in RANDOM_OPS]
 
 
 def _complex_values(gm: torch.fx.GraphModule) -> list[str]:
