@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from click.testing import CliRunner
 
+from harness.cli import main
 from harness.perf import grid_from, measure_compile, render
 
 TOY = grid_from(
@@ -74,6 +76,19 @@ def test_the_report_renders_a_compile_table(rows):
 def test_unknown_compile_model_is_rejected():
     with pytest.raises(ValueError, match="compile model"):
         grid_from(TOY, compile_models=("backbone", "gpt2"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--compile-pe", "ropee"], "Did you mean 'rope'"),
+        (["--compile-models", "gpt2"], "unknown compile model"),
+        (["--compile-lengths", "8,x"], "comma-separated integers"),
+    ],
+)
+def test_cli_rejects_bad_compile_options(args, message):
+    result = CliRunner().invoke(main, ["perf", "--sections", "compile", *args])
+    assert result.exit_code != 0 and message in result.output
 
 
 def _provenance():
