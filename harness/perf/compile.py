@@ -13,9 +13,10 @@ Two models, each at the ``quick`` preset's size (d 128, 3 layers, 4 heads; batch
 
 Per encoding, two copies of the model with the same initial weights, one compiled: a
 training step (forward, cross-entropy on random targets, backward, clipping, the
-optimiser) at every length of ``compile_lengths`` in turn. First the compiled copy's
-first step at each length, timed (compilation) with the graphs compiled so far counted;
-the loss and gradients of the two copies on the same first batch compared; then the
+optimiser) at every length of ``compile_lengths`` in turn. First the loss and gradients of
+the two copies on the same first batch are compared (the compiled copy compiles there);
+then the compiled copy's first step at each length is timed (the first length's time
+includes that comparison pass) with the graphs compiled so far counted; then the
 interleaved timing of one round of steps over all lengths, eager and compiled
 alternating. Dynamo's caches are reset between encodings, so each encoding compiles
 alone (the recompile limit counts per code object, which every encoding's model shares).
