@@ -102,7 +102,9 @@ def _build(model_kind: str, preset: str, pe: str, device: torch.device) -> tuple
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3), cfg.vocab_size
 
 
-def _batches(lengths: Sequence[int], batch: int, vocab: int, device: torch.device) -> list[tuple[Tensor, Tensor, Tensor]]:
+def _batches(
+    lengths: Sequence[int], batch: int, vocab: int, device: torch.device
+) -> list[tuple[Tensor, Tensor, Tensor]]:
     """(tokens (b, s), targets (b, s), scale hint (b,)) per length, fixed by the length."""
     out = []
     for s in lengths:
