@@ -28,6 +28,10 @@ The measurements, each run side by side in one process on the current device:
 * ``prism``: the PRISM histogram scan over t tokens at supports P (ratio per doubling
   of P and of t), the GRU gates, the position streams, each forward + backward, and
   their share of one PRISM training step.
+* ``compile``: ``torch.compile`` against eager per encoding: the training step over
+  several lengths (the benchmark's backbone with ``dynamic=True``, a user's decoder with
+  plain ``torch.compile(model)``), graphs compiled after each length, compile times, and
+  the compiled model's loss and gradients against eager's.
 
 Timing protocol: every measured callable is warmed up first, then the repetitions are
 interleaved (one call of each candidate per round, the order rotated every round), so
@@ -39,7 +43,7 @@ machine inflates far less than wall-clock time) and on wall-clock time otherwise
 
 The package is split by section: ``grid`` (what is measured), ``timing``, ``train``,
 ``memory`` (RSS, one subprocess per point), ``alloc`` (allocator peaks), ``decode``,
-``prism``, ``report`` (the run, its tables) and ``command`` (the CLI). Everything is
+``prism``, ``compile``, ``report`` (the run, its tables) and ``command`` (the CLI). Everything is
 re-exported here.
 """
 
@@ -47,9 +51,11 @@ from __future__ import annotations
 
 from harness.perf.alloc import _alloc_child_main, alloc_child, allocator_peak, measure_alloc, measure_alloc_one  # noqa: F401
 from harness.perf.command import _ints, _names, perf_command  # noqa: F401
+from harness.perf.compile import COMPILE_MODELS, GraphCounter, UserDecoder, measure_compile, measure_compile_one  # noqa: F401
 from harness.perf.decode import measure_decode  # noqa: F401
 from harness.perf.grid import (  # noqa: F401
     ALLOC_TARGETS,
+    COMPILE_TARGET,
     DEFAULT_SECTIONS,
     GRIDS,
     PRECISION_TARGETS,

@@ -59,12 +59,16 @@ def _ints(value: str | None) -> tuple[int, ...] | None:
 )
 @click.option("--prism-supports", help="Supports P of the PRISM scan table (comma-separated).")
 @click.option("--prism-lengths", help="Sequence lengths of the PRISM step table (comma-separated; default 64,128,256).")
+@click.option("--compile-pe", help="Encodings of the compile table (default: every registered encoding).")
+@click.option("--compile-models", help="What the compile table compiles: backbone, decoder (default both).")
+@click.option("--compile-lengths", help="Sequence lengths of the compile table's training steps (default 8,16,32,64).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the report here as JSON.")
 def perf_command(size, sections, encodings, presets, backends, precisions, batch_size, repeats, threads, memory_lengths,
                  memory_pe, memory_backends, memory_cap_gib, alloc_lengths, alloc_pe, alloc_backends, alloc_batch,
                  decode_length, decode_batch, decode_pe, decode_window,
-                 prism_supports, prism_lengths, device, json_path) -> None:  # fmt: skip
+                 prism_supports, prism_lengths, compile_pe, compile_models, compile_lengths, device,
+                 json_path) -> None:  # fmt: skip
     """Time and memory of every encoding side by side: training step, peak memory, cached
     decoding, PRISM's scan. Prints the tables (and writes JSON with --json).
 
@@ -99,6 +103,9 @@ def perf_command(size, sections, encodings, presets, backends, precisions, batch
             decode_window=decode_window,
             prism_supports=_ints(prism_supports),
             prism_lengths=_ints(prism_lengths),
+            compile_encodings=_names(compile_pe),
+            compile_models=_names(compile_models),
+            compile_lengths=_ints(compile_lengths),
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
@@ -107,7 +114,13 @@ def perf_command(size, sections, encodings, presets, backends, precisions, batch
             message = pezoo.base.unknown_name_message("preset", name, list(PRESETS))
             raise click.BadParameter(message, param_hint="--presets")
     valid = pezoo.available()
-    for name in (*grid.encodings, *grid.memory_encodings, *grid.alloc_encodings, *grid.decode_encodings):
+    for name in (
+        *grid.encodings,
+        *grid.memory_encodings,
+        *grid.alloc_encodings,
+        *grid.decode_encodings,
+        *grid.compile_encodings,
+    ):
         if name not in valid:
             raise click.BadParameter(pezoo.base.unknown_name_message("encoding", name, valid))
     for name in (*grid.backends, *grid.memory_backends, *grid.alloc_backends):

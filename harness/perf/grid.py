@@ -10,11 +10,15 @@ from pezoo.encodings.prism import PAPER_OPTIONS
 
 SCHEMA_VERSION = 1
 
-SECTIONS = ("train", "precision", "memory", "alloc", "decode", "prism")
+SECTIONS = ("train", "precision", "memory", "alloc", "decode", "prism", "compile")
 
 DEFAULT_SECTIONS = ("train", "precision", "memory", "decode", "prism")
-"""What a plain ``pezoo perf`` runs; ``alloc`` (minutes of flex compiles on CPU) is asked for
-with ``--sections alloc`` or ``--full``."""
+"""What a plain ``pezoo perf`` runs; ``alloc`` (minutes of flex compiles on CPU) and ``compile``
+(an inductor compilation per encoding: tens of minutes on CPU) are asked for with
+``--sections`` or ``--full``."""
+
+COMPILE_TARGET = 1.2
+"""Largest accepted compiled training step time, as a multiple of the same step in eager mode."""
 
 ALLOC_TARGETS: dict[str, float] = {"alibi": 1.2, "hard_alibi": 1.2, "t5": 1.2}
 """Largest accepted allocator peak on flex at the longest length, as a multiple of NoPE's."""
@@ -99,6 +103,15 @@ class PerfGrid:
         prism_length_preset: the preset of that table.
         prism_options: extra PRISM options (besides the defaults) whose step is profiled,
             by label; ``{"paper": PAPER_OPTIONS}`` adds the paper's cursor counts.
+        compile_models: what the compile section compiles: ``"backbone"`` (the benchmark's
+            model, ``dynamic=True``), ``"decoder"`` (a user's decoder on pezoo's hooks,
+            plain ``torch.compile(model)``).
+        compile_encodings: its encodings (empty: every registered encoding).
+        compile_lengths: the sequence lengths one round of training steps runs through.
+        compile_preset: the preset whose model size (and vocabulary) it uses.
+        compile_batch: its batch size.
+        compile_backend: the ``torch.compile`` backend (``"inductor"``, what users get; tests
+            use ``"eager"``: dynamo's tracing and recompiles without code generation).
     """
 
     sections: tuple[str, ...] = DEFAULT_SECTIONS
@@ -130,6 +143,12 @@ class PerfGrid:
     prism_lengths: tuple[int, ...] = (64, 128, 256)
     prism_length_preset: str = "quick"
     prism_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    compile_models: tuple[str, ...] = ("backbone", "decoder")
+    compile_encodings: tuple[str, ...] = ()
+    compile_lengths: tuple[int, ...] = (8, 16, 32, 64)
+    compile_preset: str = "quick"
+    compile_batch: int = 64
+    compile_backend: str = "inductor"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.sections) - set(SECTIONS))
@@ -144,6 +163,13 @@ class PerfGrid:
         unknown = sorted(set(self.precisions) - set(PRECISIONS))
         if unknown:
             raise ValueError(f"unknown precision(s) {', '.join(unknown)}; valid: {', '.join(PRECISIONS)}")
+        unknown = sorted(set(self.compile_models) - {"backbone", "decoder"})
+        if unknown:
+            raise ValueError(f"unknown compile model(s) {', '.join(unknown)}; valid: backbone, decoder")
+        if not self.compile_lengths or min(self.compile_lengths) < 1 or self.compile_batch < 1:
+            raise ValueError(
+                f"need compile lengths and a batch >= 1, got {self.compile_lengths} and {self.compile_batch}"
+            )
         if 0 < self.decode_window <= 20 or self.decode_window < 0:
             raise ValueError(f"the decoding window must exceed its 20-token jump, got {self.decode_window}")
 

@@ -12,8 +12,9 @@ import torch
 from tabulate import tabulate
 
 from harness.perf.alloc import measure_alloc
+from harness.perf.compile import measure_compile
 from harness.perf.decode import measure_decode
-from harness.perf.grid import ALLOC_TARGETS, PRISM_LENGTH_TARGETS, SCHEMA_VERSION, SECTIONS, PerfGrid
+from harness.perf.grid import ALLOC_TARGETS, COMPILE_TARGET, PRISM_LENGTH_TARGETS, SCHEMA_VERSION, SECTIONS, PerfGrid
 from harness.perf.memory import measure_memory
 from harness.perf.precision import measure_precision
 from harness.perf.prism import measure_prism
@@ -45,6 +46,7 @@ def run_perf(grid: PerfGrid, device: torch.device, *, log: Callable[[str], None]
         "alloc": measure_alloc,
         "decode": measure_decode,
         "prism": measure_prism,
+        "compile": lambda grid, device: measure_compile(grid, device, log=log),
     }
     seconds = {}
     for section in SECTIONS:
@@ -90,6 +92,8 @@ def render(report: Mapping[str, Any]) -> str:
         lines += ["", *_render_decode(report["decode"])]
     if "prism" in report:
         lines += ["", *_render_prism(report["prism"])]
+    if "compile" in report:
+        lines += ["", *_render_compile(report["compile"])]
     return "\n".join(lines)
 
 
@@ -348,4 +352,50 @@ def _render_prism(prism: Mapping[str, Any]) -> list[str]:
                 disable_numparse=True,
             ),
         ]
+    return out
+
+
+COMPILE_HEADERS = ["model", "encoding", "eager ms", "compiled ms", "compiled / eager", "target", "graphs per length",
+                   "compile s (1st, 2nd length)", "later lengths' 1st step s", "|Δ loss|", "Δ grad (rel.)"]  # fmt: skip
+
+
+def _render_compile(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One row per (model, encoding): step times, ratio, graphs compiled after each length, compile times."""
+    ok = [r for r in rows if "error" not in r]
+    if not ok:
+        return [f"  ✗ {r['model']} {r['pe']}: {r['error']}" for r in rows]
+    r0 = ok[0]
+    table = []
+    for r in ok:
+        first = r["first_call_s"]
+        later = first[2:]
+        table.append(
+            [
+                r["model"],
+                r["pe"],
+                _fmt_ms(r["eager_ms"]),
+                _fmt_ms(r["compiled_ms"]),
+                f"{r['ratio']:.2f}",
+                f"≤ {r['target']:g}× {'yes' if r['meets_target'] else 'NO'}",
+                ", ".join(str(g) for g in r["graphs_after_length"])
+                + (
+                    ""
+                    if r["graphs"] == r["graphs_after_length"][-1]
+                    else f" (+{r['graphs'] - r['graphs_after_length'][-1]} later)"
+                ),
+                ", ".join(f"{t:.1f}" for t in first[:2]),
+                ", ".join(f"{t:.2f}" for t in later),
+                f"{r['loss_diff']:.1e}",
+                f"{r['grad_rel_diff']:.1e}",
+            ]
+        )
+    out = [
+        f"torch.compile against eager: one training step at each of the lengths {', '.join(map(str, r0['lengths']))} "
+        f"(batch {r0['batch']}) per round; ratio on {BASIS_WORDS[r0['basis']]}, target ≤ {COMPILE_TARGET:g}×; "
+        "backbone: torch.compile(model, dynamic=True), decoder: a user's decoder on pezoo's hooks, "
+        "torch.compile(model); graphs: compiled so far after each length's first step; |Δ loss|, Δ grad: "
+        "compiled against eager on the first batch",
+        tabulate(table, headers=COMPILE_HEADERS, tablefmt="github", disable_numparse=True),
+    ]
+    out += [f"  ✗ {r['model']} {r['pe']}: {r['error']}" for r in rows if "error" in r]
     return out

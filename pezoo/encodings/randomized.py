@@ -61,6 +61,7 @@ DRAWS = ("per_length", "per_batch")
 """How a batch of rows of different lengths draws its positions (module docstring)."""
 
 
+@torch.compiler.disable(reason="positions drawn as in eager mode: see sample_sorted_positions")
 def sample_sorted_positions(
     length: int,
     max_length: int,
@@ -75,6 +76,12 @@ def sample_sorted_positions(
 
     Returns:
         (s,) long tensor, strictly increasing.
+
+    Runs eagerly under ``torch.compile`` (``torch.compiler.disable``), so a compiled model
+    draws the same random numbers from the same generator as an eager one and sees the
+    same positions whatever the backend does with random operators. Traced, the draw
+    also broke the graph on a ``seeded`` generator (dynamo cannot put a
+    ``torch.Generator`` in a graph) and compiled one more resumed frame.
     """
     check_length("randomized positions", length)
     if length > max_length:

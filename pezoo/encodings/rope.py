@@ -46,9 +46,12 @@ __all__ = [
     "rope_angles",
     "rope_frequencies",
     "rotary_dim_of",
+    "rotate",
     "rotate_complex",
     "rotate_pairs",
     "rotate_pairs_complex",
+    "rotate_real",
+    "rotation",
 ]
 
 LAYOUTS = ("interleaved", "half")
@@ -137,6 +140,67 @@ def rotate_complex(x: Tensor, rotation: Tensor, layout: str = "interleaved") -> 
         # (1.7x faster than torch.complex + cat on CPU, forward + backward)
         z = torch.view_as_complex(xr.to(torch.float32).unflatten(-1, (2, f)).transpose(-1, -2).contiguous())
         out = torch.view_as_real(z * rotation).transpose(-1, -2).flatten(-2).to(x.dtype)  # (..., r)
+    return out if r == e else torch.cat([out, x[..., r:]], dim=-1)
+
+
+Rotation = Tensor | tuple[Tensor, Tensor]
+"""Angles ready to rotate with: ``a·exp(i angle)`` as one complex64 tensor (eager), or the real
+pair ``(a cos, a sin)`` (under ``torch.compile``), see :func:`rotation`."""
+
+
+def rotation(magnitude: Tensor, angles: Tensor) -> Rotation:
+    """``magnitude · exp(i angles)`` (..., f) for :func:`rotate`: complex64 in eager mode, the
+    real pair ``(magnitude · cos, magnitude · sin)`` while ``torch.compile`` traces.
+
+    Eager PyTorch rotates fastest as one complex product (one kernel forward and backward,
+    docs/performance.md). Inductor has no code generation for complex operators ("does not
+    support code generation for complex operators"): a complex product under compile falls
+    back to eager kernels around every fused region and made a compiled training step slower
+    than eager. The real form is the same arithmetic (fp32, to rounding), which inductor
+    fuses into the surrounding elementwise work.
+    """
+    if torch.compiler.is_compiling():
+        return magnitude * torch.cos(angles), magnitude * torch.sin(angles)
+    return torch.polar(magnitude, angles)
+
+
+def rotate(x: Tensor, rot: Rotation, layout: str = "interleaved") -> Tensor:
+    """Rotate x (..., e) by a :func:`rotation`: :func:`rotate_complex` for a complex tensor,
+    :func:`rotate_real` for a real (a cos, a sin) pair. Features past r = 2f unchanged."""
+    if isinstance(rot, tuple):
+        return rotate_real(x, rot[0], rot[1], layout)
+    return rotate_complex(x, rot, layout)
+
+
+def rotate_real(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "interleaved") -> Tensor:
+    """:func:`apply_rotary` written for a compiler: ``x·cos' + swap(x)·sin'`` over whole
+    feature vectors, cos' and sin' (..., r) each angle's value on both features of its pair.
+
+    ``swap`` maps each pair (a, b) to (-b, a): for the interleaved layout a product with a
+    fixed (r, r) matrix of 0 and ±1 (exact: one nonzero term per output), so that every
+    elementwise pass reads and writes contiguous features. Inductor vectorises that;
+    the strided (2i, 2i+1) reads of :func:`apply_rotary` made its fused kernels scalar and
+    a compiled RoPE training step slower than eager. Same values as :func:`apply_rotary`
+    to rounding (fp32).
+    """
+    _check_layout(layout)
+    f = cos.shape[-1]
+    r, e = 2 * f, x.shape[-1]
+    if r > e:
+        raise ValueError(f"{f} angles rotate {r} features but x has only {e}")
+    xr = x[..., :r].to(torch.float32)  # (..., r)
+    cos, sin = cos.to(torch.float32), sin.to(torch.float32)
+    if layout == "interleaved":
+        swap = torch.zeros(r, r, device=x.device, dtype=torch.float32)  # (r, r): column 2i = -e_(2i+1), 2i+1 = e_2i
+        idx = torch.arange(0, r, 2, device=x.device)
+        swap[idx + 1, idx] = -1.0
+        swap[idx, idx + 1] = 1.0
+        swapped = xr @ swap  # (..., r): (-b, a) per pair
+        cos2, sin2 = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)  # (..., r)
+    else:
+        swapped = torch.cat([-xr[..., f:], xr[..., :f]], dim=-1)
+        cos2, sin2 = torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1)
+    out = (xr * cos2 + swapped * sin2).to(x.dtype)
     return out if r == e else torch.cat([out, x[..., r:]], dim=-1)
 
 
@@ -576,9 +640,9 @@ class RoPE(PositionalEncoding):
             inv_freq, scale = self.frequencies(seq_len, ctx.q_pos.device)  # (f,) fp32
             angles = (ctx.q_pos.to(torch.float32)[..., None] * inv_freq)[:, None]  # (b|1, 1, i, f)
             magnitude = torch.ones_like(angles) if scale == 1.0 else torch.full_like(angles, scale)
-            ctx.scratch[key] = torch.polar(magnitude, angles)  # a · exp(i angle), complex64
-        rotation = ctx.scratch[key]
-        return rotate_complex(q, rotation, self.layout), rotate_complex(k, rotation, self.layout)
+            ctx.scratch[key] = rotation(magnitude, angles)  # a · exp(i angle): complex64, or (a cos, a sin) compiled
+        rot = ctx.scratch[key]
+        return rotate(q, rot, self.layout), rotate(k, rot, self.layout)
 
     def extra_repr(self) -> str:
         text = f"head_dim={self.head_dim}, base={self.base}"

@@ -20,7 +20,8 @@ that call's positions, per batch row) and kept in ``ctx.state``, because keys ar
 once, before they enter the KV cache: a full pass keeps every exponent within half its
 span of positions; a long incremental decode drifts away from c as it goes (see the docs
 page for the limits). The scale and rotation are computed in fp32 and applied as one
-complex product, then cast back to the input dtype.
+complex product (under ``torch.compile`` as the same product in real arithmetic, which
+inductor can generate code for), then cast back to the input dtype.
 
 The blockwise causal attention the paper evaluates xPos with is the option ``blockwise``:
 its block length (the training length, in positions), returned by ``bias`` as a
@@ -43,7 +44,7 @@ from pezoo.base import (
     check_sizes,
     register,
 )
-from pezoo.encodings.rope import rotate_pairs_complex
+from pezoo.encodings.rope import Rotation, rotate, rotation
 
 
 def xpos_zeta(head_dim: int, gamma: float = 0.4) -> Tensor:
@@ -60,8 +61,9 @@ def xpos_rotation(
     scale_base: float = 512.0,
     gamma: float = 0.4,
     key: bool = False,
-) -> Tensor:
-    """The complex factor each feature pair is multiplied by: pos (b|1, s) -> (b|1, 1, s, e/2) complex64.
+) -> Rotation:
+    """The complex factor each feature pair is multiplied by: pos (b|1, s) -> (b|1, 1, s, e/2) complex64
+    (while ``torch.compile`` traces, the real pair (a cos, a sin) instead: ``rope.rotation``).
 
     ``ζ^(±(pos − center)/scale_base) · exp(i pos θ)``: ``+`` for queries, ``−`` for keys
     (``key=True``). ``center`` (b|1, 1) is any position shared by the queries and keys
@@ -74,7 +76,7 @@ def xpos_rotation(
     if key:
         exponent = -exponent
     magnitude = xpos_zeta(head_dim, gamma).to(pos.device) ** exponent  # (b, s, e/2)
-    return torch.polar(magnitude, angles)[:, None]  # (b, 1, s, e/2)
+    return rotation(magnitude[:, None], angles[:, None])  # (b, 1, s, e/2)
 
 
 @register("xpos")
@@ -134,7 +136,7 @@ class XPos(PositionalEncoding):
                 for key in (False, True)
             )
         rot_q, rot_k = ctx.scratch[key]
-        return rotate_pairs_complex(q, rot_q), rotate_pairs_complex(k, rot_k)
+        return rotate(q, rot_q), rotate(k, rot_k)
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         """The blockwise causal attention's mask when ``blockwise`` is set, else nothing.

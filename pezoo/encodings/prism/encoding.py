@@ -381,10 +381,22 @@ class PRISMLayer(nn.Module):
         g_q, g_k = streams.normalised()
         return g_q, g_k, new_state, recorded
 
+    @torch.compiler.disable(reason="PRISM's filter is a sequential scan over the tokens: see PRISMLayer.streams")
     def streams(
         self, x: Tensor, state: dict[str, Any] | None, *, record: bool = False
     ) -> tuple[CallStreams, dict[str, Any], dict[str, Tensor] | None]:
-        """:meth:`forward` with the streams not yet normalised (:class:`CallStreams`)."""
+        """:meth:`forward` with the streams not yet normalised (:class:`CallStreams`).
+
+        Runs eagerly under ``torch.compile`` (``torch.compiler.disable``); the streams'
+        normalisation and the q/k fold that read its result compile as usual. Traced, this
+        method specialised the graph on the sequence length: the support P is a power of
+        two computed from it in Python (``int.bit_length``), the window of each step of
+        the scan has its own width (``min(t + 1, P)``), and the scan's loop over the
+        tokens unrolled into the graph, so every new length recompiled (until dynamo's
+        ``recompile_limit``) and each compilation grew with the length. Eagerly it is one
+        graph break (the GRU is one already: dynamo does not trace ``nn.GRU``) and the
+        fused scan's hand-written backward (``fused_scan.py``).
+        """
         cfg, state = self.cfg, state or {}
         b, s, _ = x.shape
         own = self.norm.weight.dtype
@@ -466,7 +478,10 @@ class PRISMLayer(nn.Module):
                 "gates": rearrange(full_gates, split, two=2, h=cfg.n_heads),
             }
             out = out @ table
-        return CallStreams(out.unflatten(2, (2 * cfg.n_heads, cfg.n_cursors)), cfg.stream_norm), new_state, recorded
+        raw = out.unflatten(2, (2 * cfg.n_heads, cfg.n_cursors))  # (s, b, 2h, c, p|f)
+        for dim in (2, 3, 4):  # the model's sizes, not the data's: torch.compile(dynamic=True) must
+            torch._dynamo.mark_static(raw, dim)  # not unify 2h with a sequence just as long (a recompile)
+        return CallStreams(raw, cfg.stream_norm), new_state, recorded
 
 
 def _scan_emitting(
