@@ -59,7 +59,6 @@ from harness.checks import INT64_MAX, is_int, is_number, number_problem, shown
 from harness.config import NEW_FIELD_DEFAULTS, RunConfig
 from harness.evaluate import LengthMetrics
 from harness.pe_spec import identity_options
-from harness.tasks.vocab import VOCAB_SIZE, decode
 
 MAX_UNIX_TIME = 253_402_300_799.0
 """9999-12-31 23:59:59 UTC: the latest time a record may carry (a page shows its date)."""
@@ -479,7 +478,6 @@ def _scales_text(scales: list[int], most: int = 8) -> str:
 
 DIAGNOSTICS_KEYS = ("layers", "scale", "tokens", "train_max", "version")
 LAYER_KEYS = ("key_confidence", "key_modes", "layer", "query_confidence", "query_modes", "support")
-_VOCABULARY = frozenset(decode(range(VOCAB_SIZE)))
 
 
 def _grid(value: Any, s: int) -> bool:
@@ -524,7 +522,7 @@ def diagnostics_problem(body: Any, config: Mapping[str, Any] | None = None) -> s
 
     A version-1 object holds exactly ``version`` (1), ``scale`` (the test scale traced, an
     integer above ``train_max``), ``train_max`` (the run's, an integer >= 1), ``tokens``
-    (s tokens of the tasks' vocabulary) and ``layers``: one or more objects of ``layer``
+    (s strings: free text, which the site escapes) and ``layers``: one or more objects of ``layer``
     (index >= 0), ``support`` P (>= 1), ``query_modes`` / ``key_modes`` ((heads, cursors,
     s) integer offsets in -P..P) and ``query_confidence`` / ``key_confidence`` (the same
     shape, probabilities). Of a run of ``config``: its ``train_max``, and the largest test
@@ -537,8 +535,6 @@ def diagnostics_problem(body: Any, config: Mapping[str, Any] | None = None) -> s
         return "needs a token list and at least one layer"
     if not tokens or not all(isinstance(t, str) for t in tokens):
         return "tokens must be a non-empty list of strings"
-    if not all(t in _VOCABULARY for t in tokens):
-        return "tokens must be tokens of the tasks' vocabulary"
     for index, layer in enumerate(layers):
         problem = _layer_problem(layer, index, len(tokens))
         if problem:
