@@ -69,7 +69,7 @@ import torch
 from harness.config import RunConfig, is_finite_number
 from harness.evaluate import Evaluation, LengthMetrics
 from harness.files import NotRegularFileError, check_regular, open_regular, write_atomically
-from harness.kept_results import evaluated_scales
+from harness.record import evaluated_scales
 
 FORMAT = "pezoo-checkpoint"
 VERSION = 2

@@ -41,6 +41,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.checks import check_number
+
 MAX_SCALE = 10_000
 """Largest task scale (training or test): 20x the largest in any paper protocol (500)."""
 
@@ -136,13 +138,6 @@ def check_option_sizes(options: Any, what: str = "", depth: int = 0) -> None:
         bound = option_bound(key) if isinstance(key, str) else None
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if bound is not None and number and value > bound:
-            raise ValueError(f"{where} must be at most {bound} (harness.limits), got {_short(value)}")
+            check_number(where, value, integer=isinstance(value, int), maximum=bound)
         if isinstance(value, Mapping | list | tuple):
             check_option_sizes(value, where, depth + 1)
-
-
-def _short(value: float) -> str:
-    """``value`` for a message: an integer too long to read by its size."""
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"an integer of {value.bit_length()} bits"
-    return repr(value)

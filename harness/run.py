@@ -14,6 +14,7 @@ does both in this process; the sweep executors (``harness.executors``) run
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 import traceback
@@ -36,6 +37,7 @@ from harness.files import WriteError, describe_write_error
 from harness.pe_spec import format_eval_options
 from harness.precision import autocast, evaluation_precision, use_tf32
 from harness.provenance import run_provenance
+from harness.record import RunRecord
 from harness.store import ClaimLostError, Store, StoreError
 from harness.tblog import RunLog
 from harness.train import Checkpointing, DivergedError, build_encoding, build_model, restore, train
@@ -115,6 +117,46 @@ class RunResult:
             traceback=traceback.format_exc(),
             notices=tuple(notices),
             retryable=retryable,
+        )
+
+    def record(self, cfg: RunConfig) -> RunRecord:
+        """The record of this finished result of ``cfg`` (``finished_at`` None: not yet in the store).
+
+        Raises:
+            ValueError: the result is not a finished one.
+        """
+        loss, train_seconds, eval_seconds = self.final_loss, self.train_seconds, self.eval_seconds
+        if self.status != "finished" or loss is None or train_seconds is None or eval_seconds is None:
+            raise ValueError(f"run {self.run_id}: not a finished result with its final loss and timings")
+        return RunRecord(
+            run_id=self.run_id,
+            config=json.loads(json.dumps(cfg.to_dict())),  # as JSON holds it: tuples become lists
+            provenance=self.provenance,
+            metrics=self.metrics,
+            final_loss=float(loss),
+            train_seconds=float(train_seconds),
+            eval_seconds=float(eval_seconds),
+            started_at=float(self.started_at),
+            finished_at=None,
+            n_params=int(self.n_params["total"]),
+            pe_params=int(self.n_params["pe"]),
+            diagnostics=self.diagnostics,
+        )
+
+    @classmethod
+    def from_record(cls, record: RunRecord) -> RunResult:
+        """The finished result a record holds (a kept result read back)."""
+        return cls(
+            record.run_id,
+            "finished",
+            record.provenance,
+            record.started_at,
+            metrics=record.metrics,
+            final_loss=record.final_loss,
+            train_seconds=record.train_seconds,
+            eval_seconds=record.eval_seconds,
+            n_params={"total": record.n_params, "pe": record.pe_params},
+            diagnostics=record.diagnostics,
         )
 
 
@@ -516,12 +558,12 @@ def record_or_keep(
         why = describe_write_error(exc, Path(store.path).parent)
         try:
             try:
-                kept_results.keep(kept, cfg, result)
+                kept_results.keep(kept, result.record(cfg))
             except WriteError as keep_exc:
                 if not (keep_exc.disk_full and checkpoint.exists()):
                     raise
                 checkpoint.unlink()  # the finished result is worth more than a mid-training state
-                kept_results.keep(kept, cfg, result)
+                kept_results.keep(kept, result.record(cfg))
         except (OSError, TypeError, ValueError) as keep_exc:
             fate = (
                 "its checkpoint stays: the next bench resumes from it"
@@ -556,14 +598,14 @@ def recover_kept(cfg: RunConfig, checkpoint: Path, notice: Callable[[str], None]
     if not path.exists():
         return None
     try:
-        fields = kept_results.read(path, cfg)
+        kept = kept_results.read(path, cfg)
     except kept_results.KeptResultError as exc:
         aside = set_aside(path)
         where = f"set aside as {aside.name}" if aside is not None else "removed"
         notice(f"run {run_id}: {exc}; {where}; the run trains")
         return None
     notice(f"run {run_id}: recording the finished result kept in {path}, without training")
-    return RunResult(**fields)
+    return RunResult.from_record(kept)
 
 
 def execute(

@@ -1,6 +1,7 @@
 """The published leaderboard: results files, their schema, and the static site rendered from them.
 
-``leaderboard.schema``      the JSON Lines results format (schema version, validator)
+``leaderboard.schema``      the JSON Lines results format (schema version, checksum, files); the
+                            record each line holds is ``harness.record``'s
 ``leaderboard.export``      store -> new append-only results files
 ``leaderboard.board``       results records -> the numbers every page shows
 ``leaderboard.provenance``  where each preset's runs came from, what each run trained

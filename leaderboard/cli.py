@@ -268,7 +268,8 @@ def published_store_rows() -> list[dict]:
     """The runs published under ./leaderboard/results, as ``Store.runs()`` rows ([] when
     there is no such folder or it does not validate). The harness reads them through its
     ``pezoo.published_runs`` entry point, as hints and rough speeds for bench and sweep plan."""
-    from leaderboard.schema import ResultsError, read_results, store_run_from_record
+    from harness.store.schema import run_row
+    from leaderboard.schema import ResultsError, read_results
 
     if not DEFAULT_RESULTS.is_dir():
         return []
@@ -276,4 +277,4 @@ def published_store_rows() -> list[dict]:
         records = read_results(DEFAULT_RESULTS)
     except ResultsError:
         return []
-    return [{**store_run_from_record(r.data)[0], "status": "finished"} for r in records]
+    return [run_row(r.record) for r in records]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.record import RunRecord, diagnostics_problem
 from harness.store import Store
 from leaderboard.board import BoardError, check_protocols, retire
 from leaderboard.plans import read_plans
@@ -35,13 +36,11 @@ from leaderboard.schema import (
     SUFFIX,
     Record,
     ResultsError,
-    diagnostics_problem,
     iter_lines,
     read_diagnostics,
     read_results,
-    record_from_store,
     run_ids_digest,
-    store_run_from_record,
+    to_published,
     validate_record,
 )
 
@@ -182,7 +181,11 @@ def _export(store_path: Path, out_dir: Path) -> ExportSummary:
             if run["run_id"] in published:
                 already += 1
                 continue
-            record = record_from_store(run, store.metrics(run["run_id"]))
+            stored = store.record(run["run_id"])
+            if stored is None:  # no longer finished since it was listed
+                unfinished += 1
+                continue
+            record = to_published(stored)
             reasons = validate_record(record)
             if reasons:
                 problems.append(f"run {run['run_id']} ({run['pe']} on {run['task']}): {'; '.join(reasons)}")
@@ -234,7 +237,7 @@ def export_diagnostics(store_path: Path, out_dir: Path) -> int:
             if path.exists():
                 continue
             body = store.diagnostics(run_id)
-            if body is None or diagnostics_problem(body):
+            if body is None or diagnostics_problem(body):  # the site could not draw it
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
             write_new_text(path, json.dumps(body, sort_keys=True, separators=(",", ":")) + "\n")
@@ -270,10 +273,10 @@ def import_results(results_dir: Path, store_path: Path) -> ImportSummary:
     diagnostics = read_diagnostics(results_dir, records)
     current: list[Record] = []  # the record being written, to name it if the write fails
 
-    def rows() -> Iterator[tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any] | None]]:
+    def rows() -> Iterator[RunRecord]:
         for rec in records:
             current[:] = [rec]
-            yield (*store_run_from_record(rec.data), diagnostics.get(rec.run_id))
+            yield RunRecord.from_dict(rec.data, diagnostics.get(rec.run_id))
 
     with Store(store_path) as store:
         try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leaderboard.schema import config_run_id
+from harness.record import config_run_id
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from harness.checkpoint import FORMAT, VERSION, CheckpointError, load_checkpoint
 from harness.cli import main
 from harness.config import preset_config
 from harness.evaluate import LengthMetrics
+from harness.record import evaluated_scales
 from harness.run import RunResult, checkpoint_path, execute, recover_kept, train_and_evaluate
 from harness.store import NotAStoreError, Store
 from harness.sweep import checkpointed_steps
@@ -466,17 +467,19 @@ def test_bench_keeps_a_result_the_store_cannot_take_and_records_it_next_time(tmp
     with Store(store_path) as store:
         run_id = smoke().run_id()
         assert store.status(run_id) == "finished" and store.run(run_id)["provenance"]["executor"] == "in-process"
-        assert len(store.metrics(run_id)) == len(kept_results.evaluated_scales(smoke()))
+        assert len(store.metrics(run_id)) == len(evaluated_scales(smoke()))
     assert not list((tmp_path / "checkpoints").iterdir())
 
 
 def a_kept_result(tmp_path, cfg, **changes):
     """A kept result file of ``cfg`` (plausible numbers), with ``changes`` made to its JSON."""
-    metrics = tuple((s, LengthMetrics(n, 2.0 * n, 8, 0.5, 0.75)) for s, n in kept_results.evaluated_scales(cfg))
+    samples = cfg.eval.samples
+    metrics = tuple((s, LengthMetrics(n, 2.0 * n, samples, 0.5, 0.75)) for s, n in evaluated_scales(cfg))
     numbers = {"final_loss": 0.25, "train_seconds": 3.0, "eval_seconds": 1.0, "n_params": {"total": 10, "pe": 0}}
-    result = RunResult(cfg.run_id(), "finished", {"commit": "abc", "device": "cpu"}, 1.0e9, metrics=metrics, **numbers)
+    provenance = {"commit": "abc", "device": "cpu", "torch": "2", "pezoo": "0"}
+    result = RunResult(cfg.run_id(), "finished", provenance, 1.0e9, metrics=metrics, **numbers)
     path = kept_results.path_for(tmp_path / f"{cfg.run_id()}.pt")
-    kept_results.keep(path, cfg, result)
+    kept_results.keep(path, result.record(cfg))
     body = json.loads(path.read_text())
     for key, value in changes.items():
         body[key] = value(body) if callable(value) else value
@@ -502,12 +505,12 @@ def _metric(key, value):
 DIAGNOSTICS = {"version": 1, "scale": 0, "train_max": 0, "tokens": ["<img src=x onerror=alert(1)>"], "layers": []}
 
 TAMPERED = {
-    "exact match above 1": ({"metrics": _metric("exact_match", 1.5)}, "not in [0, 1]"),
-    "a string for a number": ({"metrics": _metric("token_accuracy", "0.5")}, "not in [0, 1]"),
+    "exact match above 1": ({"metrics": _metric("exact_match", 1.5)}, "exact_match must be"),
+    "a string for a number": ({"metrics": _metric("token_accuracy", "0.5")}, "token_accuracy must be"),
     "another run": ({"run_id": "0123456789abcdef"}, "is run '0123456789abcdef''s"),
     "another config": ({"config": lambda b: {**b["config"], "seed": 1}}, "config that is not run"),
     "an extra field": ({"extra": 1}, "has fields"),
-    "other scales": ({"metrics": lambda b: b["metrics"][:-1]}, "other scales"),
+    "other scales": ({"metrics": lambda b: b["metrics"][:-1]}, "metrics missing at scale"),
     "negative time": ({"train_seconds": -1.0}, "train_seconds"),
     "an int beyond floats": ({"train_seconds": 10**400}, "train_seconds"),  # OverflowError stopped every bench
     "markup in diagnostics": ({"diagnostics": DIAGNOSTICS}, "diagnostics"),

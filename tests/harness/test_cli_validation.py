@@ -11,7 +11,9 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import preset_config
+from harness.evaluate import LengthMetrics
 from harness.printable import printable
+from harness.record import RunRecord
 from harness.store import Store
 
 BENCH = ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke", "--device", "cpu"]
@@ -137,15 +139,15 @@ def store_with_a_plugin_run(tmp_path):
     path = tmp_path / "store.sqlite"
     with Store(path) as store:
         for pe in ("my_plugin_pe", "rope"):
-            cfg = preset_config("smoke", pe=pe, task="copy", seed=0)
-            run = {"run_id": cfg.run_id(), "pe": pe, "task": "copy", "seed": 0, "preset": "smoke",
-                   "config": cfg.to_dict(), "provenance": {"device": "cpu"}, "final_loss": 0.1,
-                   "train_seconds": 1.0, "eval_seconds": 1.0, "started_at": 0.0, "finished_at": 1.0,
-                   "n_params": 10, "pe_params": 0}  # fmt: skip
-            metrics = [{"split": "test", "length": 6, "token_length": 9.0, "n": 8, "exact_match": 0.5,
-                        "token_accuracy": 0.75}]  # fmt: skip
-            assert store.insert_finished(run, metrics)
+            assert store.insert_finished(finished(preset_config("smoke", pe=pe, task="copy", seed=0)))
     return path
+
+
+def finished(cfg) -> RunRecord:
+    """A finished run of ``cfg`` as a store imports it (one test scale)."""
+    metrics = (("test", LengthMetrics(6, 9.0, 8, 0.5, 0.75)),)
+    return RunRecord(cfg.run_id(), cfg.to_dict(), {"device": "cpu"}, metrics, final_loss=0.1, train_seconds=1.0,
+                     eval_seconds=1.0, started_at=0.0, finished_at=1.0, n_params=10, pe_params=0)  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -286,13 +288,7 @@ def store_with_a_hostile_name(tmp_path):
     path = tmp_path / "store.sqlite"
     cfg = replace(preset_config("smoke", pe="rope", task="copy", seed=0), pe=HOSTILE, preset="smoke\x1b[2J")
     with Store(path) as store:
-        run = {"run_id": cfg.run_id(), "pe": HOSTILE, "task": "copy", "seed": 0, "preset": cfg.preset,
-               "config": cfg.to_dict(), "provenance": {"device": "cpu"}, "final_loss": 0.1,
-               "train_seconds": 1.0, "eval_seconds": 1.0, "started_at": 0.0, "finished_at": 1.0,
-               "n_params": 10, "pe_params": 0}  # fmt: skip
-        metrics = [{"split": "test", "length": 6, "token_length": 9.0, "n": 8, "exact_match": 0.5,
-                    "token_accuracy": 0.75}]  # fmt: skip
-        assert store.insert_finished(run, metrics)
+        assert store.insert_finished(finished(cfg))
     return path
 
 

@@ -300,6 +300,38 @@ def test_a_schema_1_store_is_read_as_it_is_and_migrated_by_a_writer(tmp_path):
     assert load(path).equals(df)
 
 
+# -- a store written by the code before the store was split ----------------------------
+
+SCHEMA_2_DUMP = Path(__file__).parent / "stores" / "schema-2.sql"
+"""``sqlite3 .dump`` of a store written through the ``Store`` API of the single-module
+harness/store.py (schema 2): one finished run with diagnostics, one running run whose
+process is gone, one failed run."""
+
+
+def test_a_store_written_before_the_split_opens_and_reads_as_it_did(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as db:
+        db.executescript(SCHEMA_2_DUMP.read_text())
+    done, running, failed = smoke(seed=0).run_id(), smoke("alibi", 1).run_id(), smoke("nope", 2).run_id()
+    before = digest(path)
+    with Store(path, readonly=True) as store:
+        assert [r["status"] for r in store.runs()] == ["finished", "running", "failed"]
+        record = store.record(done)
+        assert record is not None and record.problems() == []
+        assert [m.length for _, m in record.metrics] == list(range(1, 9))
+        assert (record.n_params, record.pe_params, record.final_loss) == (1000, 10, 0.125)
+        assert record.diagnostics is not None and record.diagnostics["tokens"] == ["1", "2"]
+        assert store.record(running) is None and store.record(failed) is None
+    assert digest(path) == before  # a reader changes nothing
+    with Store(path) as store:  # a writer: the claim of the gone process is taken over, then finished
+        assert store.lapsed() == {running}
+        assert store.claim(smoke(seed=0), PROVENANCE).status == "finished"
+        assert store.claim(smoke("alibi", 1), PROVENANCE).taken
+        assert store.finish(running, METRICS, **DONE) is True
+        assert store.record(running).problems() == []
+        assert store.record(done).to_dict()["timings"]["finished_at"] == record.finished_at
+
+
 # -- opening: what is wrong -------------------------------------------------------------
 
 
@@ -377,7 +409,7 @@ def test_switching_a_new_store_to_wal_waits_when_another_opener_holds_it():
     """SQLite answers "database is locked" at once, without the busy timeout, to a
     journal-mode switch racing other processes opening the same new store; it is retried
     until the timeout, as every other write waits. Other errors are not retried."""
-    from harness.store import _wal_mode
+    from harness.store.store import _wal_mode
 
     class Racing:
         def __init__(self, failures, error="database is locked"):

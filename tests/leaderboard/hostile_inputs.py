@@ -15,7 +15,8 @@ from typing import Any
 
 from leaderboard_fixtures import make_record
 
-from leaderboard.schema import Record, checksum, config_run_id
+from harness.record import config_run_id
+from leaderboard.schema import Record, checksum
 
 PAYLOADS = (
     "<img src=x onerror=\"window.__pwned=1;document.title='pwned'\">",

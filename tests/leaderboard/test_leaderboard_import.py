@@ -16,7 +16,7 @@ from harness.run import execute
 from harness.store import Store
 from harness.sweep import load_sweep
 from leaderboard.export import export, import_results
-from leaderboard.schema import ResultsError, read_results, record_from_store
+from leaderboard.schema import ResultsError, read_results, to_published
 
 pytestmark = pytest.mark.slow  # uses the real tiny bench (a few seconds, once per session)
 
@@ -74,7 +74,7 @@ def test_an_unfinished_attempt_is_replaced_by_the_published_run(smoke_store, smo
     with Store(store) as s:
         run = s.run(victim)
         assert run["status"] == "finished" and run["error"] is None
-        assert record_from_store(run, s.metrics(victim)) == published[victim]
+        assert to_published(s.record(victim)) == published[victim]
 
 
 def test_diagnostics_come_along(tmp_path):
@@ -125,7 +125,7 @@ def test_the_committed_board_round_trips_and_its_sweep_sees_the_published_runs(t
     import_results(results, store)
     with Store(store) as s:
         for rec in published:  # every published record is rebuilt exactly, checksum included
-            assert record_from_store(s.run(rec.run_id), s.metrics(rec.run_id)) == json.loads(json.dumps(rec.data))
+            assert to_published(s.record(rec.run_id)) == json.loads(json.dumps(rec.data))
     after = CliRunner().invoke(main, plan_args)
     assert after.exit_code == 0, after.output
     assert f" {len(planned)} done" in after.output and "are published" not in after.output

@@ -26,8 +26,9 @@ from click.testing import CliRunner
 from leaderboard_fixtures import make_record, write_jsonl
 
 from harness.cli import main
+from harness.record import config_run_id
 from leaderboard.export import exporting, import_results
-from leaderboard.schema import DIAGNOSTICS_DIR, checksum, config_run_id, validate_record
+from leaderboard.schema import DIAGNOSTICS_DIR, checksum, validate_record
 from leaderboard.site import MANIFEST
 
 EM = {1: 1.0, 2: 1.0, 3: 0.5, 4: 0.0}

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from leaderboard_fixtures import make_record, sha256_of_canonical, without_later_defaults, write_jsonl
 
 from harness.config import PRESETS, preset_config
-from leaderboard.schema import ResultsError, config_run_id, read_file, read_results, validate_record
+from harness.record import config_run_id
+from leaderboard.schema import ResultsError, read_file, read_results, validate_record
 
 EM = {1: 1.0, 2: 1.0, 3: 0.5, 4: 0.2, 5: 0.0, 6: 0.0, 7: 0.0}
 
@@ -91,11 +92,11 @@ def _edit(path: str, value):
         (_edit("run_id", "XYZ"), "16 lowercase hex"),
         (_edit("provenance.commit", KeyError), "provenance: missing key(s) commit"),
         (_edit("provenance.device", 3), "must be strings"),
-        (_edit("params.total", -1), "params.total must be a non-negative integer"),
+        (_edit("params.total", -1), "params.total must be"),
         (_edit("timings.finished_at", 1.0), "finished_at is before started_at"),
-        (_edit("final_loss", "low"), "final_loss must be a finite number"),
-        (_edit("metrics.2.exact_match", 1.5), "metrics[2].exact_match must be a number in [0, 1]"),
-        (_edit("metrics.2.exact_match", True), "metrics[2].exact_match must be a number in [0, 1]"),
+        (_edit("final_loss", "low"), "final_loss must be"),
+        (_edit("metrics.2.exact_match", 1.5), "metrics[2].exact_match must be"),
+        (_edit("metrics.2.exact_match", True), "metrics[2].exact_match must be"),
         (_edit("metrics.0.split", "test"), "length 1 is marked 'test' but train_max is 3"),
         (_edit("metrics.5.length", 2), "sorted by length, each length once"),
         (_edit("metrics.1.n", 0), "metrics[1].n must be an integer >= 1"),

@@ -1,116 +1,46 @@
-"""The results store: one local SQLite file (stdlib ``sqlite3``), WAL mode.
-
-Tables:
-    runs     one row per run (config hash = run_id): full config JSON, seed, status,
-             provenance (commit, device, versions), timings, parameter counts, error,
-             and while it runs, the claim: the process training it and its heartbeat.
-    metrics  one row per (run, evaluated scale): exact match, per-token accuracy.
-
-A run's metrics and its ``finished`` status are written in one transaction, so a killed
-process never leaves a half-finished run that looks finished. Re-running a finished
-(config, seed) is a no-op; pandas reads the store through :func:`harness.results.load`.
-
-Claims: a run is trained by one process at a time. :meth:`Store.claim` takes a run in
-one write transaction and refuses a finished run or one that a live process holds; a
-claim whose process is gone is taken over. A process on this machine is alive while its
-pid runs with the same start time; a process on another machine while its heartbeat
-(refreshed every ``HEARTBEAT_SECONDS`` by :meth:`Store.keep_alive`) is younger than
-``LEASE_SECONDS``. :meth:`Store.finish` and :meth:`Store.mark` write only for the
-process that holds the claim, and never change a finished run.
+"""The store itself: opening a store file safely, claims, and writing and reading runs.
 
 Opening: a writer (``Store(path)``) checks that the file is a pezoo store and runs
 SQLite's ``quick_check`` before it writes anything; a reader (``Store(path,
 readonly=True)``) opens the file read-only and never creates, migrates or switches it to
-WAL. Whatever goes wrong is a :class:`StoreError` that says what: read-only or
-unwritable (:class:`StoreAccessError`), disk full (:class:`StoreFullError`), damaged
-(:class:`StoreCorruptError`), not a pezoo store (:class:`NotAStoreError`).
+WAL. Whatever goes wrong is a ``harness.store.errors.StoreError`` that says what.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import re
-import shutil
-import socket
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.files import NotRegularFileError, open_regular
+from harness.store.claims import HEARTBEAT_SECONDS, LEASE_SECONDS, Claim, Owner, count_death, describe
+from harness.store.errors import (
+    EFFECTIVE,
+    ClaimLostError,
+    NotAStoreError,
+    StoreAccessError,
+    StoreError,
+    access_problem,
+    corrupt,
+    explain,
+    has_content,
+    is_busy,
+)
+from harness.store.schema import create_schema, metric_rows, record_of, run_row, schema_version
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
     from harness.evaluate import LengthMetrics
-
-SCHEMA_VERSION = 2
-"""2: ``runs.owner`` and ``runs.heartbeat`` (claims). A schema-1 store is migrated in place
-by the first writer (finished runs untouched); readers read either."""
-
-HEARTBEAT_SECONDS = 30.0
-"""How often :meth:`Store.keep_alive` refreshes the heartbeat of this process's claims."""
-
-LEASE_SECONDS = 300.0
-"""A claim held from another machine lapses when its heartbeat is older than this."""
+    from harness.record import RunRecord
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id        TEXT PRIMARY KEY,
-    pe            TEXT NOT NULL,
-    task          TEXT NOT NULL,
-    seed          INTEGER NOT NULL,
-    preset        TEXT NOT NULL,
-    config        TEXT NOT NULL,
-    status        TEXT NOT NULL,   -- running | finished | diverged | failed | interrupted
-    error         TEXT,
-    provenance    TEXT NOT NULL,   -- JSON: commit, device, torch/pezoo/python versions, host
-    n_params      INTEGER,
-    pe_params     INTEGER,
-    final_loss    REAL,
-    train_seconds REAL,
-    eval_seconds  REAL,
-    started_at    REAL NOT NULL,
-    finished_at   REAL,
-    owner         TEXT,            -- JSON (Owner) of the process holding a running run, else NULL
-    heartbeat     REAL             -- when that process last said it is alive (Unix time)
-);
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id         TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
-    split          TEXT NOT NULL,  -- train | test
-    length         INTEGER NOT NULL,
-    token_length   REAL NOT NULL,
-    n              INTEGER NOT NULL,
-    exact_match    REAL NOT NULL,
-    token_accuracy REAL NOT NULL,
-    PRIMARY KEY (run_id, length)
-);
-CREATE TABLE IF NOT EXISTS diagnostics (
-    run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
-    body   TEXT NOT NULL  -- JSON: what the encoding did on one example (harness.diagnostics)
-);
-"""
-
-_MIGRATIONS = {  # from schema version N to N + 1, in one write transaction
-    1: ["ALTER TABLE runs ADD COLUMN owner TEXT", "ALTER TABLE runs ADD COLUMN heartbeat REAL"],
-}
-
-_TABLES = {"meta", "runs", "metrics", "diagnostics"}
-
-
-# --------------------------------------------------------------------------------------
-# Errors
-# --------------------------------------------------------------------------------------
-
 
 _COMPANIONS = ("-wal", "-shm", "-journal")
 """Suffixes of the files SQLite keeps beside a database (its write-ahead log, shared
@@ -142,214 +72,9 @@ def _wal_mode(db: sqlite3.Connection, timeout: float = 30.0) -> None:
             db.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as exc:
-            code = getattr(exc, "sqlite_errorcode", None)
-            busy = (code & 0xFF if isinstance(code, int) else None) in (_BUSY, _LOCKED) or "locked" in str(exc)
-            if not busy or time.monotonic() >= deadline:
+            if not is_busy(exc) or time.monotonic() >= deadline:
                 raise
             time.sleep(0.05)
-
-
-class StoreError(RuntimeError):
-    """The store cannot be used; the message says why and what to do."""
-
-
-class StoreAccessError(StoreError):
-    """Permission denied, a read-only file or folder, or a read-only filesystem."""
-
-
-class StoreFullError(StoreError):
-    """The disk (or the filesystem's quota) holding the store is full."""
-
-
-class StoreCorruptError(StoreError):
-    """SQLite finds the store damaged."""
-
-
-class NotAStoreError(StoreError):
-    """The file is not a SQLite database, or is one without pezoo's tables."""
-
-
-class ClaimLostError(StoreError):
-    """This process no longer holds the claim on a run it tries to record."""
-
-
-# SQLite's primary result codes (https://sqlite.org/rescode.html)
-_PERM, _BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT = 3, 5, 6, 8, 10, 11
-_FULL, _CANTOPEN, _AUTH, _NOTADB = 13, 14, 23, 26
-_IOERR_SHMSIZE = _IOERR | (19 << 8)
-
-
-# --------------------------------------------------------------------------------------
-# Who holds a claim
-# --------------------------------------------------------------------------------------
-
-
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text().strip()
-    except OSError:
-        return None
-
-
-_BOOT_ID = _read("/proc/sys/kernel/random/boot_id")  # changes at every boot (Linux)
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks after boot) of a process, from ``/proc/<pid>/stat``
-    (fields 3 and 22); None without procfs."""
-    text = _read(f"/proc/{pid}/stat")
-    if text is None:
-        return None
-    fields = text.rpartition(")")[2].split()  # the command name (field 2) may hold spaces
-    return fields[0], int(fields[19])
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The process holding a claim.
-
-    Attributes:
-        host: the machine's name (``socket.gethostname()``).
-        pid: the process id.
-        start: when the process started (clock ticks after boot), to tell it from a later
-            process given the same pid; None where unknown (no procfs).
-        boot: the machine's boot id, to tell a claim from before a reboot; None if unknown.
-        pidns: the pid namespace: pids compare only inside one (containers); None if unknown.
-    """
-
-    host: str
-    pid: int
-    start: int | None = None
-    boot: str | None = None
-    pidns: str | None = None
-
-    @classmethod
-    def this_process(cls) -> Owner:
-        pid = os.getpid()
-        stat_ = _proc_stat(pid)
-        try:
-            pidns = os.readlink("/proc/self/ns/pid")
-        except OSError:
-            pidns = None
-        return cls(socket.gethostname(), pid, stat_[1] if stat_ else None, _BOOT_ID, pidns)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str | None) -> Owner | None:
-        if not text:
-            return None
-        try:
-            d = json.loads(text)
-            return cls(str(d["host"]), int(d["pid"]), d.get("start"), d.get("boot"), d.get("pidns"))
-        except (ValueError, KeyError, TypeError):
-            return None
-
-    def alive(self, heartbeat: float | None, now: float, lease: float) -> bool:
-        """Whether the claim still stands: on this machine (same boot, same pid namespace),
-        the process runs and is the one that claimed; elsewhere, its heartbeat is recent.
-
-        A claim with this machine's name but another boot id is either this machine's
-        from before its last boot, or another machine's that has the same name (cloned
-        VMs, containers named alike): it is taken for the former only when its last
-        heartbeat is older than this boot; otherwise the lease decides, as for any
-        other machine."""
-        here = Owner.this_process()
-        if (self.host, self.boot, self.pidns) == (here.host, here.boot, here.pidns):
-            return _process_alive(self.pid, self.start)
-        if heartbeat is None:
-            return False
-        if self.host == here.host and self.boot is not None and here.boot is not None and self.boot != here.boot:
-            booted = _boot_time()
-            if booted is not None and heartbeat < booted:
-                return False  # claimed before this machine last booted
-        return now - heartbeat < lease
-
-
-def _boot_time() -> float | None:
-    """When this machine booted (Unix time; ``btime`` in ``/proc/stat``), or None."""
-    text = _read("/proc/stat")
-    for line in (text or "").splitlines():
-        if line.startswith("btime "):
-            try:
-                return float(line.split()[1])
-            except (IndexError, ValueError):
-                return None
-    return None
-
-
-def _process_alive(pid: int, start: int | None) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # another user's process: it exists
-    stat_ = _proc_stat(pid)
-    if stat_ is None:
-        return True
-    state, ticks = stat_
-    if state in ("Z", "X"):
-        return False  # killed, not yet reaped by its parent
-    return start is None or ticks == start
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What :meth:`Store.claim` (or :meth:`Store.check`) found.
-
-    Attributes:
-        run_id: the run.
-        status: ``taken`` (this process holds it now), ``finished`` (the store holds it
-            finished: nothing to do) or ``busy`` (another process holds it).
-        holder: for ``busy``, who holds it ("claimed by host:pid since ..."); for
-            ``taken``, the stale claim of a process that is gone, if one was taken over.
-        deaths: for ``taken``, how many processes in a row died while training the run
-            (killed, or crashed: a segfault, the OOM killer) without its checkpoint moving
-            on in between; 0 when no dead process's claim was taken over.
-    """
-
-    run_id: str
-    status: str
-    holder: str | None = None
-    deaths: int = 0
-
-    @property
-    def taken(self) -> bool:
-        return self.status == "taken"
-
-
-_DEATHS = re.compile(r"^processes died while training it: (\d+) in a row, at checkpoint step (-?\d+)")
-
-
-def _count_death(before: str | None, step: int | None) -> tuple[int, str]:
-    """(deaths, note) once one more process died holding a run whose running row says
-    ``before`` (the note of the deaths before, or nothing) and whose checkpoint is at
-    ``step`` now (None: unknown, counted as no progress)."""
-    match = _DEATHS.match(before or "")
-    deaths, at = (int(match[1]), int(match[2])) if match else (0, -1)  # -1: step unknown
-    if step is not None and at >= 0 and step > at:  # progress since the last death: a kill, not a crash loop
-        deaths = 0
-    now = at if step is None else step
-    return deaths + 1, f"processes died while training it: {deaths + 1} in a row, at checkpoint step {now}"
-
-
-def _describe(owner: Owner | None, since: float | None, heartbeat: float | None, now: float) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if since else "an unknown time"
-    if owner is None:
-        return f"claimed by an unknown process since {when}"
-    text = f"claimed by {owner.host}:{owner.pid} since {when}"
-    if heartbeat is not None and owner.host != socket.gethostname():
-        text += f" (last heartbeat {now - heartbeat:.0f}s ago)"
-    return text
-
-
-# --------------------------------------------------------------------------------------
-# The store
-# --------------------------------------------------------------------------------------
 
 
 class Store:
@@ -418,10 +143,10 @@ class Store:
 
     def _open_writer(self) -> None:
         existing = self._check_header()
-        if existing and (why := self._access_problem()) is not None:
+        if existing and (why := access_problem(self.path, self.readonly)) is not None:
             # before SQLite opens it: connecting creates -wal/-shm files beside the store,
             # read-only ones for a read-only store, which then stand in the way of the fix
-            readable = os.access(self.path, os.R_OK, **_EFFECTIVE)
+            readable = os.access(self.path, os.R_OK, **EFFECTIVE)
             tail = (
                 ". The store is intact: `pezoo results`, `pezoo sweep plan` and `pezoo leaderboard export` can "
                 "read it as it is"
@@ -431,7 +156,7 @@ class Store:
             raise StoreAccessError(f"results store {self.path} cannot be written: {why}{tail}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        self._check_pezoo(allow_empty=True)
+        schema_version(self._conn, self.path, allow_empty=True)
         if existing:
             self._quick_check()
         _wal_mode(db)
@@ -444,164 +169,38 @@ class Store:
         if not self._check_header():
             raise NotAStoreError(f"results store {self.path} is an empty file, not a pezoo store")
         uri = self.path.resolve().as_uri()
-        if not os.access(self.path, os.W_OK, **_EFFECTIVE) and not _has_content(Path(f"{self.path}-wal")):
+        if not os.access(self.path, os.W_OK, **EFFECTIVE) and not has_content(Path(f"{self.path}-wal")):
             # a store this user may not write, with every commit in the main file: read it as
             # immutable, so SQLite leaves no (read-only, in the way) -shm file beside it
             self._db = sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=30.0, isolation_level=None)
-            self._check_pezoo(allow_empty=False)
+            schema_version(self._conn, self.path, allow_empty=False)
             return
         try:
             self._db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30.0, isolation_level=None)
-            self._check_pezoo(allow_empty=False)
+            schema_version(self._conn, self.path, allow_empty=False)
         except sqlite3.OperationalError:
             # A WAL store in a folder this process cannot write, or on a full disk: SQLite
             # cannot create the -shm file it reads through. With no (or an empty) -wal file
             # beside it, no writer is at work and every commit is in the main file, which
             # can then be read as immutable.
             self._close_quietly()
-            if _has_content(Path(f"{self.path}-wal")):
+            if has_content(Path(f"{self.path}-wal")):
                 raise
             self._db = sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=30.0, isolation_level=None)
-            self._check_pezoo(allow_empty=False)
-
-    def _check_pezoo(self, *, allow_empty: bool) -> int | None:
-        """The file's schema version (None for a database without tables, where allowed);
-        NotAStoreError for a SQLite database that is not a pezoo store."""
-        tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not tables and allow_empty:
-            return None
-        if "meta" not in tables or "runs" not in tables:
-            listed = ", ".join(sorted(tables)[:8]) or "none"
-            raise NotAStoreError(
-                f"results store {self.path} is a SQLite database but not a pezoo store (its tables: {listed}); "
-                "nothing was changed. Point --store at a pezoo store, or at a new path to start one"
-            )
-        row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        try:
-            version = int(row[0])
-        except (TypeError, ValueError):
-            raise NotAStoreError(
-                f"results store {self.path} has a meta table without a pezoo schema version; not a pezoo store"
-            ) from None
-        if version > SCHEMA_VERSION or version < 1:
-            raise StoreError(
-                f"results store {self.path} has schema {version}, this pezoo reads up to {SCHEMA_VERSION}; "
-                "upgrade pezoo to use it"
-            )
-        return version
+            schema_version(self._conn, self.path, allow_empty=False)
 
     def _quick_check(self) -> None:
         rows = [" ".join(str(r[0]).split()) for r in self._conn.execute("PRAGMA quick_check(3)")]
         if rows != ["ok"]:
-            raise self._corrupt("quick_check: " + "; ".join(rows))
+            raise corrupt(self.path, "quick_check: " + "; ".join(rows))
 
     def _create_schema(self) -> None:
-        # Tables, the version row and migrations are made in one write transaction, so two
-        # processes opening a new store at once cannot both see "no version yet" and both
-        # insert it, and a migration is all or nothing.
         with self._transaction() as db:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            version = int(db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise StoreError(f"results store {self.path} has schema {version}, this pezoo reads {SCHEMA_VERSION}")
-            for step in range(version, SCHEMA_VERSION):
-                for statement in _MIGRATIONS[step]:
-                    db.execute(statement)
-            db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
-
-    # -- what went wrong -------------------------------------------------------------
-    def _corrupt(self, detail: str) -> StoreCorruptError:
-        return StoreCorruptError(
-            f"results store {self.path} is corrupt (SQLite: {detail}); nothing was written to it. Keep the file: "
-            "restore the store from a backup (or export its results from one with `pezoo leaderboard export "
-            "--store BACKUP`), or salvage what is readable into a new store with `sqlite3 "
-            f"{self.path} .recover | sqlite3 NEW.sqlite` and point --store at that; runs published under "
-            "leaderboard/results come back into a new store with `pezoo leaderboard import`"
-        )
-
-    def _access_problem(self) -> str | None:
-        """Why this process may not write (or, opened read-only, read) the store, or None
-        if the permissions look fine."""
-        folder = self.path.parent if self.path.parent != Path("") else Path(".")
-        if self.readonly:
-            if self.path.exists() and not os.access(self.path, os.R_OK, **_EFFECTIVE):
-                return f"permission denied: this user cannot read it ({_mode(self.path)})"
-            return None
-        probe = folder if folder.exists() else next((p for p in folder.parents if p.exists()), Path("/"))
-        try:
-            if os.statvfs(probe).f_flag & os.ST_RDONLY:
-                return f"it is on a read-only filesystem ({probe})"
-        except OSError:
-            pass
-        if not folder.exists():
-            return f"its folder {folder} does not exist and cannot be created here"
-        if self.path.exists():
-            if not os.access(self.path, os.R_OK, **_EFFECTIVE):
-                return f"permission denied: this user cannot read it ({_mode(self.path)})"
-            if not os.access(self.path, os.W_OK, **_EFFECTIVE):
-                return f"the file is read-only ({_mode(self.path)}); `chmod u+w {self.path}` makes it writable"
-        if not os.access(folder, os.W_OK | os.X_OK, **_EFFECTIVE):
-            return (
-                f"its folder {folder} is not writable ({_mode(folder)}): SQLite creates {self.path.name}-wal, "
-                f"{self.path.name}-shm and journal files beside the store, so it cannot write even a writable "
-                "store file there; make the folder writable or copy the store to one that is"
-            )
-        wal, shm = Path(f"{self.path}-wal"), Path(f"{self.path}-shm")
-        if wal.exists() and not os.access(wal, os.W_OK, **_EFFECTIVE):
-            # never advise removing the -wal: it may hold commits not yet in the store file
-            return f"{wal} is read-only ({_mode(wal)}): `chmod u+w {wal}` makes it writable"
-        if shm.exists() and not os.access(shm, os.W_OK, **_EFFECTIVE):
-            return (
-                f"{shm} is read-only ({_mode(shm)}): `chmod u+w {shm}`, or remove it while no process has the "
-                "store open (it is only an index; SQLite makes a new one)"
-            )
-        return None
+            create_schema(db, self.path)
 
     def _explain(self, exc: BaseException, doing: str) -> StoreError:
         """The StoreError that says what ``exc`` (from SQLite or the OS) means for this store."""
-        code = getattr(exc, "sqlite_errorcode", None)
-        primary = code & 0xFF if isinstance(code, int) else None
-        message = str(exc)
-        os_errno = exc.errno if isinstance(exc, OSError) else None
-        full = primary == _FULL or "disk is full" in message or os_errno in (errno.ENOSPC, errno.EDQUOT)
-        # SQLite reports a full disk met while growing its -shm file, or while writing
-        # the WAL on some filesystems, as an I/O error: tell them apart by the free space.
-        if full or (primary == _IOERR and (code == _IOERR_SHMSIZE or _free_bytes(self.path) < 2**20)):
-            return StoreFullError(
-                f"results store {self.path}: the disk is full ({_free(self.path)} free) while {doing}; free some "
-                "space and run again. Nothing half-written was kept: the store holds what it held before"
-            )
-        if primary == _CORRUPT or "malformed" in message:
-            return self._corrupt(message)
-        if primary == _NOTADB or "not a database" in message:
-            return NotAStoreError(
-                f"results store {self.path} is not a SQLite database ({message}); not a pezoo store, or one "
-                "damaged at its start. Nothing was changed"
-            )
-        if primary in (_BUSY, _LOCKED) or "locked" in message:
-            return StoreError(
-                f"results store {self.path} stayed locked by another process for 30 s while {doing}; run again"
-            )
-        access = primary in (_PERM, _READONLY, _CANTOPEN, _AUTH) or "readonly" in message or "unable to open" in message
-        if access or isinstance(exc, PermissionError) or os_errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            why = self._access_problem()
-            if why is None:
-                why = f"SQLite could not {'open' if primary == _CANTOPEN else 'write'} it ({message})"
-            readable = _has_content(self.path) and os.access(self.path, os.R_OK, **_EFFECTIVE)
-            if self.readonly or not readable:
-                return StoreAccessError(
-                    f"results store {self.path} cannot be {'read' if self.readonly else 'written'}: {why}"
-                )
-            return StoreAccessError(
-                f"results store {self.path} cannot be written: {why}. The store is intact: `pezoo results`, "
-                "`pezoo sweep plan` and `pezoo leaderboard export` can read it as it is"
-            )
-        if primary == _IOERR:
-            return StoreError(f"results store {self.path}: I/O error while {doing} ({message}); is the disk healthy?")
-        return StoreError(f"results store {self.path}: {doing} failed ({type(exc).__name__}: {message})")
+        return explain(exc, self.path, self.readonly, doing)
 
     # -- plumbing --------------------------------------------------------------------
     def _close_quietly(self) -> None:
@@ -674,7 +273,7 @@ class Store:
         if owner == me:
             return "ours", None
         now = time.time()
-        holder = _describe(owner, since, heartbeat, now)
+        holder = describe(owner, since, heartbeat, now)
         if owner is not None and owner.alive(heartbeat, now, self.lease_seconds):
             return "live", holder
         return "free", holder
@@ -732,7 +331,7 @@ class Store:
             deaths, note = 0, None
             if state == "free" and holder is not None:  # a running row whose process died
                 (before,) = db.execute("SELECT error FROM runs WHERE run_id=?", (run_id,)).fetchone()
-                deaths, note = _count_death(before, step)
+                deaths, note = count_death(before, step)
             # an unfinished attempt: ours, or nobody's any more
             db.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
             db.execute("DELETE FROM diagnostics WHERE run_id=?", (run_id,))
@@ -917,76 +516,47 @@ class Store:
             )
         return True
 
-    def insert_finished(
-        self,
-        run: Mapping[str, Any],
-        metrics: Iterable[Mapping[str, Any]],
-        diagnostics: Mapping[str, Any] | None = None,
-    ) -> bool:
-        """Add a run finished elsewhere, in the shapes :meth:`run` and :meth:`metrics` return.
+    def insert_finished(self, record: RunRecord) -> bool:
+        """Add a run finished elsewhere (its record, diagnostics included).
 
-        The inverse of reading a finished run: ``pezoo leaderboard import`` uses it to give a
-        new store the runs already published, so a sweep skips them. A run the store already
+        The inverse of :meth:`record`: ``pezoo leaderboard import`` uses it to give a new
+        store the runs already published, so a sweep skips them. A run the store already
         holds finished is left as it is (returns False); an unfinished attempt of the same
         run is replaced by the finished one (returns True; a process still training it
         then finds it finished and keeps it)."""
-        return self.insert_finished_runs([(run, metrics, diagnostics)])[0]
+        return self.insert_finished_runs([record])[0]
 
-    def insert_finished_runs(
-        self,
-        runs: Iterable[tuple[Mapping[str, Any], Iterable[Mapping[str, Any]], Mapping[str, Any] | None]],
-    ) -> list[bool]:
-        """:meth:`insert_finished` for each (run, metrics, diagnostics) of ``runs``, all in one
-        transaction: if any fails to be written, none is (the error propagates)."""
+    def insert_finished_runs(self, records: Iterable[RunRecord]) -> list[bool]:
+        """:meth:`insert_finished` for each of ``records``, all in one transaction: if any
+        fails to be written, none is (the error propagates)."""
         added = []
-        runs = list(runs)
-        with self._write(f"importing {len(runs)} run(s)") as db:
-            for run, metrics, diagnostics in runs:
-                added.append(self._insert_finished(db, run, metrics, diagnostics))
+        records = list(records)
+        with self._write(f"importing {len(records)} run(s)") as db:
+            for record in records:
+                added.append(self._insert_finished(db, record))
         return added
 
     @staticmethod
-    def _insert_finished(
-        db: sqlite3.Connection,
-        run: Mapping[str, Any],
-        metrics: Iterable[Mapping[str, Any]],
-        diagnostics: Mapping[str, Any] | None,
-    ) -> bool:
-        run_id = run["run_id"]
-        row = db.execute("SELECT status FROM runs WHERE run_id=?", (run_id,)).fetchone()
+    def _insert_finished(db: sqlite3.Connection, record: RunRecord) -> bool:
+        row = db.execute("SELECT status FROM runs WHERE run_id=?", (record.run_id,)).fetchone()
         if row is not None and row[0] == "finished":
             return False
-        db.execute("DELETE FROM runs WHERE run_id=?", (run_id,))  # cascades to metrics, diagnostics
+        db.execute("DELETE FROM runs WHERE run_id=?", (record.run_id,))  # cascades to metrics, diagnostics
+        run = run_row(record)
+        columns = [c for c in run if c != "status"]
         db.execute(
-            "INSERT INTO runs (run_id, pe, task, seed, preset, config, status, error, provenance, n_params,"
-            " pe_params, final_loss, train_seconds, eval_seconds, started_at, finished_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, 'finished', NULL, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run_id,
-                run["pe"],
-                run["task"],
-                run["seed"],
-                run["preset"],
-                json.dumps(run["config"], sort_keys=True),
-                json.dumps(run["provenance"], sort_keys=True),
-                run["n_params"],
-                run["pe_params"],
-                run["final_loss"],
-                run["train_seconds"],
-                run["eval_seconds"],
-                run["started_at"],
-                run["finished_at"],
-            ),
+            f"INSERT INTO runs ({', '.join(columns)}, status, error) VALUES ({', '.join('?' for _ in columns)},"
+            " 'finished', NULL)",
+            [json.dumps(run[c], sort_keys=True) if c in ("config", "provenance") else run[c] for c in columns],
         )
         db.executemany(
             "INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [
-                (run_id, m["split"], m["length"], m["token_length"], m["n"], m["exact_match"], m["token_accuracy"])
-                for m in metrics
-            ],
+            [(record.run_id, *m.values()) for m in metric_rows(record)],
         )
-        if diagnostics is not None:
-            db.execute("INSERT INTO diagnostics VALUES (?, ?)", (run_id, json.dumps(diagnostics, sort_keys=True)))
+        if record.diagnostics is not None:
+            db.execute(
+                "INSERT INTO diagnostics VALUES (?, ?)", (record.run_id, json.dumps(record.diagnostics, sort_keys=True))
+            )
         return True
 
     # -- reading ---------------------------------------------------------------------
@@ -1009,6 +579,14 @@ class Store:
         runs = [self.run(r["run_id"]) for r in self._query("SELECT run_id FROM runs ORDER BY started_at")]
         return [run for run in runs if run is not None]  # never None: a run is deleted only where it is re-inserted
 
+    def record(self, run_id: str) -> RunRecord | None:
+        """The record of run ``run_id`` (diagnostics included) if the store holds it
+        finished, else None; unchecked (``RunRecord.problems`` checks it)."""
+        run = self.run(run_id)
+        if run is None or run["status"] != "finished":
+            return None
+        return record_of(run, self.metrics(run_id), self.diagnostics(run_id))
+
     def diagnostics(self, run_id: str) -> dict[str, Any] | None:
         """The diagnostics stored with a finished run (``harness.diagnostics``), or None."""
         rows = self._query("SELECT body FROM diagnostics WHERE run_id=?", (run_id,))
@@ -1016,34 +594,3 @@ class Store:
 
     def metrics(self, run_id: str) -> list[dict[str, Any]]:
         return [dict(r) for r in self._query("SELECT * FROM metrics WHERE run_id=? ORDER BY length", (run_id,))]
-
-
-_EFFECTIVE = {"effective_ids": True} if os.access in os.supports_effective_ids else {}
-
-
-def _has_content(path: Path) -> bool:
-    try:
-        return path.stat().st_size > 0
-    except OSError:
-        return False
-
-
-def _mode(path: Path) -> str:
-    try:
-        return stat.filemode(path.stat().st_mode)
-    except OSError:
-        return "mode unknown"
-
-
-def _free_bytes(path: Path) -> float:
-    """Bytes free to this user on the disk holding ``path`` (infinite when unknown)."""
-    folder = next((p for p in (path.parent, *path.parents) if p.exists()), Path("."))
-    try:
-        return shutil.disk_usage(folder).free
-    except OSError:
-        return float("inf")
-
-
-def _free(path: Path) -> str:
-    free = _free_bytes(path)
-    return "unknown" if free == float("inf") else f"{free / 2**20:.1f} MiB"
