@@ -57,7 +57,10 @@ from torch import Tensor, nn
 
 from pezoo.attention import BACKENDS, SelfAttention
 from pezoo.backends import flex_compile, xformers_available
-from pezoo.base import AttentionBias, AttentionContext, ModelDims, PositionalEncoding
+from pezoo.biases import AttentionBias
+from pezoo.context import AttentionContext
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import ModelDims
 
 __all__ = [
     "CHECKS",

@@ -35,7 +35,9 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionContext, PositionalEncoding, check_number, check_qk, check_sizes, register
+from pezoo.context import AttentionContext, check_number, check_qk, check_sizes
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 __all__ = [
     "LAYOUTS",

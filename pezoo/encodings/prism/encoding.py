@@ -41,16 +41,8 @@ from einops import rearrange
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from pezoo.base import (
-    AttentionBias,
-    AttentionContext,
-    DenseBias,
-    PositionalEncoding,
-    check_layer,
-    check_qk,
-    check_sizes,
-    register,
-)
+from pezoo.biases import AttentionBias, DenseBias
+from pezoo.context import AttentionContext, check_layer, check_qk, check_sizes
 from pezoo.encodings.ape import sinusoid_table
 from pezoo.encodings.prism.fused_scan import fused_windowed_scan, scan_coefficients
 from pezoo.encodings.prism.gates import CopyAttention, GateNet, HiddenRegulariser, compute_dtype
@@ -71,6 +63,8 @@ from pezoo.encodings.prism.streams import (
     position_scores,
     stack_factors,
 )
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 __all__ = ["PAPER_OPTIONS", "PRISM", "CallStreams", "PRISMConfig", "PRISMLayer", "scores_as_bias", "support_for"]
 
