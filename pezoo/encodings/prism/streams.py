@@ -38,6 +38,7 @@ from torch import Tensor
 from pezoo.encodings.ape import sinusoid_table
 
 __all__ = [
+    "CallStreams",
     "StreamNorm",
     "cursor_scores",
     "fold_position_streams",
