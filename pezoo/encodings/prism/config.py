@@ -16,7 +16,15 @@ from pezoo.context import check_sizes
 from pezoo.encodings.prism.gates import HiddenRegulariser
 from pezoo.encodings.prism.streams import StreamNorm
 
-__all__ = ["PAPER_OPTIONS", "SCAN_CHECKPOINT_ABOVE", "SCAN_CHECKPOINT_CHUNK", "PRISMConfig", "support_for"]
+__all__ = [
+    "PAPER_OPTIONS",
+    "SCAN_CHECKPOINT_ABOVE",
+    "SCAN_CHECKPOINT_CHUNK",
+    "CopyKey",
+    "EpsSupport",
+    "PRISMConfig",
+    "support_for",
+]
 
 EpsSupport = Literal["reachable", "full"]
 CopyKey = Literal["absolute", "learned"]
