@@ -5,7 +5,7 @@ Usage: ``PYTHONPATH=. python benchmarks/prism_fused.py [--lengths 64 128 256] [-
 One thread, process CPU time (``time.process_time``), candidates interleaved round by
 round (so a background load hits them alike); the median per candidate is reported.
 
-* scan: ``_scan_emitting`` (windowed, with the offset table, copy branch from the copy
+* scan: ``scan_emitting`` (windowed, with the offset table, copy branch from the copy
   offsets on the first k cursors) forward + backward, b = 64, n = 12 scanned cursors
   (4 of them copying), P = next power of two >= t, old (``fused=False``) vs new.
 * ``--step``: the whole training step (forward, loss, backward, clipping, AdamW) of the
@@ -26,8 +26,10 @@ import torch
 
 
 def scan_candidates(t: int, b: int = 64, n: int = 12, k: int = 4, f: int = 32) -> dict[str, Callable[[], None]]:
-    from pezoo.encodings.prism.encoding import PRISMConfig, PRISMLayer, _scan_emitting, support_for
+    from pezoo.encodings.prism.config import PRISMConfig, support_for
     from pezoo.encodings.prism.histogram import centre_one_hot
+    from pezoo.encodings.prism.layer import PRISMLayer
+    from pezoo.encodings.prism.scan import scan_emitting
     from pezoo.encodings.prism.streams import offset_table
 
     gen = torch.Generator().manual_seed(0)
@@ -46,7 +48,7 @@ def scan_candidates(t: int, b: int = 64, n: int = 12, k: int = 4, f: int = 32) -
 
     def make(fused: bool) -> Callable[[], None]:
         def run() -> None:
-            _, out = _scan_emitting(
+            _, out = scan_emitting(
                 h0, gates, gamma, 1e-6, None, None, layer._step, table,
                 windowed=True, copy_probs=probs if k else None, fused=fused,
             )  # fmt: skip
@@ -59,16 +61,16 @@ def scan_candidates(t: int, b: int = 64, n: int = 12, k: int = 4, f: int = 32) -
 
 
 def _with_scan(step: Callable[[], object], fused: bool) -> Callable[[], None]:
-    """``step`` with ``_scan_emitting``'s default ``fused`` set for its duration."""
-    import pezoo.encodings.prism.encoding as enc
+    """``step`` with ``scan_emitting``'s default ``fused`` set for its duration."""
+    import pezoo.encodings.prism.scan as scan
 
     def run() -> None:
-        original = enc._scan_emitting.__kwdefaults__["fused"]
-        enc._scan_emitting.__kwdefaults__["fused"] = fused
+        original = scan.scan_emitting.__kwdefaults__["fused"]
+        scan.scan_emitting.__kwdefaults__["fused"] = fused
         try:
             step()
         finally:
-            enc._scan_emitting.__kwdefaults__["fused"] = original
+            scan.scan_emitting.__kwdefaults__["fused"] = original
 
     return run
 

@@ -26,7 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from pezoo.encodings.prism import PRISMConfig
-from pezoo.encodings.prism.encoding import PRISMLayer
+from pezoo.encodings.prism.layer import PRISMLayer
 
 QUICK = {"d_model": 128, "n_heads": 4, "n_layers": 3}
 

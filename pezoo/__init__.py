@@ -8,26 +8,10 @@ True
 """
 
 from pezoo import backends, encodings
+from pezoo import base as base  # the compatibility module: `pezoo.base.X` works after `import pezoo`, as before
 from pezoo.attention import BACKENDS, SelfAttention, attend
-from pezoo.base import (
-    AttentionBias,
-    AttentionContext,
-    BlockMask,
-    DenseBias,
-    LinearBias,
-    ModelDims,
-    PluginClashError,
-    PositionalEncoding,
-    RelativeFunctionBias,
-    UnknownNameError,
-    WindowMask,
-    available,
-    create,
-    get,
-    is_known,
-    register,
-    resolved_options,
-)
+from pezoo.biases import AttentionBias, BlockMask, DenseBias, LinearBias, RelativeFunctionBias, WindowMask
+from pezoo.context import AttentionContext
 from pezoo.encodings import (
     FIRE,
     PRISM,
@@ -48,6 +32,18 @@ from pezoo.encodings import (
     T5Bias,
     XPos,
     combine,
+)
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import (
+    ModelDims,
+    PluginClashError,
+    UnknownNameError,
+    available,
+    create,
+    get,
+    is_known,
+    register,
+    resolved_options,
 )
 
 __version__ = "0.1.0"

@@ -27,7 +27,10 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, UnknownNameError, unknown_name_message
+from pezoo.biases import AttentionBias
+from pezoo.context import AttentionContext
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import UnknownNameError, unknown_name_message
 
 __all__ = ["BACKENDS", "SelfAttention", "attend", "dense_mask", "register_backend"]
 

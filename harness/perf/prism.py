@@ -39,8 +39,8 @@ def scan_function(
     by default (only the reachable bins, ``PRISMConfig.scan_window``); with ``windowed`` and
     ``d_pe`` exactly the model's: the fused scan, emitting each token's (n, d_pe) position
     stream (histogram times the offset table) instead of the histogram."""
-    from pezoo.encodings.prism.encoding import _scan_emitting
     from pezoo.encodings.prism.histogram import histogram_scan, unchecked_histogram_step
+    from pezoo.encodings.prism.scan import scan_emitting as _scan_emitting
     from pezoo.encodings.prism.streams import offset_table
 
     gates, gamma, h0, masks = _scan_inputs(n, t, support, device)
@@ -121,7 +121,7 @@ def prism_components(
     histogram times the offset table); the position streams after it (Alg. 3 normalisation,
     the q/k fold). The NoPE step is timed alongside for the ratio.
     """
-    from pezoo.encodings.prism.encoding import PRISM, PRISMLayer, support_for
+    from pezoo.encodings.prism import PRISM, PRISMLayer, support_for
     from pezoo.encodings.prism.streams import fold_position_streams, normalise_streams
 
     _, batch = training_batch(preset, batch_size, device)

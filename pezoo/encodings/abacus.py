@@ -27,7 +27,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionContext, PositionalEncoding, check_embed, check_sizes, register
+from pezoo.context import AttentionContext, check_embed, check_sizes
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 DEFAULT_MAX_INDEX = 1024
 DEFAULT_MAX_K = 99

@@ -18,7 +18,10 @@ import math
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionBias, AttentionContext, LinearBias, PositionalEncoding, check_number, register
+from pezoo.biases import AttentionBias, LinearBias
+from pezoo.context import AttentionContext, check_number
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 
 def alibi_slopes(n_heads: int) -> list[float]:

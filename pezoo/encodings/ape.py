@@ -12,7 +12,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pezoo.base import PositionalEncoding, check_embed, check_number, check_sizes, register
+from pezoo.context import check_embed, check_number, check_sizes
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 
 def sinusoid_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:

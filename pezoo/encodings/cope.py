@@ -15,7 +15,7 @@ reference code; it is not scaled by s. The gates read the scaled logits, as in t
 reference code. One table of position embeddings (e, npos_max) per layer, shared by the
 heads; it starts at zero.
 
-The bias depends on q and k, so it is a dense (b, h, i, j) :class:`~pezoo.base.DenseBias`
+The bias depends on q and k, so it is a dense (b, h, i, j) :class:`~pezoo.biases.DenseBias`
 built in the ``bias`` hook: no backend can lower it without materialising it (flex would
 need the row's cumulative gate sum inside its ``score_mod``, a reduction over keys that a
 score modification of one (query, key) pair cannot see).
@@ -31,16 +31,10 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import (
-    AttentionBias,
-    AttentionContext,
-    DenseBias,
-    PositionalEncoding,
-    check_layer,
-    check_qk,
-    check_sizes,
-    register,
-)
+from pezoo.biases import AttentionBias, DenseBias
+from pezoo.context import AttentionContext, check_layer, check_qk, check_sizes
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 
 def cope_positions(gates: Tensor) -> Tensor:

@@ -21,7 +21,7 @@ multiplier m starting at 1; the normaliser gets + 1e-6; the MLP has PyTorch's de
 gives the paper's layer-shared variant, one set for all layers).
 
 Positions are those of ``ctx`` (sampled ones under ``randomized:fire``): i is the query's
-position, not its index. The bias is a :class:`~pezoo.base.RelativeFunctionBias`: flex
+position, not its index. The bias is a :class:`~pezoo.biases.RelativeFunctionBias`: flex
 evaluates the MLP inside its ``score_mod``, hidden unit by hidden unit, without an (i, j)
 tensor; eager/sdpa materialise it with one matrix product.
 """
@@ -33,15 +33,10 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import (
-    AttentionBias,
-    AttentionContext,
-    PositionalEncoding,
-    RelativeFunctionBias,
-    check_layer,
-    check_number,
-    register,
-)
+from pezoo.biases import AttentionBias, RelativeFunctionBias
+from pezoo.context import AttentionContext, check_layer, check_number
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 FIRE_EPS = 1e-6
 """Added to the normaliser ψ(max(L, i)) (the reference code's ``eps``)."""

@@ -9,7 +9,7 @@ Head m of the first M heads may attend only to the m most recent tokens,
 with windows m = 1, 2, ..., M; the remaining H - M heads are unmasked NoPE heads (plain
 causal attention, global reach). There is no slope, no learned parameter and no position
 in the embeddings; the same windows are used in every layer. The bias is lowered as a
-:class:`~pezoo.base.WindowMask`, so backends that can skip masked blocks (flex) or use a
+:class:`~pezoo.biases.WindowMask`, so backends that can skip masked blocks (flex) or use a
 local-attention kernel (xformers) never build a dense -inf tensor.
 
 Windows count positions, which for this encoding are the token indices 0..s-1. It is
@@ -26,7 +26,10 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, WindowMask, check_sizes, register
+from pezoo.biases import AttentionBias, WindowMask
+from pezoo.context import AttentionContext, check_sizes
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 PAPER_BEST_MASKED_HEADS = 6  # Turing Programs §3.1.1: M swept over 3..8 for addition, 6 was best
 

@@ -19,7 +19,7 @@ still flows (projected gradient descent, as in the reference). Each layer has it
 tensors a caller swaps in (``torch.func.functional_call``) are never written to; the bias
 reads their projected values with the gradient the projection gives.
 
-The bias is a :class:`~pezoo.base.RelativeFunctionBias`: flex adds it in its
+The bias is a :class:`~pezoo.biases.RelativeFunctionBias`: flex adds it in its
 ``score_mod`` without an (i, j) tensor; eager/sdpa/xformers materialise it.
 """
 
@@ -28,7 +28,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import AttentionBias, AttentionContext, PositionalEncoding, RelativeFunctionBias, check_layer, register
+from pezoo.biases import AttentionBias, RelativeFunctionBias
+from pezoo.context import AttentionContext, check_layer
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 KERPLE_EPS = 0.01
 """Lower bound of r1 and r2 (the reference implementation's ``eps``)."""

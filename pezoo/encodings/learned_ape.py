@@ -16,7 +16,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import PositionalEncoding, check_embed, check_number, check_sizes, register
+from pezoo.context import check_embed, check_number, check_sizes
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 DEFAULT_MAX_POSITION = 2048
 

@@ -48,16 +48,10 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import (
-    AttentionBias,
-    AttentionContext,
-    DenseBias,
-    PositionalEncoding,
-    check_layer,
-    check_number,
-    check_sizes,
-    register,
-)
+from pezoo.biases import AttentionBias, DenseBias
+from pezoo.context import AttentionContext, check_layer, check_number, check_sizes
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 
 def prf_features(q_pos: Tensor, k_pos: Tensor, scale_hint: Tensor | None = None, *, feature_scale: float) -> Tensor:

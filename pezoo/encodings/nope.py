@@ -6,7 +6,8 @@ every other encoding is compared with. Every hook is the identity.
 
 from __future__ import annotations
 
-from pezoo.base import PositionalEncoding, register
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 
 @register("nope")

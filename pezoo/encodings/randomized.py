@@ -44,16 +44,11 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from pezoo.base import (
-    WRAPPERS,
-    AttentionBias,
-    AttentionContext,
-    PositionalEncoding,
-    check_length,
-    check_lengths,
-    register,
-)
+from pezoo.biases import AttentionBias
+from pezoo.context import AttentionContext, check_length
 from pezoo.encodings.ape import SinusoidalAPE
+from pezoo.interface import PositionalEncoding, check_lengths
+from pezoo.registry import WRAPPERS, register
 
 DEFAULT_MAX_LENGTH = 2048
 

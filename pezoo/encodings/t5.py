@@ -16,7 +16,7 @@ Lowering. The bias depends on n only, and every |n| >= 2D lies in the last bucke
 sign, so it is a lookup table over the distances -2D..2D: ``lut[h, clamp(n, -2D, 2D) + 2D]``,
 (h, 4D + 1) floats whatever the sequence length, gathered from the (B, h) table once per
 forward call (so gradients reach the table through it). The bias is a
-:class:`~pezoo.base.RelativeFunctionBias` reading that table: flex looks it up in its
+:class:`~pezoo.biases.RelativeFunctionBias` reading that table: flex looks it up in its
 ``score_mod`` per (query, key) without an (i, j) tensor; eager/sdpa/xformers materialise
 it once per call (shared by the layers).
 """
@@ -28,15 +28,10 @@ import math
 import torch
 from torch import Tensor, nn
 
-from pezoo.base import (
-    AttentionBias,
-    AttentionContext,
-    PositionalEncoding,
-    RelativeFunctionBias,
-    check_number,
-    check_sizes,
-    register,
-)
+from pezoo.biases import AttentionBias, RelativeFunctionBias
+from pezoo.context import AttentionContext, check_number, check_sizes
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 
 def t5_relative_bucket(relative: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:

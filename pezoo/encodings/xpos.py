@@ -25,7 +25,7 @@ inductor can generate code for), then cast back to the input dtype.
 
 The blockwise causal attention the paper evaluates xPos with is the option ``blockwise``:
 its block length (the training length, in positions), returned by ``bias`` as a
-:class:`~pezoo.base.BlockMask` (each query sees its own block and the one before it).
+:class:`~pezoo.biases.BlockMask` (each query sees its own block and the one before it).
 It changes no parameter, so it can be switched on for evaluation only.
 """
 
@@ -34,17 +34,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pezoo.base import (
-    AttentionBias,
-    AttentionContext,
-    BlockMask,
-    PositionalEncoding,
-    check_number,
-    check_qk,
-    check_sizes,
-    register,
-)
+from pezoo.biases import AttentionBias, BlockMask
+from pezoo.context import AttentionContext, check_number, check_qk, check_sizes
 from pezoo.encodings.rope import Rotation, rotate, rotation
+from pezoo.interface import PositionalEncoding
+from pezoo.registry import register
 
 
 def xpos_zeta(head_dim: int, gamma: float = 0.4) -> Tensor:

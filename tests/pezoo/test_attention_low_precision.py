@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import pezoo
 from pezoo import attention
-from pezoo.base import AttentionContext
+from pezoo.context import AttentionContext
 
 B, H, S, E = 2, 4, 12, 16
 

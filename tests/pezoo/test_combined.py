@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import pezoo
-from pezoo.base import AttentionContext
+from pezoo.context import AttentionContext
 from pezoo.encodings.combined import Combined
 from pezoo.testing import check_encoding
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import pezoo
-from pezoo.base import AttentionContext
+from pezoo.context import AttentionContext
 from pezoo.encodings.abacus import Abacus
 from pezoo.encodings.learned_prf import LearnedPRFScaleHint, lbpe_bias
 from pezoo.testing import graph_breaks

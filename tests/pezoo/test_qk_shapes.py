@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import pezoo
-from pezoo.base import AttentionContext
+from pezoo.context import AttentionContext
 
 ENCODERS = {"rope": lambda: pezoo.RoPE(head_dim=16), "xpos": lambda: pezoo.create("xpos", head_dim=16)}
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import pezoo
-from pezoo.encodings.rope import ROPE_TYPES, RopeScaling, rope_frequencies
+from pezoo.encodings.rope_scaling import ROPE_TYPES, RopeScaling, rope_frequencies, rotary_dim_of
 from pezoo.testing import KitModel, check_encoding
 
 BASE = 10000.0
@@ -471,3 +471,13 @@ def test_rope_frequencies_match_transformers(transformers, cfg, e, base):
         allowed = 1e-6 * want.double().abs() + ramp_rounding
         assert bool((err <= allowed).all()), f"seq_len={seq_len}: {float((err / allowed).max()):.3g}x the tolerance"
         assert scale == pytest.approx(want_scale, rel=1e-6)
+
+
+def test_the_scaling_names_are_importable_from_the_rope_module_too():
+    """docs/encodings/rope.md calls ``pezoo.encodings.rope.rope_frequencies``: the names of
+    ``rope_scaling`` stay importable where they were before it was split off."""
+    import pezoo.encodings.rope as rope
+
+    assert rope.RopeScaling is RopeScaling and rope.rope_frequencies is rope_frequencies
+    assert rope.ROPE_TYPES is ROPE_TYPES and rope.rotary_dim_of is rotary_dim_of
+    assert {"RopeScaling", "rope_frequencies", "ROPE_TYPES", "rotary_dim_of"} <= set(rope.__all__)

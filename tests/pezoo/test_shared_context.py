@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 import pezoo
-from pezoo.base import AttentionContext
+from pezoo.context import AttentionContext
 
 
 def _ctx(length: int = 8) -> AttentionContext:

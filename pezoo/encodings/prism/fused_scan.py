@@ -4,7 +4,7 @@ Axis letters: t steps (new tokens), b batch, n scanned cursors, k copying cursor
 first k of n), j copyable tokens so far, p bins of the current window (2w+1), f stream
 width.
 
-What it computes is exactly ``encoding._scan_emitting(..., windowed=True)`` with an offset
+What it computes is exactly ``scan.scan_emitting(..., windowed=True)`` with an offset
 table (Lee 2025, Alg. 1 steps 1–5 then Eq. 10): per step t (absolute token ``start + t``)
 the window radius grows from w = min(start + t, P) to w' = min(start + t + 1, P), and
 
@@ -16,7 +16,7 @@ the window radius grows from w = min(start + t, P) to w' = min(start + t + 1, P)
     out_t = y @ table[P-w' : P+w'+1]                    the cursor's position stream
 
 with p_pos = token i's copied mass ``a_pos[i]`` on offset i + 1 (at the support's edge,
-under ``max_support``, tokens beyond P - 1 pile onto the top bin, ``_clamp_copy``).
+under ``max_support``, tokens beyond P - 1 pile onto the top bin, ``scan.clamp_copy``).
 
 What is fused and why the results are the same:
 

@@ -38,6 +38,7 @@ from torch import Tensor
 from pezoo.encodings.ape import sinusoid_table
 
 __all__ = [
+    "CallStreams",
     "StreamNorm",
     "cursor_scores",
     "fold_position_streams",
@@ -166,3 +167,38 @@ def position_scores(per_cursor: Tensor, mu: Tensor, alpha: Tensor, d_pe: int) ->
     c = per_cursor.shape[2]
     w = (1.0 - mu)[:, None] * alpha / math.sqrt(c * d_pe)  # (h, c)
     return torch.einsum("bhcij,hc->bhij", per_cursor, w.to(per_cursor.dtype))
+
+
+class CallStreams:
+    """One PRISM layer's position streams for one call, before Alg. 3's normalisation.
+
+    ``raw`` is (s, b, 2h, c, f) in the scan's layout (side, head, cursor on one axis).
+    Each reader takes the form it needs, computed once and shared by every backbone layer
+    that reads this PRISM layer: :meth:`normalised` the streams for the q/k fold,
+    :meth:`scores` the per-cursor products of the normalised streams for the score path.
+    """
+
+    def __init__(self, raw: Tensor, mode: StreamNorm) -> None:
+        self.raw, self.mode = raw, mode
+        self._normalised: tuple[Tensor, Tensor] | None = None
+        self._scores: Tensor | None = None
+
+    def normalised(self) -> tuple[Tensor, Tensor]:
+        """g_q, g_k: (b, h, s, c, f) normalised query / key streams (views of one tensor)."""
+        if self._normalised is None:
+            # normalise in the scan's contiguous layout (the (c, f) stack of a token and head is
+            # one row there), then lay the streams out once as the q/k fold reads them: on permuted
+            # views every elementwise op and its backward ran strided (a third of prism{paper}'s step)
+            streams = normalise_streams(self.raw, self.mode)
+            g_q, g_k = rearrange(streams, "s b (two h) c f -> two b h s c f", two=2).unbind(0)  # views
+            self._normalised = g_q, g_k
+        return self._normalised
+
+    def scores(self) -> Tensor:
+        """(b, h, c, i, j): ⟨g_i^{q,c}, g_j^{k,c}⟩ of the normalised streams, the normalisation
+        applied to the products rather than to the streams (``streams.cursor_scores``)."""
+        if self._scores is None:
+            e_q, e_k = rearrange(self.raw, "s b (two h) c f -> two b h s c f", two=2).unbind(0)
+            n_q, n_k = rearrange(stack_factors(self.raw, self.mode), "s b (two h) -> two b h s", two=2).unbind(0)
+            self._scores = cursor_scores(e_q, e_k, n_q, n_k)
+        return self._scores

@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from pezoo.encodings.prism import PRISMConfig
-from pezoo.encodings.prism.encoding import PRISMLayer, _scan_emitting, support_for
+from pezoo.encodings.prism.config import support_for
 from pezoo.encodings.prism.fused_scan import fused_windowed_scan, scan_coefficients
+from pezoo.encodings.prism.layer import PRISMLayer
+from pezoo.encodings.prism.scan import scan_emitting
 from pezoo.encodings.prism.streams import offset_table
 from tests.pezoo.prism.test_prism_scan_reference import reference_streams
 
@@ -41,10 +43,10 @@ def scan_inputs(t, b, n, k, start, support, dtype, seed=0, f=6):
 
 
 def run_scan(fused, gates, gamma, probs, h0, table, weights, *, k, start, checkpoint_every=0):
-    from pezoo.encodings.prism.encoding import PRISMLayer as Layer
+    from pezoo.encodings.prism.layer import PRISMLayer as Layer
 
     layer = Layer(PRISMConfig(d_model=8, n_heads=1, n_layers=1))  # only its _step (the old path) is used
-    last, out = _scan_emitting(
+    last, out = scan_emitting(
         h0, gates, gamma, EPS, None, None, layer._step, table,
         start=start, windowed=True, copy_probs=probs if k else None, checkpoint_every=checkpoint_every, fused=fused,
     )  # fmt: skip

@@ -10,8 +10,8 @@ import torch.utils.checkpoint
 
 import pezoo
 from pezoo.encodings.prism import PRISMConfig
-from pezoo.encodings.prism import encoding as prism_encoding
-from pezoo.encodings.prism.encoding import PRISMLayer
+from pezoo.encodings.prism import config as prism_config
+from pezoo.encodings.prism.layer import PRISMLayer
 
 D, H = 16, 2
 
@@ -43,16 +43,16 @@ def spy(monkeypatch):
 def test_the_default_is_automatic_and_recorded_runs_keep_their_options():
     assert PRISMConfig(d_model=D, n_heads=H, n_layers=1).scan_checkpoint is None
     cfg = PRISMConfig(d_model=D, n_heads=H, n_layers=1)
-    above = prism_encoding.SCAN_CHECKPOINT_ABOVE
-    assert cfg.scan_chunk(above) == 0 and cfg.scan_chunk(above + 1) == prism_encoding.SCAN_CHECKPOINT_CHUNK
+    above = prism_config.SCAN_CHECKPOINT_ABOVE
+    assert cfg.scan_chunk(above) == 0 and cfg.scan_chunk(above + 1) == prism_config.SCAN_CHECKPOINT_CHUNK
     assert PRISMConfig(d_model=D, n_heads=H, n_layers=1, scan_checkpoint=0).scan_chunk(10**6) == 0  # off, as asked
     with pytest.raises(ValueError, match="scan_checkpoint"):
         PRISMConfig(d_model=D, n_heads=H, n_layers=1, scan_checkpoint=-1)
 
 
 def test_above_the_threshold_the_default_checkpoints_with_the_plain_scans_outputs_and_gradients(monkeypatch, spy):
-    monkeypatch.setattr(prism_encoding, "SCAN_CHECKPOINT_ABOVE", 8)
-    monkeypatch.setattr(prism_encoding, "SCAN_CHECKPOINT_CHUNK", 4)
+    monkeypatch.setattr(prism_config, "SCAN_CHECKPOINT_ABOVE", 8)
+    monkeypatch.setattr(prism_config, "SCAN_CHECKPOINT_CHUNK", 4)
     x = torch.randn(2, 24, D)
     plain = run(x, spy, scan_checkpoint=0)
     default = run(x, spy)
@@ -72,7 +72,7 @@ def test_below_the_threshold_the_default_is_the_plain_scan_bit_for_bit(spy):
 
 
 def test_decoding_and_evaluation_never_checkpoint(monkeypatch, spy):
-    monkeypatch.setattr(prism_encoding, "SCAN_CHECKPOINT_ABOVE", 4)
+    monkeypatch.setattr(prism_config, "SCAN_CHECKPOINT_ABOVE", 4)
     layer = PRISMLayer(PRISMConfig(d_model=D, n_heads=H, n_layers=1, d_pe=8))
     with torch.no_grad():
         layer(torch.randn(1, 16, D), None)

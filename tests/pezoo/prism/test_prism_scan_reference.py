@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from pezoo.encodings.prism import PRISMConfig
-from pezoo.encodings.prism.encoding import PRISMLayer, support_for
+from pezoo.encodings.prism.config import support_for
+from pezoo.encodings.prism.layer import PRISMLayer
 from pezoo.encodings.prism.streams import normalise_streams, offset_table
 
 D, H = 16, 2

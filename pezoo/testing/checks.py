@@ -1,44 +1,10 @@
-"""The conformance kit: the battery every positional encoding must pass.
+"""The conformance checks (:data:`CHECKS`) and :func:`check_encoding`, which runs them.
 
-Usable by third-party packages in their own tests; it needs only the public interface,
-a factory ``() -> PositionalEncoding`` and the model dims the encoding was built for:
-
->>> import pezoo
->>> from pezoo.testing import check_encoding
->>> dims = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
->>> check_encoding(lambda: pezoo.create("rope", dims=dims), dims)
-
-Every check runs the encoding inside :class:`KitModel`, a tiny pre-LN decoder built from
-:class:`pezoo.SelfAttention`, or calls its hooks on plain tensors. Positions are drawn
-once through ``pe.positions()`` and then passed explicitly, so encodings that randomize
-positions (randomized PE) are compared against themselves at equal positions.
+Each check builds the kit model around the encoding (``kit.py``) or calls its hooks on
+plain tensors, and raises :class:`~pezoo.testing.kit.ConformanceError` naming itself and
+what differed. What each check asserts is listed in :mod:`pezoo.testing`.
 
 Axis letters: b batch, s sequence, d model width, h heads, e head dim, v vocab.
-
-Checks (``CHECKS``, run in this order by :func:`check_encoding`):
-    hook_shapes            hooks on plain tensors at several lengths: shapes, dtypes,
-                           sorted integer positions, biases materialise to (b, h, i, j)
-    no_future_leakage      changing tokens at t.. leaves outputs before t unchanged
-    backend_agreement      every usable backend equals eager (fp32): forward at the
-                           length and, with key padding, at 3× it; parameter gradients
-    incremental_decoding   a prompt then one token at a time, with a KV cache in
-                           ``ctx.state``, equals one full forward pass
-    state_dict_round_trip  a fresh instance loaded from a state dict (also through
-                           ``torch.save``) computes the same outputs
-    half_precision         the model moved with ``.half()`` / ``.bfloat16()``: eager and
-                           sdpa forward return that dtype, finite, close to fp32 (loose)
-    float64                the model moved with ``.double()``: float64 outputs close to fp32
-    copy_and_pickle        ``copy.deepcopy`` and a pickle round trip of the model compute
-                           the same outputs as the original
-    device_move            no module holds a tensor outside its parameters and buffers
-                           (``.to(device)`` would leave it behind), and after
-                           ``.to("meta")`` every parameter and buffer has moved
-    deterministic          the same seed gives bit-identical outputs (training mode)
-    extrapolation          a forward pass at ``extrapolation_factor`` × the length
-    gradients_finite       a training step gives finite gradients for the encoding
-
-Not a check (it fails nothing): :func:`graph_breaks` reports how many graph breaks
-``torch.compile`` meets in the kit model's forward pass (``torch._dynamo.explain``).
 """
 
 from __future__ import annotations
@@ -46,182 +12,43 @@ from __future__ import annotations
 import copy
 import io
 import pickle
-import warnings
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
-from typing import Any, cast
+from dataclasses import fields
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from pezoo.attention import BACKENDS, SelfAttention
-from pezoo.backends import flex_compile, xformers_available
-from pezoo.base import AttentionBias, AttentionContext, ModelDims, PositionalEncoding
-
-__all__ = [
-    "CHECKS",
-    "CompileReport",
-    "ConformanceError",
-    "KitConfig",
-    "KitModel",
-    "check_encoding",
-    "graph_breaks",
-    "usable_backends",
-]
-
-Factory = Callable[[], PositionalEncoding]
-
-
-@dataclass(frozen=True)
-class KitConfig:
-    """Settings of one kit run (every field has a default; unknown keys are an error).
-
-    Attributes:
-        dims: the model shape the factory builds the encoding for.
-        length: the base sequence length s.
-        batch: batch size b.
-        vocab: vocabulary of the kit model.
-        extrapolation_factor: the extrapolation check runs at this many times ``length``.
-        backends: backends compared with eager; None = :func:`usable_backends`.
-        compile_flex: compile flex (slow on CPU, ~30 s per compile) or use its unfused form.
-        device: where to run.
-        atol: absolute tolerance for fp32 comparisons.
-        seed: base seed.
-    """
-
-    dims: ModelDims = field(default_factory=lambda: ModelDims(d_model=32, n_heads=4, n_layers=2))
-    length: int = 12
-    batch: int = 2
-    vocab: int = 16
-    extrapolation_factor: int = 10
-    backends: tuple[str, ...] | None = None
-    compile_flex: bool = False
-    device: str = "cpu"
-    atol: float = 2e-5
-    seed: int = 0
-
-
-def usable_backends(device: str | torch.device = "cpu") -> list[str]:
-    """Registered backends that can run on ``device`` (xformers only with CUDA and the package)."""
-    names = []
-    for name in sorted(BACKENDS):
-        if name == "xformers" and not (torch.device(device).type == "cuda" and xformers_available()):
-            continue
-        names.append(name)
-    return names
-
-
-class KitModel(nn.Module):
-    """A tiny pre-LN decoder that applies every hook of ``pe`` (the kit's test bed).
-
-    Args:
-        pe: the encoding.
-        dims: model shape (d_model, n_heads, n_layers).
-        vocab: vocabulary size.
-        backend: attention backend of every layer (change with :meth:`set_backend`).
-    """
-
-    def __init__(self, pe: PositionalEncoding, dims: ModelDims, vocab: int, backend: str = "eager") -> None:
-        super().__init__()
-        self.pe, self.dims = pe, dims
-        self.embed = nn.Embedding(vocab, dims.d_model)
-        self.ln_attn = nn.ModuleList(nn.LayerNorm(dims.d_model) for _ in range(dims.n_layers))
-        self.attn = nn.ModuleList(
-            SelfAttention(dims.d_model, dims.n_heads, layer=layer, backend=backend) for layer in range(dims.n_layers)
-        )
-        self.ln_mlp = nn.ModuleList(nn.LayerNorm(dims.d_model) for _ in range(dims.n_layers))
-        self.mlp = nn.ModuleList(
-            nn.Sequential(
-                nn.Linear(dims.d_model, 2 * dims.d_model), nn.GELU(), nn.Linear(2 * dims.d_model, dims.d_model)
-            )
-            for _ in range(dims.n_layers)
-        )
-        self.head = nn.Linear(dims.d_model, vocab)
-
-    def set_backend(self, backend: str) -> None:
-        for attn in self.attn:
-            cast(SelfAttention, attn).backend = backend
-
-    def forward(
-        self,
-        tokens: Tensor,
-        positions: Tensor,
-        *,
-        state: dict[str, Any] | None = None,
-        key_padding_mask: Tensor | None = None,
-        scale_hint: Tensor | None = None,
-    ) -> Tensor:
-        """tokens (b, s) continuing ``state`` (or a full pass) at ``positions`` (b|1, total) -> (b, s, v)."""
-        state_kept = state is not None
-        state = {} if state is None else state
-        start, s = state.get("kit_length", 0), tokens.shape[1]
-        ctx = AttentionContext(
-            q_pos=positions[:, start : start + s],
-            k_pos=positions[:, : start + s],
-            causal=True,
-            state=state,
-            key_padding_mask=key_padding_mask,
-            scale_hint=scale_hint,
-            state_kept=state_kept,
-        )
-        x = self.pe.embed(self.embed(tokens), ctx.q_pos)  # (b, s, d)
-        x = self.pe.embed_tokens(x, tokens, ctx)
-        for layer in range(self.dims.n_layers):
-            self.pe.observe(layer, x, ctx)
-            a, _ = self.attn[layer](self.ln_attn[layer](x), self.pe, ctx)
-            x = x + a
-            x = x + self.mlp[layer](self.ln_mlp[layer](x))
-        state["kit_length"] = start + s
-        return self.head(x)  # (b, s, v)
-
-
-# --------------------------------------------------------------------------------------
-# helpers
-# --------------------------------------------------------------------------------------
-
-
-class ConformanceError(AssertionError):
-    """A kit check failed; the message names the check and what differed."""
-
-
-def _fail(check: str, message: str) -> None:
-    raise ConformanceError(f"[{check}] {message}")
-
-
-def _build(factory: Factory, cfg: KitConfig, seed: int) -> KitModel:
-    """The kit model around ``factory()``; the encoding is built under ``seed``, the rest
-    of the model always under the same seed (so two builds differ only in the encoding)."""
-    torch.manual_seed(seed)
-    pe = factory()
-    if not isinstance(pe, PositionalEncoding):
-        _fail("factory", f"the factory returned {type(pe).__name__}, not a PositionalEncoding")
-    torch.manual_seed(cfg.seed + 10_000)
-    return KitModel(pe, cfg.dims, cfg.vocab).to(cfg.device)
-
-
-def _tokens(cfg: KitConfig, length: int, batch: int | None = None, seed: int = 0) -> Tensor:
-    g = torch.Generator().manual_seed(cfg.seed + seed)
-    return torch.randint(cfg.vocab, (batch or cfg.batch, length), generator=g).to(cfg.device)
-
-
-def _hint(cfg: KitConfig, batch: int, length: int) -> Tensor:
-    """A per-example instance scale (differs across the batch, like a mixed-scale batch)."""
-    return (torch.arange(batch) % 3 + max(length // 2, 1)).to(cfg.device)
+from pezoo.backends import flex_compile
+from pezoo.biases import AttentionBias
+from pezoo.context import AttentionContext
+from pezoo.registry import ModelDims
+from pezoo.testing.kit import (
+    ConformanceError,
+    Factory,
+    KitConfig,
+    KitModel,
+    build_model,
+    fail,
+    quiet_flex_warnings,
+    random_tokens,
+    scale_hints,
+    usable_backends,
+)
 
 
 def _close(check: str, what: str, got: Tensor, want: Tensor, atol: float, rtol: float = 1e-4) -> None:
     if got.shape != want.shape:
-        _fail(check, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}")
+        fail(check, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}")
     if not torch.allclose(got, want, atol=atol, rtol=rtol):
         err = (got - want).abs().max().item()
-        _fail(check, f"{what}: max abs difference {err:.3g} exceeds atol={atol:g}, rtol={rtol:g}")
+        fail(check, f"{what}: max abs difference {err:.3g} exceeds atol={atol:g}, rtol={rtol:g}")
 
 
 def _finite(check: str, what: str, t: Tensor) -> None:
     if not torch.isfinite(t).all():
         bad = "NaN" if torch.isnan(t).any() else "inf"
-        _fail(check, f"{what} contains {bad}")
+        fail(check, f"{what} contains {bad}")
 
 
 def _seeded(seed: int, model: nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -231,46 +58,34 @@ def _seeded(seed: int, model: nn.Module, *args: Any, **kwargs: Any) -> Any:
         return model(*args, **kwargs)
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*flex_attention has no backward pass on CPU.*")
-        yield
-
-
-# --------------------------------------------------------------------------------------
-# checks
-# --------------------------------------------------------------------------------------
-
-
 def check_hook_shapes(factory: Factory, cfg: KitConfig) -> None:
     """Hooks on plain tensors: shapes, dtypes, sorted positions, materialisable biases."""
     name = "hook_shapes"
     d, h, e, b = cfg.dims.d_model, cfg.dims.n_heads, cfg.dims.head_dim, cfg.batch
     for mode in ("train", "eval"):
-        model = _build(factory, cfg, cfg.seed)
+        model = build_model(factory, cfg, cfg.seed)
         model.train(mode == "train")
         pe = model.pe
         for s in sorted({1, 2, 5, cfg.length}):
             pos = pe.positions(b, s, cfg.device)
             if pos.dtype not in (torch.int32, torch.int64) or pos.dim() != 2 or pos.shape[-1] != s:
-                _fail(
+                fail(
                     name,
                     f"positions({b}, {s}) must be an integer (b|1, {s}) tensor, got {pos.dtype} {tuple(pos.shape)}",
                 )
             if pos.shape[0] not in (1, b):
-                _fail(name, f"positions({b}, {s}) has batch dim {pos.shape[0]}, expected 1 or {b}")
+                fail(name, f"positions({b}, {s}) has batch dim {pos.shape[0]}, expected 1 or {b}")
             if s > 1 and not bool((pos[:, 1:] > pos[:, :-1]).all()):
-                _fail(name, f"positions({b}, {s}) are not strictly increasing ({mode} mode): {pos.tolist()}")
-            ctx = AttentionContext(q_pos=pos, k_pos=pos, scale_hint=_hint(cfg, b, s))
+                fail(name, f"positions({b}, {s}) are not strictly increasing ({mode} mode): {pos.tolist()}")
+            ctx = AttentionContext(q_pos=pos, k_pos=pos, scale_hint=scale_hints(cfg, b, s))
             x = torch.randn(b, s, d, device=cfg.device)
             y = pe.embed(x, pos)
             if y.shape != x.shape or y.dtype != x.dtype:
-                _fail(name, f"embed changed {tuple(x.shape)} {x.dtype} into {tuple(y.shape)} {y.dtype}")
+                fail(name, f"embed changed {tuple(x.shape)} {x.dtype} into {tuple(y.shape)} {y.dtype}")
             _finite(name, f"embed output at length {s}", y)
-            y2 = pe.embed_tokens(y, _tokens(cfg, s), ctx)
+            y2 = pe.embed_tokens(y, random_tokens(cfg, s), ctx)
             if y2.shape != y.shape or y2.dtype != y.dtype:
-                _fail(name, f"embed_tokens changed {tuple(y.shape)} {y.dtype} into {tuple(y2.shape)} {y2.dtype}")
+                fail(name, f"embed_tokens changed {tuple(y.shape)} {y.dtype} into {tuple(y2.shape)} {y2.dtype}")
             _finite(name, f"embed_tokens output at length {s}", y2)
             y = y2
             for layer in range(cfg.dims.n_layers):
@@ -278,23 +93,23 @@ def check_hook_shapes(factory: Factory, cfg: KitConfig) -> None:
                 q, k = torch.randn(b, h, s, e, device=cfg.device), torch.randn(b, h, s, e, device=cfg.device)
                 q2, k2 = pe.qk(layer, q, k, ctx)
                 if q2.shape[:3] != (b, h, s) or k2.shape[:3] != (b, h, s) or q2.shape[-1] != k2.shape[-1]:
-                    _fail(name, f"qk turned q, k {tuple(q.shape)} into {tuple(q2.shape)}, {tuple(k2.shape)}")
+                    fail(name, f"qk turned q, k {tuple(q.shape)} into {tuple(q2.shape)}, {tuple(k2.shape)}")
                 if q2.shape[-1] < e:
-                    _fail(name, f"qk shrank the head dim from {e} to {q2.shape[-1]}")
+                    fail(name, f"qk shrank the head dim from {e} to {q2.shape[-1]}")
                 biases = pe.bias(layer, q2, k2, ctx)
                 if not isinstance(biases, (list, tuple)) or not all(isinstance(t, AttentionBias) for t in biases):
-                    _fail(name, f"bias must return a list of AttentionBias, got {biases!r}")
+                    fail(name, f"bias must return a list of AttentionBias, got {biases!r}")
                 for bias in biases:
                     dense = bias.materialize(ctx, h, torch.float32)
                     try:
                         torch.broadcast_shapes(dense.shape, (b, h, s, s))
                     except RuntimeError:
-                        _fail(name, f"{type(bias).__name__} materialises to {tuple(dense.shape)}, not (b, h, {s}, {s})")
+                        fail(name, f"{type(bias).__name__} materialises to {tuple(dense.shape)}, not (b, h, {s}, {s})")
                     if torch.isnan(dense).any():
-                        _fail(name, f"{type(bias).__name__} materialises NaN")
-            out = model(_tokens(cfg, s), pos, scale_hint=_hint(cfg, b, s))
+                        fail(name, f"{type(bias).__name__} materialises NaN")
+            out = model(random_tokens(cfg, s), pos, scale_hint=scale_hints(cfg, b, s))
             if out.shape != (b, s, cfg.vocab):
-                _fail(name, f"kit model output {tuple(out.shape)} != {(b, s, cfg.vocab)}")
+                fail(name, f"kit model output {tuple(out.shape)} != {(b, s, cfg.vocab)}")
             _finite(name, f"kit model output at length {s}", out)
 
 
@@ -304,55 +119,55 @@ def check_no_future_leakage(factory: Factory, cfg: KitConfig) -> None:
     s, b = cfg.length, cfg.batch
     cut = s // 2
     for mode in ("train", "eval"):
-        model = _build(factory, cfg, cfg.seed)
+        model = build_model(factory, cfg, cfg.seed)
         model.train(mode == "train")
         pos = model.pe.positions(b, s, cfg.device)
-        tokens = _tokens(cfg, s)
+        tokens = random_tokens(cfg, s)
         changed = tokens.clone()
-        changed[:, cut:] = (changed[:, cut:] + 1 + _tokens(cfg, s - cut, seed=1) % (cfg.vocab - 1)) % cfg.vocab
-        hint = _hint(cfg, b, s)
+        changed[:, cut:] = (changed[:, cut:] + 1 + random_tokens(cfg, s - cut, seed=1) % (cfg.vocab - 1)) % cfg.vocab
+        hint = scale_hints(cfg, b, s)
         with torch.no_grad():  # equal RNG states: training-time draws (Abacus's offset) are not the future
             a = _seeded(cfg.seed + 1, model, tokens, pos, scale_hint=hint)
             c = _seeded(cfg.seed + 1, model, changed, pos, scale_hint=hint)
         if not torch.allclose(a[:, :cut], c[:, :cut], atol=cfg.atol, rtol=0):
             err = (a[:, :cut] - c[:, :cut]).abs().max().item()
-            _fail(name, f"changing tokens {cut}.. changed outputs before {cut} by {err:.3g} ({mode} mode)")
+            fail(name, f"changing tokens {cut}.. changed outputs before {cut} by {err:.3g} ({mode} mode)")
 
 
 def check_backend_agreement(factory: Factory, cfg: KitConfig) -> None:
     """Every usable backend equals eager in fp32: forward (with key padding) and gradients."""
     name = "backend_agreement"
     backends = [n for n in (cfg.backends or usable_backends(cfg.device)) if n != "eager"]
-    model = _build(factory, cfg, cfg.seed)
+    model = build_model(factory, cfg, cfg.seed)
     model.eval()
     b = cfg.batch
     for s, padded in ((cfg.length, False), (3 * cfg.length, True)):
         pos = model.pe.positions(b, s, cfg.device)
-        tokens = _tokens(cfg, s, seed=s)
+        tokens = random_tokens(cfg, s, seed=s)
         live = torch.ones(b, s, dtype=torch.bool, device=cfg.device)
         if padded:
             live[-1, s - s // 4 :] = False  # right padding: real queries always see real keys
         mask = live if padded else None
-        hint = _hint(cfg, b, s)
+        hint = scale_hints(cfg, b, s)
         with torch.no_grad():
             model.set_backend("eager")
             want = model(tokens, pos, key_padding_mask=mask, scale_hint=hint)
             for backend in backends:
                 model.set_backend(backend)
-                with _quiet():
+                with quiet_flex_warnings():
                     got = model(tokens, pos, key_padding_mask=mask, scale_hint=hint)
                 what = f"{backend} vs eager forward at length {s}" + (" with key padding" if padded else "")
                 _close(name, what, got[live], want[live], cfg.atol)
     # gradients of every parameter (encoding and model), at the longer length
     s = 3 * cfg.length
     pos = model.pe.positions(b, s, cfg.device)
-    tokens, hint = _tokens(cfg, s, seed=7), _hint(cfg, b, s)
+    tokens, hint = random_tokens(cfg, s, seed=7), scale_hints(cfg, b, s)
     weights = torch.randn(b, s, cfg.vocab, generator=torch.Generator().manual_seed(cfg.seed)).to(cfg.device)
 
     def grads(backend: str) -> dict[str, Tensor]:
         model.set_backend(backend)
         model.zero_grad(set_to_none=True)
-        with _quiet():
+        with quiet_flex_warnings():
             (model(tokens, pos, scale_hint=hint) * weights).sum().backward()
         return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -360,7 +175,7 @@ def check_backend_agreement(factory: Factory, cfg: KitConfig) -> None:
     for backend in backends:
         got = grads(backend)
         if set(got) != set(want):
-            _fail(name, f"{backend} gives gradients for {sorted(set(got) ^ set(want))} where eager does not, or v.v.")
+            fail(name, f"{backend} gives gradients for {sorted(set(got) ^ set(want))} where eager does not, or v.v.")
         for param, g in want.items():
             _close(name, f"{backend} vs eager gradient of {param}", got[param], g, cfg.atol * 10, rtol=1e-3)
     model.set_backend("eager")
@@ -369,11 +184,11 @@ def check_backend_agreement(factory: Factory, cfg: KitConfig) -> None:
 def check_incremental_decoding(factory: Factory, cfg: KitConfig) -> None:
     """A prompt, then one token per call with a persistent state, equals one full pass."""
     name = "incremental_decoding"
-    model = _build(factory, cfg, cfg.seed)
+    model = build_model(factory, cfg, cfg.seed)
     model.eval()
     b, s = cfg.batch, cfg.length
     pos = model.pe.positions(b, s, cfg.device)  # planned once, like start_state
-    tokens, hint = _tokens(cfg, s), _hint(cfg, b, s)
+    tokens, hint = random_tokens(cfg, s), scale_hints(cfg, b, s)
     prompt = max(1, s // 3)
     for backend in ("eager", "sdpa"):
         model.set_backend(backend)
@@ -390,17 +205,17 @@ def check_incremental_decoding(factory: Factory, cfg: KitConfig) -> None:
 def check_state_dict_round_trip(factory: Factory, cfg: KitConfig) -> None:
     """A second instance (another seed) loaded with the first's state dict computes the same."""
     name = "state_dict_round_trip"
-    first, second = _build(factory, cfg, cfg.seed), _build(factory, cfg, cfg.seed + 1)
+    first, second = build_model(factory, cfg, cfg.seed), build_model(factory, cfg, cfg.seed + 1)
     buffer = io.BytesIO()
     torch.save(first.pe.state_dict(), buffer)
     buffer.seek(0)
     state = torch.load(buffer, weights_only=True)
     if set(state) != set(second.pe.state_dict()):
-        _fail(name, f"state dict keys differ between two instances: {sorted(set(state) ^ set(second.pe.state_dict()))}")
+        fail(name, f"state dict keys differ between two instances: {sorted(set(state) ^ set(second.pe.state_dict()))}")
     second.pe.load_state_dict(state, strict=True)
     first.eval(), second.eval()
     s, b = cfg.length, cfg.batch
-    pos, tokens, hint = first.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
+    pos, tokens, hint = first.pe.positions(b, s, cfg.device), random_tokens(cfg, s), scale_hints(cfg, b, s)
     with torch.no_grad():
         _close(
             name,
@@ -420,25 +235,25 @@ to the largest fp32 output (loose for fp16 / bf16: it catches garbage, not round
 def _check_moved(name: str, factory: Factory, cfg: KitConfig, dtypes: Sequence[torch.dtype]) -> None:
     """The model moved to each of ``dtypes`` (eager and sdpa): that dtype out, finite, close to fp32."""
     s, b = cfg.length, cfg.batch
-    model = _build(factory, cfg, cfg.seed)
+    model = build_model(factory, cfg, cfg.seed)
     model.eval()
-    pos, tokens, hint = model.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
+    pos, tokens, hint = model.pe.positions(b, s, cfg.device), random_tokens(cfg, s), scale_hints(cfg, b, s)
     with torch.no_grad():
         want = model(tokens, pos, scale_hint=hint)
     scale = want.abs().max().item()
     for dtype in dtypes:
-        moved = _build(factory, cfg, cfg.seed).to(dtype)  # a fresh copy: .to() moves in place
+        moved = build_model(factory, cfg, cfg.seed).to(dtype)  # a fresh copy: .to() moves in place
         moved.eval()
         for backend in ("eager", "sdpa"):
             moved.set_backend(backend)
             with torch.no_grad():
                 out = moved(tokens, pos, scale_hint=hint)
             if out.dtype != dtype:
-                _fail(name, f"{dtype} model returned {out.dtype} ({backend})")
+                fail(name, f"{dtype} model returned {out.dtype} ({backend})")
             _finite(name, f"{dtype} forward ({backend})", out)
             err = (out.to(torch.float32) - want).abs().max().item()
             if err > LOW_PRECISION_TOLERANCE[dtype] * scale:
-                _fail(
+                fail(
                     name,
                     f"{dtype} forward ({backend}) differs from fp32 by {err:.3g} "
                     f"(> {LOW_PRECISION_TOLERANCE[dtype]:g} x the largest output {scale:.3g})",
@@ -459,16 +274,16 @@ def check_copy_and_pickle(factory: Factory, cfg: KitConfig) -> None:
     """``copy.deepcopy`` and ``pickle.loads(pickle.dumps(...))`` of the model compute the same outputs."""
     name = "copy_and_pickle"
     s, b = cfg.length, cfg.batch
-    model = _build(factory, cfg, cfg.seed)
+    model = build_model(factory, cfg, cfg.seed)
     model.eval()
-    pos, tokens, hint = model.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
+    pos, tokens, hint = model.pe.positions(b, s, cfg.device), random_tokens(cfg, s), scale_hints(cfg, b, s)
     with torch.no_grad():
         want = model(tokens, pos, scale_hint=hint)
     for how, clone in (("deepcopy", copy.deepcopy), ("pickle", lambda m: pickle.loads(pickle.dumps(m)))):
         try:
             other = clone(model)
         except Exception as exc:
-            _fail(name, f"{how} of the model failed: {type(exc).__name__}: {exc}")
+            fail(name, f"{how} of the model failed: {type(exc).__name__}: {exc}")
         with torch.no_grad():
             got = other(tokens, pos, scale_hint=hint)
         _close(name, f"outputs after {how}", got, want, 0.0, 0.0)
@@ -480,12 +295,12 @@ def check_deterministic(factory: Factory, cfg: KitConfig) -> None:
     s, b = cfg.length, cfg.batch
 
     def run() -> Tensor:
-        model = _build(factory, cfg, cfg.seed)
+        model = build_model(factory, cfg, cfg.seed)
         model.train()
         torch.manual_seed(cfg.seed + 1)
         pos = model.pe.positions(b, s, cfg.device)
         with torch.no_grad():
-            return model(_tokens(cfg, s), pos, scale_hint=_hint(cfg, b, s))
+            return model(random_tokens(cfg, s), pos, scale_hint=scale_hints(cfg, b, s))
 
     _close(name, "two runs under the same seed", run(), run(), 0.0, 0.0)
 
@@ -494,24 +309,24 @@ def check_extrapolation(factory: Factory, cfg: KitConfig) -> None:
     """A forward pass at ``extrapolation_factor`` × length runs and stays finite."""
     name = "extrapolation"
     s = cfg.extrapolation_factor * cfg.length
-    model = _build(factory, cfg, cfg.seed)
+    model = build_model(factory, cfg, cfg.seed)
     model.eval()
     pos = model.pe.positions(1, s, cfg.device)
     with torch.no_grad():
-        out = model(_tokens(cfg, s, batch=1), pos, scale_hint=_hint(cfg, 1, s))
+        out = model(random_tokens(cfg, s, batch=1), pos, scale_hint=scale_hints(cfg, 1, s))
     if out.shape != (1, s, cfg.vocab):
-        _fail(name, f"output {tuple(out.shape)} at length {s}")
+        fail(name, f"output {tuple(out.shape)} at length {s}")
     _finite(name, f"output at length {s}", out)
 
 
 def check_gradients_finite(factory: Factory, cfg: KitConfig) -> None:
     """A training-mode backward pass gives finite gradients for the encoding's parameters."""
     name = "gradients_finite"
-    model = _build(factory, cfg, cfg.seed)
+    model = build_model(factory, cfg, cfg.seed)
     model.train()
     s, b = cfg.length, cfg.batch
-    tokens = _tokens(cfg, s)
-    logits = model(tokens, model.pe.positions(b, s, cfg.device), scale_hint=_hint(cfg, b, s))
+    tokens = random_tokens(cfg, s)
+    logits = model(tokens, model.pe.positions(b, s, cfg.device), scale_hint=scale_hints(cfg, b, s))
     nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
     for param_name, p in model.pe.named_parameters():
         if p.grad is not None:
@@ -532,17 +347,17 @@ def _stray_tensors(module: nn.Module) -> Iterator[tuple[str, Tensor]]:
 def check_device_move(factory: Factory, cfg: KitConfig) -> None:
     """``.to(device)`` moves everything: checked by moving to the meta device (no GPU needed)."""
     name = "device_move"
-    model = _build(factory, cfg, cfg.seed)
+    model = build_model(factory, cfg, cfg.seed)
     model.eval()
     s, b = cfg.length, cfg.batch
-    pos, tokens, hint = model.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
+    pos, tokens, hint = model.pe.positions(b, s, cfg.device), random_tokens(cfg, s), scale_hints(cfg, b, s)
     with torch.no_grad():
         want = model(tokens, pos, scale_hint=hint)  # also fills any lazily built cache
     for module_name, module in model.named_modules():
         if type(module).__module__.startswith("torch."):
             continue  # torch's own modules (nn.GRU's _flat_weights follow its parameters in _apply)
         for attr, tensor in _stray_tensors(module):
-            _fail(
+            fail(
                 name,
                 f"{module_name or 'model'}.{attr} is a {tuple(tensor.shape)} tensor outside parameters and buffers: "
                 "`.to(device)` leaves it behind (register it as a buffer, persistent=False for derived tables)",
@@ -550,7 +365,7 @@ def check_device_move(factory: Factory, cfg: KitConfig) -> None:
     moved = copy.deepcopy(model).to("meta")
     left = [n for n, t in [*moved.named_parameters(), *moved.named_buffers()] if t.device.type != "meta"]
     if left:
-        _fail(name, f"after .to('meta') still off the meta device: {', '.join(left)}")
+        fail(name, f"after .to('meta') still off the meta device: {', '.join(left)}")
     with torch.no_grad():
         got = model(tokens, pos, scale_hint=hint)
     _close(name, "outputs of the model after a copy of it moved", got, want, 0.0, 0.0)
@@ -566,7 +381,7 @@ def check_meta_init(factory: Factory, cfg: KitConfig) -> None:
     them: after ``to_empty`` they hold uninitialised memory.
     """
     name = "meta_init"
-    reference = _build(factory, cfg, cfg.seed)
+    reference = build_model(factory, cfg, cfg.seed)
     reference.eval()
     torch.manual_seed(cfg.seed)
     with torch.device("meta"):
@@ -580,7 +395,7 @@ def check_meta_init(factory: Factory, cfg: KitConfig) -> None:
     model.load_state_dict(reference.state_dict(), strict=True)
     model.eval()
     s, b = cfg.length, cfg.batch
-    pos, tokens, hint = reference.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
+    pos, tokens, hint = reference.pe.positions(b, s, cfg.device), random_tokens(cfg, s), scale_hints(cfg, b, s)
     with torch.no_grad():
         want = reference(tokens, pos, scale_hint=hint)
         got = model(tokens, pos, scale_hint=hint)
@@ -638,41 +453,3 @@ def check_encoding(
                 raise
             except Exception as exc:  # an encoding that crashes fails the check it crashed in
                 raise ConformanceError(f"[{check}] raised {type(exc).__name__}: {exc}") from exc
-
-
-@dataclass(frozen=True)
-class CompileReport:
-    """What ``torch._dynamo.explain`` saw in the kit model's forward pass.
-
-    Attributes:
-        graphs: graphs dynamo captured.
-        graph_breaks: breaks between them (0: the forward compiles as one graph).
-        reasons: one line per break, as dynamo words it.
-    """
-
-    graphs: int
-    graph_breaks: int
-    reasons: tuple[str, ...]
-
-
-def graph_breaks(factory: Factory, dims: ModelDims | None = None, **config: Any) -> CompileReport:
-    """Count the ``torch.compile`` graph breaks of the kit model's eval forward (sdpa backend).
-
-    A report, not a check: an encoding with breaks still compiles (into several graphs).
-    It traces once with ``torch._dynamo.explain`` (no code generation); ``**config`` as
-    for :func:`check_encoding`.
-    """
-    import torch._dynamo  # here, not at the top: the checks do not pay for dynamo's import
-
-    cfg = KitConfig(**config) if dims is None else KitConfig(dims=dims, **config)
-    model = _build(factory, cfg, cfg.seed)
-    model.eval()
-    model.set_backend("sdpa")
-    s, b = cfg.length, cfg.batch
-    pos, tokens, hint = model.pe.positions(b, s, cfg.device), _tokens(cfg, s), _hint(cfg, b, s)
-    torch._dynamo.reset()
-    with torch.no_grad(), _quiet():
-        explained = torch._dynamo.explain(model)(tokens, pos, scale_hint=hint)
-    torch._dynamo.reset()
-    reasons = tuple(str(getattr(r, "reason", r)).splitlines()[0] for r in explained.break_reasons)
-    return CompileReport(explained.graph_count, explained.graph_break_count, reasons)

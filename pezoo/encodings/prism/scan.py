@@ -1,0 +1,182 @@
+"""The filter's scan over a call's new tokens as :class:`~pezoo.encodings.prism.layer.PRISMLayer`
+runs it: each step's position stream kept instead of its histogram, only the bins reachable so
+far (windowed), in chunks recomputed under ``torch.utils.checkpoint``, and, on the default
+path, as the one autograd node of ``fused_scan.py``. ``histogram.histogram_scan`` is the plain
+loop these equal.
+
+Axis letters: s steps (new tokens), b batch, n scanned cursors, k copying cursors (the first
+k of n), t tokens so far, p bins (2P+1, or 2w+1 of a window), f stream width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+from torch import Tensor
+
+from pezoo.encodings.prism.fused_scan import fused_windowed_scan, scan_coefficients
+
+__all__ = ["clamp_copy", "scan_emitting"]
+
+
+def scan_emitting(
+    hist: Tensor,
+    gates: Tensor,
+    gamma: Tensor,
+    eps: float,
+    p_copy: Tensor | None,
+    masks: Tensor | None,
+    step: Callable[..., Tensor],
+    table: Tensor | None,
+    *,
+    start: int = 0,
+    windowed: bool = False,
+    copy_probs: Tensor | None = None,
+    checkpoint_every: int = 0,
+    fused: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """``histogram_scan`` that keeps only each step's stream ``h @ table`` (the (b, n, f)
+    streams instead of (b, n, p) histograms when P is large; ``table`` None keeps the
+    histograms) and returns the last histogram too.
+
+    ``windowed`` (only valid under ``eps_support="reachable"``; ``masks`` is then unused): step t
+    (absolute token index ``start + t``) works on the 2w+1 bins with w = min(t + 1, P)
+    around the centre instead of all 2P+1. Every other bin is exactly zero there (mass
+    moves one bin per token and the mask gives it no ε), the window's edge bins enter the
+    step as zero padding so the support clamp is a no-op inside it, and the mask is all
+    true on it; so the result is the same as the full scan's while the work per step is
+    O(min(t, P)) instead of O(P), about a third of it over a sequence whose support P is
+    the next power of two above its length.
+
+    The copy branch comes either dense, ``p_copy`` (s, b, k, p+1), or, windowed with
+    increment-only key cursors, as the copy attention's ``copy_probs`` (s, b, k, t+1): a_pos
+    (token j's copied mass) then a_null (the no-copy weight) last. Token j's copied mass
+    sits on the bin of offset j + 1, so the window's slice of p_pos
+    is ``w + 1`` zeros then ``a_pos[:w]``, built per step in O(w) without the dense
+    (s, b, k, 2P+2) tensor. Either is unbound once: indexing it per step would make every
+    backward step allocate and fill a zero tensor of its full size (O(S²·P) in all).
+
+    ``checkpoint_every`` (windowed only): run the steps in chunks of this many tokens under
+    ``torch.utils.checkpoint``, so the backward pass recomputes each chunk from its first
+    histogram instead of keeping every step's intermediates.
+
+    ``fused`` (default): the windowed scan with streams (``table`` given) and no dense
+    ``p_copy`` runs as one autograd node with a hand-written reverse scan
+    (``fused_scan.fused_windowed_scan``): the same outputs and gradients to float rounding,
+    in less time and memory. ``fused=False`` keeps the per-op autograd scan (the reference
+    the tests compare with); record mode (``table`` None) and the dense copy always use it.
+    ``step`` must then be ``PRISMLayer._step`` or equivalent (it is not called).
+
+    Returns:
+        (last histogram (b, n, p), stacked streams (s, b, n, f|p)).
+    """
+    reset, inc, dec, keep = gates.unbind(dim=-1)
+    h = hist
+    support = hist.shape[-1] // 2
+    copies = None if p_copy is None else p_copy.unbind(0)  # (b, k, p+1) per step
+    if not windowed:
+        every = []
+        for t in range(gates.shape[0]):
+            copy_t = None if copies is None else copies[t]
+            mask_t = None if masks is None else masks[t]
+            h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=mask_t)
+            every.append(h if table is None else h @ table)
+        return h, torch.stack(every, dim=0)
+    radius = min(start, support)
+    h = hist[..., support - radius : support + radius + 1]  # (b, n, 2r+1): the reachable bins
+    if fused and table is not None and p_copy is None:
+        return _fused_scan_emitting(h, gates, gamma, eps, table, start, support, copy_probs, checkpoint_every)
+    pos_null = (
+        None
+        if copy_probs is None
+        else tuple(zip(copy_probs[..., :-1].unbind(0), copy_probs[..., -1:].unbind(0), strict=True))
+    )
+
+    def run(h: Tensor, first: int, stop: int) -> tuple[Tensor, Tensor]:
+        """Steps first..stop-1 from h (the window of radius min(start + first, P)): (h, streams)."""
+        radius, chunk = min(start + first, support), []
+        for t in range(first, stop):
+            new_radius = min(start + t + 1, support)
+            grow = new_radius - radius
+            if grow:
+                h = F.pad(h, (grow, grow))
+            lo, hi = support - new_radius, support + new_radius + 1
+            if pos_null is not None:  # bins lo..hi-1 are offsets -w..w; token j's copy lands on offset j + 1
+                pos_t, null_t = pos_null[t]
+                # inside the support tokens beyond the radius carry no mass (causal): drop them;
+                # at the support's edge (only under max_support) they pile on the top bin
+                pos_w = pos_t[..., :new_radius] if new_radius < support else clamp_copy(pos_t, support)
+                copy_t = torch.cat([F.pad(pos_w, (new_radius + 1, 0)), null_t], dim=-1)
+            elif copies is not None:
+                copy_t = torch.cat([copies[t][..., lo:hi], copies[t][..., -1:]], dim=-1)
+            else:
+                copy_t = None
+            h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=None)
+            radius = new_radius
+            if table is None:
+                chunk.append(F.pad(h, (lo, 2 * support + 1 - hi)))
+            else:
+                chunk.append(h @ table[lo:hi])
+        return h, torch.stack(chunk, dim=0)
+
+    steps = gates.shape[0]
+    h, out = _run_chunked(run, h, steps, checkpoint_every)
+    radius = min(start + steps, support)
+    last = F.pad(h, (support - radius, support - radius))
+    return last, out
+
+
+def _run_chunked(
+    run: Callable[[Tensor, int, int], tuple[Tensor, Tensor]], h: Tensor, steps: int, checkpoint_every: int
+) -> tuple[Tensor, Tensor]:
+    """``run(h, 0, steps)`` -> (last window, streams), or, when ``checkpoint_every`` asks for it
+    and a backward pass will follow, chunk by chunk under ``torch.utils.checkpoint``: each
+    chunk keeps its first histogram and its streams and recomputes the rest in backward."""
+    if not (checkpoint_every and torch.is_grad_enabled() and steps > checkpoint_every):
+        return run(h, 0, steps)
+    out = []
+    for first in range(0, steps, checkpoint_every):
+        stop = min(first + checkpoint_every, steps)
+        h, streams = torch.utils.checkpoint.checkpoint(run, h, first, stop, use_reentrant=False)
+        out.append(streams)
+    return h, torch.cat(out, dim=0)
+
+
+def _fused_scan_emitting(
+    h: Tensor,
+    gates: Tensor,
+    gamma: Tensor,
+    eps: float,
+    table: Tensor,
+    start: int,
+    support: int,
+    copy_probs: Tensor | None,
+    checkpoint_every: int,
+) -> tuple[Tensor, Tensor]:
+    """``scan_emitting``'s windowed path through ``fused_windowed_scan``, chunked under
+    ``torch.utils.checkpoint`` when ``checkpoint_every`` asks for it."""
+    coef = scan_coefficients(gates)  # (s, b, n, 6)
+    steps = gates.shape[0]
+
+    def run(h: Tensor, first: int, stop: int) -> tuple[Tensor, Tensor]:
+        probs = None if copy_probs is None else copy_probs[first:stop]
+        return fused_windowed_scan(
+            h, coef[first:stop], gamma, table, eps, start=start + first, support=support, copy_probs=probs
+        )
+
+    h, streams = _run_chunked(run, h, steps, checkpoint_every)
+    radius = min(start + steps, support)
+    return F.pad(h, (support - radius, support - radius)), streams
+
+
+def clamp_copy(a_pos: Tensor, width: int) -> Tensor:
+    """(..., t) copy weights of tokens j = 0.. onto offsets 1..width: (..., width), token j
+    on offset j + 1, those beyond ``width`` (only under ``max_support``) summed on the top
+    bin (the edge rule of Alg. 1); zero-padded when fewer than ``width`` tokens exist."""
+    n = a_pos.shape[-1]
+    if n <= width:
+        return F.pad(a_pos, (0, width - n))
+    return torch.cat([a_pos[..., : width - 1], a_pos[..., width - 1 :].sum(dim=-1, keepdim=True)], dim=-1)
