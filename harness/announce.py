@@ -2,7 +2,7 @@
 already in the store or published), what each preset means (model, steps, batch,
 training and test lengths), where the runs train, and how long they should take.
 
-Pure functions from a sweep's configs and plan (``harness.sweep.make_plan``) to text;
+Pure functions from a sweep's configs and plan (``harness.plan.make_plan``) to text;
 the command line prints them.
 """
 
@@ -17,9 +17,10 @@ from typing import Any
 from harness import tasks
 from harness.config import PRESET_DESCRIPTIONS, PRESETS, RunConfig
 from harness.data import layout
+from harness.labels import varying_axes
 from harness.pe_spec import config_display_name
+from harness.plan import Plan, estimate_bases, format_duration, wall_seconds
 from harness.precision import evaluation_precision
-from harness.sweep import Plan, estimate_bases, format_duration, varying_axes, wall_seconds
 
 CPU_PRESETS = ("quick", "smoke")
 """Presets sized for a CPU; on CUDA the announcement points at ``GPU_PRESET``."""

@@ -23,6 +23,7 @@ from harness.announce import bench_announcement, published_line
 from harness.catalogue import listing, name_problem
 from harness.config import GPU_PRESETS, INT64_MAX, PRESETS, RunConfig
 from harness.deadline import MARGIN, TimeLimit, parse_duration, probing
+from harness.estimate import checkpointed_steps
 from harness.executors import (
     Executor,
     ExecutorError,
@@ -32,9 +33,9 @@ from harness.executors import (
     local_executor,
     run_sweep,
 )
+from harness.labels import varying_axes
 from harness.options import max_runs_option, store_option
-from harness.pe_spec import names as pe_names
-from harness.pe_spec import parse_pe, split_pe_list
+from harness.plan import ORDERS, format_duration, format_plan, longest_first, make_plan
 from harness.printable import printable, terminal_text
 from harness.progress import SweepReport
 from harness.provenance import code_origins, cpu_name, resolve_device
@@ -42,22 +43,10 @@ from harness.report import LEGEND, leaderboard_tables
 from harness.results import load
 from harness.run import check_run, checkpoint_dir_for
 from harness.store import Store, StoreError
-from harness.sweep import (
-    AXES,
-    ORDERS,
-    Grid,
-    SweepSpec,
-    check_size,
-    checkpointed_steps,
-    format_duration,
-    format_plan,
-    load_sweep,
-    longest_first,
-    make_plan,
-    parse_list,
-    varying_axes,
-)
+from harness.sweep import AXES, Grid, SweepSpec, check_size, load_sweep, parse_list
 from pezoo.backends import xformers_available
+from pezoo.spec import names as pe_names
+from pezoo.spec import parse_pe, split_pe_list
 
 
 def _split(value: str) -> list[str]:
@@ -591,14 +580,13 @@ def _one_line(exc: object) -> str:
 def _probing_expectation(configs, plan, rows, resume, plan_options, report, device) -> Callable[[int], float | None]:
     """``--time-limit``'s expected seconds per run: the ETA's, after a probe of the run here
     when its estimate is borrowed from other runs (``harness.deadline.probing``)."""
+    from harness.estimate import SAME_RUN, probe_key
     from harness.probe import probe_speeds
-    from harness.sweep import MATCH_LEVELS, probe_key
 
-    exact = MATCH_LEVELS[0][0]
 
     def measured(index: int) -> bool:
         cfg, est = configs[index - 1], plan.runs[index - 1].estimate
-        return cfg.is_variant or (est is not None and exact in est.basis)  # a variant only evaluates
+        return cfg.is_variant or (est is not None and est.basis == SAME_RUN)  # a variant only evaluates
 
     probes: dict[Any, tuple[float, int]] = {}  # one probe per speed group: a run's other seeds share it
     tried: set[Any] = set()
@@ -726,9 +714,9 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
 
 def _probe(configs, rows, device) -> dict:
     """Speeds probed here for the speed groups the store has not measured, with a line each."""
+    from harness.estimate import probe_key, unmeasured
     from harness.pe_spec import config_display_name
     from harness.probe import DEFAULT_STEPS, DEFAULT_WARMUP, probe_speeds
-    from harness.sweep import probe_key, unmeasured
 
     todo = unmeasured(configs, rows, device.type)
     if not todo:

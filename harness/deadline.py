@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import Callable
 
-from harness.sweep import format_duration
+from harness.plan import format_duration
 
 MARGIN = 1.1
 """A run is started when its expected seconds times this end before the limit: estimates

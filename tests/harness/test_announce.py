@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from harness.announce import bench_announcement, describe_preset, gpu_hint, wall_line
 from harness.config import preset_config
+from harness.plan import make_plan
 from harness.store import Store
-from harness.sweep import Grid, SweepSpec, make_plan
+from harness.sweep import Grid, SweepSpec
 from tests.harness.test_sweep import finish
 
 
