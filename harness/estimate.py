@@ -44,8 +44,6 @@ def eval_units(cfg: RunConfig) -> int:
     return cfg.eval.samples * (len(cfg.train_lengths()) + len(cfg.test_lengths()))
 
 
-
-
 def _model_key(cfg: RunConfig) -> tuple[Any, ...]:
     """What sets a run's cost per step: the preset, the backbone (a frozen dataclass:
     compared field by field), batch size, training lengths, protocol and precision (a bf16
@@ -89,8 +87,6 @@ options before the other encodings on this task. Options can still move the spee
 or a finished run measures. There is no level below the same model (preset included): a
 run of another size says nothing reliable (a store of smoke runs put the quick board at
 61 s per run; it took 8-12 h)."""
-
-
 
 
 @dataclass(frozen=True)
@@ -205,8 +201,6 @@ def scaled_to_machine(
     return out
 
 
-
-
 @dataclass(frozen=True)
 class Speed:
     """A run's speed as one source knows it: training steps/s, evaluation seconds per unit
@@ -267,9 +261,7 @@ def probed(probes: Mapping[tuple[Any, ...], tuple[float, int]], measured: Sequen
     return speed
 
 
-def similar_runs(
-    measured: Sequence[Measurement], ratio_runs: Sequence[Measurement] = (), *, rough: str = ""
-) -> Source:
+def similar_runs(measured: Sequence[Measurement], ratio_runs: Sequence[Measurement] = (), *, rough: str = "") -> Source:
     """A speed borrowed from runs like the run, closest first: the same encoding on other
     tasks scaled by the tasks' speed ratio (:func:`scaled_rate`), then :data:`SIMILAR`
     level by level (the encoding's name with other options scaled likewise after its
@@ -359,8 +351,6 @@ def same_runs_published(published: Sequence[Measurement]) -> Source:
     return speed
 
 
-
-
 @dataclass(frozen=True)
 class Estimate:
     """Estimated device seconds of one run (what is left of it), and which runs it was
@@ -387,8 +377,6 @@ def estimate(cfg: RunConfig, speed_sources: Sequence[Source], from_step: int = 0
             seconds = left / speed.steps_per_second + eval_units(cfg) * speed.eval_seconds_per_unit
             return Estimate(seconds, speed.basis, speed.steps_per_second, speed.n_measured, from_step, speed.rough)
     return None
-
-
 
 
 def _scaled_basis(encoding: str, borrowed: bool) -> str:

@@ -60,6 +60,13 @@ AXES: dict[str, tuple[str, str, type]] = {
 """Override axes: sweep/CLI name -> (config section, config key, value type)."""
 
 
+def naming_the_option(message: str) -> str:
+    """``message`` about a config field (``train.lr must be ...``) with the option that sets it."""
+    fields = {f"{section}.{key} ": f"--{name.replace('_', '-')}" for name, (section, key, _) in AXES.items()}
+    options = [option for field, option in fields.items() if field in message]
+    return f"{message} ({', '.join(options)})" if options else message
+
+
 MAX_RUNS = 100_000
 """The most runs a sweep may hold unless told otherwise (``bench``/``sweep plan --max-runs``):
 more is almost surely a typo (``seeds = 1000000``), and building them would take the memory."""
@@ -204,7 +211,6 @@ class SweepSpec:
         pes = names(p for g in self.grids for p in g.pe)  # registry names, options left out
         tasks = list(dict.fromkeys(t for g in self.grids for t in g.task))
         return pes, tasks
-
 
 
 GRID_KEYS = ("preset", "pe", "task", "seeds", "seed", *AXES)

@@ -117,8 +117,9 @@ def test_pezoo_never_names_the_harness_or_the_leaderboard():
 def test_the_leaderboard_commands_and_published_runs_reach_the_cli_through_entry_points():
     from click.testing import CliRunner
 
-    from harness.cli import _published_runs, main
+    from harness.cli import main
+    from harness.commands.sweep import published_runs
 
     assert "leaderboard" in main.commands
     assert CliRunner().invoke(main, ["leaderboard", "--help"]).exit_code == 0
-    assert isinstance(_published_runs(), list)
+    assert isinstance(published_runs(), list)
