@@ -27,6 +27,7 @@ import json
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -222,20 +223,26 @@ def _median(runs: Sequence[Measurement], get: Callable[[Measurement], float]) ->
     return statistics.median(get(m) for m in runs)
 
 
-def same_runs(measured: Sequence[Measurement]) -> Source:
-    """The median speed of the finished runs that train at the run's own speed (:data:`SAME_RUN`)."""
-    groups: dict[tuple[Any, ...], list[Measurement]] = {}
-    for m in measured:
-        groups.setdefault(probe_key(m.config), []).append(m)
+def same_runs(cfg: RunConfig, measured: Sequence[Measurement], *, rough: bool = False) -> Speed | None:
+    """The median speed of the finished runs that train at ``cfg``'s own speed
+    (:data:`SAME_RUN`); ``rough``: published runs (another machine)."""
+    runs = [m for m in measured if probe_key(m.config) == probe_key(cfg)]
+    if not runs:
+        return None
+    basis = f"published runs of the {SAME_RUN} (rough: another machine)" if rough else SAME_RUN
+    rate, per_unit = _median(runs, lambda m: m.steps_per_second), _median(runs, lambda m: m.eval_seconds_per_unit)
+    return Speed(rate, per_unit, basis, len(runs), rough)
 
-    def speed(cfg: RunConfig) -> Speed | None:
-        runs = groups.get(probe_key(cfg))
-        if not runs:
-            return None
-        rate, per_unit = _median(runs, lambda m: m.steps_per_second), _median(runs, lambda m: m.eval_seconds_per_unit)
-        return Speed(rate, per_unit, SAME_RUN, len(runs))
 
-    return speed
+def probed(
+    cfg: RunConfig, probes: Mapping[tuple[Any, ...], tuple[float, int]], measured: Sequence[Measurement]
+) -> Speed | None:
+    """The speed probed here (``harness.probe.probe_speeds``: ``probe_key`` -> (steps/s,
+    steps timed)), evaluation from the closest finished runs; a variant trains nothing to probe."""
+    found = probes.get(probe_key(cfg))
+    if found is None or cfg.is_variant:
+        return None
+    return Speed(found[0], _closest_eval(cfg, measured), f"a probe here ({found[1]} steps of a fresh model)", 0)
 
 
 def _closest_eval(cfg: RunConfig, measured: Sequence[Measurement]) -> float:
@@ -248,65 +255,47 @@ def _closest_eval(cfg: RunConfig, measured: Sequence[Measurement]) -> float:
     return 0.0
 
 
-def probed(probes: Mapping[tuple[Any, ...], tuple[float, int]], measured: Sequence[Measurement]) -> Source:
-    """The speed probed here (``harness.probe.probe_speeds``: ``probe_key`` -> (steps/s,
-    steps timed)), evaluation from the closest finished runs; a variant trains nothing to probe."""
-
-    def speed(cfg: RunConfig) -> Speed | None:
-        found = probes.get(probe_key(cfg))
-        if found is None or cfg.is_variant:
-            return None
-        return Speed(found[0], _closest_eval(cfg, measured), f"a probe here ({found[1]} steps of a fresh model)", 0)
-
-    return speed
-
-
-def similar_runs(measured: Sequence[Measurement], ratio_runs: Sequence[Measurement] = (), *, rough: str = "") -> Source:
-    """A speed borrowed from runs like the run, closest first: the same encoding on other
+def similar_runs(
+    cfg: RunConfig, measured: Sequence[Measurement], ratio_runs: Sequence[Measurement] = (), *, rough: bool = False
+) -> Speed | None:
+    """A speed borrowed from runs like ``cfg``, closest first: the same encoding on other
     tasks scaled by the tasks' speed ratio (:func:`scaled_rate`), then :data:`SIMILAR`
-    level by level (the encoding's name with other options scaled likewise after its
-    own level). ``rough``: words that prefix each basis (published runs, another machine)."""
-    prefix, suffix = ("published runs of the ", " (rough: another machine)") if rough else ("", "")
-
-    def speed(cfg: RunConfig) -> Speed | None:
-        found = [(basis, [m for m in measured if key(m.config) == key(cfg)]) for basis, key in SIMILAR]
-        found = [(basis, group) for basis, group in found if group]
-        rate: float | None = None
-        if (scaled := scaled_rate(cfg, measured, ratio_runs)) is not None:
-            rate, n, borrowed = scaled
-            basis = _scaled_basis("same encoding", borrowed)
-        elif found and found[0][0] == SIMILAR[0][0]:
-            basis, group = found[0]
-            n = len(group)
-        elif (scaled := scaled_rate(cfg, measured, ratio_runs, options=False)) is not None:
-            rate, n, borrowed = scaled
-            basis = _scaled_basis("same encoding name with other options", borrowed)
-        elif found:
-            basis, group = found[0]
-            n = len(group)
-        else:
-            return None
-        if rate is None:
-            rate = _median(group, lambda m: m.steps_per_second)
-        per_unit = _median(found[0][1], lambda m: m.eval_seconds_per_unit) if found else 0.0
-        return Speed(rate, per_unit, f"{prefix}{basis}{suffix}", n, bool(rough))
-
-    return speed
+    level by level (the encoding's name with other options scaled likewise after its own
+    level). ``rough``: published runs (another machine)."""
+    found = [(basis, [m for m in measured if key(m.config) == key(cfg)]) for basis, key in SIMILAR]
+    found = [(basis, group) for basis, group in found if group]
+    rate: float | None = None
+    if (scaled := scaled_rate(cfg, measured, ratio_runs)) is not None:
+        rate, n, borrowed = scaled
+        basis = _scaled_basis("same encoding", borrowed)
+    elif found and found[0][0] == SIMILAR[0][0]:
+        basis, group = found[0]
+        n = len(group)
+    elif (scaled := scaled_rate(cfg, measured, ratio_runs, options=False)) is not None:
+        rate, n, borrowed = scaled
+        basis = _scaled_basis("same encoding name with other options", borrowed)
+    elif found:
+        basis, group = found[0]
+        n = len(group)
+    else:
+        return None
+    if rate is None:
+        rate = _median(group, lambda m: m.steps_per_second)
+    per_unit = _median(found[0][1], lambda m: m.eval_seconds_per_unit) if found else 0.0
+    if rough:
+        basis = f"published runs of the {basis} (rough: another machine)"
+    return Speed(rate, per_unit, basis, n, rough)
 
 
-def recorded(device_type: str | None) -> Source:
+def recorded(cfg: RunConfig, device_type: str | None) -> Speed | None:
     """The preset's recorded speed on ``device_type`` (``harness.speeds``, rough), for a run
     of the preset's own model only."""
-
-    def speed(cfg: RunConfig) -> Speed | None:
-        found = recorded_speed(cfg.preset, device_type, cfg.task)
-        if found is None or _model_key(cfg) != _preset_model_key(cfg.preset, cfg.task):
-            return None
-        where = "rough: another machine, harness/speeds.py"
-        basis = f"the recorded speed of preset {cfg.preset} on {device_type} ({where})"
-        return Speed(found.steps_per_second, found.eval_seconds_per_unit, basis, 0, rough=True)
-
-    return speed
+    found = recorded_speed(cfg.preset, device_type, cfg.task)
+    if found is None or _model_key(cfg) != _preset_model_key(cfg.preset, cfg.task):
+        return None
+    where = "rough: another machine, harness/speeds.py"
+    basis = f"the recorded speed of preset {cfg.preset} on {device_type} ({where})"
+    return Speed(found.steps_per_second, found.eval_seconds_per_unit, basis, 0, rough=True)
 
 
 @functools.cache
@@ -325,30 +314,17 @@ def sources(
     """The speed sources of a plan, in order (module docstring). ``measured``: this store's
     finished runs; ``device_type`` (``cpu``/``cuda``; any when None): only runs on that kind
     of device count; ``borrow``: also similar runs of the store, then ``published`` runs."""
-    on_device = [m for m in measured if device_type is None or device_kind(m.device) == device_type]
-    ordered: list[Source] = [same_runs(on_device), probed(probes or {}, on_device)]
+    here = [m for m in measured if device_type is None or device_kind(m.device) == device_type]
+    ordered: list[Source] = [partial(same_runs, measured=here), partial(probed, probes=probes or {}, measured=here)]
     if borrow:
         elsewhere = [m for m in published if device_type is None or device_kind(m.device) == device_type]
-        ratio_runs = [*on_device, *elsewhere]
+        ratio_runs = [*here, *elsewhere]
         ordered += [
-            similar_runs(on_device, ratio_runs),
-            same_runs_published(elsewhere),
-            similar_runs(elsewhere, ratio_runs, rough="published"),
+            partial(similar_runs, measured=here, ratio_runs=ratio_runs),
+            partial(same_runs, measured=elsewhere, rough=True),
+            partial(similar_runs, measured=elsewhere, ratio_runs=ratio_runs, rough=True),
         ]
-    return [*ordered, recorded(device_type)]
-
-
-def same_runs_published(published: Sequence[Measurement]) -> Source:
-    """:func:`same_runs` of published runs: rough (another machine)."""
-    same = same_runs(published)
-
-    def speed(cfg: RunConfig) -> Speed | None:
-        found = same(cfg)
-        if found is None:
-            return None
-        return replace(found, basis=f"published runs of the {SAME_RUN} (rough: another machine)", rough=True)
-
-    return speed
+    return [*ordered, partial(recorded, device_type=device_type)]
 
 
 @dataclass(frozen=True)

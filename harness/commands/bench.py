@@ -256,42 +256,17 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         runner = target.runner(report, hang_timeout, isolate=uses_plugins(configs))
         report.held_elsewhere = store.held_by_others  # other processes on the store share the sweep
         # 4. the announcement
-        click.echo(_announcement(configs, plan, report, runner, target, store_path) + "\n")
-        limit = None
-        if time_limit is not None:
-            expected: Callable[[int], float | None] = report.expected_seconds
-            if target.ray is None:  # a probe here says nothing of a Ray cluster's nodes
-                expected = probing_expectation(configs, plan, rows, resume, plan_options, report, target.device)
-            limit = TimeLimit(time_limit, expected)
-            click.echo(
-                f"time limit {format_duration(time_limit)}: a run is started only if it is expected to end "
-                f"within it (its estimate x {MARGIN:g}); the others are deferred\n"
-            )
+        how = target.how(runner, report.slots)
+        click.echo(
+            bench_announcement(configs, plan, store_path=store_path, where=target.where, runner=how,
+                               workers=report.slots, device_type=target.device_type, others=report.other_processes())
+            + "\n"
+        )  # fmt: skip
+        admit = _time_limit(time_limit, target, configs, plan, rows, resume, plan_options, report)
         # 5. the runs
-        stopped: StoreError | None = None
-        try:
-            with _sigterm_interrupts():
-                run_sweep(
-                    runner,
-                    configs,
-                    store,
-                    checkpoint_dir=checkpoint_dir,
-                    checkpoint_every=checkpoint_every,
-                    retries=retries,
-                    events=report,
-                    tensorboard=tensorboard_dir,
-                    admit=None if limit is None else lambda index, _cfg: limit.admit(index),
-                    keep_weights=keep_weights,
-                )
-        except KeyboardInterrupt as exc:
-            report.close_bars()
-            for index in sorted(report.running):
-                click.echo(f"\n{report.label(index)}: interrupted; run the same command again to resume.", err=True)
-            sys.exit(128 + signal.SIGTERM if isinstance(exc, Terminated) else 130)
-        except StoreError as exc:  # claiming or recording: the table of what finished still shows
-            stopped = exc
-        finally:
-            report.close_bars()
+        options = dict(checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, retries=retries,
+                       tensorboard=tensorboard_dir, keep_weights=keep_weights)  # fmt: skip
+        stopped = _run(runner, configs, store, report, admit, options)
     # 6. the tables, and what did not finish
     _print_tables(configs, store_path, target.where, stopped)
     _print_unfinished(report, stopped)
@@ -446,19 +421,54 @@ class _Target:
         return f"{slots} Ray tasks at a time"
 
 
-def _announcement(
-    configs: Sequence[RunConfig], plan: Plan, report: SweepReport, runner: Executor, target: _Target, store_path: Path
-) -> str:
-    return bench_announcement(
-        configs,
-        plan,
-        store_path=store_path,
-        where=target.where,
-        runner=target.how(runner, report.slots),
-        workers=report.slots,
-        device_type=target.device_type,
-        others=report.other_processes(),
+def _time_limit(
+    seconds: float | None,
+    target: _Target,
+    configs: Sequence[RunConfig],
+    plan: Plan,
+    rows: list[dict[str, Any]],
+    resume: dict[str, int],
+    plan_options: dict[str, Any],
+    report: SweepReport,
+) -> Callable[[int, RunConfig], str | None] | None:
+    """``--time-limit``: which runs may start (``run_sweep``'s ``admit``), said in a line; None without one."""
+    if seconds is None:
+        return None
+    expected: Callable[[int], float | None] = report.expected_seconds
+    if target.ray is None:  # a probe here says nothing of a Ray cluster's nodes
+        expected = probing_expectation(configs, plan, rows, resume, plan_options, report, target.device)
+    limit = TimeLimit(seconds, expected)
+    click.echo(
+        f"time limit {format_duration(seconds)}: a run is started only if it is expected to end "
+        f"within it (its estimate x {MARGIN:g}); the others are deferred\n"
     )
+    return lambda index, _cfg: limit.admit(index)
+
+
+def _run(
+    runner: Executor,
+    configs: Sequence[RunConfig],
+    store: Store,
+    report: SweepReport,
+    admit: Callable[[int, RunConfig], str | None] | None,
+    options: dict[str, Any],
+) -> StoreError | None:
+    """The sweep's runs (``run_sweep``); Ctrl-C or SIGTERM exits (130, 143) once the runs in
+    flight are marked interrupted; a store that fails returns its error, so the tables of
+    what finished still show."""
+    try:
+        with _sigterm_interrupts():
+            run_sweep(runner, configs, store, events=report, admit=admit, **options)
+    except KeyboardInterrupt as exc:
+        report.close_bars()
+        for index in sorted(report.running):
+            click.echo(f"\n{report.label(index)}: interrupted; run the same command again to resume.", err=True)
+        sys.exit(128 + signal.SIGTERM if isinstance(exc, Terminated) else 130)
+    except StoreError as exc:  # claiming or recording
+        return exc
+    finally:
+        report.close_bars()
+    return None
 
 
 def _print_tables(configs: Sequence[RunConfig], store_path: Path, where: str, stopped: StoreError | None) -> None:
