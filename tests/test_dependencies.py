@@ -100,7 +100,7 @@ def test_importing_pezoo_loads_no_optional_or_harness_modules():
 
 def test_harness_never_imports_the_leaderboard():
     """Floors point down: the leaderboard plugs its commands and its published runs into the
-    harness's command line through entry points (harness.commands.COMMANDS_GROUP,
+    harness's command line through entry points (harness.cli.COMMANDS_GROUP,
     harness.commands.sweep.PUBLISHED_RUNS_GROUP), so no harness module names it."""
     for path in (ROOT / "harness").rglob("*.py"):
         text = path.read_text()
