@@ -1,8 +1,8 @@
 """What ``pezoo bench`` says before it trains anything: the runs (how many, which are
-already in the store or published), what each preset means (model, steps, batch,
+already in the store), what each preset means (model, steps, batch,
 training and test lengths), where the runs train, and how long they should take.
 
-Pure functions from a sweep's configs and plan (``harness.sweep.make_plan``) to text;
+Pure functions from a sweep's configs and plan (``harness.plan.make_plan``) to text;
 the command line prints them.
 """
 
@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness import tasks
 from harness.config import PRESET_DESCRIPTIONS, PRESETS, RunConfig
 from harness.data import layout
+from harness.labels import varying_axes
 from harness.pe_spec import config_display_name
+from harness.plan import Plan, estimate_bases, format_duration, wall_seconds
 from harness.precision import evaluation_precision
-from harness.sweep import Plan, estimate_bases, format_duration, varying_axes, wall_seconds
 
 CPU_PRESETS = ("quick", "smoke")
 """Presets sized for a CPU; on CUDA the announcement points at ``GPU_PRESET``."""
@@ -141,18 +142,6 @@ def extension_notes(configs: Sequence[RunConfig]) -> list[str]:
     return notes
 
 
-def published_line(plan: Plan, published_ids: Collection[str], store_path: str | Path) -> str | None:
-    """How many of the plan's missing runs are published under leaderboard/results, and
-    how to count them as done; None when none are."""
-    n = len({r.config.run_id() for r in plan.runs if r.status != "finished"} & set(published_ids))
-    if not n:
-        return None
-    return (
-        f"{n} of the runs to train are published under leaderboard/results: "
-        f"`pezoo leaderboard import --store {store_path}` counts them as done, so bench does not train them again"
-    )
-
-
 def wall_line(plan: Plan, workers: int, others: int = 0) -> str:
     """The estimated wall time of the plan's missing runs on ``workers`` workers in the
     order given (the driver's list scheduling), its device time and what it rests on.
@@ -181,7 +170,6 @@ def bench_announcement(
     plan: Plan,
     *,
     store_path: str | Path,
-    published_ids: Collection[str] = (),
     where: str,
     runner: str,
     workers: int,
@@ -213,9 +201,6 @@ def bench_announcement(
         f"pezoo bench: {_plural(len(plan.runs), 'run')}{grid}: {plan.done} already in the store ({store_path}), "
         f"{todo} to train" + (f" ({'; '.join(parts)})" if parts else "")
     ]
-    published = published_line(plan, published_ids, store_path)
-    if published:
-        lines.append(published)
     for preset in dict.fromkeys(c.preset for c in configs):
         lines += describe_preset(preset, [c for c in configs if c.preset == preset])
     lines.append(f"device {where}: {runner}")

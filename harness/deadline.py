@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from harness.sweep import format_duration
+from harness.config import RunConfig
+from harness.estimate import SAME_RUN, probe_key
+from harness.plan import Plan, format_duration, make_plan
 
 MARGIN = 1.1
 """A run is started when its expected seconds times this end before the limit: estimates
@@ -69,6 +72,48 @@ def probing(
         return expected(index)
 
     return expect
+
+
+def probing_expectation(
+    configs: Sequence[RunConfig],
+    plan: Plan,
+    rows: Sequence[Mapping[str, Any]],
+    resume: Mapping[str, int],
+    plan_options: Mapping[str, Any],
+    report: Any,
+    device: Any,
+) -> Callable[[int], float | None]:
+    """``pezoo bench --time-limit``'s expected seconds per run: the ETA's (``report``, a
+    ``harness.progress.SweepReport``), after a probe of the run here on ``device`` when no
+    finished run of its own measured its speed (:func:`probing`), the plan's estimate then
+    made again with the probe (``plan_options`` as the plan was made)."""
+    from harness.probe import probe_speeds
+
+    def measured(index: int) -> bool:
+        cfg, est = configs[index - 1], plan.runs[index - 1].estimate
+        return cfg.is_variant or (est is not None and est.basis == SAME_RUN)  # a variant only evaluates
+
+    probes: dict[Any, tuple[float, int]] = {}  # one probe per speed group: a run's other seeds share it
+    tried: set[Any] = set()
+
+    def probe(index: int) -> None:
+        cfg, key = configs[index - 1], probe_key(configs[index - 1])
+        if key not in tried:
+            tried.add(key)
+            why = "no finished run of it to estimate from"
+            report.echo(f"{report.label(index)}: timing a few training steps here: {why}")
+            probes.update(probe_speeds([cfg], probe_key, device=str(device)))
+            if key not in probes:
+                report.echo(f"{report.label(index)}: the probe failed; estimated from other runs as before")
+        if key not in probes:
+            return
+        est = make_plan([cfg], rows, resume, probes=probes, **plan_options).runs[0].estimate
+        if est is not None:
+            report.estimates[index] = est.seconds
+            rate = f"{est.steps_per_second:.3g} steps/s"
+            report.echo(f"{report.label(index)}: {rate} here, about {format_duration(est.seconds)} in all")
+
+    return probing(report.expected_seconds, measured, probe)
 
 
 class TimeLimit:

@@ -220,3 +220,13 @@ def check_regular(path: Path) -> None:
         return
     if not stat.S_ISREG(mode):
         raise NotRegularFileError(errno.EINVAL, f"{path} is {file_kind(mode)}, not a regular file")
+
+
+def unwritable_folder(folder: Path) -> str | None:
+    """Why runs could not write into ``folder`` (created when missing, as runs would), or None."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return f"{folder} cannot be created: {existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{folder}: {existing} is not writable by this user"
+    return None

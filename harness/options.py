@@ -8,7 +8,10 @@ from pathlib import Path
 import click
 from click.decorators import FC
 
-from harness.sweep import MAX_RUNS
+from harness.catalogue import name_problem
+from harness.config import PRESETS
+from harness.deadline import parse_duration
+from harness.sweep import MAX_RUNS, parse_list
 
 DEFAULT_STORE = Path("runs") / "pezoo.sqlite"
 """The working SQLite results store, relative to where ``pezoo`` runs."""
@@ -36,3 +39,39 @@ def max_runs_option(f: FC) -> FC:
         type=click.IntRange(min=1),
         help="Refuse a sweep of more runs than this (a typo such as seeds = 1000000 would take the memory).",
     )(f)
+
+
+class ListOf(click.ParamType):
+    """One value or a comma-separated list of them (a sweep axis): ``--lr 1e-3,3e-4``."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+        self.name = f"{kind.__name__}[,{kind.__name__}...]"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            values = parse_list(str(value), self.kind)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if not values:
+            self.fail("no value given", param, ctx)
+        return values
+
+
+def preset_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--preset``: a preset name, or an error with close matches ("Did you mean")."""
+    if value not in PRESETS:
+        raise click.BadParameter(name_problem("preset", value, list(PRESETS)))
+    return value
+
+
+def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """A duration option (``2h30m``, ``90m``, seconds) as seconds; None when not given."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None

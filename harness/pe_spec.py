@@ -1,23 +1,11 @@
-"""Encoding specifications: a registry name with options, in one syntax everywhere.
+"""Encoding specs in the benchmark: the options a run records, how a run is named, and
+which options an inference-time variant may change.
 
-    rope                                   the encoding's defaults
-    prism{copy_every=5,layers=[0,2]}       options: key=value, comma-separated
-    prism{paper}                           the paper's per-task setup (harness.protocols)
-    prism{paper,n_cursors=2}               that setup, one option changed
-    randomized:rope{max_length=256}        a wrapped encoding takes options the same way
-    rope{scaling={rope_type=p_rope,p=0.75}}  a table value: {key=value,...}, nested as deep as needed
-    rope@{scaling={rope_type=yarn,factor=4.0,original_max_position_embeddings=24}}
-                                           an inference-time variant: the trained run ``rope``
-                                           evaluated with these options (:data:`INFERENCE_OPTIONS`)
-
-Values are TOML literals (``true``, ``4``, ``1e-3``, ``[0, 3]``, ``"text"``) or tables
-``{key=value,...}`` of them; a bare word that is no TOML literal is a string
-(``regulariser=frobenius``, also inside a table: ``{rope_type=yarn}``). A bare word without
-``=`` names a setup: ``paper`` or ``default`` (the encoding's defaults, also under the
-``prism`` preset, whose runs otherwise use the paper setup). ``setup=paper`` says the
-same. The same strings go in ``--pe`` (a comma-separated list: commas inside braces,
-brackets and quotes belong to the spec), in sweep files (``pe = ["rope", "prism{paper}"]``),
-and as TOML tables (``pe = [{name = "prism", setup = "paper", n_cursors = 2}]``).
+The spec syntax (``prism{paper,n_cursors=2}``, ``rope@{scaling={...}}``) is pezoo's
+(:mod:`pezoo.spec`); the same strings go in ``--pe`` and in sweep files
+(``pe = ["rope", "prism{paper}"]``, or TOML tables
+``pe = [{name = "prism", setup = "paper", n_cursors = 2}]``). Under the ``prism`` preset an
+encoding with a paper setup gets it unless the spec says ``default``.
 
 A run's ``RunConfig.pe_options`` hold the *resolved* options: the setup's, then the
 harness's defaults (:func:`harness_defaults`), then the given ones. Every option is
@@ -43,320 +31,14 @@ from __future__ import annotations
 
 import functools
 import json
-import math
-import re
-import sys
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from harness import limits
 from harness.backbone import BackboneConfig
-from harness.protocols import has_paper_setup, paper_pe_options
-from harness.reading import MAX_DEPTH
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - the project runs on 3.11+
-    tomllib = None
-
-SETUPS = ("paper", "default")
-"""Named setups a spec may ask for (a bare word in braces, or ``setup=...``)."""
-
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_:.+\-]*")
-_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
-_TOML_WORDS = ("true", "false", "inf", "nan")
-_PAIRS = {"[": "]", "{": "}"}
-
-
-@dataclass(frozen=True)
-class PeSpec:
-    """An encoding name, its explicit options and an optional named setup.
-
-    ``str(spec)`` is the canonical spelling (options sorted by key), which parses back
-    to an equal spec.
-    """
-
-    name: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-    setup: str | None = None
-    eval_options: Mapping[str, Any] = field(default_factory=dict)
-    """Options that replace the trained ones at evaluation only (``name{...}@{eval options}``):
-    the trained run of ``name{options}``, evaluated as an inference-time variant."""
-
-    def __str__(self) -> str:
-        text = format_pe(self.name, self.options, self.setup)
-        return text + format_eval_options(self.eval_options) if self.eval_options else text
-
-    @property
-    def trained(self) -> PeSpec:
-        """The spec of the run whose weights a variant evaluates (itself without ``eval_options``)."""
-        return PeSpec(self.name, self.options, self.setup)
-
-
-# --------------------------------------------------------------------------------------
-# Parsing
-# --------------------------------------------------------------------------------------
-
-
-def _split_top_level(text: str, what: str) -> list[str]:
-    """Split at commas outside brackets, braces and quotes (ValueError if unbalanced)."""
-    parts, depth, quote, start = [], [], None, 0
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\" and quote == '"':
-                i += 1
-            elif ch == quote:
-                quote = None
-        elif ch in "\"'":
-            quote = ch
-        elif ch in _PAIRS:
-            depth.append(_PAIRS[ch])
-            if len(depth) > MAX_DEPTH:  # before anything recurses into it (tomllib, parse_table)
-                raise ValueError(f"{what} {text[:40]!r}... nests more than {MAX_DEPTH} levels deep")
-        elif ch in "]}":
-            if not depth or depth.pop() != ch:
-                raise ValueError(f"unbalanced {ch!r} in {what} {text!r}")
-        elif ch == "," and not depth:
-            parts.append(text[start:i])
-            start = i + 1
-        i += 1
-    if quote or depth:
-        raise ValueError(f"unclosed {quote or '/'.join(depth)!r} in {what} {text!r}")
-    parts.append(text[start:])
-    return [p.strip() for p in parts]
-
-
-def split_pe_list(text: str) -> list[str]:
-    """``"rope, prism{layers=[0,2],n_cursors=4}"`` -> ``["rope", "prism{layers=[0,2],n_cursors=4}"]``
-    (empty items are dropped; ValueError on unbalanced brackets or quotes)."""
-    return [p for p in _split_top_level(text, "encoding list") if p]
-
-
-def parse_value(text: str) -> Any:
-    """A TOML literal, a table ``{key=value,...}`` of values, or a bare word as a string
-    (ValueError otherwise)."""
-    text = text.strip()
-    if text.startswith("{") and text.endswith("}"):
-        return parse_table(text)
-    if tomllib is None:  # pragma: no cover
-        raise ValueError("encoding options need Python >= 3.11 (tomllib)")
-    try:
-        value = tomllib.loads(f"v = {text}")["v"]
-    except RecursionError:  # parse_value's callers bound the depth first; this is the backstop
-        raise ValueError(f"{text[:40]!r}... nests more than {MAX_DEPTH} levels deep") from None
-    except tomllib.TOMLDecodeError:
-        if _BARE.fullmatch(text):
-            return text
-        raise ValueError(f'{text!r} is not a value (a TOML literal such as 4, 1e-3, true, [0, 3], "text")') from None
-    return _canonical(value, text)
-
-
-def parse_table(text: str, what: str = "table") -> dict[str, Any]:
-    """``{key=value,...}`` -> dict; values as :func:`parse_value` reads them (bare words,
-    nested tables). An empty ``{}`` is an empty dict."""
-    text = text.strip()
-    if not (text.startswith("{") and text.endswith("}")):
-        raise ValueError(f"{text!r} is not a {what} {{key=value,...}}")
-    _split_top_level(text, what)  # balanced as a whole
-    body = text[1:-1]
-    out: dict[str, Any] = {}
-    if not body.strip():
-        return out
-    for item in _split_top_level(body, what):
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or not _KEY.fullmatch(key):
-            raise ValueError(f"{text!r}: {item!r} is not key=value")
-        if key in out:
-            raise ValueError(f"{text!r}: key {key!r} given twice")
-        out[key] = parse_value(value)
-    return out
-
-
-def _canonical(value: Any, where: str = "") -> Any:
-    """JSON-like form: tuples as lists; only numbers, booleans, strings, lists and
-    string-keyed tables of them."""
-    if isinstance(value, list | tuple):
-        return [_canonical(v, where) for v in value]
-    if isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
-        return {k: _canonical(v, where) for k, v in value.items()}
-    raise ValueError(
-        f"option values are numbers, booleans, strings, lists or tables of them; got {value!r} {where}".strip()
-    )
-
-
-def _top_level_at(text: str) -> int:
-    """Index of the first ``@`` outside brackets, braces and quotes, or -1."""
-    depth, quote = 0, None
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-        elif ch == "@" and depth == 0:
-            return i
-    return -1
-
-
-def parse_pe(text: str) -> PeSpec:
-    """Parse one spec, ``name``, ``name{item,...}`` or a variant ``name{...}@{key=value,...}``
-    (module docstring); ValueError says what is wrong."""
-    text = text.strip()
-    at = _top_level_at(text)
-    if at >= 0:
-        trained, variant = text[:at].strip(), text[at + 1 :].strip()
-        if _top_level_at(variant) >= 0:
-            raise ValueError(f"{text!r}: one '@' at most")
-        if not (variant.startswith("{") and variant.endswith("}")):
-            raise ValueError(f"{text!r}: after '@' come the evaluation options in braces, e.g. @{{scaling={{...}}}}")
-        try:
-            eval_options = {k: _canonical(v) for k, v in parse_table(variant, "evaluation options").items()}
-        except ValueError as exc:
-            raise ValueError(f"{text!r}: {exc}") from None
-        spec = parse_pe(trained)
-        return PeSpec(spec.name, spec.options, spec.setup, eval_options)
-    brace = text.find("{")
-    name = text if brace < 0 else text[:brace].strip()
-    if not _NAME.fullmatch(name):
-        raise ValueError(f"{text!r}: expected an encoding name, optionally followed by {{options}}")
-    if brace < 0:
-        return PeSpec(name)
-    _split_top_level(text[brace:], "encoding")  # balanced as a whole
-    if not text.endswith("}"):
-        raise ValueError(f"{text!r}: the options must end with '}}'")
-    body = text[brace + 1 : -1]
-    options: dict[str, Any] = {}
-    setup = None
-    for item in _split_top_level(body, f"options of {name!r}"):
-        if not item:
-            if body.strip():
-                raise ValueError(f"{text!r}: empty option (two commas, or a trailing comma)")
-            continue
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not _KEY.fullmatch(key):
-            raise ValueError(f"{text!r}: {key!r} is not an option name")
-        if not eq:
-            if setup is not None:
-                raise ValueError(f"{text!r}: two setups ({setup!r}, {key!r})")
-            setup = _check_setup(key, text)
-            continue
-        if key in options or (key == "setup" and setup is not None):
-            raise ValueError(f"{text!r}: option {key!r} given twice")
-        try:
-            parsed = parse_value(value)
-        except ValueError as exc:
-            raise ValueError(f"{text!r}: option {key}: {exc}") from None
-        if key == "setup":
-            setup = _check_setup(parsed, text)
-        else:
-            options[key] = parsed
-    return PeSpec(name, options, setup)
-
-
-def _check_setup(value: Any, where: str) -> str:
-    if value not in SETUPS:
-        raise ValueError(
-            f"{where!r}: {value!r} is not a setup (valid: {', '.join(SETUPS)}); options are written key=value"
-        )
-    return value
-
-
-def pe_from_table(table: Mapping[str, Any], where: str = "sweep") -> PeSpec:
-    """A spec from a TOML table: ``{name = "prism", setup = "paper", n_cursors = 2}``."""
-    values = dict(table)
-    name = values.pop("name", None)
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f'{where}: an encoding table needs name = "<encoding>", got {table!r}')
-    setup = values.pop("setup", None)
-    if setup is not None:
-        setup = _check_setup(setup, where)
-    eval_options = values.pop("eval", {})
-    if not isinstance(eval_options, Mapping):
-        raise ValueError(f"{where}: eval (an inference-time variant's options) must be a table, got {eval_options!r}")
-    for key in values:
-        if not _KEY.fullmatch(key):
-            raise ValueError(f"{where}: {key!r} is not an option name")
-    try:
-        options = {k: _canonical(v) for k, v in values.items()}
-        eval_options = {k: _canonical(v) for k, v in eval_options.items()}
-    except ValueError as exc:
-        raise ValueError(f"{where}: encoding {name!r}: {exc}") from None
-    return PeSpec(name, options, setup, eval_options)
-
-
-def pe_values(value: Any, where: str = "sweep") -> tuple[str, ...]:
-    """A sweep file's ``pe``: a string (one spec or a comma-separated list), a table, or a
-    list of those -> canonical spec strings."""
-    items = value if isinstance(value, list) else [value]
-    out: list[str] = []
-    for item in items:
-        if isinstance(item, str):
-            try:
-                out += [str(parse_pe(p)) for p in split_pe_list(item)]
-            except ValueError as exc:
-                raise ValueError(f"{where}: pe: {exc}") from None
-        elif isinstance(item, Mapping):
-            out.append(str(pe_from_table(item, f"{where}: pe")))
-        else:
-            raise ValueError(f"{where}: pe must be a string, a table or a list of them, got {item!r}")
-    if not out:
-        raise ValueError(f"{where}: pe is empty")
-    return tuple(out)
-
-
-# --------------------------------------------------------------------------------------
-# Formatting
-# --------------------------------------------------------------------------------------
-
-
-def format_value(value: Any, *, bare: bool = True) -> str:
-    """The value as :func:`parse_value` reads it back (a string as a bare word where it
-    can be: ``bare`` and not inside a list)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        return repr(value) if math.isfinite(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, str):
-        if bare and _BARE.fullmatch(value) and value not in _TOML_WORDS:
-            return value
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")  # a TOML basic string
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(format_value(v, bare=False) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}={format_value(v)}" for k, v in sorted(value.items())) + "}"
-    raise ValueError(f"cannot write option value {value!r}")
-
-
-def format_pe(name: str, options: Mapping[str, Any] | None = None, setup: str | None = None) -> str:
-    """``name{setup,key=value,...}`` (options sorted by key; just ``name`` with neither)."""
-    items = ([setup] if setup else []) + [f"{k}={format_value(v)}" for k, v in sorted((options or {}).items())]
-    return f"{name}{{{','.join(items)}}}" if items else name
-
-
-def format_eval_options(eval_options: Mapping[str, Any]) -> str:
-    """``@{key=value,...}`` (sorted), the variant part of a spec; empty for no options."""
-    return "@" + format_value(dict(eval_options)) if eval_options else ""
-
-
-# --------------------------------------------------------------------------------------
-# Resolution: the options a run records, and the options its model is built with
-# --------------------------------------------------------------------------------------
+from harness.protocols import paper_pe_options
+from pezoo.setups import has_paper_setup
+from pezoo.spec import PeSpec, canonical, format_eval_options, format_pe, format_value, parse_pe
 
 
 def _randomized(pe: str) -> bool:
@@ -415,7 +97,7 @@ def identity_options(pe: str, options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _same(a: Any, b: Any) -> bool:
-    return json.dumps(_canonical(a)) == json.dumps(_canonical(b))
+    return json.dumps(canonical(a)) == json.dumps(canonical(b))
 
 
 def resolve_pe(
@@ -428,7 +110,7 @@ def resolve_pe(
     spec = parse_pe(spec) if isinstance(spec, str) else spec
     setup = spec.setup or (default_setup if has_paper_setup(spec.name) else None)
     base = paper_pe_options(spec.name, task, backbone) if setup == "paper" else {}
-    options = {**harness_defaults(spec.name), **base, **{k: _canonical(v) for k, v in spec.options.items()}}
+    options = {**harness_defaults(spec.name), **base, **{k: canonical(v) for k, v in spec.options.items()}}
     if options:  # a bare name has nothing to check here (the CLI checks names, with suggestions)
         check_options(spec.name, options, backbone, str(spec))
     return spec.name, dict(sorted(options.items()))
@@ -589,8 +271,3 @@ def config_display_name(cfg: Any) -> str:
     """:func:`display_name` of a ``RunConfig`` (a variant's: :func:`variant_display_name`)."""
     trained = display_name(cfg.pe, cfg.pe_options, task=cfg.task, backbone=cfg.backbone)
     return variant_display_name(trained, getattr(cfg, "eval_pe_options", None))
-
-
-def names(specs: Iterable[str]) -> list[str]:
-    """The registry names of ``specs`` (for name checks), in order, without repeats."""
-    return list(dict.fromkeys(parse_pe(s).name for s in specs))

@@ -45,3 +45,8 @@ def terminal_text(text: str, *, keep_newlines: bool = True) -> str:
     if not keep_newlines:
         return printable(text)
     return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def one_line(exc: object) -> str:
+    """``exc`` (an exception or a message) on one line."""
+    return " ".join(str(exc).split()) or type(exc).__name__

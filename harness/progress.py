@@ -30,8 +30,9 @@ from typing import Any, TypeGuard, cast
 import click
 
 from harness.executors import Job, SweepEvents, WorkerLost
+from harness.labels import run_label, varying_axes
+from harness.plan import Plan, format_duration, makespan
 from harness.run import Progress, RunOutcome, RunResult
-from harness.sweep import Plan, format_duration, makespan, run_label, varying_axes
 
 UNITS = {"train": "steps", "eval": "lengths"}
 """What a phase counts (``harness.run.Progress``: ``train`` steps, ``eval`` lengths)."""

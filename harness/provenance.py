@@ -123,6 +123,18 @@ def code_origins(pe: str, task: str) -> str | None:
     return "; ".join(parts) or None
 
 
+def uses_plugins(configs: Any) -> bool:
+    """Whether a run of ``configs`` (``RunConfig`` s) uses an encoding or task not from pezoo
+    (:func:`code_origins`): ``pezoo bench`` then trains in worker processes."""
+    for cfg in configs:
+        try:
+            if code_origins(cfg.pe, cfg.task):
+                return True
+        except (KeyError, ImportError):  # checked before: cannot happen, but never stop bench here
+            return True
+    return False
+
+
 def _distribution_of(module: str) -> str:
     """``name version`` of the installed distribution that provides ``module``'s top-level package."""
     names = metadata.packages_distributions().get(module.split(".")[0], [])

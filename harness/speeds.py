@@ -12,8 +12,8 @@ at 61 s per run; it took 8-12 hours). No GPU figures are recorded yet: no GPU wa
 hand when these were measured. Add a row (with where it was measured) once measured.
 
 Speeds are training steps per second (``train.steps / train_seconds``) and evaluation
-seconds per unit (``eval_seconds / harness.sweep.eval_units``: examples × evaluated
-scales), as ``harness.sweep.measurements`` reads them off finished runs.
+seconds per unit (``eval_seconds / harness.estimate.eval_units``: examples × evaluated
+scales), as ``harness.estimate.measurements`` reads them off finished runs.
 """
 
 from __future__ import annotations

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.backbone import BackboneConfig
-from harness.pe_spec import format_value, model_options
+from harness.pe_spec import model_options
 from harness.protocols import departure_paper, extra_input
 from harness.protocols import departures as protocol_departures
 from leaderboard.board import record_label
 from leaderboard.schema import Record
+from pezoo.spec import format_value
 
 
 @dataclass(frozen=True)

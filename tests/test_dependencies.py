@@ -44,12 +44,51 @@ def test_pezoo_needs_only_torch_and_einops():
 
 def test_pezoo_hf_needs_only_the_hf_extra():
     # pezoo.hf (extra hf: transformers, which brings safetensors) is imported only by `import pezoo.hf`;
-    # a spec with options ("prism{paper}") is parsed by the harness, shipped in the same distribution
+    # a spec with options ("prism{paper}") is pezoo's own (pezoo.spec, pezoo.setups)
     third_party = set()
     for path in (ROOT / "pezoo" / "hf").rglob("*.py"):
         third_party |= imported_top_levels_of(path)
     third_party -= {"pezoo", "__future__"} | set(sys.stdlib_module_names)
-    assert third_party <= {"torch", "einops", "transformers", "safetensors", "harness"}, third_party
+    assert third_party <= {"torch", "einops", "transformers", "safetensors"}, third_party
+
+
+def _modules(package: str) -> list[str]:
+    """Every module of ``package`` by dotted name (a package by its ``__init__``)."""
+    names = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def _loaded_after_importing(modules: list[str], watched: tuple[str, ...]) -> list[str]:
+    """Which of ``watched`` (top-level packages) are in ``sys.modules`` after a fresh interpreter
+    imports every one of ``modules``."""
+    code = (
+        f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
+        f"print(sorted(w for w in {watched!r} if w in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    return eval(out.strip().splitlines()[-1])
+
+
+def test_every_pezoo_module_imports_without_the_harness_or_the_leaderboard():
+    """The floor pezoo stands on is its own: importing any of its modules (pezoo.hf too, where
+    transformers is installed) loads neither harness nor leaderboard, lazily imported or not."""
+    modules = _modules("pezoo")
+    try:
+        import transformers  # noqa: F401
+    except ImportError:  # pezoo.hf needs its extra; the rest of pezoo is imported all the same
+        modules = [m for m in modules if not m.startswith("pezoo.hf")]
+    assert _loaded_after_importing(modules, ("harness", "leaderboard")) == []
+
+
+def test_every_harness_module_but_the_command_lines_top_imports_without_the_leaderboard():
+    """The command line's top (harness.cli, harness.commands) loads the leaderboard's commands
+    through their entry point; no other harness module loads it."""
+    top = ("harness.cli", "harness.commands")
+    modules = [m for m in _modules("harness") if not m.startswith(top)]
+    assert _loaded_after_importing(modules, ("leaderboard",)) == []
 
 
 def test_importing_pezoo_loads_no_optional_or_harness_modules():
@@ -62,17 +101,25 @@ def test_importing_pezoo_loads_no_optional_or_harness_modules():
 def test_harness_never_imports_the_leaderboard():
     """Floors point down: the leaderboard plugs its commands and its published runs into the
     harness's command line through entry points (harness.cli.COMMANDS_GROUP,
-    PUBLISHED_RUNS_GROUP), so no harness module names it."""
+    harness.commands.sweep.PUBLISHED_RUNS_GROUP), so no harness module names it."""
     for path in (ROOT / "harness").rglob("*.py"):
         text = path.read_text()
         assert "import leaderboard" not in text and "from leaderboard" not in text, path
 
 
+def test_pezoo_never_names_the_harness_or_the_leaderboard():
+    """pezoo is the lowest floor: no pezoo module imports harness or leaderboard, not even lazily
+    inside a function (pezoo.hf read specs through the harness once)."""
+    for path in (ROOT / "pezoo").rglob("*.py"):
+        assert not imported_top_levels_of(path) & {"harness", "leaderboard"}, path
+
+
 def test_the_leaderboard_commands_and_published_runs_reach_the_cli_through_entry_points():
     from click.testing import CliRunner
 
-    from harness.cli import _published_runs, main
+    from harness.cli import main
+    from harness.commands.sweep import published_runs
 
     assert "leaderboard" in main.commands
     assert CliRunner().invoke(main, ["leaderboard", "--help"]).exit_code == 0
-    assert isinstance(_published_runs(), list)
+    assert isinstance(published_runs(), list)

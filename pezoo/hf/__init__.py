@@ -33,6 +33,8 @@ from transformers.modeling_utils import AttentionInterface
 from pezoo.base import ModelDims, PositionalEncoding, create
 from pezoo.hf import calls
 from pezoo.hf.families import ATTENTION_NAME, FAMILIES, NoPositionTable, pezoo_attention, sliding_window
+from pezoo.setups import paper_options
+from pezoo.spec import parse_pe
 
 __all__ = ["Adapter", "from_pretrained", "plan", "set_scale_hint", "use_encoding"]
 
@@ -79,8 +81,7 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
             :data:`pezoo.hf.families.FAMILIES`).
         spec: any name :func:`pezoo.create` accepts (``"alibi"``, ``"randomized:rope"``,
             ``"abacus+fire"``, a plugin), or a spec with options (``"alibi{n_biased=4}"``,
-            ``"prism{paper}"``: the paper's setup for this model's size, read by the harness's
-            spec parser).
+            ``"prism{paper}"``: the paper's setup for this model's size, :mod:`pezoo.setups`).
         backend: the :func:`pezoo.attend` backend (``"auto"``: sdpa on CPU, the fused one that
             lowers every bias on CUDA).
         options: the encoding's options, as keywords (over a spec's).
@@ -195,14 +196,10 @@ def _adapter(model: PreTrainedModel) -> Adapter:
 
 
 def _parse(spec: str, dims: ModelDims) -> tuple[str, dict[str, Any]]:
-    """(registry name, options) of a spec; one with braces goes through the harness's parser
-    (``name{key=value}``, ``name{paper}``: the paper setup sized for ``dims``)."""
+    """(registry name, options) of a spec (:mod:`pezoo.spec`: ``name{key=value}``,
+    ``name{paper}``: the paper setup sized for ``dims``, :mod:`pezoo.setups`)."""
     if "{" not in spec:
         return spec, {}
-    from harness.backbone import BackboneConfig  # the spec syntax and paper setups live in the harness
-    from harness.pe_spec import parse_pe
-    from harness.protocols import paper_pe_options
-
     parsed = parse_pe(spec)
     if parsed.eval_options:
         raise ValueError(
@@ -211,8 +208,7 @@ def _parse(spec: str, dims: ModelDims) -> tuple[str, dict[str, Any]]:
         )
     options: dict[str, Any] = {}
     if parsed.setup == "paper":
-        backbone = BackboneConfig(d_model=dims.d_model, n_heads=dims.n_heads, n_layers=dims.n_layers)
-        options.update(paper_pe_options(parsed.name, "", backbone))  # no task: its task-free setup
+        options.update(paper_options(parsed.name, "", dims))  # no task: its task-free setup
     options.update(parsed.options)
     return parsed.name, options
 

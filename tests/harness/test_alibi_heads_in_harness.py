@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness.backbone import BackboneConfig
-from harness.pe_spec import check_options, display_name, parse_pe
+from harness.pe_spec import check_options, display_name
+from pezoo.spec import parse_pe
 
 QUICK = BackboneConfig(d_model=128, n_layers=3, n_heads=4)
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from harness.announce import bench_announcement, describe_preset, gpu_hint, wall_line
+from harness.commands.sweep import published_line
 from harness.config import preset_config
+from harness.plan import make_plan
 from harness.store import Store
-from harness.sweep import Grid, SweepSpec, make_plan
+from harness.sweep import Grid, SweepSpec
 from tests.harness.test_sweep import finish
 
 
@@ -33,15 +35,17 @@ def test_a_cold_two_run_smoke_sweep_says_runs_preset_device_and_a_rough_wall_tim
     assert "rough" in lines[6] and "gpu" not in text
 
 
-def test_finished_runs_published_runs_and_varying_axes_are_named(tmp_path):
+def test_finished_runs_and_varying_axes_are_named_and_sweep_plan_names_published_runs(tmp_path):
     runs = configs(lr=(1e-3, 3e-4))
     with Store(tmp_path / "s.sqlite") as store:
         finish(store, runs[0], train_seconds=2.0, eval_seconds=0.0)  # 20 steps in 2 s
         rows = store.runs()
     plan = make_plan(runs, rows, device_type="cpu")
-    text = announce(runs, plan, published_ids={runs[3].run_id()}, workers=2)
+    text = announce(runs, plan, workers=2)
     assert "4 runs (nope, rope on copy, seed 0, varying lr): 1 already in the store (s.sqlite), 3 to train" in text
-    assert "1 of the runs to train are published under leaderboard/results" in text
+    assert "published" not in text  # bench reads nothing published on its way to training
+    line = published_line(plan, {runs[3].run_id()}, "s.sqlite")  # `pezoo sweep plan` still says so
+    assert line is not None and line.startswith("1 of the runs to train are published under leaderboard/results")
     assert "(lr 0.001, 0.0003, fp32)" in text
     # nope lr 3e-4: 2 s (same encoding, task and model: lr does not set the cost of a step);
     # both rope runs 2 s too (same task and model): 3 runs of 2 s on 2 workers

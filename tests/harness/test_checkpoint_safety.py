@@ -26,11 +26,11 @@ from harness import kept_results
 from harness.checkpoint import FORMAT, VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from harness.cli import main
 from harness.config import preset_config
+from harness.estimate import checkpointed_steps
 from harness.evaluate import LengthMetrics
 from harness.record import evaluated_scales
 from harness.run import RunResult, checkpoint_path, execute, recover_kept, train_and_evaluate
 from harness.store import NotAStoreError, Store
-from harness.sweep import checkpointed_steps
 from harness.train import Checkpointing, build_model, restore, train
 
 

@@ -272,7 +272,7 @@ def test_sizes_beyond_their_bounds_are_a_one_line_usage_error_before_the_store_e
     def no_store(*args, **kwargs):  # fail at once where the store would be made (and a run trained)
         raise AssertionError("the store was opened: the sizes were accepted")
 
-    monkeypatch.setattr("harness.cli.Store", no_store)
+    monkeypatch.setattr("harness.commands.bench.Store", no_store)
     output = _refused([*BENCH, *args], tmp_path, message)
     errors = [line for line in output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and message in errors[0], output  # the whole reason on the one line

@@ -13,12 +13,12 @@ from click.testing import CliRunner
 import harness.run
 from harness.cli import main
 from harness.config import preset_config
-from harness.pe_spec import parse_pe
 from harness.report import leaderboard_tables
 from harness.results import load
 from harness.run import weights_path
 from harness.store import Store
 from harness.train import build_model
+from pezoo.spec import parse_pe
 
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 5}
 SPECS = [

@@ -12,19 +12,10 @@ from hypothesis import strategies as st
 from harness.backbone import BackboneConfig
 from harness.cli import main
 from harness.config import RunConfig, preset_config
-from harness.pe_spec import (
-    PeSpec,
-    display_name,
-    format_pe,
-    model_options,
-    parse_pe,
-    parse_value,
-    pe_values,
-    resolve_pe,
-    split_pe_list,
-)
-from harness.sweep import load_sweep
+from harness.pe_spec import display_name, model_options, resolve_pe
+from harness.sweep import load_sweep, pe_values
 from harness.train import build_model
+from pezoo.spec import PeSpec, format_pe, parse_pe, parse_value, split_pe_list
 
 QUICK = BackboneConfig(d_model=128, n_layers=3, n_heads=4)
 

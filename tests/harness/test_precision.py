@@ -244,8 +244,8 @@ def test_a_gpu_preset_runs_its_bf16_default_end_to_end_on_the_cpu(tmp_path, pres
 
 def test_a_bf16_run_is_not_estimated_from_fp32_runs_of_the_same_model(tmp_path):
     """A precision changes the cost of a step: a plan estimates a bf16 run from bf16 runs only."""
+    from harness.plan import make_plan
     from harness.store import Store
-    from harness.sweep import make_plan
     from tests.harness.test_sweep import finish
 
     fp32, bf16 = smoke("fp32"), smoke("bf16")

@@ -13,22 +13,12 @@ from hypothesis import strategies as st
 
 from harness.cli import main
 from harness.config import preset_config
+from harness.estimate import checkpointed_steps, eval_units
 from harness.evaluate import LengthMetrics
+from harness.labels import run_label, varying_axes
+from harness.plan import format_plan, longest_first, make_plan, makespan
 from harness.store import Store
-from harness.sweep import (
-    Grid,
-    SweepSpec,
-    checkpointed_steps,
-    eval_units,
-    format_plan,
-    load_sweep,
-    longest_first,
-    make_plan,
-    makespan,
-    parse_list,
-    run_label,
-    varying_axes,
-)
+from harness.sweep import Grid, SweepSpec, load_sweep, parse_list
 
 
 def write(tmp_path, text, name="sweep.toml"):

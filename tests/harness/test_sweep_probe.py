@@ -15,10 +15,12 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import preset_config
+from harness.estimate import probe_key, unmeasured
 from harness.evaluate import LengthMetrics
+from harness.plan import estimate_bases, make_plan
 from harness.probe import probe_speed
 from harness.store import Store
-from harness.sweep import estimate_bases, load_sweep, make_plan, probe_key, unmeasured
+from harness.sweep import load_sweep
 from tests.harness.test_sweep import finish
 
 SCALED = "same encoding on other tasks, scaled by the tasks' speed ratio"
@@ -309,7 +311,7 @@ def test_a_stores_unrecorded_cpu_is_not_scaled_by_pairs_from_published_runs(tmp_
 def test_the_plan_says_what_each_task_has_left(tmp_path):
     """A board filled column by column: which task costs what decides which to fill first
     or leave out (addition cost as much as the other four together), so the plan says it."""
-    from harness.sweep import task_lines
+    from harness.plan import task_lines
 
     sweep = 'preset = "smoke"\npe = ["nope"]\ntask = ["copy", "reverse"]\nseeds = 3\nsteps = 300\n'
     cfgs = {(c.task, c.seed): c for c in load_sweep(write(tmp_path, sweep)).configs()}

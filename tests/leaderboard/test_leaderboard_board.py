@@ -199,7 +199,7 @@ def test_records_from_before_the_evaluation_options_share_a_board_with_newer_one
 
 def test_labels_keep_options_apart():
     assert bd.encoding_label("rope", {}) == "rope"
-    # The spec syntax of --pe and sweep files (harness.pe_spec), so a label can be pasted back.
+    # The spec syntax of --pe and sweep files (pezoo.spec), so a label can be pasted back.
     assert bd.encoding_label("rope", {"base": 500}) == "rope{base=500}"
     # A randomized run stored before randomize_eval existed evaluated on plain positions;
     # one stored before draw existed gave a padded row the first n of the batch's one draw.
@@ -497,8 +497,8 @@ def test_a_row_set_up_per_task_is_listed_with_its_options_on_each_task():
     """prism{paper} runs the copy branch on reverse and not on copy, as its paper does;
     every other row runs one configuration everywhere. A reader must see that."""
     from harness.config import BackboneConfig
-    from harness.pe_spec import format_value
     from harness.protocols import paper_pe_options
+    from pezoo.spec import format_value
 
     data = [make_record(pe, task, 0, ROPE0, train_max=3) for pe in ("rope", "prism") for task in ("copy", "reverse")]
     options = {}

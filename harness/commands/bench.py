@@ -1,0 +1,537 @@
+"""``pezoo bench``: train and evaluate every (encoding, task, seed) of a sweep, then print
+the leaderboard of what it holds.
+
+The command reads as its steps: the sweep's runs from the options (every name and option
+checked before anything is written), where they train, the plan against the store (which
+are done, how long the others take: ``harness.plan``), the announcement, the runs
+(``harness.executors.run_sweep``), and the tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+import harness.tasks as tasks
+import harness.tblog as tblog
+import pezoo
+from harness.announce import bench_announcement
+from harness.commands.checks import check_names, check_runs, refuse_broken_plugins, split
+from harness.config import GPU_PRESETS, INT64_MAX, PRESETS, RunConfig
+from harness.deadline import MARGIN, TimeLimit, probing_expectation
+from harness.estimate import checkpointed_steps
+from harness.executors import Executor, ExecutorError, InProcess, RayExecutor, local_executor, run_sweep
+from harness.files import unwritable_folder
+from harness.options import ListOf, duration, max_runs_option, preset_name, store_option
+from harness.plan import ORDERS, Plan, format_duration, longest_first, make_plan
+from harness.printable import one_line
+from harness.progress import SweepReport
+from harness.provenance import cpu_name, resolve_device, uses_plugins
+from harness.report import LEGEND, leaderboard_tables
+from harness.results import load
+from harness.run import checkpoint_dir_for
+from harness.store import Store, StoreError
+from harness.sweep import AXES, Grid, SweepSpec, check_size, load_sweep, naming_the_option
+from pezoo.backends import xformers_available
+from pezoo.spec import parse_pe, split_pe_list
+
+
+@click.command()
+@click.option(
+    "--pe",
+    "pes",
+    help="Comma-separated encodings, each optionally with options in braces, e.g. "
+    "nope,randomized:rope,'prism{paper}','prism{n_cursors=4,layers=[0,2]}'; 'rope@{scaling={rope_type=yarn,"
+    "factor=4.0,original_max_position_embeddings=24}}' evaluates the trained rope run with other options, "
+    "without training again (docs/sweeps.md).",
+)
+@click.option("--task", "task_names", help="Comma-separated tasks, e.g. copy,reverse.")
+@click.option(
+    "--sweep",
+    "sweep_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="TOML sweep file (grids of encodings x tasks x options x seeds; see docs/sweeps.md). "
+    "Options given on the command line replace the file's values.",
+)
+@click.option(
+    "--preset",
+    default="quick",
+    show_default=True,
+    callback=preset_name,
+    help=f"Named protocol: backbone size, steps, lengths ({', '.join(PRESETS)}; see `pezoo list`). "
+    "quick = minutes per run on 2 CPU cores.",
+)
+@click.option(
+    "--seeds",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Number of seeds per (encoding, task): seed0..seed0+k-1.",
+)
+@click.option("--seed", "seed0", default=0, show_default=True, type=click.IntRange(0, INT64_MAX), help="First seed.")
+@click.option("--steps", type=ListOf(int), help="Override the preset's training steps (a list sweeps them).")
+@click.option("--batch-size", type=ListOf(int), help="Override the training batch size.")
+@click.option("--lr", type=ListOf(float), help="Override the peak learning rate, e.g. 1e-4,3e-4,5e-4.")
+@click.option("--train-len", type=ListOf(int), help="Override the largest training scale N (train on 1..N).")
+@click.option("--test-len", type=ListOf(int), help="Override the largest test scale M (test N+1..M).")
+@click.option("--test-stride", type=ListOf(int), help="Evaluate every k-th test scale.")
+@click.option("--eval-samples", type=ListOf(int), help="Examples per evaluated scale.")
+@click.option(
+    "--eval-every",
+    type=ListOf(int),
+    help="Also evaluate every N training steps (0: the final model only; the prism preset: 1000).",
+)
+@click.option(
+    "--eval-start-loss",
+    type=ListOf(float),
+    help="Start the periodic evaluations once the training loss first drops below this (prism preset: 0.1).",
+)
+@click.option(
+    "--eval-select",
+    type=ListOf(str),
+    help="Which evaluation a run reports: final, top3 (per length, mean of the 3 best: the PRISM paper) or "
+    "best_in_dist (the one best on the training lengths). See docs/harness.md.",
+)
+@click.option("--backend", type=ListOf(str), help="Attention backend (see `pezoo list`).")
+@click.option(
+    "--pack",
+    type=ListOf(int),
+    help="Train on rows of this many tokens cut from a stream of examples laid end to end (0: one example "
+    "per row; the turing preset: 500).",
+)
+@click.option(
+    "--window",
+    type=ListOf(int),
+    help="Decode and score with a sliding context of this many tokens, dropping the oldest eval.window_jump "
+    "(20 by default) when full (0: whole sequence; the turing preset: 500).",
+)
+@click.option(
+    "--precision",
+    type=ListOf(str),
+    help="Arithmetic of training: fp32, bf16 or fp16 (autocast over float32 weights; fp16 with loss scaling). "
+    "Default: the preset's (fp32 on the CPU presets, bf16 on the GPU ones). See docs/harness.md.",
+)
+@click.option(
+    "--eval-precision",
+    type=ListOf(str),
+    help="Arithmetic of evaluation: fp32, bf16 or fp16 (default: as the run trained).",
+)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
+@click.option("--allow-cpu", is_flag=True, help="Run a GPU-sized preset on the CPU anyway (e.g. a few --steps).")
+@click.option(
+    "--checkpoint-every",
+    default=250,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Save the training state every N steps; a killed run resumes from it.",
+)
+@click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False),
+    help="Where runs checkpoint (default: checkpoints/ next to the store). On a cluster, a directory "
+    "every node shares lets a retried run resume.",
+)
+@click.option(
+    "--executor",
+    default="local",
+    show_default=True,
+    type=click.Choice(["local", "ray"]),
+    help="local: this process, or a pool of worker processes; ray: Ray tasks on a cluster (pip install 'pezoo[ray]').",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Runs in parallel. local: default one per GPU, else one per CPU core (1 = in this process); "
+    "ray: default the cluster's GPU (else CPU) count.",
+)
+@click.option("--ray-address", help="Ray cluster to join (auto, host:port, ray://host:10001); default: start one here.")
+@click.option(
+    "--retries",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Run a failed attempt (an error, a dead worker) again up to this many times.",
+)
+@store_option("SQLite results store (created if missing).")
+@click.option(
+    "--order",
+    default="listed",
+    show_default=True,
+    type=click.Choice(ORDERS),
+    help="Order of the runs: as listed, or longest-first by the estimate of `pezoo sweep plan` (from "
+    "runs the store has finished), so parallel workers finish together.",
+)
+@click.option(
+    "--tensorboard",
+    "tensorboard_dir",
+    type=click.Path(file_okay=False),
+    help="Also log every run's loss, learning rate and evaluations for TensorBoard under this folder "
+    "(pip install 'pezoo[tensorboard]').",
+)
+@click.option(
+    "--time-limit",
+    "time_limit",
+    callback=duration,
+    help="Start only runs expected to end within this time from now (e.g. 2h30m, 90m, 1.5h): one that would "
+    "not is deferred to a later bench, and a shorter run after it may go first. For a machine that goes away "
+    "with its disk at a known time; runs started are never stopped (docs/sweeps.md).",
+)
+@click.option(
+    "--hang-timeout",
+    "hang_timeout",
+    callback=duration,
+    help="Local executor: stop a run whose worker sends no progress for this long (e.g. 30m; a training step "
+    "and an evaluated length each report), as hung; it is retried, then recorded failed. Runs then train in "
+    "worker processes, also with --workers 1. Default: wait for ever.",
+)
+@click.option(
+    "--keep-weights",
+    is_flag=True,
+    help="Keep every trained run's final weights (<run_id>.weights.pt in the checkpoint folder), so a later "
+    "inference-time variant or re-evaluation never trains again. Runs with variants in the sweep always keep them.",
+)
+@max_runs_option
+def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
+          eval_samples, eval_every, eval_start_loss, eval_select, backend, pack, window, precision, eval_precision,
+          device, allow_cpu,
+          checkpoint_every, checkpoint_dir, executor, workers, ray_address, retries, store_path, order,
+          tensorboard_dir, time_limit, hang_timeout, max_runs, keep_weights) -> None:  # fmt: skip
+    """Train and evaluate every (encoding, task, seed), then print the leaderboard.
+
+    Finished runs already in the store are not trained again; an interrupted run
+    (Ctrl-C, a crash, a killed process) resumes from its last checkpoint when the same
+    command is run again. Exit status is 1 if any run failed or diverged.
+
+    Lists make grids: `--lr 1e-4,3e-4 --seeds 3` trains every encoding and task at both
+    learning rates with 3 seeds; larger grids go in a --sweep file.
+    """
+    ctx = click.get_current_context()
+    given = {name for name in ctx.params if ctx.get_parameter_source(name) not in _DEFAULTS}
+    axes = (steps, batch_size, lr, train_len, test_len, test_stride, eval_samples, eval_every, eval_start_loss,
+            eval_select, backend, pack, window, precision, eval_precision)  # fmt: skip
+    if hang_timeout is not None and executor == "ray":
+        raise click.UsageError("--hang-timeout stops hung runs of the local executor; Ray runs are not watched.")
+    if "ray_address" in given and executor != "ray":  # else the runs would train here, not on the cluster named
+        raise click.UsageError("--ray-address names a Ray cluster for --executor ray; add --executor ray, or drop it.")
+    # 1. the runs, every name and option checked before anything is written
+    configs = _sweep_configs(pes, task_names, sweep_file, preset, seeds, seed0, dict(zip(AXES, axes, strict=True)),
+                             max_runs, given)  # fmt: skip
+    if tensorboard_dir is not None:
+        try:
+            tblog.check_available()
+        except RuntimeError as exc:
+            raise click.UsageError(str(exc)) from None
+    # 2. where they train
+    target = _Target.choose(executor, device, workers, ray_address)
+    with target.closed_on_error():
+        target.check(configs, allow_cpu)
+        problem = unwritable_folder(checkpoint_dir_for(store_path, checkpoint_dir))
+        if problem is not None:  # runs would train without checkpoints, warning at every interval
+            why = f"{problem}; checkpoints (and the weights variants evaluate) go there"
+            raise click.BadParameter(why, param_hint="--checkpoint-dir")
+        try:
+            store = Store(store_path)
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    with store:
+        # 3. the plan: which runs are done, how long the others take (from what was measured here)
+        rows = store.runs()
+        resume = checkpointed_steps(checkpoint_dir_for(store.path, checkpoint_dir), [c.run_id() for c in configs])
+        plan_options: dict[str, Any] = {"device_type": target.device_type, "lapsed": store.lapsed(),
+                                        "machine": cpu_name(), "borrow": False}  # fmt: skip
+        if order == "longest-first":  # a relative order: borrowed speeds (of this store's runs) rank runs too
+            configs = longest_first(configs, rows, resume, **{**plan_options, "borrow": True})
+        plan = make_plan(configs, rows, resume, **plan_options)
+        report = SweepReport(configs, plan)
+        runner = target.runner(report, hang_timeout, isolate=uses_plugins(configs))
+        report.held_elsewhere = store.held_by_others  # other processes on the store share the sweep
+        # 4. the announcement
+        how = target.how(runner, report.slots)
+        click.echo(
+            bench_announcement(configs, plan, store_path=store_path, where=target.where, runner=how,
+                               workers=report.slots, device_type=target.device_type, others=report.other_processes())
+            + "\n"
+        )  # fmt: skip
+        admit = _time_limit(time_limit, target, configs, plan, rows, resume, plan_options, report)
+        # 5. the runs
+        options = dict(checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, retries=retries,
+                       tensorboard=tensorboard_dir, keep_weights=keep_weights)  # fmt: skip
+        stopped = _run(runner, configs, store, report, admit, options)
+    # 6. the tables, and what did not finish
+    _print_tables(configs, store_path, target.where, stopped)
+    _print_unfinished(report, stopped)
+    if report.failures or stopped is not None:
+        sys.exit(1)
+
+
+_DEFAULTS = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+
+def _sweep_configs(
+    pes: str | None,
+    task_names: str | None,
+    sweep_file: str | None,
+    preset: str,
+    seeds: int,
+    seed0: int,
+    axes: dict[str, Any],
+    max_runs: int,
+    given: set[str],
+) -> list[RunConfig]:
+    """The sweep's runs from the options (``--pe`` parsed once) and the sweep file, every
+    name checked (close matches named) and every run checked (``check_run``); click errors."""
+    try:
+        specs = [parse_pe(p) for p in split_pe_list(pes or "")]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pe") from None
+    pe_list = [str(s) for s in specs]
+    pe_names = list(dict.fromkeys(s.name for s in specs))
+    task_list = split(task_names or "")
+    if sweep_file is None and not pe_list:
+        raise click.UsageError("Missing option '--pe' (or give a --sweep FILE).")
+    if sweep_file is None and not task_list:
+        raise click.UsageError("Missing option '--task' (or give a --sweep FILE).")
+    refuse_broken_plugins(pe_names)
+    check_names("encoding", pe_names, pezoo.available())
+    check_names("task", task_list, tasks.available())
+    try:
+        check_size(seeds, max_runs)  # before the seeds are listed
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--seeds") from None
+    cli = {
+        "pe": tuple(pe_list) or None,
+        "task": tuple(task_list) or None,
+        "preset": preset if sweep_file is None or "preset" in given else None,
+        "seeds": tuple(range(seed0, seed0 + seeds)) if sweep_file is None else None,
+        **axes,
+    }
+    try:
+        spec = load_sweep(sweep_file, max_runs) if sweep_file else SweepSpec((Grid(pe=cli["pe"], task=cli["task"]),))
+        spec = spec.override(**cli)
+        if sweep_file is not None:  # each option replaces its own part of every grid's seeds
+            spec = spec.with_seeds(seed0 if "seed0" in given else None, seeds if "seeds" in given else None)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if sweep_file is not None:  # a name from the sweep file is the file's mistake: say which file
+        sweep_pes, sweep_tasks = spec.names()
+        refuse_broken_plugins(sweep_pes, warn=False)
+        check_names("encoding", sweep_pes, pezoo.available(), "--pe" if pe_list else str(sweep_file))
+        check_names("task", sweep_tasks, tasks.available(), "--task" if task_list else str(sweep_file))
+    for grid in spec.grids:
+        check_names("attention backend", list(grid.backend), sorted(pezoo.BACKENDS))
+    try:
+        configs = spec.configs(max_runs)
+        check_runs(configs)
+    except ValueError as exc:
+        where = f"{sweep_file} (or an option beside it): " if sweep_file else ""
+        raise click.UsageError(where + naming_the_option(str(exc))) from None
+    return configs
+
+
+@dataclass
+class _Target:
+    """Where the runs train: this machine's ``device``, or a Ray cluster (``ray``)."""
+
+    device_type: str
+    where: str  # in words: cpu, cuda:0, a Ray cluster (cuda)
+    workers: int | None
+    device: Any = None  # torch.device here; None on Ray
+    ray: RayExecutor | None = None
+
+    @classmethod
+    def choose(cls, executor: str, device: str, workers: int | None, ray_address: str | None) -> _Target:
+        if executor == "ray":
+            try:
+                ray = RayExecutor(ray_address, workers=workers, device=device)
+            except ExecutorError as exc:
+                raise click.UsageError(str(exc)) from None
+            return cls(ray.device_type, f"a Ray cluster ({ray.device_type})", workers, ray=ray)
+        try:
+            dev = resolve_device(device)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--device") from None
+        return cls(dev.type, str(dev), workers, device=dev)
+
+    @contextlib.contextmanager
+    def closed_on_error(self) -> Iterator[None]:
+        """A Ray cluster joined is left again when bench stops before its runs."""
+        try:
+            yield
+        except BaseException:
+            if self.ray is not None:
+                self.ray.close()
+            raise
+
+    def check(self, configs: Sequence[RunConfig], allow_cpu: bool) -> None:
+        """Click errors for runs this target cannot train: xformers off CUDA, a GPU preset on a CPU."""
+        if any(c.backbone.backend == "xformers" for c in configs) and (
+            self.device_type != "cuda" or (self.ray is None and not xformers_available())
+        ):
+            no_cuda = self.device_type != "cuda"
+            reason = "no CUDA device is in use" if no_cuda else "the xformers package does not load here"
+            raise click.BadParameter(
+                f"the xformers backend runs on CUDA tensors only, and {reason}; use --backend sdpa, flex or auto "
+                "(auto picks xformers where it works), or install the gpu extra: pip install 'pezoo[gpu]'",
+                param_hint="--backend",
+            )
+        gpu_presets = sorted({c.preset for c in configs if c.preset in GPU_PRESETS})
+        if gpu_presets and self.device_type != "cuda" and not allow_cpu:
+            raise click.UsageError(
+                f"preset {gpu_presets[0]!r} is sized for a GPU and no CUDA device is in use; run it on a GPU, use "
+                "--preset quick on CPU, or pass --allow-cpu to run it anyway (e.g. with --steps 10)"
+            )
+
+    def runner(self, report: SweepReport, hang_timeout: float | None, *, isolate: bool) -> Executor:
+        """The executor the runs go to (a pool here, or the Ray cluster), its slots told to ``report``."""
+        runner: Executor
+        if self.ray is not None:
+            runner = self.ray
+        else:
+            runner = local_executor(
+                self.device,
+                self.workers,
+                report.todo,
+                report.progress_for,
+                report.live_notice,
+                isolate=isolate,
+                hang_seconds=hang_timeout,
+            )
+        report.in_process = isinstance(runner, InProcess)
+        report.slots = min(runner.capacity, max(1, report.todo))
+        return runner
+
+    def how(self, runner: Executor, slots: int) -> str:
+        """How the runs go, in words."""
+        if isinstance(runner, InProcess):
+            return "one run at a time, in this process"
+        if self.ray is None and slots == 1:
+            return "one run at a time, in a worker process (one torch thread): a crash or hang ends only its run"
+        if self.ray is None:
+            return f"{slots} runs at a time, in {slots} worker processes (one torch thread each)"
+        return f"{slots} Ray tasks at a time"
+
+
+def _time_limit(
+    seconds: float | None,
+    target: _Target,
+    configs: Sequence[RunConfig],
+    plan: Plan,
+    rows: list[dict[str, Any]],
+    resume: dict[str, int],
+    plan_options: dict[str, Any],
+    report: SweepReport,
+) -> Callable[[int, RunConfig], str | None] | None:
+    """``--time-limit``: which runs may start (``run_sweep``'s ``admit``), said in a line; None without one."""
+    if seconds is None:
+        return None
+    expected: Callable[[int], float | None] = report.expected_seconds
+    if target.ray is None:  # a probe here says nothing of a Ray cluster's nodes
+        expected = probing_expectation(configs, plan, rows, resume, plan_options, report, target.device)
+    limit = TimeLimit(seconds, expected)
+    click.echo(
+        f"time limit {format_duration(seconds)}: a run is started only if it is expected to end "
+        f"within it (its estimate x {MARGIN:g}); the others are deferred\n"
+    )
+    return lambda index, _cfg: limit.admit(index)
+
+
+def _run(
+    runner: Executor,
+    configs: Sequence[RunConfig],
+    store: Store,
+    report: SweepReport,
+    admit: Callable[[int, RunConfig], str | None] | None,
+    options: dict[str, Any],
+) -> StoreError | None:
+    """The sweep's runs (``run_sweep``); Ctrl-C or SIGTERM exits (130, 143) once the runs in
+    flight are marked interrupted; a store that fails returns its error, so the tables of
+    what finished still show."""
+    try:
+        with _sigterm_interrupts():
+            run_sweep(runner, configs, store, events=report, admit=admit, **options)
+    except KeyboardInterrupt as exc:
+        report.close_bars()
+        for index in sorted(report.running):
+            click.echo(f"\n{report.label(index)}: interrupted; run the same command again to resume.", err=True)
+        sys.exit(128 + signal.SIGTERM if isinstance(exc, Terminated) else 130)
+    except StoreError as exc:  # claiming or recording
+        return exc
+    finally:
+        report.close_bars()
+    return None
+
+
+def _print_tables(configs: Sequence[RunConfig], store_path: Path, where: str, stopped: StoreError | None) -> None:
+    """The leaderboard tables of the sweep's runs, read back from the store."""
+    try:
+        df = load(store_path)
+    except StoreError as exc:
+        if stopped is None:
+            raise click.ClickException(str(exc)) from None
+        unreadable = f"the store cannot be read either ({one_line(exc)})"
+        raise click.ClickException(f"{one_line(stopped)}; {unreadable}") from None
+    df = df[df["run_id"].isin({c.run_id() for c in configs})]
+    presets = ", ".join(dict.fromkeys(c.preset for c in configs))
+    click.echo(f"\npreset {presets} on {where}; results in {store_path}\n")
+    planned_seeds: dict[str, set[int]] = {}
+    for c in configs:
+        planned_seeds.setdefault(c.task, set()).add(c.seed)
+    wanted = {task: len(seeds) for task, seeds in planned_seeds.items()}
+    for table in leaderboard_tables(df, seeds_wanted=wanted).values():
+        click.echo(table + "\n")
+    click.echo(LEGEND + "\n")
+
+
+def _print_unfinished(report: SweepReport, stopped: StoreError | None) -> None:
+    """Runs deferred by the time limit, runs that failed, and why the sweep stopped (stderr)."""
+    if report.deferred_runs:
+        n = len(report.deferred_runs)
+        click.echo(
+            f"{n} run{'s' if n > 1 else ''} deferred by --time-limit, not started: run the same command again "
+            "to continue.",
+            err=True,
+        )
+    if report.failures:
+        click.echo("Some runs did not finish:\n  " + "\n  ".join(report.failures), err=True)
+    if stopped is not None:
+        left = getattr(stopped, "not_started", None)
+        tail = f"; {left} run{'s' if left != 1 else ''} not started: run the same command again" if left else ""
+        click.echo(f"Error: the sweep stopped: {one_line(stopped)}{tail}", err=True)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the sweep's driver (``kill``, a scheduler's time limit)."""
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM stops the sweep the way Ctrl-C does: the workers are
+    stopped, the runs in flight are marked ``interrupted`` (their checkpoints stay) and
+    bench exits with 143. Without it the driver would die on the spot and leave those
+    runs ``running`` in the store. The handler fires once: a second SIGTERM during that
+    cleanup is ignored rather than cutting it short. Off the main thread (no signals
+    there), or where SIGTERM is ignored on purpose, it does nothing."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        yield
+        return
+
+    def terminate(_signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler installed outside Python, which cannot be restored
+            signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,92 @@
+"""``pezoo results``: what a store holds, as the leaderboard tables or per-length rows
+(csv, json, markdown), filtered by encoding and task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pandas as pd
+
+import harness.tasks as tasks
+import pezoo
+from harness.commands.checks import check_names, split
+from harness.options import store_option
+from harness.printable import printable, terminal_text
+from harness.report import LEGEND, leaderboard_tables
+from harness.results import load
+from harness.store import Store, StoreError
+from pezoo.spec import split_pe_list
+
+
+@click.command()
+@store_option("SQLite results store to read.")
+@click.option("--pe", default=None, help="Only these encodings (comma-separated).")
+@click.option("--task", default=None, help="Only these tasks (comma-separated).")
+@click.option("--format", "fmt", default="table", type=click.Choice(["table", "csv", "json", "markdown"]))
+def results(store_path, pe, task, fmt) -> None:
+    """Print stored results: the leaderboard tables, or per-length rows as csv/json/markdown."""
+    if not Path(store_path).exists():
+        raise click.ClickException(f"no results store at {store_path}; run `pezoo bench` first")
+    try:
+        stored = load(store_path)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    df = _printable_frame(stored)  # names as a terminal may show them; filters match these
+    # A filter name must be one this checkout knows or one the store holds (a plugin's runs
+    # imported from published results): a typo is an error, not an empty table. A registry
+    # name selects every run of it; a displayed name such as prism{paper} those runs only.
+    if pe:
+        try:
+            wanted = split_pe_list(pe)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--pe") from None
+        known = sorted(set(pezoo.available()) | set(df["pe"]) | set(df.get("pe_label", df["pe"])))
+        check_names("encoding", wanted, known, "--pe")
+        df = df[df["pe"].isin(wanted) | df["pe_label"].isin(wanted)]
+    if task:
+        check_names("task", split(task), sorted(set(tasks.available()) | set(df["task"])), "--task")
+        df = df[df["task"].isin(split(task))]
+    if df.empty:  # say so (on stderr: csv/json output stays parseable), rather than print nothing
+        which = "no finished runs match" if pe or task else "no finished runs"
+        click.echo(f"{which} in {store_path}{_unfinished(store_path)}", err=True)
+    if fmt != "json":  # JSON escapes control characters itself; text formats go to a terminal
+        df = df.map(lambda v: terminal_text(v, keep_newlines=False) if isinstance(v, str) else v)
+    if fmt == "table":
+        tables = leaderboard_tables(df)
+        for table in tables.values():
+            click.echo(table + "\n")
+        if tables:
+            click.echo(LEGEND)
+    elif fmt == "csv":
+        click.echo(df.to_csv(index=False), nl=False)
+    elif fmt == "json":  # the stored values: the json encoder escapes what a terminal would act on
+        click.echo(stored.loc[df.index].to_json(orient="records", lines=True), nl=False)
+    else:
+        click.echo(df.to_markdown(index=False))
+
+
+def _printable_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every string cell :func:`harness.printable.printable`: a store's names
+    (an imported plugin's, a contributed record's) may hold terminal escapes, NUL or bidi
+    overrides, which the table, csv and markdown would print raw."""
+    out = df.copy()
+    for column in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[column]):  # object or str columns (pandas 3)
+            out[column] = out[column].map(lambda v: printable(v) if isinstance(v, str) else v)
+    return out
+
+
+def _unfinished(store_path: str | Path) -> str:
+    """``" (2 interrupted, 1 failed)"``: the store's runs that ``results`` leaves out."""
+    try:
+        with Store(store_path, readonly=True) as store:
+            counts: dict[str, int] = {}
+            for run in store.runs():
+                if run["status"] != "finished":
+                    counts[run["status"]] = counts.get(run["status"], 0) + 1
+    except StoreError:
+        return ""
+    if not counts:
+        return ""
+    return " (" + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) + "; results lists finished runs)"
