@@ -327,7 +327,7 @@ def test_index_at_a_glance_shows_each_tasks_ranking_measure(smoke_site):
 def test_site_and_terminal_rank_alike(smoke_site):
     """The order and ranks of every task table on the site are those of `pezoo bench`'s table."""
     from harness.report import leaderboard_tables
-    from leaderboard.board import frame
+    from leaderboard.records import frame
     from leaderboard.schema import read_results
 
     records = read_results(smoke_site.parent / "results")
@@ -355,7 +355,7 @@ def test_no_interval_leaves_the_metrics_range(smoke_site):
 
 
 def test_docstring_literals_become_code_and_stay_escaped():
-    from leaderboard.site import _prose
+    from leaderboard.pages import prose as _prose
 
     assert _prose("``a < b`` then ``→``, the sum") == "<code>a &lt; b</code> then <code>→</code>, the sum"
     assert _prose("no literals & more") == "no literals &amp; more"
@@ -365,7 +365,7 @@ def test_docstring_literals_become_code_and_stay_escaped():
 
 
 def test_docstrings_render_as_paragraphs_formulas_and_argument_lists():
-    from leaderboard.site import _doc_html
+    from leaderboard.pages import doc_html as _doc_html
 
     doc = """Summary line with ``x < y``.
 
@@ -404,7 +404,7 @@ def _plain(text: str) -> str:
 
 def test_encoding_pages_keep_every_word_of_the_docstring(smoke_site):
     """The docstring is restructured, never cut: its words are on the page, in order."""
-    from leaderboard.site import encoding_info
+    from leaderboard.descriptions import encoding_info
 
     for page in sorted((smoke_site / "encodings").glob("*.html")):
         info = encoding_info(page.stem)
@@ -476,7 +476,7 @@ def test_fitted_encodings_are_ranked_and_the_others_marked_on_site_and_readme(tm
 def test_docstring_markup_is_escaped_by_the_template_in_every_part():
     """A plugin's docstring is outside text: its argument names, literals, references and
     formulas reach the page only through _doc.j2's autoescape (nothing in Python builds HTML)."""
-    from leaderboard.site import _doc_html
+    from leaderboard.pages import doc_html as _doc_html
     from leaderboard.text import doc_blocks, inline
 
     assert inline("a ``<b>`` and :func:`~x.<i>` & c") == [(False, "a "), (True, "<b>"), (False, " and "),
