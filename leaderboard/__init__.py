@@ -10,7 +10,8 @@
 ``leaderboard.provenance``  where each preset's runs came from, what each run trained
 ``leaderboard.notes``       runs unlike their papers, extra inputs, per-task setups
 ``leaderboard.overview``    the at-a-glance grid: encodings × tasks per preset
-``leaderboard.svg``         hand-drawn SVG curves, the colour of each encoding
+``leaderboard.styles``      how each encoding is drawn (colour, dash, marker), derived from the registry
+``leaderboard.svg``         hand-drawn SVG curves and heat-map colours
 ``leaderboard.text``        the one rendering path: Jinja2 templates (``templates/``) with autoescape
 ``leaderboard.descriptions`` what the registries say about each task and encoding the pages describe
 ``leaderboard.pages``       the site's pages: what each template is given (``Site``), index, task and encoding pages

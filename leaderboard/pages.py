@@ -42,7 +42,8 @@ from leaderboard.descriptions import encoding_info, task_info
 from leaderboard.records import BoardError
 from leaderboard.rows import Curve, Row, Stat
 from leaderboard.schema import Record
-from leaderboard.svg import VIRIDIS, Series, Style, heat_colour, line_plot, panel_plot, styles, swatch, trajectory_plot
+from leaderboard.styles import Style, styles
+from leaderboard.svg import VIRIDIS, Series, heat_colour, line_plot, panel_plot, swatch, trajectory_plot
 from leaderboard.text import GENERATOR, NotANumber, environment, href, join, render_template, short_commit, slug
 from leaderboard.writing import SiteError
 
