@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 from click.testing import CliRunner
+from html_structure import parse_html
 from leaderboard_fixtures import RUNS, make_record, write_jsonl
 
 from harness.cli import main
@@ -76,9 +77,8 @@ def test_every_task_and_encoding_has_a_page(smoke_site):
     tasks = {t for _, _, t, _, _ in RUNS}
     encodings = {e for _, e, _, _, _ in RUNS}
     assert names == {"index.html"} | {f"tasks/{t}.html" for t in tasks} | {f"encodings/{e}.html" for e in encodings}
-    index = (smoke_site / "index.html").read_text()
-    for name in tasks | encodings:
-        assert f">{name}</a>" in index
+    linked = {a.text for a in parse_html((smoke_site / "index.html").read_text()).find_all("a")}
+    assert tasks | encodings <= linked
 
 
 def test_pages_are_well_formed_and_every_link_resolves(smoke_site):
@@ -130,13 +130,12 @@ def test_numbers_on_the_page_are_the_published_ones(smoke_site):
     per_seed = [statistics.mean(m["token_accuracy"] for m in r["metrics"] if m["split"] == "test") for r in recs]
     mean, lo, hi = statistics.mean(per_seed), min(per_seed), max(per_seed)
     expected = f"{mean:.2f}" + (f" ({lo:.2f}–{hi:.2f})" if f"{lo:.2f}" != f"{hi:.2f}" else "")  # mean (min–max)
-    page = (smoke_site / "tasks" / "copy.html").read_text()
-    ranking = page.split('data-preset-table="smoke"')[1].split("</table>")[0]
-    row = next(r for r in ranking.split("<tr") if ">rope</a>" in r)
-    # a cell's text with its tags dropped (the seeds' range sits in a span of its own)
-    cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
-    assert cells[5] == expected  # rank, encoding, EM<=N, EM>N, reach, tok>N
-    assert f'data-sort="{mean:.6f}"' in row
+    page = parse_html((smoke_site / "tasks" / "copy.html").read_text())
+    ranking = page.find("table", cls="ranking", data_preset_table="smoke")
+    row = next(tr for tr in ranking.body_rows() if tr.find("a").text == "rope")
+    cells = row.cells()  # rank, encoding, EM<=N, EM>N, reach, tok>N, tok<=N, seeds
+    assert cells[5] == expected
+    assert row.find_all("td")[5].attrs["data-sort"] == f"{mean:.6f}"
     assert cells[-1] == f"{sum(fits(r) for r in recs)}/{len(recs)} fit"
 
 
@@ -146,24 +145,28 @@ def fits(record: dict) -> bool:
 
 
 def test_task_page_has_curves_table_format_and_label(smoke_site):
-    page = (smoke_site / "tasks" / "copy.html").read_text()
+    text = (smoke_site / "tasks" / "copy.html").read_text()
+    page = parse_html(text)
     for preset in ("smoke", "smoke-2step"):
-        section = page.split(f'<section data-preset="{preset}">')[1].split("</section>")[0]
-        assert section.count('<svg class="plot" ') == 2  # exact match and per-token accuracy
+        section = page.find("section", data_preset=preset)
+        plots = [svg for svg in section.find_all("svg", cls="plot") if "panel" not in svg.classes]
+        assert len(plots) == 2  # exact match and per-token accuracy
         n_encodings = len({e for p, e, t, _, _ in RUNS if (p, t) == (preset, "copy")})
-        assert section.count('<svg class="plot panel"') == n_encodings  # one small multiple each
-        first_plot = section.split('<svg class="plot" ')[1].split("</svg>")[0]
-        assert first_plot.count('<g class="series"') == n_encodings
-        assert 'class="train-boundary"' in first_plot and "trained on n ≤ 5" in first_plot
-        legend = section.split('<ul class="legend">')[1].split("</ul>")[0]  # in the ranking table's order
-        ranking = section.split('class="sortable ranking"')[1].split("</table>")[0]
-        order = re.findall(r">([^<>]+)</a>", ranking)
-        assert [s.strip() for s in re.findall(r"</span> ([^<]+)", legend)] == order and len(order) == n_encodings
-        per_length = section.split('data-metric="exact_match"')[1].split("</table>")[0]
-        assert re.findall(r'<tr data-order="\d+"><td data-sort="(\d+)"', per_length) == [str(n) for n in range(1, 9)]
-    assert "pe_solvable_with_scale_hint" in page  # the task's PE-solvability label
-    assert "x₁…xₙ = x₁…xₙ ." in page  # its format
-    assert re.search(r"example \(n = \d+\)</dt><dd><code>\d+=\d+\.</code>", page)
+        assert len(section.find_all("svg", cls="panel")) == n_encodings  # one small multiple each
+        assert len(plots[0].find_all("g", cls="series")) == n_encodings
+        plots[0].find("line", cls="train-boundary")
+        assert re.search(r"\b5\b", plots[0].find("text", cls="train-label").text)  # labelled with N = 5
+        order = [tr.find("a").text for tr in section.find("table", cls="ranking").body_rows()]
+        legend = [li.own_text for li in section.find("ul", cls="legend").find_all("li")]  # in the ranking's order
+        assert legend == order and len(order) == n_encodings
+        per_length = section.find("table", data_metric="exact_match")
+        assert [tr.find("td").attrs["data-sort"] for tr in per_length.body_rows()] == [str(n) for n in range(1, 9)]
+    assert "pe_solvable_with_scale_hint" in text  # the task's PE-solvability label
+    assert "x₁…xₙ = x₁…xₙ ." in text  # its format
+    terms = page.find("dl").find_all("dt")
+    example = next(dt for dt in terms if dt.text.startswith("example"))
+    assert re.fullmatch(r"example \(n = \d+\)", example.text)
+    assert re.fullmatch(r"\d+=\d+\.", page.find("dl").find_all("dd")[terms.index(example)].text)
 
 
 def test_provenance_on_every_page(smoke_site):
@@ -172,25 +175,29 @@ def test_provenance_on_every_page(smoke_site):
     device = recs[0]["provenance"]["device"]
     cpu = html.escape(recs[0]["provenance"]["cpu"])  # the device string names no CPU model
     for path in pages(smoke_site):
-        text = path.read_text()
-        assert "smoke-preset board.</strong>" in text and "not comparable with the papers" in text, path
-        assert commit in text and device in text and "training steps" in text, path
-        assert '<section id="provenance">' in text, path
-        assert f'<th class="text">CPU</th><td class="text">{cpu}</td>' in text, path
+        page = parse_html(path.read_text())
+        [banner] = [p for p in page.find_all("p", cls="warning", data_preset="smoke")]  # not a paper-scale board
+        assert "smoke" in banner.find("strong").text and commit in banner.text and device in banner.text, path
+        table = page.find("section", id="provenance").find("table")
+        facts = {row[0]: row[1] for row in table.rows() if len(row) == 2}
+        assert facts["CPU"] == html.unescape(cpu) and commit in facts["commit"] and facts["device"] == device, path
     readme = (smoke_site.parent / "README.md").read_text()
     assert "CPU smoke-preset board" in readme and "| rank | encoding" in readme.replace("   ", " ").replace("  ", " ")
 
 
 def test_encoding_page_quotes_the_registry(smoke_site):
-    page = (smoke_site / "encodings" / "rope.html").read_text()
-    assert "Su et al. 2021" in page  # from RoPE's docstring
-    assert "<code>base</code>" in page and "<code>10000.0</code>" in page  # an option and its default
-    across = page.split('class="sortable across"')[1].split("</table>")[0]
-    assert across.count('<a href="../tasks/copy.html">copy</a>') == 1  # one row per (task, preset) it ran
-    nope = (smoke_site / "encodings" / "nope.html").read_text().split("<h2>On every task</h2>")[1]
-    assert (
-        nope.count('<svg class="plot panel"') == 3
-    )  # a small multiple per table it is on: copy (two presets), reverse
+    text = (smoke_site / "encodings" / "rope.html").read_text()
+    assert "Su et al. 2021" in text  # from RoPE's docstring
+    page = parse_html(text)
+    options = dict(row for row in page.find("table", cls="options").rows()[1:])
+    assert options["base"] == "10000.0"  # an option and its default
+    across = page.find("table", cls="across")
+    runs = [(tr.find("a").text, tr.cells()[1]) for tr in across.body_rows()]  # the task's link, the preset
+    assert sorted(runs) == sorted({(t, p) for p, e, t, _, _ in RUNS if e == "rope"})  # one row per (task, preset)
+    assert all(tr.find("a").attrs["href"] == f"../tasks/{tr.find('a').text}.html" for tr in across.body_rows())
+    nope = parse_html((smoke_site / "encodings" / "nope.html").read_text())
+    tables = {(p, t) for p, e, t, _, _ in RUNS if e == "nope"}
+    assert len(nope.find_all("svg", cls="panel")) == len(tables)  # a small multiple per table it is on
 
 
 def test_a_malformed_results_file_fails_the_build_with_path_and_reason(smoke_site, tmp_path):
