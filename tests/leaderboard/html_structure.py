@@ -31,6 +31,11 @@ class Element:
         """The text directly inside, not in child elements, whitespace collapsed."""
         return re.sub(r"\s+", " ", "".join(c for c in self.children if isinstance(c, str))).strip()
 
+    def parts(self) -> list[str]:
+        """The text of each child (text or element) that has any, in order."""
+        out = [(c if isinstance(c, str) else c.text).strip() for c in self.children]
+        return [re.sub(r"\s+", " ", t) for t in out if t]
+
     def _texts(self) -> Iterator[str]:
         for c in self.children:
             yield from ([c] if isinstance(c, str) else c._texts())

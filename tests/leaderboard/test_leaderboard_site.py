@@ -275,7 +275,7 @@ def test_every_registered_encoding_gets_a_page_and_unknown_names_still_render(tm
     build(tmp_path / "results", tmp_path / "site")
     for pe in names:
         page = (tmp_path / "site" / "encodings" / f"{pe.replace(':', '-')}.html").read_text()
-        assert f"Encoding <code>{pe}</code>" in page and " at 0x" not in page
+        assert parse_html(page).find("h1").find("code").text == pe and " at 0x" not in page
         if pe == "plugin_pe":
             assert "not installed in the pezoo that built the site" in page
         else:
@@ -303,31 +303,27 @@ def test_a_board_scoring_the_final_answer_says_so(tmp_path):
 
 
 def test_index_at_a_glance_shows_each_tasks_ranking_measure(smoke_site):
-    index = (smoke_site / "index.html").read_text()
-    assert "<h2>At a glance</h2>" in index
+    index = parse_html((smoke_site / "index.html").read_text())
+    assert "At a glance" in [h.text for h in index.find_all("h2")]
     for preset in ("smoke", "smoke-2step"):
-        start = f'<table class="sortable heatmap" data-preset-table="{preset}">'
-        grid = index.split(start)[1].split("</table>")[0]
+        grid = index.find("table", cls="heatmap", data_preset_table=preset)
         tasks = sorted({t for p, _, t, _, _ in RUNS if p == preset})
-        head = grid.split("</thead>")[0]
-        assert "<a " not in head  # headers sort; the task list below the grid links to each task
-        assert (
-            re.findall(r'title="how far past N on the weakest seed, as a multiple of N, on ([^" :(]+)', head) == tasks
-        )
+        head = grid.find("thead")
+        assert not head.find_all("a")  # headers sort; the task list below the grid links to each task
+        headers = [th.text for th in head.find_all("th")]
+        assert [h for h in headers if h in tasks] == tasks  # one column per task, in order
         for task in tasks:  # the cell carries the task table's EM>N where ranked, "did not fit" where not
-            ranking = index.split(f'data-task="{task}" data-preset-table="{preset}">')[1].split("</table>")[0]
+            ranking = index.find("table", cls="ranking", data_task=task, data_preset_table=preset)
             shown = {}
-            for tr in ranking.split("<tr")[2:]:
-                name = re.search(r">([^<]+)</a>", tr).group(1)
-                cells = re.findall(r"<td[^>]*>([^<]*)", tr)
-                fit = re.findall(r"<td[^>]*>([^<]*)</td>", tr)[-1].replace(" fit", "")  # the seeds column: "0/2 fit"
-                shown[name] = f"did not fit ({fit})" if cells[0] == "—" else "EM&gt;N " + cells[3].strip()
+            for tr in ranking.body_rows():
+                cells = tr.cells()
+                fit = cells[-1].replace(" fit", "")  # the seeds column: "0/2 fit"
+                shown[tr.find("a").text] = f"did not fit ({fit})" if cells[0] == "—" else "EM>N " + cells[3]
             column = tasks.index(task)
-            for tr in grid.split("<tr")[2:]:
-                label = re.search(r">([^<]+)</a></td>", tr).group(1)
-                cell = re.findall(r'<td class="heat [a-z]+"[^>]*>(.*?)</td>', tr)[column]
-                em = re.findall(r'<span class="sub">(EM&gt;N [^<]*)</span>', cell)
-                assert (em[0] if em else cell) == shown.get(label, ""), (preset, task, label)
+            for tr in grid.body_rows():
+                cell = tr.find_all("td", cls="heat")[column]
+                em = [sub.text for sub in cell.find_all("span", cls="sub") if sub.text.startswith("EM>N")]
+                assert (em[0] if em else cell.text) == shown.get(tr.find("a").text, ""), (preset, task)
             assert shown  # the ranking table was read
 
 
@@ -439,29 +435,26 @@ def test_fitted_encodings_are_ranked_and_the_others_marked_on_site_and_readme(tm
     write_jsonl(tmp_path / "results" / "all.jsonl", records)
     build(tmp_path / "results", tmp_path / "site", readme=tmp_path / "README.md")
     page = (tmp_path / "site" / "tasks" / "copy.html").read_text()
-    ranking = page.split('class="sortable ranking"')[1].split("</table>")[0]
-    rows = ranking.split("<tr")[2:]
-    assert [re.search(r">([^<]+)</a>", r).group(1) for r in rows] == ["alibi", "rope", "nope"]
+    rows = parse_html(page).find("table", cls="ranking").body_rows()
+    assert [tr.find("a").text for tr in rows] == ["alibi", "rope", "nope"]
     # rope's 2 seeds against alibi's 1: too few for the permutation test to separate them (≈)
-    assert [re.findall(r"<td[^>]*>([^<]*)</td>", r)[0] for r in rows] == ["1", "≈2", "—"]
-    assert 'class="unfit"' in rows[2] and '<span class="badge">did not fit</span>' in rows[2]
-    assert re.findall(r"<td[^>]*>([^<]*)</td>", rows[2])[1] == "0.90"  # its in-distribution number is shown
-    assert [re.findall(r"<td[^>]*>([^<]*)</td>", r)[-1] for r in rows] == ["1/1 fit", "2/2 fit", "0/1 fit"]
+    assert [tr.cells()[0] for tr in rows] == ["1", "≈2", "—"]
+    assert "unfit" in rows[2].classes and [b.text for b in rows[2].find_all("span", cls="badge")] == ["did not fit"]
+    assert rows[2].cells()[2] == "0.90"  # its in-distribution number is shown
+    assert [tr.cells()[-1] for tr in rows] == ["1/1 fit", "2/2 fit", "0/1 fit"]
     index = (tmp_path / "site" / "index.html").read_text()
-    grid = index.split('class="sortable heatmap"')[1].split("</table>")[0]
+    grid = parse_html(index).find("table", cls="heatmap")
     cells = {
-        re.search(r">([^<]+)</a></td>", tr).group(1): [
-            (kind, re.sub(r"<[^>]+>", " ", text).split())
-            for kind, text in re.findall(r'<td class="heat ([a-z]+)"[^>]*>(.*?)</td>', tr)
+        tr.find("a").text: [
+            (next(iter(td.classes - {"heat"})), " ".join(td.parts())) for td in tr.find_all("td", cls="heat")
         ]
-        for tr in grid.split("<tr")[2:]
+        for tr in grid.body_rows()
     }
-    cells = {k: [(kind, " ".join(words)) for kind, words in v] for k, v in cells.items()}
     # reach as a multiple of N = 2 on its weakest seed ("—": below 0.9 at 3), and EM>N: alibi holds to 3 and
     # reads 0.75 on copy; rope 0.10 on copy and 0.75 on reverse
     assert cells == {
-        "alibi": [("value", "1.5× EM&gt;N 0.75"), ("none", "")],
-        "rope": [("value", "— EM&gt;N 0.10"), ("value", "1.5× EM&gt;N 0.75")],
+        "alibi": [("value", "1.5× EM>N 0.75"), ("none", "")],
+        "rope": [("value", "— EM>N 0.10"), ("value", "1.5× EM>N 0.75")],
         "nope": [("unfit", "did not fit (0/1)"), ("none", "")],  # with how many of its seeds fit
         "hard_alibi": [("none", ""), ("unfit", "did not fit (0/1)")],
     }
