@@ -3,13 +3,21 @@
 ``leaderboard.schema``      the JSON Lines results format (schema version, checksum, files); the
                             record each line holds is ``harness.record``'s
 ``leaderboard.export``      store -> new append-only results files
-``leaderboard.board``       results records -> the numbers every page shows
+``leaderboard.records``     each run's board label, the per-length frame, one protocol per table
+``leaderboard.rows``        a table's rows (scores per seed and over seeds, rank) and curves
+``leaderboard.board``       results records -> the tables every page shows, less what left the board
+``leaderboard.reach``       how far each row holds past N: the answer each table leads with
+``leaderboard.provisional`` tables still being filled, or of an earlier protocol being replaced
 ``leaderboard.provenance``  where each preset's runs came from, what each run trained
 ``leaderboard.notes``       runs unlike their papers, extra inputs, per-task setups
 ``leaderboard.overview``    the at-a-glance grid: encodings × tasks per preset
-``leaderboard.svg``         hand-drawn SVG curves, the colour of each encoding
+``leaderboard.styles``      how each encoding is drawn (colour, dash, marker), derived from the registry
+``leaderboard.svg``         hand-drawn SVG curves and heat-map colours
 ``leaderboard.text``        the one rendering path: Jinja2 templates (``templates/``) with autoescape
-``leaderboard.site``        the static site (HTML + inline CSS/JS), built and written over its own files only
+``leaderboard.descriptions`` what the registries say about each task and encoding the pages describe
+``leaderboard.pages``       the site's pages: what each template is given (``Site``), index, task and encoding pages
+``leaderboard.writing``     writing the site over its own files only, all or nothing
+``leaderboard.site``        the static site (HTML + inline CSS/JS): results -> board -> pages -> written
 ``leaderboard.readme``      leaderboard/README.md: the ranking tables as markdown, record fields escaped
 ``leaderboard.frames``      the results as pandas DataFrames, ranked as on the board (:func:`read_results`)
 ``leaderboard.cli``         ``pezoo leaderboard export | check | build``

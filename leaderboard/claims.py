@@ -3,7 +3,7 @@
 A leaderboard answers its question only if a reader can see where it agrees with the
 papers and where it does not. Each :class:`Claim` names its source (paper and section),
 says the claim in one sentence, and states the test the board applies to it: a plain
-rule over the board's own table numbers (``leaderboard.board.Row``), so a verdict is
+rule over the board's own table numbers (``leaderboard.rows.Row``), so a verdict is
 never an opinion. A verdict on a table that is still being filled is marked provisional
 (``leaderboard.plans``); a claim is only tested on the rows run as its paper runs them
 (``prism{paper}``, ``randomized:ape`` evaluated on random positions), or as near as the
@@ -11,7 +11,7 @@ board's model allows (Hard-ALiBi: 3 windowed heads and 1 NoPE head per layer, wh
 paper's model has 6 and 10; ``harness.protocols`` words each difference), never on a configuration
 nobody proposed. Two rows' numbers are compared as the tables show them
 (``harness.ranking.shown``), and every number is worded as its table cell
-(``leaderboard.board.cell_text``).
+(``leaderboard.rows.cell_text``).
 """
 
 from __future__ import annotations
@@ -21,18 +21,11 @@ from dataclasses import dataclass
 
 from harness.ranking import shown
 from leaderboard import permutation as pt
-from leaderboard.board import (
-    SCORE_TITLES,
-    Board,
-    Row,
-    Table,
-    cell_text,
-    nothing_extrapolates,
-    null_text,
-    plural,
-    table_filling,
-    times_n,
-)
+from leaderboard.board import Board, Table
+from leaderboard.provisional import table_filling
+from leaderboard.reach import nothing_extrapolates, null_text, times_n
+from leaderboard.rows import SCORE_TITLES, Row, cell_text
+from leaderboard.text import plural
 
 EM_OK = 0.9  # "keeps working": exact match at least this at a scale (the reach threshold)
 COLLAPSED = 0.05  # "collapses": exact match beyond N below this

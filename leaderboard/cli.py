@@ -15,9 +15,10 @@ import pezoo
 from harness.options import store_option
 from harness.printable import terminal_text
 from harness.store import StoreError
-from leaderboard.board import BoardError, RetiredRow, check_protocols, record_label, retire
+from leaderboard.board import RetiredRow, retire
 from leaderboard.export import ExportError, export, import_results
 from leaderboard.plans import Plans
+from leaderboard.records import BoardError, check_protocols, record_label
 from leaderboard.retired import RETIRED_FILE, RetiredFileError, read_retirements
 from leaderboard.schema import Record, ResultsError, read_diagnostics, read_results, results_files
 

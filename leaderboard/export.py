@@ -28,8 +28,9 @@ from typing import Any
 
 from harness.record import RunRecord, diagnostics_problem
 from harness.store import Store
-from leaderboard.board import BoardError, check_protocols, retire
+from leaderboard.board import retire
 from leaderboard.plans import read_plans
+from leaderboard.records import BoardError, check_protocols
 from leaderboard.retired import RetiredFileError, read_retirements
 from leaderboard.schema import (
     DIAGNOSTICS_DIR,
@@ -209,7 +210,7 @@ def _check_one_protocol_per_table(
     existing: Sequence[Record], batches: Mapping[str, Sequence[Mapping[str, Any]]], out_dir: Path
 ) -> None:
     """ExportError, before anything is written, if the new runs would put two protocols in
-    one board table (``leaderboard.board.check_protocols``, after the tables and rows that
+    one board table (``leaderboard.records.check_protocols``, after the tables and rows that
     ``retired.toml`` next to ``out_dir`` retires): ``check`` would pass such a file and
     ``build`` refuse it."""
     new = [

@@ -23,9 +23,11 @@ from typing import Any
 import pandas as pd
 
 from harness import ranking
-from leaderboard import board as bd
+from leaderboard.board import Board, assemble
 from leaderboard.plans import NO_PLANS, read_plans
+from leaderboard.records import frame
 from leaderboard.retired import read_retirements
+from leaderboard.rows import SCORES, Row
 from leaderboard.schema import read_results as read_records
 
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
@@ -46,12 +48,12 @@ ROW_COLUMNS = [
     "seeds",
     "seeds_fit",
     "seeds_wanted",
-    *(f"{score}{part}" for score in bd.SCORES for part in ("", "_min", "_max")),
+    *(f"{score}{part}" for score in SCORES for part in ("", "_min", "_max")),
 ]
 """Columns of ``per="row"``. ``rank`` is the board's (NA where it shows —); ``ties_above``
 is its ≈ (the row's EM>N range over seeds meets one ranked above); ``status`` is
 ``ranked``, ``did not fit`` or ``pending`` (fewer seeds than the plan wants); each score
-(``em_beyond``, ``reach``, ...: ``leaderboard.board.SCORES``) as its mean over seeds and
+(``em_beyond``, ``reach``, ...: ``leaderboard.rows.SCORES``) as its mean over seeds and
 the seeds' min and max."""
 
 
@@ -70,7 +72,7 @@ def read_results(path: str | Path | None = None, *, per: str = "row", plans: boo
     Raises:
         ValueError: an unknown ``per``; a missing folder or one without results files.
         leaderboard.schema.ResultsError: a malformed results file (every problem listed).
-        leaderboard.board.BoardError: runs that cannot share a board.
+        leaderboard.records.BoardError: runs that cannot share a board.
     """
     if per not in PER:
         raise ValueError(f"per must be one of {', '.join(PER)}; got {per!r}")
@@ -82,9 +84,9 @@ def read_results(path: str | Path | None = None, *, per: str = "row", plans: boo
         raise ValueError(problem)
     records = read_records(folder)
     if plans:
-        board = bd.assemble(records, read_plans(folder.parent), read_retirements(folder.parent))
+        board = assemble(records, read_plans(folder.parent), read_retirements(folder.parent))
     else:
-        board = bd.assemble(records, NO_PLANS)
+        board = assemble(records, NO_PLANS)
     rows = _rows(board)
     if per == "row":
         return rows
@@ -93,19 +95,19 @@ def read_results(path: str | Path | None = None, *, per: str = "row", plans: boo
     if per == "seed":
         seeds = _seeds(board)
         return seeds.merge(ranks, on=["preset", "task", "pe"], how="left", validate="many_to_one")
-    df = bd.frame(board.records)
+    df = frame(board.records)
     fit = _seeds(board)[["preset", "task", "pe", "seed", "fits"]]
     df = df.merge(fit, on=["preset", "task", "pe", "seed"], how="left", validate="many_to_one")
     return df.merge(ranks, on=["preset", "task", "pe"], how="left", validate="many_to_one")
 
 
-def _status(row: bd.Row) -> str:
+def _status(row: Row) -> str:
     if row.ranked:
         return "ranked"
     return "pending" if row.fitted else "did not fit"
 
 
-def _rows(board: bd.Board) -> pd.DataFrame:
+def _rows(board: Board) -> pd.DataFrame:
     out: list[dict[str, Any]] = []
     for table in board.tables:
         for row in table.rows:
@@ -123,7 +125,7 @@ def _rows(board: bd.Board) -> pd.DataFrame:
                 "seeds_fit": row.seeds_fit,
                 "seeds_wanted": row.seeds_wanted,
             }
-            for score in bd.SCORES:
+            for score in SCORES:
                 stat = row.scores[score]
                 item.update({score: stat.mean, f"{score}_min": stat.lo, f"{score}_max": stat.hi})
             out.append(item)
@@ -133,14 +135,14 @@ def _rows(board: bd.Board) -> pd.DataFrame:
     return df
 
 
-def _seeds(board: bd.Board) -> pd.DataFrame:
+def _seeds(board: Board) -> pd.DataFrame:
     out: list[dict[str, Any]] = []
     for table in board.tables:
         for row in table.rows:
             for i, seed in enumerate(row.seeds):
                 item: dict[str, Any] = {"preset": table.preset, "task": table.task, "pe": row.label}
                 item.update({"encoding": row.encoding, "seed": seed, "train_max": table.train_max})
-                item.update({score: row.per_seed[score][i] for score in bd.SCORES})
+                item.update({score: row.per_seed[score][i] for score in SCORES})
                 item["fits"] = ranking.fits(item["em_within"])
                 out.append(item)
     return pd.DataFrame(out)

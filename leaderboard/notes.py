@@ -26,7 +26,7 @@ from harness.backbone import BackboneConfig
 from harness.pe_spec import model_options
 from harness.protocols import departure_paper, extra_input
 from harness.protocols import departures as protocol_departures
-from leaderboard.board import record_label
+from leaderboard.records import record_label
 from leaderboard.schema import Record
 from pezoo.spec import format_value
 

@@ -13,7 +13,7 @@ share a position and are listed by name. Evaluation-time variants (a trained row
 weights evaluated otherwise, "same weights") have a small grid of their own
 (:attr:`Overview.variants`).
 
-The grid is read off the board's own tables (``leaderboard.board.Row``), never the
+The grid is read off the board's own tables (``leaderboard.rows.Row``), never the
 records, so a cell is the number its task's table shows. The site's front page and the
 README quote ``OVERVIEW_RULE`` above it, and ``PENDING_RULE`` below it while a task is
 still being filled.
@@ -26,7 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from harness import ranking
-from leaderboard.board import Board, Row, Table, nothing_extrapolates, times_n
+from leaderboard.board import Board, Table
+from leaderboard.reach import nothing_extrapolates, times_n
+from leaderboard.rows import Row
 
 OVERVIEW_RULE = (
     "Each cell is how far the encoding holds past N on its weakest seed, as a multiple of N (exact match ≥ 0.9 at "

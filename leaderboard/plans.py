@@ -100,7 +100,7 @@ def read_plans(folder: Path) -> Plans:
     """The plans of the sweep files (``*.toml``, except ``retired.toml``) in ``folder``;
     unreadable ones become ``problems``, never an error (the results alone make a valid board)."""
     from harness.sweep import load_sweep
-    from leaderboard.board import record_label
+    from leaderboard.records import record_label
     from leaderboard.retired import RETIRED_FILE
 
     runs: list[tuple[Any, ...]] = []  # (preset, task, seed, run_id, source, cell, (label, test_max))

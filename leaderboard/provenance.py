@@ -20,8 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from leaderboard.board import plural, record_label
+from leaderboard.records import record_label
 from leaderboard.schema import Record
+from leaderboard.text import plural
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,16 @@ from typing import Any
 
 from tabulate import tabulate
 
-from leaderboard import board as bd
+from harness.protocols import extra_input_badge
 from leaderboard import claims, notes
 from leaderboard import overview as ov
 from leaderboard import permutation as pt
 from leaderboard import provenance as prov
-from leaderboard.text import GENERATOR, short_commit, slug
+from leaderboard.board import RETIRED_RULE, Board, Table
+from leaderboard.provisional import filling_sentence, superseded_sentence, table_filling
+from leaderboard.reach import NULL_RULE, SPLIT_SEEDS_RULE, nothing_extrapolates, past_n_sentence, reaches, times_n
+from leaderboard.rows import CELLS_RULE, OVERLAP_RULE, PENDING_SEEDS_RULE, RANKING_RULE, SCORES, Row, cell_text
+from leaderboard.text import GENERATOR, plural, short_commit, slug
 
 README_MARK = f"<!-- {GENERATOR}: generated from the results files; do not edit by hand -->"
 """The first line of a generated README."""
@@ -58,7 +62,7 @@ def is_generated_readme(path: Path) -> bool:
     return head[0] == README_MARK or (head[:2] == list(_LEGACY_HEAD[:2]) and head[2].startswith(_LEGACY_HEAD[2]))
 
 
-def _glance_cell(table: bd.Table | None, task: str, row: bd.Row | None) -> str:
+def _glance_cell(table: Table | None, task: str, row: Row | None) -> str:
     """An at-a-glance cell (``leaderboard.overview.cell``): the weakest seed's reach as a
     multiple of N, the seeds' range where they differ, the mean EM>N; "did not fit"; blank."""
     c = ov.cell(table, task, row)
@@ -70,7 +74,7 @@ def _glance_cell(table: bd.Table | None, task: str, row: bd.Row | None) -> str:
     return f"**{md(c.reach)}**{spread} · {md(c.em)}"
 
 
-def _glance(grid: ov.Overview, tables: dict[str, bd.Table], rows: list[ov.OverviewRow]) -> str:
+def _glance(grid: ov.Overview, tables: dict[str, Table], rows: list[ov.OverviewRow]) -> str:
     headers = ["#", "encoding"]
     for t in grid.tasks:
         mark = ov.NULL_MARK if t in grid.null else ov.PENDING_MARK if t in grid.pending else ""
@@ -78,7 +82,7 @@ def _glance(grid: ov.Overview, tables: dict[str, bd.Table], rows: list[ov.Overvi
     headers += [md(grid.mean_title()), "fitted"]
     body = []
     for entry in rows:
-        reads = bd.extra_input_badge(entry.encoding)
+        reads = extra_input_badge(entry.encoding)
         body.append(
             [
                 entry.position,
@@ -91,18 +95,18 @@ def _glance(grid: ov.Overview, tables: dict[str, bd.Table], rows: list[ov.Overvi
     return tabulate(body, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def _how_far(table: bd.Table) -> list[str]:
+def _how_far(table: Table) -> list[str]:
     """The answer's table under a task's sentence: per fitted row some seed of which gets
     past N, its weakest seed's reach and how many seeds reach each multiple of N."""
-    if bd.nothing_extrapolates(table):
+    if nothing_extrapolates(table):
         return []
-    found = bd.reaches(table)
+    found = reaches(table)
     far = [r for r in found if r.past_n]
     if not far:
         return []
     rows = []
     for r in far:
-        weakest = "—" if r.weakest <= table.train_max else bd.times_n(r.weakest, table)
+        weakest = "—" if r.weakest <= table.train_max else times_n(r.weakest, table)
         counts = " · ".join(f"{m:g}×: {k} of {len(r.per_seed)}" for m, k in r.counts)
         badges = "".join(f" · *{md(b)}*" for b in r.row.badges())
         rows.append(
@@ -121,7 +125,7 @@ def _how_far(table: bd.Table) -> list[str]:
     if rest:
         out += [
             md(
-                f"The other {bd.plural(rest, 'fitted row')}: no seed keeps exact match ≥ 0.9 at scale "
+                f"The other {plural(rest, 'fitted row')}: no seed keeps exact match ≥ 0.9 at scale "
                 f"{table.train_max + 1}."
             ),
             "",
@@ -129,7 +133,7 @@ def _how_far(table: bd.Table) -> list[str]:
     return out
 
 
-def render_readme(board: bd.Board, *, site_href: str) -> str:
+def render_readme(board: Board, *, site_href: str) -> str:
     """The whole README: what was trained, the provenance warning, at a glance (encodings ×
     tasks), the rule, one table per (task, preset), provenance."""
     out = [
@@ -157,7 +161,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
                 "paper-scale results.",
                 "",
             ]
-        filling = bd.filling_sentence(board, p.preset)
+        filling = filling_sentence(board, p.preset)
         if filling:
             out += [f"> **{md(p.preset)}:** {md(filling)}", ""]
     if not board.tables:
@@ -168,7 +172,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         for table in board.tables:
             if board.successor(table.preset) is not None:
                 continue
-            answer = bd.past_n_sentence(table, provisional=bd.table_filling(board, table) is not None)
+            answer = past_n_sentence(table, provisional=table_filling(board, table) is not None)
             if answer:
                 further = f" (tested to {table.tested_to})" if table.task in several else ""
                 out.append(f"- **{md(table.task)}**{further}: {md(answer)}.")
@@ -192,7 +196,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
             out += [_glance(grid, tables, grid.variants), ""]
     notes_out: list[str] = []
     if board.retired:
-        notes_out += ["## Left the board", "", md(bd.RETIRED_RULE), ""]
+        notes_out += ["## Left the board", "", md(RETIRED_RULE), ""]
         notes_out += [f"- {md(t.sentence())}" for t in board.retired]
         notes_out.append("")
     departed = notes.departures(board.records)
@@ -234,8 +238,8 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
         out += [f"## {md(task)}", ""]
         for table in board.tables_of_task(task):
             n = table.train_max
-            filling = bd.table_filling(board, table)
-            earlier = bd.superseded_sentence(board, table)
+            filling = table_filling(board, table)
+            earlier = superseded_sentence(board, table)
             out += [
                 f"Preset **{md(table.preset)}**, trained on scales {table.train_min}..{n}, "
                 f"tested up to {table.test_max} ({table.multiple:g}× N) "
@@ -245,7 +249,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
                 + (f" **{md(earlier[0].upper() + earlier[1:])}.**" if earlier else ""),
                 "",
             ]
-            answer = bd.past_n_sentence(table, provisional=filling is not None)
+            answer = past_n_sentence(table, provisional=filling is not None)
             if answer:
                 out += [f"**{md(answer)}.**", ""]
             out += _how_far(table)
@@ -253,7 +257,7 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
             for row in table.rows:
                 rows.append(
                     [row.rank_text(), md(row.label) + "".join(f" · *{badge}*" for badge in row.badges())]
-                    + [bd.cell_text(row, s) for s in bd.SCORES]
+                    + [cell_text(row, s) for s in SCORES]
                     + [f"{row.seeds_fit}/{len(row.seeds)} fit"]
                 )
             headers = ["rank", "encoding", f"EM≤{n}", f"EM>{n}", "reach", f"tok>{n}", f"tok≤{n}", "seeds"]
@@ -282,22 +286,22 @@ def render_readme(board: bd.Board, *, site_href: str) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def _train_max(board: bd.Board, task: str) -> int | None:
+def _train_max(board: Board, task: str) -> int | None:
     tables = board.tables_of_task(task)
     return tables[0].train_max if tables else None
 
 
 def _how_to_read() -> list[str]:
     """The rules behind the answer, folded (GitHub renders <details>)."""
-    ranking = f"{bd.RANKING_RULE} {bd.PENDING_SEEDS_RULE} {bd.CELLS_RULE} {bd.OVERLAP_RULE}"
+    ranking = f"{RANKING_RULE} {PENDING_SEEDS_RULE} {CELLS_RULE} {OVERLAP_RULE}"
     return [
         "<details><summary>How to read this: the ranking, the cells, the seeds, the test behind “above”</summary>",
         "",
         f"**Ranking.** {md(ranking)}",
         "",
-        f"**Seeds.** {md(bd.SPLIT_SEEDS_RULE)} {md(pt.RULE)}",
+        f"**Seeds.** {md(SPLIT_SEEDS_RULE)} {md(pt.RULE)}",
         "",
-        f"**Nothing to contrast.** {md(bd.NULL_RULE)}",
+        f"**Nothing to contrast.** {md(NULL_RULE)}",
         "",
         "</details>",
         "",

@@ -1,4 +1,4 @@
-"""Hand-drawn SVG: accuracy-vs-length plots, and how each encoding is drawn everywhere.
+"""Hand-drawn SVG: accuracy-vs-length plots, PRISM cursor trajectories, and heat-map colours.
 
 No plotting library: the geometry is computed here and written by the templates
 ``leaderboard/templates/*.svg.j2`` (autoescape on, like every page: labels and titles
@@ -6,15 +6,7 @@ from results files are escaped; every number passes a filter that writes it as a
 and refuses anything that is not a finite number, ``leaderboard.text.NotANumber``). The
 same numbers give the same bytes (coordinates are written with one decimal).
 
-**One look per encoding, on every page and every board.** :data:`ENCODING_STYLES` fixes
-a (colour, dash, marker) for every registered encoding; colours are the Okabe–Ito
-colour-blind-safe palette without its yellow (too pale on white), each colour used at
-most once per line style (solid + circle, dashed + square, dotted + triangle), so two
-encodings never share both colour and line. ``randomized:<base>`` keeps its base's colour
-with a dash-dot line (one per base line style) and a downward triangle, so it stays told
-apart from its base where their curves meet; any other name (a plugin, or a run with options where
-the plain encoding is on the board too) gets a deterministic style from a hash of the
-name, in line styles the table does not use (:func:`styles`).
+How each encoding is drawn (colour, dash, marker) is ``leaderboard.styles``.
 
 **Plots.** x is the task's own scale n (linear), y the accuracy in [0, 1]; the training
 region ``n <= N`` is shaded, closed by a dashed line at N + 0.5 and labelled *above* the
@@ -33,160 +25,27 @@ matplotlib default), with black or white text, whichever contrasts more.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from markupsafe import Markup
 
+from leaderboard.styles import PALETTE, Style
 from leaderboard.text import NotANumber, finite, render_template
 
 __all__ = [
-    "ENCODING_STYLES",
-    "PALETTE",
+    "VIRIDIS",
     "NotANumber",
     "Series",
-    "Style",
     "heat_colour",
     "line_plot",
     "nice_step",
     "panel_plot",
-    "style_of",
-    "styles",
     "swatch",
+    "trajectory_plot",
 ]
-
-# Okabe & Ito, "Color Universal Design" (2008), without the yellow #F0E442 (too pale on white).
-PALETTE = (
-    "#0072B2",  # blue
-    "#D55E00",  # vermillion
-    "#009E73",  # bluish green
-    "#CC79A7",  # reddish purple
-    "#E69F00",  # orange
-    "#56B4E9",  # sky blue
-    "#000000",  # black
-)
-BLUE, VERMILLION, GREEN, PURPLE, ORANGE, SKY, BLACK = PALETTE
-
-MARKERS = ("circle", "square", "triangle", "diamond", "triangle-down")
-
-
-@dataclass(frozen=True)
-class Style:
-    """How one encoding is drawn everywhere: stroke colour, SVG dash pattern ('' = solid)
-    and the marker on its points (one of :data:`MARKERS`)."""
-
-    colour: str
-    dash: str
-    marker: str = "circle"
-
-
-SOLID, DASHED, DOTTED = ("", "circle"), ("7 3", "square"), ("1.5 3", "triangle")
-RANDOMIZED_DASHES = {SOLID[0]: "9 3 2 3", DASHED[0]: "9 3 2 3 2 3", DOTTED[0]: "14 3 2 3"}
-"""``randomized:<base>``: its base's colour on a dash-dot line, one per base line style, with
-:data:`RANDOMIZED_MARKER`."""
-RANDOMIZED_MARKER = "triangle-down"
-"""``randomized:<base>``'s marker: no registered encoding's (circle, square, triangle), so a
-randomized curve and its base's differ in marker as well as dash (ape and randomized:ape
-lie on top of each other up to N, where a dash alone did not tell them apart)."""
-FALLBACK_LINES = (("5 2 1 2 1 2", "diamond"), ("12 3", "triangle-down"), ("3 3", "diamond"))
-"""Line styles for names outside the table: the table never uses them."""
-
-
-def _style(colour: str, line: tuple[str, str]) -> Style:
-    return Style(colour, line[0], line[1])
-
-
-ENCODING_STYLES: dict[str, Style] = {
-    # solid lines, circles: the baselines and the encodings most compared
-    "rope": _style(BLUE, SOLID),
-    "alibi": _style(VERMILLION, SOLID),
-    "prism": _style(GREEN, SOLID),
-    "hard_alibi": _style(PURPLE, SOLID),
-    "ape": _style(ORANGE, SOLID),
-    "t5": _style(SKY, SOLID),
-    "nope": _style(BLACK, SOLID),
-    # dashed lines, squares: a colour away from their relatives
-    "learned_prf_sh": _style(BLUE, DASHED),
-    "learned_prf": _style(VERMILLION, DASHED),
-    "learned_ape": _style(GREEN, DASHED),
-    "randomized": _style(PURPLE, DASHED),
-    "kerple_log": _style(ORANGE, DASHED),
-    "kerple_power": _style(SKY, DASHED),
-    "fire": _style(BLACK, DASHED),
-    # dotted lines, triangles
-    "xpos": _style(ORANGE, DOTTED),
-    "cope": _style(BLUE, DOTTED),
-    "abacus": _style(VERMILLION, DOTTED),
-}
-"""The fixed look of every registered encoding (a test checks that it covers the registry)."""
-
-
-def _hash(name: str) -> int:
-    """A stable hash (not Python's ``hash``, which changes between processes)."""
-    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big")
-
-
-def _fallbacks(name: str) -> Iterator[Style]:
-    """Styles for a name outside the table: every (colour, fallback line) pair, starting at
-    the name's hash, then numbered dashes without end (so a free one always exists)."""
-    pairs = [(c, line) for line in FALLBACK_LINES for c in PALETTE]
-    start = _hash(name) % len(pairs)
-    for colour, line in pairs[start:] + pairs[:start]:
-        yield _style(colour, line)
-    for k in itertools.count(1):
-        yield Style(PALETTE[k % len(PALETTE)], f"{k // len(PALETTE) + 1} 2 6 2", "diamond")
-
-
-def _encoding_of(label: str) -> str:
-    """The encoding a board label names: the registry name before its options in braces
-    (``rope{base=500}``, ``prism{paper}``) or before a variant's description
-    (``rope → linear×4 (same weights)``)."""
-    return label.split(" ", 1)[0].split("{", 1)[0]
-
-
-def style_of(label: str) -> Style:
-    """The style ``label`` gets when nothing else on its board claims it first (see :func:`styles`)."""
-    return next(_candidates(label))
-
-
-def _candidates(label: str) -> Iterator[Style]:
-    name = _encoding_of(label)
-    own: Style | None = None
-    if name in ENCODING_STYLES:
-        own = ENCODING_STYLES[name]
-    elif name.startswith("randomized:") and name.split(":", 1)[1] in ENCODING_STYLES:
-        base = ENCODING_STYLES[name.split(":", 1)[1]]
-        own = Style(base.colour, RANDOMIZED_DASHES[base.dash], RANDOMIZED_MARKER)
-    if own is not None:
-        yield own
-        # a run with options beside its plain encoding keeps the encoding's colour, another line
-        lines = list(FALLBACK_LINES)
-        start = _hash(label) % len(lines)
-        for line in lines[start:] + lines[:start]:
-            yield _style(own.colour, line)
-    yield from _fallbacks(label)
-
-
-def styles(labels: Iterable[str]) -> dict[str, Style]:
-    """A distinct Style per board label: an encoding's own style from :data:`ENCODING_STYLES`
-    (or its randomized / hashed style), the same on every board.
-
-    Only a label that would share a style with another label of the same board (a run
-    with options next to the plain encoding, or two unknown names whose hashes meet)
-    moves on to its next deterministic candidate. Plain names are served first, then
-    labels with options, each group in sorted order, so the plain encoding keeps its look.
-    """
-    out: dict[str, Style] = {}
-    taken: set[Style] = set()
-    for label in sorted(set(labels), key=lambda lb: (_encoding_of(lb) != lb, lb)):
-        style = next(s for s in _candidates(label) if s not in taken)
-        out[label] = style
-        taken.add(style)
-    return out
 
 
 # --------------------------------------------------------------------------------------

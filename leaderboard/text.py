@@ -5,13 +5,13 @@ Every page and plot is a Jinja2 template (``leaderboard/templates/``) rendered w
 construction, wherever a template puts it (element text or attribute). The only
 ``Markup`` (text a template inserts as is) is what this package built itself from
 escaped parts: a rendered template (a plot inside a page), and the docstring renderer of
-``leaderboard.site``. URLs go through :func:`href`, which percent-encodes every path
+``leaderboard.pages``. URLs go through :func:`href`, which percent-encodes every path
 segment, so no name can become a scheme (``javascript:``) or leave its attribute.
 Numbers in SVG go through the filters below, which format numbers as numbers and refuse
 anything else (:class:`NotANumber`).
 
-Also here, because both ``site`` and ``readme`` use them: file-name slugs and commit
-abbreviations.
+Also here, because the pages, the markdown board and the sentences beside the tables
+use them: file-name slugs, commit abbreviations, plurals and lists.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import functools
 import math
 import numbers
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -45,6 +45,16 @@ def short_commit(commit: str, dirty: str = " (with uncommitted changes)") -> str
 
 def join(values: Iterable[Any]) -> str:
     return ", ".join(str(v) for v in values)
+
+
+def plural(count: Any, noun: str) -> str:
+    """``1 run``, ``2 runs``."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def and_join(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def href(path: str) -> str:
@@ -195,7 +205,7 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(c=coordinate, i=integer, g=general, fixed=fixed, points=points, whole_points=whole_points)
-    env.globals.update(slug=slug, join=join, inline=inline, doc_blocks=doc_blocks)
+    env.globals.update(slug=slug, join=join, plural=plural, inline=inline, doc_blocks=doc_blocks)
     return env
 
 

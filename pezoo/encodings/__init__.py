@@ -1,4 +1,13 @@
-"""Every in-tree encoding, one module per family; importing registers them."""
+"""Every in-tree encoding, one module per family; importing registers them.
+
+Every module of this folder is imported, so a new encoding's file registers it without
+being named here; the classes imported by name below are pezoo's public API
+(``from pezoo import RoPE``). A new encoding is reached by its registry key
+(``pezoo.create("name")``) or from its own module until it joins that list.
+"""
+
+import importlib
+import pkgutil
 
 from pezoo.encodings.abacus import Abacus, abacus_indices
 from pezoo.encodings.alibi import ALiBi, alibi_slopes
@@ -56,3 +65,8 @@ __all__ = [
     "xpos_rotation",
     "xpos_zeta",
 ]
+
+for _module in pkgutil.iter_modules(__path__):  # sorted by file name
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+del _module

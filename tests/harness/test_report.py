@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.report import LEGEND, leaderboard_tables, per_seed_summary
-from leaderboard.board import summary
+from leaderboard.rows import summary
 
 
 def frame(pe: str, seed: int, em: dict[int, float], train_max: int = 2) -> list[dict]:

@@ -6,12 +6,14 @@ import statistics
 from pathlib import Path
 
 import pytest
+from html_structure import parse_html
 from leaderboard_fixtures import make_record
 
 from leaderboard import board as bd
-from leaderboard import notes
+from leaderboard import notes, reach, rows
 from leaderboard import overview as ov
 from leaderboard import provenance as prov
+from leaderboard import records as rc
 from leaderboard.plans import plans_of
 from leaderboard.schema import Record
 
@@ -139,21 +141,21 @@ def test_an_unfitted_row_near_the_threshold_shows_three_decimals():
     near = {1: 1.0, 2: 0.9, 3: 0.948, 4: 0.0}  # EM<=N 0.9493: would read 0.95 next to "did not fit"
     [table] = bd.assemble([rec(make_record("rope", "copy", 0, near, train_max=3))]).tables
     [row] = table.rows
-    assert not row.fitted and bd.cell_text(row, "em_within") == "0.949"
+    assert not row.fitted and rows.cell_text(row, "em_within") == "0.949"
     fits = {1: 1.0, 2: 1.0, 3: 0.96, 4: 0.0}
     [row] = bd.assemble([rec(make_record("rope", "copy", 0, fits, train_max=3))]).tables[0].rows
-    assert row.fitted and bd.cell_text(row, "em_within") == "0.99" and bd.cell_text(row, "reach") == "3"
+    assert row.fitted and rows.cell_text(row, "em_within") == "0.99" and rows.cell_text(row, "reach") == "3"
 
 
 def test_reach_reads_its_mean_to_one_decimal_and_never_rounds_to_a_scale_no_seed_reached():
     # reaches 4, 5 and 7 over seeds (ROPE0, ROPE1, ALIBI): mean 5.33 would read "5"; 4 and 5: 4.5 rounded to even
     three = [rec(make_record("rope", "copy", s, em, train_max=3), s + 1) for s, em in enumerate((ROPE0, ROPE1, ALIBI))]
     [row] = bd.assemble(three).tables[0].rows
-    assert bd.cell_text(row, "reach") == "5.3 (4–7)"
+    assert rows.cell_text(row, "reach") == "5.3 (4–7)"
     [row] = bd.assemble(three[:2]).tables[0].rows
-    assert bd.cell_text(row, "reach") == "4.5 (4–5)"
+    assert rows.cell_text(row, "reach") == "4.5 (4–5)"
     [row] = bd.assemble([three[2], rec(make_record("rope", "copy", 1, ALIBI, train_max=3), 9)]).tables[0].rows
-    assert bd.cell_text(row, "reach") == "7"
+    assert rows.cell_text(row, "reach") == "7"
 
 
 def test_curves_mean_and_band():
@@ -181,7 +183,7 @@ def test_each_preset_and_task_is_its_own_table():
 def test_one_preset_label_for_two_protocols_is_refused():
     recs = [rec(make_record("rope", "copy", 0, ROPE0, train_max=3), 1),
             rec(make_record("nope", "copy", 0, NOPE, train_max=3, steps=99), 2)]  # fmt: skip
-    with pytest.raises(bd.BoardError, match=r"fixture.jsonl:2 and fixture.jsonl:1: .*\(train.steps\)"):
+    with pytest.raises(rc.BoardError, match=r"fixture.jsonl:2 and fixture.jsonl:1: .*\(train.steps\)"):
         bd.assemble(recs)
 
 
@@ -193,24 +195,24 @@ def test_records_from_before_the_evaluation_options_share_a_board_with_newer_one
     assert len(bd.assemble([rec(old, 1), rec(new, 2)]).tables[0].rows) == 2
     periodic = make_record("alibi", "copy", 0, ALIBI, train_max=3)
     periodic["config"]["eval"]["every"] = 10
-    with pytest.raises(bd.BoardError, match=r"\(eval\.every\)"):
+    with pytest.raises(rc.BoardError, match=r"\(eval\.every\)"):
         bd.assemble([rec(old, 1), rec(periodic, 3)])
 
 
 def test_labels_keep_options_apart():
-    assert bd.encoding_label("rope", {}) == "rope"
+    assert rc.encoding_label("rope", {}) == "rope"
     # The spec syntax of --pe and sweep files (pezoo.spec), so a label can be pasted back.
-    assert bd.encoding_label("rope", {"base": 500}) == "rope{base=500}"
+    assert rc.encoding_label("rope", {"base": 500}) == "rope{base=500}"
     # A randomized run stored before randomize_eval existed evaluated on plain positions;
     # one stored before draw existed gave a padded row the first n of the batch's one draw.
-    assert bd.encoding_label("randomized:ape", {}) == "randomized:ape{draw=per_batch,randomize_eval=false}"
-    assert bd.encoding_label("randomized:ape", {"randomize_eval": True}) == "randomized:ape{draw=per_batch}"
+    assert rc.encoding_label("randomized:ape", {}) == "randomized:ape{draw=per_batch,randomize_eval=false}"
+    assert rc.encoding_label("randomized:ape", {"randomize_eval": True}) == "randomized:ape{draw=per_batch}"
     new = {"draw": "per_length", "randomize_eval": True}
-    assert bd.encoding_label("randomized:ape", new) == "randomized:ape"
+    assert rc.encoding_label("randomized:ape", new) == "randomized:ape"
     paper = {"n_cursors": 4, "d_pe": 226, "gru_hidden": 100, "layers": [0], "copy_every": 5, "copy_key": "absolute"}
     config = {"task": "reverse", "backbone": {"d_model": 128, "n_layers": 3, "n_heads": 4}}
-    assert bd.encoding_label("prism", paper, config) == "prism{paper}"
-    assert bd.encoding_label("prism", {**paper, "n_cursors": 2}, config).startswith("prism{copy_every=5,")
+    assert rc.encoding_label("prism", paper, config) == "prism{paper}"
+    assert rc.encoding_label("prism", {**paper, "n_cursors": 2}, config).startswith("prism{copy_every=5,")
 
 
 def test_an_alias_and_its_encoding_at_one_seed_are_refused_not_merged_into_one_row():
@@ -218,7 +220,7 @@ def test_an_alias_and_its_encoding_at_one_seed_are_refused_not_merged_into_one_r
     # count as two seeds of one row.
     a = make_record("randomized", "copy", 0, NOPE, train_max=3)
     b = make_record("randomized:ape", "copy", 0, NOPE, train_max=3)
-    with pytest.raises(bd.BoardError, match="two runs of 'randomized:ape"):
+    with pytest.raises(rc.BoardError, match="two runs of 'randomized:ape"):
         bd.assemble([rec(a, 1), rec(b, 2)])
 
 
@@ -238,11 +240,11 @@ def test_provenance_flags_everything_but_a_gpu_board_on_gpus():
 
 
 def test_stat_text_matches_the_terminal_format():
-    assert bd.Stat.of([0.5]).text() == "0.50"
-    assert bd.Stat.of([0.1, 0.9]).text() == "0.50 (0.10–0.90)"
-    assert bd.Stat.of([4, 5]).text(0) == "4 (4–5)"  # round half to even, like the terminal's f-strings
-    assert bd.Stat.of([0.501, 0.499]).text() == "0.50"  # seeds that agree to the digits shown: one number
-    assert bd.Stat.of([]).text() == "-" and bd.Stat.of([]).sort_value() == ""
+    assert rows.Stat.of([0.5]).text() == "0.50"
+    assert rows.Stat.of([0.1, 0.9]).text() == "0.50 (0.10–0.90)"
+    assert rows.Stat.of([4, 5]).text(0) == "4 (4–5)"  # round half to even, like the terminal's f-strings
+    assert rows.Stat.of([0.501, 0.499]).text() == "0.50"  # seeds that agree to the digits shown: one number
+    assert rows.Stat.of([]).text() == "-" and rows.Stat.of([]).sort_value() == ""
 
 
 def test_the_trained_sentence_says_size_steps_scales_device_and_the_papers():
@@ -535,20 +537,30 @@ def test_past_n_sentence_says_how_far_each_ranked_row_holds_on_its_weakest_seed(
     ]
     [table] = bd.assemble(records() + [rec(d, 10 + i) for i, d in enumerate(extra)]).tables
     assert [r.label for r in table.rows if r.ranked] == ["alibi", "t5", "fire", "rope"]  # EM>N 1.0, 0.94, 0.68, 0.44
-    assert bd.past_n_sentence(table) == (
-        "How far past N = 3 exact match stays ≥ 0.9 on every seed: alibi ≥ 2.3× N (7, the largest tested scale); "
-        "fire and rope 1.3× N (4); the other ranked row falls below 0.9 at 4 (2 rows did not fit)"
-    )
-    assert bd.past_n_sentence(table, provisional=True).startswith("So far, how far past N = 3")
+    weakest = {r.row.label: r.weakest for r in reach.reaches(table)}
+    assert weakest == {"alibi": 7, "t5": 3, "fire": 4, "rope": 4}  # fitted rows only
+    said = reach.past_n_sentence(table)
+    # grouped by reach, farthest first, as multiples of N = 3; t5 (not past N) is counted, unfit rows too
+    _in_order(said, ["alibi", reach.times_n(7, table), "(7", "fire", "rope", reach.times_n(4, table), "(4"])
+    assert reach.times_n(7, table) == "≥ 2.3×" and reach.times_n(4, table) == "1.3×"
+    assert "t5" not in said and "ape" not in said.replace("scale", "")  # a row not past N, or unfit: never listed
+    assert reach.past_n_sentence(table, provisional=True) != said  # a provisional table's answer says so
     none = [rec(make_record("t5", "copy", s, T5_NONE, train_max=3), s) for s in (0, 1)]
     [table] = bd.assemble([*none, rec(make_record("nope", "copy", 0, NOPE, train_max=3), 5)]).tables
-    assert bd.past_n_sentence(table) == (
-        "No encoding extrapolates at N = 3: no seed of any fitted row keeps exact match ≥ 0.9 at scale 4 "
-        "(1 row did not fit)"
-    )
-    assert bd.past_n_sentence(table, provisional=True).startswith("So far, no encoding extrapolates")
+    assert reach.nothing_extrapolates(table)
+    said = reach.past_n_sentence(table)
+    assert said is not None and reach.null_text(table).lower() in said.lower() and "t5" not in said
     [table] = bd.assemble([rec(make_record("nope", "copy", 0, NOPE, train_max=3))]).tables
-    assert bd.past_n_sentence(table) is None  # nothing ranked: nothing to answer with
+    assert reach.past_n_sentence(table) is None  # nothing ranked: nothing to answer with
+
+
+def _in_order(text: str, parts: list[str]) -> None:
+    """Each of ``parts`` occurs in ``text``, each after the one before."""
+    at = 0
+    for part in parts:
+        found = text.find(part, at)
+        assert found >= 0, (part, text[at:])
+        at = found + len(part)
 
 
 def test_past_n_sentence_counts_rows_not_ranked_yet_and_is_on_the_pages():
@@ -560,10 +572,11 @@ def test_past_n_sentence_counts_rows_not_ranked_yet_and_is_on_the_pages():
     records = [rec(make_record(pe, "copy", s, ALIBI, train_max=3), i) for i, (pe, s) in enumerate(runs, start=1)]
     board = bd.assemble(records, plans)
     [table] = board.tables
-    answer = "alibi ≥ 2.3× N (7, the largest tested scale) (1 row not ranked yet)"
-    assert bd.past_n_sentence(table).endswith(answer)
+    assert [(r.label, r.ranked) for r in table.rows] == [("alibi", True), ("rope", False)]  # rope: 1 of 2 seeds
+    answer = reach.past_n_sentence(table, provisional=True)  # the plan is not complete
+    assert answer is not None and "rope" not in answer  # a row not ranked yet is counted, not listed
     assert answer in render_readme(board, site_href="site")
-    assert "So far, how far past N = 3" in render_readme(board, site_href="site")  # the plan is not complete
     pages = site.render(records, results_href="results", repo_href="..", plans=plans)
-    assert '<p class="answer lede">So far, how far past N = 3 exact match stays' in pages["tasks/copy.html"]
-    assert answer + ".</p>" in pages["index.html"]
+    for page in ("tasks/copy.html", "index.html"):
+        [shown] = parse_html(pages[page]).find_all("p", cls="answer")
+        assert shown.text == answer + ".", page

@@ -6,8 +6,9 @@ import pytest
 
 from harness.ranking import Spread
 from leaderboard import permutation as pt
-from leaderboard.board import Board, Row, Table
+from leaderboard.board import Board, Table
 from leaderboard.claims import CLAIMS, NO_CONTRAST, OUTCOMES, claim_verdicts, unanswered, verdicts
+from leaderboard.rows import Row
 
 
 def row(label, *, em_in=1.0, em=(0.0,), reach=(10,), tok=(0.2,), fitted=True, rank=1):

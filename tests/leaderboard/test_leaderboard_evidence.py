@@ -8,7 +8,10 @@ from pathlib import Path
 from leaderboard_fixtures import make_record as _make_record
 
 from leaderboard import board as bd
+from leaderboard import reach
 from leaderboard.plans import plans_of
+from leaderboard.provisional import table_filling
+from leaderboard.records import BoardError, record_label
 from leaderboard.retired import Retirement
 from leaderboard.schema import Record
 
@@ -36,7 +39,7 @@ def _plan_row(data: dict, source: str = "board.toml") -> tuple:
         data["run_id"],
         source,
         cell(d),
-        (bd.record_label(data), int(d["eval"]["test_max"])),
+        (record_label(data), int(d["eval"]["test_max"])),
     )
 
 
@@ -104,12 +107,12 @@ def test_a_table_that_replaced_an_older_one_still_does_while_seeds_are_added_to_
     records = [rec(d, i) for i, d in enumerate(older + newer, 1)]
     board = bd.assemble(records, plans_of(plan), retired)  # before: refused, 3 of 8 planned runs published
     assert [t.preset for t in board.tables] == ["board"]
-    assert bd.table_filling(board, board.tables[0]).startswith("provisional: 3 of 8")
+    assert table_filling(board, board.tables[0]).startswith("provisional: 3 of 8")
     # a newer table that lacks a row the older one showed still does not replace it
     lacking = [make_record("nope", "copy", 0, FITS_4, train_max=3, preset="quick")]
     try:
         bd.assemble([rec(d, i) for i, d in enumerate(older + lacking + newer, 1)], plans_of(plan), retired)
-    except bd.BoardError as exc:
+    except BoardError as exc:
         assert "planned runs published" in str(exc)
     else:
         raise AssertionError("a retirement whose successor lacks a row was accepted")
@@ -160,7 +163,7 @@ def test_runs_still_arriving_are_presented_on_the_pages():
     assert readme.index("## How far past the training length") < readme.index("## At a glance")
     # hard_alibi ranked on its 3 seeds, saying 5 more are being run, and how many seeds reach each multiple
     assert "3 of 8 seeds, 5 being run" in copy and "3 of 8 seeds, 5 being run" in readme
-    [hard] = [r for r in bd.reaches(board.tables[0]) if r.row.label == "hard_alibi"]
+    [hard] = [r for r in reach.reaches(board.tables[0]) if r.row.label == "hard_alibi"]
     assert (hard.weakest, dict(hard.counts)[2], hard.splits) == (4, 2, True)  # 2 of 3 seeds reach 2x N
     assert "2×: 2 of 3" in copy and "2×: 2 of 3" in readme
     # the randomized verdict uses the row at the paper's ratio, and says the other is beside it

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from html_structure import parse_html
 from leaderboard_fixtures import make_record, sha256_of_canonical, write_jsonl
 
 from leaderboard.site import build
@@ -57,15 +58,16 @@ def test_the_notes_fold_under_a_summary_that_names_their_rows(tmp_path):
     site = _site(tmp_path, records)
     for page in [site / "index.html", site / "tasks" / "copy.html"]:
         text = page.read_text()
-        notes = dict(re.findall(r'<details class="note-list" id="([\w-]+)"><summary>(.*?)</summary>', text))
+        notes = {d.attrs["id"]: d for d in parse_html(text).find_all("details", cls="note-list") if "id" in d.attrs}
         assert set(notes) == {"departures", "extra-inputs"}, notes
-        # learned_prf_sh's network is pezoo's own design: declared too
-        assert notes["departures"] == "<strong>Run unlike their papers:</strong> learned_prf_sh, xpos"
-        assert notes["extra-inputs"] == "<strong>Extra inputs:</strong> learned_prf_sh"
+        # each summary names its rows after its heading; learned_prf_sh's network is pezoo's own design: declared too
+        named = {k: d.find("summary").own_text.split(", ") for k, d in notes.items()}
+        assert named == {"departures": ["learned_prf_sh", "xpos"], "extra-inputs": ["learned_prf_sh"]}
+        assert all(d.find("summary").find("strong").text for d in notes.values())
         # what each says is inside the fold, not lost
-        body = text.split('id="departures">', 1)[1].split("</details>", 1)[0]
+        body = notes["departures"].text
         assert "blockwise" in body and "xPos" in body
-        assert "<details open" not in text  # folded: the ranking comes first on a phone
+        assert not [d for d in notes.values() if "open" in d.attrs]  # folded: the ranking comes first on a phone
 
 
 def _departures(site: Path) -> str:

@@ -29,7 +29,7 @@ from harness.cli import main
 from harness.record import config_run_id
 from leaderboard.export import exporting, import_results
 from leaderboard.schema import DIAGNOSTICS_DIR, checksum, validate_record
-from leaderboard.site import MANIFEST
+from leaderboard.writing import MANIFEST
 
 EM = {1: 1.0, 2: 1.0, 3: 0.5, 4: 0.0}
 DEEP_TOML = "a = " + "[" * 100_000 + "\n"

@@ -335,9 +335,10 @@ def test_a_replaced_row_leaves_the_board_and_says_for_what():
 )
 def test_a_row_retirement_that_does_not_hold_is_refused(new, data, message):
     from leaderboard import board as bd
+    from leaderboard.records import BoardError
 
     records = _variant_records([("copy", 0), ("copy", 1), ("reverse", 0)], new)
-    with pytest.raises(bd.BoardError, match=re.escape(message)):
+    with pytest.raises(BoardError, match=re.escape(message)):
         bd.assemble(records, retirements=parse_retirements(data))
 
 

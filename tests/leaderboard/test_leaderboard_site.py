@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 from click.testing import CliRunner
+from html_structure import parse_html
 from leaderboard_fixtures import RUNS, make_record, write_jsonl
 
 from harness.cli import main
@@ -76,9 +77,8 @@ def test_every_task_and_encoding_has_a_page(smoke_site):
     tasks = {t for _, _, t, _, _ in RUNS}
     encodings = {e for _, e, _, _, _ in RUNS}
     assert names == {"index.html"} | {f"tasks/{t}.html" for t in tasks} | {f"encodings/{e}.html" for e in encodings}
-    index = (smoke_site / "index.html").read_text()
-    for name in tasks | encodings:
-        assert f">{name}</a>" in index
+    linked = {a.text for a in parse_html((smoke_site / "index.html").read_text()).find_all("a")}
+    assert tasks | encodings <= linked
 
 
 def test_pages_are_well_formed_and_every_link_resolves(smoke_site):
@@ -130,13 +130,12 @@ def test_numbers_on_the_page_are_the_published_ones(smoke_site):
     per_seed = [statistics.mean(m["token_accuracy"] for m in r["metrics"] if m["split"] == "test") for r in recs]
     mean, lo, hi = statistics.mean(per_seed), min(per_seed), max(per_seed)
     expected = f"{mean:.2f}" + (f" ({lo:.2f}–{hi:.2f})" if f"{lo:.2f}" != f"{hi:.2f}" else "")  # mean (min–max)
-    page = (smoke_site / "tasks" / "copy.html").read_text()
-    ranking = page.split('data-preset-table="smoke"')[1].split("</table>")[0]
-    row = next(r for r in ranking.split("<tr") if ">rope</a>" in r)
-    # a cell's text with its tags dropped (the seeds' range sits in a span of its own)
-    cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
-    assert cells[5] == expected  # rank, encoding, EM<=N, EM>N, reach, tok>N
-    assert f'data-sort="{mean:.6f}"' in row
+    page = parse_html((smoke_site / "tasks" / "copy.html").read_text())
+    ranking = page.find("table", cls="ranking", data_preset_table="smoke")
+    row = next(tr for tr in ranking.body_rows() if tr.find("a").text == "rope")
+    cells = row.cells()  # rank, encoding, EM<=N, EM>N, reach, tok>N, tok<=N, seeds
+    assert cells[5] == expected
+    assert row.find_all("td")[5].attrs["data-sort"] == f"{mean:.6f}"
     assert cells[-1] == f"{sum(fits(r) for r in recs)}/{len(recs)} fit"
 
 
@@ -146,24 +145,28 @@ def fits(record: dict) -> bool:
 
 
 def test_task_page_has_curves_table_format_and_label(smoke_site):
-    page = (smoke_site / "tasks" / "copy.html").read_text()
+    text = (smoke_site / "tasks" / "copy.html").read_text()
+    page = parse_html(text)
     for preset in ("smoke", "smoke-2step"):
-        section = page.split(f'<section data-preset="{preset}">')[1].split("</section>")[0]
-        assert section.count('<svg class="plot" ') == 2  # exact match and per-token accuracy
+        section = page.find("section", data_preset=preset)
+        plots = [svg for svg in section.find_all("svg", cls="plot") if "panel" not in svg.classes]
+        assert len(plots) == 2  # exact match and per-token accuracy
         n_encodings = len({e for p, e, t, _, _ in RUNS if (p, t) == (preset, "copy")})
-        assert section.count('<svg class="plot panel"') == n_encodings  # one small multiple each
-        first_plot = section.split('<svg class="plot" ')[1].split("</svg>")[0]
-        assert first_plot.count('<g class="series"') == n_encodings
-        assert 'class="train-boundary"' in first_plot and "trained on n ≤ 5" in first_plot
-        legend = section.split('<ul class="legend">')[1].split("</ul>")[0]  # in the ranking table's order
-        ranking = section.split('class="sortable ranking"')[1].split("</table>")[0]
-        order = re.findall(r">([^<>]+)</a>", ranking)
-        assert [s.strip() for s in re.findall(r"</span> ([^<]+)", legend)] == order and len(order) == n_encodings
-        per_length = section.split('data-metric="exact_match"')[1].split("</table>")[0]
-        assert re.findall(r'<tr data-order="\d+"><td data-sort="(\d+)"', per_length) == [str(n) for n in range(1, 9)]
-    assert "pe_solvable_with_scale_hint" in page  # the task's PE-solvability label
-    assert "x₁…xₙ = x₁…xₙ ." in page  # its format
-    assert re.search(r"example \(n = \d+\)</dt><dd><code>\d+=\d+\.</code>", page)
+        assert len(section.find_all("svg", cls="panel")) == n_encodings  # one small multiple each
+        assert len(plots[0].find_all("g", cls="series")) == n_encodings
+        plots[0].find("line", cls="train-boundary")
+        assert re.search(r"\b5\b", plots[0].find("text", cls="train-label").text)  # labelled with N = 5
+        order = [tr.find("a").text for tr in section.find("table", cls="ranking").body_rows()]
+        legend = [li.own_text for li in section.find("ul", cls="legend").find_all("li")]  # in the ranking's order
+        assert legend == order and len(order) == n_encodings
+        per_length = section.find("table", data_metric="exact_match")
+        assert [tr.find("td").attrs["data-sort"] for tr in per_length.body_rows()] == [str(n) for n in range(1, 9)]
+    assert "pe_solvable_with_scale_hint" in text  # the task's PE-solvability label
+    assert "x₁…xₙ = x₁…xₙ ." in text  # its format
+    terms = page.find("dl").find_all("dt")
+    example = next(dt for dt in terms if dt.text.startswith("example"))
+    assert re.fullmatch(r"example \(n = \d+\)", example.text)
+    assert re.fullmatch(r"\d+=\d+\.", page.find("dl").find_all("dd")[terms.index(example)].text)
 
 
 def test_provenance_on_every_page(smoke_site):
@@ -172,25 +175,29 @@ def test_provenance_on_every_page(smoke_site):
     device = recs[0]["provenance"]["device"]
     cpu = html.escape(recs[0]["provenance"]["cpu"])  # the device string names no CPU model
     for path in pages(smoke_site):
-        text = path.read_text()
-        assert "smoke-preset board.</strong>" in text and "not comparable with the papers" in text, path
-        assert commit in text and device in text and "training steps" in text, path
-        assert '<section id="provenance">' in text, path
-        assert f'<th class="text">CPU</th><td class="text">{cpu}</td>' in text, path
+        page = parse_html(path.read_text())
+        [banner] = [p for p in page.find_all("p", cls="warning", data_preset="smoke")]  # not a paper-scale board
+        assert "smoke" in banner.find("strong").text and commit in banner.text and device in banner.text, path
+        table = page.find("section", id="provenance").find("table")
+        facts = {row[0]: row[1] for row in table.rows() if len(row) == 2}
+        assert facts["CPU"] == html.unescape(cpu) and commit in facts["commit"] and facts["device"] == device, path
     readme = (smoke_site.parent / "README.md").read_text()
     assert "CPU smoke-preset board" in readme and "| rank | encoding" in readme.replace("   ", " ").replace("  ", " ")
 
 
 def test_encoding_page_quotes_the_registry(smoke_site):
-    page = (smoke_site / "encodings" / "rope.html").read_text()
-    assert "Su et al. 2021" in page  # from RoPE's docstring
-    assert "<code>base</code>" in page and "<code>10000.0</code>" in page  # an option and its default
-    across = page.split('class="sortable across"')[1].split("</table>")[0]
-    assert across.count('<a href="../tasks/copy.html">copy</a>') == 1  # one row per (task, preset) it ran
-    nope = (smoke_site / "encodings" / "nope.html").read_text().split("<h2>On every task</h2>")[1]
-    assert (
-        nope.count('<svg class="plot panel"') == 3
-    )  # a small multiple per table it is on: copy (two presets), reverse
+    text = (smoke_site / "encodings" / "rope.html").read_text()
+    assert "Su et al. 2021" in text  # from RoPE's docstring
+    page = parse_html(text)
+    options = dict(row for row in page.find("table", cls="options").rows()[1:])
+    assert options["base"] == "10000.0"  # an option and its default
+    across = page.find("table", cls="across")
+    runs = [(tr.find("a").text, tr.cells()[1]) for tr in across.body_rows()]  # the task's link, the preset
+    assert sorted(runs) == sorted({(t, p) for p, e, t, _, _ in RUNS if e == "rope"})  # one row per (task, preset)
+    assert all(tr.find("a").attrs["href"] == f"../tasks/{tr.find('a').text}.html" for tr in across.body_rows())
+    nope = parse_html((smoke_site / "encodings" / "nope.html").read_text())
+    tables = {(p, t) for p, e, t, _, _ in RUNS if e == "nope"}
+    assert len(nope.find_all("svg", cls="panel")) == len(tables)  # a small multiple per table it is on
 
 
 def test_a_malformed_results_file_fails_the_build_with_path_and_reason(smoke_site, tmp_path):
@@ -268,7 +275,7 @@ def test_every_registered_encoding_gets_a_page_and_unknown_names_still_render(tm
     build(tmp_path / "results", tmp_path / "site")
     for pe in names:
         page = (tmp_path / "site" / "encodings" / f"{pe.replace(':', '-')}.html").read_text()
-        assert f"Encoding <code>{pe}</code>" in page and " at 0x" not in page
+        assert parse_html(page).find("h1").find("code").text == pe and " at 0x" not in page
         if pe == "plugin_pe":
             assert "not installed in the pezoo that built the site" in page
         else:
@@ -296,38 +303,34 @@ def test_a_board_scoring_the_final_answer_says_so(tmp_path):
 
 
 def test_index_at_a_glance_shows_each_tasks_ranking_measure(smoke_site):
-    index = (smoke_site / "index.html").read_text()
-    assert "<h2>At a glance</h2>" in index
+    index = parse_html((smoke_site / "index.html").read_text())
+    assert "At a glance" in [h.text for h in index.find_all("h2")]
     for preset in ("smoke", "smoke-2step"):
-        start = f'<table class="sortable heatmap" data-preset-table="{preset}">'
-        grid = index.split(start)[1].split("</table>")[0]
+        grid = index.find("table", cls="heatmap", data_preset_table=preset)
         tasks = sorted({t for p, _, t, _, _ in RUNS if p == preset})
-        head = grid.split("</thead>")[0]
-        assert "<a " not in head  # headers sort; the task list below the grid links to each task
-        assert (
-            re.findall(r'title="how far past N on the weakest seed, as a multiple of N, on ([^" :(]+)', head) == tasks
-        )
+        head = grid.find("thead")
+        assert not head.find_all("a")  # headers sort; the task list below the grid links to each task
+        headers = [th.text for th in head.find_all("th")]
+        assert [h for h in headers if h in tasks] == tasks  # one column per task, in order
         for task in tasks:  # the cell carries the task table's EM>N where ranked, "did not fit" where not
-            ranking = index.split(f'data-task="{task}" data-preset-table="{preset}">')[1].split("</table>")[0]
+            ranking = index.find("table", cls="ranking", data_task=task, data_preset_table=preset)
             shown = {}
-            for tr in ranking.split("<tr")[2:]:
-                name = re.search(r">([^<]+)</a>", tr).group(1)
-                cells = re.findall(r"<td[^>]*>([^<]*)", tr)
-                fit = re.findall(r"<td[^>]*>([^<]*)</td>", tr)[-1].replace(" fit", "")  # the seeds column: "0/2 fit"
-                shown[name] = f"did not fit ({fit})" if cells[0] == "—" else "EM&gt;N " + cells[3].strip()
+            for tr in ranking.body_rows():
+                cells = tr.cells()
+                fit = cells[-1].replace(" fit", "")  # the seeds column: "0/2 fit"
+                shown[tr.find("a").text] = f"did not fit ({fit})" if cells[0] == "—" else "EM>N " + cells[3]
             column = tasks.index(task)
-            for tr in grid.split("<tr")[2:]:
-                label = re.search(r">([^<]+)</a></td>", tr).group(1)
-                cell = re.findall(r'<td class="heat [a-z]+"[^>]*>(.*?)</td>', tr)[column]
-                em = re.findall(r'<span class="sub">(EM&gt;N [^<]*)</span>', cell)
-                assert (em[0] if em else cell) == shown.get(label, ""), (preset, task, label)
+            for tr in grid.body_rows():
+                cell = tr.find_all("td", cls="heat")[column]
+                em = [sub.text for sub in cell.find_all("span", cls="sub") if sub.text.startswith("EM>N")]
+                assert (em[0] if em else cell.text) == shown.get(tr.find("a").text, ""), (preset, task)
             assert shown  # the ranking table was read
 
 
 def test_site_and_terminal_rank_alike(smoke_site):
     """The order and ranks of every task table on the site are those of `pezoo bench`'s table."""
     from harness.report import leaderboard_tables
-    from leaderboard.board import frame
+    from leaderboard.records import frame
     from leaderboard.schema import read_results
 
     records = read_results(smoke_site.parent / "results")
@@ -355,7 +358,7 @@ def test_no_interval_leaves_the_metrics_range(smoke_site):
 
 
 def test_docstring_literals_become_code_and_stay_escaped():
-    from leaderboard.site import _prose
+    from leaderboard.pages import prose as _prose
 
     assert _prose("``a < b`` then ``→``, the sum") == "<code>a &lt; b</code> then <code>→</code>, the sum"
     assert _prose("no literals & more") == "no literals &amp; more"
@@ -365,7 +368,7 @@ def test_docstring_literals_become_code_and_stay_escaped():
 
 
 def test_docstrings_render_as_paragraphs_formulas_and_argument_lists():
-    from leaderboard.site import _doc_html
+    from leaderboard.pages import doc_html as _doc_html
 
     doc = """Summary line with ``x < y``.
 
@@ -404,7 +407,7 @@ def _plain(text: str) -> str:
 
 def test_encoding_pages_keep_every_word_of_the_docstring(smoke_site):
     """The docstring is restructured, never cut: its words are on the page, in order."""
-    from leaderboard.site import encoding_info
+    from leaderboard.descriptions import encoding_info
 
     for page in sorted((smoke_site / "encodings").glob("*.html")):
         info = encoding_info(page.stem)
@@ -432,29 +435,26 @@ def test_fitted_encodings_are_ranked_and_the_others_marked_on_site_and_readme(tm
     write_jsonl(tmp_path / "results" / "all.jsonl", records)
     build(tmp_path / "results", tmp_path / "site", readme=tmp_path / "README.md")
     page = (tmp_path / "site" / "tasks" / "copy.html").read_text()
-    ranking = page.split('class="sortable ranking"')[1].split("</table>")[0]
-    rows = ranking.split("<tr")[2:]
-    assert [re.search(r">([^<]+)</a>", r).group(1) for r in rows] == ["alibi", "rope", "nope"]
+    rows = parse_html(page).find("table", cls="ranking").body_rows()
+    assert [tr.find("a").text for tr in rows] == ["alibi", "rope", "nope"]
     # rope's 2 seeds against alibi's 1: too few for the permutation test to separate them (≈)
-    assert [re.findall(r"<td[^>]*>([^<]*)</td>", r)[0] for r in rows] == ["1", "≈2", "—"]
-    assert 'class="unfit"' in rows[2] and '<span class="badge">did not fit</span>' in rows[2]
-    assert re.findall(r"<td[^>]*>([^<]*)</td>", rows[2])[1] == "0.90"  # its in-distribution number is shown
-    assert [re.findall(r"<td[^>]*>([^<]*)</td>", r)[-1] for r in rows] == ["1/1 fit", "2/2 fit", "0/1 fit"]
+    assert [tr.cells()[0] for tr in rows] == ["1", "≈2", "—"]
+    assert "unfit" in rows[2].classes and [b.text for b in rows[2].find_all("span", cls="badge")] == ["did not fit"]
+    assert rows[2].cells()[2] == "0.90"  # its in-distribution number is shown
+    assert [tr.cells()[-1] for tr in rows] == ["1/1 fit", "2/2 fit", "0/1 fit"]
     index = (tmp_path / "site" / "index.html").read_text()
-    grid = index.split('class="sortable heatmap"')[1].split("</table>")[0]
+    grid = parse_html(index).find("table", cls="heatmap")
     cells = {
-        re.search(r">([^<]+)</a></td>", tr).group(1): [
-            (kind, re.sub(r"<[^>]+>", " ", text).split())
-            for kind, text in re.findall(r'<td class="heat ([a-z]+)"[^>]*>(.*?)</td>', tr)
+        tr.find("a").text: [
+            (next(iter(td.classes - {"heat"})), " ".join(td.parts())) for td in tr.find_all("td", cls="heat")
         ]
-        for tr in grid.split("<tr")[2:]
+        for tr in grid.body_rows()
     }
-    cells = {k: [(kind, " ".join(words)) for kind, words in v] for k, v in cells.items()}
     # reach as a multiple of N = 2 on its weakest seed ("—": below 0.9 at 3), and EM>N: alibi holds to 3 and
     # reads 0.75 on copy; rope 0.10 on copy and 0.75 on reverse
     assert cells == {
-        "alibi": [("value", "1.5× EM&gt;N 0.75"), ("none", "")],
-        "rope": [("value", "— EM&gt;N 0.10"), ("value", "1.5× EM&gt;N 0.75")],
+        "alibi": [("value", "1.5× EM>N 0.75"), ("none", "")],
+        "rope": [("value", "— EM>N 0.10"), ("value", "1.5× EM>N 0.75")],
         "nope": [("unfit", "did not fit (0/1)"), ("none", "")],  # with how many of its seeds fit
         "hard_alibi": [("none", ""), ("unfit", "did not fit (0/1)")],
     }
@@ -476,7 +476,7 @@ def test_fitted_encodings_are_ranked_and_the_others_marked_on_site_and_readme(tm
 def test_docstring_markup_is_escaped_by_the_template_in_every_part():
     """A plugin's docstring is outside text: its argument names, literals, references and
     formulas reach the page only through _doc.j2's autoescape (nothing in Python builds HTML)."""
-    from leaderboard.site import _doc_html
+    from leaderboard.pages import doc_html as _doc_html
     from leaderboard.text import doc_blocks, inline
 
     assert inline("a ``<b>`` and :func:`~x.<i>` & c") == [(False, "a "), (True, "<b>"), (False, " and "),

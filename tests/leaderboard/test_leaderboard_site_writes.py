@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 from leaderboard_fixtures import make_record, write_jsonl
 
-import leaderboard.site as site_module
+import leaderboard.writing as writing_module
 from harness.cli import main
 from leaderboard.export import import_results
-from leaderboard.site import LEGACY_MARKER, MANIFEST
+from leaderboard.writing import LEGACY_MARKER, MANIFEST
 
 EM = {1: 1.0, 2: 1.0, 3: 0.5, 4: 0.0}
 
@@ -149,7 +149,7 @@ def test_an_unwritable_site_is_one_line_and_leaves_the_old_site_whole(built, tmp
                 raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(site_module, "open", failing_open, raising=False)
+    monkeypatch.setattr(writing_module, "open", failing_open, raising=False)
     error = _one_line_error(_build(results, site))
     assert "Permission denied" in error and "cannot write" in error
     after = {k: v for k, v in _snapshot(tmp_path).items() if k != "results/c.jsonl"}

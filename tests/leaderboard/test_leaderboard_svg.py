@@ -10,20 +10,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leaderboard.svg import (
-    ENCODING_STYLES,
+from leaderboard.styles import (
     MARKERS,
     PALETTE,
+    PINNED_STYLES,
+    Style,
+    derived_styles,
+    registered_encodings,
+    style_of,
+    styles,
+)
+from leaderboard.svg import (
     VIRIDIS,
     NotANumber,
     Series,
-    Style,
     heat_colour,
     line_plot,
     nice_step,
     panel_plot,
-    style_of,
-    styles,
     swatch,
     trajectory_plot,
 )
@@ -45,19 +49,24 @@ def test_nice_step_is_the_smallest_1_2_5_step_with_at_most_ten_intervals(span):
 OKABE_ITO = {"#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"}
 
 
-def test_every_registered_encoding_has_its_own_fixed_look():
+def _assert_distinct_looks(looks: dict[str, Style]) -> None:
+    assert len(set(looks.values())) == len(looks)  # colour, dash and marker: no two alike
+    assert len({(s.colour, s.dash) for s in looks.values()}) == len(looks)  # even without the markers
+    assert all(s.marker in MARKERS and s.colour in PALETTE for s in looks.values())
+
+
+def test_every_registered_encoding_has_its_own_look_without_being_listed():
     import pezoo
 
     names = pezoo.available()
     bases = [n for n in names if ":" not in n]
-    assert set(bases) <= set(ENCODING_STYLES), set(bases) - set(ENCODING_STYLES)
     looks = styles(names)
-    assert len(set(looks.values())) == len(names)  # colour, dash and marker: no two alike
-    assert len({(s.colour, s.dash) for s in looks.values()}) == len(names)  # even without the markers
+    _assert_distinct_looks(looks)
     for name in bases:
-        assert looks[name] == ENCODING_STYLES[name] == style_of(name)  # the same on every board
+        assert looks[name] == style_of(name)  # the same on every board
+    for name in set(bases) & set(PINNED_STYLES):
+        assert looks[name] == PINNED_STYLES[name]  # the published board's looks stay
     assert set(PALETTE) <= OKABE_ITO and "#F0E442" not in PALETTE  # colour-blind safe, no pale yellow
-    assert all(s.marker in MARKERS for s in looks.values())
     # randomized:<base> keeps its base's colour, on a dash-dot line with a marker no base has
     rope, wrapped = looks["rope"], looks["randomized:rope"]
     assert wrapped.colour == rope.colour and wrapped.dash not in ("", rope.dash)
@@ -65,24 +74,45 @@ def test_every_registered_encoding_has_its_own_fixed_look():
     assert all(looks[n].marker not in base_markers for n in names if n.startswith("randomized:"))
 
 
+def test_a_new_encoding_gets_a_look_of_its_own_from_its_name():
+    """An encoding added to the registry is drawn without an entry for it anywhere: a free
+    slot its name hashes to, kept when a later name joins, distinct from every other."""
+    zoo = [n for n in registered_encodings() if not n.startswith("toy_")]  # the registry as it is
+    before = derived_styles(zoo)
+    grown = derived_styles([*zoo, "toy_linear"])
+    assert {k: v for k, v in grown.items() if k != "toy_linear"} == before  # nobody else moves
+    toy = grown["toy_linear"]
+    assert toy not in before.values() and toy not in PINNED_STYLES.values()
+    assert derived_styles([*zoo, "toy_linear", "toy_zz_later"])["toy_linear"] == toy
+    assert style_of("toy_linear", [*zoo, "toy_linear"]) == toy
+    looks = styles(["toy_linear", "randomized:toy_linear", "rope"], [*zoo, "toy_linear"])
+    assert looks["toy_linear"] == toy and looks["rope"] == PINNED_STYLES["rope"]
+    wrapped = looks["randomized:toy_linear"]
+    assert wrapped.colour == toy.colour and wrapped.dash != toy.dash and wrapped.marker == "triangle-down"
+    many = [*zoo, *(f"toy_{i:02d}" for i in range(40))]  # more new names than free slots
+    crowd = derived_styles(many)
+    _assert_distinct_looks(crowd)
+    assert derived_styles(list(reversed(many))) == crowd
+
+
 def test_a_board_of_a_few_encodings_draws_them_as_the_whole_zoo_does():
-    assert styles(["rope", "alibi"]) == {"rope": ENCODING_STYLES["rope"], "alibi": ENCODING_STYLES["alibi"]}
-    assert styles(["alibi"])["alibi"] == styles(list(ENCODING_STYLES))["alibi"]
+    assert styles(["rope", "alibi"]) == {"rope": PINNED_STYLES["rope"], "alibi": PINNED_STYLES["alibi"]}
+    assert styles(["alibi"])["alibi"] == styles(registered_encodings())["alibi"]
 
 
 def test_unknown_names_get_a_deterministic_style_outside_the_table():
     labels = [f"plugin{i:02d}" for i in range(40)]
     a, b = styles(labels), styles(reversed(labels))
     assert a == b and len(set(a.values())) == 40
-    assert not set(a.values()) & set(ENCODING_STYLES.values())  # never a registered encoding's look
+    assert not set(a.values()) & set(derived_styles(registered_encodings()).values())  # never an encoding's look
     assert style_of("plugin07") == style_of("plugin07") and all(s.colour in PALETTE for s in a.values())
 
 
 def test_a_run_with_options_beside_the_plain_encoding_gets_another_look():
     looks = styles(["rope", 'rope {"base": 500}'])
-    assert looks["rope"] == ENCODING_STYLES["rope"] and looks['rope {"base": 500}'] != looks["rope"]
+    assert looks["rope"] == PINNED_STYLES["rope"] and looks['rope {"base": 500}'] != looks["rope"]
     alone = styles(['prism {"copy": true}'])  # without the plain one it keeps the encoding's look
-    assert alone['prism {"copy": true}'] == ENCODING_STYLES["prism"]
+    assert alone['prism {"copy": true}'] == PINNED_STYLES["prism"]
 
 
 def _channel_luminance(c: int) -> float:
@@ -234,10 +264,10 @@ def test_a_run_with_options_keeps_its_encodings_colour():
     encoding as the text before a space, they were unknown names and got hashed colours,
     rope{base=500} PRISM's green. Alone on a board such a row looks like its encoding; beside
     the plain encoding (or a variant) it keeps the colour and takes another line."""
-    assert style_of("prism{paper}") == ENCODING_STYLES["prism"]
-    assert style_of("rope{base=500}") == ENCODING_STYLES["rope"]
+    assert style_of("prism{paper}") == PINNED_STYLES["prism"]
+    assert style_of("rope{base=500}") == PINNED_STYLES["rope"]
     looks = styles(["rope", "rope{base=500}", "rope → linear×4 (same weights)", "prism{paper}"])
-    assert looks["rope"] == ENCODING_STYLES["rope"] and looks["prism{paper}"] == ENCODING_STYLES["prism"]
+    assert looks["rope"] == PINNED_STYLES["rope"] and looks["prism{paper}"] == PINNED_STYLES["prism"]
     for variant in ("rope{base=500}", "rope → linear×4 (same weights)"):
-        assert looks[variant].colour == ENCODING_STYLES["rope"].colour
+        assert looks[variant].colour == PINNED_STYLES["rope"].colour
     assert len(set(looks.values())) == len(looks)
