@@ -13,6 +13,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor
 
 
@@ -72,6 +73,19 @@ class AttentionContext:
     def n_cached(self) -> int:
         """How many keys precede the current queries (0 for a full forward pass)."""
         return self.k_pos.shape[-1] - self.q_pos.shape[-1]
+
+
+def contiguous_positions(ctx: AttentionContext) -> bool:
+    """Keys at consecutive positions shared by the batch, the queries being the last keys
+    (so distances follow from indices: the fused backends' lowering without gathers)."""
+    kp = ctx.k_pos
+    if kp.shape[0] > 1 and not bool((kp == kp[:1]).all()):
+        return False
+    row = kp[0]
+    if not bool((row - row[0] == torch.arange(row.shape[0], device=row.device)).all()):
+        return False
+    n_q = ctx.q_pos.shape[-1]
+    return bool((ctx.q_pos == row[row.shape[0] - n_q :]).all())
 
 
 def check_number(

@@ -11,7 +11,8 @@ The measurements, each run side by side in one process on the current device:
   time, spread, tokens/s, and the ratio to ``nope`` on its fastest backend.
 * ``precision``: the benchmark's own training step (``harness.train.training_loss`` and
   optimiser) in fp32 and in bf16 (``--precision``: also fp16), per encoding on the backend
-  the preset trains with, interleaved; the ratio to the same encoding's fp32 step.
+  the preset trains with, interleaved; the ratio to the same encoding's fp32 step, and
+  the matrix product alone in each precision in the same rounds (the device's ratio then).
 * ``memory``: peak memory of one forward pass at batch 1 and long sequences, each in its
   own subprocess (so one measurement cannot inflate another and an out-of-memory kill
   stays contained): CUDA peak allocator bytes on GPU, the peak resident set (VmHWM,

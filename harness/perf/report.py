@@ -176,6 +176,16 @@ def _render_precision(rows: Sequence[Mapping[str, Any]]) -> list[str]:
                 disable_numparse=True,
             )
         )
+        if "matmul_ratio_to_fp32" in mine[0]:  # reports from before the reference had none
+            m, k, n = mine[0]["matmul_shape"]
+            rates = {r["precision"]: r for r in mine}
+            out.append(
+                f"the matrix product alone in the same rounds ({m}×{k} @ {k}×{n}): "
+                + ", ".join(f"{p} {rates[p]['matmul_gflops']:.0f} GFLOP/s" for p in precisions)
+                + "; "
+                + ", ".join(f"{p} / fp32 {rates[p]['matmul_ratio_to_fp32']:.2f}" for p in others)
+                + " (a step ratio's floor as matrix work takes over the step)"
+            )
     return out
 
 

@@ -256,7 +256,16 @@ def test_precision_rows_time_each_encoding_in_fp32_and_bf16_with_ratios_and_targ
         assert bf16["ratio_to_fp32"] == pytest.approx(bf16["cpu_ms"] / by[pe, "fp32"]["cpu_ms"])
         assert bf16["target"] == (0.7 if pe == "prism" else 0.45)
         assert bf16["meets_target"] == (bf16["ratio_to_fp32"] <= bf16["target"])
-    assert "training step per precision" in render(toy_report)
+    # the matrix product alone, timed in the same rounds: one reference per preset and precision
+    for p in ("fp32", "bf16"):
+        assert len({(r["matmul_gflops"], r["matmul_ratio_to_fp32"]) for r in rows if r["precision"] == p}) == 1
+    assert all(r["matmul_ratio_to_fp32"] == 1.0 for r in rows if r["precision"] == "fp32")
+    assert all(
+        r["matmul_gflops"] > 0 and r["matmul_shape"] == [rows[0]["batch"][0] * rows[0]["batch"][1], 32, 128]
+        for r in rows
+    )
+    text = render(toy_report)
+    assert "training step per precision" in text and "matrix product alone" in text
 
 
 def test_cli_rejects_an_unknown_precision():

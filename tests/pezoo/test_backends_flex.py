@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pezoo.backends as backends
+import pezoo.backends.flex as flex_backend
 from pezoo import AttentionContext, BlockMask, DenseBias, LinearBias, RelativeFunctionBias, WindowMask, attend
 from pezoo.backends import flex_block_mask, flex_compile, native_lowering, pick_backend
 
@@ -174,7 +174,7 @@ def test_cpu_gradients_fall_back_with_a_warning():
     ctx = AttentionContext(q_pos=pos, k_pos=pos)
     biases = [LinearBias(torch.rand(4))]
     (g_eager,) = torch.autograd.grad(attend(q, k, v, ctx, biases)[0].sum(), q)
-    backends._WARNED.discard("flex-cpu-grad")
+    flex_backend._WARNED.discard("flex-cpu-grad")
     with pytest.warns(RuntimeWarning, match="no backward pass on CPU"):
         out, _ = attend(q, k, v, ctx, biases, backend="flex")
     (g_flex,) = torch.autograd.grad(out.sum(), q)
@@ -185,20 +185,20 @@ def test_failed_compilation_falls_back_to_unfused_flex(monkeypatch):
     def broken_kernel(*args, **kwargs):
         raise RuntimeError("no C++ compiler")
 
-    monkeypatch.setitem(backends._FLEX, "compiled", broken_kernel)  # what torch.compile returned
-    monkeypatch.setitem(backends._FLEX, "static", broken_kernel)  # and with static shapes
-    monkeypatch.setitem(backends._FLEX, "failed", False)
-    monkeypatch.setitem(backends._FLEX, "failed_keys", {})
-    monkeypatch.setitem(backends._FLEX, "static_keys", {})
-    monkeypatch.setitem(backends._FLEX, "compile", True)
-    backends._WARNED.discard("flex-compile")
+    monkeypatch.setitem(flex_backend._FLEX, "compiled", broken_kernel)  # what torch.compile returned
+    monkeypatch.setitem(flex_backend._FLEX, "static", broken_kernel)  # and with static shapes
+    monkeypatch.setitem(flex_backend._FLEX, "failed", False)
+    monkeypatch.setitem(flex_backend._FLEX, "failed_keys", {})
+    monkeypatch.setitem(flex_backend._FLEX, "static_keys", {})
+    monkeypatch.setitem(flex_backend._FLEX, "compile", True)
+    flex_backend._WARNED.discard("flex-compile")
     q, k, v, pos = _case(4, i=10)
     ctx = AttentionContext(q_pos=pos, k_pos=pos)
     want, _ = attend(q, k, v, ctx)
     with pytest.warns(RuntimeWarning, match="no C.. compiler"), torch.no_grad():
         got, _ = attend(q, k, v, ctx, backend="flex")
     torch.testing.assert_close(got, want)
-    assert backends.flex_compile_enabled()  # only this configuration is marked failed
+    assert flex_backend.flex_compile_enabled()  # only this configuration is marked failed
 
 
 def _kernel(calls: list, label: str, fails_for: tuple[int, ...] = ()):
@@ -216,13 +216,13 @@ def _kernel(calls: list, label: str, fails_for: tuple[int, ...] = ()):
 
 
 def _fresh_flex_state(monkeypatch, compiled, static):
-    monkeypatch.setitem(backends._FLEX, "compiled", compiled)
-    monkeypatch.setitem(backends._FLEX, "static", static)
-    monkeypatch.setitem(backends._FLEX, "failed", False)
-    monkeypatch.setitem(backends._FLEX, "failed_keys", {})
-    monkeypatch.setitem(backends._FLEX, "static_keys", {})
-    monkeypatch.setitem(backends._FLEX, "compile", True)
-    monkeypatch.setattr(backends, "_WARNED", set())  # every test sees its own warnings
+    monkeypatch.setitem(flex_backend._FLEX, "compiled", compiled)
+    monkeypatch.setitem(flex_backend._FLEX, "static", static)
+    monkeypatch.setitem(flex_backend._FLEX, "failed", False)
+    monkeypatch.setitem(flex_backend._FLEX, "failed_keys", {})
+    monkeypatch.setitem(flex_backend._FLEX, "static_keys", {})
+    monkeypatch.setitem(flex_backend._FLEX, "compile", True)
+    monkeypatch.setattr(flex_backend, "_WARNED", set())  # every test sees its own warnings
 
 
 def _run_sparse(i: int, biases) -> None:
@@ -249,7 +249,7 @@ def test_a_shape_the_dynamic_compile_fails_on_is_compiled_with_static_shapes(mon
         _run_sparse(140, biases)  # straight to the static kernel, no second failing compile
         _run_sparse(150, biases)  # a new shape still gets the dynamic kernel
     assert calls[3:] == [("static", 140), ("dynamic", 150)]
-    assert backends.flex_compile_enabled()
+    assert flex_backend.flex_compile_enabled()
 
 
 def test_a_shape_both_compiles_fail_on_runs_unfused_alone(monkeypatch):
@@ -267,7 +267,7 @@ def test_a_shape_both_compiles_fail_on_runs_unfused_alone(monkeypatch):
         _run_sparse(150, biases)
         _run_sparse(130, biases)
     assert calls[3:] == [("dynamic", 150), ("dynamic", 130)]
-    assert backends.flex_compile_enabled()
+    assert flex_backend.flex_compile_enabled()
 
 
 def test_compile_is_switched_off_after_several_failing_configurations(monkeypatch):
@@ -275,14 +275,14 @@ def test_compile_is_switched_off_after_several_failing_configurations(monkeypatc
         raise RuntimeError("no C++ compiler")
 
     _fresh_flex_state(monkeypatch, broken_kernel, broken_kernel)
-    backends._WARNED.discard("flex-compile")
+    flex_backend._WARNED.discard("flex-compile")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for i in range(130, 130 + backends.FLEX_MAX_FAILED_KEYS):
+        for i in range(130, 130 + flex_backend.FLEX_MAX_FAILED_KEYS):
             q, k, v, pos = _case(i, i=i)
             with torch.no_grad():
                 attend(q, k, v, AttentionContext(q_pos=pos, k_pos=pos), backend="flex")
-    assert not backends.flex_compile_enabled()
+    assert not flex_backend.flex_compile_enabled()
 
 
 def test_native_lowering_and_auto_on_cpu():
@@ -346,14 +346,14 @@ def test_compiled_second_length_with_randomized_positions():
     """Two compiles (~1 min on CPU): torch 2.13's dynamic recompile fails here; the static retry must work."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    saved = dict(backends._FLEX)
-    backends._FLEX.update(compiled=torch.compile(flex_attention), static=None, failed_keys={}, static_keys={})
+    saved = dict(flex_backend._FLEX)
+    flex_backend._FLEX.update(compiled=torch.compile(flex_attention), static=None, failed_keys={}, static_keys={})
     try:
         biases = [LinearBias(torch.rand(4))]
         with flex_compile(True), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for i in (256, 384):
                 _run_sparse(i, biases)  # compares with eager
-        assert not backends._FLEX["failed_keys"]  # no configuration fell back to the unfused kernel
+        assert not flex_backend._FLEX["failed_keys"]  # no configuration fell back to the unfused kernel
     finally:
-        backends._FLEX.update(saved)
+        flex_backend._FLEX.update(saved)

@@ -1,65 +1,31 @@
-"""Attention backends that lower structured biases without an (i, j) tensor: ``flex``,
-``xformers``, and ``auto``, which picks one. Importing this module registers them in
-:data:`pezoo.attention.BACKENDS` (``import pezoo`` does).
+"""The ``flex`` backend: ``torch.nn.attention.flex_attention`` with each structured bias as a
+``score_mod`` / ``mask_mod`` and a block mask built from per-block position ranges (no (i, j)
+tensor; see :mod:`pezoo.backends` for the lowering table).
 
 Axis letters: b batch, h heads, i queries, j keys, e q/k head dim, f value head dim;
 blocks of 128 queries / keys are ``qb`` / ``kb``.
 
-How each structured bias is lowered:
-
-    bias          flex                                     xformers
-    ------------  ---------------------------------------  -----------------------------------------
-    causal        mask_mod ``kv <= q + n_cached`` + blocks  LowerTriangularFromBottomRightMask
-    WindowMask    mask_mod + a block mask built from the    heads grouped by window, one call per group
-                  per-block position ranges (no (i, j)      with LowerTriangularFromBottomRight-
-                  tensor is ever built)                     LocalAttentionMask(window) (needs contiguous
-                                                            positions; otherwise dense)
-    BlockMask     mask_mod ``⌊pos_j/l⌋ >= ⌊pos_i/l⌋ - 1`` + a   dense tensor bias
-                  block mask from the per-block position
-                  ranges (no (i, j) tensor)
-    LinearBias    score_mod ``-slope_h |pos_i - pos_j|``    dense tensor bias
-    RelativeFunctionBias                                   dense tensor bias
-                  score_mod calling ``fn(pos_i, pos_j, h)``
-                  on scalars (no (i, j) tensor; KERPLE,
-                  FIRE, T5's per-distance table)
-    DenseBias     score_mod reading the tensor              dense tensor bias
-    key padding   mask_mod ``kpm[b, kv]``                   dense tensor bias
-    other         ``materialize()`` then as DenseBias       dense tensor bias
-
-Semantics shared with ``eager``: scores are ``scale * <q, k> + biases``. One difference:
-a query row whose every key is masked (a query at a padding position) gets output 0 from
-flex, whereas eager/sdpa unmask such rows; those outputs are meaningless either way and
-callers ignore them.
-
-flex specifics:
-    * ``flex_attention`` is wrapped by ``torch.compile`` once per process; dynamo then
-      caches one graph per shape family and bias structure (a second distinct length
-      triggers one dynamic-shape recompile, after which lengths vary freely; ALiBi and
-      Hard-ALiBi are different structures). If compilation fails for a call configuration
-      (shapes, dtype, bias structure, contiguous or gathered positions), that
-      configuration is compiled again with static shapes (this makes torch 2.13's
-      failing dynamic recompile with randomized positions work), and failing that runs
-      the unfused (eager, materialising) flex implementation; one warning gives the
-      reason, and other configurations keep the compiled kernel. After three
-      configurations failed both ways, compilation is switched off for the process.
-      :func:`set_flex_compile` / :func:`flex_compile` switch compilation off (the
-      conformance kit does, for speed).
-    * On CPU, calls with fewer than 128 queries are zero-padded to one block (torch 2.13's
-      compiled CPU kernel returns wrong values for them after a dynamic recompile, or
-      when the value head dim differs from the q/k one); padded keys are masked.
-    * With consecutive positions shared by the batch, distances come from the indices;
-      otherwise (randomized PE) the kernel reads the (b, i) / (b, j) position vectors.
-    * A single query (incremental decoding) goes through ``sdpa``: its bias row is O(j),
-      not O(i·j), and one-row flex calls would only add compile churn.
-    * On CPU, flex has no backward pass; when gradients are needed the call goes through
-      ``sdpa`` instead (warned once).
-
-``auto`` picks, per call: ``eager`` when attention probabilities are requested; on CUDA
-``xformers`` when it is installed and can lower every bias without a dense tensor, else
-``flex`` when every bias has a native flex lowering, else ``sdpa``; on CPU always
-``sdpa`` (flex on CPU costs a ~30 s compile per shape family and cannot train), which in
-bf16/fp16 (autocast) runs the explicit matmul-softmax path below 1024 x 1024 scores per head:
-measured 2-5x faster there than SDPA's own CPU kernel (``pezoo.attention.CPU_LOW_PRECISION_MATH_MAX_SCORES``).
+* ``flex_attention`` is wrapped by ``torch.compile`` once per process; dynamo then
+  caches one graph per shape family and bias structure (a second distinct length
+  triggers one dynamic-shape recompile, after which lengths vary freely; ALiBi and
+  Hard-ALiBi are different structures). If compilation fails for a call configuration
+  (shapes, dtype, bias structure, contiguous or gathered positions), that
+  configuration is compiled again with static shapes (this makes torch 2.13's
+  failing dynamic recompile with randomized positions work), and failing that runs
+  the unfused (eager, materialising) flex implementation; one warning gives the
+  reason, and other configurations keep the compiled kernel. After three
+  configurations failed both ways, compilation is switched off for the process.
+  :func:`set_flex_compile` / :func:`flex_compile` switch compilation off (the
+  conformance kit does, for speed).
+* On CPU, calls with fewer than 128 queries are zero-padded to one block (torch 2.13's
+  compiled CPU kernel returns wrong values for them after a dynamic recompile, or
+  when the value head dim differs from the q/k one); padded keys are masked.
+* With consecutive positions shared by the batch, distances come from the indices;
+  otherwise (randomized PE) the kernel reads the (b, i) / (b, j) position vectors.
+* A single query (incremental decoding) goes through ``sdpa``: its bias row is O(j),
+  not O(i·j), and one-row flex calls would only add compile churn.
+* On CPU, flex has no backward pass; when gradients are needed the call goes through
+  ``sdpa`` instead (warned once).
 """
 
 from __future__ import annotations
@@ -73,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pezoo.attention import BACKENDS, dense_mask, register_backend
+from pezoo.attention import BACKENDS, register_backend
 from pezoo.biases import (
     AttentionBias,
     BlockMask,
@@ -83,19 +49,9 @@ from pezoo.biases import (
     WindowMask,
     _check_heads,
 )
-from pezoo.context import AttentionContext
+from pezoo.context import AttentionContext, contiguous_positions
 
-__all__ = [
-    "FLEX_BLOCK_SIZE",
-    "flex_block_mask",
-    "flex_compile",
-    "flex_compile_enabled",
-    "native_lowering",
-    "pick_backend",
-    "set_flex_compile",
-    "xformers_available",
-    "xformers_plan",
-]
+__all__ = ["FLEX_BLOCK_SIZE", "flex_block_mask", "flex_compile", "flex_compile_enabled", "set_flex_compile"]
 
 FLEX_BLOCK_SIZE = 128
 
@@ -118,25 +74,6 @@ def _warn_once(key: str, message: str) -> None:
     if key not in _WARNED:
         _WARNED.add(key)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def native_lowering(backend: str, biases: Sequence[AttentionBias], ctx: AttentionContext | None = None) -> bool:
-    """Whether ``backend`` lowers every bias without building an (i, j) tensor of its own.
-
-    ``DenseBias`` already is a tensor, so it counts as native wherever it can be read
-    in place (flex). ``eager`` and ``sdpa`` materialise everything.
-    """
-    if backend == "flex":
-        native = (LinearBias, WindowMask, BlockMask, RelativeFunctionBias, DenseBias)
-        return all(isinstance(bias, native) for bias in biases)
-    if backend == "xformers":
-        return ctx is not None and xformers_plan(ctx, biases, n_queries=ctx.q_pos.shape[-1]) is not None
-    return not biases
-
-
-# --------------------------------------------------------------------------------------
-# flex
-# --------------------------------------------------------------------------------------
 
 
 def set_flex_compile(enabled: bool) -> None:
@@ -344,7 +281,7 @@ def _flex_mods(
     """(score_mod, mask_mod, windows, position blocks) for flex; every captured tensor is O(b·(i+j)) or a given bias."""
     qp, kp = _batched(ctx.q_pos, batch), _batched(ctx.k_pos, batch)  # (b, i), (b, j)
     offset = n_keys - n_queries  # query index qi is key index qi + offset
-    if _contiguous_positions(ctx):  # pos_q - pos_k from the indices: no gathers in the kernel
+    if contiguous_positions(ctx):  # pos_q - pos_k from the indices: no gathers in the kernel
 
         def distance(b: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
             return (qi + offset - kj).to(torch.float32)
@@ -451,7 +388,7 @@ def _flex(q, k, v, ctx, biases, scale, return_probs):
         tuple(q.shape),
         tuple(k.shape),
         tuple(v.shape),
-        "contiguous" if _contiguous_positions(ctx) else "gathered positions",
+        "contiguous" if contiguous_positions(ctx) else "gathered positions",
         tuple(type(bias).__name__ for bias in biases),
         "causal" if ctx.causal else "bidirectional",
         ctx.key_padding_mask is not None,
@@ -504,139 +441,3 @@ def _pad_to_one_block(
             padded_biases.append(DenseBias(torch.nn.functional.pad(t, (0, extra, 0, extra))))
     q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, extra)) for t in (q, k, v))
     return q, k, v, padded_ctx, padded_biases
-
-
-# --------------------------------------------------------------------------------------
-# xformers
-# --------------------------------------------------------------------------------------
-
-
-def xformers_available() -> bool:
-    """Whether ``xformers.ops`` imports and CUDA is usable."""
-    if not torch.cuda.is_available():
-        return False
-    try:
-        import xformers.ops  # noqa: F401
-    except Exception:
-        return False
-    return True
-
-
-def _contiguous_positions(ctx: AttentionContext) -> bool:
-    """Keys at consecutive positions shared by the batch, the queries being the last keys."""
-    kp = ctx.k_pos
-    if kp.shape[0] > 1 and not bool((kp == kp[:1]).all()):
-        return False
-    row = kp[0]
-    if not bool((row - row[0] == torch.arange(row.shape[0], device=row.device)).all()):
-        return False
-    n_q = ctx.q_pos.shape[-1]
-    return bool((ctx.q_pos == row[row.shape[0] - n_q :]).all())
-
-
-def xformers_plan(
-    ctx: AttentionContext, biases: Sequence[AttentionBias], *, n_queries: int
-) -> list[tuple[Tensor | None, float]] | None:
-    """How xformers can run these biases without a dense tensor, or None (use a dense bias).
-
-    Returns a list of (head indices or None for all heads, window) groups; window is
-    ``inf`` for plain causal heads. Structured lowering needs causal attention, no key
-    padding, only :class:`WindowMask` biases, and consecutive positions (windows are
-    counted in positions, xformers' local masks in indices).
-    """
-    windowed = [bias for bias in biases if isinstance(bias, WindowMask)]
-    if len(windowed) < len(biases):
-        return None
-    if not ctx.causal or ctx.key_padding_mask is not None:
-        return None if biases or ctx.key_padding_mask is not None else [(None, math.inf)]
-    if not biases:
-        return [(None, math.inf)]
-    if not _contiguous_positions(ctx):
-        return None
-    windows = torch.stack([bias.windows.to(torch.float32).cpu() for bias in windowed]).amin(0)  # (h,)
-    groups = []
-    for w in torch.unique(windows).tolist():
-        heads = (windows == w).nonzero().squeeze(1)
-        window = math.inf if math.isinf(w) else float(math.ceil(w))  # |d| < w on integers
-        groups.append((heads, window))
-    return groups
-
-
-def _require_xformers(q: Tensor) -> Any:
-    if not q.is_cuda:
-        raise RuntimeError(
-            "the xformers backend needs CUDA tensors (xformers.ops.memory_efficient_attention refuses CPU "
-            "tensors); use backend='sdpa', 'flex' or 'auto' on this device"
-        )
-    try:
-        import xformers.ops as xops
-    except Exception as exc:
-        raise RuntimeError(
-            f"the xformers backend needs the xformers package ({exc}); install the gpu extra: "
-            "pip install 'pezoo[gpu]', or use backend='sdpa', 'flex' or 'auto'"
-        ) from exc
-    return xops
-
-
-@register_backend("xformers")
-def _xformers(q, k, v, ctx, biases, scale, return_probs):
-    if return_probs:
-        raise ValueError("the xformers backend cannot return attention probabilities; use backend='eager'")
-    xops = _require_xformers(q)
-    from xformers.ops import fmha
-
-    b, h, i, _ = q.shape
-    j = k.shape[2]
-    qx, kx, vx = (t.transpose(1, 2) for t in (q, k, v))  # (b, s, h, e): xformers' layout
-    plan = xformers_plan(ctx, biases, n_queries=i)
-    if plan is None:
-        mask = dense_mask(ctx, biases, h, i, j, q.dtype, q.device)
-        aligned = torch.zeros(b, h, i, -(-j // 8) * 8, dtype=q.dtype, device=q.device)  # kernels want j % 8 == 0
-        aligned[..., :j] = mask.expand(b, h, i, j)
-        out = xops.memory_efficient_attention(qx, kx, vx, attn_bias=aligned[..., :j], scale=scale)
-        return out.transpose(1, 2), None
-    out = torch.empty(b, i, h, v.shape[-1], dtype=v.dtype, device=v.device)
-    for heads, window in plan:
-        if not ctx.causal:
-            attn_bias = None
-        elif math.isinf(window):
-            attn_bias = fmha.attn_bias.LowerTriangularFromBottomRightMask()
-        else:
-            attn_bias = fmha.attn_bias.LowerTriangularFromBottomRightLocalAttentionMask(int(window))
-        if heads is None:
-            return xops.memory_efficient_attention(qx, kx, vx, attn_bias=attn_bias, scale=scale).transpose(1, 2), None
-        heads = heads.to(q.device)
-        part = xops.memory_efficient_attention(
-            qx[:, :, heads].contiguous(),
-            kx[:, :, heads].contiguous(),
-            vx[:, :, heads].contiguous(),
-            attn_bias=attn_bias,
-            scale=scale,
-        )
-        out = out.index_copy(2, heads, part)
-    return out.transpose(1, 2), None
-
-
-# --------------------------------------------------------------------------------------
-# auto
-# --------------------------------------------------------------------------------------
-
-
-def pick_backend(
-    q: Tensor, ctx: AttentionContext, biases: Sequence[AttentionBias], *, return_probs: bool = False
-) -> str:
-    """The backend ``auto`` uses for this call (see the module docstring for the rule)."""
-    if return_probs:
-        return "eager"
-    if q.device.type != "cuda":
-        return "sdpa"
-    if xformers_available() and native_lowering("xformers", biases, ctx):
-        return "xformers"
-    if q.shape[2] > 1 and native_lowering("flex", biases) and flex_compile_enabled():
-        return "flex"
-    return "sdpa"
-
-
-@register_backend("auto")
-def _auto(q, k, v, ctx, biases, scale, return_probs):
-    return BACKENDS[pick_backend(q, ctx, biases, return_probs=return_probs)](q, k, v, ctx, biases, scale, return_probs)
