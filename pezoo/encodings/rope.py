@@ -143,6 +143,20 @@ Rotation = Tensor | tuple[Tensor, Tensor]
 pair ``(a cos, a sin)`` (under ``torch.compile``), see :func:`rotation`."""
 
 
+@torch.library.custom_op(
+    "pezoo::rotation_table", mutates_args=(), schema="(Tensor magnitude, Tensor angles) -> (Tensor, Tensor)"
+)
+def _rotation_table(magnitude: Tensor, angles: Tensor) -> tuple[Tensor, Tensor]:
+    """``(magnitude · cos angles, magnitude · sin angles)``, opaque to inductor (see :func:`rotation`)."""
+    return magnitude * torch.cos(angles), magnitude * torch.sin(angles)
+
+
+@_rotation_table.register_fake
+def _(magnitude: Tensor, angles: Tensor) -> tuple[Tensor, Tensor]:
+    shape = torch.broadcast_shapes(magnitude.shape, angles.shape)
+    return angles.new_empty(shape), angles.new_empty(shape)
+
+
 def rotation(magnitude: Tensor, angles: Tensor) -> Rotation:
     """``magnitude · exp(i angles)`` (..., f) for :func:`rotate`: complex64 in eager mode, the
     real pair ``(magnitude · cos, magnitude · sin)`` while ``torch.compile`` traces.
@@ -153,9 +167,15 @@ def rotation(magnitude: Tensor, angles: Tensor) -> Rotation:
     back to eager kernels around every fused region and made a compiled training step slower
     than eager. The real form is the same arithmetic (fp32, to rounding), which inductor
     fuses into the surrounding elementwise work.
+
+    Under compile the pair is one opaque operator (``pezoo::rotation_table``), so that the
+    table of (..., f) values is computed once per call: as plain elementwise ops inductor
+    inlined it into every kernel that reads it, recomputing cos, sin (and xPos's ``ζ^x``) for
+    each of the b·h·s·e features of q and k, forward and backward, in every layer. The
+    angles carry no gradient (positions).
     """
     if torch.compiler.is_compiling():
-        return magnitude * torch.cos(angles), magnitude * torch.sin(angles)
+        return _rotation_table(magnitude, angles)
     return torch.polar(magnitude, angles)
 
 

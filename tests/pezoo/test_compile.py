@@ -182,9 +182,23 @@ def test_rotations_trace_without_complex_tensors(name, layout, fresh_dynamo):
     assert [c for gm in counter.graphs for c in _complex_values(gm)] == []
 
 
+@pytest.mark.parametrize("name", ["rope", "xpos"])
+def test_rotations_are_computed_once_per_call(name, fresh_dynamo):
+    """Under compile the rotation table (a cos, a sin) is one opaque operator per call (RoPE:
+    one, shared by q and k; xPos: one for q, one for k), not elementwise ops that inductor
+    inlines into every layer's q/k kernels: there it recomputed cos, sin and xPos's ζ^x for
+    each feature of q and k, forward and backward, and compiled xPos ran at 1.27× eager."""
+    model = Decoder(pezoo.create(name, dims=DIMS))
+    counter = GraphCounter()
+    torch.compile(model, backend=counter)(torch.randint(16, (2, 7)))
+    tables = [n for gm in counter.graphs for n in gm.graph.nodes if "rotation_table" in str(n.target)]
+    assert len(tables) == (1 if name == "rope" else 2)
+
+
 def test_rope_with_inductor_equals_eager(fresh_dynamo):
     """The real code path: inductor compiles RoPE's forward and backward, at two lengths with
-    dynamic shapes (one compilation), and gives eager's numbers to float rounding."""
+    dynamic shapes (one compilation), and gives eager's numbers to float rounding (xPos goes
+    the same way; `pezoo perf --sections compile` compares it, a compile too slow for here)."""
     compiled_model, eager_model = _pair("rope")
     compiled = torch.compile(compiled_model, dynamic=True)
     for i, s in enumerate((6, 9)):
