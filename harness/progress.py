@@ -32,7 +32,8 @@ import click
 from harness.executors import Job, SweepEvents, WorkerLost
 from harness.labels import run_label, varying_axes
 from harness.plan import Plan, format_duration, makespan
-from harness.run import Progress, RunOutcome, RunResult
+from harness.result import RunOutcome, RunResult
+from harness.run import Progress
 
 UNITS = {"train": "steps", "eval": "lengths"}
 """What a phase counts (``harness.run.Progress``: ``train`` steps, ``eval`` lengths)."""
