@@ -460,7 +460,7 @@ def test_bench_keeps_a_result_the_store_cannot_take_and_records_it_next_time(tmp
         first = CliRunner().invoke(main, args)
     assert first.exit_code == 1, first.output
     assert "unrecorded" in first.output and "disk full" in first.output and "kept in" in first.output
-    monkeypatch.setattr("harness.executors.train_and_evaluate", no_training)
+    monkeypatch.setattr("harness.executors.worker.train_and_evaluate", no_training)
     second = CliRunner().invoke(main, args)
     assert second.exit_code == 0, second.output
     assert "without training" in second.output
