@@ -1,8 +1,9 @@
 """The ``Executor`` interface every executor implements: ``submit(job)`` hands one run to a
 free slot (at most ``capacity`` in flight), ``wait()`` blocks until at least one submitted
 run is over and returns what happened to it (a ``RunResult``, or a ``WorkerLost`` when the
-process or node running it died), and ``close()``; with the error an executor that cannot
-be set up raises.
+process or node running it died), and ``close()``. Also ``ExecutorError``, raised by an
+executor that cannot be set up, and ``first_line``, how executors and the driver tell an
+exception in one line.
 """
 
 from __future__ import annotations
