@@ -33,7 +33,8 @@ from harness.executors.interface import Executor, first_line
 from harness.executors.jobs import Job, WorkerLost
 from harness.executors.worker import injected_faults
 from harness.provenance import git_commit
-from harness.run import RunOutcome, RunResult, checkpoint_dir_for, checkpoint_path, record_or_keep, recover_kept
+from harness.result import RunOutcome, RunResult
+from harness.run import checkpoint_dir_for, checkpoint_path, record_or_keep, recover_kept
 from harness.store import Claim, ClaimLostError, Store, StoreError
 from harness.sweep import checkpointed_steps
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.run import RunResult
+from harness.result import RunResult
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ import torch
 from harness.executors.interface import Executor, ExecutorError
 from harness.executors.jobs import Completion, Job, NoticeReport, ProgressReport, Started, WorkerLost
 from harness.executors.worker import run_job
-from harness.run import Progress, RunResult
+from harness.result import RunResult
+from harness.run import Progress
 
 PROGRESS_INTERVAL = 0.5
 """Least seconds between a pool worker's progress messages (a phase's first and last always go)."""

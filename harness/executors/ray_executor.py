@@ -15,7 +15,7 @@ from harness.executors.interface import Executor, ExecutorError, first_line
 from harness.executors.jobs import Completion, Job, WorkerLost
 from harness.executors.sizing import default_cpu_workers
 from harness.executors.worker import run_job
-from harness.run import RunResult
+from harness.result import RunResult
 
 
 def _ray_run_job(job: Job) -> RunResult:

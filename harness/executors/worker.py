@@ -17,7 +17,8 @@ import torch
 from harness.config import RunConfig
 from harness.executors.interface import ExecutorError
 from harness.executors.jobs import Job
-from harness.run import Progress, RunResult, train_and_evaluate
+from harness.result import RunResult
+from harness.run import Progress, train_and_evaluate
 
 FAULT_ENV = "PEZOO_INJECT_FAULT"
 """Fault injection for tests and drills: ``kill:<run_id>`` makes the first attempt of
