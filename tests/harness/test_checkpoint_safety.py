@@ -283,7 +283,7 @@ def test_a_resumed_run_matches_an_uninterrupted_one_in_the_new_format(tmp_path):
 def test_two_writers_of_one_checkpoint_do_not_collide(tmp_path, monkeypatch):
     # writer A is half-way through its file when writer B writes and renames its own:
     # with one shared "<name>.tmp", B would take A's file and A's rename would fail
-    import harness.checkpoint as checkpoint
+    import harness.checkpoint.writing as checkpoint
 
     path = tmp_path / "ck.pt"
     real_save = torch.save
@@ -366,7 +366,7 @@ UNEXPECTED_POS = RuntimeError("[enforce fail at inline_container.cc:672] . unexp
 
 @pytest.mark.parametrize("error", [ENOSPC, UNEXPECTED_POS], ids=["ENOSPC", "unexpected-pos"])
 def test_a_full_disk_costs_a_checkpoint_not_the_training(tmp_path, monkeypatch, error):
-    import harness.checkpoint as checkpoint
+    import harness.checkpoint.writing as checkpoint
     import harness.files as files
 
     cfg = smoke(steps=6)
@@ -389,7 +389,7 @@ class Usage:  # shutil.disk_usage's answer on a full disk
 
 
 def test_a_torch_write_error_with_space_left_is_not_called_a_full_disk(tmp_path, monkeypatch):
-    import harness.checkpoint as checkpoint
+    import harness.checkpoint.writing as checkpoint
 
     monkeypatch.setattr(checkpoint.torch, "save", failing_save(UNEXPECTED_POS))
     cfg = smoke()
@@ -460,7 +460,7 @@ def test_bench_keeps_a_result_the_store_cannot_take_and_records_it_next_time(tmp
         first = CliRunner().invoke(main, args)
     assert first.exit_code == 1, first.output
     assert "unrecorded" in first.output and "disk full" in first.output and "kept in" in first.output
-    monkeypatch.setattr("harness.executors.train_and_evaluate", no_training)
+    monkeypatch.setattr("harness.executors.worker.train_and_evaluate", no_training)
     second = CliRunner().invoke(main, args)
     assert second.exit_code == 0, second.output
     assert "without training" in second.output

@@ -260,7 +260,7 @@ def test_injected_faults_parse():
 
 
 def test_local_pool_sizing(monkeypatch):
-    monkeypatch.setattr("harness.executors.default_cpu_workers", lambda: 8)
+    monkeypatch.setattr("harness.executors.sizing.default_cpu_workers", lambda: 8)
     cpu = torch.device("cpu")
     assert local_devices(cpu, None, todo=20) == ["cpu"] * 8  # one per core
     assert local_devices(cpu, None, todo=3) == ["cpu"] * 3  # never more than runs to do
@@ -486,7 +486,7 @@ def refusing_claims(monkeypatch, pe, times):
         return real(self, cfg, *args, **kwargs)
 
     monkeypatch.setattr(Store, "claim", claim)
-    monkeypatch.setattr("harness.executors.CLAIM_RETRY_DELAYS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr("harness.executors.driver.CLAIM_RETRY_DELAYS", (0.0, 0.0, 0.0))
     return refused
 
 

@@ -1,5 +1,5 @@
 """Progress of runs and sweeps (harness/progress.py) and the pool's progress messages
-(harness/executors.py), with a fake clock. Nothing here trains a model."""
+(harness/executors/local_pool.py), with a fake clock. Nothing here trains a model."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from harness.config import RunConfig
-from harness.executors import Job, LocalPool, NoticeReport, ProgressReport, _Slot, throttled_progress
+from harness.executors import Job, LocalPool, NoticeReport, ProgressReport, throttled_progress
+from harness.executors.local_pool import _Slot
 from harness.progress import RunProgress, SweepReport
 from harness.run import RunOutcome, RunResult
 

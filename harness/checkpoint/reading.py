@@ -1,221 +1,41 @@
-"""Checkpoints: a run's full training state, read without running any code.
+"""Reading a checkpoint back, and checking every field of it against the run before the
+model or optimiser takes any of it.
 
-A checkpoint is one ``torch.save`` dict, read back with ``torch.load(weights_only=True)``:
-it holds only tensors and plain Python values (dict, list, tuple, str, int, float, bool,
-None), so opening one can never execute code, whoever put the file in the checkpoint
-folder. Format version 2:
-
-    format       "pezoo-checkpoint"
-    version      2
-    run_id       str, ``RunConfig.run_id()``
-    config       str, the run's config as JSON (``RunConfig.to_dict()``)
-    step         int, training steps done
-    loss         float, the loss of the last step
-    seconds      float, training seconds so far
-    model        the model's state dict (str -> tensor)
-    optimizer    the optimiser's state dict (tensors and plain values)
-    data_rng     tuple, ``random.Random.getstate()`` of the training data stream
-    torch_rng    uint8 tensor, ``torch.get_rng_state()``
-    cuda_rng     uint8 tensor, ``torch.cuda.get_rng_state(device)``; only when training on a GPU
-    evaluating   bool, whether periodic evaluation has started
-    evaluations  list of [step, [[split, {LengthMetrics field: value}], ...]], oldest first
-    stream       {"ids": [int], "target": [bool], "scale": [int]}: a packed run's unconsumed
-                 stream (``PackedStream.state()``); only for packed runs
-    scaler       {"scale": float, "growth_tracker": int}: an fp16 run's loss scale and the
-                 steps since it last grew (``torch.amp.GradScaler``); only for fp16 runs
-    code         list of [step, commit]: which commit (``harness.provenance.git_commit``)
-                 trained the run from which step on; absent in checkpoints written
-                 before it was recorded (their steps count as trained by unknown code)
-    machine      list of [step, machine]: on which device and CPU
-                 (``harness.provenance.machine_name``) the run trained from which step
-                 on; absent in checkpoints written before it was recorded
-
-Final weights (``<run_id>.weights.pt``, :func:`save_weights`): what an inference-time
-variant (``RunConfig.eval_pe_options``) of a finished run loads instead of training again.
-Kept only for runs that have variants in a sweep; read the same way, weights only:
-
-    format       "pezoo-weights"
-    version      1
-    run_id       str, the trained run's ``RunConfig.run_id()``
-    config       str, its config as JSON
-    final_loss   float, the loss of its last training step
-    model        the trained model's state dict (str -> tensor)
-
-Version 1 had no ``format`` field and pickled harness objects (``LengthMetrics``), which
-only an unpickler that runs code can read: it is refused like any file that is not
-version 2. A refused or
-unusable checkpoint is set aside (:func:`set_aside`) and its run starts over: before any
-tensor is loaded into the model or optimiser, each must be backed by bytes of its own
-(no stride-0 tensor that declares GBs in a few bytes), have its parameter's shape, and be
-finite (no NaN or inf). Only regular files are read (a FIFO would block the reader).
+A checkpoint is read with ``torch.load(weights_only=True)``, so opening one can never
+execute code, whoever put the file in the checkpoint folder; only regular files are read
+(a FIFO would block the reader). A refused or unusable checkpoint is set aside
+(``harness.checkpoint.aside``) and its run starts over: before any tensor is loaded into
+the model or optimiser, each must be backed by bytes of its own (no stride-0 tensor that
+declares GBs in a few bytes), have its parameter's shape, and be finite (no NaN or inf).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math
-import os
 import pickle
 import random
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from harness.config import RunConfig, is_finite_number
-from harness.evaluate import Evaluation, LengthMetrics
-from harness.files import NotRegularFileError, check_regular, open_regular, write_atomically
+from harness.checkpoint.format import (
+    FORMAT,
+    VERSION,
+    CheckpointError,
+    _brief,
+    _first_line,
+    _is_int,
+    _short,
+    decode_evaluation,
+)
+from harness.config import RunConfig
+from harness.files import NotRegularFileError, check_regular, open_regular
 from harness.record import evaluated_scales
-
-FORMAT = "pezoo-checkpoint"
-VERSION = 2
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint file is unreadable, needs code to read, is incomplete or inconsistent,
-    or belongs to another run; the message says which."""
-
-
-# --------------------------------------------------------------------------------------
-# Writing
-# --------------------------------------------------------------------------------------
-
-
-def training_state(
-    cfg: RunConfig,
-    *,
-    step: int,
-    loss: float,
-    seconds: float,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    data_rng: random.Random,
-    device: torch.device | str,
-    evaluating: bool,
-    evaluations: list[tuple[int, Evaluation]],
-    stream: Mapping[str, list] | None = None,
-    scaler: Mapping[str, Any] | None = None,
-    code: Sequence[tuple[int, str]] = (),
-    machine: Sequence[tuple[int, str]] = (),
-) -> dict[str, Any]:
-    """The checkpoint payload (format above) of a run at ``step``; ``code`` and ``machine``
-    are which commit trained the run from which step on, and on which machine
-    (:func:`code_history`, :func:`machine_history`)."""
-    payload: dict[str, Any] = {
-        "format": FORMAT,
-        "version": VERSION,
-        "run_id": cfg.run_id(),
-        "config": json.dumps(cfg.to_dict(), sort_keys=True),
-        "step": int(step),
-        "loss": float(loss),
-        "seconds": float(seconds),
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "data_rng": data_rng.getstate(),
-        "torch_rng": torch.get_rng_state(),
-        "evaluating": bool(evaluating),
-        "evaluations": [[int(s), encode_evaluation(e)] for s, e in evaluations],
-    }
-    if torch.device(device).type == "cuda":
-        payload["cuda_rng"] = torch.cuda.get_rng_state(torch.device(device))
-    if stream is not None:
-        payload["stream"] = {k: list(v) for k, v in stream.items()}
-    if scaler is not None:  # an fp16 run's loss scale (torch.amp.GradScaler.state_dict)
-        payload["scaler"] = {"scale": float(scaler["scale"]), "growth_tracker": int(scaler["_growth_tracker"])}
-    if code:
-        payload["code"] = [[int(s), str(c)] for s, c in code]
-    if machine:
-        payload["machine"] = [[int(s), str(m)] for s, m in machine]
-    return payload
-
-
-UNKNOWN_CODE = "unknown (a checkpoint from before pezoo recorded it)"
-"""What :func:`code_history` says trained the steps of a checkpoint that has no ``code``."""
-
-UNKNOWN_MACHINE = "unknown (a checkpoint from before pezoo recorded it)"
-"""What :func:`machine_history` says trained the steps of a checkpoint that has no ``machine``."""
-
-
-def _history(resume: Mapping[str, Any] | None, field: str, now: str, unknown: str) -> list[tuple[int, str]]:
-    """``[(step, value), ...]``: the checkpoint's ``field`` history continued by ``now``."""
-    if resume is None:
-        return [(0, now)]
-    history = [(int(s), str(v)) for s, v in resume.get(field, [[0, unknown]])]
-    if history[-1][1] != now:
-        history.append((int(resume["step"]), now))
-    return history
-
-
-def code_history(resume: Mapping[str, Any] | None, commit: str) -> list[tuple[int, str]]:
-    """Which commit trained a run from which step on, once ``commit`` continues from
-    ``resume`` (a checked checkpoint, or None for a fresh run): ``[(0, commit)]`` for a
-    fresh run; a resumed one keeps the checkpoint's history and adds ``(step, commit)``
-    when the commit changed. A checkpoint written before the history was recorded
-    contributes ``(0, UNKNOWN_CODE)``: which code trained those steps is not known."""
-    return _history(resume, "code", commit, UNKNOWN_CODE)
-
-
-def machine_history(resume: Mapping[str, Any] | None, machine: str) -> list[tuple[int, str]]:
-    """As :func:`code_history`, for the machine (device, threads and CPU) that trained
-    each step: a run resumed on another machine, or with another thread count, may not
-    round as the uninterrupted run would, and its record says so."""
-    return _history(resume, "machine", machine, UNKNOWN_MACHINE)
-
-
-def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` atomically under a temporary name of this process's own.
-
-    Raises:
-        harness.files.WriteError: it could not be written (``disk_full`` says whether the
-            disk was full); its temporary file is removed and the previous checkpoint kept.
-    """
-    write_atomically(Path(path), lambda f: torch.save(payload, f))
-
-
-def encode_evaluation(evaluation: Evaluation) -> list[list[Any]]:
-    """``((split, LengthMetrics), ...)`` as plain lists and dicts."""
-    return [[split, dataclasses.asdict(m)] for split, m in evaluation]
-
-
-_METRIC_FIELDS = {f.name: f for f in dataclasses.fields(LengthMetrics)}
-
-
-def decode_evaluation(value: Any) -> Evaluation:
-    """The inverse of :func:`encode_evaluation`; ``CheckpointError`` on anything else."""
-    if not isinstance(value, list):
-        raise CheckpointError(f"an evaluation is a {type(value).__name__}, not a list")
-    rows = []
-    for row in value:
-        if not (isinstance(row, list) and len(row) == 2 and row[0] in ("train", "test") and isinstance(row[1], dict)):
-            raise CheckpointError(f"an evaluation row is not [split, metrics]: {_short(row)}")
-        fields = row[1]
-        if set(fields) != set(_METRIC_FIELDS):
-            raise CheckpointError(f"evaluation metrics have fields {sorted(fields)}, not {sorted(_METRIC_FIELDS)}")
-        for name in ("length", "n"):
-            if not _is_int(fields[name]):
-                raise CheckpointError(f"evaluation metric {name} is not an integer: {_short(fields[name])}")
-        if fields["length"] < 1 or fields["n"] < 1:
-            raise CheckpointError(f"an evaluation row has length {fields['length']} and n {fields['n']}")
-        for name in ("token_length", "exact_match", "token_accuracy", "trace_exact_match"):
-            v = fields[name]
-            if v is None and name == "trace_exact_match":
-                continue
-            if not is_finite_number(v):
-                raise CheckpointError(f"evaluation metric {name} is not a finite number: {_short(v)}")
-            if v < 0 or (name != "token_length" and v > 1):
-                bounds = "negative" if name == "token_length" else "not in [0, 1]"
-                raise CheckpointError(f"evaluation metric {name} is {bounds}: {_short(v)}")
-        rows.append((row[0], LengthMetrics(**fields)))
-    return tuple(rows)
-
-
-# --------------------------------------------------------------------------------------
-# Reading
-# --------------------------------------------------------------------------------------
 
 
 def load_checkpoint(path: Path, run_id: str, *, mmap: bool = False) -> dict[str, Any]:
@@ -540,122 +360,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return tuple(_plain(v) for v in value)
     return value
-
-
-# --------------------------------------------------------------------------------------
-# Final weights, for inference-time variants
-# --------------------------------------------------------------------------------------
-
-WEIGHTS_FORMAT = "pezoo-weights"
-WEIGHTS_VERSION = 1
-
-
-def save_weights(path: Path, cfg: RunConfig, model: torch.nn.Module, final_loss: float) -> None:
-    """Write the trained model of ``cfg`` (format above) atomically to ``path``.
-
-    Raises:
-        harness.files.WriteError: it could not be written.
-    """
-    payload = {
-        "format": WEIGHTS_FORMAT,
-        "version": WEIGHTS_VERSION,
-        "run_id": cfg.run_id(),
-        "config": json.dumps(cfg.to_dict(), sort_keys=True),
-        "final_loss": float(final_loss),
-        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-    }
-    write_atomically(Path(path), lambda f: torch.save(payload, f))
-
-
-def load_weights(path: Path, run_id: str) -> dict[str, Any]:
-    """Read the final weights of run ``run_id`` without running code: ``{"model": state
-    dict, "final_loss": float, ...}``.
-
-    Raises:
-        CheckpointError: missing, unreadable, asking for code, another format or another run's.
-    """
-    if not Path(path).is_file():
-        raise CheckpointError(f"no final weights of run {run_id} at {path}")
-    try:
-        with open_regular(path) as f:
-            payload = torch.load(f, map_location="cpu", weights_only=True)
-    except NotRegularFileError as exc:
-        raise CheckpointError(f"weights file {exc}") from None
-    except pickle.UnpicklingError as exc:  # the weights-only unpickler refused something
-        wanted = re.search(r"GLOBAL ([\w.]+)", str(exc))
-        detail = f"it asks for {wanted.group(1)}" if wanted else "a pickle of something else, or a damaged file"
-        raise CheckpointError(
-            f"weights file {path} is not a pezoo weights file readable without running code ({detail})"
-        ) from None
-    except Exception as exc:
-        raise CheckpointError(f"weights file {path} is unreadable ({type(exc).__name__}: {_first_line(exc)})") from None
-    if not isinstance(payload, dict) or payload.get("format") != WEIGHTS_FORMAT:
-        raise CheckpointError(f"{path} is not a pezoo weights file (no format {WEIGHTS_FORMAT!r})")
-    if payload.get("version") != WEIGHTS_VERSION:
-        raise CheckpointError(f"weights file {path} has version {_short(payload.get('version'))}, not 1")
-    if payload.get("run_id") != run_id:
-        raise CheckpointError(f"weights file {path} is not run {run_id}'s (it says {_short(payload.get('run_id'))})")
-    loss, weights = payload.get("final_loss"), payload.get("model")
-    if not (isinstance(loss, float) and math.isfinite(loss)):
-        raise CheckpointError(f"weights file {path} has no finite final_loss ({_short(loss)})")
-    if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
-        raise CheckpointError(f"weights file {path}: field model is not a state dict of tensors")
-    _check_layouts(weights, f"weights file {path}")
-    return payload
-
-
-# --------------------------------------------------------------------------------------
-# Setting aside
-# --------------------------------------------------------------------------------------
-
-
-def set_aside(path: Path, why: str = "unreadable") -> Path | None:
-    """Rename a checkpoint that cannot be used to ``<name>.<why>`` (``.<why>-2``, ... when
-    taken), so that nothing reads it again and it stays for inspection: ``unreadable`` for
-    one that fails the checks, ``diverged`` for the last checkpoint of a run whose loss
-    became NaN (resuming it would diverge again).
-
-    Returns the new path, or None when it could not be moved (then it is deleted if
-    possible; a first checkpoint of the restarted run replaces it anyway)."""
-    path = Path(path)
-    for n in range(1, 1000):
-        aside = path.with_name(f"{path.name}.{why}" + (f"-{n}" if n > 1 else ""))
-        if aside.exists():
-            continue
-        try:
-            os.link(path, aside)  # fails if aside appeared meanwhile: never overwrites one set aside before
-        except FileExistsError:
-            continue
-        except OSError:  # no hard links here (some network file systems): rename
-            try:
-                os.replace(path, aside)
-                return aside
-            except OSError:
-                break
-        path.unlink(missing_ok=True)
-        return aside
-    try:
-        path.unlink(missing_ok=True)
-    except OSError:
-        pass
-    return None
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:300]
-
-
-def _brief(exc: BaseException) -> str:
-    """All of ``exc``'s message on one line, cut at 300 characters (torch lists size mismatches line by line)."""
-    text = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."

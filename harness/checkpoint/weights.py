@@ -1,0 +1,84 @@
+"""Final weights (``<run_id>.weights.pt``): what an inference-time variant
+(``RunConfig.eval_pe_options``) of a finished run loads instead of training again. Kept
+only for runs that have variants in a sweep; read as checkpoints are, weights only:
+
+    format       "pezoo-weights"
+    version      1
+    run_id       str, the trained run's ``RunConfig.run_id()``
+    config       str, its config as JSON
+    final_loss   float, the loss of its last training step
+    model        the trained model's state dict (str -> tensor)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.checkpoint.format import CheckpointError, _first_line, _short
+from harness.checkpoint.reading import _check_layouts
+from harness.config import RunConfig
+from harness.files import NotRegularFileError, open_regular, write_atomically
+
+WEIGHTS_FORMAT = "pezoo-weights"
+WEIGHTS_VERSION = 1
+
+
+def save_weights(path: Path, cfg: RunConfig, model: torch.nn.Module, final_loss: float) -> None:
+    """Write the trained model of ``cfg`` (format above) atomically to ``path``.
+
+    Raises:
+        harness.files.WriteError: it could not be written.
+    """
+    payload = {
+        "format": WEIGHTS_FORMAT,
+        "version": WEIGHTS_VERSION,
+        "run_id": cfg.run_id(),
+        "config": json.dumps(cfg.to_dict(), sort_keys=True),
+        "final_loss": float(final_loss),
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+    }
+    write_atomically(Path(path), lambda f: torch.save(payload, f))
+
+
+def load_weights(path: Path, run_id: str) -> dict[str, Any]:
+    """Read the final weights of run ``run_id`` without running code: ``{"model": state
+    dict, "final_loss": float, ...}``.
+
+    Raises:
+        CheckpointError: missing, unreadable, asking for code, another format or another run's.
+    """
+    if not Path(path).is_file():
+        raise CheckpointError(f"no final weights of run {run_id} at {path}")
+    try:
+        with open_regular(path) as f:
+            payload = torch.load(f, map_location="cpu", weights_only=True)
+    except NotRegularFileError as exc:
+        raise CheckpointError(f"weights file {exc}") from None
+    except pickle.UnpicklingError as exc:  # the weights-only unpickler refused something
+        wanted = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        detail = f"it asks for {wanted.group(1)}" if wanted else "a pickle of something else, or a damaged file"
+        raise CheckpointError(
+            f"weights file {path} is not a pezoo weights file readable without running code ({detail})"
+        ) from None
+    except Exception as exc:
+        raise CheckpointError(f"weights file {path} is unreadable ({type(exc).__name__}: {_first_line(exc)})") from None
+    if not isinstance(payload, dict) or payload.get("format") != WEIGHTS_FORMAT:
+        raise CheckpointError(f"{path} is not a pezoo weights file (no format {WEIGHTS_FORMAT!r})")
+    if payload.get("version") != WEIGHTS_VERSION:
+        raise CheckpointError(f"weights file {path} has version {_short(payload.get('version'))}, not 1")
+    if payload.get("run_id") != run_id:
+        raise CheckpointError(f"weights file {path} is not run {run_id}'s (it says {_short(payload.get('run_id'))})")
+    loss, weights = payload.get("final_loss"), payload.get("model")
+    if not (isinstance(loss, float) and math.isfinite(loss)):
+        raise CheckpointError(f"weights file {path} has no finite final_loss ({_short(loss)})")
+    if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+        raise CheckpointError(f"weights file {path}: field model is not a state dict of tensors")
+    _check_layouts(weights, f"weights file {path}")
+    return payload

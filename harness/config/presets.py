@@ -1,0 +1,206 @@
+"""Presets: a name for a whole protocol (backbone, training and evaluation), recorded with
+every run, as data (``PRESETS``), with their descriptions, and the ``RunConfig`` of a preset
+for one encoding, task and seed (:func:`preset_config`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from harness.config.run_config import RunConfig
+from harness.pe_spec import check_eval_options, parse_pe, resolve_pe
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # 2 CPU cores, a couple of minutes per run.
+    "quick": {
+        "backbone": {"d_model": 128, "n_layers": 3, "n_heads": 4},
+        "train": {"steps": 3000, "batch_size": 64, "lr": 1e-3, "warmup": 100, "train_max": 10},
+        "eval": {"test_max": 40, "samples": 100},
+    },
+    # The CPU leaderboard's protocol (docs/protocol-study.md): the quick model trained
+    # 10k steps, where 3k steps ranked how fast an encoding learns rather than how far it
+    # extrapolates (Hard-ALiBi's EM>10 on copy rose 0.48 -> 0.91 between 2k and 10k).
+    "board": {
+        "backbone": {"d_model": 128, "n_layers": 3, "n_heads": 4},
+        "train": {"steps": 10000, "batch_size": 64, "lr": 1e-3, "warmup": 100, "train_max": 10},
+        "eval": {"test_max": 40, "samples": 100},
+    },
+    # Seconds: for tests and smoke checks, learns nothing useful.
+    "smoke": {
+        "backbone": {"d_model": 32, "n_layers": 1, "n_heads": 2},
+        "train": {"steps": 20, "batch_size": 16, "lr": 1e-3, "warmup": 5, "train_max": 5},
+        "eval": {"test_max": 8, "samples": 8},
+    },
+    # A GPU-sized decoder run (5 layers, 8 heads as the PRISM paper's baselines).
+    "gpu": {
+        "backbone": {"d_model": 512, "n_layers": 5, "n_heads": 8},
+        "train": {"steps": 20000, "batch_size": 100, "lr": 3e-4, "warmup": 1000, "train_max": 40, "precision": "bf16"},
+        "eval": {"test_max": 150, "test_stride": 10, "samples": 1000, "batch_size": 250},
+    },
+    # Ruoss et al. 2023, App. A: encoder, 5 blocks x 8 heads, d_model 64; 2M steps of
+    # batch 128 with Adam + clipping, lr swept over {1e-4, 3e-4, 5e-4} (--lr); one
+    # training length per step from 1..40; 500 test examples at every length 41..500.
+    "ruoss": {
+        "protocol": "encoder",
+        "backbone": {"d_model": 64, "n_layers": 5, "n_heads": 8, "causal": False},
+        "train": {
+            "steps": 2_000_000,
+            "batch_size": 128,
+            "lr": 1e-4,
+            "optimizer": "adam",
+            "weight_decay": 0.0,
+            "betas": (0.9, 0.999),
+            "warmup": 0,
+            "min_lr_ratio": 1.0,
+            "train_max": 40,
+            "precision": "bf16",
+        },
+        "eval": {"test_max": 500, "samples": 500, "batch_size": 500},
+    },
+    # Lee 2025 (PRISM) §6.2-6.4 baseline protocol: 5 layers, 8 heads, d 512, AdamW
+    # (0.9, 0.98), lr 9e-5, batch 100, 150k steps, 1k warm-up; curriculum 5k steps at
+    # scales <= 5, then <= 10 (+10 every 10k steps for the tasks listed in
+    # PRISM_RAMPED_TASKS), 1000 test examples per length.
+    "prism": {
+        "backbone": {"d_model": 512, "n_layers": 5, "n_heads": 8},
+        "train": {
+            "steps": 150_000,
+            "batch_size": 100,
+            "lr": 9e-5,
+            "betas": (0.9, 0.98),
+            "warmup": 1000,
+            "train_max": 40,
+            "precision": "bf16",
+        },
+        # §6.1: evaluate every 1k steps once the loss is below 0.1; report the mean of
+        # the top 3 per length (docs/harness.md: and how to pick on in-distribution instead)
+        "eval": {
+            "test_max": 150,
+            "test_stride": 10,
+            "samples": 1000,
+            "batch_size": 250,
+            "every": 1000,
+            "start_below_loss": 0.1,
+            "select": "top3",
+        },
+    },
+    # Hou et al. (Turing Programs) §3.1.1 base configuration: 12 layers, d 1024, 16
+    # heads, AdamW wd 0.1, lr 7e-5 with 100 warm-up steps then linear decay (to 0:
+    # our reading of its "linear decay"), batch 16 rows of 500 tokens packed from a stream of examples,
+    # 200k steps; addition operands 2..50 digits, tested to 100 with sliding-window
+    # decoding (500 tokens, jumps of 20), 288 test examples per length, exact match
+    # of the final answer.
+    "turing": {
+        "backbone": {"d_model": 1024, "n_layers": 12, "n_heads": 16},
+        "train": {
+            "steps": 200_000,
+            "batch_size": 16,
+            "lr": 7e-5,
+            "weight_decay": 0.1,
+            "warmup": 100,
+            "schedule": "linear",
+            "min_lr_ratio": 0.0,
+            "train_min": 2,
+            "train_max": 50,
+            "pack": 500,
+            "precision": "bf16",
+        },
+        "eval": {
+            "test_max": 100,
+            "test_stride": 10,
+            "samples": 288,
+            "batch_size": 96,
+            "window": 500,
+            "window_jump": 20,
+            "match": "answer",
+        },
+    },
+}
+
+GPU_PRECISION_NOTE = "bf16 autocast over float32 weights (--precision fp32 for plain float32)"
+"""How the GPU presets train (``train.precision = "bf16"``), said in their descriptions."""
+
+PRESET_DESCRIPTIONS: dict[str, str] = {
+    "quick": "CPU-sized: 3k steps of a 3-layer d128 decoder; 5-20 min per run on one core (the committed board)",
+    "board": (
+        "the CPU leaderboard's protocol: the quick model trained 10k steps; "
+        "10-50 min per run on one core (prism{paper} 1.5-3 h)"
+    ),
+    "smoke": "seconds per run, for tests and smoke checks; learns nothing useful",
+    "gpu": (
+        "GPU-sized: 20k steps of a 5-layer d512 decoder (the PRISM paper's baseline shape), lengths to 40/150; "
+        f"{GPU_PRECISION_NOTE}"
+    ),
+    "ruoss": (
+        "Ruoss et al. 2023 (Randomized Positional Encodings), App. A: 5-block d64 encoder, 2M steps, Adam; "
+        f"{GPU_PRECISION_NOTE}"
+    ),
+    "prism": (
+        "Lee 2025 (PRISM) §6.2-6.4: 150k steps, curriculum, the mean of the 3 best periodic evaluations; "
+        f"{GPU_PRECISION_NOTE}"
+    ),
+    "turing": (
+        "Hou et al. (Turing Programs) §3.1.1: 12-layer d1024, 200k steps of packed 500-token rows; "
+        f"{GPU_PRECISION_NOTE}"
+    ),
+}
+"""One line per preset: what it is for (``pezoo list``, the start of ``pezoo bench``)."""
+
+GPU_PRESETS = ("gpu", "ruoss", "prism", "turing")
+"""Presets too large for a CPU; the CLI refuses them there unless told --allow-cpu."""
+
+PRISM_RAMPED_TASKS = ("stack_manipulation", "reverse", "odds_first", "addition")
+"""Tasks whose PRISM-paper curriculum keeps raising the length by 10 every 10k steps."""
+
+
+def prism_curriculum(task: str, train_max: int) -> tuple[tuple[int, int], ...]:
+    """Lee 2025 §6.4: 5k steps at scales <= 5, then <= 10; for PRISM_RAMPED_TASKS +10
+    every further 10k steps up to train_max; the others jump to train_max at step 10k."""
+    if task not in PRISM_RAMPED_TASKS:
+        return ((0, min(5, train_max)), (5000, min(10, train_max)), (10000, train_max))
+    stages, start, cap = [(0, min(5, train_max)), (5000, min(10, train_max))], 15000, 20
+    while cap - 10 < train_max:
+        stages.append((start, min(cap, train_max)))
+        start, cap = start + 10000, cap + 10
+    return tuple(stages)
+
+
+def preset_config(
+    preset: str, *, pe: str, task: str, seed: int, overrides: Mapping[str, Mapping[str, Any]] | None = None
+) -> RunConfig:
+    """The RunConfig of ``preset`` for (pe, task, seed), with per-section overrides.
+
+    ``pe`` is an encoding spec (``harness.pe_spec``: ``rope``, ``prism{paper}``,
+    ``prism{n_cursors=4}``); the config records its resolved options, checked by building
+    the encoding. A variant spec ``rope@{scaling={...}}`` gives the inference-time variant
+    of that trained run (``RunConfig.eval_pe_options``, checked by
+    ``harness.pe_spec.check_eval_options``). Under the ``prism`` preset an encoding with a paper setup
+    (``harness.protocols``) gets it unless the spec names another (``prism{default}``).
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    spec_keys = sorted({"pe", "task", "seed", "pe_options", "eval_pe_options"} & set(overrides or {}))
+    if spec_keys:  # the spec and arguments set these; an override would be silently replaced
+        raise ValueError(
+            f"overrides cannot set {', '.join(spec_keys)}: pass pe, task and seed as arguments, and encoding "
+            "options in the spec (pe='rope{base=500}', variants as 'rope@{scaling={...}}')"
+        )
+    sections = {k: dict(v) if isinstance(v, Mapping) else v for k, v in PRESETS[preset].items()}
+    for section, values in (overrides or {}).items():
+        if isinstance(values, Mapping):
+            sections.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+        elif values is not None:
+            sections[section] = values
+    if preset == "prism" and "curriculum" not in sections["train"]:
+        sections["train"]["curriculum"] = prism_curriculum(task, sections["train"]["train_max"])
+    cfg = RunConfig.from_dict({"pe": pe, "task": task, "seed": seed, "preset": preset, **sections})
+    setup = "paper" if preset == "prism" else None  # the PRISM paper's protocol runs the paper's setups
+    spec = parse_pe(pe)
+    name, options = resolve_pe(spec.trained, task=task, backbone=cfg.backbone, default_setup=setup)
+    cfg = dataclasses.replace(cfg, pe=name, pe_options=options)
+    if spec.eval_options:
+        check_eval_options(name, options, spec.eval_options, cfg.backbone, str(spec))
+        cfg = dataclasses.replace(cfg, eval_pe_options=dict(spec.eval_options))
+    return cfg
