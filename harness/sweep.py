@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import INT64_MAX, PRESETS, RunConfig, check_int, check_number, preset_config
-from harness.estimate import checkpointed_steps as checkpointed_steps  # harness.executors imports it from here
 from harness.reading import TOML_LIMIT, FileReadError, parse_toml, read_text
 from pezoo.spec import names, parse_pe, pe_from_table, split_pe_list
 

@@ -6,10 +6,18 @@ message shows a value in (:func:`shown`).
 from __future__ import annotations
 
 import dataclasses
-import math
-import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
+
+# The one number checker (harness.checks) is the config's too; re-exported here for the
+# config's modules, which import their checks from this module.
+from harness.checks import INT64_MAX, check_int, check_number, shown
+from harness.checks import is_number as is_finite_number
+
+__all__ = [
+    "INT64_MAX", "as_float", "check_choice", "check_int", "check_name", "check_number", "check_plain",
+    "is_finite_number", "shown", "strict",
+]
 
 T = TypeVar("T")
 
@@ -32,57 +40,6 @@ def strict(cls: type[T], values: Mapping[str, Any], what: str | None = None) -> 
     if missing:
         raise ValueError(f"{what}: missing key(s) {', '.join(missing)}")
     return cls(**values)
-
-
-INT64_MAX = 2**63 - 1
-"""The largest integer SQLite stores (a signed 64-bit INTEGER): no config integer exceeds it."""
-
-
-def shown(value: Any) -> str:
-    """A short repr of ``value`` for an error message (a huge integer by its size, long text cut)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an integer of {value.bit_length()} bits"
-    return reprlib.repr(value)
-
-
-def check_int(what: str, value: Any, minimum: int = 0, maximum: int = INT64_MAX) -> None:
-    """``value`` is an int (not a bool, not a float) in ``minimum..maximum``; ValueError names ``what``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{what} must be an integer, got {shown(value)}")
-    if value < minimum:
-        raise ValueError(f"{what} must be an integer >= {minimum}, got {value}")
-    if value > maximum:
-        limit = " (the largest integer SQLite stores)" if maximum == INT64_MAX else " (harness.limits)"
-        raise ValueError(f"{what} must be at most {maximum}{limit}, got {shown(value)}")
-
-
-def is_finite_number(value: Any) -> bool:
-    """Whether ``value`` is a finite int or float (not a bool). An int beyond the float range
-    (JSON allows 400 digits) is not: comparing it with floats or ``math.isfinite`` would
-    raise OverflowError where a checker must answer."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
-def check_number(
-    what: str, value: Any, *, minimum: float | None = None, above: float | None = None, maximum: float | None = None
-) -> None:
-    """``value`` is a finite int or float (not a bool) with ``value >= minimum``, ``value > above``
-    and ``value <= maximum`` for the bounds given; ValueError names ``what``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{what} must be a number, got {shown(value)}")
-    if not is_finite_number(value):
-        raise ValueError(f"{what} must be a finite number, got {shown(value)}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{what} must be >= {minimum}, got {value}")
-    if above is not None and value <= above:
-        raise ValueError(f"{what} must be > {above}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{what} must be <= {maximum}, got {value}")
 
 
 def as_float(config: Any, name: str, what: str) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from harness.config import RunConfig
+from harness.estimate import checkpointed_steps
 from harness.executors.interface import Executor, first_line
 from harness.executors.jobs import Job, WorkerLost
 from harness.executors.worker import injected_faults
@@ -36,7 +37,6 @@ from harness.provenance import git_commit
 from harness.result import RunOutcome, RunResult
 from harness.run import checkpoint_dir_for, checkpoint_path, record_or_keep, recover_kept
 from harness.store import Claim, ClaimLostError, Store, StoreError
-from harness.sweep import checkpointed_steps
 
 
 class SweepEvents:
