@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import torch
 from click.core import ParameterSource
 
 import harness.tasks as tasks
@@ -413,7 +414,10 @@ class _Target:
     def how(self, runner: Executor, slots: int) -> str:
         """How the runs go, in words."""
         if isinstance(runner, InProcess):
-            return "one run at a time, in this process"
+            # the process's own thread count (pool workers use one): said, because on a busy
+            # CPU several threads per run can train many times slower than one
+            threads = torch.get_num_threads()
+            return f"one run at a time, in this process ({threads} torch thread{'s' if threads != 1 else ''})"
         if self.ray is None and slots == 1:
             return "one run at a time, in a worker process (one torch thread): a crash or hang ends only its run"
         if self.ray is None:

@@ -119,3 +119,17 @@ def test_store_schema_mismatch_is_reported(tmp_path):
 def test_list_shows_encodings_and_tasks():
     out = CliRunner().invoke(main, ["list"]).output
     assert "rope" in out and "copy" in out and "quick" in out
+
+
+def test_an_in_process_bench_says_how_many_torch_threads_it_trains_with(tmp_path, monkeypatch):
+    # pool workers train with one thread; one run in this process keeps the process's count,
+    # which on a busy CPU decides its speed several times over: the banner says it
+    import torch
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    result = CliRunner().invoke(
+        main, ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke", "--device", "cpu", "--workers", "1",
+               "--store", str(tmp_path / "s.sqlite")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "\ndevice cpu: one run at a time, in this process (3 torch threads)\n" in result.output
