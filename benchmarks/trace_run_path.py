@@ -11,7 +11,10 @@ The command runs in this process (``--workers 1``) on a fresh store in a tempora
 (``sys.setprofile``, and ``threading.setprofile`` for the progress threads) starts after.
 A *project function* is a named Python function (``def``; not module or class bodies,
 lambdas or comprehensions) whose file lies under pezoo/, harness/ or leaderboard/; it counts once,
-however often it is called. Modules imported lazily during the run still execute their
+however often it is called. The script also says how often the run parsed its encoding
+spec (``pezoo.spec.parse_pe``) and built an encoding (``pezoo.create``), counting
+outermost calls only (a combination such as ``randomized:ape`` parses and builds its
+parts inside one such call). Modules imported lazily during the run still execute their
 top level, which is not counted, but any function they call is.
 """
 
@@ -41,11 +44,16 @@ def project_file(filename: str) -> str | None:
     return str(rel) if rel.parts and rel.parts[0] in PACKAGES else None
 
 
-def trace(argv: list[str]) -> set[tuple[str, str]]:
-    """The (file, qualified name) of every project function ``pezoo bench ARGV`` calls."""
+COUNTED = {("pezoo/spec.py", "parse_pe"): "spec parses", ("pezoo/registry.py", "create"): "encoding builds"}
+
+
+def trace(argv: list[str]) -> tuple[set[tuple[str, str]], Counter[str]]:
+    """The (file, qualified name) of every project function ``pezoo bench ARGV`` calls,
+    and how often the functions of ``COUNTED`` were called from outside themselves."""
     from harness.cli import main  # the imports: not traced
 
     seen: set[tuple[str, str]] = set()
+    counts: Counter[str] = Counter()
     files: dict[str, str | None] = {}
 
     def profile(frame: FrameType, event: str, _arg: Any) -> None:
@@ -59,7 +67,10 @@ def trace(argv: list[str]) -> set[tuple[str, str]]:
             files[name] = project_file(name)
         rel = files[name]
         if rel is not None:
-            seen.add((rel, getattr(code, "co_qualname", code.co_name)))
+            key = (rel, getattr(code, "co_qualname", code.co_name))
+            seen.add(key)
+            if key in COUNTED and not _inside(frame.f_back, code):
+                counts[COUNTED[key]] += 1
 
     with tempfile.TemporaryDirectory() as tmp:
         args = ["bench", *argv, "--store", str(Path(tmp) / "runs.sqlite")]
@@ -70,7 +81,16 @@ def trace(argv: list[str]) -> set[tuple[str, str]]:
         finally:
             sys.setprofile(None)
             threading.setprofile(None)  # type: ignore[arg-type]
-    return seen
+    return seen, counts
+
+
+def _inside(frame: FrameType | None, code: Any) -> bool:
+    """Whether ``frame`` or one of its callers runs ``code`` (a nested call of a counted function)."""
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def main() -> None:
@@ -79,7 +99,7 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="also print every function, by file")
     parser.add_argument("bench_args", nargs="*", help=f"pezoo bench's arguments (default: {' '.join(DEFAULT)})")
     args = parser.parse_args()
-    seen = trace(args.bench_args or DEFAULT)
+    seen, counts = trace(args.bench_args or DEFAULT)
     per_file = Counter(f for f, _ in seen)
     if args.by_file or args.list:
         for f, n in per_file.most_common():
@@ -88,6 +108,7 @@ def main() -> None:
                 for _, q in sorted(x for x in seen if x[0] == f):
                     print(f"        {q}")
     print(f"{len(seen)} functions in {len(per_file)} files")
+    print(", ".join(f"{what}: {counts[what]}" for what in COUNTED.values()))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from typing import Any
 
 from harness.config import RunConfig, preset_config
 from harness.speeds import recorded_speed
+from pezoo.spec import PeSpec
 
 
 def device_kind(device: str) -> str:
@@ -300,7 +301,7 @@ def recorded(cfg: RunConfig, device_type: str | None) -> Speed | None:
 
 @functools.cache
 def _preset_model_key(preset: str, task: str) -> tuple[Any, ...]:
-    return _model_key(preset_config(preset, pe="nope", task=task, seed=0))
+    return _model_key(preset_config(preset, pe=PeSpec("nope"), task=task, seed=0))
 
 
 def sources(

@@ -88,6 +88,12 @@ def model_options(pe: str, options: Mapping[str, Any]) -> dict[str, Any]:
     return {**stored_defaults(pe), **options}
 
 
+def build_options(pe: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """Every keyword a run's ``pe`` is built with: :func:`vocabulary_options`, then
+    :func:`model_options` (its recorded options, missing keys as when stored)."""
+    return {**vocabulary_options(pe), **model_options(pe, options)}
+
+
 def identity_options(pe: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` as they enter a run's identity (``RunConfig.run_id``): without the keys
     whose value is what their absence meant in a stored run (:func:`stored_defaults`),
@@ -117,13 +123,12 @@ def resolve_pe(
 
 
 def check_options(pe: str, options: Mapping[str, Any], backbone: BackboneConfig, what: str | None = None) -> None:
-    """Build ``pe`` with ``options`` for ``backbone`` (as ``build_model`` would) and turn
+    """Build ``pe`` with ``options`` for ``backbone`` (:func:`preflight_build`) and turn
     any complaint into a ValueError naming the spec. Size-like options are checked against
-    their bounds first (``harness.limits``): building the encoding allocates from them."""
+    their bounds first (``harness.limits``)."""
     try:
         limits.check_option_sizes(options)
-        b = backbone
-        _check_built(pe, json.dumps(dict(options), sort_keys=True), b.d_model, b.n_heads, b.n_layers)
+        preflight_build(pe, options, backbone)
     except (TypeError, ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         raise ValueError(f"encoding {what or format_pe(pe, options)!r}: {message}") from None
@@ -185,14 +190,26 @@ def _state_shapes(pe: str, options_json: str, d_model: int, n_heads: int, n_laye
     return {k: tuple(v.shape) for k, v in module.state_dict().items()}
 
 
+def preflight_build(pe: str, options: Mapping[str, Any], backbone: BackboneConfig) -> int | None:
+    """Build ``pe`` with a run's ``options`` for ``backbone`` as ``build_model`` would
+    (:func:`build_options`) but without weights (on the meta device, the caller's RNG
+    untouched), and return its ``max_position``. The one check build before training:
+    checking a spec's options and checking that a run's positions fit share it, and it is
+    cached, so a sweep builds each distinct encoding once before its runs build their own.
+    A constructor's complaint propagates as raised (SystemExit included)."""
+    b = backbone
+    return _preflight(pe, json.dumps(build_options(pe, options), sort_keys=True), b.d_model, b.n_heads, b.n_layers)
+
+
 @functools.lru_cache(maxsize=256)
-def _check_built(pe: str, options_json: str, d_model: int, n_heads: int, n_layers: int) -> None:
+def _preflight(pe: str, options_json: str, d_model: int, n_heads: int, n_layers: int) -> int | None:
     import torch
 
     import pezoo
 
-    with torch.random.fork_rng(devices=[]):  # building initialises weights: leave the caller's RNG alone
-        pezoo.create(pe, dims=pezoo.ModelDims(d_model, n_heads, n_layers), **json.loads(options_json))
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        module = pezoo.create(pe, dims=pezoo.ModelDims(d_model, n_heads, n_layers), **json.loads(options_json))
+    return module.max_position
 
 
 DISPLAY_ALIASES = {"randomized": "randomized:ape"}

@@ -183,7 +183,6 @@ def resolved_pe_options(cfg: RunConfig) -> dict[str, Any]:
     changes later. A variant's are those it is evaluated with."""
     import json
 
-    from harness.pe_spec import model_options, vocabulary_options
+    from harness.pe_spec import build_options
 
-    options = {**vocabulary_options(cfg.pe), **model_options(cfg.pe, cfg.eval_options())}
-    return dict(json.loads(json.dumps(pezoo.resolved_options(cfg.pe, **options))))
+    return dict(json.loads(json.dumps(pezoo.resolved_options(cfg.pe, **build_options(cfg.pe, cfg.eval_options())))))

@@ -32,13 +32,13 @@ from harness.data import evaluation_set
 from harness.diagnostics import prism_trajectories
 from harness.evaluate import Evaluation, evaluate_length, select_evaluation, summary
 from harness.files import WriteError, describe_write_error
-from harness.pe_spec import format_eval_options
+from harness.pe_spec import format_eval_options, preflight_build
 from harness.precision import autocast, evaluation_precision, use_tf32
 from harness.provenance import run_provenance
 from harness.result import RunOutcome, RunResult
 from harness.store import ClaimLostError, Store, StoreError
 from harness.tblog import RunLog
-from harness.train import Checkpointing, DivergedError, build_encoding, build_model, restore, train
+from harness.train import Checkpointing, DivergedError, build_model, restore, train
 
 Progress = Callable[[str, int, int, str], None]
 """progress(phase, done, total, note): phase ``train`` (done of total steps, note
@@ -66,12 +66,11 @@ def _check_positions_fit(cfg: RunConfig, task: tasks.Task) -> None:
     """ValueError before training when the encoding has no position for the longest
     sequence the run will feed it (a learned table's rows, randomized PE's range L): that
     used to surface at evaluation, after all of training, and then twice more on retries."""
-    with torch.random.fork_rng(devices=[]), torch.device("meta"):  # no weights, no RNG drawn
-        try:
-            bound = build_encoding(cfg).max_position
-        except SystemExit as exc:  # a plugin's constructor: else bench would end here, with its status
-            why = _exited(exc, run_provenance(cfg, torch.device("cpu")), "building it exits, so no run can use it")
-            raise ValueError(f"encoding {cfg.pe}: {why}") from None
+    try:
+        bound = preflight_build(cfg.pe, cfg.pe_options, cfg.backbone)  # shared with the spec's option check
+    except SystemExit as exc:  # a plugin's constructor: else bench would end here, with its status
+        why = _exited(exc, run_provenance(cfg, torch.device("cpu")), "building it exits, so no run can use it")
+        raise ValueError(f"encoding {cfg.pe}: {why}") from None
     if bound is None:
         return
     longest: list[tuple[int, str]] = []  # (tokens, where)

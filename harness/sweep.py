@@ -37,7 +37,7 @@ from typing import Any
 
 from harness.config import INT64_MAX, PRESETS, RunConfig, check_int, check_number, preset_config
 from harness.reading import TOML_LIMIT, FileReadError, parse_toml, read_text
-from pezoo.spec import names, parse_pe, pe_from_table, split_pe_list
+from pezoo.spec import PeSpec, names, parse_pe, pe_from_table, split_pe_list
 
 AXES: dict[str, tuple[str, str, type]] = {
     "steps": ("train", "steps", int),
@@ -86,8 +86,9 @@ class Grid:
 
     Attributes:
         preset: the named protocol every run starts from.
-        pe: encoding specs (``pezoo.spec``: registry names, wrappers included, with
-            options: ``randomized:rope``, ``prism{paper}``, ``prism{n_cursors=4}``).
+        pe: encoding specs (``pezoo.spec.PeSpec``: registry names, wrappers included, with
+            options: ``randomized:rope``, ``prism{paper}``, ``prism{n_cursors=4}``); a string
+            given here is parsed once, when the grid is made.
         task: tasks.
         seeds: the seeds, each a separate run.
         steps, batch_size, lr, train_len, test_len, test_stride, eval_samples,
@@ -97,7 +98,7 @@ class Grid:
     """
 
     preset: str = "quick"
-    pe: tuple[str, ...] = ()
+    pe: tuple[PeSpec, ...] = ()
     task: tuple[str, ...] = ()
     seeds: tuple[int, ...] = (0,)
     steps: tuple[int, ...] = ()
@@ -117,6 +118,8 @@ class Grid:
     eval_precision: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if any(isinstance(p, str) for p in self.pe):  # Grid(pe=("rope",)): parsed here, and only here
+            object.__setattr__(self, "pe", tuple(parse_pe(p) if isinstance(p, str) else p for p in self.pe))
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; valid presets: {', '.join(PRESETS)}")
         if not self.pe or not self.task:
@@ -245,19 +248,19 @@ def _values(key: str, value: Any, kind: type, where: str) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def pe_values(value: Any, where: str = "sweep") -> tuple[str, ...]:
+def pe_values(value: Any, where: str = "sweep") -> tuple[PeSpec, ...]:
     """A sweep file's ``pe``: a string (one spec or a comma-separated list), a table, or a
-    list of those -> canonical spec strings."""
+    list of those -> parsed specs."""
     items = value if isinstance(value, list) else [value]
-    out: list[str] = []
+    out: list[PeSpec] = []
     for item in items:
         if isinstance(item, str):
             try:
-                out += [str(parse_pe(p)) for p in split_pe_list(item)]
+                out += [parse_pe(p) for p in split_pe_list(item)]
             except ValueError as exc:
                 raise ValueError(f"{where}: pe: {exc}") from None
         elif isinstance(item, Mapping):
-            out.append(str(pe_from_table(item, f"{where}: pe")))
+            out.append(pe_from_table(item, f"{where}: pe"))
         else:
             raise ValueError(f"{where}: pe must be a string, a table or a list of them, got {item!r}")
     if not out:

@@ -38,7 +38,7 @@ from harness.config import RunConfig
 from harness.data import IGNORE, Batch, PackedStream, collate, sample_training_batch
 from harness.evaluate import Evaluation
 from harness.files import WriteError, remove_stale_temps
-from harness.pe_spec import model_options, vocabulary_options
+from harness.pe_spec import build_options
 from harness.precision import autocast, grad_scaler
 from harness.provenance import git_commit, machine_name
 from harness.tasks import Task
@@ -82,8 +82,7 @@ class TrainResult:
 def build_encoding(cfg: RunConfig) -> pezoo.PositionalEncoding:
     """The encoding of ``cfg``, built for its backbone (on torch's current default device)."""
     b = cfg.backbone
-    options = model_options(cfg.pe, cfg.pe_options)  # a stored run's missing options keep their old meaning
-    options = {**vocabulary_options(cfg.pe), **options}  # e.g. Abacus's digit ids, never recorded
+    options = build_options(cfg.pe, cfg.pe_options)  # stored runs' missing options as they meant; Abacus's digit ids
     return pezoo.create(cfg.pe, dims=pezoo.ModelDims(b.d_model, b.n_heads, b.n_layers), **options)
 
 

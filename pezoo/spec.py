@@ -310,6 +310,6 @@ def format_eval_options(eval_options: Mapping[str, Any]) -> str:
     return "@" + format_value(dict(eval_options)) if eval_options else ""
 
 
-def names(specs: Iterable[str]) -> list[str]:
+def names(specs: Iterable[PeSpec | str]) -> list[str]:
     """The registry names of ``specs`` (for name checks), in order, without repeats."""
-    return list(dict.fromkeys(parse_pe(s).name for s in specs))
+    return list(dict.fromkeys((parse_pe(s) if isinstance(s, str) else s).name for s in specs))

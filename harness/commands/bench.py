@@ -295,10 +295,9 @@ def _sweep_configs(
         specs = [parse_pe(p) for p in split_pe_list(pes or "")]
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--pe") from None
-    pe_list = [str(s) for s in specs]
     pe_names = list(dict.fromkeys(s.name for s in specs))
     task_list = split(task_names or "")
-    if sweep_file is None and not pe_list:
+    if sweep_file is None and not specs:
         raise click.UsageError("Missing option '--pe' (or give a --sweep FILE).")
     if sweep_file is None and not task_list:
         raise click.UsageError("Missing option '--task' (or give a --sweep FILE).")
@@ -310,7 +309,7 @@ def _sweep_configs(
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--seeds") from None
     cli = {
-        "pe": tuple(pe_list) or None,
+        "pe": tuple(specs) or None,
         "task": tuple(task_list) or None,
         "preset": preset if sweep_file is None or "preset" in given else None,
         "seeds": tuple(range(seed0, seed0 + seeds)) if sweep_file is None else None,
@@ -326,7 +325,7 @@ def _sweep_configs(
     if sweep_file is not None:  # a name from the sweep file is the file's mistake: say which file
         sweep_pes, sweep_tasks = spec.names()
         refuse_broken_plugins(sweep_pes, warn=False)
-        check_names("encoding", sweep_pes, pezoo.available(), "--pe" if pe_list else str(sweep_file))
+        check_names("encoding", sweep_pes, pezoo.available(), "--pe" if specs else str(sweep_file))
         check_names("task", sweep_tasks, tasks.available(), "--task" if task_list else str(sweep_file))
     for grid in spec.grids:
         check_names("attention backend", list(grid.backend), sorted(pezoo.BACKENDS))

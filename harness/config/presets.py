@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.config.run_config import RunConfig
-from harness.pe_spec import check_eval_options, parse_pe, resolve_pe
+from harness.pe_spec import check_eval_options, resolve_pe
+from pezoo.spec import PeSpec, parse_pe
 
 PRESETS: dict[str, dict[str, Any]] = {
     # 2 CPU cores, a couple of minutes per run.
@@ -168,12 +169,12 @@ def prism_curriculum(task: str, train_max: int) -> tuple[tuple[int, int], ...]:
 
 
 def preset_config(
-    preset: str, *, pe: str, task: str, seed: int, overrides: Mapping[str, Mapping[str, Any]] | None = None
+    preset: str, *, pe: PeSpec | str, task: str, seed: int, overrides: Mapping[str, Mapping[str, Any]] | None = None
 ) -> RunConfig:
     """The RunConfig of ``preset`` for (pe, task, seed), with per-section overrides.
 
-    ``pe`` is an encoding spec (``harness.pe_spec``: ``rope``, ``prism{paper}``,
-    ``prism{n_cursors=4}``); the config records its resolved options, checked by building
+    ``pe`` is an encoding spec (``pezoo.spec``: ``rope``, ``prism{paper}``,
+    ``prism{n_cursors=4}``), parsed or as text; the config records its resolved options, checked by building
     the encoding. A variant spec ``rope@{scaling={...}}`` gives the inference-time variant
     of that trained run (``RunConfig.eval_pe_options``, checked by
     ``harness.pe_spec.check_eval_options``). Under the ``prism`` preset an encoding with a paper setup
@@ -195,9 +196,9 @@ def preset_config(
             sections[section] = values
     if preset == "prism" and "curriculum" not in sections["train"]:
         sections["train"]["curriculum"] = prism_curriculum(task, sections["train"]["train_max"])
-    cfg = RunConfig.from_dict({"pe": pe, "task": task, "seed": seed, "preset": preset, **sections})
+    spec = parse_pe(pe) if isinstance(pe, str) else pe
+    cfg = RunConfig.from_dict({"pe": spec.name, "task": task, "seed": seed, "preset": preset, **sections})
     setup = "paper" if preset == "prism" else None  # the PRISM paper's protocol runs the paper's setups
-    spec = parse_pe(pe)
     name, options = resolve_pe(spec.trained, task=task, backbone=cfg.backbone, default_setup=setup)
     cfg = dataclasses.replace(cfg, pe=name, pe_options=options)
     if spec.eval_options:

@@ -156,12 +156,12 @@ def test_sweep_files_take_spec_strings_and_tables(tmp_path):
         'pe = ["rope", "prism{paper}", {name = "prism", n_cursors = 3, layers = [0]}, "nope, t5"]\n'
     )
     spec = load_sweep(path)
-    assert spec.grids[0].pe == ("rope", "prism{paper}", "prism{layers=[0],n_cursors=3}", "nope", "t5")
+    assert [str(p) for p in spec.grids[0].pe] == ["rope", "prism{paper}", "prism{layers=[0],n_cursors=3}", "nope", "t5"]
     assert spec.names()[0] == ["rope", "prism", "nope", "t5"]
     configs = spec.configs()
     options = {(c.task, json.dumps(c.pe_options, sort_keys=True)) for c in configs if c.pe == "prism"}
     assert len(options) == 4  # the paper setup differs per task; the explicit one does not
-    assert pe_values({"name": "prism", "setup": "paper"}) == ("prism{paper}",)
+    assert [str(p) for p in pe_values({"name": "prism", "setup": "paper"})] == ["prism{paper}"]
     with pytest.raises(ValueError, match="needs name"):
         pe_values({"n_cursors": 3})
     path.write_text('preset = "smoke"\ntask = "copy"\npe = ["prism{n_cursor=3}"]\n')

@@ -142,7 +142,8 @@ def test_grid_size_is_the_product_of_its_axes(n_pe, n_task, seeds, lrs, steps):
     )
     configs = SweepSpec((grid,)).configs()
     assert len(configs) == n_pe * n_task * len(seeds) * max(1, len(lrs)) * max(1, len(steps))
-    assert {(c.pe, c.task, c.seed) for c in configs} == set(itertools.product(grid.pe, grid.task, seeds))
+    names = [p.name for p in grid.pe]
+    assert {(c.pe, c.task, c.seed) for c in configs} == set(itertools.product(names, grid.task, seeds))
     assert len({c.run_id() for c in configs}) == len(configs)
 
 
