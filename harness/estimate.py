@@ -424,6 +424,21 @@ def _median_rates(runs: Iterable[Measurement]) -> dict[tuple[Any, str], tuple[fl
     return {k: (statistics.median(v), len(v)) for k, v in rates.items()}
 
 
+def steps_done(checkpoint_dir: str | Path, configs: Sequence[RunConfig]) -> dict[str, int]:
+    """What the estimate counts as trained of each run: its checkpoint's step
+    (:func:`checkpointed_steps`), or every step for a run that will evaluate the weights
+    another run kept instead of training (``harness.run.weights_source``)."""
+    from harness.checkpoint import kept_trainings
+    from harness.run import weights_source
+
+    steps = checkpointed_steps(checkpoint_dir, [c.run_id() for c in configs])
+    kept = kept_trainings(Path(checkpoint_dir)) if Path(checkpoint_dir).is_dir() else {}
+    for cfg in configs:
+        if not cfg.is_variant and weights_source(cfg, checkpoint_dir, kept) is not None:
+            steps[cfg.run_id()] = cfg.train.steps
+    return steps
+
+
 def checkpointed_steps(checkpoint_dir: str | Path, run_ids: Iterable[str]) -> dict[str, int]:
     """The training step each run's checkpoint holds, for the runs that have a readable one
     in ``checkpoint_dir`` (a missing or unreadable checkpoint means starting from step 0,

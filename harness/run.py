@@ -26,7 +26,7 @@ import torch
 import harness.tasks as tasks
 from harness import kept_results
 from harness.backbone import Backbone
-from harness.checkpoint import CheckpointError, load_weights, save_weights, set_aside
+from harness.checkpoint import CheckpointError, kept_trainings, load_weights, save_weights, set_aside
 from harness.config import RunConfig
 from harness.data import evaluation_set
 from harness.diagnostics import prism_trajectories
@@ -101,9 +101,29 @@ def checkpoint_path(checkpoint_dir: str | Path, run_id: str) -> Path:
 
 
 def weights_path(checkpoint_dir: str | Path, run_id: str) -> Path:
-    """The final weights a finished run keeps for its inference-time variants:
-    ``<checkpoint_dir>/<run_id>.weights.pt`` (``harness.checkpoint.save_weights``)."""
+    """The final weights a finished run keeps for its inference-time variants and for the
+    runs that train as it did: ``<checkpoint_dir>/<run_id>.weights.pt``
+    (``harness.checkpoint.save_weights``)."""
     return Path(checkpoint_dir) / f"{run_id}.weights.pt"
+
+
+def weights_source(
+    cfg: RunConfig, checkpoint_dir: str | Path, kept: Mapping[str, str] | None = None
+) -> str | None:
+    """The run whose kept final weights ``cfg`` evaluates instead of training, or None
+    (it trains): for an inference-time variant its trained run, if that kept them; else
+    any run with the same ``RunConfig.training_id`` that kept them (the same training,
+    only the evaluation differs: a longer test range of a finished run trains never).
+    ``kept``: the folder's ``harness.checkpoint.kept_trainings``, if already read."""
+    if cfg.is_variant and weights_path(checkpoint_dir, cfg.trained_config().run_id()).is_file():
+        return cfg.trained_config().run_id()
+    training = cfg.training_id()
+    if training is None:
+        return None
+    if kept is None:
+        kept = kept_trainings(Path(checkpoint_dir)) if Path(checkpoint_dir).is_dir() else {}
+    source = kept.get(training)
+    return source if source != cfg.run_id() else None
 
 
 def evaluate_all(
@@ -163,8 +183,9 @@ def train_and_evaluate(
     ``tensorboard`` (a folder) also logs the run there.
 
     ``keep_weights`` keeps the final weights next to the checkpoint (:func:`weights_path`)
-    for the run's inference-time variants. A variant (``cfg.is_variant``) is not trained:
-    :func:`evaluate_variant` evaluates its trained run's kept weights.
+    for the run's inference-time variants and for runs that train as it does. A variant
+    (``cfg.is_variant``), or a run whose training another run has kept the weights of
+    (:func:`weights_source`), is not trained: :func:`evaluate_kept` evaluates those weights.
 
     A NaN loss gives a ``diverged`` result (its checkpoint is set aside as
     ``<name>.diverged``, never resumed) and any other exception a ``failed`` one with
@@ -172,8 +193,9 @@ def train_and_evaluate(
     place: the caller removes it once the result is safely recorded.
     """
     use_tf32(device)  # a GPU's float32 matmuls on its TF32 tensor cores (harness.precision)
-    if cfg.is_variant:
-        return evaluate_variant(cfg, device, checkpoint, progress, notice=notice)
+    source = weights_source(cfg, checkpoint.parent)
+    if source is not None or cfg.is_variant:
+        return evaluate_kept(cfg, source or cfg.trained_config().run_id(), device, checkpoint, progress, notice=notice)
     run_id = cfg.run_id()
     started_at = time.time()
     prov = run_provenance(cfg, device)
@@ -297,17 +319,18 @@ def by_step(code: Sequence[tuple[int, str]], steps: int) -> str:
     return "; ".join(f"steps {start}-{end}: {commit}" for (start, commit), end in zip(code, ends, strict=True))
 
 
-def evaluate_variant(
+def evaluate_kept(
     cfg: RunConfig,
+    trained_id: str,
     device: torch.device,
     checkpoint: Path,
     progress: Progress | None = None,
     *,
     notice: Callable[[str], None] = print,
 ) -> RunResult:
-    """Evaluate the inference-time variant ``cfg`` without training: the final weights its
-    trained run kept (:func:`weights_path` in ``checkpoint``'s folder) loaded into the model
-    built with ``cfg.eval_options()``, evaluated exactly as the trained run was.
+    """Evaluate ``cfg`` without training: the final weights run ``trained_id`` kept
+    (:func:`weights_path` in ``checkpoint``'s folder; :func:`weights_source`) loaded into
+    the model built with ``cfg.eval_options()``, evaluated as ``cfg`` says.
 
     The result carries the trained run's final loss, ``train_seconds`` 0, and
     ``provenance["weights_from"]`` = the trained run's id. Missing or unusable weights give
@@ -315,13 +338,14 @@ def evaluate_variant(
     """
     run_id = cfg.run_id()
     trained = cfg.trained_config()
-    trained_id = trained.run_id()
     started_at = time.time()
     prov = {**run_provenance(cfg, device), "weights_from": trained_id}
     try:
         try:
             payload = load_weights(weights_path(checkpoint.parent, trained_id), trained_id)
         except CheckpointError as exc:
+            if not cfg.is_variant:
+                raise
             raise CheckpointError(
                 f"{exc}; a variant evaluates the final weights its trained run {trained_id} keeps when it trains "
                 "in a sweep that lists the variant (a run finished without them must be trained again in a new "
@@ -332,10 +356,16 @@ def evaluate_variant(
             model.load_state_dict(payload["model"])
         except (RuntimeError, KeyError, ValueError) as exc:
             raise CheckpointError(f"the weights of run {trained_id} do not fit the variant's model ({exc})") from None
-        told = (
-            f"run {run_id}: evaluating the weights of run {trained_id} with "
-            f"{format_eval_options(cfg.eval_pe_options)}, no training"
-        )
+        if cfg.is_variant:
+            told = (
+                f"run {run_id}: evaluating the weights of run {trained_id} with "
+                f"{format_eval_options(cfg.eval_pe_options)}, no training"
+            )
+        else:
+            told = (
+                f"run {run_id}: evaluating the kept weights of run {trained_id}, which trained as this run would "
+                "(only the evaluation differs), no training"
+            )
         notice(told)
         task = tasks.create(cfg.task)
         t0 = time.perf_counter()

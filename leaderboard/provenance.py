@@ -48,6 +48,7 @@ class Provenance:
     n_layers: tuple[int, ...] = ()
     d_models: tuple[int, ...] = ()
     evaluated: int = 0  # runs that evaluate another run's trained weights (inference-time variants), no training
+    reevaluated: int = 0  # runs tested further than a finished run of the same training, on its kept weights
     cpus: tuple[str, ...] = ()  # the hosts' CPUs ("not recorded" for records from before pezoo recorded them)
     resumed_elsewhere: int = 0  # runs trained by more than one commit or on more than one machine
     cpus_unknown: int = 0  # runs whose record names no CPU (written before the harness recorded it)
@@ -57,8 +58,8 @@ class Provenance:
     def runs_text(self) -> str:
         """``97 runs (18 of them evaluate a trained run's weights, no training)``."""
         text = plural(self.runs, "run")
-        if self.evaluated:
-            text += f" ({self.evaluated} of them evaluate a trained run's weights, no training)"
+        if self.evaluated or self.reevaluated:
+            text += f" ({self.evaluated + self.reevaluated} of them evaluate a trained run's weights, no training)"
         return text
 
     @property
@@ -109,6 +110,9 @@ def provenance(records: Iterable[Record]) -> list[Provenance]:
                 n_layers=values(lambda d: d["config"].get("backbone", {}).get("n_layers")),
                 d_models=values(lambda d: d["config"].get("backbone", {}).get("d_model")),
                 evaluated=sum(bool(r.data["config"].get("eval_pe_options")) for r in recs),
+                reevaluated=sum(
+                    not r.data["config"].get("eval_pe_options") and "weights_from" in r.data["provenance"] for r in recs
+                ),
                 cpus=values(lambda d: d["provenance"].get("cpu", NOT_RECORDED)),
                 cpus_unknown=sum("cpu" not in r.data["provenance"] for r in recs),
                 resumed_elsewhere=sum(
@@ -159,6 +163,11 @@ def trained_sentence(p: Provenance) -> str:
         text += f", and is tested on scales up to {'/'.join(map(str, p.test_maxes))}"
     if p.evaluated:
         text += " (a row marked “same weights” evaluates a trained run's weights with other options, no training)"
+    if p.reevaluated:
+        text += (
+            "; a run on a longer test range than a finished run of the same training (encoding, task, seed and "
+            f"training alike) evaluates that run's kept final weights, no training ({plural(p.reevaluated, 'run')})"
+        )
     return text + ("." if p.paper_scale else f"; {PAPERS_PROTOCOLS}.")
 
 

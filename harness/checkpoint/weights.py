@@ -1,6 +1,8 @@
 """Final weights (``<run_id>.weights.pt``): what an inference-time variant
-(``RunConfig.eval_pe_options``) of a finished run loads instead of training again. Kept
-only for runs that have variants in a sweep; read as checkpoints are, weights only:
+(``RunConfig.eval_pe_options``) of a finished run, or a run that trains exactly as it did
+(``RunConfig.training_id``: a longer test range), loads instead of training again. Kept
+for runs that have variants in a sweep, and for every run with ``bench --keep-weights``;
+read as checkpoints are, weights only:
 
     format       "pezoo-weights"
     version      1
@@ -24,7 +26,7 @@ import torch
 from harness.checkpoint.format import CheckpointError, _first_line, _short
 from harness.checkpoint.reading import _check_layouts
 from harness.config import RunConfig
-from harness.files import NotRegularFileError, open_regular, write_atomically
+from harness.files import NotRegularFileError, check_regular, open_regular, write_atomically
 
 WEIGHTS_FORMAT = "pezoo-weights"
 WEIGHTS_VERSION = 1
@@ -47,9 +49,10 @@ def save_weights(path: Path, cfg: RunConfig, model: torch.nn.Module, final_loss:
     write_atomically(Path(path), lambda f: torch.save(payload, f))
 
 
-def load_weights(path: Path, run_id: str) -> dict[str, Any]:
+def load_weights(path: Path, run_id: str, *, mmap: bool = False) -> dict[str, Any]:
     """Read the final weights of run ``run_id`` without running code: ``{"model": state
-    dict, "final_loss": float, ...}``.
+    dict, "final_loss": float, ...}``. ``mmap`` maps the tensors instead of reading them
+    (for reading just the config).
 
     Raises:
         CheckpointError: missing, unreadable, asking for code, another format or another run's.
@@ -57,8 +60,12 @@ def load_weights(path: Path, run_id: str) -> dict[str, Any]:
     if not Path(path).is_file():
         raise CheckpointError(f"no final weights of run {run_id} at {path}")
     try:
-        with open_regular(path) as f:
-            payload = torch.load(f, map_location="cpu", weights_only=True)
+        if mmap:  # torch maps a file by name: check what the name holds first
+            check_regular(path)
+            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        else:
+            with open_regular(path) as f:
+                payload = torch.load(f, map_location="cpu", weights_only=True)
     except NotRegularFileError as exc:
         raise CheckpointError(f"weights file {exc}") from None
     except pickle.UnpicklingError as exc:  # the weights-only unpickler refused something
@@ -82,3 +89,28 @@ def load_weights(path: Path, run_id: str) -> dict[str, Any]:
         raise CheckpointError(f"weights file {path}: field model is not a state dict of tensors")
     _check_layouts(weights, f"weights file {path}")
     return payload
+
+
+WEIGHTS_SUFFIX = ".weights.pt"
+_RUN_ID = re.compile(r"[0-9a-f]{16}")
+
+
+def kept_trainings(folder: Path) -> dict[str, str]:
+    """``{training id: run id}`` of the final weights kept in ``folder``
+    (``<run_id>.weights.pt``; ``RunConfig.training_id``), read without running code and
+    with their tensors mapped, not read. A file that is not a readable weights file of
+    its name's run, or whose run evaluated during training, is left out: the run that
+    would have used it trains."""
+    found: dict[str, str] = {}
+    for path in sorted(Path(folder).glob("*" + WEIGHTS_SUFFIX)):
+        run_id = path.name[: -len(WEIGHTS_SUFFIX)]
+        if not _RUN_ID.fullmatch(run_id):
+            continue
+        try:
+            payload = load_weights(path, run_id, mmap=True)
+            cfg = RunConfig.from_dict(json.loads(payload["config"]))
+        except (CheckpointError, ValueError, TypeError, KeyError):
+            continue
+        if cfg.run_id() == run_id and (training := cfg.training_id()) is not None:
+            found.setdefault(training, run_id)
+    return found

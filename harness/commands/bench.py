@@ -29,7 +29,7 @@ from harness.announce import bench_announcement
 from harness.commands.checks import check_names, check_runs, refuse_broken_plugins, split
 from harness.config import GPU_PRESETS, INT64_MAX, PRESETS, RunConfig
 from harness.deadline import MARGIN, TimeLimit, probing_expectation
-from harness.estimate import checkpointed_steps
+from harness.estimate import steps_done
 from harness.executors import Executor, ExecutorError, InProcess, RayExecutor, local_executor, run_sweep
 from harness.files import unwritable_folder
 from harness.options import ListOf, duration, max_runs_option, preset_name, store_option
@@ -198,7 +198,8 @@ from pezoo.spec import parse_pe, split_pe_list
     "--keep-weights",
     is_flag=True,
     help="Keep every trained run's final weights (<run_id>.weights.pt in the checkpoint folder), so a later "
-    "inference-time variant or re-evaluation never trains again. Runs with variants in the sweep always keep them.",
+    "inference-time variant, or a run of the same training tested further (another --test-len), never trains again. "
+    "Runs with variants in the sweep always keep them.",
 )
 @max_runs_option
 def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
@@ -247,7 +248,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     with store:
         # 3. the plan: which runs are done, how long the others take (from what was measured here)
         rows = store.runs()
-        resume = checkpointed_steps(checkpoint_dir_for(store.path, checkpoint_dir), [c.run_id() for c in configs])
+        resume = steps_done(checkpoint_dir_for(store.path, checkpoint_dir), configs)
         plan_options: dict[str, Any] = {"device_type": target.device_type, "lapsed": store.lapsed(),
                                         "machine": cpu_name(), "borrow": False}  # fmt: skip
         if order == "longest-first":  # a relative order: borrowed speeds (of this store's runs) rank runs too

@@ -17,7 +17,7 @@ import harness.tasks as tasks
 import pezoo
 from harness.commands.checks import check_names, check_runs
 from harness.config import RunConfig
-from harness.estimate import checkpointed_steps, probe_key, unmeasured
+from harness.estimate import probe_key, steps_done, unmeasured
 from harness.executors import local_devices
 from harness.labels import varying_axes
 from harness.options import max_runs_option, store_option
@@ -88,7 +88,7 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
     ckpt_dir = checkpoint_dir_for(store_path, checkpoint_dir)
     device = resolve_device("auto")
     published = published_runs()
-    resume = checkpointed_steps(ckpt_dir, [c.run_id() for c in configs]) if rows else None
+    resume = steps_done(ckpt_dir, configs) if rows else None
     probes = _probe(configs, rows, device) if probe else None
     plan = make_plan(
         configs,

@@ -209,6 +209,21 @@ class EvalConfig:
 SELECTIONS = ("final", "top3", "best_in_dist")
 """How a run with periodic evaluations picks the metrics it reports (``EvalConfig.select``)."""
 
+
+def _identity(d: dict[str, Any], pe: str) -> str:
+    """The hash of a config dict (``RunConfig.to_dict``, sections possibly left out) as
+    :meth:`RunConfig.run_id` takes it: no preset label, identity options, and fields added
+    later left out at their defaults."""
+    d = {**d, "pe_options": identity_options(pe, d["pe_options"])}
+    d.pop("preset")
+    for section, defaults in NEW_FIELD_DEFAULTS.items():
+        if section not in d:
+            continue
+        d[section] = {k: v for k, v in d[section].items() if not (k in defaults and v == defaults[k])}
+    blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
 NEW_FIELD_DEFAULTS: dict[str, dict[str, Any]] = {
     "eval": {
         "every": 0,
@@ -389,12 +404,18 @@ class RunConfig:
         (``harness.pe_spec.stored_defaults``: ``randomize_eval=False``) are left out, so
         the run ids follow behaviour: ``{}`` from before the default changed and an
         explicit ``randomize_eval=False`` are one run, ``randomize_eval=True`` another."""
+        return _identity(self.to_dict(), self.pe)
+
+    def training_id(self) -> str | None:
+        """Identity of the run's training alone: :meth:`run_id`'s hash without the
+        evaluation (the ``eval`` section and ``eval_pe_options``), for a run whose
+        evaluation cannot touch its training: ``eval.every`` 0, only the final model
+        evaluated. None for a run that evaluates during training. Two runs with one
+        training id train the same model, so the final weights one of them kept serve the
+        other (``harness.run.train_and_evaluate``: a longer test range never trains again)."""
+        if self.eval.every:
+            return None
         d = self.to_dict()
-        d.pop("preset")
-        d["pe_options"] = identity_options(self.pe, d["pe_options"])
-        for section, defaults in NEW_FIELD_DEFAULTS.items():
-            for key, default in defaults.items():
-                if d[section].get(key, default) == default:
-                    d[section].pop(key, None)
-        blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        d.pop("eval")
+        d.pop("eval_pe_options", None)
+        return _identity(d, self.pe)

@@ -195,7 +195,7 @@ class _RunsCode:
 @pytest.mark.parametrize("content", ["missing", "garbage", "code", "other run"])
 def test_a_variant_without_usable_weights_fails_saying_why(tmp_path, content, capfd):
     from harness.checkpoint import save_weights
-    from harness.run import evaluate_variant
+    from harness.run import evaluate_kept
 
     _, _, linear, _ = _configs()
     trained = linear.trained_config()
@@ -207,7 +207,10 @@ def test_a_variant_without_usable_weights_fails_saying_why(tmp_path, content, ca
     elif content == "other run":
         other = replace(trained, seed=1)
         save_weights(path, other, build_model(other), 1.0)
-    result = evaluate_variant(linear, torch.device("cpu"), tmp_path / f"{linear.run_id()}.pt", notice=lambda _m: None)
+    trained_id = linear.trained_config().run_id()
+    result = evaluate_kept(
+        linear, trained_id, torch.device("cpu"), tmp_path / f"{linear.run_id()}.pt", notice=lambda _m: None
+    )
     assert result.status == "failed" and not result.metrics
     expected = {
         "missing": "no final weights of run",

@@ -345,6 +345,14 @@ def test_the_banner_counts_the_runs_that_only_evaluate_trained_weights():
     assert p.runs_text() == "2 runs (1 of them evaluate a trained run's weights, no training)"
     [p] = prov.provenance([rec(trained, 1)])
     assert p.runs_text() == "1 run"
+    further = make_record("rope", "copy", 0, ROPE1, train_max=3)  # a longer test range on the kept weights
+    further["provenance"]["weights_from"] = "a" * 16
+    [p] = prov.provenance([rec(trained, 1), rec(variant, 2), rec(further, 3)])
+    assert (p.evaluated, p.reevaluated) == (1, 1)
+    assert p.runs_text() == "3 runs (2 of them evaluate a trained run's weights, no training)"
+    assert "kept final weights, no training (1 run)" in prov.trained_sentence(p)
+    [p] = prov.provenance([rec(trained, 1), rec(variant, 2)])
+    assert "kept final weights" not in prov.trained_sentence(p)
 
 
 def test_a_rank_whose_seeds_overlap_the_row_above_is_marked():
