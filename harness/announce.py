@@ -197,9 +197,17 @@ def bench_announcement(
     parts = [f"{resumable}: resumed from a checkpoint where there is one"] if resumable else []
     if counts.get("running"):
         parts.append(f"{counts['running']} running in another process: left to it")
+    # variants, and runs of a training whose weights another run kept: evaluated, never trained
+    kept = sum(
+        r.status != "finished"
+        and (r.config.is_variant or (r.estimate is not None and r.estimate.from_step >= r.config.train.steps))
+        for r in plan.runs
+    )
+    work = f"{todo - kept} to train" + (f", {kept} to evaluate on kept weights" if kept else "")
     lines = [
         f"pezoo bench: {_plural(len(plan.runs), 'run')}{grid}: {plan.done} already in the store ({store_path}), "
-        f"{todo} to train" + (f" ({'; '.join(parts)})" if parts else "")
+        + work
+        + (f" ({'; '.join(parts)})" if parts else "")
     ]
     for preset in dict.fromkeys(c.preset for c in configs):
         lines += describe_preset(preset, [c for c in configs if c.preset == preset])

@@ -123,6 +123,7 @@ def test_bench_tests_a_finished_run_further_without_training(tmp_path):
         assert first.exit_code == 0, first.output
         further = CliRunner().invoke(main, [*args, "--test-len", "12"])
         assert further.exit_code == 0, further.output
+    assert "0 to train, 1 to evaluate on kept weights" in further.output  # the announcement says so
     assert trained == [_config(8).run_id()]  # one training: the second run evaluated its weights
     with Store(store, readonly=True) as s:
         run = s.run(_config(12).run_id())
