@@ -107,9 +107,7 @@ def weights_path(checkpoint_dir: str | Path, run_id: str) -> Path:
     return Path(checkpoint_dir) / f"{run_id}.weights.pt"
 
 
-def weights_source(
-    cfg: RunConfig, checkpoint_dir: str | Path, kept: Mapping[str, str] | None = None
-) -> str | None:
+def weights_source(cfg: RunConfig, checkpoint_dir: str | Path, kept: Mapping[str, str] | None = None) -> str | None:
     """The run whose kept final weights ``cfg`` evaluates instead of training, or None
     (it trains): for an inference-time variant its trained run, if that kept them; else
     any run with the same ``RunConfig.training_id`` that kept them (the same training,
