@@ -38,6 +38,26 @@ from harness.files import NotRegularFileError, check_regular, open_regular
 from harness.record import evaluated_scales
 
 
+def read_payload(path: Path, noun: str, kind: str, *, mmap: bool = False) -> Any:
+    """``torch.load`` of a regular file with the weights-only unpickler (``mmap``: tensors
+    mapped, not read), every failure a CheckpointError naming the file as ``noun`` (a
+    ``checkpoint``, a ``weights file``) of ``kind``: not regular, asking for code, unreadable."""
+    try:
+        if mmap:  # torch maps a file by name: check what the name holds first
+            check_regular(path)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with open_regular(path) as f:
+            return torch.load(f, map_location="cpu", weights_only=True)
+    except NotRegularFileError as exc:
+        raise CheckpointError(f"{noun} {exc}") from None
+    except pickle.UnpicklingError as exc:  # the weights-only unpickler refused something
+        wanted = re.search(r"GLOBAL ([\w.]+)", str(exc))  # "Unsupported global: GLOBAL x", "... GLOBAL x whose module"
+        detail = f"it asks for {wanted.group(1)}" if wanted else "a pickle of something else, or a damaged file"
+        raise CheckpointError(f"{noun} {path} is not a {kind} readable without running code ({detail})") from None
+    except Exception as exc:  # torch raises several types for a truncated/garbled file
+        raise CheckpointError(f"{noun} {path} is unreadable ({type(exc).__name__}: {_first_line(exc)})") from None
+
+
 def load_checkpoint(path: Path, run_id: str, *, mmap: bool = False) -> dict[str, Any]:
     """Read a checkpoint without running code and check that it is run ``run_id``'s, in this format.
 
@@ -50,23 +70,7 @@ def load_checkpoint(path: Path, run_id: str, *, mmap: bool = False) -> dict[str,
             run (a pickle of anything but tensors and plain values), another format
             version, or another run's.
     """
-    try:
-        if mmap:  # torch maps a file by name: check what the name holds first
-            check_regular(path)
-            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        else:
-            with open_regular(path) as f:
-                payload = torch.load(f, map_location="cpu", weights_only=True)
-    except NotRegularFileError as exc:
-        raise CheckpointError(f"checkpoint {exc}") from None
-    except pickle.UnpicklingError as exc:  # the weights-only unpickler refused something
-        wanted = re.search(r"GLOBAL ([\w.]+)", str(exc))  # "Unsupported global: GLOBAL x", "... GLOBAL x whose module"
-        detail = f"it asks for {wanted.group(1)}" if wanted else "a pickle of something else, or a damaged file"
-        raise CheckpointError(
-            f"checkpoint {path} is not a pezoo checkpoint readable without running code ({detail})"
-        ) from None
-    except Exception as exc:  # torch raises several types for a truncated/garbled file
-        raise CheckpointError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {_first_line(exc)})") from None
+    payload = read_payload(path, "checkpoint", "pezoo checkpoint", mmap=mmap)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path} is not a pezoo checkpoint (no format {FORMAT!r})")
     if payload.get("version") != VERSION:

@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import json
 import math
-import pickle
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from harness.checkpoint.format import CheckpointError, _first_line, _short
-from harness.checkpoint.reading import _check_layouts
+from harness.checkpoint.format import CheckpointError, _short
+from harness.checkpoint.reading import _check_layouts, read_payload
 from harness.config import RunConfig
-from harness.files import NotRegularFileError, check_regular, open_regular, write_atomically
+from harness.files import write_atomically
 
 WEIGHTS_FORMAT = "pezoo-weights"
 WEIGHTS_VERSION = 1
@@ -59,23 +58,7 @@ def load_weights(path: Path, run_id: str, *, mmap: bool = False) -> dict[str, An
     """
     if not Path(path).is_file():
         raise CheckpointError(f"no final weights of run {run_id} at {path}")
-    try:
-        if mmap:  # torch maps a file by name: check what the name holds first
-            check_regular(path)
-            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        else:
-            with open_regular(path) as f:
-                payload = torch.load(f, map_location="cpu", weights_only=True)
-    except NotRegularFileError as exc:
-        raise CheckpointError(f"weights file {exc}") from None
-    except pickle.UnpicklingError as exc:  # the weights-only unpickler refused something
-        wanted = re.search(r"GLOBAL ([\w.]+)", str(exc))
-        detail = f"it asks for {wanted.group(1)}" if wanted else "a pickle of something else, or a damaged file"
-        raise CheckpointError(
-            f"weights file {path} is not a pezoo weights file readable without running code ({detail})"
-        ) from None
-    except Exception as exc:
-        raise CheckpointError(f"weights file {path} is unreadable ({type(exc).__name__}: {_first_line(exc)})") from None
+    payload = read_payload(path, "weights file", "pezoo weights file", mmap=mmap)
     if not isinstance(payload, dict) or payload.get("format") != WEIGHTS_FORMAT:
         raise CheckpointError(f"{path} is not a pezoo weights file (no format {WEIGHTS_FORMAT!r})")
     if payload.get("version") != WEIGHTS_VERSION:
