@@ -111,7 +111,7 @@ def weights_source(cfg: RunConfig, checkpoint_dir: str | Path, kept: Mapping[str
     """The run whose kept final weights ``cfg`` evaluates instead of training, or None
     (it trains): for an inference-time variant its trained run, if that kept them; else
     any run with the same ``RunConfig.training_id`` that kept them (the same training,
-    only the evaluation differs: a longer test range of a finished run trains never).
+    only the evaluation differs: another test range of a finished run never trains again).
     ``kept``: the folder's ``harness.checkpoint.kept_trainings``, if already read."""
     if cfg.is_variant and weights_path(checkpoint_dir, cfg.trained_config().run_id()).is_file():
         return cfg.trained_config().run_id()

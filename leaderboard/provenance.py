@@ -165,7 +165,7 @@ def trained_sentence(p: Provenance) -> str:
         text += " (a row marked “same weights” evaluates a trained run's weights with other options, no training)"
     if p.reevaluated:
         text += (
-            "; a run on a longer test range than a finished run of the same training (encoding, task, seed and "
+            "; a run tested on another range than a finished run of the same training (encoding, task, seed and "
             f"training alike) evaluates that run's kept final weights, no training ({plural(p.reevaluated, 'run')})"
         )
     return text + ("." if p.paper_scale else f"; {PAPERS_PROTOCOLS}.")

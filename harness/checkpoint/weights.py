@@ -1,6 +1,6 @@
 """Final weights (``<run_id>.weights.pt``): what an inference-time variant
 (``RunConfig.eval_pe_options``) of a finished run, or a run that trains exactly as it did
-(``RunConfig.training_id``: a longer test range), loads instead of training again. Kept
+(``RunConfig.training_id``: another test range), loads instead of training again. Kept
 for runs that have variants in a sweep, and for every run with ``bench --keep-weights``;
 read as checkpoints are, weights only:
 

@@ -412,7 +412,7 @@ class RunConfig:
         evaluation cannot touch its training: ``eval.every`` 0, only the final model
         evaluated. None for a run that evaluates during training. Two runs with one
         training id train the same model, so the final weights one of them kept serve the
-        other (``harness.run.train_and_evaluate``: a longer test range never trains again)."""
+        other (``harness.run.train_and_evaluate``: another test range never trains again)."""
         if self.eval.every:
             return None
         d = self.to_dict()

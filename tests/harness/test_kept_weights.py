@@ -1,4 +1,4 @@
-"""A run that trains exactly as a finished run did (only its evaluation differs: a longer
+"""A run that trains exactly as a finished run did (only its evaluation differs: another
 test range) evaluates that run's kept final weights instead of training again."""
 
 from __future__ import annotations
@@ -77,6 +77,18 @@ def test_a_longer_test_range_evaluates_the_kept_weights_and_trains_never(kept):
     assert [m.length for _, m in reused.metrics] == list(range(1, 13))
     shared = {m.length: m for _, m in first.metrics}
     assert all(m == shared[m.length] for _, m in reused.metrics if m.length in shared)
+
+
+def test_a_shorter_test_range_evaluates_the_weights_a_longer_run_kept(kept, tmp_path):
+    # the board's learned_prf_sh seeds 4-7 train to 100 first, and their runs to 40 evaluate those weights
+    _, short, longer, first, *_ = kept
+    quiet = {"notice": lambda _m: None}
+    cpu = torch.device("cpu")
+    train_and_evaluate(longer, cpu, tmp_path / f"{longer.run_id()}.pt", keep_weights=True, **quiet)
+    assert weights_source(short, tmp_path) == longer.run_id()
+    again = train_and_evaluate(short, cpu, tmp_path / f"{short.run_id()}.pt", **quiet)
+    assert again.provenance["weights_from"] == longer.run_id() and again.train_seconds == 0.0
+    assert again.metrics == first.metrics  # what training the short run itself gave
 
 
 def test_only_a_run_with_the_same_training_uses_kept_weights(kept):
