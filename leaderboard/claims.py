@@ -83,6 +83,8 @@ class Claim:
         tasks: the tasks the claim is about; None: every task the needed rows are on.
         check: (table, rows by label) -> Found, or None where the table lacks the rows the
             claim needs. A table where nothing extrapolates never reaches it (``no contrast``).
+        multiple: the multiple of N a reach claim names (PRISM's 10), None for other claims:
+            a table tested less far defers to a table of its task that tests that multiple.
     """
 
     source: str
@@ -90,6 +92,7 @@ class Claim:
     test: str
     tasks: tuple[str, ...] | None
     check: Callable[[Table, dict[str, Row]], Found | None]
+    multiple: float | None = None
 
 
 def _weakest(row: Row, n: int) -> int:
@@ -287,10 +290,12 @@ CLAIMS: tuple[Claim, ...] = (
         says="PRISM extrapolates accurately far beyond the training length (up to 10×, copy variants up to 15×).",
         test=f"holds: prism{{paper}} keeps exact match ≥ {EM_OK} at every tested scale beyond N on every seed, on a "
         "table tested to 10× N; the same on a table tested less far reads “holds to the tested k×; claimed 10×: "
-        f"untested” (outcome partly); partly: its weakest seed keeps it to at least {PARTLY_MULTIPLE}× N and its "
+        "untested” (outcome partly), or “… claimed 10×: see the table tested to T” where a table of the same task "
+        f"tests it; partly: its weakest seed keeps it to at least {PARTLY_MULTIPLE}× N and its "
         "EM>N is not below NoPE's by the permutation test; otherwise does not hold; no contrast where it did not fit.",
         tasks=None,
         check=_reach_claim("prism{paper}", 10),
+        multiple=10,
     ),
     Claim(
         source="Jelassi et al. 2024, “Repeat After Me”, as summarised by Hou et al., “Universal Length "
@@ -354,6 +359,7 @@ CLAIMS: tuple[Claim, ...] = (
         "significant digit first, with a chain of thought), not the paper's format.",
         tasks=("addition",),
         check=_reach_claim("abacus", 5),
+        multiple=5,
     ),
 )
 """The claims the board tests, in the order the pages show them."""
@@ -375,6 +381,9 @@ def verdict(board: Board, claim: Claim, table: Table) -> Verdict | None:
         outcome, said = NO_CONTRAST, None
         evidence = f"{null_text(table)}: no seed of any fitted row keeps EM ≥ {EM_OK} at scale {n + 1}"
     several = sum((t.preset, t.task) == (table.preset, table.task) for t in board.tables) > 1
+    if said is not None and (further := _testing_table(board, claim, table)) is not None:
+        said = said.replace(f"claimed {claim.multiple:g}×: untested", f"claimed {claim.multiple:g}×: see the table "
+                            f"tested to {further.test_max}")
     return Verdict(
         table.preset,
         table.task,
@@ -384,6 +393,19 @@ def verdict(board: Board, claim: Claim, table: Table) -> Verdict | None:
         said,
         table.tested_to if several else None,
     )
+
+
+def _testing_table(board: Board, claim: Claim, table: Table) -> Table | None:
+    """The table of ``table``'s preset and task that tests ``claim``'s multiple and has a
+    verdict on it (its row published on every seed), where ``table`` tests less far; else None."""
+    if claim.multiple is None or table.multiple + 1e-9 >= claim.multiple:
+        return None
+    for other in board.tables:
+        if (other.preset, other.task) != (table.preset, table.task) or other.multiple + 1e-9 < claim.multiple:
+            continue
+        if not nothing_extrapolates(other) and claim.check(other, {r.label: r for r in other.rows}) is not None:
+            return other
+    return None
 
 
 def verdicts(board: Board, claim: Claim) -> list[Verdict]:

@@ -45,6 +45,26 @@ def test_a_multiple_holds_only_where_it_was_tested_and_partly_needs_its_threshol
     assert verdicts(board(row("prism{paper}", em=(0.3, 0.3), reach=(13, 15))), prism)[0].outcome == "does not hold"
 
 
+def test_a_table_tested_less_far_points_to_the_table_that_tests_the_claimed_multiple():
+    """Copy tested to 40 and to 100: once PRISM's row to 100 is in, the 40 table's verdict no
+    longer calls 10x untested (before: "claimed 10×: untested" beside the 100 table's verdict)."""
+    prism = claim("PRISM")
+    at_40 = Table("board", "copy", 10, 40, (row("prism{paper}", em=(1.0,) * 3, reach=(40,) * 3), EXTRAPOLATES), ())
+    far = row("prism{paper}", em=(0.99, 1.0, 1.0), reach=(92, 100, 100))
+    at_100 = Table("board", "copy", 10, 100, (far, EXTRAPOLATES), ())
+    short, tested = verdicts(Board((), (at_40, at_100)), prism)
+    assert short.outcome == "partly" and short.shown.endswith("claimed 10×: see the table tested to 100")
+    assert (tested.outcome, tested.tested_to) == ("partly", 100)  # weakest seed 9.2x: short of 10x
+    # a row still short of its seeds on the far table has no verdict there: the 40 table says untested
+    pending = Row(None, "prism{paper}", "prism", (0, 1), far.scores, 2, far.per_seed, pending=True)
+    waiting = Table("board", "copy", 10, 100, (pending, EXTRAPOLATES), ())
+    short_alone, *rest = verdicts(Board((), (at_40, waiting)), prism)
+    assert short_alone.shown.endswith("claimed 10×: untested") and rest == []
+    # only a table of the same task counts
+    elsewhere = Table("board", "reverse", 10, 100, (far, EXTRAPOLATES), ())
+    assert verdicts(Board((), (at_40, elsewhere)), prism)[0].shown.endswith("untested")
+
+
 def test_a_reach_claim_below_nope_by_the_permutation_test_does_not_hold():
     """PRISM on stack_manipulation: reach 11 on its weakest seed, EM>10 below NoPE's on every seed."""
     prism = claim("PRISM")
