@@ -9,7 +9,10 @@ task while none is, or without a plan) and on which something extrapolates (a ta
 no seed of any fitted row gets past N, odds_first at N = 10, contrasts nothing and is left
 out), counting a task the encoding did not fit (or was not run on) as 0, then by counted
 tasks fitted, the mean compared as the grid shows it (two decimals); rows equal on both
-share a position and are listed by name. Evaluation-time variants (a trained row's
+share a position and are listed by name. A row not run on some counted task (a variant the
+plan puts on a few tasks only, such as randomized:ape at another L on copy and reverse) is
+listed after the ordered rows with neither position nor mean: a mean that counted the
+tasks it never ran as 0 would rank it on what was not tested. Evaluation-time variants (a trained row's
 weights evaluated otherwise, "same weights") have a small grid of their own
 (:attr:`Overview.variants`).
 
@@ -35,11 +38,12 @@ OVERVIEW_RULE = (
     "every scale up to it; ≥ 4× where it holds to the largest tested scale; “—” where it falls below 0.9 at N+1), "
     "with the range over its seeds when they differ and, below, its EM>N (exact match beyond N, mean over seeds), "
     "where every seed fitted; “did not fit” where some seed did not; blank where it was not run. "
-    "The mean column is the mean EM>N over the tasks it names, counting a task the encoding did not fit, is not "
-    "ranked on yet or was not run on as 0; it leaves out tasks where no encoding extrapolates and tasks with rows "
-    "short of their seeds. Rows are ordered by it, then by the number of those tasks fitted, both compared as shown "
-    "(the mean to two decimals); rows equal on both share a position. Evaluation-time variants (same weights) have "
-    "their own grid below."
+    "The mean column is the mean EM>N over the tasks it names, counting a task the encoding did not fit or is not "
+    "ranked on yet as 0; it leaves out tasks where no encoding extrapolates and tasks with rows short of their "
+    "seeds. Rows are ordered by it, then by the number of those tasks fitted, both compared as shown (the mean to "
+    "two decimals); rows equal on both share a position. A row not run on every task the mean names follows the "
+    "ordered rows with neither position nor mean (“—”): it is not ranked on tasks it was never run on. "
+    "Evaluation-time variants (same weights) have their own grid below."
 )
 """What the at-a-glance grid shows and how its rows are ordered, quoted by the site and the README."""
 
@@ -55,16 +59,17 @@ class OverviewRow:
     """One encoding across the tasks of one preset: its row on each task's table.
 
     ``score`` is the ordering measure: the mean over the preset's counted tasks
-    (:class:`Overview`) of EM>N where the encoding fitted, 0 where it did not fit or was
-    not run, or is not ranked yet (short of its planned seeds). ``tasks_fitted`` counts the
-    counted tasks on which it is ranked (every seed fit).
+    (:class:`Overview`) of EM>N where the encoding fitted, 0 where it did not fit or is not
+    ranked yet (short of its planned seeds). ``tasks_fitted`` counts the counted tasks on
+    which it is ranked (every seed fit). A row not run on some counted task has neither
+    ``position`` nor ``score`` (None): it follows the ordered rows, by name.
     """
 
-    position: int
+    position: int | None
     label: str
     encoding: str
     cells: Mapping[str, Row]  # task -> the encoding's row there (absent: not run on it)
-    score: float
+    score: float | None
     tasks_fitted: int
 
 
@@ -116,24 +121,31 @@ def overview(board: Board, preset: str) -> Overview:
         for row in table.rows:
             cells.setdefault(row.label, {})[table.task] = row
             encodings[row.label] = row.encoding
-    unordered = []
+    unordered: list[tuple[tuple[float, ...], str, dict[str, Row], float | None, int]] = []
     for label, by_task in cells.items():
         fitted = [t for t, r in by_task.items() if r.ranked]  # a row not ranked yet counts as not fitted
         beyond = [max(_or_low(by_task[t].scores["em_beyond"].mean), 0.0) for t in fitted if t in counted]
+        if any(t not in by_task for t in counted):  # never run on a counted task: not ordered
+            unordered.append(((math.inf,), label, by_task, None, len(beyond)))
+            continue
         score = sum(beyond) / max(len(counted), 1)
         unordered.append(((-ranking.shown(score), -len(beyond)), label, by_task, score, len(beyond)))
     unordered.sort(key=lambda item: (item[0], item[1]))  # equal as shown: by name
     rows: list[OverviewRow] = []
     variants: list[OverviewRow] = []
     for part, kept in ((rows, False), (variants, True)):
-        position, previous, i = 0, None, 0
-        for key, label, by_task, score, n_fit in unordered:
+        position: int | None = 0
+        previous: tuple[float, ...] | None = None
+        i = 0
+        for key, label, by_task, mean, n_fit in unordered:
             if is_variant(label) != kept:
                 continue
             i += 1
-            if key != previous:  # competition positions: rows equal as shown share one
+            if mean is None:
+                position = None
+            elif key != previous:  # competition positions: rows equal as shown share one
                 position, previous = i, key
-            part.append(OverviewRow(position, label, encodings[label], by_task, score, n_fit))
+            part.append(OverviewRow(position, label, encodings[label], by_task, mean, n_fit))
     return Overview(tasks, counted, rows, null, variants)
 
 

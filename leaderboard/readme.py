@@ -85,10 +85,10 @@ def _glance(grid: ov.Overview, tables: dict[str, Table], rows: list[ov.OverviewR
         reads = extra_input_badge(entry.encoding)
         body.append(
             [
-                entry.position,
+                "—" if entry.position is None else entry.position,
                 md(entry.label) + (f" · *{md(reads)}*" if reads else ""),
                 *(_glance_cell(tables.get(t), t, entry.cells.get(t)) for t in grid.tasks),
-                f"{entry.score:.2f}",
+                "—" if entry.score is None else f"{entry.score:.2f}",
                 f"{entry.tasks_fitted}/{len(grid.counted)}",
             ]
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from leaderboard import overview as ov
 from leaderboard import provenance as prov
 from leaderboard import records as rc
 from leaderboard.plans import plans_of
+from leaderboard.readme import render_readme
 from leaderboard.schema import Record
 
 FIT = 0.95  # the fit threshold, as the board states it
@@ -285,6 +287,7 @@ def test_overview_orders_by_mean_beyond_n_counting_unfitted_tasks_as_zero():
         make_record("rope", "copy", 0, ROPE0, train_max=3),  # fits, 0.3625
         make_record("nope", "copy", 0, NOPE, train_max=3),  # does not fit: counts 0
         make_record("ape", "copy", 0, FIRST_FAILS, train_max=3),  # does not fit (EM>N 1 does not count)
+        make_record("ape", "reverse", 0, NOPE, train_max=3),  # does not fit
         make_record("nope", "reverse", 0, ALIBI, train_max=3),  # fits, 1
         make_record("rope", "reverse", 0, ROPE1, train_max=3),  # fits, 0.525
         make_record("alibi", "reverse", 0, NOPE, train_max=3),  # does not fit
@@ -305,8 +308,31 @@ def test_overview_orders_by_mean_beyond_n_counting_unfitted_tasks_as_zero():
     # equal scores and tasks fitted (alibi, nope: 0.5, 1) share a position, listed by name; rope, fitted
     # twice, scores 0.44
     assert [(r.position, r.label) for r in rows] == [(1, "alibi"), (1, "nope"), (3, "rope"), (4, "ape")]
-    assert by_label["ape"].cells.keys() == {"copy"}  # not run on reverse
     assert by_label["alibi"].cells["reverse"].rank is None and by_label["alibi"].cells["copy"].rank == 1
+
+
+def test_overview_does_not_rank_a_row_on_tasks_it_was_never_run_on():
+    """A row the plan puts on some tasks only (randomized:ape at another L, on copy and
+    reverse) is listed after the ordered rows with neither position nor mean: counting the
+    task it never ran as 0 would put it below rows it beats on every task it ran."""
+    data = [
+        make_record("rope", "copy", 0, ROPE0, train_max=3),  # fits, 0.3625
+        make_record("rope", "reverse", 0, ROPE1, train_max=3),  # fits, 0.525
+        make_record("nope", "copy", 0, NOPE, train_max=3),  # does not fit
+        make_record("nope", "reverse", 0, NOPE, train_max=3),  # does not fit
+        make_record("alibi", "copy", 0, ALIBI, train_max=3),  # fits, 1; never run on reverse
+    ]
+    board = bd.assemble([rec(d, i) for i, d in enumerate(data, start=1)])
+    grid = ov.overview(board, "smoke")
+    assert grid.counted == ["copy", "reverse"]
+    assert [(r.position, r.label, r.score) for r in grid.rows] == [
+        (1, "rope", pytest.approx((beyond(ROPE0) + beyond(ROPE1)) / 2)),
+        (2, "nope", 0.0),
+        (None, "alibi", None),  # its copy cell stays in the grid; no mean that counts reverse as 0
+    ]
+    assert grid.rows[2].cells.keys() == {"copy"} and grid.rows[2].tasks_fitted == 1
+    text = render_readme(board, site_href="site/index.html")
+    assert re.search(r"^\| —\s+\| alibi .*\| —\s+\| 1/2\s+\|$", text, re.M)
 
 
 def test_overview_counts_only_complete_tasks_while_the_board_is_filled():
@@ -393,7 +419,9 @@ def test_overview_compares_means_as_the_grid_shows_them():
         make_record("learned_prf", "copy", 0, lo, train_max=3),
         make_record("learned_prf", "reverse", 0, zero, train_max=3),  # fitted both
         make_record("ape", "copy", 0, zero, train_max=3),
+        make_record("ape", "reverse", 0, NOPE, train_max=3),  # did not fit reverse
         make_record("rope", "copy", 0, tiny, train_max=3),
+        make_record("rope", "reverse", 0, NOPE, train_max=3),
     ]
     board = bd.assemble([rec(d, i) for i, d in enumerate(data, start=1)])
     rows = ov.overview(board, "smoke").rows
