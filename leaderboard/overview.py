@@ -7,14 +7,14 @@ encoding fitted; "did not fit" otherwise. Rows are ordered by the mean of EM>N o
 preset's *counted* tasks: those whose rows are all ranked (none short of its seeds; every
 task while none is, or without a plan) and on which something extrapolates (a task where
 no seed of any fitted row gets past N, odds_first at N = 10, contrasts nothing and is left
-out), counting a task the encoding did not fit (or was not run on) as 0, then by counted
-tasks fitted, the mean compared as the grid shows it (two decimals); rows equal on both
-share a position and are listed by name. A row not run on some counted task (a variant the
-plan puts on a few tasks only, such as randomized:ape at another L on copy and reverse) is
-listed after the ordered rows with neither position nor mean: a mean that counted the
-tasks it never ran as 0 would rank it on what was not tested. Evaluation-time variants (a trained row's
-weights evaluated otherwise, "same weights") have a small grid of their own
-(:attr:`Overview.variants`).
+out), counting a task the encoding did not fit or is not ranked on yet as 0, then by
+counted tasks fitted, the mean compared as the grid shows it (two decimals); rows equal on
+both share a position and are listed by name. A row not run on some counted task (a
+variant the plan puts on a few tasks only, such as randomized:ape at another L on copy and
+reverse) is listed after the ordered rows with neither position nor mean: a mean that
+counted the tasks it never ran as 0 would rank it on what was not tested. Evaluation-time
+variants (a trained row's weights evaluated otherwise, "same weights") have a small grid
+of their own (:attr:`Overview.variants`).
 
 The grid is read off the board's own tables (``leaderboard.rows.Row``), never the
 records, so a cell is the number its task's table shows. The site's front page and the
