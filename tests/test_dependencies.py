@@ -38,8 +38,9 @@ def test_pezoo_needs_only_torch_and_einops():
         if hf not in path.parents:
             third_party |= imported_top_levels_of(path)
     third_party -= {"pezoo", "__future__"} | set(sys.stdlib_module_names)
-    # optional extras (gpu: xformers, plot: matplotlib) are imported lazily, where used
-    assert third_party <= {"torch", "einops", "matplotlib", "xformers"}, third_party
+    # optional extras (gpu: xformers, plot: matplotlib) are imported lazily, where used; triton
+    # (PRISM's CUDA scan, pezoo/encodings/prism/triton_scan.py) under try/except ImportError
+    assert third_party <= {"torch", "einops", "matplotlib", "xformers", "triton"}, third_party
 
 
 def test_pezoo_hf_needs_only_the_hf_extra():

@@ -102,7 +102,9 @@ def _use_triton(h0: Tensor) -> bool:
     """Whether this call goes to the Triton kernels (see ``SCAN_BACKENDS``). triton is imported
     only here, when a CUDA tensor or the ``"triton"`` setting asks for it."""
     if _backend not in SCAN_BACKENDS:
-        raise ValueError(f"PEZOO_PRISM_SCAN={_backend!r} is not a PRISM scan backend; valid: {', '.join(SCAN_BACKENDS)}")
+        raise ValueError(
+            f"PEZOO_PRISM_SCAN={_backend!r} is not a PRISM scan backend; valid: {', '.join(SCAN_BACKENDS)}"
+        )
     if _backend == "torch" or (_backend == "auto" and not h0.is_cuda):
         return False
     from pezoo.encodings.prism import triton_scan

@@ -98,22 +98,22 @@ def _scan_forward_kernel(
     g = tl.load(gamma + cursor, mask=live, other=1.0)  # (R, 1)
     copying = live & (cursor < n_copy)
     copy_bins = inside & (offset >= 1) & copying  # offsets 1..P of the copying rows
+    is_bottom, is_top = i == 0, i == bins - 1
+    below_ok, above_ok = inside & (i >= 1), live & (i + 1 < bins)
     h = tl.load(hs + r * bins + i, mask=inside, other=0.0)  # (R, B)
     for t in range(steps):
         prev = hs + (t * rows + r) * bins
-        h_below = tl.load(prev + i - 1, mask=inside & (i >= 1), other=0.0)  # h[i-1]
-        h_above = tl.load(prev + i + 1, mask=live & (i + 1 < bins), other=0.0)  # h[i+1]
+        h_below = tl.load(prev + i - 1, mask=below_ok, other=0.0)  # h[i-1]
+        h_above = tl.load(prev + i + 1, mask=above_ok, other=0.0)  # h[i+1]
         c = coef + (t * rows + r) * 6
         c_dec, c_keep, c_inc = tl.load(c, mask=live), tl.load(c + 1, mask=live), tl.load(c + 2, mask=live)
         r_dec, r_keep, r_inc = tl.load(c + 3, mask=live), tl.load(c + 4, mask=live), tl.load(c + 5, mask=live)
         m = h * c_keep + h_below * c_inc + h_above * c_dec  # the banded move
-        bottom = tl.reduce(tl.where(i == 0, h, 0.0), 1, _SUM, keep_dims=True)
-        top = tl.reduce(tl.where(i == bins - 1, h, 0.0), 1, _SUM, keep_dims=True)
-        m += tl.where(i == 0, bottom * c_dec, 0.0) + tl.where(i == bins - 1, top * c_inc, 0.0)  # the clamp
+        # the clamp: the edge bins keep what would leave the support (exact zeros inside it)
+        m += tl.where(is_bottom, h * c_dec, 0.0) + tl.where(is_top, h * c_inc, 0.0)
         total = tl.reduce(h, 1, _SUM, keep_dims=True)
-        m += total * (
-            tl.where(offset == -1, r_dec, 0.0) + tl.where(offset == 0, r_keep, 0.0) + tl.where(offset == 1, r_inc, 0.0)
-        )  # the reset: re-centred, then one move
+        # the reset: the total mass re-centred, then one move
+        m += total * tl.where(offset == -1, r_dec, tl.where(offset == 0, r_keep, tl.where(offset == 1, r_inc, 0.0)))
         x = m
         if COPY:
             cq = (t * batch + b) * n_copy + cursor
@@ -167,6 +167,8 @@ def _scan_backward_kernel(
     g = tl.load(gamma + cursor, mask=live, other=1.0)
     copying = live & (cursor < n_copy)
     copy_bins = inside & (offset >= 1) & copying
+    is_bottom, is_top = i == 0, i == bins - 1
+    below_ok, above_ok = inside & (i >= 1), live & (i + 1 < bins)
     carry = tl.full([ROWS, BLOCK], 0.0, hs.dtype.element_ty)  # gradient reaching step t's histogram from t+1
     acc_gamma = tl.full([ROWS, BLOCK], 0.0, hs.dtype.element_ty)
     own = scratch + r * bins
@@ -175,19 +177,15 @@ def _scan_backward_kernel(
         # recompute step t's move, copy mix and logarithm from its input histogram, as the forward does
         prev = hs + (t * rows + r) * bins
         h = tl.load(prev + i, mask=inside, other=0.0)
-        h_below = tl.load(prev + i - 1, mask=inside & (i >= 1), other=0.0)
-        h_above = tl.load(prev + i + 1, mask=live & (i + 1 < bins), other=0.0)
+        h_below = tl.load(prev + i - 1, mask=below_ok, other=0.0)
+        h_above = tl.load(prev + i + 1, mask=above_ok, other=0.0)
         c = coef + (t * rows + r) * 6
         c_dec, c_keep, c_inc = tl.load(c, mask=live), tl.load(c + 1, mask=live), tl.load(c + 2, mask=live)
         r_dec, r_keep, r_inc = tl.load(c + 3, mask=live), tl.load(c + 4, mask=live), tl.load(c + 5, mask=live)
         m = h * c_keep + h_below * c_inc + h_above * c_dec
-        bottom = tl.reduce(tl.where(i == 0, h, 0.0), 1, _SUM, keep_dims=True)
-        top = tl.reduce(tl.where(i == bins - 1, h, 0.0), 1, _SUM, keep_dims=True)
-        m += tl.where(i == 0, bottom * c_dec, 0.0) + tl.where(i == bins - 1, top * c_inc, 0.0)
+        m += tl.where(is_bottom, h * c_dec, 0.0) + tl.where(is_top, h * c_inc, 0.0)
         total = tl.reduce(h, 1, _SUM, keep_dims=True)
-        m += total * (
-            tl.where(offset == -1, r_dec, 0.0) + tl.where(offset == 0, r_keep, 0.0) + tl.where(offset == 1, r_inc, 0.0)
-        )
+        m += total * tl.where(offset == -1, r_dec, tl.where(offset == 0, r_keep, tl.where(offset == 1, r_inc, 0.0)))
         x = m
         if COPY:
             cq = (t * batch + b) * n_copy + cursor
@@ -252,7 +250,14 @@ def _launch_config(rows: int, bins: int, device: torch.device) -> tuple[tuple[An
         per_program = triton.next_power_of_2(rows)
     else:
         per_program = max(1, min(triton.next_power_of_2(rows), 2048 // block))
-    opts = {"ROWS": per_program, "BLOCK": block, "num_warps": max(1, min(8, per_program * block // 256))}
+    # num_stages 1: no software pipelining, which could issue a step's shifted loads before the
+    # previous step's store and barrier
+    opts = {
+        "ROWS": per_program,
+        "BLOCK": block,
+        "num_warps": max(1, min(8, per_program * block // 256)),
+        "num_stages": 1,
+    }
     return _kernels(interpreted), (triton.cdiv(rows, per_program),), opts
 
 
@@ -281,7 +286,9 @@ def _emit(hist: Tensor, table: Tensor, radii: list[int], support: int) -> Tensor
     out = hist.new_empty(steps, b, n, table.shape[-1])
     for first, stop, w in _groups(radii, support):
         lo, hi = support - w, support + w + 1
-        torch.mm(hist[first:stop, ..., lo:hi].reshape(-1, hi - lo), table[lo:hi], out=out[first:stop].view(-1, out.shape[-1]))
+        torch.mm(
+            hist[first:stop, ..., lo:hi].reshape(-1, hi - lo), table[lo:hi], out=out[first:stop].view(-1, out.shape[-1])
+        )
     return out
 
 
@@ -297,31 +304,32 @@ def _emit_backward(g_out: Tensor, table: Tensor, radii: list[int], support: int)
     return grad
 
 
-def _copy_masks(probs: Tensor, radii: list[int], support: int) -> Tensor:
-    """(t, 1, 1, j) 1 where token j's copied mass enters step t: inside the window (j < w'),
-    or every token once the window is the whole support (those beyond P − 1 on the top bin)."""
-    tokens = probs.shape[-1] - 1
-    w = torch.tensor(radii, device=probs.device)[:, None]  # (t, 1)
+def _copy_masks(probs: Tensor, start: int, support: int) -> Tensor:
+    """(t, 1, 1, j) 1 where token j's copied mass enters step t: inside the window (j < w' =
+    min(start + t + 1, P)), or every token once the window is the whole support (those
+    beyond P − 1 then pile on the top bin)."""
+    steps, tokens = probs.shape[0], probs.shape[-1] - 1
+    w = (torch.arange(steps, device=probs.device) + start + 1).clamp(max=support)[:, None]  # (t, 1)
     j = torch.arange(tokens, device=probs.device)[None, :]  # (1, j)
     return ((j < w) | (w == support)).to(probs.dtype)[:, None, None, :]
 
 
-def _copy_inputs(probs: Tensor, radii: list[int], support: int) -> tuple[Tensor, Tensor]:
+def _copy_inputs(probs: Tensor, start: int, support: int) -> tuple[Tensor, Tensor]:
     """Copy probabilities (t, b, k, j + 1) -> (no-copy weight (t, b, k), mass per offset 1..P
     (t, b, k, P)), as ``fused_scan`` adds them: token i on offset i + 1, tokens past the
     window dropped, tokens beyond P − 1 summed on the top bin."""
     from pezoo.encodings.prism.scan import clamp_copy
 
-    a_pos = probs[..., :-1] * _copy_masks(probs, radii, support)
+    a_pos = probs[..., :-1] * _copy_masks(probs, start, support)
     return probs[..., -1].contiguous(), clamp_copy(a_pos, support).contiguous()
 
 
-def _copy_grad(g_null: Tensor, g_pos: Tensor, probs: Tensor, radii: list[int], support: int) -> Tensor:
+def _copy_grad(g_null: Tensor, g_pos: Tensor, probs: Tensor, start: int, support: int) -> Tensor:
     """The gradient of the copy probabilities from those of ``_copy_inputs``' outputs."""
     tokens = probs.shape[-1] - 1
     index = torch.arange(tokens, device=probs.device).clamp(max=support - 1)  # token j -> offset min(j, P-1) + 1
     grad = torch.empty_like(probs)
-    torch.mul(g_pos.index_select(-1, index), _copy_masks(probs, radii, support), out=grad[..., :-1])
+    torch.mul(g_pos.index_select(-1, index), _copy_masks(probs, start, support), out=grad[..., :-1])
     grad[..., -1] = g_null
     return grad
 
@@ -339,7 +347,7 @@ def _run_forward(
     radii = _radii(start, steps, support)
     null = pos = None
     if probs is not None:
-        null, pos = _copy_inputs(probs, radii, support)
+        null, pos = _copy_inputs(probs, start, support)
     k = 0 if probs is None else probs.shape[-2]
     (forward, _), grid, opts = _launch_config(b * n, bins, h0.device)
     forward[grid](
@@ -379,9 +387,10 @@ class _TritonScan(torch.autograd.Function):
             grad_hs = hs.new_zeros(steps, b, n, bins)
         else:
             grad_hs = _emit_backward(g_out.contiguous(), table, radii, support)
+        if steps == 0:  # no step: the last window is the first
+            return g_last, torch.zeros_like(coef), torch.zeros_like(gamma), None, None, None, None, None
         if g_last is not None:
-            w = radii[-1] if steps else min(ctx.start, support)
-            grad_hs[-1, ..., support - w : support + w + 1] += g_last
+            grad_hs[-1, ..., support - radii[-1] : support + radii[-1] + 1] += g_last
         k = 0 if probs is None else probs.shape[-2]
         grad_h0 = hs.new_zeros(b, n, bins)
         grad_coef = torch.empty_like(coef)
@@ -399,7 +408,7 @@ class _TritonScan(torch.autograd.Function):
         g_h0 = grad_h0[..., support - radius : support + radius + 1]
         g_probs = None
         if probs is not None and ctx.needs_input_grad[3]:
-            g_probs = _copy_grad(grad_null, grad_pos, probs, radii, support)
+            g_probs = _copy_grad(grad_null, grad_pos, probs, ctx.start, support)
         return g_h0, grad_coef, grad_gamma.sum(dim=0), g_probs, None, None, None, None
 
 
