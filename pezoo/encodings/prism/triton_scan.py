@@ -205,19 +205,19 @@ def _scan_backward_kernel(
             tl.store(grad_null + cq, tl.reduce(g_m * m, 1, _SUM, keep_dims=True), mask=copying)
             tl.store(grad_pos + cq * support + offset - 1, g_m, mask=copy_bins)
             g_m = g_m * a_null
-        g_dec = tl.reduce(tl.where(offset == -1, g_m, 0.0), 1, _SUM, keep_dims=True)
-        g_keep = tl.reduce(tl.where(offset == 0, g_m, 0.0), 1, _SUM, keep_dims=True)
-        g_inc = tl.reduce(tl.where(offset == 1, g_m, 0.0), 1, _SUM, keep_dims=True)
+        tl.store(own + i, g_m, mask=inside)
+        tl.debug_barrier()
+        g_below = tl.load(own + tl.maximum(i - 1, 0), mask=inside, other=0.0)  # G[max(i-1, 0)]: the clamp
+        g_above = tl.load(own + tl.minimum(i + 1, bins - 1), mask=inside, other=0.0)  # G[min(i+1, 2P)]
+        g_dec = tl.load(own + support - 1, mask=live, other=0.0)  # (R, 1) g_m at offsets -1, 0, 1: the reset
+        g_keep = tl.load(own + support, mask=live, other=0.0)
+        g_inc = tl.load(own + support + 1, mask=live, other=0.0)
+        tl.debug_barrier()  # the next step overwrites the scratch rows
         gc = grad_coef + (t * rows + r) * 6
         tl.store(gc + 3, g_dec * total, mask=live)
         tl.store(gc + 4, g_keep * total, mask=live)
         tl.store(gc + 5, g_inc * total, mask=live)
         g_total = g_dec * r_dec + g_keep * r_keep + g_inc * r_inc
-        tl.store(own + i, g_m, mask=inside)
-        tl.debug_barrier()
-        g_below = tl.load(own + tl.maximum(i - 1, 0), mask=inside, other=0.0)  # G[max(i-1, 0)]: the clamp
-        g_above = tl.load(own + tl.minimum(i + 1, bins - 1), mask=inside, other=0.0)  # G[min(i+1, 2P)]
-        tl.debug_barrier()  # the next step overwrites the scratch rows
         tl.store(gc, tl.reduce(h * g_below, 1, _SUM, keep_dims=True), mask=live)
         tl.store(gc + 1, tl.reduce(h * g_m, 1, _SUM, keep_dims=True), mask=live)
         tl.store(gc + 2, tl.reduce(h * g_above, 1, _SUM, keep_dims=True), mask=live)

@@ -8,6 +8,8 @@ here are tiny). Without triton these tests skip; the backend choice tests run an
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -107,21 +109,21 @@ def test_layer_on_the_triton_scan_equals_the_naive_reference(triton_kernels, opt
     try:
         opts = {"n_cursors": 2, "gru_hidden": 12, "copy_null_bias": 0.0, **options}
         layer = PRISMLayer(PRISMConfig(d_model=16, n_heads=2, n_layers=1, **opts))
-        x = torch.randn(2, 7, 16, requires_grad=True)
+        x = torch.randn(2, 7, 16)
         c, f = layer.cfg.n_cursors, layer.cfg.d_pe
         weights = torch.randn(2, 2, 7, c, f), torch.randn(2, 2, 7, c, f)
 
-        def run(fn):
-            layer.zero_grad()
-            x.grad = None
-            g_q, g_k = fn()
-            ((g_q * weights[0]).sum() + (g_k * weights[1]).sum()).backward()
-            grads = {name: p.grad.clone() for name, p in layer.named_parameters() if p.grad is not None}
-            return g_q.detach(), g_k.detach(), x.grad.clone(), grads
+        def run(layer, x, fn):
+            x = x.detach().requires_grad_()
+            g_q, g_k = fn(layer, x)
+            ((g_q * weights[0].to(x.device)).sum() + (g_k * weights[1].to(x.device)).sum()).backward()
+            grads = {name: p.grad.cpu() for name, p in layer.named_parameters() if p.grad is not None}
+            return g_q.detach().cpu(), g_k.detach().cpu(), x.grad.cpu(), grads
 
-        fast = run(lambda: layer(x, None)[:2])
+        # the kernels on the test device (compiled on CUDA); the reference on the CPU
+        fast = run(copy.deepcopy(layer).to(DEVICE), x.to(DEVICE), lambda layer, x: layer(x, None)[:2])
         with scan_backend("torch"):  # the reference reads only the layer's gates, copy and γ
-            ref = run(lambda: reference_streams(layer, x))
+            ref = run(layer, x, reference_streams)
     finally:
         torch.set_default_dtype(previous)
     tol = {"rtol": 1e-9, "atol": 1e-11}
