@@ -261,6 +261,18 @@ def _launch_config(rows: int, bins: int, device: torch.device) -> tuple[tuple[An
     return _kernels(interpreted), (triton.cdiv(rows, per_program),), opts
 
 
+def _launch(kernel: Any, grid: tuple[int], *args: Any, **opts: Any) -> None:
+    """``kernel[grid](*args, **opts)``; a failure (a Triton without what the kernels use, a
+    compiler error on an untested GPU) names the way back to the torch scan."""
+    try:
+        kernel[grid](*args, **opts)
+    except Exception as exc:
+        raise RuntimeError(
+            f"PRISM's Triton scan failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            "PEZOO_PRISM_SCAN=torch (or pezoo.encodings.prism.fused_scan.set_scan_backend('torch')) runs the torch scan"
+        ) from exc
+
+
 def _radii(start: int, steps: int, support: int) -> list[int]:
     """Window radius after each step: min(start + t + 1, P)."""
     return [min(start + t + 1, support) for t in range(steps)]
@@ -350,7 +362,9 @@ def _run_forward(
         null, pos = _copy_inputs(probs, start, support)
     k = 0 if probs is None else probs.shape[-2]
     (forward, _), grid, opts = _launch_config(b * n, bins, h0.device)
-    forward[grid](
+    _launch(
+        forward,
+        grid,
         hs, coef, gamma, null if null is not None else hs, pos if pos is not None else hs,
         b * n, n, k, b, steps, start, support, eps, COPY=probs is not None, **opts,
     )  # fmt: skip
@@ -399,7 +413,9 @@ class _TritonScan(torch.autograd.Function):
         grad_pos = hs.new_zeros(steps, b, k, support)
         scratch = hs.new_empty(b * n, bins)
         (_, backward), grid, opts = _launch_config(b * n, bins, hs.device)
-        backward[grid](
+        _launch(
+            backward,
+            grid,
             hs, grad_hs, coef, gamma, null if null is not None else hs, pos if pos is not None else hs,
             grad_h0, grad_coef, grad_gamma, grad_null, grad_pos, scratch,
             b * n, n, k, b, steps, ctx.start, support, ctx.eps, COPY=probs is not None, **opts,

@@ -194,3 +194,23 @@ def test_the_triton_backend_without_triton_says_so(monkeypatch):
     coef = fused_scan.scan_coefficients(gates)
     with scan_backend("triton"), pytest.raises(RuntimeError, match="needs triton"):
         fused_windowed_scan(h0[..., support : support + 1], coef, gamma, table, 1e-6, start=0, support=support)
+
+
+def test_a_failing_kernel_names_the_torch_scan(triton_kernels, monkeypatch):
+    """A kernel that cannot run (a Triton without what it uses, a compiler error) fails with
+    the way back to the torch scan in the message."""
+    from pezoo.encodings.prism import triton_scan
+
+    class Broken:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise ValueError("unsupported")
+
+            return launch
+
+    monkeypatch.setattr(triton_scan, "_kernels", lambda interpreted: (Broken(), Broken()))
+    t, b, n, k, start, support = CASES["plain"]
+    gates, gamma, _, h0, table, _ = scan_inputs(t, b, n, k, start, support, torch.float64)
+    coef = fused_scan.scan_coefficients(gates)
+    with pytest.raises(RuntimeError, match="PEZOO_PRISM_SCAN=torch"):
+        fused_windowed_scan(h0[..., support : support + 1], coef, gamma, table, 1e-6, start=0, support=support)
