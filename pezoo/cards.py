@@ -137,8 +137,15 @@ class PaperCard:
             a sentence, or None; ``extra_input_badge`` the same in two words.
         claims: its paper's claims the board tests.
         look: its pinned plot look, or None (derived from its name).
-        diagnostics: ``(model, example tokens, scale hint) -> JSON-able | None``, what a
-            trained encoding did on one example (PRISM's cursor trajectories), or None.
+        diagnostics: ``(encoding, forward) -> JSON-able | None``: what a trained
+            encoding did while ``forward()`` ran it on one example (PRISM's cursor
+            trajectories), or None.
+        run_defaults: options a benchmark writes into every new run unless given (its
+            paper's procedure, where the encoding's own default differs for old reasons).
+        stored_defaults: what each of those options meant in runs stored before it existed.
+        inference_options: the options an inference-time variant may change: those that
+            change what the encoding computes from positions, not its parameters.
+        shown_as: the name tables show the bare registry name as (an alias), or None.
     """
 
     paper: str | None = None
@@ -150,6 +157,10 @@ class PaperCard:
     claims: tuple[PaperClaim, ...] = ()
     look: PlotLook | None = None
     diagnostics: Callable[..., Any] | None = None
+    run_defaults: Mapping[str, Any] = field(default_factory=dict)
+    stored_defaults: Mapping[str, Any] = field(default_factory=dict)
+    inference_options: tuple[str, ...] = ()
+    shown_as: str | None = None
 
 
 def _default(factory: Any, key: str) -> Any:

@@ -299,6 +299,14 @@ CARD = PaperCard(
     training_departures=training_departures,
     claims=(CLAIM,),
     look=PlotLook("#CC79A7", "7 3", "square"),  # reddish purple, dashed: its look on the published board
+    # random positions at evaluation (the paper's procedure) and each padded row's positions drawn for its own
+    # length (as the paper's are for each sequence), recorded so that such runs get ids of their own
+    run_defaults={"draw": "per_length", "randomize_eval": True},
+    # a run stored without randomize_eval evaluated on plain positions (the wrapper's old default), and one
+    # without draw trained on one draw per batch, whose first n positions a padded row of n tokens took
+    # (the harness before 25 November 2026)
+    stored_defaults={"draw": "per_batch", "randomize_eval": False},
+    shown_as="randomized:ape",  # bare randomized is the wrapper around sin/cos APE (run ids keep the name)
 )
 """Read by the bare name and by every ``randomized:<base>``."""
 

@@ -245,7 +245,10 @@ def _planned_length(ctx: AttentionContext) -> int:
     return ctx.state[_SEQ_LEN_KEY]
 
 
-CARD = PaperCard(look=PlotLook("#0072B2", ""))  # blue, solid: its look on the published board
+CARD = PaperCard(
+    inference_options=("scaling",),  # context extension of a RoPE-trained model (rope_frequencies)
+    look=PlotLook("#0072B2", ""),
+)  # blue, solid: its look on the published board
 
 
 @register("rope", card=CARD)

@@ -98,6 +98,7 @@ def departures(run: RunFacts) -> list[str]:
 CARD = PaperCard(
     paper=PAPER,
     departures=departures,
+    inference_options=("blockwise",),  # the blockwise causal attention its paper evaluates with
     look=PlotLook("#E69F00", "1.5 3", "triangle"),  # orange, dotted: its look on the published board
 )
 
