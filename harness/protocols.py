@@ -5,7 +5,7 @@ module reads the cards and knows no encoding.
 
 ``paper_pe_options(pe, task, backbone)`` returns the options a paper used for ``pe`` on
 ``task``, with its sizes scaled to ``backbone`` (``pezoo.setups.paper_options``).
-``pezoo bench --pe 'prism{paper}'`` (``harness.pe_spec``) asks for it.
+A spec's ``name{paper}`` (``harness.pe_spec``) asks for it.
 
 One kind of departure is the benchmark's, not an encoding's: RoPE context extensions whose
 papers fine-tune after scaling (position interpolation, YaRN), evaluated on the trained

@@ -108,12 +108,12 @@ def _unfit(name: str, row: Row, n: int) -> tuple[str, str]:
     )
 
 
-def _reach_claim(name: str, claimed: float) -> Callable[[Table, dict[str, Row]], Found | None]:
+def _reach_claim(name: str, claimed: float, floor: str) -> Callable[[Table, dict[str, Row]], Found | None]:
     """A claim that ``name`` extrapolates to ``claimed`` × N. holds: every seed keeps EM ≥ 0.9
     at every tested scale, and the table tests at least ``claimed`` × N; the same short of
     that multiple: ``holds to the tested k×; claimed m×: untested`` (outcome partly);
     partly: the weakest seed reaches at least PARTLY_MULTIPLE × N and the row's EM>N is not
-    below NoPE's by the permutation test; otherwise does not hold."""
+    below the ``floor`` row's (NoPE's) by the permutation test; otherwise does not hold."""
 
     def check(table: Table, rows: dict[str, Row]) -> Found | None:
         row = rows.get(name)
@@ -124,7 +124,7 @@ def _reach_claim(name: str, claimed: float) -> Callable[[Table, dict[str, Row]],
             return _unfit(name, row, n)
         low, em = _weakest(row, n), cell_text(row, "em_beyond")
         seeds = plural(len(row.seeds), "seed")
-        nope = rows.get("nope")
+        nope = rows.get(floor)
         below: str | None = None
         if nope is not None and nope.fitted and nope.label != name:
             p = pt.p_above(nope.per_seed["em_beyond"], row.per_seed["em_beyond"])
@@ -306,7 +306,7 @@ def _collapses(names: Sequence[str]) -> Callable[[Table, dict[str, Row]], Found 
 
 
 RULES: dict[str, Callable[[PaperClaim], Callable[[Table, dict[str, Row]], Found | None]]] = {
-    "reach": lambda c: _reach_claim(c.row, float(c.multiple or 1)),
+    "reach": lambda c: _reach_claim(c.row, float(c.multiple or 1), c.against[0]),
     "above_strongest": lambda c: _above_strongest(c.row, c.against),
     "leads": lambda c: _leads(c.row),
     "above_base": _above_base,

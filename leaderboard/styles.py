@@ -166,7 +166,7 @@ def _candidates(label: str, looks: Mapping[str, Style]) -> Iterator[Style]:
     own: Style | None = None
     if name in looks:
         own = looks[name]
-    elif name.startswith("randomized:") and name.split(":", 1)[1] in looks:
+    elif ":" in name and name.split(":", 1)[1] in looks:  # a wrapped encoding (randomized:<base>)
         base = looks[name.split(":", 1)[1]]
         if base.dash in RANDOMIZED_DASHES:
             own = Style(base.colour, RANDOMIZED_DASHES[base.dash], RANDOMIZED_MARKER)

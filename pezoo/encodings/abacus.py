@@ -77,6 +77,7 @@ CLAIM = PaperClaim(
     "{partly_multiple}× N on the weakest seed and not below NoPE. The task is pezoo's addition (least "
     "significant digit first, with a chain of thought), not the paper's format.",
     rule="reach",
+    against=("nope",),  # not below NoPE: the floor a partly verdict must clear
     row="abacus",
     tasks=("addition",),
     multiple=5,

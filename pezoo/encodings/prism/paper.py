@@ -198,6 +198,7 @@ CLAIM = PaperClaim(
     "tests it; partly: its weakest seed keeps it to at least {partly_multiple}× N and its "
     "EM>N is not below NoPE's by the permutation test; otherwise does not hold; no contrast where it did not fit.",
     rule="reach",
+    against=("nope",),  # not below NoPE: the floor a partly verdict must clear
     row="prism{paper}",
     multiple=10,
 )
