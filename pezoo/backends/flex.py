@@ -239,12 +239,45 @@ def _block_mask(
     """
     from torch.nn.attention.flex_attention import BlockMask as TorchBlockMask  # not pezoo.BlockMask
 
+    nqb, nkb = -(-n_queries // block), -(-n_keys // block)
+    pad = ctx.key_padding_mask
+    b = (
+        max(ctx.q_pos.shape[0], ctx.k_pos.shape[0], 1 if pad is None else pad.shape[0])
+        if summaries or pad is not None
+        else 1
+    )
+    any_ok, all_ok = _allowed_blocks(ctx, summaries, n_queries, n_keys, b, block)  # (b|1, h|1, qb, kb) each
+    # Full (batch, heads) extent, never broadcast: after a dynamic-shape recompile the
+    # compiled CPU kernel (torch 2.13) reads a size-1 batch dim of the block mask wrongly.
+    shape = (max(b, batch), n_heads, nqb, nkb)
+    full = (all_ok & any_ok).expand(shape)
+    partial = (any_ok & ~full).expand(shape)
+
+    def to_blocks(sel: Tensor) -> tuple[Tensor, Tensor]:
+        counts = sel.sum(-1).to(torch.int32)  # (b, h, qb)
+        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)  # selected first
+        return counts, order
+
+    kv_num, kv_idx = to_blocks(partial)
+    full_num, full_idx = to_blocks(full)
+    return TorchBlockMask.from_kv_blocks(
+        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(n_queries, n_keys)
+    )
+
+
+def _allowed_blocks(
+    ctx: AttentionContext,
+    summaries: Sequence[Callable[[PositionRanges], tuple[Tensor, Tensor]]],
+    n_queries: int,
+    n_keys: int,
+    b: int,
+    block: int,
+) -> tuple[Tensor, Tensor]:
+    """(any pair allowed, every pair allowed) per (query block, key block), each
+    broadcastable to (b, h, qb, kb): the causal mask, the masks' summaries, key padding."""
     device = ctx.q_pos.device
     nqb, nkb = -(-n_queries // block), -(-n_keys // block)
-    batch_q, batch_k = ctx.q_pos.shape[0], ctx.k_pos.shape[0]
     pad = ctx.key_padding_mask
-    by_row = summaries or pad is not None
-    b = max(batch_q, batch_k, 1 if pad is None else pad.shape[0]) if by_row else 1
     qb_start = torch.arange(nqb, device=device) * block  # (qb,)
     kb_start = torch.arange(nkb, device=device) * block  # (kb,)
     qb_end = (qb_start + block).clamp(max=n_queries) - 1
@@ -268,22 +301,7 @@ def _block_mask(
         kpad = kpad.unflatten(-1, (nkb, block))  # (b, kb, 128)
         any_ok = any_ok & kpad.any(-1)[:, None, None, :]
         all_ok = all_ok & kpad.all(-1)[:, None, None, :]
-    # Full (batch, heads) extent, never broadcast: after a dynamic-shape recompile the
-    # compiled CPU kernel (torch 2.13) reads a size-1 batch dim of the block mask wrongly.
-    shape = (max(b, batch), n_heads, nqb, nkb)
-    full = (all_ok & any_ok).expand(shape)
-    partial = (any_ok & ~full).expand(shape)
-
-    def to_blocks(sel: Tensor) -> tuple[Tensor, Tensor]:
-        counts = sel.sum(-1).to(torch.int32)  # (b, h, qb)
-        order = torch.argsort((~sel).to(torch.int8), dim=-1, stable=True).to(torch.int32)  # selected first
-        return counts, order
-
-    kv_num, kv_idx = to_blocks(partial)
-    full_num, full_idx = to_blocks(full)
-    return TorchBlockMask.from_kv_blocks(
-        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(n_queries, n_keys)
-    )
+    return any_ok, all_ok
 
 
 def _every_block(ranges: PositionRanges) -> tuple[Tensor, Tensor]:
