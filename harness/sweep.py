@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -146,8 +146,8 @@ class Grid:
     """One cross product of runs.
 
     ``Grid(preset=..., pe=..., task=..., seeds=..., lr=(1e-3, 3e-4), ...)``: any
-    :data:`SETTINGS` name as a keyword gives that axis's values; read one back as an
-    attribute (``grid.lr``; empty: the preset's value).
+    :data:`SETTINGS` name as a keyword gives that axis's values (``dataclasses.replace``
+    too); read one back as an attribute (``grid.lr``; empty: the preset's value).
 
     Attributes:
         preset: the named protocol every run starts from.
@@ -172,16 +172,18 @@ class Grid:
         pe: tuple[PeSpec | str, ...] = (),
         task: tuple[str, ...] = (),
         seeds: tuple[int, ...] = (0,),
-        **axes: tuple[Any, ...],
+        axes: tuple[tuple[str, tuple[Any, ...]], ...] = (),
+        **settings: tuple[Any, ...],
     ) -> None:
-        unknown = sorted(set(axes) - set(SETTINGS))
+        axes_given = {**dict(axes), **settings}  # dataclasses.replace passes axes, and the changes by name
+        unknown = sorted(set(axes_given) - set(SETTINGS))
         if unknown:
             raise TypeError(f"Grid got unknown setting(s) {', '.join(unknown)}; settings: {', '.join(SETTINGS)}")
         object.__setattr__(self, "preset", preset)
         object.__setattr__(self, "pe", tuple(parse_pe(p) if isinstance(p, str) else p for p in pe))  # parsed once
         object.__setattr__(self, "task", tuple(task))
         object.__setattr__(self, "seeds", tuple(seeds))
-        object.__setattr__(self, "axes", tuple((n, tuple(axes[n])) for n in SETTINGS if axes.get(n)))
+        object.__setattr__(self, "axes", tuple((n, tuple(axes_given[n])) for n in SETTINGS if axes_given.get(n)))
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; valid presets: {', '.join(PRESETS)}")
         if not self.pe or not self.task:
@@ -193,11 +195,6 @@ class Grid:
         if name in SETTINGS:  # an axis not set: the preset's value
             return dict(self.axes).get(name, ())
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def with_values(self, **values: Any) -> Grid:
-        """The grid with ``values`` (its keywords) replaced."""
-        mine: dict[str, Any] = {"preset": self.preset, "pe": self.pe, "task": self.task, "seeds": self.seeds}
-        return Grid(**{**mine, **dict(self.axes), **values})
 
     def size(self) -> int:
         """How many runs the grid holds (counted, not built)."""
@@ -258,7 +255,7 @@ class SweepSpec:
     def override(self, **values: Any) -> SweepSpec:
         """Replace keys (already parsed: tuples, a preset name) in every grid; None = keep."""
         given = {k: v for k, v in values.items() if v is not None}
-        return SweepSpec(tuple(g.with_values(**given) for g in self.grids))
+        return SweepSpec(tuple(replace(g, **given) for g in self.grids))
 
     def with_seeds(self, first: int | None, count: int | None) -> SweepSpec:
         """Each grid's seeds with the command line's ``--seed`` (first) and/or ``--seeds``
@@ -277,7 +274,7 @@ class SweepSpec:
                     "give --seeds too (the count), or change the file"
                 )
             start = own[0] if first is None else first
-            grids.append(g.with_values(seeds=tuple(range(start, start + (len(own) if count is None else count)))))
+            grids.append(replace(g, seeds=tuple(range(start, start + (len(own) if count is None else count)))))
         return SweepSpec(tuple(grids))
 
     def names(self) -> tuple[list[str], list[str]]:
