@@ -198,12 +198,13 @@ def register(name: str, *, card: PaperCard | None = None) -> Callable[[_Encoding
 def card_of(name: str) -> PaperCard:
     """The paper card of registry name ``name`` (empty where it declares none): a wrapped
     name (``randomized:rope``) reads its wrapper's card, a plugin the ``paper_card``
-    attribute of its class, if any. Looking a name up does not build anything."""
+    attribute of its class, if any, once the plugin is loaded (``pezoo list`` and ``pezoo
+    bench`` load every plugin): looking a name up never imports or builds anything."""
     prefix, _, base = name.rpartition(":")
     key = prefix or base
     if key in CARDS:
         return CARDS[key]
-    if not prefix and key in ENCODINGS:
+    if not prefix and key in ENCODINGS._factories and ENCODINGS.is_loaded(key):  # never imports a plugin
         found = getattr(ENCODINGS[key], "paper_card", None)
         if isinstance(found, PaperCard):
             return found
