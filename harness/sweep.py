@@ -341,9 +341,10 @@ def grid_from_mapping(values: Mapping[str, Any], where: str = "sweep", max_runs:
     """A ``Grid`` from sweep-file keys (``GRID_KEYS``); unknown keys, values of the wrong type
     (non-finite numbers, integers beyond SQLite's 64 bits) and a seed count above
     ``max_runs`` are errors naming ``where``."""
-    unknown = sorted(set(values) - set(GRID_KEYS))
+    valid = ("preset", "pe", "task", "seeds", "seed", *SETTINGS)  # GRID_KEYS, read when called
+    unknown = sorted(set(values) - set(valid))
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(GRID_KEYS)}")
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(valid)}")
     kw: dict[str, Any] = {}
     if "preset" in values:
         if not isinstance(values["preset"], str):
