@@ -20,7 +20,7 @@ trains), so the file can hold no more than the run itself would have recorded.
                   "trace_exact_match"}], one per evaluated scale, in order
     final_loss, train_seconds, eval_seconds   float
     n_params      {"total": int, "pe": int}
-    diagnostics   ``harness.diagnostics.prism_trajectories`` output, or null
+    diagnostics   ``harness.diagnostics.encoding_diagnostics`` output, or null
 """
 
 from __future__ import annotations

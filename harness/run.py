@@ -29,7 +29,7 @@ from harness.backbone import Backbone
 from harness.checkpoint import CheckpointError, kept_trainings, load_weights, save_weights, set_aside
 from harness.config import RunConfig
 from harness.data import evaluation_set
-from harness.diagnostics import prism_trajectories
+from harness.diagnostics import encoding_diagnostics
 from harness.evaluate import Evaluation, evaluate_length, select_evaluation, summary
 from harness.files import WriteError, describe_write_error
 from harness.pe_spec import format_eval_options, preflight_build
@@ -276,7 +276,7 @@ def train_and_evaluate(
             if log is not None:
                 log.evaluation(cfg.train.steps, metrics, tag=f"reported_{cfg.eval.select}")
         try:
-            diagnostics = prism_trajectories(model, cfg, task)
+            diagnostics = encoding_diagnostics(model, cfg, task)
         except Exception as exc:  # diagnostics are a bonus: never lose a finished run to them
             diagnostics = None
             tell(f"run {run_id}: no diagnostics ({type(exc).__name__}: {exc})")
@@ -369,7 +369,7 @@ def evaluate_kept(
         t0 = time.perf_counter()
         metrics = evaluate_all(cfg, model, task, device, {}, progress)
         try:
-            diagnostics = prism_trajectories(model, cfg, task)
+            diagnostics = encoding_diagnostics(model, cfg, task)
         except Exception:  # a bonus, as for a trained run
             diagnostics = None
         return RunResult(

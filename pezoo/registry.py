@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, TypeVar
 
+from pezoo.cards import PaperCard
 from pezoo.interface import PositionalEncoding
 
 ENTRY_POINT_GROUP = "pezoo.encodings"
@@ -174,16 +175,45 @@ WRAPPERS: dict[str, Callable[..., PositionalEncoding]] = {}
 _Encoding = TypeVar("_Encoding", bound=type[PositionalEncoding])
 
 
-def register(name: str) -> Callable[[_Encoding], _Encoding]:
-    """Class decorator: register an encoding class under ``name`` (sets ``cls.name``); the
-    class is returned as it is, so type checkers keep its own type."""
+CARDS: dict[str, PaperCard] = {}
+"""Registry name -> the paper card declared with it (:func:`register`)."""
+
+
+def register(name: str, *, card: PaperCard | None = None) -> Callable[[_Encoding], _Encoding]:
+    """Class decorator: register an encoding class under ``name`` (sets ``cls.name``), with
+    its paper ``card`` (:class:`pezoo.cards.PaperCard`: its paper's setup, departures,
+    claims, look, diagnostics); the class is returned as it is, so type checkers keep its
+    own type. A wrapper's card (``randomized``) serves its wrapped forms too."""
 
     def deco(cls: _Encoding) -> _Encoding:
         cls.name = name
         ENCODINGS.register(name, cls)
+        if card is not None:
+            CARDS[name] = card
         return cls
 
     return deco
+
+
+def card_of(name: str) -> PaperCard:
+    """The paper card of registry name ``name`` (empty where it declares none): a wrapped
+    name (``randomized:rope``) reads its wrapper's card, a plugin the ``paper_card``
+    attribute of its class, if any, once the plugin is loaded (``pezoo list`` and ``pezoo
+    bench`` load every plugin): looking a name up never imports or builds anything."""
+    prefix, _, base = name.rpartition(":")
+    key = prefix or base
+    if key in CARDS:
+        return CARDS[key]
+    if not prefix and key in ENCODINGS._factories and ENCODINGS.is_loaded(key):  # never imports a plugin
+        found = getattr(ENCODINGS[key], "paper_card", None)
+        if isinstance(found, PaperCard):
+            return found
+    return PaperCard()
+
+
+def cards() -> dict[str, PaperCard]:
+    """Every registered (unwrapped) encoding's card, by name, in sorted order."""
+    return {name: card_of(name) for name in sorted(ENCODINGS)}
 
 
 def available() -> list[str]:
