@@ -35,7 +35,15 @@ from harness.executors.jobs import Job, WorkerLost
 from harness.executors.worker import injected_faults
 from harness.provenance import git_commit
 from harness.result import RunOutcome, RunResult
-from harness.run import checkpoint_dir_for, checkpoint_path, record_or_keep, recover_kept
+from harness.run import (
+    WEIGHTS_DIGEST,
+    checkpoint_dir_for,
+    checkpoint_path,
+    record_or_keep,
+    recorded_weights,
+    recover_kept,
+    trusted_weights,
+)
 from harness.store import Claim, ClaimLostError, Store, StoreError
 
 
@@ -128,6 +136,7 @@ def run_sweep(
     outcomes: list[RunOutcome] = []
     with_variants = {c.trained_config().run_id() for c in configs if c.is_variant}  # keep their final weights
     lapsed = store.lapsed()  # in flight when their process died: maybe what killed it, so they go last
+    seal_key = store.seal_key()  # what a result kept beside the store is sealed with (harness.kept_results)
     last: list[Job] = []
     for index, cfg in enumerate(configs, start=1):
         run_id = cfg.run_id()
@@ -149,7 +158,7 @@ def run_sweep(
             tensorboard=tb,
             keep_weights=keep_weights or run_id in with_variants,
         )
-        kept = recover_kept(cfg, path, functools.partial(events.notice, job))
+        kept = recover_kept(cfg, path, seal_key, functools.partial(events.notice, job))
         if kept is not None:  # finished before, but the store could not take it then
             claim = _claim(store, cfg, kept.provenance, events, job)
             if claim.status == "finished":
@@ -243,6 +252,9 @@ def run_sweep(
                             continue
                         if claim.holder is not None:
                             events.notice(job, f"took over from a process that is gone (it was {claim.holder})")
+                    # the kept weights it may evaluate, as the store's records vouch for them now
+                    recorded = recorded_weights(store.finished_with(WEIGHTS_DIGEST))
+                    job = replace(job, kept_weights=trusted_weights(by_id[job.run_id], recorded))
                     executor.submit(job)
                     in_flight[job.run_id] = job
                     events.started(job)
