@@ -598,9 +598,18 @@ def record_or_keep(
             "next bench of this run records it without training",
         )
     if outcome.status == "finished":
-        checkpoint.unlink(missing_ok=True)  # the results are in the store now
-        kept.unlink(missing_ok=True)
+        drop_leftovers(checkpoint)  # the results are in the store now
     return outcome
+
+
+def drop_leftovers(checkpoint: Path) -> None:
+    """Remove the checkpoint and kept result of a run the store holds finished (recorded
+    by this process, or by another one meanwhile): nothing resumes or records from them."""
+    for path in (checkpoint, kept_results.path_for(checkpoint)):
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:  # not ours to delete (another user's folder): harmless, never read again
+            pass
 
 
 def recover_kept(
@@ -673,7 +682,10 @@ def execute(
             raise
     held = store.check(run_id)
     if not held.taken:  # another process took over (our lease lapsed) or finished it meanwhile
-        return RunOutcome(run_id, "cached") if held.status == "finished" else RunOutcome(run_id, "claimed", held.holder)
+        if held.status == "finished":
+            drop_leftovers(path)  # what this attempt checkpointed after they finished
+            return RunOutcome(run_id, "cached")
+        return RunOutcome(run_id, "claimed", held.holder)
     try:
         return record_or_keep(store, cfg, result, path)
     except ClaimLostError as exc:

@@ -39,6 +39,7 @@ from harness.run import (
     WEIGHTS_DIGEST,
     checkpoint_dir_for,
     checkpoint_path,
+    drop_leftovers,
     record_or_keep,
     recorded_weights,
     recover_kept,
@@ -345,7 +346,8 @@ def _record(store: Store, cfg: RunConfig, job: Job, answer: RunResult | WorkerLo
     writes only while it holds the run's claim (a finished run is never changed)."""
     held = store.check(job.run_id)
     if not held.taken:  # finished, or taken over, by another process meanwhile: leave it to them
-        if held.status == "finished":
+        if held.status == "finished":  # what this attempt checkpointed after they finished is of no use
+            drop_leftovers(Path(job.checkpoint))
             return RunOutcome(job.run_id, "cached", "finished by another process meanwhile; its result is kept")
         return RunOutcome(job.run_id, "claimed", held.holder)
     if isinstance(answer, WorkerLost):
