@@ -43,6 +43,7 @@ from leaderboard.schema import (
     run_ids_digest,
     to_published,
     validate_record,
+    weights_problems,
 )
 
 
@@ -195,6 +196,7 @@ def _export(store_path: Path, out_dir: Path) -> ExportSummary:
     if problems:
         raise ExportError("these runs do not make valid results records:\n  " + "\n  ".join(problems))
     _check_one_protocol_per_table(existing, batches, out_dir)
+    _check_weights_sources(existing, batches, out_dir)
     written = []
     if batches:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -225,6 +227,25 @@ def _check_one_protocol_per_table(
         check_protocols(kept)
     except (BoardError, RetiredFileError) as exc:
         raise ExportError(f"nothing written: the new runs would make a board that `build` refuses:\n{exc}") from None
+
+
+def _check_weights_sources(
+    existing: Sequence[Record], batches: Mapping[str, Sequence[Mapping[str, Any]]], out_dir: Path
+) -> None:
+    """ExportError, before anything is written, if a new run evaluated the kept weights of
+    a run that is neither published nor exported with it, or does not match that run
+    (``leaderboard.schema.weights_problems``): ``check`` would refuse the files."""
+    new = [
+        Record(record, out_dir / file_name(preset, records), line)
+        for preset, records in batches.items()
+        for line, record in enumerate(records, start=1)
+    ]
+    problems = [reason for _, _, reason in weights_problems([*existing, *new])]
+    if problems:
+        raise ExportError(
+            "nothing written: runs evaluated on kept weights whose run is in neither the store (finished) nor the "
+            "results, or is not the run they say:\n  " + "\n  ".join(problems)
+        )
 
 
 def export_diagnostics(store_path: Path, out_dir: Path) -> int:

@@ -273,3 +273,16 @@ def test_a_weights_file_with_a_deeply_nested_config_stops_neither_plan_nor_bench
     run, out = _further(store)
     assert out.exit_code == 0 and "RecursionError" not in out.output, out.output
     assert run["provenance"]["weights_from"] == _config(8).run_id()  # the genuine file is still used
+
+
+def test_a_run_on_kept_weights_is_exported_only_with_the_run_that_kept_them(two_seeds, tmp_path):
+    from leaderboard.export import ExportError, export
+
+    store, _ = _copy(two_seeds, tmp_path)
+    run, out = _further(store)
+    assert run["provenance"]["weights_from"] == _config(8).run_id(), out.output
+    with Store(store) as s:  # the run that kept them is no longer finished here, and was never published
+        s._conn.execute("UPDATE runs SET status='failed' WHERE run_id=?", (_config(8).run_id(),))
+    with pytest.raises(ExportError, match=f"kept weights of run '{_config(8).run_id()}'.*which is not published"):
+        export(store, tmp_path / "results")
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").iterdir())
