@@ -69,6 +69,9 @@ class ImportSummary:
     imported: int = 0
     already_in_store: int = 0
     diagnostics: int = 0
+    differing: tuple[str, ...] = ()
+    """Run ids among ``already_in_store`` whose record in the store is not the published one
+    (the store's is kept)."""
 
 
 def file_name(preset: str, records: Sequence[Mapping[str, Any]]) -> str:
@@ -307,6 +310,22 @@ def import_results(results_dir: Path, store_path: Path) -> ImportSummary:
             rec = current[0]
             reason = f"run {rec.run_id} cannot be stored ({exc}); nothing was imported"
             raise ResultsError([(rec.path, rec.line, reason)]) from None
+        differing = tuple(
+            rec.run_id
+            for rec, new in zip(records, added, strict=True)
+            if not new and _stored_differs(store, rec, diagnostics.get(rec.run_id))
+        )
     imported = sum(added)
     with_diagnostics = sum(1 for rec, new in zip(records, added, strict=True) if new and rec.run_id in diagnostics)
-    return ImportSummary(imported, len(added) - imported, with_diagnostics)
+    return ImportSummary(imported, len(added) - imported, with_diagnostics, differing)
+
+
+def _stored_differs(store: Store, rec: Record, diagnostics: Mapping[str, Any] | None) -> bool:
+    """Whether the store's record of a run it holds finished is not the published one
+    (its numbers, provenance, timings, or diagnostics where both have them)."""
+    stored = store.record(rec.run_id)
+    if stored is None:
+        return True
+    if to_published(stored) != rec.data:
+        return True
+    return diagnostics is not None and stored.diagnostics is not None and stored.diagnostics != diagnostics
