@@ -168,6 +168,7 @@ class _LazyEntryPoint:
 
 ENCODINGS = Registry("encoding", ENTRY_POINT_GROUP)
 WRAPPERS: dict[str, Callable[..., PositionalEncoding]] = {}
+"""Prefix wrappers: ``create("randomized:rope")`` -> ``WRAPPERS["randomized"](create("rope"))``."""
 
 MAX_WRAPPERS = 8
 """Most ``prefix:`` wrappers one name may nest (``randomized:`` wraps once; wrapping it
@@ -189,7 +190,6 @@ def _check_name(name: Any) -> str:
             "such as randomized: goes once in front of an encoding)"
         )
     return name
-"""Prefix wrappers: ``create("randomized:rope")`` -> ``WRAPPERS["randomized"](create("rope"))``."""
 
 
 _Encoding = TypeVar("_Encoding", bound=type[PositionalEncoding])
