@@ -212,7 +212,7 @@ def bench(
     with store:
         # 3. the plan: which runs are done, how long the others take (from what was measured here)
         rows = store.runs()
-        resume = steps_done(checkpoint_dir_for(store.path, checkpoint_dir), configs)
+        resume = steps_done(checkpoint_dir_for(store.path, checkpoint_dir), configs, rows)
         plan_options: dict[str, Any] = {"device_type": target.device_type, "lapsed": store.lapsed(),
                                         "machine": cpu_name(), "borrow": False}  # fmt: skip
         if order == "longest-first":  # a relative order: borrowed speeds (of this store's runs) rank runs too
