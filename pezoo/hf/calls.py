@@ -38,7 +38,7 @@ _WRAPPERS = ("Combined", "RandomizedPE", "RandomizedSinusoidalAPE")
 def reads_tokens_in_order(pe: PositionalEncoding) -> bool:
     """Whether some part of ``pe`` keeps state along the sequence through ``observe`` or
     ``embed_tokens`` (PRISM, Abacus, such a plugin): left padding would feed it the padding."""
-    return any(_class_overrides(type(m), "observe") or _class_overrides(type(m), "embed_tokens") for m in _leaves(pe))
+    return any(_class_overrides(type(m), "observe") or _class_overrides(type(m), "embed_tokens") for m in leaves(pe))
 
 
 def first_real(mask: Tensor) -> Tensor:
@@ -88,6 +88,7 @@ class Call:
 
     ctx: AttentionContext
     groups: list[Group] | None = None
+    probs: bool = False  # return attention probabilities (output_attentions)
 
 
 def build_call(
@@ -200,12 +201,12 @@ def embed(pe: PositionalEncoding, call: Call, x: Tensor, tokens: Tensor | None) 
 def _embed_tokens(pe: PositionalEncoding, x: Tensor, tokens: Tensor | None, ctx: AttentionContext) -> Tensor:
     if tokens is not None:
         return pe.embed_tokens(x, tokens, ctx)
-    if any(_class_overrides(type(m), "embed_tokens") for m in _leaves(pe)):
+    if any(_class_overrides(type(m), "embed_tokens") for m in leaves(pe)):
         raise ValueError(f"{pe.name} reads the token ids (embed_tokens): call the model with input_ids")
     return x
 
 
-def _leaves(pe: PositionalEncoding) -> list[PositionalEncoding]:
+def leaves(pe: PositionalEncoding) -> list[PositionalEncoding]:
     """The encodings inside ``pe`` that do something themselves (not a wrapper that delegates)."""
     return [m for m in pe.modules() if isinstance(m, PositionalEncoding) and type(m).__name__ not in _WRAPPERS]
 

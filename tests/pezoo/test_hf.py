@@ -358,9 +358,11 @@ def test_training_on_a_left_padded_batch_reaches_the_encoding(spec):
     assert all(torch.isfinite(g).all() for g in grads if g is not None)
 
 
-def test_gradient_checkpointing_is_refused():
+def test_gradient_checkpointing_is_refused_at_enable_for_an_encoding_that_observes():
     model = adapted("llama", "prism").train()
-    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-    enable()
     with pytest.raises(ValueError, match="checkpointing"):
-        model(torch.tensor([PROMPTS[0]]))
+        model.activation_checkpointing_enable()
+    plain = tiny("llama").train()
+    plain.activation_checkpointing_enable()
+    with pytest.raises(ValueError, match="checkpointing"):
+        pezoo.hf.use_encoding(plain, "prism")
