@@ -131,7 +131,7 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
         raise ValueError("this model already runs a pezoo encoding; load a fresh model to change it")
     if backend != "auto" and backend not in BACKENDS:
         raise ValueError(unknown_name_message("attention backend", backend, ["auto", *sorted(BACKENDS)]))
-    base = model.base_model
+    base = _get(model.base_model, family.core)
     n_heads, width = config.num_attention_heads, config.hidden_size
     head_dim = getattr(config, "head_dim", None) or width // n_heads
     if head_dim * n_heads != width:
@@ -293,7 +293,7 @@ def _own_rope(config: Any, family: Family) -> dict[str, Any]:
 def _check_own_rope(model: PreTrainedModel, encoding: PositionalEncoding) -> None:
     """The model's rotary frequencies, where it keeps them (``rotary_emb.inv_freq``) and they do
     not depend on the length, must be pezoo's: a config pezoo would read differently is refused."""
-    rotary = getattr(model.base_model, "rotary_emb", None)
+    rotary = getattr(model.base_model, "rotary_emb", None)  # OPT, the one family with a core, has no RoPE
     theirs = getattr(rotary, "inv_freq", None)
     scaling = getattr(encoding, "scaling", None)
     if not isinstance(theirs, Tensor) or theirs.is_meta or scaling is None or scaling.depends_on_length:
@@ -318,7 +318,7 @@ _NO_CHECKPOINTING = (
 
 
 def _get(module: Any, path: str) -> Any:
-    for part in path.split("."):
+    for part in filter(None, path.split(".")):
         module = getattr(module, part)
     return module
 
@@ -414,6 +414,7 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
     call.probs = bool(
         arguments.get("output_attentions", extra.get("output_attentions", getattr(self.config, "output_attentions", False)))
     )
+    call.per_layer = bool(getattr(self, "gradient_checkpointing", False)) and self.training
     adapter.call = call
     if self.training and adapter.dropout > 0:
         warnings.warn(

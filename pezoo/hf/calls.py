@@ -89,6 +89,16 @@ class Call:
     ctx: AttentionContext
     groups: list[Group] | None = None
     probs: bool = False  # return attention probabilities (output_attentions)
+    per_layer: bool = False  # memos computed afresh in every layer (gradient checkpointing)
+
+    def start_layer(self) -> None:
+        """Before a layer's hooks: under gradient checkpointing, empty the per-call memos
+        (``ctx.scratch``: a table the first layer built and later layers reuse), so that each
+        layer, recomputed alone in the backward pass, runs the same operations it ran forward."""
+        if self.per_layer:
+            self.ctx.scratch.clear()
+            for g in self.groups or ():
+                g.ctx.scratch.clear()
 
 
 def build_call(

@@ -97,6 +97,7 @@ def attention_forward(self: Any, hidden_states: Tensor, *args: Any, **kwargs: An
         raise ValueError("pezoo.hf adapts self-attention; cross-attention is not supported")
     cache = next((kwargs[k] for k in ("cache", "past_key_values", "layer_past") if kwargs.get(k) is not None), None)
     layer = self._pezoo_layer
+    call.start_layer()
     q, k, v = family.project(self, hidden_states)  # (b, h, s, e), (b, g, s, e), (b, g, s, e)
     h = q.shape[1]
     k, v = _repeat_heads(k, h), _repeat_heads(v, h)  # (b, h, s, e): the encoding sees every head
@@ -248,7 +249,7 @@ class Family:
     """How pezoo.hf adapts one ``config.model_type``.
 
     Attributes:
-        layers: the decoder layers' ModuleList, a dotted path from the base model.
+        layers: the decoder layers' ModuleList, a dotted path from the core model.
         attention: the attention submodule of each layer.
         project: the attention's q/k/v projections (:data:`Projection`).
         output: the attention's output from the attended values (:data:`Output`).
@@ -258,7 +259,9 @@ class Family:
         rope_layout: the own RoPE's feature layout (``"half"``: rotate-half; GPT-J interleaves).
         applies_partial_rotary: whether the model rotates only ``partial_rotary_factor`` of each
             head (GPT-NeoX, Phi, StableLM, Phi3 do; Llama and its kin ignore the key).
-        table: a learned absolute position table to remove, a dotted path from the base model.
+        table: a learned absolute position table to remove, a dotted path from the core model.
+        core: the module whose forward embeds the tokens and runs the layers, a dotted path from
+            the base model ("": the base model itself; OPT's causal LM calls its ``decoder``).
         scale: the attention's score scale, read from the module.
         refuse: a configuration this family cannot be adapted in, with the reason (or None).
     """
@@ -273,6 +276,7 @@ class Family:
     table: str | None = None
     scale: Callable[[Any], float] = _scaling
     refuse: Callable[[Any], str | None] = field(default=lambda config: None)
+    core: str = ""
 
 
 _LLAMA = Family("layers", "self_attn")
@@ -295,8 +299,8 @@ FAMILIES: dict[str, Family] = {
     "gptj": Family("h", "attn", output=_gptj_output, rope_layout="interleaved"),
     "falcon": Family("h", "self_attention", _falcon, _dense),
     "bloom": Family("h", "self_attention", _bloom, _bloom_output, own="alibi"),
-    "opt": Family("decoder.layers", "self_attn", output=_out_proj, own=None, table="decoder.embed_positions",
-                  refuse=_opt_refusal),  # fmt: skip
+    "opt": Family("layers", "self_attn", output=_out_proj, own=None, table="embed_positions", refuse=_opt_refusal,
+                  core="decoder"),  # fmt: skip
     "gpt2": Family("h", "attn", _gpt2, _gpt2_output, own=None, table="wpe"),
 }
 """The model families pezoo.hf adapts, by ``config.model_type``."""
@@ -305,17 +309,15 @@ FAMILIES: dict[str, Family] = {
 class NoPositionTable(nn.Module):
     """Stands in for a learned absolute table (GPT-2's ``wpe``, OPT's ``embed_positions``) when
     pezoo's encoding replaces it: a zero the model adds to its token embeddings, no parameters
-    (so none in the state dict)."""
-
-    zero: Tensor
+    or buffers (so nothing in the state dict, nothing a loader leaves uninitialised). A 0-dim
+    CPU float32 zero adds to embeddings of any dtype and device without changing them."""
 
     def __init__(self, width: int) -> None:
         super().__init__()
         self.width = width
-        self.register_buffer("zero", torch.zeros(()), persistent=False)  # follows the model's dtype
 
     def forward(self, *args: Any, **kwargs: Any) -> Tensor:
-        return self.zero
+        return torch.zeros(())
 
     def extra_repr(self) -> str:
         return f"width={self.width} (the model's learned positions, removed by pezoo.hf)"
