@@ -56,9 +56,12 @@ def plan_positions(pe: PositionalEncoding, first: Tensor, width: int) -> Tensor:
     tokens, moved right by ``first[r]``; its padding gets position 0."""
     device = first.device
     lengths = (width - first).clamp(min=0)
-    right = pe.padded_positions(lengths, width, device)  # (b|1, width): real tokens first
-    if not bool((first > 0).any()):
-        return right
+    if _class_overrides(type(pe), "padded_positions"):  # randomized PE: positions depend on each row's length
+        right = pe.padded_positions(lengths, width, device)  # (b|1, width): real tokens first
+    else:  # the default padded_positions, without its check of lengths made here in range (a sync under compile)
+        right = pe.positions(int(first.shape[0]), width, device)
+    if not torch.compiler.is_compiling() and not bool((first > 0).any()):
+        return right  # no left padding: shared (1, width) positions where the encoding gives them (compiled: no sync)
     b = first.shape[0]
     right = right.expand(b, -1)
     column = torch.arange(width, device=device)[None, :]  # (1, width)
@@ -125,14 +128,15 @@ def build_call(
                 "start generation from an empty cache"
             )
         hf["first"] = first_real(mask)
-        hf["grouped"] = bool((hf["first"] > 0).any()) and reads_tokens_in_order(pe)
+        # a position-only encoding never groups, so it never reads the padding here (a graph break under compile)
+        hf["grouped"] = reads_tokens_in_order(pe) and bool((hf["first"] > 0).any())
     first: Tensor = hf["first"]
     plan = hf.get("plan")
     if plan is None or plan.shape[-1] < total:
         hf["plan"] = _grow(pe, plan, first, max(total, planned_width))
         plan = hf["plan"]
     state["positions"] = plan  # the plan, for length-dependent encodings (RoPE's dynamic scaling)
-    padding = None if bool(mask.all()) else mask.to(torch.bool)
+    padding = mask.to(torch.bool) if torch.compiler.is_compiling() or not bool(mask.all()) else None
     ctx = AttentionContext(
         q_pos=plan[:, n_cached:total],
         k_pos=plan[:, :total],

@@ -28,6 +28,9 @@ import torch
 from torch import Tensor, nn
 
 from pezoo.attention import attend
+from pezoo.backends.auto import pick_backend
+from pezoo.biases import DENSE_CHUNK_PAIRS, AttentionBias, DenseBias, RelativeFunctionBias
+from pezoo.context import AttentionContext
 from pezoo.hf import calls
 
 if TYPE_CHECKING:
@@ -70,10 +73,38 @@ def pezoo_attention(
     key, value = _repeat_heads(key, h), _repeat_heads(value, h)
     found = calls.biases(adapter.encoding, call, kwargs["pezoo_layer"], query, key)
     backend = "eager" if call.probs else adapter.backend  # only eager returns probabilities
+    if backend in ("eager", "sdpa") or (backend == "auto" and pick_backend(query, call.ctx, found) == "sdpa"):
+        found = [causal_dense(bias, call.ctx, h) for bias in found]
     out, probs = attend(
         query, key, value, call.ctx, found, scale=scaling, backend=backend, return_probs=call.probs
     )  # (b, h, s, f)
     return out.transpose(1, 2).to(value.dtype), probs
+
+
+def causal_dense(bias: AttentionBias, ctx: AttentionContext, n_heads: int) -> AttentionBias:
+    """A per-layer ``RelativeFunctionBias`` (FIRE's MLP) as the dense bias a materialising
+    backend would build, evaluated on the causally visible pairs only, by blocks of query rows
+    (about ``DENSE_CHUNK_PAIRS`` pairs each): the block's last row, query a of this call, sees
+    keys up to ``n_cached + a``; keys past that, which the causal mask sets to -inf whatever
+    they hold, are left 0. About half the pairs at length. Other biases, and a memoised one (T5's table, built
+    once per call for every layer), are returned as they are."""
+    if not isinstance(bias, RelativeFunctionBias) or bias.dense_fn is None or bias.memo is not None or not ctx.causal:
+        return bias
+    bias.check_heads(n_heads)
+    q = ctx.q_pos.to(torch.float32)[:, None, :, None]  # (b|1, 1, i, 1)
+    k = ctx.k_pos.to(torch.float32)[:, None, None, :]  # (b|1, 1, 1, j)
+    i, j = q.shape[2], k.shape[3]
+    offset = j - i  # keys already cached
+    rows = max(1, DENSE_CHUNK_PAIRS // max(1, j))
+    out: Tensor | None = None
+    for r in range(0, i, rows):
+        seen = min(j, offset + r + rows)  # the last query row of the block sees keys [0, seen)
+        part = bias.dense_fn(q[:, :, r : r + rows], k[..., :seen], *bias.params)  # (b|1, h, rows, seen)
+        if out is None:
+            out = part.new_zeros(part.shape[0], part.shape[1], i, j)
+        out[:, :, r : r + rows, :seen] = part
+    assert out is not None
+    return DenseBias(out)
 
 
 def _repeat_heads(x: Tensor, heads: int) -> Tensor:

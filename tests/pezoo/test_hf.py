@@ -573,3 +573,41 @@ def test_a_trainer_fine_tunes_an_adapted_model(tmp_path):
     result = transformers.Trainer(model=model, args=args, train_dataset=Rows()).train()
     assert result.global_step == 3 and math.isfinite(result.training_loss)
     assert any(not torch.equal(p, before[n]) for n, p in model.pezoo_encoding.named_parameters())
+
+
+# --- cost at length (issue 54 item 6; numbers: benchmarks/hf_cost_at_length.py) -----------------
+
+
+@pytest.mark.parametrize("n_cached", [0, 5])
+def test_a_per_layer_function_bias_is_built_on_the_causal_pairs_only(monkeypatch, n_cached):
+    from pezoo.context import AttentionContext
+    from pezoo.hf import families
+
+    monkeypatch.setattr(families, "DENSE_CHUNK_PAIRS", 40)  # blocks of 2-3 query rows
+    fire = pezoo.create("fire", n_heads=4, n_layers=1)
+    with torch.no_grad():
+        for p in fire.parameters():
+            p.add_(torch.randn_like(p))
+    s, j = 9, 9 + n_cached
+    ctx = AttentionContext(q_pos=torch.arange(n_cached, j)[None], k_pos=torch.arange(j)[None])
+    q = k = torch.zeros(1, 4, s, 8)
+    (bias,) = fire.bias(0, q, k, ctx)
+    dense = families.causal_dense(bias, ctx, 4)
+    want = bias.materialize(ctx, 4, torch.float32)  # (1, h, s, j)
+    got = dense.materialize(ctx, 4, torch.float32)
+    seen = torch.arange(j)[None, :] <= torch.arange(n_cached, j)[:, None]  # (s, j)
+    torch.testing.assert_close(got[..., seen], want[..., seen], atol=1e-6, rtol=0)
+    qkv = torch.randn(3, 1, 4, s, 8)
+    kv = torch.randn(2, 1, 4, j, 8)
+    out = [pezoo.attend(qkv[0], kv[0], kv[1], ctx, [b], backend="sdpa")[0] for b in (bias, dense)]
+    torch.testing.assert_close(out[1], out[0], atol=1e-5, rtol=0)  # the future's values are masked either way
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["alibi", "fire"])
+def test_a_compiled_forward_has_no_graph_break(spec):
+    model = adapted("llama", spec)
+    ids, mask = left_padded(PROMPTS)
+    with torch.no_grad():
+        explained = torch._dynamo.explain(model)(ids, attention_mask=mask, use_cache=False)
+    assert explained.graph_break_count == 0, [str(r.reason)[:200] for r in explained.break_reasons]
