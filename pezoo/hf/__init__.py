@@ -339,7 +339,7 @@ _DYNAMIC_ONLY = (
 )
 
 
-def _original(cls: type) -> type:
+def _original(cls: type) -> Any:
     """The transformers class an adapted class (``pezoo.hf.auto.Pezoo<Name>``) extends."""
     for parent in cls.__mro__:
         if parent.__module__ != auto.__name__ and parent is not cls:
@@ -412,7 +412,9 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         head_dim=adapter.head_dim,
     )
     call.probs = bool(
-        arguments.get("output_attentions", extra.get("output_attentions", getattr(self.config, "output_attentions", False)))
+        arguments.get(
+            "output_attentions", extra.get("output_attentions", getattr(self.config, "output_attentions", False))
+        )
     )
     call.per_layer = bool(getattr(self, "gradient_checkpointing", False)) and self.training
     adapter.call = call
@@ -496,7 +498,9 @@ def _rebuild_buffers(model: Any) -> None:
             value = getattr(kept[name], buffer)
             old = getattr(module, buffer)
             if isinstance(value, Tensor) and isinstance(old, Tensor):
-                setattr(module, buffer, value.to(device=old.device, dtype=old.dtype if old.is_floating_point() else None))
+                setattr(
+                    module, buffer, value.to(device=old.device, dtype=old.dtype if old.is_floating_point() else None)
+                )
 
 
 def _save_pretrained(self: Any, save_directory: str | Path, *args: Any, **kwargs: Any) -> Any:

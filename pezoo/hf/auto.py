@@ -57,7 +57,7 @@ def config_class(model_type: str) -> type[PretrainedConfig]:
     name = f"Pezoo{original.__name__}"
     if name not in _MADE:
         _MADE[name] = type(name, (original,), {"model_type": PREFIX + model_type, "__module__": __name__})
-    return _MADE[name]  # type: ignore[return-value]
+    return _MADE[name]
 
 
 def causal_lm_class(model_type: str) -> type[PreTrainedModel]:
@@ -69,7 +69,7 @@ def causal_lm_class(model_type: str) -> type[PreTrainedModel]:
     if name not in _MADE:
         body = {**adapted_lm_methods(), "config_class": config_class(model_type), "__module__": __name__}
         _MADE[name] = type(name, (original,), body)
-    return _MADE[name]  # type: ignore[return-value]
+    return _MADE[name]
 
 
 def part_class(original: type, forward: Any) -> type:
@@ -110,7 +110,7 @@ def remote_code(model_type: str) -> tuple[dict[str, str], str]:
     auto_map = {"AutoConfig": f"{module}.{config}", "AutoModelForCausalLM": f"{module}.{model}"}
     text = (
         '"""A transformers model adapted by pezoo.hf.use_encoding: loading it needs pezoo '
-        "(pip install 'pezoo[hf]').\"\"\"\n\n"
+        '(pip install \'pezoo[hf]\')."""\n\n'
         f"from pezoo.hf.auto import {config}, {model}\n\n"
         f'__all__ = ["{config}", "{model}"]\n'
     )

@@ -111,7 +111,11 @@ def _repeat_heads(x: Tensor, heads: int) -> Tensor:
     """(b, g, j, e) -> (b, h, j, e), each key/value head repeated for its h/g query heads (GQA)."""
     if x.shape[1] == heads:
         return x
-    return x.expand(x.shape[0], heads, *x.shape[2:]) if x.shape[1] == 1 else x.repeat_interleave(heads // x.shape[1], dim=1)
+    return (
+        x.expand(x.shape[0], heads, *x.shape[2:])
+        if x.shape[1] == 1
+        else x.repeat_interleave(heads // x.shape[1], dim=1)
+    )
 
 
 def attention_forward(self: Any, hidden_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
@@ -330,8 +334,9 @@ FAMILIES: dict[str, Family] = {
     "gptj": Family("h", "attn", output=_gptj_output, rope_layout="interleaved"),
     "falcon": Family("h", "self_attention", _falcon, _dense),
     "bloom": Family("h", "self_attention", _bloom, _bloom_output, own="alibi"),
-    "opt": Family("layers", "self_attn", output=_out_proj, own=None, table="embed_positions", refuse=_opt_refusal,
-                  core="decoder"),  # fmt: skip
+    "opt": Family(
+        "layers", "self_attn", output=_out_proj, own=None, table="embed_positions", refuse=_opt_refusal, core="decoder"
+    ),
     "gpt2": Family("h", "attn", _gpt2, _gpt2_output, own=None, table="wpe"),
 }
 """The model families pezoo.hf adapts, by ``config.model_type``."""

@@ -13,8 +13,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-import pezoo.hf  # noqa: E402  (needs transformers)
 from hf_tiny import CONFIGS, EOS, PAD, ROPE_FAMILIES, tiny  # noqa: E402
+
+import pezoo.hf  # noqa: E402  (needs transformers)
 
 PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]  # the second row is left-padded by three
 
