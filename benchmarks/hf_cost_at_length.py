@@ -4,8 +4,9 @@
 
 The model: a random Llama of hidden 256, 4 layers, 4 heads (2 key/value heads), MLP 512,
 vocabulary 100 (issue 54's size), in eval mode, float32, on CPU; ``none`` is the untouched
-model (its own RoPE, transformers' sdpa). Time: median wall seconds of ``--repeats`` forwards
-under ``torch.no_grad`` after one warm-up, ``--threads`` threads. Memory: the peak of the CPU
+model (its own RoPE, transformers' sdpa). Time: median wall seconds and median CPU seconds of
+the process (``time.process_time``: what a shared machine's other load does not add to) of
+``--repeats`` forwards under ``torch.no_grad`` after one warm-up, ``--threads`` threads. Memory: the peak of the CPU
 allocator's live bytes during one forward, from the profiler's memory events
 (``profile_memory=True``), relative to what was live before, in MiB. The batch has no
 padding. Prints one JSON line per spec.
@@ -64,13 +65,15 @@ def main() -> None:
                 model(ids, attention_mask=mask, logits_to_keep=1)
 
         forward()
-        times = []
+        times, cpu = [], []
         for _ in range(args.repeats):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             forward()
             times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
         peak = peak_bytes(forward)
         row = {"spec": spec, "length": args.length, "batch": args.batch, "seconds": round(statistics.median(times), 3),
+            "cpu_seconds": round(statistics.median(cpu), 3),
                "peak_mib": round(peak / 2**20, 1), "threads": args.threads}  # fmt: skip
         print(json.dumps(row), flush=True)
 

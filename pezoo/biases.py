@@ -133,12 +133,6 @@ class DenseBias(AttentionBias):
         return self.tensor.to(dtype)
 
 
-DENSE_CHUNK_PAIRS = 1 << 18
-"""Query-key pairs per call of a ``RelativeFunctionBias.dense_fn`` when materialising: FIRE's
-MLP holds (pairs x its width) hidden values, 32 MiB at 2^18 pairs and width 32, instead of
-512 MiB for all 2048 x 2048 pairs at once."""
-
-
 @dataclass(frozen=True, eq=False)
 class RelativeFunctionBias(AttentionBias):
     """A bias given by a pure elementwise function of the two positions and the head:
@@ -216,11 +210,7 @@ class RelativeFunctionBias(AttentionBias):
         q = ctx.q_pos.to(torch.float32)[:, None, :, None]  # (b|1, 1, i, 1)
         k = ctx.k_pos.to(torch.float32)[:, None, None, :]  # (b|1, 1, 1, j)
         if self.dense_fn is not None:
-            # by query rows: a dense_fn's intermediates (FIRE's (b, i, j, u) hidden units) stay
-            # small at length; fn is elementwise, so rows are independent
-            rows = max(1, DENSE_CHUNK_PAIRS // max(1, k.shape[-1]))
-            parts = [self.dense_fn(q[:, :, r : r + rows], k, *self.params) for r in range(0, q.shape[2], rows)]
-            out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)  # (b|1, h, i, j)
+            out = self.dense_fn(q, k, *self.params)  # (b|1, h, i, j)
             _check_heads("RelativeFunctionBias", out.shape[1], n_heads)
         else:
             head = torch.arange(n_heads, device=q.device).view(1, -1, 1, 1)  # (1, h, 1, 1)

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from pezoo.attention import attend
 from pezoo.backends.auto import pick_backend
-from pezoo.biases import DENSE_CHUNK_PAIRS, AttentionBias, DenseBias, RelativeFunctionBias
+from pezoo.biases import AttentionBias, DenseBias, RelativeFunctionBias
 from pezoo.context import AttentionContext
 from pezoo.hf import calls
 
@@ -79,6 +79,12 @@ def pezoo_attention(
         query, key, value, call.ctx, found, scale=scaling, backend=backend, return_probs=call.probs
     )  # (b, h, s, f)
     return out.transpose(1, 2).to(value.dtype), probs
+
+
+DENSE_CHUNK_PAIRS = 1 << 18
+"""Query-key pairs per block of :func:`causal_dense`: FIRE's MLP holds (pairs x its width)
+hidden values, 32 MiB at 2^18 pairs and width 32, instead of 512 MiB for all 2048 x 2048
+pairs at once."""
 
 
 def causal_dense(bias: AttentionBias, ctx: AttentionContext, n_heads: int) -> AttentionBias:
