@@ -159,6 +159,7 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
             object.__setattr__(module, "_pezoo_layer", index)
         object.__setattr__(attention, "_pezoo_family", model_type)
         attention.__class__ = auto.part_class(type(attention), attention_forward)
+        layer.__class__ = auto.part_class(type(layer), _layer_forward)
         layer.register_forward_pre_hook(_observe, with_kwargs=True)
     object.__setattr__(base, "_pezoo_adapter", adapter)
     if base is not model:
@@ -323,12 +324,36 @@ def _get(module: Any, path: str) -> Any:
     return module
 
 
-def _observe(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Forward pre-hook of a decoder layer: the ``observe`` hook on the residual stream entering it."""
+def _observe(
+    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """Forward pre-hook of a decoder layer: the ``observe`` hook on the residual stream entering
+    it, and the call's context handed to the layer as ``pezoo_call`` (:func:`_layer_forward`)."""
     adapter: Adapter = module._pezoo_adapter  # type: ignore[assignment]
-    if adapter.call is not None:
-        x = args[0] if args else kwargs["hidden_states"]
-        calls.observe(adapter.encoding, adapter.call, module._pezoo_layer, x)  # type: ignore[arg-type]
+    call = kwargs.get("pezoo_call", adapter.call)
+    if call is None:
+        return None
+    x = args[0] if args else kwargs["hidden_states"]
+    calls.observe(adapter.encoding, call, module._pezoo_layer, x)  # type: ignore[arg-type]
+    return args, {**kwargs, "pezoo_call": call}
+
+
+def _layer_forward(self: Any, *args: Any, pezoo_call: calls.Call | None = None, **kwargs: Any) -> Any:
+    """A decoder layer's forward with ``adapter.call`` set to the call it belongs to.
+
+    transformers checkpoints a layer's ``forward`` with the arguments it was given, and runs it
+    again in the backward pass, when a later forward may have replaced ``adapter.call``: the
+    ``pezoo_call`` argument (added by :func:`_observe`) makes that recompute see its own call,
+    whether or not the model passes keyword arguments on to the attention (Bloom, Falcon and
+    StableLM do not)."""
+    adapter: Adapter = self._pezoo_adapter
+    before = adapter.call
+    if pezoo_call is not None:
+        adapter.call = pezoo_call
+    try:
+        return _original(type(self)).forward(self, *args, **kwargs)
+    finally:
+        adapter.call = before  # a recompute leaves the current call as it found it
 
 
 _SIGNATURES: dict[type, inspect.Signature] = {}
@@ -533,8 +558,13 @@ def adapted_lm_methods() -> dict[str, Any]:
 
 
 def adapted_part_forward(original: type) -> Any:
-    """The forward of an adapted part of a model: the base model's or an attention layer's."""
-    return _base_forward if issubclass(original, PreTrainedModel) else attention_forward
+    """The forward of an adapted part of a model: the base model's, a decoder layer's (the
+    modules transformers checkpoints) or an attention layer's."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    if issubclass(original, PreTrainedModel):
+        return _base_forward
+    return _layer_forward if issubclass(original, GradientCheckpointingLayer) else attention_forward
 
 
 def _jsonable(options: Mapping[str, Any]) -> dict[str, Any]:

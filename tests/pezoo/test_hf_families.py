@@ -115,6 +115,16 @@ def test_configurations_that_cannot_work_are_refused_by_reason(model_type, confi
         pezoo.hf.use_encoding(tiny(model_type, **config), "alibi")
 
 
+def test_alibi_is_blooms_own():
+    torch.manual_seed(4)
+    bloom = tiny("bloom")
+    ids, mask = left_padded(PROMPTS)
+    with torch.no_grad():
+        want = bloom(ids, attention_mask=mask).logits
+        got = pezoo.hf.use_encoding(copy.deepcopy(bloom), "alibi")(ids, attention_mask=mask).logits
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-5, rtol=0)
+
+
 def test_an_alibi_of_the_models_own_is_replaced():
     torch.manual_seed(4)
     falcon = tiny("falcon", alibi=True)
@@ -122,4 +132,20 @@ def test_an_alibi_of_the_models_own_is_replaced():
     with torch.no_grad():
         base = falcon(ids, attention_mask=mask).logits
         adapted = pezoo.hf.use_encoding(copy.deepcopy(falcon), "nope")(ids, attention_mask=mask).logits
-    assert not torch.allclose(adapted, base)  # the model's own ALiBi no longer runs
+    assert not torch.allclose(adapted, base)  # the model's own ALiBi (scaled by 1/sqrt(e) in Falcon) no longer runs
+
+
+@pytest.mark.parametrize("model_type", ["llama", "stablelm", "bloom", "falcon"])
+def test_a_recompute_after_another_forward_uses_its_own_call(model_type):
+    long, short = left_padded(PROMPTS), left_padded([[5, 6, 7]])
+    torch.manual_seed(5)
+    model = pezoo.hf.use_encoding(tiny(model_type), "t5").train()
+    model.activation_checkpointing_enable()
+    model(long[0], attention_mask=long[1], labels=long[0]).loss.backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    first = model(long[0], attention_mask=long[1], labels=long[0]).loss
+    model(short[0], attention_mask=short[1])  # another call before the first one's backward
+    first.backward()
+    for name, grad in want.items():
+        torch.testing.assert_close(model.get_parameter(name).grad, grad, atol=1e-6, rtol=1e-5, msg=name)
