@@ -119,6 +119,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
             the model's shape or exceeds :mod:`pezoo.hf.limits`.
         TypeError, ValueError: from building the encoding (unknown options, bad values).
     """
+    if not isinstance(spec, str):
+        raise TypeError(f"pezoo.hf: the spec is an encoding's name as a string (e.g. 'alibi'); got {spec!r}")
     config = model.config
     model_type = auto.base_type(getattr(config, "model_type", ""))
     family = FAMILIES.get(model_type)
@@ -497,10 +499,24 @@ def _adapted_init(self: Any, config: Any, *args: Any, **kwargs: Any) -> None:
     then the encoding its ``pezoo`` record names."""
     _original(type(self)).__init__(self, config, *args, **kwargs)
     record = getattr(config, CONFIG_KEY, None)
-    if not isinstance(record, Mapping) or "spec" not in record:
-        raise ValueError(f"{type(self).__name__} needs a config with a pezoo record (spec, options, backend)")
+    spec, options, backend = _saved_record(record, type(self).__name__)
     with torch.device("cpu"):  # not on the meta device of a lazy init: the encoding may compute on its values
-        use_encoding(self, record["spec"], backend=record.get("backend", "auto"), **record.get("options", {}))
+        use_encoding(self, spec, backend=backend, **options)
+
+
+def _saved_record(record: Any, owner: str) -> tuple[str, dict[str, Any], str]:
+    """(spec, options, backend) of a config's ``pezoo`` record, each checked for its type, so a
+    hand-edited config fails here in one line rather than in Python's own words later."""
+    if not isinstance(record, Mapping) or "spec" not in record:
+        raise ValueError(f"{owner} needs a config with a pezoo record (spec, options, backend)")
+    spec, options, backend = record["spec"], record.get("options", {}), record.get("backend", "auto")
+    if not isinstance(spec, str):
+        raise ValueError(f"the config's pezoo spec must be an encoding's name as a string; got {spec!r}")
+    if not isinstance(options, Mapping) or not all(isinstance(key, str) for key in options):
+        raise ValueError(f"the config's pezoo options must be a mapping of option names to values; got {options!r}")
+    if not isinstance(backend, str):
+        raise ValueError(f"the config's pezoo backend must be a backend's name; got {backend!r}")
+    return spec, dict(options), backend
 
 
 def _adapted_from_pretrained(cls: Any, *args: Any, **kwargs: Any) -> Any:
@@ -513,10 +529,10 @@ def _adapted_from_pretrained(cls: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _rebuild_buffers(model: Any) -> None:
-    record = model.config.pezoo
+    spec, options, _ = _saved_record(model.config.pezoo, type(model).__name__)
     family = FAMILIES[auto.base_type(model.config.model_type)]
     with torch.device("cpu"):
-        fresh = _build(model, family, record["spec"], record.get("options", {}))
+        fresh = _build(model, family, spec, options)
     kept = dict(fresh.named_modules())
     for name, module in model.pezoo_encoding.named_modules():
         for buffer in module._non_persistent_buffers_set:

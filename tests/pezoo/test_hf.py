@@ -484,6 +484,26 @@ def test_an_unknown_backend_fails_at_load_not_at_the_first_forward(tmp_path):
         transformers.AutoModelForCausalLM.from_pretrained(folder)
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [("spec", 7, "spec"), ("spec", None, "spec"), ("options", ["n_heads", 4], "options"), ("backend", 3, "backend")],
+)
+def test_a_saved_record_of_the_wrong_types_fails_at_load_in_one_line(tmp_path, key, value, words):
+    """Issue 51's third probe: a spec of 7 or null, or options given as a list, gave Python's own
+    messages from deep inside the load."""
+    _, folder = saved(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config["pezoo"][key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=f"pezoo {words}"):
+        transformers.AutoModelForCausalLM.from_pretrained(folder)
+
+
+def test_use_encoding_refuses_a_spec_that_is_no_string():
+    with pytest.raises(TypeError, match="string"):
+        pezoo.hf.use_encoding(tiny("llama"), 7)  # type: ignore[arg-type]
+
+
 # --- the paths around training and generation (issue 54 item 5) ----------------------------------
 
 
