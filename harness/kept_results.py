@@ -11,13 +11,13 @@ numbers finite and in range, the run's own evaluated scales, diagnostics only of
 trains), so the file can hold no more than the run itself would have recorded.
 
     format        "pezoo-kept-result"
-    version       1
+    version       2 (1: metrics as float fractions, before counts; refused, the run trains)
     run_id        str, ``RunConfig.run_id()``
     config        ``RunConfig.to_dict()``
     provenance    {str: str}, and ``pe_options_resolved``
     started_at    float, Unix time
-    metrics       [{"split", "length", "token_length", "n", "exact_match", "token_accuracy",
-                  "trace_exact_match"}], one per evaluated scale, in order
+    metrics       [{"split", "length", "token_length", "n", "exact", "tokens", "tokens_right",
+                  "trace_exact"}], one per evaluated scale, in order (counts: ``LengthMetrics``)
     final_loss, train_seconds, eval_seconds   float
     n_params      {"total": int, "pe": int}
     diagnostics   ``harness.diagnostics.prism_trajectories`` output, or null
@@ -37,7 +37,7 @@ from harness.files import open_regular, write_atomically
 from harness.record import RunRecord, record_problems
 
 FORMAT = "pezoo-kept-result"
-VERSION = 1
+VERSION = 2
 MAX_BYTES = 64 << 20
 """A kept result is a few kilobytes (diagnostics included); a larger file is refused unread."""
 
@@ -144,8 +144,8 @@ def _record(body: Any, cfg: RunConfig) -> RunRecord:
     if not isinstance(rows, list) or not all(isinstance(r, dict) and set(r) == _METRIC_FIELDS for r in rows):
         raise KeptResultError(f"has metrics that are not a list of {sorted(_METRIC_FIELDS)}")
     for r in rows:  # logged, not recorded: checked here
-        if r["trace_exact_match"] is not None:
-            problem = number_problem("trace_exact_match", r["trace_exact_match"], minimum=0, maximum=1)
+        if r["trace_exact"] is not None:
+            problem = number_problem("trace_exact", r["trace_exact"], integer=True, minimum=0, maximum=r["n"])
             if problem is not None:
                 raise KeptResultError(f"has {problem} at scale {_short(r['length'])}")
     if not isinstance(n_params, dict) or set(n_params) != {"total", "pe"}:

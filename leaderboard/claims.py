@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from harness.counts import exact
 from harness.ranking import shown
 from leaderboard import permutation as pt
 from leaderboard.board import Board, Table
@@ -278,7 +279,7 @@ def _ape(table: Table, rows: dict[str, Row]) -> Found | None:
     for name, row in found:
         em = row.scores["em_beyond"]
         parts.append(f"{name} EM>{n} {cell_text(row, 'em_beyond')}")
-        collapsed += em.hi < COLLAPSED
+        collapsed += em.hi < exact(COLLAPSED)  # exactly: 0.05 is 1/20
     outcome = HOLDS if collapsed == len(found) else PARTLY if collapsed else DOES_NOT_HOLD
     return outcome, "; ".join(parts + unfit)
 

@@ -27,11 +27,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
 
-from harness import ranking
+from harness import counts, ranking
 from leaderboard.board import Board, Table
 from leaderboard.reach import nothing_extrapolates, times_n
-from leaderboard.rows import Row
+from leaderboard.rows import Row, cell_text
 
 OVERVIEW_RULE = (
     "Each cell is how far the encoding holds past N on its weakest seed, as a multiple of N (exact match ≥ 0.9 at "
@@ -183,8 +185,8 @@ def first_tables(board: Board, preset: str) -> list[Table]:
     return list(out.values())
 
 
-def _or_low(x: float) -> float:
-    return -math.inf if math.isnan(x) else x
+def _or_low(x: Any) -> Any:
+    return -math.inf if counts.is_missing(x) else counts.exact(x)
 
 
 @dataclass(frozen=True)
@@ -215,8 +217,8 @@ def cell(table: Table | None, task: str, row: Row | None) -> Cell:
     """The grid cell of ``row`` on ``table`` (None: not run)."""
     if row is None or table is None:
         return Cell("none", "", "", "", 0.0, f"{task}: not run", "")
-    em, within = row.scores["em_beyond"], row.scores["em_within"]
-    fit = f"{row.seeds_fit}/{len(row.seeds)} seeds fit, EM≤N {within.text()}"
+    em = row.scores["em_beyond"]
+    fit = f"{row.seeds_fit}/{len(row.seeds)} seeds fit, EM≤N {cell_text(row, 'em_within')}"
     if not row.fitted:
         return Cell(
             "unfit",
@@ -231,12 +233,12 @@ def cell(table: Table | None, task: str, row: Row | None) -> Cell:
     per_seed = [int(r) for r in row.per_seed.get("reach") or (n,)]
     low, high = min(per_seed), max(per_seed)
     reach = "—" if low <= n else times_n(low, table)
-    spread = "" if high == low else f"{low / n:.2g}–{times_n(high, table).replace('≥ ', '')}"
+    spread = "" if high == low else f"{counts.significant(Fraction(low, n))}–{times_n(high, table).replace('≥ ', '')}"
     ranked = sum(r.ranked for r in table.rows)
-    standing = f"rank {row.rank} of {ranked} ranked" if row.ranked else row.status_text()
+    standing = f"rank {row.rank_text()} of {ranked} ranked" if row.ranked else row.status_text()
     seeds = ", ".join(map(str, per_seed))
     title = f"{task}: {standing} · reach per seed {seeds} (N = {n}) · EM>N {em.text()} · {fit}"
     span = max(table.test_max - n, 1)
     fraction = max(0.0, min(1.0, (low - n) / span))
-    text_em = "-" if math.isnan(em.mean) else f"EM>N {em.mean:.2f}"
-    return Cell("value", reach, text_em, spread, fraction, title, f"{low / n:.6f}")
+    text_em = "-" if counts.is_missing(em.mean) else f"EM>N {counts.fixed(em.mean, 2)}"
+    return Cell("value", reach, text_em, spread, fraction, title, counts.fixed(Fraction(low, n), 6))

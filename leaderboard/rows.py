@@ -20,13 +20,13 @@ band.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pandas as pd
 
-from harness import ranking
+from harness import counts, ranking
 from harness.protocols import extra_input_badge
 from harness.report import per_seed_summary
 from leaderboard import permutation
@@ -64,8 +64,8 @@ class Row:
     seeds: tuple[int, ...]
     scores: Mapping[str, Stat]
     seeds_fit: int = 0
-    per_seed: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # score -> each seed's value, seed order
-    overlaps_above: bool = False  # EM>N's range over seeds meets that of a row ranked above (OVERLAP_RULE)
+    per_seed: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # score -> each seed's exact value, seed order
+    overlaps_above: bool = False  # the permutation test does not put it below a row ranked above (OVERLAP_RULE)
     pending: bool = False  # every seed so far fits, fewer seeds than planned: not ranked yet (PENDING_SEEDS_RULE)
     seeds_wanted: int | None = None  # the seeds the table's plan gives this row, while short of them (None: no plan)
 
@@ -171,16 +171,13 @@ def summary(df: pd.DataFrame, seeds_wanted: int | Mapping[str, int] | None = Non
         planned = {str(label): seeds_wanted for label in df["pe"].unique()}
     to_rank = None if planned is None else {k: min(v, MIN_RANKED_SEEDS) for k, v in planned.items()}
     per_seed = per_seed_summary(df)
-    # the per-seed number per_seed_summary does not give
-    tok_within = df[df["split"] == "train"].groupby(["pe", "seed"])["token_accuracy"].mean().rename("tok_within")
-    per_seed = per_seed.set_index(["pe", "seed"]).join(tok_within).reset_index()
     rows = []
     columns = {"em_within": "in-dist", "em_beyond": "EM>N", "reach": "reach", "tok_beyond": "tok-acc>N"}
     columns["tok_within"] = "tok_within"
     for standing in ranking.standings(per_seed, seeds_wanted=to_rank):
         g = per_seed[per_seed["pe"] == standing.label].sort_values("seed")
         scores = {score: Stat.of(g[column]) for score, column in columns.items()}
-        values = {score: tuple(float(v) for v in g[column]) for score, column in columns.items()}
+        values = {score: tuple(g[column]) for score, column in columns.items()}  # exact: Fractions, reach ints
         encoding = str(df.loc[df["pe"] == standing.label, "encoding"].iloc[0])
         seeds = tuple(int(s) for s in g["seed"])
         rows.append(
@@ -207,13 +204,25 @@ def cell_text(row: Row, score: str) -> str:
     round up to the fit threshold: 0.947 must not read 0.95 beside "did not fit"."""
     stat = row.scores[score]
     if score in INTEGER_SCORES:
-        if math.isnan(stat.mean):
+        if counts.is_missing(stat.mean):
             return "-"
-        mean = f"{stat.mean:.0f}" if stat.mean == round(stat.mean) else f"{stat.mean:.1f}"
-        return mean if stat.n < 2 or stat.lo == stat.hi else f"{mean} ({stat.lo:.0f}–{stat.hi:.0f})"
-    if score == "em_within" and not row.fitted and round(stat.mean, 2) >= ranking.FIT_THRESHOLD:
+        mean = counts.fixed(stat.mean, 0 if counts.exact(stat.mean).denominator == 1 else 1)
+        lo, hi = counts.fixed(stat.lo, 0), counts.fixed(stat.hi, 0)
+        return mean if stat.n < 2 or stat.lo == stat.hi else f"{mean} ({lo}–{hi})"
+    if score == "em_within" and not row.fitted and reads_fit(stat):
         return stat.text(3)
     return stat.text(2)
+
+
+def reads_fit(stat: Stat, digits: int = 2) -> bool:
+    """Whether some number of an EM≤N cell (mean, min or max) is below the fit threshold
+    but reads as reaching it at ``digits`` decimals (0.949 rounds half up to 0.95): a
+    did-not-fit row then shows three decimals, so no seed that did not fit reads 0.95."""
+    threshold = counts.exact(ranking.FIT_THRESHOLD)
+    return any(
+        not counts.is_missing(v) and counts.exact(v) < threshold <= counts.rounded(v, digits)
+        for v in (stat.mean, stat.lo, stat.hi)
+    )
 
 
 @dataclass(frozen=True)
@@ -241,9 +250,9 @@ def curves(df: pd.DataFrame) -> list[Curve]:
             splits.append(str(h["split"].iloc[0]))
             tlens.append(float(h["token_length"].mean()))
             em.append(Stat.of(h["exact_match"]))
-            emb.append((float(h["exact_match"].min()), float(h["exact_match"].max())))
+            emb.append((float(min(h["exact_match"])), float(max(h["exact_match"]))))  # drawn: floats
             tok.append(Stat.of(h["token_accuracy"]))
-            tokb.append((float(h["token_accuracy"].min()), float(h["token_accuracy"].max())))
+            tokb.append((float(min(h["token_accuracy"])), float(max(h["token_accuracy"]))))
         seeds = tuple(sorted(int(s) for s in g["seed"].unique()))
         out.append(
             Curve(

@@ -489,9 +489,9 @@ class Store:
             if diagnostics is not None:
                 db.execute("INSERT INTO diagnostics VALUES (?, ?)", (run_id, json.dumps(diagnostics, sort_keys=True)))
             db.executemany(
-                "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (run_id, split, m.length, m.token_length, m.n, m.exact_match, m.token_accuracy)
+                    (run_id, split, m.length, m.token_length, m.n, m.exact, m.tokens, m.tokens_right)
                     for split, m in metrics
                 ],
             )
@@ -550,7 +550,7 @@ class Store:
             [json.dumps(run[c], sort_keys=True) if c in ("config", "provenance") else run[c] for c in columns],
         )
         db.executemany(
-            "INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [(record.run_id, *m.values()) for m in metric_rows(record)],
         )
         if record.diagnostics is not None:
