@@ -78,7 +78,7 @@ RULE = (
 
 CELLS_RULE = (
     "With several seeds a cell reads mean (min–max) over the seeds: what the seeds did, not a confidence interval "
-    "(reach: its mean to one decimal, the seeds' scales whole)."
+    "(reach: its mean to one decimal, the seeds' scales whole). " + counts.ROUNDING_RULE
 )
 """What a table cell means, quoted by the site and the README."""
 

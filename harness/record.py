@@ -179,9 +179,7 @@ class RunRecord:
             metrics=tuple(
                 (
                     m["split"],
-                    LengthMetrics(
-                        m["length"], m["token_length"], m["n"], m["exact"], m["tokens"], m["tokens_right"]
-                    ),
+                    LengthMetrics(m["length"], m["token_length"], m["n"], m["exact"], m["tokens"], m["tokens_right"]),
                 )
                 for m in body["metrics"]
             ),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fractions import Fraction
-
 from pathlib import Path
 
 import pandas as pd

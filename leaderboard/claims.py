@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from harness.counts import exact
 from harness.ranking import shown
@@ -156,7 +157,7 @@ def _strongest(table: Table, rows: dict[str, Row], names: Sequence[str]) -> Row 
     return min(ranked, key=lambda r: r.rank or 0) if ranked else None
 
 
-def _compare(row: Row, other: Row, n: int, score: str = "em_beyond") -> tuple[float | None, str]:
+def _compare(row: Row, other: Row, n: int, score: str = "em_beyond") -> tuple[Fraction | None, str]:
     """(p that ``row`` is above ``other`` on ``score``, the words of the comparison)."""
     p = pt.p_above(row.per_seed[score], other.per_seed[score])
     title = SCORE_TITLES[score].replace("N", str(n))
@@ -383,8 +384,10 @@ def verdict(board: Board, claim: Claim, table: Table) -> Verdict | None:
         evidence = f"{null_text(table)}: no seed of any fitted row keeps EM ≥ {EM_OK} at scale {n + 1}"
     several = sum((t.preset, t.task) == (table.preset, table.task) for t in board.tables) > 1
     if said is not None and (further := _testing_table(board, claim, table)) is not None:
-        said = said.replace(f"claimed {claim.multiple:g}×: untested", f"claimed {claim.multiple:g}×: see the table "
-                            f"tested to {further.test_max}")
+        said = said.replace(
+            f"claimed {claim.multiple:g}×: untested",
+            f"claimed {claim.multiple:g}×: see the table tested to {further.test_max}",
+        )
     return Verdict(
         table.preset,
         table.task,

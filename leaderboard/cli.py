@@ -216,10 +216,12 @@ def migrate_cmd(results_dir: Path) -> None:
             new[path] = body
     for path, body in new.items():
         try:
-            write_atomically(path, lambda f, body=body: f.write(body.encode()))
+            data = body.encode()
+            write_atomically(path, lambda f: f.write(data))  # noqa: B023 (called at once, in this iteration)
         except WriteError as exc:
             raise click.ClickException(terminal_text(f"cannot write {path}: {exc}")) from None
-    _echo(f"migrated {len(new)} results file(s) to schema 2 (counts); {len(results_files(results_dir)) - len(new)} already were")
+    kept = len(results_files(results_dir)) - len(new)
+    _echo(f"migrated {len(new)} results file(s) to schema 2 (counts); {kept} already were")
 
 
 @leaderboard.command("build")

@@ -123,7 +123,7 @@ def overview(board: Board, preset: str) -> Overview:
         for row in table.rows:
             cells.setdefault(row.label, {})[table.task] = row
             encodings[row.label] = row.encoding
-    unordered: list[tuple[tuple[float, ...], str, dict[str, Row], float | None, int]] = []
+    unordered: list[tuple[tuple[Any, ...], str, dict[str, Row], Any, int]] = []  # exact means: Fractions
     for label, by_task in cells.items():
         fitted = [t for t, r in by_task.items() if r.ranked]  # a row not ranked yet counts as not fitted
         beyond = [max(_or_low(by_task[t].scores["em_beyond"].mean), 0.0) for t in fitted if t in counted]

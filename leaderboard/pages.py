@@ -151,7 +151,7 @@ class Site:
             label=curve.label,
             style=self.style(curve.label),
             xs=tuple(float(x) for x in curve.lengths),
-            ys=tuple(s.mean for s in stats),
+            ys=tuple(float(s.mean) for s in stats),  # drawn: floats
             lo=tuple(b[0] for b in band),
             hi=tuple(b[1] for b in band),
         )

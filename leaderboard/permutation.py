@@ -34,9 +34,10 @@ MAX_SPLITS = 200_000
 RULE = (
     "Where the board says one row is above another, it names an exact one-sided permutation test over seeds of "
     "the difference of their means (every split of the pooled per-seed values into the two rows' sizes; p is the "
-    f"share of splits whose difference is at least the observed one); above means p ≤ {significant(ALPHA)}. The smallest p "
-    "3 seeds against 3 can give is 0.05 (1 of 20 splits), 2 against 3 only 0.1: where the smallest possible p "
-    f"is above {significant(ALPHA)} the seeds are too few to decide. No correction for the many pairs of a table is applied."
+    f"share of splits whose difference is at least the observed one); above means p ≤ {significant(ALPHA)}. The "
+    "smallest p 3 seeds against 3 can give is 0.05 (1 of 20 splits), 2 against 3 only 0.1: where the smallest "
+    f"possible p is above {significant(ALPHA)} the seeds are too few to decide. No correction for the many pairs "
+    "of a table is applied."
 )
 """The test in one paragraph, quoted by the site and the README."""
 
@@ -72,9 +73,10 @@ def p_above(a: Sequence[Any], b: Sequence[Any]) -> Fraction | None:
     return Fraction(hits, splits)
 
 
-def p_text(p: float | None, n: int, m: int) -> str:
+def p_text(p: Fraction | float | None, n: int, m: int) -> str:
     """``permutation p = 0.05, 3 vs 3 seeds`` (or with ``too few seeds to decide``)."""
     if p is None:
         return f"no permutation test ({n} vs {m} seeds)"
-    few = f"; too few seeds to decide (the smallest possible p is {significant(smallest_p(n, m))})" if too_few(n, m) else ""
+    smallest = significant(smallest_p(n, m))
+    few = f"; too few seeds to decide (the smallest possible p is {smallest})" if too_few(n, m) else ""
     return f"permutation p = {significant(p)}, {n} vs {m} seeds{few}"

@@ -10,8 +10,8 @@ weights)``).
 from __future__ import annotations
 
 import json
-from fractions import Fraction
 from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import pandas as pd

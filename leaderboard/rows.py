@@ -64,8 +64,9 @@ class Row:
     seeds: tuple[int, ...]
     scores: Mapping[str, Stat]
     seeds_fit: int = 0
-    per_seed: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # score -> each seed's exact value, seed order
+    per_seed: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # score -> seeds' exact values
     overlaps_above: bool = False  # the permutation test does not put it below a row ranked above (OVERLAP_RULE)
+    overlap_with: str = ""  # the first such row above and the test's words: what the ≈'s hover says
     pending: bool = False  # every seed so far fits, fewer seeds than planned: not ranked yet (PENDING_SEEDS_RULE)
     seeds_wanted: int | None = None  # the seeds the table's plan gives this row, while short of them (None: no plan)
 
@@ -78,6 +79,16 @@ class Row:
     def ranked(self) -> bool:
         """Every seed fits and the table has all the seeds it plans of it."""
         return self.rank is not None
+
+    def overlap_title(self) -> str:
+        """The ≈'s hover text: the rule it applies (:data:`OVERLAP_RULE`'s test) and the
+        row above that the test does not put this one below, with its p."""
+        if not self.overlaps_above:
+            return ""
+        return (
+            f"the exact permutation test over seeds does not put it below {self.overlap_with} on EM>N as shown "
+            "(one-sided p > 0.05): the seeds do not separate them"
+        )
 
     def rank_text(self) -> str:
         """``2``, ``≈3`` (its seeds do not separate it from a row ranked above), or ``—``
@@ -152,7 +163,8 @@ def _mark_overlaps(rows: list[Row]) -> list[Row]:
                 theirs = [ranking.shown(v) for v in above.per_seed.get("em_beyond", ())]
                 p = permutation.p_above(theirs, mine)
                 if p is not None and p > permutation.ALPHA:
-                    row = replace(row, overlaps_above=True)
+                    test = permutation.p_text(p, len(theirs), len(mine))
+                    row = replace(row, overlaps_above=True, overlap_with=f"{above.label} (rank {above.rank}; {test})")
                     break
         out.append(row)
     return out

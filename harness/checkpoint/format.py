@@ -84,7 +84,8 @@ def decode_evaluation(value: Any) -> Evaluation:
             if fields[part] is not None and not 0 <= fields[part] <= fields[total]:
                 raise CheckpointError(f"evaluation metric {part} is not in 0..{total}: {_short(fields[part])}")
         if not is_finite_number(fields["token_length"]) or fields["token_length"] < 0:
-            raise CheckpointError(f"evaluation metric token_length is not a finite number >= 0: {_short(fields['token_length'])}")
+            bad = _short(fields["token_length"])
+            raise CheckpointError(f"evaluation metric token_length is not a finite number >= 0: {bad}")
         rows.append((row[0], LengthMetrics(**fields)))
     return tuple(rows)
 

@@ -70,6 +70,7 @@ CREATE TABLE IF NOT EXISTS diagnostics (
 );
 """
 
+
 def _metrics_as_counts(db: sqlite3.Connection) -> None:
     """Schema 2 -> 3: the metrics table rebuilt with counts recovered from its fractions."""
     from harness.recount import RecountError, recount
@@ -85,7 +86,7 @@ def _metrics_as_counts(db: sqlite3.Connection) -> None:
         try:
             counted = recount({**metric, "exact_match": em, "token_accuracy": tok}, configs[run_id])
         except (RecountError, KeyError) as e:
-            raise StoreError(f"run {run_id}: its metrics cannot be migrated to counts ({e}); nothing was changed") from e
+            raise StoreError(f"run {run_id}: its metrics cannot be migrated to counts ({e}); nothing changed") from e
         db.execute(
             f"INSERT INTO metrics ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
             [run_id if c == "run_id" else counted[c] for c in columns],
