@@ -49,6 +49,8 @@ def exact(value: Any) -> Fraction:
     """``value`` as a Fraction: a Fraction or int as it is; a float by its shortest decimal
     (``repr``: ``0.9`` is 9/10, not the binary value next to it) — for thresholds and
     numbers written by hand, never for a measured metric (those come as counts)."""
+    if type(value) is Fraction:
+        return value
     if isinstance(value, Rational):
         return Fraction(value)
     if isinstance(value, float) and math.isfinite(value):

@@ -63,12 +63,14 @@ def p_above(a: Sequence[Any], b: Sequence[Any]) -> Fraction | None:
     n, m = len(a_), len(b_)
     if not n or not m or math.comb(n + m, n) > MAX_SPLITS:
         return None
-    pooled, total = a_ + b_, sum(a_) + sum(b_)
-    observed = Fraction(sum(a_), n) - Fraction(sum(b_), m)
+    scale = math.lcm(*(v.denominator for v in a_ + b_))  # integers in one unit: the same order, fast
+    pooled = [int(v * scale) for v in a_ + b_]
+    total, mine = sum(pooled), sum(pooled[:n])
+    observed = m * mine - n * (total - mine)  # n·m·(mean(a) − mean(b)), exactly
     hits = splits = 0
     for group in itertools.combinations(range(n + m), n):
         first = sum(pooled[i] for i in group)
-        hits += Fraction(first, n) - Fraction(total - first, m) >= observed  # a split equal to it counts
+        hits += m * first - n * (total - first) >= observed  # a split equal to it counts
         splits += 1
     return Fraction(hits, splits)
 
