@@ -213,7 +213,8 @@ def cell_text(row: Row, score: str) -> str:
     (reach: whole scales, its mean over seeds to one decimal, ``20.3 (13–24)``: a mean
     rounded to a whole scale would name a scale no seed reached, and half-way means would
     round to even). EM≤N of a row that did not fit gets three decimals where two would
-    round up to the fit threshold: 0.947 must not read 0.95 beside "did not fit"."""
+    round up to the fit threshold, or where a seed's value below it would read as reaching
+    it (:func:`reads_fit`): 0.947 must not read 0.95 beside "did not fit"."""
     stat = row.scores[score]
     if score in INTEGER_SCORES:
         if counts.is_missing(stat.mean):
@@ -221,7 +222,8 @@ def cell_text(row: Row, score: str) -> str:
         mean = counts.fixed(stat.mean, 0 if counts.exact(stat.mean).denominator == 1 else 1)
         lo, hi = counts.fixed(stat.lo, 0), counts.fixed(stat.hi, 0)
         return mean if stat.n < 2 or stat.lo == stat.hi else f"{mean} ({lo}–{hi})"
-    if score == "em_within" and not row.fitted and reads_fit(stat):
+    threshold = counts.exact(ranking.FIT_THRESHOLD)
+    if score == "em_within" and not row.fitted and (counts.rounded(stat.mean, 2) >= threshold or reads_fit(stat)):
         return stat.text(3)
     return stat.text(2)
 

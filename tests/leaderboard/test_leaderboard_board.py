@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -166,7 +167,7 @@ def test_curves_mean_and_band():
     rope = next(c for c in table.curves if c.label == "rope")
     assert rope.lengths == tuple(range(1, 8)) and rope.splits == ("train",) * 3 + ("test",) * 4
     k = rope.lengths.index(5)
-    assert rope.exact_match[k].mean == pytest.approx((0.5 + 0.9) / 2)
+    assert rope.exact_match[k].mean == Fraction(7, 10)  # (0.5 + 0.9) / 2, exactly
     assert rope.exact_match_band[k] == (0.5, 0.9)
     assert rope.token_lengths[k] == 2 * 5 + 3 and rope.seeds == (0, 1)
 
