@@ -55,10 +55,12 @@ def recount(metric: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, A
     samples = config["eval"]["samples"]
     try:
         exact = recover(metric["exact_match"], n, f"exact match at {where}")
-        tokens, uniform = scored_tokens(
-            config["task"], length, samples, config["seed"], config.get("protocol", "decoder")
-        )
-        tokens *= n // samples  # a top3 record's n covers each picked evaluation
+        protocol = config.get("protocol", "decoder")
+        if n % samples == 0:  # a top3 record's n covers each picked evaluation of the same examples
+            tokens, uniform = scored_tokens(config["task"], length, samples, config["seed"], protocol)
+            tokens *= n // samples
+        else:  # n examples of the scale's stream (its first n are the same whatever the sample count)
+            tokens, uniform = scored_tokens(config["task"], length, n, config["seed"], protocol)
         if uniform:
             tokens_right = recover(metric["token_accuracy"], tokens, f"token accuracy at {where}")
         else:  # a mean of per-example fractions of different sizes: the nearest count

@@ -593,4 +593,16 @@ class Store:
         return json.loads(rows[0]["body"]) if rows else None
 
     def metrics(self, run_id: str) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._query("SELECT * FROM metrics WHERE run_id=? ORDER BY length", (run_id,))]
+        """The run's metrics rows, as counts (``exact``, ``tokens``, ``tokens_right``): a
+        store older than counts (schema 2, read without migrating it) has its fractions
+        recounted on the fly (``harness.recount``)."""
+        rows = [dict(r) for r in self._query("SELECT * FROM metrics WHERE run_id=? ORDER BY length", (run_id,))]
+        if rows and "exact" not in rows[0]:
+            from harness.recount import RecountError, recount
+
+            run = self.run(run_id)
+            try:
+                rows = [{"run_id": run_id, **recount(r, run["config"] if run else {})} for r in rows]
+            except (RecountError, KeyError) as e:
+                raise StoreError(f"run {run_id} in {self.path}: its metrics cannot be read as counts ({e})") from e
+        return rows

@@ -434,7 +434,7 @@ def test_a_record_keeping_only_some_scales_fails_check_and_is_not_ranked(tmp_pat
 
 def test_a_metric_over_another_sample_count_fails_check():
     record = make_record("rope", "copy", 0, EM, train_max=2)  # eval.samples 8
-    record["metrics"][2]["n"] = 3
+    record["metrics"][2].update(n=3, exact=1, tokens=3, tokens_right=1)
     problems = validate_record(_resealed(record))
     assert any("eval.samples" in p for p in problems), problems
 
