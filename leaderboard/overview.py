@@ -126,11 +126,11 @@ def overview(board: Board, preset: str) -> Overview:
     unordered: list[tuple[tuple[Any, ...], str, dict[str, Row], Any, int]] = []  # exact means: Fractions
     for label, by_task in cells.items():
         fitted = [t for t, r in by_task.items() if r.ranked]  # a row not ranked yet counts as not fitted
-        beyond = [max(_or_low(by_task[t].scores["em_beyond"].mean), 0.0) for t in fitted if t in counted]
+        beyond = [max(_or_low(by_task[t].scores["em_beyond"].mean), Fraction(0)) for t in fitted if t in counted]
         if any(t not in by_task for t in counted):  # never run on a counted task: not ordered
             unordered.append(((math.inf,), label, by_task, None, len(beyond)))
             continue
-        score = sum(beyond) / max(len(counted), 1)
+        score = Fraction(sum(beyond, Fraction(0)), max(len(counted), 1))  # exact: harness.counts
         unordered.append(((-ranking.shown(score), -len(beyond)), label, by_task, score, len(beyond)))
     unordered.sort(key=lambda item: (item[0], item[1]))  # equal as shown: by name
     rows: list[OverviewRow] = []
