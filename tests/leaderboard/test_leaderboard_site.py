@@ -211,7 +211,7 @@ def test_a_malformed_results_file_fails_the_build_with_path_and_reason(smoke_sit
     results = tmp_path / "results"
     shutil.copytree(smoke_site.parent / "results", results)
     victim = sorted(results.glob("*.jsonl"))[-1]
-    victim.write_text(victim.read_text() + '{"schema_version": 1, "pe": "rope"}\n')
+    victim.write_text(victim.read_text() + '{"schema_version": 2, "pe": "rope"}\n')
     result = CliRunner().invoke(main, ["leaderboard", "build", "--results", str(results), "--out", str(tmp_path / "s")])
     assert result.exit_code == 1
     line = len(victim.read_text().splitlines())
