@@ -6,9 +6,14 @@ Two metrics per length, so both source papers' numbers can be compared:
 
 * ``exact_match`` (PRISM paper): the greedy continuation of ``prompt =`` must equal
   ``target <eos>`` token for token, the EOS included.
-* ``token_accuracy`` (randomized-PE paper): teacher-forced, the fraction of completion
-  tokens (EOS included) whose argmax prediction is right, averaged per sequence, then
-  over sequences.
+* ``token_accuracy`` (randomized-PE paper): teacher-forced, the completion tokens (EOS
+  included) whose argmax prediction is right, of all completion tokens of the scale's
+  examples (where every example of a scale scores as many tokens, as on every task of
+  the board, this is also the mean over examples of each one's fraction).
+
+Both are kept as counts (``LengthMetrics``: examples right of ``n``, tokens right of
+tokens), never as a float mean, so a fraction or a threshold made from them is exact
+(``harness.counts``).
 
 Under the ``encoder`` protocol there is nothing to decode: one non-causal forward pass
 predicts every output slot; ``token_accuracy`` counts the slots under the task's mask,
@@ -40,12 +45,14 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from harness.backbone import Backbone
+from harness.counts import fixed
 from harness.data import collate, hint, prompt_ids
 from harness.tasks import Example, Task
 from harness.tasks.vocab import EOS_ID, decode, encode
@@ -53,16 +60,35 @@ from harness.tasks.vocab import EOS_ID, decode, encode
 
 @dataclass(frozen=True)
 class LengthMetrics:
-    """Metrics of one evaluated scale."""
+    """Metrics of one evaluated scale, as counts (``harness.counts``): ``exact`` of ``n``
+    examples decoded exactly, ``tokens_right`` of ``tokens`` scored tokens predicted right
+    (teacher-forced). A selection over several evaluations (``top3``) sums its picks'
+    counts, so ``n`` and ``tokens`` then cover every picked evaluation."""
 
     length: int
     token_length: float
     n: int
-    exact_match: float
-    token_accuracy: float
-    trace_exact_match: float | None = None
-    """Whole-completion exact match when ``exact_match`` scores only the final answer
+    exact: int
+    tokens: int
+    tokens_right: int
+    trace_exact: int | None = None
+    """Examples whose whole completion matched, when ``exact`` counts only the final answer
     (``eval.match="answer"``); logged, not stored."""
+
+    @property
+    def exact_match(self) -> Fraction:
+        """``exact / n``, exactly."""
+        return Fraction(self.exact, self.n)
+
+    @property
+    def token_accuracy(self) -> Fraction:
+        """``tokens_right / tokens``, exactly."""
+        return Fraction(self.tokens_right, self.tokens)
+
+    @property
+    def trace_exact_match(self) -> Fraction | None:
+        """``trace_exact / n``, or None when the whole completion is what ``exact`` counts."""
+        return None if self.trace_exact is None else Fraction(self.trace_exact, self.n)
 
 
 def context_start(t: int, window: int, jump: int) -> int:
@@ -263,22 +289,22 @@ def scored_accuracy(
     jump: int = 20,
     positions: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Per example (n,): fraction of scored tokens predicted right, and whether all were.
+    """Per example (n,) integer counts: scored tokens predicted right, and tokens scored.
 
     Decoder: teacher-forced next-token predictions over ``target <eos>`` (under the
     window's contexts, if any). Encoder: the predictions at the output slots under the
-    task's accuracy mask. ``positions`` (n, S): each example's planned positions.
+    task's accuracy mask. ``positions`` (n, S): each example's planned positions. An
+    example is all right when its two counts are equal.
     """
-    fractions, alls = [], []
+    rights, scoreds = [], []
     for lo in range(0, len(examples), batch_size):
         batch = collate(examples[lo : lo + batch_size], protocol).to(device)
         planned = None if positions is None else positions[lo : lo + batch_size]  # (b, S)
         pred = windowed_predictions(model, batch.inputs, batch.scales, window, jump, planned)  # (b, s)
         right = (pred == batch.labels) & batch.scored
-        n_scored = batch.scored.sum(-1)
-        fractions.append((right.sum(-1).float() / n_scored).cpu())
-        alls.append((right.sum(-1) == n_scored).float().cpu())
-    return torch.cat(fractions), torch.cat(alls)
+        rights.append(right.sum(-1).cpu())  # (b,)
+        scoreds.append(batch.scored.sum(-1).cpu())  # (b,)
+    return torch.cat(rights), torch.cat(scoreds)
 
 
 def evaluate_length(
@@ -303,10 +329,10 @@ def evaluate_length(
     model.eval()
     try:
         positions = planned_positions(model, examples, seed, device, protocol, window)  # (n, S) or None
-        acc, all_right = scored_accuracy(
+        right, scored = scored_accuracy(
             model, examples, batch_size, device, protocol, window=window, jump=jump, positions=positions
         )
-        trace = answer = all_right
+        trace = answer = (right == scored).float()
         if protocol == "decoder":
             trace, answer = exact_match(
                 model, examples, batch_size, device, window=window, jump=jump, task=answer_task, positions=positions
@@ -318,9 +344,10 @@ def evaluate_length(
         length=examples[0].scale,
         token_length=token_length,
         n=len(examples),
-        exact_match=answer.mean().item(),
-        token_accuracy=acc.mean().item(),
-        trace_exact_match=trace.mean().item() if answer_task is not None else None,
+        exact=int(answer.sum().item()),
+        tokens=int(scored.sum().item()),
+        tokens_right=int(right.sum().item()),
+        trace_exact=int(trace.sum().item()) if answer_task is not None else None,
     )
 
 
@@ -334,9 +361,11 @@ def select_evaluation(evaluations: Sequence[Evaluation], rule: str) -> Evaluatio
     ``rule`` is an ``EvalConfig.select`` value:
 
     * ``final``: the last evaluation.
-    * ``top3``: per scale, both metrics averaged over the (up to) three evaluations with
+    * ``top3``: per scale, both metrics over the (up to) three evaluations with
       the highest exact match at that scale, ties broken by token accuracy and then by
-      recency (PRISM paper §6.1). This picks checkpoints on the test scales themselves.
+      recency (PRISM paper §6.1); their counts are summed (examples right of ``3 × n``:
+      the mean of the three fractions, exactly). This picks checkpoints on the test
+      scales themselves.
     * ``best_in_dist``: the single evaluation with the highest mean exact match over the
       training scales (ties: the later one); the test scales play no part in the choice.
     """
@@ -348,10 +377,10 @@ def select_evaluation(evaluations: Sequence[Evaluation], rule: str) -> Evaluatio
     if rule == "final":
         return tuple(evaluations[-1])
     if rule == "best_in_dist":
-        best, best_score = evaluations[-1], -1.0
+        best, best_score = evaluations[-1], Fraction(-1)
         for e in evaluations:
             train = [m.exact_match for split, m in e if split == "train"]
-            score = sum(train) / max(1, len(train))
+            score = sum(train, Fraction(0)) / max(1, len(train))
             if score >= best_score:
                 best, best_score = e, score
         return tuple(best)
@@ -370,9 +399,10 @@ def select_evaluation(evaluations: Sequence[Evaluation], rule: str) -> Evaluatio
                     LengthMetrics(
                         length=first.length,
                         token_length=first.token_length,
-                        n=first.n,
-                        exact_match=sum(m.exact_match for m in picks) / len(picks),
-                        token_accuracy=sum(m.token_accuracy for m in picks) / len(picks),
+                        n=sum(m.n for m in picks),
+                        exact=sum(m.exact for m in picks),
+                        tokens=sum(m.tokens for m in picks),
+                        tokens_right=sum(m.tokens_right for m in picks),
                     ),
                 )
             )
@@ -386,5 +416,5 @@ def summary(evaluation: Evaluation) -> str:
     for split, name in (("train", "in-dist"), ("test", "beyond")):
         values = [m.exact_match for s, m in evaluation if s == split]
         if values:
-            parts.append(f"{name} exact match {sum(values) / len(values):.2f}")
+            parts.append(f"{name} exact match {fixed(sum(values, Fraction(0)) / len(values), 2)}")
     return ", ".join(parts)

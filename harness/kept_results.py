@@ -18,14 +18,14 @@ open can have sealed it, so a file written by hand, changed since, or kept besid
 another store is refused like any other bad file.
 
     format        "pezoo-kept-result"
-    version       2 (version 1 had no seal: refused)
+    version       2 (version 1 had no seal and metrics as float fractions: refused, the run trains)
     seal          64 hex digits, the HMAC above
     run_id        str, ``RunConfig.run_id()``
     config        ``RunConfig.to_dict()``
     provenance    {str: str}, and ``pe_options_resolved``
     started_at    float, Unix time
-    metrics       [{"split", "length", "token_length", "n", "exact_match", "token_accuracy",
-                  "trace_exact_match"}], one per evaluated scale, in order
+    metrics       [{"split", "length", "token_length", "n", "exact", "tokens", "tokens_right",
+                  "trace_exact"}], one per evaluated scale, in order (counts: ``LengthMetrics``)
     final_loss, train_seconds, eval_seconds   float
     n_params      {"total": int, "pe": int}
     diagnostics   ``harness.diagnostics.encoding_diagnostics`` output, or null
@@ -176,8 +176,8 @@ def _record(body: dict[str, Any], cfg: RunConfig) -> RunRecord:
     if not isinstance(rows, list) or not all(isinstance(r, dict) and set(r) == _METRIC_FIELDS for r in rows):
         raise KeptResultError(f"has metrics that are not a list of {sorted(_METRIC_FIELDS)}")
     for r in rows:  # logged, not recorded: checked here
-        if r["trace_exact_match"] is not None:
-            problem = number_problem("trace_exact_match", r["trace_exact_match"], minimum=0, maximum=1)
+        if r["trace_exact"] is not None:
+            problem = number_problem("trace_exact", r["trace_exact"], integer=True, minimum=0, maximum=r["n"])
             if problem is not None:
                 raise KeptResultError(f"has {problem} at scale {_short(r['length'])}")
     if not isinstance(n_params, dict) or set(n_params) != {"total", "pe"}:

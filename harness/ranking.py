@@ -19,8 +19,13 @@ the training length?* Two things would blur it, and the rule removes both:
      fails; mean over seeds);
   3. **tok>N**: teacher-forced per-token accuracy beyond N (mean over seeds).
 
-  Each is compared at the precision the tables show (:data:`RANK_DIGITS`); ties share a
-  rank (competition ranking: 1, 1, 3).
+  Each is compared at the precision the tables show (:data:`RANK_DIGITS`, rounded half
+  up on the exact value: ``harness.counts.ROUNDING_RULE``); ties share a rank
+  (competition ranking: 1, 1, 3).
+
+Every number is exact: a scale's metrics are counts (``harness.counts``), so 90 of 100
+right is 9/10 and meets the reach threshold, and a mean over scales or seeds is a
+``fractions.Fraction``.
 
 A table being filled over time (the published board) may hold an encoding with one seed
 where three are planned. Such an encoding is **pending**: listed after the ranked ones
@@ -37,8 +42,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
 
 import pandas as pd
+
+from harness import counts
 
 FIT_THRESHOLD = 0.95
 """A run fits when its mean exact match over the training scales is at least this."""
@@ -69,7 +78,7 @@ RULE = (
 
 CELLS_RULE = (
     "With several seeds a cell reads mean (min–max) over the seeds: what the seeds did, not a confidence interval "
-    "(reach: its mean to one decimal, the seeds' scales whole)."
+    "(reach: its mean to one decimal, the seeds' scales whole). " + counts.ROUNDING_RULE
 )
 """What a table cell means, quoted by the site and the README."""
 
@@ -78,17 +87,20 @@ def reach_beyond(per_length: pd.Series, train_max: int, threshold: float = REACH
     """Largest scale L > ``train_max`` with exact match >= ``threshold`` at every evaluated
     scale in ``train_max+1..L``; ``train_max`` when the first scale beyond training fails
     (or none was evaluated). ``per_length``: exact match indexed by scale."""
-    best = train_max
+    best, at_least = train_max, counts.exact(threshold)
     for length, em in per_length[per_length.index > train_max].sort_index().items():
-        if not em >= threshold:  # NaN counts as a failure
+        if counts.is_missing(em) or not counts.exact(em) >= at_least:  # NaN counts as a failure
             break
         best = int(length)
     return best
 
 
-def fits(em_within: float, threshold: float = FIT_THRESHOLD) -> bool:
-    """Whether a run's mean exact match over the training scales reaches ``threshold``."""
-    return bool(em_within >= threshold)  # NaN (nothing evaluated in distribution) does not fit
+def fits(em_within: float | Fraction, threshold: float = FIT_THRESHOLD) -> bool:
+    """Whether a run's mean exact match over the training scales reaches ``threshold``
+    (exactly: ``threshold`` as written, 0.95 = 19/20)."""
+    if counts.is_missing(em_within):  # nothing evaluated in distribution: does not fit
+        return False
+    return counts.exact(em_within) >= counts.exact(threshold)
 
 
 @dataclass(frozen=True)
@@ -99,28 +111,30 @@ class Spread:
     (12.7 × half their difference), ``lo..hi`` never leaves the metric's range.
     """
 
-    mean: float
-    lo: float
-    hi: float
+    mean: Fraction | float
+    lo: Fraction | float
+    hi: Fraction | float
     n: int
 
     @classmethod
-    def of(cls, values: Iterable[float]) -> Spread:
-        v = [x for x in (float(x) for x in values if x is not None) if not math.isnan(x)]
+    def of(cls, values: Iterable[Any]) -> Spread:
+        """The exact mean, min and max of the present values (None and NaN left out)."""
+        v = [counts.exact(x) for x in values if not counts.is_missing(x)]
         if not v:
             return cls(math.nan, math.nan, math.nan, 0)
-        return cls(sum(v) / len(v), min(v), max(v), len(v))
+        return cls(Fraction(sum(v), len(v)), min(v), max(v), len(v))
 
     def text(self, digits: int = 2) -> str:
-        """``0.93`` (one seed, or seeds that agree), ``0.50 (0.12–0.90)``, ``-`` when missing."""
-        if math.isnan(self.mean):
+        """``0.93`` (one seed, or seeds that agree), ``0.50 (0.12–0.90)``, ``-`` when missing;
+        rounded half up on the exact values (``harness.counts.ROUNDING_RULE``)."""
+        if counts.is_missing(self.mean):
             return "-"
-        mean = f"{self.mean:.{digits}f}"
-        lo, hi = f"{self.lo:.{digits}f}", f"{self.hi:.{digits}f}"
+        mean = counts.fixed(self.mean, digits)
+        lo, hi = counts.fixed(self.lo, digits), counts.fixed(self.hi, digits)
         return mean if self.n < 2 or lo == hi else f"{mean} ({lo}–{hi})"
 
     def sort_value(self) -> str:
-        return "" if math.isnan(self.mean) else f"{self.mean:.6f}"
+        return "" if counts.is_missing(self.mean) else counts.fixed(self.mean, 6)
 
 
 @dataclass(frozen=True)
@@ -161,19 +175,19 @@ def standings(
     order, then the pending ones (every seed fits, fewer than ``seeds_wanted`` seeds: one
     number for every row, or per label, a label it lacks wanting none) in the same order,
     unranked, then the others by EM≤N (higher first), then by name."""
-    Entry = tuple[tuple[float, ...], str, int, int]  # (sort key, label, seeds fit, seeds)
+    Entry = tuple[tuple[Fraction | float, ...], str, int, int]  # (sort key, label, seeds fit, seeds)
     fitted: list[Entry] = []
     pending: list[Entry] = []
     unfitted: list[Entry] = []
     for name, g in per_seed.groupby(label, sort=True):
         ok = sum(fits(x) for x in g["in-dist"])
         if ok == len(g):
-            key = tuple(-_or_low(shown(pd.to_numeric(g[k]).mean(), RANK_DIGITS[k])) for k in RANK_KEYS)
+            key = tuple(-_or_low(shown(counts.mean(g[k]), RANK_DIGITS[k])) for k in RANK_KEYS)
             wanted = seeds_wanted.get(str(name)) if isinstance(seeds_wanted, Mapping) else seeds_wanted
             short = wanted is not None and len(g) < wanted
             (pending if short else fitted).append((key, str(name), ok, len(g)))
         else:
-            unfitted.append(((-_or_low(pd.to_numeric(g["in-dist"]).mean()),), str(name), ok, len(g)))
+            unfitted.append(((-_or_low(counts.mean(g["in-dist"])),), str(name), ok, len(g)))
     fitted.sort()
     pending.sort()
     unfitted.sort()
@@ -192,13 +206,14 @@ def order(standings_: Sequence[Standing]) -> Mapping[str, int]:
     return {s.label: i for i, s in enumerate(standings_, start=1)}
 
 
-def shown(value: float, digits: int = 2) -> float:
-    """``value`` as a table shows it (the same formatting, so an order or a comparison can
-    be read off the table); NaN stays NaN. Every comparison between two rows' numbers (the
-    ranking, the board's ≈ mark, a claim's "the seeds separate them") goes through this."""
-    return value if math.isnan(value) else float(f"{value:.{digits}f}")
+def shown(value: Any, digits: int = 2) -> Fraction | float:
+    """``value`` as a table shows it, exactly (rounded half up: ``harness.counts.rounded``,
+    the same rounding as the table's text, so an order or a comparison can be read off
+    the table); NaN stays NaN. Every comparison between two rows' numbers (the ranking,
+    the board's ≈ mark, a claim's "the seeds separate them") goes through this."""
+    return counts.rounded(value, digits)
 
 
-def _or_low(value: float) -> float:
+def _or_low(value: Any) -> Fraction | float:
     """NaN (nothing evaluated) ranks below every number."""
-    return -math.inf if math.isnan(value) else float(value)
+    return -math.inf if counts.is_missing(value) else counts.exact(value)

@@ -31,10 +31,12 @@ The plain form (:meth:`RunRecord.to_dict`) is one JSON object with exactly these
                     in a result not yet recorded (a kept result)
     final_loss      the last training loss (finite, >= 0)
     metrics         one object per evaluated scale, sorted by length: split ("train" for
-                    1..N, "test" beyond N), length, token_length, n (examples),
-                    exact_match and token_accuracy in [0, 1]; exactly the scales the
-                    config evaluates (:func:`evaluated_scales`), each over
-                    ``eval.samples`` examples
+                    1..N, "test" beyond N), length, token_length, and counts
+                    (``harness.counts``): n (examples), exact (examples decoded
+                    exactly, 0..n), tokens (scored tokens, at least n), tokens_right
+                    (0..tokens); exactly the scales the config evaluates
+                    (:func:`evaluated_scales`), each over ``eval.samples`` examples
+                    (``top3``: over each picked evaluation's, 1 to 3 times as many)
 
 Every integer fits SQLite's signed 64 bits, every number is finite (``harness.checks``).
 A record's diagnostics (what the encoding did on one example, ``harness.diagnostics``)
@@ -66,7 +68,7 @@ MAX_UNIX_TIME = 253_402_300_799.0
 KEYS = ("config", "final_loss", "metrics", "params", "pe", "preset", "provenance", "run_id", "seed", "status", "task",
         "timings")  # fmt: skip
 """The keys of a record's plain form, sorted."""
-METRIC_KEYS = ("exact_match", "length", "n", "split", "token_accuracy", "token_length")
+METRIC_KEYS = ("exact", "length", "n", "split", "token_length", "tokens", "tokens_right")
 PARAM_KEYS = ("pe", "total")
 TIMING_KEYS = ("eval_seconds", "finished_at", "started_at", "train_seconds")
 PROVENANCE_REQUIRED = ("commit", "device", "pezoo", "torch")
@@ -159,8 +161,9 @@ class RunRecord:
                     "length": m.length,
                     "token_length": m.token_length,
                     "n": m.n,
-                    "exact_match": m.exact_match,
-                    "token_accuracy": m.token_accuracy,
+                    "exact": m.exact,
+                    "tokens": m.tokens,
+                    "tokens_right": m.tokens_right,
                 }
                 for split, m in self.metrics
             ],
@@ -176,7 +179,7 @@ class RunRecord:
             metrics=tuple(
                 (
                     m["split"],
-                    LengthMetrics(m["length"], m["token_length"], m["n"], m["exact_match"], m["token_accuracy"]),
+                    LengthMetrics(m["length"], m["token_length"], m["n"], m["exact"], m["tokens"], m["tokens_right"]),
                 )
                 for m in body["metrics"]
             ),
@@ -416,10 +419,18 @@ def _metrics_problems(metrics: Any, train_max: int | None) -> list[str]:
         checks = (
             number_problem(f"{where}.n", m["n"], integer=True, minimum=1),
             number_problem(f"{where}.token_length", m["token_length"], above=0, maximum=INT64_MAX),
-            number_problem(f"{where}.exact_match", m["exact_match"], minimum=0, maximum=1),
-            number_problem(f"{where}.token_accuracy", m["token_accuracy"], minimum=0, maximum=1),
+            number_problem(f"{where}.tokens", m["tokens"], integer=True, minimum=1),
         )
-        problems += [problem for problem in checks if problem is not None]
+        found = [problem for problem in checks if problem is not None]
+        problems += found
+        if found:
+            continue
+        counts = (  # a count of examples or tokens lies in 0..its total, and every example scores a token
+            number_problem(f"{where}.exact", m["exact"], integer=True, minimum=0, maximum=m["n"]),
+            number_problem(f"{where}.tokens_right", m["tokens_right"], integer=True, minimum=0, maximum=m["tokens"]),
+            None if m["tokens"] >= m["n"] else f"{where}.tokens must be at least n = {m['n']} (one per example)",
+        )
+        problems += [problem for problem in counts if problem is not None]
     if lengths != sorted(set(lengths)):
         problems.append("metrics must be sorted by length, each length once")
     return problems
@@ -432,7 +443,8 @@ def _scale_problems(metrics: list[dict[str, Any]], config: RunConfig) -> list[st
     of those its config lists."""
     problems = []
     samples = config.eval.samples
-    wrong_n = sorted({m["length"] for m in metrics if m["n"] != samples})
+    picks = (1, 2, 3) if config.eval.select == "top3" else (1,)  # top3 sums its picked evaluations' counts
+    wrong_n = sorted({m["length"] for m in metrics if m["n"] not in {samples * k for k in picks}})
     if wrong_n:
         problems.append(
             f"metrics at scale(s) {_scales_text(wrong_n)} count other than eval.samples = {samples} examples "

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 import pandas as pd
 from tabulate import tabulate
 
+from harness import counts
 from harness.ranking import FIT_THRESHOLD, Spread, Standing, fits, reach_beyond, standings
 
 LEGEND = (
@@ -53,16 +54,17 @@ def per_seed_summary(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (task, pe, seed), g in df.groupby(["task", "pe", "seed"]):
         n = int(g["train_max"].iloc[0])
-        em = g.set_index("length")["exact_match"]
+        em = g.set_index("length")["exact_match"].sort_index()
         test = g[g["split"] == "test"]
         row = {"task": task, "pe": pe, "seed": seed, "train_max": n}
-        row["in-dist"] = g.loc[g["split"] == "train", "exact_match"].mean()
+        row["in-dist"] = counts.mean(g.loc[g["split"] == "train", "exact_match"])  # exact: harness.counts
         for k in (2, 4, 8, 16):
             at = em[em.index <= k * n]
             if k * n <= em.index.max():
                 row[f"{k}N"] = at.iloc[-1]
-        row["EM>N"] = test["exact_match"].mean()
-        row["tok-acc>N"] = test["token_accuracy"].mean()
+        row["EM>N"] = counts.mean(test["exact_match"])
+        row["tok-acc>N"] = counts.mean(test["token_accuracy"])
+        row["tok_within"] = counts.mean(g.loc[g["split"] == "train", "token_accuracy"])
         row["reach"] = reach_beyond(em, n)
         row["fits"] = fits(row["in-dist"])
         if "n_params" in g:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import pandas as pd
@@ -28,8 +29,9 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
     train_max, protocol, match (what exact match scores: ``trace`` or ``answer``),
     n_params, pe_params, pe_label (the name with its options, as tables show it:
     ``harness.pe_spec.display_name``; an inference-time variant's ``rope → yarn×4 L=10 (same
-    weights)``; a run not in fp32 ends in its precision, ``rope [bf16]``), split, length, token_length, n, exact_match,
-    token_accuracy.
+    weights)``; a run not in fp32 ends in its precision, ``rope [bf16]``), split, length, token_length, and
+    the counts n, exact, tokens, tokens_right (``harness.counts``), with exact_match (exact / n) and
+    token_accuracy (tokens_right / tokens) as exact ``fractions.Fraction`` values.
 
     The store is opened read-only (never created, migrated or changed), so this works on
     a read-only or full disk; a missing or unusable store raises ``StoreError``.
@@ -53,9 +55,15 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
             base["protocol"] = run["config"].get("protocol", "decoder")
             base["match"] = run["config"]["eval"].get("match", "trace")
             base["n_params"], base["pe_params"] = run["n_params"], run["pe_params"]
-            rows += [{**base, **{k: m[k] for k in m if k != "run_id"}} for m in store.metrics(run["run_id"])]
+            for m in store.metrics(run["run_id"]):
+                counts = {k: m[k] for k in m if k != "run_id"}
+                fractions = {
+                    "exact_match": Fraction(m["exact"], m["n"]),
+                    "token_accuracy": Fraction(m["tokens_right"], m["tokens"]),
+                }
+                rows.append({**base, **counts, **fractions})
     columns = ["run_id", "pe", "task", "seed", "preset", "status", "train_min", "train_max", "protocol", "match"]
     columns += ["n_params", "pe_params", "pe_label"]
     columns += ["split", "length"]
-    columns += ["token_length", "n", "exact_match", "token_accuracy"]
+    columns += ["token_length", "n", "exact", "tokens", "tokens_right", "exact_match", "token_accuracy"]
     return pd.DataFrame(rows, columns=columns)

@@ -31,6 +31,7 @@ from harness.backbone import Backbone
 from harness.checkpoint import CheckpointError, load_weights, save_weights, set_aside, weights_bytes
 from harness.checkpoint.weights import SHA256
 from harness.config import RunConfig
+from harness.counts import fixed
 from harness.data import evaluation_set
 from harness.diagnostics import encoding_diagnostics
 from harness.evaluate import Evaluation, evaluate_length, select_evaluation, summary
@@ -197,7 +198,7 @@ def evaluate_all(
             )
         metrics.append((split, m))
         if report is not None:
-            report("eval", done, len(lengths), f"length {n}: EM {m.exact_match:.2f}")
+            report("eval", done, len(lengths), f"length {n}: EM {fixed(m.exact_match, 2)}")
     return tuple(metrics)
 
 
@@ -285,7 +286,7 @@ def train_and_evaluate(
 
         def traces(step: int, metrics: Evaluation) -> None:
             if cfg.eval.match == "answer":  # the answer is what is scored; log the whole trace too
-                per_scale = ", ".join(f"{m.length}: {m.trace_exact_match:.2f}" for _, m in metrics)
+                per_scale = ", ".join(f"{m.length}: {fixed(m.trace_exact_match, 2)}" for _, m in metrics)
                 tell(f"run {run_id}: step {step}: full-trace exact match per scale {per_scale}")
 
         def periodic(step: int) -> Evaluation:

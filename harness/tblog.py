@@ -52,11 +52,11 @@ class RunLog:
         """``metrics``: (split, LengthMetrics) per scale, as returned by an evaluation."""
         means: dict[str, list[float]] = {"train": [], "test": []}
         for split, m in metrics:
-            self._writer.add_scalar(f"{tag}/exact_match/len{m.length:04d}", m.exact_match, step)
-            self._writer.add_scalar(f"{tag}/token_accuracy/len{m.length:04d}", m.token_accuracy, step)
+            self._writer.add_scalar(f"{tag}/exact_match/len{m.length:04d}", float(m.exact_match), step)
+            self._writer.add_scalar(f"{tag}/token_accuracy/len{m.length:04d}", float(m.token_accuracy), step)
             if m.trace_exact_match is not None:  # eval.match = answer: the whole trace too
-                self._writer.add_scalar(f"{tag}/trace_exact_match/len{m.length:04d}", m.trace_exact_match, step)
-            means[split].append(m.exact_match)
+                self._writer.add_scalar(f"{tag}/trace_exact_match/len{m.length:04d}", float(m.trace_exact_match), step)
+            means[split].append(float(m.exact_match))
         for split, values in means.items():
             if values:
                 name = "in_distribution" if split == "train" else "beyond_training"

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
+from harness.counts import exact
 from harness.ranking import shown
 from leaderboard import permutation as pt
 from leaderboard.board import Board, Table
@@ -156,7 +158,7 @@ def _strongest(table: Table, rows: dict[str, Row], names: Sequence[str]) -> Row 
     return min(ranked, key=lambda r: r.rank or 0) if ranked else None
 
 
-def _compare(row: Row, other: Row, n: int, score: str = "em_beyond") -> tuple[float | None, str]:
+def _compare(row: Row, other: Row, n: int, score: str = "em_beyond") -> tuple[Fraction | None, str]:
     """(p that ``row`` is above ``other`` on ``score``, the words of the comparison)."""
     p = pt.p_above(row.per_seed[score], other.per_seed[score])
     title = SCORE_TITLES[score].replace("N", str(n))
@@ -298,7 +300,7 @@ def _collapses(names: Sequence[str]) -> Callable[[Table, dict[str, Row]], Found 
         for name, row in found:
             em = row.scores["em_beyond"]
             parts.append(f"{name} EM>{n} {cell_text(row, 'em_beyond')}")
-            collapsed += em.hi < COLLAPSED
+            collapsed += em.hi < exact(COLLAPSED)  # exactly: 0.05 is 1/20
         outcome = HOLDS if collapsed == len(found) else PARTLY if collapsed else DOES_NOT_HOLD
         return outcome, "; ".join(parts + unfit)
 

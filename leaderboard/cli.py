@@ -44,6 +44,7 @@ def leaderboard() -> None:
         pezoo leaderboard import     results files -> store (a sweep then skips them)
         pezoo leaderboard check      validate every results file
         pezoo leaderboard build      results files -> leaderboard/site/ + leaderboard/README.md
+        pezoo leaderboard migrate    schema-1 results files (float metrics) -> counts, in place
     """
 
 
@@ -186,6 +187,48 @@ def check_cmd(results_dir: Path) -> None:
                 f"note: {kind}(s) {', '.join(missing)} are not installed here (a plugin's?); "
                 "their runs are valid and are drawn, but cannot be re-run here"
             )
+
+
+@leaderboard.command("migrate")
+@_results_option
+def migrate_cmd(results_dir: Path) -> None:
+    """Rewrite schema-1 results files (metrics as float fractions) as schema 2 (counts).
+
+    Each metric's counts are recovered exactly (examples right = round(exact match × n),
+    tokens from the task's evaluation examples: ``harness.recount``); run ids, configs,
+    provenance and timings stay as they are, and each line gets the checksum of its new
+    body. Every file is migrated in memory first: a line that cannot be (edited, not a
+    count) stops the command before anything is written. Files already at schema 2 are
+    left untouched.
+    """
+    from harness.files import WriteError, write_atomically
+    from harness.reading import RESULTS_LIMIT, read_text
+    from leaderboard.schema import migrate_line
+
+    _require_results(results_dir)
+    new: dict[Path, str] = {}
+    for path in results_files(results_dir):
+        try:
+            text = read_text(path, RESULTS_LIMIT)
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(terminal_text(f"{path}: {exc}")) from None
+        lines = []
+        for i, line in enumerate(text.splitlines(), start=1):
+            try:
+                lines.append(migrate_line(line))
+            except ValueError as exc:
+                raise click.ClickException(terminal_text(f"{path}:{i}: {exc}; nothing was migrated")) from None
+        body = "".join(f"{line}\n" for line in lines)
+        if body != text:
+            new[path] = body
+    for path, body in new.items():
+        try:
+            data = body.encode()
+            write_atomically(path, lambda f: f.write(data))  # noqa: B023 (called at once, in this iteration)
+        except WriteError as exc:
+            raise click.ClickException(terminal_text(f"cannot write {path}: {exc}")) from None
+    kept = len(results_files(results_dir)) - len(new)
+    _echo(f"migrated {len(new)} results file(s) to schema 2 (counts); {kept} already were")
 
 
 @leaderboard.command("build")

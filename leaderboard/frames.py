@@ -51,7 +51,7 @@ ROW_COLUMNS = [
     *(f"{score}{part}" for score in SCORES for part in ("", "_min", "_max")),
 ]
 """Columns of ``per="row"``. ``rank`` is the board's (NA where it shows —); ``ties_above``
-is its ≈ (the row's EM>N range over seeds meets one ranked above); ``status`` is
+is its ≈ (the permutation test does not put it below a row ranked above); ``status`` is
 ``ranked``, ``did not fit`` or ``pending`` (fewer seeds than the plan wants); each score
 (``em_beyond``, ``reach``, ...: ``leaderboard.rows.SCORES``) as its mean over seeds and
 the seeds' min and max."""

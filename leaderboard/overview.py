@@ -27,11 +27,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
 
-from harness import ranking
+from harness import counts, ranking
 from leaderboard.board import Board, Table
 from leaderboard.reach import nothing_extrapolates, times_n
-from leaderboard.rows import Row
+from leaderboard.rows import Row, cell_text
 
 OVERVIEW_RULE = (
     "Each cell is how far the encoding holds past N on its weakest seed, as a multiple of N (exact match ≥ 0.9 at "
@@ -121,14 +123,14 @@ def overview(board: Board, preset: str) -> Overview:
         for row in table.rows:
             cells.setdefault(row.label, {})[table.task] = row
             encodings[row.label] = row.encoding
-    unordered: list[tuple[tuple[float, ...], str, dict[str, Row], float | None, int]] = []
+    unordered: list[tuple[tuple[Any, ...], str, dict[str, Row], Any, int]] = []  # exact means: Fractions
     for label, by_task in cells.items():
         fitted = [t for t, r in by_task.items() if r.ranked]  # a row not ranked yet counts as not fitted
-        beyond = [max(_or_low(by_task[t].scores["em_beyond"].mean), 0.0) for t in fitted if t in counted]
+        beyond = [max(_or_low(by_task[t].scores["em_beyond"].mean), Fraction(0)) for t in fitted if t in counted]
         if any(t not in by_task for t in counted):  # never run on a counted task: not ordered
             unordered.append(((math.inf,), label, by_task, None, len(beyond)))
             continue
-        score = sum(beyond) / max(len(counted), 1)
+        score = Fraction(sum(beyond, Fraction(0)), max(len(counted), 1))  # exact: harness.counts
         unordered.append(((-ranking.shown(score), -len(beyond)), label, by_task, score, len(beyond)))
     unordered.sort(key=lambda item: (item[0], item[1]))  # equal as shown: by name
     rows: list[OverviewRow] = []
@@ -183,8 +185,8 @@ def first_tables(board: Board, preset: str) -> list[Table]:
     return list(out.values())
 
 
-def _or_low(x: float) -> float:
-    return -math.inf if math.isnan(x) else x
+def _or_low(x: Any) -> Any:
+    return -math.inf if counts.is_missing(x) else counts.exact(x)
 
 
 @dataclass(frozen=True)
@@ -215,8 +217,8 @@ def cell(table: Table | None, task: str, row: Row | None) -> Cell:
     """The grid cell of ``row`` on ``table`` (None: not run)."""
     if row is None or table is None:
         return Cell("none", "", "", "", 0.0, f"{task}: not run", "")
-    em, within = row.scores["em_beyond"], row.scores["em_within"]
-    fit = f"{row.seeds_fit}/{len(row.seeds)} seeds fit, EM≤N {within.text()}"
+    em = row.scores["em_beyond"]
+    fit = f"{row.seeds_fit}/{len(row.seeds)} seeds fit, EM≤N {cell_text(row, 'em_within')}"
     if not row.fitted:
         return Cell(
             "unfit",
@@ -231,12 +233,12 @@ def cell(table: Table | None, task: str, row: Row | None) -> Cell:
     per_seed = [int(r) for r in row.per_seed.get("reach") or (n,)]
     low, high = min(per_seed), max(per_seed)
     reach = "—" if low <= n else times_n(low, table)
-    spread = "" if high == low else f"{low / n:.2g}–{times_n(high, table).replace('≥ ', '')}"
+    spread = "" if high == low else f"{counts.significant(Fraction(low, n))}–{times_n(high, table).replace('≥ ', '')}"
     ranked = sum(r.ranked for r in table.rows)
-    standing = f"rank {row.rank} of {ranked} ranked" if row.ranked else row.status_text()
+    standing = f"rank {row.rank_text()} of {ranked} ranked" if row.ranked else row.status_text()
     seeds = ", ".join(map(str, per_seed))
     title = f"{task}: {standing} · reach per seed {seeds} (N = {n}) · EM>N {em.text()} · {fit}"
     span = max(table.test_max - n, 1)
     fraction = max(0.0, min(1.0, (low - n) / span))
-    text_em = "-" if math.isnan(em.mean) else f"EM>N {em.mean:.2f}"
-    return Cell("value", reach, text_em, spread, fraction, title, f"{low / n:.6f}")
+    text_em = "-" if counts.is_missing(em.mean) else f"EM>N {counts.fixed(em.mean, 2)}"
+    return Cell("value", reach, text_em, spread, fraction, title, counts.fixed(Fraction(low, n), 6))

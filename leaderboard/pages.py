@@ -30,7 +30,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from harness import ranking
+from harness import counts, ranking
 from harness.protocols import extra_input_badge
 from leaderboard import board as bd
 from leaderboard import claims, notes, provisional, reach
@@ -151,7 +151,7 @@ class Site:
             label=curve.label,
             style=self.style(curve.label),
             xs=tuple(float(x) for x in curve.lengths),
-            ys=tuple(s.mean for s in stats),
+            ys=tuple(float(s.mean) for s in stats),  # drawn: floats
             lo=tuple(b[0] for b in band),
             hi=tuple(b[1] for b in band),
         )
@@ -225,7 +225,7 @@ class Site:
     def fit_title(self, row: Row) -> str:
         """Each seed's exact match over the training scales (three decimals: 0.947 did not fit)."""
         values = row.per_seed.get("em_within", ())
-        each = ", ".join(f"seed {s}: {v:.3f}" for s, v in zip(row.seeds, values, strict=False))
+        each = ", ".join(f"seed {s}: {counts.fixed(v, 3)}" for s, v in zip(row.seeds, values, strict=False))
         return f"EM≤N per seed ({each}); fits at ≥ {ranking.FIT_THRESHOLD:.2f}"
 
     def ranked_count(self, table: bd.Table) -> int:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 from harness import ranking
+from harness.counts import exact, significant
 from leaderboard.board import Table
 from leaderboard.rows import Row
 from leaderboard.text import and_join, plural
@@ -34,7 +36,7 @@ SPLIT_SEEDS_RULE = (
 def times_n(reach: float, table: Table) -> str:
     """A reach as a multiple of N: ``1.3×``; ``≥ 4×`` where it holds to the largest tested scale."""
     n, top = table.train_max, table.test_max
-    return f"≥ {top / n:.2g}×" if reach >= top else f"{reach / n:.2g}×"
+    return f"≥ {significant(Fraction(top, n))}×" if reach >= top else f"{significant(Fraction(int(reach), n))}×"
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class Reach:
     def splits(self) -> bool:
         """The seeds' EM>N range exceeds SPLIT_RANGE."""
         em = self.row.scores["em_beyond"]
-        return not math.isnan(em.lo) and em.hi - em.lo > SPLIT_RANGE
+        return not math.isnan(em.lo) and em.hi - em.lo > exact(SPLIT_RANGE)
 
     def fractions_text(self) -> str:
         """``2 of 3 seeds reach 2×, 1 of 3 reaches 3×``: the multiples above the weakest

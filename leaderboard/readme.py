@@ -17,6 +17,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.counts import fixed
 from harness.protocols import extra_input_badge
 from leaderboard import claims, notes
 from leaderboard import overview as ov
@@ -88,7 +89,7 @@ def _glance(grid: ov.Overview, tables: dict[str, Table], rows: list[ov.OverviewR
                 "—" if entry.position is None else entry.position,
                 md(entry.label) + (f" · *{md(reads)}*" if reads else ""),
                 *(_glance_cell(tables.get(t), t, entry.cells.get(t)) for t in grid.tasks),
-                "—" if entry.score is None else f"{entry.score:.2f}",
+                "—" if entry.score is None else fixed(entry.score, 2),
                 f"{entry.tasks_fitted}/{len(grid.counted)}",
             ]
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import pandas as pd
@@ -32,6 +33,9 @@ FRAME_COLUMNS = [
     "length",
     "token_length",
     "n",
+    "exact",
+    "tokens",
+    "tokens_right",
     "exact_match",
     "token_accuracy",
 ]
@@ -67,8 +71,10 @@ def record_label(data: Mapping[str, Any]) -> str:
 
 
 def frame(records: Iterable[Record]) -> pd.DataFrame:
-    """Per-length rows (the columns of ``harness.store.load``, ``pe`` = board label, plus
-    ``encoding`` = registry name), sorted by preset, task, label, seed, length."""
+    """Per-length rows (the columns of ``harness.results.load``, ``pe`` = board label, plus
+    ``encoding`` = registry name), sorted by preset, task, label, seed, length. The
+    metrics are the records' counts, with ``exact_match`` and ``token_accuracy`` their
+    exact ``fractions.Fraction``."""
     rows = []
     for rec in records:
         d = rec.data
@@ -82,7 +88,12 @@ def frame(records: Iterable[Record]) -> pd.DataFrame:
             "train_max": d["config"]["train"]["train_max"],
             "test_range": test_range(d),
         }
-        rows += [{**base, **m} for m in d["metrics"]]
+        for m in d["metrics"]:  # the counts, and their fractions exactly (harness.counts)
+            fractions = {
+                "exact_match": Fraction(m["exact"], m["n"]),
+                "token_accuracy": Fraction(m["tokens_right"], m["tokens"]),
+            }
+            rows.append({**base, **m, **fractions})
     df = pd.DataFrame(rows, columns=FRAME_COLUMNS)
     return df.sort_values(["preset", "task", "test_range", "pe", "seed", "length"], kind="stable").reset_index(
         drop=True

@@ -20,13 +20,13 @@ band.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pandas as pd
 
-from harness import ranking
+from harness import counts, ranking
 from harness.protocols import extra_input_badge
 from harness.report import per_seed_summary
 from leaderboard import permutation
@@ -64,8 +64,9 @@ class Row:
     seeds: tuple[int, ...]
     scores: Mapping[str, Stat]
     seeds_fit: int = 0
-    per_seed: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # score -> each seed's value, seed order
-    overlaps_above: bool = False  # EM>N's range over seeds meets that of a row ranked above (OVERLAP_RULE)
+    per_seed: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # score -> seeds' exact values
+    overlaps_above: bool = False  # the permutation test does not put it below a row ranked above (OVERLAP_RULE)
+    overlap_with: str = ""  # the first such row above and the test's words: what the ≈'s hover says
     pending: bool = False  # every seed so far fits, fewer seeds than planned: not ranked yet (PENDING_SEEDS_RULE)
     seeds_wanted: int | None = None  # the seeds the table's plan gives this row, while short of them (None: no plan)
 
@@ -78,6 +79,16 @@ class Row:
     def ranked(self) -> bool:
         """Every seed fits and the table has all the seeds it plans of it."""
         return self.rank is not None
+
+    def overlap_title(self) -> str:
+        """The ≈'s hover text: the rule it applies (:data:`OVERLAP_RULE`'s test) and the
+        row above that the test does not put this one below, with its p."""
+        if not self.overlaps_above:
+            return ""
+        return (
+            f"the exact permutation test over seeds does not put it below {self.overlap_with} on EM>N as shown "
+            "(one-sided p > 0.05): the seeds do not separate them"
+        )
 
     def rank_text(self) -> str:
         """``2``, ``≈3`` (its seeds do not separate it from a row ranked above), or ``—``
@@ -152,7 +163,8 @@ def _mark_overlaps(rows: list[Row]) -> list[Row]:
                 theirs = [ranking.shown(v) for v in above.per_seed.get("em_beyond", ())]
                 p = permutation.p_above(theirs, mine)
                 if p is not None and p > permutation.ALPHA:
-                    row = replace(row, overlaps_above=True)
+                    test = permutation.p_text(p, len(theirs), len(mine))
+                    row = replace(row, overlaps_above=True, overlap_with=f"{above.label} (rank {above.rank}; {test})")
                     break
         out.append(row)
     return out
@@ -171,16 +183,13 @@ def summary(df: pd.DataFrame, seeds_wanted: int | Mapping[str, int] | None = Non
         planned = {str(label): seeds_wanted for label in df["pe"].unique()}
     to_rank = None if planned is None else {k: min(v, MIN_RANKED_SEEDS) for k, v in planned.items()}
     per_seed = per_seed_summary(df)
-    # the per-seed number per_seed_summary does not give
-    tok_within = df[df["split"] == "train"].groupby(["pe", "seed"])["token_accuracy"].mean().rename("tok_within")
-    per_seed = per_seed.set_index(["pe", "seed"]).join(tok_within).reset_index()
     rows = []
     columns = {"em_within": "in-dist", "em_beyond": "EM>N", "reach": "reach", "tok_beyond": "tok-acc>N"}
     columns["tok_within"] = "tok_within"
     for standing in ranking.standings(per_seed, seeds_wanted=to_rank):
         g = per_seed[per_seed["pe"] == standing.label].sort_values("seed")
         scores = {score: Stat.of(g[column]) for score, column in columns.items()}
-        values = {score: tuple(float(v) for v in g[column]) for score, column in columns.items()}
+        values = {score: tuple(g[column]) for score, column in columns.items()}  # exact: Fractions, reach ints
         encoding = str(df.loc[df["pe"] == standing.label, "encoding"].iloc[0])
         seeds = tuple(int(s) for s in g["seed"])
         rows.append(
@@ -204,16 +213,30 @@ def cell_text(row: Row, score: str) -> str:
     (reach: whole scales, its mean over seeds to one decimal, ``20.3 (13–24)``: a mean
     rounded to a whole scale would name a scale no seed reached, and half-way means would
     round to even). EM≤N of a row that did not fit gets three decimals where two would
-    round up to the fit threshold: 0.947 must not read 0.95 beside "did not fit"."""
+    round up to the fit threshold, or where a seed's value below it would read as reaching
+    it (:func:`reads_fit`): 0.947 must not read 0.95 beside "did not fit"."""
     stat = row.scores[score]
     if score in INTEGER_SCORES:
-        if math.isnan(stat.mean):
+        if counts.is_missing(stat.mean):
             return "-"
-        mean = f"{stat.mean:.0f}" if stat.mean == round(stat.mean) else f"{stat.mean:.1f}"
-        return mean if stat.n < 2 or stat.lo == stat.hi else f"{mean} ({stat.lo:.0f}–{stat.hi:.0f})"
-    if score == "em_within" and not row.fitted and round(stat.mean, 2) >= ranking.FIT_THRESHOLD:
+        mean = counts.fixed(stat.mean, 0 if counts.exact(stat.mean).denominator == 1 else 1)
+        lo, hi = counts.fixed(stat.lo, 0), counts.fixed(stat.hi, 0)
+        return mean if stat.n < 2 or stat.lo == stat.hi else f"{mean} ({lo}–{hi})"
+    threshold = counts.exact(ranking.FIT_THRESHOLD)
+    if score == "em_within" and not row.fitted and (counts.rounded(stat.mean, 2) >= threshold or reads_fit(stat)):
         return stat.text(3)
     return stat.text(2)
+
+
+def reads_fit(stat: Stat, digits: int = 2) -> bool:
+    """Whether some number of an EM≤N cell (mean, min or max) is below the fit threshold
+    but reads as reaching it at ``digits`` decimals (0.949 rounds half up to 0.95): a
+    did-not-fit row then shows three decimals, so no seed that did not fit reads 0.95."""
+    threshold = counts.exact(ranking.FIT_THRESHOLD)
+    return any(
+        not counts.is_missing(v) and counts.exact(v) < threshold <= counts.rounded(v, digits)
+        for v in (stat.mean, stat.lo, stat.hi)
+    )
 
 
 @dataclass(frozen=True)
@@ -241,9 +264,9 @@ def curves(df: pd.DataFrame) -> list[Curve]:
             splits.append(str(h["split"].iloc[0]))
             tlens.append(float(h["token_length"].mean()))
             em.append(Stat.of(h["exact_match"]))
-            emb.append((float(h["exact_match"].min()), float(h["exact_match"].max())))
+            emb.append((float(min(h["exact_match"])), float(max(h["exact_match"]))))  # drawn: floats
             tok.append(Stat.of(h["token_accuracy"]))
-            tokb.append((float(h["token_accuracy"].min()), float(h["token_accuracy"].max())))
+            tokb.append((float(min(h["token_accuracy"])), float(max(h["token_accuracy"]))))
         seeds = tuple(sorted(int(s) for s in g["seed"].unique()))
         out.append(
             Curve(

@@ -1,4 +1,4 @@
-"""The published results format: JSON Lines, one finished run per line, schema version 1.
+"""The published results format: JSON Lines, one finished run per line, schema version 2.
 
 A results file (``leaderboard/results/*.jsonl``) is what gets committed and contributed;
 the local SQLite store never is. Each line is one JSON object, written canonically
@@ -6,8 +6,14 @@ the local SQLite store never is. Each line is one JSON object, written canonical
 (``harness.record.RunRecord.to_dict``, whose keys and rules ``harness.record`` gives, with
 ``timings.finished_at`` set: a published run has been recorded) and two more keys:
 
-    schema_version  1
+    schema_version  2
     checksum        "sha256:" + hex digest of the canonical JSON of every other key
+
+Schema 2 keeps each scale's metrics as counts (``exact`` of ``n`` examples, ``tokens_right``
+of ``tokens``); schema 1 kept them as float32 means (``exact_match``, ``token_accuracy``),
+so 90 of 100 read 0.8999999761581421. A schema-1 file is refused with the way on:
+:func:`migrate_line` (``pezoo leaderboard migrate``) recovers its counts exactly
+(``harness.recount``) and keeps each run's id; only the metrics and the checksum change.
 
 The checksum is a guard against accidental or hand edits, not a signature: a file whose
 line no longer matches its checksum is rejected with its path, line and reason. The
@@ -35,7 +41,7 @@ from harness.checks import is_int, shown
 from harness.reading import DIAGNOSTICS_LIMIT, MAX_DEPTH, RESULTS_LIMIT, FileReadError, nesting_depth, read_text
 from harness.record import KEYS, RunRecord, diagnostics_problem, key_problems, record_problems
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SUFFIX = ".jsonl"
 
 RECORD_KEYS = tuple(sorted((*KEYS, "checksum", "schema_version")))
@@ -118,6 +124,11 @@ def validate_record(record: Any) -> list[str]:
     if not (is_int(version) and version == SCHEMA_VERSION):  # 1.0 and true equal 1 in Python, not here
         if is_int(version) and version > SCHEMA_VERSION:
             return [f"schema_version {version} is newer than this pezoo reads ({SCHEMA_VERSION}); upgrade pezoo"]
+        if is_int(version) and version == 1:
+            return [
+                "schema_version 1 keeps metrics as float fractions; `pezoo leaderboard migrate` rewrites the file with "
+                f"their counts (schema {SCHEMA_VERSION}), keeping every run id"
+            ]
         return [f"schema_version must be {SCHEMA_VERSION} (an integer), got {shown(version)}"]
     problems = key_problems(record, RECORD_KEYS, "record")
     if problems:
@@ -371,3 +382,40 @@ def read_diagnostics(directory: Path, runs: Iterable[str | Record]) -> dict[str,
     if problems:
         raise ResultsError(problems)
     return out
+
+
+# --------------------------------------------------------------------------------------
+# Migration from schema 1 (metrics as floats) to schema 2 (counts)
+# --------------------------------------------------------------------------------------
+
+
+def migrate_line(line: str) -> str:
+    """A schema-1 results line as its schema-2 line: each metric's counts recovered exactly
+    (``harness.recount.recount``), the checksum of the new body; everything else (run id,
+    config, provenance, timings) as it was. A line already at schema 2 is returned as it is.
+
+    Raises:
+        ValueError: the line is not a valid schema-1 or schema-2 record, or a metric is not
+            a count over its total (then nothing of the file should be written).
+    """
+    from harness.recount import recount
+
+    data = json.loads(line)
+    if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION and is_int(data["schema_version"]):
+        problems = validate_record(data)
+        if problems:
+            raise ValueError("; ".join(problems[:3]))
+        return line
+    if not (isinstance(data, dict) and is_int(data.get("schema_version")) and data["schema_version"] == 1):
+        raise ValueError("not a schema-1 record")
+    if data.get("checksum") != checksum(data):
+        raise ValueError("its checksum does not match: the line was edited after export; not migrated")
+    config = data.get("config")
+    if not isinstance(config, dict) or not isinstance(data.get("metrics"), list):
+        raise ValueError("a schema-1 record needs a config and metrics")
+    metrics = [recount(m, config) for m in data["metrics"]]
+    out = seal({**data, "schema_version": SCHEMA_VERSION, "metrics": metrics})
+    problems = validate_record(out)
+    if problems:
+        raise ValueError("; ".join(problems[:3]))
+    return to_line(out)

@@ -72,20 +72,20 @@ def decode_evaluation(value: Any) -> Evaluation:
         fields = row[1]
         if set(fields) != set(_METRIC_FIELDS):
             raise CheckpointError(f"evaluation metrics have fields {sorted(fields)}, not {sorted(_METRIC_FIELDS)}")
-        for name in ("length", "n"):
-            if not _is_int(fields[name]):
+        for name in ("length", "n", "exact", "tokens", "tokens_right", "trace_exact"):
+            if not _is_int(fields[name]) and not (name == "trace_exact" and fields[name] is None):
                 raise CheckpointError(f"evaluation metric {name} is not an integer: {_short(fields[name])}")
-        if fields["length"] < 1 or fields["n"] < 1:
-            raise CheckpointError(f"an evaluation row has length {fields['length']} and n {fields['n']}")
-        for name in ("token_length", "exact_match", "token_accuracy", "trace_exact_match"):
-            v = fields[name]
-            if v is None and name == "trace_exact_match":
-                continue
-            if not is_finite_number(v):
-                raise CheckpointError(f"evaluation metric {name} is not a finite number: {_short(v)}")
-            if v < 0 or (name != "token_length" and v > 1):
-                bounds = "negative" if name == "token_length" else "not in [0, 1]"
-                raise CheckpointError(f"evaluation metric {name} is {bounds}: {_short(v)}")
+        if fields["length"] < 1 or fields["n"] < 1 or fields["tokens"] < 1:
+            raise CheckpointError(
+                f"an evaluation row has length {fields['length']}, n {fields['n']} and tokens {fields['tokens']}"
+            )
+        counts = (("exact", "n"), ("trace_exact", "n"), ("tokens_right", "tokens"))
+        for part, total in counts:  # counts of examples or tokens: 0..their total
+            if fields[part] is not None and not 0 <= fields[part] <= fields[total]:
+                raise CheckpointError(f"evaluation metric {part} is not in 0..{total}: {_short(fields[part])}")
+        if not is_finite_number(fields["token_length"]) or fields["token_length"] < 0:
+            bad = _short(fields["token_length"])
+            raise CheckpointError(f"evaluation metric token_length is not a finite number >= 0: {bad}")
         rows.append((row[0], LengthMetrics(**fields)))
     return tuple(rows)
 

@@ -59,11 +59,18 @@ def results(store_path, pe, task, fmt) -> None:
         if tables:
             click.echo(LEGEND)
     elif fmt == "csv":
-        click.echo(df.to_csv(index=False), nl=False)
+        click.echo(_as_floats(df).to_csv(index=False), nl=False)
     elif fmt == "json":  # the stored values: the json encoder escapes what a terminal would act on
-        click.echo(stored.loc[df.index].to_json(orient="records", lines=True), nl=False)
+        click.echo(_as_floats(stored.loc[df.index]).to_json(orient="records", lines=True), nl=False)
     else:
-        click.echo(df.to_markdown(index=False))
+        click.echo(_as_floats(df).to_markdown(index=False))
+
+
+def _as_floats(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its exact fractions (exact match, per-token accuracy) as floats for a file
+    format: the counts beside them (exact of n, tokens_right of tokens) stay exact."""
+    fractions = [c for c in ("exact_match", "token_accuracy") if c in df]
+    return df.assign(**{c: df[c].map(float) for c in fractions}) if fractions else df
 
 
 def _printable_frame(df: pd.DataFrame) -> pd.DataFrame:

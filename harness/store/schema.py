@@ -6,7 +6,8 @@ Tables:
     runs         one row per run (config hash = run_id): full config JSON, seed, status,
                  provenance (commit, device, versions), timings, parameter counts, error,
                  and while it runs, the claim: the process training it and its heartbeat.
-    metrics      one row per (run, evaluated scale): exact match, per-token accuracy.
+    metrics      one row per (run, evaluated scale): counts (``harness.counts``): examples
+                 n and exactly decoded ``exact``, scored ``tokens`` and ``tokens_right``.
     diagnostics  what the encoding did on one example, per finished run (JSON).
 
 A finished run's rows are a serialisation of its ``harness.record.RunRecord``
@@ -15,6 +16,7 @@ A finished run's rows are a serialisation of its ``harness.record.RunRecord``
 
 from __future__ import annotations
 
+import json
 import secrets
 import sqlite3
 from collections.abc import Iterable, Mapping
@@ -25,9 +27,11 @@ from harness.evaluate import LengthMetrics
 from harness.record import RunRecord
 from harness.store.errors import NotAStoreError, StoreError
 
-SCHEMA_VERSION = 2
-"""2: ``runs.owner`` and ``runs.heartbeat`` (claims). A schema-1 store is migrated in place
-by the first writer (finished runs untouched); readers read either."""
+SCHEMA_VERSION = 3
+"""2: ``runs.owner`` and ``runs.heartbeat`` (claims). 3: metrics as counts (``exact``,
+``tokens``, ``tokens_right`` for the float ``exact_match`` and ``token_accuracy``,
+recovered exactly by ``harness.recount``). An older store is migrated in place by the
+first writer; readers read only the current schema."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -57,8 +61,9 @@ CREATE TABLE IF NOT EXISTS metrics (
     length         INTEGER NOT NULL,
     token_length   REAL NOT NULL,
     n              INTEGER NOT NULL,
-    exact_match    REAL NOT NULL,
-    token_accuracy REAL NOT NULL,
+    exact          INTEGER NOT NULL,  -- examples decoded exactly, of n
+    tokens         INTEGER NOT NULL,  -- tokens scored
+    tokens_right   INTEGER NOT NULL,  -- tokens predicted right, of tokens
     PRIMARY KEY (run_id, length)
 );
 CREATE TABLE IF NOT EXISTS diagnostics (
@@ -70,8 +75,33 @@ CREATE TABLE IF NOT EXISTS diagnostics (
 SEAL_KEY = "seal_key"
 """The meta key of the store's secret: 64 hex digits, made once by the first writer."""
 
-MIGRATIONS = {  # from schema version N to N + 1, in one write transaction
+
+def _metrics_as_counts(db: sqlite3.Connection) -> None:
+    """Schema 2 -> 3: the metrics table rebuilt with counts recovered from its fractions."""
+    from harness.recount import RecountError, recount
+
+    old = "metrics_before_counts"
+    db.execute(f"ALTER TABLE metrics RENAME TO {old}")
+    db.execute(SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS metrics") :].split(";")[0])
+    configs = {r[0]: json.loads(r[1]) for r in db.execute("SELECT run_id, config FROM runs")}
+    columns = ("run_id", "split", "length", "token_length", "n", "exact", "tokens", "tokens_right")
+    rows = db.execute(f"SELECT run_id, split, length, token_length, n, exact_match, token_accuracy FROM {old}")
+    for run_id, split, length, token_length, n, em, tok in rows.fetchall():
+        metric = {"split": split, "length": length, "token_length": token_length, "n": n}
+        try:
+            counted = recount({**metric, "exact_match": em, "token_accuracy": tok}, configs[run_id])
+        except (RecountError, KeyError) as e:
+            raise StoreError(f"run {run_id}: its metrics cannot be migrated to counts ({e}); nothing changed") from e
+        db.execute(
+            f"INSERT INTO metrics ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+            [run_id if c == "run_id" else counted[c] for c in columns],
+        )
+    db.execute(f"DROP TABLE {old}")
+
+
+MIGRATIONS: dict[int, list[Any]] = {  # from schema version N to N + 1, in one write transaction
     1: ["ALTER TABLE runs ADD COLUMN owner TEXT", "ALTER TABLE runs ADD COLUMN heartbeat REAL"],
+    2: [_metrics_as_counts],
 }
 
 
@@ -117,7 +147,10 @@ def create_schema(db: sqlite3.Connection, path: Path) -> None:
         raise StoreError(f"results store {path} has schema {version}, this pezoo reads {SCHEMA_VERSION}")
     for step in range(version, SCHEMA_VERSION):
         for statement in MIGRATIONS[step]:
-            db.execute(statement)
+            if callable(statement):
+                statement(db)
+            else:
+                db.execute(statement)
     db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
     db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (SEAL_KEY, secrets.token_hex(32)))
 
@@ -152,8 +185,9 @@ def metric_rows(record: RunRecord) -> list[dict[str, Any]]:
             "length": m.length,
             "token_length": m.token_length,
             "n": m.n,
-            "exact_match": m.exact_match,
-            "token_accuracy": m.token_accuracy,
+            "exact": m.exact,
+            "tokens": m.tokens,
+            "tokens_right": m.tokens_right,
         }
         for split, m in record.metrics
     ]
@@ -169,7 +203,10 @@ def record_of(
         config=run["config"],
         provenance=run["provenance"],
         metrics=tuple(
-            (m["split"], LengthMetrics(m["length"], m["token_length"], m["n"], m["exact_match"], m["token_accuracy"]))
+            (
+                m["split"],
+                LengthMetrics(m["length"], m["token_length"], m["n"], m["exact"], m["tokens"], m["tokens_right"]),
+            )
             for m in rows
         ),
         final_loss=run["final_loss"],

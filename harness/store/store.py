@@ -489,9 +489,9 @@ class Store:
             if diagnostics is not None:
                 db.execute("INSERT INTO diagnostics VALUES (?, ?)", (run_id, json.dumps(diagnostics, sort_keys=True)))
             db.executemany(
-                "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (run_id, split, m.length, m.token_length, m.n, m.exact_match, m.token_accuracy)
+                    (run_id, split, m.length, m.token_length, m.n, m.exact, m.tokens, m.tokens_right)
                     for split, m in metrics
                 ],
             )
@@ -550,7 +550,7 @@ class Store:
             [json.dumps(run[c], sort_keys=True) if c in ("config", "provenance") else run[c] for c in columns],
         )
         db.executemany(
-            "INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [(record.run_id, *m.values()) for m in metric_rows(record)],
         )
         if record.diagnostics is not None:
@@ -614,4 +614,16 @@ class Store:
         return json.loads(rows[0]["body"]) if rows else None
 
     def metrics(self, run_id: str) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._query("SELECT * FROM metrics WHERE run_id=? ORDER BY length", (run_id,))]
+        """The run's metrics rows, as counts (``exact``, ``tokens``, ``tokens_right``): a
+        store older than counts (schema 2, read without migrating it) has its fractions
+        recounted on the fly (``harness.recount``)."""
+        rows = [dict(r) for r in self._query("SELECT * FROM metrics WHERE run_id=? ORDER BY length", (run_id,))]
+        if rows and "exact" not in rows[0]:
+            from harness.recount import RecountError, recount
+
+            run = self.run(run_id)
+            try:
+                rows = [{"run_id": run_id, **recount(r, run["config"] if run else {})} for r in rows]
+            except (RecountError, KeyError) as e:
+                raise StoreError(f"run {run_id} in {self.path}: its metrics cannot be read as counts ({e})") from e
+        return rows

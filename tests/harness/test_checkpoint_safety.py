@@ -180,8 +180,8 @@ def _stride_zero_weight(payload):  # the right shape, but one float's bytes behi
 
 
 def _evaluation(**change):
-    row = {"length": 1, "n": 4, "token_length": 3.0, "exact_match": 0.5, "token_accuracy": 0.5}
-    return lambda p: p.update(evaluations=[[1, [["train", {**row, "trace_exact_match": None, **change}]]]])
+    row = {"length": 1, "n": 4, "token_length": 3.0, "exact": 2, "tokens": 4, "tokens_right": 2}
+    return lambda p: p.update(evaluations=[[1, [["train", {**row, "trace_exact": None, **change}]]]])
 
 
 DAMAGE = {
@@ -206,7 +206,7 @@ DAMAGE = {
     # the rest of the run would train at lr 50 under a record that says the config's 1e-3
     "optimizer settings": (_optimizer_settings, "optimiser group 0 has"),
     "no base_lr": (lambda p: p["optimizer"]["param_groups"][1].pop("base_lr"), "optimiser group 1 lacks base_lr"),
-    "exact match above 1": (_evaluation(exact_match=7.5), "exact_match is not in [0, 1]"),
+    "exact match above 1": (_evaluation(exact=7), "exact is not in 0..n"),
     "a scale not evaluated": (_evaluation(length=999), "scales the run does not evaluate"),
     "an int beyond floats": (_evaluation(token_length=10**400), "not a finite number"),
     # resuming NaN weights trains nothing: every later loss is NaN, the run diverges again
@@ -416,7 +416,7 @@ def no_training(*args, **kwargs):
 
 
 def rows(metrics):
-    return [(m["split"], m["length"], m["n"], m["exact_match"], m["token_accuracy"]) for m in metrics]
+    return [(m["split"], m["length"], m["n"], m["exact"], m["tokens_right"]) for m in metrics]
 
 
 @pytest.mark.parametrize(
@@ -479,7 +479,10 @@ def a_kept_result(tmp_path, cfg, key=KEY, **changes):
     """A kept result file of ``cfg`` (plausible numbers), with ``changes`` made to its JSON
     and sealed again with ``key``, so that the checks behind the seal are what refuses it."""
     samples = cfg.eval.samples
-    metrics = tuple((s, LengthMetrics(n, 2.0 * n, samples, 0.5, 0.75)) for s, n in evaluated_scales(cfg))
+    metrics = tuple(
+        (s, LengthMetrics(n, 2.0 * n, samples, samples // 2, 4 * samples, 3 * samples))
+        for s, n in evaluated_scales(cfg)
+    )
     numbers = {"final_loss": 0.25, "train_seconds": 3.0, "eval_seconds": 1.0, "n_params": {"total": 10, "pe": 0}}
     provenance = {"commit": "abc", "device": "cpu", "torch": "2", "pezoo": "0"}
     result = RunResult(cfg.run_id(), "finished", provenance, 1.0e9, metrics=metrics, **numbers)
@@ -512,8 +515,8 @@ def _metric(key, value):
 DIAGNOSTICS = {"version": 1, "scale": 0, "train_max": 0, "tokens": ["<img src=x onerror=alert(1)>"], "layers": []}
 
 TAMPERED = {
-    "exact match above 1": ({"metrics": _metric("exact_match", 1.5)}, "exact_match must be"),
-    "a string for a number": ({"metrics": _metric("token_accuracy", "0.5")}, "token_accuracy must be"),
+    "exact match above n": ({"metrics": _metric("exact", 10**6)}, "exact must be"),
+    "a string for a number": ({"metrics": _metric("tokens_right", "5")}, "tokens_right must be"),
     "another run": ({"run_id": "0123456789abcdef"}, "is run '0123456789abcdef''s"),
     "another config": ({"config": lambda b: {**b["config"], "seed": 1}}, "config that is not run"),
     "an extra field": ({"extra": 1}, "has fields"),

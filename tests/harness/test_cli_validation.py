@@ -145,7 +145,7 @@ def store_with_a_plugin_run(tmp_path):
 
 def finished(cfg) -> RunRecord:
     """A finished run of ``cfg`` as a store imports it (one test scale)."""
-    metrics = (("test", LengthMetrics(6, 9.0, 8, 0.5, 0.75)),)
+    metrics = (("test", LengthMetrics(6, 9.0, 8, 4, 8, 6)),)
     return RunRecord(cfg.run_id(), cfg.to_dict(), {"device": "cpu"}, metrics, final_loss=0.1, train_seconds=1.0,
                      eval_seconds=1.0, started_at=0.0, finished_at=1.0, n_params=10, pe_params=0)  # fmt: skip
 

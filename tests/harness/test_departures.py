@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import pezoo
 from harness.backbone import BackboneConfig
 from harness.pe_spec import model_options
-import pezoo
 from harness.protocols import departure_paper, departures, extra_input, paper_pe_options
 
 QUICK = BackboneConfig(d_model=128, n_layers=3, n_heads=4)

@@ -44,7 +44,7 @@ from harness.store import Owner, Store, StoreFullError
 def finished(job: Job) -> RunResult:
     Path(job.checkpoint).parent.mkdir(parents=True, exist_ok=True)
     Path(job.checkpoint).write_bytes(b"checkpoint")  # the driver removes it once recorded
-    metrics = ((("test", LengthMetrics(6, 9.0, 8, 0.25, 0.5))),)
+    metrics = ((("test", LengthMetrics(6, 9.0, 8, 2, 8, 4))),)
     return RunResult(
         job.run_id,
         "finished",
@@ -139,7 +139,7 @@ def test_driver_retries_lost_and_failed_attempts_and_records_the_last(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
         outcomes = run_sweep(executor, [a, b, c, d, e], store, retries=2, events=events)
         runs = {r["pe"]: r for r in store.runs()}
-        assert store.metrics(a.run_id())[0]["exact_match"] == 0.25
+        assert store.metrics(a.run_id())[0]["exact"] == 2
     assert {o.run_id: o.status for o in outcomes} == {
         a.run_id(): "finished",
         b.run_id(): "failed",
@@ -229,7 +229,7 @@ def test_a_run_finished_elsewhere_while_this_driver_trained_it_is_kept(tmp_path,
         with Store(tmp_path / "s.sqlite") as other:
             with sqlite3.connect(tmp_path / "s.sqlite") as db:  # the claim passes to them
                 db.execute("UPDATE runs SET owner=? WHERE run_id=?", (them.to_json(), job.run_id))
-            theirs = [("test", LengthMetrics(6, 9.0, 8, 1.0, 1.0))]
+            theirs = [("test", LengthMetrics(6, 9.0, 8, 8, 8, 8))]
             other.finish(job.run_id, theirs, final_loss=0.0, train_seconds=1.0, eval_seconds=1.0,
                          n_params={"total": 1, "pe": 0}, owner=them)  # fmt: skip
         return finished(job)
@@ -237,7 +237,7 @@ def test_a_run_finished_elsewhere_while_this_driver_trained_it_is_kept(tmp_path,
     with Store(tmp_path / "s.sqlite") as store:
         (outcome,) = run_sweep(Scripted({cfg.run_id(): [finished_by_them_meanwhile]}), [cfg], store)
         assert outcome.status == "cached"
-        assert store.metrics(cfg.run_id())[0]["exact_match"] == 1.0  # theirs, not ours (0.25)
+        assert store.metrics(cfg.run_id())[0]["exact"] == 8  # theirs, not ours (2 of 8)
         assert store.run(cfg.run_id())["final_loss"] == 0.0
     # the checkpoint our attempt wrote is of no use: the run is finished (it once stayed behind)
     assert not list((tmp_path / "checkpoints").iterdir())
@@ -280,7 +280,7 @@ def test_local_pool_sizing(monkeypatch):
 
 
 def metric_rows(store, run_id):
-    return [(m["split"], m["length"], m["exact_match"], m["token_accuracy"]) for m in store.metrics(run_id)]
+    return [(m["split"], m["length"], m["exact"], m["tokens_right"]) for m in store.metrics(run_id)]
 
 
 def single_threaded_reference(cfg, tmp_path):
@@ -292,7 +292,7 @@ def single_threaded_reference(cfg, tmp_path):
     finally:
         torch.set_num_threads(threads)
     assert result.status == "finished"
-    return [(s, m.length, m.exact_match, m.token_accuracy) for s, m in result.metrics], result.final_loss
+    return [(s, m.length, m.exact, m.tokens_right) for s, m in result.metrics], result.final_loss
 
 
 @pytest.mark.slow
@@ -577,7 +577,7 @@ def test_deaths_count_again_from_1_once_the_checkpoint_moved_on(tmp_path):
         assert store.claim(cfg, {}, step=50).deaths == 0  # our own claim: nobody died
         assert store.finish(
             cfg.run_id(),
-            [("test", LengthMetrics(6, 9.0, 8, 0.25, 0.5))],
+            [("test", LengthMetrics(6, 9.0, 8, 2, 8, 4))],
             final_loss=0.5,
             train_seconds=1.0,
             eval_seconds=1.0,

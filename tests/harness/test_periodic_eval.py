@@ -20,9 +20,13 @@ from harness.train import Checkpointing, build_model, restore, train
 def evaluation(train_em, test_em, test_tok=None):
     """An evaluation with one training scale (3) and one test scale per value in test_em."""
     test_tok = test_tok or [0.5] * len(test_em)
-    rows = [("train", LengthMetrics(3, 8.0, 10, train_em, train_em))]
+
+    def counts(em, tok):  # 10 examples, 100 tokens: the values are tenths and hundredths
+        return round(em * 10), 100, round(tok * 100)
+
+    rows = [("train", LengthMetrics(3, 8.0, 10, *counts(train_em, train_em)))]
     pairs = enumerate(zip(test_em, test_tok, strict=True))
-    rows += [("test", LengthMetrics(6 + i, 14.0, 10, em, tok)) for i, (em, tok) in pairs]
+    rows += [("test", LengthMetrics(6 + i, 14.0, 10, *counts(em, tok))) for i, (em, tok) in pairs]
     return tuple(rows)
 
 
@@ -47,7 +51,7 @@ def test_top3_averages_the_three_best_evaluations_per_length():
     assert got[7].exact_match == pytest.approx((0.9 + 0.4 + 0.3) / 3)
     assert got[7].token_accuracy == pytest.approx((0.91 + 0.41 + 0.31) / 3)
     assert got[3].exact_match == pytest.approx((1.0 + 0.9 + 0.6) / 3)
-    assert (got[6].n, got[6].token_length) == (10, 14.0)
+    assert (got[6].n, got[6].token_length) == (30, 14.0)  # the three picks' counts, summed
 
 
 def test_top3_with_fewer_evaluations_averages_what_there_is():
@@ -101,7 +105,7 @@ def weights_probe(model):
         torch.rand(100)  # must not disturb the training stream
         weights = round(sum(p.double().sum().item() for p in model.parameters()), 9)
         # an Evaluation as checkpoints keep them (of scale 1, which the run evaluates), its numbers the step and weights
-        return (("train", LengthMetrics(1, abs(weights), step, 0.0, 0.0)),)
+        return (("train", LengthMetrics(1, abs(weights), step, 0, step, 0)),)
 
     return evaluate
 

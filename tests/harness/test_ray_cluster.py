@@ -219,7 +219,7 @@ def reference_run(cfg: RunConfig, folder: Path) -> tuple[float | None, list[tupl
     finally:
         torch.set_num_threads(threads)
     assert result.status == "finished", result.error
-    rows = [(s, m.length, m.token_length, m.n, m.exact_match, m.token_accuracy) for s, m in result.metrics]
+    rows = [(s, m.length, m.token_length, m.n, m.exact, m.tokens, m.tokens_right) for s, m in result.metrics]
     return result.final_loss, sorted(rows, key=lambda r: r[1])
 
 
@@ -232,7 +232,7 @@ def checkpointed(folder: Path, run_id: str) -> int:
 
 
 def stored(store: Store, run_id: str) -> list[tuple]:
-    keys = ("split", "length", "token_length", "n", "exact_match", "token_accuracy")
+    keys = ("split", "length", "token_length", "n", "exact", "tokens", "tokens_right")
     return [tuple(m[k] for k in keys) for m in store.metrics(run_id)]
 
 

@@ -25,7 +25,10 @@ REPO = Path(__file__).resolve().parents[2]
 def a_record(seed: int = 0) -> RunRecord:
     cfg = preset_config("smoke", pe="rope", task="copy", seed=seed)
     samples = cfg.eval.samples
-    metrics = tuple((s, LengthMetrics(n, 2.0 * n + 3, samples, 0.5, 0.75)) for s, n in evaluated_scales(cfg))
+    metrics = tuple(
+        (s, LengthMetrics(n, 2.0 * n + 3, samples, samples // 2, 4 * samples, 3 * samples))
+        for s, n in evaluated_scales(cfg)
+    )
     return RunRecord(
         run_id=cfg.run_id(),
         config=json.loads(json.dumps(cfg.to_dict())),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pandas as pd
 
 from harness.report import LEGEND, leaderboard_tables, per_seed_summary
@@ -19,8 +21,8 @@ def frame(pe: str, seed: int, em: dict[int, float], train_max: int = 2) -> list[
 def test_per_seed_numbers():
     df = pd.DataFrame(frame("a", 0, {1: 1.0, 2: 0.8, 3: 0.95, 4: 0.5, 5: 0.0}))
     row = per_seed_summary(df).iloc[0]
-    assert row["in-dist"] == 0.9
-    assert row["EM>N"] == (0.95 + 0.5 + 0.0) / 3
+    assert row["in-dist"] == Fraction(9, 10)  # exact: (1.0 + 0.8) / 2
+    assert row["EM>N"] == Fraction(29, 60)  # (0.95 + 0.5 + 0.0) / 3, exactly
     assert row["2N"] == 0.5  # exact match at scale 2N = 4
     assert row["reach"] == 3  # counted from N+1 = 3: the slip at scale 2 does not matter
     assert not row["fits"]  # EM<=N 0.9 < 0.95

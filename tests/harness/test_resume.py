@@ -27,7 +27,7 @@ def bench(store, *extra, **kw):
 
 def metrics(store):
     df = load(store).sort_values("length")
-    return df[["length", "exact_match", "token_accuracy"]].to_dict("records")
+    return df[["length", "exact", "tokens", "tokens_right"]].to_dict("records")
 
 
 @pytest.mark.slow

@@ -51,7 +51,7 @@ WRITER = textwrap.dedent(
         for seed in range(25):
             cfg = preset_config("smoke", pe="rope", task="copy", seed=1000 * worker + seed)
             run_id = store.start(cfg, {"commit": "test"})
-            metrics = [("test", LengthMetrics(n, float(n), 4, 0.5, 0.5)) for n in range(1, 9)]
+            metrics = [("test", LengthMetrics(n, float(n), 4, 2, 4, 2)) for n in range(1, 9)]
             store.finish(run_id, metrics, final_loss=0.1, train_seconds=1.0, eval_seconds=1.0,
                          n_params={"total": 1, "pe": 0})
     """

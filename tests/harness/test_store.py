@@ -38,7 +38,7 @@ from harness.store import (
 )
 
 # the smoke preset evaluates 8 samples per scale
-METRICS = [("train" if n <= 5 else "test", LengthMetrics(n, float(n), 8, 0.5, 0.25)) for n in range(1, 9)]
+METRICS = [("train" if n <= 5 else "test", LengthMetrics(n, float(n), 8, 4, 8, 2)) for n in range(1, 9)]
 PROVENANCE = {"commit": "t", "device": "cpu", "torch": "t", "pezoo": "p"}
 DONE = {"final_loss": 0.1, "train_seconds": 1.0, "eval_seconds": 1.0, "n_params": {"total": 1, "pe": 0}}
 
@@ -294,7 +294,7 @@ def test_a_schema_1_store_is_read_as_it_is_and_migrated_by_a_writer(tmp_path):
         assert store.status(run_id) == "finished" and len(store.metrics(run_id)) == 8
         assert store.claim(smoke(), {"commit": "new"}).status == "finished"
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("2",)
+        assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("3",)
         columns = [r[1] for r in db.execute("PRAGMA table_info(runs)")]
     assert columns[-2:] == ["owner", "heartbeat"]
     assert load(path).equals(df)
@@ -459,7 +459,7 @@ def test_a_full_disk_is_a_typed_error_and_writes_nothing(tmp_path):
         store.start(cfg, {"commit": "t"})
         pages = store._db.execute("PRAGMA page_count").fetchone()[0]
         store._db.execute(f"PRAGMA max_page_count={pages}")  # SQLite then fails writes as on a full disk
-        big = [("test", LengthMetrics(n, float(n), 4, 0.5, 0.25)) for n in range(1, 2000)]
+        big = [("test", LengthMetrics(n, float(n), 4, 2, 4, 1)) for n in range(1, 2000)]
         with pytest.raises(StoreFullError, match="disk is full"):
             store.finish(cfg.run_id(), big, **DONE)
         assert store.status(cfg.run_id()) == "running" and store.metrics(cfg.run_id()) == []

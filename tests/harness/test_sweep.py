@@ -160,7 +160,7 @@ def test_labels_name_only_what_varies():
 def finish(store, cfg, train_seconds, eval_seconds=0.0, device="cpu:test x1 threads"):
     """Record a finished run of ``cfg`` in ``store`` with the given timings (also used by other sweep tests)."""
     run_id = store.start(cfg, {"commit": "t", "device": device})
-    metrics = [("test", LengthMetrics(n, float(n), 4, 0.5, 0.5)) for n in cfg.test_lengths()]
+    metrics = [("test", LengthMetrics(n, float(n), 4, 2, 4, 2)) for n in cfg.test_lengths()]
     store.finish(
         run_id,
         metrics,

@@ -255,7 +255,7 @@ OLD, HERE = "Old CPU (torch CPU kernels: AVX2)", "New CPU (torch CPU kernels: AV
 def finish_on(store, cfg, train_seconds, cpu):
     """``finish`` with the CPU recorded, as runs do since provenance records it."""
     run_id = store.start(cfg, {"commit": "t", "device": "cpu:x86_64 x1 threads", "cpu": cpu})
-    metrics = [("test", LengthMetrics(n, float(n), 4, 0.5, 0.5)) for n in cfg.test_lengths()]
+    metrics = [("test", LengthMetrics(n, float(n), 4, 2, 4, 2)) for n in cfg.test_lengths()]
     params = {"total": 1, "pe": 0}
     store.finish(run_id, metrics, final_loss=0.1, train_seconds=train_seconds, eval_seconds=0.0, n_params=params)
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Mapping
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +113,15 @@ def make_record(
     train_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A valid results record with chosen per-length metrics (not from a real run: for the
-    board's arithmetic and the validator, where the numbers must be known in advance)."""
+    board's arithmetic and the validator, where the numbers must be known in advance).
+
+    The metrics are kept as counts (results schema 2): each scale is over
+    ``COUNT_SAMPLES`` examples and as many scored tokens, so a value with up to four
+    decimals is exactly ``count / COUNT_SAMPLES``; a value given as a ``Fraction`` must be
+    a count over that too."""
     test_max = max(em)
+    eval_options = {"samples": COUNT_SAMPLES, **(eval_options or {})}
+    samples = int(eval_options["samples"])
     cfg = preset_config(
         "smoke",
         pe=pe,
@@ -131,7 +139,7 @@ def make_record(
     run_id = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
     tok = tok or {n: min(1.0, v + 0.05) for n, v in em.items()}
     record = {
-        "schema_version": 1,
+        "schema_version": 2,
         "run_id": run_id,
         "pe": pe,
         "task": task,
@@ -153,15 +161,28 @@ def make_record(
                 "split": "train" if n <= train_max else "test",
                 "length": n,
                 "token_length": float(2 * n + 3),
-                "n": 8,
-                "exact_match": em[n],
-                "token_accuracy": tok[n],
+                "n": samples,
+                "exact": _count(em[n], samples),
+                "tokens": samples,
+                "tokens_right": _count(tok[n], samples),
             }
             for n in sorted(em)
         ],
     }
     record["checksum"] = sha256_of_canonical(record)
     return record
+
+
+COUNT_SAMPLES = 10_000
+"""Examples (and scored tokens) per scale in :func:`make_record`'s records."""
+
+
+def _count(value: Any, total: int) -> int:
+    """``value × total`` as the whole count it must be (a fixture's numbers are chosen so)."""
+    count = round(Fraction(value) * total) if isinstance(value, Fraction) else round(value * total)
+    if abs(float(value) * total - count) > 1e-6:
+        raise ValueError(f"{value!r} is not a count over {total}")
+    return count
 
 
 def write_jsonl(path: Path, records: list[Mapping[str, Any]]) -> Path:

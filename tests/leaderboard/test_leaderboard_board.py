@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -166,7 +167,7 @@ def test_curves_mean_and_band():
     rope = next(c for c in table.curves if c.label == "rope")
     assert rope.lengths == tuple(range(1, 8)) and rope.splits == ("train",) * 3 + ("test",) * 4
     k = rope.lengths.index(5)
-    assert rope.exact_match[k].mean == pytest.approx((0.5 + 0.9) / 2)
+    assert rope.exact_match[k].mean == Fraction(7, 10)  # (0.5 + 0.9) / 2, exactly
     assert rope.exact_match_band[k] == (0.5, 0.9)
     assert rope.token_lengths[k] == 2 * 5 + 3 and rope.seeds == (0, 1)
 
@@ -244,7 +245,7 @@ def test_provenance_flags_everything_but_a_gpu_board_on_gpus():
 def test_stat_text_matches_the_terminal_format():
     assert rows.Stat.of([0.5]).text() == "0.50"
     assert rows.Stat.of([0.1, 0.9]).text() == "0.50 (0.10–0.90)"
-    assert rows.Stat.of([4, 5]).text(0) == "4 (4–5)"  # round half to even, like the terminal's f-strings
+    assert rows.Stat.of([4, 5]).text(0) == "5 (4–5)"  # half up on the exact mean 4.5 (harness.counts.ROUNDING_RULE)
     assert rows.Stat.of([0.501, 0.499]).text() == "0.50"  # seeds that agree to the digits shown: one number
     assert rows.Stat.of([]).text() == "-" and rows.Stat.of([]).sort_value() == ""
 

@@ -3,6 +3,7 @@ further, a new row beside an old one, and a table extended after it replaced an 
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 from leaderboard_fixtures import make_record as _make_record
@@ -194,7 +195,7 @@ def test_the_grid_leaves_a_task_where_nothing_extrapolates_out_of_its_mean_and_v
     grid = ov.overview(board, "board")
     assert grid.null == ["odds_first"] and grid.counted == ["copy"] and "odds_first" not in grid.mean_title()
     by = {r.label: r for r in grid.rows}
-    assert by["nope"].score == 0.025  # copy's EM>N alone; before, the mean with odds_first's 0.2: 0.1125
+    assert by["nope"].score == Fraction(1, 40)  # copy's EM>N alone; before, the mean with odds_first's 0.2: 0.1125
     assert all(not ov.is_variant(r.label) for r in grid.rows) and [ov.is_variant(r.label) for r in grid.variants] == [
         True
     ]

@@ -58,10 +58,10 @@ def test_records_copy_the_store_faithfully(smoke_store, smoke_results):
             assert rec["params"] == {"total": run["n_params"], "pe": run["pe_params"]}
             assert rec["final_loss"] == run["final_loss"] and rec["timings"]["finished_at"] == run["finished_at"]
             rows = store.metrics(run["run_id"])
-            keys = ("length", "split", "exact_match", "token_accuracy", "n")
+            keys = ("length", "split", "exact", "tokens", "tokens_right", "n")
             assert [tuple(m[k] for k in keys) for m in rec["metrics"]] == [tuple(m[k] for k in keys) for m in rows]
             assert rec["checksum"] == sha256_of_canonical(rec)
-            assert rec["schema_version"] == 1 and rec["provenance"]["torch"] and rec["provenance"]["commit"]
+            assert rec["schema_version"] == 2 and rec["provenance"]["torch"] and rec["provenance"]["commit"]
 
 
 def test_exporting_again_adds_nothing_and_touches_nothing(smoke_store, smoke_results, tmp_path):
@@ -106,7 +106,7 @@ def test_a_malformed_published_file_blocks_the_export(smoke_store, smoke_results
     out = tmp_path / "results"
     shutil.copytree(smoke_results, out)
     victim = sorted(out.glob("*.jsonl"))[0]
-    victim.write_text(victim.read_text().replace('"exact_match":0.0', '"exact_match":1.0', 1))
+    victim.write_text(re.sub(r'"exact":(\d+)', lambda m: f'"exact":{int(m[1]) ^ 1}', victim.read_text(), count=1))
     before = _lines(out)
     with pytest.raises(ResultsError, match=f"{victim}:1: checksum mismatch"):
         export(smoke_store, out)

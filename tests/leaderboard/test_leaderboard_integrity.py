@@ -408,8 +408,9 @@ def test_every_number_of_a_record_is_range_checked(edit, field):
 
 
 def _metric(length: int, split: str, em: float = 1.0, n: int = 8) -> dict[str, Any]:
-    return {"split": split, "length": length, "token_length": 2.0 * length + 3, "n": n, "exact_match": em,
-            "token_accuracy": em}  # fmt: skip
+    right = round(em * n)
+    return {"split": split, "length": length, "token_length": 2.0 * length + 3, "n": n, "exact": right,
+            "tokens": n, "tokens_right": right}  # fmt: skip
 
 
 def test_a_metric_at_a_scale_the_config_does_not_evaluate_fails_check(tmp_path):
@@ -433,7 +434,7 @@ def test_a_record_keeping_only_some_scales_fails_check_and_is_not_ranked(tmp_pat
 
 def test_a_metric_over_another_sample_count_fails_check():
     record = make_record("rope", "copy", 0, EM, train_max=2)  # eval.samples 8
-    record["metrics"][2]["n"] = 3
+    record["metrics"][2].update(n=3, exact=1, tokens=3, tokens_right=1)
     problems = validate_record(_resealed(record))
     assert any("eval.samples" in p for p in problems), problems
 

@@ -83,8 +83,8 @@ def _edit(path: str, value):
 @pytest.mark.parametrize(
     ("edit", "reason"),
     [
-        (_edit("schema_version", 2), "newer than this pezoo reads"),
-        (_edit("schema_version", "1"), "schema_version must be 1"),
+        (_edit("schema_version", 3), "newer than this pezoo reads"),
+        (_edit("schema_version", "2"), "schema_version must be 2"),
         (_edit("status", "failed"), "status must be 'finished'"),
         (_edit("seed", 3), "seed is 3 but config.seed is 0"),
         (_edit("pe", "alibi"), "pe is 'alibi' but config.pe is 'rope'"),
@@ -95,8 +95,8 @@ def _edit(path: str, value):
         (_edit("params.total", -1), "params.total must be"),
         (_edit("timings.finished_at", 1.0), "finished_at is before started_at"),
         (_edit("final_loss", "low"), "final_loss must be"),
-        (_edit("metrics.2.exact_match", 1.5), "metrics[2].exact_match must be"),
-        (_edit("metrics.2.exact_match", True), "metrics[2].exact_match must be"),
+        (_edit("metrics.2.exact", 10**9), "metrics[2].exact must be at most"),
+        (_edit("metrics.2.exact", True), "metrics[2].exact must be an integer"),
         (_edit("metrics.0.split", "test"), "length 1 is marked 'test' but train_max is 3"),
         (_edit("metrics.5.length", 2), "sorted by length, each length once"),
         (_edit("metrics.1.n", 0), "metrics[1].n must be an integer >= 1"),
@@ -113,14 +113,14 @@ def test_each_malformation_is_named(edit, reason):
 
 def test_an_edited_value_breaks_the_checksum():
     rec = good()
-    rec["metrics"][4]["exact_match"] = 1.0  # a hand edit that is otherwise well-formed
+    rec["metrics"][4]["exact"] = rec["metrics"][4]["n"]  # a hand edit that is otherwise well-formed
     problems = validate_record(rec)
     assert problems == ["checksum mismatch: the line was edited after export (re-export it from the store)"]
 
 
 def test_file_errors_carry_path_and_line(tmp_path):
     a, b = good(), make_record("nope", "copy", 1, EM, train_max=3)
-    b["metrics"][3]["token_accuracy"] = 0.99  # edited by hand
+    b["metrics"][3]["tokens_right"] -= 1  # edited by hand
     path = write_jsonl(tmp_path / "r.jsonl", [a, b])
     with pytest.raises(ResultsError) as info:
         read_results(tmp_path)

@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import statistics
+from fractions import Fraction
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -18,6 +19,7 @@ from html_structure import parse_html
 from leaderboard_fixtures import RUNS, make_record, write_jsonl
 
 from harness.cli import main
+from harness.counts import fixed
 from leaderboard.site import build
 
 pytestmark = pytest.mark.slow  # built from the real tiny bench (a few seconds, once per session)
@@ -127,21 +129,26 @@ def _published(smoke_site: Path) -> list[dict]:
 def test_numbers_on_the_page_are_the_published_ones(smoke_site):
     """rope on copy (preset smoke): the per-token accuracy beyond training, computed here from the JSON."""
     recs = [r for r in _published(smoke_site) if (r["pe"], r["task"], r["preset"]) == ("rope", "copy", "smoke")]
-    per_seed = [statistics.mean(m["token_accuracy"] for m in r["metrics"] if m["split"] == "test") for r in recs]
+    per_seed = [
+        statistics.mean(Fraction(m["tokens_right"], m["tokens"]) for m in r["metrics"] if m["split"] == "test")
+        for r in recs
+    ]
     mean, lo, hi = statistics.mean(per_seed), min(per_seed), max(per_seed)
-    expected = f"{mean:.2f}" + (f" ({lo:.2f}–{hi:.2f})" if f"{lo:.2f}" != f"{hi:.2f}" else "")  # mean (min–max)
+    two = [fixed(v, 2) for v in (mean, lo, hi)]  # rounded half up on the exact value
+    expected = two[0] + (f" ({two[1]}–{two[2]})" if two[1] != two[2] else "")  # mean (min–max)
     page = parse_html((smoke_site / "tasks" / "copy.html").read_text())
     ranking = page.find("table", cls="ranking", data_preset_table="smoke")
     row = next(tr for tr in ranking.body_rows() if tr.find("a").text == "rope")
     cells = row.cells()  # rank, encoding, EM<=N, EM>N, reach, tok>N, tok<=N, seeds
     assert cells[5] == expected
-    assert row.find_all("td")[5].attrs["data-sort"] == f"{mean:.6f}"
+    assert row.find_all("td")[5].attrs["data-sort"] == fixed(mean, 6)
     assert cells[-1] == f"{sum(fits(r) for r in recs)}/{len(recs)} fit"
 
 
 def fits(record: dict) -> bool:
     """The fit rule, written out: mean exact match over the training scales at least 0.95."""
-    return statistics.mean(m["exact_match"] for m in record["metrics"] if m["split"] == "train") >= 0.95
+    train = [Fraction(m["exact"], m["n"]) for m in record["metrics"] if m["split"] == "train"]
+    return statistics.mean(train) >= Fraction(95, 100)
 
 
 def test_task_page_has_curves_table_format_and_label(smoke_site):
@@ -204,7 +211,7 @@ def test_a_malformed_results_file_fails_the_build_with_path_and_reason(smoke_sit
     results = tmp_path / "results"
     shutil.copytree(smoke_site.parent / "results", results)
     victim = sorted(results.glob("*.jsonl"))[-1]
-    victim.write_text(victim.read_text() + '{"schema_version": 1, "pe": "rope"}\n')
+    victim.write_text(victim.read_text() + '{"schema_version": 2, "pe": "rope"}\n')
     result = CliRunner().invoke(main, ["leaderboard", "build", "--results", str(results), "--out", str(tmp_path / "s")])
     assert result.exit_code == 1
     line = len(victim.read_text().splitlines())
