@@ -187,15 +187,29 @@ LM_PRESETS: dict[str, dict[str, Any]] = {
     # Issue 52's protocol: a ~0.8M-parameter byte-level decoder trained at L = 256.
     "lm": {
         "backbone": {"d_model": 128, "n_layers": 4, "n_heads": 4},
-        "train": {"steps": 4000, "batch_size": 16, "lr": 1e-3, "warmup": 200, "train_min": 256, "train_max": 256,
-                  "precision": "bf16"},  # fmt: skip
+        "train": {
+            "steps": 4000,
+            "batch_size": 16,
+            "lr": 1e-3,
+            "warmup": 200,
+            "train_min": 256,
+            "train_max": 256,
+            "precision": "bf16",
+        },
         "eval": {"lengths": (256, 512, 1024, 2048, 4096), "regions": 8},
     },
     # The same, tested to 16,384 (the papers' longest; about 4x the evaluation time).
     "lm_long": {
         "backbone": {"d_model": 128, "n_layers": 4, "n_heads": 4},
-        "train": {"steps": 4000, "batch_size": 16, "lr": 1e-3, "warmup": 200, "train_min": 256, "train_max": 256,
-                  "precision": "bf16"},  # fmt: skip
+        "train": {
+            "steps": 4000,
+            "batch_size": 16,
+            "lr": 1e-3,
+            "warmup": 200,
+            "train_min": 256,
+            "train_max": 256,
+            "precision": "bf16",
+        },
         "eval": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "regions": 4},
     },
     # Seconds: for tests and smoke checks; learns little.
@@ -242,7 +256,10 @@ def lm_preset_config(
     cfg = LmConfig.from_dict({"pe": spec.name, "task": task, "seed": seed, "preset": preset, **sections})
     name, options = resolve_pe(spec.trained, task=task, backbone=cfg.backbone)
     cfg = dataclasses.replace(cfg, pe=name, pe_options=options)
-    preflight_build(name, options, cfg.backbone)  # an unknown name or option fails here, before any run
+    try:  # an unknown name or option fails here, before any run
+        preflight_build(name, options, cfg.backbone)
+    except KeyError as exc:  # pezoo's UnknownNameError, with its suggestions
+        raise ValueError(str(exc.args[0]) if exc.args else str(exc)) from None
     if spec.eval_options:
         check_eval_options(name, options, spec.eval_options, cfg.backbone, str(spec))
         cfg = dataclasses.replace(cfg, eval_pe_options=dict(spec.eval_options))

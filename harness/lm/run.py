@@ -46,7 +46,9 @@ papers fine-tune at a small constant rate: PI §3.1 2e-5 after pre-training at 3
 Notice = Callable[[str], None]
 
 
-def build_lm_model(cfg: LmConfig, options: dict[str, Any] | None = None, device: torch.device | str = "cpu") -> Backbone:
+def build_lm_model(
+    cfg: LmConfig, options: dict[str, Any] | None = None, device: torch.device | str = "cpu"
+) -> Backbone:
     """The backbone of ``cfg`` (encoding options ``options``, default the trained ones), initialised from the seed."""
     torch.manual_seed(cfg.seed)
     b = cfg.backbone
@@ -108,9 +110,18 @@ def train_steps(
         done = step + 1
         if checkpoint is not None and done % CHECKPOINT_EVERY == 0 and done < steps:
             seconds = elapsed + time.perf_counter() - start
-            _save(checkpoint, {"run_id": cfg.run_id(), "step": done, "loss": loss_value, "seconds": seconds,
-                               "model": model.state_dict(), "optimizer": opt.state_dict(),
-                               "torch_rng": torch.get_rng_state()})  # fmt: skip
+            _save(
+                checkpoint,
+                {
+                    "run_id": cfg.run_id(),
+                    "step": done,
+                    "loss": loss_value,
+                    "seconds": seconds,
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "torch_rng": torch.get_rng_state(),
+                },
+            )
     return loss_value, elapsed + time.perf_counter() - start, steps - first
 
 
@@ -152,21 +163,41 @@ def run_lm(
         if cfg.finetune_steps:
             windows = TrainingWindows(train_docs, cfg.finetune_length)
             tuned = _replace_train(cfg, steps=cfg.finetune_steps, length=cfg.finetune_length)
-            final_loss, seconds, steps = train_steps(tuned, model, windows, device, steps=cfg.finetune_steps,
-                                                     lr_scale=FINETUNE_LR_RATIO, checkpoint=store.checkpoint(run_id),
-                                                     notice=notice)  # fmt: skip
+            final_loss, seconds, steps = train_steps(
+                tuned,
+                model,
+                windows,
+                device,
+                steps=cfg.finetune_steps,
+                lr_scale=FINETUNE_LR_RATIO,
+                checkpoint=store.checkpoint(run_id),
+                notice=notice,
+            )
     else:
         windows = TrainingWindows(train_docs, cfg.length)
         model = build_lm_model(cfg, device=device)
-        final_loss, seconds, steps = train_steps(cfg, model, windows, device, steps=cfg.train.steps,
-                                                 checkpoint=store.checkpoint(run_id), notice=notice)  # fmt: skip
+        final_loss, seconds, steps = train_steps(
+            cfg, model, windows, device, steps=cfg.train.steps, checkpoint=store.checkpoint(run_id), notice=notice
+        )
         _save(store.weights(run_id), {"run_id": run_id, "final_loss": final_loss, "model": model.state_dict()})
     t0 = time.perf_counter()
     precision = evaluation_precision(cfg.eval.precision, cfg.train.precision)
-    scores = evaluate_lengths(model, regions, cfg.eval.lengths, cfg.eval.tail, chunk=cfg.eval.chunk,
-                              batch_size=cfg.eval.batch_size, precision=precision, device=device, seed=cfg.seed,
-                              report=report)  # fmt: skip
-    n_params = {"total": sum(p.numel() for p in model.parameters()), "pe": sum(p.numel() for p in model.pe.parameters())}
+    scores = evaluate_lengths(
+        model,
+        regions,
+        cfg.eval.lengths,
+        cfg.eval.tail,
+        chunk=cfg.eval.chunk,
+        batch_size=cfg.eval.batch_size,
+        precision=precision,
+        device=device,
+        seed=cfg.seed,
+        report=report,
+    )
+    n_params = {
+        "total": sum(p.numel() for p in model.parameters()),
+        "pe": sum(p.numel() for p in model.pe.parameters()),
+    }
     record = LmRecord(cfg, tuple(scores), final_loss, steps, seconds, time.perf_counter() - t0, n_params, prov)
     store.add(record)
     store.checkpoint(run_id).unlink(missing_ok=True)
@@ -176,8 +207,9 @@ def run_lm(
 def _replace_train(cfg: LmConfig, *, steps: int, length: int) -> LmConfig:
     import dataclasses
 
-    train = dataclasses.replace(cfg.train, steps=steps, warmup=min(cfg.train.warmup, steps // 10),
-                                train_min=length, train_max=length)  # fmt: skip
+    train = dataclasses.replace(
+        cfg.train, steps=steps, warmup=min(cfg.train.warmup, steps // 10), train_min=length, train_max=length
+    )
     return dataclasses.replace(cfg, train=train)
 
 
@@ -204,8 +236,11 @@ def sweep_lm(
             continue
         outcomes[run_id] = "finished"
         done.add(run_id)
-        at = ", ".join(f"{s.length}: {s.bpb:.3f}" if s.bpb is not None else f"{s.length}: -" for s in record.scores
-                       if s.mode == "windows")  # fmt: skip
+        at = ", ".join(
+            f"{s.length}: {s.bpb:.3f}" if s.bpb is not None else f"{s.length}: -"
+            for s in record.scores
+            if s.mode == "windows"
+        )
         sps = record.seconds_per_step
         notice(f"{label}: bpb {at}; {sps:.3f} s/step" if sps else f"{label}: bpb {at}")
     return outcomes
