@@ -184,7 +184,9 @@ class LmConfig:
 
 
 LM_PRESETS: dict[str, dict[str, Any]] = {
-    # Issue 52's protocol: a ~0.8M-parameter byte-level decoder trained at L = 256.
+    # Issue 52's protocol: a ~0.8M-parameter byte-level decoder trained at L = 256. float32:
+    # on a CPU without bf16 units (AVX2 only, as the board's machine) bf16 autocast is far
+    # slower (benchmarks/lm_cost.py); on a GPU run it with --precision bf16.
     "lm": {
         "backbone": {"d_model": 128, "n_layers": 4, "n_heads": 4},
         "train": {
@@ -194,7 +196,6 @@ LM_PRESETS: dict[str, dict[str, Any]] = {
             "warmup": 200,
             "train_min": 256,
             "train_max": 256,
-            "precision": "bf16",
         },
         "eval": {"lengths": (256, 512, 1024, 2048, 4096), "regions": 8},
     },
@@ -208,7 +209,6 @@ LM_PRESETS: dict[str, dict[str, Any]] = {
             "warmup": 200,
             "train_min": 256,
             "train_max": 256,
-            "precision": "bf16",
         },
         "eval": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "regions": 4},
     },
@@ -222,7 +222,7 @@ LM_PRESETS: dict[str, dict[str, Any]] = {
 """The LM track's presets, as data (the ``lm`` preset is the board's)."""
 
 LM_PRESET_DESCRIPTIONS = {
-    "lm": "LM track: byte-level d128 x 4 layers x 4 heads, 4000 steps of 16 x 256 bytes (bf16), bpb at 256..4096",
+    "lm": "LM track: byte-level d128 x 4 layers x 4 heads, 4000 steps of 16 x 256 bytes, bpb at 256..4096",
     "lm_long": "the lm preset tested to 16,384 bytes",
     "lm_smoke": "seconds per run, for tests and smoke checks of the LM track; learns little",
 }
