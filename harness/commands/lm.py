@@ -155,9 +155,8 @@ def show_cmd(store_path) -> None:
     for r in records:
         c = r.config
         sps = f"{r.seconds_per_step:.3f} s/step" if r.seconds_per_step else "no training"
-        click.echo(
-            f"{c.task} {c.pe}{_options(c)} seed {c.seed}: {_show(r)}; {sps}; corpus {r.provenance['corpus_sha256'][:12]}"
-        )
+        corpus = r.provenance["corpus_sha256"][:12]
+        click.echo(f"{c.task} {c.pe}{_options(c)} seed {c.seed}: {_show(r)}; {sps}; corpus {corpus}")
 
 
 @lm.command("export")

@@ -86,8 +86,9 @@ def hf_scores(
     chunk: int = 512,
 ) -> list[LengthScore]:
     """Bits-per-byte scores of the model in ``model_dir`` with encoding ``spec``, per (mode, length)."""
-    import pezoo.hf
     from transformers import AutoModelForCausalLM
+
+    import pezoo.hf
 
     lengths = sorted(lengths)
     if any(lengths[-1] % s for s in lengths):
