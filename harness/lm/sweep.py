@@ -3,17 +3,12 @@ and tasks, read into ``LmConfig`` s in the order they run (seed-major, trained r
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.lm.config import LmConfig, lm_preset_config
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - the project runs on 3.11+
-    import tomli as tomllib
+from harness.reading import TOML_LIMIT, parse_toml, read_text
 
 __all__ = ["SWEEP_KEYS", "load_lm_sweep", "sweep_configs"]
 
@@ -52,10 +47,11 @@ def sweep_configs(table: Mapping[str, Any], *, tasks: Sequence[str] | None = Non
 def load_lm_sweep(path: str | Path, *, tasks: Sequence[str] | None = None) -> list[LmConfig]:
     """The configs of the sweep file at ``path`` (ValueError naming the file on a bad one)."""
     try:
-        with open(path, "rb") as f:
-            table = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        table = parse_toml(read_text(Path(path), TOML_LIMIT))
+    except OSError as exc:
         raise ValueError(f"{path}: {exc}") from None
+    except ValueError as exc:  # FileReadError names the path itself
+        raise ValueError(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
     try:
         return sweep_configs(table, tasks=tasks)
     except (ValueError, TypeError) as exc:

@@ -121,3 +121,25 @@ def test_a_spoilt_record_is_refused(record_line, spoil, message):
     spoil(d)
     with pytest.raises(ValueError, match=message):
         LmRecord.from_dict(d)
+
+
+def test_the_lm_sweep_file_runs_seed_major_with_variants_after_the_trained_runs():
+    from pathlib import Path
+
+    from harness.lm.sweep import load_lm_sweep
+
+    configs = load_lm_sweep(Path(__file__).parents[3] / "leaderboard" / "lm.toml", tasks=["lm_en"])
+    trained = [c for c in configs if not c.is_variant]
+    assert configs[: len(trained)] == trained  # every trained run before any variant
+    assert [c.seed for c in trained] == sorted(c.seed for c in trained)
+    assert {c.task for c in configs} == {"lm_en"} and len({c.run_id() for c in configs}) == len(configs)
+    assert all(c.finetune_length == 4 * c.length for c in configs if c.finetune_steps)
+    randomized = next(c for c in trained if c.pe == "randomized")
+    assert randomized.pe_options["max_length"] >= 4 * c.eval.lengths[-1]
+
+
+def test_an_unknown_sweep_key_is_refused():
+    from harness.lm.sweep import sweep_configs
+
+    with pytest.raises(ValueError, match="unknown LM sweep key"):
+        sweep_configs({"pes": ["alibi"]})
