@@ -135,7 +135,7 @@ def test_the_lm_sweep_file_runs_seed_major_with_variants_after_the_trained_runs(
     assert {c.task for c in configs} == {"lm_en"} and len({c.run_id() for c in configs}) == len(configs)
     assert all(c.finetune_length == 4 * c.length for c in configs if c.finetune_steps)
     randomized = next(c for c in trained if c.pe == "randomized")
-    assert randomized.pe_options["max_length"] >= 4 * c.eval.lengths[-1]
+    assert randomized.pe_options["max_length"] >= 4 * randomized.eval.lengths[-1]
 
 
 def test_an_unknown_sweep_key_is_refused():
