@@ -2,7 +2,7 @@
 
 pezoo lm corpus [en|code]                       fetch, pin and describe a corpus
 pezoo lm bench --pe alibi,rope --task lm_en     train and score runs into a store
-pezoo lm sweep leaderboard/lm.toml --task lm_en a sweep file's runs
+pezoo lm sweep leaderboard/lm/sweep.toml --task lm_en a sweep file's runs
 pezoo lm show --store DIR                       the bpb-vs-length table of a store
 pezoo lm export --store DIR                     its records as a results file for the board
 pezoo lm hf MODEL_DIR --pe alibi                your own Hugging Face model, scored the same way
@@ -116,7 +116,7 @@ def _report(outcomes: dict[str, str]) -> None:
 @click.option("--device", default="auto", show_default=True)
 @click.option("--plan", is_flag=True, help="List the runs and which the store holds; run nothing.")
 def sweep_cmd(file, tasks, store_path, device, plan) -> None:
-    """Run an LM sweep file (leaderboard/lm.toml): trained runs seed-major, then RoPE's variants."""
+    """Run an LM sweep file (leaderboard/lm/sweep.toml): trained runs seed-major, then RoPE's variants."""
     try:
         configs = load_lm_sweep(file, tasks=tasks or None)
         dev = resolve_device(device)

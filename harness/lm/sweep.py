@@ -1,4 +1,4 @@
-"""LM sweep files (``leaderboard/lm.toml``): encodings, variants, fine-tuned variants, seeds
+"""LM sweep files (``leaderboard/lm/sweep.toml``): encodings, variants, fine-tuned variants, seeds
 and tasks, read into ``LmConfig`` s in the order they run (seed-major, trained runs first)."""
 
 from __future__ import annotations

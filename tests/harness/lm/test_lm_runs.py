@@ -128,7 +128,7 @@ def test_the_lm_sweep_file_runs_seed_major_with_variants_after_the_trained_runs(
 
     from harness.lm.sweep import load_lm_sweep
 
-    configs = load_lm_sweep(Path(__file__).parents[3] / "leaderboard" / "lm.toml", tasks=["lm_en"])
+    configs = load_lm_sweep(Path(__file__).parents[3] / "leaderboard" / "lm" / "sweep.toml", tasks=["lm_en"])
     trained = [c for c in configs if not c.is_variant]
     assert configs[: len(trained)] == trained  # every trained run before any variant
     assert [c.seed for c in trained] == sorted(c.seed for c in trained)
