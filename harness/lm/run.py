@@ -110,6 +110,8 @@ def train_steps(
         done = step + 1
         if checkpoint is not None and done % CHECKPOINT_EVERY == 0 and done < steps:
             seconds = elapsed + time.perf_counter() - start
+            pace = f"loss {loss_value:.4f} nats/byte, {seconds / done:.2f} s/step"
+            notice(f"run {cfg.run_id()}: step {done} of {steps}, {pace}")
             _save(
                 checkpoint,
                 {
