@@ -351,12 +351,6 @@ def load_corpus(name: str) -> Corpus:
     return _LOADED[name]
 
 
-def register_corpus(corpus: Corpus) -> None:
-    """Make ``corpus`` loadable by its name (a test's tiny corpus, made offline)."""
-    CORPORA[corpus.name] = lambda **_: corpus
-    _LOADED[corpus.name] = corpus
-
-
 def describe(corpus: Corpus) -> str:
     """One line: name, documents, bytes, hash."""
     return f"{corpus.name}: {len(corpus.documents)} documents, {corpus.n_bytes:,} bytes, sha256 {corpus.sha256[:16]}"

@@ -8,8 +8,8 @@ import pytest
 import torch
 from lm_fixtures import tiny_corpus
 
+from harness.lm import corpora
 from harness.lm.config import LmConfig, lm_preset_config
-from harness.lm.corpora import register_corpus
 from harness.lm.record import LmRecord, LmStore
 from harness.lm.run import run_lm, sweep_lm
 
@@ -18,9 +18,11 @@ TINY = {"train": {"steps": 3, "batch_size": 2}, "eval": {"lengths": (32, 64), "r
 
 
 @pytest.fixture
-def corpus():
+def corpus(monkeypatch):
+    """The tiny corpus standing in for ``en`` during the test (the real one is never fetched)."""
     c = tiny_corpus("en")
-    register_corpus(c)
+    monkeypatch.setitem(corpora.CORPORA, "en", lambda **_: c)
+    monkeypatch.setitem(corpora._LOADED, "en", c)
     return c
 
 
@@ -98,7 +100,6 @@ def test_variants_evaluate_the_trained_weights_and_need_them(tmp_path, corpus):
 @pytest.fixture(scope="module")
 def record_line(tmp_path_factory):
     corpus = tiny_corpus("en")
-    register_corpus(corpus)
     folder = tmp_path_factory.mktemp("store")
     run_lm(cfg_of("alibi"), LmStore(folder), CPU, corpus=corpus, notice=lambda _: None)
     return (folder / "runs.jsonl").read_text().splitlines()[0]
@@ -143,3 +144,23 @@ def test_an_unknown_sweep_key_is_refused():
 
     with pytest.raises(ValueError, match="unknown LM sweep key"):
         sweep_configs({"pes": ["alibi"]})
+
+
+def test_the_lm_command_trains_shows_and_exports(tmp_path, corpus):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    runner = CliRunner()
+    store, out = str(tmp_path / "store"), str(tmp_path / "results")
+    args = ["lm", "bench", "--pe", "alibi", "--preset", "lm_smoke", "--steps", "2", "--store", store, "--device", "cpu"]
+    done = runner.invoke(main, args)
+    assert done.exit_code == 0, done.output
+    shown = runner.invoke(main, ["lm", "show", "--store", store])
+    assert shown.exit_code == 0 and shown.output.startswith("lm_en alibi seed 0: 32: ")
+    exported = runner.invoke(main, ["lm", "export", "--store", store, "--out", out])
+    assert exported.exit_code == 0 and len(list((tmp_path / "results").glob("*.jsonl"))) == 1
+    again = runner.invoke(main, ["lm", "export", "--store", store, "--out", out])
+    assert "nothing new" in again.output
+    bad = runner.invoke(main, ["lm", "bench", "--pe", "alibi{slopes=3}", "--preset", "lm_smoke", "--store", store])
+    assert bad.exit_code == 2 and "alibi" in bad.output
