@@ -17,6 +17,8 @@ from typing import Any
 import pezoo
 from harness import tasks
 from harness.config import PRESET_DESCRIPTIONS, PRESETS
+from harness.lm.config import LM_PRESET_DESCRIPTIONS
+from harness.lm.tasks import LM_TASKS
 from pezoo import ENCODINGS, WRAPPERS, unknown_name_message
 
 WIDTH = 100
@@ -56,6 +58,8 @@ def listing() -> str:
         lines += _section("plugins that failed to load (not usable):", sorted(broken.items()))
     lines += _section("tasks:", [(name, summary(tasks.TASKS[name])) for name in tasks.available()])
     lines += _section("presets:", [(name, PRESET_DESCRIPTIONS.get(name, "")) for name in PRESETS])
+    lines += _section("lm_tasks (language modelling, pezoo lm):", [(t.name, t.description) for t in LM_TASKS.values()])
+    lines += _section("lm_presets (language modelling, pezoo lm):", list(LM_PRESET_DESCRIPTIONS.items()))
     lines += _section("backends:", [(name, "") for name in sorted(pezoo.BACKENDS)])
     return "\n".join(lines)
 

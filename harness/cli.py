@@ -12,6 +12,7 @@ import click
 import pezoo
 from harness.commands.bench import bench
 from harness.commands.list import list_cmd
+from harness.commands.lm import lm
 from harness.commands.results import results
 from harness.commands.sweep import sweep
 from harness.perf import perf_command
@@ -45,7 +46,7 @@ def main() -> None:
     """
 
 
-for _command in (list_cmd, bench, sweep, results, perf_command):
+for _command in (list_cmd, bench, sweep, results, perf_command, lm):
     main.add_command(_command)
 
 

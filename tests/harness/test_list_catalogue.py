@@ -26,7 +26,8 @@ def test_list_gives_a_section_per_kind_and_a_line_per_entry():
     result = CliRunner().invoke(main, ["list"])
     assert result.exit_code == 0, result.output
     listed = sections(result.output)
-    assert list(listed) == ["encodings", "tasks", "presets", "backends"]
+    assert list(listed) == ["encodings", "tasks", "presets", "lm_tasks", "lm_presets", "backends"]
+    assert [line.split()[0] for line in listed["lm_tasks"]] == ["lm_en", "lm_code"]
     assert result.output.startswith(
         "encodings (* = can be wrapped: randomized:NAME; join names with + to combine: abacus+fire):"
     )

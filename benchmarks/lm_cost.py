@@ -1,0 +1,147 @@
+"""The LM track's cost (issue 52): the ``lm`` preset's training step against a minimal
+hand-written decoder of the same shape (fp32 and bf16), and the peak memory of evaluating
+one window of 16,384 bytes per encoding (chunked attention). A benchmark, not a test.
+
+    python benchmarks/lm_cost.py step [--steps 20] [--precision fp32,bf16]
+    python benchmarks/lm_cost.py memory [--length 16384] [--pe alibi,fire,kerple_log]
+
+``step`` times the backbone with ``nope`` (the hand-written decoder has no encoding either)
+and prints ms per step and the ratio; ``memory`` runs each encoding in a fresh process and
+prints the growth of its peak resident memory over the model's (``ru_maxrss``) while scoring
+one window of ``--length`` bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.lm.config import lm_preset_config
+from harness.lm.evaluate import score_windows
+from harness.lm.run import build_lm_model
+from harness.precision import autocast
+
+
+class HandBlock(nn.Module):
+    def __init__(self, d: int, h: int) -> None:
+        super().__init__()
+        self.h = h
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.out = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)  # (3, b, h, s, e)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, h, s, e)
+        x = x + self.out(a.transpose(1, 2).reshape(b, s, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class HandDecoder(nn.Module):
+    """nanoGPT's shape: embeddings, pre-LN blocks, tied output; no positional encoding."""
+
+    def __init__(self, vocab: int, d: int, layers: int, heads: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(HandBlock(d, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens) * math.sqrt(self.embed.weight.shape[1])
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.ln(x), self.embed.weight)
+
+
+def _time_steps(model: nn.Module, tokens: torch.Tensor, precision: str, steps: int) -> float:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=precision != "fp32")
+    times = []
+    for i in range(steps + 3):
+        t0 = time.perf_counter()
+        with autocast(precision, "cpu"):
+            logits = model(tokens)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if i >= 3:  # warm-up steps left out
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def step(args: argparse.Namespace) -> None:
+    cfg = lm_preset_config("lm", pe="nope", task="lm_en", seed=0)
+    b = cfg.backbone
+    tokens = torch.randint(256, (cfg.train.batch_size, cfg.length))
+    for precision in args.precision.split(","):
+        torch.manual_seed(0)
+        ours = build_lm_model(cfg)
+        hand = HandDecoder(b.vocab_size, b.d_model, b.n_layers, b.n_heads)
+        t_ours = _time_steps(ours, tokens, precision, args.steps)
+        t_hand = _time_steps(hand, tokens, precision, args.steps)
+        print(
+            f"{precision}: lm preset step {1000 * t_ours:.0f} ms, hand-written {1000 * t_hand:.0f} ms, "
+            f"ratio {t_ours / t_hand:.2f} (median of {args.steps}, {torch.get_num_threads()} threads)"
+        )
+
+
+def _one_memory(pe: str, length: int, chunk: int) -> dict[str, float]:
+    cfg = lm_preset_config("lm", pe=pe, task="lm_en", seed=0)
+    model = build_lm_model(cfg).eval()
+    targets = torch.randint(256, (1, length))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    score_windows(model, targets, 0, chunk, "fp32", torch.device("cpu"))
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "pe": pe,
+        "length": length,
+        "chunk": chunk,
+        "peak_growth_mib": (after - before) / 1024,
+        "peak_mib": after / 1024,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def memory(args: argparse.Namespace) -> None:
+    for pe in args.pe.split(","):
+        out = subprocess.run(
+            [sys.executable, __file__, "_memory_one", pe, str(args.length), str(args.chunk)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr.strip().splitlines()[-1]
+        print(line)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_memory_one":
+        print(json.dumps(_one_memory(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("step")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--precision", default="fp32,bf16")
+    m = sub.add_parser("memory")
+    m.add_argument("--length", type=int, default=16384)
+    m.add_argument("--chunk", type=int, default=256)
+    m.add_argument("--pe", default="alibi,fire,kerple_log")
+    args = parser.parse_args()
+    step(args) if args.what == "step" else memory(args)
+
+
+if __name__ == "__main__":
+    main()

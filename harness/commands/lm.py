@@ -1,0 +1,215 @@
+"""``pezoo lm``: the language-modelling track (docs/lm.md).
+
+pezoo lm corpus [en|code]                       fetch, pin and describe a corpus
+pezoo lm bench --pe alibi,rope --task lm_en     train and score runs into a store
+pezoo lm sweep leaderboard/lm/sweep.toml --task lm_en a sweep file's runs
+pezoo lm show --store DIR                       the bpb-vs-length table of a store
+pezoo lm export --store DIR                     its records as a results file for the board
+pezoo lm hf MODEL_DIR --pe alibi                your own Hugging Face model, scored the same way
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from harness.lm import corpora
+from harness.lm.config import LM_PRESET_DESCRIPTIONS, LM_PRESETS, lm_preset_config
+from harness.lm.evaluate import LengthScore
+from harness.lm.record import LmRecord, LmStore
+from harness.lm.run import sweep_lm
+from harness.lm.sweep import load_lm_sweep
+from harness.lm.tasks import LM_TASKS
+from harness.precision import PRECISIONS
+from harness.provenance import resolve_device
+from pezoo.spec import split_pe_list
+
+DEFAULT_STORE = "runs/lm"
+
+
+@click.group("lm")
+def lm() -> None:
+    """The language-modelling track: bytes of English and Python, trained at 256, scored in bits per byte to 4096+."""
+
+
+def _corpus(name: str) -> corpora.Corpus:
+    try:
+        return corpora.load_corpus(name)
+    except corpora.CorpusError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@lm.command("corpus")
+@click.argument("names", nargs=-1)
+def corpus_cmd(names: Sequence[str]) -> None:
+    """Fetch (into the cache: $PEZOO_LM_CACHE or ~/.cache/pezoo/lm), check and describe corpora."""
+    for name in names or tuple(corpora.CORPORA):
+        if name not in corpora.CORPORA:
+            raise click.UsageError(f"unknown corpus {name!r}; valid: {', '.join(corpora.CORPORA)}")
+        c = _corpus(name)
+        train, heldout = corpora.split(c)
+        click.echo(corpora.describe(c))
+        click.echo(f"  sha256 {c.sha256}")
+        for source in c.sources:
+            click.echo(f"  from {source}")
+        held = sum(len(d) for _, d in heldout)
+        click.echo(f"  split: {len(train)} training documents, {len(heldout)} held out ({held:,} bytes)")
+
+
+def _show(record: LmRecord) -> str:
+    cells = []
+    for s in record.scores:
+        if s.mode == "windows":
+            cells.append(f"{s.length}: {s.bpb:.3f}" if s.bpb is not None else f"{s.length}: - ({s.note})")
+    return ", ".join(cells)
+
+
+def _say(score: LengthScore) -> None:
+    value = f"{score.bpb:.4f} bpb" if score.bpb is not None else f"not reached: {score.note}"
+    click.echo(f"    {score.mode} {score.length}: {value}")
+
+
+@lm.command("bench")
+@click.option("--pe", "pe_list", required=True, help="Encodings, comma-separated (variants as rope@{scaling={...}}).")
+@click.option("--task", type=click.Choice(list(LM_TASKS)), default="lm_en", show_default=True)
+@click.option("--preset", type=click.Choice(list(LM_PRESETS)), default="lm", show_default=True)
+@click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
+@click.option("--store", "store_path", default=DEFAULT_STORE, show_default=True, help="Store folder.")
+@click.option("--steps", type=click.IntRange(min=1), help="Training steps (default: the preset's).")
+@click.option("--precision", type=click.Choice(PRECISIONS), help="Training precision (default: the preset's).")
+@click.option("--finetune", type=click.IntRange(min=0), default=0, help="Fine-tune variants this many steps at 4L.")
+@click.option("--device", default="auto", show_default=True)
+def bench_cmd(pe_list, task, preset, seeds, store_path, steps, precision, finetune, device) -> None:
+    """Train and score each (encoding, seed) on TASK; finished runs are skipped, unfinished ones resume."""
+    overrides = {"train": {"steps": steps, "precision": precision}}
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+        configs = [
+            lm_preset_config(preset, pe=pe, task=task, seed=seed, overrides=overrides,
+                             finetune_steps=finetune if "@" in pe else 0)
+            for seed in seed_list
+            for pe in split_pe_list(pe_list)
+        ]  # fmt: skip
+        dev = resolve_device(device)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"preset {preset}: {LM_PRESET_DESCRIPTIONS[preset]}")
+    _corpus(LM_TASKS[task].corpus)
+    _report(sweep_lm(configs, LmStore(store_path), dev, notice=click.echo))
+
+
+def _report(outcomes: dict[str, str]) -> None:
+    failed = [f"{run}: {why}" for run, why in outcomes.items() if why.startswith("failed")]
+    click.echo(f"{len(outcomes) - len(failed)} of {len(outcomes)} runs finished or cached")
+    if failed:
+        raise click.ClickException("; ".join(failed))
+
+
+@lm.command("sweep")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--task", "tasks", multiple=True, help="Only these tasks of the file (repeatable).")
+@click.option("--store", "store_path", default=DEFAULT_STORE, show_default=True)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--plan", is_flag=True, help="List the runs and which the store holds; run nothing.")
+def sweep_cmd(file, tasks, store_path, device, plan) -> None:
+    """Run an LM sweep file (leaderboard/lm/sweep.toml): trained runs seed-major, then RoPE's variants."""
+    try:
+        configs = load_lm_sweep(file, tasks=tasks or None)
+        dev = resolve_device(device)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    store = LmStore(store_path)
+    if plan:
+        done = store.finished()
+        for cfg in configs:
+            mark = "done" if cfg.run_id() in done else "todo"
+            click.echo(f"{mark}  {cfg.task} {cfg.pe}{_options(cfg)} seed {cfg.seed}  {cfg.run_id()}")
+        click.echo(f"{sum(c.run_id() in done for c in configs)} of {len(configs)} done")
+        return
+    for task in dict.fromkeys(c.task for c in configs):
+        _corpus(LM_TASKS[task].corpus)
+    _report(sweep_lm(configs, store, dev, notice=click.echo))
+
+
+def _options(cfg) -> str:
+    text = json.dumps(dict(cfg.pe_options), sort_keys=True) if cfg.pe_options else ""
+    if cfg.eval_pe_options:
+        text += "@" + json.dumps(dict(cfg.eval_pe_options), sort_keys=True)
+    if cfg.finetune_steps:
+        text += f" +{cfg.finetune_steps} steps at {cfg.finetune_length}"
+    return text
+
+
+@lm.command("show")
+@click.option("--store", "store_path", default=DEFAULT_STORE, show_default=True)
+def show_cmd(store_path) -> None:
+    """Each finished run's bits per byte per length (non-overlapping windows) and seconds per step."""
+    try:
+        records = LmStore(store_path).records()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    for r in records:
+        c = r.config
+        sps = f"{r.seconds_per_step:.3f} s/step" if r.seconds_per_step else "no training"
+        corpus = r.provenance["corpus_sha256"][:12]
+        click.echo(f"{c.task} {c.pe}{_options(c)} seed {c.seed}: {_show(r)}; {sps}; corpus {corpus}")
+
+
+@lm.command("export")
+@click.option("--store", "store_path", default=DEFAULT_STORE, show_default=True)
+@click.option("--out", "out_dir", default="leaderboard/results/lm", show_default=True, type=click.Path(file_okay=False))
+def export_cmd(store_path, out_dir) -> None:
+    """Write the store's records not yet published under OUT as one new results file (JSON Lines)."""
+    out = Path(out_dir)
+    published: set[str] = set()
+    if out.is_dir():
+        from harness.lm.record import read_records
+
+        for path in sorted(out.glob("*.jsonl")):
+            published |= {r.run_id for r in read_records(path)}
+    new = [r for r in LmStore(store_path).records() if r.run_id not in published]
+    if not new:
+        click.echo("nothing new to export")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"lm-{time.strftime('%Y%m%d', time.gmtime())}-{new[0].run_id[3:15]}.jsonl"
+    path.write_text("".join(json.dumps(r.to_dict(), sort_keys=True) + "\n" for r in new), encoding="utf-8")
+    click.echo(f"wrote {len(new)} records to {path}")
+
+
+@lm.command("hf")
+@click.argument("model_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--pe", "spec", required=True, help="The pezoo encoding to put in the model (pezoo.hf.use_encoding).")
+@click.option("--task", type=click.Choice(list(LM_TASKS)), default="lm_en", show_default=True)
+@click.option("--lengths", default="256,512,1024,2048,4096", show_default=True, help="Test lengths in bytes.")
+@click.option("--regions", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--tail", type=click.IntRange(min=1), default=1024, show_default=True)
+@click.option("--device", default="auto", show_default=True)
+def hf_cmd(model_dir, spec, task, lengths, regions, tail, device) -> None:
+    """Your own model: a Hugging Face causal LM in MODEL_DIR with encoding SPEC (pezoo.hf), scored in
+    bits per byte of the held-out text at each length, in both modes. Its tokenizer's tokens are
+    scored as the bytes they cover (docs/lm.md)."""
+    from harness.lm.hf import hf_scores
+
+    try:
+        length_list = tuple(int(s) for s in lengths.split(","))
+        dev = resolve_device(device)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    corpus = _corpus(LM_TASKS[task].corpus)
+    try:
+        scores = hf_scores(model_dir, spec, corpus, length_list, regions=regions, tail=tail, device=dev)
+    except (ValueError, ImportError, OSError) as exc:
+        raise click.ClickException(str(exc).splitlines()[0]) from None
+    click.echo(f"{model_dir} with {spec} on {task} (corpus sha256 {corpus.sha256[:16]}), bits per byte:")
+    click.echo(f"{'length':>8} {'windows':>9} {'tail':>9}")
+    for s in length_list:
+        cells = []
+        for mode in ("windows", "tail"):
+            score = next((x for x in scores if x.mode == mode and x.length == s), None)
+            cells.append("" if score is None else "-" if score.bpb is None else f"{score.bpb:.4f}")
+        click.echo(f"{s:>8} {cells[0]:>9} {cells[1]:>9}")

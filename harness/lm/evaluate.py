@@ -1,0 +1,162 @@
+"""Bits per byte at every test length, in two modes, as sums and counts.
+
+Axis letters: b batch (windows), s sequence, c query block, v vocab (257).
+
+Each held-out region (M bytes, M the longest test length) is scored at every length S:
+
+``windows``  the region cut into M / S non-overlapping windows of S bytes; each window is
+             read from ``BOS`` and its bytes, and all its bytes are scored. Every length
+             scores the same M bytes per region; a short window's first bytes have little
+             context (the papers' default evaluation, and its "early-token curse").
+``tail``     one window of the region's last S bytes; only its last ``tail`` bytes are
+             scored, with S - ``tail`` bytes of context before them (ALiBi App. B): every
+             length scores the same ``tail`` bytes, and a longer S only adds context.
+
+A metric is the sum of the scored bytes' negative log-likelihoods in nats (float64) and the
+integer number of bytes scored; bits per byte = nats / (bytes · ln 2), computed from them
+where shown (:func:`bpb`).
+
+A forward pass of S tokens runs as blocks of ``chunk`` queries against the cached keys
+(the backbone's KV cache; every encoding supports it): no (S, S) score or bias tensor is
+built, only (b, h, chunk, S), so a bias encoding evaluates 16,384 tokens in a few hundred
+MiB. A length the encoding cannot reach (a learned table with fewer positions, randomized
+positions drawn from a smaller range, memory) is recorded as not reached with the reason,
+never dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from harness.backbone import Backbone
+from harness.lm.data import window_tokens
+from harness.precision import autocast
+
+__all__ = ["LengthScore", "bpb", "evaluate_lengths", "score_windows"]
+
+
+@dataclass(frozen=True)
+class LengthScore:
+    """One (mode, length) of an evaluation.
+
+    Attributes:
+        mode: ``windows`` or ``tail``.
+        length: S, tokens per window.
+        nats: the scored bytes' summed negative log-likelihood (nats); None when not reached.
+        n_bytes: the bytes scored (0 when not reached).
+        reached: False when the model could not be evaluated at S.
+        note: why not (empty when reached).
+    """
+
+    mode: str
+    length: int
+    nats: float | None
+    n_bytes: int
+    reached: bool = True
+    note: str = ""
+
+    @property
+    def bpb(self) -> float | None:
+        return bpb(self.nats, self.n_bytes) if self.reached and self.nats is not None else None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "mode": self.mode,
+            "length": self.length,
+            "nats": self.nats,
+            "bytes": self.n_bytes,
+            "reached": self.reached,
+            "note": self.note,
+        }
+
+
+def bpb(nats: float | None, n_bytes: int) -> float:
+    """Bits per byte of a sum of nats over ``n_bytes`` bytes."""
+    if nats is None or n_bytes <= 0:
+        raise ValueError(f"bits per byte need a sum of nats and a positive byte count, got {nats}, {n_bytes}")
+    return nats / (n_bytes * math.log(2))
+
+
+@torch.no_grad()
+def score_windows(
+    model: Backbone, targets: Tensor, scored_from: int, chunk: int, precision: str, device: torch.device
+) -> float:
+    """Summed nats of bytes ``targets[:, scored_from:]`` (b, s) predicted from BOS and the
+    bytes before each, fed ``chunk`` queries at a time through the KV cache."""
+    b, s = targets.shape
+    tokens = window_tokens(targets).to(device)  # (b, s)
+    targets = targets.to(device)
+    state = model.start_state(b, s, device)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for start in range(0, s, chunk):
+        end = min(s, start + chunk)
+        with autocast(precision, device):
+            logits = model(tokens[:, start:end], state=state)  # (b, c, v)
+        assert isinstance(logits, Tensor)
+        lo = max(start, scored_from)
+        if lo >= end:
+            continue
+        part = logits[:, lo - start :].float()  # (b, c', v)
+        nll = F.cross_entropy(part.reshape(-1, part.shape[-1]), targets[:, lo:end].reshape(-1), reduction="sum")
+        total += nll.double()
+    return float(total)
+
+
+def _positions_bound(model: Backbone) -> int | None:
+    return getattr(model.pe, "max_position", None)
+
+
+def evaluate_lengths(
+    model: Backbone,
+    regions: Sequence[bytes],
+    lengths: Sequence[int],
+    tail: int,
+    *,
+    chunk: int,
+    batch_size: int,
+    precision: str,
+    device: torch.device,
+    seed: int = 0,
+    report: Callable[[LengthScore], None] | None = None,
+) -> list[LengthScore]:
+    """Every (mode, length) score of ``model`` on ``regions`` (each ``max(lengths)`` bytes):
+    ``windows`` at every length, ``tail`` at the lengths of at least ``tail`` tokens."""
+    model.eval()
+    data = torch.stack([torch.frombuffer(bytearray(r), dtype=torch.uint8) for r in regions]).to(torch.int64)  # (r, M)
+    longest = data.shape[1]
+    bound = _positions_bound(model)
+    scores: list[LengthScore] = []
+    plan = [("windows", s) for s in lengths] + [("tail", s) for s in lengths if s >= tail]
+    for mode, s in plan:
+        if bound is not None and s > bound:
+            score = LengthScore(mode, s, None, 0, False, f"the encoding has positions 0..{bound - 1} only")
+        else:
+            if mode == "windows":
+                windows = data.reshape(-1, s)  # (r * M/S, S): consecutive windows of each region
+                scored_from, n_bytes = 0, data.numel()
+            else:
+                windows = data[:, longest - s :]  # (r, S): the last S bytes
+                scored_from, n_bytes = s - tail, tail * data.shape[0]
+            try:
+                nats = 0.0
+                torch.manual_seed(seed)  # random positions at evaluation (randomized PE) are one fixed draw
+                for i in range(0, windows.shape[0], batch_size):
+                    nats += score_windows(model, windows[i : i + batch_size], scored_from, chunk, precision, device)
+                if math.isfinite(nats):
+                    score = LengthScore(mode, s, nats, n_bytes)
+                else:
+                    score = LengthScore(mode, s, None, 0, False, f"the loss is {nats}")
+            except (torch.OutOfMemoryError, MemoryError) as exc:
+                score = LengthScore(mode, s, None, 0, False, f"out of memory ({type(exc).__name__})")
+            except ValueError as exc:  # an encoding refusing a length (randomized positions' range, ...)
+                score = LengthScore(mode, s, None, 0, False, str(exc).splitlines()[0])
+        scores.append(score)
+        if report is not None:
+            report(score)
+    return scores

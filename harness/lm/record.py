@@ -1,0 +1,193 @@
+"""A language-modelling run's result: one record type (:class:`LmRecord`), its JSON form, and
+the folder store that keeps them (:class:`LmStore`).
+
+A record is one JSON object (one line of ``runs.jsonl`` in a store, of a results file
+under ``leaderboard/results/lm/``): the config, where it ran (commit, device, the corpus's
+sha256), and per (mode, length) the summed nats and the bytes scored (``harness.lm.evaluate``).
+:func:`LmRecord.from_dict` is the one validator every reader goes through.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config.checks import shown
+from harness.lm.config import MODES, LmConfig
+from harness.lm.evaluate import LengthScore
+
+__all__ = ["LM_SCHEMA", "LmRecord", "LmStore"]
+
+LM_SCHEMA = "pezoo-lm-run/1"
+"""The record format's name and version."""
+
+
+@dataclass(frozen=True)
+class LmRecord:
+    """A finished language-modelling run.
+
+    Attributes:
+        config: the run's ``LmConfig`` (its ``run_id`` is the record's).
+        scores: per (mode, length), ``LengthScore`` (nats and bytes, or not reached and why).
+        final_loss: the last training step's loss (nats per byte); for a zero-shot variant
+            its trained run's.
+        train_steps: steps this record's weights were trained (a variant's fine-tune only).
+        train_seconds: their wall-clock seconds (0 for a zero-shot variant).
+        eval_seconds: the evaluation's.
+        n_params: {"total": ..., "pe": ...}.
+        provenance: commit, device, versions, ``corpus_sha256`` and the corpus's sources;
+            ``weights_from`` for a variant.
+    """
+
+    config: LmConfig
+    scores: tuple[LengthScore, ...]
+    final_loss: float
+    train_steps: int
+    train_seconds: float
+    eval_seconds: float
+    n_params: Mapping[str, int] = field(default_factory=dict)
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return self.config.run_id()
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        return self.train_seconds / self.train_steps if self.train_steps else None
+
+    def score(self, mode: str, length: int) -> LengthScore | None:
+        return next((s for s in self.scores if s.mode == mode and s.length == length), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": LM_SCHEMA,
+            "run_id": self.run_id,
+            "config": self.config.to_dict(),
+            "scores": [s.to_dict() for s in self.scores],
+            "final_loss": self.final_loss,
+            "train_steps": self.train_steps,
+            "train_seconds": self.train_seconds,
+            "eval_seconds": self.eval_seconds,
+            "n_params": dict(self.n_params),
+            "provenance": dict(self.provenance),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LmRecord:
+        """The record of a JSON object; ValueError saying what is wrong otherwise."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"an LM record must be an object, got {shown(d)}")
+        if d.get("schema") != LM_SCHEMA:
+            raise ValueError(f"not an LM record of schema {LM_SCHEMA!r}: schema {shown(d.get('schema'))}")
+        expected = {
+            "schema",
+            "run_id",
+            "config",
+            "scores",
+            "final_loss",
+            "train_steps",
+            "train_seconds",
+            "eval_seconds",
+            "n_params",
+            "provenance",
+        }
+        if set(d) != expected:
+            raise ValueError(f"an LM record has keys {sorted(expected)}, got {sorted(d)}")
+        config = LmConfig.from_dict(d["config"])
+        if config.run_id() != d["run_id"]:
+            raise ValueError(f"record {d['run_id']!r}: its config's run id is {config.run_id()!r}")
+        scores = []
+        seen = set()
+        for raw in d["scores"]:
+            if not isinstance(raw, Mapping) or set(raw) != {"mode", "length", "nats", "bytes", "reached", "note"}:
+                raise ValueError(f"record {d['run_id']}: a score must have mode, length, nats, bytes, reached, note")
+            if raw["mode"] not in MODES or raw["length"] not in config.eval.lengths:
+                raise ValueError(f"record {d['run_id']}: score at {raw['mode']!r} {raw['length']!r} is not evaluated")
+            if (raw["mode"], raw["length"]) in seen:
+                raise ValueError(f"record {d['run_id']}: two scores at {raw['mode']} {raw['length']}")
+            seen.add((raw["mode"], raw["length"]))
+            n_bytes, nats, reached = raw["bytes"], raw["nats"], raw["reached"]
+            if not isinstance(reached, bool) or not isinstance(n_bytes, int) or isinstance(n_bytes, bool):
+                raise ValueError(f"record {d['run_id']}: reached must be true/false and bytes an integer")
+            if reached and (not isinstance(nats, int | float) or not math.isfinite(nats) or nats < 0 or n_bytes <= 0):
+                raise ValueError(f"record {d['run_id']}: a reached score needs finite nats >= 0 and bytes > 0")
+            if not reached and (nats is not None or n_bytes != 0 or not raw["note"]):
+                raise ValueError(f"record {d['run_id']}: a score not reached has no nats, 0 bytes and a note why")
+            scores.append(
+                LengthScore(
+                    raw["mode"],
+                    raw["length"],
+                    None if nats is None else float(nats),
+                    n_bytes,
+                    reached,
+                    str(raw["note"]),
+                )
+            )
+        wanted = {("windows", s) for s in config.eval.lengths} | {("tail", s) for s in config.eval.tail_lengths()}
+        if seen != wanted:
+            raise ValueError(f"record {d['run_id']}: scores missing at {sorted(wanted - seen)}")
+        for key in ("final_loss", "train_seconds", "eval_seconds"):
+            if not isinstance(d[key], int | float) or isinstance(d[key], bool):
+                raise ValueError(f"record {d['run_id']}: {key} must be a number")
+        if "corpus_sha256" not in d["provenance"]:
+            raise ValueError(f"record {d['run_id']}: its provenance lacks corpus_sha256")
+        return cls(
+            config,
+            tuple(scores),
+            float(d["final_loss"]),
+            int(d["train_steps"]),
+            float(d["train_seconds"]),
+            float(d["eval_seconds"]),
+            dict(d["n_params"]),
+            dict(d["provenance"]),
+        )
+
+
+def read_records(path: Path) -> Iterator[LmRecord]:
+    """The records of a JSON Lines file (ValueError naming the line of a bad one)."""
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield LmRecord.from_dict(json.loads(line))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{number}: {exc}") from None
+
+
+class LmStore:
+    """A folder of LM runs: ``runs.jsonl`` (finished records, appended), ``checkpoints/``
+    (training state every few hundred steps, removed once the run is recorded) and
+    ``weights/`` (final weights, kept for the run's variants). Running a sweep again skips
+    what ``runs.jsonl`` holds and resumes what a checkpoint holds."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.path = self.folder / "runs.jsonl"
+
+    def records(self) -> list[LmRecord]:
+        return list(read_records(self.path)) if self.path.exists() else []
+
+    def finished(self) -> set[str]:
+        return {r.run_id for r in self.records()}
+
+    def add(self, record: LmRecord) -> None:
+        line = json.dumps(record.to_dict(), sort_keys=True) + "\n"
+        LmRecord.from_dict(json.loads(line))  # never write what cannot be read back
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def checkpoint(self, run_id: str) -> Path:
+        return self.folder / "checkpoints" / f"{run_id}.pt"
+
+    def weights(self, run_id: str) -> Path:
+        return self.folder / "weights" / f"{run_id}.pt"

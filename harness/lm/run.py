@@ -1,0 +1,255 @@
+"""Train and evaluate one language-modelling run; a sweep of them into an :class:`LmStore`.
+
+Training is the plain next-byte loss on random windows (``harness.lm.data``) with the
+harness's optimiser and schedule (``harness.train.make_optimizer``, ``lr_factor``) and
+precision (``train.precision``: bf16 autocast over float32 weights). A run checkpoints every
+:data:`CHECKPOINT_EVERY` steps and resumes from there: the windows of a step depend only on
+the seed and the step, so a resumed run reads what it would have. Its final weights are kept
+for its inference-time variants, which evaluate them (zero-shot) or fine-tune them first.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import pezoo
+from harness.backbone import Backbone
+from harness.lm.config import LmConfig
+from harness.lm.corpora import Corpus, load_corpus, split
+from harness.lm.data import TrainingWindows, heldout_regions
+from harness.lm.evaluate import LengthScore, evaluate_lengths
+from harness.lm.record import LmRecord, LmStore
+from harness.lm.tasks import lm_task
+from harness.pe_spec import build_options
+from harness.precision import autocast, evaluation_precision
+from harness.provenance import provenance
+from harness.train import DivergedError, lr_factor, make_optimizer
+
+__all__ = ["CHECKPOINT_EVERY", "build_lm_model", "run_lm", "sweep_lm", "train_steps"]
+
+CHECKPOINT_EVERY = 250
+"""Steps between checkpoints."""
+
+FINETUNE_LR_RATIO = 0.1
+"""A variant's fine-tune runs at this fraction of the training's peak learning rate (the
+papers fine-tune at a small constant rate: PI §3.1 2e-5 after pre-training at 3e-4)."""
+
+Notice = Callable[[str], None]
+
+
+def build_lm_model(
+    cfg: LmConfig, options: dict[str, Any] | None = None, device: torch.device | str = "cpu"
+) -> Backbone:
+    """The backbone of ``cfg`` (encoding options ``options``, default the trained ones), initialised from the seed."""
+    torch.manual_seed(cfg.seed)
+    b = cfg.backbone
+    opts = build_options(cfg.pe, cfg.pe_options if options is None else options)
+    pe = pezoo.create(cfg.pe, dims=pezoo.ModelDims(b.d_model, b.n_heads, b.n_layers), **opts)
+    return Backbone(b, pe).to(device)
+
+
+def _save(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def train_steps(
+    cfg: LmConfig,
+    model: Backbone,
+    windows: TrainingWindows,
+    device: torch.device,
+    *,
+    steps: int,
+    lr_scale: float = 1.0,
+    checkpoint: Path | None = None,
+    notice: Notice = print,
+) -> tuple[float, float, int]:
+    """Train ``steps`` steps of ``cfg.train.batch_size`` windows; (final loss, seconds, steps
+    run in this call). Resumes from ``checkpoint`` when it holds a state of this run."""
+    t = cfg.train
+    opt = make_optimizer(model, cast(Any, cfg))
+    first, loss_value, elapsed = 0, math.nan, 0.0
+    if checkpoint is not None and checkpoint.is_file():
+        state = torch.load(checkpoint, weights_only=False)
+        if state.get("run_id") == cfg.run_id():
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["torch_rng"])
+            first, loss_value, elapsed = state["step"], state["loss"], state["seconds"]
+            notice(f"run {cfg.run_id()}: resumed from step {first}")
+    model.train()
+    start = time.perf_counter()
+    schedule = cast(Any, cfg)
+    for step in range(first, steps):
+        for g in opt.param_groups:
+            g["lr"] = g["base_lr"] * lr_scale * lr_factor(step, schedule)
+        tokens, targets = windows.batch(cfg.seed, step, t.batch_size)
+        tokens, targets = tokens.to(device), targets.to(device)
+        with autocast(t.precision, device):
+            logits = model(tokens)  # (b, L, v)
+        assert isinstance(logits, torch.Tensor)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss_value = loss.item()
+        if not math.isfinite(loss_value):
+            raise DivergedError(f"loss became {loss_value} at step {step}")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        opt.step()
+        done = step + 1
+        if checkpoint is not None and done % CHECKPOINT_EVERY == 0 and done < steps:
+            seconds = elapsed + time.perf_counter() - start
+            pace = f"loss {loss_value:.4f} nats/byte, {seconds / done:.2f} s/step"
+            notice(f"run {cfg.run_id()}: step {done} of {steps}, {pace}")
+            _save(
+                checkpoint,
+                {
+                    "run_id": cfg.run_id(),
+                    "step": done,
+                    "loss": loss_value,
+                    "seconds": seconds,
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "torch_rng": torch.get_rng_state(),
+                },
+            )
+    return loss_value, elapsed + time.perf_counter() - start, steps - first
+
+
+def corpus_parts(
+    cfg: LmConfig, corpus: Corpus | None = None
+) -> tuple[Corpus, tuple[tuple[str, bytes], ...], list[bytes]]:
+    """The run's corpus, its training documents and its held-out regions."""
+    corpus = corpus or load_corpus(lm_task(cfg.task).corpus)
+    train_docs, heldout = split(corpus)
+    return corpus, train_docs, heldout_regions(heldout, cfg.eval.lengths[-1], cfg.eval.regions)
+
+
+def run_lm(
+    cfg: LmConfig,
+    store: LmStore,
+    device: torch.device,
+    *,
+    corpus: Corpus | None = None,
+    notice: Notice = print,
+    report: Callable[[LengthScore], None] | None = None,
+) -> LmRecord:
+    """Train (or, for a variant, load and perhaps fine-tune) and evaluate ``cfg``; the record is added to ``store``."""
+    run_id = cfg.run_id()
+    corpus, train_docs, regions = corpus_parts(cfg, corpus)
+    prov: dict[str, Any] = {**provenance(device), **corpus.provenance()}
+    if cfg.is_variant:
+        trained = cfg.trained_config()
+        source = store.weights(trained.run_id())
+        if not source.is_file():
+            raise ValueError(
+                f"run {run_id} evaluates the weights of run {trained.run_id()} ({trained.pe} seed {trained.seed}), "
+                f"which {store.folder} does not hold: run it first"
+            )
+        payload = torch.load(source, weights_only=True)
+        model = build_lm_model(cfg, cfg.eval_options(), device)
+        model.load_state_dict(payload["model"])
+        prov["weights_from"] = trained.run_id()
+        final_loss, seconds, steps = float(payload["final_loss"]), 0.0, 0
+        if cfg.finetune_steps:
+            windows = TrainingWindows(train_docs, cfg.finetune_length)
+            tuned = _replace_train(cfg, steps=cfg.finetune_steps, length=cfg.finetune_length)
+            final_loss, seconds, steps = train_steps(
+                tuned,
+                model,
+                windows,
+                device,
+                steps=cfg.finetune_steps,
+                lr_scale=FINETUNE_LR_RATIO,
+                checkpoint=store.checkpoint(run_id),
+                notice=notice,
+            )
+    else:
+        windows = TrainingWindows(train_docs, cfg.length)
+        model = build_lm_model(cfg, device=device)
+        final_loss, seconds, steps = train_steps(
+            cfg, model, windows, device, steps=cfg.train.steps, checkpoint=store.checkpoint(run_id), notice=notice
+        )
+        _save(store.weights(run_id), {"run_id": run_id, "final_loss": final_loss, "model": model.state_dict()})
+    t0 = time.perf_counter()
+    precision = evaluation_precision(cfg.eval.precision, cfg.train.precision)
+    scores = evaluate_lengths(
+        model,
+        regions,
+        cfg.eval.lengths,
+        cfg.eval.tail,
+        chunk=cfg.eval.chunk,
+        batch_size=cfg.eval.batch_size,
+        precision=precision,
+        device=device,
+        seed=cfg.seed,
+        report=report,
+    )
+    n_params = {
+        "total": sum(p.numel() for p in model.parameters()),
+        "pe": sum(p.numel() for p in model.pe.parameters()),
+    }
+    record = LmRecord(cfg, tuple(scores), final_loss, steps, seconds, time.perf_counter() - t0, n_params, prov)
+    store.add(record)
+    store.checkpoint(run_id).unlink(missing_ok=True)
+    return record
+
+
+def _replace_train(cfg: LmConfig, *, steps: int, length: int) -> LmConfig:
+    import dataclasses
+
+    train = dataclasses.replace(
+        cfg.train, steps=steps, warmup=min(cfg.train.warmup, steps // 10), train_min=length, train_max=length
+    )
+    return dataclasses.replace(cfg, train=train)
+
+
+def sweep_lm(
+    configs: Sequence[LmConfig], store: LmStore, device: torch.device, *, notice: Notice = print
+) -> dict[str, str]:
+    """Run every config the store does not hold finished, trained runs before their
+    variants; {run_id: "finished" | "cached" | "failed: why"}. A failed run does not stop the others."""
+    done = store.finished()
+    outcomes: dict[str, str] = {}
+    ordered = sorted(configs, key=lambda c: c.is_variant)
+    for i, cfg in enumerate(ordered, start=1):
+        run_id = cfg.run_id()
+        label = f"[{i}/{len(ordered)}] {cfg.task} {cfg.pe}{_variant(cfg)} seed {cfg.seed} ({run_id})"
+        if run_id in done:
+            outcomes[run_id] = "cached"
+            continue
+        notice(f"{label}: starting")
+        try:
+            record = run_lm(cfg, store, device, notice=notice)
+        except Exception as exc:  # one run's failure (a plugin's error included) never stops the sweep
+            outcomes[run_id] = f"failed: {exc}"
+            notice(f"{label}: failed: {exc}")
+            continue
+        outcomes[run_id] = "finished"
+        done.add(run_id)
+        at = ", ".join(
+            f"{s.length}: {s.bpb:.3f}" if s.bpb is not None else f"{s.length}: -"
+            for s in record.scores
+            if s.mode == "windows"
+        )
+        sps = record.seconds_per_step
+        notice(f"{label}: bpb {at}; {sps:.3f} s/step" if sps else f"{label}: bpb {at}")
+    return outcomes
+
+
+def _variant(cfg: LmConfig) -> str:
+    if not cfg.is_variant:
+        return ""
+    text = "@" + ",".join(f"{k}={v}" for k, v in sorted(cfg.eval_pe_options.items()))
+    return text + (f" +{cfg.finetune_steps} steps at {cfg.finetune_length}" if cfg.finetune_steps else "")

@@ -1,0 +1,396 @@
+"""The board's language-modelling section: from LM records (``leaderboard/results/lm/``) to
+the answer table, bits-per-byte curves per corpus, seconds per step, and the papers' LM
+claims with verdicts.
+
+The answer first, as on the algorithmic tables: per encoding, how far its bits per byte stay
+within 5 % of its bits per byte at the training length L, as a multiple of L, on its weakest
+seed (:func:`reach`). The rule is computed from the records' sums and counts: length S is
+within 5 % when ``100 · nats(S) · bytes(L) <= 105 · nats(L) · bytes(S)`` (non-overlapping
+windows, the papers' default mode), and a row's reach is the longest tested S with every
+tested length up to it within 5 % (a length not reached ends it).
+
+Verdicts use the board's four outcomes (``leaderboard.claims``) and its one test, the exact
+permutation test over seeds (``leaderboard.permutation``):
+
+* a *reach* claim ("X stays flat to m × L"): holds when the weakest seed's reach is at
+  least m × L; on a table tested short of m, "holds to the tested k×; claimed m×: untested"
+  (partly); otherwise does not hold.
+* a *blow-up* claim ("X leaves 5 % within m × L"): holds when every seed's reach is below
+  m × L, does not hold when none is, partly when the seeds split.
+* a *below* claim ("X's bits per byte at long lengths are below Y's"): at the longest length
+  both rows reached on every seed, against the strongest of the rows named (lowest mean):
+  holds when the permutation test puts the other above X (p <= 0.05), partly when X is
+  lower on the mean only, otherwise does not hold.
+
+No contrast: nothing on the corpus's table keeps within 5 % to 2 × L on its weakest seed.
+A claim whose rows are not on the table is listed as not yet run. The model is about 0.8M
+parameters: the section compares the shape of the curves with the papers', never their numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from markupsafe import Markup
+
+from harness.lm.config import LmConfig
+from harness.lm.record import LmRecord, read_records
+from leaderboard.claims import DOES_NOT_HOLD, HOLDS, NO_CONTRAST, PARTLY
+from leaderboard.permutation import ALPHA, p_above, p_text
+from leaderboard.styles import style_of
+from leaderboard.text import render_template
+from pezoo.spec import format_eval_options, format_pe
+
+__all__ = ["LM_CLAIMS", "LmClaim", "LmRow", "lm_rows", "reach", "read_lm_results", "render_markdown", "verdict"]
+
+WITHIN = (105, 100)
+"""5 %: bpb(S) / bpb(L) <= 105 / 100, compared as integers times sums (no float boundary)."""
+
+SCALE_NOTE = (
+    "A byte-level decoder of about 0.8M parameters (d 128, 4 layers, 4 heads) trained at L = 256 bytes for 4000 "
+    "steps: the papers' models are 100-1000x larger and their numbers are perplexities of word or subword "
+    "tokens; this section compares the shape of the curves (flat, rising, blowing up) with theirs, not the numbers."
+)
+
+
+def label_of(cfg: LmConfig) -> str:
+    """The row label of a config: its encoding spec, a variant's options, a fine-tune's steps."""
+    text = format_pe(cfg.pe, cfg.pe_options)
+    if cfg.eval_pe_options:
+        text += format_eval_options(cfg.eval_pe_options)
+    if cfg.finetune_steps:
+        text += f" +{cfg.finetune_steps} steps at {cfg.finetune_length}"
+    return text
+
+
+@dataclass(frozen=True)
+class LmRow:
+    """One encoding (label) on one task: its records, one per seed."""
+
+    task: str
+    label: str
+    records: tuple[LmRecord, ...]
+
+    @property
+    def config(self) -> LmConfig:
+        return self.records[0].config
+
+    @property
+    def length(self) -> int:
+        return self.config.length
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        return self.config.eval.lengths
+
+    def reaches(self) -> list[int]:
+        return [reach(r) for r in self.records]
+
+    def bpb(self, length: int, mode: str = "windows") -> list[float | None]:
+        out = []
+        for r in self.records:
+            s = r.score(mode, length)
+            out.append(None if s is None else s.bpb)
+        return out
+
+    def seconds_per_step(self) -> float | None:
+        values = [r.seconds_per_step for r in self.records if r.seconds_per_step]
+        return sum(values) / len(values) if values else None
+
+
+def reach(record: LmRecord) -> int:
+    """The longest tested length S (tokens) whose bpb, and every tested length's up to S, is
+    within 5 % of bpb at L; L itself when the next length is not (or L was not scored)."""
+    length = record.config.length
+    base = record.score("windows", length)
+    if base is None or not base.reached or base.nats is None:
+        return length
+    num, den = WITHIN
+    best = length
+    for s in record.config.eval.lengths:
+        if s <= length:
+            continue
+        score = record.score("windows", s)
+        if score is None or not score.reached or score.nats is None:
+            break
+        if den * score.nats * base.n_bytes > num * base.nats * score.n_bytes:
+            break
+        best = s
+    return best
+
+
+def read_lm_results(folder: Path) -> list[LmRecord]:
+    """Every record of the ``*.jsonl`` files in ``folder`` (none when it does not exist)."""
+    if not folder.is_dir():
+        return []
+    return [r for path in sorted(folder.glob("*.jsonl")) for r in read_records(path)]
+
+
+def lm_rows(records: Sequence[LmRecord]) -> dict[str, list[LmRow]]:
+    """Rows per task, each row's records sorted by seed (one record per seed: a duplicate is an error)."""
+    groups: dict[tuple[str, str], dict[int, LmRecord]] = {}
+    for r in records:
+        seeds = groups.setdefault((r.config.task, label_of(r.config)), {})
+        if r.config.seed in seeds and seeds[r.config.seed].run_id != r.run_id:
+            raise ValueError(f"two records of {label_of(r.config)} on {r.config.task} seed {r.config.seed}")
+        seeds[r.config.seed] = r
+    out: dict[str, list[LmRow]] = {}
+    for (task, label), seeds in sorted(groups.items()):
+        out.setdefault(task, []).append(LmRow(task, label, tuple(seeds[s] for s in sorted(seeds))))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# claims
+
+
+Matcher = Callable[[LmConfig], bool]
+
+
+def plain(name: str, **options: object) -> Matcher:
+    """A trained row of encoding ``name`` whose options include ``options``."""
+    return lambda c: c.pe == name and not c.is_variant and all(c.pe_options.get(k) == v for k, v in options.items())
+
+
+def rope_variant(rope_type: str, *, tuned: bool) -> Matcher:
+    def match(c: LmConfig) -> bool:
+        scaling = c.eval_pe_options.get("scaling")
+        kind = scaling.get("rope_type") if isinstance(scaling, dict) else None
+        return c.pe == "rope" and kind == rope_type and bool(c.finetune_steps) == tuned
+
+    return match
+
+
+@dataclass(frozen=True)
+class LmClaim:
+    """A paper's language-modelling claim and the rule that tests it here.
+
+    Attributes:
+        key: stable identifier.
+        source: paper, section and table.
+        claim: what the paper reports, in one sentence.
+        kind: ``reach``, ``blowup`` or ``below``.
+        row: the row the claim is about.
+        multiple: the multiple of L a reach or blow-up claim names.
+        others: the rows a ``below`` claim compares against (the strongest is taken).
+    """
+
+    key: str
+    source: str
+    claim: str
+    kind: str
+    row: Matcher
+    multiple: float = 0.0
+    others: tuple[Matcher, ...] = field(default_factory=tuple)
+
+
+ALIBI = (
+    "Press, Smith & Lewis, “Train Short, Test Long: Attention with Linear Biases Enables Input Length "
+    "Extrapolation” (ICLR 2022)"
+)
+KERPLE = "Chi et al., “KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation” (NeurIPS 2022)"
+XPOS = "Sun et al., “A Length-Extrapolatable Transformer” (ACL 2023)"
+PI = "Chen et al., “Extending Context Window of Large Language Models via Positional Interpolation” (2023)"
+YARN = "Peng et al., “YaRN: Efficient Context Window Extension of Large Language Models” (ICLR 2024)"
+FIRE = "Li et al., “Functional Interpolation for Relative Positions Improves Long Context Transformers” (ICLR 2024)"
+
+LM_CLAIMS: tuple[LmClaim, ...] = (
+    LmClaim("alibi_flat", f"{ALIBI}, App. Table 2",
+            "ALiBi trained at L = 512 keeps its perplexity flat to 15 512 tokens (19.73 at 512, 18.31 at "
+            "15 512): ~30× L",
+            "reach", plain("alibi"), multiple=30),
+    LmClaim("ape_blowup", f"{ALIBI}, App. Table 2",
+            "sinusoidal APE blows up just past L (20.05 at 512, 43.5 at 1012)", "blowup", plain("ape"), multiple=2),
+    LmClaim("alibi_below_rope_t5", f"{ALIBI}, App. Table 2",
+            "at long lengths ALiBi is below rotary (79.3 at 15 512) and T5's bias (43.1 at 8 512)",
+            "below", plain("alibi"), others=(plain("rope"), plain("t5"))),
+    LmClaim("kerple_flat", f"{KERPLE}, Table 3",
+            "KERPLE-log trained at L = 512 stays flat to 16 384 (32× L)", "reach", plain("kerple_log"), multiple=32),
+    LmClaim("kerple_power_flat", f"{KERPLE}, Table 3",
+            "KERPLE-power trained at L = 512 stays flat to 16 384 (32× L)", "reach", plain("kerple_power"),
+            multiple=32),
+    LmClaim("kerple_below_alibi_t5", f"{KERPLE}, Table 3",
+            "at 16 384, KERPLE-log is below ALiBi and T5's bias (T5 worse beyond 2 048; 5 seeds, paired t-test)",
+            "below", plain("kerple_log"), others=(plain("alibi"), plain("t5"))),
+    LmClaim("xpos_blockwise", f"{XPOS}, Tables 2 and 5 (§3.3)",
+            "xPos extrapolates to 4× L with its blockwise causal attention", "reach",
+            lambda c: c.pe == "xpos" and not c.is_variant and c.pe_options.get("blockwise") is not None, multiple=4),
+    LmClaim("xpos_plain_blowup", f"{XPOS}, Table 5",
+            "without blockwise attention xPos does not extrapolate to 4× L", "blowup",
+            lambda c: c.pe == "xpos" and not c.is_variant and c.pe_options.get("blockwise") is None, multiple=4),
+    LmClaim("pi_finetuned", f"{PI}, §3 (Table 1)",
+            "position interpolation with a short fine-tune keeps perplexity at the extended window (4× L here)",
+            "reach", rope_variant("linear", tuned=True), multiple=4),
+    LmClaim("yarn_dynamic_zero_shot", f"{YARN}, App. B.3",
+            "dynamic scaling without any fine-tuning stops RoPE's blow-up past L", "below",
+            rope_variant("dynamic", tuned=False), others=(plain("rope"),)),
+    LmClaim("fire_below_others", f"{FIRE}, §4.1 (Fig. 1)",
+            "FIRE's long-context perplexity is below the other relative encodings'", "below", plain("fire"),
+            others=(plain("alibi"), plain("kerple_log"), plain("t5"), plain("rope"))),
+)  # fmt: skip
+"""The papers' LM claims the section judges (issue 52's list)."""
+
+
+@dataclass(frozen=True)
+class LmVerdict:
+    claim: LmClaim
+    outcome: str
+    why: str
+
+
+def _find(rows: Sequence[LmRow], match: Matcher) -> LmRow | None:
+    found = [r for r in rows if match(r.config)]
+    return max(found, key=lambda r: len(r.records)) if found else None
+
+
+def _common_longest(a: LmRow, b: LmRow) -> int | None:
+    """The longest length both rows reached on every seed."""
+    for s in sorted(set(a.lengths) & set(b.lengths), reverse=True):
+        if all(x is not None for x in a.bpb(s) + b.bpb(s)):
+            return s
+    return None
+
+
+def verdict(claim: LmClaim, rows: Sequence[LmRow]) -> LmVerdict | None:
+    """The claim's verdict on one task's rows; None when its row is not on the table."""
+    row = _find(rows, claim.row)
+    if row is None:
+        return None
+    if not any(min(r.reaches()) >= 2 * r.length for r in rows):
+        why = "nothing on this table keeps within 5 % of bpb(L) to 2× L on its weakest seed"
+        return LmVerdict(claim, NO_CONTRAST, why)
+    reaches = [s / row.length for s in row.reaches()]
+    tested = row.lengths[-1] / row.length
+    if claim.kind == "reach":
+        weakest = min(reaches)
+        if weakest >= claim.multiple:
+            return LmVerdict(claim, HOLDS, f"weakest seed within 5 % to {weakest:g}× L")
+        if weakest >= tested:
+            return LmVerdict(claim, PARTLY, f"holds to the tested {tested:g}×; claimed {claim.multiple:g}×: untested")
+        return LmVerdict(claim, DOES_NOT_HOLD, f"weakest seed within 5 % only to {weakest:g}× L")
+    if claim.kind == "blowup":
+        below = sum(r < claim.multiple for r in reaches)
+        seeds = f"{below} of {len(reaches)} seeds leave 5 % before {claim.multiple:g}× L"
+        outcome = HOLDS if below == len(reaches) else DOES_NOT_HOLD if below == 0 else PARTLY
+        return LmVerdict(claim, outcome, seeds)
+    others = [r for r in (_find(rows, m) for m in claim.others) if r is not None and r is not row]
+    if not others:
+        return None
+    compared = []
+    for other in others:
+        at = _common_longest(row, other)
+        if at is None:
+            continue
+        mine = [x for x in row.bpb(at) if x is not None]
+        theirs = [x for x in other.bpb(at) if x is not None]
+        compared.append((sum(theirs) / len(theirs), at, other, mine, theirs))
+    if not compared:
+        return LmVerdict(claim, DOES_NOT_HOLD, "no length that both rows reached on every seed")
+    mean_other, at, other, mine, theirs = min(compared, key=lambda c: c[0])  # the strongest: lowest bpb
+    p = p_above(theirs, mine)
+    mean_mine = sum(mine) / len(mine)
+    text = f"at {at}: {mean_mine:.3f} against {other.label} {mean_other:.3f} bpb, {p_text(p, len(theirs), len(mine))}"
+    if p is not None and p <= ALPHA:
+        return LmVerdict(claim, HOLDS, text)
+    return LmVerdict(claim, PARTLY if mean_mine < mean_other else DOES_NOT_HOLD, text)
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering
+
+
+def _mean(values: Sequence[float | None]) -> float:
+    """The mean of every seed's value; infinity when a seed has none (not reached ranks last)."""
+    if not values or any(v is None for v in values):
+        return math.inf
+    return sum(v for v in values if v is not None) / len(values)
+
+
+def _fmt(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def curves_svg(task: str, rows: Sequence[LmRow], width: int = 520, height: int = 300) -> Markup:
+    """Bits per byte (mean over seeds, non-overlapping windows) against log2 of the length, one line per row."""
+    left, top, right, bottom = 56, 20, 14, 44
+    series = []
+    for row in rows:
+        points = []
+        for s in row.lengths:
+            values = row.bpb(s)
+            if values and all(v is not None for v in values):
+                points.append((math.log2(s), sum(v for v in values if v is not None) / len(values)))
+        if points:
+            series.append((row.label, style_of(row.label.split("{")[0].split("@")[0].split(" ")[0]), points))
+    xs = [x for _, _, p in series for x, _ in p] or [8.0, 12.0]
+    ys = [y for _, _, p in series for _, y in p] or [0.0, 8.0]
+    x_lo, x_hi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    y_lo, y_hi = math.floor(min(ys) * 2) / 2, math.ceil(max(ys) * 2) / 2
+    y_hi = y_hi if y_hi > y_lo else y_lo + 0.5
+    w, h = width - left - right, height - top - bottom
+
+    def px(x: float) -> float:
+        return left + (x - x_lo) / (x_hi - x_lo) * w
+
+    def py(y: float) -> float:
+        return top + (y_hi - y) / (y_hi - y_lo) * h
+
+    step = 0.5 if y_hi - y_lo <= 4 else 1.0
+    y_ticks = [(y_lo + k * step, py(y_lo + k * step)) for k in range(round((y_hi - y_lo) / step) + 1)]
+    x_ticks = [(2**x, px(x)) for x in range(math.ceil(x_lo), math.floor(x_hi) + 1)]
+    lines = [(label, style, [(px(x), py(y)) for x, y in points]) for label, style, points in series]
+    return render_template(
+        "lm_curves.svg.j2",
+        title=f"bits per byte against length, {task}",
+        width=width,
+        height=height,
+        left=left,
+        top=top,
+        plot_width=w,
+        plot_height=h,
+        x_ticks=x_ticks,
+        y_ticks=y_ticks,
+        boundary_x=px(math.log2(rows[0].length)) if rows else None,
+        lines=lines,
+    )
+
+
+def render_markdown(records: Sequence[LmRecord]) -> str:
+    """The LM section as markdown: per corpus the answer table, the curves' numbers, seconds
+    per step and the claims' verdicts (from real records only: none gives the empty note)."""
+    if not records:
+        return "## Language modelling\n\nNo language-modelling results are published yet (`pezoo lm sweep`).\n"
+    out = ["## Language modelling", "", SCALE_NOTE, ""]
+    for task, rows in lm_rows(records).items():
+        first = rows[0]
+        corpus = first.records[0].provenance.get("corpus_sha256", "")
+        lengths = first.lengths
+        out += [f"### {task} (corpus sha256 {corpus[:16]})", ""]
+        ranked = sorted(rows, key=lambda r: (-min(r.reaches()) / r.length, _mean(r.bpb(r.lengths[-1])), r.label))
+        out.append(f"How far bits per byte stay within 5 % of bpb(L), weakest seed (L = {first.length} bytes):")
+        out.append("")
+        header = " | ".join(f"bpb {s}" for s in lengths)
+        out.append(f"| encoding | seeds | within 5 % to (× L) | {header} | s/step |")
+        out.append("|---|---|---|" + "---|" * len(lengths) + "---|")
+        for row in ranked:
+            cells = []
+            for s in lengths:
+                values = row.bpb(s)
+                done = [v for v in values if v is not None]
+                cells.append(_fmt(sum(done) / len(done)) if len(done) == len(values) else "not reached")
+            sps = row.seconds_per_step()
+            weakest = min(row.reaches()) / row.length
+            out.append(f"| {row.label} | {len(row.records)} | {weakest:g} | " + " | ".join(cells)
+                       + f" | {'–' if sps is None else f'{sps:.3f}'} |")  # fmt: skip
+        out += ["", "Claims:", "", "| claim | source | verdict | why |", "|---|---|---|---|"]
+        for claim in LM_CLAIMS:
+            v = verdict(claim, rows)
+            if v is None:
+                out.append(f"| {claim.claim} | {claim.source} | not run yet | |")
+            else:
+                out.append(f"| {claim.claim} | {claim.source} | {v.outcome} | {v.why} |")
+        out.append("")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,166 @@
+"""LM configs, records and runs end to end on a tiny corpus (seconds, offline)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from lm_fixtures import tiny_corpus
+
+from harness.lm import corpora
+from harness.lm.config import LmConfig, lm_preset_config
+from harness.lm.record import LmRecord, LmStore
+from harness.lm.run import run_lm, sweep_lm
+
+CPU = torch.device("cpu")
+TINY = {"train": {"steps": 3, "batch_size": 2}, "eval": {"lengths": (32, 64), "regions": 1, "tail": 32}}
+
+
+@pytest.fixture
+def corpus(monkeypatch):
+    """The tiny corpus standing in for ``en`` during the test (the real one is never fetched)."""
+    c = tiny_corpus("en")
+    monkeypatch.setitem(corpora.CORPORA, "en", lambda **_: c)
+    monkeypatch.setitem(corpora._LOADED, "en", c)
+    return c
+
+
+def cfg_of(pe: str, seed: int = 0, **kwargs) -> LmConfig:
+    return lm_preset_config("lm_smoke", pe=pe, task="lm_en", seed=seed, overrides=TINY, **kwargs)
+
+
+def test_config_round_trips_and_its_id_follows_what_matters():
+    cfg = cfg_of("alibi")
+    assert LmConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    assert cfg.run_id() == cfg_of("alibi").run_id() != cfg_of("alibi", seed=1).run_id()
+    assert cfg.run_id() != cfg_of("rope").run_id()
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: cfg_of("no_such_pe"), "unknown encoding"),
+        (lambda: lm_preset_config("lm_smoke", pe="alibi", task="lm_fr", seed=0), "unknown language-modelling task"),
+        (
+            lambda: lm_preset_config(
+                "lm_smoke", pe="alibi", task="lm_en", seed=0, overrides={"eval": {"lengths": (32, 48)}}
+            ),
+            "do not divide",
+        ),
+        (
+            lambda: lm_preset_config(
+                "lm_smoke", pe="alibi", task="lm_en", seed=0, overrides={"eval": {"lengths": (64, 32)}}
+            ),
+            "must increase",
+        ),
+        (lambda: cfg_of("alibi", finetune_steps=5), "fine-tune is for an inference-time variant"),
+        (
+            lambda: lm_preset_config("lm", pe="alibi", task="lm_en", seed=0, overrides={"eval": {"regionz": 2}}),
+            "unknown eval config key",
+        ),
+    ],
+)
+def test_bad_configs_are_refused_in_one_line(make, message):
+    with pytest.raises(ValueError, match=message) as info:
+        make()
+    assert "\n" not in str(info.value)
+
+
+def test_a_run_records_counts_and_the_corpus_hash_and_a_sweep_skips_it(tmp_path, corpus):
+    store = LmStore(tmp_path)
+    cfg = cfg_of("alibi")
+    record = run_lm(cfg, store, CPU, corpus=corpus, notice=lambda _: None)
+    assert record.provenance["corpus_sha256"] == corpus.sha256
+    assert {(s.mode, s.length) for s in record.scores} == {("windows", 32), ("windows", 64), ("tail", 32), ("tail", 64)}
+    assert all(isinstance(s.n_bytes, int) and s.n_bytes > 0 for s in record.scores)
+    assert [r.run_id for r in store.records()] == [cfg.run_id()]
+    assert store.weights(cfg.run_id()).is_file() and not store.checkpoint(cfg.run_id()).exists()
+    assert sweep_lm([cfg], store, CPU, notice=lambda _: None) == {cfg.run_id(): "cached"}
+
+
+def test_the_same_seed_gives_the_same_record(tmp_path, corpus):
+    a = run_lm(cfg_of("rope"), LmStore(tmp_path / "a"), CPU, corpus=corpus, notice=lambda _: None)
+    b = run_lm(cfg_of("rope"), LmStore(tmp_path / "b"), CPU, corpus=corpus, notice=lambda _: None)
+    assert [s.nats for s in a.scores] == [s.nats for s in b.scores]
+
+
+def test_variants_evaluate_the_trained_weights_and_need_them(tmp_path, corpus):
+    store = LmStore(tmp_path)
+    pi = "rope@{scaling={rope_type=linear,factor=2.0}}"
+    with pytest.raises(ValueError, match="does not hold: run it first"):
+        run_lm(cfg_of(pi), store, CPU, corpus=corpus, notice=lambda _: None)
+    outcomes = sweep_lm([cfg_of(pi), cfg_of(pi, finetune_steps=2), cfg_of("rope")], store, CPU, notice=lambda _: None)
+    assert set(outcomes.values()) == {"finished"}
+    zero_shot, tuned = (r for r in store.records() if r.config.is_variant)
+    assert zero_shot.train_steps == 0 and zero_shot.provenance["weights_from"] == cfg_of("rope").run_id()
+    assert tuned.train_steps == 2 and tuned.config.finetune_length == 4 * tuned.config.length
+
+
+@pytest.fixture(scope="module")
+def record_line(tmp_path_factory):
+    corpus = tiny_corpus("en")
+    folder = tmp_path_factory.mktemp("store")
+    run_lm(cfg_of("alibi"), LmStore(folder), CPU, corpus=corpus, notice=lambda _: None)
+    return (folder / "runs.jsonl").read_text().splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        (lambda d: d["provenance"].pop("corpus_sha256"), "corpus_sha256"),
+        (lambda d: d["scores"].pop(), "scores missing"),
+        (lambda d: d["scores"][0].update(bytes=0), "bytes > 0"),
+        (lambda d: d["scores"][0].update(reached=False), "not reached has no nats"),
+        (lambda d: d["config"].update(seed=9), "its config's run id"),
+        (lambda d: d.update(schema="pezoo-lm-run/0"), "not an LM record"),
+    ],
+)
+def test_a_spoilt_record_is_refused(record_line, spoil, message):
+    d = json.loads(record_line)
+    assert LmRecord.from_dict(d).run_id == d["run_id"]
+    spoil(d)
+    with pytest.raises(ValueError, match=message):
+        LmRecord.from_dict(d)
+
+
+def test_the_lm_sweep_file_runs_seed_major_with_variants_after_the_trained_runs():
+    from pathlib import Path
+
+    from harness.lm.sweep import load_lm_sweep
+
+    configs = load_lm_sweep(Path(__file__).parents[3] / "leaderboard" / "lm" / "sweep.toml", tasks=["lm_en"])
+    trained = [c for c in configs if not c.is_variant]
+    assert configs[: len(trained)] == trained  # every trained run before any variant
+    assert [c.seed for c in trained] == sorted(c.seed for c in trained)
+    assert {c.task for c in configs} == {"lm_en"} and len({c.run_id() for c in configs}) == len(configs)
+    assert all(c.finetune_length == 4 * c.length for c in configs if c.finetune_steps)
+    randomized = next(c for c in trained if c.pe == "randomized")
+    assert randomized.pe_options["max_length"] >= 4 * randomized.eval.lengths[-1]
+
+
+def test_an_unknown_sweep_key_is_refused():
+    from harness.lm.sweep import sweep_configs
+
+    with pytest.raises(ValueError, match="unknown LM sweep key"):
+        sweep_configs({"pes": ["alibi"]})
+
+
+def test_the_lm_command_trains_shows_and_exports(tmp_path, corpus):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    runner = CliRunner()
+    store, out = str(tmp_path / "store"), str(tmp_path / "results")
+    args = ["lm", "bench", "--pe", "alibi", "--preset", "lm_smoke", "--steps", "2", "--store", store, "--device", "cpu"]
+    done = runner.invoke(main, args)
+    assert done.exit_code == 0, done.output
+    shown = runner.invoke(main, ["lm", "show", "--store", store])
+    assert shown.exit_code == 0 and shown.output.startswith("lm_en alibi seed 0: 32: ")
+    exported = runner.invoke(main, ["lm", "export", "--store", store, "--out", out])
+    assert exported.exit_code == 0 and len(list((tmp_path / "results").glob("*.jsonl"))) == 1
+    again = runner.invoke(main, ["lm", "export", "--store", store, "--out", out])
+    assert "nothing new" in again.output
+    bad = runner.invoke(main, ["lm", "bench", "--pe", "alibi{slopes=3}", "--preset", "lm_smoke", "--store", store])
+    assert bad.exit_code == 2 and "alibi" in bad.output

@@ -1,0 +1,112 @@
+"""The board's LM section on fixture records made here (no LM results are published yet)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from harness.lm.config import lm_preset_config
+from harness.lm.evaluate import LengthScore
+from harness.lm.record import LmRecord
+from leaderboard.claims import DOES_NOT_HOLD, HOLDS, NO_CONTRAST, PARTLY
+from leaderboard.lm_board import LM_CLAIMS, curves_svg, lm_rows, reach, render_markdown, verdict
+
+LENGTHS = (256, 512, 1024, 2048, 4096)
+
+
+def record(pe: str, seed: int, bpbs, *, task: str = "lm_en", unreached=()) -> LmRecord:
+    """A record whose windows-mode bpb at each length is ``bpbs[i]`` (8192 bytes scored)."""
+    cfg = lm_preset_config("lm", pe=pe, task=task, seed=seed)
+    scores = []
+    for s, b in zip(LENGTHS, bpbs, strict=True):
+        if s in unreached:
+            scores.append(LengthScore("windows", s, None, 0, False, "positions 0..2047 only"))
+        else:
+            scores.append(LengthScore("windows", s, b * 8192 * math.log(2), 8192))
+    for s in (1024, 2048, 4096):
+        scores.append(LengthScore("tail", s, 2.0 * 1024 * math.log(2), 1024))
+    return LmRecord(cfg, tuple(scores), 1.5, 4000, 400.0, 30.0, {"total": 1}, {"corpus_sha256": "ab" * 32})
+
+
+FLAT = (2.00, 1.98, 1.97, 1.99, 2.02)
+BLOWS = (2.00, 2.30, 3.10, 4.00, 5.00)
+
+
+def test_reach_is_the_longest_length_within_five_percent_on_counts():
+    assert reach(record("alibi", 0, FLAT)) == 4096
+    assert reach(record("ape", 0, BLOWS)) == 256
+    # exactly 5 % above bpb(L) is within; a hair more is not
+    assert reach(record("rope", 0, (2.0, 2.1, 2.1000001, 9, 9))) == 512
+    # a length not reached ends the reach, later ones do not count
+    assert reach(record("learned_ape", 0, FLAT, unreached=(2048,))) == 1024
+
+
+def test_verdicts_follow_the_rules():
+    records = [record("alibi", s, [b + 0.01 * s for b in FLAT]) for s in range(3)]
+    records += [record("ape", s, BLOWS) for s in range(3)]
+    records += [record("rope", s, (2.0, 2.05, 2.3, 3.0, 4.0)) for s in range(3)]
+    records += [record("t5{num_buckets=32,max_distance=64}", s, (2.0, 2.0, 2.05, 2.5, 3.0)) for s in range(3)]
+    rows = lm_rows(records)["lm_en"]
+    by = {c.key: verdict(c, rows) for c in LM_CLAIMS}
+    assert by["alibi_flat"].outcome == PARTLY and "tested 16×" in by["alibi_flat"].why
+    assert by["ape_blowup"].outcome == HOLDS
+    assert by["alibi_below_rope_t5"].outcome == HOLDS and "p = 0.05" in by["alibi_below_rope_t5"].why
+    assert by["kerple_flat"] is None  # not on the table: "not run yet"
+
+
+def test_below_claims_with_overlapping_seeds_do_not_hold_and_nothing_flat_is_no_contrast():
+    below = next(c for c in LM_CLAIMS if c.key == "alibi_below_rope_t5")
+    rope = [record("rope", s, (2.0, 2.0, 2.0, 2.0, 2.35)) for s in range(3)]
+    higher = lm_rows([record("alibi", s, (2.0, 2.0, 2.0, 2.0, 2.5 - 0.1 * s)) for s in range(3)] + rope)["lm_en"]
+    assert verdict(below, higher).outcome == DOES_NOT_HOLD  # 2.4 on the mean against 2.35
+    mixed = lm_rows([record("alibi", s, (2.0, 2.0, 2.0, 2.0, 2.5 - 0.2 * s)) for s in range(3)] + rope)["lm_en"]
+    assert verdict(below, mixed).outcome == PARTLY  # 2.3 on the mean, but a seed above rope's: p > 0.05
+    blown = lm_rows([record("alibi", s, BLOWS) for s in range(3)])["lm_en"]
+    assert verdict(next(c for c in LM_CLAIMS if c.key == "alibi_flat"), blown).outcome == NO_CONTRAST
+
+
+def test_the_section_leads_with_the_answer_and_says_its_scale():
+    records = [record("alibi", s, FLAT) for s in range(3)] + [record("ape", s, BLOWS) for s in range(3)]
+    text = render_markdown(records)
+    lines = text.splitlines()
+    table = [line for line in lines if line.startswith("| ") and "|---" not in line]
+    assert table[1].startswith("| alibi | 3 | 16 |") and table[2].startswith("| ape | 3 | 1 |")
+    assert "0.8M parameters" in text and "sha256 abababababababab" in text
+    assert render_markdown([]).startswith("## Language modelling\n\nNo language-modelling results")
+
+
+def test_curves_draw_one_line_per_encoding_in_its_board_colour():
+    rows = lm_rows([record("alibi", 0, FLAT), record("ape", 0, BLOWS)])["lm_en"]
+    svg = str(curves_svg("lm_en", rows))
+    assert svg.count("<polyline") == 2 and 'data-encoding="alibi"' in svg
+    from leaderboard.styles import style_of
+
+    assert style_of("alibi").colour in svg
+
+
+def test_the_command_refuses_an_empty_results_folder_and_renders_records(tmp_path):
+    import json
+
+    from leaderboard.cli import leaderboard
+
+    runner = CliRunner()
+    empty = runner.invoke(leaderboard, ["lm", "--results", str(tmp_path / "none"), "--out", str(tmp_path / "site")])
+    assert empty.exit_code != 0 and "no LM results" in empty.output
+    (tmp_path / "lm").mkdir()
+    lines = [json.dumps(record("alibi", s, FLAT).to_dict()) for s in range(2)]
+    (tmp_path / "lm" / "lm-x.jsonl").write_text("\n".join(lines) + "\n")
+    done = runner.invoke(leaderboard, ["lm", "--results", str(tmp_path / "lm"), "--out", str(tmp_path / "site")])
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "site" / "lm.md").is_file() and (tmp_path / "site" / "lm-lm_en.svg").is_file()
+
+
+def test_two_records_of_one_row_and_seed_are_refused():
+    a = record("alibi", 0, FLAT)
+    b = record("alibi", 0, FLAT)
+    assert lm_rows([a, b])  # the same run twice is one record
+    other = LmRecord(lm_preset_config("lm", pe="alibi", task="lm_en", seed=0, overrides={"train": {"steps": 10}}),
+                     a.scores, 1.0, 10, 1.0, 1.0, {}, a.provenance)  # fmt: skip
+    with pytest.raises(ValueError, match="two records of alibi"):
+        lm_rows([a, other])
