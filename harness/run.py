@@ -38,7 +38,7 @@ from harness.provenance import run_provenance
 from harness.result import RunOutcome, RunResult
 from harness.store import ClaimLostError, Store, StoreError
 from harness.tblog import RunLog
-from harness.train import Checkpointing, DivergedError, build_model, restore, train
+from harness.train import Checkpointing, DivergedError, TrainResult, build_model, restore, train
 
 Progress = Callable[[str, int, int, str], None]
 """progress(phase, done, total, note): phase ``train`` (done of total steps, note
@@ -189,124 +189,193 @@ def train_and_evaluate(
     ``<name>.diverged``, never resumed) and any other exception a ``failed`` one with
     its traceback; ``KeyboardInterrupt`` propagates. Otherwise the checkpoint is left in
     place: the caller removes it once the result is safely recorded.
+
+    The steps: restore (or start) the model, train it with periodic evaluations
+    (:class:`_Evaluations`), note which commits and machines trained it, keep its weights,
+    evaluate the final model and pick the reported metrics, then :func:`_finished`.
     """
     use_tf32(device)  # a GPU's float32 matmuls on its TF32 tensor cores (harness.precision)
     source = weights_source(cfg, checkpoint.parent)
     if source is not None or cfg.is_variant:
         return evaluate_kept(cfg, source or cfg.trained_config().run_id(), device, checkpoint, progress, notice=notice)
-    run_id = cfg.run_id()
-    started_at = time.time()
-    prov = run_provenance(cfg, device)
-    notices: list[str] = []
+    run = _Attempt(cfg, run_provenance(cfg, device), notice)
     log = None
-
-    def tell(msg: str) -> None:
-        notices.append(msg)
-        notice(msg)
-
     try:
         task = tasks.create(cfg.task)
-        ckpt = Checkpointing(checkpoint, checkpoint_every, on_error=lambda msg: tell(f"run {run_id}: {msg}"))
-        model, resume, problem = restore(cfg, ckpt.path, device)
-        if problem:
-            tell(f"run {run_id}: {problem}")
-        elif resume is not None:
-            tell(f"run {run_id}: resuming from step {resume['step']}")
-        report = progress or (lambda *a: None)
+        ckpt = Checkpointing(checkpoint, checkpoint_every, on_error=run.tell_run)
+        model, resume = _restore_told(cfg, ckpt.path, device, run)
         if tensorboard:
             log = RunLog(tensorboard, cfg, first_step=resume["step"] if resume else 0)
-        eval_sets: dict[int, list] = {}  # fixed per (task, scale, seed): built once, reused by every evaluation
-
-        def evaluate_all_(show: bool = False) -> Evaluation:
-            return evaluate_all(cfg, model, task, device, eval_sets, report if show else None)
-
-        def traces(step: int, metrics: Evaluation) -> None:
-            if cfg.eval.match == "answer":  # the answer is what is scored; log the whole trace too
-                per_scale = ", ".join(f"{m.length}: {m.trace_exact_match:.2f}" for _, m in metrics)
-                tell(f"run {run_id}: step {step}: full-trace exact match per scale {per_scale}")
-
-        def periodic(step: int) -> Evaluation:
-            metrics = evaluate_all_()
-            tell(f"run {run_id}: step {step}: {summary(metrics)}")
-            traces(step, metrics)
-            if log is not None:
-                log.evaluation(step, metrics)
-            return metrics
-
-        def on_step(step: int, loss: float) -> None:
-            report("train", step + 1, cfg.train.steps, f"loss {loss:.4f}")
-            if log is not None:
-                log.step(step + 1, loss)
-
+        evaluations = _Evaluations(cfg, model, task, device, run, log, progress or (lambda *a: None))
         result = train(
             cfg,
             model,
             task,
             device,
-            on_step=on_step,
+            on_step=evaluations.on_step,
             checkpointing=ckpt,
             resume=resume,
-            evaluate=periodic if cfg.eval.every else None,
+            evaluate=evaluations.periodic if cfg.eval.every else None,
             on_lr=log.lr if log is not None else None,
         )
-        if len(result.code) > 1:  # resumed under other code: the record says which commit trained which steps
-            prov = {**prov, "code_by_step": by_step(result.code, result.steps)}
-            tell(f"run {run_id}: trained by more than one commit: {prov['code_by_step']}")
-        if len(result.machine) > 1:  # resumed on another machine: which one trained which steps
-            prov = {**prov, "machine_by_step": by_step(result.machine, result.steps)}
-            tell(f"run {run_id}: trained on more than one machine: {prov['machine_by_step']}")
+        _note_history(run, result)
         if keep_weights:  # for the run's inference-time variants (harness.checkpoint.save_weights)
             try:
-                save_weights(weights_path(checkpoint.parent, run_id), cfg, model, result.final_loss)
+                save_weights(weights_path(checkpoint.parent, run.run_id), cfg, model, result.final_loss)
             except WriteError as exc:
-                tell(f"run {run_id}: its final weights could not be kept ({exc}); its variants cannot be evaluated")
+                run.tell_run(f"its final weights could not be kept ({exc}); its variants cannot be evaluated")
         t0 = time.perf_counter()
-        final = evaluate_all_(show=True)
-        traces(cfg.train.steps, final)
-        if log is not None:
-            log.evaluation(cfg.train.steps, final)
-        metrics = final
-        if result.evaluations or cfg.eval.select != "final":
-            steps = [step for step, _ in result.evaluations] + [cfg.train.steps]
-            metrics = select_evaluation([e for _, e in result.evaluations] + [final], cfg.eval.select)
-            tell(
-                f"run {run_id}: reporting {cfg.eval.select} of {len(steps)} evaluations "
-                f"(steps {', '.join(map(str, steps))}): {summary(metrics)}"
-            )
-            if log is not None:
-                log.evaluation(cfg.train.steps, metrics, tag=f"reported_{cfg.eval.select}")
-        try:
-            diagnostics = prism_trajectories(model, cfg, task)
-        except Exception as exc:  # diagnostics are a bonus: never lose a finished run to them
-            diagnostics = None
-            tell(f"run {run_id}: no diagnostics ({type(exc).__name__}: {exc})")
-        return RunResult(
-            run_id,
-            "finished",
-            prov,
-            started_at,
-            metrics=metrics,
-            final_loss=result.final_loss,
-            train_seconds=result.seconds,
-            eval_seconds=time.perf_counter() - t0,
-            n_params=dict(model.n_params()),
-            notices=tuple(notices),
-            diagnostics=diagnostics,
-        )
+        metrics = evaluations.reported(result.evaluations)
+        return _finished(run, model, task, metrics, result.final_loss, result.seconds, t0, tell_diagnostics=True)
     except DivergedError as exc:
         # its last checkpoint leads to the same NaN (or holds it): never resume from it
         if checkpoint.exists():
             aside = set_aside(checkpoint, "diverged")
             where = f"set aside as {aside.name}" if aside is not None else "removed"
-            tell(f"run {run_id}: its checkpoint is {where}; the next attempt starts over from step 0")
-        return RunResult(run_id, "diverged", prov, started_at, error=str(exc), notices=tuple(notices))
+            run.tell_run(f"its checkpoint is {where}; the next attempt starts over from step 0")
+        return RunResult(run.run_id, "diverged", run.prov, run.started_at, error=str(exc), notices=tuple(run.notices))
     except SystemExit as exc:  # sys.exit() in the run's code (a plugin's forward): the run fails, not the sweep
-        return RunResult.failed(run_id, prov, started_at, _exited(exc, prov), notices, retryable=False)
+        return RunResult.failed(
+            run.run_id, run.prov, run.started_at, _exited(exc, run.prov), run.notices, retryable=False
+        )
     except Exception as exc:
-        return RunResult.failed(run_id, prov, started_at, exc, notices)
+        return RunResult.failed(run.run_id, run.prov, run.started_at, exc, run.notices)
     finally:
         if log is not None:
             log.close()
+
+
+class _Attempt:
+    """One attempt at a run: its id, provenance and start, and the notices it told."""
+
+    def __init__(self, cfg: RunConfig, prov: Mapping[str, Any], notice: Callable[[str], None]) -> None:
+        self.cfg, self.run_id, self.prov, self.notice = cfg, cfg.run_id(), dict(prov), notice
+        self.started_at = time.time()
+        self.notices: list[str] = []
+
+    def tell(self, msg: str) -> None:
+        self.notices.append(msg)
+        self.notice(msg)
+
+    def tell_run(self, msg: str) -> None:
+        """:meth:`tell` ``run <id>: msg``."""
+        self.tell(f"run {self.run_id}: {msg}")
+
+
+def _restore_told(
+    cfg: RunConfig, path: Path, device: torch.device, run: _Attempt
+) -> tuple[Backbone, dict[str, Any] | None]:
+    """``harness.train.restore``, telling a resume or why a checkpoint was set aside."""
+    model, resume, problem = restore(cfg, path, device)
+    if problem:
+        run.tell_run(problem)
+    elif resume is not None:
+        run.tell_run(f"resuming from step {resume['step']}")
+    return model, resume
+
+
+def _note_history(run: _Attempt, result: TrainResult) -> None:
+    """Put in the provenance which commit (and machine) trained which steps, when more than one did."""
+    if len(result.code) > 1:  # resumed under other code: the record says which commit trained which steps
+        run.prov["code_by_step"] = by_step(result.code, result.steps)
+        run.tell_run(f"trained by more than one commit: {run.prov['code_by_step']}")
+    if len(result.machine) > 1:  # resumed on another machine: which one trained which steps
+        run.prov["machine_by_step"] = by_step(result.machine, result.steps)
+        run.tell_run(f"trained on more than one machine: {run.prov['machine_by_step']}")
+
+
+class _Evaluations:
+    """A trained run's evaluations: periodic ones during training, the final one, and the
+    metrics reported among them (``cfg.eval.select``); each told, logged and traced."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        model: Backbone,
+        task: tasks.Task,
+        device: torch.device,
+        run: _Attempt,
+        log: RunLog | None,
+        report: Progress,
+    ) -> None:
+        self.cfg, self.model, self.task, self.device = cfg, model, task, device
+        self.run, self.log, self.report = run, log, report
+        self.eval_sets: dict[int, list] = {}  # fixed per (task, scale, seed): built once, reused by every evaluation
+
+    def all(self, show: bool = False) -> Evaluation:
+        return evaluate_all(self.cfg, self.model, self.task, self.device, self.eval_sets, self.report if show else None)
+
+    def traces(self, step: int, metrics: Evaluation) -> None:
+        if self.cfg.eval.match == "answer":  # the answer is what is scored; log the whole trace too
+            per_scale = ", ".join(f"{m.length}: {m.trace_exact_match:.2f}" for _, m in metrics)
+            self.run.tell_run(f"step {step}: full-trace exact match per scale {per_scale}")
+
+    def periodic(self, step: int) -> Evaluation:
+        metrics = self.all()
+        self.run.tell_run(f"step {step}: {summary(metrics)}")
+        self.traces(step, metrics)
+        if self.log is not None:
+            self.log.evaluation(step, metrics)
+        return metrics
+
+    def on_step(self, step: int, loss: float) -> None:
+        self.report("train", step + 1, self.cfg.train.steps, f"loss {loss:.4f}")
+        if self.log is not None:
+            self.log.step(step + 1, loss)
+
+    def reported(self, periodic: Sequence[tuple[int, Evaluation]]) -> Evaluation:
+        """Evaluate the final model; the metrics ``cfg.eval.select`` picks among it and ``periodic``."""
+        steps = self.cfg.train.steps
+        final = self.all(show=True)
+        self.traces(steps, final)
+        if self.log is not None:
+            self.log.evaluation(steps, final)
+        if not periodic and self.cfg.eval.select == "final":
+            return final
+        at = [step for step, _ in periodic] + [steps]
+        metrics = select_evaluation([e for _, e in periodic] + [final], self.cfg.eval.select)
+        self.run.tell_run(
+            f"reporting {self.cfg.eval.select} of {len(at)} evaluations (steps {', '.join(map(str, at))}): "
+            f"{summary(metrics)}"
+        )
+        if self.log is not None:
+            self.log.evaluation(steps, metrics, tag=f"reported_{self.cfg.eval.select}")
+        return metrics
+
+
+def _finished(
+    run: _Attempt,
+    model: Backbone,
+    task: tasks.Task,
+    metrics: Evaluation,
+    final_loss: float,
+    train_seconds: float,
+    t0: float,
+    *,
+    tell_diagnostics: bool,
+) -> RunResult:
+    """The ``finished`` result of a run evaluated from ``t0`` on, trained or not: its
+    diagnostics (a bonus: never lose a finished run to them; ``tell_diagnostics`` says
+    why there are none), parameter counts and timings."""
+    try:
+        diagnostics = prism_trajectories(model, run.cfg, task)
+    except Exception as exc:
+        diagnostics = None
+        if tell_diagnostics:
+            run.tell_run(f"no diagnostics ({type(exc).__name__}: {exc})")
+    return RunResult(
+        run.run_id,
+        "finished",
+        run.prov,
+        run.started_at,
+        metrics=metrics,
+        final_loss=final_loss,
+        train_seconds=train_seconds,
+        eval_seconds=time.perf_counter() - t0,
+        n_params=dict(model.n_params()),
+        notices=tuple(run.notices),
+        diagnostics=diagnostics,
+    )
 
 
 def by_step(code: Sequence[tuple[int, str]], steps: int) -> str:
@@ -334,63 +403,52 @@ def evaluate_kept(
     ``provenance["weights_from"]`` = the trained run's id. Missing or unusable weights give
     a ``failed`` result saying why.
     """
-    run_id = cfg.run_id()
-    trained = cfg.trained_config()
-    started_at = time.time()
-    prov = {**run_provenance(cfg, device), "weights_from": trained_id}
+    run = _Attempt(cfg, {**run_provenance(cfg, device), "weights_from": trained_id}, notice)
     try:
-        try:
-            payload = load_weights(weights_path(checkpoint.parent, trained_id), trained_id)
-        except CheckpointError as exc:
-            if not cfg.is_variant:
-                raise
-            raise CheckpointError(
-                f"{exc}; a variant evaluates the final weights its trained run {trained_id} keeps when it trains "
-                "in a sweep that lists the variant (a run finished without them must be trained again in a new "
-                "store)"
-            ) from None
-        model = build_model(replace(trained, pe_options=cfg.eval_options()), device)
-        try:
-            model.load_state_dict(payload["model"])
-        except (RuntimeError, KeyError, ValueError) as exc:
-            raise CheckpointError(f"the weights of run {trained_id} do not fit the variant's model ({exc})") from None
+        payload, model = _load_kept(cfg, trained_id, checkpoint, device)
         if cfg.is_variant:
-            told = (
-                f"run {run_id}: evaluating the weights of run {trained_id} with "
-                f"{format_eval_options(cfg.eval_pe_options)}, no training"
+            run.tell_run(
+                f"evaluating the weights of run {trained_id} with {format_eval_options(cfg.eval_pe_options)}, "
+                "no training"
             )
         else:
-            told = (
-                f"run {run_id}: evaluating the kept weights of run {trained_id}, which trained as this run would "
+            run.tell_run(
+                f"evaluating the kept weights of run {trained_id}, which trained as this run would "
                 "(only the evaluation differs), no training"
             )
-        notice(told)
         task = tasks.create(cfg.task)
         t0 = time.perf_counter()
         metrics = evaluate_all(cfg, model, task, device, {}, progress)
-        try:
-            diagnostics = prism_trajectories(model, cfg, task)
-        except Exception:  # a bonus, as for a trained run
-            diagnostics = None
-        return RunResult(
-            run_id,
-            "finished",
-            prov,
-            started_at,
-            metrics=metrics,
-            final_loss=payload["final_loss"],
-            train_seconds=0.0,
-            eval_seconds=time.perf_counter() - t0,
-            n_params=dict(model.n_params()),
-            notices=(told,),
-            diagnostics=diagnostics,
-        )
+        return _finished(run, model, task, metrics, payload["final_loss"], 0.0, t0, tell_diagnostics=False)
     except CheckpointError as exc:  # no usable weights: another attempt would read the same file
-        return RunResult.failed(run_id, prov, started_at, exc, retryable=False)
+        return RunResult.failed(run.run_id, run.prov, run.started_at, exc, retryable=False)
     except SystemExit as exc:
-        return RunResult.failed(run_id, prov, started_at, _exited(exc, prov), retryable=False)
+        return RunResult.failed(run.run_id, run.prov, run.started_at, _exited(exc, run.prov), retryable=False)
     except Exception as exc:
-        return RunResult.failed(run_id, prov, started_at, exc)
+        return RunResult.failed(run.run_id, run.prov, run.started_at, exc)
+
+
+def _load_kept(
+    cfg: RunConfig, trained_id: str, checkpoint: Path, device: torch.device
+) -> tuple[dict[str, Any], Backbone]:
+    """(the kept weights' payload, the model of ``cfg``'s evaluation with them loaded);
+    ``CheckpointError`` saying why when they are missing or do not fit."""
+    try:
+        payload = load_weights(weights_path(checkpoint.parent, trained_id), trained_id)
+    except CheckpointError as exc:
+        if not cfg.is_variant:
+            raise
+        raise CheckpointError(
+            f"{exc}; a variant evaluates the final weights its trained run {trained_id} keeps when it trains "
+            "in a sweep that lists the variant (a run finished without them must be trained again in a new "
+            "store)"
+        ) from None
+    model = build_model(replace(cfg.trained_config(), pe_options=cfg.eval_options()), device)
+    try:
+        model.load_state_dict(payload["model"])
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise CheckpointError(f"the weights of run {trained_id} do not fit the variant's model ({exc})") from None
+    return payload, model
 
 
 class RunExited(RuntimeError):
