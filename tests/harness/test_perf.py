@@ -271,3 +271,22 @@ def test_precision_rows_time_each_encoding_in_fp32_and_bf16_with_ratios_and_targ
 def test_cli_rejects_an_unknown_precision():
     result = CliRunner().invoke(main, ["perf", "--sections", "precision", "--precision", "fp64"])
     assert result.exit_code != 0 and "unknown precision" in result.output
+
+
+def test_gpu_section_runs_on_cpu():
+    """`pezoo perf --sections gpu` on CPU: bare step, the loop's step with and without its
+    device features, ATen calls per step (CUDA: kernel launches and the busy fraction)."""
+    from harness.perf import grid_from
+    from harness.perf.gpu import measure_gpu, render_gpu
+
+    grid = grid_from("quick", presets=("smoke",), encodings=("nope",), repeats=1, warmup=1, gpu_steps=2, batch_size=4)
+    rows = measure_gpu(grid, torch.device("cpu"))
+    assert [(r["preset"], r["pe"]) for r in rows] == [("smoke", "nope")]
+    row = rows[0]
+    assert row["bare_ms"] > 0 and row["harness_ms"] > 0 and row["before_ms"] > 0
+    assert row["ratio"] == row["harness_ms"] / row["bare_ms"]
+    assert row["busy"] is None and row["bare_busy"] is None  # no device kernels to count on CPU
+    assert row["launches"] > row["bare_launches"] > 10  # ATen calls: the loop's length groups run more
+    assert row["accel"] == {"prefetch": 0, "readback": 1, "fused": False, "graphs": False}
+    text = "\n".join(render_gpu(rows))
+    assert "smoke/nope" in text and "loop/bare" in text and "features: none" in text
