@@ -107,7 +107,10 @@ def test_batched_readback_and_producer_train_the_same_run_on_cpu():
         pe="rope",
         task="copy",
         seed=3,
-        overrides={"train": {"steps": 12, "batch_size": 4}, "eval": {"every": 4, "start_below_loss": 5.3, "samples": 4, "test_max": 6}},
+        overrides={
+            "train": {"steps": 12, "batch_size": 4},
+            "eval": {"every": 4, "start_below_loss": 5.3, "samples": 4, "test_max": 6},
+        },
     )
     from harness.run import evaluate_all
 
@@ -163,7 +166,11 @@ def test_a_run_that_diverges_between_readbacks_is_recorded_diverged(monkeypatch,
 
     monkeypatch.setattr(graphs, "loss_function", nan_from_step_7)
     cfg = preset_config(
-        "smoke", pe="nope", task="copy", seed=0, overrides={"train": {"steps": 10, "batch_size": 4}, "eval": {"samples": 2}}
+        "smoke",
+        pe="nope",
+        task="copy",
+        seed=0,
+        overrides={"train": {"steps": 10, "batch_size": 4}, "eval": {"samples": 2}},
     )
     with pytest.raises(DivergedError, match="loss became nan at step 7"):
         _train(cfg, Accel(readback=5))

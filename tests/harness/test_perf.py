@@ -278,7 +278,14 @@ def test_gpu_section_runs_on_cpu():
     """`pezoo perf --sections gpu` on CPU: bare step, the loop's step with and without its
     device features, ATen calls per step (CUDA: kernel launches and the busy fraction)."""
     grid = grid_from(
-        "quick", sections=("gpu",), presets=("smoke",), encodings=("nope",), repeats=1, warmup=1, gpu_steps=2, batch_size=4
+        "quick",
+        sections=("gpu",),
+        presets=("smoke",),
+        encodings=("nope",),
+        repeats=1,
+        warmup=1,
+        gpu_steps=2,
+        batch_size=4,
     )
     report = run_perf(grid, torch.device("cpu"))
     rows = report["gpu"]
