@@ -88,7 +88,7 @@ def test_accel_settings_per_device(monkeypatch):
     assert Accel.for_device("cpu", "on") == Accel(prefetch=cuda.prefetch, readback=cuda.readback)
     monkeypatch.setenv(ACCEL_ENV, "readback")
     assert Accel.for_device("cuda") == Accel(readback=cuda.readback)
-    with pytest.raises(ValueError, match="unknown feature.*graph"):
+    with pytest.raises(ValueError, match=r"unknown feature.*graph"):
         Accel.for_device("cpu", "graph")
     with pytest.raises(ValueError, match="readback >= 1"):
         Accel(readback=0)
@@ -233,9 +233,9 @@ def test_graphed_run_matches_its_eager_run_on_cuda(pe):
     device = torch.device("cuda")
     runs = []
     for accel in (Accel(), Accel.for_device(device, "on")):
-        seen = []
+        seen: list[float] = []
         model = build_model(cfg, device)
-        result = train(cfg, model, create("copy"), device, on_step=lambda s, v: seen.append(v), accel=accel)
+        result = train(cfg, model, create("copy"), device, on_step=lambda s, v, seen=seen: seen.append(v), accel=accel)
         metrics = evaluate_all(cfg, model, create("copy"), device, {})
         runs.append((seen, result.final_loss, metrics))
     (a, fa, ma), (b, fb, mb) = runs
