@@ -140,7 +140,7 @@ class GraphedLoss:
         samples = tuple(a.clone() for a in args)
         try:
             rng = torch.cuda.get_rng_state(args[0].device)
-            graphed = torch.cuda.make_graphed_callables(module, samples, num_warmup_iters=3)
+            graphed = torch.cuda.make_graphed_callables(module, samples, num_warmup_iters=3, allow_unused_input=True)
             torch.cuda.set_rng_state(rng, args[0].device)  # the warm-up passes leave no trace in the stream
             return graphed
         except Exception as exc:  # host work or a sync inside the pass: eager for this bucket
