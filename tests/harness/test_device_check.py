@@ -23,7 +23,7 @@ def _module():
 def test_dry_run_goes_end_to_end_on_cpu(tmp_path):
     dc = _module()
     # every part but ``tests`` (pytest inside pytest): in this process, toy sizes
-    assert dc.main(["--dry-run", "--out", str(tmp_path), "--only", "env,loop,example,pack,gpu20k"]) == 0
+    assert dc.main(["--dry-run", "--out", str(tmp_path), "--only", "env,loop,loop_gpu,example,pack,gpu20k"]) == 0
     report = (tmp_path / "cuda-gpu-cpu-dry-run.md").read_text()
     for heading in ("## env", "## loop", "## example", "## pack", "## gpu20k"):
         assert heading in report
