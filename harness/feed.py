@@ -127,22 +127,25 @@ class BatchFeed:
         pinned = [t.pin_memory() for t in parts] if self.ahead else list(parts)
         return Batch(*(t.to(self.device, non_blocking=bool(self.ahead)) for t in pinned))
 
-    def _produce(self) -> None:
+    def _put(self, item: Fed | BaseException | None) -> bool:
+        """Hand ``item`` to the consumer; False once it has stopped listening."""
         assert self._queue is not None
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self) -> None:
         try:
             for step in range(self.first, self.last):
-                item = self._make(step)
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self._stop.is_set():
+                if not self._put(self._make(step)):
                     return
-            self._queue.put(None)
+            self._put(None)
         except BaseException as exc:  # handed to the consumer, raised there
-            self._queue.put(exc)
+            self._put(exc)
 
     def __iter__(self) -> Iterator[Fed]:
         if not self.ahead:

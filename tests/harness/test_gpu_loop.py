@@ -243,3 +243,25 @@ def test_graphed_run_matches_its_eager_run_on_cuda(pe):
     assert math.isclose(fa, fb, rel_tol=1e-3)
     for (_, x), (_, y) in zip(ma, mb, strict=True):
         assert abs(x.exact_match - y.exact_match) <= 0.05 and abs(x.token_accuracy - y.token_accuracy) <= 0.05
+
+
+def test_a_consumer_that_stops_early_leaves_no_producer_behind():
+    """The loop raising mid-run (a diverged loss) with the producer blocked on a full queue,
+    even on its end-of-stream marker: closing stops and joins it."""
+    task = create("copy")
+    cfg = preset_config("smoke", pe="nope", task="copy", seed=0)
+    feed = _feed(task, cfg, ahead=1)
+    items = iter(feed)
+    next(items)
+    import time
+
+    time.sleep(0.3)  # the producer fills the queue and waits
+    feed.close()
+    assert feed._thread is None
+    feed = _feed(task, cfg, ahead=1)
+    with pytest.raises(RuntimeError, match="stop"):
+        for fed in feed:
+            if fed.step == 7:  # the producer has made step 8 and waits to hand over the end marker
+                time.sleep(0.3)
+                raise RuntimeError("stop")
+    assert feed._thread is None
