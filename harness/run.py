@@ -178,21 +178,19 @@ def train_and_evaluate(
 
     With ``cfg.eval.every``, the model is also evaluated during training and the reported
     metrics are chosen by ``cfg.eval.select`` among those evaluations and the final one.
-    ``tensorboard`` (a folder) also logs the run there.
-
-    ``keep_weights`` keeps the final weights next to the checkpoint (:func:`weights_path`)
-    for the run's inference-time variants and for runs that train as it does. A variant
+    ``tensorboard`` (a folder) also logs the run there. ``keep_weights`` keeps the final
+    weights next to the checkpoint (:func:`weights_path`) for the run's inference-time
+    variants and for runs that train as it does. A variant
     (``cfg.is_variant``), or a run whose training another run has kept the weights of
     (:func:`weights_source`), is not trained: :func:`evaluate_kept` evaluates those weights.
 
-    A NaN loss gives a ``diverged`` result (its checkpoint is set aside as
-    ``<name>.diverged``, never resumed) and any other exception a ``failed`` one with
-    its traceback; ``KeyboardInterrupt`` propagates. Otherwise the checkpoint is left in
-    place: the caller removes it once the result is safely recorded.
+    A NaN loss gives a ``diverged`` result (its checkpoint set aside as ``<name>.diverged``)
+    and any other exception a ``failed`` one (:func:`_unfinished`); ``KeyboardInterrupt``
+    propagates. Otherwise the checkpoint stays: the caller removes it once the result is
+    safely recorded.
 
-    The steps: restore (or start) the model, train it with periodic evaluations
-    (:class:`_Evaluations`), note which commits and machines trained it, keep its weights,
-    evaluate the final model and pick the reported metrics, then :func:`_finished`.
+    Steps: restore, train (:class:`_Evaluations` during), note who trained, keep the
+    weights, evaluate and pick the metrics, :func:`_finished`.
     """
     use_tf32(device)  # a GPU's float32 matmuls on its TF32 tensor cores (harness.precision)
     source = weights_source(cfg, checkpoint.parent)
@@ -220,29 +218,33 @@ def train_and_evaluate(
         )
         _note_history(run, result)
         if keep_weights:  # for the run's inference-time variants (harness.checkpoint.save_weights)
-            try:
-                save_weights(weights_path(checkpoint.parent, run.run_id), cfg, model, result.final_loss)
-            except WriteError as exc:
-                run.tell_run(f"its final weights could not be kept ({exc}); its variants cannot be evaluated")
+            _keep_weights(run, weights_path(checkpoint.parent, run.run_id), model, result.final_loss)
         t0 = time.perf_counter()
         metrics = evaluations.reported(result.evaluations)
         return _finished(run, model, task, metrics, result.final_loss, result.seconds, t0, tell_diagnostics=True)
-    except DivergedError as exc:
-        # its last checkpoint leads to the same NaN (or holds it): never resume from it
+    except (SystemExit, Exception) as exc:  # KeyboardInterrupt propagates
+        return _unfinished(exc, run, checkpoint)
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _unfinished(exc: BaseException, run: _Attempt, checkpoint: Path) -> RunResult:
+    """The result of a run that raised ``exc``: ``diverged`` for a NaN loss (its checkpoint
+    set aside: its last state leads to the same NaN, or holds it), else ``failed`` with the
+    traceback (not retried when the run's code called ``sys.exit``: the run fails, not the
+    sweep)."""
+    if isinstance(exc, DivergedError):
         if checkpoint.exists():
             aside = set_aside(checkpoint, "diverged")
             where = f"set aside as {aside.name}" if aside is not None else "removed"
             run.tell_run(f"its checkpoint is {where}; the next attempt starts over from step 0")
         return RunResult(run.run_id, "diverged", run.prov, run.started_at, error=str(exc), notices=tuple(run.notices))
-    except SystemExit as exc:  # sys.exit() in the run's code (a plugin's forward): the run fails, not the sweep
+    if isinstance(exc, SystemExit):
         return RunResult.failed(
             run.run_id, run.prov, run.started_at, _exited(exc, run.prov), run.notices, retryable=False
         )
-    except Exception as exc:
-        return RunResult.failed(run.run_id, run.prov, run.started_at, exc, run.notices)
-    finally:
-        if log is not None:
-            log.close()
+    return RunResult.failed(run.run_id, run.prov, run.started_at, exc, run.notices)
 
 
 class _Attempt:
@@ -272,6 +274,14 @@ def _restore_told(
     elif resume is not None:
         run.tell_run(f"resuming from step {resume['step']}")
     return model, resume
+
+
+def _keep_weights(run: _Attempt, path: Path, model: Backbone, final_loss: float) -> None:
+    """Keep the final weights at ``path``; a failed write is told (the run still finishes)."""
+    try:
+        save_weights(path, run.cfg, model, final_loss)
+    except WriteError as exc:
+        run.tell_run(f"its final weights could not be kept ({exc}); its variants cannot be evaluated")
 
 
 def _note_history(run: _Attempt, result: TrainResult) -> None:

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+import harness.graphs as graphs
 import pezoo
 from harness.backbone import Backbone
 from harness.checkpoint import (
@@ -444,6 +445,44 @@ def optimizer_step(model: Backbone, run: _Run, loss: Tensor, grad_clip: float) -
     run.scaler.update()
 
 
+@dataclass(frozen=True)
+class _Due:
+    """Which steps end with a periodic evaluation or a checkpoint (never the last step)."""
+
+    steps: int
+    every: int
+    checkpointing: Checkpointing | None
+
+    def evaluation(self, done: int) -> bool:
+        return bool(self.every) and done % self.every == 0 and done < self.steps
+
+    def save(self, done: int) -> bool:
+        ck = self.checkpointing
+        return ck is not None and done % ck.every == 0 and done < self.steps
+
+
+def _feed(
+    cfg: RunConfig, task: Task, run: _Run, device: torch.device, accel: Accel, keep_state: Callable[[int], bool]
+) -> BatchFeed:
+    """The batches of the steps the run has left (``harness.feed``), from its data state."""
+    t = cfg.train
+    return BatchFeed(
+        task, run.rng, run.stream,
+        batch_size=t.batch_size, protocol=cfg.protocol,
+        scale_range=lambda step: (t.train_min, curriculum_max(step, cfg)),
+        first=run.first_step, last=t.steps, device=device, ahead=accel.prefetch, keep_state=keep_state,
+    )  # fmt: skip
+
+
+def _evaluate_at(done: int, evaluate: Callable[[int], Evaluation], run: _Run, device: torch.device) -> float:
+    """Run the periodic evaluation after step ``done`` under its own torch RNG, keep its
+    result; the seconds it took."""
+    t_eval = time.perf_counter()
+    with torch.random.fork_rng(devices=[] if device.type != "cuda" else None):
+        run.evaluations.append((done, evaluate(done)))
+    return time.perf_counter() - t_eval
+
+
 def _save(
     cfg: RunConfig,
     model: Backbone,
@@ -497,53 +536,32 @@ def train(
     accel: Accel | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``cfg.train.steps`` steps; ``on_step(step, loss)`` after each
-    (in order; on a GPU a few steps late, when the losses are read back: :class:`Accel`).
+    (in order; on a GPU a few steps late, when the losses are read back: :class:`Accel`);
+    ``on_lr(step, lr)`` reports each step's learning rate (for loggers).
 
-    With ``evaluate`` and ``cfg.eval.every > 0``, ``evaluate(step)`` runs every
-    ``every`` steps once a step's loss has first dropped below
-    ``cfg.eval.start_below_loss`` (never at the last step: the caller evaluates the final
-    model). It runs under its own torch RNG, so the training stream is the same with or
-    without it; its results are kept in checkpoints and returned in order.
-    ``on_lr(step, lr)`` reports the learning rate of each step (for loggers).
+    With ``evaluate`` and ``cfg.eval.every > 0``, ``evaluate(step)`` runs every ``every``
+    steps once a step's loss has first dropped below ``cfg.eval.start_below_loss`` (never
+    at the last step: the caller evaluates the final model), under its own torch RNG, so
+    the training stream is the same with or without it; its results are kept in
+    checkpoints and returned in order.
 
-    With ``checkpointing``, the full state (model, optimiser, data and torch RNG states,
-    step; ``harness.checkpoint``) is saved periodically; a save that fails (a full disk)
-    is reported and skipped. ``resume`` is such a checkpoint as :func:`restore` returns
-    it, its model weights already loaded; training continues from its step, so an
-    interrupted run ends with exactly the metrics of an uninterrupted one (CPU).
-
-    ``accel`` (default :meth:`Accel.for_device`): how the loop drives the device; on CPU
-    every setting but ``fused``/``graphs`` (CUDA only) gives the same run bit for bit.
-
-    Raises:
-        DivergedError: the loss became NaN/inf (the run is then recorded as diverged).
+    With ``checkpointing``, the full state (``harness.checkpoint``) is saved periodically;
+    a save that fails (a full disk) is reported and skipped. ``resume`` is such a
+    checkpoint as :func:`restore` returns it, its weights already loaded: an interrupted
+    run ends with exactly the metrics of an uninterrupted one (CPU). ``accel`` (default
+    :meth:`Accel.for_device`): how the loop drives the device. A NaN/inf loss raises
+    :class:`DivergedError` (the run is then recorded as diverged).
     """
-    from harness.graphs import loss_function
-
     t = cfg.train
     device = torch.device(device)
     accel = Accel.for_device(device) if accel is None else accel
     run, last, evaluating = _start(cfg, model, task, device, resume, accel)
     model.train()
-    every = cfg.eval.every if evaluate is not None else 0
+    due = _Due(t.steps, cfg.eval.every if evaluate is not None else 0, checkpointing)
     losses = LossReadback(accel.readback, on_step, cfg.eval.start_below_loss, last=last, evaluating=evaluating)
-    compute = loss_function(model, t.precision, device, graphs=accel.graphs)
-
-    def eval_due(done: int) -> bool:
-        return bool(every) and done % every == 0 and done < t.steps
-
-    def save_due(done: int) -> bool:
-        return checkpointing is not None and done % checkpointing.every == 0 and done < t.steps
-
-    feed = BatchFeed(
-        task, run.rng, run.stream,
-        batch_size=t.batch_size, protocol=cfg.protocol,
-        scale_range=lambda step: (t.train_min, curriculum_max(step, cfg)),
-        first=run.first_step, last=t.steps, device=device, ahead=accel.prefetch,
-        keep_state=lambda step: save_due(step + 1),
-    )  # fmt: skip
+    compute = graphs.loss_function(model, t.precision, device, graphs=accel.graphs)
     start = time.perf_counter()
-    with feed:
+    with _feed(cfg, task, run, device, accel, keep_state=lambda step: due.save(step + 1)) as feed:
         for fed in feed:
             step, done = fed.step, fed.step + 1
             set_learning_rate(run.opt, cfg, step, on_lr)
@@ -552,26 +570,15 @@ def train(
             if accel.readback == 1:
                 losses.flush()  # before the step, as ever: a NaN step is never applied
             optimizer_step(model, run, loss, t.grad_clip)
-            if losses.due(step) or eval_due(done) or save_due(done) or done == t.steps:
+            if losses.due(step) or due.evaluation(done) or due.save(done) or done == t.steps:
                 losses.flush()
-            if eval_due(done) and losses.evaluating:
-                assert evaluate is not None
-                t_eval = time.perf_counter()
-                with torch.random.fork_rng(devices=[] if device.type != "cuda" else None):
-                    run.evaluations.append((done, evaluate(done)))
-                start += time.perf_counter() - t_eval  # training seconds leave evaluation out
-            if save_due(done):
-                assert checkpointing is not None
+            if due.evaluation(done) and losses.evaluating and evaluate is not None:
+                start += _evaluate_at(done, evaluate, run, device)  # training seconds leave evaluation out
+            if due.save(done) and checkpointing is not None:
                 _save(cfg, model, run, fed, losses, run.elapsed + time.perf_counter() - start, checkpointing, device)
     losses.flush()
-    return TrainResult(
-        final_loss=losses.last,
-        steps=t.steps,
-        seconds=run.elapsed + time.perf_counter() - start,
-        evaluations=tuple(run.evaluations),
-        code=tuple(run.code),
-        machine=tuple(run.machine),
-    )
+    seconds = run.elapsed + time.perf_counter() - start
+    return TrainResult(losses.last, t.steps, seconds, tuple(run.evaluations), tuple(run.code), tuple(run.machine))
 
 
 def set_learning_rate(

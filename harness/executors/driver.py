@@ -102,22 +102,7 @@ def run_sweep(
     (``harness.run.record_or_keep``) is recorded without training. ``tensorboard`` (a
     folder) makes every run log there too.
 
-    An inference-time variant (``RunConfig.is_variant``) is dispatched once its trained
-    run is neither queued nor in flight; a trained run with variants in ``configs`` keeps
-    its final weights (``harness.run.weights_path``), which its variants evaluate. A
-    variant whose trained run another live process is training is skipped with the
-    outcome ``claimed``, as that run is: its weights do not exist yet.
-
-    A claim the store refuses with an error (locked past SQLite's busy timeout, a full
-    disk) is tried again after each of :data:`CLAIM_RETRY_DELAYS`; if every try fails,
-    no further run starts, the runs in flight finish and are recorded, and
-    :class:`SweepStopped` (a ``StoreError`` carrying the outcomes so far) is raised.
-
-    ``admit(index, cfg)``, asked as each run is about to start (not for a retry), returns
-    None to start it, else why it is *deferred*: not started, nothing recorded, the outcome
-    ``deferred`` with that reason, and the next run in the list is looked at instead
-    (``harness.deadline.TimeLimit`` defers what cannot end before a time limit). A
-    variant whose trained run was deferred is deferred too.
+    How runs start (variants after their trained run, refused claims, ``admit``): :class:`_Sweep`.
     """
     sweep = _Sweep(executor, store, events or SweepEvents(), admit, attempts=retries + 1)
     sweep.queue_runs(
@@ -146,7 +131,25 @@ def run_sweep(
 class _Sweep:
     """The driver's state while a sweep runs, and its steps: :meth:`queue_runs` (what the
     store lacks, in order), :meth:`start_what_fits` (claim and submit while the executor
-    has room), :meth:`collect` (record or retry what comes back), :meth:`interrupted`."""
+    has room), :meth:`collect` (record or retry what comes back), :meth:`interrupted`.
+
+    An inference-time variant (``RunConfig.is_variant``) is dispatched once its trained
+    run is neither queued nor in flight; a trained run with variants in ``configs`` keeps
+    its final weights (``harness.run.weights_path``), which its variants evaluate. A
+    variant whose trained run another live process is training is skipped with the
+    outcome ``claimed``, as that run is: its weights do not exist yet.
+
+    A claim the store refuses with an error (locked past SQLite's busy timeout, a full
+    disk) is tried again after each of :data:`CLAIM_RETRY_DELAYS`; if every try fails,
+    no further run starts, the runs in flight finish and are recorded, and
+    :class:`SweepStopped` (a ``StoreError`` carrying the outcomes so far) is raised.
+
+    ``admit(index, cfg)``, asked as each run is about to start (not for a retry), returns
+    None to start it, else why it is *deferred*: not started, nothing recorded, the outcome
+    ``deferred`` with that reason, and the next run in the list is looked at instead
+    (``harness.deadline.TimeLimit`` defers what cannot end before a time limit). A
+    variant whose trained run was deferred is deferred too.
+    """
 
     def __init__(
         self,
