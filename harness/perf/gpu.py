@@ -116,7 +116,7 @@ def _repeat(step: Callable[[], object], times: int) -> Callable[[], None]:
 
 def measure_gpu(grid: PerfGrid, device: torch.device) -> list[dict[str, Any]]:
     """Rows per (preset, encoding): bare step, harness step before/after, busy fraction, launches."""
-    from harness.train import Accel
+    from harness.train import Accel, make_optimizer
 
     rows: list[dict[str, Any]] = []
     for preset in grid.presets:
@@ -128,6 +128,7 @@ def measure_gpu(grid: PerfGrid, device: torch.device) -> list[dict[str, Any]]:
 
                 cfg = replace(cfg, train=replace(cfg.train, batch_size=grid.batch_size))
             model, opt = build_for(preset, pe, cfg.backbone.backend, device)
+            opt = make_optimizer(model, cfg, fused=device.type == "cuda")  # the bare step at its best: fused AdamW
             bare = step_function(model, opt, batch)
             sync = synchronizer(device)
             timing = time_interleaved({"bare": bare}, repeats=grid.repeats, warmup=grid.warmup, sync=sync)
