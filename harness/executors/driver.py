@@ -168,7 +168,6 @@ class _Sweep:
         self.stopped: StoreError | None = None  # a claim the store kept refusing: no new run starts
         self.dispatch_provenance = {"commit": git_commit(), "device": "pending", "executor": executor.name}
 
-    # -- the queue ----------------------------------------------------------------------
     def queue_runs(
         self,
         configs: Sequence[RunConfig],
@@ -228,7 +227,6 @@ class _Sweep:
         self.outcomes.append(outcome)
         self.events.finished(job, outcome, kept)
 
-    # -- starting runs --------------------------------------------------------------------
     def startable(self, job: Job) -> bool:
         """Once stopped, only retries of runs this process holds already start."""
         return self.stopped is None or job.attempt > 1
@@ -308,7 +306,6 @@ class _Sweep:
             self.events.notice(job, f"took over from a process that is gone (it was {claim.holder})")
         return True
 
-    # -- answers ----------------------------------------------------------------------------
     def collect(self) -> None:
         """Wait for answers: retry a lost or failed attempt while attempts are left, else record it."""
         for job, answer in self.executor.wait():
