@@ -38,7 +38,7 @@ from harness.provenance import run_provenance
 from harness.result import RunOutcome, RunResult
 from harness.store import ClaimLostError, Store, StoreError
 from harness.tblog import RunLog
-from harness.train import Checkpointing, DivergedError, TrainResult, build_model, restore, train
+from harness.train import Accel, Checkpointing, DivergedError, TrainResult, build_model, restore, train
 
 Progress = Callable[[str, int, int, str], None]
 """progress(phase, done, total, note): phase ``train`` (done of total steps, note
@@ -47,7 +47,9 @@ reported with done 0 as the final evaluation starts)."""
 
 
 def check_run(cfg: RunConfig) -> None:
-    """Fail fast, before any training, on a run that cannot work (ValueError says why)."""
+    """Fail fast, before any training, on a run that cannot work (ValueError says why),
+    a bad ``$PEZOO_ACCEL`` included (``harness.train.Accel``)."""
+    Accel.for_device("cpu")  # its syntax; what it switches on depends on the worker's device
     task = tasks.create(cfg.task)
     task.check_scale(cfg.train.train_min)
     if not any(task.has_scale(n) for n in cfg.train_lengths()):

@@ -265,3 +265,16 @@ def test_a_consumer_that_stops_early_leaves_no_producer_behind():
                 time.sleep(0.3)
                 raise RuntimeError("stop")
     assert feed._thread is None
+
+
+def test_a_bad_accel_setting_stops_bench_before_anything_is_written(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    monkeypatch.setenv(ACCEL_ENV, "prefetch,grpahs")
+    store = tmp_path / "s.sqlite"
+    args = ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke", "--device", "cpu", "--store", str(store)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "PEZOO_ACCEL" in result.output and "grpahs" in result.output
+    assert not store.exists()
