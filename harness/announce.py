@@ -58,7 +58,11 @@ def _lengths(lengths: list[int]) -> str:
 
 
 PRECISION_WORDS = {"fp32": "fp32", "bf16": "bf16 autocast", "fp16": "fp16 autocast, loss scaling"}
-"""How the banner names each ``harness.precision`` precision."""
+"""How the banner names each ``harness.precision`` precision a run trains in."""
+
+EVAL_PRECISION_WORDS = {**PRECISION_WORDS, "fp16": "fp16 autocast"}
+"""How it names the precision a run is tested in: evaluation computes no loss and takes no
+gradient, so fp16 there has nothing to scale."""
 
 
 def describe_preset(preset: str, configs: Sequence[RunConfig]) -> list[str]:
@@ -84,7 +88,9 @@ def describe_preset(preset: str, configs: Sequence[RunConfig]) -> list[str]:
     if short:
         test += f" ({'; '.join(short)})"
     precision = _values(configs, lambda c: PRECISION_WORDS[c.train.precision])
-    evaluated = _values(configs, lambda c: PRECISION_WORDS[evaluation_precision(c.eval.precision, c.train.precision)])
+    evaluated = _values(
+        configs, lambda c: EVAL_PRECISION_WORDS[evaluation_precision(c.eval.precision, c.train.precision)]
+    )
     return [
         f"preset {preset}: {PRESET_DESCRIPTIONS.get(preset, '')}".rstrip(": "),
         f"  model: {_values(configs, lambda c: c.protocol)}, d_model {b('d_model')}, "

@@ -17,7 +17,7 @@ from typing import Any
 import pezoo
 from harness import tasks
 from harness.config import PRESET_DESCRIPTIONS, PRESETS
-from pezoo.base import ENCODINGS, WRAPPERS, unknown_name_message
+from pezoo import ENCODINGS, WRAPPERS, unknown_name_message
 
 WIDTH = 100
 """Longest description line before it is cut (at a word, with ``...``)."""
@@ -30,9 +30,10 @@ def summary(obj: Any, width: int = WIDTH) -> str:
     return textwrap.shorten(first, width, placeholder=" ...") if first else ""
 
 
-def wrappable(name: str, prefix: str = "randomized") -> bool:
-    """Whether ``prefix:name`` is an encoding (``pezoo.available`` lists it)."""
-    return f"{prefix}:{name}" in pezoo.available()
+def wrappable(name: str, prefix: str | None = None) -> bool:
+    """Whether ``prefix:name`` (any wrapper's, without ``prefix``) is an encoding (``pezoo.available`` lists it)."""
+    available = pezoo.available()
+    return any(f"{p}:{name}" in available for p in ([prefix] if prefix else WRAPPERS))
 
 
 def _section(title: str, rows: Sequence[tuple[str, str]]) -> list[str]:

@@ -1,11 +1,12 @@
-"""What a trained PRISM model's cursors do, kept with the run for the leaderboard.
+"""What a trained encoding did, kept with the run for the leaderboard.
 
-After a PRISM run is evaluated, :func:`prism_trajectories` runs the model once (teacher
-forced) on the first evaluation example at the largest test scale and records, per PRISM
-layer, the mode (most likely offset) of every query and key cursor after each token and
-the probability mass at that mode (``pezoo.encodings.prism.diagnostics``). The result is
-small, plain JSON: the store keeps it, ``pezoo leaderboard export`` publishes it next to
-the results, and the site draws it (the paper's cursor-trajectory figures).
+After a run is evaluated, :func:`encoding_diagnostics` runs the model once (teacher
+forced) on the first evaluation example at the largest test scale, under its encoding's
+diagnostics (its paper card's ``diagnostics``: PRISM's records, per PRISM layer, the mode
+of every query and key cursor after each token and the probability mass at that mode).
+The result is small, plain JSON: the store keeps it, ``pezoo leaderboard export``
+publishes it next to the results, and the site draws it (PRISM's paper's
+cursor-trajectory figures).
 """
 
 from __future__ import annotations
@@ -24,19 +25,18 @@ VERSION = 1
 
 
 @torch.no_grad()
-def prism_trajectories(model: Backbone, cfg: RunConfig, task: Task) -> dict[str, Any] | None:
-    """Cursor modes of a PRISM model on one long example (its first ``eval.window``
-    tokens under a context window); None for any other encoding.
+def encoding_diagnostics(model: Backbone, cfg: RunConfig, task: Task) -> dict[str, Any] | None:
+    """What the run's encoding did on one long example (its first ``eval.window`` tokens
+    under a context window), as its card's ``diagnostics`` report it; None for an encoding
+    without diagnostics.
 
     Returns:
-        {"version", "scale", "train_max", "tokens": [str] (s,), "layers": [{"layer",
-        "support", "query_modes", "key_modes": [[[int]]] (h, c, s), "query_confidence",
-        "key_confidence": [[[float]]] (h, c, s)}]}.
+        {"version", "scale", "train_max", "tokens": [str] (s,), "layers": the diagnostics}.
     """
-    from pezoo.encodings.prism import PRISM
-    from pezoo.encodings.prism.diagnostics import trace
+    import pezoo
 
-    if not isinstance(model.pe, PRISM):
+    diagnose = pezoo.card_of(cfg.pe).diagnostics
+    if diagnose is None:
         return None
     scales = [n for n in cfg.test_lengths() if task.has_scale(n)]
     if not scales:
@@ -48,23 +48,11 @@ def prism_trajectories(model: Backbone, cfg: RunConfig, task: Task) -> dict[str,
     was_training = model.training
     model.eval()
     try:
-        with trace(model.pe) as traces:
-            model(inputs, scale_hint=batch.scales)
+        layers = diagnose(model.pe, lambda: model(inputs, scale_hint=batch.scales))
     finally:
         model.train(was_training)
-    layers = []
-    for tr in traces():
-        modes, confidence = tr.modes[0], tr.confidence[0]  # (2, h, c, s)
-        layers.append(
-            {
-                "layer": tr.layer,
-                "support": tr.support,
-                "query_modes": modes[0].tolist(),
-                "key_modes": modes[1].tolist(),
-                "query_confidence": confidence[0].mul(1000).round().div(1000).tolist(),
-                "key_confidence": confidence[1].mul(1000).round().div(1000).tolist(),
-            }
-        )
+    if layers is None:
+        return None
     return {
         "version": VERSION,
         "scale": scale,

@@ -424,17 +424,19 @@ def _median_rates(runs: Iterable[Measurement]) -> dict[tuple[Any, str], tuple[fl
     return {k: (statistics.median(v), len(v)) for k, v in rates.items()}
 
 
-def steps_done(checkpoint_dir: str | Path, configs: Sequence[RunConfig]) -> dict[str, int]:
+def steps_done(
+    checkpoint_dir: str | Path, configs: Sequence[RunConfig], rows: Sequence[Mapping[str, Any]]
+) -> dict[str, int]:
     """What the estimate counts as trained of each run: its checkpoint's step
     (:func:`checkpointed_steps`), or every step for a run that will evaluate the weights
-    another run kept instead of training (``harness.run.weights_source``)."""
-    from harness.checkpoint import kept_trainings
-    from harness.run import weights_source
+    another run of the store (``rows``: its runs) kept instead of training
+    (``harness.run.weights_source``; only weights a finished run's record vouches for)."""
+    from harness.run import recorded_weights, trusted_weights, weights_source
 
     steps = checkpointed_steps(checkpoint_dir, [c.run_id() for c in configs])
-    kept = kept_trainings(Path(checkpoint_dir)) if Path(checkpoint_dir).is_dir() else {}
+    recorded = recorded_weights(rows)
     for cfg in configs:
-        if not cfg.is_variant and weights_source(cfg, checkpoint_dir, kept) is not None:
+        if not cfg.is_variant and weights_source(cfg, checkpoint_dir, trusted_weights(cfg, recorded)) is not None:
             steps[cfg.run_id()] = cfg.train.steps
     return steps
 

@@ -96,10 +96,31 @@ def is_disk_full(exc: BaseException, folder: Path) -> bool:
     return False
 
 
+def file_size_limit() -> int | None:
+    """This process's limit on the size of a file it writes (``ulimit -f``, the soft
+    ``RLIMIT_FSIZE``) in bytes, or None when there is none. A write past it fails with
+    EFBIG (Python ignores the SIGXFSZ that would otherwise kill the process)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def size_limit_words(limit: int) -> str:
+    """``this process's file size limit (ulimit -f: 64 KiB)``, the cause a message names."""
+    return f"this process's file size limit (ulimit -f: {limit / 1024:,.0f} KiB)"
+
+
 def describe_write_error(exc: BaseException, folder: Path) -> str:
-    """``disk full (0.0 MiB free in <folder>)`` when it is, else the exception's type and first line."""
+    """``disk full (0.0 MiB free in <folder>)`` when it is, the file size limit when a write
+    went past it (EFBIG), else the exception's type and first line."""
     if isinstance(exc, WriteError):
         return str(exc)
+    limit = file_size_limit()
+    if limit is not None and any(isinstance(e, OSError) and e.errno == errno.EFBIG for e in _causes(exc)):
+        return f"the file grew past {size_limit_words(limit)}; raise it (ulimit -f unlimited)"
     if is_disk_full(exc, folder):
         free = free_bytes(folder)
         space = f"{free / 2**20:.1f} MiB free in {folder}" if free is not None else f"in {folder}"

@@ -10,8 +10,16 @@ numbers finite and in range, the run's own evaluated scales, diagnostics only of
 ``harness.diagnostics`` writes). A file that is anything else is refused (and the run
 trains), so the file can hold no more than the run itself would have recorded.
 
+A valid record is not yet this run's result: anyone can write one (every metric 1.0).
+The file is sealed with the store's own secret (``Store.seal_key``, made with the store
+and kept only in it): ``seal`` is the HMAC-SHA256 under that key of the file's other
+fields as canonical JSON (sorted keys, no spaces). Only a process that had the store
+open can have sealed it, so a file written by hand, changed since, or kept beside
+another store is refused like any other bad file.
+
     format        "pezoo-kept-result"
-    version       1
+    version       2 (version 1 had no seal: refused)
+    seal          64 hex digits, the HMAC above
     run_id        str, ``RunConfig.run_id()``
     config        ``RunConfig.to_dict()``
     provenance    {str: str}, and ``pe_options_resolved``
@@ -20,12 +28,14 @@ trains), so the file can hold no more than the run itself would have recorded.
                   "trace_exact_match"}], one per evaluated scale, in order
     final_loss, train_seconds, eval_seconds   float
     n_params      {"total": int, "pe": int}
-    diagnostics   ``harness.diagnostics.prism_trajectories`` output, or null
+    diagnostics   ``harness.diagnostics.encoding_diagnostics`` output, or null
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import json
 from pathlib import Path
 from typing import Any
@@ -37,12 +47,13 @@ from harness.files import open_regular, write_atomically
 from harness.record import RunRecord, record_problems
 
 FORMAT = "pezoo-kept-result"
-VERSION = 1
+VERSION = 2
 MAX_BYTES = 64 << 20
 """A kept result is a few kilobytes (diagnostics included); a larger file is refused unread."""
 
 _FIELDS = {
     "format",
+    "seal",
     "version",
     "run_id",
     "config",
@@ -68,8 +79,9 @@ def path_for(checkpoint: Path) -> Path:
     return checkpoint.with_name(checkpoint.name.removesuffix(".pt") + ".result.json")
 
 
-def keep(path: Path, record: RunRecord) -> None:
-    """Write ``record`` (a finished run's, not yet in the store) to ``path`` atomically.
+def keep(path: Path, record: RunRecord, key: bytes) -> None:
+    """Write ``record`` (a finished run's, not yet in the store) to ``path`` atomically,
+    sealed with ``key`` (the store's ``Store.seal_key``).
 
     Raises:
         harness.files.WriteError: it could not be written (``disk_full`` says whether that
@@ -89,16 +101,25 @@ def keep(path: Path, record: RunRecord) -> None:
         "n_params": {"total": int(record.n_params), "pe": int(record.pe_params)},
         "diagnostics": record.diagnostics,
     }
-    text = json.dumps(body, sort_keys=True, allow_nan=False)
+    text = json.dumps({**body, "seal": seal(body, key)}, sort_keys=True, allow_nan=False)
     write_atomically(Path(path), lambda f: f.write(text.encode()))
 
 
-def read(path: Path, cfg: RunConfig) -> RunRecord:
-    """The kept result of ``cfg`` at ``path``, checked.
+def seal(body: dict[str, Any], key: bytes) -> str:
+    """The HMAC-SHA256 under ``key`` of ``body`` (a kept result's fields but ``seal``) as
+    canonical JSON: sorted keys, no spaces."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
+
+
+def read(path: Path, cfg: RunConfig, key: bytes | None) -> RunRecord:
+    """The kept result of ``cfg`` at ``path``, checked: sealed with ``key`` (the store's
+    ``Store.seal_key``; None: a store without one, which no file can match).
 
     Raises:
-        KeptResultError: unreadable, not strict JSON, a field missing or extra, another
-            run's (run id, config), or not a valid record (``harness.record``).
+        KeptResultError: unreadable, not strict JSON, not sealed with ``key``, a field
+            missing or extra, another run's (run id, config), or not a valid record
+            (``harness.record``).
     """
     path = Path(path)
     try:
@@ -113,6 +134,7 @@ def read(path: Path, cfg: RunConfig) -> RunRecord:
     except (ValueError, RecursionError) as exc:
         raise KeptResultError(f"kept result {path} is not strict JSON ({type(exc).__name__}: {exc})") from None
     try:
+        _check_seal(body, key)
         return _record(body, cfg)
     except KeptResultError as exc:
         raise KeptResultError(f"kept result {path} {exc}") from None
@@ -129,9 +151,19 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def _record(body: Any, cfg: RunConfig) -> RunRecord:
+def _check_seal(body: Any, key: bytes | None) -> None:
     if not isinstance(body, dict) or body.get("format") != FORMAT or body.get("version") != VERSION:
         raise KeptResultError(f"is not a {FORMAT} file of version {VERSION}")
+    rest = {k: v for k, v in body.items() if k != "seal"}
+    given = body.get("seal")
+    if key is None or not isinstance(given, str) or not hmac.compare_digest(given, seal(rest, key)):
+        raise KeptResultError(
+            "is not sealed by this store (written or changed by hand, or kept beside another store): not "
+            "this store's result"
+        )
+
+
+def _record(body: dict[str, Any], cfg: RunConfig) -> RunRecord:
     if set(body) != _FIELDS:
         raise KeptResultError(f"has fields {sorted(body)}, not {sorted(_FIELDS)}")
     run_id = cfg.run_id()

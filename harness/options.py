@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 from click.decorators import FC
@@ -11,7 +13,7 @@ from click.decorators import FC
 from harness.catalogue import name_problem
 from harness.config import PRESETS
 from harness.deadline import parse_duration
-from harness.sweep import MAX_RUNS, parse_list
+from harness.sweep import MAX_RUNS, SETTINGS, parse_list
 
 DEFAULT_STORE = Path("runs") / "pezoo.sqlite"
 """The working SQLite results store, relative to where ``pezoo`` runs."""
@@ -75,3 +77,28 @@ def duration(ctx: click.Context, param: click.Parameter, value: str | None) -> f
         return parse_duration(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def setting_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """One command-line option per override setting (``harness.sweep.SETTINGS``: ``--lr``,
+    ``--eval-samples``, ...), each taking a comma-separated list, all handed to the
+    command as one ``settings`` dict (setting name -> values or None)."""
+    f = grouped("settings", tuple(SETTINGS))(f)
+    for name, setting in reversed(SETTINGS.items()):
+        f = click.option(setting.option(name), name, type=ListOf(setting.kind), help=setting.help)(f)
+    return f
+
+
+def grouped(name: str, keys: Sequence[str]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator under a command's options: hand the options ``keys`` to the command as one
+    dict argument ``name`` (so a command takes a few groups, not one parameter per option)."""
+
+    def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def command(**params: Any) -> Any:
+            params[name] = {key: params.pop(key) for key in keys}
+            return f(**params)
+
+        return command
+
+    return deco

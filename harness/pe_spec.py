@@ -34,6 +34,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import pezoo
 from harness import limits
 from harness.backbone import BackboneConfig
 from harness.protocols import paper_pe_options
@@ -41,25 +42,17 @@ from pezoo.setups import has_paper_setup
 from pezoo.spec import PeSpec, canonical, format_eval_options, format_pe, format_value, parse_pe
 
 
-def _randomized(pe: str) -> bool:
-    return pe == "randomized" or pe.startswith("randomized:")
-
-
 def harness_defaults(pe: str) -> dict[str, Any]:
-    """Options the harness writes into every new run of ``pe`` unless given: a randomized
-    encoding's ``randomize_eval=True`` (random positions at evaluation, the paper's
-    procedure) and ``draw="per_length"`` (each padded row's positions drawn for its own
-    length, as the paper's are for each sequence), recorded so that such runs get ids
-    of their own."""
-    return {"draw": "per_length", "randomize_eval": True} if _randomized(pe) else {}
+    """Options the harness writes into every new run of ``pe`` unless given (its card's
+    ``run_defaults``: e.g. a randomized encoding's paper procedure), recorded so that such
+    runs get ids of their own."""
+    return dict(pezoo.card_of(pe).run_defaults)
 
 
 def stored_defaults(pe: str) -> dict[str, Any]:
-    """What a stored run's missing options meant when it was stored: a randomized run
-    without ``randomize_eval`` evaluated on plain positions (the wrapper's old default),
-    and one without ``draw`` trained on one draw per batch, whose first n positions a
-    padded row of n tokens took (the harness before 25 November 2026)."""
-    return {"draw": "per_batch", "randomize_eval": False} if _randomized(pe) else {}
+    """What a stored run's missing options meant when it was stored (its card's
+    ``stored_defaults``)."""
+    return dict(pezoo.card_of(pe).stored_defaults)
 
 
 def vocabulary_options(pe: str) -> dict[str, Any]:
@@ -134,14 +127,13 @@ def check_options(pe: str, options: Mapping[str, Any], backbone: BackboneConfig,
         raise ValueError(f"encoding {what or format_pe(pe, options)!r}: {message}") from None
 
 
-INFERENCE_OPTIONS: dict[str, tuple[str, ...]] = {"rope": ("scaling",), "xpos": ("blockwise",)}
-"""Per registry name, the options an inference-time variant (``name@{...}``) may change:
-those that change what the encoding computes from positions without changing its
-parameters, so the trained weights load as they are. RoPE's ``scaling`` is the
-context-extension methods (position interpolation, NTK, YaRN, ...) applied to a
-RoPE-trained model, as practitioners do (``pezoo.encodings.rope.rope_frequencies``);
-xPos's ``blockwise`` is the blockwise causal attention its paper evaluates it with
-(``pezoo.base.BlockMask``), the block the training length."""
+def inference_options(pe: str) -> tuple[str, ...]:
+    """The options an inference-time variant (``name@{...}``) of registry name ``pe`` may
+    change (its card's ``inference_options``): those that change what the encoding
+    computes from positions without changing its parameters, so the trained weights load
+    as they are (RoPE's context-extension ``scaling``, xPos's ``blockwise``). A wrapped
+    name has none."""
+    return pezoo.card_of(pe).inference_options if ":" not in pe else ()
 
 
 def check_eval_options(
@@ -152,11 +144,11 @@ def check_eval_options(
     what: str | None = None,
 ) -> None:
     """ValueError unless ``eval_options`` may replace ``options`` of a trained ``pe`` run at
-    evaluation: only keys of :data:`INFERENCE_OPTIONS`, values the encoding accepts, and
+    evaluation: only keys of :func:`inference_options`, values the encoding accepts, and
     the encoding built with them holds parameters and buffers of the same names and shapes
     as the trained one (so its weights load unchanged)."""
     what = what or format_pe(pe, options) + format_eval_options(eval_options)
-    allowed = INFERENCE_OPTIONS.get(pe, ())
+    allowed = inference_options(pe)
     bad = sorted(set(eval_options) - set(allowed))
     if bad:
         may = f"only {', '.join(allowed)}" if allowed else "none"
@@ -212,9 +204,10 @@ def _preflight(pe: str, options_json: str, d_model: int, n_heads: int, n_layers:
     return module.max_position
 
 
-DISPLAY_ALIASES = {"randomized": "randomized:ape"}
-"""Registry names that tables show as what they are: bare ``randomized`` is the
-``randomized`` wrapper around sin/cos APE (its run ids keep the registry name)."""
+def shown_as(pe: str) -> str:
+    """The name tables show registry name ``pe`` as: its card's alias (``shown_as``) for a
+    bare registered name, else itself (run ids keep the registry name)."""
+    return (pezoo.card_of(pe).shown_as or pe) if pe in pezoo.ENCODINGS else pe
 
 
 def display_name(
@@ -229,7 +222,7 @@ def display_name(
     setup's options shown as ``paper`` when they all match it (needs ``task`` and
     ``backbone``), a stored run's missing options spelled out
     (``randomized:ape{randomize_eval=false}``), and an alias as what it is
-    (``DISPLAY_ALIASES``). E.g. ``rope``, ``randomized:ape``, ``prism{paper}``,
+    (:func:`shown_as`). E.g. ``rope``, ``randomized:ape``, ``prism{paper}``,
     ``prism{n_cursors=4}``."""
     effective = model_options(pe, options or {})
     defaults = harness_defaults(pe)
@@ -246,7 +239,7 @@ def display_name(
         if paper and all(k in effective and _same(effective[k], v) for k, v in paper.items()):
             setup = "paper"
             shown = {k: v for k, v in shown.items() if k not in paper}
-    return format_pe(DISPLAY_ALIASES.get(pe, pe), shown, setup)
+    return format_pe(shown_as(pe), shown, setup)
 
 
 def variant_name(eval_options: Mapping[str, Any]) -> str:

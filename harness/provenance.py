@@ -13,7 +13,7 @@ import torch
 
 import pezoo
 from harness.tasks import TASKS
-from pezoo.base import ENCODINGS, WRAPPERS
+from pezoo import ENCODINGS, WRAPPERS
 
 if TYPE_CHECKING:
     from harness.config import RunConfig

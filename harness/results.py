@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.pe_spec import display_name, variant_display_name
+from harness.precision import evaluation_precision
 from harness.store import Store
 
 
@@ -14,11 +15,10 @@ def precision_label(config: dict) -> str:
     """How a stored config's run was trained and evaluated, when not plain fp32: ``bf16``,
     ``fp16``, ``fp32, eval bf16``; "" for fp32 (every run from before precision existed)."""
     trained = config.get("train", {}).get("precision", "fp32")
-    evaluated = config.get("eval", {}).get("precision")
-    label = "" if trained == "fp32" else trained
-    if evaluated is not None and evaluated != trained:
-        label = f"{trained}, eval {evaluated}"
-    return label
+    evaluated = evaluation_precision(config.get("eval", {}).get("precision"), trained)
+    if evaluated != trained:
+        return f"{trained}, eval {evaluated}"
+    return "" if trained == "fp32" else trained
 
 
 def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:

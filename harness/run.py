@@ -14,9 +14,11 @@ does both in this process; the sweep executors (``harness.executors``) run
 
 from __future__ import annotations
 
+import functools
+import json
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,10 +28,11 @@ import torch
 import harness.tasks as tasks
 from harness import kept_results
 from harness.backbone import Backbone
-from harness.checkpoint import CheckpointError, kept_trainings, load_weights, save_weights, set_aside
+from harness.checkpoint import CheckpointError, load_weights, save_weights, set_aside, weights_bytes
+from harness.checkpoint.weights import SHA256
 from harness.config import RunConfig
 from harness.data import evaluation_set
-from harness.diagnostics import prism_trajectories
+from harness.diagnostics import encoding_diagnostics
 from harness.evaluate import Evaluation, evaluate_length, select_evaluation, summary
 from harness.files import WriteError, describe_write_error
 from harness.pe_spec import format_eval_options, preflight_build
@@ -109,21 +112,57 @@ def weights_path(checkpoint_dir: str | Path, run_id: str) -> Path:
     return Path(checkpoint_dir) / f"{run_id}.weights.pt"
 
 
-def weights_source(cfg: RunConfig, checkpoint_dir: str | Path, kept: Mapping[str, str] | None = None) -> str | None:
-    """The run whose kept final weights ``cfg`` evaluates instead of training, or None
-    (it trains): for an inference-time variant its trained run, if that kept them; else
-    any run with the same ``RunConfig.training_id`` that kept them (the same training,
-    only the evaluation differs: another test range of a finished run never trains again).
-    ``kept``: the folder's ``harness.checkpoint.kept_trainings``, if already read."""
-    if cfg.is_variant and weights_path(checkpoint_dir, cfg.trained_config().run_id()).is_file():
-        return cfg.trained_config().run_id()
-    training = cfg.training_id()
-    if training is None:
+WEIGHTS_DIGEST = "weights_sha256"
+"""The provenance key under which a run that kept its final weights records the SHA-256
+of the file it wrote (``harness.checkpoint.save_weights``). The record, written to the
+store with the run's result, is what a later run trusts that file by: a weights file is
+evaluated only if its bytes still have the digest its run's record holds."""
+
+
+def recorded_weights(runs: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str | None, str]]:
+    """``{run id: (training id, SHA-256)}`` of the finished runs among ``runs`` (store
+    rows, as ``Store.run`` gives them) whose record holds the digest of the final weights
+    they kept (:data:`WEIGHTS_DIGEST`). The training id comes from the record's config,
+    never from the weights file's header."""
+    found = {}
+    for run in runs:
+        digest = run["provenance"].get(WEIGHTS_DIGEST) if isinstance(run.get("provenance"), dict) else None
+        if run.get("status") != "finished" or not (isinstance(digest, str) and SHA256.fullmatch(digest)):
+            continue
+        found[run["run_id"]] = (_training_id(json.dumps(run["config"], sort_keys=True)), digest)
+    return found
+
+
+@functools.lru_cache(maxsize=4096)
+def _training_id(config: str) -> str | None:
+    """``RunConfig.training_id`` of a stored config (its JSON); None if it reads as no run config."""
+    try:
+        return RunConfig.from_dict(json.loads(config)).training_id()
+    except (ValueError, TypeError, KeyError, RecursionError):
         return None
-    if kept is None:
-        kept = kept_trainings(Path(checkpoint_dir)) if Path(checkpoint_dir).is_dir() else {}
-    source = kept.get(training)
-    return source if source != cfg.run_id() else None
+
+
+def trusted_weights(cfg: RunConfig, recorded: Mapping[str, tuple[str | None, str]]) -> dict[str, str]:
+    """``{run id: SHA-256}``: the kept weights ``cfg`` may evaluate instead of training, as
+    their runs' records vouch for them (``recorded``: :func:`recorded_weights` of the
+    store): for an inference-time variant its trained run's; else those of every other run
+    with the same ``RunConfig.training_id`` (the same training, only the evaluation
+    differs), oldest first."""
+    if cfg.is_variant:
+        trained = cfg.trained_config().run_id()
+        return {trained: recorded[trained][1]} if trained in recorded else {}
+    training, run_id = cfg.training_id(), cfg.run_id()
+    if training is None:
+        return {}
+    return {r: digest for r, (t, digest) in recorded.items() if t == training and r != run_id}
+
+
+def weights_source(cfg: RunConfig, checkpoint_dir: str | Path, trusted: Mapping[str, str]) -> str | None:
+    """The run whose kept final weights ``cfg`` evaluates instead of training, or None (it
+    trains): the first run of ``trusted`` (:func:`trusted_weights`) whose weights file is
+    in ``checkpoint_dir``. Whether the file is still the one its run kept is checked when
+    the run starts (:func:`train_and_evaluate`)."""
+    return next((r for r in trusted if weights_path(checkpoint_dir, r).is_file()), None)
 
 
 def evaluate_all(
@@ -174,17 +213,23 @@ def train_and_evaluate(
     notice: Callable[[str], None] = print,
     tensorboard: str | None = None,
     keep_weights: bool = False,
+    kept_weights: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Train ``cfg`` (resuming from ``checkpoint`` when it holds a usable state), evaluate
     it at every training and test scale, and return the result without touching a store.
 
     With ``cfg.eval.every``, the model is also evaluated during training and the reported
     metrics are chosen by ``cfg.eval.select`` among those evaluations and the final one.
-    ``tensorboard`` (a folder) also logs the run there. ``keep_weights`` keeps the final
-    weights next to the checkpoint (:func:`weights_path`) for the run's inference-time
-    variants and for runs that train as it does. A variant
-    (``cfg.is_variant``), or a run whose training another run has kept the weights of
-    (:func:`weights_source`), is not trained: :func:`evaluate_kept` evaluates those weights.
+    ``tensorboard`` (a folder) also logs the run there.
+
+    ``keep_weights`` keeps the final weights next to the checkpoint (:func:`weights_path`)
+    for the run's inference-time variants and for runs that train as it does; their
+    SHA-256 goes into the result's provenance (:data:`WEIGHTS_DIGEST`). ``kept_weights``:
+    the kept weights the store's records vouch for (:func:`trusted_weights`). A variant
+    (``cfg.is_variant``) is not trained: :func:`evaluate_kept` evaluates its trained run's
+    weights. Nor is a run whose training another run kept the weights of
+    (:func:`weights_source`), if the file is still the one that run kept (its SHA-256) and
+    fits the model (:func:`_reuse_kept`).
 
     A NaN loss gives a ``diverged`` result (its checkpoint set aside as ``<name>.diverged``)
     and any other exception a ``failed`` one (:func:`_unfinished`); ``KeyboardInterrupt``
@@ -195,10 +240,15 @@ def train_and_evaluate(
     weights, evaluate and pick the metrics, :func:`_finished`.
     """
     use_tf32(device)  # a GPU's float32 matmuls on its TF32 tensor cores (harness.precision)
-    source = weights_source(cfg, checkpoint.parent)
-    if source is not None or cfg.is_variant:
-        return evaluate_kept(cfg, source or cfg.trained_config().run_id(), device, checkpoint, progress, notice=notice)
-    run = _Attempt(cfg, run_provenance(cfg, device), notice)
+    trusted = dict(kept_weights or {})
+    if cfg.is_variant:
+        trained_id = cfg.trained_config().run_id()
+        return evaluate_kept(cfg, trained_id, trusted.get(trained_id), device, checkpoint, progress, notice=notice)
+    run = _Attempt(cfg, {}, notice)
+    reused = _reuse_kept(cfg, trusted, device, checkpoint, progress, run)
+    if reused is not None:
+        return reused
+    run.started_at, run.prov = time.time(), dict(run_provenance(cfg, device))
     log = None
     try:
         task = tasks.create(cfg.task)
@@ -249,6 +299,36 @@ def _unfinished(exc: BaseException, run: _Attempt, checkpoint: Path) -> RunResul
     return RunResult.failed(run.run_id, run.prov, run.started_at, exc, run.notices)
 
 
+def _reuse_kept(
+    cfg: RunConfig,
+    trusted: Mapping[str, str],
+    device: torch.device,
+    checkpoint: Path,
+    progress: Progress | None,
+    run: _Attempt,
+) -> RunResult | None:
+    """The result of evaluating the kept weights of a run that trained as ``cfg`` would
+    (``trusted``: run id -> SHA-256 its record holds), or None: the run trains. A file
+    that is not the one its run kept, or does not fit the model, is set aside with a notice."""
+    for source, digest in trusted.items():
+        if not weights_path(checkpoint.parent, source).is_file():
+            continue
+        try:
+            loaded = load_kept(cfg, source, digest, device, checkpoint.parent)
+        except CheckpointError as exc:  # not the weights its run kept, or they do not fit: never read again
+            aside = set_aside(weights_path(checkpoint.parent, source))
+            where = f"set aside as {aside.name}" if aside is not None else "removed"
+            run.tell_run(f"the weights run {source} kept are passed over: {exc}; {where}")
+            continue
+        except Exception:  # the model does not build: training below fails the same way, saying why
+            break
+        reused = evaluate_kept(cfg, source, digest, device, checkpoint, progress, notice=run.notice, loaded=loaded)
+        return replace(reused, notices=(*run.notices, *reused.notices))
+    if run.notices:
+        run.tell_run("no usable kept weights of its training, so it trains")
+    return None
+
+
 class _Attempt:
     """One attempt at a run: its id, provenance and start, and the notices it told."""
 
@@ -279,9 +359,11 @@ def _restore_told(
 
 
 def _keep_weights(run: _Attempt, path: Path, model: Backbone, final_loss: float) -> None:
-    """Keep the final weights at ``path``; a failed write is told (the run still finishes)."""
+    """Keep the final weights at ``path``, their SHA-256 in the provenance (the record
+    vouches for the file: :data:`WEIGHTS_DIGEST`); a failed write is told (the run still
+    finishes)."""
     try:
-        save_weights(path, run.cfg, model, final_loss)
+        run.prov[WEIGHTS_DIGEST] = save_weights(path, run.cfg, model, final_loss)
     except WriteError as exc:
         run.tell_run(f"its final weights could not be kept ({exc}); its variants cannot be evaluated")
 
@@ -370,7 +452,7 @@ def _finished(
     diagnostics (a bonus: never lose a finished run to them; ``tell_diagnostics`` says
     why there are none), parameter counts and timings."""
     try:
-        diagnostics = prism_trajectories(model, run.cfg, task)
+        diagnostics = encoding_diagnostics(model, run.cfg, task)
     except Exception as exc:
         diagnostics = None
         if tell_diagnostics:
@@ -398,26 +480,69 @@ def by_step(code: Sequence[tuple[int, str]], steps: int) -> str:
     return "; ".join(f"steps {start}-{end}: {commit}" for (start, commit), end in zip(code, ends, strict=True))
 
 
+def load_kept(
+    cfg: RunConfig, trained_id: str, sha256: str | None, device: torch.device, folder: Path
+) -> tuple[Backbone, float]:
+    """The model of ``cfg`` (built with ``cfg.eval_options()``) holding the final weights
+    run ``trained_id`` kept in ``folder`` (:func:`weights_path`), and that run's final loss.
+    The file is read only if its bytes have the SHA-256 ``sha256`` the run's record holds
+    (:data:`WEIGHTS_DIGEST`; None: the record holds none, so the file cannot be trusted).
+
+    Raises:
+        CheckpointError: missing, not vouched for, not the file the run kept, unreadable,
+            or not fitting the model.
+    """
+    path = weights_path(folder, trained_id)
+    model = build_model(replace(cfg.trained_config(), pe_options=cfg.eval_options()), device)
+    if sha256 is None:
+        raise CheckpointError(
+            f"no final weights of run {trained_id} at {path}"
+            if not path.is_file()
+            else f"weights file {path} is not vouched for: run {trained_id} is not finished in this store with the "
+            f"SHA-256 of the weights it kept ({WEIGHTS_DIGEST}; runs recorded before pezoo kept one have none), so "
+            "the file cannot be checked"
+        )
+    payload = load_weights(path, trained_id, sha256, max_bytes=weights_bytes(model))
+    try:
+        model.load_state_dict(payload["model"])
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise CheckpointError(
+            f"the weights of run {trained_id} do not fit this run's model ({_one_line(exc)})"
+        ) from None
+    return model, payload["final_loss"]
+
+
 def evaluate_kept(
     cfg: RunConfig,
     trained_id: str,
+    sha256: str | None,
     device: torch.device,
     checkpoint: Path,
     progress: Progress | None = None,
     *,
     notice: Callable[[str], None] = print,
+    loaded: tuple[Backbone, float] | None = None,
 ) -> RunResult:
-    """Evaluate ``cfg`` without training: the final weights run ``trained_id`` kept
-    (:func:`weights_path` in ``checkpoint``'s folder; :func:`weights_source`) loaded into
-    the model built with ``cfg.eval_options()``, evaluated as ``cfg`` says.
+    """Evaluate ``cfg`` without training: the final weights run ``trained_id`` kept in
+    ``checkpoint``'s folder, as :func:`load_kept` reads them against their record's
+    SHA-256 ``sha256`` (``loaded``: what it returned already), evaluated as ``cfg`` says.
 
     The result carries the trained run's final loss, ``train_seconds`` 0, and
-    ``provenance["weights_from"]`` = the trained run's id. Missing or unusable weights give
-    a ``failed`` result saying why.
+    ``provenance["weights_from"]`` = the trained run's id. Missing, unvouched or unusable
+    weights give a ``failed`` result saying why.
     """
     run = _Attempt(cfg, {**run_provenance(cfg, device), "weights_from": trained_id}, notice)
     try:
-        payload, model = _load_kept(cfg, trained_id, checkpoint, device)
+        try:
+            model, final_loss = loaded or load_kept(cfg, trained_id, sha256, device, checkpoint.parent)
+        except CheckpointError as exc:
+            if not cfg.is_variant:
+                raise
+            raise CheckpointError(
+                f"{exc}; a variant evaluates the final weights its trained run {trained_id} keeps when it trains "
+                "in a sweep that lists the variant (a run finished without them must be trained again in a new "
+                "store)"
+            ) from None
         if cfg.is_variant:
             run.tell_run(
                 f"evaluating the weights of run {trained_id} with {format_eval_options(cfg.eval_pe_options)}, "
@@ -431,7 +556,7 @@ def evaluate_kept(
         task = tasks.create(cfg.task)
         t0 = time.perf_counter()
         metrics = evaluate_all(cfg, model, task, device, {}, progress)
-        return _finished(run, model, task, metrics, payload["final_loss"], 0.0, t0, tell_diagnostics=False)
+        return _finished(run, model, task, metrics, final_loss, 0.0, t0, tell_diagnostics=False)
     except CheckpointError as exc:  # no usable weights: another attempt would read the same file
         return RunResult.failed(run.run_id, run.prov, run.started_at, exc, retryable=False)
     except SystemExit as exc:
@@ -440,27 +565,10 @@ def evaluate_kept(
         return RunResult.failed(run.run_id, run.prov, run.started_at, exc)
 
 
-def _load_kept(
-    cfg: RunConfig, trained_id: str, checkpoint: Path, device: torch.device
-) -> tuple[dict[str, Any], Backbone]:
-    """(the kept weights' payload, the model of ``cfg``'s evaluation with them loaded);
-    ``CheckpointError`` saying why when they are missing or do not fit."""
-    try:
-        payload = load_weights(weights_path(checkpoint.parent, trained_id), trained_id)
-    except CheckpointError as exc:
-        if not cfg.is_variant:
-            raise
-        raise CheckpointError(
-            f"{exc}; a variant evaluates the final weights its trained run {trained_id} keeps when it trains "
-            "in a sweep that lists the variant (a run finished without them must be trained again in a new "
-            "store)"
-        ) from None
-    model = build_model(replace(cfg.trained_config(), pe_options=cfg.eval_options()), device)
-    try:
-        model.load_state_dict(payload["model"])
-    except (RuntimeError, KeyError, ValueError) as exc:
-        raise CheckpointError(f"the weights of run {trained_id} do not fit the variant's model ({exc})") from None
-    return payload, model
+def _one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line, cut at 300 characters (torch lists mismatches line by line)."""
+    text = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 class RunExited(RuntimeError):
@@ -540,13 +648,16 @@ def record_or_keep(
             raise
         why = describe_write_error(exc, Path(store.path).parent)
         try:
+            key = store.seal_key()
+            if key is None:  # every writer makes one: a store opened read-only could not have claimed the run
+                raise ValueError(f"results store {store.path} has no seal key to seal it with")
             try:
-                kept_results.keep(kept, result.record(cfg))
+                kept_results.keep(kept, result.record(cfg), key)
             except WriteError as keep_exc:
                 if not (keep_exc.disk_full and checkpoint.exists()):
                     raise
                 checkpoint.unlink()  # the finished result is worth more than a mid-training state
-                kept_results.keep(kept, result.record(cfg))
+                kept_results.keep(kept, result.record(cfg), key)
         except (OSError, TypeError, ValueError) as keep_exc:
             fate = (
                 "its checkpoint stays: the next bench resumes from it"
@@ -567,21 +678,33 @@ def record_or_keep(
             "next bench of this run records it without training",
         )
     if outcome.status == "finished":
-        checkpoint.unlink(missing_ok=True)  # the results are in the store now
-        kept.unlink(missing_ok=True)
+        drop_leftovers(checkpoint)  # the results are in the store now
     return outcome
 
 
-def recover_kept(cfg: RunConfig, checkpoint: Path, notice: Callable[[str], None] = print) -> RunResult | None:
+def drop_leftovers(checkpoint: Path) -> None:
+    """Remove the checkpoint and kept result of a run the store holds finished (recorded
+    by this process, or by another one meanwhile): nothing resumes or records from them."""
+    for path in (checkpoint, kept_results.path_for(checkpoint)):
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:  # not ours to delete (another user's folder): harmless, never read again
+            pass
+
+
+def recover_kept(
+    cfg: RunConfig, checkpoint: Path, key: bytes | None, notice: Callable[[str], None] = print
+) -> RunResult | None:
     """The finished result of ``cfg`` kept next to ``checkpoint`` by :func:`record_or_keep`,
-    checked (``harness.kept_results.read``), or None when there is none. One that fails the
-    checks is set aside (``.unreadable``), ``notice`` says why, and the run trains."""
+    checked (``harness.kept_results.read``: sealed with ``key``, the store's
+    ``Store.seal_key``), or None when there is none. One that fails the checks is set
+    aside (``.unreadable``), ``notice`` says why, and the run trains."""
     run_id = cfg.run_id()
     path = kept_results.path_for(checkpoint)
     if not path.exists():
         return None
     try:
-        kept = kept_results.read(path, cfg)
+        kept = kept_results.read(path, cfg, key)
     except kept_results.KeptResultError as exc:
         aside = set_aside(path)
         where = f"set aside as {aside.name}" if aside is not None else "removed"
@@ -622,7 +745,7 @@ def execute(
     if claim.holder is not None:
         notice(f"run {run_id}: took over from a process that is gone (it was {claim.holder})")
     path = checkpoint_path(checkpoint_dir_for(store.path), run_id)
-    kept = recover_kept(cfg, path, notice)
+    kept = recover_kept(cfg, path, store.seal_key(), notice)
     if kept is not None:
         try:
             return record_or_keep(store, cfg, kept, path, provenance=kept.provenance)
@@ -630,13 +753,19 @@ def execute(
             return RunOutcome(run_id, "claimed", str(exc))
     with store.keep_alive():
         try:
-            result = train_and_evaluate(cfg, device, path, progress, checkpoint_every=checkpoint_every, notice=notice)
+            trusted = trusted_weights(cfg, recorded_weights(store.finished_with(WEIGHTS_DIGEST)))
+            result = train_and_evaluate(
+                cfg, device, path, progress, checkpoint_every=checkpoint_every, notice=notice, kept_weights=trusted
+            )
         except KeyboardInterrupt:
             store.mark(run_id, "interrupted", "interrupted by the user (KeyboardInterrupt)")
             raise
     held = store.check(run_id)
     if not held.taken:  # another process took over (our lease lapsed) or finished it meanwhile
-        return RunOutcome(run_id, "cached") if held.status == "finished" else RunOutcome(run_id, "claimed", held.holder)
+        if held.status == "finished":
+            drop_leftovers(path)  # what this attempt checkpointed after they finished
+            return RunOutcome(run_id, "cached")
+        return RunOutcome(run_id, "claimed", held.holder)
     try:
         return record_or_keep(store, cfg, result, path)
     except ClaimLostError as exc:

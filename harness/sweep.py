@@ -39,29 +39,90 @@ from harness.config import INT64_MAX, PRESETS, RunConfig, check_int, check_numbe
 from harness.reading import TOML_LIMIT, FileReadError, parse_toml, read_text
 from pezoo.spec import PeSpec, names, parse_pe, pe_from_table, split_pe_list
 
-AXES: dict[str, tuple[str, str, type]] = {
-    "steps": ("train", "steps", int),
-    "batch_size": ("train", "batch_size", int),
-    "lr": ("train", "lr", float),
-    "train_len": ("train", "train_max", int),
-    "test_len": ("eval", "test_max", int),
-    "test_stride": ("eval", "test_stride", int),
-    "eval_samples": ("eval", "samples", int),
-    "eval_every": ("eval", "every", int),
-    "eval_start_loss": ("eval", "start_below_loss", float),
-    "eval_select": ("eval", "select", str),
-    "backend": ("backbone", "backend", str),
-    "pack": ("train", "pack", int),
-    "window": ("eval", "window", int),
-    "precision": ("train", "precision", str),
-    "eval_precision": ("eval", "precision", str),
+
+@dataclass(frozen=True)
+class Setting:
+    """One override of a preset's config: where it goes, its type, and what it does.
+
+    The one declaration of a setting: the command line's option (``--eval-samples``), the
+    sweep file's key (``eval_samples``), the grid axis and the config field it sets
+    (``eval.samples``, as runs record it) are all made from its entry in :data:`SETTINGS`.
+
+    Attributes:
+        section, key: the config field (``RunConfig.<section>.<key>``).
+        kind: the type of one value (a list of values is a grid axis).
+        help: the command-line option's help.
+    """
+
+    section: str
+    key: str
+    kind: type
+    help: str
+
+    def option(self, name: str) -> str:
+        """The command-line option: ``--eval-samples`` for ``eval_samples``."""
+        return f"--{name.replace('_', '-')}"
+
+
+SETTINGS: dict[str, Setting] = {
+    "steps": Setting("train", "steps", int, "Override the preset's training steps (a list sweeps them)."),
+    "batch_size": Setting("train", "batch_size", int, "Override the training batch size."),
+    "lr": Setting("train", "lr", float, "Override the peak learning rate, e.g. 1e-4,3e-4,5e-4."),
+    "train_len": Setting("train", "train_max", int, "Override the largest training scale N (train on 1..N)."),
+    "test_len": Setting("eval", "test_max", int, "Override the largest test scale M (test N+1..M)."),
+    "test_stride": Setting("eval", "test_stride", int, "Evaluate every k-th test scale."),
+    "eval_samples": Setting("eval", "samples", int, "Examples per evaluated scale."),
+    "eval_every": Setting(
+        "eval", "every", int, "Also evaluate every N training steps (0: the final model only; the prism preset: 1000)."
+    ),
+    "eval_start_loss": Setting(
+        "eval",
+        "start_below_loss",
+        float,
+        "Start the periodic evaluations once the training loss first drops below this (prism preset: 0.1).",
+    ),
+    "eval_select": Setting(
+        "eval",
+        "select",
+        str,
+        "Which evaluation a run reports: final, top3 (per length, mean of the 3 best: the PRISM paper) or "
+        "best_in_dist (the one best on the training lengths). See docs/harness.md.",
+    ),
+    "backend": Setting("backbone", "backend", str, "Attention backend (see `pezoo list`)."),
+    "pack": Setting(
+        "train",
+        "pack",
+        int,
+        "Train on rows of this many tokens cut from a stream of examples laid end to end (0: one example "
+        "per row; the turing preset: 500).",
+    ),
+    "window": Setting(
+        "eval",
+        "window",
+        int,
+        "Decode and score with a sliding context of this many tokens, dropping the oldest eval.window_jump "
+        "(20 by default) when full (0: whole sequence; the turing preset: 500).",
+    ),
+    "precision": Setting(
+        "train",
+        "precision",
+        str,
+        "Arithmetic of training: fp32, bf16 or fp16 (autocast over float32 weights; fp16 with loss scaling). "
+        "Default: the preset's (fp32 on the CPU presets, bf16 on the GPU ones). See docs/harness.md.",
+    ),
+    "eval_precision": Setting(
+        "eval", "precision", str, "Arithmetic of evaluation: fp32, bf16 or fp16 (default: as the run trained)."
+    ),
 }
-"""Override axes: sweep/CLI name -> (config section, config key, value type)."""
+"""The override settings, in grid-axis order: a new setting is one entry here."""
+
+AXES: dict[str, tuple[str, str, type]] = {name: (s.section, s.key, s.kind) for name, s in SETTINGS.items()}
+"""Override axes: sweep/CLI name -> (config section, config key, value type), from :data:`SETTINGS`."""
 
 
 def naming_the_option(message: str) -> str:
     """``message`` about a config field (``train.lr must be ...``) with the option that sets it."""
-    fields = {f"{section}.{key} ": f"--{name.replace('_', '-')}" for name, (section, key, _) in AXES.items()}
+    fields = {f"{s.section}.{s.key} ": s.option(name) for name, s in SETTINGS.items()}
     options = [option for field, option in fields.items() if field in message]
     return f"{message} ({', '.join(options)})" if options else message
 
@@ -80,9 +141,13 @@ def check_size(runs: int, max_runs: int | None) -> None:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Grid:
     """One cross product of runs.
+
+    ``Grid(preset=..., pe=..., task=..., seeds=..., lr=(1e-3, 3e-4), ...)``: any
+    :data:`SETTINGS` name as a keyword gives that axis's values (``dataclasses.replace``
+    too); read one back as an attribute (``grid.lr``; empty: the preset's value).
 
     Attributes:
         preset: the named protocol every run starts from.
@@ -91,35 +156,34 @@ class Grid:
             given here is parsed once, when the grid is made.
         task: tasks.
         seeds: the seeds, each a separate run.
-        steps, batch_size, lr, train_len, test_len, test_stride, eval_samples,
-        eval_every, eval_start_loss, eval_select, backend, pack, window, precision,
-        eval_precision: override axes (see
-            ``AXES``); empty = the preset's value, several values = one run per value.
+        axes: the override axes that are set, (setting name, values), in :data:`SETTINGS`
+            order; several values = one run per value.
     """
 
-    preset: str = "quick"
-    pe: tuple[PeSpec, ...] = ()
-    task: tuple[str, ...] = ()
-    seeds: tuple[int, ...] = (0,)
-    steps: tuple[int, ...] = ()
-    batch_size: tuple[int, ...] = ()
-    lr: tuple[float, ...] = ()
-    train_len: tuple[int, ...] = ()
-    test_len: tuple[int, ...] = ()
-    test_stride: tuple[int, ...] = ()
-    eval_samples: tuple[int, ...] = ()
-    eval_every: tuple[int, ...] = ()
-    eval_start_loss: tuple[float, ...] = ()
-    eval_select: tuple[str, ...] = ()
-    backend: tuple[str, ...] = ()
-    pack: tuple[int, ...] = ()
-    window: tuple[int, ...] = ()
-    precision: tuple[str, ...] = ()
-    eval_precision: tuple[str, ...] = ()
+    preset: str
+    pe: tuple[PeSpec, ...]
+    task: tuple[str, ...]
+    seeds: tuple[int, ...]
+    axes: tuple[tuple[str, tuple[Any, ...]], ...]
 
-    def __post_init__(self) -> None:
-        if any(isinstance(p, str) for p in self.pe):  # Grid(pe=("rope",)): parsed here, and only here
-            object.__setattr__(self, "pe", tuple(parse_pe(p) if isinstance(p, str) else p for p in self.pe))
+    def __init__(
+        self,
+        preset: str = "quick",
+        pe: tuple[PeSpec | str, ...] = (),
+        task: tuple[str, ...] = (),
+        seeds: tuple[int, ...] = (0,),
+        axes: tuple[tuple[str, tuple[Any, ...]], ...] = (),
+        **settings: tuple[Any, ...],
+    ) -> None:
+        axes_given = {**dict(axes), **settings}  # dataclasses.replace passes axes, and the changes by name
+        unknown = sorted(set(axes_given) - set(SETTINGS))
+        if unknown:
+            raise TypeError(f"Grid got unknown setting(s) {', '.join(unknown)}; settings: {', '.join(SETTINGS)}")
+        object.__setattr__(self, "preset", preset)
+        object.__setattr__(self, "pe", tuple(parse_pe(p) if isinstance(p, str) else p for p in pe))  # parsed once
+        object.__setattr__(self, "task", tuple(task))
+        object.__setattr__(self, "seeds", tuple(seeds))
+        object.__setattr__(self, "axes", tuple((n, tuple(axes_given[n])) for n in SETTINGS if axes_given.get(n)))
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; valid presets: {', '.join(PRESETS)}")
         if not self.pe or not self.task:
@@ -127,9 +191,14 @@ class Grid:
         if not self.seeds:
             raise ValueError("a sweep needs at least one seed")
 
+    def __getattr__(self, name: str) -> tuple[Any, ...]:
+        if name in SETTINGS:  # an axis not set: the preset's value
+            return dict(self.axes).get(name, ())
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def size(self) -> int:
         """How many runs the grid holds (counted, not built)."""
-        return math.prod(len(v) for v in (self.task, self.pe, self.seeds, *(getattr(self, a) for a in AXES)) if v)
+        return math.prod(len(v) for v in (self.task, self.pe, self.seeds, *(values for _, values in self.axes)) if v)
 
     def configs(self, max_runs: int | None = MAX_RUNS) -> list[RunConfig]:
         """The grid's runs, in order task, pe, override axes, seed (ValueError if one is
@@ -137,14 +206,14 @@ class Grid:
         variant (``rope@{...}``) comes right after its trained run, which is added if the
         grid does not list it."""
         check_size(self.size(), max_runs)
-        axes = [(name, values) for name in AXES if (values := getattr(self, name))]
+        axes = self.axes
         combos = list(itertools.product(*(values for _, values in axes)))
         runs: list[RunConfig] = []
         for task, pe, combo, seed in itertools.product(self.task, self.pe, combos, self.seeds):
             overrides: dict[str, dict[str, Any]] = {}
             for (name, _), value in zip(axes, combo, strict=True):
-                section, key, _ = AXES[name]
-                overrides.setdefault(section, {})[key] = value
+                setting = SETTINGS[name]
+                overrides.setdefault(setting.section, {})[setting.key] = value
             cfg = preset_config(self.preset, pe=pe, task=task, seed=seed, overrides=overrides)
             if "start_below_loss" in overrides.get("eval", {}) and cfg.eval.every == 0:
                 # it would do nothing but change the run id: a finished run would train again
@@ -215,7 +284,7 @@ class SweepSpec:
         return pes, tasks
 
 
-GRID_KEYS = ("preset", "pe", "task", "seeds", "seed", *AXES)
+GRID_KEYS = ("preset", "pe", "task", "seeds", "seed", *SETTINGS)
 """Keys a sweep file (top level or a ``[[grid]]`` table) may hold."""
 
 
@@ -272,9 +341,10 @@ def grid_from_mapping(values: Mapping[str, Any], where: str = "sweep", max_runs:
     """A ``Grid`` from sweep-file keys (``GRID_KEYS``); unknown keys, values of the wrong type
     (non-finite numbers, integers beyond SQLite's 64 bits) and a seed count above
     ``max_runs`` are errors naming ``where``."""
-    unknown = sorted(set(values) - set(GRID_KEYS))
+    valid = ("preset", "pe", "task", "seeds", "seed", *SETTINGS)  # GRID_KEYS, read when called
+    unknown = sorted(set(values) - set(valid))
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(GRID_KEYS)}")
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(valid)}")
     kw: dict[str, Any] = {}
     if "preset" in values:
         if not isinstance(values["preset"], str):
@@ -301,9 +371,9 @@ def grid_from_mapping(values: Mapping[str, Any], where: str = "sweep", max_runs:
         kw["seeds"] = tuple(range(first, first + seeds))
     else:
         raise ValueError(f"{where}: seeds must be a count >= 1 or a list of seeds")
-    for name, (_, _, kind) in AXES.items():
+    for name, setting in SETTINGS.items():
         if name in values:
-            kw[name] = _values(name, values[name], kind, where)
+            kw[name] = _values(name, values[name], setting.kind, where)
     try:
         return Grid(**kw)
     except ValueError as exc:

@@ -26,6 +26,7 @@ from leaderboard.provisional import table_filling
 from leaderboard.reach import nothing_extrapolates, null_text, times_n
 from leaderboard.rows import SCORE_TITLES, Row, cell_text
 from leaderboard.text import plural
+from pezoo import PaperClaim
 
 EM_OK = 0.9  # "keeps working": exact match at least this at a scale (the reach threshold)
 COLLAPSED = 0.05  # "collapses": exact match beyond N below this
@@ -107,12 +108,12 @@ def _unfit(name: str, row: Row, n: int) -> tuple[str, str]:
     )
 
 
-def _reach_claim(name: str, claimed: float) -> Callable[[Table, dict[str, Row]], Found | None]:
+def _reach_claim(name: str, claimed: float, floor: str) -> Callable[[Table, dict[str, Row]], Found | None]:
     """A claim that ``name`` extrapolates to ``claimed`` × N. holds: every seed keeps EM ≥ 0.9
     at every tested scale, and the table tests at least ``claimed`` × N; the same short of
     that multiple: ``holds to the tested k×; claimed m×: untested`` (outcome partly);
     partly: the weakest seed reaches at least PARTLY_MULTIPLE × N and the row's EM>N is not
-    below NoPE's by the permutation test; otherwise does not hold."""
+    below the ``floor`` row's (NoPE's) by the permutation test; otherwise does not hold."""
 
     def check(table: Table, rows: dict[str, Row]) -> Found | None:
         row = rows.get(name)
@@ -123,7 +124,7 @@ def _reach_claim(name: str, claimed: float) -> Callable[[Table, dict[str, Row]],
             return _unfit(name, row, n)
         low, em = _weakest(row, n), cell_text(row, "em_beyond")
         seeds = plural(len(row.seeds), "seed")
-        nope = rows.get("nope")
+        nope = rows.get(floor)
         below: str | None = None
         if nope is not None and nope.fitted and nope.label != name:
             p = pt.p_above(nope.per_seed["em_beyond"], row.per_seed["em_beyond"])
@@ -192,176 +193,153 @@ def _above_strongest(name: str, others: Sequence[str]) -> Callable[[Table, dict[
     return check
 
 
-def _hard_alibi(table: Table, rows: dict[str, Row]) -> Found | None:
+def _leads(name: str) -> Callable[[Table, dict[str, Row]], Found | None]:
     """A comparative claim ("state of the art"), judged against the strongest other fitted
-    row on the table: holds where hard_alibi ranks first and the permutation test puts its
+    row on the table: holds where ``name`` ranks first and the permutation test puts its
     EM>N above the runner-up's; partly where it ranks first without the test deciding, or
     ranks lower without the test putting the leader above it; does not hold where the
     test puts the leader above it."""
-    row = rows.get("hard_alibi")
-    if row is None or row.pending:
-        return None
-    n = table.train_max
-    if not row.fitted:
-        return _unfit("hard_alibi", row, n)
-    others = [r for r in table.rows if r.ranked and r.label != "hard_alibi" and "same weights" not in r.label]
-    if not others:
-        return None
-    best = min(others, key=lambda r: r.rank or 0)
-    ranked = sum(r.ranked for r in table.rows)
-    if row.rank is not None and best.rank is not None and row.rank < best.rank:
-        p, said = _compare(row, best, n)
-        said = f"hard_alibi ranks {row.rank} of {ranked}; the runner-up is {best.label}: {said}"
+
+    def check(table: Table, rows: dict[str, Row]) -> Found | None:
+        row = rows.get(name)
+        if row is None or row.pending:
+            return None
+        n = table.train_max
+        if not row.fitted:
+            return _unfit(name, row, n)
+        others = [r for r in table.rows if r.ranked and r.label != name and "same weights" not in r.label]
+        if not others:
+            return None
+        best = min(others, key=lambda r: r.rank or 0)
+        ranked = sum(r.ranked for r in table.rows)
+        if row.rank is not None and best.rank is not None and row.rank < best.rank:
+            p, said = _compare(row, best, n)
+            said = f"{name} ranks {row.rank} of {ranked}; the runner-up is {best.label}: {said}"
+            return (
+                (HOLDS, said)
+                if p is not None and p <= pt.ALPHA
+                else (PARTLY, said + ": first, not separated by the test")
+            )
+        p, said = _compare(best, row, n)
+        said = f"{name} ranks {row.rank} of {ranked}; the leader is {best.label}: {said}"
         return (
-            (HOLDS, said) if p is not None and p <= pt.ALPHA else (PARTLY, said + ": first, not separated by the test")
+            (DOES_NOT_HOLD, said)
+            if p is not None and p <= pt.ALPHA
+            else (PARTLY, said + ": the test does not put it above")
         )
-    p, said = _compare(best, row, n)
-    said = f"hard_alibi ranks {row.rank} of {ranked}; the leader is {best.label}: {said}"
-    return (
-        (DOES_NOT_HOLD, said)
-        if p is not None and p <= pt.ALPHA
-        else (PARTLY, said + ": the test does not put it above")
+
+    return check
+
+
+def _above_base(claim: PaperClaim) -> Callable[[Table, dict[str, Row]], Found | None]:
+    """A claim that ``claim.row`` is above its base (``claim.against[0]``) on the score
+    ``params["score"]`` (holds: by the permutation test, p ≤ 0.05; partly: above on the
+    mean only). Where the table has a row of ``claim.row`` with the option its paper
+    calls for (a label starting ``row + params["preferred"]``), the verdict uses it and
+    names the plain row beside it; the params word each case."""
+    name, base_name, words = claim.row, claim.against[0], claim.params
+    score = str(words["score"])
+
+    def pick(rows: dict[str, Row]) -> tuple[Row | None, list[Row]]:
+        preferred = [r for label, r in sorted(rows.items()) if label.startswith(name + words["preferred"])]
+        default = rows.get(name)
+        if preferred:
+            return preferred[0], [r for r in (default,) if r is not None]
+        return default, []
+
+    def check(table: Table, rows: dict[str, Row]) -> Found | None:
+        row, beside = pick(rows)
+        base = rows.get(base_name)
+        if row is None or base is None or row.pending or base.pending:
+            return None
+        n = table.train_max
+        if not row.fitted:
+            return _unfit(row.label, row, n)
+        if not base.fitted:
+            return (
+                NO_CONTRAST,
+                f"{words['base_title']} did not fit (EM≤{n} {cell_text(base, 'em_within')}): nothing to compare with",
+            )
+        p, said = _compare(row, base, n, score)
+        said += f"; EM>{n} {cell_text(row, 'em_beyond')} against {cell_text(base, 'em_beyond')}"
+        if beside:
+            title = SCORE_TITLES[score].replace("N", str(n))
+            said += f"; {words['beside']}: " + "; ".join(f"{title} {cell_text(r, score)}" for r in beside)
+            said += f" (the verdict uses {row.label}: {words['preferred_why']})"
+        elif row.label == name:
+            said += f" ({words['default_why']})"
+        if p is not None and p <= pt.ALPHA:
+            return HOLDS, said
+        if shown(row.scores[score].mean) > shown(base.scores[score].mean):
+            return PARTLY, said + ": above on the mean, not separated by the test"
+        return DOES_NOT_HOLD, said
+
+    return check
+
+
+def _collapses(names: Sequence[str]) -> Callable[[Table, dict[str, Row]], Found | None]:
+    """A claim that the rows ``names`` collapse past N: every one that fitted scores exact
+    match below COLLAPSED beyond N on every seed (holds), some do (partly), none (does not hold)."""
+
+    def check(table: Table, rows: dict[str, Row]) -> Found | None:
+        found = [(name, rows[name]) for name in names if name in rows and not rows[name].pending]
+        n = table.train_max
+        unfit = [
+            f"{name} did not fit (EM≤{n} {cell_text(row, 'em_within')}): not counted"
+            for name, row in found
+            if not row.fitted
+        ]
+        found = [
+            (name, row) for name, row in found if row.fitted
+        ]  # collapsing past N means nothing if N was not learned
+        if not found:
+            return (NO_CONTRAST, "; ".join(unfit)) if unfit else None
+        parts, collapsed = [], 0
+        for name, row in found:
+            em = row.scores["em_beyond"]
+            parts.append(f"{name} EM>{n} {cell_text(row, 'em_beyond')}")
+            collapsed += em.hi < COLLAPSED
+        outcome = HOLDS if collapsed == len(found) else PARTLY if collapsed else DOES_NOT_HOLD
+        return outcome, "; ".join(parts + unfit)
+
+    return check
+
+
+RULES: dict[str, Callable[[PaperClaim], Callable[[Table, dict[str, Row]], Found | None]]] = {
+    "reach": lambda c: _reach_claim(c.row, float(c.multiple or 1), c.against[0]),
+    "above_strongest": lambda c: _above_strongest(c.row, c.against),
+    "leads": lambda c: _leads(c.row),
+    "above_base": _above_base,
+    "collapses": lambda c: _collapses((c.row, *c.against)),
+}
+"""The rules a paper card's claim names (:attr:`pezoo.PaperClaim.rule`), each made into
+the check of its row(s) on one table."""
+
+
+def board_claim(claim: PaperClaim) -> Claim:
+    """A paper card's claim as the board tests it: its rule's check, its test's words with
+    the board's thresholds filled in."""
+    if claim.rule not in RULES:
+        raise ValueError(f"claim on {claim.row!r}: unknown rule {claim.rule!r}; rules: {', '.join(RULES)}")
+    return Claim(
+        source=claim.source,
+        says=claim.says,
+        test=claim.test.format(em_ok=EM_OK, partly_multiple=PARTLY_MULTIPLE, collapsed=COLLAPSED),
+        tasks=claim.tasks,
+        check=RULES[claim.rule](claim),
+        multiple=claim.multiple,
     )
 
 
-RANDOMIZED = "randomized:ape"
-"""The randomized row at the wrapper's default L = 2048."""
+def card_claims() -> tuple[Claim, ...]:
+    """Every registered encoding's paper claims (its card's ``claims``), in their order on the pages."""
+    import pezoo
+
+    found = [c for card in pezoo.cards().values() for c in card.claims]
+    return tuple(board_claim(c) for c in sorted(found, key=lambda c: c.order))
 
 
-def _randomized_rows(rows: dict[str, Row]) -> tuple[Row | None, list[Row]]:
-    """(the randomized row the verdict uses, the other randomized rows shown beside it): the
-    row with L set (``randomized:ape{max_length=336}``, about 4× the longest test sequence,
-    the paper's ratio) where the table has one, else the L = 2048 row."""
-    at_ratio = [r for label, r in sorted(rows.items()) if label.startswith(RANDOMIZED + "{max_length=")]
-    default = rows.get(RANDOMIZED)
-    if at_ratio:
-        return at_ratio[0], [r for r in (default,) if r is not None]
-    return default, []
-
-
-def _randomized(table: Table, rows: dict[str, Row]) -> Found | None:
-    rand, beside = _randomized_rows(rows)
-    base = rows.get("ape")
-    if rand is None or base is None or rand.pending or base.pending:
-        return None
-    n = table.train_max
-    if not rand.fitted:
-        return _unfit(rand.label, rand, n)
-    if not base.fitted:
-        return NO_CONTRAST, f"sin/cos APE did not fit (EM≤{n} {cell_text(base, 'em_within')}): nothing to compare with"
-    p, said = _compare(rand, base, n, "tok_beyond")
-    said += f"; EM>{n} {cell_text(rand, 'em_beyond')} against {cell_text(base, 'em_beyond')}"
-    if beside:
-        said += "; the L = 2048 row beside it: " + "; ".join(f"tok>{n} {cell_text(r, 'tok_beyond')}" for r in beside)
-        said += f" (the verdict uses {rand.label}: L about 4× the longest test sequence, the paper's ratio)"
-    elif rand.label == RANDOMIZED:
-        said += " (L = 2048, about 24× the longest test sequence, where the paper's ratio is about 4)"
-    if p is not None and p <= pt.ALPHA:
-        return HOLDS, said
-    if shown(rand.scores["tok_beyond"].mean) > shown(base.scores["tok_beyond"].mean):
-        return PARTLY, said + ": above on the mean, not separated by the test"
-    return DOES_NOT_HOLD, said
-
-
-def _ape(table: Table, rows: dict[str, Row]) -> Found | None:
-    found = [(name, rows[name]) for name in ("ape", "learned_ape") if name in rows and not rows[name].pending]
-    n = table.train_max
-    unfit = [
-        f"{name} did not fit (EM≤{n} {cell_text(row, 'em_within')}): not counted"
-        for name, row in found
-        if not row.fitted
-    ]
-    found = [(name, row) for name, row in found if row.fitted]  # collapsing past N means nothing if N was not learned
-    if not found:
-        return (NO_CONTRAST, "; ".join(unfit)) if unfit else None
-    parts, collapsed = [], 0
-    for name, row in found:
-        em = row.scores["em_beyond"]
-        parts.append(f"{name} EM>{n} {cell_text(row, 'em_beyond')}")
-        collapsed += em.hi < COLLAPSED
-    outcome = HOLDS if collapsed == len(found) else PARTLY if collapsed else DOES_NOT_HOLD
-    return outcome, "; ".join(parts + unfit)
-
-
-CLAIMS: tuple[Claim, ...] = (
-    Claim(
-        source="Lee 2025, “Position as Probability: Self-Supervised Transformers that Think Past Their Training for "
-        "Length Extrapolation”, abstract and §1",
-        says="PRISM extrapolates accurately far beyond the training length (up to 10×, copy variants up to 15×).",
-        test=f"holds: prism{{paper}} keeps exact match ≥ {EM_OK} at every tested scale beyond N on every seed, on a "
-        "table tested to 10× N; the same on a table tested less far reads “holds to the tested k×; claimed 10×: "
-        "untested” (outcome partly), or “… claimed 10×: see the table tested to T” where a table of the same task "
-        f"tests it; partly: its weakest seed keeps it to at least {PARTLY_MULTIPLE}× N and its "
-        "EM>N is not below NoPE's by the permutation test; otherwise does not hold; no contrast where it did not fit.",
-        tasks=None,
-        check=_reach_claim("prism{paper}", 10),
-        multiple=10,
-    ),
-    Claim(
-        source="Jelassi et al. 2024, “Repeat After Me”, as summarised by Hou et al., “Universal Length "
-        "Generalization with Turing Programs”, §1 and §2.3",
-        says="Hard-ALiBi achieves state-of-the-art length generalization on copying.",
-        test="judged against the strongest other row on the table: holds where hard_alibi ranks first and the "
-        "permutation test puts its EM>N above the runner-up's (p ≤ 0.05); partly where it ranks first without the test "
-        "deciding, or lower without the test putting the leader above it; does not hold where the test puts the "
-        "leader above it; no contrast where it did not fit.",
-        tasks=("copy",),
-        check=_hard_alibi,
-    ),
-    Claim(
-        source="Ruoss et al. 2023, “Randomized Positional Encodings Boost Length Generalization of "
-        "Transformers”, §4 and Table 1",
-        says="Randomizing an encoding's positions raises its accuracy beyond the training lengths "
-        "(by 12.0 points on average over their tasks).",
-        test="randomized:ape's per-token accuracy beyond N (the paper's metric) against sin/cos APE's: above by the "
-        "permutation test, p ≤ 0.05 (holds); above on the mean only (partly); otherwise does not hold. Where the "
-        "table has the row with L about 4× the longest test sequence (the paper's ratio), the verdict uses it; "
-        "else the L = 2048 row, and says so.",
-        tasks=None,
-        check=_randomized,
-    ),
-    Claim(
-        source="Hou et al., “Universal Length Generalization with Turing Programs”, related work (after Shaw "
-        "et al. 2018); Ruoss et al. 2023, §1",
-        says="Absolute position encodings do not generalize past the training length.",
-        test=f"sin/cos and learned APE, where they fit the training scales, score exact match below {COLLAPSED} "
-        "beyond N on every seed.",
-        tasks=None,
-        check=_ape,
-    ),
-    Claim(
-        source="Li et al. 2024, “Functional Interpolation for Relative Positions Improves Long Context "
-        "Transformers”, abstract (claimed on language modelling and long-text benchmarks)",
-        says="FIRE generalizes to longer contexts better than the relative encodings it is compared with.",
-        test="judged against the strongest of T5's bias, ALiBi, KERPLE (log), RoPE and NoPE on the table (the best "
-        "ranked that fitted): fire's EM>N above it by the permutation test, p ≤ 0.05 (holds); ranked above it, the "
-        "test not deciding (partly); ranked at or below it (does not hold).",
-        tasks=None,
-        check=_above_strongest("fire", ("t5", "alibi", "kerple_log", "rope", "nope")),
-    ),
-    Claim(
-        source="Chi et al. 2022, “KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation”, "
-        "abstract (claimed on language modelling)",
-        says="KERPLE's logarithmic variant extrapolates better than the encodings it is compared with.",
-        test="judged against the strongest of ALiBi, T5's bias, RoPE and sin/cos APE on the table (the best ranked "
-        "that fitted): kerple_log's EM>N above it by the permutation test, p ≤ 0.05 (holds); ranked above it, the "
-        "test not deciding (partly); ranked at or below it (does not hold).",
-        tasks=None,
-        check=_above_strongest("kerple_log", ("alibi", "t5", "rope", "ape")),
-    ),
-    Claim(
-        source="McLeish et al. 2024, “Transformers Can Do Arithmetic with the Right Embeddings”, abstract",
-        says="With Abacus embeddings, a model trained on additions of up to 20 digits adds 100-digit numbers "
-        "(up to 99% accuracy): 5× the training length.",
-        test=f"as PRISM's: every seed keeps exact match ≥ {EM_OK} at every tested scale on a table tested to 5× N "
-        "(holds), “holds to the tested k×; claimed 5×: untested” short of that multiple, partly from "
-        f"{PARTLY_MULTIPLE}× N on the weakest seed and not below NoPE. The task is pezoo's addition (least "
-        "significant digit first, with a chain of thought), not the paper's format.",
-        tasks=("addition",),
-        check=_reach_claim("abacus", 5),
-        multiple=5,
-    ),
-)
+CLAIMS: tuple[Claim, ...] = card_claims()
 """The claims the board tests, in the order the pages show them."""
 
 
@@ -382,8 +360,10 @@ def verdict(board: Board, claim: Claim, table: Table) -> Verdict | None:
         evidence = f"{null_text(table)}: no seed of any fitted row keeps EM ≥ {EM_OK} at scale {n + 1}"
     several = sum((t.preset, t.task) == (table.preset, table.task) for t in board.tables) > 1
     if said is not None and (further := _testing_table(board, claim, table)) is not None:
-        said = said.replace(f"claimed {claim.multiple:g}×: untested", f"claimed {claim.multiple:g}×: see the table "
-                            f"tested to {further.test_max}")
+        said = said.replace(
+            f"claimed {claim.multiple:g}×: untested",
+            f"claimed {claim.multiple:g}×: see the table tested to {further.test_max}",
+        )
     return Verdict(
         table.preset,
         table.task,

@@ -86,7 +86,7 @@ def import_cmd(results_dir: Path, store_path: Path) -> None:
     For continuing a board on a machine that does not have the store it was run into:
     import, then run the board's sweep file; finished runs are not trained again, and a
     later `export` publishes only the new ones. Runs the store already holds finished are
-    left as they are.
+    left as they are; those whose record in the store is not the published one are named.
     """
     _require_results(results_dir)
     try:
@@ -96,6 +96,13 @@ def import_cmd(results_dir: Path, store_path: Path) -> None:
     _echo(f"imported {summary.imported} run(s) into {store_path} ({summary.diagnostics} with diagnostics)")
     if summary.already_in_store:
         _echo(f"{summary.already_in_store} run(s) were already in the store: left as they are")
+    if summary.differing:
+        shown = ", ".join(summary.differing[:10]) + (", ..." if len(summary.differing) > 10 else "")
+        _echo(
+            f"note: the store's record of {len(summary.differing)} of them is not the published one (other "
+            f"numbers, provenance or timings); the store keeps its own, which bench and `pezoo results` read, and "
+            f"export never publishes it over the published one: {shown}"
+        )
 
 
 @leaderboard.command("check")

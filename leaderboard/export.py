@@ -43,6 +43,7 @@ from leaderboard.schema import (
     run_ids_digest,
     to_published,
     validate_record,
+    weights_problems,
 )
 
 
@@ -68,6 +69,9 @@ class ImportSummary:
     imported: int = 0
     already_in_store: int = 0
     diagnostics: int = 0
+    differing: tuple[str, ...] = ()
+    """Run ids among ``already_in_store`` whose record in the store is not the published one
+    (the store's is kept)."""
 
 
 def file_name(preset: str, records: Sequence[Mapping[str, Any]]) -> str:
@@ -195,6 +199,7 @@ def _export(store_path: Path, out_dir: Path) -> ExportSummary:
     if problems:
         raise ExportError("these runs do not make valid results records:\n  " + "\n  ".join(problems))
     _check_one_protocol_per_table(existing, batches, out_dir)
+    _check_weights_sources(existing, batches, out_dir)
     written = []
     if batches:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -225,6 +230,25 @@ def _check_one_protocol_per_table(
         check_protocols(kept)
     except (BoardError, RetiredFileError) as exc:
         raise ExportError(f"nothing written: the new runs would make a board that `build` refuses:\n{exc}") from None
+
+
+def _check_weights_sources(
+    existing: Sequence[Record], batches: Mapping[str, Sequence[Mapping[str, Any]]], out_dir: Path
+) -> None:
+    """ExportError, before anything is written, if a new run evaluated the kept weights of
+    a run that is neither published nor exported with it, or does not match that run
+    (``leaderboard.schema.weights_problems``): ``check`` would refuse the files."""
+    new = [
+        Record(record, out_dir / file_name(preset, records), line)
+        for preset, records in batches.items()
+        for line, record in enumerate(records, start=1)
+    ]
+    problems = [reason for _, _, reason in weights_problems([*existing, *new])]
+    if problems:
+        raise ExportError(
+            "nothing written: runs evaluated on kept weights whose run is in neither the store (finished) nor the "
+            "results, or is not the run they say:\n  " + "\n  ".join(problems)
+        )
 
 
 def export_diagnostics(store_path: Path, out_dir: Path) -> int:
@@ -286,6 +310,22 @@ def import_results(results_dir: Path, store_path: Path) -> ImportSummary:
             rec = current[0]
             reason = f"run {rec.run_id} cannot be stored ({exc}); nothing was imported"
             raise ResultsError([(rec.path, rec.line, reason)]) from None
+        differing = tuple(
+            rec.run_id
+            for rec, new in zip(records, added, strict=True)
+            if not new and _stored_differs(store, rec, diagnostics.get(rec.run_id))
+        )
     imported = sum(added)
     with_diagnostics = sum(1 for rec, new in zip(records, added, strict=True) if new and rec.run_id in diagnostics)
-    return ImportSummary(imported, len(added) - imported, with_diagnostics)
+    return ImportSummary(imported, len(added) - imported, with_diagnostics, differing)
+
+
+def _stored_differs(store: Store, rec: Record, diagnostics: Mapping[str, Any] | None) -> bool:
+    """Whether the store's record of a run it holds finished is not the published one
+    (its numbers, provenance, timings, or diagnostics where both have them)."""
+    stored = store.record(rec.run_id)
+    if stored is None:
+        return True
+    if to_published(stored) != rec.data:
+        return True
+    return diagnostics is not None and stored.diagnostics is not None and stored.diagnostics != diagnostics

@@ -7,7 +7,7 @@ the README under the rule that introduces it:
   unlike its paper's setup, beyond the small model and short training every row shares,
   and on which tasks (``harness.protocols.departures``);
 * **extra inputs** (:func:`extra_inputs`, ``EXTRA_INPUTS_RULE``): a row whose encoding
-  reads more than the tokens and their positions (``harness.protocols.EXTRA_INPUTS``);
+  reads more than the tokens and their positions (its encoding's paper card, ``extra_input``);
 * **set up per task** (:func:`per_task_setups`, ``PER_TASK_RULE``): a row whose options
   change from task to task, as its paper's per-task setup does, while every other row
   runs one configuration everywhere.
@@ -22,12 +22,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pezoo
 from harness.backbone import BackboneConfig
 from harness.pe_spec import model_options
-from harness.protocols import departure_paper, extra_input
+from harness.protocols import departure_paper, dims_of, extra_input
 from harness.protocols import departures as protocol_departures
 from leaderboard.records import record_label
 from leaderboard.schema import Record
+from pezoo import RunFacts
 from pezoo.spec import format_value
 
 
@@ -61,9 +63,7 @@ def departures(records: Iterable[Record]) -> list[Departure]:
             continue
         paper = departure_paper(d["pe"], eval_options)
         if not eval_options:  # a variant shares its trained run's training: that row says it
-            extra = protocol_departures_of(d)
-            texts = [*texts, *extra]
-            paper = paper or (LEARNED_PRF_PAPER if extra and d["pe"].startswith("learned_prf") else None)
+            texts = [*texts, *protocol_departures_of(d)]
         for text in texts:
             found.setdefault(record_label(d), {}).setdefault(text, set()).add((d["preset"], d["task"]))
             papers[record_label(d)] = paper or d["pe"]
@@ -89,86 +89,40 @@ def departures(records: Iterable[Record]) -> list[Departure]:
     ]
 
 
-PRISM_TRAINED_TO_40 = ("reverse", "odds_first", "stack_manipulation")
-"""Tasks the PRISM paper reports only for models trained to length 40 (Figures 5, 8, 10), with a curriculum."""
-PRISM_LR = 9e-5
-HARD_ALIBI_LR = 7e-5
-LEARNED_PRF_PAPER = (
-    "Chen, Liang, Lin, “On the Limitations and Capabilities of Position Embeddings for Length Generalization”"
-)
+def run_facts(data: Mapping[str, Any]) -> RunFacts:
+    """The facts of one record's run that a paper card's departures read
+    (:class:`pezoo.RunFacts`); KeyError or TypeError for a record without them."""
+    config = data["config"]
+    train, evaluate = config["train"], config["eval"]
+    backbone = BackboneConfig(**config["backbone"])
+    recorded = config.get("pe_options") or {}
+    params = (data.get("params") or {}).get("pe")
+    return RunFacts(
+        pe=str(data["pe"]),
+        task=str(data["task"]),
+        options=model_options(data["pe"], recorded),
+        dims=dims_of(backbone),
+        causal=backbone.causal,
+        eval_options=config.get("eval_pe_options") or {},
+        recorded_options=recorded,
+        lr=float(train["lr"]),
+        train_max=int(train["train_max"]),
+        test_max=int(evaluate["test_max"]),
+        pack=int(train.get("pack", 0) or 0),
+        select=str(evaluate.get("select", "final")),
+        pe_params=params if isinstance(params, int) else None,
+        token_lengths=tuple(float(m.get("token_length", 0)) for m in data.get("metrics", ())),
+    )
 
 
 def protocol_departures_of(data: Mapping[str, Any]) -> list[str]:
     """How one record's run departs from its paper in what the options do not show: the
     training (length, curriculum, learning rate, packing), the reporting, the model's
-    extra capacity, the paper's task family and architecture. Read off the record's config
-    and parameter counts; ``[]`` for an encoding whose paper sets none of these here."""
-    pe, task = str(data["pe"]), str(data["task"])
-    config = data["config"]
-    train, evaluate, backbone = config["train"], config["eval"], config.get("backbone", {})
-    lr, n = float(train["lr"]), int(train["train_max"])
-    out: list[str] = []
-    if pe == "prism":
-        if task in PRISM_TRAINED_TO_40 and n < 40:
-            out.append(
-                f"trained to scale {n}; the paper reports {task} only for models trained to 40, with a length "
-                "curriculum (scales to 5 for 5k steps, to 10 for 5k, then 10 more every 10k steps; §6.4, Figures 5, "
-                "8 and 10): a setting the paper never ran"
-            )
-        if lr != PRISM_LR:
-            out.append(f"learning rate {lr:g}; the paper's peak is 9e-5, over 150k steps of batch 100 (§6.4)")
-        if evaluate.get("select", "final") == "final":
-            out.append(
-                "evaluated once, on the final weights; the paper evaluates every 1000 steps and reports the mean of "
-                "the top three accuracies (§6.1)"
-            )
-        options = config.get("pe_options") or {}
-        heads = int(backbone.get("n_heads") or 0)
-        width = int(backbone.get("d_model") or 0) // heads if heads else 0
-        cursors, d_pe = options.get("n_cursors"), options.get("d_pe")
-        params = (data.get("params") or {}).get("pe")
-        if width and isinstance(cursors, int) and isinstance(d_pe, int):
-            wide = width + cursors * d_pe
-            extra = f" and {params / 1000:.0f}k parameters" if isinstance(params, int) else ""
-            out.append(
-                f"its layers' queries and keys are {wide} wide per head instead of {width} ({wide / width:.0f}×: the "
-                f"{cursors} position streams of d_pe = {d_pe} concatenated onto them){extra} that no other row has: "
-                "a capacity confound"
-            )
-    elif pe.startswith("randomized:") or pe == "randomized":
-        options = config.get("pe_options") or {}
-        lengths = [float(m.get("token_length", 0)) for m in data.get("metrics", ())]
-        longest = round(max(lengths)) if lengths and max(lengths) > 0 else 2 * int(evaluate["test_max"]) + 4
-        big = int(options.get("max_length", 2048))
-        out.append(
-            f"L = {big}, about {big / longest:.0f}× the longest test sequence here (~{longest} tokens); the paper's "
-            "L = 2048 is about 4× its longest test length M = 500, its ablation spans 2–16× (Appendix B.1), and it "
-            "warns that L much larger than M leaves too few positions seen in training (§3)"
-        )
-        out.append(
-            "a decoder trained and tested with greedy autoregressive decoding on pezoo's digit tasks; the paper's "
-            "model is an encoder that outputs the whole answer at once, on the Chomsky-hierarchy tasks of Delétang "
-            "et al. (§4), reporting the best of 10 seeds and 3 learning rates (§4, Appendix A)"
-        )
-    elif pe == "hard_alibi":
-        if not int(train.get("pack", 0) or 0):
-            out.append(
-                "trained on one instance per row; the paper packs each 500-token training context with independent "
-                "instances and evaluates with a sliding window (§3.1.1)"
-            )
-        if lr != HARD_ALIBI_LR:
-            out.append(f"learning rate {lr:g}; the paper's is 7e-5 with linear decay over 200k steps (§3.1.1)")
-        out.append(
-            "its first windowed head has m = 1: by the paper's masking (b(i, j) = −∞ for j ≤ i − m, §2) it attends "
-            "to its own position only, so one head per layer brings in nothing from other tokens"
-        )
-    elif pe in ("learned_prf", "learned_prf_sh"):
-        out.append(
-            "the relation function's network (raw features [i, j, i − j] scaled by 1/16, a ReLU MLP of 2 × 64, a "
-            "softmax over 16 or 32 slots) is pezoo's own design: the paper defines LBPE(i, j) = Pᵀφθ(i, j) (§VII-B) "
-            "and leaves its network to an online appendix this project does not have"
-        )
-    return out
+    extra capacity, the paper's task family and architecture: its encoding's card's
+    ``training_departures`` over the record's facts (:func:`run_facts`); ``[]`` for an
+    encoding whose paper sets none of these here."""
+    words = pezoo.card_of(str(data["pe"])).training_departures
+    return [] if words is None else words(run_facts(data))
 
 
 def common_departure(records: Iterable[Record]) -> str | None:
@@ -187,7 +141,7 @@ def common_departure(records: Iterable[Record]) -> str | None:
 
 def extra_inputs(records: Iterable[Record]) -> list[tuple[str, str, tuple[str, ...]]]:
     """(label, what it reads beyond tokens and positions, tasks) for every board row that
-    reads more (``harness.protocols.EXTRA_INPUTS``), in label order."""
+    reads more (its encoding's paper card, ``extra_input``), in label order."""
     found: dict[str, tuple[str, set[str]]] = {}
     for rec in records:
         text = extra_input(rec.data["pe"])

@@ -219,13 +219,55 @@ def read_file(path: Path) -> tuple[list[Record], list[tuple[Path, int, str]]]:
             continue
         reasons = validate_record(value)
         if not reasons and line != to_line(value):
-            reasons = ["not in canonical form (sorted keys, no spaces): the line was edited after export"]
+            reasons = [_not_canonical(line, to_line(value))]
         problems += [(path, number, reason) for reason in reasons]
         if not reasons:
             records.append(Record(value, path, number))
     if not problems and (why := _name_problem(path, records)) is not None:
         problems.append((path, 0, why))
     return records, problems
+
+
+def _not_canonical(line: str, canonical: str) -> str:
+    """Why a valid line that is not ``canonical`` is refused: its line ending, or an edit."""
+    if line.rstrip("\r") == canonical:
+        return (
+            "ends with a carriage return (CRLF line endings, as git's core.autocrlf or a Windows editor "
+            "writes them): results files end lines with LF alone; check the file out again "
+            "(git config core.autocrlf false) or convert it (dos2unix)"
+        )
+    return "not in canonical form (sorted keys, no spaces): the line was edited after export"
+
+
+def weights_problems(records: Iterable[Record]) -> list[tuple[Path, int, str]]:
+    """Problems of the runs among ``records`` that evaluated another run's kept weights
+    (provenance ``weights_from``: an inference-time variant, or another test range of a
+    finished run): the run whose weights they evaluated must be among ``records``, be
+    their trained run (a variant) or have trained exactly as they would (the same
+    ``RunConfig.training_id``), and have recorded the final loss they carry."""
+    from harness.config import RunConfig
+
+    by_id = {r.run_id: r for r in records}
+    problems = []
+    for rec in by_id.values():
+        source = rec.data["provenance"].get("weights_from")
+        if source is None:
+            continue
+        where = f"run {rec.run_id} evaluated the kept weights of run {shown(source)} (provenance weights_from)"
+        trained = by_id.get(source)
+        if trained is None:
+            problems.append((rec.path, rec.line, f"{where}, which is not published: publish that run with it"))
+            continue
+        cfg, other = RunConfig.from_dict(rec.data["config"]), RunConfig.from_dict(trained.data["config"])
+        if cfg.is_variant:
+            same = cfg.trained_config().run_id() == source
+        else:
+            same = cfg.training_id() is not None and cfg.training_id() == other.training_id()
+        if not same:
+            problems.append((rec.path, rec.line, f"{where}, which did not train as this run would"))
+        elif rec.data["final_loss"] != trained.data["final_loss"]:
+            problems.append((rec.path, rec.line, f"{where}, but its final_loss is not that run's"))
+    return problems
 
 
 def results_files(directory: Path) -> list[Path]:
@@ -254,6 +296,8 @@ def read_results(directory: Path) -> list[Record]:
                 problems.append((path, rec.line, f"run {rec.run_id} is already published at {first.path}:{first.line}"))
             else:
                 seen[rec.run_id] = rec
+    if not problems:
+        problems += weights_problems(seen.values())
     if problems:
         raise ResultsError(problems)
     return sorted(seen.values(), key=sort_key)

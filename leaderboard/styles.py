@@ -7,8 +7,8 @@ dotted + triangle, ...) takes each colour at most once, so two encodings never s
 both colour and line.
 
 **Derived, not listed.** A registered encoding needs no entry here. The encodings the
-board showed when looks were still listed by hand keep those looks (``PINNED_STYLES``),
-so the plots published with them did not change. Every other registered encoding takes a
+board showed when looks were still listed by hand keep those looks, pinned on their paper
+cards (``PINNED_STYLES``), so the plots published with them did not change. Every other registered encoding takes a
 free (colour, line) slot of ``BASE_LINES``: the one its name hashes to, or the next free
 one, the registry's names taking theirs in sorted order (``derived_styles``). A name's
 look therefore depends only on its name and on the registered names before it in sorted
@@ -35,6 +35,7 @@ __all__ = [
     "PINNED_STYLES",
     "Style",
     "derived_styles",
+    "pinned_styles",
     "registered_encodings",
     "style_of",
     "styles",
@@ -91,31 +92,18 @@ def _style(colour: str, line: tuple[str, str]) -> Style:
     return Style(colour, line[0], line[1])
 
 
-PINNED_STYLES: Mapping[str, Style] = {
-    # solid lines, circles: the baselines and the encodings most compared
-    "rope": _style(BLUE, SOLID),
-    "alibi": _style(VERMILLION, SOLID),
-    "prism": _style(GREEN, SOLID),
-    "hard_alibi": _style(PURPLE, SOLID),
-    "ape": _style(ORANGE, SOLID),
-    "t5": _style(SKY, SOLID),
-    "nope": _style(BLACK, SOLID),
-    # dashed lines, squares: a colour away from their relatives
-    "learned_prf_sh": _style(BLUE, DASHED),
-    "learned_prf": _style(VERMILLION, DASHED),
-    "learned_ape": _style(GREEN, DASHED),
-    "randomized": _style(PURPLE, DASHED),
-    "kerple_log": _style(ORANGE, DASHED),
-    "kerple_power": _style(SKY, DASHED),
-    "fire": _style(BLACK, DASHED),
-    # dotted lines, triangles
-    "xpos": _style(ORANGE, DOTTED),
-    "cope": _style(BLUE, DOTTED),
-    "abacus": _style(VERMILLION, DOTTED),
-}
-"""The looks the published board's encodings were drawn with while looks were listed by
-hand, kept so their plots stay as published. Closed: a new encoding's look is derived
-(:func:`derived_styles`), never added here."""
+def pinned_styles() -> dict[str, Style]:
+    """The looks the registered encodings pin on their paper cards (``look``): those the
+    published board's encodings were drawn with while looks were listed by hand, kept so
+    their plots stay as published. Closed: a new encoding's look is derived
+    (:func:`derived_styles`), never pinned."""
+    import pezoo
+
+    return {name: Style(c.look.colour, c.look.dash, c.look.marker) for name, c in pezoo.cards().items() if c.look}
+
+
+PINNED_STYLES: Mapping[str, Style] = pinned_styles()
+""":func:`pinned_styles` of this pezoo's registry."""
 
 
 def _hash(name: str) -> int:
@@ -178,7 +166,7 @@ def _candidates(label: str, looks: Mapping[str, Style]) -> Iterator[Style]:
     own: Style | None = None
     if name in looks:
         own = looks[name]
-    elif name.startswith("randomized:") and name.split(":", 1)[1] in looks:
+    elif ":" in name and name.split(":", 1)[1] in looks:  # a wrapped encoding (randomized:<base>)
         base = looks[name.split(":", 1)[1]]
         if base.dash in RANDOMIZED_DASHES:
             own = Style(base.colour, RANDOMIZED_DASHES[base.dash], RANDOMIZED_MARKER)

@@ -11,6 +11,7 @@ from pezoo import backends, encodings
 from pezoo import base as base  # the compatibility module: `pezoo.base.X` works after `import pezoo`, as before
 from pezoo.attention import BACKENDS, SelfAttention, attend
 from pezoo.biases import AttentionBias, BlockMask, DenseBias, LinearBias, RelativeFunctionBias, WindowMask
+from pezoo.cards import PaperCard, PaperClaim, PlotLook, RunFacts
 from pezoo.context import AttentionContext
 from pezoo.encodings import (
     FIRE,
@@ -35,23 +36,31 @@ from pezoo.encodings import (
 )
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import (
+    ENCODINGS,
+    WRAPPERS,
     ModelDims,
     PluginClashError,
+    Registry,
     UnknownNameError,
     available,
+    card_of,
+    cards,
     create,
     get,
     is_known,
     register,
     resolved_options,
+    unknown_name_message,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BACKENDS",
+    "ENCODINGS",
     "FIRE",
     "PRISM",
+    "WRAPPERS",
     "ALiBi",
     "Abacus",
     "AttentionBias",
@@ -69,11 +78,16 @@ __all__ = [
     "LinearBias",
     "ModelDims",
     "NoPE",
+    "PaperCard",
+    "PaperClaim",
+    "PlotLook",
     "PluginClashError",
     "PositionalEncoding",
     "RandomizedPE",
+    "Registry",
     "RelativeFunctionBias",
     "RoPE",
+    "RunFacts",
     "SelfAttention",
     "SinusoidalAPE",
     "T5Bias",
@@ -83,6 +97,8 @@ __all__ = [
     "attend",
     "available",
     "backends",
+    "card_of",
+    "cards",
     "combine",
     "create",
     "encodings",
@@ -90,4 +106,5 @@ __all__ = [
     "is_known",
     "register",
     "resolved_options",
+    "unknown_name_message",
 ]

@@ -8,6 +8,7 @@ import math
 import numbers
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -15,17 +16,93 @@ from torch import Tensor
 from pezoo.context import AttentionContext
 
 
+@dataclass(frozen=True)
+class ElementSite:
+    """Where a bias is read element by element (flex's ``score_mod`` / ``mask_mod``): one
+    call's sizes, and per element the positions, as functions of the element's indices
+    (b batch, qi query, kj key; 0-d tensors inside a kernel).
+
+    Attributes:
+        ctx: the call's context (for a bias that must materialise).
+        batch, n_heads, n_queries, n_keys: the call's (b, h, i, j).
+        device: where captured tensors must live.
+        distance: ``(b, qi, kj) -> pos_i - pos_j`` (float32).
+        q_position: ``(b, qi) -> pos_i`` (float32).
+        k_position: ``(b, kj) -> pos_j`` (float32).
+    """
+
+    ctx: AttentionContext
+    batch: int
+    n_heads: int
+    n_queries: int
+    n_keys: int
+    device: torch.device
+    distance: Callable[[Tensor, Tensor, Tensor], Tensor]
+    q_position: Callable[[Tensor, Tensor], Tensor]
+    k_position: Callable[[Tensor, Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class PositionRanges:
+    """Per block of queries / keys, the least and greatest position in it: what a mask's
+    block summary (:attr:`ElementForm.blocks`) reads to skip provably empty blocks.
+
+    Attributes:
+        q_lo, q_hi: (b, qb) float32.
+        k_lo, k_hi: (b, kb) float32.
+    """
+
+    q_lo: Tensor
+    q_hi: Tensor
+    k_lo: Tensor
+    k_hi: Tensor
+
+
+@dataclass(frozen=True)
+class ElementForm:
+    """A bias as a function of one score element (b, h, qi, kj, score), which a backend
+    applies without building the (i, j) tensor (flex's ``score_mod`` and ``mask_mod``).
+
+    Attributes:
+        score: ``(score, b, h, qi, kj) -> score`` with the additive bias added, or None.
+        allowed: ``(b, h, qi, kj) -> bool`` where attention is allowed, or None (no mask).
+        blocks: for a mask, ``PositionRanges -> (any allowed, all allowed)``, each
+            broadcastable to (b, h, qb, kb): a sound summary per (query block, key block)
+            (``any`` False only where no pair can be allowed, ``all`` True only where every
+            pair is), or None when the mask cannot summarise blocks (every block is then visited).
+    """
+
+    score: Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor] | None = None
+    allowed: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] | None = None
+    blocks: Callable[[PositionRanges], tuple[Tensor, Tensor]] | None = None
+
+
 class AttentionBias:
     """Base class of the structured biases added to attention scores.
 
     Scores are ``scale * <q, k> + bias``: biases are added *after* the 1/sqrt(e)
     scaling. A bias may be lowered to a dense additive tensor (``materialize``) by any
-    backend; backends that can do better (flex, xformers) read its fields instead.
+    backend, or read element by element (``element``: flex). The default ``element``
+    reads the materialised tensor; the structured biases say their per-element form.
     """
+
+    reads_positions_only: ClassVar[bool] = False
+    """Whether the bias is a function of the positions and the head alone (its element form
+    reads nothing sized by the call), so a call padded with more positions keeps it as is."""
 
     def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
         """Dense additive bias, broadcastable to (b, h, i, j); -inf where masked."""
         raise NotImplementedError
+
+    def element(self, site: ElementSite) -> ElementForm:
+        """The bias per score element at ``site``: by default its materialised tensor, indexed."""
+        full = (site.batch, site.n_heads, site.n_queries, site.n_keys)
+        dense = self.materialize(site.ctx, site.n_heads, torch.float32).to(site.device).expand(full)  # (b, h, i, j)
+
+        def score(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
+            return score + dense[b, h, qi, kj]
+
+        return ElementForm(score=score)
 
 
 def _check_heads(kind: str, built: int, n_heads: int) -> None:
@@ -53,11 +130,21 @@ class LinearBias(AttentionBias):
     """
 
     slopes: Tensor
+    reads_positions_only = True
 
     def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
         _check_heads("LinearBias", self.slopes.shape[0], n_heads)
         dist = _relative_distance(ctx).abs()  # (b, 1, i, j)
         return (-self.slopes.to(torch.float32).view(1, -1, 1, 1) * dist).to(dtype)
+
+    def element(self, site: ElementSite) -> ElementForm:
+        _check_heads("LinearBias", self.slopes.shape[0], site.n_heads)
+        slopes = self.slopes.to(device=site.device, dtype=torch.float32)  # (h,)
+
+        def score(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
+            return score - slopes[h] * site.distance(b, qi, kj).abs()
+
+        return ElementForm(score=score)
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,6 +161,7 @@ class WindowMask(AttentionBias):
     """
 
     windows: Tensor
+    reads_positions_only = True
 
     def allowed(self, ctx: AttentionContext) -> Tensor:
         """(b|1, h, i, j) bool: True where attention is allowed."""
@@ -85,6 +173,40 @@ class WindowMask(AttentionBias):
         _check_heads("WindowMask", self.windows.shape[0], n_heads)
         zero = torch.zeros((), dtype=dtype, device=self.windows.device)
         return torch.where(self.allowed(ctx), zero, torch.tensor(-math.inf, dtype=dtype))
+
+    def element(self, site: ElementSite) -> ElementForm:
+        _check_heads("WindowMask", self.windows.shape[0], site.n_heads)
+        w = self.windows.to(device=site.device, dtype=torch.float32)  # (h,)
+
+        def allowed(b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
+            d = site.distance(b, qi, kj)
+            return (d < w[h]) & (d > -w[h])
+
+        return ElementForm(allowed=allowed, blocks=lambda ranges: window_blocks(w, ranges))
+
+
+def window_blocks(windows: Tensor, ranges: PositionRanges) -> tuple[Tensor, Tensor]:
+    """A window mask's block summary: (any, all) allowed, (b, h, qb, kb), from the range
+    of ``pos_i - pos_j`` over each (query block, key block)."""
+    d_min = (ranges.q_lo[:, :, None] - ranges.k_hi[:, None, :])[:, None]  # (b, 1, qb, kb)
+    d_max = (ranges.q_hi[:, :, None] - ranges.k_lo[:, None, :])[:, None]
+    w = windows.to(device=d_min.device, dtype=torch.float32).view(1, -1, 1, 1)  # (1, h, 1, 1)
+    return (d_min < w) & (d_max > -w), (d_max < w) & (d_min > -w)
+
+
+def position_block_blocks(size: Tensor, ranges: PositionRanges) -> tuple[Tensor, Tensor]:
+    """A :class:`BlockMask`'s block summary (``size``: positions per block, 0-d float):
+    (any, all) allowed, (b, 1, qb, kb)."""
+    size = size.to(device=ranges.q_lo.device, dtype=torch.float32)
+    q_first, q_last = (
+        torch.floor(ranges.q_lo / size)[:, None, :, None],
+        torch.floor(ranges.q_hi / size)[:, None, :, None],
+    )
+    k_first, k_last = (
+        torch.floor(ranges.k_lo / size)[:, None, None, :],
+        torch.floor(ranges.k_hi / size)[:, None, None, :],
+    )
+    return k_last >= q_first - 1, k_first >= q_last - 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,6 +226,7 @@ class BlockMask(AttentionBias):
     """
 
     block: int
+    reads_positions_only = True
 
     def __post_init__(self) -> None:
         if isinstance(self.block, bool) or not isinstance(self.block, numbers.Integral) or self.block < 1:
@@ -119,6 +242,14 @@ class BlockMask(AttentionBias):
     def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
         zero = torch.zeros((), dtype=dtype, device=ctx.q_pos.device)
         return torch.where(self.allowed(ctx), zero, torch.tensor(-math.inf, dtype=dtype, device=ctx.q_pos.device))
+
+    def element(self, site: ElementSite) -> ElementForm:
+        size = torch.tensor(float(self.block), device=site.device)  # 0-d: captured, not baked into a kernel
+
+        def allowed(b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
+            return torch.floor(site.k_position(b, kj) / size) >= torch.floor(site.q_position(b, qi) / size) - 1
+
+        return ElementForm(allowed=allowed, blocks=lambda ranges: position_block_blocks(size, ranges))
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,6 +318,16 @@ class RelativeFunctionBias(AttentionBias):
     dense_fn: Callable[..., Tensor] | None = None
     memo: Hashable | None = None
     n_heads: int | None = None
+    reads_positions_only = True
+
+    def element(self, site: ElementSite) -> ElementForm:
+        self.check_heads(site.n_heads)
+        fn, params = self.fn, self.params
+
+        def score(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
+            return score + fn(site.q_position(b, qi), site.k_position(b, kj), h, *params)
+
+        return ElementForm(score=score)
 
     def check_heads(self, n_heads: int) -> None:
         """ValueError when built (``self.n_heads``) for another head count than ``n_heads``."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, TypeVar
 
+from pezoo.cards import PaperCard
 from pezoo.interface import PositionalEncoding
 
 ENTRY_POINT_GROUP = "pezoo.encodings"
@@ -170,20 +171,70 @@ ENCODINGS = Registry("encoding", ENTRY_POINT_GROUP)
 WRAPPERS: dict[str, Callable[..., PositionalEncoding]] = {}
 """Prefix wrappers: ``create("randomized:rope")`` -> ``WRAPPERS["randomized"](create("rope"))``."""
 
+MAX_WRAPPERS = 8
+"""Most ``prefix:`` wrappers one name may nest (``randomized:`` wraps once; wrapping it
+again is refused by the wrapper itself): a longer chain is refused before anything is
+built, never by a ``RecursionError``."""
+
+
+def _check_name(name: Any) -> str:
+    """``name`` if it is a string of at most :data:`MAX_WRAPPERS` wrappers; TypeError or
+    ValueError saying what an encoding name is otherwise."""
+    if not isinstance(name, str):
+        raise TypeError(
+            f"an encoding name is a string such as 'rope', 'randomized:alibi' or 'abacus+fire', got {name!r} "
+            f"({type(name).__name__})"
+        )
+    if name.count(":") > MAX_WRAPPERS:
+        raise ValueError(
+            f"encoding name {name[:60]!r}... nests {name.count(':')} wrappers; at most {MAX_WRAPPERS} (a wrapper "
+            "such as randomized: goes once in front of an encoding)"
+        )
+    return name
+
 
 _Encoding = TypeVar("_Encoding", bound=type[PositionalEncoding])
 
 
-def register(name: str) -> Callable[[_Encoding], _Encoding]:
-    """Class decorator: register an encoding class under ``name`` (sets ``cls.name``); the
-    class is returned as it is, so type checkers keep its own type."""
+CARDS: dict[str, PaperCard] = {}
+"""Registry name -> the paper card declared with it (:func:`register`)."""
+
+
+def register(name: str, *, card: PaperCard | None = None) -> Callable[[_Encoding], _Encoding]:
+    """Class decorator: register an encoding class under ``name`` (sets ``cls.name``), with
+    its paper ``card`` (:class:`pezoo.cards.PaperCard`: its paper's setup, departures,
+    claims, look, diagnostics); the class is returned as it is, so type checkers keep its
+    own type. A wrapper's card (``randomized``) serves its wrapped forms too."""
 
     def deco(cls: _Encoding) -> _Encoding:
         cls.name = name
         ENCODINGS.register(name, cls)
+        if card is not None:
+            CARDS[name] = card
         return cls
 
     return deco
+
+
+def card_of(name: str) -> PaperCard:
+    """The paper card of registry name ``name`` (empty where it declares none): a wrapped
+    name (``randomized:rope``) reads its wrapper's card, a plugin the ``paper_card``
+    attribute of its class, if any, once the plugin is loaded (``pezoo list`` and ``pezoo
+    bench`` load every plugin): looking a name up never imports or builds anything."""
+    prefix, _, base = name.rpartition(":")
+    key = prefix or base
+    if key in CARDS:
+        return CARDS[key]
+    if not prefix and key in ENCODINGS._factories and ENCODINGS.is_loaded(key):  # never imports a plugin
+        found = getattr(ENCODINGS[key], "paper_card", None)
+        if isinstance(found, PaperCard):
+            return found
+    return PaperCard()
+
+
+def cards() -> dict[str, PaperCard]:
+    """Every registered (unwrapped) encoding's card, by name, in sorted order."""
+    return {name: card_of(name) for name in sorted(ENCODINGS)}
 
 
 def available() -> list[str]:
@@ -207,6 +258,8 @@ def is_known(name: str) -> bool:
     """Whether ``name`` names an encoding :func:`create` can build: a registered or wrapped
     name (:func:`available`), or registered names joined by ``+`` (a combination,
     optionally wrapped as a whole: ``randomized:abacus+fire``)."""
+    if not isinstance(name, str) or name.count(":") > MAX_WRAPPERS:
+        return False
     if name in available():
         return True
     prefix, _, base = name.rpartition(":")
@@ -234,6 +287,7 @@ def get(name: str) -> Callable[..., PositionalEncoding]:
     """The factory registered under ``name``: usually the class; for a wrapped name such
     as ``randomized:rope`` or a combination such as ``abacus+fire``, a function taking
     the same keywords as :func:`create`."""
+    _check_name(name)
     if "+" in name:
         if not is_known(name):
             bad = [p for p in name.rpartition(":")[2].split("+") if p not in ENCODINGS]
@@ -284,8 +338,10 @@ def create(name: str, *, dims: ModelDims | None = None, **config: Any) -> Positi
     wrapper does not take are passed to the base encoding. ``dims`` supplies the model
     shape to whichever constructor keywords want it. Unknown names raise
     :class:`UnknownNameError` listing the valid names; unknown config keys raise
-    ``TypeError`` naming the accepted ones.
+    ``TypeError`` naming the accepted ones; a name that is no string ``TypeError``, and one
+    of more than :data:`MAX_WRAPPERS` wrappers ``ValueError``.
     """
+    _check_name(name)
     if ":" in name:
         prefix, base = name.split(":", 1)
         if "+" in prefix:
@@ -319,6 +375,7 @@ def resolved_options(name: str, **config: Any) -> dict[str, Any]:
     >>> resolved_options("hard_alibi")
     {'n_masked': None}
     """
+    _check_name(name)
     if ":" in name:
         prefix, base = name.split(":", 1)
         if prefix not in WRAPPERS:

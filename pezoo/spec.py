@@ -192,7 +192,12 @@ def _top_level_at(text: str) -> int:
 
 def parse_pe(text: str) -> PeSpec:
     """Parse one spec, ``name``, ``name{item,...}`` or a variant ``name{...}@{key=value,...}``
-    (module docstring); ValueError says what is wrong."""
+    (module docstring); ValueError says what is wrong (TypeError: ``text`` is no string)."""
+    if not isinstance(text, str):
+        raise TypeError(
+            f"an encoding spec is a string such as 'rope' or 'alibi{{n_biased=4}}', got {text!r} "
+            f"({type(text).__name__})"
+        )
     text = text.strip()
     at = _top_level_at(text)
     if at >= 0:
@@ -256,6 +261,8 @@ def _check_setup(value: Any, where: str) -> str:
 
 def pe_from_table(table: Mapping[str, Any], where: str = "sweep") -> PeSpec:
     """A spec from a TOML table: ``{name = "prism", setup = "paper", n_cursors = 2}``."""
+    if not isinstance(table, Mapping):
+        raise ValueError(f'{where}: an encoding table is {{name = "<encoding>", option = value, ...}}, got {table!r}')
     values = dict(table)
     name = values.pop("name", None)
     if not isinstance(name, str) or not _NAME.fullmatch(name):

@@ -38,8 +38,9 @@ def test_pezoo_needs_only_torch_and_einops():
         if hf not in path.parents:
             third_party |= imported_top_levels_of(path)
     third_party -= {"pezoo", "__future__"} | set(sys.stdlib_module_names)
-    # optional extras (gpu: xformers, plot: matplotlib) are imported lazily, where used
-    assert third_party <= {"torch", "einops", "matplotlib", "xformers"}, third_party
+    # optional extras (gpu: xformers, plot: matplotlib) are imported lazily, where used; triton
+    # (PRISM's CUDA scan, pezoo/encodings/prism/triton_scan.py) under try/except ImportError
+    assert third_party <= {"torch", "einops", "matplotlib", "xformers", "triton"}, third_party
 
 
 def test_pezoo_hf_needs_only_the_hf_extra():
@@ -123,3 +124,33 @@ def test_the_leaderboard_commands_and_published_runs_reach_the_cli_through_entry
     assert "leaderboard" in main.commands
     assert CliRunner().invoke(main, ["leaderboard", "--help"]).exit_code == 0
     assert isinstance(published_runs(), list)
+
+
+PEZOO_PUBLIC_MODULES = {"pezoo", "pezoo.spec", "pezoo.setups", "pezoo.backends", "pezoo.testing"}
+"""What the harness may import pezoo through: the package's public names, the spec syntax,
+the papers' setups, the backends and the conformance kit."""
+
+MEASURES_PRISM_KERNELS = {"harness/perf/prism.py", "harness/perf/grid.py"}
+"""The performance report times PRISM's own kernels (its scan, its streams) one by one."""
+
+
+def test_the_harness_uses_pezoo_only_through_its_public_modules():
+    """harness/__init__.py's promise: no import reaches pezoo's internals (pezoo.base,
+    an encoding's module, pezoo.registry), except where PRISM's kernels are measured."""
+    reaching = []
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        where = str(path.relative_to(ROOT))
+        if where in MEASURES_PRISM_KERNELS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                else []
+            )
+            reaching += [
+                f"{where}: {m}" for m in modules if m.split(".")[0] == "pezoo" and m not in PEZOO_PUBLIC_MODULES
+            ]
+    assert not reaching, reaching

@@ -13,7 +13,7 @@ One module per part:
 from harness.checkpoint.aside import set_aside
 from harness.checkpoint.format import FORMAT, VERSION, CheckpointError, decode_evaluation, encode_evaluation
 from harness.checkpoint.reading import check_state, layout_problem, load_checkpoint
-from harness.checkpoint.weights import WEIGHTS_FORMAT, WEIGHTS_VERSION, kept_trainings, load_weights, save_weights
+from harness.checkpoint.weights import WEIGHTS_FORMAT, WEIGHTS_VERSION, load_weights, save_weights, weights_bytes
 from harness.checkpoint.writing import (
     UNKNOWN_CODE,
     UNKNOWN_MACHINE,
@@ -35,7 +35,6 @@ __all__ = [
     "code_history",
     "decode_evaluation",
     "encode_evaluation",
-    "kept_trainings",
     "layout_problem",
     "load_checkpoint",
     "load_weights",
@@ -44,4 +43,5 @@ __all__ = [
     "save_weights",
     "set_aside",
     "training_state",
+    "weights_bytes",
 ]

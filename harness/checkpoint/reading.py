@@ -11,6 +11,7 @@ declares GBs in a few bytes), have its parameter's shape, and be finite (no NaN 
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import math
@@ -38,11 +39,14 @@ from harness.files import NotRegularFileError, check_regular, open_regular
 from harness.record import evaluated_scales
 
 
-def read_payload(path: Path, noun: str, kind: str, *, mmap: bool = False) -> Any:
+def read_payload(path: Path, noun: str, kind: str, *, mmap: bool = False, data: bytes | None = None) -> Any:
     """``torch.load`` of a regular file with the weights-only unpickler (``mmap``: tensors
-    mapped, not read), every failure a CheckpointError naming the file as ``noun`` (a
-    ``checkpoint``, a ``weights file``) of ``kind``: not regular, asking for code, unreadable."""
+    mapped, not read; ``data``: the file's bytes, already read and checked), every failure
+    a CheckpointError naming the file as ``noun`` (a ``checkpoint``, a ``weights file``) of
+    ``kind``: not regular, asking for code, unreadable."""
     try:
+        if data is not None:
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         if mmap:  # torch maps a file by name: check what the name holds first
             check_regular(path)
             return torch.load(path, map_location="cpu", weights_only=True, mmap=True)

@@ -32,7 +32,7 @@ from harness.deadline import MARGIN, TimeLimit, probing_expectation
 from harness.estimate import steps_done
 from harness.executors import Executor, ExecutorError, InProcess, RayExecutor, local_executor, run_sweep
 from harness.files import unwritable_folder
-from harness.options import ListOf, duration, max_runs_option, preset_name, store_option
+from harness.options import duration, grouped, max_runs_option, preset_name, setting_options, store_option
 from harness.plan import ORDERS, Plan, format_duration, longest_first, make_plan
 from harness.printable import one_line
 from harness.progress import SweepReport
@@ -41,7 +41,7 @@ from harness.report import LEGEND, leaderboard_tables
 from harness.results import load
 from harness.run import checkpoint_dir_for
 from harness.store import Store, StoreError
-from harness.sweep import AXES, Grid, SweepSpec, check_size, load_sweep, naming_the_option
+from harness.sweep import Grid, SweepSpec, check_size, load_sweep, naming_the_option
 from pezoo.backends import xformers_available
 from pezoo.spec import parse_pe, split_pe_list
 
@@ -79,53 +79,7 @@ from pezoo.spec import parse_pe, split_pe_list
     help="Number of seeds per (encoding, task): seed0..seed0+k-1.",
 )
 @click.option("--seed", "seed0", default=0, show_default=True, type=click.IntRange(0, INT64_MAX), help="First seed.")
-@click.option("--steps", type=ListOf(int), help="Override the preset's training steps (a list sweeps them).")
-@click.option("--batch-size", type=ListOf(int), help="Override the training batch size.")
-@click.option("--lr", type=ListOf(float), help="Override the peak learning rate, e.g. 1e-4,3e-4,5e-4.")
-@click.option("--train-len", type=ListOf(int), help="Override the largest training scale N (train on 1..N).")
-@click.option("--test-len", type=ListOf(int), help="Override the largest test scale M (test N+1..M).")
-@click.option("--test-stride", type=ListOf(int), help="Evaluate every k-th test scale.")
-@click.option("--eval-samples", type=ListOf(int), help="Examples per evaluated scale.")
-@click.option(
-    "--eval-every",
-    type=ListOf(int),
-    help="Also evaluate every N training steps (0: the final model only; the prism preset: 1000).",
-)
-@click.option(
-    "--eval-start-loss",
-    type=ListOf(float),
-    help="Start the periodic evaluations once the training loss first drops below this (prism preset: 0.1).",
-)
-@click.option(
-    "--eval-select",
-    type=ListOf(str),
-    help="Which evaluation a run reports: final, top3 (per length, mean of the 3 best: the PRISM paper) or "
-    "best_in_dist (the one best on the training lengths). See docs/harness.md.",
-)
-@click.option("--backend", type=ListOf(str), help="Attention backend (see `pezoo list`).")
-@click.option(
-    "--pack",
-    type=ListOf(int),
-    help="Train on rows of this many tokens cut from a stream of examples laid end to end (0: one example "
-    "per row; the turing preset: 500).",
-)
-@click.option(
-    "--window",
-    type=ListOf(int),
-    help="Decode and score with a sliding context of this many tokens, dropping the oldest eval.window_jump "
-    "(20 by default) when full (0: whole sequence; the turing preset: 500).",
-)
-@click.option(
-    "--precision",
-    type=ListOf(str),
-    help="Arithmetic of training: fp32, bf16 or fp16 (autocast over float32 weights; fp16 with loss scaling). "
-    "Default: the preset's (fp32 on the CPU presets, bf16 on the GPU ones). See docs/harness.md.",
-)
-@click.option(
-    "--eval-precision",
-    type=ListOf(str),
-    help="Arithmetic of evaluation: fp32, bf16 or fp16 (default: as the run trained).",
-)
+@setting_options
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--allow-cpu", is_flag=True, help="Run a GPU-sized preset on the CPU anyway (e.g. a few --steps).")
 @click.option(
@@ -173,7 +127,7 @@ from pezoo.spec import parse_pe, split_pe_list
 )
 @click.option(
     "--tensorboard",
-    "tensorboard_dir",
+    "tensorboard",
     type=click.Path(file_okay=False),
     help="Also log every run's loss, learning rate and evaluations for TensorBoard under this folder "
     "(pip install 'pezoo[tensorboard]').",
@@ -202,11 +156,23 @@ from pezoo.spec import parse_pe, split_pe_list
     "Runs with variants in the sweep always keep them.",
 )
 @max_runs_option
-def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, lr, train_len, test_len, test_stride,
-          eval_samples, eval_every, eval_start_loss, eval_select, backend, pack, window, precision, eval_precision,
-          device, allow_cpu,
-          checkpoint_every, checkpoint_dir, executor, workers, ray_address, retries, store_path, order,
-          tensorboard_dir, time_limit, hang_timeout, max_runs, keep_weights) -> None:  # fmt: skip
+@grouped("machine", ("executor", "device", "workers", "ray_address", "allow_cpu", "hang_timeout"))
+@grouped("running", ("checkpoint_every", "checkpoint_dir", "retries", "tensorboard", "keep_weights"))
+def bench(
+    pes: str | None,
+    task_names: str | None,
+    sweep_file: str | None,
+    preset: str,
+    seeds: int,
+    seed0: int,
+    settings: dict[str, Any],
+    machine: dict[str, Any],
+    running: dict[str, Any],
+    store_path: Path,
+    order: str,
+    time_limit: float | None,
+    max_runs: int,
+) -> None:
     """Train and evaluate every (encoding, task, seed), then print the leaderboard.
 
     Finished runs already in the store are not trained again; an interrupted run
@@ -218,24 +184,22 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     """
     ctx = click.get_current_context()
     given = {name for name in ctx.params if ctx.get_parameter_source(name) not in _DEFAULTS}
-    axes = (steps, batch_size, lr, train_len, test_len, test_stride, eval_samples, eval_every, eval_start_loss,
-            eval_select, backend, pack, window, precision, eval_precision)  # fmt: skip
+    executor, hang_timeout, checkpoint_dir = machine["executor"], machine["hang_timeout"], running["checkpoint_dir"]
     if hang_timeout is not None and executor == "ray":
         raise click.UsageError("--hang-timeout stops hung runs of the local executor; Ray runs are not watched.")
     if "ray_address" in given and executor != "ray":  # else the runs would train here, not on the cluster named
         raise click.UsageError("--ray-address names a Ray cluster for --executor ray; add --executor ray, or drop it.")
     # 1. the runs, every name and option checked before anything is written
-    configs = _sweep_configs(pes, task_names, sweep_file, preset, seeds, seed0, dict(zip(AXES, axes, strict=True)),
-                             max_runs, given)  # fmt: skip
-    if tensorboard_dir is not None:
+    configs = _sweep_configs(pes, task_names, sweep_file, preset, seeds, seed0, settings, max_runs, given)
+    if running["tensorboard"] is not None:
         try:
             tblog.check_available()
         except RuntimeError as exc:
             raise click.UsageError(str(exc)) from None
     # 2. where they train
-    target = _Target.choose(executor, device, workers, ray_address)
+    target = _Target.choose(executor, machine["device"], machine["workers"], machine["ray_address"])
     with target.closed_on_error():
-        target.check(configs, allow_cpu)
+        target.check(configs, machine["allow_cpu"])
         problem = unwritable_folder(checkpoint_dir_for(store_path, checkpoint_dir))
         if problem is not None:  # runs would train without checkpoints, warning at every interval
             why = f"{problem}; checkpoints (and the weights variants evaluate) go there"
@@ -248,7 +212,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
     with store:
         # 3. the plan: which runs are done, how long the others take (from what was measured here)
         rows = store.runs()
-        resume = steps_done(checkpoint_dir_for(store.path, checkpoint_dir), configs)
+        resume = steps_done(checkpoint_dir_for(store.path, checkpoint_dir), configs, rows)
         plan_options: dict[str, Any] = {"device_type": target.device_type, "lapsed": store.lapsed(),
                                         "machine": cpu_name(), "borrow": False}  # fmt: skip
         if order == "longest-first":  # a relative order: borrowed speeds (of this store's runs) rank runs too
@@ -266,9 +230,7 @@ def bench(pes, task_names, sweep_file, preset, seeds, seed0, steps, batch_size, 
         )  # fmt: skip
         admit = _time_limit(time_limit, target, configs, plan, rows, resume, plan_options, report)
         # 5. the runs
-        options = dict(checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, retries=retries,
-                       tensorboard=tensorboard_dir, keep_weights=keep_weights)  # fmt: skip
-        stopped = _run(runner, configs, store, report, admit, options)
+        stopped = _run(runner, configs, store, report, admit, running)
     # 6. the tables, and what did not finish
     _print_tables(configs, store_path, target.where, stopped)
     _print_unfinished(report, stopped)

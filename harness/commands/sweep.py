@@ -89,7 +89,7 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
     ckpt_dir = checkpoint_dir_for(store_path, checkpoint_dir)
     device = resolve_device("auto")
     published = published_runs()
-    resume = steps_done(ckpt_dir, configs) if rows else None
+    resume = steps_done(ckpt_dir, configs, rows) if rows else None
     probes = _probe(configs, rows, device) if probe else None
     plan = make_plan(
         configs,

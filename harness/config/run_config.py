@@ -273,7 +273,8 @@ class RunConfig:
     ``eval_pe_options`` (empty for a trained run) makes the config an *inference-time
     variant*: the weights of the run without them (:meth:`trained_config`, trained once)
     evaluated with the encoding built from ``pe_options`` updated by these (e.g. RoPE's
-    ``scaling``: position interpolation, NTK, YaRN; ``harness.pe_spec.INFERENCE_OPTIONS``).
+    ``scaling``: position interpolation, NTK, YaRN; ``harness.pe_spec.inference_options``,
+    from the encoding's paper card).
     It is a run of its own (its own id), trained never.
     """
 

@@ -35,7 +35,16 @@ from harness.executors.jobs import Job, WorkerLost
 from harness.executors.worker import injected_faults
 from harness.provenance import git_commit
 from harness.result import RunOutcome, RunResult
-from harness.run import checkpoint_dir_for, checkpoint_path, record_or_keep, recover_kept
+from harness.run import (
+    WEIGHTS_DIGEST,
+    checkpoint_dir_for,
+    checkpoint_path,
+    drop_leftovers,
+    record_or_keep,
+    recorded_weights,
+    recover_kept,
+    trusted_weights,
+)
 from harness.store import Claim, ClaimLostError, Store, StoreError
 
 
@@ -182,6 +191,7 @@ class _Sweep:
         faults = injected_faults()
         with_variants = {c.trained_config().run_id() for c in configs if c.is_variant}  # keep their final weights
         lapsed = self.store.lapsed()  # in flight when their process died: maybe what killed it, so they go last
+        seal_key = self.store.seal_key()  # what a result kept beside the store is sealed with (harness.kept_results)
         last: list[Job] = []
         for index, cfg in enumerate(configs, start=1):
             run_id = cfg.run_id()
@@ -202,7 +212,7 @@ class _Sweep:
                 tensorboard=tensorboard,
                 keep_weights=keep_weights or run_id in with_variants,
             )
-            kept = recover_kept(cfg, path, functools.partial(self.events.notice, job))
+            kept = recover_kept(cfg, path, seal_key, functools.partial(self.events.notice, job))
             if kept is not None:  # finished before, but the store could not take it then
                 self._record_kept(job, cfg, kept, path)
                 continue
@@ -257,6 +267,9 @@ class _Sweep:
                     return
                 if not go:
                     continue
+            # the kept weights it may evaluate, as the store's records vouch for them now
+            recorded = recorded_weights(self.store.finished_with(WEIGHTS_DIGEST))
+            job = replace(job, kept_weights=trusted_weights(self.by_id[job.run_id], recorded))
             self.executor.submit(job)
             self.in_flight[job.run_id] = job
             self.events.started(job)
@@ -390,7 +403,8 @@ def _record(store: Store, cfg: RunConfig, job: Job, answer: RunResult | WorkerLo
     writes only while it holds the run's claim (a finished run is never changed)."""
     held = store.check(job.run_id)
     if not held.taken:  # finished, or taken over, by another process meanwhile: leave it to them
-        if held.status == "finished":
+        if held.status == "finished":  # what this attempt checkpointed after they finished is of no use
+            drop_leftovers(Path(job.checkpoint))
             return RunOutcome(job.run_id, "cached", "finished by another process meanwhile; its result is kept")
         return RunOutcome(job.run_id, "claimed", held.holder)
     if isinstance(answer, WorkerLost):

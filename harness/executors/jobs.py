@@ -6,7 +6,7 @@ running it died, and a pool worker's reports on the way (``Started``, progress, 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.result import RunResult
@@ -28,6 +28,9 @@ class Job:
         tensorboard: folder to log the run to for TensorBoard (an absolute path), if any.
         keep_weights: keep the trained model's final weights for the run's inference-time
             variants (``harness.run.weights_path``).
+        kept_weights: ``{run id: SHA-256}`` of the kept weights the store's records vouch
+            for that the run may evaluate instead of training (``harness.run.trusted_weights``),
+            set by the driver as the job starts.
     """
 
     index: int
@@ -40,6 +43,7 @@ class Job:
     fault: str | None = None
     tensorboard: str | None = None
     keep_weights: bool = False
+    kept_weights: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

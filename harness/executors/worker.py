@@ -41,6 +41,7 @@ def run_job(job: Job, progress: Progress | None = None, notice: Callable[[str], 
         notice=notice,
         tensorboard=job.tensorboard,
         keep_weights=job.keep_weights,
+        kept_weights=job.kept_weights,
     )
     return replace(result, provenance={**result.provenance, "host": platform.node()})
 

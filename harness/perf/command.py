@@ -8,7 +8,8 @@ import click
 
 import pezoo
 from harness.config import PRESETS
-from harness.perf.grid import DEFAULT_SECTIONS, SECTIONS, grid_from
+from harness.limits import MAX_BATCH, MAX_TOKENS
+from harness.perf.grid import DEFAULT_SECTIONS, MAX_SUPPORT, MAX_THREADS, SECTIONS, grid_from
 from harness.perf.report import render, run_perf
 
 
@@ -40,9 +41,13 @@ def _ints(value: str | None) -> tuple[int, ...] | None:
     "precisions",
     help="Precisions the precision section times against fp32 (comma-separated of bf16,fp16; default bf16).",
 )
-@click.option("--batch-size", type=int, help="Training batch size (default: the preset's).")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, MAX_BATCH),
+    help=f"Training batch size, 1 to {MAX_BATCH} (default: the preset's).",
+)
 @click.option("--repeats", type=int, help="Timed rounds per measurement.")
-@click.option("--threads", type=int, help="torch threads (0: torch's default; default 1).")
+@click.option("--threads", type=int, help=f"torch threads, 0 to {MAX_THREADS} (0: torch's default; default 1).")
 @click.option("--memory-lengths", help="Sequence lengths of the memory table (comma-separated).")
 @click.option("--memory-pe", help="Encodings of the memory table.")
 @click.option("--memory-backends", help="Backends of the memory table.")
@@ -51,13 +56,13 @@ def _ints(value: str | None) -> tuple[int, ...] | None:
 @click.option("--alloc-pe", help="Encodings of the allocator-peak table.")
 @click.option("--alloc-backends", help="Backends of the allocator-peak table.")
 @click.option("--alloc-batch", type=int, help="Batch size of the allocator-peak table (default 1).")
-@click.option("--decode-length", type=int, help="Total tokens of the decoding measurement.")
+@click.option("--decode-length", type=int, help=f"Total tokens of the decoding measurement (at most {MAX_TOKENS:,}).")
 @click.option("--decode-batch", type=int, help="Sequences decoded together (default 1; evaluation decodes batches).")
 @click.option("--decode-pe", help="Encodings of the decoding table.")
 @click.option(
     "--decode-window", type=int, help="Decode under a sliding context of this many tokens (the turing preset: 500)."
 )
-@click.option("--prism-supports", help="Supports P of the PRISM scan table (comma-separated).")
+@click.option("--prism-supports", help=f"Supports P of the PRISM scan table (comma-separated; 1 to {MAX_SUPPORT:,}).")
 @click.option("--prism-lengths", help="Sequence lengths of the PRISM step table (comma-separated; default 64,128,256).")
 @click.option("--compile-pe", help="Encodings of the compile table (default: every registered encoding).")
 @click.option("--compile-models", help="What the compile table compiles: backbone, decoder (default both).")
@@ -126,8 +131,6 @@ def perf_command(size, sections, encodings, presets, backends, precisions, batch
     for name in (*grid.backends, *grid.memory_backends, *grid.alloc_backends):
         if name not in pezoo.BACKENDS:
             raise click.BadParameter(pezoo.base.unknown_name_message("attention backend", name, sorted(pezoo.BACKENDS)))
-    if grid.decode_length <= grid.decode_prompt:
-        raise click.BadParameter(f"--decode-length must exceed the prompt ({grid.decode_prompt} tokens)")
     report = run_perf(grid, dev, log=lambda msg: click.echo(msg, err=True))
     click.echo(render(report))
     if json_path:

@@ -62,6 +62,14 @@ PRESET_TASKS = {"quick": "copy", "ruoss": "reverse_string", "smoke": "copy"}
 fixed-output-length task)."""
 
 
+MAX_THREADS = 1024
+"""Most torch threads a measurement may ask for (a machine's cores, not a typo's millions)."""
+
+MAX_SUPPORT = 65_536
+"""Largest PRISM support P of the scan table: 16x the default grid's largest (4096); the
+full-width scan at P holds 32 cursors x 32 tokens x (2P + 1) bins, 0.5 GB here."""
+
+
 @dataclass(frozen=True)
 class PerfGrid:
     """What `pezoo perf` measures (strict keys: see :func:`grid_from`).
@@ -159,8 +167,23 @@ class PerfGrid:
             raise ValueError(f"unknown perf section(s) {', '.join(unknown)}; valid: {', '.join(SECTIONS)}")
         if self.repeats < 1 or self.warmup < 0:
             raise ValueError(f"need repeats >= 1 and warmup >= 0, got {self.repeats}, {self.warmup}")
-        if self.decode_batch < 1 or self.alloc_batch < 1:
-            raise ValueError(f"need decode_batch and alloc_batch >= 1, got {self.decode_batch}, {self.alloc_batch}")
+        from harness.limits import MAX_BATCH, MAX_TOKENS
+
+        _within("threads (0: torch's default)", self.threads, 0, MAX_THREADS)
+        _within("the training batch size (0: the preset's)", self.batch_size, 0, MAX_BATCH)
+        _within("the decoding batch", self.decode_batch, 1, MAX_BATCH)
+        _within("the allocator-peak batch", self.alloc_batch, 1, MAX_BATCH)
+        _within("the decoding prompt", self.decode_prompt, 1, MAX_TOKENS - 1)
+        _within(f"the decoding length (beyond its {self.decode_prompt}-token prompt)", self.decode_length,
+                self.decode_prompt + 1, MAX_TOKENS)  # fmt: skip
+        for what, values, least, most in (
+            ("PRISM support", self.prism_supports, 1, MAX_SUPPORT),
+            ("PRISM step length", self.prism_lengths, 1, MAX_TOKENS),
+            ("memory length", self.memory_lengths, 1, MAX_TOKENS),
+            ("allocator-peak length", self.alloc_lengths, 1, MAX_TOKENS),
+        ):
+            for value in values:
+                _within(f"a {what}", value, least, most)
         from harness.precision import PRECISIONS
 
         unknown = sorted(set(self.precisions) - set(PRECISIONS))
@@ -175,6 +198,12 @@ class PerfGrid:
             )
         if 0 < self.decode_window <= 20 or self.decode_window < 0:
             raise ValueError(f"the decoding window must exceed its 20-token jump, got {self.decode_window}")
+
+
+def _within(what: str, value: int, least: int, most: int) -> None:
+    """ValueError saying the bounds unless ``least <= value <= most``."""
+    if not least <= value <= most:
+        raise ValueError(f"{what} must be from {least:,} to {most:,}, got {value:,}")
 
 
 GRIDS: dict[str, PerfGrid] = {

@@ -14,6 +14,8 @@ import shutil
 import stat
 from pathlib import Path
 
+from harness.files import file_size_limit, size_limit_words
+
 
 class StoreError(RuntimeError):
     """The store cannot be used; the message says why and what to do."""
@@ -134,6 +136,19 @@ def access_problem(path: Path, readonly: bool) -> str | None:
     return None
 
 
+def _at_size_limit(path: Path, limit: int) -> bool:
+    """Whether the store file, its -wal or its -journal is within a write (64 KiB, SQLite's
+    largest page) of the file size ``limit``: SQLite reports a write refused past it (EFBIG)
+    as a plain I/O error."""
+    for f in (path, Path(f"{path}-wal"), Path(f"{path}-journal")):
+        try:
+            if f.stat().st_size > limit - 65_536:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def explain(exc: BaseException, path: Path, readonly: bool, doing: str) -> StoreError:
     """The StoreError that says what ``exc`` (from SQLite or the OS) means for the store at
     ``path`` while ``doing``."""
@@ -148,6 +163,13 @@ def explain(exc: BaseException, path: Path, readonly: bool, doing: str) -> Store
         return StoreFullError(
             f"results store {path}: the disk is full ({_free(path)} free) while {doing}; free some "
             "space and run again. Nothing half-written was kept: the store holds what it held before"
+        )
+    limit = file_size_limit()
+    if limit is not None and (os_errno == errno.EFBIG or (primary == _IOERR and _at_size_limit(path, limit))):
+        return StoreError(
+            f"results store {path}: a file of the store reached {size_limit_words(limit)} while {doing}; raise "
+            "the limit (ulimit -f unlimited) and run again. Nothing half-written was kept: the store holds what it "
+            "held before"
         )
     if primary == _CORRUPT or "malformed" in message:
         return corrupt(path, message)

@@ -1,7 +1,8 @@
 """The store's tables, its schema version and the migrations that bring an older store up to it.
 
 Tables:
-    meta         key/value; ``schema_version`` is the store's schema.
+    meta         key/value; ``schema_version`` is the store's schema, ``seal_key`` its own
+                 secret (``Store.seal_key``; added by the first writer, no migration).
     runs         one row per run (config hash = run_id): full config JSON, seed, status,
                  provenance (commit, device, versions), timings, parameter counts, error,
                  and while it runs, the claim: the process training it and its heartbeat.
@@ -14,6 +15,7 @@ A finished run's rows are a serialisation of its ``harness.record.RunRecord``
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -65,6 +67,9 @@ CREATE TABLE IF NOT EXISTS diagnostics (
 );
 """
 
+SEAL_KEY = "seal_key"
+"""The meta key of the store's secret: 64 hex digits, made once by the first writer."""
+
 MIGRATIONS = {  # from schema version N to N + 1, in one write transaction
     1: ["ALTER TABLE runs ADD COLUMN owner TEXT", "ALTER TABLE runs ADD COLUMN heartbeat REAL"],
 }
@@ -114,6 +119,7 @@ def create_schema(db: sqlite3.Connection, path: Path) -> None:
         for statement in MIGRATIONS[step]:
             db.execute(statement)
     db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+    db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (SEAL_KEY, secrets.token_hex(32)))
 
 
 def run_row(record: RunRecord) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from harness.store.errors import (
     has_content,
     is_busy,
 )
-from harness.store.schema import create_schema, metric_rows, record_of, run_row, schema_version
+from harness.store.schema import SEAL_KEY, create_schema, metric_rows, record_of, run_row, schema_version
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
@@ -578,6 +578,27 @@ class Store:
     def runs(self) -> list[dict[str, Any]]:
         runs = [self.run(r["run_id"]) for r in self._query("SELECT run_id FROM runs ORDER BY started_at")]
         return [run for run in runs if run is not None]  # never None: a run is deleted only where it is re-inserted
+
+    def finished_with(self, provenance_key: str) -> list[dict[str, Any]]:
+        """The finished runs (as :meth:`run`) whose provenance has ``provenance_key``
+        (``weights_sha256``: the runs that kept their final weights), oldest first."""
+        rows = self._query(
+            "SELECT run_id FROM runs WHERE status='finished' AND instr(provenance, ?) > 0 ORDER BY started_at",
+            (json.dumps(provenance_key),),
+        )
+        runs = [self.run(r["run_id"]) for r in rows]
+        return [run for run in runs if run is not None and provenance_key in run["provenance"]]
+
+    def seal_key(self) -> bytes | None:
+        """This store's own secret (32 random bytes, made with the store and kept only in
+        it): what a result kept beside it while it could not be written is sealed with
+        (``harness.kept_results``), so that only a result this store's process kept is
+        taken back. None in a store no writer has opened since pezoo made one."""
+        rows = self._query("SELECT value FROM meta WHERE key=?", (SEAL_KEY,))
+        try:
+            return bytes.fromhex(rows[0]["value"]) if rows else None
+        except ValueError:
+            return None
 
     def record(self, run_id: str) -> RunRecord | None:
         """The record of run ``run_id`` (diagnostics included) if the store holds it

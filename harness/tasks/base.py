@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from harness.tasks import vocab
-from pezoo.base import Registry
+from pezoo import Registry
 
 TASKS = Registry("task", "pezoo.tasks")
 

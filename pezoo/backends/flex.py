@@ -30,6 +30,7 @@ blocks of 128 queries / keys are ``qb`` / ``kb``.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -42,12 +43,12 @@ from torch import Tensor
 from pezoo.attention import BACKENDS, register_backend
 from pezoo.biases import (
     AttentionBias,
-    BlockMask,
     DenseBias,
-    LinearBias,
-    RelativeFunctionBias,
-    WindowMask,
-    _check_heads,
+    ElementForm,
+    ElementSite,
+    PositionRanges,
+    position_block_blocks,
+    window_blocks,
 )
 from pezoo.context import AttentionContext, contiguous_positions
 
@@ -205,58 +206,47 @@ def flex_block_mask(
     block: int = FLEX_BLOCK_SIZE,
     position_blocks: Sequence[Tensor] = (),
 ) -> Any:
-    """A ``BlockMask`` for causal + per-head windows + key padding + blockwise attention
-    (``position_blocks``: each a pezoo ``BlockMask``'s block length, a 0-d float tensor),
-    from block summaries only.
+    """A torch ``BlockMask`` for causal + per-head windows (``windows``: each a
+    :class:`pezoo.WindowMask`'s (h,) windows) + key padding + blockwise attention
+    (``position_blocks``: each a :class:`pezoo.BlockMask`'s block length, a 0-d float
+    tensor), from block summaries only (:func:`_block_mask` for any masks' summaries)."""
+    summaries = [
+        *(functools.partial(window_blocks, w) for w in windows),
+        *(functools.partial(position_block_blocks, size) for size in position_blocks),
+    ]
+    return _block_mask(ctx, summaries, n_heads, n_queries, n_keys, mask_mod, batch=batch, block=block)
 
-    For each (query block, key block) the range of ``pos_i - pos_j`` is bounded by the
-    blocks' position minima/maxima; a block is *skipped* when no pair in it can be
-    allowed, *full* when every pair is certainly allowed (and the block is not ragged),
-    and *partial* otherwise (``mask_mod`` decides per element). Skipping only provably
-    empty blocks keeps it exact; memory is O(b·h·(i/128)·(j/128)).
+
+def _block_mask(
+    ctx: AttentionContext,
+    summaries: Sequence[Callable[[PositionRanges], tuple[Tensor, Tensor]]],
+    n_heads: int,
+    n_queries: int,
+    n_keys: int,
+    mask_mod: Callable[..., Tensor],
+    *,
+    batch: int = 1,
+    block: int = FLEX_BLOCK_SIZE,
+) -> Any:
+    """A torch ``BlockMask`` for causal + key padding + the masks whose block ``summaries``
+    (:attr:`pezoo.biases.ElementForm.blocks`) are given, from block summaries only.
+
+    For each (query block, key block) the positions' range is bounded by the blocks'
+    position minima/maxima; a block is *skipped* when no pair in it can be allowed,
+    *full* when every pair is certainly allowed (and the block is not ragged), and
+    *partial* otherwise (``mask_mod`` decides per element). Skipping only provably empty
+    blocks keeps it exact; memory is O(b·h·(i/128)·(j/128)).
     """
-    from torch.nn.attention.flex_attention import BlockMask
+    from torch.nn.attention.flex_attention import BlockMask as TorchBlockMask  # not pezoo.BlockMask
 
-    device = ctx.q_pos.device
     nqb, nkb = -(-n_queries // block), -(-n_keys // block)
-    batch_q, batch_k = ctx.q_pos.shape[0], ctx.k_pos.shape[0]
     pad = ctx.key_padding_mask
-    by_row = windows or pad is not None or position_blocks
-    b = max(batch_q, batch_k, 1 if pad is None else pad.shape[0]) if by_row else 1
-    qb_start = torch.arange(nqb, device=device) * block  # (qb,)
-    kb_start = torch.arange(nkb, device=device) * block  # (kb,)
-    qb_end = (qb_start + block).clamp(max=n_queries) - 1
-    kb_end = (kb_start + block).clamp(max=n_keys) - 1
-    ragged = ((qb_end - qb_start + 1) < block)[:, None] | ((kb_end - kb_start + 1) < block)[None, :]  # (qb, kb)
-    any_ok = torch.ones(1, 1, nqb, nkb, dtype=torch.bool, device=device)  # (b, h, qb, kb)
-    all_ok = ~ragged[None, None]
-    if ctx.causal:
-        offset = n_keys - n_queries
-        any_ok = any_ok & (kb_start[None, :] <= qb_end[:, None] + offset)
-        all_ok = all_ok & (kb_end[None, :] <= qb_start[:, None] + offset)
-    if windows:
-        q_lo, q_hi = _block_ranges(_batched(ctx.q_pos, b), nqb, block)  # (b, qb)
-        k_lo, k_hi = _block_ranges(_batched(ctx.k_pos, b), nkb, block)  # (b, kb)
-        d_min = (q_lo[:, :, None] - k_hi[:, None, :])[:, None]  # (b, 1, qb, kb)
-        d_max = (q_hi[:, :, None] - k_lo[:, None, :])[:, None]
-        for w in windows:
-            w = w.to(device=device, dtype=torch.float32).view(1, -1, 1, 1)  # (1, h, 1, 1)
-            any_ok = any_ok & (d_min < w) & (d_max > -w)
-            all_ok = all_ok & (d_max < w) & (d_min > -w)
-    if position_blocks:  # a query sees keys whose position block is at least its own minus one
-        q_lo, q_hi = _block_ranges(_batched(ctx.q_pos, b), nqb, block)  # (b, qb)
-        k_lo, k_hi = _block_ranges(_batched(ctx.k_pos, b), nkb, block)  # (b, kb)
-        for size in position_blocks:
-            size = size.to(device=device, dtype=torch.float32)
-            q_first, q_last = torch.floor(q_lo / size)[:, None, :, None], torch.floor(q_hi / size)[:, None, :, None]
-            k_first, k_last = torch.floor(k_lo / size)[:, None, None, :], torch.floor(k_hi / size)[:, None, None, :]
-            any_ok = any_ok & (k_last >= q_first - 1)  # (b, 1, qb, kb)
-            all_ok = all_ok & (k_first >= q_last - 1)
-    if pad is not None:
-        kpad = torch.nn.functional.pad(pad.to(device), (0, nkb * block - n_keys), value=False)
-        kpad = kpad.unflatten(-1, (nkb, block))  # (b, kb, 128)
-        any_ok = any_ok & kpad.any(-1)[:, None, None, :]
-        all_ok = all_ok & kpad.all(-1)[:, None, None, :]
+    b = (
+        max(ctx.q_pos.shape[0], ctx.k_pos.shape[0], 1 if pad is None else pad.shape[0])
+        if summaries or pad is not None
+        else 1
+    )
+    any_ok, all_ok = _allowed_blocks(ctx, summaries, n_queries, n_keys, b, block)  # (b|1, h|1, qb, kb) each
     # Full (batch, heads) extent, never broadcast: after a dynamic-shape recompile the
     # compiled CPU kernel (torch 2.13) reads a size-1 batch dim of the block mask wrongly.
     shape = (max(b, batch), n_heads, nqb, nkb)
@@ -270,18 +260,62 @@ def flex_block_mask(
 
     kv_num, kv_idx = to_blocks(partial)
     full_num, full_idx = to_blocks(full)
-    return BlockMask.from_kv_blocks(
+    return TorchBlockMask.from_kv_blocks(
         kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(n_queries, n_keys)
     )
 
 
-def _flex_mods(
-    ctx: AttentionContext, biases: Sequence[AttentionBias], n_heads: int, n_queries: int, n_keys: int, batch: int
-) -> tuple[Callable[..., Tensor] | None, Callable[..., Tensor] | None, list[Tensor], list[Tensor]]:
-    """(score_mod, mask_mod, windows, position blocks) for flex; every captured tensor is O(b·(i+j)) or a given bias."""
+def _allowed_blocks(
+    ctx: AttentionContext,
+    summaries: Sequence[Callable[[PositionRanges], tuple[Tensor, Tensor]]],
+    n_queries: int,
+    n_keys: int,
+    b: int,
+    block: int,
+) -> tuple[Tensor, Tensor]:
+    """(any pair allowed, every pair allowed) per (query block, key block), each
+    broadcastable to (b, h, qb, kb): the causal mask, the masks' summaries, key padding."""
+    device = ctx.q_pos.device
+    nqb, nkb = -(-n_queries // block), -(-n_keys // block)
+    pad = ctx.key_padding_mask
+    qb_start = torch.arange(nqb, device=device) * block  # (qb,)
+    kb_start = torch.arange(nkb, device=device) * block  # (kb,)
+    qb_end = (qb_start + block).clamp(max=n_queries) - 1
+    kb_end = (kb_start + block).clamp(max=n_keys) - 1
+    ragged = ((qb_end - qb_start + 1) < block)[:, None] | ((kb_end - kb_start + 1) < block)[None, :]  # (qb, kb)
+    any_ok = torch.ones(1, 1, nqb, nkb, dtype=torch.bool, device=device)  # (b, h, qb, kb)
+    all_ok = ~ragged[None, None]
+    if ctx.causal:
+        offset = n_keys - n_queries
+        any_ok = any_ok & (kb_start[None, :] <= qb_end[:, None] + offset)
+        all_ok = all_ok & (kb_end[None, :] <= qb_start[:, None] + offset)
+    if summaries:
+        q_lo, q_hi = _block_ranges(_batched(ctx.q_pos, b), nqb, block)  # (b, qb)
+        k_lo, k_hi = _block_ranges(_batched(ctx.k_pos, b), nkb, block)  # (b, kb)
+        ranges = PositionRanges(q_lo, q_hi, k_lo, k_hi)
+        for summary in summaries:
+            some, every = summary(ranges)  # each (b|1, h|1, qb, kb)
+            any_ok, all_ok = any_ok & some, all_ok & every
+    if pad is not None:
+        kpad = torch.nn.functional.pad(pad.to(device), (0, nkb * block - n_keys), value=False)
+        kpad = kpad.unflatten(-1, (nkb, block))  # (b, kb, 128)
+        any_ok = any_ok & kpad.any(-1)[:, None, None, :]
+        all_ok = all_ok & kpad.all(-1)[:, None, None, :]
+    return any_ok, all_ok
+
+
+def _every_block(ranges: PositionRanges) -> tuple[Tensor, Tensor]:
+    """The block summary of a mask that has none: any block may hold an allowed pair, none is surely full."""
+    return torch.ones((), dtype=torch.bool), torch.zeros((), dtype=torch.bool)
+
+
+def _element_site(ctx: AttentionContext, n_heads: int, n_queries: int, n_keys: int, batch: int) -> ElementSite:
+    """Where flex reads each bias per element: positions from the indices when they are
+    consecutive and shared by the batch (no gathers in the kernel), else from the (b, i) /
+    (b, j) position vectors; every captured tensor is O(b·(i+j))."""
     qp, kp = _batched(ctx.q_pos, batch), _batched(ctx.k_pos, batch)  # (b, i), (b, j)
     offset = n_keys - n_queries  # query index qi is key index qi + offset
-    if contiguous_positions(ctx):  # pos_q - pos_k from the indices: no gathers in the kernel
+    if contiguous_positions(ctx):
 
         def distance(b: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
             return (qi + offset - kj).to(torch.float32)
@@ -305,61 +339,44 @@ def _flex_mods(
         def k_position(b: Tensor, kj: Tensor) -> Tensor:
             return kp[b, kj]
 
-    slopes: list[Tensor] = []
-    functions: list[RelativeFunctionBias] = []
-    dense: list[Tensor] = []
-    windows: list[Tensor] = []
-    position_blocks: list[Tensor] = []  # BlockMask sizes, 0-d tensors (captured, not baked into the kernel)
-    full = (batch, n_heads, n_queries, n_keys)
-    for bias in biases:
-        if isinstance(bias, LinearBias):
-            _check_heads("LinearBias", bias.slopes.shape[0], n_heads)
-            slopes.append(bias.slopes.to(device=qp.device, dtype=torch.float32))
-        elif isinstance(bias, WindowMask):
-            _check_heads("WindowMask", bias.windows.shape[0], n_heads)
-            windows.append(bias.windows.to(device=qp.device, dtype=torch.float32))
-        elif isinstance(bias, RelativeFunctionBias):
-            bias.check_heads(n_heads)
-            functions.append(bias)
-        elif isinstance(bias, BlockMask):
-            position_blocks.append(torch.tensor(float(bias.block), device=qp.device))
-        elif isinstance(bias, DenseBias):
-            dense.append(
-                bias.tensor.to(device=qp.device, dtype=torch.float32).expand(batch, n_heads, n_queries, n_keys)
-            )
-        else:  # an encoding's own bias type: read its materialised form
-            dense.append(bias.materialize(ctx, n_heads, torch.float32).to(qp.device).expand(full))
+    return ElementSite(ctx, batch, n_heads, n_queries, n_keys, qp.device, distance, q_position, k_position)
+
+
+def _flex_mods(
+    ctx: AttentionContext, biases: Sequence[AttentionBias], n_heads: int, n_queries: int, n_keys: int, batch: int
+) -> tuple[Callable[..., Tensor] | None, Callable[..., Tensor] | None, list[ElementForm]]:
+    """(score_mod, mask_mod, the masks' element forms) for flex: every bias through its
+    per-element form (:meth:`pezoo.biases.AttentionBias.element`), the causal mask and
+    the key padding added here."""
+    site = _element_site(ctx, n_heads, n_queries, n_keys, batch)
+    forms = [bias.element(site) for bias in biases]
+    scores = [f.score for f in forms if f.score is not None]
+    masks = [f for f in forms if f.allowed is not None]
     score_mod = None
-    if slopes or functions or dense:
+    if scores:
 
         def score_mod(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
-            for s in slopes:
-                score = score - s[h] * distance(b, qi, kj).abs()
-            for f in functions:
-                score = score + f.fn(q_position(b, qi), k_position(b, kj), h, *f.params)
-            for t in dense:
-                score = score + t[b, h, qi, kj]
+            for add in scores:
+                score = add(score, b, h, qi, kj)
             return score
 
-    causal = ctx.causal
+    causal, offset = ctx.causal, n_keys - n_queries
     pad = None if ctx.key_padding_mask is None else ctx.key_padding_mask.expand(batch, -1).contiguous()
+    allowed = [f.allowed for f in masks if f.allowed is not None]
     mask_mod = None
-    if causal or windows or pad is not None or position_blocks:
+    if causal or allowed or pad is not None:
 
         def mask_mod(b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
             ok = kj >= 0
             if causal:
                 ok = ok & (kj <= qi + offset)
-            for w in windows:
-                d = distance(b, qi, kj)
-                ok = ok & (d < w[h]) & (d > -w[h])
-            for size in position_blocks:
-                ok = ok & (torch.floor(k_position(b, kj) / size) >= torch.floor(q_position(b, qi) / size) - 1)
+            for mask in allowed:
+                ok = ok & mask(b, h, qi, kj)
             if pad is not None:
                 ok = ok & pad[b, kj]
             return ok
 
-    return score_mod, mask_mod, windows, position_blocks
+    return score_mod, mask_mod, masks
 
 
 @register_backend("flex")
@@ -376,12 +393,11 @@ def _flex(q, k, v, ctx, biases, scale, return_probs):
     if q.device.type == "cpu" and i < FLEX_BLOCK_SIZE:
         q, k, v, ctx, biases = _pad_to_one_block(q, k, v, ctx, biases)
     pi, pj = q.shape[2], k.shape[2]
-    score_mod, mask_mod, windows, position_blocks = _flex_mods(ctx, biases, h, pi, pj, b)
-    block_mask = (
-        None
-        if mask_mod is None
-        else flex_block_mask(ctx, windows, h, pi, pj, mask_mod, batch=b, position_blocks=position_blocks)
-    )
+    score_mod, mask_mod, masks = _flex_mods(ctx, biases, h, pi, pj, b)
+    block_mask = None
+    if mask_mod is not None:
+        summaries = [m.blocks or _every_block for m in masks]
+        block_mask = _block_mask(ctx, summaries, h, pi, pj, mask_mod, batch=b)
     key = (
         q.device.type,
         q.dtype,
@@ -431,13 +447,10 @@ def _pad_to_one_block(
     )
     padded_biases: list[AttentionBias] = []
     for bias in biases:
-        if isinstance(
-            bias, (LinearBias, WindowMask, BlockMask, RelativeFunctionBias)
-        ):  # read positions: padded ctx has them
+        if bias.reads_positions_only:  # the padded ctx has its positions
             padded_biases.append(bias)
         else:
-            t = bias.tensor if isinstance(bias, DenseBias) else bias.materialize(ctx, h, torch.float32)
-            t = t.to(q.device).expand(b, h, i, j)
+            t = bias.materialize(ctx, h, torch.float32).to(q.device).expand(b, h, i, j)
             padded_biases.append(DenseBias(torch.nn.functional.pad(t, (0, extra, 0, extra))))
     q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, extra)) for t in (q, k, v))
     return q, k, v, padded_ctx, padded_biases

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from pezoo.biases import AttentionBias, LinearBias
+from pezoo.cards import PaperCard, PlotLook
 from pezoo.context import AttentionContext, check_number
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -47,7 +48,10 @@ def alibi_subset_slopes(n_heads: int, n_biased: int) -> list[float]:
     return (alibi_slopes(n_biased) if n_biased else []) + [0.0] * (n_heads - n_biased)
 
 
-@register("alibi")
+CARD = PaperCard(look=PlotLook("#D55E00", ""))  # vermillion, solid: its look on the published board
+
+
+@register("alibi", card=CARD)
 class ALiBi(PositionalEncoding):
     """Linear distance bias per head (Press et al. 2022); no position in embeddings or q/k.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from pezoo.cards import PaperCard, PaperClaim, PlotLook
 from pezoo.context import check_embed, check_number, check_sizes
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -30,7 +31,23 @@ def sinusoid_table(pos: Tensor, dim: int, base: float = 10000.0) -> Tensor:
     return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # (..., dim)
 
 
-@register("ape")
+CLAIM = PaperClaim(
+    order=40,
+    source="Hou et al., “Universal Length Generalization with Turing Programs”, related work (after Shaw "
+    "et al. 2018); Ruoss et al. 2023, §1",
+    says="Absolute position encodings do not generalize past the training length.",
+    test="sin/cos and learned APE, where they fit the training scales, score exact match below {collapsed} "
+    "beyond N on every seed.",
+    rule="collapses",
+    row="ape",
+    against=("learned_ape",),
+)
+"""Absolute encodings collapse past N: tested on this row and the learned absolute one."""
+
+CARD = PaperCard(claims=(CLAIM,), look=PlotLook("#E69F00", ""))  # orange, solid: its look on the published board
+
+
+@register("ape", card=CARD)
 class SinusoidalAPE(PositionalEncoding):
     """Sinusoidal absolute PE (Vaswani et al. 2017), added to token embeddings.
 

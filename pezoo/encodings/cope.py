@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from pezoo.biases import AttentionBias, DenseBias
+from pezoo.cards import PaperCard, PlotLook
 from pezoo.context import AttentionContext, check_layer, check_qk, check_sizes
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -87,7 +88,10 @@ def cope_bias(
     return cope_interpolate(position_logits, positions)
 
 
-@register("cope")
+CARD = PaperCard(look=PlotLook("#0072B2", "1.5 3", "triangle"))  # blue, dotted: its look on the published board
+
+
+@register("cope", card=CARD)
 class CoPE(PositionalEncoding):
     """Contextual position encoding (Golovneva et al. 2024, §3), causal attention only.
 

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from pezoo.biases import AttentionBias, RelativeFunctionBias
+from pezoo.cards import PaperCard, PaperClaim, PlotLook
 from pezoo.context import AttentionContext, check_layer
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -127,7 +128,23 @@ class _Kerple(PositionalEncoding):
         return f"n_heads={self.n_heads}, n_layers={self.n_layers}"
 
 
-@register("kerple_log")
+LOG_CLAIM = PaperClaim(
+    order=60,
+    source="Chi et al. 2022, “KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation”, "
+    "abstract (claimed on language modelling)",
+    says="KERPLE's logarithmic variant extrapolates better than the encodings it is compared with.",
+    test="judged against the strongest of ALiBi, T5's bias, RoPE and sin/cos APE on the table (the best ranked "
+    "that fitted): kerple_log's EM>N above it by the permutation test, p ≤ 0.05 (holds); ranked above it, the "
+    "test not deciding (partly); ranked at or below it (does not hold).",
+    rule="above_strongest",
+    row="kerple_log",
+    against=("alibi", "t5", "rope", "ape"),  # the encodings the paper compares with
+)
+
+LOG_CARD = PaperCard(claims=(LOG_CLAIM,), look=PlotLook("#E69F00", "7 3", "square"))  # orange, dashed
+
+
+@register("kerple_log", card=LOG_CARD)
 class KerpleLog(_Kerple):
     """KERPLE-log (Chi et al. 2022, §4): ``-r1 · log(1 + r2 · |pos_i - pos_j|)`` per head and layer.
 
@@ -144,7 +161,10 @@ class KerpleLog(_Kerple):
     _r2_init_scale = 1.0
 
 
-@register("kerple_power")
+POWER_CARD = PaperCard(look=PlotLook("#56B4E9", "7 3", "square"))  # sky blue, dashed: its look on the published board
+
+
+@register("kerple_power", card=POWER_CARD)
 class KerplePower(_Kerple):
     """KERPLE-power (Chi et al. 2022, §4): ``-r1 · |pos_i - pos_j|^r2`` per head and layer.
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from pezoo.cards import PaperCard, PlotLook
 from pezoo.context import check_embed, check_number, check_sizes
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -23,7 +24,10 @@ from pezoo.registry import register
 DEFAULT_MAX_POSITION = 2048
 
 
-@register("learned_ape")
+CARD = PaperCard(look=PlotLook("#009E73", "7 3", "square"))  # bluish green, dashed: its look on the published board
+
+
+@register("learned_ape", card=CARD)
 class LearnedAPE(PositionalEncoding):
     """Learned absolute PE (Gehring et al. 2017): ``x + E[pos]``, E a (max_position, d) table.
 

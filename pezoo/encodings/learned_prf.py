@@ -49,6 +49,7 @@ import torch
 from torch import Tensor, nn
 
 from pezoo.biases import AttentionBias, DenseBias
+from pezoo.cards import PaperCard, PlotLook, RunFacts
 from pezoo.context import AttentionContext, check_layer, check_number, check_sizes
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -124,7 +125,35 @@ class PRFNetwork(nn.Module):
         return (x / self.temperature).softmax(dim=-1)
 
 
-@register("learned_prf")
+PAPER = "Chen, Liang, Lin, “On the Limitations and Capabilities of Position Embeddings for Length Generalization”"
+
+
+def training_departures(run: RunFacts) -> list[str]:
+    """The relation function's network is pezoo's own design."""
+    return [
+        "the relation function's network (raw features [i, j, i − j] scaled by 1/16, a ReLU MLP of 2 × 64, a "
+        "softmax over 16 or 32 slots) is pezoo's own design: the paper defines LBPE(i, j) = Pᵀφθ(i, j) (§VII-B) "
+        "and leaves its network to an online appendix this project does not have"
+    ]
+
+
+CARD = PaperCard(
+    paper=PAPER,
+    training_departures=training_departures,
+    look=PlotLook("#D55E00", "7 3", "square"),  # vermillion, dashed: its look on the published board
+)
+SCALE_HINT_CARD = PaperCard(
+    paper=PAPER,
+    training_departures=training_departures,
+    extra_input="reads each example's instance scale n as an input (the scale hint of Chen, Liang, Lin, "
+    "“On the Limitations and Capabilities of Position Embeddings for Length Generalization”, §VII-A), which the "
+    "harness passes in training and evaluation; the other encodings see only the tokens and their positions",
+    extra_input_badge="reads n",
+    look=PlotLook("#0072B2", "7 3", "square"),  # blue, dashed: its look on the published board
+)
+
+
+@register("learned_prf", card=CARD)
 class LearnedPRF(PositionalEncoding):
     """LBPE (Chen, Liang, Lin §VII-B): a learned PRF φθ(i, j) over S slots, added key-side.
 
@@ -249,7 +278,7 @@ class LearnedPRF(PositionalEncoding):
         return f"n_layers={self.n_layers}, n_heads={self.n_heads}, n_slots={self.n_slots}"
 
 
-@register("learned_prf_sh")
+@register("learned_prf_sh", card=SCALE_HINT_CARD)
 class LearnedPRFScaleHint(LearnedPRF):
     """LBPE-SH (Chen, Liang, Lin §VII-A/B): φθ(i, j, n) also reads the instance scale n.
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pezoo.cards import PaperCard, PlotLook
 from pezoo.context import AttentionContext, check_number, check_qk, check_sizes
 from pezoo.encodings.rope_scaling import ROPE_TYPES, RopeScaling, rope_frequencies, rotary_dim_of
 from pezoo.interface import PositionalEncoding
@@ -244,7 +245,13 @@ def _planned_length(ctx: AttentionContext) -> int:
     return ctx.state[_SEQ_LEN_KEY]
 
 
-@register("rope")
+CARD = PaperCard(
+    inference_options=("scaling",),  # context extension of a RoPE-trained model (rope_frequencies)
+    look=PlotLook("#0072B2", ""),
+)  # blue, solid: its look on the published board
+
+
+@register("rope", card=CARD)
 class RoPE(PositionalEncoding):
     """Rotary position embedding (Su et al. 2021, §3.4) applied to q and k of every layer.
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import Tensor
 
-__all__ = ["ROPE_TYPES", "RopeScaling", "rope_frequencies", "rotary_dim_of"]
+__all__ = ["ROPE_INIT_FUNCTIONS", "ROPE_TYPES", "RopeScaling", "rope_frequencies", "rotary_dim_of"]
 
 _REQUIRED: dict[str, tuple[str, ...]] = {
     "default": (),
@@ -277,73 +277,129 @@ def rope_frequencies(
     if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1):
         raise ValueError(f"seq_len must be a positive integer or None, got {seq_len!r}")
     r = rotary_dim_of(head_dim, cfg.partial_rotary_factor)
-    f = r // 2
-    kind = cfg.rope_type
-    if kind in ("default", "p_rope"):  # exactly the float32 frequencies RoPE always used
-        inv_freq = base ** (-torch.arange(0, r, 2, device=device, dtype=torch.float32) / r)
-        if kind == "p_rope":
-            kept = int(_given(cfg.p) * r // 2)  # ⌊p·r/2⌋, as Barbero et al.'s apply_p_rope
-            inv_freq = torch.where(torch.arange(f, device=device) < kept, inv_freq, torch.zeros_like(inv_freq))
-        return inv_freq, 1.0
-
-    exponent = torch.arange(0, r, 2, dtype=torch.float64) / r  # 2i/r, (f,)
-    theta = base**-exponent  # (f,) float64
-    scale = 1.0
-    s, L = cfg.factor, cfg.original_max_position_embeddings  # each required by the types that read it
-    if kind == "linear":
-        inv = theta / _given(s)
-    elif kind in ("ntk", "dynamic"):
-        if r <= 2:
-            raise ValueError(f"rope scaling: {kind!r} rescales the base by s^(r/(r-2)) and needs a rotary dim > 2")
-        s = _given(s)
-        if kind == "dynamic":
-            length = _given(L) if seq_len is None else max(seq_len, _given(L))
-            s = s * length / _given(L) - (s - 1)
-        inv = (base * s ** (r / (r - 2))) ** -exponent
-    elif kind == "yarn":
-        s, trained = _given(s), _given(L)
-        if cfg.attention_factor is not None:
-            scale = cfg.attention_factor
-        elif cfg.mscale is not None:
-            scale = _yarn_mscale(s, cfg.mscale) / _yarn_mscale(s, _given(cfg.mscale_all_dim))
-        else:
-            scale = _yarn_mscale(s)
-        beta_fast, beta_slow = cfg.beta_fast or 32.0, cfg.beta_slow or 1.0
-
-        def dim_with(rotations: float) -> float:  # the dim index i at which L·θ_i/(2π) = rotations
-            return r * math.log(trained / (rotations * 2 * math.pi)) / (2 * math.log(base))
-
-        low, high = dim_with(beta_fast), dim_with(beta_slow)
-        if cfg.truncate is not False:
-            low, high = math.floor(low), math.ceil(high)
-        low, high = max(low, 0), min(high, r - 1)
-        if low == high:
-            high += 0.001  # as the YaRN reference code: avoid dividing by zero
-        ramp = ((torch.arange(f, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)  # 0: keep θ, 1: θ/s
-        inv = theta / s * ramp + theta * (1 - ramp)
-    elif kind == "llama3":
-        s, L = _given(s), _given(L)
-        low_f, high_f = _given(cfg.low_freq_factor), _given(cfg.high_freq_factor)
-        wavelength = 2 * math.pi / theta
-        long_edge, short_edge = L / low_f, L / high_f
-        smooth = (L / wavelength - low_f) / (high_f - low_f)
-        inv = torch.where(wavelength > long_edge, theta / s, theta)
-        blend = (1 - smooth) * theta / s + smooth * theta
-        inv = torch.where((wavelength >= short_edge) & (wavelength <= long_edge), blend, inv)
-    elif kind == "longrope":
-        L, short, long = _given(L), _given(cfg.short_factor), _given(cfg.long_factor)
-        for name, values in (("short_factor", short), ("long_factor", long)):
-            if len(values) != f:
-                raise ValueError(
-                    f"rope scaling: {name} has {len(values)} entries but the rotary dim {r} has {f} frequencies"
-                )
-        factors = long if seq_len is not None and seq_len > L else short
-        inv = theta / torch.tensor(factors, dtype=torch.float64)
-        if cfg.attention_factor is not None:
-            scale = cfg.attention_factor
-        else:  # RopeScaling requires factor when attention_factor is absent
-            s = _given(s)
-            scale = 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(L))
-    else:  # pragma: no cover - RopeScaling rejects other types
-        raise AssertionError(kind)
+    inv, scale = ROPE_INIT_FUNCTIONS[cfg.rope_type](cfg, base, r, seq_len, device)
     return inv.to(device=device, dtype=torch.float32), float(scale)
+
+
+# --------------------------------------------------------------------------------------
+# One function per rope_type, with one signature (transformers' ROPE_INIT_FUNCTIONS):
+# (config, base b, rotary dim r, seq_len, device) -> (inv_freq (f,), attention_scale a).
+# The float64 ones are rounded to float32 by rope_frequencies.
+# --------------------------------------------------------------------------------------
+
+Device = torch.device | str | None
+
+
+def _plain_theta(base: float, r: int, device: Device) -> Tensor:
+    """θ_i = b^(-2i/r), (f,) float32: exactly the frequencies RoPE always used."""
+    return base ** (-torch.arange(0, r, 2, device=device, dtype=torch.float32) / r)
+
+
+def _theta64(base: float, r: int) -> tuple[Tensor, Tensor]:
+    """(2i/r, θ_i = b^(-2i/r)), each (f,) float64: the scaled variants start from these."""
+    exponent = torch.arange(0, r, 2, dtype=torch.float64) / r  # 2i/r, (f,)
+    return exponent, base**-exponent
+
+
+def _default(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: Device) -> tuple[Tensor, float]:
+    """θ_i (Su et al. 2021, §3.4)."""
+    return _plain_theta(base, r, device), 1.0
+
+
+def _p_rope(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: Device) -> tuple[Tensor, float]:
+    """θ_i for the first ⌊p·r/2⌋ (highest) frequencies, 0 for the rest (Barbero et al. 2024)."""
+    inv_freq = _plain_theta(base, r, device)
+    kept = int(_given(cfg.p) * r // 2)  # ⌊p·r/2⌋, as Barbero et al.'s apply_p_rope
+    return torch.where(torch.arange(r // 2, device=device) < kept, inv_freq, torch.zeros_like(inv_freq)), 1.0
+
+
+def _linear(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: Device) -> tuple[Tensor, float]:
+    """θ_i / s (Chen et al. 2023, position interpolation)."""
+    return _theta64(base, r)[1] / _given(cfg.factor), 1.0
+
+
+def _ntk_base(kind: str, base: float, r: int, s: float) -> float:
+    """b' = b · s^(r/(r-2)) (NTK-aware; Peng et al. 2023, §3.1)."""
+    if r <= 2:
+        raise ValueError(f"rope scaling: {kind!r} rescales the base by s^(r/(r-2)) and needs a rotary dim > 2")
+    return base * s ** (r / (r - 2))
+
+
+def _ntk(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: Device) -> tuple[Tensor, float]:
+    """θ_i = b'^(-2i/r) with b' = b · s^(r/(r-2))."""
+    return _ntk_base("ntk", base, r, _given(cfg.factor)) ** -_theta64(base, r)[0], 1.0
+
+
+def _dynamic(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: Device) -> tuple[Tensor, float]:
+    """ntk with s' = s · max(seq_len, L)/L - (s - 1) (transformers' "dynamic"; Peng et al. 2023, §3.3)."""
+    s, L = _given(cfg.factor), _given(cfg.original_max_position_embeddings)
+    length = L if seq_len is None else max(seq_len, L)
+    return _ntk_base("dynamic", base, r, s * length / L - (s - 1)) ** -_theta64(base, r)[0], 1.0
+
+
+def _yarn(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: Device) -> tuple[Tensor, float]:
+    """(1 - γ_i) θ_i / s + γ_i θ_i, a = 0.1 ln s + 1 (Peng et al. 2023, §3.2 and §3.4)."""
+    s, trained = _given(cfg.factor), _given(cfg.original_max_position_embeddings)
+    if cfg.attention_factor is not None:
+        scale = cfg.attention_factor
+    elif cfg.mscale is not None:
+        scale = _yarn_mscale(s, cfg.mscale) / _yarn_mscale(s, _given(cfg.mscale_all_dim))
+    else:
+        scale = _yarn_mscale(s)
+    beta_fast, beta_slow = cfg.beta_fast or 32.0, cfg.beta_slow or 1.0
+
+    def dim_with(rotations: float) -> float:  # the dim index i at which L·θ_i/(2π) = rotations
+        return r * math.log(trained / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = dim_with(beta_fast), dim_with(beta_slow)
+    if cfg.truncate is not False:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, r - 1)
+    if low == high:
+        high += 0.001  # as the YaRN reference code: avoid dividing by zero
+    theta = _theta64(base, r)[1]
+    ramp = ((torch.arange(r // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)  # 0: keep θ, 1: θ/s
+    return theta / s * ramp + theta * (1 - ramp), scale
+
+
+def _llama3(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: Device) -> tuple[Tensor, float]:
+    """θ_i, θ_i / s, or a blend by wavelength band (Llama 3.1)."""
+    s, L = _given(cfg.factor), _given(cfg.original_max_position_embeddings)
+    low_f, high_f = _given(cfg.low_freq_factor), _given(cfg.high_freq_factor)
+    theta = _theta64(base, r)[1]
+    wavelength = 2 * math.pi / theta
+    long_edge, short_edge = L / low_f, L / high_f
+    smooth = (L / wavelength - low_f) / (high_f - low_f)
+    inv = torch.where(wavelength > long_edge, theta / s, theta)
+    blend = (1 - smooth) * theta / s + smooth * theta
+    return torch.where((wavelength >= short_edge) & (wavelength <= long_edge), blend, inv), 1.0
+
+
+def _longrope(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: Device) -> tuple[Tensor, float]:
+    """θ_i / λ_i, λ = short or long factors, a = sqrt(1 + ln s / ln L) (Ding et al. 2024)."""
+    L, short, long = _given(cfg.original_max_position_embeddings), _given(cfg.short_factor), _given(cfg.long_factor)
+    for name, values in (("short_factor", short), ("long_factor", long)):
+        if len(values) != r // 2:
+            raise ValueError(
+                f"rope scaling: {name} has {len(values)} entries but the rotary dim {r} has {r // 2} frequencies"
+            )
+    factors = long if seq_len is not None and seq_len > L else short
+    inv = _theta64(base, r)[1] / torch.tensor(factors, dtype=torch.float64)
+    if cfg.attention_factor is not None:
+        return inv, cfg.attention_factor
+    s = _given(cfg.factor)  # RopeScaling requires factor when attention_factor is absent
+    return inv, 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(L))
+
+
+ROPE_INIT_FUNCTIONS: dict[str, Callable[[RopeScaling, float, int, int | None, Device], tuple[Tensor, float]]] = {
+    "default": _default,
+    "linear": _linear,
+    "ntk": _ntk,
+    "dynamic": _dynamic,
+    "yarn": _yarn,
+    "llama3": _llama3,
+    "longrope": _longrope,
+    "p_rope": _p_rope,
+}
+"""rope_type -> the function computing its frequencies and attention scale (one per
+:data:`ROPE_TYPES`, in that order)."""

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from pezoo.biases import AttentionBias, RelativeFunctionBias
+from pezoo.cards import PaperCard, PlotLook
 from pezoo.context import AttentionContext, check_number, check_sizes
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -72,7 +73,10 @@ def t5_distance_bias_dense(q_pos: Tensor, k_pos: Tensor, lut: Tensor) -> Tensor:
     return lut.t()[idx[:, 0]].permute(0, 3, 1, 2)  # (b|1, i, j, h) -> (b|1, h, i, j)
 
 
-@register("t5")
+CARD = PaperCard(look=PlotLook("#56B4E9", ""))  # sky blue, solid: its look on the published board
+
+
+@register("t5", card=CARD)
 class T5Bias(PositionalEncoding):
     """T5 bucketed relative position bias (Raffel et al. 2020): a learned scalar per (bucket, head).
 

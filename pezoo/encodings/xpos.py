@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from pezoo.biases import AttentionBias, BlockMask
+from pezoo.cards import PaperCard, PlotLook, RunFacts
 from pezoo.context import AttentionContext, check_number, check_qk, check_sizes
 from pezoo.encodings.rope import Rotation, rotate, rotation
 from pezoo.interface import PositionalEncoding
@@ -73,7 +74,36 @@ def xpos_rotation(
     return rotation(magnitude[:, None], angles[:, None])  # (b, 1, s, e/2)
 
 
-@register("xpos")
+PAPER = "Sun et al. 2023, “A Length-Extrapolatable Transformer”"
+
+
+def departures(run: RunFacts) -> list[str]:
+    """xPos's paper evaluates with blockwise causal attention: a run departs unless its
+    evaluation option ``blockwise`` is set (an inference-time variant, ``xpos@{blockwise=24}``);
+    one that *trained* with it set departs the other way."""
+    if run.options.get("blockwise") is not None:
+        return [
+            "trained with blockwise attention as well; the paper trains with full causal attention and uses "
+            "blockwise causal attention at evaluation only (the same where every training sequence fits in one block)"
+        ]
+    if run.eval_options.get("blockwise") is not None:
+        return []
+    return [
+        "evaluated with plain causal attention, where the paper evaluates xPos with blockwise causal attention "
+        "(the option blockwise: each query sees its own block of training length and the block before; "
+        "docs/encodings/xpos.md)"
+    ]
+
+
+CARD = PaperCard(
+    paper=PAPER,
+    departures=departures,
+    inference_options=("blockwise",),  # the blockwise causal attention its paper evaluates with
+    look=PlotLook("#E69F00", "1.5 3", "triangle"),  # orange, dotted: its look on the published board
+)
+
+
+@register("xpos", card=CARD)
 class XPos(PositionalEncoding):
     """xPos (Sun et al. 2023, §3): RoPE whose q and k are also scaled by ζ^(±pos/B).
 

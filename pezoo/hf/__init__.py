@@ -16,23 +16,33 @@ Importing :mod:`pezoo` never imports transformers; this module does.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
-import logging
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from types import MethodType
 from typing import Any
 
 import torch
 from torch import Tensor, nn
-from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
+from transformers import AutoConfig, PreTrainedModel
 from transformers.modeling_utils import AttentionInterface
 
+from pezoo.attention import BACKENDS
 from pezoo.base import ModelDims, PositionalEncoding, create
-from pezoo.hf import calls
-from pezoo.hf.families import ATTENTION_NAME, FAMILIES, NoPositionTable, pezoo_attention, sliding_window
+from pezoo.hf import auto, calls
+from pezoo.hf.families import (
+    ATTENTION_NAME,
+    FAMILIES,
+    Family,
+    NoPositionTable,
+    attention_forward,
+    dropout_probability,
+    pezoo_attention,
+    sliding_window,
+)
+from pezoo.hf.limits import check_option_sizes
+from pezoo.registry import _class_overrides, unknown_name_message
 from pezoo.setups import paper_options
 from pezoo.spec import parse_pe
 
@@ -69,16 +79,23 @@ class Adapter:
         self.planned_width = 0
         self.next_width = 0
         self.window: int | None = None
+        self.dropout = 0.0  # the model's attention-probability dropout, which pezoo.attend does not apply
         self.scale_hint: Tensor | None = None
         self.call: calls.Call | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Without the last call's context (its tensors may hang on an autograd graph, which
+        neither a deep copy nor pickle can take): a copy starts with no call, as a fresh model."""
+        return {**self.__dict__, "call": None}
 
 
 def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **options: Any) -> PreTrainedModel:
     """Replace the positional encoding of a transformers causal LM with pezoo's ``spec``, in place.
 
     Args:
-        model: a Llama, Mistral, Qwen2 or GPT-2 causal LM (``config.model_type`` in
-            :data:`pezoo.hf.families.FAMILIES`).
+        model: a causal LM of a family in :data:`pezoo.hf.families.FAMILIES` (Llama, Mistral,
+            Mixtral, Qwen2, Qwen3, Granite, Gemma, Gemma2, OLMo, OLMo2, Starcoder2, Phi, Phi3,
+            StableLM, GPT-NeoX, GPT-J, Falcon, Bloom, OPT, GPT-2).
         spec: any name :func:`pezoo.create` accepts (``"alibi"``, ``"randomized:rope"``,
             ``"abacus+fire"``, a plugin), or a spec with options (``"alibi{n_biased=4}"``,
             ``"prism{paper}"``: the paper's setup for this model's size, :mod:`pezoo.setups`).
@@ -86,91 +103,103 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
             lowers every bias on CUDA).
         options: the encoding's options, as keywords (over a spec's).
 
-    ``"rope"`` on a model whose own encoding is RoPE (the Llama family) takes the model's
-    layout (rotate-half, ``layout="half"``), base and ``rope_parameters`` (rope scaling), so
-    the logits are the model's own; given options win. GPT-2's learned table ``wpe`` is
-    removed (its state-dict entry with it) for every encoding: a learned absolute table is
-    ``"learned_ape"``.
+    ``"rope"`` on a model whose own encoding is RoPE takes the model's layout, base, rotary
+    dim and ``rope_parameters`` (rope scaling), so the logits are the model's own; given
+    options win. A learned absolute table (GPT-2's ``wpe``, OPT's ``embed_positions``) and
+    an ALiBi of the model's own (Bloom, Falcon with ``alibi``) are replaced by the encoding.
 
     Returns:
-        ``model``, adapted: ``model.pezoo_encoding`` is the encoding, ``model.config.pezoo``
-        the spec ``save_pretrained`` writes.
+        ``model``, adapted: its class becomes ``pezoo.hf.auto.Pezoo<Class>`` (model type
+        ``pezoo_<type>``: saved, it loads as itself through ``AutoModelForCausalLM``),
+        ``model.pezoo_encoding`` is the encoding, ``model.config.pezoo`` the spec.
 
     Raises:
-        ValueError: a model family pezoo.hf does not adapt, or a model already adapted.
+        ValueError: a model family pezoo.hf does not adapt, or a configuration it refuses (by
+            reason); a model already adapted; an unknown backend; an option that contradicts
+            the model's shape or exceeds :mod:`pezoo.hf.limits`.
         TypeError, ValueError: from building the encoding (unknown options, bad values).
     """
     config = model.config
-    family = FAMILIES.get(getattr(config, "model_type", ""))
+    model_type = auto.base_type(getattr(config, "model_type", ""))
+    family = FAMILIES.get(model_type)
     if family is None:
-        raise ValueError(
-            f"pezoo.hf adapts model types {', '.join(sorted(FAMILIES))}; got {getattr(config, 'model_type', None)!r}"
-        )
+        raise ValueError(f"pezoo.hf adapts model types {', '.join(sorted(FAMILIES))}; got {model_type!r}")
+    reason = family.refuse(config)
+    if reason is not None:
+        raise ValueError(f"pezoo.hf cannot adapt this {model_type} model: {reason}")
     if getattr(model, "_pezoo_adapter", None) is not None:
         raise ValueError("this model already runs a pezoo encoding; load a fresh model to change it")
-    base = model.base_model
+    if backend != "auto" and backend not in BACKENDS:
+        raise ValueError(unknown_name_message("attention backend", backend, ["auto", *sorted(BACKENDS)]))
+    base = _get(model.base_model, family.core)
     n_heads, width = config.num_attention_heads, config.hidden_size
     head_dim = getattr(config, "head_dim", None) or width // n_heads
     if head_dim * n_heads != width:
         raise ValueError(f"pezoo.hf needs head_dim * heads = hidden size; got {head_dim} * {n_heads} != {width}")
     recorded = _jsonable(options)  # before anything changes: save_pretrained must be able to write them
-    dims = ModelDims(width, n_heads, config.num_hidden_layers)
-    name, given = _parse(spec, dims)
-    given.update(options)
-    if name == family.get("own") == "rope":  # the model's own RoPE, reproduced; given options win
-        given = {**_own_rope(config), **given}
+    layers = _get(base, family.layers)
+    attentions = [getattr(layer, family.attention) for layer in layers]
+    encoding = _build(model, family, spec, options)
+    if getattr(base, "gradient_checkpointing", False) and observes(encoding):
+        raise ValueError(_NO_CHECKPOINTING.format(encoding.name or spec))
     weight = base.get_input_embeddings().weight
-    encoding = create(name, dims=dims, **given)
     encoding.to(device=weight.device, dtype=weight.dtype if weight.dtype.is_floating_point else None)
     encoding.train(model.training)
     model.add_module(ENCODING_MODULE, encoding)
-
     adapter = Adapter(encoding, backend, head_dim)
     adapter.window = sliding_window(config)
+    adapter.dropout = dropout_probability(attentions[0], config) if attentions else 0.0
     object.__setattr__(model, "_pezoo_adapter", adapter)  # a plain attribute: not a submodule
-    table = family.get("table")
-    if table is not None:
-        setattr(base, table, NoPositionTable(width))
-    layers = getattr(base, family["layers"])
-    for index, layer in enumerate(layers):
-        attention = getattr(layer, family["attention"])
+    if family.table is not None:
+        parent, _, attr = family.table.rpartition(".")
+        setattr(_get(base, parent) if parent else base, attr, NoPositionTable(width))
+    for index, (layer, attention) in enumerate(zip(layers, attentions, strict=True)):
         for module in (attention, layer):
             object.__setattr__(module, "_pezoo_adapter", adapter)
             object.__setattr__(module, "_pezoo_layer", index)
-        attention.forward = MethodType(family["forward"], attention)
+        object.__setattr__(attention, "_pezoo_family", model_type)
+        attention.__class__ = auto.part_class(type(attention), attention_forward)
+        layer.__class__ = auto.part_class(type(layer), _layer_forward)
         layer.register_forward_pre_hook(_observe, with_kwargs=True)
     object.__setattr__(base, "_pezoo_adapter", adapter)
-    base.forward = MethodType(_base_forward, base)
-    model.generate = MethodType(_generate, model)
+    if base is not model:
+        base.__class__ = auto.part_class(type(base), _base_forward)
+    config.__class__ = auto.config_class(model_type)
+    model.__class__ = auto.causal_lm_class(model_type)
+    auto.keep_recording(model, base)
     config.pezoo = {"spec": spec, "options": recorded, "backend": backend}
     return model
 
 
 def from_pretrained(path: str | Path, **kwargs: Any) -> PreTrainedModel:
-    """Load a model saved by ``save_pretrained`` after :func:`use_encoding`: the base model by
-    ``AutoModelForCausalLM.from_pretrained(path, **kwargs)``, the encoding from the spec in its
-    config, and the encoding's weights from the same files.
+    """Load a model saved by ``save_pretrained`` after :func:`use_encoding`, with every weight:
+    ``AutoModelForCausalLM.from_pretrained(path, **kwargs)`` does the same once pezoo.hf is
+    imported; this also loads folders saved before adapted models had a model type of their
+    own (their config names the original type and carries the ``pezoo`` record), and refuses
+    a folder whose weights do not match the model exactly.
 
     Raises:
-        ValueError: the config records no pezoo encoding; a weight the files hold is neither
-            the model's nor the encoding's, or one the model needs is missing.
+        ValueError: the config records no pezoo encoding; a weight the files hold is not the
+            model's, or one the model needs is missing.
     """
-    config = AutoConfig.from_pretrained(path)
+    hub = {k: kwargs[k] for k in ("subfolder", "revision", "cache_dir", "token", "local_files_only") if k in kwargs}
+    config = AutoConfig.from_pretrained(path, **hub)
     record = getattr(config, CONFIG_KEY, None)
     if not isinstance(record, Mapping) or "spec" not in record:
         raise ValueError(f"{path}: the config records no pezoo encoding (save a model adapted with use_encoding)")
-    with _quiet("transformers.modeling_utils"):
-        model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True, **kwargs)
-    use_encoding(model, record["spec"], backend=record.get("backend", "auto"), **record.get("options", {}))
-    prefix = f"{ENCODING_MODULE}."
-    saved = {k[len(prefix) :]: v for k, v in _read_weights(Path(path), prefix).items()}
-    model.pezoo_encoding.load_state_dict(saved, strict=True)
-    model.pezoo_encoding.to(device=model.get_input_embeddings().weight.device)
-    unexpected = [k for k in info.get("unexpected_keys", []) if not k.startswith(prefix)]
-    own = set(model.state_dict())
-    missing = [k for k in info.get("missing_keys", []) if k in own]
-    if unexpected or missing:
-        raise ValueError(f"{path}: weights not loaded: unexpected {unexpected}, missing {missing}")
+    model_type = auto.base_type(config.model_type)
+    if model_type not in FAMILIES:
+        raise ValueError(f"{path}: pezoo.hf adapts model types {', '.join(sorted(FAMILIES))}; got {model_type!r}")
+    config.__class__ = auto.config_class(model_type)
+    kwargs.pop("config", None)
+    model, info = auto.causal_lm_class(model_type).from_pretrained(
+        path, config=config, output_loading_info=True, **kwargs
+    )
+    if info.get("unexpected_keys") or info.get("missing_keys") or info.get("mismatched_keys"):
+        raise ValueError(
+            f"{path}: weights not loaded: unexpected {sorted(info.get('unexpected_keys', []))}, "
+            f"missing {sorted(info.get('missing_keys', []))}, mismatched {sorted(info.get('mismatched_keys', []))}"
+        )
     return model
 
 
@@ -213,55 +242,163 @@ def _parse(spec: str, dims: ModelDims) -> tuple[str, dict[str, Any]]:
     return parsed.name, options
 
 
-def _own_rope(config: Any) -> dict[str, Any]:
-    """pezoo's RoPE options that reproduce the model's own: rotate-half, its base and scaling."""
-    params = dict(config.rope_parameters or {})
-    out: dict[str, Any] = {"layout": "half"}
+def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[str, Any]) -> PositionalEncoding:
+    """The encoding ``spec`` with ``options`` for ``model``, its options checked against the
+    model's shape and :mod:`pezoo.hf.limits` before anything is allocated."""
+    config = model.config
+    dims = ModelDims(config.hidden_size, config.num_attention_heads, config.num_hidden_layers)
+    name, given = _parse(spec, dims)
+    given.update(options)
+    _check_shape(given, dims)
+    check_option_sizes(given, spec)
+    own = name == family.own == "rope"
+    if own:  # the model's own RoPE, reproduced; given options win
+        given = {**_own_rope(config, family), **given}
+    encoding = create(name, dims=dims, **given)
+    if own:
+        _check_own_rope(model, encoding)
+    return encoding
+
+
+def _check_shape(given: Mapping[str, Any], dims: ModelDims) -> None:
+    """An option that sizes the encoding for another model (``n_heads=8`` on a 4-head one) is
+    an error here, not a shape mismatch at the first forward."""
+    for key, value in dims.as_kwargs().items():
+        if key in given and given[key] != value:
+            raise ValueError(
+                f"{key}={given[key]!r} contradicts the model's {key}={value}: pezoo.hf sizes the encoding from the "
+                "model's config; drop the option"
+            )
+
+
+def _own_rope(config: Any, family: Family) -> dict[str, Any]:
+    """pezoo's RoPE options that reproduce the model's own: its layout, base, rotary dim and scaling.
+
+    ``partial_rotary_factor`` counts only in families that apply it (GPT-NeoX, Phi, Phi3,
+    StableLM); Llama and its kin rotate every feature whatever the key says, and so does
+    pezoo then. GPT-J names its rotary dim ``rotary_dim``."""
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    factor = params.pop("partial_rotary_factor", None)
+    out: dict[str, Any] = {"layout": family.rope_layout}
     if "rope_theta" in params:
         out["base"] = float(params["rope_theta"])
-    if params.get("rope_type", "default") != "default" or "partial_rotary_factor" in params:
+    if getattr(config, "rotary_dim", None) is not None and family.rope_layout == "interleaved":  # GPT-J
+        out["rotary_dim"] = int(config.rotary_dim)
+    elif family.applies_partial_rotary and factor is not None and factor != 1:
+        out["rotary_fraction"] = float(factor)
+    if params.get("rope_type", "default") != "default":
         out["scaling"] = params
     return out
 
 
-def _observe(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Forward pre-hook of a decoder layer: the ``observe`` hook on the residual stream entering it."""
+def _check_own_rope(model: PreTrainedModel, encoding: PositionalEncoding) -> None:
+    """The model's rotary frequencies, where it keeps them (``rotary_emb.inv_freq``) and they do
+    not depend on the length, must be pezoo's: a config pezoo would read differently is refused."""
+    rotary = getattr(model.base_model, "rotary_emb", None)  # OPT, the one family with a core, has no RoPE
+    theirs = getattr(rotary, "inv_freq", None)
+    scaling = getattr(encoding, "scaling", None)
+    if not isinstance(theirs, Tensor) or theirs.is_meta or scaling is None or scaling.depends_on_length:
+        return
+    ours, _ = encoding.frequencies()  # type: ignore[operator]
+    if ours.shape != theirs.shape or not torch.allclose(ours, theirs.float().cpu(), rtol=1e-5, atol=0):
+        raise ValueError(
+            f"pezoo's RoPE reads this model's rope config differently ({ours.numel()} frequencies, the model "
+            f"{theirs.numel()}): give rope's options explicitly (base, rotary_dim, scaling)"
+        )
+
+
+def observes(encoding: PositionalEncoding) -> bool:
+    """Whether some part of ``encoding`` keeps state along the layers (``observe``: PRISM)."""
+    return any(_class_overrides(type(m), "observe") for m in calls.leaves(encoding))
+
+
+_NO_CHECKPOINTING = (
+    "{} advances its state in each layer (observe), which recomputing a checkpointed layer would advance again: "
+    "pezoo.hf refuses gradient checkpointing with it (train without, or with a position-only encoding)"
+)
+
+
+def _get(module: Any, path: str) -> Any:
+    for part in filter(None, path.split(".")):
+        module = getattr(module, part)
+    return module
+
+
+def _observe(
+    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """Forward pre-hook of a decoder layer: the ``observe`` hook on the residual stream entering
+    it, and the call's context handed to the layer as ``pezoo_call`` (:func:`_layer_forward`)."""
     adapter: Adapter = module._pezoo_adapter  # type: ignore[assignment]
-    if adapter.call is not None:
-        x = args[0] if args else kwargs["hidden_states"]
-        calls.observe(adapter.encoding, adapter.call, module._pezoo_layer, x)  # type: ignore[arg-type]
+    call = kwargs.get("pezoo_call", adapter.call)
+    if call is None:
+        return None
+    x = args[0] if args else kwargs["hidden_states"]
+    calls.observe(adapter.encoding, call, module._pezoo_layer, x)  # type: ignore[arg-type]
+    return args, {**kwargs, "pezoo_call": call}
+
+
+def _layer_forward(self: Any, *args: Any, pezoo_call: calls.Call | None = None, **kwargs: Any) -> Any:
+    """A decoder layer's forward with ``adapter.call`` set to the call it belongs to.
+
+    transformers checkpoints a layer's ``forward`` with the arguments it was given, and runs it
+    again in the backward pass, when a later forward may have replaced ``adapter.call``: the
+    ``pezoo_call`` argument (added by :func:`_observe`) makes that recompute see its own call,
+    whether or not the model passes keyword arguments on to the attention (Bloom, Falcon and
+    StableLM do not)."""
+    adapter: Adapter = self._pezoo_adapter
+    before = adapter.call
+    if pezoo_call is not None:
+        adapter.call = pezoo_call
+    try:
+        return _original(type(self)).forward(self, *args, **kwargs)
+    finally:
+        adapter.call = before  # a recompute leaves the current call as it found it
 
 
 _SIGNATURES: dict[type, inspect.Signature] = {}
 
+_DYNAMIC_ONLY = (
+    "pezoo.hf keeps the encoding's state with the default dynamic KV cache; {} is not supported "
+    "(leave cache_implementation unset)"
+)
+
+
+def _original(cls: type) -> Any:
+    """The transformers class an adapted class (``pezoo.hf.auto.Pezoo<Name>``) extends."""
+    for parent in cls.__mro__:
+        if parent.__module__ != auto.__name__ and parent is not cls:
+            return parent
+    raise TypeError(f"{cls} is not an adapted class")
+
 
 def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
     """The base model's forward with the call's context built first and the ``embed`` hooks
-    applied to the token embeddings (passed on as ``inputs_embeds``). Bound to the base model;
-    everything it needs is on it (``_pezoo_adapter``), so a deep copy of the model runs its own."""
+    applied to the token embeddings (passed on as ``inputs_embeds``). The forward of the adapted
+    base model's class; everything it needs is on the module (``_pezoo_adapter``), so a deep
+    copy of the model runs its own."""
     from transformers.cache_utils import DynamicCache
 
     adapter: Adapter = self._pezoo_adapter
-    if getattr(self, "gradient_checkpointing", False) and self.training:
-        raise ValueError(
-            "pezoo.hf does not support gradient checkpointing: recomputing a layer would run the encoding's "
-            "hooks a second time on state they already advanced (PRISM's filter); disable it"
-        )
-    original = type(self).forward
+    original = _original(type(self)).forward
     signature = _SIGNATURES.setdefault(type(self), inspect.signature(original))
     if "past_key_values" in kwargs and "cache" in signature.parameters:
         kwargs["cache"] = kwargs.pop("past_key_values")
     bound = signature.bind(self, *args, **kwargs)
     arguments = dict(bound.arguments)
     arguments.pop("self", None)
-    extra = arguments.pop("kwargs", {})
+    var_keyword = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
+    extra = dict(arguments.pop(var_keyword, {})) if var_keyword else {}
+    cache_name = "cache" if "cache" in signature.parameters else "past_key_values"
     ids, embeds = arguments.get("input_ids"), arguments.get("inputs_embeds")
     if embeds is None:
         if ids is None:
             raise ValueError("give input_ids or inputs_embeds")
         embeds = self.get_input_embeddings()(ids)  # (b, s, d)
     b, s = embeds.shape[:2]
-    cache = arguments.get("cache")
+    cache = arguments.get(cache_name)
+    if cache is not None and type(cache) is not DynamicCache:
+        raise ValueError(_DYNAMIC_ONLY.format(f"a {type(cache).__name__}"))
     use_cache = arguments.get("use_cache")
     if use_cache is None:
         use_cache = bool(getattr(self.config, "use_cache", False)) and not self.training
@@ -299,21 +436,44 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         scale_hint=adapter.scale_hint,
         head_dim=adapter.head_dim,
     )
+    call.probs = bool(
+        arguments.get(
+            "output_attentions", extra.get("output_attentions", getattr(self.config, "output_attentions", False))
+        )
+    )
+    call.per_layer = bool(getattr(self, "gradient_checkpointing", False)) and self.training
     adapter.call = call
+    if self.training and adapter.dropout > 0:
+        warnings.warn(
+            f"pezoo.hf does not apply the model's attention-probability dropout (p={adapter.dropout:g}): "
+            "pezoo.attend has none; its other dropouts stay",
+            stacklevel=3,
+        )
+        adapter.dropout = 0.0  # once per model
     if n_cached == 0:
         adapter.next_width = 0  # plan() holds for one sequence batch
     embeds = calls.embed(adapter.encoding, call, embeds, ids)
     arguments.update(input_ids=None, inputs_embeds=embeds, use_cache=use_cache)
-    if "cache" in signature.parameters:
-        arguments["cache"] = cache
+    if cache_name in signature.parameters:
+        arguments[cache_name] = cache
+    if var_keyword:
+        extra["pezoo_call"] = call  # to the layers: a checkpointed layer's recompute gets its own call
     return original(self, **arguments, **extra)
 
 
 def _generate(self: Any, *args: Any, **kwargs: Any) -> Any:
     """``generate`` that plans positions for the prompt plus ``max_new_tokens``."""
+    from transformers.cache_utils import DynamicCache
+
     adapter: Adapter = self._pezoo_adapter
     ids = kwargs.get("input_ids", args[0] if args else None)
     config = kwargs.get("generation_config") or self.generation_config
+    implementation = kwargs.get("cache_implementation", getattr(config, "cache_implementation", None))
+    if implementation not in (None, "dynamic"):
+        raise ValueError(_DYNAMIC_ONLY.format(f"cache_implementation={implementation!r}"))
+    given = kwargs.get("past_key_values")
+    if given is not None and type(given) is not DynamicCache:
+        raise ValueError(_DYNAMIC_ONLY.format(f"a {type(given).__name__}"))
     new = kwargs.get("max_new_tokens", getattr(config, "max_new_tokens", None))
     longest = kwargs.get("max_length", getattr(config, "max_length", None))
     beams = kwargs.get("num_beams", getattr(config, "num_beams", 1)) or 1
@@ -327,9 +487,84 @@ def _generate(self: Any, *args: Any, **kwargs: Any) -> Any:
         width = ids.shape[1] + new if new is not None else (longest or 0)
     before, adapter.planned_width = adapter.planned_width, max(width, adapter.planned_width)
     try:
-        return type(self).generate(self, *args, **kwargs)
+        return _original(type(self)).generate(self, *args, **kwargs)
     finally:
         adapter.planned_width = before
+
+
+def _adapted_init(self: Any, config: Any, *args: Any, **kwargs: Any) -> None:
+    """An adapted model built from its config (``from_pretrained``, ``from_config``): the model,
+    then the encoding its ``pezoo`` record names."""
+    _original(type(self)).__init__(self, config, *args, **kwargs)
+    record = getattr(config, CONFIG_KEY, None)
+    if not isinstance(record, Mapping) or "spec" not in record:
+        raise ValueError(f"{type(self).__name__} needs a config with a pezoo record (spec, options, backend)")
+    with torch.device("cpu"):  # not on the meta device of a lazy init: the encoding may compute on its values
+        use_encoding(self, record["spec"], backend=record.get("backend", "auto"), **record.get("options", {}))
+
+
+def _adapted_from_pretrained(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    """transformers' ``from_pretrained``, then the encoding's derived tables rebuilt: the loader
+    leaves non-persistent buffers uninitialised (they are in no weight file)."""
+    loaded = _original(cls).from_pretrained.__func__(cls, *args, **kwargs)
+    model = loaded[0] if isinstance(loaded, tuple) else loaded
+    _rebuild_buffers(model)
+    return loaded
+
+
+def _rebuild_buffers(model: Any) -> None:
+    record = model.config.pezoo
+    family = FAMILIES[auto.base_type(model.config.model_type)]
+    with torch.device("cpu"):
+        fresh = _build(model, family, record["spec"], record.get("options", {}))
+    kept = dict(fresh.named_modules())
+    for name, module in model.pezoo_encoding.named_modules():
+        for buffer in module._non_persistent_buffers_set:
+            value = getattr(kept[name], buffer)
+            old = getattr(module, buffer)
+            if isinstance(value, Tensor) and isinstance(old, Tensor):
+                setattr(
+                    module, buffer, value.to(device=old.device, dtype=old.dtype if old.is_floating_point() else None)
+                )
+
+
+def _save_pretrained(self: Any, save_directory: str | Path, *args: Any, **kwargs: Any) -> Any:
+    """``save_pretrained``, with the config's ``auto_map`` and :data:`pezoo.hf.auto.REMOTE_CODE`
+    beside the weights (see :mod:`pezoo.hf.auto`)."""
+    auto_map, text = auto.remote_code(auto.base_type(self.config.model_type))
+    self.config.auto_map = auto_map
+    out = _original(type(self)).save_pretrained(self, save_directory, *args, **kwargs)
+    Path(save_directory, auto.REMOTE_CODE).write_text(text)
+    return out
+
+
+def _activation_checkpointing_enable(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """Refused for an encoding that advances state per layer (:data:`_NO_CHECKPOINTING`); every
+    other encoding recomputes exactly (its hooks read the call's context, passed to each layer)."""
+    if observes(self.pezoo_encoding):
+        raise ValueError(_NO_CHECKPOINTING.format(self.pezoo_encoding.name or type(self.pezoo_encoding).__name__))
+    return _original(type(self)).activation_checkpointing_enable(self, *args, **kwargs)
+
+
+def adapted_lm_methods() -> dict[str, Any]:
+    """What the adapted causal LM classes (:mod:`pezoo.hf.auto`) add to the model's."""
+    return {
+        "__init__": _adapted_init,
+        "from_pretrained": classmethod(_adapted_from_pretrained),
+        "generate": _generate,
+        "save_pretrained": _save_pretrained,
+        "activation_checkpointing_enable": _activation_checkpointing_enable,
+    }
+
+
+def adapted_part_forward(original: type) -> Any:
+    """The forward of an adapted part of a model: the base model's, a decoder layer's (the
+    modules transformers checkpoints) or an attention layer's."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    if issubclass(original, PreTrainedModel):
+        return _base_forward
+    return _layer_forward if issubclass(original, GradientCheckpointingLayer) else attention_forward
 
 
 def _jsonable(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -342,44 +577,4 @@ def _jsonable(options: Mapping[str, Any]) -> dict[str, Any]:
     return dict(options)
 
 
-def _read_weights(path: Path, prefix: str) -> dict[str, Tensor]:
-    """The tensors under ``prefix`` in a saved model's weight files (safetensors, sharded or
-    not, or PyTorch's ``.bin``)."""
-    files = sorted(path.glob("*.safetensors"))
-    out: dict[str, Tensor] = {}
-    if files:
-        from safetensors import safe_open
-
-        for file in files:
-            with safe_open(str(file), framework="pt") as f:
-                out.update({k: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)})
-        return out
-    for file in sorted(path.glob("*.bin")):
-        out.update(
-            {k: v for k, v in torch.load(file, weights_only=True, map_location="cpu").items() if k.startswith(prefix)}
-        )
-    return out
-
-
-class _NoLoadReport(logging.Filter):
-    """Drops transformers' load report, which lists the encoding's weights as unexpected (and
-    GPT-2's removed table as missing): :func:`from_pretrained` loads the first and checks the
-    rest itself, raising on any other weight."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "LOAD REPORT" not in record.getMessage()
-
-
-@contextlib.contextmanager
-def _quiet(name: str) -> Iterator[None]:
-    """Without transformers' load report (:class:`_NoLoadReport`) from logger ``name``. (Not by
-    raising its level: the loader checks that level for other work.)"""
-    from transformers.utils import logging as hf_logging
-
-    logger = hf_logging.get_logger(name)
-    drop = _NoLoadReport()
-    logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        logger.removeFilter(drop)
+auto.register()

@@ -38,7 +38,7 @@ _WRAPPERS = ("Combined", "RandomizedPE", "RandomizedSinusoidalAPE")
 def reads_tokens_in_order(pe: PositionalEncoding) -> bool:
     """Whether some part of ``pe`` keeps state along the sequence through ``observe`` or
     ``embed_tokens`` (PRISM, Abacus, such a plugin): left padding would feed it the padding."""
-    return any(_class_overrides(type(m), "observe") or _class_overrides(type(m), "embed_tokens") for m in _leaves(pe))
+    return any(_class_overrides(type(m), "observe") or _class_overrides(type(m), "embed_tokens") for m in leaves(pe))
 
 
 def first_real(mask: Tensor) -> Tensor:
@@ -56,9 +56,12 @@ def plan_positions(pe: PositionalEncoding, first: Tensor, width: int) -> Tensor:
     tokens, moved right by ``first[r]``; its padding gets position 0."""
     device = first.device
     lengths = (width - first).clamp(min=0)
-    right = pe.padded_positions(lengths, width, device)  # (b|1, width): real tokens first
-    if not bool((first > 0).any()):
-        return right
+    if _class_overrides(type(pe), "padded_positions"):  # randomized PE: positions depend on each row's length
+        right = pe.padded_positions(lengths, width, device)  # (b|1, width): real tokens first
+    else:  # the default padded_positions, without its check of lengths made here in range (a sync under compile)
+        right = pe.positions(int(first.shape[0]), width, device)
+    if not torch.compiler.is_compiling() and not bool((first > 0).any()):
+        return right  # no left padding: shared (1, width) positions where the encoding gives them (compiled: no sync)
     b = first.shape[0]
     right = right.expand(b, -1)
     column = torch.arange(width, device=device)[None, :]  # (1, width)
@@ -88,6 +91,17 @@ class Call:
 
     ctx: AttentionContext
     groups: list[Group] | None = None
+    probs: bool = False  # return attention probabilities (output_attentions)
+    per_layer: bool = False  # memos computed afresh in every layer (gradient checkpointing)
+
+    def start_layer(self) -> None:
+        """Before a layer's hooks: under gradient checkpointing, empty the per-call memos
+        (``ctx.scratch``: a table the first layer built and later layers reuse), so that each
+        layer, recomputed alone in the backward pass, runs the same operations it ran forward."""
+        if self.per_layer:
+            self.ctx.scratch.clear()
+            for g in self.groups or ():
+                g.ctx.scratch.clear()
 
 
 def build_call(
@@ -114,14 +128,15 @@ def build_call(
                 "start generation from an empty cache"
             )
         hf["first"] = first_real(mask)
-        hf["grouped"] = bool((hf["first"] > 0).any()) and reads_tokens_in_order(pe)
+        # a position-only encoding never groups, so it never reads the padding here (a graph break under compile)
+        hf["grouped"] = reads_tokens_in_order(pe) and bool((hf["first"] > 0).any())
     first: Tensor = hf["first"]
     plan = hf.get("plan")
     if plan is None or plan.shape[-1] < total:
         hf["plan"] = _grow(pe, plan, first, max(total, planned_width))
         plan = hf["plan"]
     state["positions"] = plan  # the plan, for length-dependent encodings (RoPE's dynamic scaling)
-    padding = None if bool(mask.all()) else mask.to(torch.bool)
+    padding = mask.to(torch.bool) if torch.compiler.is_compiling() or not bool(mask.all()) else None
     ctx = AttentionContext(
         q_pos=plan[:, n_cached:total],
         k_pos=plan[:, :total],
@@ -200,12 +215,12 @@ def embed(pe: PositionalEncoding, call: Call, x: Tensor, tokens: Tensor | None) 
 def _embed_tokens(pe: PositionalEncoding, x: Tensor, tokens: Tensor | None, ctx: AttentionContext) -> Tensor:
     if tokens is not None:
         return pe.embed_tokens(x, tokens, ctx)
-    if any(_class_overrides(type(m), "embed_tokens") for m in _leaves(pe)):
+    if any(_class_overrides(type(m), "embed_tokens") for m in leaves(pe)):
         raise ValueError(f"{pe.name} reads the token ids (embed_tokens): call the model with input_ids")
     return x
 
 
-def _leaves(pe: PositionalEncoding) -> list[PositionalEncoding]:
+def leaves(pe: PositionalEncoding) -> list[PositionalEncoding]:
     """The encodings inside ``pe`` that do something themselves (not a wrapper that delegates)."""
     return [m for m in pe.modules() if isinstance(m, PositionalEncoding) and type(m).__name__ not in _WRAPPERS]
 

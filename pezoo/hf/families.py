@@ -1,26 +1,36 @@
-"""The attention forwards pezoo puts into a Hugging Face model, one per model family, and the
-attention function they call through transformers' registry (``AttentionInterface``).
+"""The model families pezoo.hf adapts, one table entry each, and the attention forward they share.
 
 Axis letters: b batch, s new tokens, j all keys, h heads, g key/value heads, e head dim.
 
-Each forward projects q/k/v as the model's own does, applies the encoding's ``qk`` to the
-*new* queries and keys (before they enter the KV cache, so a key is transformed once), updates
-the cache, then calls the registered ``"pezoo"`` attention function, which adds the
-encoding's structured biases and runs :func:`pezoo.attend`. The model's own RoPE
-(``position_embeddings``) and attention mask are not used: positions and the key padding
-come from the call's context (:mod:`pezoo.hf.calls`), which is also what makes a left-padded
-batch right however transformers prepared its mask (it passes ``attention_mask=None`` to a
-custom attention function on some paths).
+An entry says where a family keeps its decoder layers and their attention, how its attention
+projects q, k, v (:data:`Family.project`: before its own RoPE, which pezoo's encoding replaces)
+and how it turns the attention's output into the layer's (:data:`Family.output`), what its own
+position encoding is, and which configurations it refuses (by name and reason). Adding a family
+is one entry; most reuse :func:`separate_projections` and ``o_proj``.
+
+The shared forward (:func:`attention_forward`) projects q/k/v as the model does, applies the
+encoding's ``qk`` to the *new* queries and keys (before they enter the KV cache, so a key is
+transformed once), updates the cache, then calls the registered ``"pezoo"`` attention
+function, which adds the encoding's structured biases and runs :func:`pezoo.attend`. The
+model's own RoPE (``position_embeddings``), ALiBi tensor and attention mask are not used:
+positions and the key padding come from the call's context (:mod:`pezoo.hf.calls`), which is
+also what makes a left-padded batch right however transformers prepared its mask (it passes
+``attention_mask=None`` to a custom attention function on some paths).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from pezoo.attention import attend
+from pezoo.backends.auto import pick_backend
+from pezoo.biases import AttentionBias, DenseBias, RelativeFunctionBias
+from pezoo.context import AttentionContext
 from pezoo.hf import calls
 
 if TYPE_CHECKING:
@@ -28,6 +38,12 @@ if TYPE_CHECKING:
 
 ATTENTION_NAME = "pezoo"
 """The key of pezoo's attention function in transformers' ``AttentionInterface``."""
+
+Projection = Callable[[Any, Tensor], tuple[Tensor, Tensor, Tensor]]
+"""(attention module, hidden (b, s, d)) -> q (b, h, s, e), k and v (b, g, s, e)."""
+
+Output = Callable[[Any, Tensor, tuple[Any, ...]], Tensor]
+"""(attention module, attended (b, s, h*e), the forward's positional args) -> the layer's output."""
 
 
 def pezoo_attention(
@@ -39,12 +55,13 @@ def pezoo_attention(
     scaling: float | None = None,
     dropout: float = 0.0,
     **kwargs: Any,
-) -> tuple[Tensor, None]:
+) -> tuple[Tensor, Tensor | None]:
     """transformers' attention-function signature: q (b, h, s, e'), k (b, h|g, j, e'), v (b, h|g, j, f)
-    -> (out (b, s, h, f), None). ``attention_mask`` is ignored: the padding and causality come
-    from the pezoo context the adapted model passes as ``pezoo_call`` (with ``pezoo_adapter``
-    and ``pezoo_layer``). Attention-probability dropout is not applied (``pezoo.attend`` has
-    none)."""
+    -> (out (b, s, h, f), probs (b, h, s, j) when the call asks for them, else None).
+    ``attention_mask`` is ignored: the padding and causality come from the pezoo context the
+    adapted model passes as ``pezoo_call`` (with ``pezoo_adapter`` and ``pezoo_layer``).
+    Attention-probability dropout is not applied (``pezoo.attend`` has none; ``use_encoding``
+    warns when the model's is on)."""
     adapter: Adapter | None = kwargs.get("pezoo_adapter")
     call: calls.Call | None = kwargs.get("pezoo_call")
     if adapter is None or call is None:
@@ -55,113 +72,313 @@ def pezoo_attention(
     h = query.shape[1]
     key, value = _repeat_heads(key, h), _repeat_heads(value, h)
     found = calls.biases(adapter.encoding, call, kwargs["pezoo_layer"], query, key)
-    out, _ = attend(query, key, value, call.ctx, found, scale=scaling, backend=adapter.backend)  # (b, h, s, f)
-    return out.transpose(1, 2).to(value.dtype), None
+    backend = "eager" if call.probs else adapter.backend  # only eager returns probabilities
+    if backend in ("eager", "sdpa") or (backend == "auto" and pick_backend(query, call.ctx, found) == "sdpa"):
+        found = [causal_dense(bias, call.ctx, h) for bias in found]
+    out, probs = attend(
+        query, key, value, call.ctx, found, scale=scaling, backend=backend, return_probs=call.probs
+    )  # (b, h, s, f)
+    return out.transpose(1, 2).to(value.dtype), probs
+
+
+DENSE_CHUNK_PAIRS = 1 << 18
+"""Query-key pairs per block of :func:`causal_dense`: FIRE's MLP holds (pairs x its width)
+hidden values, 32 MiB at 2^18 pairs and width 32, instead of 512 MiB for all 2048 x 2048
+pairs at once."""
+
+
+def causal_dense(bias: AttentionBias, ctx: AttentionContext, n_heads: int) -> AttentionBias:
+    """A per-layer ``RelativeFunctionBias`` (FIRE's MLP) as the dense bias a materialising
+    backend would build, evaluated on the causally visible pairs only, by blocks of query rows
+    (about ``DENSE_CHUNK_PAIRS`` pairs each): the block's last row, query a of this call, sees
+    keys up to ``n_cached + a``; keys past that, which the causal mask sets to -inf whatever
+    they hold, are left 0. About half the pairs at length. Other biases, and a memoised one (T5's table, built
+    once per call for every layer), are returned as they are."""
+    if not isinstance(bias, RelativeFunctionBias) or bias.dense_fn is None or bias.memo is not None or not ctx.causal:
+        return bias
+    bias.check_heads(n_heads)
+    q = ctx.q_pos.to(torch.float32)[:, None, :, None]  # (b|1, 1, i, 1)
+    k = ctx.k_pos.to(torch.float32)[:, None, None, :]  # (b|1, 1, 1, j)
+    i, j = q.shape[2], k.shape[3]
+    offset = j - i  # keys already cached
+    rows = max(1, DENSE_CHUNK_PAIRS // max(1, j))
+    out: Tensor | None = None
+    for r in range(0, i, rows):
+        seen = min(j, offset + r + rows)  # the last query row of the block sees keys [0, seen)
+        part = bias.dense_fn(q[:, :, r : r + rows], k[..., :seen], *bias.params)  # (b|1, h, rows, seen)
+        if out is None:
+            out = part.new_zeros(part.shape[0], part.shape[1], i, j)
+        out[:, :, r : r + rows, :seen] = part
+    assert out is not None
+    return DenseBias(out)
 
 
 def _repeat_heads(x: Tensor, heads: int) -> Tensor:
     """(b, g, j, e) -> (b, h, j, e), each key/value head repeated for its h/g query heads (GQA)."""
     if x.shape[1] == heads:
         return x
-    return x.repeat_interleave(heads // x.shape[1], dim=1)
+    return (
+        x.expand(x.shape[0], heads, *x.shape[2:])
+        if x.shape[1] == 1
+        else x.repeat_interleave(heads // x.shape[1], dim=1)
+    )
 
 
-def _attend(module: Any, q: Tensor, k: Tensor, v: Tensor, cache: Any) -> Tensor:
-    """qk hook on the new q/k, cache update, registered attention: -> (b, s, h*f)."""
+def attention_forward(self: Any, hidden_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+    """Every adapted family's attention forward: the family's projections, pezoo's ``qk`` on
+    the new q/k, the KV cache, the registered attention, the family's output."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    adapter: Adapter = module._pezoo_adapter
-    call, layer = adapter.call, module._pezoo_layer
+    adapter: Adapter = self._pezoo_adapter
+    family = FAMILIES[self._pezoo_family]
+    call: calls.Call | None = kwargs.get("pezoo_call") or adapter.call  # the kwarg survives a checkpoint's recompute
     if call is None:
         raise ValueError("pezoo.hf: an attention layer ran outside the adapted model's forward")
+    if kwargs.get("encoder_hidden_states") is not None:
+        raise ValueError("pezoo.hf adapts self-attention; cross-attention is not supported")
+    cache = next((kwargs[k] for k in ("cache", "past_key_values", "layer_past") if kwargs.get(k) is not None), None)
+    layer = self._pezoo_layer
+    call.start_layer()
+    q, k, v = family.project(self, hidden_states)  # (b, h, s, e), (b, g, s, e), (b, g, s, e)
     h = q.shape[1]
     k, v = _repeat_heads(k, h), _repeat_heads(v, h)  # (b, h, s, e): the encoding sees every head
     q, k = calls.qk(adapter.encoding, call, layer, q, k)
     if cache is not None:
-        k, v = cache.update(k, v, module.layer_idx)
+        k, v = cache.update(k, v, self.layer_idx)
     fn = ALL_ATTENTION_FUNCTIONS[ATTENTION_NAME]
-    out, _ = fn(
-        module, q, k, v, None, scaling=module.scaling, pezoo_adapter=adapter, pezoo_call=call, pezoo_layer=layer
-    )
-    return out.reshape(*out.shape[:2], -1).contiguous()  # (b, s, h*f)
+    scale = family.scale(self)
+    out, probs = fn(self, q, k, v, None, scaling=scale, pezoo_adapter=adapter, pezoo_call=call, pezoo_layer=layer)
+    out = out.reshape(*out.shape[:2], -1).contiguous()  # (b, s, h*f)
+    return family.output(self, out, args), probs
 
 
-def llama_attention_forward(
-    self: Any,
-    hidden_states: Tensor,
-    position_embeddings: Any = None,
-    attention_mask: Tensor | None = None,
-    cache: Any = None,
-    past_key_values: Any = None,
-    **kwargs: Any,
-) -> tuple[Tensor, None]:
-    """``LlamaAttention.forward`` (also Mistral's, Qwen2's) with pezoo's hooks in place of RoPE."""
-    cache = cache if cache is not None else past_key_values
-    shape = (*hidden_states.shape[:-1], -1, self.head_dim)
-    q = self.q_proj(hidden_states).view(shape).transpose(1, 2)  # (b, h, s, e)
-    k = self.k_proj(hidden_states).view(shape).transpose(1, 2)  # (b, g, s, e)
-    v = self.v_proj(hidden_states).view(shape).transpose(1, 2)
-    if getattr(self, "q_norm", None) is not None:  # Qwen3-style per-head norms, where present
-        q, k = self.q_norm(q), self.k_norm(k)
-    out = _attend(self, q, k, v, cache)
-    return self.o_proj(out), None
+def separate_projections(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``q_proj``, ``k_proj``, ``v_proj`` of x (b, s, d), split into heads: (b, h|g, s, e)."""
+    shape = (*x.shape[:-1], -1, self.head_dim)
+    q, k, v = (p(x).view(shape).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+    return q, k, v
 
 
-def gpt2_attention_forward(
-    self: Any,
-    hidden_states: Tensor,
-    cache: Any = None,
-    attention_mask: Tensor | None = None,
-    encoder_hidden_states: Tensor | None = None,
-    encoder_attention_mask: Tensor | None = None,
-    output_attentions: bool | None = False,
-    past_key_values: Any = None,
-    **kwargs: Any,
-) -> tuple[Tensor, None]:
-    """``GPT2Attention.forward`` (self-attention) with pezoo's hooks."""
-    if encoder_hidden_states is not None:
-        raise ValueError("pezoo.hf adapts GPT-2's self-attention; cross-attention is not supported")
-    cache = cache if cache is not None else past_key_values
-    q, k, v = self.c_attn(hidden_states).split(self.split_size, dim=2)
-    shape = (*hidden_states.shape[:-1], -1, self.head_dim)
-    q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))  # (b, h, s, e)
-    out = _attend(self, q, k, v, cache)
-    return self.resid_dropout(self.c_proj(out)), None
+def _per_head_norms(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Qwen3: RMS norms of each head's q and k, after the split."""
+    q, k, v = separate_projections(self, x)
+    return self.q_norm(q), self.k_norm(k), v
+
+
+def _optional_head_norms(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Phi, StableLM: per-head layer norms of q and k where ``qk_layernorm`` is set."""
+    q, k, v = separate_projections(self, x)
+    if self.qk_layernorm:
+        q, k = self.q_layernorm(q), self.k_layernorm(k)
+    return q, k, v
+
+
+def _clipped(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """OLMo: q, k, v clamped to ±``clip_qkv`` before the split."""
+    clip = self.config.clip_qkv
+    shape = (*x.shape[:-1], -1, self.head_dim)
+    out = []
+    for p in (self.q_proj, self.k_proj, self.v_proj):
+        y = p(x)
+        if clip is not None:
+            y = y.clamp(min=-clip, max=clip)
+        out.append(y.view(shape).transpose(1, 2))
+    return out[0], out[1], out[2]
+
+
+def _full_width_norms(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """OLMo2: RMS norms of q and k over all heads, before the split."""
+    shape = (*x.shape[:-1], -1, self.head_dim)
+    q, k, v = self.q_norm(self.q_proj(x)), self.k_norm(self.k_proj(x)), self.v_proj(x)
+    return q.view(shape).transpose(1, 2), k.view(shape).transpose(1, 2), v.view(shape).transpose(1, 2)
+
+
+def _phi3(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Phi3: one ``qkv_proj``, q's heads then k's then v's."""
+    qkv = self.qkv_proj(x)
+    nq, nk = self.config.num_attention_heads * self.head_dim, self.num_key_value_heads * self.head_dim
+    shape = (*x.shape[:-1], -1, self.head_dim)
+    parts = (qkv[..., :nq], qkv[..., nq : nq + nk], qkv[..., nq + nk :])
+    q, k, v = (t.reshape(shape).transpose(1, 2) for t in parts)
+    return q, k, v
+
+
+def _gpt_neox(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """GPT-NeoX: one ``query_key_value``, each head's q, k, v side by side."""
+    qkv = self.query_key_value(x).view(*x.shape[:-1], -1, 3 * self.head_size).transpose(1, 2)  # (b, h, s, 3e)
+    q, k, v = qkv.chunk(3, dim=-1)
+    return q, k, v
+
+
+def _gpt2(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """GPT-2: one ``c_attn``, q's heads then k's then v's."""
+    shape = (*x.shape[:-1], -1, self.head_dim)
+    q, k, v = (t.view(shape).transpose(1, 2) for t in self.c_attn(x).split(self.split_size, dim=2))
+    return q, k, v
+
+
+def _bloom(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Bloom: its own split of ``query_key_value`` (each head's q, k, v side by side)."""
+    q, k, v = self._reshape(self.query_key_value(x))
+    return q, k, v
+
+
+def _falcon(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Falcon: its own split of ``query_key_value`` (multi-query, grouped or plain)."""
+    q, k, v = self._split_heads(self.query_key_value(x))  # (b, s, h|g, e)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def _o_proj(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
+    return self.o_proj(out)
+
+
+def _dense(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
+    return self.dense(out)
+
+
+def _out_proj(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
+    return self.out_proj(out)
+
+
+def _gptj_output(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
+    return self.resid_dropout(self.out_proj(out))
+
+
+def _gpt2_output(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
+    return self.resid_dropout(self.c_proj(out))
+
+
+def _starcoder2_output(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
+    return nn.functional.dropout(self.o_proj(out), p=self.residual_dropout, training=self.training)
+
+
+def _bloom_output(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
+    """Bloom's attention adds the residual (its second positional argument) itself."""
+    from transformers.models.bloom.modeling_bloom import dropout_add
+
+    return dropout_add(self.dense(out), args[0], self.hidden_dropout, self.training)
+
+
+def _scaling(self: Any) -> float:
+    """The model's own score scale: ``scaling`` (Granite's ``attention_multiplier``, Gemma2's
+    ``query_pre_attn_scalar``), or Bloom's and Falcon's ``inv_norm_factor``."""
+    scale = getattr(self, "scaling", None)
+    return float(scale if scale is not None else self.inv_norm_factor)
+
+
+def _gemma2_refusal(config: Any) -> str | None:
+    if getattr(config, "attn_logit_softcapping", None) is not None:
+        return (
+            f"it soft-caps attention logits (attn_logit_softcapping={config.attn_logit_softcapping}), which "
+            "pezoo.attend does not; set config.attn_logit_softcapping = None to adapt it without (a different model)"
+        )
+    return None
+
+
+def _opt_refusal(config: Any) -> str | None:
+    if config.word_embed_proj_dim != config.hidden_size:
+        return (
+            f"its token embeddings are {config.word_embed_proj_dim} wide and projected to the hidden size "
+            f"{config.hidden_size} inside the decoder, after pezoo's embed hooks would run"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class Family:
+    """How pezoo.hf adapts one ``config.model_type``.
+
+    Attributes:
+        layers: the decoder layers' ModuleList, a dotted path from the core model.
+        attention: the attention submodule of each layer.
+        project: the attention's q/k/v projections (:data:`Projection`).
+        output: the attention's output from the attended values (:data:`Output`).
+        own: the model's own position encoding, as a pezoo name: ``"rope"`` (reproduced from
+            the model's rotary embedding by ``use_encoding(model, "rope")``), ``"alibi"``, or
+            None (GPT-2's and OPT's learned tables).
+        rope_layout: the own RoPE's feature layout (``"half"``: rotate-half; GPT-J interleaves).
+        applies_partial_rotary: whether the model rotates only ``partial_rotary_factor`` of each
+            head (GPT-NeoX, Phi, StableLM, Phi3 do; Llama and its kin ignore the key).
+        table: a learned absolute position table to remove, a dotted path from the core model.
+        core: the module whose forward embeds the tokens and runs the layers, a dotted path from
+            the base model ("": the base model itself; OPT's causal LM calls its ``decoder``).
+        scale: the attention's score scale, read from the module.
+        refuse: a configuration this family cannot be adapted in, with the reason (or None).
+    """
+
+    layers: str
+    attention: str
+    project: Projection = separate_projections
+    output: Output = _o_proj
+    own: str | None = "rope"
+    rope_layout: str = "half"
+    applies_partial_rotary: bool = False
+    table: str | None = None
+    scale: Callable[[Any], float] = _scaling
+    refuse: Callable[[Any], str | None] = field(default=lambda config: None)
+    core: str = ""
+
+
+_LLAMA = Family("layers", "self_attn")
+FAMILIES: dict[str, Family] = {
+    "llama": _LLAMA,
+    "mistral": _LLAMA,
+    "mixtral": _LLAMA,
+    "qwen2": _LLAMA,
+    "granite": _LLAMA,
+    "gemma": _LLAMA,
+    "gemma2": Family("layers", "self_attn", refuse=_gemma2_refusal),
+    "qwen3": Family("layers", "self_attn", _per_head_norms),
+    "olmo": Family("layers", "self_attn", _clipped),
+    "olmo2": Family("layers", "self_attn", _full_width_norms),
+    "starcoder2": Family("layers", "self_attn", output=_starcoder2_output),
+    "phi": Family("layers", "self_attn", _optional_head_norms, _dense, applies_partial_rotary=True),
+    "stablelm": Family("layers", "self_attn", _optional_head_norms, applies_partial_rotary=True),
+    "phi3": Family("layers", "self_attn", _phi3, applies_partial_rotary=True),
+    "gpt_neox": Family("layers", "attention", _gpt_neox, _dense, applies_partial_rotary=True),
+    "gptj": Family("h", "attn", output=_gptj_output, rope_layout="interleaved"),
+    "falcon": Family("h", "self_attention", _falcon, _dense),
+    "bloom": Family("h", "self_attention", _bloom, _bloom_output, own="alibi"),
+    "opt": Family(
+        "layers", "self_attn", output=_out_proj, own=None, table="embed_positions", refuse=_opt_refusal, core="decoder"
+    ),
+    "gpt2": Family("h", "attn", _gpt2, _gpt2_output, own=None, table="wpe"),
+}
+"""The model families pezoo.hf adapts, by ``config.model_type``."""
 
 
 class NoPositionTable(nn.Module):
-    """Stands in for GPT-2's learned absolute table ``wpe`` when pezoo's encoding replaces it:
-    zeros of the model width, no parameters (so none in the state dict)."""
-
-    zero: Tensor
+    """Stands in for a learned absolute table (GPT-2's ``wpe``, OPT's ``embed_positions``) when
+    pezoo's encoding replaces it: a zero the model adds to its token embeddings, no parameters
+    or buffers (so nothing in the state dict, nothing a loader leaves uninitialised). A 0-dim
+    CPU float32 zero adds to embeddings of any dtype and device without changing them."""
 
     def __init__(self, width: int) -> None:
         super().__init__()
         self.width = width
-        self.register_buffer("zero", torch.zeros(()), persistent=False)  # follows the model's dtype
 
-    def forward(self, position_ids: Tensor) -> Tensor:
-        return self.zero.expand(*position_ids.shape, self.width).to(position_ids.device)
+    def forward(self, *args: Any, **kwargs: Any) -> Tensor:
+        return torch.zeros(())
 
     def extra_repr(self) -> str:
-        return f"width={self.width} (GPT-2's learned positions, removed by pezoo.hf)"
-
-
-_LLAMA = {"layers": "layers", "attention": "self_attn", "forward": llama_attention_forward, "own": "rope"}
-FAMILIES: dict[str, dict[str, Any]] = {
-    "llama": _LLAMA,
-    "mistral": _LLAMA,
-    "qwen2": _LLAMA,
-    "gpt2": {"layers": "h", "attention": "attn", "forward": gpt2_attention_forward, "table": "wpe"},
-}
-"""The model families pezoo.hf adapts, by ``config.model_type``: where the decoder layers and
-their attention are, the attention forward that replaces theirs, the model's own encoding
-(``own``: reproduced by that pezoo name) and a learned position table to remove (``table``)."""
+        return f"width={self.width} (the model's learned positions, removed by pezoo.hf)"
 
 
 def sliding_window(config: Any) -> int | None:
     """The model's own sliding attention window, if it uses one (pezoo's attention is global)."""
     window = getattr(config, "sliding_window", None)
-    if config.model_type == "qwen2" and not getattr(config, "use_sliding_window", False):
+    if hasattr(config, "use_sliding_window") and not config.use_sliding_window:
         return None
     return int(window) if window else None
+
+
+def dropout_probability(module: Any, config: Any) -> float:
+    """The model's attention-probability dropout p (0 when off)."""
+    for name in ("attention_dropout", "attn_dropout", "dropout"):
+        value = getattr(module, name, None)
+        if isinstance(value, nn.Dropout):
+            return float(value.p)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return float(getattr(config, "attention_dropout", 0.0) or 0.0)

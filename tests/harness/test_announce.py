@@ -82,6 +82,13 @@ def test_the_banner_shows_each_precision_a_sweep_trains_and_evaluates_in():
     assert lines[3].endswith("8 examples each (bf16 autocast)")
 
 
+def test_testing_in_fp16_is_not_said_to_scale_a_loss():
+    # the third probe: "testing: ... (fp16 autocast, loss scaling)"; evaluation has no loss to scale
+    lines = describe_preset("smoke", configs(precision=("fp16",)))
+    assert lines[2].endswith("(lr 0.001, fp16 autocast, loss scaling) on lengths 1..5")
+    assert lines[3].endswith("8 examples each (fp16 autocast)")
+
+
 def test_a_context_extension_shorter_than_the_training_sequences_is_noted():
     """A copy sequence at scale 10 is 24 tokens (<bos>, 10 digits, =, 10 digits, ., <eos>):
     dynamic NTK with L = 22 would rescale the lengths the weights were trained on."""

@@ -471,18 +471,25 @@ def test_bench_keeps_a_result_the_store_cannot_take_and_records_it_next_time(tmp
     assert not list((tmp_path / "checkpoints").iterdir())
 
 
-def a_kept_result(tmp_path, cfg, **changes):
-    """A kept result file of ``cfg`` (plausible numbers), with ``changes`` made to its JSON."""
+KEY = bytes(range(32))
+"""The seal key of the store these kept results are kept beside (``Store.seal_key``)."""
+
+
+def a_kept_result(tmp_path, cfg, key=KEY, **changes):
+    """A kept result file of ``cfg`` (plausible numbers), with ``changes`` made to its JSON
+    and sealed again with ``key``, so that the checks behind the seal are what refuses it."""
     samples = cfg.eval.samples
     metrics = tuple((s, LengthMetrics(n, 2.0 * n, samples, 0.5, 0.75)) for s, n in evaluated_scales(cfg))
     numbers = {"final_loss": 0.25, "train_seconds": 3.0, "eval_seconds": 1.0, "n_params": {"total": 10, "pe": 0}}
     provenance = {"commit": "abc", "device": "cpu", "torch": "2", "pezoo": "0"}
     result = RunResult(cfg.run_id(), "finished", provenance, 1.0e9, metrics=metrics, **numbers)
     path = kept_results.path_for(tmp_path / f"{cfg.run_id()}.pt")
-    kept_results.keep(path, result.record(cfg))
+    kept_results.keep(path, result.record(cfg), key)
     body = json.loads(path.read_text())
-    for key, value in changes.items():
-        body[key] = value(body) if callable(value) else value
+    for name, value in changes.items():
+        body[name] = value(body) if callable(value) else value
+    if changes:
+        body["seal"] = kept_results.seal({k: v for k, v in body.items() if k != "seal"}, key)
     path.write_text(json.dumps(body))
     return path, result
 
@@ -490,7 +497,7 @@ def a_kept_result(tmp_path, cfg, **changes):
 def test_a_kept_result_reads_back_as_it_was_kept(tmp_path):
     cfg = smoke()
     _, result = a_kept_result(tmp_path, cfg)
-    got = recover_kept(cfg, tmp_path / f"{cfg.run_id()}.pt", notice=lambda _: None)
+    got = recover_kept(cfg, tmp_path / f"{cfg.run_id()}.pt", KEY, notice=lambda _: None)
     assert got == result
 
 
@@ -524,9 +531,54 @@ def test_a_tampered_kept_result_is_set_aside_and_the_run_trains(tmp_path, case):
     changes, says = TAMPERED[case]
     path, _ = a_kept_result(tmp_path, cfg, **changes)
     notices = []
-    assert recover_kept(cfg, tmp_path / f"{cfg.run_id()}.pt", notice=notices.append) is None
+    assert recover_kept(cfg, tmp_path / f"{cfg.run_id()}.pt", KEY, notice=notices.append) is None
     assert len(notices) == 1 and says in notices[0] and "the run trains" in notices[0], notices
     assert not path.exists() and path.with_name(path.name + ".unreadable").exists()
+
+
+def _all_ones(body):
+    return [{**m, "exact_match": 1.0, "token_accuracy": 1.0} for m in body["metrics"]]
+
+
+def _forged(body):
+    return {**body["provenance"], "commit": "forged"}
+
+
+def test_a_kept_result_of_the_right_shape_but_not_sealed_by_the_store_is_refused(tmp_path):
+    """The third probe: every metric set to 1.0 and the commit to "forged", in a file of the
+    right shape, was recorded "without training"; so would be one copied from beside
+    another store. Only the store's own key seals a file it takes back."""
+    cfg = smoke()
+    for key, edit in ((b"a forger's key", {}), (KEY, {"seal": None})):  # sealed by another key; edited after
+        path, _ = a_kept_result(tmp_path, cfg, key=key, metrics=_all_ones, provenance=_forged)
+        if edit:
+            body = json.loads(path.read_text())
+            body["metrics"][0]["exact_match"] = 0.5  # any change after sealing
+            path.write_text(json.dumps(body))
+        notices = []
+        assert recover_kept(cfg, tmp_path / f"{cfg.run_id()}.pt", KEY, notice=notices.append) is None
+        assert len(notices) == 1 and "not sealed by this store" in notices[0] and "the run trains" in notices[0]
+        path.with_name(path.name + ".unreadable").unlink()
+    path, _ = a_kept_result(tmp_path, cfg, key=KEY)  # a genuine one is taken, by its store only
+    with pytest.raises(kept_results.KeptResultError, match="not sealed by this store"):
+        kept_results.read(path, cfg, None)
+    assert kept_results.read(path, cfg, KEY).metrics
+
+
+def test_bench_trains_a_run_whose_kept_result_was_forged(tmp_path):
+    cfg = smoke()
+    store_path = tmp_path / "s.sqlite"
+    Store(store_path).close()
+    a_kept_result(tmp_path / "checkpoints", cfg, key=b"not the store's", metrics=_all_ones, provenance=_forged)
+    args = ["bench", "--pe", "rope", "--task", "copy", "--preset", "smoke", "--steps", "4", "--device", "cpu",
+            "--store", str(store_path)]  # fmt: skip
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    assert "not sealed by this store" in out.output and "without training" not in out.output
+    with Store(store_path, readonly=True) as store:
+        run = store.run(cfg.run_id())
+        assert run["provenance"]["commit"] != "forged" and run["train_seconds"] > 0
+        assert any(m["exact_match"] < 1 for m in store.metrics(cfg.run_id()))
 
 
 @pytest.mark.parametrize(
@@ -545,7 +597,7 @@ def test_a_kept_result_that_is_not_strict_json_is_refused(tmp_path, text):
     path = kept_results.path_for(tmp_path / f"{cfg.run_id()}.pt")
     path.write_bytes(text)
     with pytest.raises(kept_results.KeptResultError, match="is not strict JSON"):
-        kept_results.read(path, cfg)
+        kept_results.read(path, cfg, KEY)
 
 
 # -- 9, for real: a tmpfs that fills up ---------------------------------------------------
@@ -721,7 +773,7 @@ def test_a_fifo_as_a_kept_result_is_set_aside_and_the_run_trains(tmp_path):
     path = tmp_path / "ck.pt"
     os.mkfifo(kept_results.path_for(path))
     notices = []
-    assert unblocked(lambda: recover_kept(cfg, path, notices.append), [kept_results.path_for(path)]) is None
+    assert unblocked(lambda: recover_kept(cfg, path, KEY, notices.append), [kept_results.path_for(path)]) is None
     assert any("FIFO" in n for n in notices)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from harness.backbone import BackboneConfig
 from harness.pe_spec import model_options
-from harness.protocols import STANDING_DEPARTURES, departure_paper, departures, extra_input, paper_pe_options
+import pezoo
+from harness.protocols import departure_paper, departures, extra_input, paper_pe_options
 
 QUICK = BackboneConfig(d_model=128, n_layers=3, n_heads=4)
 
@@ -74,7 +75,7 @@ def test_hard_alibi_says_how_its_heads_differ_from_the_papers_16():
 def test_xpos_says_it_runs_without_blockwise_causal_attention():
     (text,) = departures("xpos", "copy", {}, QUICK)
     assert "blockwise causal attention" in text
-    assert departure_paper("xpos") == STANDING_DEPARTURES["xpos"][0]
+    assert departure_paper("xpos") == pezoo.card_of("xpos").paper and "Length-Extrapolatable" in departure_paper("xpos")
     # switched on for evaluation of the trained weights (xpos@{blockwise=24}) it follows its paper;
     # trained with it, it does not: the paper trains with full attention
     assert departures("xpos", "copy", {}, QUICK, eval_options={"blockwise": 24}) == []

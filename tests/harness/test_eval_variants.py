@@ -3,6 +3,7 @@ methods (``rope@{scaling={...}}``) without training again, each its own run and 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import replace
 
@@ -208,8 +209,9 @@ def test_a_variant_without_usable_weights_fails_saying_why(tmp_path, content, ca
         other = replace(trained, seed=1)
         save_weights(path, other, build_model(other), 1.0)
     trained_id = linear.trained_config().run_id()
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None  # as if its record held it
     result = evaluate_kept(
-        linear, trained_id, torch.device("cpu"), tmp_path / f"{linear.run_id()}.pt", notice=lambda _m: None
+        linear, trained_id, digest, torch.device("cpu"), tmp_path / f"{linear.run_id()}.pt", notice=lambda _m: None
     )
     assert result.status == "failed" and not result.metrics
     expected = {
@@ -296,3 +298,21 @@ def test_keep_weights_keeps_a_plain_runs_final_weights_for_a_later_variant(tmp_p
     later = CliRunner().invoke(main, [*ARGS, "--pe", f"rope,{SPECS[2]}", "--store", str(path)])
     assert later.exit_code == 0, later.output
     assert trained == []
+
+
+def test_a_variant_refuses_weights_its_trained_runs_record_does_not_vouch_for(tmp_path):
+    """The third probe: a weights file with the trained run's header and other tensors was
+    evaluated as that run's. A variant cannot train, so it fails, saying the file is not
+    the one its run kept (the SHA-256 its record holds)."""
+    path = tmp_path / "store.sqlite"
+    first = CliRunner().invoke(main, [*ARGS, "--pe", "rope", "--store", str(path), "--keep-weights"])
+    assert first.exit_code == 0, first.output
+    base = _configs()[0]
+    weights = weights_path(tmp_path / "checkpoints", base.run_id())
+    payload = torch.load(weights, weights_only=True)
+    payload["model"] = build_model(replace(base, seed=1)).state_dict()  # the header is the run's, the model not
+    torch.save(payload, weights)
+    later = CliRunner().invoke(main, [*ARGS, "--pe", f"rope,{SPECS[2]}", "--store", str(path)])
+    assert later.exit_code == 1 and "is not the file run" in later.output and "SHA-256" in later.output
+    with Store(path, readonly=True) as store:
+        assert store.status(_configs()[2].run_id()) == "failed"

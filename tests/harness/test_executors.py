@@ -239,6 +239,8 @@ def test_a_run_finished_elsewhere_while_this_driver_trained_it_is_kept(tmp_path,
         assert outcome.status == "cached"
         assert store.metrics(cfg.run_id())[0]["exact_match"] == 1.0  # theirs, not ours (0.25)
         assert store.run(cfg.run_id())["final_loss"] == 0.0
+    # the checkpoint our attempt wrote is of no use: the run is finished (it once stayed behind)
+    assert not list((tmp_path / "checkpoints").iterdir())
 
 
 def test_interrupted_driver_marks_runs_in_flight_and_starts_nothing_more(tmp_path):

@@ -9,7 +9,7 @@ from harness.backbone import BackboneConfig
 from harness.config import preset_config
 from harness.protocols import paper_pe_options
 from harness.train import build_model
-from pezoo.setups import prism_d_pe, prism_layers
+from pezoo.encodings.prism.paper import prism_d_pe, prism_layers
 
 PAPER = BackboneConfig(d_model=192, n_layers=5, n_heads=8)
 QUICK = BackboneConfig(d_model=128, n_layers=3, n_heads=4)

@@ -237,6 +237,27 @@ def test_cli_rejects_bad_options(args, message):
     assert result.exit_code != 0 and message in result.output
 
 
+TINY = ["--repeats", "1", "--device", "cpu", "--presets", "smoke", "--pe", "nope", "--backends", "sdpa",
+        "--decode-pe", "nope", "--decode-length", "20", "--prism-supports", "2", "--prism-lengths", "8"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [  # the third probe: tracebacks (one an 800 GB allocation), nan in a table, a run past a minute
+        (["--sections", "decode", "--threads", "-1"], "threads (0: torch's default) must be from 0 to 1,024"),
+        (["--sections", "prism", "--prism-supports", "0"], "a PRISM support must be from 1 to 65,536, got 0"),
+        (["--sections", "decode", "--decode-length", "100000000000"], "must be from 13 to 65,536"),
+        (["--sections", "train", "--batch-size", "0"], "0 is not in the range 1<=x<=4096"),
+        (["--sections", "train", "--batch-size", "100000000"], "100000000 is not in the range 1<=x<=4096"),
+    ],
+    ids=["threads -1", "support 0", "decode length 1e11", "batch 0", "batch 1e8"],
+)
+def test_cli_refuses_sizes_out_of_bounds_saying_the_bounds(args, message):
+    result = CliRunner().invoke(main, ["perf", *TINY, *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert "Traceback" not in result.output and "nan" not in result.output
+
+
 def test_windowed_decode_rows_generate_the_same_tokens_cached_and_not(toy_report):
     grid = grid_from(TOY, decode_length=60, decode_window=24, decode_encodings=("rope",), repeats=1)
     [row] = measure_decode(grid, torch.device("cpu"))

@@ -50,9 +50,9 @@ def test_a_record_is_the_same_through_the_store_a_kept_file_and_a_results_line(t
     assert stored == record
 
     kept = tmp_path / f"{record.run_id}.result.json"
-    kept_results.keep(kept, record)
+    kept_results.keep(kept, record, b"key")
     cfg = preset_config("smoke", pe="rope", task="copy", seed=0)
-    assert kept_results.read(kept, cfg) == dataclasses.replace(record, finished_at=None)  # not yet recorded
+    assert kept_results.read(kept, cfg, b"key") == dataclasses.replace(record, finished_at=None)  # not yet recorded
 
     line = to_published(record)
     assert validate_record(line) == []

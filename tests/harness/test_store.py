@@ -591,3 +591,40 @@ def test_a_store_this_user_may_not_read_says_permission_denied(shared_dir):
             assert "can read it" not in str(err.value)
         result = CliRunner().invoke(main, ["results", "--store", str(path)])
         assert result.exit_code == 1 and "permission denied" in result.output
+
+
+_FILLS_PAST_THE_LIMIT = """
+from pathlib import Path
+from harness.config import preset_config
+from harness.files import WriteError, write_atomically
+from harness.store import Store, StoreError
+
+with Store("s.sqlite") as store:
+    try:
+        for seed in range(2000):
+            store.claim(preset_config("smoke", pe="rope", task="copy", seed=seed), {"commit": "x" * 2000})
+    except StoreError as exc:
+        print("store:", exc)
+try:
+    write_atomically(Path("big.bin"), lambda f: f.write(b"x" * 200_000))
+except WriteError as exc:
+    print("write:", exc)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE as on Linux")
+def test_a_write_stopped_by_the_file_size_limit_says_so(tmp_path):
+    # the third probe: `ulimit -f` read "I/O error ... (disk I/O error); is the disk healthy?"
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", _FILLS_PAST_THE_LIMIT], cwd=tmp_path, env=env, preexec_fn=limit,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    store, write = done.stdout.splitlines()
+    assert store.startswith("store: ") and "file size limit (ulimit -f: 64 KiB)" in store, store
+    assert "is the disk healthy" not in store and "Nothing half-written was kept" in store
+    assert write.startswith("write: could not write") and "file size limit (ulimit -f: 64 KiB)" in write

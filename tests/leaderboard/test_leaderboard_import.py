@@ -62,6 +62,19 @@ def test_a_second_import_adds_nothing_and_finished_runs_are_kept(smoke_store, sm
         assert {r["run_id"]: (r["finished_at"], s.metrics(r["run_id"])) for r in s.runs()} == kept
 
 
+def test_import_names_the_runs_whose_record_in_the_store_differs(smoke_store, smoke_results, tmp_path):
+    # the third probe: "left as they are", with no word that the store's record is not the published one
+    store = tmp_path / "store.sqlite"
+    shutil.copy(smoke_store, store)
+    with Store(store) as s:
+        changed = s.runs()[0]["run_id"]
+        s._conn.execute("UPDATE runs SET final_loss = final_loss + 1 WHERE run_id=?", (changed,))
+    output = _import(smoke_results, store)
+    assert f"{len(RUNS)} run(s) were already in the store: left as they are" in output
+    assert "the store's record of 1 of them is not the published one" in output and changed in output
+    assert "not the published one" not in _import(smoke_results, tmp_path / "fresh.sqlite")
+
+
 def test_an_unfinished_attempt_is_replaced_by_the_published_run(smoke_store, smoke_results, tmp_path):
     store = tmp_path / "store.sqlite"
     shutil.copy(smoke_store, store)

@@ -208,3 +208,45 @@ def test_a_line_removed_from_an_exported_file_is_noticed(tmp_path):
         f.write(json.dumps(extra, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n")
     with pytest.raises(ResultsError, match="holds other runs"):
         read_results(tmp_path)
+
+
+def test_crlf_line_endings_are_named_as_such(tmp_path):
+    # the third probe: a checkout with core.autocrlf was told "not in canonical form (sorted keys, no spaces)"
+    path = write_jsonl(tmp_path / "a.jsonl", [good()])
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    with pytest.raises(ResultsError) as info:
+        read_results(tmp_path)
+    [(_, line, reason)] = info.value.problems
+    assert line == 1 and "CRLF" in reason and "canonical form" not in reason
+
+
+def _reused(source: dict, **changes) -> dict:
+    """A run testing ``source``'s training further (to 9), evaluated on its kept weights."""
+    rec = make_record(source["pe"], source["task"], source["seed"], {**EM, 8: 0.0, 9: 0.0}, train_max=3)
+    rec["provenance"] = {**rec["provenance"], "weights_from": source["run_id"]}
+    rec.update(changes)
+    rec["checksum"] = sha256_of_canonical(rec)
+    return rec
+
+
+def test_a_run_on_kept_weights_needs_the_run_that_kept_them_published(tmp_path):
+    # the third probe: a reused run whose weights_from run is published nowhere passed check
+    trained = good()
+    write_jsonl(tmp_path / "a.jsonl", [_reused(trained)])
+    with pytest.raises(ResultsError, match=f"kept weights of run '{trained['run_id']}'.*which is not published"):
+        read_results(tmp_path)
+    write_jsonl(tmp_path / "b.jsonl", [trained])
+    assert len(read_results(tmp_path)) == 2  # with it: fine
+
+
+def test_a_run_on_kept_weights_must_match_the_run_that_kept_them(tmp_path):
+    other_seed = make_record("rope", "copy", 1, EM, train_max=3)
+    reused = _reused(good())
+    reused["provenance"]["weights_from"] = other_seed["run_id"]  # names seed 1's run, trains as seed 0's
+    reused["checksum"] = sha256_of_canonical(reused)
+    write_jsonl(tmp_path / "a.jsonl", [other_seed, reused])
+    with pytest.raises(ResultsError, match="which did not train as this run would"):
+        read_results(tmp_path)
+    write_jsonl(tmp_path / "a.jsonl", [good(), _reused(good(), final_loss=0.5)])
+    with pytest.raises(ResultsError, match="its final_loss is not that run's"):
+        read_results(tmp_path)

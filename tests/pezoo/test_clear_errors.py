@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import pezoo
+from pezoo.spec import parse_pe
 
 DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
 PER_LAYER = ["kerple_log", "kerple_power", "fire", "cope", "learned_prf", "learned_prf_sh"]
@@ -168,3 +169,24 @@ def test_abacus_names_one_dimensional_tokens():
     ctx = _ctx()
     with pytest.raises(ValueError, match=r"tokens must be \(b\|1, s\)"):
         pe.embed_tokens(torch.zeros(1, 5, 16), torch.zeros(5, dtype=torch.long), ctx)
+
+
+@pytest.mark.parametrize("name", [7, None, ["rope"]])
+def test_a_name_that_is_no_string_is_a_type_error_saying_what_a_name_is(name):
+    # the third probe: Python's own "argument of type 'int' is not iterable"
+    for call in (pezoo.create, pezoo.resolved_options, pezoo.get):
+        with pytest.raises(TypeError, match="an encoding name is a string such as 'rope'"):
+            call(name)
+    assert pezoo.is_known(name) is False
+    with pytest.raises(TypeError, match="an encoding spec is a string such as 'rope'"):
+        parse_pe(name)
+
+
+def test_a_thousand_nested_wrappers_are_refused_before_anything_is_built():
+    name = "randomized:" * 1200 + "rope"  # the third probe: a RecursionError
+    for call in (pezoo.create, pezoo.resolved_options, pezoo.get):
+        with pytest.raises(ValueError, match=r"nests 1200 wrappers; at most 8"):
+            call(name)
+    assert pezoo.is_known(name) is False
+    with pytest.raises(ValueError, match="already randomized"):  # two: the wrapper's own refusal, as before
+        pezoo.create("randomized:randomized:rope", dims=DIMS)

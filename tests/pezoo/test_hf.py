@@ -4,7 +4,12 @@ no downloads): generate on a left-padded batch, the model's own RoPE, save/load,
 from __future__ import annotations
 
 import copy
+import json
+import math
 import os
+import pickle
+import shutil
+import sys
 
 import pytest
 import torch
@@ -358,9 +363,251 @@ def test_training_on_a_left_padded_batch_reaches_the_encoding(spec):
     assert all(torch.isfinite(g).all() for g in grads if g is not None)
 
 
-def test_gradient_checkpointing_is_refused():
+def test_gradient_checkpointing_is_refused_at_enable_for_an_encoding_that_observes():
     model = adapted("llama", "prism").train()
-    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-    enable()
     with pytest.raises(ValueError, match="checkpointing"):
+        model.activation_checkpointing_enable()
+    plain = tiny("llama").train()
+    plain.activation_checkpointing_enable()
+    with pytest.raises(ValueError, match="checkpointing"):
+        pezoo.hf.use_encoding(plain, "prism")
+
+
+# --- loading as itself (issue 54 item 1; issue 51's third probe) ---------------------------------
+
+
+def saved(tmp_path, kind="llama", spec="fire", seed=1, name="model"):
+    model = adapted(kind, spec, seed)
+    with torch.no_grad():
+        for p in model.pezoo_encoding.parameters():
+            p.add_(0.1 * torch.randn_like(p))  # off the init: a load must read them
+    folder = tmp_path / name
+    model.save_pretrained(folder)
+    return model, folder
+
+
+def same_logits(a, b):
+    ids, mask = left_padded(PROMPTS)
+    with torch.no_grad():
+        return torch.equal(a.eval()(ids, attention_mask=mask).logits, b.eval()(ids, attention_mask=mask).logits)
+
+
+def test_a_plain_auto_load_gives_the_adapted_model(tmp_path):
+    model, folder = saved(tmp_path, "gpt2", "alibi{n_biased=2}")
+    config = transformers.AutoConfig.from_pretrained(folder)
+    assert config.model_type == "pezoo_gpt2" and config.auto_map["AutoModelForCausalLM"].startswith("pezoo_model.")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(folder)
+    assert isinstance(loaded, transformers.GPT2LMHeadModel) and loaded.pezoo_encoding.n_biased == 2
+    assert same_logits(loaded, model)
+
+
+def test_a_plain_auto_load_where_pezoo_hf_is_not_imported_fails_loudly_or_loads_by_remote_code(tmp_path, monkeypatch):
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    model, folder = saved(tmp_path)
+    monkeypatch.delitem(CONFIG_MAPPING._extra_content, "pezoo_llama")  # as in a process that never imported it
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        transformers.AutoModelForCausalLM.from_pretrained(folder)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+    assert same_logits(loaded, model)
+
+
+def test_the_saved_loader_names_pezoo_where_it_is_not_installed(tmp_path, monkeypatch):
+    from transformers.dynamic_module_utils import check_imports
+
+    _, folder = saved(tmp_path)
+    monkeypatch.setitem(sys.modules, "pezoo", None)  # `import pezoo` fails, as where it is not installed
+    with pytest.raises(ImportError, match="pezoo"):
+        check_imports(str(folder / "pezoo_model.py"))
+
+
+def test_a_folder_saved_before_model_types_loads_through_pezoo_hf(tmp_path):
+    model, folder = saved(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config["model_type"] = "llama"  # as written before adapted models had a type of their own
+    config.pop("auto_map")
+    (folder / "config.json").write_text(json.dumps(config))
+    assert same_logits(pezoo.hf.from_pretrained(folder), model)
+
+
+def test_a_stray_weights_file_in_the_folder_is_not_read(tmp_path):
+    model, folder = saved(tmp_path, seed=1)
+    _, other = saved(tmp_path, seed=2, name="other")
+    shutil.copy(other / "model.safetensors", folder / "model_old.safetensors")
+    assert same_logits(pezoo.hf.from_pretrained(folder), model)
+    assert same_logits(transformers.AutoModelForCausalLM.from_pretrained(folder), model)
+
+
+def test_a_subfolder_gives_its_own_spec_and_weights(tmp_path):
+    model, _ = saved(tmp_path, spec="fire", name="top/sub")
+    adapted("llama", "t5", seed=3).save_pretrained(tmp_path / "top")  # another model above it
+    loaded = pezoo.hf.from_pretrained(tmp_path / "top", subfolder="sub")
+    assert loaded.config.pezoo["spec"] == "fire" and same_logits(loaded, model)
+
+
+@pytest.mark.parametrize(
+    ("spec", "options"),
+    [
+        ("randomized:ape{max_length=300000000}", {}),
+        ("randomized:ape", {"max_length": 10**12}),
+        ("learned_ape", {"max_position": 10**8}),
+        ("prism", {"d_pe": 10**6}),
+    ],
+)
+def test_size_options_past_the_bounds_are_refused_before_allocating(tmp_path, spec, options):
+    with pytest.raises(ValueError, match="bound"):
+        pezoo.hf.use_encoding(tiny("llama"), spec, **options)
+    _, folder = saved(tmp_path)  # and in a saved config's record
+    config = json.loads((folder / "config.json").read_text())
+    config["pezoo"].update(spec=spec, options=options)
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="bound"):
+        pezoo.hf.from_pretrained(folder)
+
+
+def test_the_bounds_are_the_harnesss():
+    limits = pytest.importorskip("harness.limits")
+    from pezoo.hf import limits as ours
+
+    assert (ours.MAX_POSITIONS, ours.MAX_WIDTH) == (limits.MAX_POSITIONS, limits.MAX_WIDTH)
+    assert (ours.POSITION_OPTIONS, ours.WIDTH_OPTIONS) == (limits.POSITION_OPTIONS, limits.WIDTH_OPTIONS)
+
+
+def test_an_unknown_backend_fails_at_load_not_at_the_first_forward(tmp_path):
+    with pytest.raises(ValueError, match="backend"):
+        pezoo.hf.use_encoding(tiny("llama"), "alibi", backend="fused-ish")
+    _, folder = saved(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config["pezoo"]["backend"] = "fused-ish"
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="backend"):
+        transformers.AutoModelForCausalLM.from_pretrained(folder)
+
+
+# --- the paths around training and generation (issue 54 item 5) ----------------------------------
+
+
+def test_a_static_cache_is_refused_up_front():
+    model = adapted("llama", "alibi")
+    ids, mask = left_padded(PROMPTS)
+    with pytest.raises(ValueError, match="dynamic KV cache"):
+        model.generate(ids, attention_mask=mask, max_new_tokens=2, cache_implementation="static")
+    cache = transformers.StaticCache(config=model.config, max_cache_len=16)
+    with pytest.raises(ValueError, match="dynamic KV cache"):
+        model(ids, attention_mask=mask, past_key_values=cache)
+
+
+@pytest.mark.parametrize("spec", ["t5", "prism"])
+def test_deep_copy_and_pickle_after_a_training_step(spec):
+    model = adapted("llama", spec).train()
+    ids, mask = left_padded(PROMPTS)
+    model(ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss.backward()
+    for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert type(twin) is type(model) and twin._pezoo_adapter.encoding is twin.pezoo_encoding
+        assert same_logits(twin, model)
+        model.train()
+
+
+def test_llama_ignores_partial_rotary_factor_and_so_does_rope():
+    torch.manual_seed(0)
+    params = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+    model = tiny("llama", rope_parameters=params)
+    ids, mask = left_padded([list(range(3, 20)), list(range(5, 12))])
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+        ours = pezoo.hf.use_encoding(copy.deepcopy(model), "rope")
+        torch.testing.assert_close(ours(ids, attention_mask=mask).logits[mask.bool()], want[mask.bool()],
+                                   atol=1e-5, rtol=0)  # fmt: skip
+    assert ours.pezoo_encoding.rotary_dim == 16
+
+
+def test_a_rope_config_read_differently_is_refused():
+    model = tiny("llama")
+    model.model.rotary_emb.inv_freq.mul_(0.5)  # frequencies no config of pezoo's gives
+    with pytest.raises(ValueError, match="differently"):
+        pezoo.hf.use_encoding(model, "rope")
+
+
+def test_output_attentions_gives_the_probabilities():
+    model = adapted("llama", "alibi")
+    ids, mask = left_padded(PROMPTS)
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, output_attentions=True)
+    assert len(out.attentions) == 2
+    probs = out.attentions[0]
+    assert probs.shape == (2, 4, ids.shape[1], ids.shape[1])
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, ids.shape[1]))
+    assert probs[1, :, 3:, :3].abs().max() == 0  # the padding gets no attention
+    assert torch.triu(probs[0], diagonal=1).abs().max() == 0  # nor the future
+
+
+def test_attention_dropout_warns_that_it_is_not_applied():
+    model = adapted("gpt2", "alibi").train()  # GPT-2's attn_pdrop is 0.1
+    with pytest.warns(UserWarning, match="dropout"):
         model(torch.tensor([PROMPTS[0]]))
+
+
+@pytest.mark.parametrize("option", [{"n_heads": 8}, {"head_dim": 32}, {"d_model": 128}])
+def test_options_that_contradict_the_models_shape_are_refused(option):
+    with pytest.raises(ValueError, match="contradicts"):
+        pezoo.hf.use_encoding(tiny("llama"), "alibi", **option)
+
+
+def test_a_trainer_fine_tunes_an_adapted_model(tmp_path):
+    pytest.importorskip("accelerate")
+    from torch.utils.data import Dataset
+
+    class Rows(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            ids = torch.tensor([3 + (i + j) % 20 for j in range(8)])
+            return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+
+    model = adapted("llama", "fire").train()
+    before = {n: p.detach().clone() for n, p in model.pezoo_encoding.named_parameters()}
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
+                                          max_steps=3, learning_rate=1e-2, report_to=[], save_strategy="no",
+                                          logging_steps=1, use_cpu=True, activation_checkpointing=True)  # fmt: skip
+    result = transformers.Trainer(model=model, args=args, train_dataset=Rows()).train()
+    assert result.global_step == 3 and math.isfinite(result.training_loss)
+    assert any(not torch.equal(p, before[n]) for n, p in model.pezoo_encoding.named_parameters())
+
+
+# --- cost at length (issue 54 item 6; numbers: benchmarks/hf_cost_at_length.py) -----------------
+
+
+@pytest.mark.parametrize("n_cached", [0, 5])
+def test_a_per_layer_function_bias_is_built_on_the_causal_pairs_only(monkeypatch, n_cached):
+    from pezoo.context import AttentionContext
+    from pezoo.hf import families
+
+    monkeypatch.setattr(families, "DENSE_CHUNK_PAIRS", 40)  # blocks of 2-3 query rows
+    fire = pezoo.create("fire", n_heads=4, n_layers=1)
+    with torch.no_grad():
+        for p in fire.parameters():
+            p.add_(torch.randn_like(p))
+    s, j = 9, 9 + n_cached
+    ctx = AttentionContext(q_pos=torch.arange(n_cached, j)[None], k_pos=torch.arange(j)[None])
+    q = k = torch.zeros(1, 4, s, 8)
+    (bias,) = fire.bias(0, q, k, ctx)
+    dense = families.causal_dense(bias, ctx, 4)
+    want = bias.materialize(ctx, 4, torch.float32)  # (1, h, s, j)
+    got = dense.materialize(ctx, 4, torch.float32)
+    seen = torch.arange(j)[None, :] <= torch.arange(n_cached, j)[:, None]  # (s, j)
+    torch.testing.assert_close(got[..., seen], want[..., seen], atol=1e-6, rtol=0)
+    qkv = torch.randn(3, 1, 4, s, 8)
+    kv = torch.randn(2, 1, 4, j, 8)
+    out = [pezoo.attend(qkv[0], kv[0], kv[1], ctx, [b], backend="sdpa")[0] for b in (bias, dense)]
+    torch.testing.assert_close(out[1], out[0], atol=1e-5, rtol=0)  # the future's values are masked either way
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["alibi", "fire"])
+def test_a_compiled_forward_has_no_graph_break(spec):
+    model = adapted("llama", spec)
+    ids, mask = left_padded(PROMPTS)
+    with torch.no_grad():
+        explained = torch._dynamo.explain(model)(ids, attention_mask=mask, use_cache=False)
+    assert explained.graph_break_count == 0, [str(r.reason)[:200] for r in explained.break_reasons]

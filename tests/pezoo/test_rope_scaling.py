@@ -481,3 +481,11 @@ def test_the_scaling_names_are_importable_from_the_rope_module_too():
     assert rope.RopeScaling is RopeScaling and rope.rope_frequencies is rope_frequencies
     assert rope.ROPE_TYPES is ROPE_TYPES and rope.rotary_dim_of is rotary_dim_of
     assert {"RopeScaling", "rope_frequencies", "ROPE_TYPES", "rotary_dim_of"} <= set(rope.__all__)
+
+
+def test_one_function_per_rope_type():
+    """Every rope_type has exactly one entry in the table rope_frequencies dispatches on."""
+    from pezoo.encodings.rope_scaling import ROPE_INIT_FUNCTIONS, ROPE_TYPES
+
+    assert tuple(ROPE_INIT_FUNCTIONS) == ROPE_TYPES
+    assert len(set(ROPE_INIT_FUNCTIONS.values())) == len(ROPE_TYPES)

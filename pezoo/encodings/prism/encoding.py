@@ -42,6 +42,7 @@ from pezoo.context import AttentionContext, check_layer, check_qk
 from pezoo.encodings.prism.config import CopyKey, EpsSupport, PRISMConfig
 from pezoo.encodings.prism.gates import HiddenRegulariser
 from pezoo.encodings.prism.layer import PRISMLayer
+from pezoo.encodings.prism.paper import CARD
 from pezoo.encodings.prism.streams import CallStreams, StreamNorm, fold_position_streams, position_scores
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -84,7 +85,7 @@ def scores_as_bias(q: Tensor, k: Tensor, streams: Tensor, ctx: AttentionContext)
     return f >= SCORE_MIN_D_PE and c * f >= 4 * max(i, j) and i * j < (i + j) * f
 
 
-@register("prism")
+@register("prism", card=CARD)
 class PRISM(PositionalEncoding):
     """PRISM: learned relative positions as histograms over offsets (Lee 2025, §4–5, Alg. 1–4).
 

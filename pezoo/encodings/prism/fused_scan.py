@@ -57,6 +57,9 @@ slicing them apart outside would make autograd allocate and fill two more of tha
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -64,7 +67,53 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-__all__ = ["fused_windowed_scan", "scan_coefficients"]
+__all__ = ["SCAN_BACKENDS", "fused_windowed_scan", "scan_backend", "scan_coefficients", "set_scan_backend"]
+
+SCAN_BACKENDS = ("auto", "torch", "triton")
+"""Who runs ``fused_windowed_scan``: ``"torch"`` (default) always this module's torch loop;
+``"auto"`` the Triton kernels of
+``triton_scan.py`` for CUDA tensors when triton imports, this module's torch loop otherwise
+(the default becomes ``"auto"`` once the kernels have been compiled and checked on a GPU: so
+far they are tested only in Triton's interpreter); ``"triton"`` always the kernels (CPU tensors then run in
+Triton's interpreter: for tests, very slow). The environment variable ``PEZOO_PRISM_SCAN``
+sets it for a process, ``set_scan_backend`` / ``scan_backend`` in code."""
+
+_backend = os.environ.get("PEZOO_PRISM_SCAN", "torch")
+
+
+def set_scan_backend(name: str) -> str:
+    """Set who runs the fused scan (one of ``SCAN_BACKENDS``); returns the previous setting."""
+    global _backend
+    if name not in SCAN_BACKENDS:
+        raise ValueError(f"unknown PRISM scan backend {name!r}; valid: {', '.join(SCAN_BACKENDS)}")
+    previous, _backend = _backend, name
+    return previous
+
+
+@contextlib.contextmanager
+def scan_backend(name: str) -> Iterator[None]:
+    """``set_scan_backend(name)`` for the duration of a ``with`` block."""
+    previous = set_scan_backend(name)
+    try:
+        yield
+    finally:
+        set_scan_backend(previous)
+
+
+def _use_triton(h0: Tensor) -> bool:
+    """Whether this call goes to the Triton kernels (see ``SCAN_BACKENDS``). triton is imported
+    only here, when a CUDA tensor or the ``"triton"`` setting asks for it."""
+    if _backend not in SCAN_BACKENDS:
+        raise ValueError(
+            f"PEZOO_PRISM_SCAN={_backend!r} is not a PRISM scan backend; valid: {', '.join(SCAN_BACKENDS)}"
+        )
+    if _backend == "torch" or (_backend == "auto" and not h0.is_cuda):
+        return False
+    from pezoo.encodings.prism import triton_scan
+
+    if _backend == "triton" and not triton_scan.available():
+        raise RuntimeError("PRISM scan backend 'triton' needs triton (pip install triton)")
+    return triton_scan.available()
 
 
 def scan_coefficients(gates: Tensor) -> Tensor:
@@ -286,6 +335,10 @@ def fused_windowed_scan(
     coef, gamma, table = coef.to(dtype), gamma.to(dtype), table.to(dtype)
     probs = None if copy_probs is None else copy_probs.to(dtype)
     with torch.autocast(h0.device.type, enabled=False):  # fp32 streams, like the compute dtype of the scan
+        if _use_triton(h0):
+            from pezoo.encodings.prism.triton_scan import triton_windowed_scan
+
+            return triton_windowed_scan(h0, coef, gamma, table, eps, start=start, support=support, copy_probs=probs)
         inputs = (h0, coef, gamma, probs, table)
         if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
             return _WindowedScan.apply(h0, coef, gamma, probs, table, eps, start, support)

@@ -1,0 +1,78 @@
+"""Tiny random models of every family pezoo.hf adapts (hidden 32, 2 layers, 4 heads, 100-token
+vocabulary): built here, no downloads. Shared by the pezoo.hf tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import transformers
+
+PAD, BOS, EOS = 0, 1, 2
+VOCAB = 100
+_IDS = {"vocab_size": VOCAB, "pad_token_id": PAD, "bos_token_id": BOS, "eos_token_id": EOS}
+_LLAMA_LIKE = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "llama": _LLAMA_LIKE,
+    "mistral": _LLAMA_LIKE,
+    "mixtral": {**_LLAMA_LIKE, "num_local_experts": 2, "num_experts_per_tok": 1},
+    "qwen2": _LLAMA_LIKE,
+    "qwen3": {**_LLAMA_LIKE, "head_dim": 8},
+    "granite": {**_LLAMA_LIKE, "attention_multiplier": 0.3, "embedding_multiplier": 2.0},
+    "gemma": {**_LLAMA_LIKE, "head_dim": 8},
+    "gemma2": {**_LLAMA_LIKE, "head_dim": 8, "query_pre_attn_scalar": 8, "attn_logit_softcapping": None},
+    "olmo": {**_LLAMA_LIKE, "clip_qkv": 5.0},
+    "olmo2": _LLAMA_LIKE,
+    "starcoder2": _LLAMA_LIKE,
+    "phi": {**_LLAMA_LIKE, "qk_layernorm": True},
+    "phi3": _LLAMA_LIKE,
+    "stablelm": _LLAMA_LIKE,
+    "gpt_neox": {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 64,
+    },
+    "gptj": {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4, "n_positions": 64},
+    "falcon": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4},
+    "bloom": {"hidden_size": 32, "n_layer": 2, "n_head": 4},
+    "opt": {
+        "hidden_size": 32,
+        "ffn_dim": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "word_embed_proj_dim": 32,
+        "max_position_embeddings": 64,
+    },
+    "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64},
+}
+"""A tiny configuration of each adapted family."""
+
+ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "opt", "gpt2")]
+"""Families whose own encoding is RoPE."""
+
+
+def tiny(model_type: str, **overrides: Any) -> transformers.PreTrainedModel:
+    """A tiny random causal LM of ``model_type``, in eval mode, without dropout."""
+    config = transformers.AutoConfig.for_model(model_type, **{**_IDS, **CONFIGS[model_type], **overrides})
+    for key in (
+        "attention_dropout",
+        "attn_pdrop",
+        "resid_pdrop",
+        "embd_pdrop",
+        "hidden_dropout",
+        "dropout",
+        "residual_dropout",
+        "embedding_dropout",
+    ):
+        if hasattr(config, key) and key not in overrides:
+            setattr(config, key, 0.0)
+    return transformers.AutoModelForCausalLM.from_config(config).eval()

@@ -1,0 +1,151 @@
+"""pezoo.hf on every family it adapts (tiny random models, :mod:`hf_tiny`): the model's own RoPE
+reproduced, a left-padded batch generating each row's own continuation, save -> plain
+``AutoModelForCausalLM`` load -> the same logits, and training steps under gradient
+checkpointing; and the configurations it refuses, by reason."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from hf_tiny import CONFIGS, EOS, PAD, ROPE_FAMILIES, tiny  # noqa: E402
+
+import pezoo.hf  # noqa: E402  (needs transformers)
+
+PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12, 13]]  # the second row is left-padded by three
+
+
+def left_padded(prompts):
+    width = max(map(len, prompts))
+    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts])
+    return ids, (ids != PAD).long()
+
+
+def until_eos(tokens):
+    return tokens[: tokens.index(EOS) + 1] if EOS in tokens else tokens
+
+
+def test_the_table_covers_the_families_of_the_issue():
+    assert set(CONFIGS) == set(pezoo.hf.families.FAMILIES)
+
+
+@pytest.mark.parametrize("model_type", ROPE_FAMILIES)
+def test_rope_is_the_models_own(model_type):
+    torch.manual_seed(0)
+    model = tiny(model_type)
+    ids, mask = left_padded([list(range(3, 20)), list(range(30, 40))])
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+        ours = pezoo.hf.use_encoding(copy.deepcopy(model), "rope")
+        got = ours(ids, attention_mask=mask).logits
+        torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-5, rtol=0)
+        assert (
+            ours.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False).tolist()
+            == model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False).tolist()
+        )
+
+
+@pytest.mark.parametrize("model_type", list(CONFIGS))
+def test_a_left_padded_batch_generates_each_rows_own_continuation(model_type):
+    torch.manual_seed(1)
+    model = pezoo.hf.use_encoding(tiny(model_type), "alibi")
+    ids, mask = left_padded(PROMPTS)
+    batch = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False)
+    for row, prompt in enumerate(PROMPTS):
+        alone = model.generate(torch.tensor([prompt]), max_new_tokens=3, do_sample=False)
+        assert until_eos(batch[row, ids.shape[1] :].tolist()) == until_eos(alone[0, len(prompt) :].tolist())
+
+
+@pytest.mark.parametrize("model_type", list(CONFIGS))
+def test_saved_it_loads_as_itself_through_the_auto_class(tmp_path, model_type):
+    torch.manual_seed(2)
+    model = pezoo.hf.use_encoding(tiny(model_type), "fire")
+    with torch.no_grad():
+        for p in model.pezoo_encoding.parameters():
+            p.add_(0.1 * torch.randn_like(p))  # not the init: the load must read them
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert type(loaded) is type(model) and loaded.config.model_type == f"pezoo_{model_type}"
+    ids, mask = left_padded(PROMPTS)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, attention_mask=mask).logits, model(ids, attention_mask=mask).logits,
+                                   atol=0, rtol=0)  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", list(CONFIGS))
+def test_training_under_gradient_checkpointing_recomputes_exactly(model_type):
+    ids, mask = left_padded(PROMPTS)
+    labels = ids.masked_fill(mask == 0, -100)
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(3)
+        model = pezoo.hf.use_encoding(tiny(model_type), "t5").train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+        model(ids, attention_mask=mask, labels=labels).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[1].keys() == grads[0].keys() and any(k.startswith("pezoo_encoding.") for k in grads[1])
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-5, msg=name)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(3):  # a few steps more, still checkpointed
+        optimizer.zero_grad()
+        loss = model(ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize(
+    ("model_type", "config", "reason"),
+    [
+        ("gemma2", {"attn_logit_softcapping": 50.0}, "soft-caps"),
+        ("opt", {"word_embed_proj_dim": 16}, "projected"),
+    ],
+)
+def test_configurations_that_cannot_work_are_refused_by_reason(model_type, config, reason):
+    with pytest.raises(ValueError, match=reason):
+        pezoo.hf.use_encoding(tiny(model_type, **config), "alibi")
+
+
+def test_alibi_is_blooms_own():
+    torch.manual_seed(4)
+    bloom = tiny("bloom")
+    ids, mask = left_padded(PROMPTS)
+    with torch.no_grad():
+        want = bloom(ids, attention_mask=mask).logits
+        got = pezoo.hf.use_encoding(copy.deepcopy(bloom), "alibi")(ids, attention_mask=mask).logits
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-5, rtol=0)
+
+
+def test_an_alibi_of_the_models_own_is_replaced():
+    torch.manual_seed(4)
+    falcon = tiny("falcon", alibi=True)
+    ids, mask = left_padded(PROMPTS)
+    with torch.no_grad():
+        base = falcon(ids, attention_mask=mask).logits
+        adapted = pezoo.hf.use_encoding(copy.deepcopy(falcon), "nope")(ids, attention_mask=mask).logits
+    assert not torch.allclose(adapted, base)  # the model's own ALiBi (scaled by 1/sqrt(e) in Falcon) no longer runs
+
+
+@pytest.mark.parametrize("model_type", ["llama", "stablelm", "bloom", "falcon"])
+def test_a_recompute_after_another_forward_uses_its_own_call(model_type):
+    long, short = left_padded(PROMPTS), left_padded([[5, 6, 7]])
+    torch.manual_seed(5)
+    model = pezoo.hf.use_encoding(tiny(model_type), "t5").train()
+    model.activation_checkpointing_enable()
+    model(long[0], attention_mask=long[1], labels=long[0]).loss.backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    first = model(long[0], attention_mask=long[1], labels=long[0]).loss
+    model(short[0], attention_mask=short[1])  # another call before the first one's backward
+    first.backward()
+    for name, grad in want.items():
+        torch.testing.assert_close(model.get_parameter(name).grad, grad, atol=1e-6, rtol=1e-5, msg=name)
