@@ -42,7 +42,7 @@ from harness.provenance import run_provenance
 from harness.result import RunOutcome, RunResult
 from harness.store import ClaimLostError, Store, StoreError
 from harness.tblog import RunLog
-from harness.train import Checkpointing, DivergedError, build_model, restore, train
+from harness.train import Accel, Checkpointing, DivergedError, TrainResult, build_model, restore, train
 
 Progress = Callable[[str, int, int, str], None]
 """progress(phase, done, total, note): phase ``train`` (done of total steps, note
@@ -51,7 +51,9 @@ reported with done 0 as the final evaluation starts)."""
 
 
 def check_run(cfg: RunConfig) -> None:
-    """Fail fast, before any training, on a run that cannot work (ValueError says why)."""
+    """Fail fast, before any training, on a run that cannot work (ValueError says why),
+    a bad ``$PEZOO_ACCEL`` included (``harness.train.Accel``)."""
+    Accel.for_device("cpu")  # its syntax; what it switches on depends on the worker's device
     task = tasks.create(cfg.task)
     task.check_scale(cfg.train.train_min)
     if not any(task.has_scale(n) for n in cfg.train_lengths()):
@@ -228,27 +230,87 @@ def train_and_evaluate(
     (``cfg.is_variant``) is not trained: :func:`evaluate_kept` evaluates its trained run's
     weights. Nor is a run whose training another run kept the weights of
     (:func:`weights_source`), if the file is still the one that run kept (its SHA-256) and
-    fits the model; one that is not is set aside (``.unreadable``) with a notice, and the
-    run trains.
+    fits the model (:func:`_reuse_kept`).
 
-    A NaN loss gives a ``diverged`` result (its checkpoint is set aside as
-    ``<name>.diverged``, never resumed) and any other exception a ``failed`` one with
-    its traceback; ``KeyboardInterrupt`` propagates. Otherwise the checkpoint is left in
-    place: the caller removes it once the result is safely recorded.
+    A NaN loss gives a ``diverged`` result (its checkpoint set aside as ``<name>.diverged``)
+    and any other exception a ``failed`` one (:func:`_unfinished`); ``KeyboardInterrupt``
+    propagates. Otherwise the checkpoint stays: the caller removes it once the result is
+    safely recorded.
+
+    Steps: restore, train (:class:`_Evaluations` during), note who trained, keep the
+    weights, evaluate and pick the metrics, :func:`_finished`.
     """
     use_tf32(device)  # a GPU's float32 matmuls on its TF32 tensor cores (harness.precision)
     trusted = dict(kept_weights or {})
     if cfg.is_variant:
         trained_id = cfg.trained_config().run_id()
         return evaluate_kept(cfg, trained_id, trusted.get(trained_id), device, checkpoint, progress, notice=notice)
-    run_id = cfg.run_id()
-    notices: list[str] = []
+    run = _Attempt(cfg, {}, notice)
+    reused = _reuse_kept(cfg, trusted, device, checkpoint, progress, run)
+    if reused is not None:
+        return reused
+    run.started_at, run.prov = time.time(), dict(run_provenance(cfg, device))
     log = None
+    try:
+        task = tasks.create(cfg.task)
+        ckpt = Checkpointing(checkpoint, checkpoint_every, on_error=run.tell_run)
+        model, resume = _restore_told(cfg, ckpt.path, device, run)
+        if tensorboard:
+            log = RunLog(tensorboard, cfg, first_step=resume["step"] if resume else 0)
+        evaluations = _Evaluations(cfg, model, task, device, run, log, progress or (lambda *a: None))
+        result = train(
+            cfg,
+            model,
+            task,
+            device,
+            on_step=evaluations.on_step,
+            checkpointing=ckpt,
+            resume=resume,
+            evaluate=evaluations.periodic if cfg.eval.every else None,
+            on_lr=log.lr if log is not None else None,
+        )
+        _note_history(run, result)
+        if keep_weights:  # for the run's inference-time variants (harness.checkpoint.save_weights)
+            _keep_weights(run, weights_path(checkpoint.parent, run.run_id), model, result.final_loss)
+        t0 = time.perf_counter()
+        metrics = evaluations.reported(result.evaluations)
+        return _finished(run, model, task, metrics, result.final_loss, result.seconds, t0, tell_diagnostics=True)
+    except (SystemExit, Exception) as exc:  # KeyboardInterrupt propagates
+        return _unfinished(exc, run, checkpoint)
+    finally:
+        if log is not None:
+            log.close()
 
-    def tell(msg: str) -> None:
-        notices.append(msg)
-        notice(msg)
 
+def _unfinished(exc: BaseException, run: _Attempt, checkpoint: Path) -> RunResult:
+    """The result of a run that raised ``exc``: ``diverged`` for a NaN loss (its checkpoint
+    set aside: its last state leads to the same NaN, or holds it), else ``failed`` with the
+    traceback (not retried when the run's code called ``sys.exit``: the run fails, not the
+    sweep)."""
+    if isinstance(exc, DivergedError):
+        if checkpoint.exists():
+            aside = set_aside(checkpoint, "diverged")
+            where = f"set aside as {aside.name}" if aside is not None else "removed"
+            run.tell_run(f"its checkpoint is {where}; the next attempt starts over from step 0")
+        return RunResult(run.run_id, "diverged", run.prov, run.started_at, error=str(exc), notices=tuple(run.notices))
+    if isinstance(exc, SystemExit):
+        return RunResult.failed(
+            run.run_id, run.prov, run.started_at, _exited(exc, run.prov), run.notices, retryable=False
+        )
+    return RunResult.failed(run.run_id, run.prov, run.started_at, exc, run.notices)
+
+
+def _reuse_kept(
+    cfg: RunConfig,
+    trusted: Mapping[str, str],
+    device: torch.device,
+    checkpoint: Path,
+    progress: Progress | None,
+    run: _Attempt,
+) -> RunResult | None:
+    """The result of evaluating the kept weights of a run that trained as ``cfg`` would
+    (``trusted``: run id -> SHA-256 its record holds), or None: the run trains. A file
+    that is not the one its run kept, or does not fit the model, is set aside with a notice."""
     for source, digest in trusted.items():
         if not weights_path(checkpoint.parent, source).is_file():
             continue
@@ -257,121 +319,158 @@ def train_and_evaluate(
         except CheckpointError as exc:  # not the weights its run kept, or they do not fit: never read again
             aside = set_aside(weights_path(checkpoint.parent, source))
             where = f"set aside as {aside.name}" if aside is not None else "removed"
-            tell(f"run {run_id}: the weights run {source} kept are passed over: {exc}; {where}")
+            run.tell_run(f"the weights run {source} kept are passed over: {exc}; {where}")
             continue
         except Exception:  # the model does not build: training below fails the same way, saying why
             break
-        reused = evaluate_kept(cfg, source, digest, device, checkpoint, progress, notice=notice, loaded=loaded)
-        return replace(reused, notices=(*notices, *reused.notices))
-    if notices:
-        tell(f"run {run_id}: no usable kept weights of its training, so it trains")
-    started_at = time.time()
-    prov = run_provenance(cfg, device)
+        reused = evaluate_kept(cfg, source, digest, device, checkpoint, progress, notice=run.notice, loaded=loaded)
+        return replace(reused, notices=(*run.notices, *reused.notices))
+    if run.notices:
+        run.tell_run("no usable kept weights of its training, so it trains")
+    return None
 
+
+class _Attempt:
+    """One attempt at a run: its id, provenance and start, and the notices it told."""
+
+    def __init__(self, cfg: RunConfig, prov: Mapping[str, Any], notice: Callable[[str], None]) -> None:
+        self.cfg, self.run_id, self.prov, self.notice = cfg, cfg.run_id(), dict(prov), notice
+        self.started_at = time.time()
+        self.notices: list[str] = []
+
+    def tell(self, msg: str) -> None:
+        self.notices.append(msg)
+        self.notice(msg)
+
+    def tell_run(self, msg: str) -> None:
+        """:meth:`tell` ``run <id>: msg``."""
+        self.tell(f"run {self.run_id}: {msg}")
+
+
+def _restore_told(
+    cfg: RunConfig, path: Path, device: torch.device, run: _Attempt
+) -> tuple[Backbone, dict[str, Any] | None]:
+    """``harness.train.restore``, telling a resume or why a checkpoint was set aside."""
+    model, resume, problem = restore(cfg, path, device)
+    if problem:
+        run.tell_run(problem)
+    elif resume is not None:
+        run.tell_run(f"resuming from step {resume['step']}")
+    return model, resume
+
+
+def _keep_weights(run: _Attempt, path: Path, model: Backbone, final_loss: float) -> None:
+    """Keep the final weights at ``path``, their SHA-256 in the provenance (the record
+    vouches for the file: :data:`WEIGHTS_DIGEST`); a failed write is told (the run still
+    finishes)."""
     try:
-        task = tasks.create(cfg.task)
-        ckpt = Checkpointing(checkpoint, checkpoint_every, on_error=lambda msg: tell(f"run {run_id}: {msg}"))
-        model, resume, problem = restore(cfg, ckpt.path, device)
-        if problem:
-            tell(f"run {run_id}: {problem}")
-        elif resume is not None:
-            tell(f"run {run_id}: resuming from step {resume['step']}")
-        report = progress or (lambda *a: None)
-        if tensorboard:
-            log = RunLog(tensorboard, cfg, first_step=resume["step"] if resume else 0)
-        eval_sets: dict[int, list] = {}  # fixed per (task, scale, seed): built once, reused by every evaluation
+        run.prov[WEIGHTS_DIGEST] = save_weights(path, run.cfg, model, final_loss)
+    except WriteError as exc:
+        run.tell_run(f"its final weights could not be kept ({exc}); its variants cannot be evaluated")
 
-        def evaluate_all_(show: bool = False) -> Evaluation:
-            return evaluate_all(cfg, model, task, device, eval_sets, report if show else None)
 
-        def traces(step: int, metrics: Evaluation) -> None:
-            if cfg.eval.match == "answer":  # the answer is what is scored; log the whole trace too
-                per_scale = ", ".join(f"{m.length}: {fixed(m.trace_exact_match, 2)}" for _, m in metrics)
-                tell(f"run {run_id}: step {step}: full-trace exact match per scale {per_scale}")
+def _note_history(run: _Attempt, result: TrainResult) -> None:
+    """Put in the provenance which commit (and machine) trained which steps, when more than one did."""
+    if len(result.code) > 1:  # resumed under other code: the record says which commit trained which steps
+        run.prov["code_by_step"] = by_step(result.code, result.steps)
+        run.tell_run(f"trained by more than one commit: {run.prov['code_by_step']}")
+    if len(result.machine) > 1:  # resumed on another machine: which one trained which steps
+        run.prov["machine_by_step"] = by_step(result.machine, result.steps)
+        run.tell_run(f"trained on more than one machine: {run.prov['machine_by_step']}")
 
-        def periodic(step: int) -> Evaluation:
-            metrics = evaluate_all_()
-            tell(f"run {run_id}: step {step}: {summary(metrics)}")
-            traces(step, metrics)
-            if log is not None:
-                log.evaluation(step, metrics)
-            return metrics
 
-        def on_step(step: int, loss: float) -> None:
-            report("train", step + 1, cfg.train.steps, f"loss {loss:.4f}")
-            if log is not None:
-                log.step(step + 1, loss)
+class _Evaluations:
+    """A trained run's evaluations: periodic ones during training, the final one, and the
+    metrics reported among them (``cfg.eval.select``); each told, logged and traced."""
 
-        result = train(
-            cfg,
-            model,
-            task,
-            device,
-            on_step=on_step,
-            checkpointing=ckpt,
-            resume=resume,
-            evaluate=periodic if cfg.eval.every else None,
-            on_lr=log.lr if log is not None else None,
+    def __init__(
+        self,
+        cfg: RunConfig,
+        model: Backbone,
+        task: tasks.Task,
+        device: torch.device,
+        run: _Attempt,
+        log: RunLog | None,
+        report: Progress,
+    ) -> None:
+        self.cfg, self.model, self.task, self.device = cfg, model, task, device
+        self.run, self.log, self.report = run, log, report
+        self.eval_sets: dict[int, list] = {}  # fixed per (task, scale, seed): built once, reused by every evaluation
+
+    def all(self, show: bool = False) -> Evaluation:
+        return evaluate_all(self.cfg, self.model, self.task, self.device, self.eval_sets, self.report if show else None)
+
+    def traces(self, step: int, metrics: Evaluation) -> None:
+        if self.cfg.eval.match == "answer":  # the answer is what is scored; log the whole trace too
+            per_scale = ", ".join(f"{m.length}: {fixed(m.trace_exact_match, 2)}" for _, m in metrics)
+            self.run.tell_run(f"step {step}: full-trace exact match per scale {per_scale}")
+
+    def periodic(self, step: int) -> Evaluation:
+        metrics = self.all()
+        self.run.tell_run(f"step {step}: {summary(metrics)}")
+        self.traces(step, metrics)
+        if self.log is not None:
+            self.log.evaluation(step, metrics)
+        return metrics
+
+    def on_step(self, step: int, loss: float) -> None:
+        self.report("train", step + 1, self.cfg.train.steps, f"loss {loss:.4f}")
+        if self.log is not None:
+            self.log.step(step + 1, loss)
+
+    def reported(self, periodic: Sequence[tuple[int, Evaluation]]) -> Evaluation:
+        """Evaluate the final model; the metrics ``cfg.eval.select`` picks among it and ``periodic``."""
+        steps = self.cfg.train.steps
+        final = self.all(show=True)
+        self.traces(steps, final)
+        if self.log is not None:
+            self.log.evaluation(steps, final)
+        if not periodic and self.cfg.eval.select == "final":
+            return final
+        at = [step for step, _ in periodic] + [steps]
+        metrics = select_evaluation([e for _, e in periodic] + [final], self.cfg.eval.select)
+        self.run.tell_run(
+            f"reporting {self.cfg.eval.select} of {len(at)} evaluations (steps {', '.join(map(str, at))}): "
+            f"{summary(metrics)}"
         )
-        if len(result.code) > 1:  # resumed under other code: the record says which commit trained which steps
-            prov = {**prov, "code_by_step": by_step(result.code, result.steps)}
-            tell(f"run {run_id}: trained by more than one commit: {prov['code_by_step']}")
-        if len(result.machine) > 1:  # resumed on another machine: which one trained which steps
-            prov = {**prov, "machine_by_step": by_step(result.machine, result.steps)}
-            tell(f"run {run_id}: trained on more than one machine: {prov['machine_by_step']}")
-        if keep_weights:  # for the run's inference-time variants (harness.checkpoint.save_weights)
-            try:
-                digest = save_weights(weights_path(checkpoint.parent, run_id), cfg, model, result.final_loss)
-                prov = {**prov, WEIGHTS_DIGEST: digest}  # the record vouches for the file
-            except WriteError as exc:
-                tell(f"run {run_id}: its final weights could not be kept ({exc}); its variants cannot be evaluated")
-        t0 = time.perf_counter()
-        final = evaluate_all_(show=True)
-        traces(cfg.train.steps, final)
-        if log is not None:
-            log.evaluation(cfg.train.steps, final)
-        metrics = final
-        if result.evaluations or cfg.eval.select != "final":
-            steps = [step for step, _ in result.evaluations] + [cfg.train.steps]
-            metrics = select_evaluation([e for _, e in result.evaluations] + [final], cfg.eval.select)
-            tell(
-                f"run {run_id}: reporting {cfg.eval.select} of {len(steps)} evaluations "
-                f"(steps {', '.join(map(str, steps))}): {summary(metrics)}"
-            )
-            if log is not None:
-                log.evaluation(cfg.train.steps, metrics, tag=f"reported_{cfg.eval.select}")
-        try:
-            diagnostics = encoding_diagnostics(model, cfg, task)
-        except Exception as exc:  # diagnostics are a bonus: never lose a finished run to them
-            diagnostics = None
-            tell(f"run {run_id}: no diagnostics ({type(exc).__name__}: {exc})")
-        return RunResult(
-            run_id,
-            "finished",
-            prov,
-            started_at,
-            metrics=metrics,
-            final_loss=result.final_loss,
-            train_seconds=result.seconds,
-            eval_seconds=time.perf_counter() - t0,
-            n_params=dict(model.n_params()),
-            notices=tuple(notices),
-            diagnostics=diagnostics,
-        )
-    except DivergedError as exc:
-        # its last checkpoint leads to the same NaN (or holds it): never resume from it
-        if checkpoint.exists():
-            aside = set_aside(checkpoint, "diverged")
-            where = f"set aside as {aside.name}" if aside is not None else "removed"
-            tell(f"run {run_id}: its checkpoint is {where}; the next attempt starts over from step 0")
-        return RunResult(run_id, "diverged", prov, started_at, error=str(exc), notices=tuple(notices))
-    except SystemExit as exc:  # sys.exit() in the run's code (a plugin's forward): the run fails, not the sweep
-        return RunResult.failed(run_id, prov, started_at, _exited(exc, prov), notices, retryable=False)
+        if self.log is not None:
+            self.log.evaluation(steps, metrics, tag=f"reported_{self.cfg.eval.select}")
+        return metrics
+
+
+def _finished(
+    run: _Attempt,
+    model: Backbone,
+    task: tasks.Task,
+    metrics: Evaluation,
+    final_loss: float,
+    train_seconds: float,
+    t0: float,
+    *,
+    tell_diagnostics: bool,
+) -> RunResult:
+    """The ``finished`` result of a run evaluated from ``t0`` on, trained or not: its
+    diagnostics (a bonus: never lose a finished run to them; ``tell_diagnostics`` says
+    why there are none), parameter counts and timings."""
+    try:
+        diagnostics = encoding_diagnostics(model, run.cfg, task)
     except Exception as exc:
-        return RunResult.failed(run_id, prov, started_at, exc, notices)
-    finally:
-        if log is not None:
-            log.close()
+        diagnostics = None
+        if tell_diagnostics:
+            run.tell_run(f"no diagnostics ({type(exc).__name__}: {exc})")
+    return RunResult(
+        run.run_id,
+        "finished",
+        run.prov,
+        run.started_at,
+        metrics=metrics,
+        final_loss=final_loss,
+        train_seconds=train_seconds,
+        eval_seconds=time.perf_counter() - t0,
+        n_params=dict(model.n_params()),
+        notices=tuple(run.notices),
+        diagnostics=diagnostics,
+    )
 
 
 def by_step(code: Sequence[tuple[int, str]], steps: int) -> str:
@@ -433,9 +532,7 @@ def evaluate_kept(
     ``provenance["weights_from"]`` = the trained run's id. Missing, unvouched or unusable
     weights give a ``failed`` result saying why.
     """
-    run_id = cfg.run_id()
-    started_at = time.time()
-    prov = {**run_provenance(cfg, device), "weights_from": trained_id}
+    run = _Attempt(cfg, {**run_provenance(cfg, device), "weights_from": trained_id}, notice)
     try:
         try:
             model, final_loss = loaded or load_kept(cfg, trained_id, sha256, device, checkpoint.parent)
@@ -448,42 +545,25 @@ def evaluate_kept(
                 "store)"
             ) from None
         if cfg.is_variant:
-            told = (
-                f"run {run_id}: evaluating the weights of run {trained_id} with "
-                f"{format_eval_options(cfg.eval_pe_options)}, no training"
+            run.tell_run(
+                f"evaluating the weights of run {trained_id} with {format_eval_options(cfg.eval_pe_options)}, "
+                "no training"
             )
         else:
-            told = (
-                f"run {run_id}: evaluating the kept weights of run {trained_id}, which trained as this run would "
+            run.tell_run(
+                f"evaluating the kept weights of run {trained_id}, which trained as this run would "
                 "(only the evaluation differs), no training"
             )
-        notice(told)
         task = tasks.create(cfg.task)
         t0 = time.perf_counter()
         metrics = evaluate_all(cfg, model, task, device, {}, progress)
-        try:
-            diagnostics = encoding_diagnostics(model, cfg, task)
-        except Exception:  # a bonus, as for a trained run
-            diagnostics = None
-        return RunResult(
-            run_id,
-            "finished",
-            prov,
-            started_at,
-            metrics=metrics,
-            final_loss=final_loss,
-            train_seconds=0.0,
-            eval_seconds=time.perf_counter() - t0,
-            n_params=dict(model.n_params()),
-            notices=(told,),
-            diagnostics=diagnostics,
-        )
+        return _finished(run, model, task, metrics, final_loss, 0.0, t0, tell_diagnostics=False)
     except CheckpointError as exc:  # no usable weights: another attempt would read the same file
-        return RunResult.failed(run_id, prov, started_at, exc, retryable=False)
+        return RunResult.failed(run.run_id, run.prov, run.started_at, exc, retryable=False)
     except SystemExit as exc:
-        return RunResult.failed(run_id, prov, started_at, _exited(exc, prov), retryable=False)
+        return RunResult.failed(run.run_id, run.prov, run.started_at, _exited(exc, run.prov), retryable=False)
     except Exception as exc:
-        return RunResult.failed(run_id, prov, started_at, exc)
+        return RunResult.failed(run.run_id, run.prov, run.started_at, exc)
 
 
 def _one_line(exc: BaseException) -> str:

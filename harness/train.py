@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+import harness.graphs as graphs
 import pezoo
 from harness.backbone import Backbone
 from harness.checkpoint import (
@@ -35,8 +36,9 @@ from harness.checkpoint import (
     training_state,
 )
 from harness.config import RunConfig
-from harness.data import IGNORE, Batch, PackedStream, collate, sample_training_batch
+from harness.data import IGNORE, Batch, PackedStream
 from harness.evaluate import Evaluation
+from harness.feed import BatchFeed, Fed
 from harness.files import WriteError, remove_stale_temps
 from harness.pe_spec import build_options
 from harness.precision import autocast, grad_scaler
@@ -115,10 +117,11 @@ def curriculum_max(step: int, cfg: RunConfig) -> int:
     return min(current, cfg.train.train_max) if cfg.train.curriculum else current
 
 
-def make_optimizer(model: Backbone, cfg: RunConfig) -> torch.optim.Optimizer:
+def make_optimizer(model: Backbone, cfg: RunConfig, *, fused: bool = False) -> torch.optim.Optimizer:
     """AdamW (or Adam, ``train.optimizer``); weight decay on matrices only. An encoding may ask for its own parameter
     groups (e.g. PRISM's α scales, §6.4) through an ``optimizer_groups()`` method
-    returning ``[{"params": [...], **adamw_options}]``."""
+    returning ``[{"params": [...], **adamw_options}]``. ``fused``: the fused kernel at
+    every precision (a GPU run, :class:`Accel`), not only mixed precision."""
     t = cfg.train
     special = list(getattr(model.pe, "optimizer_groups", list)())
     taken = {id(p) for g in special for p in g["params"]}
@@ -136,8 +139,9 @@ def make_optimizer(model: Backbone, cfg: RunConfig) -> torch.optim.Optimizer:
     # dozen elementwise passes per tensor (half the optimiser's time at the quick size on CPU;
     # docs/performance.md). An fp32 run keeps the per-tensor loop it was always trained with, so
     # its numbers (the board's) stay bit for bit what they were.
-    fused = {"fused": True} if t.precision != "fp32" else {}
-    return optimizer([g for g in groups if g["params"]], lr=t.lr, betas=t.betas, **fused)
+    # On a GPU (``fused``) every precision takes it: one launch instead of a dozen per tensor.
+    fused_kw = {"fused": True} if fused or t.precision != "fp32" else {}
+    return optimizer([g for g in groups if g["params"]], lr=t.lr, betas=t.betas, **fused_kw)
 
 
 LENGTH_GROUPS = 4
@@ -249,6 +253,276 @@ def restore(
         return build_model(cfg, device), None, f"{exc}; {where}; the run starts over from step 0"
 
 
+ACCEL_ENV = "PEZOO_ACCEL"
+"""Environment variable that switches the GPU loop's features (:meth:`Accel.for_device`):
+``off`` (none: the loop a CPU runs), ``on`` (all), or a comma-separated subset of
+``prefetch,readback,fused,graphs``. Unset: all on CUDA, none on CPU."""
+
+ACCEL_FEATURES = ("prefetch", "readback", "fused", "graphs")
+
+
+@dataclass(frozen=True)
+class Accel:
+    """How the training loop drives its device; none of it changes what a CPU run computes.
+
+    Attributes:
+        prefetch: batches a producer thread makes ahead of the step (``harness.feed``;
+            0: made in the loop). The same batches either way.
+        readback: read the step losses back from the device every this many steps (1:
+            every step, a device sync each). A non-finite loss is still caught: at the
+            next read-back, reported at the step it happened, the run recorded diverged.
+        fused: fused AdamW at every precision (one kernel for all parameters). Changes
+            the float rounding of an fp32 run, so only on CUDA.
+        graphs: the forward and backward pass replayed as CUDA graphs, one per length
+            bucket (``harness.graphs``; CUDA only).
+    """
+
+    prefetch: int = 0
+    readback: int = 1
+    fused: bool = False
+    graphs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.prefetch < 0 or self.readback < 1:
+            raise ValueError(f"prefetch must be >= 0 and readback >= 1, got {self.prefetch} and {self.readback}")
+
+    @classmethod
+    def for_device(cls, device: torch.device | str, setting: str | None = None) -> Accel:
+        """The features for ``device``: ``setting`` (else ``$PEZOO_ACCEL``, :data:`ACCEL_ENV`)
+        names them; unset, all of them on CUDA and none on CPU (where they would change
+        nothing but the float rounding of fused AdamW, or need a GPU)."""
+        import os
+
+        cuda = torch.device(device).type == "cuda"
+        setting = os.environ.get(ACCEL_ENV) if setting is None else setting
+        if setting is None or setting.strip() == "":
+            names = set(ACCEL_FEATURES) if cuda else set()
+        elif setting.strip() in ("on", "off"):
+            names = set(ACCEL_FEATURES) if setting.strip() == "on" else set()
+        else:
+            names = {n.strip() for n in setting.split(",") if n.strip()}
+            unknown = sorted(names - set(ACCEL_FEATURES))
+            if unknown:
+                raise ValueError(
+                    f"{ACCEL_ENV}: unknown feature(s) {', '.join(unknown)}; valid: on, off, "
+                    f"or some of {', '.join(ACCEL_FEATURES)}"
+                )
+        if not cuda:
+            names -= {"fused", "graphs"}  # CPU numerics stay the board's
+        return cls(
+            prefetch=4 if "prefetch" in names else 0,
+            readback=25 if "readback" in names else 1,
+            fused="fused" in names,
+            graphs="graphs" in names,
+        )
+
+
+class LossReadback:
+    """The step losses, kept on the device and read back every ``every`` steps (:meth:`due`)
+    or when the loop needs them (:meth:`flush`: before a periodic evaluation, a
+    checkpoint, the end).
+
+    :meth:`flush` reports each step's task loss to ``on_step`` in order, updates
+    :attr:`last` and :attr:`evaluating` (once a step's loss is below ``threshold``), and
+    raises :class:`DivergedError` at the first step whose minimised loss is not finite,
+    with the same message a per-step check gives.
+    """
+
+    def __init__(
+        self,
+        every: int,
+        on_step: Callable[[int, float], None] | None,
+        threshold: float | None,
+        *,
+        last: float = math.nan,
+        evaluating: bool = False,
+    ) -> None:
+        self.every, self.on_step, self.threshold = every, on_step, threshold
+        self.last, self.evaluating = last, evaluating
+        self._pending: list[tuple[int, Tensor, Tensor | None]] = []
+
+    def add(self, step: int, task_loss: Tensor, loss: Tensor) -> None:
+        """Keep ``step``'s losses (the minimised one only when it differs from the task's)."""
+        self._pending.append((step, task_loss.detach(), None if loss is task_loss else loss.detach()))
+
+    def due(self, step: int) -> bool:
+        """Whether the losses up to ``step`` are read back now (every ``every`` steps)."""
+        return (step + 1) % self.every == 0
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        if self.every == 1:  # the per-step path of old: one .item() per value
+            tasks_ = [pending[0][1].item()]
+            totals = [tasks_[0] if pending[0][2] is None else pending[0][2].item()]
+        else:
+            tasks_ = torch.stack([t.float() for _, t, _ in pending]).tolist()
+            extra = [(i, x) for i, (_, _, x) in enumerate(pending) if x is not None]
+            totals = list(tasks_)
+            if extra:
+                for (i, _), value in zip(extra, torch.stack([x.float() for _, x in extra]).tolist(), strict=True):
+                    totals[i] = value
+        for (step, _, _), value, total in zip(pending, tasks_, totals, strict=True):
+            if not math.isfinite(total):  # NaN in the task's loss makes the total NaN too
+                raise DivergedError(f"loss became {total} at step {step}")
+            self.last = value
+            if self.on_step is not None:
+                self.on_step(step, value)
+            self.evaluating = self.evaluating or (self.threshold is not None and value < self.threshold)
+
+
+@dataclass
+class _Run:
+    """What the loop carries from step to step (and a checkpoint saves)."""
+
+    opt: torch.optim.Optimizer
+    scaler: Any
+    rng: random.Random
+    stream: PackedStream | None
+    first_step: int
+    elapsed: float
+    evaluations: list
+    code: list
+    machine: list
+
+
+def _start(
+    cfg: RunConfig, model: Backbone, task: Task, device: torch.device, resume: dict[str, Any] | None, accel: Accel
+) -> tuple[_Run, float, bool]:
+    """The optimiser, scaler and data state of a fresh run, or of ``resume``'s; with the
+    last loss and whether periodic evaluation had started."""
+    t = cfg.train
+    rng = random.Random(f"train/{cfg.task}/{cfg.seed}")
+    stream = PackedStream(task, rng, t.pack, loss=t.pack_loss) if t.pack else None
+    opt = make_optimizer(model, cfg, fused=accel.fused and device.type == "cuda")
+    scaler = grad_scaler(t.precision, device)  # fp16 only: gradients scaled clear of underflow
+    run = _Run(
+        opt,
+        scaler,
+        rng,
+        stream,
+        0,
+        0.0,
+        [],
+        code_history(resume, git_commit()),
+        machine_history(resume, machine_name(device)),
+    )
+    last, evaluating = math.nan, cfg.eval.start_below_loss is None
+    if resume is None:
+        return run, last, evaluating
+    opt.load_state_dict(resume["optimizer"])  # model weights were restored by the caller
+    rng.setstate(resume["data_rng"])
+    torch.set_rng_state(resume["torch_rng"])
+    if "cuda_rng" in resume and device.type == "cuda":
+        torch.cuda.set_rng_state(resume["cuda_rng"], device)
+    run.first_step, last, run.elapsed = resume["step"], resume["loss"], resume["seconds"]
+    evaluating = resume.get("evaluating", evaluating)
+    run.evaluations = list(resume.get("evaluations", []))
+    if stream is not None:
+        stream.load_state(resume["stream"])
+    if scaler is not None:  # fp16: the loss scale reached (harness.checkpoint checked it)
+        saved = resume["scaler"]
+        scaler.load_state_dict(
+            {**scaler.state_dict(), "scale": saved["scale"], "_growth_tracker": saved["growth_tracker"]}
+        )
+    return run, last, evaluating
+
+
+def optimizer_step(model: Backbone, run: _Run, loss: Tensor, grad_clip: float) -> None:
+    """Backward, clip the gradients' global norm, step (fp16: on the scaled loss, skipping a
+    step that overflowed)."""
+    run.opt.zero_grad(set_to_none=True)
+    if run.scaler is None:
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        run.opt.step()
+        return
+    run.scaler.scale(loss).backward()
+    run.scaler.unscale_(run.opt)
+    nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    run.scaler.step(run.opt)
+    run.scaler.update()
+
+
+@dataclass(frozen=True)
+class _Due:
+    """Which steps end with a periodic evaluation or a checkpoint (never the last step)."""
+
+    steps: int
+    every: int
+    checkpointing: Checkpointing | None
+
+    def evaluation(self, done: int) -> bool:
+        return bool(self.every) and done % self.every == 0 and done < self.steps
+
+    def save(self, done: int) -> bool:
+        ck = self.checkpointing
+        return ck is not None and done % ck.every == 0 and done < self.steps
+
+
+def _feed(
+    cfg: RunConfig, task: Task, run: _Run, device: torch.device, accel: Accel, keep_state: Callable[[int], bool]
+) -> BatchFeed:
+    """The batches of the steps the run has left (``harness.feed``), from its data state."""
+    t = cfg.train
+    return BatchFeed(
+        task, run.rng, run.stream,
+        batch_size=t.batch_size, protocol=cfg.protocol,
+        scale_range=lambda step: (t.train_min, curriculum_max(step, cfg)),
+        first=run.first_step, last=t.steps, device=device, ahead=accel.prefetch, keep_state=keep_state,
+    )  # fmt: skip
+
+
+def _evaluate_at(done: int, evaluate: Callable[[int], Evaluation], run: _Run, device: torch.device) -> float:
+    """Run the periodic evaluation after step ``done`` under its own torch RNG, keep its
+    result; the seconds it took."""
+    t_eval = time.perf_counter()
+    with torch.random.fork_rng(devices=[] if device.type != "cuda" else None):
+        run.evaluations.append((done, evaluate(done)))
+    return time.perf_counter() - t_eval
+
+
+def _save(
+    cfg: RunConfig,
+    model: Backbone,
+    run: _Run,
+    fed: Fed,
+    losses: LossReadback,
+    seconds: float,
+    checkpointing: Checkpointing,
+    device: torch.device,
+) -> None:
+    """Save the full training state after step ``fed.step`` (a failed write is told, not raised)."""
+    done = fed.step + 1
+    data_rng = random.Random()
+    data_rng.setstate(fed.data_rng)
+    payload = training_state(
+        cfg,
+        step=done,
+        loss=losses.last,
+        seconds=seconds,
+        model=model,
+        optimizer=run.opt,
+        data_rng=data_rng,
+        device=device,
+        evaluating=losses.evaluating,
+        evaluations=run.evaluations,
+        stream=fed.stream,
+        scaler=run.scaler.state_dict() if run.scaler is not None else None,
+        code=run.code,
+        machine=run.machine,
+    )
+    try:
+        save_checkpoint(checkpointing.path, payload)
+    except WriteError as exc:  # a full disk: train on, the previous checkpoint stays
+        message = f"no checkpoint at step {done}: {exc}; training goes on"
+        if checkpointing.on_error is not None:
+            checkpointing.on_error(message)
+        else:
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
 def train(
     cfg: RunConfig,
     model: Backbone,
@@ -259,121 +533,59 @@ def train(
     resume: dict[str, Any] | None = None,
     evaluate: Callable[[int], Evaluation] | None = None,
     on_lr: Callable[[int, float], None] | None = None,
+    accel: Accel | None = None,
 ) -> TrainResult:
-    """Train ``model`` for ``cfg.train.steps`` steps; ``on_step(step, loss)`` after each.
+    """Train ``model`` for ``cfg.train.steps`` steps; ``on_step(step, loss)`` after each
+    (in order; on a GPU a few steps late, when the losses are read back: :class:`Accel`);
+    ``on_lr(step, lr)`` reports each step's learning rate (for loggers).
 
-    With ``evaluate`` and ``cfg.eval.every > 0``, ``evaluate(step)`` runs every
-    ``every`` steps once a step's loss has first dropped below
-    ``cfg.eval.start_below_loss`` (never at the last step: the caller evaluates the final
-    model). It runs under its own torch RNG, so the training stream is the same with or
-    without it; its results are kept in checkpoints and returned in order.
-    ``on_lr(step, lr)`` reports the learning rate of each step (for loggers).
+    With ``evaluate`` and ``cfg.eval.every > 0``, ``evaluate(step)`` runs every ``every``
+    steps once a step's loss has first dropped below ``cfg.eval.start_below_loss`` (never
+    at the last step: the caller evaluates the final model), under its own torch RNG, so
+    the training stream is the same with or without it; its results are kept in
+    checkpoints and returned in order.
 
-    With ``checkpointing``, the full state (model, optimiser, data and torch RNG states,
-    step; ``harness.checkpoint``) is saved periodically; a save that fails (a full disk)
-    is reported and skipped. ``resume`` is such a checkpoint as :func:`restore` returns
-    it, its model weights already loaded; training continues from its step, so an
-    interrupted run ends with exactly the metrics of an uninterrupted one (CPU).
-
-    Raises:
-        DivergedError: the loss became NaN/inf (the run is then recorded as diverged).
+    With ``checkpointing``, the full state (``harness.checkpoint``) is saved periodically;
+    a save that fails (a full disk) is reported and skipped. ``resume`` is such a
+    checkpoint as :func:`restore` returns it, its weights already loaded: an interrupted
+    run ends with exactly the metrics of an uninterrupted one (CPU). ``accel`` (default
+    :meth:`Accel.for_device`): how the loop drives the device. A NaN/inf loss raises
+    :class:`DivergedError` (the run is then recorded as diverged).
     """
     t = cfg.train
-    encoder = cfg.protocol == "encoder"
-    rng = random.Random(f"train/{cfg.task}/{cfg.seed}")
-    stream = PackedStream(task, rng, t.pack, loss=t.pack_loss) if t.pack else None
-    opt = make_optimizer(model, cfg)
-    scaler = grad_scaler(t.precision, device)  # fp16 only: gradients scaled clear of underflow
+    device = torch.device(device)
+    accel = Accel.for_device(device) if accel is None else accel
+    run, last, evaluating = _start(cfg, model, task, device, resume, accel)
     model.train()
-    start, loss_value, first_step, elapsed = time.perf_counter(), math.nan, 0, 0.0
-    every = cfg.eval.every if evaluate is not None else 0
-    threshold = cfg.eval.start_below_loss
-    evaluating, evaluations = threshold is None, []
-    code = code_history(resume, git_commit())
-    machine = machine_history(resume, machine_name(torch.device(device)))
-    if resume is not None:  # model weights were restored by the caller
-        opt.load_state_dict(resume["optimizer"])
-        rng.setstate(resume["data_rng"])
-        torch.set_rng_state(resume["torch_rng"])
-        if "cuda_rng" in resume and torch.device(device).type == "cuda":
-            torch.cuda.set_rng_state(resume["cuda_rng"], torch.device(device))
-        first_step, loss_value, elapsed = resume["step"], resume["loss"], resume["seconds"]
-        evaluating = resume.get("evaluating", evaluating)
-        evaluations = list(resume.get("evaluations", []))
-        if stream is not None:
-            stream.load_state(resume["stream"])
-        if scaler is not None:  # fp16: the loss scale reached (harness.checkpoint checked it)
-            saved = resume["scaler"]
-            scaler.load_state_dict(
-                {**scaler.state_dict(), "scale": saved["scale"], "_growth_tracker": saved["growth_tracker"]}
-            )
-    for step in range(first_step, t.steps):
-        for g in opt.param_groups:
-            g["lr"] = g["base_lr"] * lr_factor(step, cfg)
-        if on_lr is not None:
-            on_lr(step, t.lr * lr_factor(step, cfg))
-        lo, hi = t.train_min, curriculum_max(step, cfg)
-        if stream is not None:
-            batch = stream.batch(t.batch_size, lo, hi).to(device)
-        else:
-            examples = sample_training_batch(task, rng, t.batch_size, lo, hi, shared_scale=encoder)
-            batch = collate(examples, cfg.protocol).to(device)
-        loss, task_loss = training_loss(model, batch, t.precision)
-        loss_value = task_loss.item()
-        total = loss_value if loss is task_loss else loss.item()  # NaN in the task's loss makes it NaN too
-        if not math.isfinite(total):
-            raise DivergedError(f"loss became {total} at step {step}")
-        opt.zero_grad(set_to_none=True)
-        if scaler is None:
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-            opt.step()
-        else:  # fp16: backward on the scaled loss, clip the true gradients, skip a step that overflowed
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-            scaler.step(opt)
-            scaler.update()
-        if on_step is not None:
-            on_step(step, loss_value)
-        done = step + 1
-        evaluating = evaluating or (threshold is not None and loss_value < threshold)
-        if evaluate is not None and every and evaluating and done % every == 0 and done < t.steps:
-            t_eval = time.perf_counter()
-            with torch.random.fork_rng(devices=[] if torch.device(device).type != "cuda" else None):
-                evaluations.append((done, evaluate(done)))
-            start += time.perf_counter() - t_eval  # training seconds leave evaluation out
-        if checkpointing is not None and done % checkpointing.every == 0 and done < t.steps:
-            payload = training_state(
-                cfg,
-                step=done,
-                loss=loss_value,
-                seconds=elapsed + time.perf_counter() - start,
-                model=model,
-                optimizer=opt,
-                data_rng=rng,
-                device=device,
-                evaluating=evaluating,
-                evaluations=evaluations,
-                stream=stream.state() if stream is not None else None,
-                scaler=scaler.state_dict() if scaler is not None else None,
-                code=code,
-                machine=machine,
-            )
-            try:
-                save_checkpoint(checkpointing.path, payload)
-            except WriteError as exc:  # a full disk: train on, the previous checkpoint stays
-                message = f"no checkpoint at step {done}: {exc}; training goes on"
-                if checkpointing.on_error is not None:
-                    checkpointing.on_error(message)
-                else:
-                    warnings.warn(message, RuntimeWarning, stacklevel=2)
-    seconds = elapsed + time.perf_counter() - start
-    return TrainResult(
-        final_loss=loss_value,
-        steps=t.steps,
-        seconds=seconds,
-        evaluations=tuple(evaluations),
-        code=tuple(code),
-        machine=tuple(machine),
-    )
+    due = _Due(t.steps, cfg.eval.every if evaluate is not None else 0, checkpointing)
+    losses = LossReadback(accel.readback, on_step, cfg.eval.start_below_loss, last=last, evaluating=evaluating)
+    compute = graphs.loss_function(model, t.precision, device, graphs=accel.graphs)
+    start = time.perf_counter()
+    with _feed(cfg, task, run, device, accel, keep_state=lambda step: due.save(step + 1)) as feed:
+        for fed in feed:
+            step, done = fed.step, fed.step + 1
+            set_learning_rate(run.opt, cfg, step, on_lr)
+            loss, task_loss = compute(fed.batch, fed.host)
+            losses.add(step, task_loss, loss)
+            if accel.readback == 1:
+                losses.flush()  # before the step, as ever: a NaN step is never applied
+            optimizer_step(model, run, loss, t.grad_clip)
+            if losses.due(step) or due.evaluation(done) or due.save(done) or done == t.steps:
+                losses.flush()
+            if due.evaluation(done) and losses.evaluating and evaluate is not None:
+                start += _evaluate_at(done, evaluate, run, device)  # training seconds leave evaluation out
+            if due.save(done) and checkpointing is not None:
+                _save(cfg, model, run, fed, losses, run.elapsed + time.perf_counter() - start, checkpointing, device)
+    losses.flush()
+    seconds = run.elapsed + time.perf_counter() - start
+    return TrainResult(losses.last, t.steps, seconds, tuple(run.evaluations), tuple(run.code), tuple(run.machine))
+
+
+def set_learning_rate(
+    opt: torch.optim.Optimizer, cfg: RunConfig, step: int, on_lr: Callable[[int, float], None] | None = None
+) -> None:
+    """Every parameter group's learning rate for ``step`` (:func:`lr_factor` × its base rate)."""
+    for g in opt.param_groups:
+        g["lr"] = g["base_lr"] * lr_factor(step, cfg)
+    if on_lr is not None:
+        on_lr(step, cfg.train.lr * lr_factor(step, cfg))

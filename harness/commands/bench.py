@@ -219,7 +219,7 @@ def bench(
             configs = longest_first(configs, rows, resume, **{**plan_options, "borrow": True})
         plan = make_plan(configs, rows, resume, **plan_options)
         report = SweepReport(configs, plan)
-        runner = target.runner(report, hang_timeout, isolate=uses_plugins(configs))
+        runner = target.runner(report, hang_timeout, isolate=uses_plugins(configs), configs=configs)
         report.held_elsewhere = store.held_by_others  # other processes on the store share the sweep
         # 4. the announcement
         how = target.how(runner, report.slots)
@@ -354,7 +354,9 @@ class _Target:
                 "--preset quick on CPU, or pass --allow-cpu to run it anyway (e.g. with --steps 10)"
             )
 
-    def runner(self, report: SweepReport, hang_timeout: float | None, *, isolate: bool) -> Executor:
+    def runner(
+        self, report: SweepReport, hang_timeout: float | None, *, isolate: bool, configs: Sequence[RunConfig] = ()
+    ) -> Executor:
         """The executor the runs go to (a pool here, or the Ray cluster), its slots told to ``report``."""
         runner: Executor
         if self.ray is not None:
@@ -368,6 +370,7 @@ class _Target:
                 report.live_notice,
                 isolate=isolate,
                 hang_seconds=hang_timeout,
+                configs=configs,  # on CUDA: how many runs share each GPU (harness.executors.sizing)
             )
         report.in_process = isinstance(runner, InProcess)
         report.slots = min(runner.capacity, max(1, report.todo))

@@ -19,6 +19,7 @@ from harness.commands.checks import check_names, check_runs
 from harness.config import RunConfig
 from harness.estimate import probe_key, steps_done, unmeasured
 from harness.executors import local_devices
+from harness.executors.sizing import packed_per_gpu
 from harness.labels import varying_axes
 from harness.options import max_runs_option, store_option
 from harness.plan import Plan, format_plan, make_plan
@@ -100,7 +101,8 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
         lapsed=lapsed,
         machine=cpu_name(),
     )
-    n_workers = len(local_devices(device, workers, plan.missing))
+    per_gpu = packed_per_gpu(configs, device) if workers is None and plan.missing > 1 else 1  # CUDA: packed
+    n_workers = len(local_devices(device, workers, plan.missing, per_gpu))
     click.echo(format_plan(plan, varying_axes(configs), n_workers))
     line = published_line(plan, {r["run_id"] for r in published}, store_path)
     if line:

@@ -111,6 +111,37 @@ def run_sweep(
     (``harness.run.record_or_keep``) is recorded without training. ``tensorboard`` (a
     folder) makes every run log there too.
 
+    How runs start (variants after their trained run, refused claims, ``admit``): :class:`_Sweep`.
+    """
+    sweep = _Sweep(executor, store, events or SweepEvents(), admit, attempts=retries + 1)
+    sweep.queue_runs(
+        configs,
+        checkpoint_dir_for(store.path, checkpoint_dir).resolve(),
+        checkpoint_every=checkpoint_every,
+        tensorboard=str(Path(tensorboard).resolve()) if tensorboard is not None else None,
+        keep_weights=keep_weights,
+    )
+    try:
+        with store.keep_alive():
+            while any(sweep.startable(j) for j in sweep.queue) or sweep.in_flight:
+                sweep.start_what_fits()
+                if sweep.in_flight:  # else every run left was finished or claimed elsewhere
+                    sweep.collect()
+    except BaseException:
+        sweep.interrupted()
+        raise
+    executor.close()
+    if sweep.stopped is not None:
+        not_started = sum(1 for j in sweep.queue if j.attempt == 1)
+        raise SweepStopped(str(sweep.stopped), sweep.outcomes, not_started) from sweep.stopped
+    return sweep.outcomes
+
+
+class _Sweep:
+    """The driver's state while a sweep runs, and its steps: :meth:`queue_runs` (what the
+    store lacks, in order), :meth:`start_what_fits` (claim and submit while the executor
+    has room), :meth:`collect` (record or retry what comes back), :meth:`interrupted`.
+
     An inference-time variant (``RunConfig.is_variant``) is dispatched once its trained
     run is neither queued nor in flight; a trained run with variants in ``configs`` keeps
     its final weights (``harness.run.weights_path``), which its variants evaluate. A
@@ -128,161 +159,187 @@ def run_sweep(
     (``harness.deadline.TimeLimit`` defers what cannot end before a time limit). A
     variant whose trained run was deferred is deferred too.
     """
-    events = events or SweepEvents()
-    ckpt_dir = checkpoint_dir_for(store.path, checkpoint_dir).resolve()
-    faults = injected_faults()
-    attempts = retries + 1
-    by_id: dict[str, RunConfig] = {}
-    queue: deque[Job] = deque()
-    outcomes: list[RunOutcome] = []
-    with_variants = {c.trained_config().run_id() for c in configs if c.is_variant}  # keep their final weights
-    lapsed = store.lapsed()  # in flight when their process died: maybe what killed it, so they go last
-    seal_key = store.seal_key()  # what a result kept beside the store is sealed with (harness.kept_results)
-    last: list[Job] = []
-    for index, cfg in enumerate(configs, start=1):
-        run_id = cfg.run_id()
-        if run_id in by_id:
-            continue
-        by_id[run_id] = cfg
-        if store.status(run_id) == "finished":
-            events.skipped(index, cfg)
-            continue
-        path = checkpoint_path(ckpt_dir, run_id)
-        tb = str(Path(tensorboard).resolve()) if tensorboard is not None else None
-        job = Job(
-            index,
-            cfg.to_dict(),
-            run_id,
-            str(path),
-            checkpoint_every,
-            fault=faults.get(run_id),
-            tensorboard=tb,
-            keep_weights=keep_weights or run_id in with_variants,
-        )
-        kept = recover_kept(cfg, path, seal_key, functools.partial(events.notice, job))
-        if kept is not None:  # finished before, but the store could not take it then
-            claim = _claim(store, cfg, kept.provenance, events, job)
-            if claim.status == "finished":
-                events.skipped(index, cfg)
+
+    def __init__(
+        self,
+        executor: Executor,
+        store: Store,
+        events: SweepEvents,
+        admit: Callable[[int, RunConfig], str | None] | None,
+        attempts: int,
+    ) -> None:
+        self.executor, self.store, self.events, self.admit, self.attempts = executor, store, events, admit, attempts
+        self.by_id: dict[str, RunConfig] = {}
+        self.queue: deque[Job] = deque()
+        self.outcomes: list[RunOutcome] = []
+        self.in_flight: dict[str, Job] = {}
+        self.deferred: set[str] = set()
+        self.stopped: StoreError | None = None  # a claim the store kept refusing: no new run starts
+        self.dispatch_provenance = {"commit": git_commit(), "device": "pending", "executor": executor.name}
+
+    def queue_runs(
+        self,
+        configs: Sequence[RunConfig],
+        ckpt_dir: Path,
+        *,
+        checkpoint_every: int,
+        tensorboard: str | None,
+        keep_weights: bool,
+    ) -> None:
+        """A job per distinct run the store does not hold finished; a result kept because the
+        store could not take it is recorded now; runs in flight when their process died go last."""
+        faults = injected_faults()
+        with_variants = {c.trained_config().run_id() for c in configs if c.is_variant}  # keep their final weights
+        lapsed = self.store.lapsed()  # in flight when their process died: maybe what killed it, so they go last
+        seal_key = self.store.seal_key()  # what a result kept beside the store is sealed with (harness.kept_results)
+        last: list[Job] = []
+        for index, cfg in enumerate(configs, start=1):
+            run_id = cfg.run_id()
+            if run_id in self.by_id:
                 continue
-            if claim.status == "busy":
-                holder = cast(str, claim.holder)  # a busy claim always names its holder
-                events.claimed(index, cfg, holder)
-                outcomes.append(RunOutcome(run_id, "claimed", holder))
+            self.by_id[run_id] = cfg
+            if self.store.status(run_id) == "finished":
+                self.events.skipped(index, cfg)
                 continue
-            events.started(job)
-            try:
-                outcome = record_or_keep(store, cfg, kept, path, provenance=kept.provenance)
-            except ClaimLostError as exc:
-                outcome = RunOutcome(run_id, "claimed", str(exc))
-            outcomes.append(outcome)
-            events.finished(job, outcome, kept)
-            continue
-        (last if run_id in lapsed else queue).append(job)
-    queue.extend(last)
+            path = checkpoint_path(ckpt_dir, run_id)
+            job = Job(
+                index,
+                cfg.to_dict(),
+                run_id,
+                str(path),
+                checkpoint_every,
+                fault=faults.get(run_id),
+                tensorboard=tensorboard,
+                keep_weights=keep_weights or run_id in with_variants,
+            )
+            kept = recover_kept(cfg, path, seal_key, functools.partial(self.events.notice, job))
+            if kept is not None:  # finished before, but the store could not take it then
+                self._record_kept(job, cfg, kept, path)
+                continue
+            (last if run_id in lapsed else self.queue).append(job)
+        self.queue.extend(last)
 
-    dispatch_provenance = {"commit": git_commit(), "device": "pending", "executor": executor.name}
-    in_flight: dict[str, Job] = {}
-    deferred: set[str] = set()
+    def _record_kept(self, job: Job, cfg: RunConfig, kept: RunResult, path: Path) -> None:
+        claim = _claim(self.store, cfg, kept.provenance, self.events, job)
+        if claim.status == "finished":
+            self.events.skipped(job.index, cfg)
+            return
+        if claim.status == "busy":
+            holder = cast(str, claim.holder)  # a busy claim always names its holder
+            self.events.claimed(job.index, cfg, holder)
+            self.outcomes.append(RunOutcome(job.run_id, "claimed", holder))
+            return
+        self.events.started(job)
+        try:
+            outcome = record_or_keep(self.store, cfg, kept, path, provenance=kept.provenance)
+        except ClaimLostError as exc:
+            outcome = RunOutcome(job.run_id, "claimed", str(exc))
+        self.outcomes.append(outcome)
+        self.events.finished(job, outcome, kept)
 
-    def defer(job: Job, reason: str) -> None:
-        deferred.add(job.run_id)
-        events.deferred(job.index, by_id[job.run_id], reason)
-        outcomes.append(RunOutcome(job.run_id, "deferred", reason))
+    def startable(self, job: Job) -> bool:
+        """Once stopped, only retries of runs this process holds already start."""
+        return self.stopped is None or job.attempt > 1
 
-    def ready(job: Job) -> bool:
+    def ready(self, job: Job) -> bool:
         """A variant waits while its trained run is queued or training."""
-        cfg = by_id[job.run_id]
+        cfg = self.by_id[job.run_id]
         if not cfg.is_variant:
             return True
         trained = cfg.trained_config().run_id()
-        return trained not in in_flight and all(j.run_id != trained for j in queue)
+        return trained not in self.in_flight and all(j.run_id != trained for j in self.queue)
 
-    stopped: StoreError | None = None  # a claim the store kept refusing: no new run starts
+    def defer(self, job: Job, reason: str) -> None:
+        self.deferred.add(job.run_id)
+        self.events.deferred(job.index, self.by_id[job.run_id], reason)
+        self.outcomes.append(RunOutcome(job.run_id, "deferred", reason))
 
-    def startable(job: Job) -> bool:
-        """Once stopped, only retries of runs this process holds already start."""
-        return stopped is None or job.attempt > 1
+    def start_what_fits(self) -> None:
+        """Submit queued jobs while the executor has room (first attempts claimed first)."""
+        while self.queue and len(self.in_flight) < self.executor.capacity:
+            job = next((j for j in self.queue if self.startable(j) and self.ready(j)), None)
+            if job is None:
+                return  # only variants whose trained runs are still training
+            self.queue.remove(job)
+            if job.attempt == 1:
+                go = self._first_attempt(job)
+                if go is None:  # the store refused the claim: the runs in flight finish and are recorded first
+                    return
+                if not go:
+                    continue
+            # the kept weights it may evaluate, as the store's records vouch for them now
+            recorded = recorded_weights(self.store.finished_with(WEIGHTS_DIGEST))
+            job = replace(job, kept_weights=trusted_weights(self.by_id[job.run_id], recorded))
+            self.executor.submit(job)
+            self.in_flight[job.run_id] = job
+            self.events.started(job)
 
-    try:
-        with store.keep_alive():
-            while any(startable(j) for j in queue) or in_flight:
-                while queue and len(in_flight) < executor.capacity:
-                    next_job = next((j for j in queue if startable(j) and ready(j)), None)
-                    if next_job is None:
-                        break  # only variants whose trained runs are still training
-                    job = next_job
-                    queue.remove(job)
-                    cfg = by_id[job.run_id]
-                    if job.attempt == 1 and cfg.is_variant and cfg.trained_config().run_id() in deferred:
-                        defer(job, f"its trained run {cfg.trained_config().run_id()} was deferred")
-                        continue
-                    if job.attempt == 1 and admit is not None and (reason := admit(job.index, cfg)) is not None:
-                        defer(job, reason)
-                        continue
-                    if job.attempt == 1 and (trainer := _trained_elsewhere(store, by_id[job.run_id])):
-                        # its weights do not exist yet: not a failure, a run for later
-                        events.claimed(job.index, by_id[job.run_id], trainer)
-                        outcomes.append(RunOutcome(job.run_id, "claimed", trainer))
-                        continue
-                    if job.attempt == 1:
-                        try:
-                            claim = _claim(store, by_id[job.run_id], dispatch_provenance, events, job)
-                        except StoreError as exc:  # the runs in flight finish and are recorded first
-                            stopped = exc
-                            queue.appendleft(job)
-                            break
-                        if claim.status == "finished":  # finished by another process since the queue was built
-                            events.skipped(job.index, by_id[job.run_id])
-                            continue
-                        if claim.status == "busy":
-                            holder = cast(str, claim.holder)  # a busy claim always names its holder
-                            events.claimed(job.index, by_id[job.run_id], holder)
-                            outcomes.append(RunOutcome(job.run_id, "claimed", holder))
-                            continue
-                        if claim.deaths >= attempts:  # it kills whatever trains it: not once more
-                            error = (
-                                f"the process training it died {claim.deaths} times in a row without its checkpoint "
-                                f"moving on (the last was {claim.holder}): a crash in its code, such as a plugin's "
-                                "segfault, or the machine killing it (out of memory); not run again in this sweep"
-                            )
-                            store.mark(job.run_id, "failed", error)
-                            outcome = RunOutcome(job.run_id, "failed", error)
-                            outcomes.append(outcome)
-                            events.finished(job, outcome, WorkerLost(job.run_id, error))
-                            continue
-                        if claim.holder is not None:
-                            events.notice(job, f"took over from a process that is gone (it was {claim.holder})")
-                    # the kept weights it may evaluate, as the store's records vouch for them now
-                    recorded = recorded_weights(store.finished_with(WEIGHTS_DIGEST))
-                    job = replace(job, kept_weights=trusted_weights(by_id[job.run_id], recorded))
-                    executor.submit(job)
-                    in_flight[job.run_id] = job
-                    events.started(job)
-                if not in_flight:
-                    continue  # every run left was finished or claimed elsewhere
-                for job, answer in executor.wait():
-                    del in_flight[job.run_id]
-                    if isinstance(answer, RunResult) and not executor.live_notices:
-                        for message in answer.notices:
-                            events.notice(job, message)
-                    if _should_retry(answer) and job.attempt < attempts:
-                        events.retrying(job, _reason(answer), attempts)
-                        queue.appendleft(replace(job, attempt=job.attempt + 1))
-                        continue
-                    outcome = _record(store, by_id[job.run_id], job, answer, executor.name)
-                    outcomes.append(outcome)
-                    events.finished(job, outcome, answer)
-    except BaseException:
-        executor.close(cancel=True)
-        for job in in_flight.values():
+    def _first_attempt(self, job: Job) -> bool | None:
+        """Whether a run's first attempt starts: deferred, claimed elsewhere, finished meanwhile
+        or failed for good (its process kept dying) it does not; None: the store refused to
+        claim it (the sweep stops starting runs, the job goes back to the queue)."""
+        cfg = self.by_id[job.run_id]
+        if cfg.is_variant and cfg.trained_config().run_id() in self.deferred:
+            self.defer(job, f"its trained run {cfg.trained_config().run_id()} was deferred")
+            return False
+        if self.admit is not None and (reason := self.admit(job.index, cfg)) is not None:
+            self.defer(job, reason)
+            return False
+        if trainer := _trained_elsewhere(self.store, cfg):
+            # its weights do not exist yet: not a failure, a run for later
+            self.events.claimed(job.index, cfg, trainer)
+            self.outcomes.append(RunOutcome(job.run_id, "claimed", trainer))
+            return False
+        try:
+            claim = _claim(self.store, cfg, self.dispatch_provenance, self.events, job)
+        except StoreError as exc:
+            self.stopped = exc
+            self.queue.appendleft(job)
+            return None
+        if claim.status == "finished":  # finished by another process since the queue was built
+            self.events.skipped(job.index, cfg)
+            return False
+        if claim.status == "busy":
+            holder = cast(str, claim.holder)  # a busy claim always names its holder
+            self.events.claimed(job.index, cfg, holder)
+            self.outcomes.append(RunOutcome(job.run_id, "claimed", holder))
+            return False
+        if claim.deaths >= self.attempts:  # it kills whatever trains it: not once more
+            error = (
+                f"the process training it died {claim.deaths} times in a row without its checkpoint "
+                f"moving on (the last was {claim.holder}): a crash in its code, such as a plugin's "
+                "segfault, or the machine killing it (out of memory); not run again in this sweep"
+            )
+            self.store.mark(job.run_id, "failed", error)
+            outcome = RunOutcome(job.run_id, "failed", error)
+            self.outcomes.append(outcome)
+            self.events.finished(job, outcome, WorkerLost(job.run_id, error))
+            return False
+        if claim.holder is not None:
+            self.events.notice(job, f"took over from a process that is gone (it was {claim.holder})")
+        return True
+
+    def collect(self) -> None:
+        """Wait for answers: retry a lost or failed attempt while attempts are left, else record it."""
+        for job, answer in self.executor.wait():
+            del self.in_flight[job.run_id]
+            if isinstance(answer, RunResult) and not self.executor.live_notices:
+                for message in answer.notices:
+                    self.events.notice(job, message)
+            if _should_retry(answer) and job.attempt < self.attempts:
+                self.events.retrying(job, _reason(answer), self.attempts)
+                self.queue.appendleft(replace(job, attempt=job.attempt + 1))
+                continue
+            outcome = _record(self.store, self.by_id[job.run_id], job, answer, self.executor.name)
+            self.outcomes.append(outcome)
+            self.events.finished(job, outcome, answer)
+
+    def interrupted(self) -> None:
+        """Stop the workers and mark the runs in flight ``interrupted`` (their checkpoints stay)."""
+        self.executor.close(cancel=True)
+        for job in self.in_flight.values():
             with contextlib.suppress(StoreError):  # e.g. a full disk: keep the original error
-                store.mark(job.run_id, "interrupted", "the sweep driver was interrupted; run it again to resume")
-        raise
-    executor.close()
-    if stopped is not None:
-        raise SweepStopped(str(stopped), outcomes, sum(1 for j in queue if j.attempt == 1)) from stopped
-    return outcomes
+                self.store.mark(job.run_id, "interrupted", "the sweep driver was interrupted; run it again to resume")
 
 
 class SweepStopped(StoreError):

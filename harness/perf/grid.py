@@ -10,7 +10,7 @@ from pezoo.encodings.prism import PAPER_OPTIONS
 
 SCHEMA_VERSION = 1
 
-SECTIONS = ("train", "precision", "memory", "alloc", "decode", "prism", "compile")
+SECTIONS = ("train", "precision", "memory", "alloc", "decode", "prism", "compile", "gpu")
 
 DEFAULT_SECTIONS = ("train", "precision", "memory", "decode", "prism")
 """What a plain ``pezoo perf`` runs; ``alloc`` (minutes of flex compiles on CPU) and ``compile``
@@ -118,6 +118,8 @@ class PerfGrid:
         compile_lengths: the sequence lengths one round of training steps runs through.
         compile_preset: the preset whose model size (and vocabulary) it uses.
         compile_batch: its batch size.
+        gpu_steps: harness training steps the ``gpu`` section times (and profiles) per
+            encoding, after a warm-up, against the bare step (``harness.perf.gpu``).
         compile_backend: the ``torch.compile`` backend (``"inductor"``, what users get; tests
             use ``"eager"``: dynamo's tracing and recompiles without code generation).
     """
@@ -157,6 +159,7 @@ class PerfGrid:
     compile_preset: str = "quick"
     compile_batch: int = 64
     compile_backend: str = "inductor"
+    gpu_steps: int = 30
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.sections) - set(SECTIONS))

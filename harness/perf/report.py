@@ -14,6 +14,7 @@ from tabulate import tabulate
 from harness.perf.alloc import measure_alloc
 from harness.perf.compile import measure_compile
 from harness.perf.decode import measure_decode
+from harness.perf.gpu import measure_gpu, render_gpu
 from harness.perf.grid import ALLOC_TARGETS, COMPILE_TARGET, PRISM_LENGTH_TARGETS, SCHEMA_VERSION, SECTIONS, PerfGrid
 from harness.perf.memory import measure_memory
 from harness.perf.precision import measure_precision
@@ -47,6 +48,7 @@ def run_perf(grid: PerfGrid, device: torch.device, *, log: Callable[[str], None]
         "decode": measure_decode,
         "prism": measure_prism,
         "compile": lambda grid, device: measure_compile(grid, device, log=log),
+        "gpu": measure_gpu,
     }
     seconds = {}
     for section in SECTIONS:
@@ -94,6 +96,8 @@ def render(report: Mapping[str, Any]) -> str:
         lines += ["", *_render_prism(report["prism"])]
     if "compile" in report:
         lines += ["", *_render_compile(report["compile"])]
+    if "gpu" in report:
+        lines += ["", *render_gpu(report["gpu"])]
     return "\n".join(lines)
 
 

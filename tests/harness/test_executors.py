@@ -431,6 +431,18 @@ def results_by_run(path):
 
 
 @pytest.mark.slow
+def test_runs_side_by_side_store_what_each_stores_alone(pool_store, tmp_path):
+    """The two runs the pool of two workers trained at once (as a packed GPU trains them)
+    stored exactly what each gives trained alone here: nothing leaks between workers."""
+    stored = results_by_run(pool_store)
+    assert len(stored) == 2
+    for pe in ("nope", "rope"):
+        cfg = preset_config("smoke", pe=pe, task="copy", seed=0, overrides={"train": {"steps": 30}})
+        metrics, final_loss = single_threaded_reference(cfg, tmp_path / pe)
+        assert stored[cfg.run_id()] == (final_loss, metrics)
+
+
+@pytest.mark.slow
 def test_ray_executor_stores_exactly_what_the_local_pool_does(ray_instance, pool_store, tmp_path):
     path = tmp_path / "s.sqlite"
     result = CliRunner().invoke(main, [*BENCH, "--executor", "ray", "--store", str(path)])

@@ -28,9 +28,10 @@ from harness.perf import (
     time_interleaved,
 )
 
-MEASURED_HERE = tuple(s for s in SECTIONS if s != "compile")
+MEASURED_HERE = tuple(s for s in SECTIONS if s not in ("compile", "gpu"))
 """Every section but ``compile``, whose inductor compilations take minutes per encoding on a
-CPU: tests/harness/test_perf_compile.py covers it with dynamo's eager backend."""
+CPU: tests/harness/test_perf_compile.py covers it with dynamo's eager backend; and ``gpu``,
+which trains a few steps per encoding: test_gpu_section_runs_on_cpu has it on its own."""
 
 TOY = grid_from(
     "quick",
@@ -292,3 +293,29 @@ def test_precision_rows_time_each_encoding_in_fp32_and_bf16_with_ratios_and_targ
 def test_cli_rejects_an_unknown_precision():
     result = CliRunner().invoke(main, ["perf", "--sections", "precision", "--precision", "fp64"])
     assert result.exit_code != 0 and "unknown precision" in result.output
+
+
+def test_gpu_section_runs_on_cpu():
+    """`pezoo perf --sections gpu` on CPU: bare step, the loop's step with and without its
+    device features, ATen calls per step (CUDA: kernel launches and the busy fraction)."""
+    grid = grid_from(
+        "quick",
+        sections=("gpu",),
+        presets=("smoke",),
+        encodings=("nope",),
+        repeats=1,
+        warmup=1,
+        gpu_steps=2,
+        batch_size=4,
+    )
+    report = run_perf(grid, torch.device("cpu"))
+    rows = report["gpu"]
+    assert [(r["preset"], r["pe"]) for r in rows] == [("smoke", "nope")]
+    row = rows[0]
+    assert row["bare_ms"] > 0 and row["harness_ms"] > 0 and row["before_ms"] > 0
+    assert row["ratio"] == row["harness_ms"] / row["bare_ms"]
+    assert row["busy"] is None and row["bare_busy"] is None  # no device kernels to count on CPU
+    assert row["launches"] > row["bare_launches"] > 10  # ATen calls: the loop's length groups run more
+    assert row["accel"] == {"prefetch": 0, "readback": 1, "fused": False, "graphs": False}
+    text = render(report)
+    assert "smoke/nope" in text and "loop/bare" in text and "features: none" in text

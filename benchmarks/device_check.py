@@ -1,0 +1,402 @@
+"""The GPU issue's measurements in one device call: before and after, same card, same process tree.
+
+Run on a fresh GPU machine, from the repository root (no internet needed):
+
+    pip install --no-deps --no-build-isolation -e . && python benchmarks/device_check.py --out "$OUT"
+
+It writes ``$OUT/cuda-gpu-<card>.md`` (the report, to commit as
+benchmarks/results/cuda-gpu-<card>.md) and ``$OUT/cuda-gpu-<card>.json``, rewritten after
+every part, so a call cut short still brings back what was measured. Each part runs in a
+subprocess of its own under its own timeout (a hang or a crash costs that part only), and
+a part that would not end before ``--budget`` seconds is skipped, said so in the report.
+
+"Before" is the same measurement with the training loop's device features switched off
+(``PEZOO_ACCEL=off``: batches made in the loop, a loss read-back every step, the optimiser
+as on CPU, no CUDA graphs; ``harness.train.Accel``) and, for packing, one worker per GPU.
+
+Parts (the issue's items):
+
+* ``env``: card, torch, CUDA, commit, free memory.
+* ``loop``, ``loop_gpu`` (items 1, 2, 4, 6): ``pezoo perf --sections gpu``: per encoding
+  the bare step, the harness loop's step before/after, GPU busy fraction and launches per
+  step, at the quick preset's shape (NoPE, RoPE, PRISM) and the gpu preset's (NoPE, PRISM).
+* ``tests`` (item 2): tests/harness/test_gpu_loop.py on the GPU (graphed run vs eager
+  within the stated tolerance; the CPU-side checks too).
+* ``example`` (item 5): the card's example, ``pezoo bench --pe prism,randomized --task
+  odds_first``: after, the whole command's wall time; before, its steps/s over a short run.
+* ``pack`` (items 3, 5): a sweep of small quick-preset runs, one worker vs packed workers:
+  steps/s of the whole sweep, GPU utilisation sampled by nvidia-smi, and the 270-run board
+  projected from it; prints ``harness.speeds`` rows for the GPU measured.
+* ``gpu20k`` (item 5): a ``gpu``-preset NoPE run, projected to 20k steps from its speed.
+
+``--dry-run`` runs every part end to end on CPU at toy sizes, in this process (the bench
+commands through click's test runner; only ``tests`` starts a subprocess): the test is
+tests/harness/test_device_check.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (part, timeout s on a GPU, timeout s in a dry run)
+PARTS: tuple[tuple[str, int, int], ...] = (
+    ("env", 60, 60),
+    ("loop", 90, 120),
+    ("loop_gpu", 80, 120),
+    ("example", 120, 120),
+    ("pack", 130, 120),
+    ("gpu20k", 60, 120),
+    ("tests", 70, 120),
+)
+
+
+# -- the parts (each runs in its own subprocess: ``--part NAME``) ---------------------------
+
+
+def part_env(dry: bool) -> dict[str, Any]:
+    import torch
+
+    from harness.provenance import git_commit
+
+    cuda = torch.cuda.is_available() and not dry
+    card = torch.cuda.get_device_name(0) if cuda else "cpu (dry run)"
+    free, total = torch.cuda.mem_get_info(0) if cuda else (0, 0)
+    data = {
+        "card": card,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "commit": git_commit(),
+        "free_gib": round(free / 2**30, 1),
+        "total_gib": round(total / 2**30, 1),
+        "cpus": os.cpu_count(),
+    }
+    return {"data": data, "lines": [f"- {k}: {v}" for k, v in data.items()]}
+
+
+def part_loop(
+    dry: bool, preset: str = "quick", encodings: tuple[str, ...] = ("nope", "rope", "prism")
+) -> dict[str, Any]:
+    import torch
+
+    from harness.perf import grid_from, run_perf
+    from harness.perf.gpu import render_gpu
+
+    device = torch.device("cpu" if dry else "cuda")
+    if dry:
+        grid = grid_from("quick", sections=("gpu",), presets=("smoke",), encodings=("nope",), repeats=1, warmup=1,
+                         gpu_steps=2, batch_size=4)  # fmt: skip
+    else:
+        grid = grid_from("quick", sections=("gpu",), presets=(preset,), encodings=encodings, repeats=5, warmup=3,
+                         gpu_steps=40)  # fmt: skip
+    report = run_perf(grid, device)
+    return {"data": report["gpu"], "lines": render_gpu(report["gpu"])}
+
+
+def part_tests(dry: bool) -> dict[str, Any]:
+    select = ["-k", "accel_settings"] if dry else []
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/harness/test_gpu_loop.py", *select],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+    return {"data": {"returncode": proc.returncode}, "lines": ["```", *tail, "```"]}
+
+
+def _bench(
+    args: list[str], store: Path, accel: str | None, timeout: float, dry: bool = False
+) -> tuple[float, int, str]:
+    """(wall s, return code, output tail) of ``pezoo bench args --store store``: a subprocess
+    under ``timeout``, or in this process in a dry run (seconds, not a torch import each)."""
+    if dry:
+        return _bench_here(args, store, accel)
+    env = {**os.environ}
+    if accel is not None:
+        env["PEZOO_ACCEL"] = accel
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "bench", *args, "--store", str(store)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        code, out = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, out = 124, f"timed out after {timeout:.0f} s: {exc.stdout or ''}"
+    wall = time.perf_counter() - start
+    return wall, code, "\n".join(str(out).strip().splitlines()[-4:])
+
+
+def _bench_here(args: list[str], store: Path, accel: str | None) -> tuple[float, int, str]:
+    from click.testing import CliRunner
+
+    from harness.cli import main as cli
+
+    saved = os.environ.get("PEZOO_ACCEL")
+    if accel is not None:
+        os.environ["PEZOO_ACCEL"] = accel
+    start = time.perf_counter()
+    try:
+        result = CliRunner().invoke(cli, ["bench", *args, "--store", str(store)])
+    finally:
+        if saved is None:
+            os.environ.pop("PEZOO_ACCEL", None)
+        else:
+            os.environ["PEZOO_ACCEL"] = saved
+    out = result.output + (f"\n{result.exception!r}" if result.exception and result.exit_code != 0 else "")
+    return time.perf_counter() - start, result.exit_code, "\n".join(out.strip().splitlines()[-4:])
+
+
+def _speeds(store: Path) -> dict[str, Any]:
+    """Finished runs' total steps, training and evaluation seconds in ``store``."""
+    from harness.store import Store
+
+    if not store.exists():
+        return {"runs": 0, "steps": 0, "train_s": 0.0, "eval_s": 0.0, "steps_per_s": None}
+    with Store(store) as s:
+        runs = [r for r in s.runs() if r["status"] == "finished"]
+    steps = sum(r["config"]["train"]["steps"] for r in runs)
+    train_s = sum(r["train_seconds"] or 0.0 for r in runs)
+    eval_s = sum(r["eval_seconds"] or 0.0 for r in runs)
+    return {
+        "runs": len(runs),
+        "steps": steps,
+        "train_s": round(train_s, 2),
+        "eval_s": round(eval_s, 2),
+        "steps_per_s": round(steps / train_s, 1) if train_s else None,
+    }
+
+
+def part_example(dry: bool) -> dict[str, Any]:
+    base = ["--pe", "prism,randomized", "--task", "odds_first"]
+    base += ["--preset", "smoke", "--steps", "6", "--device", "cpu", "--workers", "1"] if dry else ["--device", "cuda"]
+    short = ["--steps", "4"] if dry else ["--steps", "300", "--eval-samples", "10"]  # its training speed only
+    with tempfile.TemporaryDirectory() as tmp:
+        before_store, after_store = Path(tmp) / "before.sqlite", Path(tmp) / "after.sqlite"
+        b_wall, b_code, _ = _bench([*base, *short, *([] if dry else ["--workers", "1"])], before_store, "off", 40, dry)
+        a_wall, a_code, a_out = _bench(base, after_store, None, 90, dry)
+        before, after = _speeds(before_store), _speeds(after_store)
+    data = {"before": {**before, "wall_s": round(b_wall, 1), "code": b_code},
+            "after": {**after, "wall_s": round(a_wall, 1), "code": a_code}}  # fmt: skip
+    lines = [
+        f"`pezoo bench {' '.join(base)}`",
+        "",
+        f"- before (PEZOO_ACCEL=off, one worker, {short[1]} steps a run): {before['steps_per_s']} steps/s a run; "
+        f"exit {b_code}",
+        f"- after (defaults): the whole command {a_wall:.1f} s (target ≤ 60 s); {after['runs']} runs finished, "
+        f"{after['steps_per_s']} steps/s a run; exit {a_code}",
+    ]
+    if a_code:
+        lines += ["", "```", a_out, "```"]
+    return {"data": data, "lines": lines}
+
+
+def _sample_utilisation(stop_after: float) -> subprocess.Popen | None:
+    """nvidia-smi sampling GPU utilisation every 500 ms into a pipe (None without it)."""
+    try:
+        return subprocess.Popen(
+            ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "500"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+    except OSError:
+        return None
+
+
+def _read_utilisation(proc: subprocess.Popen | None) -> float | None:
+    if proc is None:
+        return None
+    proc.terminate()
+    out, _ = proc.communicate(timeout=10)
+    values = [float(v) for v in re.findall(r"^\s*(\d+(?:\.\d+)?)\s*$", out, flags=re.M)]
+    busy = [v for v in values if v > 0] or values
+    return round(sum(busy) / len(busy), 1) if busy else None
+
+
+def part_pack(dry: bool) -> dict[str, Any]:
+    if dry:
+        sweep = ["--pe", "nope,rope", "--task", "copy", "--seeds", "1", "--preset", "smoke", "--steps", "5"]
+        sweep += ["--device", "cpu"]
+        sweeps = [("before: 1 worker, features off", [*sweep, "--workers", "1"], "off"),
+                  ("after: packed workers", [*sweep, "--workers", "1"], None)]  # fmt: skip
+    else:  # the sweep's training rate is what is measured: short runs, a short evaluation
+        sweep = ["--task", "copy,reverse", "--steps", "300", "--eval-samples", "10", "--test-len", "15"]
+        sweep += ["--device", "cuda"]
+        sweeps = [("before: 1 worker, features off", ["--pe", "nope,rope", "--seeds", "1", *sweep, "--workers", "1"],
+                   "off"),
+                  ("after: packed workers", ["--pe", "nope,rope,alibi,ape", "--seeds", "2", *sweep], None)]  # fmt: skip
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, args, accel in sweeps:
+            store = Path(tmp) / f"{len(rows)}.sqlite"
+            sampler = None if dry else _sample_utilisation(60)
+            wall, code, out = _bench(args, store, accel, 60, dry)
+            util = _read_utilisation(sampler)
+            speeds = _speeds(store)
+            total_steps_per_s = speeds["steps"] / wall if wall else None
+            rows[label] = {**speeds, "wall_s": round(wall, 1), "code": code, "gpu_util_pct": util,
+                           "sweep_steps_per_s": round(total_steps_per_s or 0, 1), "tail": out}  # fmt: skip
+    lines = [f"`pezoo bench {' '.join(sweep)}` the whole sweep's steps over its wall time:", ""]
+    lines += [
+        "| | runs | wall s | sweep steps/s | steps/s a run | GPU utilisation (nvidia-smi) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, r in rows.items():
+        lines.append(f"| {label} | {r['runs']} | {r['wall_s']} | {r['sweep_steps_per_s']} | {r['steps_per_s']} | "
+                     f"{r['gpu_util_pct']} |")  # fmt: skip
+    after = list(rows.values())[-1]
+    if after["sweep_steps_per_s"]:
+        board_s = 270 * 10_000 / after["sweep_steps_per_s"]
+        lines += ["", f"The 270-run board (10k steps each) at this sweep rate: {board_s / 60:.0f} min of training "
+                      "(evaluation extra; target ≤ 60 min)."]  # fmt: skip
+        per_run = after["steps_per_s"]
+        if per_run:
+            lines += ["", "harness/speeds.py row (quick model, packed):",
+                      f'    RecordedSpeed("quick", "cuda", None, {per_run}, <eval s/unit>, "<card>, packed, '
+                      'benchmarks/results/cuda-gpu-*.md")']  # fmt: skip
+    return {"data": rows, "lines": lines}
+
+
+def part_gpu20k(dry: bool) -> dict[str, Any]:
+    args = ["--pe", "nope", "--task", "copy"]
+    args += ["--preset", "smoke", "--steps", "5", "--device", "cpu"] if dry else ["--preset", "gpu", "--steps", "2000",
+                                                                               "--device", "cuda"]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Path(tmp) / "gpu.sqlite"
+        wall, code, _ = _bench(args, store, None, 55, dry)
+        speeds = _speeds(store)
+    rate = speeds["steps_per_s"]
+    projected = 20_000 / rate + speeds["eval_s"] if rate else None
+    data = {**speeds, "wall_s": round(wall, 1), "code": code, "projected_20k_s": projected}
+    lines = [
+        f"`pezoo bench {' '.join(args)}`: {rate} steps/s; a 20k-step run projects to "
+        f"{'?' if projected is None else f'{projected / 60:.1f} min'} (target ≤ 2 min); exit {code}"
+    ]
+    return {"data": data, "lines": lines}
+
+
+def part_loop_gpu(dry: bool) -> dict[str, Any]:
+    """The loop at the gpu preset's shape (d 512, 5 layers, batch 100): NoPE and PRISM."""
+    return part_loop(dry, "gpu", ("nope", "prism"))
+
+
+PART_FUNCTIONS = {
+    "env": part_env,
+    "loop": part_loop,
+    "loop_gpu": part_loop_gpu,
+    "tests": part_tests,
+    "example": part_example,
+    "pack": part_pack,
+    "gpu20k": part_gpu20k,
+}
+
+
+# -- the orchestrator ----------------------------------------------------------------------
+
+
+def _write(out: Path, results: dict[str, Any], started: float) -> Path:
+    card = results.get("env", {}).get("data", {}).get("card", "unknown")
+    slug = re.sub(r"[^a-z0-9]+", "-", card.lower()).strip("-") or "unknown"
+    env = results.get("env", {}).get("data", {})
+    lines = [
+        f"# The harness on a GPU: {card}",
+        "",
+        f"torch {env.get('torch')} · CUDA {env.get('cuda')} · commit {env.get('commit')} · "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} · benchmarks/device_check.py",
+    ]
+    for name, _, _ in PARTS:
+        if name not in results:
+            continue
+        r = results[name]
+        lines += ["", f"## {name} ({r.get('seconds', 0):.0f} s)", ""]
+        lines += r.get("lines") or [f"not measured: {r.get('error')}"]
+    md = out / f"cuda-gpu-{slug}.md"
+    md.write_text("\n".join(lines) + "\n")
+    (out / f"cuda-gpu-{slug}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return md
+
+
+def orchestrate(out: Path, dry: bool, budget: float, only: list[str] | None) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    started, results = time.time(), {}
+    md = out / "none"
+    for name, gpu_timeout, dry_timeout in PARTS:
+        if only and name not in only:
+            continue
+        timeout = dry_timeout if dry else gpu_timeout
+        left = budget - (time.time() - started)
+        if left < min(timeout, 20):
+            results[name] = {"error": f"skipped: {left:.0f} s of the budget left, the part needs up to {timeout}"}
+            md = _write(out, results, started)
+            continue
+        timeout = min(timeout, left)
+        part_json = out / f".part-{name}.json"
+        t0 = time.time()
+        if dry:  # in this process: no torch import per part (the dry run is a test)
+            try:
+                results[name] = PART_FUNCTIONS[name](dry)
+            except Exception as exc:  # the report still comes back, saying what failed
+                results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            results[name]["seconds"] = time.time() - t0
+            md = _write(out, results, started)
+            continue
+        cmd = [sys.executable, __file__, "--part", name, "--part-out", str(part_json), *(["--dry-run"] if dry else [])]
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+            if proc.returncode == 0 and part_json.exists():
+                results[name] = json.loads(part_json.read_text())
+            else:
+                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+                results[name] = {"error": f"exit {proc.returncode}", "lines": ["```", tail, "```"]}
+        except subprocess.TimeoutExpired:
+            results[name] = {"error": f"timed out after {timeout:.0f} s"}
+        results[name]["seconds"] = time.time() - t0
+        part_json.unlink(missing_ok=True)
+        md = _write(out, results, started)
+        print(f"{name}: {results[name].get('error', 'done')} ({results[name]['seconds']:.0f} s)", flush=True)
+    return md
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"), help="where the report goes")
+    parser.add_argument("--dry-run", action="store_true", help="every part on CPU at toy sizes")
+    parser.add_argument("--budget", type=float, default=520.0, help="seconds for all parts together")
+    parser.add_argument("--only", help="comma-separated parts to run (default: all)")
+    parser.add_argument("--part", choices=list(PART_FUNCTIONS), help=argparse.SUPPRESS)
+    parser.add_argument("--part-out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.part:
+        result = PART_FUNCTIONS[args.part](args.dry_run)
+        Path(args.part_out).write_text(json.dumps(result, default=str))
+        return 0
+    only = [p.strip() for p in args.only.split(",")] if args.only else None
+    unknown = sorted(set(only or ()) - set(PART_FUNCTIONS))
+    if unknown:
+        parser.error(f"unknown part(s) {', '.join(unknown)}; valid: {', '.join(PART_FUNCTIONS)}")
+    md = orchestrate(Path(args.out), args.dry_run, args.budget, only)
+    print(md.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

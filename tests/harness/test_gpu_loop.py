@@ -1,0 +1,280 @@
+"""The training loop's GPU features (harness.feed, harness.train.Accel/LossReadback,
+harness.graphs): each leaves a CPU run bit-identical, and a diverged run is still caught.
+The CUDA-graph comparison at the end runs only where there is a GPU."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+import harness.graphs as graphs
+from harness.config import preset_config
+from harness.data import PackedStream
+from harness.feed import BatchFeed
+from harness.graphs import bucket_width, pad_to, padded_loss_inputs, plain_loss
+from harness.tasks import create
+from harness.train import (
+    ACCEL_ENV,
+    Accel,
+    DivergedError,
+    LossReadback,
+    build_model,
+    curriculum_max,
+    train,
+    training_loss,
+)
+
+
+def _feed(task, cfg, ahead, pack=0, keep=lambda step: step % 3 == 2):
+    rng = random.Random("feed-test")
+    stream = PackedStream(task, rng, pack, loss="completion") if pack else None
+    return BatchFeed(
+        task,
+        rng,
+        stream,
+        batch_size=4,
+        protocol=cfg.protocol,
+        scale_range=lambda step: (1, curriculum_max(step, cfg)),
+        first=0,
+        last=9,
+        device="cpu",
+        ahead=ahead,
+        keep_state=keep,
+    )
+
+
+@pytest.mark.parametrize("pack", [0, 12])
+def test_producer_thread_feeds_the_same_batches_and_states_as_inline(pack):
+    task = create("copy")
+    cfg = preset_config("smoke", pe="nope", task="copy", seed=0, overrides={"train": {"curriculum": ((0, 2), (4, 5))}})
+    inline, ahead = list(_feed(task, cfg, 0, pack)), list(_feed(task, cfg, 3, pack))
+    assert [f.step for f in ahead] == list(range(9))
+    for a, b in zip(inline, ahead, strict=True):
+        for name in ("inputs", "labels", "scales", "scored"):
+            assert torch.equal(getattr(a.batch, name), getattr(b.batch, name))
+        assert a.data_rng == b.data_rng and a.stream == b.stream
+        assert (a.data_rng is not None) == (a.step % 3 == 2)  # the state only where asked
+    # the state kept after step 2 is the one that makes step 3's batch
+    rng = random.Random()
+    rng.setstate(inline[2].data_rng)
+    assert max(int(n) for n in inline[3].batch.scales.flatten()) <= 5
+
+
+def test_an_error_in_the_producer_reaches_the_training_loop():
+    class Broken:
+        name = "broken"
+
+        def has_scale(self, n):
+            return True
+
+        def sample(self, n, rng):
+            raise RuntimeError("no examples today")
+
+    cfg = preset_config("smoke", pe="nope", task="copy", seed=0)
+    with pytest.raises(RuntimeError, match="no examples today"):
+        list(_feed(Broken(), cfg, ahead=2))
+
+
+def test_accel_settings_per_device(monkeypatch):
+    monkeypatch.delenv(ACCEL_ENV, raising=False)
+    assert Accel.for_device("cpu") == Accel()
+    cuda = Accel.for_device("cuda")
+    assert cuda.prefetch > 0 and cuda.readback > 1 and cuda.fused and cuda.graphs
+    assert Accel.for_device("cuda", "off") == Accel()
+    # on CPU only what cannot change the numbers is switched on
+    assert Accel.for_device("cpu", "on") == Accel(prefetch=cuda.prefetch, readback=cuda.readback)
+    monkeypatch.setenv(ACCEL_ENV, "readback")
+    assert Accel.for_device("cuda") == Accel(readback=cuda.readback)
+    with pytest.raises(ValueError, match=r"unknown feature.*graph"):
+        Accel.for_device("cpu", "graph")
+    with pytest.raises(ValueError, match="readback >= 1"):
+        Accel(readback=0)
+
+
+def _train(cfg, accel, **kw):
+    seen = []
+    model = build_model(cfg)
+    result = train(cfg, model, create(cfg.task), on_step=lambda s, v: seen.append((s, v)), accel=accel, **kw)
+    return seen, result, model
+
+
+def test_batched_readback_and_producer_train_the_same_run_on_cpu():
+    cfg = preset_config(
+        "smoke",
+        pe="rope",
+        task="copy",
+        seed=3,
+        overrides={
+            "train": {"steps": 12, "batch_size": 4},
+            "eval": {"every": 4, "start_below_loss": 5.3, "samples": 4, "test_max": 6},
+        },
+    )
+    from harness.run import evaluate_all
+
+    def periodic(model_ref):
+        return lambda step: evaluate_all(cfg, model_ref[0], create(cfg.task), torch.device("cpu"), {})
+
+    ref: list = [None]
+    # the model is built inside _train; hand the evaluation its model through a holder
+    seen_a, res_a, model_a = _train_with_eval(cfg, Accel(), ref, periodic)
+    seen_b, res_b, model_b = _train_with_eval(cfg, Accel(prefetch=2, readback=5), ref, periodic)
+    assert seen_a == seen_b and [s for s, _ in seen_a] == list(range(12))
+    assert res_a.final_loss == res_b.final_loss
+    assert res_a.evaluations == res_b.evaluations and len(res_a.evaluations) >= 1
+    for (name, a), b in zip(model_a.state_dict().items(), model_b.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def _train_with_eval(cfg, accel, ref, periodic):
+    seen = []
+    model = build_model(cfg)
+    ref[0] = model
+    result = train(
+        cfg, model, create(cfg.task), on_step=lambda s, v: seen.append((s, v)), evaluate=periodic(ref), accel=accel
+    )
+    return seen, result, model
+
+
+def test_readback_raises_at_the_step_that_diverged():
+    told = []
+    losses = LossReadback(5, lambda s, v: told.append(s), None)
+    for step, value in enumerate([1.0, 0.5, 0.4, math.nan, 0.3]):
+        losses.add(step, torch.tensor(value), torch.tensor(value))
+    with pytest.raises(DivergedError, match="loss became nan at step 3"):
+        losses.flush()
+    assert told == [0, 1, 2] and losses.last == pytest.approx(0.4)
+
+
+def test_a_run_that_diverges_between_readbacks_is_recorded_diverged(monkeypatch, tmp_path):
+    real = graphs.loss_function
+
+    def nan_from_step_7(model, precision, device, *, graphs=False):
+        eager, calls = real(model, precision, device, graphs=graphs), [0]
+
+        def loss(batch, host):
+            value, task_loss = eager(batch, host)
+            calls[0] += 1
+            if calls[0] > 7:  # step 7 on: the task's loss is NaN, as a blown-up model's
+                task_loss = task_loss * math.nan
+                value = task_loss
+            return value, task_loss
+
+        return loss
+
+    monkeypatch.setattr(graphs, "loss_function", nan_from_step_7)
+    cfg = preset_config(
+        "smoke",
+        pe="nope",
+        task="copy",
+        seed=0,
+        overrides={"train": {"steps": 10, "batch_size": 4}, "eval": {"samples": 2}},
+    )
+    with pytest.raises(DivergedError, match="loss became nan at step 7"):
+        _train(cfg, Accel(readback=5))
+    from harness.run import train_and_evaluate
+
+    monkeypatch.setenv(ACCEL_ENV, "readback")
+    result = train_and_evaluate(cfg, torch.device("cpu"), tmp_path / "run.pt", notice=lambda m: None)
+    assert result.status == "diverged" and result.error == "loss became nan at step 7"
+
+
+def test_buckets_and_padding():
+    assert [bucket_width(w) for w in (1, 8, 9, 23)] == [8, 8, 16, 24]
+    assert bucket_width(5, 1) == 5
+    with pytest.raises(ValueError, match=">= 1"):
+        bucket_width(0)
+    cfg = preset_config("smoke", pe="nope", task="copy", seed=0)
+    batch = _feed(create("copy"), cfg, 0).__iter__().__next__().batch
+    padded = pad_to(batch, 16)
+    s = batch.inputs.shape[1]
+    assert padded.inputs.shape == (4, 16) and torch.equal(padded.inputs[:, :s], batch.inputs)
+    assert bool((padded.labels[:, s:] == -100).all()) and not bool(padded.scored[:, s:].any())
+    with pytest.raises(ValueError, match="cannot pad"):
+        pad_to(batch, s - 1)
+
+
+@pytest.mark.parametrize("pe", ["nope", "rope", "alibi", "randomized"])
+def test_padding_to_the_bucket_leaves_the_loss_as_it_was(pe):
+    """The graphed pass's loss (padded to the bucket, one plain pass) equals the eager
+    loss (length groups, padding skipped) to 1e-5 relative, and its gradients to 1e-4:
+    the tolerance a graphed run's metrics are held to against its eager run's."""
+    cfg = preset_config("smoke", pe=pe, task="copy", seed=0)
+    model = build_model(cfg)
+    batch = _feed(create("copy"), cfg, 0).__iter__().__next__().batch
+    torch.manual_seed(5)
+    eager, _ = training_loss(model, batch)
+    eager.backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch.manual_seed(5)
+    padded, positions = padded_loss_inputs(model, batch, batch)
+    assert padded.inputs.shape[1] % graphs.QUANTUM == 0
+    assert (positions is None) == (pe != "randomized")
+    loss, task_loss = plain_loss(model, "fp32", padded, positions)
+    loss.backward()
+    if pe != "randomized":  # random positions: another draw, so only the shapes agree
+        torch.testing.assert_close(task_loss, eager, rtol=1e-5, atol=1e-6)
+        for g, p in zip(grads, model.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("pe", ["nope", "rope", "alibi"])
+def test_graphed_run_matches_its_eager_run_on_cuda(pe):
+    """A smoke run trained with CUDA graphs (and the other GPU features) against the same
+    run eager: every step's loss within 1e-3 relative and the final metrics within 0.05
+    (a graph's float rounding, and its padded pass, drift over the steps)."""
+    from harness.run import evaluate_all
+
+    cfg = preset_config("smoke", pe=pe, task="copy", seed=0)
+    device = torch.device("cuda")
+    runs = []
+    for accel in (Accel(), Accel.for_device(device, "on")):
+        seen: list[float] = []
+        model = build_model(cfg, device)
+        result = train(cfg, model, create("copy"), device, on_step=lambda s, v, seen=seen: seen.append(v), accel=accel)
+        metrics = evaluate_all(cfg, model, create("copy"), device, {})
+        runs.append((seen, result.final_loss, metrics))
+    (a, fa, ma), (b, fb, mb) = runs
+    torch.testing.assert_close(torch.tensor(b), torch.tensor(a), rtol=1e-3, atol=1e-4)
+    assert math.isclose(fa, fb, rel_tol=1e-3)
+    for (_, x), (_, y) in zip(ma, mb, strict=True):
+        assert abs(x.exact_match - y.exact_match) <= 0.05 and abs(x.token_accuracy - y.token_accuracy) <= 0.05
+
+
+def test_a_consumer_that_stops_early_leaves_no_producer_behind():
+    """The loop raising mid-run (a diverged loss) with the producer blocked on a full queue,
+    even on its end-of-stream marker: closing stops and joins it."""
+    task = create("copy")
+    cfg = preset_config("smoke", pe="nope", task="copy", seed=0)
+    feed = _feed(task, cfg, ahead=1)
+    items = iter(feed)
+    next(items)
+    import time
+
+    time.sleep(0.3)  # the producer fills the queue and waits
+    feed.close()
+    assert feed._thread is None
+    feed = _feed(task, cfg, ahead=1)
+    with pytest.raises(RuntimeError, match="stop"):
+        for fed in feed:
+            if fed.step == 7:  # the producer has made step 8 and waits to hand over the end marker
+                time.sleep(0.3)
+                raise RuntimeError("stop")
+    assert feed._thread is None
+
+
+def test_a_bad_accel_setting_stops_bench_before_anything_is_written(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    monkeypatch.setenv(ACCEL_ENV, "prefetch,grpahs")
+    store = tmp_path / "s.sqlite"
+    args = ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke", "--device", "cpu", "--store", str(store)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "PEZOO_ACCEL" in result.output and "grpahs" in result.output
+    assert not store.exists()
