@@ -54,6 +54,7 @@ PARTS: tuple[tuple[str, int, int], ...] = (
     ("env", 60, 60),
     ("loop", 90, 120),
     ("loop_gpu", 80, 120),
+    ("prism_kernel", 90, 60),
     ("example", 120, 120),
     ("pack", 130, 120),
     ("gpu20k", 60, 120),
@@ -298,10 +299,38 @@ def part_loop_gpu(dry: bool) -> dict[str, Any]:
     return part_loop(dry, "gpu", ("nope", "prism"))
 
 
+def part_prism_kernel(dry: bool) -> dict[str, Any]:
+    """PRISM's Triton scan compiled on the card: its tests (against the torch scan and the dense
+    reference, forward and backward), then its step time against the torch scan and NoPE
+    (benchmarks/prism_triton.py). Its default stays the torch loop until this passes."""
+    if dry:
+        return {"data": {}, "lines": ["not on CPU: the kernels' interpreter tests run in the suite"]}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/pezoo/prism/test_prism_triton_scan.py",
+         "tests/pezoo/prism/test_prism_fused_scan.py", "-k", "triton or cuda"],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=40,
+    )  # fmt: skip
+    table = Path(tempfile.mkdtemp()) / "prism_triton.md"
+    bench = subprocess.run(
+        [sys.executable, "benchmarks/prism_triton.py", "--time-limit", "35", "--out", str(table)],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=45,
+    )  # fmt: skip
+    tail = (tests.stdout + tests.stderr).strip().splitlines()[-6:]
+    lines = ["tests:", "```", *tail, "```", ""]
+    lines += (
+        table.read_text().splitlines()
+        if table.exists()
+        else ["```", *(bench.stdout + bench.stderr).splitlines()[-8:], "```"]
+    )
+    return {"data": {"tests_returncode": tests.returncode, "bench_returncode": bench.returncode}, "lines": lines}
+
+
 PART_FUNCTIONS = {
     "env": part_env,
     "loop": part_loop,
     "loop_gpu": part_loop_gpu,
+    "prism_kernel": part_prism_kernel,
     "tests": part_tests,
     "example": part_example,
     "pack": part_pack,
