@@ -10,6 +10,8 @@ for its inference-time variants, which evaluate them (zero-shot) or fine-tune th
 
 from __future__ import annotations
 
+import hashlib
+import io
 import math
 import os
 import time
@@ -57,11 +59,39 @@ def build_lm_model(
     return Backbone(b, pe).to(device)
 
 
-def _save(path: Path, payload: dict[str, Any]) -> None:
+WEIGHTS_DIGEST = "weights_sha256"
+"""The provenance key of a trained run's kept weights: the SHA-256 of the file's bytes. A
+variant loads a weights file only when the record of the run that wrote it vouches for it,
+so a file swapped or edited in the store's folder is never evaluated as that run."""
+
+
+def _save(path: Path, payload: dict[str, Any]) -> str:
+    """Write ``payload`` atomically; the SHA-256 of the bytes written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save(payload, tmp)
+    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
     os.replace(tmp, path)
+    return digest
+
+
+def _vouched_weights(store: LmStore, cfg: LmConfig) -> dict[str, Any]:
+    """The kept weights of the run a variant evaluates, read only if that run's record vouches
+    for the file's bytes (:data:`WEIGHTS_DIGEST`)."""
+    trained = cfg.trained_config()
+    source = store.weights(trained.run_id())
+    said = f"run {cfg.run_id()} evaluates the weights of run {trained.run_id()} ({trained.pe} seed {trained.seed})"
+    if not source.is_file():
+        raise ValueError(f"{said}, which {store.folder} does not hold: run it first")
+    record = next((r for r in store.records() if r.run_id == trained.run_id()), None)
+    digest = record.provenance.get(WEIGHTS_DIGEST) if record is not None else None
+    data = source.read_bytes()
+    if digest is None or hashlib.sha256(data).hexdigest() != digest:
+        raise ValueError(
+            f"{said}, but {source.name} is not the file that run's record vouches for "
+            f"({'no record holds its digest' if digest is None else 'its bytes differ'}): run {trained.run_id()} again"
+        )
+    return cast(dict[str, Any], torch.load(io.BytesIO(data), weights_only=True))
 
 
 def train_steps(
@@ -81,7 +111,14 @@ def train_steps(
     opt = make_optimizer(model, cast(Any, cfg))
     first, loss_value, elapsed = 0, math.nan, 0.0
     if checkpoint is not None and checkpoint.is_file():
-        state = torch.load(checkpoint, weights_only=False)
+        try:  # tensors and plain values only: a checkpoint never runs code when read
+            state = torch.load(checkpoint, weights_only=True)
+        except Exception as exc:  # unreadable or not ours: set aside, the run starts over
+            aside = checkpoint.with_suffix(".unreadable")
+            os.replace(checkpoint, aside)
+            why = type(exc).__name__
+            notice(f"run {cfg.run_id()}: its checkpoint could not be read ({why}); set aside as {aside.name}")
+            state = {}
         if state.get("run_id") == cfg.run_id():
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["optimizer"])
@@ -151,13 +188,7 @@ def run_lm(
     prov: dict[str, Any] = {**provenance(device), **corpus.provenance()}
     if cfg.is_variant:
         trained = cfg.trained_config()
-        source = store.weights(trained.run_id())
-        if not source.is_file():
-            raise ValueError(
-                f"run {run_id} evaluates the weights of run {trained.run_id()} ({trained.pe} seed {trained.seed}), "
-                f"which {store.folder} does not hold: run it first"
-            )
-        payload = torch.load(source, weights_only=True)
+        payload = _vouched_weights(store, cfg)
         model = build_lm_model(cfg, cfg.eval_options(), device)
         model.load_state_dict(payload["model"])
         prov["weights_from"] = trained.run_id()
@@ -181,7 +212,9 @@ def run_lm(
         final_loss, seconds, steps = train_steps(
             cfg, model, windows, device, steps=cfg.train.steps, checkpoint=store.checkpoint(run_id), notice=notice
         )
-        _save(store.weights(run_id), {"run_id": run_id, "final_loss": final_loss, "model": model.state_dict()})
+        prov[WEIGHTS_DIGEST] = _save(
+            store.weights(run_id), {"run_id": run_id, "final_loss": final_loss, "model": model.state_dict()}
+        )
     t0 = time.perf_counter()
     precision = evaluation_precision(cfg.eval.precision, cfg.train.precision)
     scores = evaluate_lengths(

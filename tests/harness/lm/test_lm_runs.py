@@ -9,7 +9,9 @@ import torch
 from lm_fixtures import tiny_corpus
 
 from harness.lm import corpora
+from harness.lm import run as lm_run
 from harness.lm.config import LmConfig, lm_preset_config
+from harness.lm.data import TrainingWindows
 from harness.lm.record import LmRecord, LmStore
 from harness.lm.run import run_lm, sweep_lm
 
@@ -95,6 +97,47 @@ def test_variants_evaluate_the_trained_weights_and_need_them(tmp_path, corpus):
     zero_shot, tuned = (r for r in store.records() if r.config.is_variant)
     assert zero_shot.train_steps == 0 and zero_shot.provenance["weights_from"] == cfg_of("rope").run_id()
     assert tuned.train_steps == 2 and tuned.config.finetune_length == 4 * tuned.config.length
+
+
+def test_a_variant_refuses_weights_its_trained_runs_record_does_not_vouch_for(tmp_path, corpus):
+    """The third probe's High, on the LM track: a weights file with another seed's tensors
+    (or edited) in the store's folder must not be evaluated as the trained run's."""
+    store, other = LmStore(tmp_path / "a"), LmStore(tmp_path / "b")
+    run_lm(cfg_of("rope"), store, CPU, corpus=corpus, notice=lambda _: None)
+    run_lm(cfg_of("rope", seed=1), other, CPU, corpus=corpus, notice=lambda _: None)
+    pi = cfg_of("rope@{scaling={rope_type=linear,factor=2.0}}")
+    kept = store.weights(cfg_of("rope").run_id())
+    swapped = torch.load(other.weights(cfg_of("rope", seed=1).run_id()), weights_only=True)
+    swapped["run_id"] = cfg_of("rope").run_id()  # the right header, another seed's tensors
+    torch.save(swapped, kept)
+    with pytest.raises(ValueError, match="not the file that run's record vouches for"):
+        run_lm(pi, store, CPU, corpus=corpus, notice=lambda _: None)
+    assert [r.run_id for r in store.records()] == [cfg_of("rope").run_id()]  # nothing recorded
+
+
+def test_a_resumed_training_equals_the_uninterrupted_one_and_a_bad_checkpoint_is_set_aside(
+    tmp_path, corpus, monkeypatch
+):
+    monkeypatch.setattr(lm_run, "CHECKPOINT_EVERY", 2)
+    cfg = cfg_of("alibi")
+    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[1], cfg.length)
+    checkpoint = tmp_path / "run.ckpt"
+    whole = lm_run.build_lm_model(cfg)
+    lm_run.train_steps(cfg, whole, windows, CPU, steps=3, checkpoint=checkpoint, notice=lambda _: None)
+    assert checkpoint.is_file()  # written at step 2, kept (the caller removes it when the run is recorded)
+    told: list[str] = []
+    resumed = lm_run.build_lm_model(cfg)
+    lm_run.train_steps(cfg, resumed, windows, CPU, steps=3, checkpoint=checkpoint, notice=told.append)
+    assert any("resumed from step 2" in t for t in told)
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    checkpoint.write_bytes(b"not a checkpoint")
+    told.clear()
+    fresh = lm_run.build_lm_model(cfg)
+    lm_run.train_steps(cfg, fresh, windows, CPU, steps=3, checkpoint=checkpoint, notice=told.append)
+    assert any("set aside" in t for t in told) and checkpoint.with_suffix(".unreadable").is_file()
+    for (name, a), (_, b) in zip(whole.state_dict().items(), fresh.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name  # started over: the same training
 
 
 @pytest.fixture(scope="module")
