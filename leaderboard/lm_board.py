@@ -55,6 +55,7 @@ __all__ = [
     "LmVerdict",
     "card_lm_claims",
     "check_claim",
+    "lm_pages",
     "lm_rows",
     "reach",
     "read_lm_results",
@@ -394,3 +395,14 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
                 out.append(f"| {claim.says} | {claim.source} | {v.outcome} | {v.why} |")
         out.append("")
     return "\n".join(out) + "\n"
+
+
+def lm_pages(records: Sequence[LmRecord]) -> dict[str, str]:
+    """The LM section's files (site path -> text): ``lm.md`` and one ``lm-<task>.svg`` of
+    curves per corpus; none without records (a board with no LM results has no LM section)."""
+    if not records:
+        return {}
+    pages = {"lm.md": render_markdown(records)}
+    for task, task_rows in lm_rows(records).items():
+        pages[f"lm-{task}.svg"] = str(curves_svg(task, task_rows))
+    return pages

@@ -209,3 +209,34 @@ def test_two_card_claims_with_one_key_are_refused():
     finally:
         ENCODINGS._factories.pop("toy_lm_twice")
         CARDS.pop("toy_lm_twice")
+
+
+def test_the_site_build_renders_the_lm_section_only_when_lm_records_exist(tmp_path):
+    import json
+
+    from leaderboard_fixtures import make_record, write_jsonl
+
+    from harness.cli import main
+
+    results, site = tmp_path / "results", tmp_path / "site"
+    write_jsonl(results / "a.jsonl", [make_record("rope", "copy", 0, {1: 1.0, 2: 1.0, 3: 0.5}, train_max=2)])
+
+    def build():
+        return CliRunner().invoke(main, ["leaderboard", "build", "--results", str(results), "--out", str(site)])
+
+    (results / "lm").mkdir()  # empty: no LM section, no error
+    assert build().exit_code == 0 and not (site / "lm.md").exists()
+    lines = [json.dumps(record("alibi", s, FLAT).to_dict()) for s in range(2)]
+    (results / "lm" / "lm-x.jsonl").write_text("\n".join(lines) + "\n")
+    done = build()
+    assert done.exit_code == 0, done.output
+    assert (site / "lm.md").read_text() == render_markdown([record("alibi", s, FLAT) for s in range(2)])
+    assert (site / "lm-lm_en.svg").is_file()
+    (results / "lm" / "lm-y.jsonl").write_text("{not json\n")  # an invalid LM record: one line, nothing written
+    before = (site / "lm.md").read_bytes()
+    bad = build()
+    assert bad.exit_code == 1 and bad.output.startswith("Error: LM results in ") and bad.output.count("\n") == 1
+    assert (site / "lm.md").read_bytes() == before
+    for path in (results / "lm").iterdir():  # the records gone: the section's pages go with the next build
+        path.unlink()
+    assert build().exit_code == 0 and not (site / "lm.md").exists() and not (site / "lm-lm_en.svg").exists()
