@@ -350,17 +350,16 @@ def published_store_rows() -> list[dict]:
 )
 def lm_cmd(results_dir: Path, out_dir: Path) -> None:
     """Render the language-modelling section (docs/lm.md) from the published LM records only."""
-    from leaderboard.lm_board import curves_svg, lm_rows, read_lm_results, render_markdown
+    from leaderboard.lm_board import lm_pages, read_lm_results
 
     try:
         records = read_lm_results(results_dir)
-        rows = lm_rows(records)
+        pages = lm_pages(records)
     except (ValueError, OSError) as exc:
         raise click.ClickException(terminal_text(str(exc))) from None
     if not records:
         raise click.ClickException(f"no LM results under {results_dir}: run `pezoo lm sweep` and `pezoo lm export`")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "lm.md").write_text(render_markdown(records), encoding="utf-8")
-    for task, task_rows in rows.items():
-        (out_dir / f"lm-{task}.svg").write_text(str(curves_svg(task, task_rows)), encoding="utf-8")
-    _echo(f"wrote {out_dir / 'lm.md'} and {len(rows)} curve(s) from {len(records)} LM record(s)")
+    for name, text in pages.items():
+        (out_dir / name).write_text(text, encoding="utf-8")
+    _echo(f"wrote {out_dir / 'lm.md'} and {len(pages) - 1} curve(s) from {len(records)} LM record(s)")

@@ -9,6 +9,9 @@ within 5 % when ``100 · nats(S) · bytes(L) <= 105 · nats(L) · bytes(S)`` (no
 windows, the papers' default mode), and a row's reach is the longest tested S with every
 tested length up to it within 5 % (a length not reached ends it).
 
+The claims are the encodings' own: each paper card's ``lm_claims`` (:class:`pezoo.LmPaperClaim`,
+declared beside the encoding's class), whose rows are data (:class:`pezoo.LmRowSelector`, matched
+by :func:`selects`) and whose ``rule`` names one of :data:`RULES`; this module names no encoding.
 Verdicts use the board's four outcomes (``leaderboard.claims``) and its one test, the exact
 permutation test over seeds (``leaderboard.permutation``):
 
@@ -30,8 +33,8 @@ parameters: the section compares the shape of the curves with the papers', never
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from markupsafe import Markup
@@ -42,9 +45,24 @@ from leaderboard.claims import DOES_NOT_HOLD, HOLDS, NO_CONTRAST, PARTLY
 from leaderboard.permutation import ALPHA, p_above, p_text
 from leaderboard.styles import style_of
 from leaderboard.text import render_template
+from pezoo import LmPaperClaim, LmRowSelector
 from pezoo.spec import format_eval_options, format_pe
 
-__all__ = ["LM_CLAIMS", "LmClaim", "LmRow", "lm_rows", "reach", "read_lm_results", "render_markdown", "verdict"]
+__all__ = [
+    "LM_CLAIMS",
+    "RULES",
+    "LmRow",
+    "LmVerdict",
+    "card_lm_claims",
+    "check_claim",
+    "lm_pages",
+    "lm_rows",
+    "reach",
+    "read_lm_results",
+    "render_markdown",
+    "selects",
+    "verdict",
+]
 
 WITHIN = (105, 100)
 """5 %: bpb(S) / bpb(L) <= 105 / 100, compared as integers times sums (no float boundary)."""
@@ -147,102 +165,33 @@ def lm_rows(records: Sequence[LmRecord]) -> dict[str, list[LmRow]]:
 # claims
 
 
-Matcher = Callable[[LmConfig], bool]
+def _includes(actual: object, wanted: object) -> bool:
+    """``actual`` has ``wanted``'s value; a mapping: each of its keys, as deep as given."""
+    if isinstance(wanted, Mapping):
+        return isinstance(actual, Mapping) and all(_includes(actual.get(k), v) for k, v in wanted.items())
+    return actual == wanted
 
 
-def plain(name: str, **options: object) -> Matcher:
-    """A trained row of encoding ``name`` whose options include ``options``."""
-    return lambda c: c.pe == name and not c.is_variant and all(c.pe_options.get(k) == v for k, v in options.items())
-
-
-def rope_variant(rope_type: str, *, tuned: bool) -> Matcher:
-    def match(c: LmConfig) -> bool:
-        scaling = c.eval_pe_options.get("scaling")
-        kind = scaling.get("rope_type") if isinstance(scaling, dict) else None
-        return c.pe == "rope" and kind == rope_type and bool(c.finetune_steps) == tuned
-
-    return match
-
-
-@dataclass(frozen=True)
-class LmClaim:
-    """A paper's language-modelling claim and the rule that tests it here.
-
-    Attributes:
-        key: stable identifier.
-        source: paper, section and table.
-        claim: what the paper reports, in one sentence.
-        kind: ``reach``, ``blowup`` or ``below``.
-        row: the row the claim is about.
-        multiple: the multiple of L a reach or blow-up claim names.
-        others: the rows a ``below`` claim compares against (the strongest is taken).
-    """
-
-    key: str
-    source: str
-    claim: str
-    kind: str
-    row: Matcher
-    multiple: float = 0.0
-    others: tuple[Matcher, ...] = field(default_factory=tuple)
-
-
-ALIBI = (
-    "Press, Smith & Lewis, “Train Short, Test Long: Attention with Linear Biases Enables Input Length "
-    "Extrapolation” (ICLR 2022)"
-)
-KERPLE = "Chi et al., “KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation” (NeurIPS 2022)"
-XPOS = "Sun et al., “A Length-Extrapolatable Transformer” (ACL 2023)"
-PI = "Chen et al., “Extending Context Window of Large Language Models via Positional Interpolation” (2023)"
-YARN = "Peng et al., “YaRN: Efficient Context Window Extension of Large Language Models” (ICLR 2024)"
-FIRE = "Li et al., “Functional Interpolation for Relative Positions Improves Long Context Transformers” (ICLR 2024)"
-
-LM_CLAIMS: tuple[LmClaim, ...] = (
-    LmClaim("alibi_flat", f"{ALIBI}, App. Table 2",
-            "ALiBi trained at L = 512 keeps its perplexity flat to 15 512 tokens (19.73 at 512, 18.31 at "
-            "15 512): ~30× L",
-            "reach", plain("alibi"), multiple=30),
-    LmClaim("ape_blowup", f"{ALIBI}, App. Table 2",
-            "sinusoidal APE blows up just past L (20.05 at 512, 43.5 at 1012)", "blowup", plain("ape"), multiple=2),
-    LmClaim("alibi_below_rope_t5", f"{ALIBI}, App. Table 2",
-            "at long lengths ALiBi is below rotary (79.3 at 15 512) and T5's bias (43.1 at 8 512)",
-            "below", plain("alibi"), others=(plain("rope"), plain("t5"))),
-    LmClaim("kerple_flat", f"{KERPLE}, Table 3",
-            "KERPLE-log trained at L = 512 stays flat to 16 384 (32× L)", "reach", plain("kerple_log"), multiple=32),
-    LmClaim("kerple_power_flat", f"{KERPLE}, Table 3",
-            "KERPLE-power trained at L = 512 stays flat to 16 384 (32× L)", "reach", plain("kerple_power"),
-            multiple=32),
-    LmClaim("kerple_below_alibi_t5", f"{KERPLE}, Table 3",
-            "at 16 384, KERPLE-log is below ALiBi and T5's bias (T5 worse beyond 2 048; 5 seeds, paired t-test)",
-            "below", plain("kerple_log"), others=(plain("alibi"), plain("t5"))),
-    LmClaim("xpos_blockwise", f"{XPOS}, Tables 2 and 5 (§3.3)",
-            "xPos extrapolates to 4× L with its blockwise causal attention", "reach",
-            lambda c: c.pe == "xpos" and not c.is_variant and c.pe_options.get("blockwise") is not None, multiple=4),
-    LmClaim("xpos_plain_blowup", f"{XPOS}, Table 5",
-            "without blockwise attention xPos does not extrapolate to 4× L", "blowup",
-            lambda c: c.pe == "xpos" and not c.is_variant and c.pe_options.get("blockwise") is None, multiple=4),
-    LmClaim("pi_finetuned", f"{PI}, §3 (Table 1)",
-            "position interpolation with a short fine-tune keeps perplexity at the extended window (4× L here)",
-            "reach", rope_variant("linear", tuned=True), multiple=4),
-    LmClaim("yarn_dynamic_zero_shot", f"{YARN}, App. B.3",
-            "dynamic scaling without any fine-tuning stops RoPE's blow-up past L", "below",
-            rope_variant("dynamic", tuned=False), others=(plain("rope"),)),
-    LmClaim("fire_below_others", f"{FIRE}, §4.1 (Fig. 1)",
-            "FIRE's long-context perplexity is below the other relative encodings'", "below", plain("fire"),
-            others=(plain("alibi"), plain("kerple_log"), plain("t5"), plain("rope"))),
-)  # fmt: skip
-"""The papers' LM claims the section judges (issue 52's list)."""
+def selects(selector: LmRowSelector, cfg: LmConfig) -> bool:
+    """Whether a row's config is the one a card's selector names (:class:`pezoo.LmRowSelector`)."""
+    if cfg.pe != selector.pe or not _includes(cfg.pe_options, selector.options):
+        return False
+    if any(cfg.pe_options.get(k) is None for k in selector.has):
+        return False
+    if selector.variant is None:
+        return not cfg.is_variant
+    return _includes(cfg.eval_pe_options, selector.variant) and bool(cfg.finetune_steps) == selector.finetuned
 
 
 @dataclass(frozen=True)
 class LmVerdict:
-    claim: LmClaim
+    claim: LmPaperClaim
     outcome: str
     why: str
 
 
-def _find(rows: Sequence[LmRow], match: Matcher) -> LmRow | None:
-    found = [r for r in rows if match(r.config)]
+def _find(rows: Sequence[LmRow], selector: LmRowSelector) -> LmRow | None:
+    found = [r for r in rows if selects(selector, r.config)]
     return max(found, key=lambda r: len(r.records)) if found else None
 
 
@@ -254,29 +203,34 @@ def _common_longest(a: LmRow, b: LmRow) -> int | None:
     return None
 
 
-def verdict(claim: LmClaim, rows: Sequence[LmRow]) -> LmVerdict | None:
-    """The claim's verdict on one task's rows; None when its row is not on the table."""
-    row = _find(rows, claim.row)
-    if row is None:
-        return None
-    if not any(min(r.reaches()) >= 2 * r.length for r in rows):
-        why = "nothing on this table keeps within 5 % of bpb(L) to 2× L on its weakest seed"
-        return LmVerdict(claim, NO_CONTRAST, why)
-    reaches = [s / row.length for s in row.reaches()]
+def _reach(claim: LmPaperClaim, row: LmRow, rows: Sequence[LmRow]) -> LmVerdict | None:
+    """Holds when the weakest seed's reach is at least ``multiple`` × L; partly when it holds
+    to the longest length tested, short of the multiple; otherwise does not hold."""
+    weakest = min(s / row.length for s in row.reaches())
     tested = row.lengths[-1] / row.length
-    if claim.kind == "reach":
-        weakest = min(reaches)
-        if weakest >= claim.multiple:
-            return LmVerdict(claim, HOLDS, f"weakest seed within 5 % to {weakest:g}× L")
-        if weakest >= tested:
-            return LmVerdict(claim, PARTLY, f"holds to the tested {tested:g}×; claimed {claim.multiple:g}×: untested")
-        return LmVerdict(claim, DOES_NOT_HOLD, f"weakest seed within 5 % only to {weakest:g}× L")
-    if claim.kind == "blowup":
-        below = sum(r < claim.multiple for r in reaches)
-        seeds = f"{below} of {len(reaches)} seeds leave 5 % before {claim.multiple:g}× L"
-        outcome = HOLDS if below == len(reaches) else DOES_NOT_HOLD if below == 0 else PARTLY
-        return LmVerdict(claim, outcome, seeds)
-    others = [r for r in (_find(rows, m) for m in claim.others) if r is not None and r is not row]
+    if weakest >= claim.multiple:
+        return LmVerdict(claim, HOLDS, f"weakest seed within 5 % to {weakest:g}× L")
+    if weakest >= tested:
+        return LmVerdict(claim, PARTLY, f"holds to the tested {tested:g}×; claimed {claim.multiple:g}×: untested")
+    return LmVerdict(claim, DOES_NOT_HOLD, f"weakest seed within 5 % only to {weakest:g}× L")
+
+
+def _blowup(claim: LmPaperClaim, row: LmRow, rows: Sequence[LmRow]) -> LmVerdict | None:
+    """Holds when every seed leaves 5 % before ``multiple`` × L, does not hold when none does,
+    partly when the seeds split."""
+    reaches = [s / row.length for s in row.reaches()]
+    below = sum(r < claim.multiple for r in reaches)
+    seeds = f"{below} of {len(reaches)} seeds leave 5 % before {claim.multiple:g}× L"
+    outcome = HOLDS if below == len(reaches) else DOES_NOT_HOLD if below == 0 else PARTLY
+    return LmVerdict(claim, outcome, seeds)
+
+
+def _below(claim: LmPaperClaim, row: LmRow, rows: Sequence[LmRow]) -> LmVerdict | None:
+    """At the longest length both rows reached on every seed, against the strongest of the
+    ``against`` rows (lowest mean): holds when the permutation test puts it above ``row``
+    (p <= 0.05), partly when ``row`` is lower on the mean only, otherwise does not hold.
+    None when none of the ``against`` rows is on the table."""
+    others = [r for r in (_find(rows, m) for m in claim.against) if r is not None and r is not row]
     if not others:
         return None
     compared = []
@@ -296,6 +250,53 @@ def verdict(claim: LmClaim, rows: Sequence[LmRow]) -> LmVerdict | None:
     if p is not None and p <= ALPHA:
         return LmVerdict(claim, HOLDS, text)
     return LmVerdict(claim, PARTLY if mean_mine < mean_other else DOES_NOT_HOLD, text)
+
+
+Rule = Callable[[LmPaperClaim, LmRow, Sequence[LmRow]], "LmVerdict | None"]
+
+RULES: dict[str, Rule] = {"reach": _reach, "blowup": _blowup, "below": _below}
+"""The rules an encoding card's LM claim names (:attr:`pezoo.LmPaperClaim.rule`), each
+given the claim, its row and the corpus's rows (module docstring words each)."""
+
+
+def check_claim(claim: LmPaperClaim) -> LmPaperClaim:
+    """``claim`` when the board can test it; a one-line ValueError naming what is wrong otherwise."""
+    where = f"LM claim {claim.key!r} of {claim.row.pe!r}"
+    if claim.rule not in RULES:
+        raise ValueError(f"{where}: unknown rule {claim.rule!r}; rules: {', '.join(RULES)}")
+    if claim.rule in ("reach", "blowup") and not claim.multiple > 0:
+        raise ValueError(f"{where}: rule {claim.rule!r} needs a multiple of L above 0, got {claim.multiple!r}")
+    if claim.rule == "below" and not claim.against:
+        raise ValueError(f"{where}: rule 'below' needs the rows it is compared with (against)")
+    return claim
+
+
+def card_lm_claims() -> tuple[LmPaperClaim, ...]:
+    """Every registered encoding's LM claims (its card's ``lm_claims``), in their order in the section."""
+    import pezoo
+
+    found = [c for card in pezoo.cards().values() for c in card.lm_claims]
+    keys = [c.key for c in found]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"two LM claims share a key: {sorted(k for k in set(keys) if keys.count(k) > 1)}")
+    return tuple(check_claim(c) for c in sorted(found, key=lambda c: (c.order, c.key)))
+
+
+LM_CLAIMS: tuple[LmPaperClaim, ...] = card_lm_claims()
+"""The papers' LM claims the section judges, read from the encodings' cards (issue 52's list)."""
+
+
+def verdict(claim: LmPaperClaim, rows: Sequence[LmRow]) -> LmVerdict | None:
+    """The claim's verdict on one task's rows; None when its row (or, for ``below``, every
+    row it is compared with) is not on the table."""
+    rule = RULES[check_claim(claim).rule]
+    row = _find(rows, claim.row)
+    if row is None:
+        return None
+    if not any(min(r.reaches()) >= 2 * r.length for r in rows):
+        why = "nothing on this table keeps within 5 % of bpb(L) to 2× L on its weakest seed"
+        return LmVerdict(claim, NO_CONTRAST, why)
+    return rule(claim, row, rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,8 +390,19 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
         for claim in LM_CLAIMS:
             v = verdict(claim, rows)
             if v is None:
-                out.append(f"| {claim.claim} | {claim.source} | not run yet | |")
+                out.append(f"| {claim.says} | {claim.source} | not run yet | |")
             else:
-                out.append(f"| {claim.claim} | {claim.source} | {v.outcome} | {v.why} |")
+                out.append(f"| {claim.says} | {claim.source} | {v.outcome} | {v.why} |")
         out.append("")
     return "\n".join(out) + "\n"
+
+
+def lm_pages(records: Sequence[LmRecord]) -> dict[str, str]:
+    """The LM section's files (site path -> text): ``lm.md`` and one ``lm-<task>.svg`` of
+    curves per corpus; none without records (a board with no LM results has no LM section)."""
+    if not records:
+        return {}
+    pages = {"lm.md": render_markdown(records)}
+    for task, task_rows in lm_rows(records).items():
+        pages[f"lm-{task}.svg"] = str(curves_svg(task, task_rows))
+    return pages

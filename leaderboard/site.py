@@ -73,6 +73,17 @@ def results_folder_problem(results_dir: Path) -> str | None:
     return None
 
 
+def _lm_pages(lm_dir: Path) -> dict[str, str]:
+    """The language-modelling section's files from the LM records in ``lm_dir`` (none when it
+    has none: the site then has no LM section); an invalid LM record is a SiteError."""
+    from leaderboard.lm_board import lm_pages, read_lm_results
+
+    try:
+        return lm_pages(read_lm_results(lm_dir))
+    except (ValueError, OSError) as exc:
+        raise SiteError(f"LM results in {lm_dir}: {exc}") from None
+
+
 def build(
     results_dir: Path,
     out_dir: Path,
@@ -88,7 +99,9 @@ def build(
     Everything is read, validated and rendered before anything is written.
 
     Args:
-        results_dir: folder of ``*.jsonl`` results files (must exist and hold at least one).
+        results_dir: folder of ``*.jsonl`` results files (must exist and hold at least one);
+            its ``lm/`` subfolder's LM records, where it has any, add the language-modelling
+            section (``lm.md`` and its curves, ``leaderboard.lm_board``).
         out_dir: site folder (created; the pages of its previous build are replaced).
         readme: where to write the markdown board; default ``out_dir/../README.md``.
         results_href, repo_href: links from the site root to the results folder and to the
@@ -119,6 +132,7 @@ def build(
     retirements = read_retirements(results_dir.parent) if retirements is None else retirements
     board = assemble(records, plans, retirements)  # once, for the pages and the README
     pages = render_pages(board, results_href, repo_href, REPO_ROOT, diagnostics)
+    pages.update(_lm_pages(results_dir / "lm"))
     readme = readme if readme is not None else out_dir.parent / "README.md"
     readme_text = render_readme(board, site_href=href(relative_href(readme.parent, out_dir)))
     write_site(out_dir, pages, readme, readme_text)

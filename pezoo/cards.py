@@ -7,7 +7,9 @@ which the benchmark and the leaderboard need and must not hard-code:
 * its **setup** per task (the options its paper runs it with, sized for a model);
 * the paper a board row is **held to**, and how a run **departs** from it, in words;
 * what it **reads** beyond the tokens and their positions (a board must say so);
-* the **claims** its paper makes, with the contrast that tests them;
+* the **claims** its paper makes, with the contrast that tests them (on the algorithmic
+  tasks, ``claims``; on the language-modelling track, ``lm_claims``, whose rows are
+  :class:`LmRowSelector` data);
 * its **look** on plots (pinned, or derived from its name where it has none);
 * its **diagnostics** (what a trained model's encoding did, kept with the run).
 
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the registry imports this module
     from pezoo.registry import ModelDims
 
-__all__ = ["PaperCard", "PaperClaim", "PlotLook", "RunFacts", "option_departures"]
+__all__ = ["LmPaperClaim", "LmRowSelector", "PaperCard", "PaperClaim", "PlotLook", "RunFacts", "option_departures"]
 
 Setup = Callable[[str, "ModelDims"], dict[str, Any]]
 """(task, model size) -> the options the paper runs the encoding with on that task."""
@@ -113,6 +115,56 @@ class PaperClaim:
 
 
 @dataclass(frozen=True)
+class LmRowSelector:
+    """A row of the language-modelling board (``leaderboard.lm_board``), as data: the board
+    takes the row whose run matches every field.
+
+    Attributes:
+        pe: the encoding's registry name.
+        options: options the run trained with, each with this value (None: not set).
+        has: options the run set, whatever their value.
+        variant: None: a trained row (no inference-time variant); else the evaluation
+            options the variant sets, each with this value (a mapping value: those of its
+            keys, as deep as given).
+        finetuned: with a variant: whether it was fine-tuned before evaluation.
+    """
+
+    pe: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    has: tuple[str, ...] = ()
+    variant: Mapping[str, Any] | None = None
+    finetuned: bool = False
+
+
+@dataclass(frozen=True)
+class LmPaperClaim:
+    """A language-modelling claim an encoding's paper makes, and the contrast that tests it.
+
+    The LM board (``leaderboard.lm_board``) applies the named ``rule`` (its table of rules:
+    ``reach``, ``blowup``, ``below``; ``docs/lm.md`` words each) to each corpus's rows.
+
+    Attributes:
+        order: the claim's place in the LM section (claims are shown by it).
+        key: a stable identifier.
+        source: the paper and where it says so (table, section).
+        says: the claim, in one sentence.
+        rule: the LM board rule that checks it.
+        row: the row the claim is about.
+        multiple: the multiple of L a ``reach`` or ``blowup`` claim names.
+        against: the rows a ``below`` claim compares with (the strongest is taken).
+    """
+
+    order: int
+    key: str
+    source: str
+    says: str
+    rule: str
+    row: LmRowSelector
+    multiple: float = 0.0
+    against: tuple[LmRowSelector, ...] = ()
+
+
+@dataclass(frozen=True)
 class PlotLook:
     """A pinned look on plots: stroke colour, SVG dash pattern ('' solid), marker."""
 
@@ -136,6 +188,7 @@ class PaperCard:
         extra_input: what the encoding reads beyond the tokens and their positions, in
             a sentence, or None; ``extra_input_badge`` the same in two words.
         claims: its paper's claims the board tests.
+        lm_claims: its paper's language-modelling claims the LM section tests.
         look: its pinned plot look, or None (derived from its name).
         diagnostics: ``(encoding, forward) -> JSON-able | None``: what a trained
             encoding did while ``forward()`` ran it on one example (PRISM's cursor
@@ -155,6 +208,7 @@ class PaperCard:
     extra_input: str | None = None
     extra_input_badge: str | None = None
     claims: tuple[PaperClaim, ...] = ()
+    lm_claims: tuple[LmPaperClaim, ...] = ()
     look: PlotLook | None = None
     diagnostics: Callable[..., Any] | None = None
     run_defaults: Mapping[str, Any] = field(default_factory=dict)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from pezoo.biases import AttentionBias, LinearBias
-from pezoo.cards import PaperCard, PlotLook
+from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard, PlotLook
 from pezoo.context import AttentionContext, check_number
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -48,7 +48,45 @@ def alibi_subset_slopes(n_heads: int, n_biased: int) -> list[float]:
     return (alibi_slopes(n_biased) if n_biased else []) + [0.0] * (n_heads - n_biased)
 
 
-CARD = PaperCard(look=PlotLook("#D55E00", ""))  # vermillion, solid: its look on the published board
+LM_PAPER = (
+    "Press, Smith & Lewis, “Train Short, Test Long: Attention with Linear Biases Enables Input Length "
+    "Extrapolation” (ICLR 2022)"
+)
+"""ALiBi's paper as the language-modelling section cites it."""
+
+LM_CLAIMS = (
+    LmPaperClaim(
+        order=10,
+        key="alibi_flat",
+        source=f"{LM_PAPER}, App. Table 2",
+        says="ALiBi trained at L = 512 keeps its perplexity flat to 15 512 tokens (19.73 at 512, 18.31 at 15 512): "
+        "~30× L",
+        rule="reach",
+        row=LmRowSelector("alibi"),
+        multiple=30,
+    ),
+    LmPaperClaim(
+        order=20,
+        key="ape_blowup",
+        source=f"{LM_PAPER}, App. Table 2",
+        says="sinusoidal APE blows up just past L (20.05 at 512, 43.5 at 1012)",
+        rule="blowup",
+        row=LmRowSelector("ape"),
+        multiple=2,
+    ),
+    LmPaperClaim(
+        order=30,
+        key="alibi_below_rope_t5",
+        source=f"{LM_PAPER}, App. Table 2",
+        says="at long lengths ALiBi is below rotary (79.3 at 15 512) and T5's bias (43.1 at 8 512)",
+        rule="below",
+        row=LmRowSelector("alibi"),
+        against=(LmRowSelector("rope"), LmRowSelector("t5")),
+    ),
+)
+"""The language-modelling claims of ALiBi's paper (its App. Table 2: WikiText-103, L = 512)."""
+
+CARD = PaperCard(lm_claims=LM_CLAIMS, look=PlotLook("#D55E00", ""))  # vermillion, solid: its published look
 
 
 @register("alibi", card=CARD)

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from pezoo.biases import AttentionBias, RelativeFunctionBias
-from pezoo.cards import PaperCard, PaperClaim, PlotLook
+from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard, PaperClaim, PlotLook
 from pezoo.context import AttentionContext, check_layer, check_number
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -111,7 +111,22 @@ CLAIM = PaperClaim(
     against=("t5", "alibi", "kerple_log", "rope", "nope"),  # the encodings the paper compares with
 )
 
-CARD = PaperCard(claims=(CLAIM,), look=PlotLook("#000000", "7 3", "square"))  # black, dashed: its published look
+LM_PAPER = "Li et al., “Functional Interpolation for Relative Positions Improves Long Context Transformers” (ICLR 2024)"
+"""FIRE's paper as the language-modelling section cites it."""
+
+LM_CLAIM = LmPaperClaim(
+    order=110,
+    key="fire_below_others",
+    source=f"{LM_PAPER}, §4.1 (Fig. 1)",
+    says="FIRE's long-context perplexity is below the other relative encodings'",
+    rule="below",
+    row=LmRowSelector("fire"),
+    against=(LmRowSelector("alibi"), LmRowSelector("kerple_log"), LmRowSelector("t5"), LmRowSelector("rope")),
+)
+
+CARD = PaperCard(
+    claims=(CLAIM,), lm_claims=(LM_CLAIM,), look=PlotLook("#000000", "7 3", "square")
+)  # black, dashed: its published look
 
 
 @register("fire", card=CARD)

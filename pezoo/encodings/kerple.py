@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from pezoo.biases import AttentionBias, RelativeFunctionBias
-from pezoo.cards import PaperCard, PaperClaim, PlotLook
+from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard, PaperClaim, PlotLook
 from pezoo.context import AttentionContext, check_layer
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -141,7 +141,34 @@ LOG_CLAIM = PaperClaim(
     against=("alibi", "t5", "rope", "ape"),  # the encodings the paper compares with
 )
 
-LOG_CARD = PaperCard(claims=(LOG_CLAIM,), look=PlotLook("#E69F00", "7 3", "square"))  # orange, dashed
+LM_PAPER = "Chi et al., “KERPLE: Kernelized Relative Positional Embedding for Length Extrapolation” (NeurIPS 2022)"
+"""KERPLE's paper as the language-modelling section cites it."""
+
+LOG_LM_CLAIMS = (
+    LmPaperClaim(
+        order=40,
+        key="kerple_flat",
+        source=f"{LM_PAPER}, Table 3",
+        says="KERPLE-log trained at L = 512 stays flat to 16 384 (32× L)",
+        rule="reach",
+        row=LmRowSelector("kerple_log"),
+        multiple=32,
+    ),
+    LmPaperClaim(
+        order=60,
+        key="kerple_below_alibi_t5",
+        source=f"{LM_PAPER}, Table 3",
+        says="at 16 384, KERPLE-log is below ALiBi and T5's bias (T5 worse beyond 2 048; 5 seeds, paired t-test)",
+        rule="below",
+        row=LmRowSelector("kerple_log"),
+        against=(LmRowSelector("alibi"), LmRowSelector("t5")),
+    ),
+)
+"""KERPLE-log's language-modelling claims (the paper's Table 3: OpenWebText2, L = 512)."""
+
+LOG_CARD = PaperCard(
+    claims=(LOG_CLAIM,), lm_claims=LOG_LM_CLAIMS, look=PlotLook("#E69F00", "7 3", "square")
+)  # orange, dashed
 
 
 @register("kerple_log", card=LOG_CARD)
@@ -161,7 +188,19 @@ class KerpleLog(_Kerple):
     _r2_init_scale = 1.0
 
 
-POWER_CARD = PaperCard(look=PlotLook("#56B4E9", "7 3", "square"))  # sky blue, dashed: its look on the published board
+POWER_LM_CLAIM = LmPaperClaim(
+    order=50,
+    key="kerple_power_flat",
+    source=f"{LM_PAPER}, Table 3",
+    says="KERPLE-power trained at L = 512 stays flat to 16 384 (32× L)",
+    rule="reach",
+    row=LmRowSelector("kerple_power"),
+    multiple=32,
+)
+
+POWER_CARD = PaperCard(
+    lm_claims=(POWER_LM_CLAIM,), look=PlotLook("#56B4E9", "7 3", "square")
+)  # sky blue, dashed: its look on the published board
 
 
 @register("kerple_power", card=POWER_CARD)

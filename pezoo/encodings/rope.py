@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from pezoo.cards import PaperCard, PlotLook
+from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard, PlotLook
 from pezoo.context import AttentionContext, check_number, check_qk, check_sizes
 from pezoo.encodings.rope_scaling import ROPE_TYPES, RopeScaling, rope_frequencies, rotary_dim_of
 from pezoo.interface import PositionalEncoding
@@ -245,8 +245,35 @@ def _planned_length(ctx: AttentionContext) -> int:
     return ctx.state[_SEQ_LEN_KEY]
 
 
+PI_PAPER = "Chen et al., “Extending Context Window of Large Language Models via Positional Interpolation” (2023)"
+YARN_PAPER = "Peng et al., “YaRN: Efficient Context Window Extension of Large Language Models” (ICLR 2024)"
+
+LM_CLAIMS = (
+    LmPaperClaim(
+        order=90,
+        key="pi_finetuned",
+        source=f"{PI_PAPER}, §3 (Table 1)",
+        says="position interpolation with a short fine-tune keeps perplexity at the extended window (4× L here)",
+        rule="reach",
+        row=LmRowSelector("rope", variant={"scaling": {"rope_type": "linear"}}, finetuned=True),
+        multiple=4,
+    ),
+    LmPaperClaim(
+        order=100,
+        key="yarn_dynamic_zero_shot",
+        source=f"{YARN_PAPER}, App. B.3",
+        says="dynamic scaling without any fine-tuning stops RoPE's blow-up past L",
+        rule="below",
+        row=LmRowSelector("rope", variant={"scaling": {"rope_type": "dynamic"}}),
+        against=(LmRowSelector("rope"),),
+    ),
+)
+"""The language-modelling claims of the context-extension papers whose scalings RoPE's
+``scaling`` option implements (position interpolation, YaRN's dynamic scaling)."""
+
 CARD = PaperCard(
-    inference_options=("scaling",),  # context extension of a RoPE-trained model (rope_frequencies)
+    inference_options=("scaling",),
+    lm_claims=LM_CLAIMS,  # context extension of a RoPE-trained model (rope_frequencies)
     look=PlotLook("#0072B2", ""),
 )  # blue, solid: its look on the published board
 

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from pezoo.biases import AttentionBias, BlockMask
-from pezoo.cards import PaperCard, PlotLook, RunFacts
+from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard, PlotLook, RunFacts
 from pezoo.context import AttentionContext, check_number, check_qk, check_sizes
 from pezoo.encodings.rope import Rotation, rotate, rotation
 from pezoo.interface import PositionalEncoding
@@ -95,9 +95,35 @@ def departures(run: RunFacts) -> list[str]:
     ]
 
 
+LM_PAPER = "Sun et al., “A Length-Extrapolatable Transformer” (ACL 2023)"
+"""xPos's paper as the language-modelling section cites it."""
+
+LM_CLAIMS = (
+    LmPaperClaim(
+        order=70,
+        key="xpos_blockwise",
+        source=f"{LM_PAPER}, Tables 2 and 5 (§3.3)",
+        says="xPos extrapolates to 4× L with its blockwise causal attention",
+        rule="reach",
+        row=LmRowSelector("xpos", has=("blockwise",)),
+        multiple=4,
+    ),
+    LmPaperClaim(
+        order=80,
+        key="xpos_plain_blowup",
+        source=f"{LM_PAPER}, Table 5",
+        says="without blockwise attention xPos does not extrapolate to 4× L",
+        rule="blowup",
+        row=LmRowSelector("xpos", options={"blockwise": None}),
+        multiple=4,
+    ),
+)
+"""xPos's language-modelling claims, with and without its blockwise causal attention."""
+
 CARD = PaperCard(
     paper=PAPER,
     departures=departures,
+    lm_claims=LM_CLAIMS,
     inference_options=("blockwise",),  # the blockwise causal attention its paper evaluates with
     look=PlotLook("#E69F00", "1.5 3", "triangle"),  # orange, dotted: its look on the published board
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -110,3 +111,132 @@ def test_two_records_of_one_row_and_seed_are_refused():
                      a.scores, 1.0, 10, 1.0, 1.0, {}, a.provenance)  # fmt: skip
     with pytest.raises(ValueError, match="two records of alibi"):
         lm_rows([a, other])
+
+
+def test_every_claim_comes_from_its_encodings_card():
+    import pezoo
+
+    on_cards = {c.key: name for name, card in pezoo.cards().items() for c in card.lm_claims}
+    assert [c.key for c in LM_CLAIMS] == [
+        "alibi_flat", "ape_blowup", "alibi_below_rope_t5", "kerple_flat", "kerple_power_flat",
+        "kerple_below_alibi_t5", "xpos_blockwise", "xpos_plain_blowup", "pi_finetuned", "yarn_dynamic_zero_shot",
+        "fire_below_others",
+    ]  # fmt: skip
+    assert on_cards["ape_blowup"] == "alibi" and on_cards["pi_finetuned"] == "rope"  # the paper's card, not the row's
+    for c in LM_CLAIMS:  # every row a claim names is a registered encoding
+        assert all(pezoo.is_known(s.pe) for s in (c.row, *c.against)), c.key
+
+
+def test_selectors_match_options_presence_variants_and_fine_tunes():
+    from leaderboard.lm_board import selects
+    from pezoo import LmRowSelector
+
+    def cfg(spec: str, finetune: int = 0):
+        return lm_preset_config("lm", pe=spec, task="lm_en", seed=0, finetune_steps=finetune)
+
+    blockwise, plain_xpos = cfg("xpos{blockwise=256}"), cfg("xpos")
+    assert selects(LmRowSelector("xpos", has=("blockwise",)), blockwise)
+    assert not selects(LmRowSelector("xpos", has=("blockwise",)), plain_xpos)
+    assert selects(LmRowSelector("xpos", options={"blockwise": None}), plain_xpos)
+    assert not selects(LmRowSelector("xpos", options={"blockwise": None}), blockwise)
+    linear = "rope@{scaling={rope_type=linear,factor=4}}"
+    pi = LmRowSelector("rope", variant={"scaling": {"rope_type": "linear"}}, finetuned=True)
+    assert selects(pi, cfg(linear, 50)) and not selects(pi, cfg(linear))
+    assert not selects(LmRowSelector("rope"), cfg(linear)) and selects(LmRowSelector("rope"), cfg("rope"))
+    assert not selects(LmRowSelector("rope", variant={"scaling": {"rope_type": "dynamic"}}), cfg(linear))
+
+
+def test_a_new_encodings_card_claim_is_judged_with_no_line_in_the_board():
+    import dataclasses
+
+    import pezoo
+    from leaderboard.lm_board import card_lm_claims
+    from pezoo import LmPaperClaim, LmRowSelector, PaperCard
+    from pezoo.registry import CARDS, ENCODINGS
+
+    claim = LmPaperClaim(10**6, "toy_lm_flat", "Toy 2026, Table 1", "toy stays flat to 8× L", "reach",
+                         LmRowSelector("toy_lm"), multiple=8)  # fmt: skip
+
+    @pezoo.register("toy_lm", card=PaperCard(lm_claims=(claim,)))
+    class ToyLm(pezoo.NoPE):
+        pass
+
+    try:
+        assert card_lm_claims()[-1] == claim
+        configs = [lm_preset_config("lm", pe="toy_lm", task="lm_en", seed=s) for s in range(2)]
+        toy = [dataclasses.replace(record("ape", s, FLAT), config=c) for s, c in enumerate(configs)]
+        v = verdict(claim, lm_rows(toy)["lm_en"])
+        assert (v.outcome, v.why) == (HOLDS, "weakest seed within 5 % to 16× L")
+    finally:
+        ENCODINGS._factories.pop("toy_lm")
+        CARDS.pop("toy_lm")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"rule": "flat"}, "LM claim 'alibi_flat' of 'alibi': unknown rule 'flat'; rules: reach, blowup, below"),
+        ({"multiple": 0}, "rule 'reach' needs a multiple of L above 0, got 0"),
+        ({"rule": "below"}, "rule 'below' needs the rows it is compared with (against)"),
+    ],
+)
+def test_a_card_claim_the_board_cannot_test_fails_in_one_line(changes, message):
+    import dataclasses
+
+    from leaderboard.lm_board import check_claim
+
+    bad = dataclasses.replace(LM_CLAIMS[0], **changes)
+    rows = lm_rows([record("alibi", 0, FLAT)])["lm_en"]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        verdict(bad, rows)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_claim(bad)
+
+
+def test_two_card_claims_with_one_key_are_refused():
+    import pezoo
+    from leaderboard.lm_board import card_lm_claims
+    from pezoo import PaperCard
+    from pezoo.registry import CARDS, ENCODINGS
+
+    @pezoo.register("toy_lm_twice", card=PaperCard(lm_claims=(LM_CLAIMS[0],)))
+    class Twice(pezoo.NoPE):
+        pass
+
+    try:
+        with pytest.raises(ValueError, match=r"two LM claims share a key: \['alibi_flat'\]"):
+            card_lm_claims()
+    finally:
+        ENCODINGS._factories.pop("toy_lm_twice")
+        CARDS.pop("toy_lm_twice")
+
+
+def test_the_site_build_renders_the_lm_section_only_when_lm_records_exist(tmp_path):
+    import json
+
+    from leaderboard_fixtures import make_record, write_jsonl
+
+    from harness.cli import main
+
+    results, site = tmp_path / "results", tmp_path / "site"
+    write_jsonl(results / "a.jsonl", [make_record("rope", "copy", 0, {1: 1.0, 2: 1.0, 3: 0.5}, train_max=2)])
+
+    def build():
+        return CliRunner().invoke(main, ["leaderboard", "build", "--results", str(results), "--out", str(site)])
+
+    (results / "lm").mkdir()  # empty: no LM section, no error
+    assert build().exit_code == 0 and not (site / "lm.md").exists()
+    lines = [json.dumps(record("alibi", s, FLAT).to_dict()) for s in range(2)]
+    (results / "lm" / "lm-x.jsonl").write_text("\n".join(lines) + "\n")
+    done = build()
+    assert done.exit_code == 0, done.output
+    assert (site / "lm.md").read_text() == render_markdown([record("alibi", s, FLAT) for s in range(2)])
+    assert (site / "lm-lm_en.svg").is_file()
+    (results / "lm" / "lm-y.jsonl").write_text("{not json\n")  # an invalid LM record: one line, nothing written
+    before = (site / "lm.md").read_bytes()
+    bad = build()
+    assert bad.exit_code == 1 and bad.output.startswith("Error: LM results in ") and bad.output.count("\n") == 1
+    assert (site / "lm.md").read_bytes() == before
+    for path in (results / "lm").iterdir():  # the records gone: the section's pages go with the next build
+        path.unlink()
+    assert build().exit_code == 0 and not (site / "lm.md").exists() and not (site / "lm-lm_en.svg").exists()

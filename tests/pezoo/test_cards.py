@@ -89,3 +89,23 @@ def test_prism_diagnostics_skip_other_encodings():
     ran = []
     assert pezoo.card_of("prism").diagnostics(pezoo.create("nope"), lambda: ran.append(1)) is None
     assert ran == []
+
+
+def test_lm_claims_are_data_on_the_card_of_the_paper_that_makes_them():
+    import dataclasses
+
+    from pezoo import LmPaperClaim, LmRowSelector
+
+    found = {c.key: (name, c) for name, card in pezoo.cards().items() for c in card.lm_claims}
+    assert {k: name for k, (name, _) in found.items() if k.startswith(("xpos", "ape", "pi", "yarn"))} == {
+        "xpos_blockwise": "xpos",
+        "xpos_plain_blowup": "xpos",
+        "ape_blowup": "alibi",  # ALiBi's paper makes it
+        "pi_finetuned": "rope",
+        "yarn_dynamic_zero_shot": "rope",
+    }
+    for _, claim in found.values():
+        assert isinstance(claim, LmPaperClaim)
+        for selector in (claim.row, *claim.against):  # data only: nothing for pezoo to run on a board's types
+            assert isinstance(selector, LmRowSelector) and selector.pe in ENCODINGS
+            assert not any(callable(getattr(selector, f.name)) for f in dataclasses.fields(selector))
