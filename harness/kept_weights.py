@@ -81,7 +81,7 @@ def weights_source(cfg: RunConfig, checkpoint_dir: str | Path, trusted: Mapping[
     """The run whose kept final weights ``cfg`` evaluates instead of training, or None (it
     trains): the first run of ``trusted`` (:func:`trusted_weights`) whose weights file is
     in ``checkpoint_dir``. Whether the file is still the one its run kept is checked when
-    the run starts (:func:`train_and_evaluate`)."""
+    the run starts (``harness.run.train_and_evaluate``)."""
     return next((r for r in trusted if weights_path(checkpoint_dir, r).is_file()), None)
 
 

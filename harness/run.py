@@ -7,9 +7,14 @@ and stops. Unfinished runs are simply run again next time.
 
 The work is split so that it can happen on another process or machine:
 :func:`train_and_evaluate` needs no store and returns a :class:`RunResult` (plain,
-picklable data), and :func:`record` writes such a result into the store. :func:`execute`
-does both in this process; the sweep executors (``harness.executors``) run
-``train_and_evaluate`` in workers and let the driver alone call ``record``.
+picklable data), and ``harness.recording.record`` writes such a result into the store.
+:func:`execute` does both in this process; the sweep executors (``harness.executors``)
+run ``train_and_evaluate`` in workers and let the driver alone call ``record``.
+
+What a run's steps share lives beside this module: the checks before training
+(``harness.preflight``), one attempt's notices and results (``harness.attempt``), kept
+final weights (``harness.kept_weights``), recording or keeping results
+(``harness.recording``).
 """
 
 from __future__ import annotations
@@ -121,14 +126,15 @@ def train_and_evaluate(
     metrics are chosen by ``cfg.eval.select`` among those evaluations and the final one.
     ``tensorboard`` (a folder) also logs the run there.
 
-    ``keep_weights`` keeps the final weights next to the checkpoint (:func:`weights_path`)
-    for the run's inference-time variants and for runs that train as it does; their
-    SHA-256 goes into the result's provenance (:data:`WEIGHTS_DIGEST`). ``kept_weights``:
-    the kept weights the store's records vouch for (:func:`trusted_weights`). A variant
-    (``cfg.is_variant``) is not trained: :func:`evaluate_kept` evaluates its trained run's
-    weights. Nor is a run whose training another run kept the weights of
-    (:func:`weights_source`), if the file is still the one that run kept (its SHA-256) and
-    fits the model (:func:`_reuse_kept`).
+    ``keep_weights`` keeps the final weights next to the checkpoint
+    (``harness.kept_weights.weights_path``) for the run's inference-time variants and for
+    runs that train as it does; their SHA-256 goes into the result's provenance
+    (:data:`WEIGHTS_DIGEST`). ``kept_weights``: the kept weights the store's records vouch
+    for (``harness.kept_weights.trusted_weights``). A variant (``cfg.is_variant``) is not
+    trained: :func:`evaluate_kept` evaluates its trained run's weights. Nor is a run whose
+    training another run kept the weights of (``harness.kept_weights.weights_source``), if
+    the file is still the one that run kept (its SHA-256) and fits the model
+    (:func:`_reuse_kept`).
 
     A NaN loss gives a ``diverged`` result (its checkpoint set aside as ``<name>.diverged``)
     and any other exception a ``failed`` one (:func:`_unfinished`); ``KeyboardInterrupt``
@@ -299,7 +305,7 @@ def evaluate_kept(
     loaded: tuple[Backbone, float] | None = None,
 ) -> RunResult:
     """Evaluate ``cfg`` without training: the final weights run ``trained_id`` kept in
-    ``checkpoint``'s folder, as :func:`load_kept` reads them against their record's
+    ``checkpoint``'s folder, as ``harness.kept_weights.load_kept`` reads them against their record's
     SHA-256 ``sha256`` (``loaded``: what it returned already), evaluated as ``cfg`` says.
 
     The result carries the trained run's final loss, ``train_seconds`` 0, and
@@ -355,7 +361,7 @@ def execute(
     Checkpoints go to ``<store folder>/checkpoints/<run_id>.pt`` every
     ``checkpoint_every`` steps; an unfinished run resumes from its checkpoint, and a
     finished result kept there because the store could not take it is recorded without
-    training (:func:`record_or_keep`).
+    training (``harness.recording.record_or_keep``).
     ``notice`` receives messages worth showing (a corrupt checkpoint, a resume).
     """
     run_id = cfg.run_id()

@@ -1,4 +1,4 @@
-"""A store file opened safely, and the one connection to it: the floor :class:`Store` stands on.
+"""A store file opened safely, and the one connection to it: what ``Store`` stands on.
 
 A writer checks that the file is a pezoo store and runs SQLite's ``quick_check`` before
 it writes anything; a reader opens the file read-only and never creates, migrates or
