@@ -430,8 +430,8 @@ def steps_done(
     """What the estimate counts as trained of each run: its checkpoint's step
     (:func:`checkpointed_steps`), or every step for a run that will evaluate the weights
     another run of the store (``rows``: its runs) kept instead of training
-    (``harness.run.weights_source``; only weights a finished run's record vouches for)."""
-    from harness.run import recorded_weights, trusted_weights, weights_source
+    (``harness.kept_weights.weights_source``; only weights a finished run's record vouches for)."""
+    from harness.kept_weights import recorded_weights, trusted_weights, weights_source
 
     steps = checkpointed_steps(checkpoint_dir, [c.run_id() for c in configs])
     recorded = recorded_weights(rows)

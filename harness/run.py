@@ -7,92 +7,55 @@ and stops. Unfinished runs are simply run again next time.
 
 The work is split so that it can happen on another process or machine:
 :func:`train_and_evaluate` needs no store and returns a :class:`RunResult` (plain,
-picklable data), and :func:`record` writes such a result into the store. :func:`execute`
-does both in this process; the sweep executors (``harness.executors``) run
-``train_and_evaluate`` in workers and let the driver alone call ``record``.
+picklable data), and ``harness.recording.record`` writes such a result into the store.
+:func:`execute` does both in this process; the sweep executors (``harness.executors``)
+run ``train_and_evaluate`` in workers and let the driver alone call ``record``.
+
+What a run's steps share lives beside this module: the checks before training
+(``harness.preflight``), one attempt's notices and results (``harness.attempt``), kept
+final weights (``harness.kept_weights``), recording or keeping results
+(``harness.recording``).
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
 import harness.tasks as tasks
-from harness import kept_results
+from harness.attempt import Attempt, exited, finished_result, note_history, restore_told
 from harness.backbone import Backbone
-from harness.checkpoint import CheckpointError, load_weights, save_weights, set_aside, weights_bytes
-from harness.checkpoint.weights import SHA256
+from harness.checkpoint import CheckpointError, set_aside
 from harness.config import RunConfig
 from harness.counts import fixed
 from harness.data import evaluation_set
-from harness.diagnostics import encoding_diagnostics
 from harness.evaluate import Evaluation, evaluate_length, select_evaluation, summary
-from harness.files import WriteError, describe_write_error
-from harness.pe_spec import format_eval_options, preflight_build
+from harness.kept_weights import (
+    WEIGHTS_DIGEST,
+    keep_final_weights,
+    load_kept,
+    recorded_weights,
+    trusted_weights,
+    weights_path,
+)
+from harness.pe_spec import format_eval_options
 from harness.precision import autocast, evaluation_precision, use_tf32
+from harness.preflight import check_run
 from harness.provenance import run_provenance
+from harness.recording import drop_leftovers, record_or_keep, recover_kept
 from harness.result import RunOutcome, RunResult
-from harness.store import ClaimLostError, Store, StoreError
+from harness.store import ClaimLostError, Store
 from harness.tblog import RunLog
-from harness.train import Accel, Checkpointing, DivergedError, TrainResult, build_model, restore, train
+from harness.train import Checkpointing, DivergedError, train
 
 Progress = Callable[[str, int, int, str], None]
 """progress(phase, done, total, note): phase ``train`` (done of total steps, note
 ``loss 0.1234``) or ``eval`` (done of total lengths, note ``length 12: EM 0.85``;
 reported with done 0 as the final evaluation starts)."""
-
-
-def check_run(cfg: RunConfig) -> None:
-    """Fail fast, before any training, on a run that cannot work (ValueError says why),
-    a bad ``$PEZOO_ACCEL`` included (``harness.train.Accel``)."""
-    Accel.for_device("cpu")  # its syntax; what it switches on depends on the worker's device
-    task = tasks.create(cfg.task)
-    task.check_scale(cfg.train.train_min)
-    if not any(task.has_scale(n) for n in cfg.train_lengths()):
-        raise ValueError(f"task {cfg.task!r} has no instances at training scales {cfg.train_lengths()}")
-    if not any(task.has_scale(n) for n in cfg.test_lengths()):
-        raise ValueError(f"task {cfg.task!r} has no instances at test scales {cfg.test_lengths()}")
-    if cfg.protocol == "encoder" and task.output_length(cfg.train.train_max) is None:
-        raise ValueError(
-            f"task {cfg.task!r} has no fixed output length, which the encoder protocol (preset "
-            f"{cfg.preset!r}) needs; use a randomized-PE task or a decoder preset such as quick"
-        )
-    _check_positions_fit(cfg, task)
-
-
-def _check_positions_fit(cfg: RunConfig, task: tasks.Task) -> None:
-    """ValueError before training when the encoding has no position for the longest
-    sequence the run will feed it (a learned table's rows, randomized PE's range L): that
-    used to surface at evaluation, after all of training, and then twice more on retries."""
-    try:
-        bound = preflight_build(cfg.pe, cfg.pe_options, cfg.backbone)  # shared with the spec's option check
-    except SystemExit as exc:  # a plugin's constructor: else bench would end here, with its status
-        why = _exited(exc, run_provenance(cfg, torch.device("cpu")), "building it exits, so no run can use it")
-        raise ValueError(f"encoding {cfg.pe}: {why}") from None
-    if bound is None:
-        return
-    longest: list[tuple[int, str]] = []  # (tokens, where)
-    if cfg.train.pack:
-        longest.append((cfg.train.pack, f"training rows of {cfg.train.pack} tokens (train.pack)"))
-    scales = [n for n in (*cfg.train_lengths(), *cfg.test_lengths()) if task.has_scale(n)]
-    if scales and not cfg.eval.window:  # a sliding window bounds what the model sees
-        n = max(scales)
-        tokens = max(ex.token_length for ex in evaluation_set(task, n, cfg.eval.samples, cfg.seed))
-        longest.append((tokens, f"{cfg.task} at scale {n}: sequences of up to {tokens} tokens"))
-    for tokens, where in longest:
-        if tokens > bound:
-            raise ValueError(
-                f"{cfg.pe} has positions 0..{bound - 1} only, but the run would feed it {where}; lower the "
-                f"test length (--test-len) or give the encoding more positions (max_position / max_length)"
-            )
 
 
 def checkpoint_dir_for(store_path: str | Path, checkpoint_dir: str | Path | None = None) -> Path:
@@ -104,66 +67,6 @@ def checkpoint_dir_for(store_path: str | Path, checkpoint_dir: str | Path | None
 def checkpoint_path(checkpoint_dir: str | Path, run_id: str) -> Path:
     """The one checkpoint file of a run: ``<checkpoint_dir>/<run_id>.pt``."""
     return Path(checkpoint_dir) / f"{run_id}.pt"
-
-
-def weights_path(checkpoint_dir: str | Path, run_id: str) -> Path:
-    """The final weights a finished run keeps for its inference-time variants and for the
-    runs that train as it did: ``<checkpoint_dir>/<run_id>.weights.pt``
-    (``harness.checkpoint.save_weights``)."""
-    return Path(checkpoint_dir) / f"{run_id}.weights.pt"
-
-
-WEIGHTS_DIGEST = "weights_sha256"
-"""The provenance key under which a run that kept its final weights records the SHA-256
-of the file it wrote (``harness.checkpoint.save_weights``). The record, written to the
-store with the run's result, is what a later run trusts that file by: a weights file is
-evaluated only if its bytes still have the digest its run's record holds."""
-
-
-def recorded_weights(runs: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str | None, str]]:
-    """``{run id: (training id, SHA-256)}`` of the finished runs among ``runs`` (store
-    rows, as ``Store.run`` gives them) whose record holds the digest of the final weights
-    they kept (:data:`WEIGHTS_DIGEST`). The training id comes from the record's config,
-    never from the weights file's header."""
-    found = {}
-    for run in runs:
-        digest = run["provenance"].get(WEIGHTS_DIGEST) if isinstance(run.get("provenance"), dict) else None
-        if run.get("status") != "finished" or not (isinstance(digest, str) and SHA256.fullmatch(digest)):
-            continue
-        found[run["run_id"]] = (_training_id(json.dumps(run["config"], sort_keys=True)), digest)
-    return found
-
-
-@functools.lru_cache(maxsize=4096)
-def _training_id(config: str) -> str | None:
-    """``RunConfig.training_id`` of a stored config (its JSON); None if it reads as no run config."""
-    try:
-        return RunConfig.from_dict(json.loads(config)).training_id()
-    except (ValueError, TypeError, KeyError, RecursionError):
-        return None
-
-
-def trusted_weights(cfg: RunConfig, recorded: Mapping[str, tuple[str | None, str]]) -> dict[str, str]:
-    """``{run id: SHA-256}``: the kept weights ``cfg`` may evaluate instead of training, as
-    their runs' records vouch for them (``recorded``: :func:`recorded_weights` of the
-    store): for an inference-time variant its trained run's; else those of every other run
-    with the same ``RunConfig.training_id`` (the same training, only the evaluation
-    differs), oldest first."""
-    if cfg.is_variant:
-        trained = cfg.trained_config().run_id()
-        return {trained: recorded[trained][1]} if trained in recorded else {}
-    training, run_id = cfg.training_id(), cfg.run_id()
-    if training is None:
-        return {}
-    return {r: digest for r, (t, digest) in recorded.items() if t == training and r != run_id}
-
-
-def weights_source(cfg: RunConfig, checkpoint_dir: str | Path, trusted: Mapping[str, str]) -> str | None:
-    """The run whose kept final weights ``cfg`` evaluates instead of training, or None (it
-    trains): the first run of ``trusted`` (:func:`trusted_weights`) whose weights file is
-    in ``checkpoint_dir``. Whether the file is still the one its run kept is checked when
-    the run starts (:func:`train_and_evaluate`)."""
-    return next((r for r in trusted if weights_path(checkpoint_dir, r).is_file()), None)
 
 
 def evaluate_all(
@@ -223,14 +126,15 @@ def train_and_evaluate(
     metrics are chosen by ``cfg.eval.select`` among those evaluations and the final one.
     ``tensorboard`` (a folder) also logs the run there.
 
-    ``keep_weights`` keeps the final weights next to the checkpoint (:func:`weights_path`)
-    for the run's inference-time variants and for runs that train as it does; their
-    SHA-256 goes into the result's provenance (:data:`WEIGHTS_DIGEST`). ``kept_weights``:
-    the kept weights the store's records vouch for (:func:`trusted_weights`). A variant
-    (``cfg.is_variant``) is not trained: :func:`evaluate_kept` evaluates its trained run's
-    weights. Nor is a run whose training another run kept the weights of
-    (:func:`weights_source`), if the file is still the one that run kept (its SHA-256) and
-    fits the model (:func:`_reuse_kept`).
+    ``keep_weights`` keeps the final weights next to the checkpoint
+    (``harness.kept_weights.weights_path``) for the run's inference-time variants and for
+    runs that train as it does; their SHA-256 goes into the result's provenance
+    (:data:`WEIGHTS_DIGEST`). ``kept_weights``: the kept weights the store's records vouch
+    for (``harness.kept_weights.trusted_weights``). A variant (``cfg.is_variant``) is not
+    trained: :func:`evaluate_kept` evaluates its trained run's weights. Nor is a run whose
+    training another run kept the weights of (``harness.kept_weights.weights_source``), if
+    the file is still the one that run kept (its SHA-256) and fits the model
+    (:func:`_reuse_kept`).
 
     A NaN loss gives a ``diverged`` result (its checkpoint set aside as ``<name>.diverged``)
     and any other exception a ``failed`` one (:func:`_unfinished`); ``KeyboardInterrupt``
@@ -238,14 +142,14 @@ def train_and_evaluate(
     safely recorded.
 
     Steps: restore, train (:class:`_Evaluations` during), note who trained, keep the
-    weights, evaluate and pick the metrics, :func:`_finished`.
+    weights, evaluate and pick the metrics, :func:`harness.attempt.finished_result`.
     """
     use_tf32(device)  # a GPU's float32 matmuls on its TF32 tensor cores (harness.precision)
     trusted = dict(kept_weights or {})
     if cfg.is_variant:
         trained_id = cfg.trained_config().run_id()
         return evaluate_kept(cfg, trained_id, trusted.get(trained_id), device, checkpoint, progress, notice=notice)
-    run = _Attempt(cfg, {}, notice)
+    run = Attempt(cfg, {}, notice)
     reused = _reuse_kept(cfg, trusted, device, checkpoint, progress, run)
     if reused is not None:
         return reused
@@ -254,7 +158,7 @@ def train_and_evaluate(
     try:
         task = tasks.create(cfg.task)
         ckpt = Checkpointing(checkpoint, checkpoint_every, on_error=run.tell_run)
-        model, resume = _restore_told(cfg, ckpt.path, device, run)
+        model, resume = restore_told(cfg, ckpt.path, device, run)
         if tensorboard:
             log = RunLog(tensorboard, cfg, first_step=resume["step"] if resume else 0)
         evaluations = _Evaluations(cfg, model, task, device, run, log, progress or (lambda *a: None))
@@ -269,12 +173,12 @@ def train_and_evaluate(
             evaluate=evaluations.periodic if cfg.eval.every else None,
             on_lr=log.lr if log is not None else None,
         )
-        _note_history(run, result)
+        note_history(run, result)
         if keep_weights:  # for the run's inference-time variants (harness.checkpoint.save_weights)
-            _keep_weights(run, weights_path(checkpoint.parent, run.run_id), model, result.final_loss)
+            keep_final_weights(run, weights_path(checkpoint.parent, run.run_id), model, result.final_loss)
         t0 = time.perf_counter()
         metrics = evaluations.reported(result.evaluations)
-        return _finished(run, model, task, metrics, result.final_loss, result.seconds, t0, tell_diagnostics=True)
+        return finished_result(run, model, task, metrics, result.final_loss, result.seconds, t0, tell_diagnostics=True)
     except (SystemExit, Exception) as exc:  # KeyboardInterrupt propagates
         return _unfinished(exc, run, checkpoint)
     finally:
@@ -282,7 +186,7 @@ def train_and_evaluate(
             log.close()
 
 
-def _unfinished(exc: BaseException, run: _Attempt, checkpoint: Path) -> RunResult:
+def _unfinished(exc: BaseException, run: Attempt, checkpoint: Path) -> RunResult:
     """The result of a run that raised ``exc``: ``diverged`` for a NaN loss (its checkpoint
     set aside: its last state leads to the same NaN, or holds it), else ``failed`` with the
     traceback (not retried when the run's code called ``sys.exit``: the run fails, not the
@@ -295,7 +199,7 @@ def _unfinished(exc: BaseException, run: _Attempt, checkpoint: Path) -> RunResul
         return RunResult(run.run_id, "diverged", run.prov, run.started_at, error=str(exc), notices=tuple(run.notices))
     if isinstance(exc, SystemExit):
         return RunResult.failed(
-            run.run_id, run.prov, run.started_at, _exited(exc, run.prov), run.notices, retryable=False
+            run.run_id, run.prov, run.started_at, exited(exc, run.prov), run.notices, retryable=False
         )
     return RunResult.failed(run.run_id, run.prov, run.started_at, exc, run.notices)
 
@@ -306,7 +210,7 @@ def _reuse_kept(
     device: torch.device,
     checkpoint: Path,
     progress: Progress | None,
-    run: _Attempt,
+    run: Attempt,
 ) -> RunResult | None:
     """The result of evaluating the kept weights of a run that trained as ``cfg`` would
     (``trusted``: run id -> SHA-256 its record holds), or None: the run trains. A file
@@ -330,55 +234,6 @@ def _reuse_kept(
     return None
 
 
-class _Attempt:
-    """One attempt at a run: its id, provenance and start, and the notices it told."""
-
-    def __init__(self, cfg: RunConfig, prov: Mapping[str, Any], notice: Callable[[str], None]) -> None:
-        self.cfg, self.run_id, self.prov, self.notice = cfg, cfg.run_id(), dict(prov), notice
-        self.started_at = time.time()
-        self.notices: list[str] = []
-
-    def tell(self, msg: str) -> None:
-        self.notices.append(msg)
-        self.notice(msg)
-
-    def tell_run(self, msg: str) -> None:
-        """:meth:`tell` ``run <id>: msg``."""
-        self.tell(f"run {self.run_id}: {msg}")
-
-
-def _restore_told(
-    cfg: RunConfig, path: Path, device: torch.device, run: _Attempt
-) -> tuple[Backbone, dict[str, Any] | None]:
-    """``harness.train.restore``, telling a resume or why a checkpoint was set aside."""
-    model, resume, problem = restore(cfg, path, device)
-    if problem:
-        run.tell_run(problem)
-    elif resume is not None:
-        run.tell_run(f"resuming from step {resume['step']}")
-    return model, resume
-
-
-def _keep_weights(run: _Attempt, path: Path, model: Backbone, final_loss: float) -> None:
-    """Keep the final weights at ``path``, their SHA-256 in the provenance (the record
-    vouches for the file: :data:`WEIGHTS_DIGEST`); a failed write is told (the run still
-    finishes)."""
-    try:
-        run.prov[WEIGHTS_DIGEST] = save_weights(path, run.cfg, model, final_loss)
-    except WriteError as exc:
-        run.tell_run(f"its final weights could not be kept ({exc}); its variants cannot be evaluated")
-
-
-def _note_history(run: _Attempt, result: TrainResult) -> None:
-    """Put in the provenance which commit (and machine) trained which steps, when more than one did."""
-    if len(result.code) > 1:  # resumed under other code: the record says which commit trained which steps
-        run.prov["code_by_step"] = by_step(result.code, result.steps)
-        run.tell_run(f"trained by more than one commit: {run.prov['code_by_step']}")
-    if len(result.machine) > 1:  # resumed on another machine: which one trained which steps
-        run.prov["machine_by_step"] = by_step(result.machine, result.steps)
-        run.tell_run(f"trained on more than one machine: {run.prov['machine_by_step']}")
-
-
 class _Evaluations:
     """A trained run's evaluations: periodic ones during training, the final one, and the
     metrics reported among them (``cfg.eval.select``); each told, logged and traced."""
@@ -389,7 +244,7 @@ class _Evaluations:
         model: Backbone,
         task: tasks.Task,
         device: torch.device,
-        run: _Attempt,
+        run: Attempt,
         log: RunLog | None,
         report: Progress,
     ) -> None:
@@ -438,81 +293,6 @@ class _Evaluations:
         return metrics
 
 
-def _finished(
-    run: _Attempt,
-    model: Backbone,
-    task: tasks.Task,
-    metrics: Evaluation,
-    final_loss: float,
-    train_seconds: float,
-    t0: float,
-    *,
-    tell_diagnostics: bool,
-) -> RunResult:
-    """The ``finished`` result of a run evaluated from ``t0`` on, trained or not: its
-    diagnostics (a bonus: never lose a finished run to them; ``tell_diagnostics`` says
-    why there are none), parameter counts and timings."""
-    try:
-        diagnostics = encoding_diagnostics(model, run.cfg, task)
-    except Exception as exc:
-        diagnostics = None
-        if tell_diagnostics:
-            run.tell_run(f"no diagnostics ({type(exc).__name__}: {exc})")
-    return RunResult(
-        run.run_id,
-        "finished",
-        run.prov,
-        run.started_at,
-        metrics=metrics,
-        final_loss=final_loss,
-        train_seconds=train_seconds,
-        eval_seconds=time.perf_counter() - t0,
-        n_params=dict(model.n_params()),
-        notices=tuple(run.notices),
-        diagnostics=diagnostics,
-    )
-
-
-def by_step(code: Sequence[tuple[int, str]], steps: int) -> str:
-    """``[(0, "abc..."), (6750, "def...")]`` of a ``steps``-step run ->
-    ``"steps 0-6749: abc...; steps 6750-9999: def..."``: the provenance string of a run
-    trained by more than one commit, or on more than one machine (steps counted from 0)."""
-    ends = [s - 1 for s, _ in code[1:]] + [steps - 1]
-    return "; ".join(f"steps {start}-{end}: {commit}" for (start, commit), end in zip(code, ends, strict=True))
-
-
-def load_kept(
-    cfg: RunConfig, trained_id: str, sha256: str | None, device: torch.device, folder: Path
-) -> tuple[Backbone, float]:
-    """The model of ``cfg`` (built with ``cfg.eval_options()``) holding the final weights
-    run ``trained_id`` kept in ``folder`` (:func:`weights_path`), and that run's final loss.
-    The file is read only if its bytes have the SHA-256 ``sha256`` the run's record holds
-    (:data:`WEIGHTS_DIGEST`; None: the record holds none, so the file cannot be trusted).
-
-    Raises:
-        CheckpointError: missing, not vouched for, not the file the run kept, unreadable,
-            or not fitting the model.
-    """
-    path = weights_path(folder, trained_id)
-    model = build_model(replace(cfg.trained_config(), pe_options=cfg.eval_options()), device)
-    if sha256 is None:
-        raise CheckpointError(
-            f"no final weights of run {trained_id} at {path}"
-            if not path.is_file()
-            else f"weights file {path} is not vouched for: run {trained_id} is not finished in this store with the "
-            f"SHA-256 of the weights it kept ({WEIGHTS_DIGEST}; runs recorded before pezoo kept one have none), so "
-            "the file cannot be checked"
-        )
-    payload = load_weights(path, trained_id, sha256, max_bytes=weights_bytes(model))
-    try:
-        model.load_state_dict(payload["model"])
-    except (RuntimeError, KeyError, ValueError) as exc:
-        raise CheckpointError(
-            f"the weights of run {trained_id} do not fit this run's model ({_one_line(exc)})"
-        ) from None
-    return model, payload["final_loss"]
-
-
 def evaluate_kept(
     cfg: RunConfig,
     trained_id: str,
@@ -525,14 +305,14 @@ def evaluate_kept(
     loaded: tuple[Backbone, float] | None = None,
 ) -> RunResult:
     """Evaluate ``cfg`` without training: the final weights run ``trained_id`` kept in
-    ``checkpoint``'s folder, as :func:`load_kept` reads them against their record's
+    ``checkpoint``'s folder, as ``harness.kept_weights.load_kept`` reads them against their record's
     SHA-256 ``sha256`` (``loaded``: what it returned already), evaluated as ``cfg`` says.
 
     The result carries the trained run's final loss, ``train_seconds`` 0, and
     ``provenance["weights_from"]`` = the trained run's id. Missing, unvouched or unusable
     weights give a ``failed`` result saying why.
     """
-    run = _Attempt(cfg, {**run_provenance(cfg, device), "weights_from": trained_id}, notice)
+    run = Attempt(cfg, {**run_provenance(cfg, device), "weights_from": trained_id}, notice)
     try:
         try:
             model, final_loss = loaded or load_kept(cfg, trained_id, sha256, device, checkpoint.parent)
@@ -557,162 +337,13 @@ def evaluate_kept(
         task = tasks.create(cfg.task)
         t0 = time.perf_counter()
         metrics = evaluate_all(cfg, model, task, device, {}, progress)
-        return _finished(run, model, task, metrics, final_loss, 0.0, t0, tell_diagnostics=False)
+        return finished_result(run, model, task, metrics, final_loss, 0.0, t0, tell_diagnostics=False)
     except CheckpointError as exc:  # no usable weights: another attempt would read the same file
         return RunResult.failed(run.run_id, run.prov, run.started_at, exc, retryable=False)
     except SystemExit as exc:
-        return RunResult.failed(run.run_id, run.prov, run.started_at, _exited(exc, run.prov), retryable=False)
+        return RunResult.failed(run.run_id, run.prov, run.started_at, exited(exc, run.prov), retryable=False)
     except Exception as exc:
         return RunResult.failed(run.run_id, run.prov, run.started_at, exc)
-
-
-def _one_line(exc: BaseException) -> str:
-    """``exc``'s message on one line, cut at 300 characters (torch lists mismatches line by line)."""
-    text = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-class RunExited(RuntimeError):
-    """The run's code raised ``SystemExit`` (``sys.exit()``, e.g. in a plugin's ``forward``):
-    the run failed. Caught, SystemExit would have ended the whole sweep, with the exit
-    status the code chose (0: a silent success with the later runs never run)."""
-
-
-def _exited(
-    exc: SystemExit, provenance: Mapping[str, Any], then: str = "the run failed, the sweep goes on"
-) -> RunExited:
-    """The :class:`RunExited` for ``exc``, naming the code the run used that is not
-    pezoo's own (``provenance["plugins"]``), where the call most likely came from."""
-    code = "" if exc.code is None else repr(exc.code)
-    where = f" (its code not from pezoo: {provenance['plugins']})" if provenance.get("plugins") else ""
-    return RunExited(f"the run's code called sys.exit({code}){where}; {then}")
-
-
-def record(store: Store, result: RunResult) -> RunOutcome:
-    """Write a worker's result for a run that ``store.start`` has registered: metrics and
-    ``finished`` atomically, or the terminal status with its traceback (failed) or reason
-    (diverged)."""
-    if result.status == "finished":
-        if result.final_loss is None or result.train_seconds is None or result.eval_seconds is None:
-            raise ValueError(f"run {result.run_id}: a finished result without its final loss and timings")
-        store.finish(
-            result.run_id,
-            result.metrics,
-            final_loss=result.final_loss,
-            train_seconds=result.train_seconds,
-            eval_seconds=result.eval_seconds,
-            n_params=result.n_params,
-            diagnostics=result.diagnostics,
-        )
-        return RunOutcome(result.run_id, "finished")
-    store.mark(result.run_id, result.status, result.traceback or result.error)
-    return RunOutcome(result.run_id, result.status, result.error)
-
-
-def _storage_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` is the store failing to write (SQLite or OS error, possibly wrapped in
-    a ``StoreError``), as opposed to a refusal the store means."""
-    current: BaseException | None = exc
-    while current is not None:
-        if isinstance(current, sqlite3.Error | OSError):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def record_or_keep(
-    store: Store,
-    cfg: RunConfig,
-    result: RunResult,
-    checkpoint: Path,
-    *,
-    provenance: Mapping[str, Any] | None = None,
-) -> RunOutcome:
-    """:func:`record` ``result`` of a run this process has claimed (``store.claim``; with
-    ``provenance``, recorded as where the result was made); once a finished result is in
-    the store, the run's checkpoint (and a kept result) are removed.
-
-    A finished result the store cannot write (a full disk, an I/O error) is not lost: it is
-    kept in ``<run_id>.result.json`` next to the checkpoint (``harness.kept_results``) and
-    the next ``bench`` of the run records it without training; the checkpoint is then
-    removed to free the space (first, when the disk is too full for the small JSON file).
-    The outcome is ``unrecorded`` with a message saying so.
-    """
-    run_id = cfg.run_id()
-    kept = kept_results.path_for(checkpoint)
-    try:
-        if provenance is not None:
-            store.set_provenance(run_id, provenance, result.started_at)
-        outcome = record(store, result)
-    except (sqlite3.Error, OSError, StoreError) as exc:
-        if isinstance(exc, ClaimLostError) or result.status != "finished" or not _storage_failure(exc):
-            raise
-        why = describe_write_error(exc, Path(store.path).parent)
-        try:
-            key = store.seal_key()
-            if key is None:  # every writer makes one: a store opened read-only could not have claimed the run
-                raise ValueError(f"results store {store.path} has no seal key to seal it with")
-            try:
-                kept_results.keep(kept, result.record(cfg), key)
-            except WriteError as keep_exc:
-                if not (keep_exc.disk_full and checkpoint.exists()):
-                    raise
-                checkpoint.unlink()  # the finished result is worth more than a mid-training state
-                kept_results.keep(kept, result.record(cfg), key)
-        except (OSError, TypeError, ValueError) as keep_exc:
-            fate = (
-                "its checkpoint stays: the next bench resumes from it"
-                if checkpoint.exists()
-                else "the next bench trains it from step 0"
-            )
-            return RunOutcome(
-                run_id,
-                "unrecorded",
-                f"finished, but the store could not record it ({why}) and it could not be kept either "
-                f"({keep_exc}); {fate}",
-            )
-        checkpoint.unlink(missing_ok=True)
-        return RunOutcome(
-            run_id,
-            "unrecorded",
-            f"finished, but the store could not record it ({why}); the result is kept in {kept} and the "
-            "next bench of this run records it without training",
-        )
-    if outcome.status == "finished":
-        drop_leftovers(checkpoint)  # the results are in the store now
-    return outcome
-
-
-def drop_leftovers(checkpoint: Path) -> None:
-    """Remove the checkpoint and kept result of a run the store holds finished (recorded
-    by this process, or by another one meanwhile): nothing resumes or records from them."""
-    for path in (checkpoint, kept_results.path_for(checkpoint)):
-        try:
-            path.unlink(missing_ok=True)
-        except OSError:  # not ours to delete (another user's folder): harmless, never read again
-            pass
-
-
-def recover_kept(
-    cfg: RunConfig, checkpoint: Path, key: bytes | None, notice: Callable[[str], None] = print
-) -> RunResult | None:
-    """The finished result of ``cfg`` kept next to ``checkpoint`` by :func:`record_or_keep`,
-    checked (``harness.kept_results.read``: sealed with ``key``, the store's
-    ``Store.seal_key``), or None when there is none. One that fails the checks is set
-    aside (``.unreadable``), ``notice`` says why, and the run trains."""
-    run_id = cfg.run_id()
-    path = kept_results.path_for(checkpoint)
-    if not path.exists():
-        return None
-    try:
-        kept = kept_results.read(path, cfg, key)
-    except kept_results.KeptResultError as exc:
-        aside = set_aside(path)
-        where = f"set aside as {aside.name}" if aside is not None else "removed"
-        notice(f"run {run_id}: {exc}; {where}; the run trains")
-        return None
-    notice(f"run {run_id}: recording the finished result kept in {path}, without training")
-    return RunResult.from_record(kept)
 
 
 def execute(
@@ -730,7 +361,7 @@ def execute(
     Checkpoints go to ``<store folder>/checkpoints/<run_id>.pt`` every
     ``checkpoint_every`` steps; an unfinished run resumes from its checkpoint, and a
     finished result kept there because the store could not take it is recorded without
-    training (:func:`record_or_keep`).
+    training (``harness.recording.record_or_keep``).
     ``notice`` receives messages worth showing (a corrupt checkpoint, a resume).
     """
     run_id = cfg.run_id()

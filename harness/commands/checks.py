@@ -11,8 +11,8 @@ import click
 import pezoo
 from harness.catalogue import name_problem
 from harness.config import RunConfig
+from harness.preflight import check_run
 from harness.printable import one_line, terminal_text
-from harness.run import check_run
 
 
 def split(value: str) -> list[str]:

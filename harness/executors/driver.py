@@ -33,18 +33,11 @@ from harness.estimate import checkpointed_steps
 from harness.executors.interface import Executor, first_line
 from harness.executors.jobs import Job, WorkerLost
 from harness.executors.worker import injected_faults
+from harness.kept_weights import WEIGHTS_DIGEST, recorded_weights, trusted_weights
 from harness.provenance import git_commit
+from harness.recording import drop_leftovers, record_or_keep, recover_kept
 from harness.result import RunOutcome, RunResult
-from harness.run import (
-    WEIGHTS_DIGEST,
-    checkpoint_dir_for,
-    checkpoint_path,
-    drop_leftovers,
-    record_or_keep,
-    recorded_weights,
-    recover_kept,
-    trusted_weights,
-)
+from harness.run import checkpoint_dir_for, checkpoint_path
 from harness.store import Claim, ClaimLostError, Store, StoreError
 
 
@@ -93,7 +86,7 @@ def run_sweep(
 ) -> list[RunOutcome]:
     """Run every config the store does not hold finished; return the recorded outcomes.
 
-    ``keep_weights`` keeps every trained run's final weights (``harness.run.weights_path``),
+    ``keep_weights`` keeps every trained run's final weights (``harness.kept_weights.weights_path``),
     not only those of runs with variants in ``configs``: a later inference-time variant or
     re-evaluation then never trains again.
 
@@ -108,7 +101,7 @@ def run_sweep(
     marks the runs in flight ``interrupted`` (their checkpoints stay for the next time)
     and propagates. Runs that are already finished are never run again; a finished result
     kept in the checkpoint folder because the store could not take it then
-    (``harness.run.record_or_keep``) is recorded without training. ``tensorboard`` (a
+    (``harness.recording.record_or_keep``) is recorded without training. ``tensorboard`` (a
     folder) makes every run log there too.
 
     How runs start (variants after their trained run, refused claims, ``admit``): :class:`_Sweep`.
@@ -144,7 +137,7 @@ class _Sweep:
 
     An inference-time variant (``RunConfig.is_variant``) is dispatched once its trained
     run is neither queued nor in flight; a trained run with variants in ``configs`` keeps
-    its final weights (``harness.run.weights_path``), which its variants evaluate. A
+    its final weights (``harness.kept_weights.weights_path``), which its variants evaluate. A
     variant whose trained run another live process is training is skipped with the
     outcome ``claimed``, as that run is: its weights do not exist yet.
 

@@ -27,9 +27,9 @@ class Job:
         fault: the injected fault for this run (``FAULT_ENV``), if any.
         tensorboard: folder to log the run to for TensorBoard (an absolute path), if any.
         keep_weights: keep the trained model's final weights for the run's inference-time
-            variants (``harness.run.weights_path``).
+            variants (``harness.kept_weights.weights_path``).
         kept_weights: ``{run id: SHA-256}`` of the kept weights the store's records vouch
-            for that the run may evaluate instead of training (``harness.run.trusted_weights``),
+            for that the run may evaluate instead of training (``harness.kept_weights.trusted_weights``),
             set by the driver as the job starts.
     """
 

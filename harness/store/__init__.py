@@ -18,12 +18,13 @@ machine while its heartbeat (refreshed every ``HEARTBEAT_SECONDS`` by
 :meth:`Store.mark` write only for the process that holds the claim, and never change a
 finished run.
 
-Opening (:mod:`harness.store.store`): a writer (``Store(path)``) checks that the file is a
-pezoo store and runs SQLite's ``quick_check`` before it writes anything; a reader
-(``Store(path, readonly=True)``) opens the file read-only and never creates, migrates or
-switches it to WAL. Whatever goes wrong is a :class:`StoreError` that says what
-(:mod:`harness.store.errors`): read-only or unwritable (:class:`StoreAccessError`), disk
-full (:class:`StoreFullError`), damaged (:class:`StoreCorruptError`), not a pezoo store
+Opening (:mod:`harness.store.connection`, the floor of :mod:`harness.store.store`): a
+writer (``Store(path)``) checks that the file is a pezoo store and runs SQLite's
+``quick_check`` before it writes anything; a reader (``Store(path, readonly=True)``)
+opens the file read-only and never creates, migrates or switches it to WAL. Whatever
+goes wrong is a :class:`StoreError` that says what (:mod:`harness.store.errors`):
+read-only or unwritable (:class:`StoreAccessError`), disk full
+(:class:`StoreFullError`), damaged (:class:`StoreCorruptError`), not a pezoo store
 (:class:`NotAStoreError`).
 """
 

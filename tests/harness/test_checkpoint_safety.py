@@ -29,7 +29,8 @@ from harness.config import preset_config
 from harness.estimate import checkpointed_steps
 from harness.evaluate import LengthMetrics
 from harness.record import evaluated_scales
-from harness.run import RunResult, checkpoint_path, execute, recover_kept, train_and_evaluate
+from harness.recording import recover_kept
+from harness.run import RunResult, checkpoint_path, execute, train_and_evaluate
 from harness.store import NotAStoreError, Store
 from harness.train import Checkpointing, build_model, restore, train
 

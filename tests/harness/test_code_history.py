@@ -8,9 +8,10 @@ import torch
 
 import harness.tasks as tasks
 import harness.train as train_module
+from harness.attempt import by_step
 from harness.checkpoint import UNKNOWN_CODE, UNKNOWN_MACHINE, code_history, machine_history, save_checkpoint
 from harness.config import preset_config
-from harness.run import by_step, train_and_evaluate
+from harness.run import train_and_evaluate
 from harness.train import Checkpointing, build_model, train
 
 

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 import harness.run
 from harness.cli import main
 from harness.config import preset_config
+from harness.kept_weights import weights_path
 from harness.report import leaderboard_tables
 from harness.results import load
-from harness.run import weights_path
 from harness.store import Store
 from harness.train import build_model
 from pezoo.spec import parse_pe

@@ -17,14 +17,8 @@ from harness.checkpoint import save_weights
 from harness.cli import main
 from harness.config import preset_config
 from harness.estimate import steps_done
-from harness.run import (
-    WEIGHTS_DIGEST,
-    recorded_weights,
-    train_and_evaluate,
-    trusted_weights,
-    weights_path,
-    weights_source,
-)
+from harness.kept_weights import WEIGHTS_DIGEST, recorded_weights, trusted_weights, weights_path, weights_source
+from harness.run import train_and_evaluate
 from harness.store import Store
 from harness.train import build_model
 

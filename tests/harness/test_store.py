@@ -409,7 +409,7 @@ def test_switching_a_new_store_to_wal_waits_when_another_opener_holds_it():
     """SQLite answers "database is locked" at once, without the busy timeout, to a
     journal-mode switch racing other processes opening the same new store; it is retried
     until the timeout, as every other write waits. Other errors are not retried."""
-    from harness.store.store import _wal_mode
+    from harness.store.connection import _wal_mode
 
     class Racing:
         def __init__(self, failures, error="database is locked"):

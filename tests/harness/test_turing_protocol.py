@@ -17,7 +17,8 @@ import torch
 from harness.config import EvalConfig, RunConfig, TrainConfig, preset_config
 from harness.data import IGNORE, PackedStream, evaluation_set
 from harness.evaluate import answer_matches, context_start, evaluate_length, greedy_decode, windowed_predictions
-from harness.run import check_run, train_and_evaluate
+from harness.preflight import check_run
+from harness.run import train_and_evaluate
 from harness.tasks import create
 from harness.tasks.vocab import BOS_ID, EOS_ID, SEP_ID, decode, encode
 from harness.train import Checkpointing, build_model, lr_factor, restore, train
