@@ -541,7 +541,7 @@ def test_a_tampered_kept_result_is_set_aside_and_the_run_trains(tmp_path, case):
 
 
 def _all_ones(body):
-    return [{**m, "exact_match": 1.0, "token_accuracy": 1.0} for m in body["metrics"]]
+    return [{**m, "exact": m["n"], "tokens_right": m["tokens"]} for m in body["metrics"]]  # every example right
 
 
 def _forged(body):
@@ -557,7 +557,7 @@ def test_a_kept_result_of_the_right_shape_but_not_sealed_by_the_store_is_refused
         path, _ = a_kept_result(tmp_path, cfg, key=key, metrics=_all_ones, provenance=_forged)
         if edit:
             body = json.loads(path.read_text())
-            body["metrics"][0]["exact_match"] = 0.5  # any change after sealing
+            body["metrics"][0]["exact"] = body["metrics"][0]["n"] // 2  # any change after sealing
             path.write_text(json.dumps(body))
         notices = []
         assert recover_kept(cfg, tmp_path / f"{cfg.run_id()}.pt", KEY, notice=notices.append) is None
@@ -582,7 +582,7 @@ def test_bench_trains_a_run_whose_kept_result_was_forged(tmp_path):
     with Store(store_path, readonly=True) as store:
         run = store.run(cfg.run_id())
         assert run["provenance"]["commit"] != "forged" and run["train_seconds"] > 0
-        assert any(m["exact_match"] < 1 for m in store.metrics(cfg.run_id()))
+        assert any(m["exact"] < m["n"] for m in store.metrics(cfg.run_id()))
 
 
 @pytest.mark.parametrize(
