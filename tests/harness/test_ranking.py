@@ -98,7 +98,7 @@ def test_spread_shows_what_the_seeds_did():
     assert Spread.of([0.5]).text() == "0.50"
     assert Spread.of([0.1, 0.9]).text() == "0.50 (0.10–0.90)"
     assert Spread.of([1.0, 1.0, 1.0]).text() == "1.00"
-    assert Spread.of([11, 14]).text(0) == "12 (11–14)"  # round half to even, like f-strings
+    assert Spread.of([11, 14]).text(0) == "13 (11–14)"  # 12.5: round half up on the exact value (harness.counts)
     assert Spread.of([]).text() == "-" and Spread.of([math.nan]).text() == "-"
 
 
