@@ -42,6 +42,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.checks import check_number
+from pezoo.limits import MAX_POSITIONS, MAX_WIDTH, POSITION_OPTIONS, WIDTH_OPTIONS, option_bound
+
+# MAX_WIDTH (pezoo.limits, 4096) also bounds ``d_model``: 4x Turing Programs' 1024 (``d_ff`` up
+# to 4x it); MAX_POSITIONS (262,144) is 4x ``MAX_TOKENS``. Encoding options share one table with
+# pezoo.hf: POSITION_OPTIONS and WIDTH_OPTIONS, bounded by option_bound.
+__all__ = ["MAX_POSITIONS", "MAX_WIDTH", "POSITION_OPTIONS", "WIDTH_OPTIONS", "check_option_sizes", "option_bound"]
 
 MAX_SCALE = 10_000
 """Largest task scale (training or test): 20x the largest in any paper protocol (500)."""
@@ -62,9 +68,6 @@ MAX_EVAL_UNITS = 125_000_000
 MAX_TOKENS = 65_536
 """Widest packed training row or decoding window, in tokens (Turing Programs: 500)."""
 
-MAX_WIDTH = 4096
-"""Largest ``d_model``: 4x Turing Programs' 1024 (``d_ff`` up to 4x this)."""
-
 MAX_LAYERS = 128
 """Most Transformer blocks (the largest preset has 12)."""
 
@@ -73,52 +76,6 @@ MAX_HEADS = 256
 
 MAX_VOCAB = 65_536
 """Largest vocabulary (the tasks share 64 tokens)."""
-
-MAX_POSITIONS = 262_144
-"""Largest position-like encoding option (a learned table's rows, randomized PE's range
-L, a distance or support bound): 4x ``MAX_TOKENS``; the defaults are 2048 and below."""
-
-POSITION_OPTIONS = (
-    "max_length",
-    "max_position",
-    "max_index",
-    "max_k",
-    "max_distance",
-    "num_buckets",
-    "npos_max",
-    "min_support",
-    "max_support",
-    "support",
-    "scan_checkpoint",
-    "blockwise",
-    "original_max_position_embeddings",
-)
-"""Encoding options that count positions or tokens, bounded by :data:`MAX_POSITIONS`."""
-
-WIDTH_OPTIONS = (
-    "d_pe",
-    "gru_hidden",
-    "hidden",
-    "mlp_width",
-    "copy_dim",
-    "rotary_dim",
-    "n_slots",
-    "n_cursors",
-    "depth",
-    "copy_every",
-    "n_masked",
-)
-"""Encoding options that are a width or a count of parts, bounded by :data:`MAX_WIDTH`."""
-
-
-def option_bound(key: str) -> int | None:
-    """The upper bound of the encoding option ``key`` (:data:`POSITION_OPTIONS`,
-    :data:`WIDTH_OPTIONS`), or None for an option that is no size."""
-    if key in POSITION_OPTIONS:
-        return MAX_POSITIONS
-    if key in WIDTH_OPTIONS:
-        return MAX_WIDTH
-    return None
 
 
 def check_option_sizes(options: Any, what: str = "", depth: int = 0) -> None:

@@ -126,9 +126,17 @@ def test_the_leaderboard_commands_and_published_runs_reach_the_cli_through_entry
     assert isinstance(published_runs(), list)
 
 
-PEZOO_PUBLIC_MODULES = {"pezoo", "pezoo.spec", "pezoo.setups", "pezoo.backends", "pezoo.testing", "pezoo.hf"}
+PEZOO_PUBLIC_MODULES = {
+    "pezoo",
+    "pezoo.spec",
+    "pezoo.setups",
+    "pezoo.backends",
+    "pezoo.testing",
+    "pezoo.hf",
+    "pezoo.limits",
+}
 """What the harness may import pezoo through: the package's public names, the spec syntax,
-the papers' setups, the backends, the conformance kit, and pezoo in Hugging Face models
+the papers' setups, the backends, the conformance kit, the size bounds, and pezoo in Hugging Face models
 (the LM track's "your own model" evaluation)."""
 
 MEASURES_PRISM_KERNELS = {"harness/perf/prism.py", "harness/perf/grid.py"}

@@ -471,6 +471,7 @@ def test_the_bounds_are_the_harnesss():
 
     assert (ours.MAX_POSITIONS, ours.MAX_WIDTH) == (limits.MAX_POSITIONS, limits.MAX_WIDTH)
     assert (ours.POSITION_OPTIONS, ours.WIDTH_OPTIONS) == (limits.POSITION_OPTIONS, limits.WIDTH_OPTIONS)
+    assert ours.option_bound is limits.option_bound  # one table (pezoo.limits), not two copies
 
 
 def test_an_unknown_backend_fails_at_load_not_at_the_first_forward(tmp_path):
