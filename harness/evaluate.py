@@ -26,6 +26,19 @@ inference) the model predicts the token after position t from positions
 tokens as a fresh sequence after each drop; teacher-forced accuracy uses the same
 contexts. ``match="answer"`` scores only the final answer of a scratchpad completion.
 
+Exact match without a decode. For the whole completion, the greedy decode is right
+exactly when every teacher-forced prediction over ``target <eos>`` is: while the decoded
+prefix equals the target's, each greedy token is the argmax the teacher-forced pass makes
+at that position, so the decode first leaves the target where the teacher-forced pass
+first errs, and not before. It holds under a context window (both read the same
+contexts) and at random positions (both read one plan). So ``exact_match`` can be read
+off the teacher-forced counts, ``tokens_right == tokens`` per example: one forward pass
+per batch instead of one per decoded token, which on a GPU replaces a launch-bound loop
+of ``len(target) + 1`` steps. The two can differ only where the cached decode and the
+full pass round an argmax near-tie differently. CPU runs decode (the board's records);
+CUDA runs read it off the pass (``harness.train.Accel.forced``), and a scratchpad task
+scored on its final answer (``match="answer"``) always decodes.
+
 Random positions at evaluation (randomized PE, Ruoss et al. 2023 §3: "at test time [...]
 the same procedure but for all token positions"): an encoding whose ``random_at_eval``
 is true gets its positions planned once per evaluated example, from a generator seeded
@@ -318,13 +331,18 @@ def evaluate_length(
     jump: int = 20,
     answer_task: Task | None = None,
     seed: int = 0,
+    decode: bool = True,
 ) -> LengthMetrics:
     """Both metrics on the examples of one scale. With ``answer_task``,
     ``exact_match`` scores the final answer (``Task.answer``) and ``trace_exact_match``
     the whole completion; otherwise ``exact_match`` is the whole completion and
     ``trace_exact_match`` None. ``seed`` (the run's) seeds random evaluation positions
     (:func:`planned_positions`); ``examples`` must be the scale's whole evaluation set,
-    in its order, for an example's positions to be its own."""
+    in its order, for an example's positions to be its own.
+
+    ``decode=False`` reads the whole-completion exact match off the teacher-forced pass
+    instead of decoding (module docstring, "exact match without a decode"); with ``answer_task`` it decodes
+    anyway, as only a decode can score an answer."""
     was_training = model.training
     model.eval()
     try:
@@ -333,7 +351,7 @@ def evaluate_length(
             model, examples, batch_size, device, protocol, window=window, jump=jump, positions=positions
         )
         trace = answer = (right == scored).float()
-        if protocol == "decoder":
+        if protocol == "decoder" and (decode or answer_task is not None):
             trace, answer = exact_match(
                 model, examples, batch_size, device, window=window, jump=jump, task=answer_task, positions=positions
             )

@@ -50,7 +50,7 @@ from harness.recording import drop_leftovers, record_or_keep, recover_kept
 from harness.result import RunOutcome, RunResult
 from harness.store import ClaimLostError, Store
 from harness.tblog import RunLog
-from harness.train import Checkpointing, DivergedError, train
+from harness.train import Accel, Checkpointing, DivergedError, train
 
 Progress = Callable[[str, int, int, str], None]
 """progress(phase, done, total, note): phase ``train`` (done of total steps, note
@@ -84,6 +84,7 @@ def evaluate_all(
     lengths = [(split, n) for split, n in lengths if task.has_scale(n)]  # SCAN lacks some lengths
     metrics = []
     precision = evaluation_precision(cfg.eval.precision, cfg.train.precision)
+    accel = Accel.for_device(device)
     if report is not None:
         report("eval", 0, len(lengths), "")
     for done, (split, n) in enumerate(lengths, start=1):
@@ -100,6 +101,7 @@ def evaluate_all(
                 jump=cfg.eval.window_jump,
                 answer_task=task if cfg.eval.match == "answer" else None,
                 seed=cfg.seed,
+                decode=not accel.forced,
             )
         metrics.append((split, m))
         if report is not None:

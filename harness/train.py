@@ -256,9 +256,9 @@ def restore(
 ACCEL_ENV = "PEZOO_ACCEL"
 """Environment variable that switches the GPU loop's features (:meth:`Accel.for_device`):
 ``off`` (none: the loop a CPU runs), ``on`` (all), or a comma-separated subset of
-``prefetch,readback,fused,graphs``. Unset: all on CUDA, none on CPU."""
+``prefetch,readback,fused,graphs,forced``. Unset: all on CUDA, none on CPU."""
 
-ACCEL_FEATURES = ("prefetch", "readback", "fused", "graphs")
+ACCEL_FEATURES = ("prefetch", "readback", "fused", "graphs", "forced")
 
 
 @dataclass(frozen=True)
@@ -275,12 +275,16 @@ class Accel:
             the float rounding of an fp32 run, so only on CUDA.
         graphs: the forward and backward pass replayed as CUDA graphs, one per length
             bucket (``harness.graphs``; CUDA only).
+        forced: evaluation reads exact match off the teacher-forced pass instead of a
+            greedy decode (``harness.evaluate``, "exact match without a decode"): equal
+            but for argmax near-ties the two round differently, so off on CPU by default.
     """
 
     prefetch: int = 0
     readback: int = 1
     fused: bool = False
     graphs: bool = False
+    forced: bool = False
 
     def __post_init__(self) -> None:
         if self.prefetch < 0 or self.readback < 1:
@@ -309,11 +313,14 @@ class Accel:
                 )
         if not cuda:
             names -= {"fused", "graphs"}  # CPU numerics stay the board's
+            if setting is None or setting.strip() in ("", "on"):
+                names.discard("forced")  # a CPU run reads it off the pass only when named
         return cls(
             prefetch=4 if "prefetch" in names else 0,
             readback=25 if "readback" in names else 1,
             fused="fused" in names,
             graphs="graphs" in names,
+            forced="forced" in names,
         )
 
 

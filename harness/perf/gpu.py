@@ -116,7 +116,7 @@ def _repeat(step: Callable[[], object], times: int) -> Callable[[], None]:
 
 def measure_gpu(grid: PerfGrid, device: torch.device) -> list[dict[str, Any]]:
     """Rows per (preset, encoding): bare step, harness step before/after, busy fraction, launches."""
-    from harness.train import Accel, make_optimizer
+    from harness.train import ACCEL_FEATURES, Accel, make_optimizer
 
     rows: list[dict[str, Any]] = []
     for preset in grid.presets:
@@ -152,7 +152,7 @@ def measure_gpu(grid: PerfGrid, device: torch.device) -> list[dict[str, Any]]:
                     "ratio": after["ms"] / timing["bare"].median_ms,
                     "busy": profiled["busy"],  # from a run of its own: the profiler slows what it watches
                     "launches": profiled["launches"],
-                    "accel": {k: getattr(after_accel, k) for k in ("prefetch", "readback", "fused", "graphs")},
+                    "accel": {k: getattr(after_accel, k) for k in ACCEL_FEATURES},
                 }
             )
     return rows
@@ -181,7 +181,11 @@ def render_gpu(rows: list[dict[str, Any]]) -> list[str]:
         for r in rows
     ]
     r0 = rows[0]
-    plain = {"prefetch": 0, "readback": 1, "fused": False, "graphs": False}
+    from dataclasses import asdict
+
+    from harness.train import Accel
+
+    plain = asdict(Accel())  # the loop as a CPU runs it
     on = ", ".join(f"{k} {v}" if type(v) is int else k for k, v in r0["accel"].items() if v != plain.get(k))
     return [
         f"training step in the harness's loop vs the bare step (batch {r0['batch'][0]} × {r0['batch'][1]}; loop "
