@@ -75,14 +75,20 @@ def scan_emitting(
     """
     if not windowed:
         return _full_scan_emitting(hist, gates, gamma, eps, p_copy, masks, step, table)
-    support = hist.shape[-1] // 2
-    radius = min(start, support)
-    h = hist[..., support - radius : support + radius + 1]  # (b, n, 2r+1): the reachable bins
+    h, support = _start_window(hist, start)  # (b, n, 2r+1): the reachable bins, r = min(start, P)
     if fused and table is not None and p_copy is None:
         return _fused_scan_emitting(h, gates, gamma, eps, table, start, support, copy_probs, checkpoint_every)
     return _windowed_scan_emitting(
         h, gates, gamma, eps, p_copy, step, table, start, support, copy_probs, checkpoint_every
     )
+
+
+def _start_window(hist: Tensor, start: int) -> tuple[Tensor, int]:
+    """(the bins of ``hist`` (b, n, 2P+1) reachable after ``start`` tokens, P): a view of the
+    2r+1 bins around the centre, r = min(start, P)."""
+    support = hist.shape[-1] // 2
+    radius = min(start, support)
+    return hist[..., support - radius : support + radius + 1], support
 
 
 def _full_scan_emitting(
