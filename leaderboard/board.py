@@ -386,59 +386,67 @@ def _retire_tables(
     """:func:`retire` for the (preset, task) tables."""
     if not retirements:
         return list(records), plans, ()
-    where = f"leaderboard/{RETIRED_FILE}"
     retired_keys = {(r.preset, r.task) for r in retirements}
-    out = []
-    for r in retirements:
-        gone = [rec for rec in records if (rec.data["preset"], rec.data["task"]) == (r.preset, r.task)]
-        if not gone:
-            raise BoardError(
-                f"{where} retires preset {r.preset!r} on {r.task!r}, but no published run is one (a typo?)"
-            )
-        if r.superseded_by is None:
-            still = sorted(p for p, t in plans.tables if t == r.task and (p, t) not in retired_keys)
-            if still:
-                raise BoardError(
-                    f"{where} withdraws {r.preset!r} on {r.task!r} with no table replacing it, but a sweep file "
-                    f"plans {' and '.join(map(repr, still))} on {r.task!r}: delete the [[withdrawn]] entry (the old "
-                    "table returns, marked as an earlier protocol) and retire it ([[retired]]) once that table is "
-                    "complete, or take the task out of that sweep file"
-                )
-            out.append(
-                RetiredTable(
-                    r, len(gone), tuple(sorted({int(rec.data["seed"]) for rec in gone})), train_steps(gone), ()
-                )
-            )
-            continue
-        if (r.superseded_by, r.task) in retired_keys:
-            raise BoardError(
-                f"{where}: {r.preset!r} on {r.task!r} is superseded by {r.superseded_by!r}, which is retired too"
-            )
-        plan = plans.tables.get((r.superseded_by, r.task))
-        if plan is None:
-            raise BoardError(
-                f"{where} retires {r.preset!r} on {r.task!r} in favour of {r.superseded_by!r}, but no sweep file "
-                f"plans {r.superseded_by!r} on {r.task!r}, so nothing says that table is complete"
-            )
-        successors = [rec for rec in records if (rec.data["preset"], rec.data["task"]) == (r.superseded_by, r.task)]
-        f = filled(plan, seeds_by_run(successors), published_cells(successors))
-        # a table whose rows all stand, some awaiting a corrected re-run, still replaces it; so does one that
-        # shows every encoding on every seed the old table showed while later rows or seeds are added to it
-        # (8 seeds for rows whose seeds split): it says itself that it is still being filled
-        shown_again = {(rec.data["pe"], int(rec.data["seed"])) for rec in successors}
-        if not f.covered and not {(rec.data["pe"], int(rec.data["seed"])) for rec in gone} <= shown_again:
-            raise BoardError(
-                f"{where} retires {r.preset!r} on {r.task!r}, but {r.superseded_by!r} on {r.task!r} has "
-                f"{f.done} of its {f.planned} planned runs published: retire the old table once the new one is complete"
-            )
-        out.append(
-            RetiredTable(
-                r,
-                len(gone),
-                tuple(sorted({int(rec.data["seed"]) for rec in gone})),
-                train_steps(gone),
-                train_steps(successors),
-            )
-        )
+    out = tuple(_retired_table(r, records, plans, retired_keys) for r in retirements)
     kept = [rec for rec in records if (rec.data["preset"], rec.data["task"]) not in retired_keys]
-    return kept, plans.without(retired_keys), tuple(out)
+    return kept, plans.without(retired_keys), out
+
+
+def _retired_table(
+    r: Retirement, records: Sequence[Record], plans: Plans, retired_keys: set[tuple[str, str]]
+) -> RetiredTable:
+    """The table ``r`` retires, once that holds: it has published runs, and either no sweep
+    file plans its task under another preset (withdrawn) or the table superseding it may
+    replace it (:func:`_successor_runs`); raises BoardError otherwise."""
+    where = f"leaderboard/{RETIRED_FILE}"
+    gone = [rec for rec in records if (rec.data["preset"], rec.data["task"]) == (r.preset, r.task)]
+    if not gone:
+        raise BoardError(f"{where} retires preset {r.preset!r} on {r.task!r}, but no published run is one (a typo?)")
+    if r.superseded_by is None:
+        still = sorted(p for p, t in plans.tables if t == r.task and (p, t) not in retired_keys)
+        if still:
+            raise BoardError(
+                f"{where} withdraws {r.preset!r} on {r.task!r} with no table replacing it, but a sweep file "
+                f"plans {' and '.join(map(repr, still))} on {r.task!r}: delete the [[withdrawn]] entry (the old "
+                "table returns, marked as an earlier protocol) and retire it ([[retired]]) once that table is "
+                "complete, or take the task out of that sweep file"
+            )
+        successor_steps: tuple[int, ...] = ()
+    else:
+        successor_steps = train_steps(_successor_runs(r, r.superseded_by, gone, records, plans, retired_keys))
+    seeds = tuple(sorted({int(rec.data["seed"]) for rec in gone}))
+    return RetiredTable(r, len(gone), seeds, train_steps(gone), successor_steps)
+
+
+def _successor_runs(
+    r: Retirement,
+    successor: str,
+    gone: Sequence[Record],
+    records: Sequence[Record],
+    plans: Plans,
+    retired_keys: set[tuple[str, str]],
+) -> list[Record]:
+    """The published runs of ``successor``'s table, which supersedes the one ``r`` retires
+    (whose runs are ``gone``); raises BoardError unless a sweep file plans that table, it is
+    not retired too, and it is complete or shows again every encoding and seed the old one showed."""
+    where = f"leaderboard/{RETIRED_FILE}"
+    if (successor, r.task) in retired_keys:
+        raise BoardError(f"{where}: {r.preset!r} on {r.task!r} is superseded by {successor!r}, which is retired too")
+    plan = plans.tables.get((successor, r.task))
+    if plan is None:
+        raise BoardError(
+            f"{where} retires {r.preset!r} on {r.task!r} in favour of {successor!r}, but no sweep file "
+            f"plans {successor!r} on {r.task!r}, so nothing says that table is complete"
+        )
+    successors = [rec for rec in records if (rec.data["preset"], rec.data["task"]) == (successor, r.task)]
+    f = filled(plan, seeds_by_run(successors), published_cells(successors))
+    # a table whose rows all stand, some awaiting a corrected re-run, still replaces it; so does one that
+    # shows every encoding on every seed the old table showed while later rows or seeds are added to it
+    # (8 seeds for rows whose seeds split): it says itself that it is still being filled
+    shown_again = {(rec.data["pe"], int(rec.data["seed"])) for rec in successors}
+    if not f.covered and not {(rec.data["pe"], int(rec.data["seed"])) for rec in gone} <= shown_again:
+        raise BoardError(
+            f"{where} retires {r.preset!r} on {r.task!r}, but {successor!r} on {r.task!r} has "
+            f"{f.done} of its {f.planned} planned runs published: retire the old table once the new one is complete"
+        )
+    return successors

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -15,7 +16,7 @@ import pezoo
 from harness.options import store_option
 from harness.printable import terminal_text
 from harness.store import StoreError
-from leaderboard.board import RetiredRow, retire
+from leaderboard.board import RetiredRow, RetiredTable, retire
 from leaderboard.export import ExportError, export, import_results
 from leaderboard.plans import Plans
 from leaderboard.records import BoardError, check_protocols, record_label
@@ -128,13 +129,25 @@ def check_cmd(results_dir: Path) -> None:
     _echo(f"{len(files)} results file(s), {len(records)} run(s): valid")
     if diagnostics:
         _echo(f"{len(diagnostics)} diagnostics file(s): valid")
-    from leaderboard.plans import cell, read_plans
+    from leaderboard.plans import read_plans
 
     plans = read_plans(results_dir.parent)
     for line in _plan_lines(records, plans):
         _echo(line)
     for problem in plans.problems:
         _echo(f"note: sweep file {problem} (not read as a plan)")
+    kept, retired = _render_in_memory(records, diagnostics, plans, results_dir)
+    _note_stray(kept, plans)
+    for gone in retired:
+        _echo(_retired_line(gone))
+    _note_not_installed(records)
+
+
+def _render_in_memory(
+    records: Sequence[Record], diagnostics: dict[str, dict[str, Any]], plans: Plans, results_dir: Path
+) -> tuple[list[Record], tuple[RetiredTable | RetiredRow, ...]]:
+    """Everything `build` does but write: read the retirements, check one protocol per table
+    and render the board; (the runs kept on the board, the retired tables and rows)."""
     from leaderboard.site import SiteError, render
 
     try:
@@ -145,6 +158,14 @@ def check_cmd(results_dir: Path) -> None:
         render(records, results_href=".", repo_href=".", diagnostics=diagnostics, plans=plans, retirements=retirements)
     except (RetiredFileError, BoardError, SiteError) as exc:
         raise click.ClickException(terminal_text(str(exc))) from None
+    return kept, retired
+
+
+def _note_stray(kept: Sequence[Record], plans: Plans) -> None:
+    """Name the published runs of a planned preset that no sweep file plans and no
+    retirement covers (they stay on the board)."""
+    from leaderboard.plans import cell
+
     planned_cells = {c for plan in plans.presets.values() for c in (plan.cell_of or {}).values()}
     stray = sorted(
         {
@@ -160,23 +181,27 @@ def check_cmd(results_dir: Path) -> None:
             f"note: published runs of a planned preset that no sweep file plans and no retirement covers "
             f"(still on the board): {', '.join(stray)}; plan them, or retire them in {RETIRED_FILE}"
         )
-    for gone in retired:
-        if isinstance(gone, RetiredRow):
-            row = gone.retirement
-            _echo(
-                f"retired: preset {row.preset}'s row {row.row} ({gone.runs} run(s) on {', '.join(gone.tasks)}, "
-                f"published, left off the board), superseded by {row.superseded_by}"
-            )
-            continue
-        r = gone.retirement
-        _echo(
-            f"retired: preset {r.preset} on {r.task} ({gone.runs} run(s), published, left off the board), "
-            + (
-                "withdrawn: no table replaces it"
-                if r.superseded_by is None
-                else f"superseded by preset {r.superseded_by}'s complete {r.task} table"
-            )
+
+
+def _retired_line(gone: RetiredTable | RetiredRow) -> str:
+    """The report line of a retired table or row: what left the board and what replaces it."""
+    if isinstance(gone, RetiredRow):
+        row = gone.retirement
+        return (
+            f"retired: preset {row.preset}'s row {row.row} ({gone.runs} run(s) on {', '.join(gone.tasks)}, "
+            f"published, left off the board), superseded by {row.superseded_by}"
         )
+    r = gone.retirement
+    return f"retired: preset {r.preset} on {r.task} ({gone.runs} run(s), published, left off the board), " + (
+        "withdrawn: no table replaces it"
+        if r.superseded_by is None
+        else f"superseded by preset {r.superseded_by}'s complete {r.task} table"
+    )
+
+
+def _note_not_installed(records: Sequence[Record]) -> None:
+    """Name the encodings and tasks the runs use that are not installed here (their runs
+    are valid and drawn, but cannot be re-run here)."""
     for kind, used, installed in (
         ("encoding", {r.data["pe"] for r in records}, pezoo.available()),
         ("task", {r.data["task"] for r in records}, tasks.available()),

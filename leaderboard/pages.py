@@ -30,6 +30,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+import pezoo
 from harness import counts, ranking
 from harness.protocols import extra_input_badge
 from leaderboard import board as bd
@@ -248,37 +249,42 @@ class Site:
             rows.append((n, split, tokens, stats))
         return rows
 
-    def prism_runs(self, task: str, preset: str) -> list[tuple[Any, Mapping[str, Any], list[Markup]]]:
-        """(seed, diagnostics, plots) of the PRISM runs of (task, preset) that published
-        diagnostics: one trajectory plot per PRISM layer and side (query, key)."""
+    def traced_runs(self, task: str, preset: str) -> list[tuple[Any, Mapping[str, Any], list[Markup]]]:
+        """(seed, diagnostics, plots) of the runs of (task, preset) that published diagnostics,
+        of encodings whose paper card declares them (``pezoo.PaperCard.diagnostics``: cursor
+        trajectories), by encoding and seed: one trajectory plot per layer and side (query, key)."""
         runs = [
-            r for r in self.board.records_where(task=task, preset=preset, pe="prism") if r.run_id in self.diagnostics
+            r
+            for r in self.board.records_where(task=task, preset=preset)
+            if r.run_id in self.diagnostics and pezoo.card_of(str(r.data["pe"])).diagnostics is not None
         ]
         out = []
-        for rec in sorted(runs, key=lambda r: r.data["seed"]):
+        for rec in sorted(runs, key=lambda r: (r.data["pe"], r.data["seed"])):
             diag = self.diagnostics[rec.run_id]
-            plots = []
             try:
-                for layer in diag["layers"]:
-                    for side in ("query", "key"):
-                        modes = layer[f"{side}_modes"]  # (h, c, s)
-                        lines = [
-                            (f"h{h} c{c}", trajectory)
-                            for h, cursors in enumerate(modes)
-                            for c, trajectory in enumerate(cursors)
-                        ]
-                        plots.append(
-                            trajectory_plot(
-                                lines,
-                                title=f"layer {layer['layer']}: {side} cursors",
-                                x_label="token index",
-                                y_label="mode offset",
-                            )
-                        )
+                plots = _trajectory_plots(diag)
             except NotANumber as exc:
                 raise SiteError(f"diagnostics/{rec.run_id}.json (run {rec.run_id}): {exc}") from None
             out.append((rec.data["seed"], diag, plots))
         return out
+
+
+def _trajectory_plots(diag: Mapping[str, Any]) -> list[Markup]:
+    """One plot per layer and side (query, key) of a run's diagnostics: the mode offset of
+    each head's cursors after each token."""
+    plots = []
+    for layer in diag["layers"]:
+        for side in ("query", "key"):
+            modes = layer[f"{side}_modes"]  # (h, c, s)
+            lines = [
+                (f"h{h} c{c}", trajectory) for h, cursors in enumerate(modes) for c, trajectory in enumerate(cursors)
+            ]
+            plots.append(
+                trajectory_plot(
+                    lines, title=f"layer {layer['layer']}: {side} cursors", x_label="token index", y_label="mode offset"
+                )
+            )
+    return plots
 
 
 def _page(site: Site, template: str, page_dir: str, title: str, records: Sequence[Record], **context: Any) -> str:

@@ -137,7 +137,23 @@ def _how_far(table: Table) -> list[str]:
 def render_readme(board: Board, *, site_href: str) -> str:
     """The whole README: what was trained, the provenance warning, at a glance (encodings ×
     tasks), the rule, one table per (task, preset), provenance."""
-    out = [
+    provs = prov.provenance(board.records)
+    out = _header(site_href) + _what_was_trained(board, provs)
+    if not board.tables:
+        out += ["No results yet: publish some with `pezoo leaderboard export`.", ""]
+    else:
+        out += _how_far_past(board)
+    out += _at_a_glance(board) + _notes(board) + _claims(board)
+    for task in board.tasks:
+        out += _task_section(board, task, site_href)
+    if provs:
+        out += _provenance_table(provs)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _header(site_href: str) -> list[str]:
+    """The mark of a generated README, its title, and where the site is."""
+    return [
         README_MARK,
         "",
         "# pezoo leaderboard",
@@ -147,7 +163,12 @@ def render_readme(board: Board, *, site_href: str) -> str:
         "in a browser (GitHub shows an HTML file as its source); the task sections' curves links go to its pages.",
         "",
     ]
-    provs = prov.provenance(board.records)
+
+
+def _what_was_trained(board: Board, provs: list[prov.Provenance]) -> list[str]:
+    """What each preset's runs trained, a warning on each board not at paper scale, and how
+    much of each board is still to come."""
+    out: list[str] = []
     for p in provs:
         prefix = f"**{md(p.preset)}:** " if len(provs) > 1 else ""
         out += [f"{prefix}{md(prov.trained_sentence(p))}", ""]
@@ -165,23 +186,33 @@ def render_readme(board: Board, *, site_href: str) -> str:
         filling = filling_sentence(board, p.preset)
         if filling:
             out += [f"> **{md(p.preset)}:** {md(filling)}", ""]
-    if not board.tables:
-        out += ["No results yet: publish some with `pezoo leaderboard export`.", ""]
-    else:
-        out += ["## How far past the training length", ""]
-        several = {t.task for t in board.tables if len(board.tables_of_task(t.task)) > 1}
-        for table in board.tables:
-            if board.successor(table.preset) is not None:
-                continue
-            answer = past_n_sentence(table, provisional=table_filling(board, table) is not None)
-            if answer:
-                further = f" (tested to {table.tested_to})" if table.task in several else ""
-                out.append(f"- **{md(table.task)}**{further}: {md(answer)}.")
-        out.append("")
-        for task in board.tasks:
-            out += [f"> **{md(t.sentence(_train_max(board, task)))}.**\n" for t in board.tables_to_come(task)]
-        out += _how_to_read()
-        out += ["## At a glance", "", md(ov.OVERVIEW_RULE), ""]
+    return out
+
+
+def _how_far_past(board: Board) -> list[str]:
+    """How far past the training length each current table reaches, the tables still to
+    come, how to read the tables, and the head of the at-a-glance section."""
+    out = ["## How far past the training length", ""]
+    several = {t.task for t in board.tables if len(board.tables_of_task(t.task)) > 1}
+    for table in board.tables:
+        if board.successor(table.preset) is not None:
+            continue
+        answer = past_n_sentence(table, provisional=table_filling(board, table) is not None)
+        if answer:
+            further = f" (tested to {table.tested_to})" if table.task in several else ""
+            out.append(f"- **{md(table.task)}**{further}: {md(answer)}.")
+    out.append("")
+    for task in board.tasks:
+        out += [f"> **{md(t.sentence(_train_max(board, task)))}.**\n" for t in board.tables_to_come(task)]
+    out += _how_to_read()
+    out += ["## At a glance", "", md(ov.OVERVIEW_RULE), ""]
+    return out
+
+
+def _at_a_glance(board: Board) -> list[str]:
+    """One at-a-glance grid (encodings × tasks) per preset, with its keys and its
+    evaluation-time variants."""
+    out: list[str] = []
     for preset in board.presets:
         grid = ov.overview(board, preset)
         tables = {t.task: t for t in ov.first_tables(board, preset)}
@@ -195,96 +226,117 @@ def render_readme(board: Board, *, site_href: str) -> str:
         if grid.variants:
             out += ["Evaluation-time variants (a trained row's weights evaluated otherwise, no training):", ""]
             out += [_glance(grid, tables, grid.variants), ""]
-    notes_out: list[str] = []
+    return out
+
+
+def _notes(board: Board) -> list[str]:
+    """The notes on the runs, each section only where it has entries: tables that left the
+    board, runs unlike their papers, extra inputs, setups per task."""
+    out: list[str] = []
     if board.retired:
-        notes_out += ["## Left the board", "", md(RETIRED_RULE), ""]
-        notes_out += [f"- {md(t.sentence())}" for t in board.retired]
-        notes_out.append("")
+        out += ["## Left the board", "", md(RETIRED_RULE), ""]
+        out += [f"- {md(t.sentence())}" for t in board.retired]
+        out.append("")
     departed = notes.departures(board.records)
     if departed:
-        notes_out += ["## Run unlike their papers", "", md(notes.DEPARTURES_RULE), ""]
+        out += ["## Run unlike their papers", "", md(notes.DEPARTURES_RULE), ""]
         common = notes.common_departure(board.records)
-        notes_out += [md(common), ""] if common else []
+        out += [md(common), ""] if common else []
         for dep in departed:
-            notes_out.append(f"- **{md(dep.label)}** ({md(dep.paper)}):")
+            out.append(f"- **{md(dep.label)}** ({md(dep.paper)}):")
             for text, tasks in dep.differences:
-                notes_out.append(f"  - {md(text)}; on {md('; '.join(tasks))}")
-        notes_out.append("")
+                out.append(f"  - {md(text)}; on {md('; '.join(tasks))}")
+        out.append("")
     extra = notes.extra_inputs(board.records)
     if extra:
-        notes_out += ["## Extra inputs", "", md(notes.EXTRA_INPUTS_RULE), ""]
-        notes_out += [f"- **{md(label)}** {md(text)}; on {_mds(tasks)}" for label, text, tasks in extra]
-        notes_out.append("")
+        out += ["## Extra inputs", "", md(notes.EXTRA_INPUTS_RULE), ""]
+        out += [f"- **{md(label)}** {md(text)}; on {_mds(tasks)}" for label, text, tasks in extra]
+        out.append("")
     setups = notes.per_task_setups(board.records)
     if setups:
-        notes_out += ["## Set up per task", "", md(notes.PER_TASK_RULE), ""]
-        notes_out += [f"- **{md(s.label)}** (preset {md(s.preset)}): {md(s.sentence())}" for s in setups]
-        notes_out.append("")
-    out += notes_out
+        out += ["## Set up per task", "", md(notes.PER_TASK_RULE), ""]
+        out += [f"- **{md(s.label)}** (preset {md(s.preset)}): {md(s.sentence())}" for s in setups]
+        out.append("")
+    return out
+
+
+def _claims(board: Board) -> list[str]:
+    """The papers' claims and what this board shows of each, then those it cannot answer yet."""
     found = claims.claim_verdicts(board)
-    if found:
-        out += ["## What the papers claim, and what this board shows", "", md(claims.CLAIMS_RULE), ""]
-        for claim, verdicts in found:
-            out += [f"**{md(claim.says)}** ({md(claim.source)}). *Test:* {md(claim.test)}", ""]
-            for v in verdicts:
-                note = f" *{md(v.provisional[0].upper() + v.provisional[1:])}.*" if v.provisional else ""
-                out.append(f"- {md(v.where())}: **{md(v.shown)}**. {md(v.evidence)}.{note}")
-            out.append("")
-        missing = claims.unanswered(board)
-        if missing:
-            out += [md(claims.UNANSWERED_RULE), ""]
-            out += [f"- **{md(claim.says)}** ({md(claim.source)}): {md(why)}." for claim, why in missing]
-            out.append("")
-    for task in board.tasks:
-        out += [f"## {md(task)}", ""]
-        for table in board.tables_of_task(task):
-            n = table.train_max
-            filling = table_filling(board, table)
-            earlier = superseded_sentence(board, table)
-            out += [
-                f"Preset **{md(table.preset)}**, trained on scales {table.train_min}..{n}, "
-                f"tested up to {table.test_max} ({table.multiple:g}× N) "
-                f"([curves]({site_href}/tasks/{slug(task)}.html))"
-                f"{'; exact match scores the final answer only' if table.match == 'answer' else ''}."
-                + (f" **{md(filling[0].upper() + filling[1:])}.**" if filling else "")
-                + (f" **{md(earlier[0].upper() + earlier[1:])}.**" if earlier else ""),
-                "",
-            ]
-            answer = past_n_sentence(table, provisional=filling is not None)
-            if answer:
-                out += [f"**{md(answer)}.**", ""]
-            out += _how_far(table)
-            rows: list[list[Any]] = []
-            for row in table.rows:
-                rows.append(
-                    [row.rank_text(), md(row.label) + "".join(f" · *{badge}*" for badge in row.badges())]
-                    + [cell_text(row, s) for s in SCORES]
-                    + [f"{row.seeds_fit}/{len(row.seeds)} fit"]
-                )
-            headers = ["rank", "encoding", f"EM≤{n}", f"EM>{n}", "reach", f"tok>{n}", f"tok≤{n}", "seeds"]
-            out += [tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True), ""]
-        out += [f"> **{md(t.sentence(_train_max(board, task)))}.**\n" for t in board.tables_to_come(task)]
-    if provs:
-        out += ["## Provenance", ""]
-        rows = []
-        for p in provs:
-            days = p.first_day if p.first_day == p.last_day else f"{p.first_day} .. {p.last_day}"
+    if not found:
+        return []
+    out = ["## What the papers claim, and what this board shows", "", md(claims.CLAIMS_RULE), ""]
+    for claim, verdicts in found:
+        out += [f"**{md(claim.says)}** ({md(claim.source)}). *Test:* {md(claim.test)}", ""]
+        for v in verdicts:
+            note = f" *{md(v.provisional[0].upper() + v.provisional[1:])}.*" if v.provisional else ""
+            out.append(f"- {md(v.where())}: **{md(v.shown)}**. {md(v.evidence)}.{note}")
+        out.append("")
+    missing = claims.unanswered(board)
+    if missing:
+        out += [md(claims.UNANSWERED_RULE), ""]
+        out += [f"- **{md(claim.says)}** ({md(claim.source)}): {md(why)}." for claim, why in missing]
+        out.append("")
+    return out
+
+
+def _task_section(board: Board, task: str, site_href: str) -> list[str]:
+    """A task's section: one ranked table per preset, with its setting, state and how far
+    its encodings reach, then the task's tables still to come."""
+    out = [f"## {md(task)}", ""]
+    for table in board.tables_of_task(task):
+        n = table.train_max
+        filling = table_filling(board, table)
+        earlier = superseded_sentence(board, table)
+        out += [
+            f"Preset **{md(table.preset)}**, trained on scales {table.train_min}..{n}, "
+            f"tested up to {table.test_max} ({table.multiple:g}× N) "
+            f"([curves]({site_href}/tasks/{slug(task)}.html))"
+            f"{'; exact match scores the final answer only' if table.match == 'answer' else ''}."
+            + (f" **{md(filling[0].upper() + filling[1:])}.**" if filling else "")
+            + (f" **{md(earlier[0].upper() + earlier[1:])}.**" if earlier else ""),
+            "",
+        ]
+        answer = past_n_sentence(table, provisional=filling is not None)
+        if answer:
+            out += [f"**{md(answer)}.**", ""]
+        out += _how_far(table)
+        rows: list[list[Any]] = []
+        for row in table.rows:
             rows.append(
-                [
-                    md(p.preset),
-                    p.runs,
-                    _mds(p.steps),
-                    _mds(p.backbones),
-                    _mds(p.devices),
-                    _mds(short_commit(c, " (uncommitted changes)") for c in p.commits),
-                    _mds(p.torch_versions),
-                    days,
-                    _mds(p.files),
-                ]
+                [row.rank_text(), md(row.label) + "".join(f" · *{badge}*" for badge in row.badges())]
+                + [cell_text(row, s) for s in SCORES]
+                + [f"{row.seeds_fit}/{len(row.seeds)} fit"]
             )
-        headers = ["preset", "runs", "steps", "backbone", "device", "commit", "torch", "finished (UTC)", "files"]
+        headers = ["rank", "encoding", f"EM≤{n}", f"EM>{n}", "reach", f"tok>{n}", f"tok≤{n}", "seeds"]
         out += [tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True), ""]
-    return "\n".join(out).rstrip() + "\n"
+    out += [f"> **{md(t.sentence(_train_max(board, task)))}.**\n" for t in board.tables_to_come(task)]
+    return out
+
+
+def _provenance_table(provs: list[prov.Provenance]) -> list[str]:
+    """The provenance section: per preset, its runs, steps, backbones, devices, commits,
+    torch versions, days and results files."""
+    out = ["## Provenance", ""]
+    rows = []
+    for p in provs:
+        days = p.first_day if p.first_day == p.last_day else f"{p.first_day} .. {p.last_day}"
+        rows.append(
+            [
+                md(p.preset),
+                p.runs,
+                _mds(p.steps),
+                _mds(p.backbones),
+                _mds(p.devices),
+                _mds(short_commit(c, " (uncommitted changes)") for c in p.commits),
+                _mds(p.torch_versions),
+                days,
+                _mds(p.files),
+            ]
+        )
+    headers = ["preset", "runs", "steps", "backbone", "device", "commit", "torch", "finished (UTC)", "files"]
+    out += [tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True), ""]
+    return out
 
 
 def _train_max(board: Board, task: str) -> int | None:

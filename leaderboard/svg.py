@@ -26,7 +26,7 @@ matplotlib default), with black or white text, whichever contrasts more.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,7 +253,7 @@ def line_plot(
     left, top, right, bottom = 64, 28, 14, 48
     axes = _Axes(left, top, plot_width, plot_height, *_x_range(checked, boundary))
     step = nice_step(axes.x_hi - axes.x_lo, 8)
-    x_ticks = _ticks(axes, step)
+    x_ticks = _ticks(axes.x_lo, axes.x_hi, step, axes.px)
     drawn = [_drawn(axes, s, xs, ys, lo, hi, i, 3.0, 12) for i, (s, xs, ys, lo, hi) in enumerate(checked)]
     return render_template(
         "plot.svg.j2",
@@ -319,10 +319,11 @@ def panel_plot(
     )
 
 
-def _ticks(axes: _Axes, step: float) -> list[tuple[float, float]]:
-    ticks, tick = [], math.ceil(axes.x_lo / step) * step
-    while tick <= axes.x_hi + 1e-9:
-        ticks.append((tick, axes.px(tick)))
+def _ticks(lo: float, hi: float, step: float, at: Callable[[float], float]) -> list[tuple[float, float]]:
+    """(value, pixel ``at(value)``) of each tick: the multiples of ``step`` from ``lo`` to ``hi``."""
+    ticks, tick = [], math.ceil(lo / step) * step
+    while tick <= hi + 1e-9:
+        ticks.append((tick, at(tick)))
         tick += step
     return ticks
 
@@ -364,15 +365,6 @@ def trajectory_plot(
     def py(y: float) -> float:
         return top + (y_hi - y) / (y_hi - y_lo) * plot_height
 
-    y_step, y_ticks = nice_step(y_hi - y_lo, 6), []
-    tick = math.ceil(y_lo / y_step) * y_step
-    while tick <= y_hi + 1e-9:
-        y_ticks.append((tick, py(tick)))
-        tick += y_step
-    x_step, x_ticks, tick = nice_step(x_hi), [], 0.0
-    while tick <= x_hi + 1e-9:
-        x_ticks.append((tick, px(tick)))
-        tick += x_step
     return render_template(
         "trajectories.svg.j2",
         title=title,
@@ -385,16 +377,24 @@ def trajectory_plot(
         right=left + plot_width,
         plot_width=plot_width,
         plot_height=plot_height,
-        y_ticks=y_ticks,
-        x_ticks=x_ticks,
-        lines=[  # past the palette, the colours repeat dashed
-            (
-                label,
-                PALETTE[i % len(PALETTE)],
-                "" if i < len(PALETTE) else "6 3",
-                [(px(x), py(y)) for x, y in enumerate(ys)],
-            )
-            for i, (label, ys) in enumerate(lines)
-        ],
+        y_ticks=_ticks(y_lo, y_hi, nice_step(y_hi - y_lo, 6), py),
+        x_ticks=_ticks(0.0, x_hi, nice_step(x_hi), px),
+        lines=_styled_lines(lines, px, py),
         legend_x=left + plot_width + gap,
     )
+
+
+def _styled_lines(
+    lines: Sequence[tuple[str, Sequence[float]]], px: Callable[[float], float], py: Callable[[float], float]
+) -> list[tuple[str, str, str, list[tuple[float, float]]]]:
+    """(label, colour, dash, points in pixels) of each trajectory: one palette colour per
+    line, and past the palette the colours again, dashed."""
+    return [
+        (
+            label,
+            PALETTE[i % len(PALETTE)],
+            "" if i < len(PALETTE) else "6 3",
+            [(px(x), py(y)) for x, y in enumerate(ys)],
+        )
+        for i, (label, ys) in enumerate(lines)
+    ]

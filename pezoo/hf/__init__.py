@@ -119,20 +119,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
             the model's shape or exceeds :mod:`pezoo.hf.limits`.
         TypeError, ValueError: from building the encoding (unknown options, bad values).
     """
-    if not isinstance(spec, str):
-        raise TypeError(f"pezoo.hf: the spec is an encoding's name as a string (e.g. 'alibi'); got {spec!r}")
+    model_type, family = _adaptable(model, spec, backend)
     config = model.config
-    model_type = auto.base_type(getattr(config, "model_type", ""))
-    family = FAMILIES.get(model_type)
-    if family is None:
-        raise ValueError(f"pezoo.hf adapts model types {', '.join(sorted(FAMILIES))}; got {model_type!r}")
-    reason = family.refuse(config)
-    if reason is not None:
-        raise ValueError(f"pezoo.hf cannot adapt this {model_type} model: {reason}")
-    if getattr(model, "_pezoo_adapter", None) is not None:
-        raise ValueError("this model already runs a pezoo encoding; load a fresh model to change it")
-    if backend != "auto" and backend not in BACKENDS:
-        raise ValueError(unknown_name_message("attention backend", backend, ["auto", *sorted(BACKENDS)]))
     base = _get(model.base_model, family.core)
     n_heads, width = config.num_attention_heads, config.hidden_size
     head_dim = getattr(config, "head_dim", None) or width // n_heads
@@ -152,10 +140,46 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     adapter.window = sliding_window(config)
     adapter.dropout = dropout_probability(attentions[0], config) if attentions else 0.0
     object.__setattr__(model, "_pezoo_adapter", adapter)  # a plain attribute: not a submodule
+    _adapt_modules(model, base, family, model_type, list(zip(layers, attentions, strict=True)), adapter)
+    config.pezoo = {"spec": spec, "options": recorded, "backend": backend}
+    return model
+
+
+def _adaptable(model: PreTrainedModel, spec: Any, backend: str) -> tuple[str, Family]:
+    """(model type, family) of a model :func:`use_encoding` can adapt with ``spec`` and
+    ``backend``; raises its TypeError or ValueError otherwise, before anything changes."""
+    if not isinstance(spec, str):
+        raise TypeError(f"pezoo.hf: the spec is an encoding's name as a string (e.g. 'alibi'); got {spec!r}")
+    config = model.config
+    model_type = auto.base_type(getattr(config, "model_type", ""))
+    family = FAMILIES.get(model_type)
+    if family is None:
+        raise ValueError(f"pezoo.hf adapts model types {', '.join(sorted(FAMILIES))}; got {model_type!r}")
+    reason = family.refuse(config)
+    if reason is not None:
+        raise ValueError(f"pezoo.hf cannot adapt this {model_type} model: {reason}")
+    if getattr(model, "_pezoo_adapter", None) is not None:
+        raise ValueError("this model already runs a pezoo encoding; load a fresh model to change it")
+    if backend != "auto" and backend not in BACKENDS:
+        raise ValueError(unknown_name_message("attention backend", backend, ["auto", *sorted(BACKENDS)]))
+    return model_type, family
+
+
+def _adapt_modules(
+    model: PreTrainedModel,
+    base: Any,
+    family: Family,
+    model_type: str,
+    layers: list[tuple[Any, Any]],
+    adapter: Adapter,
+) -> None:
+    """Point the model's modules at ``adapter`` and swap in pezoo's classes: the learned
+    position table (if any) for a null one, each (layer, attention) pair, the base model,
+    its config and the model itself."""
     if family.table is not None:
         parent, _, attr = family.table.rpartition(".")
-        setattr(_get(base, parent) if parent else base, attr, NoPositionTable(width))
-    for index, (layer, attention) in enumerate(zip(layers, attentions, strict=True)):
+        setattr(_get(base, parent) if parent else base, attr, NoPositionTable(model.config.hidden_size))
+    for index, (layer, attention) in enumerate(layers):
         for module in (attention, layer):
             object.__setattr__(module, "_pezoo_adapter", adapter)
             object.__setattr__(module, "_pezoo_layer", index)
@@ -166,11 +190,9 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     object.__setattr__(base, "_pezoo_adapter", adapter)
     if base is not model:
         base.__class__ = auto.part_class(type(base), _base_forward)
-    config.__class__ = auto.config_class(model_type)
+    model.config.__class__ = auto.config_class(model_type)
     model.__class__ = auto.causal_lm_class(model_type)
     auto.keep_recording(model, base)
-    config.pezoo = {"spec": spec, "options": recorded, "backend": backend}
-    return model
 
 
 def from_pretrained(path: str | Path, **kwargs: Any) -> PreTrainedModel:
@@ -379,8 +401,6 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
     applied to the token embeddings (passed on as ``inputs_embeds``). The forward of the adapted
     base model's class; everything it needs is on the module (``_pezoo_adapter``), so a deep
     copy of the model runs its own."""
-    from transformers.cache_utils import DynamicCache
-
     adapter: Adapter = self._pezoo_adapter
     original = _original(type(self)).forward
     signature = _SIGNATURES.setdefault(type(self), inspect.signature(original))
@@ -398,38 +418,17 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
             raise ValueError("give input_ids or inputs_embeds")
         embeds = self.get_input_embeddings()(ids)  # (b, s, d)
     b, s = embeds.shape[:2]
-    cache = arguments.get(cache_name)
-    if cache is not None and type(cache) is not DynamicCache:
-        raise ValueError(_DYNAMIC_ONLY.format(f"a {type(cache).__name__}"))
-    use_cache = arguments.get("use_cache")
-    if use_cache is None:
-        use_cache = bool(getattr(self.config, "use_cache", False)) and not self.training
-    if cache is None and use_cache:
-        cache = DynamicCache(config=self.config)
+    cache, use_cache = _call_cache(self, arguments.get(cache_name), arguments.get("use_cache"))
     n_cached = cache.get_seq_length() if cache is not None else 0
     if adapter.window is not None and n_cached + s > adapter.window:
         raise ValueError(
             f"this model attends through a sliding window of {adapter.window} tokens, which pezoo.hf does not "
             f"reproduce (its attention is global); got {n_cached + s} tokens"
         )
-    mask = arguments.get("attention_mask")
-    if mask is None:
-        mask = torch.ones(b, n_cached + s, dtype=torch.bool, device=embeds.device)
-    elif mask.dim() != 2 or mask.shape[1] != n_cached + s:
-        raise ValueError(
-            f"pezoo.hf needs a 2-D attention mask (b, {n_cached + s}) over all keys; got {tuple(mask.shape)} "
-            "(a static or compiled cache's 4-D mask is not supported: use the default dynamic cache)"
-        )
-    state: dict[Any, Any]
-    if cache is None:
-        state = {}
-    else:
-        if n_cached == 0 or not hasattr(cache, "_pezoo_state"):
-            cache._pezoo_state = {}  # the encoding's state for this sequence batch lives with its KV cache
-        state = cache._pezoo_state
+    mask = _key_mask(arguments.get("attention_mask"), b, n_cached + s, embeds.device)
     call = calls.build_call(
         adapter.encoding,
-        state,
+        _encoding_state(cache, n_cached),
         mask,
         n_cached,
         s,
@@ -446,12 +445,7 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
     call.per_layer = bool(getattr(self, "gradient_checkpointing", False)) and self.training
     adapter.call = call
     if self.training and adapter.dropout > 0:
-        warnings.warn(
-            f"pezoo.hf does not apply the model's attention-probability dropout (p={adapter.dropout:g}): "
-            "pezoo.attend has none; its other dropouts stay",
-            stacklevel=3,
-        )
-        adapter.dropout = 0.0  # once per model
+        _drop_dropout(adapter)
     if n_cached == 0:
         adapter.next_width = 0  # plan() holds for one sequence batch
     embeds = calls.embed(adapter.encoding, call, embeds, ids)
@@ -461,6 +455,55 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
     if var_keyword:
         extra["pezoo_call"] = call  # to the layers: a checkpointed layer's recompute gets its own call
     return original(self, **arguments, **extra)
+
+
+def _call_cache(model: Any, cache: Any, use_cache: bool | None) -> tuple[Any, bool]:
+    """(the call's KV cache or None, whether it keeps one): the caller's cache, which must be
+    a ``DynamicCache``, or a new one where ``use_cache`` (default: the config's, when not
+    training) asks for one."""
+    from transformers.cache_utils import DynamicCache
+
+    if cache is not None and type(cache) is not DynamicCache:
+        raise ValueError(_DYNAMIC_ONLY.format(f"a {type(cache).__name__}"))
+    if use_cache is None:
+        use_cache = bool(getattr(model.config, "use_cache", False)) and not model.training
+    if cache is None and use_cache:
+        cache = DynamicCache(config=model.config)
+    return cache, use_cache
+
+
+def _key_mask(mask: Tensor | None, b: int, keys: int, device: torch.device) -> Tensor:
+    """The call's (b, keys) attention mask over all keys, cached and new: the caller's
+    2-D mask, or all true without one."""
+    if mask is None:
+        return torch.ones(b, keys, dtype=torch.bool, device=device)
+    if mask.dim() != 2 or mask.shape[1] != keys:
+        raise ValueError(
+            f"pezoo.hf needs a 2-D attention mask (b, {keys}) over all keys; got {tuple(mask.shape)} "
+            "(a static or compiled cache's 4-D mask is not supported: use the default dynamic cache)"
+        )
+    return mask
+
+
+def _encoding_state(cache: Any, n_cached: int) -> dict[Any, Any]:
+    """The encoding's state for this sequence batch: kept with its KV cache (a fresh one when
+    the cache starts empty), or a throwaway one without a cache."""
+    if cache is None:
+        return {}
+    if n_cached == 0 or not hasattr(cache, "_pezoo_state"):
+        cache._pezoo_state = {}
+    state: dict[Any, Any] = cache._pezoo_state
+    return state
+
+
+def _drop_dropout(adapter: Adapter) -> None:
+    """Warn, once per model, that the attention-probability dropout is not applied."""
+    warnings.warn(
+        f"pezoo.hf does not apply the model's attention-probability dropout (p={adapter.dropout:g}): "
+        "pezoo.attend has none; its other dropouts stay",
+        stacklevel=4,
+    )
+    adapter.dropout = 0.0  # once per model
 
 
 def _generate(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -148,30 +148,50 @@ def build_call(
     )
     if not hf["grouped"]:
         return Call(ctx)
-    groups = []
-    for f in sorted(set(first.tolist())):
-        rows = (first == f).nonzero().flatten()
-        start = max(f - n_cached, 0)
-        if start >= n_new:  # no real token of these rows in this call
-            start = n_new
-        substate = hf.setdefault(("group", f), {})
-        full_plan = plan.expand(first.shape[0], -1)
-        hint = None
-        if scale_hint is not None:
-            hint = scale_hint[rows] if scale_hint.shape[0] == first.shape[0] else scale_hint
-            if hint.dim() == 2:
-                hint = hint[:, start:]
-        sub = AttentionContext(
-            q_pos=full_plan[rows, n_cached + start : total],
-            k_pos=full_plan[rows, f:total],
-            state=substate,
-            scale_hint=hint,
-            head_dim=head_dim,
-            state_kept=kept,
-        )
-        substate["positions"] = full_plan[rows, f:]
-        groups.append(Group(rows, f, start, sub))
+    groups = [
+        _group(hf, plan, first, f, n_cached, n_new, scale_hint, head_dim=head_dim, kept=kept)
+        for f in sorted(set(first.tolist()))
+    ]
     return Call(ctx, groups)
+
+
+def _group(
+    hf: dict[Any, Any],
+    plan: Tensor,
+    first: Tensor,
+    f: int,
+    n_cached: int,
+    n_new: int,
+    scale_hint: Tensor | None,
+    *,
+    head_dim: int,
+    kept: bool,
+) -> Group:
+    """The rows whose first real token is ``f`` (left padding): their own context, positions
+    counted from ``f`` and queries from the first of their real tokens in this call, with the
+    state kept per group in ``hf``."""
+    total = n_cached + n_new
+    rows = (first == f).nonzero().flatten()
+    start = max(f - n_cached, 0)
+    if start >= n_new:  # no real token of these rows in this call
+        start = n_new
+    substate = hf.setdefault(("group", f), {})
+    full_plan = plan.expand(first.shape[0], -1)
+    hint = None
+    if scale_hint is not None:
+        hint = scale_hint[rows] if scale_hint.shape[0] == first.shape[0] else scale_hint
+        if hint.dim() == 2:
+            hint = hint[:, start:]
+    sub = AttentionContext(
+        q_pos=full_plan[rows, n_cached + start : total],
+        k_pos=full_plan[rows, f:total],
+        state=substate,
+        scale_hint=hint,
+        head_dim=head_dim,
+        state_kept=kept,
+    )
+    substate["positions"] = full_plan[rows, f:]
+    return Group(rows, f, start, sub)
 
 
 def _grow(pe: PositionalEncoding, plan: Tensor | None, first: Tensor, width: int) -> Tensor:

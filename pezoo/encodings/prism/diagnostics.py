@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -102,48 +103,10 @@ def plot_traces(
     rows = len(traces)
     fig, axes = plt.subplots(rows, 5, figsize=(25, 4.6 * rows), squeeze=False)
     for row, tr in enumerate(traces):
-        modes = tr.modes[example].numpy()  # (2, h, c, s)
-        gates = tr.gates[example].numpy()  # (2, h, c, s, 4)
-        _, h, c, s = modes.shape
-        steps = torch.arange(s).numpy()
-        for side, name in ((0, "query"), (1, "key")):
-            ax = axes[row, side]
-            for hi in range(h):
-                for ci in range(c):
-                    ax.plot(steps, modes[side, hi, ci], marker=".", lw=1, label=f"h{hi} c{ci}")
-            ax.plot(steps, steps + 1, "k--", lw=0.8, label="±(t + 1)")
-            ax.plot(steps, -(steps + 1), "k--", lw=0.8)
-            ax.set_title(f"PRISM layer {tr.layer}: {name}-cursor modes")
-            ax.set_xlabel("token index t")
-            ax.set_ylabel("mode offset")
-            if row == 0 and side == 0:
-                ax.legend(fontsize=6, ncol=2)
-        labels = [f"{'qk'[sd]} h{hi} c{ci}" for sd in range(2) for hi in range(h) for ci in range(c)]
-        drift = gates[..., 1] - gates[..., 2]  # expected move E[Δ] without reset
-        for col, values, name, (lo, hi), cmap in (
-            (2, drift, "P(inc) - P(dec)", (-1, 1), "coolwarm"),
-            (3, gates[..., 0], "P(reset)", (0, 1), "viridis"),
-        ):
-            ax = axes[row, col]
-            image = ax.imshow(values.reshape(-1, s), aspect="auto", vmin=lo, vmax=hi, cmap=cmap)
-            ax.set_yticks(range(len(labels)), labels, fontsize=6)
-            ax.set_title(f"{name} per cursor")
-            ax.set_xlabel("token index t")
-            fig.colorbar(image, ax=ax)
-        ax = axes[row, 4]
-        support = tr.support
-        lo, hi_ = max(0, support - s - 2), min(2 * support + 1, support + s + 3)
-        image = ax.imshow(
-            tr.hist[example, 0, 0, 0, :, lo:hi_].T.numpy(),
-            aspect="auto",
-            origin="lower",
-            extent=(-0.5, s - 0.5, lo - support - 0.5, hi_ - support - 0.5),
-            cmap="magma",
-        )
-        ax.set_title("histogram of query cursor h0 c0")
-        ax.set_xlabel("token index t")
-        ax.set_ylabel("offset")
-        fig.colorbar(image, ax=ax)
+        s = tr.hist.shape[-2]  # tokens
+        _plot_modes(axes[row, :2], tr, example, legend=row == 0)
+        _plot_gates(fig, axes[row, 2:4], tr, example)
+        _plot_histogram(fig, axes[row, 4], tr, example)
         if tokens is not None:
             for ax in axes[row]:
                 ax.set_xticks(range(len(tokens[:s])), list(tokens[:s]), fontsize=7)
@@ -154,3 +117,58 @@ def plot_traces(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _plot_modes(axes: Any, tr: CursorTrace, example: int, *, legend: bool) -> None:
+    """On ``axes`` (query, key): the mode of every cursor of that side vs token index, with the
+    lines ±(t + 1) a counting cursor follows; the legend on the query plot if ``legend``."""
+    modes = tr.modes[example].numpy()  # (2, h, c, s)
+    _, h, c, s = modes.shape
+    steps = torch.arange(s).numpy()
+    for side, name in ((0, "query"), (1, "key")):
+        ax = axes[side]
+        for hi in range(h):
+            for ci in range(c):
+                ax.plot(steps, modes[side, hi, ci], marker=".", lw=1, label=f"h{hi} c{ci}")
+        ax.plot(steps, steps + 1, "k--", lw=0.8, label="±(t + 1)")
+        ax.plot(steps, -(steps + 1), "k--", lw=0.8)
+        ax.set_title(f"PRISM layer {tr.layer}: {name}-cursor modes")
+        ax.set_xlabel("token index t")
+        ax.set_ylabel("mode offset")
+        if legend and side == 0:
+            ax.legend(fontsize=6, ncol=2)
+
+
+def _plot_gates(fig: Any, axes: Any, tr: CursorTrace, example: int) -> None:
+    """On ``axes`` (two): the drift P(inc) - P(dec) and the reset probability of every cursor
+    (one image row each) vs token index."""
+    gates = tr.gates[example].numpy()  # (2, h, c, s, 4)
+    _, h, c, s, _ = gates.shape
+    labels = [f"{'qk'[sd]} h{hi} c{ci}" for sd in range(2) for hi in range(h) for ci in range(c)]
+    drift = gates[..., 1] - gates[..., 2]  # expected move E[Δ] without reset
+    for ax, values, name, (lo, hi), cmap in (
+        (axes[0], drift, "P(inc) - P(dec)", (-1, 1), "coolwarm"),
+        (axes[1], gates[..., 0], "P(reset)", (0, 1), "viridis"),
+    ):
+        image = ax.imshow(values.reshape(-1, s), aspect="auto", vmin=lo, vmax=hi, cmap=cmap)
+        ax.set_yticks(range(len(labels)), labels, fontsize=6)
+        ax.set_title(f"{name} per cursor")
+        ax.set_xlabel("token index t")
+        fig.colorbar(image, ax=ax)
+
+
+def _plot_histogram(fig: Any, ax: Any, tr: CursorTrace, example: int) -> None:
+    """On ``ax``: query cursor h0 c0's whole histogram over time, on the offsets it can reach."""
+    s, support = tr.hist.shape[-2], tr.support  # tokens, P
+    lo, hi = max(0, support - s - 2), min(2 * support + 1, support + s + 3)
+    image = ax.imshow(
+        tr.hist[example, 0, 0, 0, :, lo:hi].T.numpy(),
+        aspect="auto",
+        origin="lower",
+        extent=(-0.5, s - 0.5, lo - support - 0.5, hi - support - 0.5),
+        cmap="magma",
+    )
+    ax.set_title("histogram of query cursor h0 c0")
+    ax.set_xlabel("token index t")
+    ax.set_ylabel("offset")
+    fig.colorbar(image, ax=ax)

@@ -161,30 +161,13 @@ def _scan_forward(
     radius = _radius(start, -1, support)
     for t in range(steps):
         new_radius = _radius(start, t, support)
-        grow = new_radius > radius
-        hp = F.pad(h, (2, 2) if grow else (1, 1))  # (b, n, 2w'+3)
-        m = hp[..., 1:-1] * c_keep[t]  # (b, n, 2w'+1)
-        m.addcmul_(hp[..., :-2], c_inc[t])
-        if not grow:  # at the support's edge: the top bin keeps what would leave it
-            m[..., -1:].addcmul_(h[..., -1:], c_inc[t])
-        m.addcmul_(hp[..., 2:], c_dec[t])
-        if not grow:
-            m[..., :1].addcmul_(h[..., :1], c_dec[t])
-        mid = new_radius
-        m[..., mid - 1 : mid + 2].addcmul_(h.sum(dim=-1, keepdim=True), c_reset[t])
+        m = _move(h, new_radius > radius, c_dec[t], c_keep[t], c_inc[t], c_reset[t], new_radius)  # (b, n, 2w'+1)
         if k:
             m_copy = m[:, :k]  # (b, k, p) view
             if keep:
                 ms.append(m_copy.clone())
             m_copy.mul_(null_rows[t])
-            pos = pos_rows[t]  # (b, k, j)
-            if new_radius < support:  # token i lands on offset i + 1; later tokens carry no mass (causal)
-                m_copy[..., mid + 1 :].add_(pos[..., :new_radius])
-            elif tokens < support:
-                m_copy[..., mid + 1 : mid + 1 + tokens].add_(pos)
-            else:  # tokens beyond P - 1 pile onto the top bin
-                m_copy[..., mid + 1 : -1].add_(pos[..., : support - 1])
-                m_copy[..., -1:].add_(pos[..., support - 1 :].sum(dim=-1, keepdim=True))
+            _add_copied(m_copy, pos_rows[t], new_radius, support, tokens)
         xe = m.add_(eps)
         log_x = torch.log(xe)
         y = torch.softmax(log_x * g if keep else log_x.mul_(g), dim=-1)
@@ -197,6 +180,79 @@ def _scan_forward(
             ys.append(y)
         h, radius = y, new_radius
     return h, out, xs + logs, ys, ms
+
+
+def _move(h: Tensor, grow: bool, c_dec: Tensor, c_keep: Tensor, c_inc: Tensor, c_reset: Tensor, mid: int) -> Tensor:
+    """One step's banded move of the window h (b, n, 2w+1) into the window of radius ``mid``
+    (w' = w + 1 when it can ``grow``, else w at the support's edge, clamped there), then the
+    reset's mass re-centred and moved once: m (b, n, 2w'+1), a new tensor."""
+    hp = F.pad(h, (2, 2) if grow else (1, 1))  # (b, n, 2w'+3)
+    m = hp[..., 1:-1] * c_keep  # (b, n, 2w'+1)
+    m.addcmul_(hp[..., :-2], c_inc)
+    if not grow:  # at the support's edge: the top bin keeps what would leave it
+        m[..., -1:].addcmul_(h[..., -1:], c_inc)
+    m.addcmul_(hp[..., 2:], c_dec)
+    if not grow:
+        m[..., :1].addcmul_(h[..., :1], c_dec)
+    m[..., mid - 1 : mid + 2].addcmul_(h.sum(dim=-1, keepdim=True), c_reset)
+    return m
+
+
+def _add_copied(m_copy: Tensor, pos: Tensor, radius: int, support: int, tokens: int) -> None:
+    """Add the copied mass ``pos`` (b, k, j) to the copy cursors' window ``m_copy`` (b, k, 2w+1)
+    of ``radius`` w, in place: token i on offset i + 1 (bin w + i + 1)."""
+    mid = radius
+    if radius < support:  # token i lands on offset i + 1; later tokens carry no mass (causal)
+        m_copy[..., mid + 1 :].add_(pos[..., :radius])
+    elif tokens < support:
+        m_copy[..., mid + 1 : mid + 1 + tokens].add_(pos)
+    else:  # tokens beyond P - 1 pile onto the top bin
+        m_copy[..., mid + 1 : -1].add_(pos[..., : support - 1])
+        m_copy[..., -1:].add_(pos[..., support - 1 :].sum(dim=-1, keepdim=True))
+
+
+def _copied_grad(g_pos: Tensor, g_x: Tensor, radius: int, support: int, tokens: int) -> None:
+    """The transpose of :func:`_add_copied`: write the gradient of the copied mass, read off
+    ``g_x`` (b, k, 2w+1) at the bins it landed on, into one step's ``g_pos`` (b, k, j)."""
+    mid = radius
+    if radius < support:
+        g_pos[..., :radius] = g_x[..., mid + 1 :]
+    elif tokens < support:
+        g_pos[...] = g_x[..., mid + 1 : mid + 1 + tokens]
+    else:
+        g_pos[..., : support - 1] = g_x[..., mid + 1 : -1]
+        g_pos[..., support - 1 :] = g_x[..., -1:]
+
+
+def _move_backward(
+    g_m: Tensor,
+    h: Tensor,
+    grow: bool,
+    c_dec: Tensor,
+    c_keep: Tensor,
+    c_inc: Tensor,
+    c_reset: Tensor,
+    mid: int,
+    g_coef: Tensor,
+) -> Tensor:
+    """The transpose of :func:`_move`: from g_m (b, n, 2w'+1), write the step's coefficient
+    gradients into ``g_coef`` (b, n, 6) and return the gradient of h (b, n, 2w+1)."""
+    g_centre = g_m[..., mid - 1 : mid + 2]  # (b, n, 3)
+    total = h.sum(dim=-1, keepdim=True)  # (b, n, 1)
+    g_coef[..., 3:6] = g_centre * total
+    g_total = (g_centre * c_reset).sum(dim=-1, keepdim=True)
+    if grow:
+        big = g_m  # (b, n, 2w+3)
+    else:  # replicate-padded by one bin: the transpose of the move and its clamp
+        big = F.pad(g_m, (1, 1))
+        big[..., :1] = g_m[..., :1]
+        big[..., -1:] = g_m[..., -1:]
+    shifted = (big[..., :-2], big[..., 1:-1], big[..., 2:])  # G[i], G[i+1], G[i+2] for i over h's bins
+    g_h = shifted[0] * c_dec
+    g_h.addcmul_(shifted[1], c_keep).addcmul_(shifted[2], c_inc).add_(g_total)
+    for s in range(3):
+        g_coef[..., s] = torch.linalg.vecdot(h, shifted[s])
+    return g_h
 
 
 class _WindowedScan(torch.autograd.Function):
@@ -262,33 +318,9 @@ class _WindowedScan(torch.autograd.Function):
                 g_x = g_m[:, :k]  # (b, k, p) view
                 if g_pos is not None and g_null is not None:
                     g_null[t] = torch.linalg.vecdot(g_x, ms[t])[..., None]
-                    mid = new_radius
-                    if new_radius < support:
-                        g_pos[t, ..., :new_radius] = g_x[..., mid + 1 :]
-                    elif tokens < support:
-                        g_pos[t] = g_x[..., mid + 1 : mid + 1 + tokens]
-                    else:
-                        g_pos[t, ..., : support - 1] = g_x[..., mid + 1 : -1]
-                        g_pos[t, ..., support - 1 :] = g_x[..., -1:]
+                    _copied_grad(g_pos[t], g_x, new_radius, support, tokens)
                 g_x.mul_(null_rows[t])
-            mid = new_radius
-            g_centre = g_m[..., mid - 1 : mid + 2]  # (b, n, 3)
-            total = h.sum(dim=-1, keepdim=True)  # (b, n, 1)
-            g_coef_t = g_coef_rows[t]  # (b, n, 6)
-            g_coef_t[..., 3:6] = g_centre * total
-            g_total = (g_centre * c_reset[t]).sum(dim=-1, keepdim=True)
-            if grow:
-                big = g_m  # (b, n, 2w+3)
-            else:  # replicate-padded by one bin: the transpose of the move and its clamp
-                big = F.pad(g_m, (1, 1))
-                big[..., :1] = g_m[..., :1]
-                big[..., -1:] = g_m[..., -1:]
-            shifted = (big[..., :-2], big[..., 1:-1], big[..., 2:])  # G[i], G[i+1], G[i+2] for i over h's bins
-            g_h = shifted[0] * c_dec[t]
-            g_h.addcmul_(shifted[1], c_keep[t]).addcmul_(shifted[2], c_inc[t]).add_(g_total)
-            for s in range(3):
-                g_coef_t[..., s] = torch.linalg.vecdot(h, shifted[s])
-            carry = g_h
+            carry = _move_backward(g_m, h, grow, c_dec[t], c_keep[t], c_inc[t], c_reset[t], new_radius, g_coef_rows[t])
         return (
             carry,
             g_coef,

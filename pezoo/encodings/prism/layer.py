@@ -175,7 +175,6 @@ class PRISMLayer(nn.Module):
         dtype = compute_dtype(x.dtype)  # histograms and streams: fp32 under fp16 / bf16, fp64 under fp64
         t0 = state.get("t", 0)
         support = max(state.get("support", 0), support_for(t0 + s, cfg.min_support, cfg.max_support))
-        bins = 2 * support + 1
         steps = torch.arange(t0, t0 + s, device=x.device)  # absolute token index of each new token
         hist = state.get("hist")
         if hist is None:
@@ -186,15 +185,49 @@ class PRISMLayer(nn.Module):
         with record_function("prism.gates"):
             gates, gru_state = self.gates(xn, state.get("gru"))  # (b, s, n, 4)
         gates = gates.transpose(0, 1)  # (s, b, n, 4)
+        new_state: dict[str, Any] = {"t": t0 + s, "support": support, "gru": gru_state}
+        out, table = self._scan(xn, hist, gates, steps, support, state, new_state, record)  # (s, b, n, p|f)
+        out = self._in_output_order(out, steps, support, dtype, record)  # (s, b, 2hc, p|f)
+        recorded = None
+        if record:
+            full_gates = torch.cat([gates, gates.new_tensor(_INCREMENT_ONLY).expand(s, b, self.n_fixed, 4)], dim=2)[
+                :, :, self.unpermute
+            ]
+            split = "s b (two h c) z -> b two h c s z"
+            recorded = {
+                "hist": rearrange(out, split, two=2, h=cfg.n_heads),
+                "gates": rearrange(full_gates, split, two=2, h=cfg.n_heads),
+            }
+            out = out @ table
+        raw = out.unflatten(2, (2 * cfg.n_heads, cfg.n_cursors))  # (s, b, 2h, c, p|f)
+        for dim in (2, 3, 4):  # the model's sizes, not the data's: torch.compile(dynamic=True) must
+            torch._dynamo.mark_static(raw, dim)  # not unify 2h with a sequence just as long (a recompile)
+        return CallStreams(raw, cfg.stream_norm), new_state, recorded
+
+    def _scan(
+        self,
+        xn: Tensor,
+        hist: Tensor,
+        gates: Tensor,
+        steps: Tensor,
+        support: int,
+        state: dict[str, Any],
+        new_state: dict[str, Any],
+        record: bool,
+    ) -> tuple[Tensor, Tensor]:
+        """The filter over the new tokens of the normalised stream xn (b, s, d) from the scanned
+        cursors' histograms ``hist`` (b, n, p) with the gates (s, b, n, 4), keeping the copy
+        branch's and the scan's state in ``new_state``. Returns the scanned cursors' streams
+        (s, b, n, f), or with ``record`` their histograms (s, b, n, p), and the offset table (p, f)."""
+        cfg, t0, dtype = self.cfg, state.get("t", 0), hist.dtype
         reachable = cfg.eps_support == "reachable"
         # the windowed scan (a compiled step wants fixed shapes) needs no masks: it only holds reachable bins
         windowed = reachable and cfg.scan_window and not cfg.compile_scan and not self.learned_copy_keys
         masks = reachable_mask(steps, support) if reachable and not windowed else None  # (s, p)
         gamma = self.gamma().to(dtype)
-        table = offset_table(support, cfg.d_pe, x.device).to(dtype)  # (p, f)
+        table = offset_table(support, cfg.d_pe, xn.device).to(dtype)  # (p, f)
         emit = (lambda hh: hh) if record else (lambda hh: hh @ table)  # (b, n, p) -> (b, n, p|f)
 
-        new_state: dict[str, Any] = {"t": t0 + s, "support": support, "gru": gru_state}
         p_copy = None
         nq = self.n_query
         if self.copy is not None:
@@ -213,43 +246,33 @@ class PRISMLayer(nn.Module):
                 p_copy = torch.cat([a_pos @ paired, a_null], dim=-1).permute(2, 0, 1, 3)  # (s, b, k, p+1)
                 query_h = histogram_scan(hist[:, :nq], gates[:, :, :nq], gamma[:nq], cfg.eps, p_copy, masks, step=step)
                 new_state["hist"] = torch.cat([query_h[-1], key_h[-1]], dim=1)
-                out = emit(torch.cat([query_h, key_h], dim=2))
-            else:
-                copy_probs = None
-                if self.copy is not None and windowed:  # the window's copied mass comes from a_pos itself
-                    copy_probs = probs.permute(2, 0, 1, 3)  # (s, b, k, t+1): a_pos then a_null
-                elif self.copy is not None:  # copied mass of token j lands on the fixed key's bin P + j + 1
-                    p_pos = F.pad(clamp_copy(a_pos, support), (support + 1, 0))  # (b, k, s, p)
-                    p_copy = torch.cat([p_pos, a_null], dim=-1).permute(2, 0, 1, 3)  # (s, b, k, p+1)
-                new_state["hist"], out = scan_emitting(
-                    hist, gates, gamma, cfg.eps, p_copy, masks, step, None if record else table,
-                    start=t0, windowed=windowed, copy_probs=copy_probs, checkpoint_every=cfg.scan_chunk(s),
-                )  # fmt: skip
+                return emit(torch.cat([query_h, key_h], dim=2)), table
+            copy_probs = None
+            if self.copy is not None and windowed:  # the window's copied mass comes from a_pos itself
+                copy_probs = probs.permute(2, 0, 1, 3)  # (s, b, k, t+1): a_pos then a_null
+            elif self.copy is not None:  # copied mass of token j lands on the fixed key's bin P + j + 1
+                p_pos = F.pad(clamp_copy(a_pos, support), (support + 1, 0))  # (b, k, s, p)
+                p_copy = torch.cat([p_pos, a_null], dim=-1).permute(2, 0, 1, 3)  # (s, b, k, p+1)
+            new_state["hist"], out = scan_emitting(
+                hist, gates, gamma, cfg.eps, p_copy, masks, step, None if record else table,
+                start=t0, windowed=windowed, copy_probs=copy_probs, checkpoint_every=cfg.scan_chunk(gates.shape[0]),
+            )  # fmt: skip
+        return out, table
 
+    def _in_output_order(self, out: Tensor, steps: Tensor, support: int, dtype: torch.dtype, record: bool) -> Tensor:
+        """The scanned cursors' streams or histograms (s, b, n, f|p) with the increment-only key
+        cursors' (one-hot at offset t+1, in ``dtype``) appended, in (side, head, cursor) order:
+        (s, b, 2hc, f|p)."""
+        s, b, bins = out.shape[0], out.shape[1], 2 * support + 1
         if self.n_fixed:  # increment-only key cursors: one-hot at offset t+1
             if record:
                 fixed = F.one_hot((steps + support + 1).clamp(max=bins - 1), bins).to(dtype)  # (s, p)
             else:
-                fixed = sinusoid_table((steps + 1).clamp(max=support), cfg.d_pe).to(dtype)  # (s, f)
+                fixed = sinusoid_table((steps + 1).clamp(max=support), self.cfg.d_pe).to(dtype)  # (s, f)
             out = torch.cat([out, fixed[:, None, None, :].expand(s, b, self.n_fixed, -1)], dim=2)
         if not self._in_order:
             out = _permute_dim2(out, self.unpermute)  # (s, b, 2hc, p|f) in (side, head, cursor) order
-
-        recorded = None
-        if record:
-            full_gates = torch.cat([gates, gates.new_tensor(_INCREMENT_ONLY).expand(s, b, self.n_fixed, 4)], dim=2)[
-                :, :, self.unpermute
-            ]
-            split = "s b (two h c) z -> b two h c s z"
-            recorded = {
-                "hist": rearrange(out, split, two=2, h=cfg.n_heads),
-                "gates": rearrange(full_gates, split, two=2, h=cfg.n_heads),
-            }
-            out = out @ table
-        raw = out.unflatten(2, (2 * cfg.n_heads, cfg.n_cursors))  # (s, b, 2h, c, p|f)
-        for dim in (2, 3, 4):  # the model's sizes, not the data's: torch.compile(dynamic=True) must
-            torch._dynamo.mark_static(raw, dim)  # not unify 2h with a sequence just as long (a recompile)
-        return CallStreams(raw, cfg.stream_norm), new_state, recorded
+        return out
 
 
 def _grow(hist: Tensor, support: int) -> Tensor:

@@ -53,11 +53,11 @@ def scan_emitting(
 
     The copy branch comes either dense, ``p_copy`` (s, b, k, p+1), or, windowed with
     increment-only key cursors, as the copy attention's ``copy_probs`` (s, b, k, t+1): a_pos
-    (token j's copied mass) then a_null (the no-copy weight) last. Token j's copied mass
-    sits on the bin of offset j + 1, so the window's slice of p_pos
-    is ``w + 1`` zeros then ``a_pos[:w]``, built per step in O(w) without the dense
-    (s, b, k, 2P+2) tensor. Either is unbound once: indexing it per step would make every
-    backward step allocate and fill a zero tensor of its full size (O(S²·P) in all).
+    (token j's copied mass) then a_null (the no-copy weight) last. Token j's copied mass sits
+    on the bin of offset j + 1, so the window's slice of p_pos is ``w + 1`` zeros then
+    ``a_pos[:w]``, built per step in O(w) without the dense (s, b, k, 2P+2) tensor. Either is
+    unbound once: indexing it per step would make every backward step allocate and fill a
+    zero tensor of its full size (O(S²·P) in all).
 
     ``checkpoint_every`` (windowed only): run the steps in chunks of this many tokens under
     ``torch.utils.checkpoint``, so the backward pass recomputes each chunk from its first
@@ -73,22 +73,64 @@ def scan_emitting(
     Returns:
         (last histogram (b, n, p), stacked streams (s, b, n, f|p)).
     """
-    reset, inc, dec, keep = gates.unbind(dim=-1)
-    h = hist
-    support = hist.shape[-1] // 2
-    copies = None if p_copy is None else p_copy.unbind(0)  # (b, k, p+1) per step
     if not windowed:
-        every = []
-        for t in range(gates.shape[0]):
-            copy_t = None if copies is None else copies[t]
-            mask_t = None if masks is None else masks[t]
-            h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=mask_t)
-            every.append(h if table is None else h @ table)
-        return h, torch.stack(every, dim=0)
-    radius = min(start, support)
-    h = hist[..., support - radius : support + radius + 1]  # (b, n, 2r+1): the reachable bins
+        return _full_scan_emitting(hist, gates, gamma, eps, p_copy, masks, step, table)
+    h, support = _start_window(hist, start)  # (b, n, 2r+1): the reachable bins, r = min(start, P)
     if fused and table is not None and p_copy is None:
         return _fused_scan_emitting(h, gates, gamma, eps, table, start, support, copy_probs, checkpoint_every)
+    return _windowed_scan_emitting(
+        h, gates, gamma, eps, p_copy, step, table, start, support, copy_probs, checkpoint_every
+    )
+
+
+def _start_window(hist: Tensor, start: int) -> tuple[Tensor, int]:
+    """(the bins of ``hist`` (b, n, 2P+1) reachable after ``start`` tokens, P): a view of the
+    2r+1 bins around the centre, r = min(start, P)."""
+    support = hist.shape[-1] // 2
+    radius = min(start, support)
+    return hist[..., support - radius : support + radius + 1], support
+
+
+def _full_scan_emitting(
+    hist: Tensor,
+    gates: Tensor,
+    gamma: Tensor,
+    eps: float,
+    p_copy: Tensor | None,
+    masks: Tensor | None,
+    step: Callable[..., Tensor],
+    table: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """``scan_emitting``'s full-width path: every step on all 2P+1 bins, ``masks[t]`` its ε mask."""
+    reset, inc, dec, keep = gates.unbind(dim=-1)
+    h = hist
+    copies = None if p_copy is None else p_copy.unbind(0)  # (b, k, p+1) per step
+    every = []
+    for t in range(gates.shape[0]):
+        copy_t = None if copies is None else copies[t]
+        mask_t = None if masks is None else masks[t]
+        h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=mask_t)
+        every.append(h if table is None else h @ table)
+    return h, torch.stack(every, dim=0)
+
+
+def _windowed_scan_emitting(
+    h: Tensor,
+    gates: Tensor,
+    gamma: Tensor,
+    eps: float,
+    p_copy: Tensor | None,
+    step: Callable[..., Tensor],
+    table: Tensor | None,
+    start: int,
+    support: int,
+    copy_probs: Tensor | None,
+    checkpoint_every: int,
+) -> tuple[Tensor, Tensor]:
+    """``scan_emitting``'s windowed path through the per-op autograd scan, from the window
+    ``h`` of radius min(start, P): step t on the bins of radius min(start + t + 1, P)."""
+    reset, inc, dec, keep = gates.unbind(dim=-1)
+    copies = None if p_copy is None else p_copy.unbind(0)  # (b, k, p+1) per step
     pos_null = (
         None
         if copy_probs is None
@@ -104,16 +146,7 @@ def scan_emitting(
             if grow:
                 h = F.pad(h, (grow, grow))
             lo, hi = support - new_radius, support + new_radius + 1
-            if pos_null is not None:  # bins lo..hi-1 are offsets -w..w; token j's copy lands on offset j + 1
-                pos_t, null_t = pos_null[t]
-                # inside the support tokens beyond the radius carry no mass (causal): drop them;
-                # at the support's edge (only under max_support) they pile on the top bin
-                pos_w = pos_t[..., :new_radius] if new_radius < support else clamp_copy(pos_t, support)
-                copy_t = torch.cat([F.pad(pos_w, (new_radius + 1, 0)), null_t], dim=-1)
-            elif copies is not None:
-                copy_t = torch.cat([copies[t][..., lo:hi], copies[t][..., -1:]], dim=-1)
-            else:
-                copy_t = None
+            copy_t = _window_copy(pos_null, copies, t, new_radius, support)
             h = step(h, reset[t], inc[t], dec[t], keep[t], gamma, eps, copy_t, mask=None)
             radius = new_radius
             if table is None:
@@ -127,6 +160,28 @@ def scan_emitting(
     radius = min(start + steps, support)
     last = F.pad(h, (support - radius, support - radius))
     return last, out
+
+
+def _window_copy(
+    pos_null: tuple[tuple[Tensor, Tensor], ...] | None,
+    copies: tuple[Tensor, ...] | None,
+    t: int,
+    radius: int,
+    support: int,
+) -> Tensor | None:
+    """Step t's copy branch (b, k, 2w+2) on the window of ``radius`` w (offsets -w..w) and the
+    no-copy weight last: from the copy attention's (a_pos, a_null) of the step, from the dense
+    ``copies``, or None without a copy branch."""
+    if pos_null is not None:  # token j's copy lands on offset j + 1
+        pos_t, null_t = pos_null[t]
+        # inside the support tokens beyond the radius carry no mass (causal): drop them;
+        # at the support's edge (only under max_support) they pile on the top bin
+        pos_w = pos_t[..., :radius] if radius < support else clamp_copy(pos_t, support)
+        return torch.cat([F.pad(pos_w, (radius + 1, 0)), null_t], dim=-1)
+    if copies is not None:
+        lo, hi = support - radius, support + radius + 1  # the window's bins
+        return torch.cat([copies[t][..., lo:hi], copies[t][..., -1:]], dim=-1)
+    return None
 
 
 def _run_chunked(
