@@ -7,7 +7,6 @@ One module per part:
     presets     the named protocols (``PRESETS``) and ``preset_config``
 """
 
-from harness.backbone import BackboneConfig
 from harness.config.checks import (
     INT64_MAX,
     as_float,
@@ -41,6 +40,7 @@ from harness.config.run_config import (
     TrainConfig,
     check_backbone,
 )
+from harness.training.backbone import BackboneConfig
 
 __all__ = [
     "GPU_PRECISION_NOTE",
