@@ -42,10 +42,20 @@ torch runs single-threaded on a CPU (the default: it is the work done, which a l
 machine inflates far less than wall-clock time) and on wall-clock time otherwise
 (:func:`ratio_basis`). Only ratios within one run are meant to be compared.
 
-The package is split by section: ``grid`` (what is measured), ``timing``, ``train``,
-``memory`` (RSS, one subprocess per point), ``alloc`` (allocator peaks), ``decode``,
-``prism``, ``compile``, ``report`` (the run, its tables) and ``command`` (the CLI). Everything is
-re-exported here.
+One module per section (everything is re-exported here):
+
+    grid       what is measured: sections, targets, ``PerfGrid`` and the named grids
+    timing     the interleaved timing protocol
+    train      one training step per encoding and backend
+    precision  the training step in each precision
+    gpu        the harness's training step against the bare step (``--sections gpu``)
+    memory     peak memory (RSS), one subprocess per measurement
+    alloc      peak memory at the allocator
+    decode     greedy decoding with and without the cache
+    prism      PRISM's scan scaling, components, and share of the step
+    compile    ``torch.compile`` against eager, per encoding
+    report     the whole run, its tables and its JSON
+    command    the ``pezoo perf`` command
 """
 
 from __future__ import annotations

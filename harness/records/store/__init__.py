@@ -26,6 +26,14 @@ goes wrong is a :class:`StoreError` that says what (:mod:`harness.records.store.
 read-only or unwritable (:class:`StoreAccessError`), disk full
 (:class:`StoreFullError`), damaged (:class:`StoreCorruptError`), not a pezoo store
 (:class:`NotAStoreError`).
+
+One module per part:
+
+    connection  a store file opened safely, and the one connection to it
+    schema      the tables, the schema version and the migrations from older stores
+    claims      who holds a run: its process, whether it is alive, heartbeats
+    errors      what goes wrong with a store, as a ``StoreError`` that says what to do
+    store       ``Store``: claims on runs, and writing and reading their rows
 """
 
 from harness.records.store.claims import HEARTBEAT_SECONDS, LEASE_SECONDS, Claim, Owner

@@ -68,7 +68,7 @@ CREATE TABLE IF NOT EXISTS metrics (
 );
 CREATE TABLE IF NOT EXISTS diagnostics (
     run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
-    body   TEXT NOT NULL  -- JSON: what the encoding did on one example (harness.training.diagnostics)
+    body   TEXT NOT NULL  -- JSON: what the encoding did on one example (harness.diagnostics)
 );
 """
 
