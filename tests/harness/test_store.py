@@ -304,7 +304,7 @@ def test_a_schema_1_store_is_read_as_it_is_and_migrated_by_a_writer(tmp_path):
 
 SCHEMA_2_DUMP = Path(__file__).parent / "stores" / "schema-2.sql"
 """``sqlite3 .dump`` of a store written through the ``Store`` API of the single-module
-harness/records/store.py (schema 2): one finished run with diagnostics, one running run whose
+harness/store.py (schema 2): one finished run with diagnostics, one running run whose
 process is gone, one failed run."""
 
 
