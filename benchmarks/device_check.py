@@ -12,7 +12,7 @@ a part that would not end before ``--budget`` seconds is skipped, said so in the
 
 "Before" is the same measurement with the training loop's device features switched off
 (``PEZOO_ACCEL=off``: batches made in the loop, a loss read-back every step, the optimiser
-as on CPU, no CUDA graphs; ``harness.train.Accel``) and, for packing, one worker per GPU.
+as on CPU, no CUDA graphs; ``harness.training.train.Accel``) and, for packing, one worker per GPU.
 
 Parts (the issue's items):
 
@@ -26,7 +26,7 @@ Parts (the issue's items):
   odds_first``: after, the whole command's wall time; before, its steps/s over a short run.
 * ``pack`` (items 3, 5): a sweep of small quick-preset runs, one worker vs packed workers:
   steps/s of the whole sweep, GPU utilisation sampled by nvidia-smi, and the 270-run board
-  projected from it; prints ``harness.speeds`` rows for the GPU measured.
+  projected from it; prints ``harness.sweeps.speeds`` rows for the GPU measured.
 * ``gpu20k`` (item 5): a ``gpu``-preset NoPE run, projected to 20k steps from its speed.
 
 ``--dry-run`` runs every part end to end on CPU at toy sizes, in this process (the bench
@@ -68,7 +68,7 @@ PARTS: tuple[tuple[str, int, int], ...] = (
 def part_env(dry: bool) -> dict[str, Any]:
     import torch
 
-    from harness.provenance import git_commit
+    from harness.records.provenance import git_commit
 
     cuda = torch.cuda.is_available() and not dry
     card = torch.cuda.get_device_name(0) if cuda else "cpu (dry run)"
@@ -167,7 +167,7 @@ def _bench_here(args: list[str], store: Path, accel: str | None) -> tuple[float,
 
 def _speeds(store: Path) -> dict[str, Any]:
     """Finished runs' total steps, training and evaluation seconds in ``store``."""
-    from harness.store import Store
+    from harness.records.store import Store
 
     if not store.exists():
         return {"runs": 0, "steps": 0, "train_s": 0.0, "eval_s": 0.0, "steps_per_s": None}
@@ -270,7 +270,7 @@ def part_pack(dry: bool) -> dict[str, Any]:
                       "(evaluation extra; target ≤ 60 min)."]  # fmt: skip
         per_run = after["steps_per_s"]
         if per_run:
-            lines += ["", "harness/speeds.py row (quick model, packed):",
+            lines += ["", "harness/sweeps/speeds.py row (quick model, packed):",
                       f'    RecordedSpeed("quick", "cuda", None, {per_run}, <eval s/unit>, "<card>, packed, '
                       'benchmarks/results/cuda-gpu-*.md")']  # fmt: skip
     return {"data": rows, "lines": lines}

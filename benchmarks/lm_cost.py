@@ -28,7 +28,7 @@ from torch import nn
 from harness.lm.config import lm_preset_config
 from harness.lm.evaluate import score_windows
 from harness.lm.run import build_lm_model
-from harness.precision import autocast
+from harness.training.precision import autocast
 
 
 class HandBlock(nn.Module):

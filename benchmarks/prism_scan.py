@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 
 import pezoo
-from harness.backbone import Backbone, BackboneConfig
 from harness.config import preset_config
-from harness.data import IGNORE, collate, sample_training_batch
 from harness.tasks import create as create_task
+from harness.tasks.data import IGNORE, collate, sample_training_batch
+from harness.training.backbone import Backbone, BackboneConfig
 from pezoo.encodings.prism.histogram import unchecked_histogram_step as histogram_step  # timed: no gate check
 
 

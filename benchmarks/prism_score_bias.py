@@ -59,9 +59,9 @@ def step_time(pe: str, task_name: str, steps: int, rounds: int, forced: bool) ->
     import harness.tasks as tasks
     import pezoo.encodings.prism.encoding as prism_encoding
     from harness.config import preset_config
-    from harness.data import collate, sample_training_batch
     from harness.perf.timing import time_interleaved
-    from harness.train import build_model, make_optimizer, training_loss
+    from harness.tasks.data import collate, sample_training_batch
+    from harness.training.train import build_model, make_optimizer, training_loss
 
     cfg = preset_config("board", pe=pe, task=task_name, seed=0)
     task = tasks.create(task_name)

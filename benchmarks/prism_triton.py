@@ -60,7 +60,7 @@ class Deadline:
 def precision_of(preset: str, device: torch.device) -> Iterator[None]:
     """The preset's training precision (autocast) on ``device``."""
     from harness.config.presets import PRESETS as ALL
-    from harness.precision import autocast
+    from harness.training.precision import autocast
 
     with autocast(ALL[preset]["train"].get("precision", "fp32"), device):
         yield
@@ -69,8 +69,8 @@ def precision_of(preset: str, device: torch.device) -> Iterator[None]:
 def candidates_for(preset: str) -> list[tuple[str, str, dict[str, Any]]]:
     """(row name, encoding, options) of the models timed at ``preset``."""
     from harness.config.presets import PRESETS as ALL
+    from harness.config.protocols import paper_pe_options
     from harness.config.run_config import BackboneConfig
-    from harness.protocols import paper_pe_options
 
     backbone = BackboneConfig(**ALL[preset]["backbone"])
     rows: list[tuple[str, str, dict[str, Any]]] = [("nope", "nope", {}), ("prism", "prism", {})]
@@ -95,7 +95,7 @@ def grad_diff(model: torch.nn.Module, batch: Any, preset: str, device: torch.dev
     """max |g_kernel − g_eager| / max |g_eager| over the parameters' gradients of one step."""
     import torch.nn.functional as F
 
-    from harness.data import IGNORE
+    from harness.tasks.data import IGNORE
     from pezoo.encodings.prism.fused_scan import scan_backend
 
     def grads(backend: str) -> list[torch.Tensor]:
@@ -139,7 +139,7 @@ def timed(
 def measure(preset: str, device: torch.device, args: argparse.Namespace, deadline: Deadline) -> list[dict[str, Any]]:
     from harness.perf.timing import synchronizer
     from harness.perf.train import build_for, step_function, training_batch
-    from harness.precision import use_tf32
+    from harness.training.precision import use_tf32
     from pezoo.encodings.prism.fused_scan import scan_backend
 
     use_tf32(device)

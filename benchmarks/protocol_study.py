@@ -3,7 +3,7 @@
 A study is a sweep run with periodic evaluation and ``--tensorboard DIR`` (see
 docs/protocol-study.md). Every evaluation logged the exact match and per-token accuracy
 at each scale; this script turns them into one row per (task, encoding, seed, step) with
-the board's numbers (``harness.ranking``): EM≤N, fits, EM>N, reach and tok>N, and draws
+the board's numbers (``harness.records.ranking``): EM≤N, fits, EM>N, reach and tok>N, and draws
 EM≤N and EM>N against the training step per task.
 
     python benchmarks/protocol_study.py runs/study-tb --train-max 10 --markdown docs/study.md --plot docs/study.png
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.ranking import fits, reach_beyond
+from harness.records.ranking import fits, reach_beyond
 
 _TAG = re.compile(r"^eval/(exact_match|token_accuracy)/len(\d+)$")
 

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from harness.perf import GRIDS, SECTIONS, grid_from, render, run_perf
-from harness.provenance import resolve_device
+from harness.records.provenance import resolve_device
 
 
 def main() -> None:

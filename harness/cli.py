@@ -13,10 +13,10 @@ import pezoo
 from harness.commands.bench import bench
 from harness.commands.list import list_cmd
 from harness.commands.lm import lm
+from harness.commands.printable import one_line
 from harness.commands.results import results
 from harness.commands.sweep import sweep
 from harness.perf import perf_command
-from harness.printable import one_line
 
 COMMANDS_GROUP = "pezoo.commands"
 """Entry point group of click commands added to ``pezoo`` (the leaderboard's commands)."""

@@ -1,7 +1,7 @@
 """The published leaderboard: results files, their schema, and the static site rendered from them.
 
 ``leaderboard.schema``      the JSON Lines results format (schema version, checksum, files); the
-                            record each line holds is ``harness.record``'s
+                            record each line holds is ``harness.records.record``'s
 ``leaderboard.export``      store -> new append-only results files
 ``leaderboard.records``     each run's board label, the per-length frame, one protocol per table
 ``leaderboard.rows``        a table's rows (scores per seed and over seeds, rank) and curves

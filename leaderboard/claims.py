@@ -8,9 +8,9 @@ never an opinion. A verdict on a table that is still being filled is marked prov
 (``leaderboard.plans``); a claim is only tested on the rows run as its paper runs them
 (``prism{paper}``, ``randomized:ape`` evaluated on random positions), or as near as the
 board's model allows (Hard-ALiBi: 3 windowed heads and 1 NoPE head per layer, where the
-paper's model has 6 and 10; ``harness.protocols`` words each difference), never on a configuration
+paper's model has 6 and 10; ``harness.config.protocols`` words each difference), never on a configuration
 nobody proposed. Two rows' numbers are compared as the tables show them
-(``harness.ranking.shown``), and every number is worded as its table cell
+(``harness.records.ranking.shown``), and every number is worded as its table cell
 (``leaderboard.rows.cell_text``).
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from harness.counts import exact
-from harness.ranking import shown
+from harness.records.counts import exact
+from harness.records.ranking import shown
 from leaderboard import permutation as pt
 from leaderboard.board import Board, Table
 from leaderboard.provisional import table_filling

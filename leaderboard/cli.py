@@ -13,9 +13,9 @@ import click
 
 import harness.tasks as tasks
 import pezoo
-from harness.options import store_option
-from harness.printable import terminal_text
-from harness.store import StoreError
+from harness.commands.options import store_option
+from harness.commands.printable import terminal_text
+from harness.records.store import StoreError
 from leaderboard.board import RetiredRow, RetiredTable, retire
 from leaderboard.export import ExportError, export, import_results
 from leaderboard.plans import Plans
@@ -220,14 +220,14 @@ def migrate_cmd(results_dir: Path) -> None:
     """Rewrite schema-1 results files (metrics as float fractions) as schema 2 (counts).
 
     Each metric's counts are recovered exactly (examples right = round(exact match × n),
-    tokens from the task's evaluation examples: ``harness.recount``); run ids, configs,
+    tokens from the task's evaluation examples: ``harness.records.recount``); run ids, configs,
     provenance and timings stay as they are, and each line gets the checksum of its new
     body. Every file is migrated in memory first: a line that cannot be (edited, not a
     count) stops the command before anything is written. Files already at schema 2 are
     left untouched.
     """
-    from harness.files import WriteError, write_atomically
-    from harness.reading import RESULTS_LIMIT, read_text
+    from harness.records.files import WriteError, write_atomically
+    from harness.records.inputs import RESULTS_LIMIT, read_text
     from leaderboard.schema import migrate_line
 
     _require_results(results_dir)
@@ -320,7 +320,7 @@ def _plan_lines(records: Sequence[Record], plans: Plans) -> list[str]:
 
 def _echo(line: str) -> None:
     """Print one line of the command's report with the names in it made safe for a
-    terminal (``harness.report.terminal_text``): a results file, a sweep file or a store
+    terminal (``harness.commands.report.terminal_text``): a results file, a sweep file or a store
     may hold a name with escape sequences, NUL or bidi overrides."""
     click.echo(terminal_text(line))
 
@@ -344,7 +344,7 @@ def published_store_rows() -> list[dict]:
     """The runs published under ./leaderboard/results, as ``Store.runs()`` rows ([] when
     there is no such folder or it does not validate). The harness reads them through its
     ``pezoo.published_runs`` entry point, as hints and rough speeds for bench and sweep plan."""
-    from harness.store.schema import run_row
+    from harness.records.store.schema import run_row
     from leaderboard.schema import ResultsError, read_results
 
     if not DEFAULT_RESULTS.is_dir():

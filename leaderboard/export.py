@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.record import RunRecord, diagnostics_problem
-from harness.store import Store
+from harness.records.record import RunRecord, diagnostics_problem
+from harness.records.store import Store
 from leaderboard.board import retire
 from leaderboard.plans import read_plans
 from leaderboard.records import BoardError, check_protocols

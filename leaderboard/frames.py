@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness import ranking
+from harness.records import ranking
 from leaderboard.board import Board, assemble
 from leaderboard.plans import NO_PLANS, read_plans
 from leaderboard.records import frame

@@ -5,7 +5,7 @@ the README under the rule that introduces it:
 
 * **run unlike their papers** (:func:`departures`, ``DEPARTURES_RULE``): a method run
   unlike its paper's setup, beyond the small model and short training every row shares,
-  and on which tasks (``harness.protocols.departures``);
+  and on which tasks (``harness.config.protocols.departures``);
 * **extra inputs** (:func:`extra_inputs`, ``EXTRA_INPUTS_RULE``): a row whose encoding
   reads more than the tokens and their positions (its encoding's paper card, ``extra_input``);
 * **set up per task** (:func:`per_task_setups`, ``PER_TASK_RULE``): a row whose options
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pezoo
-from harness.backbone import BackboneConfig
-from harness.pe_spec import model_options
-from harness.protocols import departure_paper, dims_of, extra_input
-from harness.protocols import departures as protocol_departures
+from harness.config.pe_spec import model_options
+from harness.config.protocols import departure_paper, dims_of, extra_input
+from harness.config.protocols import departures as protocol_departures
+from harness.training.backbone import BackboneConfig
 from leaderboard.records import record_label
 from leaderboard.schema import Record
 from pezoo import RunFacts
@@ -47,7 +47,7 @@ class Departure:
 
 def departures(records: Iterable[Record]) -> list[Departure]:
     """How the board's runs depart from their papers' setups
-    (``harness.protocols.departures``): per label, each difference with the tasks it
+    (``harness.config.protocols.departures``): per label, each difference with the tasks it
     applies to, in label order; labels that follow their papers are left out."""
     records = list(records)
     found: dict[str, dict[str, set[tuple[str, str]]]] = {}

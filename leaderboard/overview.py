@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from harness import counts, ranking
+from harness.records import counts, ranking
 from leaderboard.board import Board, Table
 from leaderboard.reach import nothing_extrapolates, times_n
 from leaderboard.rows import Row, cell_text
@@ -130,7 +130,7 @@ def overview(board: Board, preset: str) -> Overview:
         if any(t not in by_task for t in counted):  # never run on a counted task: not ordered
             unordered.append(((math.inf,), label, by_task, None, len(beyond)))
             continue
-        score = Fraction(sum(beyond, Fraction(0)), max(len(counted), 1))  # exact: harness.counts
+        score = Fraction(sum(beyond, Fraction(0)), max(len(counted), 1))  # exact: harness.records.counts
         unordered.append(((-ranking.shown(score), -len(beyond)), label, by_task, score, len(beyond)))
     unordered.sort(key=lambda item: (item[0], item[1]))  # equal as shown: by name
     rows: list[OverviewRow] = []

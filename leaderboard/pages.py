@@ -31,8 +31,8 @@ from typing import Any
 from markupsafe import Markup
 
 import pezoo
-from harness import counts, ranking
-from harness.protocols import extra_input_badge
+from harness.config.protocols import extra_input_badge
+from harness.records import counts, ranking
 from leaderboard import board as bd
 from leaderboard import claims, notes, provisional, reach
 from leaderboard import overview as ov

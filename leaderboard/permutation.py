@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from harness.counts import exact, is_missing, significant
+from harness.records.counts import exact, is_missing, significant
 
 ALPHA = Fraction(1, 20)
 """A difference counts when its one-sided p is at most this (0.05, exactly)."""
@@ -57,7 +57,7 @@ def p_above(a: Sequence[Any], b: Sequence[Any]) -> Fraction | None:
     splits of the pooled values into groups of ``len(a)`` and ``len(b)`` whose first group's
     mean minus the second's is at least the observed difference, computed exactly
     (``fractions.Fraction``: the values are the board's exact numbers; a float is taken as
-    the decimal it reads, ``harness.counts.exact``). None when either side is empty or the
+    the decimal it reads, ``harness.records.counts.exact``). None when either side is empty or the
     splits exceed MAX_SPLITS; NaN and None values are left out."""
     a_, b_ = [exact(x) for x in a if not is_missing(x)], [exact(x) for x in b if not is_missing(x)]
     n, m = len(a_), len(b_)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.record import config_run_id
+from harness.records.record import config_run_id
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ NO_PLANS = Plans({}, {}, {})
 def read_plans(folder: Path) -> Plans:
     """The plans of the sweep files (``*.toml``, except ``retired.toml``) in ``folder``;
     unreadable ones become ``problems``, never an error (the results alone make a valid board)."""
-    from harness.sweep import load_sweep
+    from harness.sweeps.sweep import load_sweep
     from leaderboard.records import record_label
     from leaderboard.retired import RETIRED_FILE
 

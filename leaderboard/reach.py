@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from harness import ranking
-from harness.counts import exact, significant
+from harness.records import ranking
+from harness.records.counts import exact, significant
 from leaderboard.board import Table
 from leaderboard.rows import Row
 from leaderboard.text import and_join, plural

@@ -17,8 +17,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from harness.counts import fixed
-from harness.protocols import extra_input_badge
+from harness.config.protocols import extra_input_badge
+from harness.records.counts import fixed
 from leaderboard import claims, notes
 from leaderboard import overview as ov
 from leaderboard import permutation as pt

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from harness.config import NEW_FIELD_DEFAULTS
-from harness.pe_spec import display_name, variant_display_name
+from harness.config.pe_spec import display_name, variant_display_name
 from leaderboard.schema import Record
 
 FRAME_COLUMNS = [
@@ -48,7 +48,7 @@ class BoardError(ValueError):
 
 
 def encoding_label(pe: str, pe_options: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> str:
-    """The board's name for an encoding run: its spec as ``harness.pe_spec.display_name``
+    """The board's name for an encoding run: its spec as ``harness.config.pe_spec.display_name``
     writes it (``rope``, ``randomized:ape``, ``prism{paper}``,
     ``randomized:ape{randomize_eval=false}`` for a run evaluated on plain positions),
     with the paper setup recognised when ``config`` (the record's) gives task and backbone."""
@@ -64,14 +64,14 @@ def encoding_label(pe: str, pe_options: Mapping[str, Any], config: Mapping[str, 
 def record_label(data: Mapping[str, Any]) -> str:
     """:func:`encoding_label` of one record's data; an inference-time variant's (a trained
     run evaluated with ``config.eval_pe_options``) as ``rope → yarn×4 L=10 (same weights)``
-    (``harness.pe_spec.variant_display_name``)."""
+    (``harness.config.pe_spec.variant_display_name``)."""
     config = data["config"]
     label = encoding_label(data["pe"], config.get("pe_options") or {}, config)
     return variant_display_name(label, config.get("eval_pe_options"))
 
 
 def frame(records: Iterable[Record]) -> pd.DataFrame:
-    """Per-length rows (the columns of ``harness.results.load``, ``pe`` = board label, plus
+    """Per-length rows (the columns of ``harness.records.frames.load``, ``pe`` = board label, plus
     ``encoding`` = registry name), sorted by preset, task, label, seed, length. The
     metrics are the records' counts, with ``exact_match`` and ``token_accuracy`` their
     exact ``fractions.Fraction``."""
@@ -88,7 +88,7 @@ def frame(records: Iterable[Record]) -> pd.DataFrame:
             "train_max": d["config"]["train"]["train_max"],
             "test_range": test_range(d),
         }
-        for m in d["metrics"]:  # the counts, and their fractions exactly (harness.counts)
+        for m in d["metrics"]:  # the counts, and their fractions exactly (harness.records.counts)
             fractions = {
                 "exact_match": Fraction(m["exact"], m["n"]),
                 "token_accuracy": Fraction(m["tokens_right"], m["tokens"]),

@@ -48,7 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.reading import FileReadError, read_toml
+from harness.records.inputs import FileReadError, read_toml
 
 RETIRED_FILE = "retired.toml"
 """The file, next to the results folder, that lists the retired tables (not a sweep file)."""

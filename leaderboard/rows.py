@@ -2,10 +2,10 @@
 per seed and over seeds, and one ``Curve`` per encoding, per scale.
 
 Everything here is computed from the published records alone (never the SQLite store),
-with the terminal report's rules (``harness.report``, ``harness.ranking``):
+with the terminal report's rules (``harness.commands.report``, ``harness.records.ranking``):
 
 * **fit**: a run fits when its mean exact match over the training scales (EM≤N) is at
-  least ``harness.ranking.FIT_THRESHOLD``; only encodings whose every seed fits are ranked.
+  least ``harness.records.ranking.FIT_THRESHOLD``; only encodings whose every seed fits are ranked.
 * **EM>N / tok>N**: exact match / per-token accuracy averaged over the evaluated scales
   beyond training; **reach**: the largest scale L with exact match >= 0.9 at every
   evaluated scale N+1..L (N: none beyond).
@@ -14,7 +14,7 @@ with the terminal report's rules (``harness.report``, ``harness.ranking``):
 Per (preset, task) each number is computed per seed, then shown as its mean and the
 seeds' min..max (``Stat``). Fitted encodings are ranked within a (preset, task) by EM>N,
 then reach, then tok>N (means); the others follow, unranked, marked "did not fit"
-(``harness.ranking.RULE``). Curves give, per scale, the mean over seeds and the min..max
+(``harness.records.ranking.RULE``). Curves give, per scale, the mean over seeds and the min..max
 band.
 """
 
@@ -26,16 +26,16 @@ from typing import Any
 
 import pandas as pd
 
-from harness import counts, ranking
-from harness.protocols import extra_input_badge
-from harness.report import per_seed_summary
+from harness.commands.report import per_seed_summary
+from harness.config.protocols import extra_input_badge
+from harness.records import counts, ranking
 from leaderboard import permutation
 
 CELLS_RULE = ranking.CELLS_RULE
 RANKING_RULE = ranking.RULE
 
 Stat = ranking.Spread
-"""A table cell: mean and min..max over seeds (``harness.ranking.Spread``)."""
+"""A table cell: mean and min..max over seeds (``harness.records.ranking.Spread``)."""
 
 
 SCORES = ("em_within", "em_beyond", "reach", "tok_beyond", "tok_within")
@@ -55,7 +55,7 @@ class Row:
 
     ``rank`` is ``None`` when some seed did not fit the training scales, or when every
     seed so far fits but the table's plan wants more seeds of it (``pending``): such rows
-    come after the ranked ones (``harness.ranking.RULE``), the pending ones first.
+    come after the ranked ones (``harness.records.ranking.RULE``), the pending ones first.
     """
 
     rank: int | None
@@ -100,7 +100,7 @@ class Row:
     def badges(self) -> list[str]:
         """What a reader must know beside the name: ``did not fit`` or ``1 of 3 seeds: not
         ranked yet``, ``3 of 8 seeds, 5 being run``, and ``reads n`` for an encoding with an
-        extra input (``harness.protocols.EXTRA_INPUTS``)."""
+        extra input (``harness.config.protocols.EXTRA_INPUTS``)."""
         status, more, reads = self.status_text(), self.seeds_text(), extra_input_badge(self.encoding)
         return [b for b in (status, more, reads) if b is not None]
 
@@ -171,7 +171,7 @@ def _mark_overlaps(rows: list[Row]) -> list[Row]:
 
 
 def summary(df: pd.DataFrame, seeds_wanted: int | Mapping[str, int] | None = None) -> list[Row]:
-    """Rows of one (preset, task) frame in the order of ``harness.ranking.RULE``; with
+    """Rows of one (preset, task) frame in the order of ``harness.records.ranking.RULE``; with
     ``seeds_wanted`` (the seeds the table's plan gives every row, or per label), a row with
     fewer than ``MIN_RANKED_SEEDS`` of them (all of them where fewer are planned) is pending."""
     if df.empty:

@@ -3,7 +3,7 @@
 A results file (``leaderboard/results/*.jsonl``) is what gets committed and contributed;
 the local SQLite store never is. Each line is one JSON object, written canonically
 (sorted keys, no spaces, UTF-8, no NaN): the plain form of the run's record
-(``harness.record.RunRecord.to_dict``, whose keys and rules ``harness.record`` gives, with
+(``harness.records.record.RunRecord.to_dict``, whose keys and rules ``harness.records.record`` gives, with
 ``timings.finished_at`` set: a published run has been recorded) and two more keys:
 
     schema_version  2
@@ -13,11 +13,11 @@ Schema 2 keeps each scale's metrics as counts (``exact`` of ``n`` examples, ``to
 of ``tokens``); schema 1 kept them as float32 means (``exact_match``, ``token_accuracy``),
 so 90 of 100 read 0.8999999761581421. A schema-1 file is refused with the way on:
 :func:`migrate_line` (``pezoo leaderboard migrate``) recovers its counts exactly
-(``harness.recount``) and keeps each run's id; only the metrics and the checksum change.
+(``harness.records.recount``) and keeps each run's id; only the metrics and the checksum change.
 
 The checksum is a guard against accidental or hand edits, not a signature: a file whose
 line no longer matches its checksum is rejected with its path, line and reason. The
-record itself is checked by the harness's one validator (``harness.record.record_problems``),
+record itself is checked by the harness's one validator (``harness.records.record.record_problems``),
 which reports every problem it finds.
 
 Whatever a file holds (any JSON, nesting, NaN, huge integers, bytes that are not UTF-8),
@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.checks import is_int, shown
-from harness.reading import DIAGNOSTICS_LIMIT, MAX_DEPTH, RESULTS_LIMIT, FileReadError, nesting_depth, read_text
-from harness.record import KEYS, RunRecord, diagnostics_problem, key_problems, record_problems
+from harness.config.numbers import is_int, shown
+from harness.records.inputs import DIAGNOSTICS_LIMIT, MAX_DEPTH, RESULTS_LIMIT, FileReadError, nesting_depth, read_text
+from harness.records.record import KEYS, RunRecord, diagnostics_problem, key_problems, record_problems
 
 SCHEMA_VERSION = 2
 SUFFIX = ".jsonl"
@@ -326,8 +326,8 @@ def iter_lines(records: Iterable[Mapping[str, Any]]) -> Iterator[str]:
 
 # --------------------------------------------------------------------------------------
 # Diagnostics files: <results>/diagnostics/<run_id>.json, one per published run that has
-# them (PRISM's cursor trajectories, ``harness.diagnostics``); optional, never required.
-# Their format and its check are the run record's (``harness.record.diagnostics_problem``).
+# them (PRISM's cursor trajectories, ``harness.training.diagnostics``); optional, never required.
+# Their format and its check are the run record's (``harness.records.record.diagnostics_problem``).
 # --------------------------------------------------------------------------------------
 
 DIAGNOSTICS_DIR = "diagnostics"
@@ -335,7 +335,7 @@ DIAGNOSTICS_DIR = "diagnostics"
 
 def read_diagnostics(directory: Path, runs: Iterable[str | Record]) -> dict[str, dict[str, Any]]:
     """run_id -> diagnostics of every ``<directory>/diagnostics/<run_id>.json``, each checked
-    by ``harness.record.diagnostics_problem`` against its record.
+    by ``harness.records.record.diagnostics_problem`` against its record.
 
     Args:
         directory: the results folder.
@@ -391,14 +391,14 @@ def read_diagnostics(directory: Path, runs: Iterable[str | Record]) -> dict[str,
 
 def migrate_line(line: str) -> str:
     """A schema-1 results line as its schema-2 line: each metric's counts recovered exactly
-    (``harness.recount.recount``), the checksum of the new body; everything else (run id,
+    (``harness.records.recount.recount``), the checksum of the new body; everything else (run id,
     config, provenance, timings) as it was. A line already at schema 2 is returned as it is.
 
     Raises:
         ValueError: the line is not a valid schema-1 or schema-2 record, or a metric is not
             a count over its total (then nothing of the file should be written).
     """
-    from harness.recount import recount
+    from harness.records.recount import recount
 
     data = json.loads(line)
     if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION and is_int(data["schema_version"]):

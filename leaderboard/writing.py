@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.config import shown
-from harness.reading import MANIFEST_LIMIT, FileReadError, read_text
+from harness.records.inputs import MANIFEST_LIMIT, FileReadError, read_text
 from leaderboard.readme import README_MARK, is_generated_readme
 from leaderboard.schema import parse_json
 from leaderboard.text import GENERATOR

@@ -1,6 +1,6 @@
 """Upper bounds for an encoding's size-like options: generous for every paper's setup, far
 below what fills a machine. One table, read by ``pezoo.hf`` (a saved config's record is
-built as it says) and by the benchmark harness (``harness.limits``), so the two cannot drift.
+built as it says) and by the benchmark harness (``harness.config.limits``), so the two cannot drift.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ the leaderboard of what it holds.
 
 The command reads as its steps: the sweep's runs from the options (every name and option
 checked before anything is written), where they train, the plan against the store (which
-are done, how long the others take: ``harness.plan``), the announcement, the runs
-(``harness.executors.run_sweep``), and the tables.
+are done, how long the others take: ``harness.sweeps.plan``), the announcement, the runs
+(``harness.sweeps.executors.run_sweep``), and the tables.
 """
 
 from __future__ import annotations
@@ -23,25 +23,25 @@ import torch
 from click.core import ParameterSource
 
 import harness.tasks as tasks
-import harness.tblog as tblog
+import harness.training.tblog as tblog
 import pezoo
-from harness.announce import bench_announcement
 from harness.commands.checks import check_names, check_runs, refuse_broken_plugins, split
+from harness.commands.options import duration, grouped, max_runs_option, preset_name, setting_options, store_option
+from harness.commands.printable import one_line
+from harness.commands.report import LEGEND, leaderboard_tables
 from harness.config import GPU_PRESETS, INT64_MAX, PRESETS, RunConfig
-from harness.deadline import MARGIN, TimeLimit, probing_expectation
-from harness.estimate import steps_done
-from harness.executors import Executor, ExecutorError, InProcess, RayExecutor, local_executor, run_sweep
-from harness.files import unwritable_folder
-from harness.options import duration, grouped, max_runs_option, preset_name, setting_options, store_option
-from harness.plan import ORDERS, Plan, format_duration, longest_first, make_plan
-from harness.printable import one_line
-from harness.progress import SweepReport
-from harness.provenance import cpu_name, resolve_device, uses_plugins
-from harness.report import LEGEND, leaderboard_tables
-from harness.results import load
-from harness.run import checkpoint_dir_for
-from harness.store import Store, StoreError
-from harness.sweep import Grid, SweepSpec, check_size, load_sweep, naming_the_option
+from harness.execution.run import checkpoint_dir_for
+from harness.records.files import unwritable_folder
+from harness.records.frames import load
+from harness.records.provenance import cpu_name, resolve_device, uses_plugins
+from harness.records.store import Store, StoreError
+from harness.sweeps.announce import bench_announcement
+from harness.sweeps.deadline import MARGIN, TimeLimit, probing_expectation
+from harness.sweeps.estimate import steps_done
+from harness.sweeps.executors import Executor, ExecutorError, InProcess, RayExecutor, local_executor, run_sweep
+from harness.sweeps.plan import ORDERS, Plan, format_duration, longest_first, make_plan
+from harness.sweeps.progress import SweepReport
+from harness.sweeps.sweep import Grid, SweepSpec, check_size, load_sweep, naming_the_option
 from pezoo.backends import xformers_available
 from pezoo.spec import parse_pe, split_pe_list
 
@@ -370,7 +370,7 @@ class _Target:
                 report.live_notice,
                 isolate=isolate,
                 hang_seconds=hang_timeout,
-                configs=configs,  # on CUDA: how many runs share each GPU (harness.executors.sizing)
+                configs=configs,  # on CUDA: how many runs share each GPU (harness.sweeps.executors.sizing)
             )
         report.in_process = isinstance(runner, InProcess)
         report.slots = min(runner.capacity, max(1, report.todo))

@@ -9,10 +9,10 @@ from dataclasses import replace
 import click
 
 import pezoo
-from harness.catalogue import name_problem
+from harness.commands.catalogue import name_problem
+from harness.commands.printable import one_line, terminal_text
 from harness.config import RunConfig
-from harness.preflight import check_run
-from harness.printable import one_line, terminal_text
+from harness.execution.preflight import check_run
 
 
 def split(value: str) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from harness.catalogue import listing
+from harness.commands.catalogue import listing
 
 
 @click.command("list")

@@ -24,8 +24,8 @@ from harness.lm.record import LmRecord, LmStore
 from harness.lm.run import sweep_lm
 from harness.lm.sweep import load_lm_sweep
 from harness.lm.tasks import LM_TASKS
-from harness.precision import PRECISIONS
-from harness.provenance import resolve_device
+from harness.records.provenance import resolve_device
+from harness.training.precision import PRECISIONS
 from pezoo.spec import split_pe_list
 
 DEFAULT_STORE = "runs/lm"

@@ -11,11 +11,11 @@ import pandas as pd
 import harness.tasks as tasks
 import pezoo
 from harness.commands.checks import check_names, split
-from harness.options import store_option
-from harness.printable import printable, terminal_text
-from harness.report import LEGEND, leaderboard_tables
-from harness.results import load
-from harness.store import Store, StoreError
+from harness.commands.options import store_option
+from harness.commands.printable import printable, terminal_text
+from harness.commands.report import LEGEND, leaderboard_tables
+from harness.records.frames import load
+from harness.records.store import Store, StoreError
 from pezoo.spec import split_pe_list
 
 
@@ -74,7 +74,7 @@ def _as_floats(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _printable_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with every string cell :func:`harness.printable.printable`: a store's names
+    """``df`` with every string cell :func:`harness.commands.printable.printable`: a store's names
     (an imported plugin's, a contributed record's) may hold terminal escapes, NUL or bidi
     overrides, which the table, csv and markdown would print raw."""
     out = df.copy()

@@ -16,17 +16,17 @@ import click
 import harness.tasks as tasks
 import pezoo
 from harness.commands.checks import check_names, check_runs
+from harness.commands.options import max_runs_option, store_option
 from harness.config import RunConfig
-from harness.estimate import probe_key, steps_done, unmeasured
-from harness.executors import local_devices
-from harness.executors.sizing import packed_per_gpu
-from harness.labels import varying_axes
-from harness.options import max_runs_option, store_option
-from harness.plan import Plan, format_plan, make_plan
-from harness.provenance import cpu_name, resolve_device
-from harness.run import checkpoint_dir_for
-from harness.store import Store, StoreError
-from harness.sweep import load_sweep
+from harness.execution.run import checkpoint_dir_for
+from harness.records.provenance import cpu_name, resolve_device
+from harness.records.store import Store, StoreError
+from harness.sweeps.estimate import probe_key, steps_done, unmeasured
+from harness.sweeps.executors import local_devices
+from harness.sweeps.executors.sizing import packed_per_gpu
+from harness.sweeps.labels import varying_axes
+from harness.sweeps.plan import Plan, format_plan, make_plan
+from harness.sweeps.sweep import load_sweep
 
 PUBLISHED_RUNS_GROUP = "pezoo.published_runs"
 """Entry point group of functions ``() -> list[dict]`` giving published runs as
@@ -111,8 +111,8 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
 
 def _probe(configs: Sequence[RunConfig], rows: list[dict[str, Any]], device: Any) -> dict:
     """Speeds probed here for the speed groups the store has not measured, with a line each."""
-    from harness.pe_spec import config_display_name
-    from harness.probe import DEFAULT_STEPS, DEFAULT_WARMUP, probe_speeds
+    from harness.config.pe_spec import config_display_name
+    from harness.training.probe import DEFAULT_STEPS, DEFAULT_WARMUP, probe_speeds
 
     todo = unmeasured(configs, rows, device.type)
     if not todo:

@@ -1,13 +1,19 @@
-"""Typed, frozen run configuration with strict keys, and the named presets.
+"""Typed, frozen run configuration with strict keys, and the named presets: what a run is.
 
 One module per part:
 
+    numbers     the one number checker: whether a value from outside is a number of the kind
+                and range it must be (configs, records, kept results, store rows, diagnostics)
     checks      strict keys, and each config value's type and range
+    limits      upper bounds for every size-like value of a run's configuration
+    pe_spec     encoding specs in the benchmark: the options a run records, its name, and
+                which options an inference-time variant may change
+    protocols   encodings as their papers run them, sized for a run's backbone, and how a run
+                departs from its paper
     run_config  ``RunConfig`` and its sections ``TrainConfig``, ``EvalConfig``; the run id
     presets     the named protocols (``PRESETS``) and ``preset_config``
 """
 
-from harness.backbone import BackboneConfig
 from harness.config.checks import (
     INT64_MAX,
     as_float,
@@ -41,6 +47,7 @@ from harness.config.run_config import (
     TrainConfig,
     check_backbone,
 )
+from harness.training.backbone import BackboneConfig
 
 __all__ = [
     "GPU_PRECISION_NOTE",

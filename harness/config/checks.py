@@ -9,10 +9,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-# The one number checker (harness.checks) is the config's too; re-exported here for the
+# The one number checker (harness.config.numbers) is the config's too; re-exported here for the
 # config's modules, which import their checks from this module.
-from harness.checks import INT64_MAX, check_int, check_number, shown
-from harness.checks import is_number as is_finite_number
+from harness.config.numbers import INT64_MAX, check_int, check_number, shown
+from harness.config.numbers import is_number as is_finite_number
 
 __all__ = [
     "INT64_MAX", "as_float", "check_choice", "check_int", "check_name", "check_number", "check_plain",

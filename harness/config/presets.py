@@ -9,8 +9,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from harness.config.pe_spec import check_eval_options, resolve_pe
 from harness.config.run_config import RunConfig
-from harness.pe_spec import check_eval_options, resolve_pe
 from pezoo.spec import PeSpec, parse_pe
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -177,8 +177,8 @@ def preset_config(
     ``prism{n_cursors=4}``), parsed or as text; the config records its resolved options, checked by building
     the encoding. A variant spec ``rope@{scaling={...}}`` gives the inference-time variant
     of that trained run (``RunConfig.eval_pe_options``, checked by
-    ``harness.pe_spec.check_eval_options``). Under the ``prism`` preset an encoding with a paper setup
-    (``harness.protocols``) gets it unless the spec names another (``prism{default}``).
+    ``harness.config.pe_spec.check_eval_options``). Under the ``prism`` preset an encoding with a paper setup
+    (``harness.config.protocols``) gets it unless the spec names another (``prism{default}``).
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")

@@ -1,5 +1,5 @@
 """The typed, frozen run configuration with strict keys: ``RunConfig`` and its sections
-``TrainConfig`` and ``EvalConfig`` (the backbone's is ``harness.backbone.BackboneConfig``).
+``TrainConfig`` and ``EvalConfig`` (the backbone's is ``harness.training.backbone.BackboneConfig``).
 
 A run is fully described by a ``RunConfig``: the encoding (name + options), the task,
 the seed, and the backbone / training / evaluation configs. Its canonical JSON form is
@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import limits
-from harness.backbone import BackboneConfig
+from harness.config import limits
 from harness.config.checks import (
     as_float,
     check_choice,
@@ -27,8 +26,9 @@ from harness.config.checks import (
     shown,
     strict,
 )
-from harness.pe_spec import identity_options
-from harness.precision import PRECISIONS
+from harness.config.pe_spec import identity_options
+from harness.training.backbone import BackboneConfig
+from harness.training.precision import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class TrainConfig:
         pack_loss: with ``pack``, which next tokens carry loss, per :data:`PACK_LOSSES`:
             ``all`` (a plain language-model loss, prompts included) or ``completion``
             (targets and EOS only, as unpacked rows).
-        precision: the arithmetic of training, per ``harness.precision.PRECISIONS``:
+        precision: the arithmetic of training, per ``harness.training.precision.PRECISIONS``:
             ``fp32``, or ``bf16`` / ``fp16`` autocast over float32 weights (fp16 with
             loss scaling); docs/harness.md "Precision".
     """
@@ -162,7 +162,7 @@ class EvalConfig:
             completion and its EOS) or ``answer`` (only what follows the task's last
             ``answer_separator``, e.g. the sum after a Turing Program's last line; the
             trace must still end with EOS within the target's length).
-        precision: the arithmetic of evaluation (``harness.precision.PRECISIONS``);
+        precision: the arithmetic of evaluation (``harness.training.precision.PRECISIONS``);
             None: the training's (``train.precision``).
     """
 
@@ -246,7 +246,7 @@ PROTOCOLS = ("decoder", "encoder")
 
 
 def check_backbone(b: BackboneConfig) -> None:
-    """The types and ranges of a backbone's fields (``harness.backbone`` keeps the model, this the checks)."""
+    """The types and ranges of a backbone's fields (``harness.training.backbone`` keeps the model, this the checks)."""
     check_int("backbone.vocab_size", b.vocab_size, minimum=1, maximum=limits.MAX_VOCAB)
     check_int("backbone.d_model", b.d_model, minimum=1, maximum=limits.MAX_WIDTH)
     check_int("backbone.n_layers", b.n_layers, minimum=1, maximum=limits.MAX_LAYERS)
@@ -273,7 +273,7 @@ class RunConfig:
     ``eval_pe_options`` (empty for a trained run) makes the config an *inference-time
     variant*: the weights of the run without them (:meth:`trained_config`, trained once)
     evaluated with the encoding built from ``pe_options`` updated by these (e.g. RoPE's
-    ``scaling``: position interpolation, NTK, YaRN; ``harness.pe_spec.inference_options``,
+    ``scaling``: position interpolation, NTK, YaRN; ``harness.config.pe_spec.inference_options``,
     from the encoding's paper card).
     It is a run of its own (its own id), trained never.
     """
@@ -332,7 +332,8 @@ class RunConfig:
             raise ValueError(
                 f"the evaluation sets would hold {units:,} scale units (eval.samples {self.eval.samples} times the "
                 f"sum of the scales evaluated, training and test, up to eval.test_max {self.eval.test_max}); the "
-                f"limit is {limits.MAX_EVAL_UNITS:,} (harness.limits): lower eval.samples or eval.test_max, or raise "
+                f"limit is {limits.MAX_EVAL_UNITS:,} (harness.config.limits): lower eval.samples or eval.test_max, "
+                "or raise "
                 "eval.test_stride to evaluate every k-th test scale"
             )
 
@@ -402,7 +403,7 @@ class RunConfig:
         """Stable identity: hash of the canonical JSON of everything but the preset label.
 
         Encoding options equal to what a stored run's missing option meant
-        (``harness.pe_spec.stored_defaults``: ``randomize_eval=False``) are left out, so
+        (``harness.config.pe_spec.stored_defaults``: ``randomize_eval=False``) are left out, so
         the run ids follow behaviour: ``{}`` from before the default changed and an
         explicit ``randomize_eval=False`` are one run, ``randomize_eval=True`` another."""
         return _identity(self.to_dict(), self.pe)
@@ -413,7 +414,7 @@ class RunConfig:
         evaluation cannot touch its training: ``eval.every`` 0, only the final model
         evaluated. None for a run that evaluates during training. Two runs with one
         training id train the same model, so the final weights one of them kept serve the
-        other (``harness.run.train_and_evaluate``: another test range never trains again)."""
+        other (``harness.execution.run.train_and_evaluate``: another test range never trains again)."""
         if self.eval.every:
             return None
         d = self.to_dict()

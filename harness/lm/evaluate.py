@@ -34,9 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.backbone import Backbone
 from harness.lm.data import window_tokens
-from harness.precision import autocast
+from harness.training.backbone import Backbone
+from harness.training.precision import autocast
 
 __all__ = ["LengthScore", "bpb", "evaluate_lengths", "score_windows"]
 

@@ -1,7 +1,7 @@
 """Train and evaluate one language-modelling run; a sweep of them into an :class:`LmStore`.
 
 Training is the plain next-byte loss on random windows (``harness.lm.data``) with the
-harness's optimiser and schedule (``harness.train.make_optimizer``, ``lr_factor``) and
+harness's optimiser and schedule (``harness.training.train.make_optimizer``, ``lr_factor``) and
 precision (``train.precision``: bf16 autocast over float32 weights). A run checkpoints every
 :data:`CHECKPOINT_EVERY` steps and resumes from there: the windows of a step depend only on
 the seed and the step, so a resumed run reads what it would have. Its final weights are kept
@@ -24,17 +24,17 @@ import torch.nn.functional as F
 from torch import nn
 
 import pezoo
-from harness.backbone import Backbone
+from harness.config.pe_spec import build_options
 from harness.lm.config import LmConfig
 from harness.lm.corpora import Corpus, load_corpus, split
 from harness.lm.data import TrainingWindows, heldout_regions
 from harness.lm.evaluate import LengthScore, evaluate_lengths
 from harness.lm.record import LmRecord, LmStore
 from harness.lm.tasks import lm_task
-from harness.pe_spec import build_options
-from harness.precision import autocast, evaluation_precision
-from harness.provenance import provenance
-from harness.train import DivergedError, lr_factor, make_optimizer
+from harness.records.provenance import provenance
+from harness.training.backbone import Backbone
+from harness.training.precision import autocast, evaluation_precision
+from harness.training.train import DivergedError, lr_factor, make_optimizer
 
 __all__ = ["CHECKPOINT_EVERY", "build_lm_model", "run_lm", "sweep_lm", "train_steps"]
 

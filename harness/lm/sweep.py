@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.lm.config import LmConfig, lm_preset_config
-from harness.reading import TOML_LIMIT, parse_toml, read_text
+from harness.records.inputs import TOML_LIMIT, parse_toml, read_text
 
 __all__ = ["SWEEP_KEYS", "load_lm_sweep", "sweep_configs"]
 

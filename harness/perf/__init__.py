@@ -6,10 +6,10 @@ Axis letters: b batch, s sequence, d model width, h heads, n cursors, p histogra
 The measurements, each run side by side in one process on the current device:
 
 * ``train``: one optimiser step (forward, backward, AdamW) of the backbone that the
-  benchmark trains (``harness.train.build_model`` at a preset's size), per encoding and
+  benchmark trains (``harness.training.train.build_model`` at a preset's size), per encoding and
   attention backend, on a fixed batch at the preset's largest training length; median
   time, spread, tokens/s, and the ratio to ``nope`` on its fastest backend.
-* ``precision``: the benchmark's own training step (``harness.train.training_loss`` and
+* ``precision``: the benchmark's own training step (``harness.training.train.training_loss`` and
   optimiser) in fp32 and in bf16 (``--precision``: also fp16), per encoding on the backend
   the preset trains with, interleaved; the ratio to the same encoding's fp32 step, and
   the matrix product alone in each precision in the same rounds (the device's ratio then).
@@ -24,7 +24,7 @@ The measurements, each run side by side in one process on the current device:
   CPU, both above the bytes allocated when the pass starts; ratio to NoPE in the same
   run. Unlike RSS it is exact to the byte and does not move between runs. On CPU, flex
   has no backward pass, so its rows are the forward pass (under ``no_grad``).
-* ``decode``: greedy decoding (``harness.evaluate.greedy_decode``) to a fixed total
+* ``decode``: greedy decoding (``harness.evaluation.evaluate.greedy_decode``) to a fixed total
   length with the KV cache / recurrent state and by recomputing the prefix.
 * ``prism``: the PRISM histogram scan over t tokens at supports P (ratio per doubling
   of P and of t), the GRU gates, the position streams, each forward + backward, and
@@ -42,10 +42,20 @@ torch runs single-threaded on a CPU (the default: it is the work done, which a l
 machine inflates far less than wall-clock time) and on wall-clock time otherwise
 (:func:`ratio_basis`). Only ratios within one run are meant to be compared.
 
-The package is split by section: ``grid`` (what is measured), ``timing``, ``train``,
-``memory`` (RSS, one subprocess per point), ``alloc`` (allocator peaks), ``decode``,
-``prism``, ``compile``, ``report`` (the run, its tables) and ``command`` (the CLI). Everything is
-re-exported here.
+One module per section (everything is re-exported here):
+
+    grid       what is measured: sections, targets, ``PerfGrid`` and the named grids
+    timing     the interleaved timing protocol
+    train      one training step per encoding and backend
+    precision  the training step in each precision
+    gpu        the harness's training step against the bare step (``--sections gpu``)
+    memory     peak memory (RSS), one subprocess per measurement
+    alloc      peak memory at the allocator
+    decode     greedy decoding with and without the cache
+    prism      PRISM's scan scaling, components, and share of the step
+    compile    ``torch.compile`` against eager, per encoding
+    report     the whole run, its tables and its JSON
+    command    the ``pezoo perf`` command
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import click
 
 import pezoo
 from harness.config import PRESETS
-from harness.limits import MAX_BATCH, MAX_TOKENS
+from harness.config.limits import MAX_BATCH, MAX_TOKENS
 from harness.perf.grid import DEFAULT_SECTIONS, MAX_SUPPORT, MAX_THREADS, SECTIONS, grid_from
 from harness.perf.report import render, run_perf
 
@@ -80,7 +80,7 @@ def perf_command(size, sections, encodings, presets, backends, precisions, batch
     Ratios are measured in one run with the candidates interleaved; compare them within
     a run, not across runs or machines.
     """
-    from harness.provenance import resolve_device
+    from harness.records.provenance import resolve_device
 
     try:
         dev = resolve_device(device)

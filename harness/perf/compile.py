@@ -4,7 +4,7 @@ Axis letters: b batch, s sequence, d model width, v vocabulary.
 
 Two models, each at the ``quick`` preset's size (d 128, 3 layers, 4 heads; batch 64):
 
-* ``backbone``: the benchmark's own model (``harness.train.build_model``) compiled with
+* ``backbone``: the benchmark's own model (``harness.training.train.build_model``) compiled with
   ``torch.compile(model, dynamic=True)``;
 * ``decoder``: a decoder written as a user would (:class:`UserDecoder`: pezoo's hooks and
   :func:`pezoo.attend`, docs/use-in-your-model.md) compiled with plain

@@ -19,7 +19,7 @@ def measure_decode(grid: PerfGrid, device: torch.device) -> list[dict[str, Any]]
     zeroed so that its logit is exactly 0 while 63 others are O(1) draws of either sign,
     and decoding runs the whole length (the generated length is checked and reported).
     """
-    from harness.evaluate import greedy_decode
+    from harness.evaluation.evaluate import greedy_decode
     from harness.tasks.vocab import BOS_ID, EOS_ID
 
     max_new = grid.decode_length - grid.decode_prompt

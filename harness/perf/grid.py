@@ -85,7 +85,7 @@ class PerfGrid:
         encodings: encodings of the training-step table.
         backends: attention backends of the training-step table (empty: every backend
             that can train on the device).
-        precisions: precisions (``harness.precision``) whose training step the
+        precisions: precisions (``harness.training.precision``) whose training step the
             ``precision`` section times against fp32, on the backend the preset trains with.
         batch_size: training batch (0: the preset's own).
         memory_lengths: sequence lengths of the memory table (batch 1).
@@ -167,7 +167,7 @@ class PerfGrid:
             raise ValueError(f"unknown perf section(s) {', '.join(unknown)}; valid: {', '.join(SECTIONS)}")
         if self.repeats < 1 or self.warmup < 0:
             raise ValueError(f"need repeats >= 1 and warmup >= 0, got {self.repeats}, {self.warmup}")
-        from harness.limits import MAX_BATCH, MAX_TOKENS
+        from harness.config.limits import MAX_BATCH, MAX_TOKENS
 
         _within("threads (0: torch's default)", self.threads, 0, MAX_THREADS)
         _within("the training batch size (0: the preset's)", self.batch_size, 0, MAX_BATCH)
@@ -184,7 +184,7 @@ class PerfGrid:
         ):
             for value in values:
                 _within(f"a {what}", value, least, most)
-        from harness.precision import PRECISIONS
+        from harness.training.precision import PRECISIONS
 
         unknown = sorted(set(self.precisions) - set(PRECISIONS))
         if unknown:

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 import pezoo
-from harness.backbone import Backbone, BackboneConfig
 from harness.perf.grid import PerfGrid
+from harness.training.backbone import Backbone, BackboneConfig
 
 
 def _proc_status_kib(field_name: str) -> int | None:

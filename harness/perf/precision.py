@@ -1,8 +1,8 @@
 """`pezoo perf`: the training step in each precision (see :mod:`harness.perf`).
 
-Per preset and encoding, the benchmark's own training step (``harness.train``: the model
+Per preset and encoding, the benchmark's own training step (``harness.training.train``: the model
 the harness builds, its optimiser for that precision, the loss of ``training_loss`` under
-``harness.precision.autocast``, fp16 with its loss scaler) in fp32 and in every other
+``harness.training.precision.autocast``, fp16 with its loss scaler) in fp32 and in every other
 precision of the grid, all interleaved in one process on one fixed batch; the ratio of
 each to the same encoding's fp32 step.
 
@@ -25,15 +25,15 @@ from harness.config import RunConfig, preset_config
 from harness.perf.grid import PRECISION_TARGETS, PRESET_TASKS, PerfGrid
 from harness.perf.timing import synchronizer, time_interleaved
 from harness.perf.train import basis_ms, ratio_basis, training_batch
-from harness.precision import autocast_dtype, grad_scaler
+from harness.training.precision import autocast_dtype, grad_scaler
 
 MATMUL_REPEATS = 10
 """Matrix products per timed call of :func:`matmul_reference` (a few ms on a CPU core)."""
 
 
 def precision_step(preset: str, pe: str, precision: str, batch: Any, device: torch.device) -> Callable[[], float]:
-    """One training step of ``pe`` at ``preset`` in ``precision``, as ``harness.train.train`` takes it."""
-    from harness.train import build_model, make_optimizer, training_loss
+    """One training step of ``pe`` at ``preset`` in ``precision``, as ``harness.training.train.train`` takes it."""
+    from harness.training.train import build_model, make_optimizer, training_loss
 
     overrides: dict[str, dict[str, Any]] = {"train": {"precision": precision}}
     cfg = preset_config(preset, pe=pe, task=PRESET_TASKS.get(preset, "copy"), seed=0, overrides=overrides)

@@ -7,10 +7,10 @@ from typing import Any, cast
 
 import torch
 
-from harness.data import Batch
 from harness.perf.grid import PRISM_LENGTH_TARGETS, PerfGrid
 from harness.perf.timing import synchronizer, time_interleaved
 from harness.perf.train import basis_ms, build_for, ratio_basis, step_function, training_batch
+from harness.tasks.data import Batch
 
 COPY_OPTIONS: dict[str, Any] = {"copy_cursors": (0,)}
 """PRISM with a copy branch on the first query cursor of every head (the paper's setup for

@@ -20,15 +20,15 @@ from harness.perf.memory import measure_memory
 from harness.perf.precision import measure_precision
 from harness.perf.prism import measure_prism
 from harness.perf.train import best_backend_rows, measure_train
-from harness.precision import use_tf32
-from harness.provenance import provenance
+from harness.records.provenance import provenance
+from harness.training.precision import use_tf32
 
 
 def run_perf(grid: PerfGrid, device: torch.device, *, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Every section of ``grid`` on ``device``: the JSON-ready report."""
     if grid.threads:
         torch.set_num_threads(grid.threads)
-    tf32 = use_tf32(device)  # on CUDA, float32 matmuls as the harness trains them (harness.precision)
+    tf32 = use_tf32(device)  # on CUDA, float32 matmuls as the harness trains them (harness.training.precision)
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "provenance": {

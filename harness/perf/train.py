@@ -13,12 +13,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from harness.backbone import Backbone
 from harness.config import preset_config
-from harness.data import IGNORE, collate
 from harness.perf.grid import PRESET_TASKS, STEP_TARGETS, PerfGrid
 from harness.perf.timing import Timing, synchronizer, time_interleaved
 from harness.tasks import create as create_task
+from harness.tasks.data import IGNORE, collate
+from harness.training.backbone import Backbone
 
 
 def training_backends(device: torch.device) -> tuple[str, ...]:
@@ -62,7 +62,7 @@ def step_function(model: Backbone, optimizer: torch.optim.Optimizer, batch: Any)
 
 def build_for(preset: str, pe: str, backend: str, device: torch.device, **pe_options: Any) -> tuple[Backbone, Any]:
     """The benchmark's own model and optimiser for (preset, encoding, backend)."""
-    from harness.train import build_model, make_optimizer
+    from harness.training.train import build_model, make_optimizer
 
     cfg = preset_config(
         preset,

@@ -9,6 +9,45 @@ binary_addition, binary_multiplication, compute_sqrt, bucket_sort (``dm_`` marks
 two whose names the PRISM tasks already take). Turing Programs (Hou et al.):
 addition_turing. Positional limitations (Chen, Liang & Lin): select_first,
 select_middle, select_last, lp_parity, lp_addition. SCAN (Lake & Baroni 2018): scan.
+
+One module per task (named as the task), and:
+
+    base       the ``Task`` interface and the task registry
+    vocab      the shared 64-token vocabulary every task is written in
+    chomsky    the Chomsky-hierarchy tasks' shared machinery, as the randomized-PE paper uses them
+    catalogue  the task catalogue, generated from the registry (docs/tasks.md)
+    data       batches of task instances as tensors (imported on its own, not by this package)
+
+    addition                     PRISM paper: LSD-first addition with a per-digit chain of thought
+    copy                         PRISM paper: repeat a random digit string
+    reverse                      PRISM paper: reverse a random digit string
+    odds_first                   PRISM paper: odd-indexed digits first, then even-indexed
+    stack_manipulation           PRISM paper: final state of a stack after pushes and pops
+    scan_cot                     PRISM paper: SCAN with a two-step chain of thought
+    dyn_str_cpy                  PRISM paper: copy the suffix that starts at a given digit
+    multiplication_cot           PRISM paper: multiplication with a chain of thought
+    even_pairs                   randomized-PE paper: parity of the number of unequal neighbours
+    modular_arithmetic_simple    randomized-PE paper: d op d op ... d mod 5
+    parity_check                 randomized-PE paper: parity of a bit string
+    cycle_navigation             randomized-PE paper: final position of a walk on a 5-cycle
+    dm_stack_manipulation        randomized-PE paper: its Stack Manipulation
+    reverse_string               randomized-PE paper: reverse a bit string
+    modular_arithmetic_brackets  randomized-PE paper: a bracketed expression mod 5
+    solve_equation               randomized-PE paper: x in a bracketed linear equation mod 5
+    duplicate_string             randomized-PE paper: write a bit string twice
+    missing_duplicate_string     randomized-PE paper: the hidden symbol of a duplicated string
+    dm_odds_first                randomized-PE paper: odd-indexed bits first
+    binary_addition              randomized-PE paper: add two little-endian binary numbers
+    binary_multiplication        randomized-PE paper: multiply two little-endian binary numbers
+    compute_sqrt                 randomized-PE paper: floor square root in binary
+    bucket_sort                  randomized-PE paper: sort a string over {0..4}
+    addition_turing              Turing Programs: multi-digit addition as a Turing Program
+    select_first                 positional limitations: output the first digit
+    select_middle                positional limitations: output the middle digit
+    select_last                  positional limitations: output the last digit
+    lp_parity                    positional limitations: parity with a chain of thought
+    lp_addition                  positional limitations: unaligned addition, no chain of thought
+    scan                         SCAN: commands to action sequences, from the grammar
 """
 
 from harness.tasks import (  # noqa: F401  (registers the tasks)

@@ -6,9 +6,9 @@ import torch
 
 import harness.tasks as tasks
 from harness.config import preset_config
-from harness.pe_spec import display_name, vocabulary_options
+from harness.config.pe_spec import display_name, vocabulary_options
 from harness.tasks.vocab import TOKEN_ID, encode
-from harness.train import build_model, train
+from harness.training.train import build_model, train
 
 
 def _cfg(steps=3):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.backbone import BackboneConfig
-from harness.pe_spec import check_options, display_name
+from harness.config.pe_spec import check_options, display_name
+from harness.training.backbone import BackboneConfig
 from pezoo.spec import parse_pe
 
 QUICK = BackboneConfig(d_model=128, n_layers=3, n_heads=4)

@@ -1,13 +1,13 @@
-"""What `pezoo bench` says before it trains (harness/announce.py). Nothing here trains."""
+"""What `pezoo bench` says before it trains (harness/sweeps/announce.py). Nothing here trains."""
 
 from __future__ import annotations
 
-from harness.announce import bench_announcement, describe_preset, gpu_hint, wall_line
 from harness.commands.sweep import published_line
 from harness.config import preset_config
-from harness.plan import make_plan
-from harness.store import Store
-from harness.sweep import Grid, SweepSpec
+from harness.records.store import Store
+from harness.sweeps.announce import bench_announcement, describe_preset, gpu_hint, wall_line
+from harness.sweeps.plan import make_plan
+from harness.sweeps.sweep import Grid, SweepSpec
 from tests.harness.test_sweep import finish
 
 
@@ -94,7 +94,7 @@ def test_a_context_extension_shorter_than_the_training_sequences_is_noted():
     dynamic NTK with L = 22 would rescale the lengths the weights were trained on."""
     import dataclasses
 
-    from harness.announce import extension_notes
+    from harness.sweeps.announce import extension_notes
 
     base = preset_config("quick", pe="rope", task="copy", seed=0)
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import pezoo
-from harness.backbone import Backbone, BackboneConfig
+from harness.training.backbone import Backbone, BackboneConfig
 from pezoo.backends import flex_compile, xformers_available
 
 ENCODINGS = pezoo.available()

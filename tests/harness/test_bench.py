@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import RunConfig
-from harness.results import load
-from harness.store import NotAStoreError, Store, StoreError
+from harness.records.frames import load
+from harness.records.store import NotAStoreError, Store, StoreError
 
 
 def load_config(store_path):

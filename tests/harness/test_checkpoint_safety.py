@@ -22,17 +22,17 @@ import torch
 from click.testing import CliRunner
 
 import harness.tasks as tasks
-from harness import kept_results
-from harness.checkpoint import FORMAT, VERSION, CheckpointError, load_checkpoint, save_checkpoint
 from harness.cli import main
 from harness.config import preset_config
-from harness.estimate import checkpointed_steps
-from harness.evaluate import LengthMetrics
-from harness.record import evaluated_scales
-from harness.recording import recover_kept
-from harness.run import RunResult, checkpoint_path, execute, train_and_evaluate
-from harness.store import NotAStoreError, Store
-from harness.train import Checkpointing, build_model, restore, train
+from harness.evaluation.evaluate import LengthMetrics
+from harness.execution.recording import recover_kept
+from harness.execution.run import RunResult, checkpoint_path, execute, train_and_evaluate
+from harness.records import kept_results
+from harness.records.record import evaluated_scales
+from harness.records.store import NotAStoreError, Store
+from harness.sweeps.estimate import checkpointed_steps
+from harness.training.checkpoint import FORMAT, VERSION, CheckpointError, load_checkpoint, save_checkpoint
+from harness.training.train import Checkpointing, build_model, restore, train
 
 
 def smoke(steps=4, seed=0, **train_options):
@@ -284,7 +284,7 @@ def test_a_resumed_run_matches_an_uninterrupted_one_in_the_new_format(tmp_path):
 def test_two_writers_of_one_checkpoint_do_not_collide(tmp_path, monkeypatch):
     # writer A is half-way through its file when writer B writes and renames its own:
     # with one shared "<name>.tmp", B would take A's file and A's rename would fail
-    import harness.checkpoint.writing as checkpoint
+    import harness.training.checkpoint.writing as checkpoint
 
     path = tmp_path / "ck.pt"
     real_save = torch.save
@@ -307,7 +307,7 @@ def test_two_writers_of_one_checkpoint_do_not_collide(tmp_path, monkeypatch):
 WRITER = textwrap.dedent(
     """
     import sys, torch
-    from harness.checkpoint import save_checkpoint
+    from harness.training.checkpoint import save_checkpoint
     path, who = sys.argv[1], sys.argv[2]
     for i in range(25):
         save_checkpoint(path, {"who": who, "i": i, "w": torch.full((20000,), float(i))})
@@ -367,8 +367,8 @@ UNEXPECTED_POS = RuntimeError("[enforce fail at inline_container.cc:672] . unexp
 
 @pytest.mark.parametrize("error", [ENOSPC, UNEXPECTED_POS], ids=["ENOSPC", "unexpected-pos"])
 def test_a_full_disk_costs_a_checkpoint_not_the_training(tmp_path, monkeypatch, error):
-    import harness.checkpoint.writing as checkpoint
-    import harness.files as files
+    import harness.records.files as files
+    import harness.training.checkpoint.writing as checkpoint
 
     cfg = smoke(steps=6)
     task = tasks.create(cfg.task)
@@ -390,7 +390,7 @@ class Usage:  # shutil.disk_usage's answer on a full disk
 
 
 def test_a_torch_write_error_with_space_left_is_not_called_a_full_disk(tmp_path, monkeypatch):
-    import harness.checkpoint.writing as checkpoint
+    import harness.training.checkpoint.writing as checkpoint
 
     monkeypatch.setattr(checkpoint.torch, "save", failing_save(UNEXPECTED_POS))
     cfg = smoke()
@@ -439,7 +439,7 @@ def test_a_finished_result_the_store_cannot_take_is_kept_and_recorded_next_time(
     assert kept.exists() and not checkpoint_path(ckpt_dir, cfg.run_id()).exists()  # the space is freed
     assert not list(ckpt_dir.glob("*.tmp"))
 
-    monkeypatch.setattr("harness.run.train_and_evaluate", no_training)
+    monkeypatch.setattr("harness.execution.run.train_and_evaluate", no_training)
     notices = []
     with Store(store_path) as store:
         outcome = execute(cfg, store, torch.device("cpu"), notice=notices.append)
@@ -461,7 +461,7 @@ def test_bench_keeps_a_result_the_store_cannot_take_and_records_it_next_time(tmp
         first = CliRunner().invoke(main, args)
     assert first.exit_code == 1, first.output
     assert "unrecorded" in first.output and "disk full" in first.output and "kept in" in first.output
-    monkeypatch.setattr("harness.executors.worker.train_and_evaluate", no_training)
+    monkeypatch.setattr("harness.sweeps.executors.worker.train_and_evaluate", no_training)
     second = CliRunner().invoke(main, args)
     assert second.exit_code == 0, second.output
     assert "without training" in second.output
@@ -650,7 +650,7 @@ def test_a_disk_that_fills_up_during_a_run_loses_nothing_finished(tiny_disk, mon
         assert "disk full" in outcome.error and "kept in" in outcome.error
     assert not list(ckpt_dir.glob("*.tmp"))
     filled[0].unlink()
-    monkeypatch.setattr("harness.run.train_and_evaluate", no_training)
+    monkeypatch.setattr("harness.execution.run.train_and_evaluate", no_training)
     with Store(tiny_disk / "s.sqlite") as store:
         assert execute(cfg, store, torch.device("cpu"), notice=lambda _: None).status == "finished"
         assert store.status(cfg.run_id()) == "finished"
@@ -696,14 +696,14 @@ def test_a_stride_0_tensor_is_refused_when_read_before_any_use(tmp_path):
     ],
 )
 def test_layout_problem_tells_tensors_that_share_bytes(tensor, fits):
-    from harness.checkpoint import layout_problem
+    from harness.training.checkpoint import layout_problem
 
     assert (layout_problem(tensor) is None) == fits
 
 
 def diverging_at(step):
     """A ``training_loss`` whose loss is NaN from training step ``step`` on (counted from 0)."""
-    from harness.train import training_loss
+    from harness.training.train import training_loss
 
     calls = []
 
@@ -720,7 +720,7 @@ def diverging_at(step):
 def test_a_diverged_run_sets_its_checkpoint_aside_and_is_never_resumed(tmp_path, monkeypatch):
     cfg = smoke()
     path = tmp_path / "ck.pt"
-    monkeypatch.setattr("harness.train.training_loss", diverging_at(3))  # after the checkpoint at step 2
+    monkeypatch.setattr("harness.training.train.training_loss", diverging_at(3))  # after the checkpoint at step 2
     notices = []
     result = train_and_evaluate(cfg, torch.device("cpu"), path, checkpoint_every=2, notice=notices.append)
     assert result.status == "diverged"

@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner
 
 from harness.cli import main
+from harness.commands.printable import printable
 from harness.config import preset_config
-from harness.evaluate import LengthMetrics
-from harness.printable import printable
-from harness.record import RunRecord
-from harness.store import Store
+from harness.evaluation.evaluate import LengthMetrics
+from harness.records.record import RunRecord
+from harness.records.store import Store
 
 BENCH = ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke", "--device", "cpu"]
 
@@ -209,7 +209,7 @@ def test_every_encoding_of_a_sweep_is_checked_not_only_the_first_per_task(tmp_pa
 def test_seed_and_seeds_next_to_a_sweep_replace_only_their_own_part(tmp_path):
     """`--seed 3` alone collapsed every grid to the one seed 3, and `--seeds 1` alone reset
     a grid's `seed = 7` to 0: given one, the other took its command-line default."""
-    from harness.sweep import load_sweep
+    from harness.sweeps.sweep import load_sweep
 
     path = _sweep(
         tmp_path,

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 import harness.tasks as tasks
-import harness.train as train_module
-from harness.attempt import by_step
-from harness.checkpoint import UNKNOWN_CODE, UNKNOWN_MACHINE, code_history, machine_history, save_checkpoint
+import harness.training.train as train_module
 from harness.config import preset_config
-from harness.run import train_and_evaluate
-from harness.train import Checkpointing, build_model, train
+from harness.execution.attempt import by_step
+from harness.execution.run import train_and_evaluate
+from harness.training.checkpoint import UNKNOWN_CODE, UNKNOWN_MACHINE, code_history, machine_history, save_checkpoint
+from harness.training.train import Checkpointing, build_model, train
 
 
 def smoke():

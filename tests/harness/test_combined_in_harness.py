@@ -7,9 +7,9 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import preset_config
-from harness.pe_spec import vocabulary_options
+from harness.config.pe_spec import vocabulary_options
 from harness.tasks.vocab import TOKEN_ID
-from harness.train import build_model
+from harness.training.train import build_model
 from pezoo.spec import parse_pe
 
 ARGS = ["bench", "--task", "addition", "--preset", "smoke", "--device", "cpu", "--workers", "1", "--steps", "3"]

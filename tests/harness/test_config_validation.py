@@ -12,8 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from harness import limits
-from harness.config import PRESETS, EvalConfig, RunConfig, TrainConfig, preset_config
+from harness.config import PRESETS, EvalConfig, RunConfig, TrainConfig, limits, preset_config
 
 RESULTS = Path(__file__).resolve().parents[2] / "leaderboard" / "results"
 VALID = json.loads(json.dumps(preset_config("smoke", pe="rope", task="copy", seed=0).to_dict()))

@@ -1,11 +1,11 @@
-"""The board says how a method was run unlike its paper (harness.protocols.departures)."""
+"""The board says how a method was run unlike its paper (harness.config.protocols.departures)."""
 
 from __future__ import annotations
 
 import pezoo
-from harness.backbone import BackboneConfig
-from harness.pe_spec import model_options
-from harness.protocols import departure_paper, departures, extra_input, paper_pe_options
+from harness.config.pe_spec import model_options
+from harness.config.protocols import departure_paper, departures, extra_input, paper_pe_options
+from harness.training.backbone import BackboneConfig
 
 QUICK = BackboneConfig(d_model=128, n_layers=3, n_heads=4)
 

@@ -11,14 +11,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import harness.run
+import harness.execution.run
 from harness.cli import main
+from harness.commands.report import leaderboard_tables
 from harness.config import preset_config
-from harness.kept_weights import weights_path
-from harness.report import leaderboard_tables
-from harness.results import load
-from harness.store import Store
-from harness.train import build_model
+from harness.execution.kept_weights import weights_path
+from harness.records.frames import load
+from harness.records.store import Store
+from harness.training.train import build_model
 from pezoo.spec import parse_pe
 
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 5}
@@ -35,14 +35,14 @@ ARGS = ["bench", "--task", "copy", "--preset", "smoke", "--device", "cpu", "--wo
 def variant_store(tmp_path_factory):
     path = tmp_path_factory.mktemp("variants") / "store.sqlite"
     trained = []
-    real_train = harness.run.train
+    real_train = harness.execution.run.train
 
     def counting_train(cfg, *args, **kwargs):
         trained.append(cfg.run_id())
         return real_train(cfg, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(harness.run, "train", counting_train)
+        mp.setattr(harness.execution.run, "train", counting_train)
         first = CliRunner().invoke(main, [*ARGS, "--pe", ",".join(SPECS), "--store", str(path)])
         assert first.exit_code == 0, first.output
         again = CliRunner().invoke(main, [*ARGS, "--pe", ",".join(SPECS), "--store", str(path)])
@@ -162,7 +162,7 @@ def test_a_variant_needs_final_weights_select():
 def test_variant_spec_round_trips_and_plans_its_trained_run_first():
     spec = parse_pe(SPECS[3])
     assert parse_pe(str(spec)) == spec and spec.trained == parse_pe("rope")
-    from harness.sweep import Grid
+    from harness.sweeps.sweep import Grid
 
     runs = Grid(preset="smoke", pe=(SPECS[2],), task=("copy",), steps=(12,)).configs()
     assert [r.is_variant for r in runs] == [False, True]
@@ -195,8 +195,8 @@ class _RunsCode:
 
 @pytest.mark.parametrize("content", ["missing", "garbage", "code", "other run"])
 def test_a_variant_without_usable_weights_fails_saying_why(tmp_path, content, capfd):
-    from harness.checkpoint import save_weights
-    from harness.run import evaluate_kept
+    from harness.execution.run import evaluate_kept
+    from harness.training.checkpoint import save_weights
 
     _, _, linear, _ = _configs()
     trained = linear.trained_config()
@@ -229,8 +229,10 @@ def test_a_variant_of_a_run_finished_without_weights_fails_and_trains_nothing(tm
     path = tmp_path / "store.sqlite"
     assert CliRunner().invoke(main, [*ARGS, "--pe", "rope", "--store", str(path)]).exit_code == 0
     trained = []
-    real_train = harness.run.train
-    monkeypatch.setattr(harness.run, "train", lambda cfg, *a, **k: trained.append(cfg) or real_train(cfg, *a, **k))
+    real_train = harness.execution.run.train
+    monkeypatch.setattr(
+        harness.execution.run, "train", lambda cfg, *a, **k: trained.append(cfg) or real_train(cfg, *a, **k)
+    )
     result = CliRunner().invoke(main, [*ARGS, "--pe", f"rope,{SPECS[2]}", "--store", str(path)])
     assert result.exit_code == 1 and "no final weights of run" in result.output
     assert trained == []
@@ -240,7 +242,7 @@ def test_a_variant_of_a_run_finished_without_weights_fails_and_trains_nothing(tm
 def test_a_variant_waits_while_another_process_trains_its_run(tmp_path):
     """Two bench processes on one board: the one that skips a run another process trains
     must skip that run's variants too, not fail them for want of weights."""
-    from harness.store import Owner
+    from harness.records.store import Owner
 
     path = tmp_path / "store.sqlite"
     base, _, linear, _ = _configs()
@@ -293,8 +295,10 @@ def test_keep_weights_keeps_a_plain_runs_final_weights_for_a_later_variant(tmp_p
     base = _configs()[0]
     assert weights_path(tmp_path / "checkpoints", base.run_id()).is_file()
     trained = []
-    real_train = harness.run.train
-    monkeypatch.setattr(harness.run, "train", lambda cfg, *a, **k: trained.append(cfg) or real_train(cfg, *a, **k))
+    real_train = harness.execution.run.train
+    monkeypatch.setattr(
+        harness.execution.run, "train", lambda cfg, *a, **k: trained.append(cfg) or real_train(cfg, *a, **k)
+    )
     later = CliRunner().invoke(main, [*ARGS, "--pe", f"rope,{SPECS[2]}", "--store", str(path)])
     assert later.exit_code == 0, later.output
     assert trained == []

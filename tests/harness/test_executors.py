@@ -19,8 +19,10 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import preset_config
-from harness.evaluate import LengthMetrics
-from harness.executors import (
+from harness.evaluation.evaluate import LengthMetrics
+from harness.execution.run import RunResult, train_and_evaluate
+from harness.records.store import Owner, Store, StoreFullError
+from harness.sweeps.executors import (
     FAULT_ENV,
     Executor,
     ExecutorError,
@@ -35,8 +37,6 @@ from harness.executors import (
     local_executor,
     run_sweep,
 )
-from harness.run import RunResult, train_and_evaluate
-from harness.store import Owner, Store, StoreFullError
 
 # -- the driver loop, against a scripted executor (no training) -------------------------
 
@@ -262,7 +262,7 @@ def test_injected_faults_parse():
 
 
 def test_local_pool_sizing(monkeypatch):
-    monkeypatch.setattr("harness.executors.sizing.default_cpu_workers", lambda: 8)
+    monkeypatch.setattr("harness.sweeps.executors.sizing.default_cpu_workers", lambda: 8)
     cpu = torch.device("cpu")
     assert local_devices(cpu, None, todo=20) == ["cpu"] * 8  # one per core
     assert local_devices(cpu, None, todo=3) == ["cpu"] * 3  # never more than runs to do
@@ -500,7 +500,7 @@ def refusing_claims(monkeypatch, pe, times):
         return real(self, cfg, *args, **kwargs)
 
     monkeypatch.setattr(Store, "claim", claim)
-    monkeypatch.setattr("harness.executors.driver.CLAIM_RETRY_DELAYS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr("harness.sweeps.executors.driver.CLAIM_RETRY_DELAYS", (0.0, 0.0, 0.0))
     return refused
 
 

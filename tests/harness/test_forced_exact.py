@@ -1,5 +1,5 @@
 """Exact match read off the teacher-forced pass equals the greedy decode's
-(``harness.evaluate``, "exact match without a decode"; ``Accel.forced``)."""
+(``harness.evaluation.evaluate``, "exact match without a decode"; ``Accel.forced``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from harness.config import preset_config
-from harness.data import evaluation_set
-from harness.evaluate import evaluate_length, greedy_decode, windowed_predictions
+from harness.evaluation.evaluate import evaluate_length, greedy_decode, windowed_predictions
 from harness.tasks import create
-from harness.train import ACCEL_ENV, Accel, build_model, train
+from harness.tasks.data import evaluation_set
+from harness.training.train import ACCEL_ENV, Accel, build_model, train
 
 
 @pytest.mark.parametrize(("pe", "window"), [("nope", 0), ("rope", 0), ("alibi", 0), ("randomized", 0), ("rope", 9)])
@@ -53,7 +53,7 @@ def test_exact_match_off_the_teacher_forced_pass_equals_the_greedy_decodes(half_
 
 
 def test_a_scratchpad_scored_on_its_answer_still_decodes(monkeypatch):
-    import harness.evaluate as evaluate
+    import harness.evaluation.evaluate as evaluate
 
     calls = []
     real = evaluate.exact_match

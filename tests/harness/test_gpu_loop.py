@@ -1,5 +1,5 @@
-"""The training loop's GPU features (harness.feed, harness.train.Accel/LossReadback,
-harness.graphs): each leaves a CPU run bit-identical, and a diverged run is still caught.
+"""The training loop's GPU features (harness.training.feed, harness.training.train.Accel/LossReadback,
+harness.training.graphs): each leaves a CPU run bit-identical, and a diverged run is still caught.
 The CUDA-graph comparison at the end runs only where there is a GPU."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import random
 import pytest
 import torch
 
-import harness.graphs as graphs
+import harness.training.graphs as graphs
 from harness.config import preset_config
-from harness.data import PackedStream
-from harness.feed import BatchFeed
-from harness.graphs import bucket_width, pad_to, padded_loss_inputs, plain_loss
 from harness.tasks import create
-from harness.train import (
+from harness.tasks.data import PackedStream
+from harness.training.feed import BatchFeed
+from harness.training.graphs import bucket_width, pad_to, padded_loss_inputs, plain_loss
+from harness.training.train import (
     ACCEL_ENV,
     Accel,
     DivergedError,
@@ -112,7 +112,7 @@ def test_batched_readback_and_producer_train_the_same_run_on_cpu():
             "eval": {"every": 4, "start_below_loss": 5.3, "samples": 4, "test_max": 6},
         },
     )
-    from harness.run import evaluate_all
+    from harness.execution.run import evaluate_all
 
     def periodic(model_ref):
         return lambda step: evaluate_all(cfg, model_ref[0], create(cfg.task), torch.device("cpu"), {})
@@ -174,7 +174,7 @@ def test_a_run_that_diverges_between_readbacks_is_recorded_diverged(monkeypatch,
     )
     with pytest.raises(DivergedError, match="loss became nan at step 7"):
         _train(cfg, Accel(readback=5))
-    from harness.run import train_and_evaluate
+    from harness.execution.run import train_and_evaluate
 
     monkeypatch.setenv(ACCEL_ENV, "readback")
     result = train_and_evaluate(cfg, torch.device("cpu"), tmp_path / "run.pt", notice=lambda m: None)
@@ -227,7 +227,7 @@ def test_graphed_run_matches_its_eager_run_on_cuda(pe):
     """A smoke run trained with CUDA graphs (and the other GPU features) against the same
     run eager: every step's loss within 1e-3 relative and the final metrics within 0.05
     (a graph's float rounding, and its padded pass, drift over the steps)."""
-    from harness.run import evaluate_all
+    from harness.execution.run import evaluate_all
 
     cfg = preset_config("smoke", pe=pe, task="copy", seed=0)
     device = torch.device("cuda")

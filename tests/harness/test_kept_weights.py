@@ -12,15 +12,21 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import harness.run
-from harness.checkpoint import save_weights
+import harness.execution.run
 from harness.cli import main
 from harness.config import preset_config
-from harness.estimate import steps_done
-from harness.kept_weights import WEIGHTS_DIGEST, recorded_weights, trusted_weights, weights_path, weights_source
-from harness.run import train_and_evaluate
-from harness.store import Store
-from harness.train import build_model
+from harness.execution.kept_weights import (
+    WEIGHTS_DIGEST,
+    recorded_weights,
+    trusted_weights,
+    weights_path,
+    weights_source,
+)
+from harness.execution.run import train_and_evaluate
+from harness.records.store import Store
+from harness.sweeps.estimate import steps_done
+from harness.training.checkpoint import save_weights
+from harness.training.train import build_model
 
 STEPS = 12
 
@@ -159,14 +165,14 @@ def test_bench_tests_a_finished_run_further_without_training(tmp_path):
     args = ["bench", "--pe", "rope", "--task", "copy", "--preset", "smoke", "--device", "cpu", "--workers", "1",
             "--steps", str(STEPS), "--store", str(store)]  # fmt: skip
     trained = []
-    real_train = harness.run.train
+    real_train = harness.execution.run.train
 
     def counting_train(cfg, *a, **kw):
         trained.append(cfg.run_id())
         return real_train(cfg, *a, **kw)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(harness.run, "train", counting_train)
+        mp.setattr(harness.execution.run, "train", counting_train)
         first = CliRunner().invoke(main, [*args, "--test-len", "8", "--keep-weights"])
         assert first.exit_code == 0, first.output
         further = CliRunner().invoke(main, [*args, "--test-len", "12"])

@@ -1,4 +1,4 @@
-"""`pezoo list` (harness/catalogue.py) and what a wrong encoding or preset name is told."""
+"""`pezoo list` (harness/commands/catalogue.py) and what a wrong encoding or preset name is told."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 from click.testing import CliRunner
 
 import pezoo
-from harness.catalogue import name_problem, summary
 from harness.cli import main
+from harness.commands.catalogue import name_problem, summary
 from harness.config import PRESET_DESCRIPTIONS, PRESETS
-from harness.pe_spec import display_name
+from harness.config.pe_spec import display_name
 
 
 def sections(text: str) -> dict[str, list[str]]:

@@ -1,4 +1,4 @@
-"""Packing several runs on one GPU (harness.executors.sizing), sized from fake device facts.
+"""Packing several runs on one GPU (harness.sweeps.executors.sizing), sized from fake device facts.
 That a run's result does not depend on what trains beside it is
 tests/harness/test_executors.py::test_runs_side_by_side_store_what_each_stores_alone."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import harness.executors.sizing as sizing
+import harness.sweeps.executors.sizing as sizing
 from harness.config import preset_config
-from harness.executors import InProcess, LocalPool, local_devices, local_executor
-from harness.executors.sizing import CONTEXT_BYTES, PACK_CAP, packed_per_gpu, runs_per_gpu
+from harness.sweeps.executors import InProcess, LocalPool, local_devices, local_executor
+from harness.sweeps.executors.sizing import CONTEXT_BYTES, PACK_CAP, packed_per_gpu, runs_per_gpu
 
 GIB = 2**30
 

@@ -1,6 +1,6 @@
 """Training skips a batch's right padding: the MLPs skip it (``Backbone.forward(keep=...)``)
 and the rows run in groups of similar length, each cut to its longest row
-(``harness.train._task_loss``). The labelled tokens' logits, the loss and every gradient
+(``harness.training.train._task_loss``). The labelled tokens' logits, the loss and every gradient
 stay those of one padded pass, for every encoding, and a ``keep`` or ``positions`` that
 would change them is refused."""
 
@@ -15,12 +15,12 @@ import torch.nn.functional as F
 
 import pezoo
 from harness import tasks
-from harness.backbone import Backbone, BackboneConfig
 from harness.config import preset_config
-from harness.data import IGNORE, collate, sample_training_batch
-from harness.protocols import paper_pe_options
+from harness.config.protocols import paper_pe_options
+from harness.tasks.data import IGNORE, collate, sample_training_batch
 from harness.tasks.vocab import PAD_ID
-from harness.train import LENGTH_GROUPS, _task_loss, build_model, training_loss
+from harness.training.backbone import Backbone, BackboneConfig
+from harness.training.train import LENGTH_GROUPS, _task_loss, build_model, training_loss
 
 
 def padded_batch(task: str, seed: int = 0, size: int = 8):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.backbone import BackboneConfig
 from harness.config import preset_config
-from harness.protocols import paper_pe_options
-from harness.train import build_model
+from harness.config.protocols import paper_pe_options
+from harness.training.backbone import BackboneConfig
+from harness.training.train import build_model
 from pezoo.encodings.prism.paper import prism_d_pe, prism_layers
 
 PAPER = BackboneConfig(d_model=192, n_layers=5, n_heads=8)

@@ -9,12 +9,12 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.backbone import BackboneConfig
 from harness.cli import main
 from harness.config import RunConfig, preset_config
-from harness.pe_spec import display_name, model_options, resolve_pe
-from harness.sweep import load_sweep, pe_values
-from harness.train import build_model
+from harness.config.pe_spec import display_name, model_options, resolve_pe
+from harness.sweeps.sweep import load_sweep, pe_values
+from harness.training.backbone import BackboneConfig
+from harness.training.train import build_model
 from pezoo.spec import PeSpec, format_pe, parse_pe, parse_value, split_pe_list
 
 QUICK = BackboneConfig(d_model=128, n_layers=3, n_heads=4)

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 import harness.tasks as tasks
 from harness.cli import main
 from harness.config import RunConfig, preset_config
-from harness.evaluate import LengthMetrics, select_evaluation
-from harness.run import train_and_evaluate
-from harness.train import Checkpointing, build_model, restore, train
+from harness.evaluation.evaluate import LengthMetrics, select_evaluation
+from harness.execution.run import train_and_evaluate
+from harness.training.train import Checkpointing, build_model, restore, train
 
 
 def evaluation(train_em, test_em, test_tok=None):
@@ -170,7 +170,7 @@ def test_tensorboard_logs_loss_and_evaluations(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from harness.tblog import run_dir
+    from harness.training.tblog import run_dir
 
     cfg = smoke(steps=20, every=10)
     result = train_and_evaluate(cfg, torch.device("cpu"), tmp_path / "ck.pt", notice=lambda _: None,
@@ -190,7 +190,7 @@ def test_bench_explains_bad_evaluation_options(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, [*args, "--eval-select", "top3"])
     assert result.exit_code == 2 and "set eval.every > 0" in result.output
 
-    import harness.tblog as tblog
+    import harness.training.tblog as tblog
 
     def missing():
         raise RuntimeError(tblog.INSTALL_HINT)
@@ -202,7 +202,7 @@ def test_bench_explains_bad_evaluation_options(tmp_path, monkeypatch):
 
 
 def test_sweep_axes_include_the_evaluation_options():
-    from harness.sweep import Grid
+    from harness.sweeps.sweep import Grid
 
     grid = Grid(pe=("nope",), task=("copy",), preset="smoke", eval_every=(5,), eval_select=("final", "best_in_dist"))
     assert [(c.eval.every, c.eval.select) for c in grid.configs()] == [(5, "final"), (5, "best_in_dist")]

@@ -113,7 +113,7 @@ def test_bench_refuses_a_broken_plugin_before_it_starts(plugins, tmp_path, pe):
 
 def _smoke_run(pe, tmp_path):
     from harness.config import preset_config
-    from harness.run import train_and_evaluate
+    from harness.execution.run import train_and_evaluate
 
     cfg = preset_config("smoke", pe=pe, task="copy", seed=0, overrides={"train": {"steps": 2}})
     result = train_and_evaluate(cfg, torch.device("cpu"), tmp_path / "ck.pt")
@@ -206,8 +206,8 @@ def installed(monkeypatch, tmp_path):
 
 def test_a_plugin_that_exits_in_forward_fails_its_run_and_the_sweep_goes_on(installed, tmp_path):
     from harness.config import preset_config
-    from harness.executors import InProcess, run_sweep
-    from harness.store import Store
+    from harness.records.store import Store
+    from harness.sweeps.executors import InProcess, run_sweep
 
     installed(MISBEHAVING_SOURCE, exits_plugin="ExitsInForward")
     exits, nope = (
@@ -261,7 +261,7 @@ def test_a_segfaulting_plugin_under_one_worker_fails_its_run_not_the_sweep(insta
     output = done.stdout + done.stderr
     assert done.returncode == 1, output
     assert "SIGSEGV" in output and "| nope" in output
-    from harness.store import Store
+    from harness.records.store import Store
 
     with Store(tmp_path / "s.sqlite", readonly=True) as store:
         assert {r["pe"]: r["status"] for r in store.runs()} == {"segv_plugin": "failed", "nope": "finished"}
@@ -269,8 +269,8 @@ def test_a_segfaulting_plugin_under_one_worker_fails_its_run_not_the_sweep(insta
 
 def test_a_hanging_plugin_is_stopped_after_the_hang_timeout_and_the_sweep_goes_on(installed, tmp_path):
     from harness.config import preset_config
-    from harness.executors import local_executor, run_sweep
-    from harness.store import Store
+    from harness.records.store import Store
+    from harness.sweeps.executors import local_executor, run_sweep
 
     installed(MISBEHAVING_SOURCE, hangs_plugin="Hangs")
     hangs, nope = (

@@ -1,4 +1,4 @@
-"""A run's precision (harness/precision.py): autocast over float32 weights, fp16 loss scaling,
+"""A run's precision (harness/training/precision.py): autocast over float32 weights, fp16 loss scaling,
 evaluation in the training's precision unless asked otherwise, and run ids that change with
 it except at fp32, the default."""
 
@@ -13,12 +13,12 @@ import torch
 from click.testing import CliRunner
 
 import harness.tasks as tasks
-from harness.checkpoint import load_checkpoint, save_checkpoint
 from harness.cli import main
 from harness.config import GPU_PRESETS, PRESET_DESCRIPTIONS, PRESETS, EvalConfig, RunConfig, TrainConfig, preset_config
-from harness.run import evaluate_all
-from harness.sweep import Grid, SweepSpec, load_sweep
-from harness.train import Checkpointing, build_model, restore, train
+from harness.execution.run import evaluate_all
+from harness.sweeps.sweep import Grid, SweepSpec, load_sweep
+from harness.training.checkpoint import load_checkpoint, save_checkpoint
+from harness.training.train import Checkpointing, build_model, restore, train
 
 RESULTS = Path(__file__).resolve().parents[2] / "leaderboard" / "results"
 
@@ -116,7 +116,7 @@ def test_mixed_precision_runs_its_matrix_work_in_low_precision_over_float32_weig
 
 
 def test_evaluation_runs_in_the_training_precision_unless_told_otherwise(monkeypatch):
-    import harness.run as run
+    import harness.execution.run as run
 
     seen = []
 
@@ -207,7 +207,7 @@ def test_every_encoding_learns_copy_in_bf16_as_in_fp32(pe):
 
 
 def test_tf32_is_switched_on_for_cuda_devices_only():
-    from harness.precision import use_tf32
+    from harness.training.precision import use_tf32
 
     matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     try:
@@ -223,7 +223,7 @@ def test_tf32_is_switched_on_for_cuda_devices_only():
 def test_a_gpu_preset_runs_its_bf16_default_end_to_end_on_the_cpu(tmp_path, preset, task):
     """The code a GPU runs by default (autocast bf16, fused optimiser, evaluation in bf16),
     through CPU autocast, at a toy size."""
-    from harness.run import train_and_evaluate
+    from harness.execution.run import train_and_evaluate
 
     cfg = preset_config(
         preset,
@@ -244,8 +244,8 @@ def test_a_gpu_preset_runs_its_bf16_default_end_to_end_on_the_cpu(tmp_path, pres
 
 def test_a_bf16_run_is_not_estimated_from_fp32_runs_of_the_same_model(tmp_path):
     """A precision changes the cost of a step: a plan estimates a bf16 run from bf16 runs only."""
-    from harness.plan import make_plan
-    from harness.store import Store
+    from harness.records.store import Store
+    from harness.sweeps.plan import make_plan
     from tests.harness.test_sweep import finish
 
     fp32, bf16 = smoke("fp32"), smoke("bf16")
@@ -272,8 +272,8 @@ def test_every_encoding_takes_fp16_steps_with_loss_scaling(pe):
 
 
 def test_tables_show_a_run_not_in_fp32_as_a_row_of_its_own(tmp_path):
-    from harness.results import load
-    from harness.store import Store
+    from harness.records.frames import load
+    from harness.records.store import Store
     from tests.harness.test_sweep import finish
 
     runs = [smoke("fp32"), smoke("bf16"), with_precision(smoke("fp32"), evaluation="fp16")]

@@ -1,4 +1,4 @@
-"""harness.printable: names shown on a terminal as they are, never acted on by it."""
+"""harness.commands.printable: names shown on a terminal as they are, never acted on by it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.printable import printable
+from harness.commands.printable import printable
 
 ACTED_ON = ("Cc", "Cf", "Cs", "Zl", "Zp")
 

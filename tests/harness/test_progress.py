@@ -1,5 +1,5 @@
-"""Progress of runs and sweeps (harness/progress.py) and the pool's progress messages
-(harness/executors/local_pool.py), with a fake clock. Nothing here trains a model."""
+"""Progress of runs and sweeps (harness/sweeps/progress.py) and the pool's progress messages
+(harness/sweeps/executors/local_pool.py), with a fake clock. Nothing here trains a model."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from harness.config import RunConfig
-from harness.executors import Job, LocalPool, NoticeReport, ProgressReport, throttled_progress
-from harness.executors.local_pool import _Slot
-from harness.progress import RunProgress, SweepReport
-from harness.run import RunOutcome, RunResult
+from harness.execution.run import RunOutcome, RunResult
+from harness.sweeps.executors import Job, LocalPool, NoticeReport, ProgressReport, throttled_progress
+from harness.sweeps.executors.local_pool import _Slot
+from harness.sweeps.progress import RunProgress, SweepReport
 
 
 def clock_at(t0: float = 0.0):

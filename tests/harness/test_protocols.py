@@ -10,11 +10,11 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import EvalConfig, RunConfig, TrainConfig, preset_config, prism_curriculum
-from harness.data import BLANK_ID, IGNORE, collate, sample_training_batch
-from harness.evaluate import evaluate_length
+from harness.evaluation.evaluate import evaluate_length
 from harness.tasks import Example, create
+from harness.tasks.data import BLANK_ID, IGNORE, collate, sample_training_batch
 from harness.tasks.vocab import TOKEN_ID
-from harness.train import build_model, curriculum_max
+from harness.training.train import build_model, curriculum_max
 
 
 def test_encoder_layout_puts_targets_at_blanks_and_scores_the_mask():

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import torch
 
-from harness.provenance import commit_of, cpu_name, machine_name, provenance
+from harness.records.provenance import commit_of, cpu_name, machine_name, provenance
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -85,7 +85,7 @@ def test_a_run_records_every_option_its_encoding_was_built_with(pe, expected):
     """Records keep their meaning when a default changes later: the provenance holds the
     encoding's fully resolved options (defaults included), as the harness built it."""
     from harness.config import preset_config
-    from harness.provenance import run_provenance
+    from harness.records.provenance import run_provenance
 
     cfg = preset_config("smoke", pe=pe, task="copy", seed=0)
     resolved = run_provenance(cfg, torch.device("cpu"))["pe_options_resolved"]

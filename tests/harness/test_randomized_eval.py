@@ -14,17 +14,17 @@ import torch
 
 import harness.tasks as tasks
 from harness.config import preset_config
-from harness.data import collate, evaluation_set, prompt_ids
-from harness.evaluate import (
+from harness.evaluation.evaluate import (
     evaluate_length,
     example_seed,
     greedy_decode,
     planned_positions,
     sequence_length,
 )
-from harness.run import train_and_evaluate
+from harness.execution.run import train_and_evaluate
+from harness.tasks.data import collate, evaluation_set, prompt_ids
 from harness.tasks.vocab import EOS_ID
-from harness.train import build_model
+from harness.training.train import build_model
 
 L = 64  # a small L keeps the positions of a 20-token sequence far from 0..19
 

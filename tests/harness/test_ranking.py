@@ -8,7 +8,7 @@ import pandas as pd
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.ranking import FIT_THRESHOLD, Spread, fits, reach_beyond, standings
+from harness.records.ranking import FIT_THRESHOLD, Spread, fits, reach_beyond, standings
 
 
 def test_reach_counts_from_the_first_scale_beyond_training():
@@ -98,7 +98,7 @@ def test_spread_shows_what_the_seeds_did():
     assert Spread.of([0.5]).text() == "0.50"
     assert Spread.of([0.1, 0.9]).text() == "0.50 (0.10–0.90)"
     assert Spread.of([1.0, 1.0, 1.0]).text() == "1.00"
-    assert Spread.of([11, 14]).text(0) == "13 (11–14)"  # 12.5: round half up on the exact value (harness.counts)
+    assert Spread.of([11, 14]).text(0) == "13 (11–14)"  # 12.5: half up on the exact value (harness.records.counts)
     assert Spread.of([]).text() == "-" and Spread.of([math.nan]).text() == "-"
 
 

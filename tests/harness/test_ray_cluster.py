@@ -29,10 +29,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.checkpoint import CheckpointError, load_checkpoint
 from harness.config import RunConfig, preset_config
-from harness.run import checkpoint_path, train_and_evaluate
-from harness.store import Store
+from harness.execution.run import checkpoint_path, train_and_evaluate
+from harness.records.store import Store
+from harness.training.checkpoint import CheckpointError, load_checkpoint
 
 pytest.importorskip("ray", reason="the Ray executor's cluster test needs Ray: pip install 'pezoo[ray]'")
 RAY = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
@@ -46,7 +46,7 @@ pytestmark = [
 PES, STEPS, EVERY = ("nope", "rope", "alibi"), 200, 10
 KILL_AT = STEPS // 3  # the second node is killed once a run it trains has checkpointed this far
 STARTED = "Ray runtime started"
-TASK_TITLE = re.compile(r"ray::pezoo run ([0-9a-f]+) \(attempt (\d+)\)")  # harness.executors.task_name
+TASK_TITLE = re.compile(r"ray::pezoo run ([0-9a-f]+) \(attempt (\d+)\)")  # harness.sweeps.executors.task_name
 
 
 def sweep_configs() -> list[RunConfig]:

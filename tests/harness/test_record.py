@@ -1,6 +1,6 @@
 """One run record: the store's rows, a kept-result file and a results-file line are
-serialisations of ``harness.record.RunRecord``, checked by one validator with one number
-checker (``harness.checks``)."""
+serialisations of ``harness.records.record.RunRecord``, checked by one validator with one number
+checker (``harness.config.numbers``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import kept_results
-from harness.checks import INT64_MAX, is_int, is_number, number_problem
 from harness.config import preset_config
-from harness.evaluate import LengthMetrics
-from harness.record import RunRecord, evaluated_scales, record_problems
-from harness.store import Store
+from harness.config.numbers import INT64_MAX, is_int, is_number, number_problem
+from harness.evaluation.evaluate import LengthMetrics
+from harness.records import kept_results
+from harness.records.record import RunRecord, evaluated_scales, record_problems
+from harness.records.store import Store
 from leaderboard.schema import Record, read_file, to_published, validate_record
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import torch
 
 import harness.tasks as tasks
 from harness.config import preset_config
-from harness.data import collate, sample_training_batch
-from harness.train import build_model, train, training_loss
+from harness.tasks.data import collate, sample_training_batch
+from harness.training.train import build_model, train, training_loss
 
 WEIGHT = 0.05
 

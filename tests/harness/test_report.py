@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pandas as pd
 
-from harness.report import LEGEND, leaderboard_tables, per_seed_summary
+from harness.commands.report import LEGEND, leaderboard_tables, per_seed_summary
 from leaderboard.rows import summary
 
 
@@ -61,7 +61,7 @@ def test_the_heading_names_the_training_range_and_what_exact_match_scores():
 
 def test_runs_of_one_encoding_with_other_options_are_other_rows_named_by_their_spec():
     df = pd.DataFrame(frame("prism", 0, {1: 1.0, 2: 1.0, 3: 0.2}) + frame("prism", 0, {1: 1.0, 2: 1.0, 3: 0.9}))
-    df["pe_label"] = ["prism"] * 3 + ["prism{paper}"] * 3  # as harness.results.load names them
+    df["pe_label"] = ["prism"] * 3 + ["prism{paper}"] * 3  # as harness.records.frames.load names them
     table = leaderboard_tables(df)["copy"]
     names = [line.split("|")[2].strip() for line in table.splitlines()[3:]]
     assert names == ["prism{paper}", "prism"]

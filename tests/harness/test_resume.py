@@ -11,11 +11,11 @@ import time
 import pytest
 import torch
 
-from harness.checkpoint import FORMAT, VERSION
 from harness.config import preset_config
-from harness.results import load
-from harness.store import Store
-from harness.train import restore, save_checkpoint
+from harness.records.frames import load
+from harness.records.store import Store
+from harness.training.checkpoint import FORMAT, VERSION
+from harness.training.train import restore, save_checkpoint
 
 STEPS = ["--steps", "100", "--checkpoint-every", "10"]
 BENCH = [sys.executable, "-m", "harness.cli", "bench", "--pe", "rope", "--task", "copy", "--preset", "smoke"]

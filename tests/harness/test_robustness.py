@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 import harness
 from harness.cli import main
-from harness.results import load
-from harness.store import Store
+from harness.records.frames import load
+from harness.records.store import Store
 
 
 def test_nan_loss_ends_the_run_as_diverged_and_the_others_finish(tmp_path):
@@ -43,8 +43,8 @@ WRITER = textwrap.dedent(
     """
     import sys
     from harness.config import preset_config
-    from harness.evaluate import LengthMetrics
-    from harness.store import Store
+    from harness.evaluation.evaluate import LengthMetrics
+    from harness.records.store import Store
 
     path, worker = sys.argv[1], int(sys.argv[2])
     with Store(path) as store:

@@ -1,10 +1,10 @@
-"""One declaration per setting (harness.sweep.SETTINGS): the command-line option, the sweep
+"""One declaration per setting (harness.sweeps.sweep.SETTINGS): the command-line option, the sweep
 file's key, the grid axis and the config field are all made from its one entry."""
 
 from __future__ import annotations
 
 from harness.commands.bench import bench
-from harness.sweep import AXES, GRID_KEYS, SETTINGS, Grid, Setting, grid_from_mapping, naming_the_option
+from harness.sweeps.sweep import AXES, GRID_KEYS, SETTINGS, Grid, Setting, grid_from_mapping, naming_the_option
 
 
 def test_every_setting_is_an_option_a_sweep_key_and_an_axis():

@@ -1,4 +1,4 @@
-"""The recorded speeds (harness/speeds.py) agree with what they say they were measured from."""
+"""The recorded speeds (harness/sweeps/speeds.py) agree with what they say they were measured from."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import PRESETS
-from harness.speeds import RECORDED_SPEEDS, recorded_speed
+from harness.sweeps.speeds import RECORDED_SPEEDS, recorded_speed
 
 RESULTS = Path(__file__).resolve().parents[2] / "leaderboard" / "results"
 

@@ -23,10 +23,10 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import preset_config
-from harness.evaluate import LengthMetrics
-from harness.results import load
-from harness.run import execute
-from harness.store import (
+from harness.evaluation.evaluate import LengthMetrics
+from harness.execution.run import execute
+from harness.records.frames import load
+from harness.records.store import (
     ClaimLostError,
     NotAStoreError,
     Owner,
@@ -409,7 +409,7 @@ def test_switching_a_new_store_to_wal_waits_when_another_opener_holds_it():
     """SQLite answers "database is locked" at once, without the busy timeout, to a
     journal-mode switch racing other processes opening the same new store; it is retried
     until the timeout, as every other write waits. Other errors are not retried."""
-    from harness.store.connection import _wal_mode
+    from harness.records.store.connection import _wal_mode
 
     class Racing:
         def __init__(self, failures, error="database is locked"):
@@ -596,8 +596,8 @@ def test_a_store_this_user_may_not_read_says_permission_denied(shared_dir):
 _FILLS_PAST_THE_LIMIT = """
 from pathlib import Path
 from harness.config import preset_config
-from harness.files import WriteError, write_atomically
-from harness.store import Store, StoreError
+from harness.records.files import WriteError, write_atomically
+from harness.records.store import Store, StoreError
 
 with Store("s.sqlite") as store:
     try:

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from harness.cli import main
 from harness.config import preset_config
-from harness.estimate import checkpointed_steps, eval_units
-from harness.evaluate import LengthMetrics
-from harness.labels import run_label, varying_axes
-from harness.plan import format_plan, longest_first, make_plan, makespan
-from harness.store import Store
-from harness.sweep import Grid, SweepSpec, load_sweep, parse_list
+from harness.evaluation.evaluate import LengthMetrics
+from harness.records.store import Store
+from harness.sweeps.estimate import checkpointed_steps, eval_units
+from harness.sweeps.labels import run_label, varying_axes
+from harness.sweeps.plan import format_plan, longest_first, make_plan, makespan
+from harness.sweeps.sweep import Grid, SweepSpec, load_sweep, parse_list
 
 
 def write(tmp_path, text, name="sweep.toml"):
@@ -274,8 +274,8 @@ def test_bench_order_longest_first_starts_the_longest_run_first(tmp_path):
 
 
 def test_a_checkpointed_run_counts_only_the_steps_it_has_left(tmp_path):
-    from harness.checkpoint import FORMAT, VERSION, save_checkpoint
-    from harness.run import checkpoint_path
+    from harness.execution.run import checkpoint_path
+    from harness.training.checkpoint import FORMAT, VERSION, save_checkpoint
 
     def header(run_id, step):  # what plan reads of a checkpoint
         return {"format": FORMAT, "version": VERSION, "run_id": run_id, "step": step}
@@ -384,7 +384,7 @@ def test_bench_needs_pe_and_task_or_a_sweep_file(tmp_path):
 
 
 def _report(configs, plan=None, slots=2):
-    from harness.progress import SweepReport
+    from harness.sweeps.progress import SweepReport
 
     now = [0.0]
     report = SweepReport(configs, plan, tty=False, clock=lambda: now[0])
@@ -399,7 +399,7 @@ def test_sweep_eta_counts_the_runs_in_flight_on_other_workers():
     from types import SimpleNamespace
 
     from harness.config import RunConfig
-    from harness.run import RunOutcome
+    from harness.execution.run import RunOutcome
 
     configs = [RunConfig(pe="nope", task="copy", seed=s) for s in range(4)]
     report, now = _report(configs)
@@ -485,7 +485,7 @@ def test_sweep_eta_compares_a_resumed_run_with_the_part_it_trained():
     from types import SimpleNamespace
 
     from harness.config import RunConfig
-    from harness.run import RunOutcome
+    from harness.execution.run import RunOutcome
 
     configs = [RunConfig(pe="nope", task="copy", seed=s) for s in range(4)]
     report, now = _report(configs, slots=1)
@@ -517,7 +517,7 @@ def test_sweep_eta_follows_the_plan_and_how_fast_runs_really_go(tmp_path):
     left, and is rescaled by how the finished runs' wall times compared with theirs."""
     from types import SimpleNamespace
 
-    from harness.run import RunOutcome
+    from harness.execution.run import RunOutcome
 
     configs = load_sweep(write(tmp_path, SWEEP)).configs()  # nope0 nope1 rope0 rope1 alibi0 alibi1
     with Store(tmp_path / "s.sqlite") as store:

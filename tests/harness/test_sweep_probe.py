@@ -15,12 +15,12 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import preset_config
-from harness.estimate import probe_key, unmeasured
-from harness.evaluate import LengthMetrics
-from harness.plan import estimate_bases, make_plan
-from harness.probe import probe_speed
-from harness.store import Store
-from harness.sweep import load_sweep
+from harness.evaluation.evaluate import LengthMetrics
+from harness.records.store import Store
+from harness.sweeps.estimate import probe_key, unmeasured
+from harness.sweeps.plan import estimate_bases, make_plan
+from harness.sweeps.sweep import load_sweep
+from harness.training.probe import probe_speed
 from tests.harness.test_sweep import finish
 
 SCALED = "same encoding on other tasks, scaled by the tasks' speed ratio"
@@ -177,7 +177,7 @@ def test_a_variant_with_nothing_measured_is_unknown_not_a_crash(tmp_path):
 
 
 def test_a_failing_probe_is_reported_and_left_out(tmp_path, monkeypatch):
-    import harness.probe as probe_module
+    import harness.training.probe as probe_module
 
     def diverging(cfg, *args, **kwargs):
         if cfg.pe == "alibi":
@@ -232,7 +232,7 @@ def test_the_plan_calls_a_running_run_whose_process_is_gone_interrupted(tmp_path
     and `pezoo bench` to announce "2 running" for runs no process was training."""
     from dataclasses import replace
 
-    from harness.store import Owner
+    from harness.records.store import Owner
     from tests.harness.test_store import dead_pid
 
     sweep = write(tmp_path, 'preset = "smoke"\npe = ["nope", "rope"]\ntask = "copy"\nseeds = 1\nsteps = 300\n')
@@ -311,7 +311,7 @@ def test_a_stores_unrecorded_cpu_is_not_scaled_by_pairs_from_published_runs(tmp_
 def test_the_plan_says_what_each_task_has_left(tmp_path):
     """A board filled column by column: which task costs what decides which to fill first
     or leave out (addition cost as much as the other four together), so the plan says it."""
-    from harness.plan import task_lines
+    from harness.sweeps.plan import task_lines
 
     sweep = 'preset = "smoke"\npe = ["nope"]\ntask = ["copy", "reverse"]\nseeds = 3\nsteps = 300\n'
     cfgs = {(c.task, c.seed): c for c in load_sweep(write(tmp_path, sweep)).configs()}

@@ -8,9 +8,9 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.config import preset_config
-from harness.deadline import MARGIN, TimeLimit, parse_duration, probing
-from harness.executors import run_sweep
-from harness.store import Store
+from harness.records.store import Store
+from harness.sweeps.deadline import MARGIN, TimeLimit, parse_duration, probing
+from harness.sweeps.executors import run_sweep
 from tests.harness.test_executors import Recorder, Scripted, finished
 
 
@@ -128,7 +128,7 @@ def test_a_bad_time_limit_is_refused_before_the_store_is_made(tmp_path):
 
 
 def test_deferred_runs_leave_the_eta_and_are_listed_for_the_last_words(capsys):
-    from harness.progress import SweepReport
+    from harness.sweeps.progress import SweepReport
 
     configs = [smoke("nope"), smoke("rope")]
     report = SweepReport(configs, tty=False)

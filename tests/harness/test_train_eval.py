@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from harness.config import RunConfig, TrainConfig, preset_config
-from harness.data import IGNORE, collate, evaluation_set
-from harness.evaluate import evaluate_length, greedy_decode
+from harness.evaluation.evaluate import evaluate_length, greedy_decode
 from harness.tasks import Example, create
+from harness.tasks.data import IGNORE, collate, evaluation_set
 from harness.tasks.vocab import EOS_ID, TOKEN_ID
-from harness.train import build_model, lr_factor
+from harness.training.train import build_model, lr_factor
 
 
 def test_collate_puts_loss_only_on_target_and_eos():
@@ -65,7 +65,7 @@ def test_cached_greedy_decoding_equals_recomputing(pe):
 
 def test_exact_match_requires_eos(monkeypatch):
     """A decode that is right but never stops must not count as an exact match."""
-    from harness import evaluate
+    from harness.evaluation import evaluate
 
     task = create("copy")
     examples = [task.sample(3, random.Random(i)) for i in range(4)]

@@ -15,13 +15,19 @@ import pytest
 import torch
 
 from harness.config import EvalConfig, RunConfig, TrainConfig, preset_config
-from harness.data import IGNORE, PackedStream, evaluation_set
-from harness.evaluate import answer_matches, context_start, evaluate_length, greedy_decode, windowed_predictions
-from harness.preflight import check_run
-from harness.run import train_and_evaluate
+from harness.evaluation.evaluate import (
+    answer_matches,
+    context_start,
+    evaluate_length,
+    greedy_decode,
+    windowed_predictions,
+)
+from harness.execution.preflight import check_run
+from harness.execution.run import train_and_evaluate
 from harness.tasks import create
+from harness.tasks.data import IGNORE, PackedStream, evaluation_set
 from harness.tasks.vocab import BOS_ID, EOS_ID, SEP_ID, decode, encode
-from harness.train import Checkpointing, build_model, lr_factor, restore, train
+from harness.training.train import Checkpointing, build_model, lr_factor, restore, train
 
 
 def simulated_starts(length: int, window: int, jump: int) -> list[int]:
@@ -236,7 +242,7 @@ def test_evaluate_length_under_a_window_matches_one_context_at_a_time():
 
 def test_evaluate_length_scores_the_answer_and_reports_the_trace(monkeypatch):
     """A decode with the right answer after a wrong trace: answer match 1, trace match 0."""
-    from harness import evaluate
+    from harness.evaluation import evaluate
 
     task = create("addition_turing")
     examples = [task.sample_test(4, random.Random(i)) for i in range(3)]

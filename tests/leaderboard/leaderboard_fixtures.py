@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from harness.config import RunConfig, preset_config
-from harness.run import execute
-from harness.store import Store
+from harness.execution.run import execute
+from harness.records.store import Store
 from leaderboard.schema import FILE_NAME, SUFFIX, run_ids_digest
 
 # (preset label, pe, task, seed, overrides): real smoke-preset runs, as small as they go.

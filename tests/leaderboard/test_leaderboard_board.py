@@ -245,7 +245,7 @@ def test_provenance_flags_everything_but_a_gpu_board_on_gpus():
 def test_stat_text_matches_the_terminal_format():
     assert rows.Stat.of([0.5]).text() == "0.50"
     assert rows.Stat.of([0.1, 0.9]).text() == "0.50 (0.10–0.90)"
-    assert rows.Stat.of([4, 5]).text(0) == "5 (4–5)"  # half up on the exact mean 4.5 (harness.counts.ROUNDING_RULE)
+    assert rows.Stat.of([4, 5]).text(0) == "5 (4–5)"  # half up on the exact 4.5 (harness.records.counts.ROUNDING_RULE)
     assert rows.Stat.of([0.501, 0.499]).text() == "0.50"  # seeds that agree to the digits shown: one number
     assert rows.Stat.of([]).text() == "-" and rows.Stat.of([]).sort_value() == ""
 
@@ -536,7 +536,7 @@ def test_a_row_set_up_per_task_is_listed_with_its_options_on_each_task():
     """prism{paper} runs the copy branch on reverse and not on copy, as its paper does;
     every other row runs one configuration everywhere. A reader must see that."""
     from harness.config import BackboneConfig
-    from harness.protocols import paper_pe_options
+    from harness.config.protocols import paper_pe_options
     from pezoo.spec import format_value
 
     data = [make_record(pe, task, 0, ROPE0, train_max=3) for pe in ("rope", "prism") for task in ("copy", "reverse")]

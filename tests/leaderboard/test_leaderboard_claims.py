@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.ranking import Spread
+from harness.records.ranking import Spread
 from leaderboard import permutation as pt
 from leaderboard.board import Board, Table
 from leaderboard.claims import CLAIMS, NO_CONTRAST, OUTCOMES, claim_verdicts, unanswered, verdicts

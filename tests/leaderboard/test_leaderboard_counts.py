@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import counts, ranking
-from harness.recount import recount
+from harness.records import counts, ranking
+from harness.records.recount import recount
 from leaderboard import overview as ov
 from leaderboard.board import Board, Table, assemble
 from leaderboard.plans import filled, published_cells, read_plans, seeds_by_run

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from leaderboard_fixtures import TINY, run_tiny_bench
 
 from harness.cli import main
-from harness.store import Store
+from harness.records.store import Store
 
 RUNS = [("smoke", "prism", "copy", 0, TINY), ("smoke", "nope", "copy", 0, TINY)]
 

@@ -19,7 +19,7 @@ from leaderboard_fixtures import (
 )
 
 from harness.cli import main
-from harness.store import Store
+from harness.records.store import Store
 from leaderboard.export import ExportError, export, import_results
 from leaderboard.schema import ResultsError
 

@@ -32,7 +32,7 @@ def results(tmp_path):
 
 def test_one_row_per_board_row_in_rank_order_with_fit_applied(results):
     df = leaderboard.read_results(results)
-    # ranked first by EM>N; the unfit follow, ordered by EM<=N (harness.ranking.RULE)
+    # ranked first by EM>N; the unfit follow, ordered by EM<=N (harness.records.ranking.RULE)
     assert list(df["label"]) == ["alibi", "rope", "nope", "ape"]
     assert df["rank"].tolist()[:2] == [1, 2] and df["rank"].iloc[2:].isna().all()
     assert list(df["status"]) == ["ranked", "ranked", "did not fit", "did not fit"]

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from leaderboard_fixtures import RUNS, TINY, run_config, run_tiny_bench, unfinish
 
 from harness.cli import main
-from harness.run import execute
-from harness.store import Store
-from harness.sweep import load_sweep
+from harness.execution.run import execute
+from harness.records.store import Store
+from harness.sweeps.sweep import load_sweep
 from leaderboard.export import export, import_results
 from leaderboard.schema import ResultsError, read_results, to_published
 

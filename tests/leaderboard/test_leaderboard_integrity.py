@@ -3,7 +3,7 @@
 - `build` writes and deletes only inside its site folder: no symlink below it is
   followed, the manifest names only pages, a FIFO is never opened, builds take export's lock;
 - every results, diagnostics, sweep and retirement file is read by one bounded,
-  regular-file-only reader (``harness.reading``): FIFOs, devices and oversized or deeply
+  regular-file-only reader (``harness.records.inputs``): FIFOs, devices and oversized or deeply
   nested files are refused with the documented error, never a hang, a memory blow-up or
   a RecursionError;
 - `check` passing means `build` succeeds: timestamps, file names and numbers are
@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from leaderboard_fixtures import make_record, write_jsonl
 
 from harness.cli import main
-from harness.record import config_run_id
+from harness.records.record import config_run_id
 from leaderboard.export import exporting, import_results
 from leaderboard.schema import DIAGNOSTICS_DIR, checksum, validate_record
 from leaderboard.writing import MANIFEST
@@ -312,7 +312,7 @@ def test_a_diagnostics_file_linked_to_a_device_is_refused_unread(tmp_path):
 
 
 def test_an_oversized_results_file_is_refused_by_its_size(tmp_path):
-    from harness import reading
+    from harness.records import inputs as reading
 
     results = _results(tmp_path)
     with open(results / "huge.jsonl", "wb") as f:  # sparse: takes no disk
@@ -322,7 +322,7 @@ def test_an_oversized_results_file_is_refused_by_its_size(tmp_path):
 
 
 def test_the_reader_refuses_a_6_gb_sparse_file_before_reading_a_byte(tmp_path, monkeypatch):
-    from harness import reading
+    from harness.records import inputs as reading
 
     path = tmp_path / "sparse.jsonl"
     with open(path, "wb") as f:
@@ -339,7 +339,7 @@ def test_the_reader_refuses_a_6_gb_sparse_file_before_reading_a_byte(tmp_path, m
 
 
 def test_the_reader_refuses_a_file_that_grows_past_its_limit_while_read(tmp_path, monkeypatch):
-    from harness import reading
+    from harness.records import inputs as reading
 
     path = tmp_path / "growing.toml"
     path.write_text("a = 1\n")
@@ -500,7 +500,7 @@ def test_pezoo_results_escapes_names(tmp_path):
 
 
 def test_terminal_text_keeps_ordinary_text():
-    from harness.printable import terminal_text
+    from harness.commands.printable import terminal_text
 
     text = "rope → yarn×4 L=22 (same weights) 中文 é\nsecond line"
     assert terminal_text(text) == text

@@ -19,7 +19,7 @@ from html_structure import parse_html
 from leaderboard_fixtures import RUNS, make_record, write_jsonl
 
 from harness.cli import main
-from harness.counts import fixed
+from harness.records.counts import fixed
 from leaderboard.site import build
 
 pytestmark = pytest.mark.slow  # built from the real tiny bench (a few seconds, once per session)
@@ -336,7 +336,7 @@ def test_index_at_a_glance_shows_each_tasks_ranking_measure(smoke_site):
 
 def test_site_and_terminal_rank_alike(smoke_site):
     """The order and ranks of every task table on the site are those of `pezoo bench`'s table."""
-    from harness.report import leaderboard_tables
+    from harness.commands.report import leaderboard_tables
     from leaderboard.records import frame
     from leaderboard.schema import read_results
 

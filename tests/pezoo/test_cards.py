@@ -59,8 +59,8 @@ def toy():
 
 
 def test_the_harness_and_the_board_read_a_new_encodings_card(toy):
-    from harness.backbone import BackboneConfig
-    from harness.protocols import departure_paper, departures, paper_pe_options
+    from harness.config.protocols import departure_paper, departures, paper_pe_options
+    from harness.training.backbone import BackboneConfig
     from leaderboard.claims import card_claims
     from leaderboard.styles import pinned_styles
 

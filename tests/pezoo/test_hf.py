@@ -466,7 +466,7 @@ def test_size_options_past_the_bounds_are_refused_before_allocating(tmp_path, sp
 
 
 def test_the_bounds_are_the_harnesss():
-    limits = pytest.importorskip("harness.limits")
+    limits = pytest.importorskip("harness.config.limits")
     from pezoo.hf import limits as ours
 
     assert (ours.MAX_POSITIONS, ours.MAX_WIDTH) == (limits.MAX_POSITIONS, limits.MAX_WIDTH)

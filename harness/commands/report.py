@@ -1,0 +1,125 @@
+"""The terminal leaderboard: one table per task, one row per encoding.
+
+Columns (exact match of the greedy decode, EOS included; with several seeds a cell reads
+``mean (min–max)`` over the seeds):
+    rank          position among the encodings whose every seed fits the training scales
+                  (``-``: did not fit, or not ranked yet: fewer finished seeds than the
+                  sweep planned; listed after the ranked ones)
+    fit           seeds whose mean exact match over the training scales reaches 0.95
+    EM≤N          mean exact match over the training scales 1..N
+    2N, 4N, ...   exact match at multiples of the training scale N that were evaluated
+    EM>N          exact match, mean over all evaluated scales beyond N
+    reach         the largest scale L with exact match >= 0.9 at every evaluated scale
+                  N+1..L (N: not even N+1)
+    tok>N         teacher-forced per-token accuracy, mean over all scales beyond N
+    params        parameters of the whole model (the encoding's own in parentheses):
+                  the backbone is identical, so differences are the encoding's
+
+Rows are ordered by ``harness.records.ranking.RULE``: the same rule as the published leaderboard
+(``leaderboard.board``).
+
+A row is one encoding *with its options*: the ``pe_label`` column when the frame has it
+(``harness.records.frames.load``: e.g. ``prism{paper}``, ``randomized{randomize_eval=false}``),
+else ``pe``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+from tabulate import tabulate
+
+from harness.records import counts
+from harness.records.ranking import FIT_THRESHOLD, Spread, Standing, fits, reach_beyond, standings
+
+LEGEND = (
+    f"rank: among encodings whose every seed fits (EM≤N ≥ {FIT_THRESHOLD:.2f}; '-': did not fit, or fewer "
+    "finished seeds than planned) · "
+    "EM: exact match of the whole decode · N: largest training scale · EM>N, tok>N: mean beyond N · "
+    "reach: largest L with EM ≥ 0.9 at every scale N+1..L · cells with several seeds: mean (min–max) · "
+    "params: whole model (the encoding's own)"
+)
+"""One line printed under the terminal tables."""
+
+
+def _labelled(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``pe`` replaced by the displayed name (``pe_label``) when it has one."""
+    return df.assign(pe=df["pe_label"]) if "pe_label" in df else df
+
+
+def per_seed_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (task, encoding with its options, seed) with the summary numbers of that run."""
+    df = _labelled(df)
+    rows = []
+    for (task, pe, seed), g in df.groupby(["task", "pe", "seed"]):
+        n = int(g["train_max"].iloc[0])
+        em = g.set_index("length")["exact_match"].sort_index()
+        test = g[g["split"] == "test"]
+        row = {"task": task, "pe": pe, "seed": seed, "train_max": n}
+        row["in-dist"] = counts.mean(g.loc[g["split"] == "train", "exact_match"])  # exact: harness.records.counts
+        for k in (2, 4, 8, 16):
+            at = em[em.index <= k * n]
+            if k * n <= em.index.max():
+                row[f"{k}N"] = at.iloc[-1]
+        row["EM>N"] = counts.mean(test["exact_match"])
+        row["tok-acc>N"] = counts.mean(test["token_accuracy"])
+        row["tok_within"] = counts.mean(g.loc[g["split"] == "train", "token_accuracy"])
+        row["reach"] = reach_beyond(em, n)
+        row["fits"] = fits(row["in-dist"])
+        if "n_params" in g:
+            row["params"] = f"{int(g['n_params'].iloc[0]):,} ({int(g['pe_params'].iloc[0]):,})"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _status(standing: Standing, seeds_wanted: Mapping[str, int] | None, task: str) -> str:
+    if not standing.fitted:
+        return " did not fit"
+    if standing.pending:
+        return f" not ranked yet ({standing.seeds} of {(seeds_wanted or {}).get(task)} seeds)"
+    return ""
+
+
+def fmt(values: pd.Series, integer: bool = False) -> str:
+    """``mean (min–max)`` over seeds, one value alone, ``-`` when missing."""
+    return Spread.of(values).text(0 if integer else 2)
+
+
+def leaderboard_tables(df: pd.DataFrame, seeds_wanted: Mapping[str, int] | None = None) -> dict[str, str]:
+    """Task -> rendered table, rows in the order of ``harness.records.ranking.RULE``. With
+    ``seeds_wanted`` (task -> the seeds a sweep planned), a row with fewer finished seeds
+    is listed unranked, "not ranked yet", as on the board."""
+    if df.empty:
+        return {}
+    summary = per_seed_summary(df)
+    out = {}
+    for task, g in summary.groupby("task"):
+        n = int(g["train_max"].iloc[0])
+        cols = [c for c in ("2N", "4N", "8N", "16N") if c in g and g[c].notna().any()]
+        rows = []
+        for standing in standings(g, seeds_wanted=(seeds_wanted or {}).get(str(task))):
+            r = g[g["pe"] == standing.label]
+            rows.append(
+                {
+                    "rank": standing.rank if standing.ranked else "-",
+                    "encoding": standing.label,
+                    "fit": f"{standing.seeds_fit}/{standing.seeds}" + _status(standing, seeds_wanted, str(task)),
+                    f"EM≤{n}": fmt(r["in-dist"]),
+                    **{c: fmt(r[c]) for c in cols},
+                    f"EM>{n}": fmt(r["EM>N"]),
+                    "reach": fmt(r["reach"], integer=True),
+                    f"tok>{n}": fmt(r["tok-acc>N"]),
+                    "params": r["params"].iloc[0] if "params" in r else "-",
+                }
+            )
+        runs = df.loc[df["task"] == task]
+        lo = int(runs["train_min"].iloc[0]) if "train_min" in runs else 1
+        encoder = "protocol" in df and (df.loc[df["task"] == task, "protocol"] == "encoder").all()
+        answer = "match" in df and (df.loc[df["task"] == task, "match"] == "answer").all()
+        metric = "exact match = every masked output right" if encoder else "exact match of the decode incl. EOS"
+        metric = "exact match of the final answer" if answer else metric
+        out[task] = f"task {task} (trained on scales {lo}..{n}; {metric})\n" + tabulate(
+            rows, headers="keys", tablefmt="github"
+        )
+    return out

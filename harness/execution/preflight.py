@@ -1,0 +1,59 @@
+"""Checks before any training: a run that cannot work fails at once, saying why, rather
+than after all of its training (or at every retry)."""
+
+from __future__ import annotations
+
+import torch
+
+import harness.tasks as tasks
+from harness.config import RunConfig
+from harness.config.pe_spec import preflight_build
+from harness.execution.attempt import exited
+from harness.records.provenance import run_provenance
+from harness.tasks.data import evaluation_set
+from harness.training.train import Accel
+
+
+def check_run(cfg: RunConfig) -> None:
+    """Fail fast, before any training, on a run that cannot work (ValueError says why),
+    a bad ``$PEZOO_ACCEL`` included (``harness.training.train.Accel``)."""
+    Accel.for_device("cpu")  # its syntax; what it switches on depends on the worker's device
+    task = tasks.create(cfg.task)
+    task.check_scale(cfg.train.train_min)
+    if not any(task.has_scale(n) for n in cfg.train_lengths()):
+        raise ValueError(f"task {cfg.task!r} has no instances at training scales {cfg.train_lengths()}")
+    if not any(task.has_scale(n) for n in cfg.test_lengths()):
+        raise ValueError(f"task {cfg.task!r} has no instances at test scales {cfg.test_lengths()}")
+    if cfg.protocol == "encoder" and task.output_length(cfg.train.train_max) is None:
+        raise ValueError(
+            f"task {cfg.task!r} has no fixed output length, which the encoder protocol (preset "
+            f"{cfg.preset!r}) needs; use a randomized-PE task or a decoder preset such as quick"
+        )
+    _check_positions_fit(cfg, task)
+
+
+def _check_positions_fit(cfg: RunConfig, task: tasks.Task) -> None:
+    """ValueError before training when the encoding has no position for the longest
+    sequence the run will feed it (a learned table's rows, randomized PE's range L): that
+    used to surface at evaluation, after all of training, and then twice more on retries."""
+    try:
+        bound = preflight_build(cfg.pe, cfg.pe_options, cfg.backbone)  # shared with the spec's option check
+    except SystemExit as exc:  # a plugin's constructor: else bench would end here, with its status
+        why = exited(exc, run_provenance(cfg, torch.device("cpu")), "building it exits, so no run can use it")
+        raise ValueError(f"encoding {cfg.pe}: {why}") from None
+    if bound is None:
+        return
+    longest: list[tuple[int, str]] = []  # (tokens, where)
+    if cfg.train.pack:
+        longest.append((cfg.train.pack, f"training rows of {cfg.train.pack} tokens (train.pack)"))
+    scales = [n for n in (*cfg.train_lengths(), *cfg.test_lengths()) if task.has_scale(n)]
+    if scales and not cfg.eval.window:  # a sliding window bounds what the model sees
+        n = max(scales)
+        tokens = max(ex.token_length for ex in evaluation_set(task, n, cfg.eval.samples, cfg.seed))
+        longest.append((tokens, f"{cfg.task} at scale {n}: sequences of up to {tokens} tokens"))
+    for tokens, where in longest:
+        if tokens > bound:
+            raise ValueError(
+                f"{cfg.pe} has positions 0..{bound - 1} only, but the run would feed it {where}; lower the "
+                f"test length (--test-len) or give the encoding more positions (max_position / max_length)"
+            )

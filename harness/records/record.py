@@ -1,0 +1,582 @@
+"""A finished run's result: one typed record (:class:`RunRecord`) and its one validator.
+
+A finished run is written in three shapes, each a serialisation of the record:
+
+- the results store's rows (``harness.records.store``: ``Store.record`` reads one,
+  ``Store.insert_finished`` writes one),
+- a kept-result file, when the store could not take the run (``harness.records.kept_results``),
+- a published results-file line (``leaderboard.schema``: the plain form below, plus
+  ``schema_version`` and ``checksum``).
+
+The plain form (:meth:`RunRecord.to_dict`) is one JSON object with exactly these keys:
+
+    run_id          16 hex digits: ``RunConfig.run_id()`` of the config (:func:`config_run_id`)
+    pe, task        encoding and task registry names (equal to the config's)
+    seed            int (equal to the config's)
+    preset          the protocol label (equal to the config's)
+    status          "finished"
+    config          the full run configuration (``RunConfig.to_dict()``): it must build a
+                    ``RunConfig`` (keys, types, ranges) whose ``run_id()`` is ``run_id``
+    provenance      commit, device, torch, pezoo (strings, required) and any other
+                    string-valued keys the harness records (python, platform, cpu;
+                    code_by_step and machine_by_step for a run resumed under another
+                    commit or on another machine; weights_from for a variant;
+                    plugins for a plugin's encoding or task code), and
+                    pe_options_resolved: an object, every option the encoding was
+                    built with, defaults included (``pezoo.resolved_options``)
+    params          {"total": int, "pe": int} parameter counts
+    timings         {"train_seconds", "eval_seconds", "started_at", "finished_at"}:
+                    seconds, and Unix times of the run, none past 9999-12-31
+                    (``MAX_UNIX_TIME``: a page shows the date); ``finished_at`` is null
+                    in a result not yet recorded (a kept result)
+    final_loss      the last training loss (finite, >= 0)
+    metrics         one object per evaluated scale, sorted by length: split ("train" for
+                    1..N, "test" beyond N), length, token_length, and counts
+                    (``harness.records.counts``): n (examples), exact (examples decoded
+                    exactly, 0..n), tokens (scored tokens, at least n), tokens_right
+                    (0..tokens); exactly the scales the config evaluates
+                    (:func:`evaluated_scales`), each over ``eval.samples`` examples
+                    (``top3``: over each picked evaluation's, 1 to 3 times as many)
+
+Every integer fits SQLite's signed 64 bits, every number is finite (``harness.config.numbers``).
+A record's diagnostics (what the encoding did on one example, ``harness.training.diagnostics``)
+travel beside the plain form: :func:`diagnostics_problem` checks them.
+
+:func:`record_problems` is the validator: hand-written (no schema library), it reports
+every problem it finds, and whatever it is given (any JSON, nesting, NaN, huge integers)
+it answers with reasons, never another exception (hypothesis tests feed it random JSON).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import harness.tasks as tasks
+from harness.config import NEW_FIELD_DEFAULTS, RunConfig
+from harness.config.numbers import INT64_MAX, is_int, is_number, number_problem, shown
+from harness.config.pe_spec import identity_options
+from harness.evaluation.evaluate import LengthMetrics
+
+MAX_UNIX_TIME = 253_402_300_799.0
+"""9999-12-31 23:59:59 UTC: the latest time a record may carry (a page shows its date)."""
+
+KEYS = ("config", "final_loss", "metrics", "params", "pe", "preset", "provenance", "run_id", "seed", "status", "task",
+        "timings")  # fmt: skip
+"""The keys of a record's plain form, sorted."""
+METRIC_KEYS = ("exact", "length", "n", "split", "token_length", "tokens", "tokens_right")
+PARAM_KEYS = ("pe", "total")
+TIMING_KEYS = ("eval_seconds", "finished_at", "started_at", "train_seconds")
+PROVENANCE_REQUIRED = ("commit", "device", "pezoo", "torch")
+MAX_PROVENANCE_KEY = 100
+MAX_PROVENANCE_TEXT = 10_000
+MAX_RESOLVED_OPTIONS = 65_536
+"""Bounds on provenance: a key's length, a value's length, and the JSON of
+``pe_options_resolved`` (a record holds no more than a run would write)."""
+MAX_LISTED_SCALES = 100_000
+"""A config that evaluates more scales than this is compared with its record's metrics by
+count and range only (its scales are not listed: a hostile ``test_max`` must not take the
+memory of a list of them)."""
+
+_HEX16 = re.compile(r"[0-9a-f]{16}")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A finished run's result: what the store, a kept-result file and a results file hold.
+
+    Built from any of its serialisations without checks; :meth:`problems` (the one
+    validator, :func:`record_problems`) says whether it is a valid record.
+
+    Attributes:
+        run_id: ``RunConfig.run_id()`` of ``config``.
+        config: ``RunConfig.to_dict()`` as JSON holds it (lists, not tuples).
+        provenance: where and with what it ran (commit, device, versions: strings).
+        metrics: (split, metrics) per evaluated scale, in order of length.
+            ``trace_exact_match`` is carried by a kept result only (logged, not stored).
+        final_loss: the last training loss.
+        train_seconds, eval_seconds: how long training and the final evaluation took.
+        started_at: when the run started (Unix time).
+        finished_at: when the store recorded it (Unix time); None until then.
+        n_params, pe_params: parameter counts, of the model and of its encoding.
+        diagnostics: what the encoding did on one example (``harness.training.diagnostics``), or None.
+    """
+
+    run_id: str
+    config: Mapping[str, Any]
+    provenance: Mapping[str, Any]
+    metrics: tuple[tuple[str, LengthMetrics], ...]
+    final_loss: float
+    train_seconds: float
+    eval_seconds: float
+    started_at: float
+    finished_at: float | None
+    n_params: int
+    pe_params: int
+    diagnostics: Mapping[str, Any] | None = None
+
+    @property
+    def pe(self) -> Any:
+        return self.config.get("pe")
+
+    @property
+    def task(self) -> Any:
+        return self.config.get("task")
+
+    @property
+    def seed(self) -> Any:
+        return self.config.get("seed")
+
+    @property
+    def preset(self) -> Any:
+        return self.config.get("preset")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain form (module docstring): what a results-file line holds, less its
+        ``schema_version`` and ``checksum``."""
+        return {
+            "run_id": self.run_id,
+            "pe": self.pe,
+            "task": self.task,
+            "seed": self.seed,
+            "preset": self.preset,
+            "status": "finished",
+            "config": self.config,
+            "provenance": self.provenance,
+            "params": {"total": self.n_params, "pe": self.pe_params},
+            "timings": {
+                "train_seconds": self.train_seconds,
+                "eval_seconds": self.eval_seconds,
+                "started_at": self.started_at,
+                "finished_at": self.finished_at,
+            },
+            "final_loss": self.final_loss,
+            "metrics": [
+                {
+                    "split": split,
+                    "length": m.length,
+                    "token_length": m.token_length,
+                    "n": m.n,
+                    "exact": m.exact,
+                    "tokens": m.tokens,
+                    "tokens_right": m.tokens_right,
+                }
+                for split, m in self.metrics
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, body: Mapping[str, Any], diagnostics: Mapping[str, Any] | None = None) -> RunRecord:
+        """The record of a valid plain form (``record_problems(body) == []``)."""
+        return cls(
+            run_id=body["run_id"],
+            config=body["config"],
+            provenance=body["provenance"],
+            metrics=tuple(
+                (
+                    m["split"],
+                    LengthMetrics(m["length"], m["token_length"], m["n"], m["exact"], m["tokens"], m["tokens_right"]),
+                )
+                for m in body["metrics"]
+            ),
+            final_loss=body["final_loss"],
+            train_seconds=body["timings"]["train_seconds"],
+            eval_seconds=body["timings"]["eval_seconds"],
+            started_at=body["timings"]["started_at"],
+            finished_at=body["timings"]["finished_at"],
+            n_params=body["params"]["total"],
+            pe_params=body["params"]["pe"],
+            diagnostics=diagnostics,
+        )
+
+    def problems(self) -> list[str]:
+        """Every reason this is not a valid record (:func:`record_problems`); empty if valid."""
+        return record_problems(self.to_dict(), self.diagnostics)
+
+
+# --------------------------------------------------------------------------------------
+# Run identity and evaluated scales
+# --------------------------------------------------------------------------------------
+
+
+def config_run_id(config: Mapping[str, Any]) -> str:
+    """The run identity of a config dict: sha256 of its canonical JSON minus ``preset``, first 16 hex.
+
+    The same definition as ``RunConfig.run_id`` (a test keeps the two in agreement), written
+    here on the plain dict so a record can be checked without building a RunConfig.
+    Fields added to the config after results were first published are left out at their
+    default values (``harness.config.NEW_FIELD_DEFAULTS``), so older records keep their ids,
+    and so are encoding options at what their absence meant in a stored run
+    (``harness.config.pe_spec.identity_options``: ``randomized{randomize_eval=false}`` is the run
+    stored as ``randomized`` with no options).
+    """
+    body = {k: v for k, v in config.items() if k != "preset"}
+    if isinstance(body.get("pe"), str) and isinstance(body.get("pe_options"), Mapping):
+        body["pe_options"] = identity_options(body["pe"], body["pe_options"])
+    for section, defaults in NEW_FIELD_DEFAULTS.items():
+        if isinstance(body.get(section), Mapping):
+            kept = {k: v for k, v in body[section].items() if not (k in defaults and v == defaults[k])}
+            body[section] = kept
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def evaluated_scales(cfg: RunConfig) -> list[tuple[str, int]]:
+    """(split, scale) of every scale a run of ``cfg`` evaluates, in order (a task may lack some)."""
+    task = tasks.create(cfg.task)
+    scales = [("train", n) for n in cfg.train_lengths()] + [("test", n) for n in cfg.test_lengths()]
+    return [(split, n) for split, n in scales if task.has_scale(n)]
+
+
+def _listed_scales(config: RunConfig) -> list[tuple[str, int]] | None:
+    """:func:`evaluated_scales`, or None when the task is not installed here (which of the
+    listed scales it has is then unknown) or the config evaluates more than
+    ``MAX_LISTED_SCALES``."""
+    train, test = config.train, config.eval
+    test_count = -(-(test.test_max - train.train_max) // test.test_stride) + 1  # an upper bound
+    if (train.train_max - train.train_min + 1) + test_count > MAX_LISTED_SCALES:
+        return None
+    if config.task not in tasks.available():
+        return None
+    try:
+        return evaluated_scales(config)
+    except Exception:  # a plugin task that fails to build here: as if not installed
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# The validator
+# --------------------------------------------------------------------------------------
+
+
+def key_problems(obj: Mapping[str, Any], expected: Iterable[str], where: str) -> list[str]:
+    """Missing and unknown keys of ``obj`` (named ``where``), against ``expected``."""
+    expected = sorted(expected)
+    problems = []
+    missing = sorted(set(expected) - set(obj))
+    unknown = sorted(set(obj) - set(expected), key=str)
+    if missing:
+        problems.append(f"{where}: missing key(s) {', '.join(missing)}")
+    if unknown:
+        problems.append(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; valid keys: {', '.join(expected)}")
+    return problems
+
+
+def record_problems(body: Any, diagnostics: Any = None) -> list[str]:
+    """Every reason ``body`` is not the plain form of a finished run's record (and
+    ``diagnostics``, unless None, not its diagnostics); empty if it is valid."""
+    if not isinstance(body, dict):
+        return [f"a record must be a JSON object, got {type(body).__name__}"]
+    problems = key_problems(body, KEYS, "record")
+    if problems:
+        return problems
+
+    config = body["config"]
+    if not isinstance(config, dict):
+        return ["config must be an object"]
+    try:
+        run_config: RunConfig | None = RunConfig.from_dict(config)
+    except ValueError as exc:
+        problems.append(f"config: {exc}")
+        run_config = None
+    for key in ("pe", "task", "preset", "seed"):
+        value = body[key]
+        if key == "seed":
+            problem = number_problem(key, value, integer=True)
+        else:
+            problem = (
+                None if isinstance(value, str) and value else f"{key} must be a non-empty string, got {shown(value)}"
+            )
+        if problem is not None:
+            problems.append(problem)
+        elif config.get(key) != value:
+            problems.append(f"{key} is {shown(value)} but config.{key} is {shown(config.get(key))}")
+    if body["status"] != "finished":
+        problems.append(f"status must be 'finished' (only finished runs are recorded), got {shown(body['status'])}")
+    problems += _run_id_problems(body["run_id"], config, run_config)
+    problems += _provenance_problems(body["provenance"], run_config)
+    problems += _params_problems(body["params"])
+    problems += _timings_problems(body["timings"])
+    loss = number_problem("final_loss", body["final_loss"], minimum=0)
+    if loss is not None:
+        problems.append(f"{loss} (a cross-entropy)")
+    problems += _metrics_problems(body["metrics"], run_config.train.train_max if run_config is not None else None)
+    if run_config is not None and not problems:
+        problems += _scale_problems(body["metrics"], run_config)
+    if diagnostics is not None and (problem := diagnostics_problem(diagnostics, config)) is not None:
+        problems.append(f"diagnostics: {problem}")
+    return problems
+
+
+def _run_id_problems(run_id: Any, config: dict[str, Any], run_config: RunConfig | None) -> list[str]:
+    if not (isinstance(run_id, str) and _HEX16.fullmatch(run_id)):
+        return [f"run_id must be 16 lowercase hex digits, got {shown(run_id)}"]
+    if config_run_id(config) != run_id:
+        return [f"run_id {run_id} does not match its config (which hashes to {config_run_id(config)})"]
+    if run_config is not None and run_config.run_id() != run_id:
+        # the dict hashes to the id, but the run it describes does not: a field left out
+        # (filled with its default when the harness reads it) or written in another form
+        return [
+            f"config does not describe run {run_id} as the harness writes it (a field left out, or a number "
+            f"in another form such as 1 for 1.0): it reads as run {run_config.run_id()}; export records from a "
+            "store rather than writing them"
+        ]
+    return []
+
+
+def _provenance_problems(prov: Any, run_config: RunConfig | None) -> list[str]:
+    if not isinstance(prov, dict):
+        return ["provenance must be an object"]
+    problems = []
+    missing = [k for k in PROVENANCE_REQUIRED if k not in prov]
+    if missing:
+        problems.append(f"provenance: missing key(s) {', '.join(missing)}")
+    long_keys = sorted(k for k in prov if len(k) > MAX_PROVENANCE_KEY)
+    if long_keys:
+        problems.append(f"provenance: key(s) longer than {MAX_PROVENANCE_KEY} characters")
+    bad = sorted(
+        k
+        for k, v in prov.items()
+        if k != "pe_options_resolved" and not (isinstance(v, str) and len(v) <= MAX_PROVENANCE_TEXT)
+    )
+    if bad:
+        problems.append(
+            f"provenance: value(s) of {', '.join(bad)} must be strings of at most {MAX_PROVENANCE_TEXT} characters"
+        )
+    resolved = prov.get("pe_options_resolved")
+    if "pe_options_resolved" in prov and not (
+        isinstance(resolved, dict) and len(json.dumps(resolved, default=str)) <= MAX_RESOLVED_OPTIONS
+    ):
+        problems.append(f"provenance: pe_options_resolved must be an object (option: value) of JSON "
+                        f"at most {MAX_RESOLVED_OPTIONS} characters")  # fmt: skip
+    elif isinstance(resolved, dict):
+        given = run_config.eval_options() if run_config is not None else {}
+        differ = sorted(k for k, v in given.items() if resolved.get(k, v) != v)
+        if differ:
+            problems.append(f"provenance: pe_options_resolved contradicts the config's options {', '.join(differ)}")
+    return problems
+
+
+def _params_problems(params: Any) -> list[str]:
+    if not isinstance(params, dict):
+        return ["params must be an object"]
+    problems = key_problems(params, PARAM_KEYS, "params")
+    for k in PARAM_KEYS:
+        if k in params and (problem := number_problem(f"params.{k}", params[k], integer=True, minimum=0)):
+            problems.append(problem)
+    if all(is_int(params.get(k)) for k in PARAM_KEYS) and params["pe"] > params["total"]:
+        problems.append(f"params.pe ({params['pe']}) cannot exceed params.total ({params['total']})")
+    return problems
+
+
+def _timings_problems(timings: Any) -> list[str]:
+    if not isinstance(timings, dict):
+        return ["timings must be an object"]
+    problems = key_problems(timings, TIMING_KEYS, "timings")
+    bad = False
+    for k in TIMING_KEYS:
+        if k not in timings or (k == "finished_at" and timings[k] is None):  # not yet recorded
+            continue
+        problem = number_problem(f"timings.{k}", timings[k], minimum=0, maximum=MAX_UNIX_TIME)
+        if problem is not None:
+            bad = True
+            problems.append(
+                problem + " (9999-12-31, the last date a page shows)" if is_number(timings[k], minimum=0) else problem
+            )
+    finished, started = timings.get("finished_at"), timings.get("started_at")
+    if not bad and not problems and finished is not None and finished < started:
+        problems.append("timings: finished_at is before started_at")
+    return problems
+
+
+def _metrics_problems(metrics: Any, train_max: int | None) -> list[str]:
+    if not isinstance(metrics, list) or not metrics:
+        return ["metrics must be a non-empty list"]
+    problems: list[str] = []
+    lengths: list[int] = []
+    for i, m in enumerate(metrics):
+        where = f"metrics[{i}]"
+        if not isinstance(m, dict):
+            problems.append(f"{where} must be an object")
+            continue
+        key_problems_ = key_problems(m, METRIC_KEYS, where)
+        if key_problems_:
+            problems += key_problems_
+            continue
+        length = m["length"]
+        if (problem := number_problem(f"{where}.length", length, integer=True, minimum=1)) is not None:
+            problems.append(problem)
+            continue
+        lengths.append(length)
+        if m["split"] not in ("train", "test"):
+            problems.append(f"{where}.split must be 'train' or 'test', got {shown(m['split'])}")
+        elif train_max is not None and (m["split"] == "train") != (length <= train_max):
+            problems.append(f"{where}: length {length} is marked {m['split']!r} but train_max is {train_max}")
+        checks = (
+            number_problem(f"{where}.n", m["n"], integer=True, minimum=1),
+            number_problem(f"{where}.token_length", m["token_length"], above=0, maximum=INT64_MAX),
+            number_problem(f"{where}.tokens", m["tokens"], integer=True, minimum=1),
+        )
+        found = [problem for problem in checks if problem is not None]
+        problems += found
+        if found:
+            continue
+        counts = (  # a count of examples or tokens lies in 0..its total, and every example scores a token
+            number_problem(f"{where}.exact", m["exact"], integer=True, minimum=0, maximum=m["n"]),
+            number_problem(f"{where}.tokens_right", m["tokens_right"], integer=True, minimum=0, maximum=m["tokens"]),
+            None if m["tokens"] >= m["n"] else f"{where}.tokens must be at least n = {m['n']} (one per example)",
+        )
+        problems += [problem for problem in counts if problem is not None]
+    if lengths != sorted(set(lengths)):
+        problems.append("metrics must be sorted by length, each length once")
+    return problems
+
+
+def _scale_problems(metrics: list[dict[str, Any]], config: RunConfig) -> list[str]:
+    """Why the (already well-formed) ``metrics`` are not those a run of ``config`` records:
+    exactly the scales it evaluates (each once, which ``_metrics_problems`` checked), each
+    over ``eval.samples`` examples. For a task not installed here, each scale must be one
+    of those its config lists."""
+    problems = []
+    samples = config.eval.samples
+    picks = (1, 2, 3) if config.eval.select == "top3" else (1,)  # top3 sums its picked evaluations' counts
+    wrong_n = sorted({m["length"] for m in metrics if m["n"] not in {samples * k for k in picks}})
+    if wrong_n:
+        problems.append(
+            f"metrics at scale(s) {_scales_text(wrong_n)} count other than eval.samples = {samples} examples "
+            "(every scale is evaluated on that many)"
+        )
+    expected = _listed_scales(config)
+    got = [(m["split"], m["length"]) for m in metrics]
+    if expected is not None:
+        missing = sorted({n for _, n in expected} - {n for _, n in got})
+        extra = sorted({n for _, n in got} - {n for _, n in expected})
+    else:  # not installed, or too many to list: each scale must be one the config lists
+        train, test = config.train, config.eval
+        lo = train.train_max + 1
+
+        def listed(n: int) -> bool:
+            return train.train_min <= n <= train.train_max or (
+                lo <= n <= test.test_max and ((n - lo) % test.test_stride == 0 or n == test.test_max)
+            )
+
+        missing, extra = [], sorted(n for _, n in got if not listed(n))
+    if extra:
+        problems.append(
+            f"metrics at scale(s) {_scales_text(extra)} that its config does not evaluate (train "
+            f"{config.train.train_min}..{config.train.train_max}, test up to {config.eval.test_max} every "
+            f"{config.eval.test_stride})"
+        )
+    if missing:
+        problems.append(
+            f"metrics missing at scale(s) {_scales_text(missing)} that its config evaluates: a record keeps every "
+            "scale its run evaluated"
+        )
+    return problems
+
+
+def _scales_text(scales: list[int], most: int = 8) -> str:
+    shown_ = ", ".join(str(n) for n in scales[:most])
+    return shown_ + (f" and {len(scales) - most} more" if len(scales) > most else "")
+
+
+# --------------------------------------------------------------------------------------
+# Diagnostics
+# --------------------------------------------------------------------------------------
+
+DIAGNOSTICS_KEYS = ("layers", "scale", "tokens", "train_max", "version")
+LAYER_KEYS = ("key_confidence", "key_modes", "layer", "query_confidence", "query_modes", "support")
+
+
+def _grid(value: Any, s: int) -> bool:
+    """``value`` is a non-empty (heads, cursors, s) nest of lists."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(c, list) and c and all(isinstance(m, list) and len(m) == s for m in c) for c in value)
+    )
+
+
+def _layer_problem(layer: Any, index: int, s: int) -> str | None:
+    where = f"layers[{index}]"
+    if not isinstance(layer, dict):
+        return f"{where} must be an object"
+    for key in ("query_modes", "key_modes"):
+        if not _grid(layer.get(key), s):
+            return f"{where}: {key} must be (heads, cursors, {s})"
+    problems = key_problems(layer, LAYER_KEYS, where)
+    if problems:
+        return problems[0]
+    if (problem := number_problem(f"{where}: layer", layer["layer"], integer=True, minimum=0)) is not None:
+        return problem
+    support = layer["support"]
+    if (problem := number_problem(f"{where}: support", support, integer=True, minimum=1)) is not None:
+        return problem
+    for side in ("query", "key"):
+        modes, confidence = layer[f"{side}_modes"], layer[f"{side}_confidence"]
+        values = [m for c in modes for trajectory in c for m in trajectory]
+        if not all(is_int(m, minimum=-support, maximum=support) for m in values):
+            return f"{where}: {side}_modes must be integer offsets in -{support}..{support}"
+        shape = [[len(t) for t in c] for c in modes]
+        if not (_grid(confidence, s) and [[len(t) for t in c] for c in confidence] == shape):
+            return f"{where}: {side}_confidence must have the shape of {side}_modes"
+        if not all(is_number(p, minimum=0, maximum=1) for c in confidence for t in c for p in t):
+            return f"{where}: {side}_confidence must be probabilities in [0, 1]"
+    return None
+
+
+def diagnostics_problem(body: Any, config: Mapping[str, Any] | None = None) -> str | None:
+    """Why ``body`` is not the diagnostics of a run (of ``config``, when given), or None.
+
+    A version-1 object holds exactly ``version`` (1), ``scale`` (the test scale traced, an
+    integer above ``train_max``), ``train_max`` (the run's, an integer >= 1), ``tokens``
+    (s strings: free text, which the site escapes) and ``layers``: one or more objects of ``layer``
+    (index >= 0), ``support`` P (>= 1), ``query_modes`` / ``key_modes`` ((heads, cursors,
+    s) integer offsets in -P..P) and ``query_confidence`` / ``key_confidence`` (the same
+    shape, probabilities). Of a run of ``config``: its ``train_max``, and the largest test
+    scale it evaluates (where that is known here; else one up to its ``test_max``).
+    """
+    if not isinstance(body, dict) or not (is_int(body.get("version")) and body["version"] == 1):
+        return "not a version-1 diagnostics object"
+    tokens, layers = body.get("tokens"), body.get("layers")
+    if not isinstance(tokens, list) or not isinstance(layers, list) or not layers:
+        return "needs a token list and at least one layer"
+    if not tokens or not all(isinstance(t, str) for t in tokens):
+        return "tokens must be a non-empty list of strings"
+    for index, layer in enumerate(layers):
+        problem = _layer_problem(layer, index, len(tokens))
+        if problem:
+            return problem
+    problems = key_problems(body, DIAGNOSTICS_KEYS, "diagnostics")
+    if problems:
+        return problems[0]
+    scale, train_max = body["scale"], body["train_max"]
+    for key, value in (("scale", scale), ("train_max", train_max)):
+        if (problem := number_problem(key, value, integer=True, minimum=1)) is not None:
+            return problem
+    if scale <= train_max:
+        return f"scale {scale} must exceed train_max {train_max} (the trace is of a test scale)"
+    if config is not None:
+        return _diagnostics_run_problem(scale, train_max, config)
+    return None
+
+
+def _diagnostics_run_problem(scale: int, train_max: int, config: Mapping[str, Any]) -> str | None:
+    train = config.get("train")
+    test_max = config.get("eval", {}).get("test_max") if isinstance(config.get("eval"), dict) else None
+    if isinstance(train, dict) and train_max != train.get("train_max"):
+        return f"train_max {train_max} is not its run's ({shown(train.get('train_max'))})"
+    if is_int(test_max) and scale > test_max:
+        return f"scale {scale} is beyond its run's largest test scale ({test_max})"
+    try:
+        listed = _listed_scales(RunConfig.from_dict(dict(config)))
+    except ValueError:
+        return None
+    tests = [n for split, n in listed or () if split == "test"]
+    if tests and scale != tests[-1]:
+        return f"scale {scale} is not its run's largest test scale ({tests[-1]}), the one traced"
+    return None

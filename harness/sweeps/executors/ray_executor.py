@@ -1,0 +1,111 @@
+"""The Ray executor: the same jobs as Ray tasks on a cluster (or a local Ray instance),
+one torch thread each and one GPU per run where the cluster has GPUs. Ray is an optional
+extra, imported only when this executor is built.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from harness.records.result import RunResult
+from harness.sweeps.executors.interface import Executor, ExecutorError, first_line
+from harness.sweeps.executors.jobs import Completion, Job, WorkerLost
+from harness.sweeps.executors.sizing import default_cpu_workers
+from harness.sweeps.executors.worker import run_job
+
+
+def _ray_run_job(job: Job) -> RunResult:
+    """The Ray task: one torch thread (as in the local pool), then the same worker code."""
+    torch.set_num_threads(1)
+    return run_job(job)
+
+
+class RayExecutor(Executor):
+    """The same jobs as Ray tasks: ``num_cpus=1`` each, plus ``num_gpus=1`` when the
+    cluster has GPUs and ``device`` allows them (``auto`` or ``cuda``).
+
+    Connects to ``address`` (``auto``, ``host:port``, ``ray://host:10001``), else to the
+    cluster in ``RAY_ADDRESS``, else starts a local instance with ``num_cpus`` CPUs
+    (default: this machine's). An instance already initialised in this process (e.g. a
+    test fixture) is used as it is and left running. ``capacity`` (jobs in flight) is
+    ``workers`` or else the cluster's GPU (or CPU) count at connection time.
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        workers: int | None = None,
+        device: str = "auto",
+        num_cpus: int | None = None,
+    ) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ExecutorError("the ray executor needs Ray: pip install 'pezoo[ray]'") from None
+        if device not in ("auto", "cpu", "cuda"):
+            raise ExecutorError(f"--device {device} with the ray executor: use auto, cpu or cuda (one GPU per run)")
+        self._ray = ray
+        self._owns_instance = False
+        if not ray.is_initialized():
+            try:
+                if address or os.environ.get("RAY_ADDRESS"):
+                    ray.init(address=address or None)
+                else:
+                    ray.init(num_cpus=num_cpus or default_cpu_workers(), include_dashboard=False)
+                    self._owns_instance = True
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise ExecutorError(
+                    f"could not connect to Ray at {address or os.environ.get('RAY_ADDRESS')}: {exc}"
+                ) from exc
+        resources = ray.cluster_resources()
+        gpus = int(resources.get("GPU", 0)) if device != "cpu" else 0
+        if device == "cuda" and not gpus:
+            self.close()
+            raise ExecutorError("--device cuda was asked for but the Ray cluster has no GPUs; use --device auto or cpu")
+        self.device_type = "cuda" if gpus else "cpu"
+        self.capacity = workers or max(1, gpus or int(resources.get("CPU", 1)))
+        self._task = ray.remote(_ray_run_job)
+        self._resources = {"num_cpus": 1, "num_gpus": 1 if gpus else 0, "max_retries": 0}
+        self._pending: dict[Any, Job] = {}
+
+    def submit(self, job: Job) -> None:
+        job = replace(job, device=self.device_type)
+        # Named after the run: Ray shows the name in ``ray list tasks``, on the dashboard and
+        # as the worker's process title (``ray::pezoo run <run_id> (attempt n)``), so which
+        # node trains which run can be seen (a test finds the runs a killed node held by it).
+        name = task_name(job)
+        self._pending[self._task.options(name=name, **self._resources).remote(job)] = job
+
+    def wait(self) -> list[Completion]:
+        ray = self._ray
+        ray.wait(list(self._pending), num_returns=1)
+        ready, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=0)
+        done: list[Completion] = []
+        for ref in ready:
+            job = self._pending.pop(ref)
+            try:
+                done.append((job, ray.get(ref)))
+            except ray.exceptions.RayError as exc:  # worker/node died, or the task could not run
+                done.append((job, WorkerLost(job.run_id, first_line(exc))))
+        return done
+
+    def close(self, *, cancel: bool = False) -> None:
+        if cancel:
+            for ref in self._pending:
+                self._ray.cancel(ref, force=True)
+            self._pending.clear()
+        if self._owns_instance:
+            self._ray.shutdown()
+            self._owns_instance = False
+
+
+def task_name(job: Job) -> str:
+    """The Ray task's name for one attempt: ``pezoo run <run_id> (attempt n)``."""
+    return f"pezoo run {job.run_id} (attempt {job.attempt})"

@@ -1,0 +1,16 @@
+"""Training one backbone on one task, and what comes with it.
+
+One module per part:
+
+    backbone     the one backbone every encoding is trained in: a decoder-only pre-LN Transformer
+    train        the training loop: AdamW, warm-up + cosine decay, clipping, seeded; resuming
+    feed         the training batches of a run, in order, inline or from a producer thread
+    graphs       the training loss of a step, eager or replayed as CUDA graphs per length bucket
+    precision    autocast over float32 master weights, fp16 loss scaling, a GPU's defaults
+    diagnostics  what a trained encoding did, kept with the run for the leaderboard
+    tblog        optional TensorBoard logging of a run (``pezoo bench --tensorboard``)
+    probe        speed probes: a few timed training steps, for ``pezoo sweep plan --probe``
+    checkpoint   (package) checkpoints: a run's full training state and its final weights
+
+This ``__init__`` imports nothing: import the module you need.
+"""

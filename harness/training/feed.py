@@ -1,0 +1,180 @@
+"""The training batches of a run, in order, made inline or ahead of the step by a producer thread.
+
+Axis letters: b batch, s sequence.
+
+The batches are a pure function of the run's seed: one ``random.Random`` (seeded
+``train/<task>/<seed>``) draws every example, in step order, and the curriculum's scale
+range at step ``i`` is a function of ``i``. So whether the batches are made in the training
+loop (``ahead=0``, what a CPU run does) or by a producer thread that runs up to ``ahead``
+batches in front of it (a GPU run: the host's Python work overlaps the device's), the
+step sees the same batch, bit for bit (``tests/harness/test_feed.py``).
+
+A checkpoint must hold the data state *after the last batch trained on*, not after the
+last one the producer made: each :class:`Fed` item carries that state (the rng's state
+and a packed stream's unconsumed tail) when the caller asked for it at that step
+(``keep_state``), since copying it every step would cost the loop what it saves.
+
+On CUDA a producer also pins the batch's host memory and copies it with
+``non_blocking=True``, so the copy overlaps the previous step's kernels.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.tasks import Task
+from harness.tasks.data import Batch, PackedStream, collate, sample_training_batch
+
+
+@dataclass(frozen=True)
+class Fed:
+    """One training batch and where it came from.
+
+    Attributes:
+        step: the training step it is for (0-based).
+        batch: the batch, on the run's device.
+        data_rng: the data rng's state once this batch was made (``keep_state(step)``
+            only, else None).
+        stream: a packed stream's unconsumed tail once this batch was made (same rule).
+        host: the batch on the host when ``batch`` is on a GPU (its row lengths, read
+            there, cost no device sync), else None.
+    """
+
+    step: int
+    batch: Batch
+    data_rng: Any = None
+    stream: dict[str, list] | None = None
+    host: Batch | None = None
+
+
+def make_batch(
+    task: Task,
+    rng: random.Random,
+    stream: PackedStream | None,
+    *,
+    batch_size: int,
+    lo: int,
+    hi: int,
+    protocol: str,
+) -> Batch:
+    """The next training batch on the host: ``batch_size`` examples at scales ``lo..hi``
+    (one shared scale for the encoder protocol), collated; or the next packed rows."""
+    if stream is not None:
+        return stream.batch(batch_size, lo, hi)
+    examples = sample_training_batch(task, rng, batch_size, lo, hi, shared_scale=protocol == "encoder")
+    return collate(examples, protocol)
+
+
+class BatchFeed:
+    """The batches of steps ``first..last-1`` in order (iterate over it), each on ``device``.
+
+    ``scale_range(step)`` gives the (lo, hi) scales of a step's examples. ``ahead``: how many
+    batches a producer thread makes in front of the step (0: each is made when asked for,
+    in the caller's thread). ``keep_state(step)``: whether the item of ``step`` carries the
+    data state (for a checkpoint after that step). Call :meth:`close` (or use ``with``) to
+    stop the producer early; an error in the producer is raised in the consumer.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        rng: random.Random,
+        stream: PackedStream | None,
+        *,
+        batch_size: int,
+        protocol: str,
+        scale_range: Callable[[int], tuple[int, int]],
+        first: int,
+        last: int,
+        device: torch.device | str,
+        ahead: int = 0,
+        keep_state: Callable[[int], bool] = lambda step: False,
+    ) -> None:
+        if ahead < 0:
+            raise ValueError(f"ahead must be >= 0 batches, got {ahead}")
+        self.task, self.rng, self.stream = task, rng, stream
+        self.batch_size, self.protocol, self.scale_range = batch_size, protocol, scale_range
+        self.first, self.last, self.device, self.ahead = first, last, torch.device(device), ahead
+        self.keep_state = keep_state
+        self._queue: queue.Queue[Fed | BaseException | None] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _make(self, step: int) -> Fed:
+        lo, hi = self.scale_range(step)
+        batch = make_batch(
+            self.task, self.rng, self.stream, batch_size=self.batch_size, lo=lo, hi=hi, protocol=self.protocol
+        )
+        keep = self.keep_state(step)
+        data_rng = self.rng.getstate() if keep else None
+        stream = self.stream.state() if keep and self.stream is not None else None
+        on_device = self._to_device(batch)
+        return Fed(step, on_device, data_rng, stream, batch if on_device is not batch else None)
+
+    def _to_device(self, batch: Batch) -> Batch:
+        if self.device.type == "cpu":
+            return batch
+        if self.device.type != "cuda":
+            return batch.to(self.device)
+        parts = (batch.inputs, batch.labels, batch.scales, batch.scored)
+        pinned = [t.pin_memory() for t in parts] if self.ahead else list(parts)
+        return Batch(*(t.to(self.device, non_blocking=bool(self.ahead)) for t in pinned))
+
+    def _put(self, item: Fed | BaseException | None) -> bool:
+        """Hand ``item`` to the consumer; False once it has stopped listening."""
+        assert self._queue is not None
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self) -> None:
+        try:
+            for step in range(self.first, self.last):
+                if not self._put(self._make(step)):
+                    return
+            self._put(None)
+        except BaseException as exc:  # handed to the consumer, raised there
+            self._put(exc)
+
+    def __iter__(self) -> Iterator[Fed]:
+        if not self.ahead:
+            for step in range(self.first, self.last):
+                yield self._make(step)
+            return
+        self._queue = queue.Queue(maxsize=self.ahead)
+        self._thread = threading.Thread(target=self._produce, name="pezoo-batches", daemon=True)
+        self._thread.start()
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the producer (it finishes the batch it is making) and wait for it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> BatchFeed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

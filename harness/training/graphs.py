@@ -1,0 +1,166 @@
+"""The training loss of a step, eager or replayed as CUDA graphs over length buckets.
+
+Axis letters: b batch, s sequence, v vocab.
+
+A step of a small model on a GPU is launch-bound: a hundred-odd kernels of microseconds
+each, every one launched by Python. A CUDA graph records a pass's kernels once and
+replays them with one launch. A graph has fixed shapes, so a batch is right-padded to its
+*length bucket* (:func:`bucket_width`: the next multiple of ``quantum`` tokens) and each
+bucket gets its own graph, forward and backward (``torch.cuda.make_graphed_callables``).
+
+Padding does not change the loss (:func:`padded_loss_inputs`): the added tokens are
+``PAD`` with ``IGNORE`` labels, a causal model's real tokens never attend to them, and the
+loss is the sum over labelled tokens over their count. An encoder's tokens do attend to
+padding, so its buckets are exact widths (``quantum`` 1); packed rows have one width.
+The graphed pass is the plain padded pass (no length groups, no MLP skipping of padding:
+those need the host to see the lengths, a sync per step), so its loss equals the eager
+one to float rounding only; tests/harness/test_graphs.py states the tolerance.
+
+Everything here but :class:`GraphedLoss` is device-agnostic and tested on CPU.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from harness.tasks.data import IGNORE, Batch
+from harness.tasks.vocab import PAD_ID
+from harness.training.backbone import Backbone
+from harness.training.precision import autocast_dtype
+from pezoo import PositionalEncoding
+
+LossFn = Callable[[Batch, "Batch | None"], tuple[Tensor, Tensor]]
+"""(batch on the device, the same batch on the host or None) -> (loss to minimise, task loss)."""
+
+QUANTUM = 8
+"""Bucket granularity in tokens: at most 7 padding tokens per row, a graph per 8 widths."""
+
+
+def bucket_width(width: int, quantum: int = QUANTUM) -> int:
+    """The smallest multiple of ``quantum`` that holds ``width`` tokens (``width`` >= 1)."""
+    if width < 1 or quantum < 1:
+        raise ValueError(f"width and quantum must be >= 1, got {width} and {quantum}")
+    return -(-width // quantum) * quantum
+
+
+def pad_to(batch: Batch, width: int) -> Batch:
+    """``batch`` right-padded to ``width`` tokens: inputs ``PAD``, labels ``IGNORE``, not
+    scored; per-token scale hints (packed rows) repeat the row's last one."""
+    s = batch.inputs.shape[1]
+    if width < s:
+        raise ValueError(f"cannot pad a batch {s} tokens wide to {width}")
+    if width == s:
+        return batch
+    extra = width - s
+    inputs = F.pad(batch.inputs, (0, extra), value=PAD_ID)
+    labels = F.pad(batch.labels, (0, extra), value=IGNORE)
+    scored = F.pad(batch.scored, (0, extra), value=False)
+    scales = batch.scales
+    if scales.ndim == 2:
+        scales = torch.cat([scales, scales[:, -1:].expand(-1, extra)], dim=1)
+    return Batch(inputs, labels, scales, scored)
+
+
+def padded_loss_inputs(
+    model: Backbone, batch: Batch, host: Batch | None, quantum: int = QUANTUM
+) -> tuple[Batch, Tensor | None]:
+    """(the batch padded to its bucket, the positions planned for it or None).
+
+    Positions are planned from the rows' real lengths (``pe.padded_positions``: randomized
+    PE draws per length) read on the host copy ``host`` (no device sync); None when the
+    encoding's positions do not depend on the lengths (the model then takes its own)."""
+    s = batch.inputs.shape[1]
+    width = bucket_width(s, quantum if model.cfg.causal and batch.scales.ndim == 1 else 1)
+    padded = pad_to(batch, width)
+    pe = model.pe
+    if type(pe).padded_positions is PositionalEncoding.padded_positions or host is None:
+        return padded, None  # the base class's: positions for the whole width, whatever the lengths
+    lengths = (host.inputs != PAD_ID).sum(dim=1)  # (b,), on the host
+    return padded, pe.padded_positions(lengths, width, batch.inputs.device)
+
+
+def plain_loss(model: Backbone, precision: str, batch: Batch, positions: Tensor | None) -> tuple[Tensor, Tensor]:
+    """(loss to minimise, task loss) of one plain pass over ``batch`` (padding included, its
+    labels ignored): what each graph records."""
+    dtype = autocast_dtype(precision)
+    device_type = batch.inputs.device.type
+    with torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None, cache_enabled=False):
+        logits = model(batch.inputs, scale_hint=batch.scales, positions=positions)  # (b, s, v)
+    logits = logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
+    labels = batch.labels.flatten()
+    total = F.cross_entropy(logits.flatten(0, 1), labels, ignore_index=IGNORE, reduction="sum")
+    task = total / (labels != IGNORE).sum()
+    regularisation = getattr(model.pe, "regularisation", None)
+    return (task + regularisation(), task) if regularisation is not None else (task, task)
+
+
+class _Pass(nn.Module):
+    """One bucket's pass as a module (its parameters the backbone's), for graph capture."""
+
+    def __init__(self, model: Backbone, precision: str, with_positions: bool) -> None:
+        super().__init__()
+        self.model, self.precision, self.with_positions = model, precision, with_positions
+
+    def forward(self, inputs: Tensor, labels: Tensor, scales: Tensor, scored: Tensor, *positions: Tensor):
+        planned = positions[0] if self.with_positions else None
+        loss, task = plain_loss(self.model, self.precision, Batch(inputs, labels, scales, scored), planned)
+        return loss if loss is task else (loss, task.detach())
+
+
+class GraphedLoss:
+    """The loss of a batch by replaying its length bucket's CUDA graph (captured on first
+    use). A bucket whose capture fails (an encoding doing host work in its pass) runs
+    eagerly from then on, said once in a warning."""
+
+    def __init__(self, model: Backbone, precision: str, eager: LossFn, quantum: int = QUANTUM) -> None:
+        self.model, self.precision, self.eager, self.quantum = model, precision, eager, quantum
+        self.graphs: dict[tuple, Callable | None] = {}
+
+    def __call__(self, batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor]:
+        padded, positions = padded_loss_inputs(self.model, batch, host, self.quantum)
+        args = [padded.inputs, padded.labels, padded.scales, padded.scored]
+        if positions is not None:
+            args.append(positions)
+        key = tuple((tuple(a.shape), a.dtype) for a in args)
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(args, positions is not None)
+        graphed = self.graphs[key]
+        if graphed is None:
+            return self.eager(batch, host)
+        out = graphed(*args)
+        return (out, out) if isinstance(out, Tensor) else (out[0], out[1])
+
+    def _capture(self, args: list[Tensor], with_positions: bool) -> Callable | None:
+        module = _Pass(self.model, self.precision, with_positions)
+        samples = tuple(a.clone() for a in args)
+        try:
+            rng = torch.cuda.get_rng_state(args[0].device)
+            graphed = torch.cuda.make_graphed_callables(module, samples, num_warmup_iters=3, allow_unused_input=True)
+            torch.cuda.set_rng_state(rng, args[0].device)  # the warm-up passes leave no trace in the stream
+            return graphed
+        except Exception as exc:  # host work or a sync inside the pass: eager for this bucket
+            warnings.warn(
+                f"no CUDA graph for batches of shape {tuple(args[0].shape)} ({type(exc).__name__}: {exc}); "
+                "they train eagerly",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return None
+
+
+def loss_function(model: Backbone, precision: str, device: torch.device, *, graphs: bool = False) -> LossFn:
+    """How the training loop takes a batch's loss: eagerly (``harness.training.train.training_loss``,
+    what every CPU run does), or, with ``graphs`` on CUDA, by :class:`GraphedLoss`."""
+    from harness.training.train import training_loss
+
+    def eager(batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor]:
+        return training_loss(model, batch, precision)
+
+    if graphs and device.type == "cuda":
+        return GraphedLoss(model, precision, eager)
+    return eager

@@ -1,0 +1,599 @@
+"""Training one backbone on one task: AdamW, warm-up + cosine decay, clipping, seeded.
+
+Axis letters: b batch, s sequence, v vocab.
+
+Seeds: ``cfg.seed`` fixes the initialisation (torch RNG) and, through a separate
+``random.Random``, the training data stream; evaluation sets are fixed per
+(task, scale, seed) independently of training (see ``harness.tasks.data.evaluation_set``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import harness.training.graphs as graphs
+import pezoo
+from harness.config import RunConfig
+from harness.config.pe_spec import build_options
+from harness.evaluation.evaluate import Evaluation
+from harness.records.files import WriteError, remove_stale_temps
+from harness.records.provenance import git_commit, machine_name
+from harness.tasks import Task
+from harness.tasks.data import IGNORE, Batch, PackedStream
+from harness.tasks.vocab import PAD_ID
+from harness.training.backbone import Backbone
+from harness.training.checkpoint import (
+    CheckpointError,
+    check_state,
+    code_history,
+    load_checkpoint,
+    machine_history,
+    save_checkpoint,
+    set_aside,
+    training_state,
+)
+from harness.training.feed import BatchFeed, Fed
+from harness.training.precision import autocast, grad_scaler
+
+
+class DivergedError(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """Where and how often a run saves its full training state (``harness.training.checkpoint``).
+
+    Attributes:
+        path: the checkpoint file (written atomically: a temporary file of this process's
+            own, then a rename).
+        every: save every this many steps (and never after the last step: a finished
+            run's metrics are in the store, its checkpoint is removed).
+        on_error: told (one line) when a checkpoint cannot be written (a full disk); the
+            run trains on without it and keeps the previous one. None: a warning.
+    """
+
+    path: Path
+    every: int = 250
+    on_error: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """How training ended; ``evaluations`` are the periodic ones ((step, result), oldest first)."""
+
+    final_loss: float
+    steps: int
+    seconds: float
+    evaluations: tuple[tuple[int, Any], ...] = ()
+    # which commit trained from which step (harness.training.checkpoint.code_history)
+    code: tuple[tuple[int, str], ...] = ()
+    machine: tuple[tuple[int, str], ...] = ()  # and on which machine (harness.training.checkpoint.machine_history)
+
+
+def build_encoding(cfg: RunConfig) -> pezoo.PositionalEncoding:
+    """The encoding of ``cfg``, built for its backbone (on torch's current default device)."""
+    b = cfg.backbone
+    options = build_options(cfg.pe, cfg.pe_options)  # stored runs' missing options as they meant; Abacus's digit ids
+    return pezoo.create(cfg.pe, dims=pezoo.ModelDims(b.d_model, b.n_heads, b.n_layers), **options)
+
+
+def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Backbone:
+    """The backbone of ``cfg`` with its encoding, initialised from ``cfg.seed``."""
+    torch.manual_seed(cfg.seed)
+    return Backbone(cfg.backbone, build_encoding(cfg)).to(device)
+
+
+def lr_factor(step: int, cfg: RunConfig) -> float:
+    """Linear warm-up to 1, then cosine or linear decay (``train.schedule``) towards
+    ``min_lr_ratio``, reached one step after the last."""
+    t = cfg.train
+    if step < t.warmup:
+        return (step + 1) / t.warmup
+    progress = min(1.0, (step - t.warmup) / max(1, t.steps - t.warmup))
+    shape = 1 - progress if t.schedule == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+    return t.min_lr_ratio + (1 - t.min_lr_ratio) * shape
+
+
+def curriculum_max(step: int, cfg: RunConfig) -> int:
+    """Largest training scale at ``step``: the last curriculum stage started by then
+    (``TrainConfig.curriculum`` = ((start_step, max_scale), ...)), else ``train_max``."""
+    current = cfg.train.train_max
+    for start, max_scale in cfg.train.curriculum:
+        if step >= start:
+            current = max_scale
+        else:
+            break
+    return min(current, cfg.train.train_max) if cfg.train.curriculum else current
+
+
+def make_optimizer(model: Backbone, cfg: RunConfig, *, fused: bool = False) -> torch.optim.Optimizer:
+    """AdamW (or Adam, ``train.optimizer``); weight decay on matrices only. An encoding may ask for its own parameter
+    groups (e.g. PRISM's α scales, §6.4) through an ``optimizer_groups()`` method
+    returning ``[{"params": [...], **adamw_options}]``. ``fused``: the fused kernel at
+    every precision (a GPU run, :class:`Accel`), not only mixed precision."""
+    t = cfg.train
+    special = list(getattr(model.pe, "optimizer_groups", list)())
+    taken = {id(p) for g in special for p in g["params"]}
+    rest = [p for p in model.parameters() if id(p) not in taken and p.requires_grad]
+    groups = [
+        {"params": [p for p in rest if p.ndim >= 2], "weight_decay": t.weight_decay},
+        {"params": [p for p in rest if p.ndim < 2], "weight_decay": 0.0},
+        *special,
+    ]
+    for g in groups:
+        g.setdefault("lr", t.lr)
+        g["base_lr"] = g["lr"]
+    optimizer = torch.optim.AdamW if t.optimizer == "adamw" else torch.optim.Adam
+    # A mixed-precision run takes the fused kernel: one pass over all parameters instead of a
+    # dozen elementwise passes per tensor (half the optimiser's time at the quick size on CPU;
+    # docs/performance.md). An fp32 run keeps the per-tensor loop it was always trained with, so
+    # its numbers (the board's) stay bit for bit what they were.
+    # On a GPU (``fused``) every precision takes it: one launch instead of a dozen per tensor.
+    fused_kw = {"fused": True} if fused or t.precision != "fp32" else {}
+    return optimizer([g for g in groups if g["params"]], lr=t.lr, betas=t.betas, **fused_kw)
+
+
+LENGTH_GROUPS = 4
+"""A causal model's training batch is run as this many groups of rows of similar length
+(:func:`_task_loss`); 4 was the fastest of 1, 2, 4 and 8 on addition (docs/performance.md)."""
+
+
+def training_loss(model: Backbone, batch: Batch, precision: str = "fp32") -> tuple[Tensor, Tensor]:
+    """(the loss to minimise, the task's loss) on one batch, the forward pass in ``precision``
+    (``harness.training.precision``: autocast over the float32 weights; the loss itself in float32).
+
+    The task's loss is the cross-entropy of the labelled next tokens (the completion and
+    its EOS), :func:`_task_loss`. The loss minimised adds the encoding's
+    ``regularisation()`` when it has one (PRISM: ``frobenius_weight · ‖W_hh‖_F²`` with
+    ``regulariser="frobenius"``, Lee 2025 §6.3; 0 otherwise). Logs, ``final_loss`` and
+    ``eval.start_below_loss`` use the task's loss, so a penalty does not hold back
+    periodic evaluation.
+    """
+    with autocast(precision, batch.inputs.device):
+        task_loss = _task_loss(model, batch)
+    regularisation = getattr(model.pe, "regularisation", None)
+    if regularisation is None:
+        return task_loss, task_loss
+    return task_loss + regularisation(), task_loss
+
+
+def _task_loss(model: Backbone, batch: Batch, groups: int = LENGTH_GROUPS) -> Tensor:
+    """The mean cross-entropy of ``batch``'s labelled tokens.
+
+    A causal model's batch is right-padded to its longest row (each example draws its
+    scale: 37-45 % of a board batch is padding), and no labelled token sees the padding.
+    So its rows are sorted by length and run as ``groups`` groups, each cut to its own
+    longest row, and within a group the MLPs skip the padding left (``Backbone.forward``'s
+    ``keep``). The positions are planned once for the whole batch from its row lengths
+    (``padded_positions``: randomized PE gives each row a draw of its own length, one
+    per distinct length), and each group reads its rows' share; the loss is the sum
+    over groups over the batch's labelled count. Each group starts from
+    the same random state, so a draw an encoding makes once per pass (Abacus's offset) is
+    one per batch, as in one pass. The same loss and gradients as one padded pass on
+    those positions, to float rounding (tests/harness/test_padding_skip.py).
+    """
+    if not model.cfg.causal:  # an encoder's tokens attend to the padding; its batches have none
+        logits = _at_least_float32(model(batch.inputs, scale_hint=batch.scales))  # (b, s, v)
+        return F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
+    keep = batch.inputs != PAD_ID  # (b, s)
+    lengths = keep.sum(dim=1)  # (b,)
+    s = batch.inputs.shape[1]
+    positions = model.pe.padded_positions(lengths, s, batch.inputs.device)  # (b|1, s): the batch's draw
+    if bool(keep.all()):  # no padding (packed rows, one scale per batch): one pass
+        groups = 1
+    total: Tensor | None = None
+    device = batch.inputs.device
+    cuda = device.type == "cuda"
+    start_state = torch.cuda.get_rng_state(device) if cuda else torch.get_rng_state()
+    for group, rows in enumerate(torch.argsort(lengths, stable=True).chunk(groups)):
+        if group and cuda:  # replay the random state the first group started from
+            torch.cuda.set_rng_state(start_state, device)
+        elif group:
+            torch.set_rng_state(start_state)
+        width = max(int(lengths[rows].max()), 1)
+        hint = batch.scales[rows, :width] if batch.scales.ndim == 2 else batch.scales[rows]
+        logits = model(
+            batch.inputs[rows, :width],
+            scale_hint=hint,
+            keep=keep[rows, :width],
+            positions=positions[:, :width] if positions.shape[0] == 1 else positions[rows, :width],
+        )  # (rows, width, v)
+        labels = batch.labels[rows, :width].flatten()
+        logits = _at_least_float32(logits)
+        part = F.cross_entropy(logits.flatten(0, 1), labels, ignore_index=IGNORE, reduction="sum")
+        total = part if total is None else total + part
+    assert total is not None  # a batch has at least one row
+    return total / (batch.labels != IGNORE).sum()
+
+
+def _at_least_float32(logits: Tensor) -> Tensor:
+    """bf16/fp16 logits (autocast) as float32, so the loss is taken in float32; others as they are."""
+    return logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
+
+
+def restore(
+    cfg: RunConfig, path: Path, device: torch.device | str
+) -> tuple[Backbone, dict[str, Any] | None, str | None]:
+    """The model to train and the checkpoint to resume, if ``path`` holds a usable one.
+
+    Returns (model, checkpoint or None, problem or None). The checkpoint is read without
+    running code and checked field by field (``harness.training.checkpoint.check_state``); one
+    that is unreadable, needs code to read, lacks a field, has a wrong type or shape, or
+    is another run's is set aside as ``<name>.unreadable`` (never read again) and the
+    run starts over from a fresh model; ``problem`` then says why, for the caller to
+    report. Temporary files of writers killed more than a day ago are removed.
+    """
+    remove_stale_temps(path)
+    model = build_model(cfg, device)
+    if not path.exists():
+        return model, None, None
+    try:
+        ck = load_checkpoint(path, cfg.run_id())
+        try:
+            ck = check_state(ck, cfg, model, make_optimizer(model, cfg))
+        except CheckpointError as exc:
+            raise CheckpointError(f"checkpoint {path} is unusable: {exc}") from None
+        except Exception as exc:  # whatever else a hostile or damaged file provokes: never fail forever
+            raise CheckpointError(f"checkpoint {path} is unusable ({type(exc).__name__}: {exc})") from None
+        return model, ck, None
+    except CheckpointError as exc:
+        aside = set_aside(path)
+        where = f"set aside as {aside.name}" if aside is not None else "removed (it could not be renamed)"
+        return build_model(cfg, device), None, f"{exc}; {where}; the run starts over from step 0"
+
+
+ACCEL_ENV = "PEZOO_ACCEL"
+"""Environment variable that switches the GPU loop's features (:meth:`Accel.for_device`):
+``off`` (none: the loop a CPU runs), ``on`` (all), or a comma-separated subset of
+``prefetch,readback,fused,graphs,forced``. Unset: all on CUDA, none on CPU."""
+
+ACCEL_FEATURES = ("prefetch", "readback", "fused", "graphs", "forced")
+
+
+@dataclass(frozen=True)
+class Accel:
+    """How the training loop drives its device; none of it changes what a CPU run computes.
+
+    Attributes:
+        prefetch: batches a producer thread makes ahead of the step (``harness.training.feed``;
+            0: made in the loop). The same batches either way.
+        readback: read the step losses back from the device every this many steps (1:
+            every step, a device sync each). A non-finite loss is still caught: at the
+            next read-back, reported at the step it happened, the run recorded diverged.
+        fused: fused AdamW at every precision (one kernel for all parameters). Changes
+            the float rounding of an fp32 run, so only on CUDA.
+        graphs: the forward and backward pass replayed as CUDA graphs, one per length
+            bucket (``harness.training.graphs``; CUDA only).
+        forced: evaluation reads exact match off the teacher-forced pass instead of a
+            greedy decode (``harness.evaluation.evaluate``, "exact match without a decode"): equal
+            but for argmax near-ties the two round differently, so off on CPU by default.
+    """
+
+    prefetch: int = 0
+    readback: int = 1
+    fused: bool = False
+    graphs: bool = False
+    forced: bool = False
+
+    def __post_init__(self) -> None:
+        if self.prefetch < 0 or self.readback < 1:
+            raise ValueError(f"prefetch must be >= 0 and readback >= 1, got {self.prefetch} and {self.readback}")
+
+    @classmethod
+    def for_device(cls, device: torch.device | str, setting: str | None = None) -> Accel:
+        """The features for ``device``: ``setting`` (else ``$PEZOO_ACCEL``, :data:`ACCEL_ENV`)
+        names them; unset, all of them on CUDA and none on CPU (where they would change
+        nothing but the float rounding of fused AdamW, or need a GPU)."""
+        import os
+
+        cuda = torch.device(device).type == "cuda"
+        setting = os.environ.get(ACCEL_ENV) if setting is None else setting
+        if setting is None or setting.strip() == "":
+            names = set(ACCEL_FEATURES) if cuda else set()
+        elif setting.strip() in ("on", "off"):
+            names = set(ACCEL_FEATURES) if setting.strip() == "on" else set()
+        else:
+            names = {n.strip() for n in setting.split(",") if n.strip()}
+            unknown = sorted(names - set(ACCEL_FEATURES))
+            if unknown:
+                raise ValueError(
+                    f"{ACCEL_ENV}: unknown feature(s) {', '.join(unknown)}; valid: on, off, "
+                    f"or some of {', '.join(ACCEL_FEATURES)}"
+                )
+        if not cuda:
+            names -= {"fused", "graphs"}  # CPU numerics stay the board's
+            if setting is None or setting.strip() in ("", "on"):
+                names.discard("forced")  # a CPU run reads it off the pass only when named
+        return cls(
+            prefetch=4 if "prefetch" in names else 0,
+            readback=25 if "readback" in names else 1,
+            fused="fused" in names,
+            graphs="graphs" in names,
+            forced="forced" in names,
+        )
+
+
+class LossReadback:
+    """The step losses, kept on the device and read back every ``every`` steps (:meth:`due`)
+    or when the loop needs them (:meth:`flush`: before a periodic evaluation, a
+    checkpoint, the end).
+
+    :meth:`flush` reports each step's task loss to ``on_step`` in order, updates
+    :attr:`last` and :attr:`evaluating` (once a step's loss is below ``threshold``), and
+    raises :class:`DivergedError` at the first step whose minimised loss is not finite,
+    with the same message a per-step check gives.
+    """
+
+    def __init__(
+        self,
+        every: int,
+        on_step: Callable[[int, float], None] | None,
+        threshold: float | None,
+        *,
+        last: float = math.nan,
+        evaluating: bool = False,
+    ) -> None:
+        self.every, self.on_step, self.threshold = every, on_step, threshold
+        self.last, self.evaluating = last, evaluating
+        self._pending: list[tuple[int, Tensor, Tensor | None]] = []
+
+    def add(self, step: int, task_loss: Tensor, loss: Tensor) -> None:
+        """Keep ``step``'s losses (the minimised one only when it differs from the task's)."""
+        self._pending.append((step, task_loss.detach(), None if loss is task_loss else loss.detach()))
+
+    def due(self, step: int) -> bool:
+        """Whether the losses up to ``step`` are read back now (every ``every`` steps)."""
+        return (step + 1) % self.every == 0
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        if self.every == 1:  # the per-step path of old: one .item() per value
+            tasks_ = [pending[0][1].item()]
+            totals = [tasks_[0] if pending[0][2] is None else pending[0][2].item()]
+        else:
+            tasks_ = torch.stack([t.float() for _, t, _ in pending]).tolist()
+            extra = [(i, x) for i, (_, _, x) in enumerate(pending) if x is not None]
+            totals = list(tasks_)
+            if extra:
+                for (i, _), value in zip(extra, torch.stack([x.float() for _, x in extra]).tolist(), strict=True):
+                    totals[i] = value
+        for (step, _, _), value, total in zip(pending, tasks_, totals, strict=True):
+            if not math.isfinite(total):  # NaN in the task's loss makes the total NaN too
+                raise DivergedError(f"loss became {total} at step {step}")
+            self.last = value
+            if self.on_step is not None:
+                self.on_step(step, value)
+            self.evaluating = self.evaluating or (self.threshold is not None and value < self.threshold)
+
+
+@dataclass
+class _Run:
+    """What the loop carries from step to step (and a checkpoint saves)."""
+
+    opt: torch.optim.Optimizer
+    scaler: Any
+    rng: random.Random
+    stream: PackedStream | None
+    first_step: int
+    elapsed: float
+    evaluations: list
+    code: list
+    machine: list
+
+
+def _start(
+    cfg: RunConfig, model: Backbone, task: Task, device: torch.device, resume: dict[str, Any] | None, accel: Accel
+) -> tuple[_Run, float, bool]:
+    """The optimiser, scaler and data state of a fresh run, or of ``resume``'s; with the
+    last loss and whether periodic evaluation had started."""
+    t = cfg.train
+    rng = random.Random(f"train/{cfg.task}/{cfg.seed}")
+    stream = PackedStream(task, rng, t.pack, loss=t.pack_loss) if t.pack else None
+    opt = make_optimizer(model, cfg, fused=accel.fused and device.type == "cuda")
+    scaler = grad_scaler(t.precision, device)  # fp16 only: gradients scaled clear of underflow
+    run = _Run(
+        opt,
+        scaler,
+        rng,
+        stream,
+        0,
+        0.0,
+        [],
+        code_history(resume, git_commit()),
+        machine_history(resume, machine_name(device)),
+    )
+    last, evaluating = math.nan, cfg.eval.start_below_loss is None
+    if resume is None:
+        return run, last, evaluating
+    opt.load_state_dict(resume["optimizer"])  # model weights were restored by the caller
+    rng.setstate(resume["data_rng"])
+    torch.set_rng_state(resume["torch_rng"])
+    if "cuda_rng" in resume and device.type == "cuda":
+        torch.cuda.set_rng_state(resume["cuda_rng"], device)
+    run.first_step, last, run.elapsed = resume["step"], resume["loss"], resume["seconds"]
+    evaluating = resume.get("evaluating", evaluating)
+    run.evaluations = list(resume.get("evaluations", []))
+    if stream is not None:
+        stream.load_state(resume["stream"])
+    if scaler is not None:  # fp16: the loss scale reached (harness.training.checkpoint checked it)
+        saved = resume["scaler"]
+        scaler.load_state_dict(
+            {**scaler.state_dict(), "scale": saved["scale"], "_growth_tracker": saved["growth_tracker"]}
+        )
+    return run, last, evaluating
+
+
+def optimizer_step(model: Backbone, run: _Run, loss: Tensor, grad_clip: float) -> None:
+    """Backward, clip the gradients' global norm, step (fp16: on the scaled loss, skipping a
+    step that overflowed)."""
+    run.opt.zero_grad(set_to_none=True)
+    if run.scaler is None:
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        run.opt.step()
+        return
+    run.scaler.scale(loss).backward()
+    run.scaler.unscale_(run.opt)
+    nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    run.scaler.step(run.opt)
+    run.scaler.update()
+
+
+@dataclass(frozen=True)
+class _Due:
+    """Which steps end with a periodic evaluation or a checkpoint (never the last step)."""
+
+    steps: int
+    every: int
+    checkpointing: Checkpointing | None
+
+    def evaluation(self, done: int) -> bool:
+        return bool(self.every) and done % self.every == 0 and done < self.steps
+
+    def save(self, done: int) -> bool:
+        ck = self.checkpointing
+        return ck is not None and done % ck.every == 0 and done < self.steps
+
+
+def _feed(
+    cfg: RunConfig, task: Task, run: _Run, device: torch.device, accel: Accel, keep_state: Callable[[int], bool]
+) -> BatchFeed:
+    """The batches of the steps the run has left (``harness.training.feed``), from its data state."""
+    t = cfg.train
+    return BatchFeed(
+        task, run.rng, run.stream,
+        batch_size=t.batch_size, protocol=cfg.protocol,
+        scale_range=lambda step: (t.train_min, curriculum_max(step, cfg)),
+        first=run.first_step, last=t.steps, device=device, ahead=accel.prefetch, keep_state=keep_state,
+    )  # fmt: skip
+
+
+def _evaluate_at(done: int, evaluate: Callable[[int], Evaluation], run: _Run, device: torch.device) -> float:
+    """Run the periodic evaluation after step ``done`` under its own torch RNG, keep its
+    result; the seconds it took."""
+    t_eval = time.perf_counter()
+    with torch.random.fork_rng(devices=[] if device.type != "cuda" else None):
+        run.evaluations.append((done, evaluate(done)))
+    return time.perf_counter() - t_eval
+
+
+def _save(
+    cfg: RunConfig,
+    model: Backbone,
+    run: _Run,
+    fed: Fed,
+    losses: LossReadback,
+    seconds: float,
+    checkpointing: Checkpointing,
+    device: torch.device,
+) -> None:
+    """Save the full training state after step ``fed.step`` (a failed write is told, not raised)."""
+    done = fed.step + 1
+    data_rng = random.Random()
+    data_rng.setstate(fed.data_rng)
+    payload = training_state(
+        cfg,
+        step=done,
+        loss=losses.last,
+        seconds=seconds,
+        model=model,
+        optimizer=run.opt,
+        data_rng=data_rng,
+        device=device,
+        evaluating=losses.evaluating,
+        evaluations=run.evaluations,
+        stream=fed.stream,
+        scaler=run.scaler.state_dict() if run.scaler is not None else None,
+        code=run.code,
+        machine=run.machine,
+    )
+    try:
+        save_checkpoint(checkpointing.path, payload)
+    except WriteError as exc:  # a full disk: train on, the previous checkpoint stays
+        message = f"no checkpoint at step {done}: {exc}; training goes on"
+        if checkpointing.on_error is not None:
+            checkpointing.on_error(message)
+        else:
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def train(
+    cfg: RunConfig,
+    model: Backbone,
+    task: Task,
+    device: torch.device | str = "cpu",
+    on_step: Callable[[int, float], None] | None = None,
+    checkpointing: Checkpointing | None = None,
+    resume: dict[str, Any] | None = None,
+    evaluate: Callable[[int], Evaluation] | None = None,
+    on_lr: Callable[[int, float], None] | None = None,
+    accel: Accel | None = None,
+) -> TrainResult:
+    """Train ``model`` for ``cfg.train.steps`` steps; ``on_step(step, loss)`` after each
+    (in order; on a GPU a few steps late, when the losses are read back: :class:`Accel`);
+    ``on_lr(step, lr)`` reports each step's learning rate (for loggers).
+
+    With ``evaluate`` and ``cfg.eval.every > 0``, ``evaluate(step)`` runs every ``every``
+    steps once a step's loss has first dropped below ``cfg.eval.start_below_loss`` (never
+    at the last step: the caller evaluates the final model), under its own torch RNG, so
+    the training stream is the same with or without it; its results are kept in
+    checkpoints and returned in order.
+
+    With ``checkpointing``, the full state (``harness.training.checkpoint``) is saved periodically;
+    a save that fails (a full disk) is reported and skipped. ``resume`` is such a
+    checkpoint as :func:`restore` returns it, its weights already loaded: an interrupted
+    run ends with exactly the metrics of an uninterrupted one (CPU). ``accel`` (default
+    :meth:`Accel.for_device`): how the loop drives the device. A NaN/inf loss raises
+    :class:`DivergedError` (the run is then recorded as diverged).
+    """
+    t = cfg.train
+    device = torch.device(device)
+    accel = Accel.for_device(device) if accel is None else accel
+    run, last, evaluating = _start(cfg, model, task, device, resume, accel)
+    model.train()
+    due = _Due(t.steps, cfg.eval.every if evaluate is not None else 0, checkpointing)
+    losses = LossReadback(accel.readback, on_step, cfg.eval.start_below_loss, last=last, evaluating=evaluating)
+    compute = graphs.loss_function(model, t.precision, device, graphs=accel.graphs)
+    start = time.perf_counter()
+    with _feed(cfg, task, run, device, accel, keep_state=lambda step: due.save(step + 1)) as feed:
+        for fed in feed:
+            step, done = fed.step, fed.step + 1
+            set_learning_rate(run.opt, cfg, step, on_lr)
+            loss, task_loss = compute(fed.batch, fed.host)
+            losses.add(step, task_loss, loss)
+            if accel.readback == 1:
+                losses.flush()  # before the step, as ever: a NaN step is never applied
+            optimizer_step(model, run, loss, t.grad_clip)
+            if losses.due(step) or due.evaluation(done) or due.save(done) or done == t.steps:
+                losses.flush()
+            if due.evaluation(done) and losses.evaluating and evaluate is not None:
+                start += _evaluate_at(done, evaluate, run, device)  # training seconds leave evaluation out
+            if due.save(done) and checkpointing is not None:
+                _save(cfg, model, run, fed, losses, run.elapsed + time.perf_counter() - start, checkpointing, device)
+    losses.flush()
+    seconds = run.elapsed + time.perf_counter() - start
+    return TrainResult(losses.last, t.steps, seconds, tuple(run.evaluations), tuple(run.code), tuple(run.machine))
+
+
+def set_learning_rate(
+    opt: torch.optim.Optimizer, cfg: RunConfig, step: int, on_lr: Callable[[int, float], None] | None = None
+) -> None:
+    """Every parameter group's learning rate for ``step`` (:func:`lr_factor` × its base rate)."""
+    for g in opt.param_groups:
+        g["lr"] = g["base_lr"] * lr_factor(step, cfg)
+    if on_lr is not None:
+        on_lr(step, cfg.train.lr * lr_factor(step, cfg))
