@@ -106,8 +106,9 @@ def part_loop(
 
 def part_tests(dry: bool) -> dict[str, Any]:
     select = ["-k", "accel_settings"] if dry else []
+    files = ["tests/harness/test_gpu_loop.py", "tests/harness/test_forced_exact.py"]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/harness/test_gpu_loop.py", *select],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files, *select],
         cwd=ROOT,
         capture_output=True,
         text=True,

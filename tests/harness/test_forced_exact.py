@@ -73,3 +73,15 @@ def test_forced_is_on_for_cuda_and_on_cpu_only_when_named(monkeypatch):
     assert not Accel.for_device("cpu").forced and not Accel.for_device("cpu", "on").forced
     assert Accel.for_device("cpu", "forced") == Accel(forced=True)
     assert not Accel.for_device("cuda", "off").forced
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_exact_match_off_the_pass_equals_the_greedy_decodes(half_trained):
+    model = half_trained.to("cuda")
+    try:
+        for n in (3, 5, 8):
+            examples = evaluation_set(create("even_pairs"), n, 16, 0)
+            decoded = evaluate_length(model, examples, batch_size=8, device="cuda")
+            assert evaluate_length(model, examples, batch_size=8, device="cuda", decode=False) == decoded
+    finally:
+        model.to("cpu")
