@@ -39,6 +39,7 @@ RAY = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("ray"),  # under -n, never beside test_executors.py's ray.init() (one worker)
     pytest.mark.skipif(RAY is None, reason="the `ray` command is not installed beside Ray"),
     pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds a node's processes by session in /proc"),
 ]
