@@ -406,7 +406,7 @@ def test_sigterm_marks_the_runs_in_flight_interrupted_and_stops_the_workers(tmp_
 
 
 @pytest.fixture(scope="module")
-def ray_instance():
+def ray_instance(one_ray_at_a_time):
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
@@ -431,7 +431,6 @@ def results_by_run(path):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")
 def test_runs_side_by_side_store_what_each_stores_alone(pool_store, tmp_path):
     """The two runs the pool of two workers trained at once (as a packed GPU trains them)
     stored exactly what each gives trained alone here: nothing leaks between workers."""
@@ -444,7 +443,6 @@ def test_runs_side_by_side_store_what_each_stores_alone(pool_store, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")
 def test_ray_executor_stores_exactly_what_the_local_pool_does(ray_instance, pool_store, tmp_path):
     path = tmp_path / "s.sqlite"
     result = CliRunner().invoke(main, [*BENCH, "--executor", "ray", "--store", str(path)])
@@ -458,7 +456,6 @@ def test_ray_executor_stores_exactly_what_the_local_pool_does(ray_instance, pool
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")
 def test_ray_task_whose_worker_dies_is_retried_from_its_checkpoint(ray_instance, pool_store, tmp_path, monkeypatch):
     cfg = smoke("rope", steps=30)
     monkeypatch.setenv(FAULT_ENV, f"kill:{cfg.run_id()}")

@@ -39,7 +39,6 @@ RAY = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.xdist_group("ray"),  # under -n, never beside test_executors.py's ray.init() (one worker)
     pytest.mark.skipif(RAY is None, reason="the `ray` command is not installed beside Ray"),
     pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds a node's processes by session in /proc"),
 ]
@@ -170,7 +169,7 @@ class Cluster:
 
 
 @pytest.fixture
-def two_nodes() -> Iterator[tuple[Cluster, subprocess.Popen]]:
+def two_nodes(one_ray_at_a_time) -> Iterator[tuple[Cluster, subprocess.Popen]]:
     """A head and a second node on this machine, one CPU each; yields the cluster and the
     second node's ``ray start`` (its session leader). Every session started (nodes, and
     the driver the test adds) is killed at teardown, pass or fail."""
