@@ -27,12 +27,21 @@ shared (Ray's object store in /dev/shm) does not count against it. The heaviest 
 files peak at 0.58 GiB of it per process (measured on CPU, Ray's tests included;
 docs/harness.md, "Reliability"), so the default cap of 8 GiB (tests/memory_cap.py) leaves
 13x room; ``PEZOO_TEST_MEMORY_CAP_GB`` sets another (``0``: none).
+
+The README's test command runs the suite on every CPU (pytest-xdist, ``-n logical``): one
+process per CPU, each importing this file, so one torch thread and a memory cap per
+worker, and each test file on one worker (``--dist loadfile``, pyproject.toml). Tests that
+start Ray take :func:`one_ray_at_a_time` first: two files' Ray instances never run side by
+side (``ray.init()`` could join the other file's cluster, and two of them would crowd the
+machine's memory and the cluster test's deadlines).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 import torch
 from hypothesis import settings
 from memory_cap import cap_memory  # tests/ is on sys.path here, as for every test module
@@ -45,3 +54,17 @@ settings.register_profile("explore", derandomize=False, max_examples=1000, print
 settings.load_profile("deterministic")  # --hypothesis-profile=explore replaces it (pytest_configure runs later)
 
 cap_memory()
+
+
+@pytest.fixture(scope="module")
+def one_ray_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Hold an exclusive lock, shared by every worker of this run (a file beside their temp
+    folders), for as long as the module that asked for it keeps Ray running."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: Ray's tests here need /proc anyway
+        yield
+        return
+    with open(tmp_path_factory.getbasetemp().parent / "pezoo-ray.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

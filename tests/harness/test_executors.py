@@ -406,7 +406,7 @@ def test_sigterm_marks_the_runs_in_flight_interrupted_and_stops_the_workers(tmp_
 
 
 @pytest.fixture(scope="module")
-def ray_instance():
+def ray_instance(one_ray_at_a_time):
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray

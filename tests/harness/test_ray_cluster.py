@@ -169,7 +169,7 @@ class Cluster:
 
 
 @pytest.fixture
-def two_nodes() -> Iterator[tuple[Cluster, subprocess.Popen]]:
+def two_nodes(one_ray_at_a_time) -> Iterator[tuple[Cluster, subprocess.Popen]]:
     """A head and a second node on this machine, one CPU each; yields the cluster and the
     second node's ``ray start`` (its session leader). Every session started (nodes, and
     the driver the test adds) is killed at teardown, pass or fail."""
