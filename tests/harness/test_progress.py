@@ -70,7 +70,10 @@ def test_off_a_terminal_a_run_prints_a_line_every_30_seconds_and_at_each_phase_e
     assert not any("loss" in ln for ln in evals)
 
 
-def test_on_a_terminal_bars_carry_labelled_fields_and_the_eval_bar_no_training_loss(capsys):
+def test_on_a_terminal_bars_carry_labelled_fields_and_the_eval_bar_no_training_loss(capsys, monkeypatch):
+    # a terminal wide enough for every field: tqdm's rate is real time, and a rate of six
+    # digits (a fast, idle worker) pushed the loss past 80 columns
+    monkeypatch.setenv("COLUMNS", "200")
     report, now = sweep(tty=True)
     job = SimpleNamespace(index=1, attempt=1)
     report.started(job)
