@@ -73,7 +73,9 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
 # -- two `pezoo bench` processes on one store -----------------------------------------
 
 REPO = Path(harness.__file__).resolve().parents[1]
-RACE_REPEATS = int(os.environ.get("PEZOO_RACE_REPEATS", "5"))
+# SIGSTOP makes the race's order certain, so one repetition tests it; more (PEZOO_RACE_REPEATS)
+# look for what the order does not fix. Five in the default suite cost ~1.5 min of its ~10.
+RACE_REPEATS = int(os.environ.get("PEZOO_RACE_REPEATS", "2"))
 STEPS = "10"
 
 
