@@ -187,25 +187,7 @@ def run_lm(
     corpus, train_docs, regions = corpus_parts(cfg, corpus)
     prov: dict[str, Any] = {**provenance(device), **corpus.provenance()}
     if cfg.is_variant:
-        trained = cfg.trained_config()
-        payload = _vouched_weights(store, cfg)
-        model = build_lm_model(cfg, cfg.eval_options(), device)
-        model.load_state_dict(payload["model"])
-        prov["weights_from"] = trained.run_id()
-        final_loss, seconds, steps = float(payload["final_loss"]), 0.0, 0
-        if cfg.finetune_steps:
-            windows = TrainingWindows(train_docs, cfg.finetune_length)
-            tuned = _replace_train(cfg, steps=cfg.finetune_steps, length=cfg.finetune_length)
-            final_loss, seconds, steps = train_steps(
-                tuned,
-                model,
-                windows,
-                device,
-                steps=cfg.finetune_steps,
-                lr_scale=FINETUNE_LR_RATIO,
-                checkpoint=store.checkpoint(run_id),
-                notice=notice,
-            )
+        model, final_loss, seconds, steps = _variant_model(cfg, store, device, train_docs, prov, notice)
     else:
         windows = TrainingWindows(train_docs, cfg.length)
         model = build_lm_model(cfg, device=device)
@@ -237,6 +219,38 @@ def run_lm(
     store.add(record)
     store.checkpoint(run_id).unlink(missing_ok=True)
     return record
+
+
+def _variant_model(
+    cfg: LmConfig,
+    store: LmStore,
+    device: torch.device,
+    train_docs: tuple[tuple[str, bytes], ...],
+    prov: dict[str, Any],
+    notice: Notice,
+) -> tuple[Backbone, float, float, int]:
+    """A variant's model: its trained run's vouched weights (``prov["weights_from"]`` set),
+    fine-tuned when ``cfg.finetune_steps``; with its final loss, training seconds and steps."""
+    trained = cfg.trained_config()
+    payload = _vouched_weights(store, cfg)
+    model = build_lm_model(cfg, cfg.eval_options(), device)
+    model.load_state_dict(payload["model"])
+    prov["weights_from"] = trained.run_id()
+    final_loss, seconds, steps = float(payload["final_loss"]), 0.0, 0
+    if cfg.finetune_steps:
+        windows = TrainingWindows(train_docs, cfg.finetune_length)
+        tuned = _replace_train(cfg, steps=cfg.finetune_steps, length=cfg.finetune_length)
+        final_loss, seconds, steps = train_steps(
+            tuned,
+            model,
+            windows,
+            device,
+            steps=cfg.finetune_steps,
+            lr_scale=FINETUNE_LR_RATIO,
+            checkpoint=store.checkpoint(cfg.run_id()),
+            notice=notice,
+        )
+    return model, final_loss, seconds, steps
 
 
 def _replace_train(cfg: LmConfig, *, steps: int, length: int) -> LmConfig:
