@@ -94,21 +94,12 @@ def _vouched_weights(store: LmStore, cfg: LmConfig) -> dict[str, Any]:
     return cast(dict[str, Any], torch.load(io.BytesIO(data), weights_only=True))
 
 
-def train_steps(
-    cfg: LmConfig,
-    model: Backbone,
-    windows: TrainingWindows,
-    device: torch.device,
-    *,
-    steps: int,
-    lr_scale: float = 1.0,
-    checkpoint: Path | None = None,
-    notice: Notice = print,
-) -> tuple[float, float, int]:
-    """Train ``steps`` steps of ``cfg.train.batch_size`` windows; (final loss, seconds, steps
-    run in this call). Resumes from ``checkpoint`` when it holds a state of this run."""
-    t = cfg.train
-    opt = make_optimizer(model, cast(Any, cfg))
+def _resume(
+    cfg: LmConfig, model: Backbone, opt: torch.optim.Optimizer, checkpoint: Path | None, notice: Notice
+) -> tuple[int, float, float]:
+    """(first step, loss, seconds so far) of :func:`train_steps`: from ``checkpoint`` when it
+    holds a state of this run (loaded into ``model``, ``opt`` and the RNG), else a fresh start;
+    an unreadable checkpoint is set aside as ``.unreadable``."""
     first, loss_value, elapsed = 0, math.nan, 0.0
     if checkpoint is not None and checkpoint.is_file():
         try:  # tensors and plain values only: a checkpoint never runs code when read
@@ -125,6 +116,25 @@ def train_steps(
             torch.set_rng_state(state["torch_rng"])
             first, loss_value, elapsed = state["step"], state["loss"], state["seconds"]
             notice(f"run {cfg.run_id()}: resumed from step {first}")
+    return first, loss_value, elapsed
+
+
+def train_steps(
+    cfg: LmConfig,
+    model: Backbone,
+    windows: TrainingWindows,
+    device: torch.device,
+    *,
+    steps: int,
+    lr_scale: float = 1.0,
+    checkpoint: Path | None = None,
+    notice: Notice = print,
+) -> tuple[float, float, int]:
+    """Train ``steps`` steps of ``cfg.train.batch_size`` windows; (final loss, seconds, steps
+    run in this call). Resumes from ``checkpoint`` when it holds a state of this run."""
+    t = cfg.train
+    opt = make_optimizer(model, cast(Any, cfg))
+    first, loss_value, elapsed = _resume(cfg, model, opt, checkpoint, notice)
     model.train()
     start = time.perf_counter()
     schedule = cast(Any, cfg)
