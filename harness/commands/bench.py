@@ -184,42 +184,23 @@ def bench(
     """
     ctx = click.get_current_context()
     given = {name for name in ctx.params if ctx.get_parameter_source(name) not in _DEFAULTS}
-    executor, hang_timeout, checkpoint_dir = machine["executor"], machine["hang_timeout"], running["checkpoint_dir"]
-    if hang_timeout is not None and executor == "ray":
-        raise click.UsageError("--hang-timeout stops hung runs of the local executor; Ray runs are not watched.")
-    if "ray_address" in given and executor != "ray":  # else the runs would train here, not on the cluster named
-        raise click.UsageError("--ray-address names a Ray cluster for --executor ray; add --executor ray, or drop it.")
+    _check_executor_options(machine, given)
     # 1. the runs, every name and option checked before anything is written
     configs = _sweep_configs(pes, task_names, sweep_file, preset, seeds, seed0, settings, max_runs, given)
-    if running["tensorboard"] is not None:
-        try:
-            tblog.check_available()
-        except RuntimeError as exc:
-            raise click.UsageError(str(exc)) from None
-    # 2. where they train
-    target = _Target.choose(executor, machine["device"], machine["workers"], machine["ray_address"])
-    with target.closed_on_error():
-        target.check(configs, machine["allow_cpu"])
-        problem = unwritable_folder(checkpoint_dir_for(store_path, checkpoint_dir))
-        if problem is not None:  # runs would train without checkpoints, warning at every interval
-            why = f"{problem}; checkpoints (and the weights variants evaluate) go there"
-            raise click.BadParameter(why, param_hint="--checkpoint-dir")
-        try:
-            store = Store(store_path)
-        except StoreError as exc:
-            raise click.ClickException(str(exc)) from None
-
+    _check_tensorboard(running["tensorboard"])
+    # 2. where they train, and the store
+    target, store = _target_and_store(machine, configs, store_path, running["checkpoint_dir"])
     with store:
         # 3. the plan: which runs are done, how long the others take (from what was measured here)
         rows = store.runs()
-        resume = steps_done(checkpoint_dir_for(store.path, checkpoint_dir), configs, rows)
+        resume = steps_done(checkpoint_dir_for(store.path, running["checkpoint_dir"]), configs, rows)
         plan_options: dict[str, Any] = {"device_type": target.device_type, "lapsed": store.lapsed(),
                                         "machine": cpu_name(), "borrow": False}  # fmt: skip
         if order == "longest-first":  # a relative order: borrowed speeds (of this store's runs) rank runs too
             configs = longest_first(configs, rows, resume, **{**plan_options, "borrow": True})
         plan = make_plan(configs, rows, resume, **plan_options)
         report = SweepReport(configs, plan)
-        runner = target.runner(report, hang_timeout, isolate=uses_plugins(configs), configs=configs)
+        runner = target.runner(report, machine["hang_timeout"], isolate=uses_plugins(configs), configs=configs)
         report.held_elsewhere = store.held_by_others  # other processes on the store share the sweep
         # 4. the announcement
         how = target.how(runner, report.slots)
@@ -239,6 +220,44 @@ def bench(
 
 
 _DEFAULTS = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+
+def _check_executor_options(machine: dict[str, Any], given: set[str]) -> None:
+    """Refuse executor options that do nothing with the executor chosen; click errors."""
+    executor = machine["executor"]
+    if machine["hang_timeout"] is not None and executor == "ray":
+        raise click.UsageError("--hang-timeout stops hung runs of the local executor; Ray runs are not watched.")
+    if "ray_address" in given and executor != "ray":  # else the runs would train here, not on the cluster named
+        raise click.UsageError("--ray-address names a Ray cluster for --executor ray; add --executor ray, or drop it.")
+
+
+def _check_tensorboard(folder: str | None) -> None:
+    """Refuse ``--tensorboard`` (a ``folder``) when TensorBoard's writer is not installed; a click error."""
+    if folder is None:
+        return
+    try:
+        tblog.check_available()
+    except RuntimeError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _target_and_store(
+    machine: dict[str, Any], configs: list[RunConfig], store_path: Path, checkpoint_dir: str | None
+) -> tuple[_Target, Store]:
+    """Where the runs train (checked against them) and the opened store, once the checkpoint
+    folder is known writable; click errors, the target closed on any."""
+    target = _Target.choose(machine["executor"], machine["device"], machine["workers"], machine["ray_address"])
+    with target.closed_on_error():
+        target.check(configs, machine["allow_cpu"])
+        problem = unwritable_folder(checkpoint_dir_for(store_path, checkpoint_dir))
+        if problem is not None:  # runs would train without checkpoints, warning at every interval
+            why = f"{problem}; checkpoints (and the weights variants evaluate) go there"
+            raise click.BadParameter(why, param_hint="--checkpoint-dir")
+        try:
+            store = Store(store_path)
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from None
+    return target, store
 
 
 def _sweep_configs(

@@ -79,16 +79,7 @@ def record_or_keep(
             raise
         why = describe_write_error(exc, Path(store.path).parent)
         try:
-            key = store.seal_key()
-            if key is None:  # every writer makes one: a store opened read-only could not have claimed the run
-                raise ValueError(f"results store {store.path} has no seal key to seal it with")
-            try:
-                kept_results.keep(kept, result.record(cfg), key)
-            except WriteError as keep_exc:
-                if not (keep_exc.disk_full and checkpoint.exists()):
-                    raise
-                checkpoint.unlink()  # the finished result is worth more than a mid-training state
-                kept_results.keep(kept, result.record(cfg), key)
+            _keep_result(store, cfg, result, checkpoint, kept)
         except (OSError, TypeError, ValueError) as keep_exc:
             fate = (
                 "its checkpoint stays: the next bench resumes from it"
@@ -111,6 +102,22 @@ def record_or_keep(
     if outcome.status == "finished":
         drop_leftovers(checkpoint)  # the results are in the store now
     return outcome
+
+
+def _keep_result(store: Store, cfg: RunConfig, result: RunResult, checkpoint: Path, kept: Path) -> None:
+    """Keep the finished ``result`` the store could not write in ``kept``, sealed with the
+    store's key; the checkpoint goes first when the disk is too full for the file. Raises
+    ``OSError``, ``TypeError`` or ``ValueError`` when it cannot be kept."""
+    key = store.seal_key()
+    if key is None:  # every writer makes one: a store opened read-only could not have claimed the run
+        raise ValueError(f"results store {store.path} has no seal key to seal it with")
+    try:
+        kept_results.keep(kept, result.record(cfg), key)
+    except WriteError as keep_exc:
+        if not (keep_exc.disk_full and checkpoint.exists()):
+            raise
+        checkpoint.unlink()  # the finished result is worth more than a mid-training state
+        kept_results.keep(kept, result.record(cfg), key)
 
 
 def drop_leftovers(checkpoint: Path) -> None:

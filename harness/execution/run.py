@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -143,8 +144,9 @@ def train_and_evaluate(
     propagates. Otherwise the checkpoint stays: the caller removes it once the result is
     safely recorded.
 
-    Steps: restore, train (:class:`_Evaluations` during), note who trained, keep the
-    weights, evaluate and pick the metrics, :func:`harness.execution.attempt.finished_result`.
+    Steps: reuse kept weights when it can (:func:`_reuse_kept`), else :func:`_train_run`:
+    restore, train (:class:`_Evaluations` during), note who trained, keep the weights,
+    evaluate and pick the metrics, :func:`harness.execution.attempt.finished_result`.
     """
     use_tf32(device)  # a GPU's float32 matmuls on its TF32 tensor cores (harness.training.precision)
     trusted = dict(kept_weights or {})
@@ -156,36 +158,53 @@ def train_and_evaluate(
     if reused is not None:
         return reused
     run.started_at, run.prov = time.time(), dict(run_provenance(cfg, device))
+    with ExitStack() as closing:  # the log closes after a failed run's result is built
+        try:
+            return _train_run(
+                cfg, device, checkpoint, progress, run, closing, checkpoint_every, tensorboard, keep_weights
+            )
+        except (SystemExit, Exception) as exc:  # KeyboardInterrupt propagates
+            return _unfinished(exc, run, checkpoint)
+
+
+def _train_run(
+    cfg: RunConfig,
+    device: torch.device,
+    checkpoint: Path,
+    progress: Progress | None,
+    run: Attempt,
+    closing: ExitStack,
+    checkpoint_every: int,
+    tensorboard: str | None,
+    keep_weights: bool,
+) -> RunResult:
+    """Restore, train, note who trained, keep the weights, evaluate and pick the metrics of
+    :func:`train_and_evaluate`; raises what the run raises (its log closes with ``closing``)."""
+    task = tasks.create(cfg.task)
+    ckpt = Checkpointing(checkpoint, checkpoint_every, on_error=run.tell_run)
+    model, resume = restore_told(cfg, ckpt.path, device, run)
     log = None
-    try:
-        task = tasks.create(cfg.task)
-        ckpt = Checkpointing(checkpoint, checkpoint_every, on_error=run.tell_run)
-        model, resume = restore_told(cfg, ckpt.path, device, run)
-        if tensorboard:
-            log = RunLog(tensorboard, cfg, first_step=resume["step"] if resume else 0)
-        evaluations = _Evaluations(cfg, model, task, device, run, log, progress or (lambda *a: None))
-        result = train(
-            cfg,
-            model,
-            task,
-            device,
-            on_step=evaluations.on_step,
-            checkpointing=ckpt,
-            resume=resume,
-            evaluate=evaluations.periodic if cfg.eval.every else None,
-            on_lr=log.lr if log is not None else None,
-        )
-        note_history(run, result)
-        if keep_weights:  # for the run's inference-time variants (harness.training.checkpoint.save_weights)
-            keep_final_weights(run, weights_path(checkpoint.parent, run.run_id), model, result.final_loss)
-        t0 = time.perf_counter()
-        metrics = evaluations.reported(result.evaluations)
-        return finished_result(run, model, task, metrics, result.final_loss, result.seconds, t0, tell_diagnostics=True)
-    except (SystemExit, Exception) as exc:  # KeyboardInterrupt propagates
-        return _unfinished(exc, run, checkpoint)
-    finally:
-        if log is not None:
-            log.close()
+    if tensorboard:
+        log = RunLog(tensorboard, cfg, first_step=resume["step"] if resume else 0)
+        closing.callback(log.close)
+    evaluations = _Evaluations(cfg, model, task, device, run, log, progress or (lambda *a: None))
+    result = train(
+        cfg,
+        model,
+        task,
+        device,
+        on_step=evaluations.on_step,
+        checkpointing=ckpt,
+        resume=resume,
+        evaluate=evaluations.periodic if cfg.eval.every else None,
+        on_lr=log.lr if log is not None else None,
+    )
+    note_history(run, result)
+    if keep_weights:  # for the run's inference-time variants (harness.training.checkpoint.save_weights)
+        keep_final_weights(run, weights_path(checkpoint.parent, run.run_id), model, result.final_loss)
+    t0 = time.perf_counter()
+    metrics = evaluations.reported(result.evaluations)
+    return finished_result(run, model, task, metrics, result.final_loss, result.seconds, t0, tell_diagnostics=True)
 
 
 def _unfinished(exc: BaseException, run: Attempt, checkpoint: Path) -> RunResult:

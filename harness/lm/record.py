@@ -102,36 +102,7 @@ class LmRecord:
         config = LmConfig.from_dict(d["config"])
         if config.run_id() != d["run_id"]:
             raise ValueError(f"record {d['run_id']!r}: its config's run id is {config.run_id()!r}")
-        scores = []
-        seen = set()
-        for raw in d["scores"]:
-            if not isinstance(raw, Mapping) or set(raw) != {"mode", "length", "nats", "bytes", "reached", "note"}:
-                raise ValueError(f"record {d['run_id']}: a score must have mode, length, nats, bytes, reached, note")
-            if raw["mode"] not in MODES or raw["length"] not in config.eval.lengths:
-                raise ValueError(f"record {d['run_id']}: score at {raw['mode']!r} {raw['length']!r} is not evaluated")
-            if (raw["mode"], raw["length"]) in seen:
-                raise ValueError(f"record {d['run_id']}: two scores at {raw['mode']} {raw['length']}")
-            seen.add((raw["mode"], raw["length"]))
-            n_bytes, nats, reached = raw["bytes"], raw["nats"], raw["reached"]
-            if not isinstance(reached, bool) or not isinstance(n_bytes, int) or isinstance(n_bytes, bool):
-                raise ValueError(f"record {d['run_id']}: reached must be true/false and bytes an integer")
-            if reached and (not isinstance(nats, int | float) or not math.isfinite(nats) or nats < 0 or n_bytes <= 0):
-                raise ValueError(f"record {d['run_id']}: a reached score needs finite nats >= 0 and bytes > 0")
-            if not reached and (nats is not None or n_bytes != 0 or not raw["note"]):
-                raise ValueError(f"record {d['run_id']}: a score not reached has no nats, 0 bytes and a note why")
-            scores.append(
-                LengthScore(
-                    raw["mode"],
-                    raw["length"],
-                    None if nats is None else float(nats),
-                    n_bytes,
-                    reached,
-                    str(raw["note"]),
-                )
-            )
-        wanted = {("windows", s) for s in config.eval.lengths} | {("tail", s) for s in config.eval.tail_lengths()}
-        if seen != wanted:
-            raise ValueError(f"record {d['run_id']}: scores missing at {sorted(wanted - seen)}")
+        scores = _scores(d["run_id"], d["scores"], config)
         for key in ("final_loss", "train_seconds", "eval_seconds"):
             if not isinstance(d[key], int | float) or isinstance(d[key], bool):
                 raise ValueError(f"record {d['run_id']}: {key} must be a number")
@@ -139,7 +110,7 @@ class LmRecord:
             raise ValueError(f"record {d['run_id']}: its provenance lacks corpus_sha256")
         return cls(
             config,
-            tuple(scores),
+            scores,
             float(d["final_loss"]),
             int(d["train_steps"]),
             float(d["train_seconds"]),
@@ -147,6 +118,42 @@ class LmRecord:
             dict(d["n_params"]),
             dict(d["provenance"]),
         )
+
+
+def _scores(run_id: Any, raw_scores: Any, config: LmConfig) -> tuple[LengthScore, ...]:
+    """The scores of record ``run_id``: one per (mode, length) ``config`` evaluates, each
+    reached with finite nats or not reached with a note why; ValueError otherwise."""
+    scores = []
+    seen = set()
+    for raw in raw_scores:
+        if not isinstance(raw, Mapping) or set(raw) != {"mode", "length", "nats", "bytes", "reached", "note"}:
+            raise ValueError(f"record {run_id}: a score must have mode, length, nats, bytes, reached, note")
+        if raw["mode"] not in MODES or raw["length"] not in config.eval.lengths:
+            raise ValueError(f"record {run_id}: score at {raw['mode']!r} {raw['length']!r} is not evaluated")
+        if (raw["mode"], raw["length"]) in seen:
+            raise ValueError(f"record {run_id}: two scores at {raw['mode']} {raw['length']}")
+        seen.add((raw["mode"], raw["length"]))
+        n_bytes, nats, reached = raw["bytes"], raw["nats"], raw["reached"]
+        if not isinstance(reached, bool) or not isinstance(n_bytes, int) or isinstance(n_bytes, bool):
+            raise ValueError(f"record {run_id}: reached must be true/false and bytes an integer")
+        if reached and (not isinstance(nats, int | float) or not math.isfinite(nats) or nats < 0 or n_bytes <= 0):
+            raise ValueError(f"record {run_id}: a reached score needs finite nats >= 0 and bytes > 0")
+        if not reached and (nats is not None or n_bytes != 0 or not raw["note"]):
+            raise ValueError(f"record {run_id}: a score not reached has no nats, 0 bytes and a note why")
+        scores.append(
+            LengthScore(
+                raw["mode"],
+                raw["length"],
+                None if nats is None else float(nats),
+                n_bytes,
+                reached,
+                str(raw["note"]),
+            )
+        )
+    wanted = {("windows", s) for s in config.eval.lengths} | {("tail", s) for s in config.eval.tail_lengths()}
+    if seen != wanted:
+        raise ValueError(f"record {run_id}: scores missing at {sorted(wanted - seen)}")
+    return tuple(scores)
 
 
 def read_records(path: Path) -> Iterator[LmRecord]:

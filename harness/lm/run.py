@@ -94,21 +94,12 @@ def _vouched_weights(store: LmStore, cfg: LmConfig) -> dict[str, Any]:
     return cast(dict[str, Any], torch.load(io.BytesIO(data), weights_only=True))
 
 
-def train_steps(
-    cfg: LmConfig,
-    model: Backbone,
-    windows: TrainingWindows,
-    device: torch.device,
-    *,
-    steps: int,
-    lr_scale: float = 1.0,
-    checkpoint: Path | None = None,
-    notice: Notice = print,
-) -> tuple[float, float, int]:
-    """Train ``steps`` steps of ``cfg.train.batch_size`` windows; (final loss, seconds, steps
-    run in this call). Resumes from ``checkpoint`` when it holds a state of this run."""
-    t = cfg.train
-    opt = make_optimizer(model, cast(Any, cfg))
+def _resume(
+    cfg: LmConfig, model: Backbone, opt: torch.optim.Optimizer, checkpoint: Path | None, notice: Notice
+) -> tuple[int, float, float]:
+    """(first step, loss, seconds so far) of :func:`train_steps`: from ``checkpoint`` when it
+    holds a state of this run (loaded into ``model``, ``opt`` and the RNG), else a fresh start;
+    an unreadable checkpoint is set aside as ``.unreadable``."""
     first, loss_value, elapsed = 0, math.nan, 0.0
     if checkpoint is not None and checkpoint.is_file():
         try:  # tensors and plain values only: a checkpoint never runs code when read
@@ -125,6 +116,25 @@ def train_steps(
             torch.set_rng_state(state["torch_rng"])
             first, loss_value, elapsed = state["step"], state["loss"], state["seconds"]
             notice(f"run {cfg.run_id()}: resumed from step {first}")
+    return first, loss_value, elapsed
+
+
+def train_steps(
+    cfg: LmConfig,
+    model: Backbone,
+    windows: TrainingWindows,
+    device: torch.device,
+    *,
+    steps: int,
+    lr_scale: float = 1.0,
+    checkpoint: Path | None = None,
+    notice: Notice = print,
+) -> tuple[float, float, int]:
+    """Train ``steps`` steps of ``cfg.train.batch_size`` windows; (final loss, seconds, steps
+    run in this call). Resumes from ``checkpoint`` when it holds a state of this run."""
+    t = cfg.train
+    opt = make_optimizer(model, cast(Any, cfg))
+    first, loss_value, elapsed = _resume(cfg, model, opt, checkpoint, notice)
     model.train()
     start = time.perf_counter()
     schedule = cast(Any, cfg)
@@ -187,25 +197,7 @@ def run_lm(
     corpus, train_docs, regions = corpus_parts(cfg, corpus)
     prov: dict[str, Any] = {**provenance(device), **corpus.provenance()}
     if cfg.is_variant:
-        trained = cfg.trained_config()
-        payload = _vouched_weights(store, cfg)
-        model = build_lm_model(cfg, cfg.eval_options(), device)
-        model.load_state_dict(payload["model"])
-        prov["weights_from"] = trained.run_id()
-        final_loss, seconds, steps = float(payload["final_loss"]), 0.0, 0
-        if cfg.finetune_steps:
-            windows = TrainingWindows(train_docs, cfg.finetune_length)
-            tuned = _replace_train(cfg, steps=cfg.finetune_steps, length=cfg.finetune_length)
-            final_loss, seconds, steps = train_steps(
-                tuned,
-                model,
-                windows,
-                device,
-                steps=cfg.finetune_steps,
-                lr_scale=FINETUNE_LR_RATIO,
-                checkpoint=store.checkpoint(run_id),
-                notice=notice,
-            )
+        model, final_loss, seconds, steps = _variant_model(cfg, store, device, train_docs, prov, notice)
     else:
         windows = TrainingWindows(train_docs, cfg.length)
         model = build_lm_model(cfg, device=device)
@@ -237,6 +229,38 @@ def run_lm(
     store.add(record)
     store.checkpoint(run_id).unlink(missing_ok=True)
     return record
+
+
+def _variant_model(
+    cfg: LmConfig,
+    store: LmStore,
+    device: torch.device,
+    train_docs: tuple[tuple[str, bytes], ...],
+    prov: dict[str, Any],
+    notice: Notice,
+) -> tuple[Backbone, float, float, int]:
+    """A variant's model: its trained run's vouched weights (``prov["weights_from"]`` set),
+    fine-tuned when ``cfg.finetune_steps``; with its final loss, training seconds and steps."""
+    trained = cfg.trained_config()
+    payload = _vouched_weights(store, cfg)
+    model = build_lm_model(cfg, cfg.eval_options(), device)
+    model.load_state_dict(payload["model"])
+    prov["weights_from"] = trained.run_id()
+    final_loss, seconds, steps = float(payload["final_loss"]), 0.0, 0
+    if cfg.finetune_steps:
+        windows = TrainingWindows(train_docs, cfg.finetune_length)
+        tuned = _replace_train(cfg, steps=cfg.finetune_steps, length=cfg.finetune_length)
+        final_loss, seconds, steps = train_steps(
+            tuned,
+            model,
+            windows,
+            device,
+            steps=cfg.finetune_steps,
+            lr_scale=FINETUNE_LR_RATIO,
+            checkpoint=store.checkpoint(cfg.run_id()),
+            notice=notice,
+        )
+    return model, final_loss, seconds, steps
 
 
 def _replace_train(cfg: LmConfig, *, steps: int, length: int) -> LmConfig:

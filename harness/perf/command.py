@@ -9,8 +9,30 @@ import click
 import pezoo
 from harness.config import PRESETS
 from harness.config.limits import MAX_BATCH, MAX_TOKENS
-from harness.perf.grid import DEFAULT_SECTIONS, MAX_SUPPORT, MAX_THREADS, SECTIONS, grid_from
+from harness.perf.grid import DEFAULT_SECTIONS, MAX_SUPPORT, MAX_THREADS, SECTIONS, PerfGrid, grid_from
 from harness.perf.report import render, run_perf
+
+
+def _check_names(grid: PerfGrid) -> None:
+    """Refuse a preset, encoding or attention backend of ``grid`` that is not registered,
+    naming close matches; click errors."""
+    for name in (*grid.presets, grid.prism_length_preset):
+        if name not in PRESETS:
+            message = pezoo.base.unknown_name_message("preset", name, list(PRESETS))
+            raise click.BadParameter(message, param_hint="--presets")
+    valid = pezoo.available()
+    for name in (
+        *grid.encodings,
+        *grid.memory_encodings,
+        *grid.alloc_encodings,
+        *grid.decode_encodings,
+        *grid.compile_encodings,
+    ):
+        if name not in valid:
+            raise click.BadParameter(pezoo.base.unknown_name_message("encoding", name, valid))
+    for name in (*grid.backends, *grid.memory_backends, *grid.alloc_backends):
+        if name not in pezoo.BACKENDS:
+            raise click.BadParameter(pezoo.base.unknown_name_message("attention backend", name, sorted(pezoo.BACKENDS)))
 
 
 def _names(value: str | None) -> tuple[str, ...] | None:
@@ -114,23 +136,7 @@ def perf_command(size, sections, encodings, presets, backends, precisions, batch
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    for name in (*grid.presets, grid.prism_length_preset):
-        if name not in PRESETS:
-            message = pezoo.base.unknown_name_message("preset", name, list(PRESETS))
-            raise click.BadParameter(message, param_hint="--presets")
-    valid = pezoo.available()
-    for name in (
-        *grid.encodings,
-        *grid.memory_encodings,
-        *grid.alloc_encodings,
-        *grid.decode_encodings,
-        *grid.compile_encodings,
-    ):
-        if name not in valid:
-            raise click.BadParameter(pezoo.base.unknown_name_message("encoding", name, valid))
-    for name in (*grid.backends, *grid.memory_backends, *grid.alloc_backends):
-        if name not in pezoo.BACKENDS:
-            raise click.BadParameter(pezoo.base.unknown_name_message("attention backend", name, sorted(pezoo.BACKENDS)))
+    _check_names(grid)
     report = run_perf(grid, dev, log=lambda msg: click.echo(msg, err=True))
     click.echo(render(report))
     if json_path:

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 import pezoo
 from harness.config import preset_config
 from harness.perf.grid import COMPILE_TARGET, PerfGrid
-from harness.perf.timing import synchronizer, time_interleaved
+from harness.perf.timing import Timing, synchronizer, time_interleaved
 from harness.perf.train import basis_ms, build_for, ratio_basis
 
 COMPILE_MODELS = ("backbone", "decoder")
@@ -148,6 +148,41 @@ def _first_pass_difference(
     return abs(losses[0] - losses[1]), worst / scale
 
 
+_Training = tuple[Callable[..., Tensor], list[nn.Parameter], torch.optim.Optimizer]
+"""(model, its parameters, its optimiser): what :func:`_step` trains."""
+
+
+def _first_calls(
+    compiled: _Training, batches: list, counter: GraphCounter, sync: Callable[[], None], start: float
+) -> tuple[list[float], list[int]]:
+    """(seconds of the compiled model's first step at each length, the first counted from
+    ``start``; graphs compiled after each)."""
+    first_calls, graphs = [], []
+    for i, b in enumerate(batches):
+        t0 = time.perf_counter()
+        _step(*compiled, b)
+        sync()
+        first_calls.append(time.perf_counter() - t0 if i else time.perf_counter() - start)
+        graphs.append(counter.graphs)
+    return first_calls, graphs
+
+
+def _time_both(
+    eager: _Training, compiled: _Training, batches: list, repeats: int, warmup: int, sync: Callable[[], None]
+) -> dict[str, Timing]:
+    """Eager and compiled steps over every length, interleaved (``time_interleaved``)."""
+
+    def run_eager() -> None:
+        for b in batches:
+            _step(*eager, b)
+
+    def run_compiled() -> None:
+        for b in batches:
+            _step(*compiled, b)
+
+    return time_interleaved({"eager": run_eager, "compiled": run_compiled}, repeats=repeats, warmup=warmup, sync=sync)
+
+
 def measure_compile_one(
     model_kind: str,
     pe: str,
@@ -173,24 +208,9 @@ def measure_compile_one(
     twin_params, eager_params = list(twin.parameters()), list(eager.parameters())
     start = time.perf_counter()
     loss_diff, grad_diff = _first_pass_difference([(eager, eager_params), (compiled, twin_params)], batches[0])
-    first_calls, graphs = [], []
-    for i, b in enumerate(batches):
-        t0 = time.perf_counter()
-        _step(compiled, twin_params, twin_opt, b)
-        sync()
-        first_calls.append(time.perf_counter() - t0 if i else time.perf_counter() - start)
-        graphs.append(counter.graphs)
-
-    def run_eager() -> None:
-        for b in batches:
-            _step(eager, eager_params, eager_opt, b)
-
-    def run_compiled() -> None:
-        for b in batches:
-            _step(compiled, twin_params, twin_opt, b)
-
-    timings = time_interleaved(
-        {"eager": run_eager, "compiled": run_compiled}, repeats=repeats, warmup=warmup, sync=sync
+    first_calls, graphs = _first_calls((compiled, twin_params, twin_opt), batches, counter, sync, start)
+    timings = _time_both(
+        (eager, eager_params, eager_opt), (compiled, twin_params, twin_opt), batches, repeats, warmup, sync
     )
     graphs_after_timing = counter.graphs
     basis = ratio_basis(device)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -11,6 +11,9 @@ from harness.perf.grid import PRISM_LENGTH_TARGETS, PerfGrid
 from harness.perf.timing import synchronizer, time_interleaved
 from harness.perf.train import basis_ms, build_for, ratio_basis, step_function, training_batch
 from harness.tasks.data import Batch
+
+if TYPE_CHECKING:
+    from pezoo.encodings.prism import PRISM, PRISMLayer
 
 COPY_OPTIONS: dict[str, Any] = {"copy_cursors": (0,)}
 """PRISM with a copy branch on the first query cursor of every head (the paper's setup for
@@ -111,30 +114,15 @@ def measure_prism_scaling(grid: PerfGrid, device: torch.device) -> dict[str, lis
     }
 
 
-def prism_components(
-    preset: str, options: Mapping[str, Any], batch_size: int, device: torch.device, repeats: int, warmup: int
-) -> dict[str, Any]:
-    """Time one PRISM training step and its parts (forward + backward each) on the preset's batch.
-
-    Parts: the GRU gates over the layer-normed residual stream; the histogram scan at the
-    support the model uses (windowed when the model's is; it emits each token's stream, the
-    histogram times the offset table); the position streams after it (Alg. 3 normalisation,
-    the q/k fold). The NoPE step is timed alongside for the ratio.
-    """
-    from pezoo.encodings.prism import PRISM, PRISMLayer, support_for
+def _part_functions(
+    pe: PRISM, layer: PRISMLayer, b: int, s: int, n: int, support: int, device: torch.device
+) -> dict[str, Callable[[], None]]:
+    """The parts :func:`prism_components` times, each a forward + backward on inputs drawn
+    from seed 0: ``layer``'s ``gates``, the ``scan`` of ``n`` cursors at ``support``, and
+    ``pe``'s position ``streams``."""
     from pezoo.encodings.prism.streams import fold_position_streams, normalise_streams
 
-    _, batch = training_batch(preset, batch_size, device)
-    b, s = batch.inputs.shape
-    model, opt = build_for(preset, "prism", "sdpa", device, **options)
-    nope, nope_opt = build_for(preset, "nope", "sdpa", device)
-    pe = model.pe
-    if not isinstance(pe, PRISM):
-        raise TypeError(f"the prism model's encoding is {type(pe).__name__}, not PRISM")
-    layer = cast(PRISMLayer, next(iter(pe.prism_layers.values())))
     cfg = pe.config
-    support = support_for(s, cfg.min_support)
-    n = b * layer.n_scan
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(b, s, cfg.d_model, generator=gen).to(device).requires_grad_()  # (b, s, d)
 
@@ -157,20 +145,38 @@ def prism_components(
         q2, k2 = fold_position_streams(q, q, g_q, g_k, mu, pe.alpha[cfg.layers[0]].abs())
         (q2.sum() + k2.sum()).backward()
 
+    windowed = cfg.scan_window and cfg.eps_support == "reachable"
+    scan = scan_function(n, s, support, device, backward=True, windowed=windowed, d_pe=cfg.d_pe)
+    return {"gates": gates, "scan": scan, "streams": streams}
+
+
+def prism_components(
+    preset: str, options: Mapping[str, Any], batch_size: int, device: torch.device, repeats: int, warmup: int
+) -> dict[str, Any]:
+    """Time one PRISM training step and its parts (forward + backward each) on the preset's batch.
+
+    Parts: the GRU gates over the layer-normed residual stream; the histogram scan at the
+    support the model uses (windowed when the model's is; it emits each token's stream, the
+    histogram times the offset table); the position streams after it (Alg. 3 normalisation,
+    the q/k fold). The NoPE step is timed alongside for the ratio.
+    """
+    from pezoo.encodings.prism import PRISM, PRISMLayer, support_for
+
+    _, batch = training_batch(preset, batch_size, device)
+    b, s = batch.inputs.shape
+    model, opt = build_for(preset, "prism", "sdpa", device, **options)
+    nope, nope_opt = build_for(preset, "nope", "sdpa", device)
+    pe = model.pe
+    if not isinstance(pe, PRISM):
+        raise TypeError(f"the prism model's encoding is {type(pe).__name__}, not PRISM")
+    cfg = pe.config
+    support = support_for(s, cfg.min_support)
+    layer = cast(PRISMLayer, next(iter(pe.prism_layers.values())))
+    n = b * layer.n_scan
     candidates = {
         "step": step_function(model, opt, batch),
         "nope_step": step_function(nope, nope_opt, batch),
-        "gates": gates,
-        "scan": scan_function(
-            n,
-            s,
-            support,
-            device,
-            backward=True,
-            windowed=cfg.scan_window and cfg.eps_support == "reachable",
-            d_pe=cfg.d_pe,
-        ),
-        "streams": streams,
+        **_part_functions(pe, layer, b, s, n, support, device),
     }
     timings = time_interleaved(candidates, repeats=repeats, warmup=warmup, sync=synchronizer(device))
     basis = ratio_basis(device)

@@ -285,45 +285,14 @@ def _render_decode(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _render_prism(prism: Mapping[str, Any]) -> list[str]:
-    def ratio(r: Mapping[str, Any], key: str) -> str:
-        return f"{r[key]:.2f}" if key in r else ""
-
     by_p = prism["by_support"]
     out = [
         f"PRISM histogram scan, {by_p[0]['cursors']} cursors × {by_p[0]['tokens']} tokens, ms of "
         f"{BASIS_WORDS[by_p[0]['basis']]} (target: ≤ 2.3× per doubling of P)",
-        tabulate(
-            [
-                [
-                    r["support"],
-                    _fmt_ms(r["forward_ms"]),
-                    ratio(r, "forward_ratio"),
-                    _fmt_ms(r["forward_backward_ms"], r["spread"]),
-                    ratio(r, "forward_backward_ratio"),
-                ]
-                for r in by_p
-            ],
-            headers=["P", "forward", "× per doubling", "forward+backward", "× per doubling"],
-            tablefmt="github",
-            disable_numparse=True,
-        ),
+        _scan_table(by_p, "support", "P"),
         "",
         f"PRISM histogram scan at P = {prism['by_tokens'][0]['support']}, ms (linear in t: ≈ 2× per doubling)",
-        tabulate(
-            [
-                [
-                    r["tokens"],
-                    _fmt_ms(r["forward_ms"]),
-                    ratio(r, "forward_ratio"),
-                    _fmt_ms(r["forward_backward_ms"], r["spread"]),
-                    ratio(r, "forward_backward_ratio"),
-                ]
-                for r in prism["by_tokens"]
-            ],
-            headers=["tokens", "forward", "× per doubling", "forward+backward", "× per doubling"],
-            tablefmt="github",
-            disable_numparse=True,
-        ),
+        _scan_table(prism["by_tokens"], "tokens", "tokens"),
     ]
     if prism.get("by_length"):
         rows = prism["by_length"]
@@ -333,23 +302,7 @@ def _render_prism(prism: Mapping[str, Any]) -> list[str]:
             f"PRISM training step at longer sequences, preset {rows[0]['preset']}'s backbone, batch {b}, random "
             f"tokens, sdpa, ms of {BASIS_WORDS[rows[0]['basis']]} "
             f"(targets: prism ≤ {PRISM_LENGTH_TARGETS['prism']}× nope, copy ≤ {PRISM_LENGTH_TARGETS['copy']}× prism)",
-            tabulate(
-                [
-                    [
-                        r["batch"][1],
-                        _fmt_ms(r["nope_ms"]),
-                        f"{_fmt_ms(r['prism_ms'])} ({r['prism_ratio']:.2f}×)",
-                        f"{_fmt_ms(r['copy_ms'])} ({r['copy_ratio']:.2f}×)",
-                        f"{r['copy_over_prism']:.2f}",
-                        f"±{100 * r['spread'] / 2:.0f}%",
-                        "✓" if r["meets_target"] else "✗",
-                    ]
-                    for r in rows
-                ],
-                headers=["tokens", "nope", "prism (× nope)", "+ copy (× nope)", "copy / prism", "spread", "target"],
-                tablefmt="github",
-                disable_numparse=True,
-            ),
+            _length_table(rows),
         ]
     for comp in prism.get("components", []):
         b, s = comp["batch"]
@@ -367,6 +320,52 @@ def _render_prism(prism: Mapping[str, Any]) -> list[str]:
             ),
         ]
     return out
+
+
+def _scan_table(rows: Sequence[Mapping[str, Any]], key: str, header: str) -> str:
+    """The PRISM scan's forward and forward+backward times per ``key`` (column ``header``),
+    each with its ratio per doubling."""
+
+    def ratio(r: Mapping[str, Any], key: str) -> str:
+        return f"{r[key]:.2f}" if key in r else ""
+
+    return tabulate(
+        [
+            [
+                r[key],
+                _fmt_ms(r["forward_ms"]),
+                ratio(r, "forward_ratio"),
+                _fmt_ms(r["forward_backward_ms"], r["spread"]),
+                ratio(r, "forward_backward_ratio"),
+            ]
+            for r in rows
+        ],
+        headers=[header, "forward", "× per doubling", "forward+backward", "× per doubling"],
+        tablefmt="github",
+        disable_numparse=True,
+    )
+
+
+def _length_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """PRISM's training step against nope's, and with its copy, per sequence length, each
+    against its target."""
+    return tabulate(
+        [
+            [
+                r["batch"][1],
+                _fmt_ms(r["nope_ms"]),
+                f"{_fmt_ms(r['prism_ms'])} ({r['prism_ratio']:.2f}×)",
+                f"{_fmt_ms(r['copy_ms'])} ({r['copy_ratio']:.2f}×)",
+                f"{r['copy_over_prism']:.2f}",
+                f"±{100 * r['spread'] / 2:.0f}%",
+                "✓" if r["meets_target"] else "✗",
+            ]
+            for r in rows
+        ],
+        headers=["tokens", "nope", "prism (× nope)", "+ copy (× nope)", "copy / prism", "spread", "target"],
+        tablefmt="github",
+        disable_numparse=True,
+    )
 
 
 COMPILE_HEADERS = ["model", "encoding", "eager ms", "compiled ms", "compiled / eager", "target", "graphs per length",

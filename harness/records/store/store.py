@@ -114,15 +114,7 @@ class Store(StoreConnection):
             if state == "free" and holder is not None:  # a running row whose process died
                 (before,) = db.execute("SELECT error FROM runs WHERE run_id=?", (run_id,)).fetchone()
                 deaths, note = count_death(before, step)
-            # an unfinished attempt: ours, or nobody's any more
-            db.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
-            db.execute("DELETE FROM diagnostics WHERE run_id=?", (run_id,))
-            db.execute(
-                "UPDATE runs SET pe=?, task=?, seed=?, preset=?, config=?, status='running', error=?,"
-                " provenance=?, n_params=NULL, pe_params=NULL, final_loss=NULL, train_seconds=NULL,"
-                " eval_seconds=NULL, started_at=?, finished_at=NULL, owner=?, heartbeat=? WHERE run_id=?",
-                (*values[:5], note, *values[5:]),
-            )
+            _restart_attempt(db, run_id, values, note)  # an unfinished attempt: ours, or nobody's any more
         return Claim(run_id, "taken", holder, deaths)
 
     def start(self, cfg: RunConfig, provenance: Mapping[str, Any], *, started_at: float | None = None) -> str:
@@ -409,3 +401,17 @@ class Store(StoreConnection):
             except (RecountError, KeyError) as e:
                 raise StoreError(f"run {run_id} in {self.path}: its metrics cannot be read as counts ({e})") from e
         return rows
+
+
+def _restart_attempt(db: sqlite3.Connection, run_id: str, values: tuple[Any, ...], note: str | None) -> None:
+    """Register run ``run_id`` ``running`` again over its unfinished attempt: its metrics and
+    diagnostics dropped, its row's results cleared, ``values`` (as ``Store.claim`` orders
+    them) written and ``note`` (deaths counted) kept in ``error``."""
+    db.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
+    db.execute("DELETE FROM diagnostics WHERE run_id=?", (run_id,))
+    db.execute(
+        "UPDATE runs SET pe=?, task=?, seed=?, preset=?, config=?, status='running', error=?,"
+        " provenance=?, n_params=NULL, pe_params=NULL, final_loss=NULL, train_seconds=NULL,"
+        " eval_seconds=NULL, started_at=?, finished_at=NULL, owner=?, heartbeat=? WHERE run_id=?",
+        (*values[:5], note, *values[5:]),
+    )

@@ -169,7 +169,22 @@ def check_state(
     if not isinstance(payload["evaluating"], bool):
         raise CheckpointError(f"field evaluating is not a bool ({_short(payload['evaluating'])})")
     _check_rng(payload)
-    evaluations = payload["evaluations"]
+    decoded = _decode_evaluations(payload["evaluations"], cfg, step)
+    for field in ("code", "machine"):
+        if field in payload:
+            _check_history(field, payload[field], step)
+    if cfg.train.pack:
+        _check_stream(payload["stream"])
+    if cfg.train.precision == "fp16":
+        _check_scaler(payload["scaler"])
+    _load_weights(payload["model"], model)
+    _check_optimizer(payload["optimizer"], optimizer)
+    return {**payload, "evaluations": decoded}
+
+
+def _decode_evaluations(evaluations: Any, cfg: RunConfig, step: int) -> list[tuple[int, Any]]:
+    """The checkpoint's periodic ``evaluations`` as ``[(step, Evaluation)]``, each at a step
+    up to ``step`` and at scales ``cfg`` evaluates; CheckpointError otherwise."""
     if not isinstance(evaluations, list):
         raise CheckpointError("field evaluations is not a list")
     decoded, scales = [], set(evaluated_scales(cfg))
@@ -180,14 +195,12 @@ def check_state(
         if not {(split, m.length) for split, m in rows} <= scales:
             raise CheckpointError(f"an evaluation at step {item[0]} has scales the run does not evaluate")
         decoded.append((item[0], rows))
-    for field in ("code", "machine"):
-        if field in payload:
-            _check_history(field, payload[field], step)
-    if cfg.train.pack:
-        _check_stream(payload["stream"])
-    if cfg.train.precision == "fp16":
-        _check_scaler(payload["scaler"])
-    weights = payload["model"]
+    return decoded
+
+
+def _load_weights(weights: Any, model: torch.nn.Module) -> None:
+    """Load the checkpoint's ``weights`` into ``model`` once they are a state dict of finite
+    tensors whose shapes fit it; CheckpointError otherwise."""
     if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
         raise CheckpointError("field model is not a state dict of tensors")
     own = model.state_dict()
@@ -202,8 +215,6 @@ def check_state(
         model.load_state_dict(weights)
     except (RuntimeError, TypeError, ValueError, KeyError) as exc:
         raise CheckpointError(f"its weights do not fit the model ({_brief(exc)})") from None
-    _check_optimizer(payload["optimizer"], optimizer)
-    return {**payload, "evaluations": decoded}
 
 
 def _check_history(field: str, history: Any, step: int) -> None:
