@@ -180,8 +180,9 @@ SMALL = {"prism": "prism{gru_hidden=16,d_pe=8}"}  # the same code paths, a fract
 @pytest.mark.slow
 @pytest.mark.parametrize("pe", LEARNING)
 def test_every_encoding_learns_copy_in_bf16_as_in_fp32(pe):
-    """80 steps of batch 8 of a d32 one-layer model on copy to length 4: bf16 ends within 0.05
-    of fp32's loss, and fp32 well below the untrained ln 64 ≈ 4.16."""
+    """40 steps of batch 8 of a d32 one-layer model on copy to length 4: bf16 ends within 0.05
+    of fp32's loss, and fp32 well below the untrained ln 64 ≈ 4.16 (1.94-2.19 measured for
+    every encoding, bf16 within 0.002 of it; 80 steps told no more and took twice as long)."""
     losses = {}
     for precision in ("fp32", "bf16"):
         cfg = preset_config(
@@ -191,7 +192,7 @@ def test_every_encoding_learns_copy_in_bf16_as_in_fp32(pe):
             seed=0,
             overrides={
                 "train": {
-                    "steps": 80,
+                    "steps": 40,
                     "batch_size": 8,
                     "train_max": 4,
                     "warmup": 10,
