@@ -199,6 +199,9 @@ class PaperCard:
         inference_options: the options an inference-time variant may change: those that
             change what the encoding computes from positions, not its parameters.
         shown_as: the name tables show the bare registry name as (an alias), or None.
+        variant_labels: per inference option, ``value -> short label`` for tables naming
+            an inference-time variant (RoPE's ``scaling`` as ``yarn×4 L=10``), None
+            where the plain ``key=value`` serves.
     """
 
     paper: str | None = None
@@ -215,6 +218,7 @@ class PaperCard:
     stored_defaults: Mapping[str, Any] = field(default_factory=dict)
     inference_options: tuple[str, ...] = ()
     shown_as: str | None = None
+    variant_labels: Mapping[str, Callable[[Any], str | None]] = field(default_factory=dict)
 
 
 def _default(factory: Any, key: str) -> Any:

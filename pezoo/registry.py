@@ -216,6 +216,16 @@ def register(name: str, *, card: PaperCard | None = None) -> Callable[[_Encoding
     return deco
 
 
+def variant_label(key: str, value: Any) -> str | None:
+    """The short label a registered card gives inference option ``key`` at ``value``
+    (:attr:`PaperCard.variant_labels`), or None where none does."""
+    for card in CARDS.values():
+        label = card.variant_labels.get(key)
+        if label is not None and (text := label(value)) is not None:
+            return text
+    return None
+
+
 def card_of(name: str) -> PaperCard:
     """The paper card of registry name ``name`` (empty where it declares none): a wrapped
     name (``randomized:rope``) reads its wrapper's card, a plugin the ``paper_card``

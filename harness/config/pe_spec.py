@@ -38,6 +38,7 @@ import pezoo
 from harness.config import limits
 from harness.config.protocols import paper_pe_options
 from harness.training.backbone import BackboneConfig
+from pezoo.registry import variant_label
 from pezoo.setups import has_paper_setup
 from pezoo.spec import PeSpec, canonical, format_eval_options, format_pe, format_value, parse_pe
 
@@ -243,26 +244,12 @@ def display_name(
 
 
 def variant_name(eval_options: Mapping[str, Any]) -> str:
-    """A short name for an inference-time variant's options: RoPE scaling as
-    ``{rope_type}×{factor}`` then its other keys (``original_max_position_embeddings`` as
-    ``L``), e.g. ``yarn×4 L=10``, ``linear×4``, ``default``; xPos's blockwise causal
-    attention as ``blockwise L=24``; other options as ``k=v``."""
-    parts = []
-    for key, value in sorted(eval_options.items()):
-        if key == "scaling" and isinstance(value, Mapping) and "rope_type" in value:
-            rest = dict(value)
-            text = str(rest.pop("rope_type"))
-            if "factor" in rest:
-                text += f"×{format_value(rest.pop('factor')).removesuffix('.0')}"
-            for k, v in sorted(rest.items()):
-                short = "L" if k == "original_max_position_embeddings" else k
-                text += f" {short}={format_value(v)}"
-            parts.append(text)
-        elif key == "blockwise" and value is not None:
-            parts.append(f"blockwise L={format_value(value)}")
-        else:
-            parts.append(f"{key}={format_value(value)}")
-    return ", ".join(parts)
+    """A short name for an inference-time variant's options: each option as its
+    encoding's card labels it (``pezoo.registry.variant_label``: RoPE's scaling as
+    ``yarn×4 L=10``, xPos's blockwise attention as ``blockwise L=24``), else as ``k=v``."""
+    return ", ".join(
+        variant_label(key, value) or f"{key}={format_value(value)}" for key, value in sorted(eval_options.items())
+    )
 
 
 VARIANT_MARK = "(same weights)"

@@ -36,6 +36,7 @@ from pezoo.context import AttentionContext, check_number, check_qk, check_sizes
 from pezoo.encodings.rope_scaling import ROPE_TYPES, RopeScaling, rope_frequencies, rotary_dim_of
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
+from pezoo.spec import format_value
 
 __all__ = [
     "LAYOUTS",
@@ -271,8 +272,26 @@ LM_CLAIMS = (
 """The language-modelling claims of the context-extension papers whose scalings RoPE's
 ``scaling`` option implements (position interpolation, YaRN's dynamic scaling)."""
 
+
+def scaling_label(value: Any) -> str | None:
+    """A ``scaling`` variant's short label: ``{rope_type}×{factor}`` then its other keys
+    (``original_max_position_embeddings`` as ``L``), e.g. ``yarn×4 L=10``; None for a
+    value without a ``rope_type``."""
+    if not isinstance(value, Mapping) or "rope_type" not in value:
+        return None
+    rest = dict(value)
+    text = str(rest.pop("rope_type"))
+    if "factor" in rest:
+        text += f"×{format_value(rest.pop('factor')).removesuffix('.0')}"
+    for k, v in sorted(rest.items()):
+        short = "L" if k == "original_max_position_embeddings" else k
+        text += f" {short}={format_value(v)}"
+    return text
+
+
 CARD = PaperCard(
     inference_options=("scaling",),
+    variant_labels={"scaling": scaling_label},
     lm_claims=LM_CLAIMS,  # context extension of a RoPE-trained model (rope_frequencies)
     look=PlotLook("#0072B2", ""),
 )  # blue, solid: its look on the published board

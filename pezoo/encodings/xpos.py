@@ -40,6 +40,7 @@ from pezoo.context import AttentionContext, check_number, check_qk, check_sizes
 from pezoo.encodings.rope import Rotation, rotate, rotation
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
+from pezoo.spec import format_value
 
 
 def xpos_zeta(head_dim: int, gamma: float = 0.4) -> Tensor:
@@ -125,6 +126,7 @@ CARD = PaperCard(
     departures=departures,
     lm_claims=LM_CLAIMS,
     inference_options=("blockwise",),  # the blockwise causal attention its paper evaluates with
+    variant_labels={"blockwise": lambda block: None if block is None else f"blockwise L={format_value(block)}"},
     look=PlotLook("#E69F00", "1.5 3", "triangle"),  # orange, dotted: its look on the published board
 )
 
