@@ -51,6 +51,7 @@ from pezoo.registry import (
     register,
     resolved_options,
     unknown_name_message,
+    variant_label,
 )
 
 __version__ = "0.1.0"
@@ -109,4 +110,5 @@ __all__ = [
     "register",
     "resolved_options",
     "unknown_name_message",
+    "variant_label",
 ]

@@ -38,7 +38,6 @@ import pezoo
 from harness.config import limits
 from harness.config.protocols import paper_pe_options
 from harness.training.backbone import BackboneConfig
-from pezoo.registry import variant_label
 from pezoo.setups import has_paper_setup
 from pezoo.spec import PeSpec, canonical, format_eval_options, format_pe, format_value, parse_pe
 
@@ -245,10 +244,10 @@ def display_name(
 
 def variant_name(eval_options: Mapping[str, Any]) -> str:
     """A short name for an inference-time variant's options: each option as its
-    encoding's card labels it (``pezoo.registry.variant_label``: RoPE's scaling as
+    encoding's card labels it (``pezoo.variant_label``: RoPE's scaling as
     ``yarn×4 L=10``, xPos's blockwise attention as ``blockwise L=24``), else as ``k=v``."""
     return ", ".join(
-        variant_label(key, value) or f"{key}={format_value(value)}" for key, value in sorted(eval_options.items())
+        pezoo.variant_label(key, value) or f"{key}={format_value(value)}" for key, value in sorted(eval_options.items())
     )
 
 
