@@ -104,7 +104,9 @@ def bench_cmd(pe_list, task, preset, seeds, store_path, steps, precision, finetu
 
 def _report(outcomes: dict[str, str]) -> None:
     failed = [f"{run}: {why}" for run, why in outcomes.items() if why.startswith("failed")]
-    click.echo(f"{len(outcomes) - len(failed)} of {len(outcomes)} runs finished or cached")
+    busy = sum(why.startswith("busy") for why in outcomes.values())
+    left = f"; {busy} left to another sweep on the store" if busy else ""
+    click.echo(f"{len(outcomes) - len(failed) - busy} of {len(outcomes)} runs finished or cached{left}")
     if failed:
         raise click.ClickException("; ".join(failed))
 

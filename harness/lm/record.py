@@ -9,10 +9,12 @@ sha256), and per (mode, length) the summed nats and the bytes scored (``harness.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,7 +174,11 @@ class LmStore:
     """A folder of LM runs: ``runs.jsonl`` (finished records, appended), ``checkpoints/``
     (training state every few hundred steps, removed once the run is recorded) and
     ``weights/`` (final weights, kept for the run's variants). Running a sweep again skips
-    what ``runs.jsonl`` holds and resumes what a checkpoint holds."""
+    what ``runs.jsonl`` holds and resumes what a checkpoint holds.
+
+    Several sweeps may share one store (one per core or per GPU): a run is trained under
+    :meth:`hold`, an exclusive ``flock`` on ``locks/<run id>.lock`` that the operating system
+    drops when its process ends, however it ends, so no claim outlives a killed sweep."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
@@ -192,6 +198,28 @@ class LmStore:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
+
+    @contextmanager
+    def hold(self, run_id: str) -> Iterator[bool]:
+        """Hold ``run_id`` for this process while the block runs: yields True when taken,
+        False when another process holds it now (run nothing then)."""
+        folder = self.folder / "locks"
+        folder.mkdir(exist_ok=True)
+        fd = os.open(folder / f"{run_id}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)  # closing the descriptor drops the lock
+
+    def held(self, run_id: str) -> bool:
+        """Whether another process holds ``run_id`` now (:meth:`hold`)."""
+        with self.hold(run_id) as taken:
+            return not taken
 
     def checkpoint(self, run_id: str) -> Path:
         return self.folder / "checkpoints" / f"{run_id}.pt"

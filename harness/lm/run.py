@@ -276,25 +276,30 @@ def sweep_lm(
     configs: Sequence[LmConfig], store: LmStore, device: torch.device, *, notice: Notice = print
 ) -> dict[str, str]:
     """Run every config the store does not hold finished, trained runs before their
-    variants; {run_id: "finished" | "cached" | "failed: why"}. A failed run does not stop the others."""
-    done = store.finished()
+    variants; {run_id: "finished" | "cached" | "busy: why" | "failed: why"}. A failed run does
+    not stop the others. Sweeps may run side by side on one store (:meth:`LmStore.hold`): each
+    run is trained by one of them, the others skip it as busy."""
     outcomes: dict[str, str] = {}
     ordered = sorted(configs, key=lambda c: c.is_variant)
     for i, cfg in enumerate(ordered, start=1):
         run_id = cfg.run_id()
         label = f"[{i}/{len(ordered)}] {cfg.task} {cfg.pe}{_variant(cfg)} seed {cfg.seed} ({run_id})"
-        if run_id in done:
-            outcomes[run_id] = "cached"
-            continue
-        notice(f"{label}: starting")
-        try:
-            record = run_lm(cfg, store, device, notice=notice)
-        except Exception as exc:  # one run's failure (a plugin's error included) never stops the sweep
-            outcomes[run_id] = f"failed: {exc}"
-            notice(f"{label}: failed: {exc}")
-            continue
+        with store.hold(run_id) as taken:
+            if run_id in store.finished():  # read again: a sweep beside this one may have finished it
+                outcomes[run_id] = "cached"
+                continue
+            if not taken or (cfg.is_variant and store.held(cfg.trained_config().run_id())):
+                outcomes[run_id] = "busy: another sweep on this store is running it or its trained run"
+                notice(f"{label}: {outcomes[run_id]}; left to that sweep")
+                continue
+            notice(f"{label}: starting")
+            try:
+                record = run_lm(cfg, store, device, notice=notice)
+            except Exception as exc:  # one run's failure (a plugin's error included) never stops the sweep
+                outcomes[run_id] = f"failed: {exc}"
+                notice(f"{label}: failed: {exc}")
+                continue
         outcomes[run_id] = "finished"
-        done.add(run_id)
         at = ", ".join(
             f"{s.length}: {s.bpb:.3f}" if s.bpb is not None else f"{s.length}: -"
             for s in record.scores

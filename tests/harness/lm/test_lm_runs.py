@@ -81,6 +81,22 @@ def test_a_run_records_counts_and_the_corpus_hash_and_a_sweep_skips_it(tmp_path,
     assert sweep_lm([cfg], store, CPU, notice=lambda _: None) == {cfg.run_id(): "cached"}
 
 
+def test_sweeps_side_by_side_on_one_store_leave_each_run_to_one_of_them(tmp_path, corpus, monkeypatch):
+    """A run another process holds (LmStore.hold: a flock, here a second open file in this
+    process) is skipped as busy, and so is a variant whose trained run is held; once the
+    holder lets go, the run is free, and a run finished meanwhile is read as cached."""
+    monkeypatch.setattr(lm_run, "load_corpus", lambda _name: corpus)
+    store = LmStore(tmp_path)
+    rope, pi = cfg_of("rope"), cfg_of("rope@{scaling={rope_type=linear,factor=2.0}}")
+    with store.hold(rope.run_id()) as taken:
+        assert taken and store.held(rope.run_id())
+        outcomes = sweep_lm([rope, pi], store, CPU, notice=lambda _: None)
+    assert all(why.startswith("busy") for why in outcomes.values()) and store.records() == []
+    assert not store.held(rope.run_id())
+    run_lm(rope, store, CPU, corpus=corpus, notice=lambda _: None)  # "the other sweep" finishes it
+    assert sweep_lm([rope, pi], store, CPU, notice=lambda _: None) == {rope.run_id(): "cached", pi.run_id(): "finished"}
+
+
 def test_the_same_seed_gives_the_same_record(tmp_path, corpus):
     a = run_lm(cfg_of("rope"), LmStore(tmp_path / "a"), CPU, corpus=corpus, notice=lambda _: None)
     b = run_lm(cfg_of("rope"), LmStore(tmp_path / "b"), CPU, corpus=corpus, notice=lambda _: None)
