@@ -5,7 +5,18 @@ built as it says) and by the benchmark harness (``harness.config.limits``), so t
 
 from __future__ import annotations
 
-__all__ = ["MAX_POSITIONS", "MAX_WIDTH", "POSITION_OPTIONS", "WIDTH_OPTIONS", "option_bound"]
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_POSITIONS",
+    "MAX_WIDTH",
+    "POSITION_OPTIONS",
+    "WIDTH_OPTIONS",
+    "option_bound",
+    "oversized_options",
+]
 
 MAX_POSITIONS = 262_144
 """Largest position-like option (a learned table's rows, randomized PE's range L, a distance
@@ -46,6 +57,9 @@ WIDTH_OPTIONS = (
 )
 """Options that are a width or a count of parts, bounded by :data:`MAX_WIDTH`."""
 
+MAX_DEPTH = 16
+"""Most levels of nested tables and lists in an encoding's options."""
+
 
 def option_bound(key: str) -> int | None:
     """The bound of option ``key``, or None for an option that is no size."""
@@ -54,3 +68,25 @@ def option_bound(key: str) -> int | None:
     if key in WIDTH_OPTIONS:
         return MAX_WIDTH
     return None
+
+
+def oversized_options(options: Any, where: str = "", depth: int = 0) -> Iterator[tuple[str, int | float, int]]:
+    """``(path, value, bound)`` of each size-like option in ``options`` (a mapping, searched
+    through nested mappings and lists; ``path`` like ``scaling.factor`` or ``stages[0]``)
+    that is a number above its bound. Values of any other type or sign are the encoding's to
+    judge. ValueError when the options nest deeper than :data:`MAX_DEPTH` levels. The one walk
+    ``pezoo.hf`` and the benchmark harness word their own refusals from."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"options nested deeper than {MAX_DEPTH} levels")
+    items: Any = ()
+    if isinstance(options, Mapping):
+        items = options.items()
+    elif isinstance(options, list | tuple):
+        items = enumerate(options)
+    for key, value in items:
+        path = (f"{where}.{key}" if where else key) if isinstance(key, str) else f"{where}[{key}]"
+        bound = option_bound(key) if isinstance(key, str) else None
+        if bound is not None and isinstance(value, int | float) and not isinstance(value, bool) and value > bound:
+            yield path, value, bound
+        if isinstance(value, Mapping | list | tuple):
+            yield from oversized_options(value, path, depth + 1)

@@ -38,11 +38,10 @@ included), since an encoding allocates from them when it is built: a learned tab
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from harness.config.numbers import check_number
-from pezoo.limits import MAX_POSITIONS, MAX_WIDTH, POSITION_OPTIONS, WIDTH_OPTIONS, option_bound
+from pezoo.limits import MAX_POSITIONS, MAX_WIDTH, POSITION_OPTIONS, WIDTH_OPTIONS, option_bound, oversized_options
 
 # MAX_WIDTH (pezoo.limits, 4096) also bounds ``d_model``: 4x Turing Programs' 1024 (``d_ff`` up
 # to 4x it); MAX_POSITIONS (262,144) is 4x ``MAX_TOKENS``. Encoding options share one table with
@@ -78,23 +77,10 @@ MAX_VOCAB = 65_536
 """Largest vocabulary (the tasks share 64 tokens)."""
 
 
-def check_option_sizes(options: Any, what: str = "", depth: int = 0) -> None:
+def check_option_sizes(options: Any, what: str = "") -> None:
     """ValueError naming ``what.key`` (``key`` when ``what`` is empty) when a size-like
     option in ``options`` (a mapping, searched through nested mappings and lists) is a
-    number above its bound; values of any other type or sign are left to the encoding,
-    which knows what it accepts."""
-    if depth > 16:  # check_plain refuses deeper nesting with its own message
-        return
-    items: Any = ()
-    if isinstance(options, Mapping):
-        items = options.items()
-    elif isinstance(options, list | tuple):
-        items = enumerate(options)
-    for key, value in items:
-        where = (f"{what}.{key}" if what else key) if isinstance(key, str) else f"{what}[{key}]"
-        bound = option_bound(key) if isinstance(key, str) else None
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if bound is not None and number and value > bound:
-            check_number(where, value, integer=isinstance(value, int), maximum=bound)
-        if isinstance(value, Mapping | list | tuple):
-            check_option_sizes(value, where, depth + 1)
+    number above its bound (:func:`pezoo.limits.oversized_options`); values of any other type
+    or sign are left to the encoding, which knows what it accepts."""
+    for path, value, bound in oversized_options(options, what):
+        check_number(path, value, integer=isinstance(value, int), maximum=bound)
