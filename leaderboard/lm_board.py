@@ -53,12 +53,14 @@ __all__ = [
     "RULES",
     "LmRow",
     "LmVerdict",
+    "answer_sentence",
     "card_lm_claims",
     "check_claim",
     "lm_pages",
     "lm_rows",
     "reach",
     "read_lm_results",
+    "readme_section",
     "render_markdown",
     "selects",
     "verdict",
@@ -369,7 +371,7 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
         first = rows[0]
         corpus = first.records[0].provenance.get("corpus_sha256", "")
         lengths = first.lengths
-        out += [f"### {task} (corpus sha256 {corpus[:16]})", ""]
+        out += [f"### {task} (corpus sha256 {corpus[:16]})", "", answer_sentence(rows), ""]
         ranked = sorted(rows, key=lambda r: (-min(r.reaches()) / r.length, _mean(r.bpb(r.lengths[-1])), r.label))
         out.append(f"How far bits per byte stay within 5 % of bpb(L), weakest seed (L = {first.length} bytes):")
         out.append("")
@@ -386,7 +388,9 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
             weakest = min(row.reaches()) / row.length
             out.append(f"| {row.label} | {len(row.records)} | {weakest:g} | " + " | ".join(cells)
                        + f" | {'–' if sps is None else f'{sps:.3f}'} |")  # fmt: skip
-        out += ["", "Claims:", "", "| claim | source | verdict | why |", "|---|---|---|---|"]
+        out += ["", f"![bits per byte against test length on {task}, one line per encoding](lm-{task}.svg)", ""]
+        out += _tail_table(ranked)
+        out += ["Claims:", "", "| claim | source | verdict | why |", "|---|---|---|---|"]
         for claim in LM_CLAIMS:
             v = verdict(claim, rows)
             if v is None:
@@ -395,6 +399,68 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
                 out.append(f"| {claim.says} | {claim.source} | {v.outcome} | {v.why} |")
         out.append("")
     return "\n".join(out) + "\n"
+
+
+def answer_sentence(rows: Sequence[LmRow]) -> str:
+    """The corpus's answer in one sentence: the encodings by how far (a multiple of L) their
+    bits per byte stay within 5 % of bpb(L) on the weakest seed, farthest first."""
+    groups: dict[float, list[str]] = {}
+    for row in rows:
+        groups.setdefault(min(row.reaches()) / row.length, []).append(row.label)
+    longest = max(row.lengths[-1] / row.length for row in rows)
+    parts = []
+    for multiple in sorted(groups, reverse=True):
+        names = ", ".join(f"**{label}**" for label in sorted(groups[multiple]))
+        if multiple <= 1:
+            parts.append(f"{names} not past L")
+        else:
+            end = " (the longest length tested)" if multiple == longest else ""
+            parts.append(f"{names} to {multiple:g}× L{end}")
+    seeds = sorted({len(row.records) for row in rows})
+    each = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} each" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]} seeds"
+    return f"Bits per byte within 5 % of bpb(L) on the weakest seed ({each}): " + "; ".join(parts) + "."
+
+
+def _tail_table(ranked: Sequence[LmRow]) -> list[str]:
+    """The fixed-target mode: the same last ``tail`` bytes of each region scored with S - tail
+    bytes of context before them (more context, never a new position to predict from scratch)."""
+    lengths = [s for s in ranked[0].lengths if any(v is not None for row in ranked for v in row.bpb(s, "tail"))]
+    if not lengths:
+        return []
+    tail = ranked[0].config.eval.tail
+    out = [
+        f"Fixed target: the last {tail} bytes of each held-out region, scored with S − {tail} bytes of context "
+        "before them (uses the longer context, and never predicts from an empty context; "
+        "Press, Smith & Lewis 2022, App. B):",
+        "",
+        "| encoding | " + " | ".join(f"bpb S = {s}" for s in lengths) + " |",
+        "|---|" + "---|" * len(lengths),
+    ]
+    for row in ranked:
+        cells = []
+        for s in lengths:
+            values = row.bpb(s, "tail")
+            done = [v for v in values if v is not None]
+            cells.append(_fmt(sum(done) / len(done)) if done and len(done) == len(values) else "not reached")
+        out.append(f"| {row.label} | " + " | ".join(cells) + " |")
+    return [*out, ""]
+
+
+def readme_section(records: Sequence[LmRecord], site_href: str) -> list[str]:
+    """The board README's language-modelling section (markdown lines): each corpus's answer
+    sentence and where the whole section is; nothing without records."""
+    if not records:
+        return []
+    out = ["## Language modelling", ""]
+    out += [
+        "Byte-level models trained at L = 256 bytes on real text and code, scored in bits per byte far past L "
+        f"(the setting of the ALiBi, KERPLE, FIRE, xPos and RoPE-scaling papers' claims): "
+        f"[`{site_href}/lm.md`]({site_href}/lm.md) has the tables, curves and the claims' verdicts.",
+        "",
+    ]
+    for task, rows in lm_rows(records).items():
+        out += [f"* {task}: {answer_sentence(rows)}"]
+    return [*out, ""]
 
 
 def lm_pages(records: Sequence[LmRecord]) -> dict[str, str]:

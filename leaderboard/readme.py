@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +135,10 @@ def _how_far(table: Table) -> list[str]:
     return out
 
 
-def render_readme(board: Board, *, site_href: str) -> str:
+def render_readme(board: Board, *, site_href: str, lm: Sequence[str] = ()) -> str:
     """The whole README: what was trained, the provenance warning, at a glance (encodings ×
-    tasks), the rule, one table per (task, preset), provenance."""
+    tasks), the rule, one table per (task, preset), the language-modelling section's lines
+    ``lm`` (``leaderboard.lm_board.readme_section``) where there are any, provenance."""
     provs = prov.provenance(board.records)
     out = _header(site_href) + _what_was_trained(board, provs)
     if not board.tables:
@@ -146,6 +148,7 @@ def render_readme(board: Board, *, site_href: str) -> str:
     out += _at_a_glance(board) + _notes(board) + _claims(board)
     for task in board.tasks:
         out += _task_section(board, task, site_href)
+    out += list(lm)
     if provs:
         out += _provenance_table(provs)
     return "\n".join(out).rstrip() + "\n"

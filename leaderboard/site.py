@@ -73,13 +73,15 @@ def results_folder_problem(results_dir: Path) -> str | None:
     return None
 
 
-def _lm_pages(lm_dir: Path) -> dict[str, str]:
-    """The language-modelling section's files from the LM records in ``lm_dir`` (none when it
-    has none: the site then has no LM section); an invalid LM record is a SiteError."""
-    from leaderboard.lm_board import lm_pages, read_lm_results
+def _lm_section(lm_dir: Path, site_href: str) -> tuple[dict[str, str], list[str]]:
+    """The language-modelling section from the LM records in ``lm_dir``: its files and the
+    README's lines (none when it has no records: the board then has no LM section); an
+    invalid LM record is a SiteError."""
+    from leaderboard.lm_board import lm_pages, read_lm_results, readme_section
 
     try:
-        return lm_pages(read_lm_results(lm_dir))
+        records = read_lm_results(lm_dir)
+        return lm_pages(records), readme_section(records, site_href)
     except (ValueError, OSError) as exc:
         raise SiteError(f"LM results in {lm_dir}: {exc}") from None
 
@@ -132,8 +134,10 @@ def build(
     retirements = read_retirements(results_dir.parent) if retirements is None else retirements
     board = assemble(records, plans, retirements)  # once, for the pages and the README
     pages = render_pages(board, results_href, repo_href, REPO_ROOT, diagnostics)
-    pages.update(_lm_pages(results_dir / "lm"))
     readme = readme if readme is not None else out_dir.parent / "README.md"
-    readme_text = render_readme(board, site_href=href(relative_href(readme.parent, out_dir)))
+    site_href = href(relative_href(readme.parent, out_dir))
+    lm_files, lm_lines = _lm_section(results_dir / "lm", site_href)
+    pages.update(lm_files)
+    readme_text = render_readme(board, site_href=site_href, lm=lm_lines)
     write_site(out_dir, pages, readme, readme_text)
     return pages

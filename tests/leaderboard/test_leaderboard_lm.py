@@ -12,7 +12,7 @@ from harness.lm.config import lm_preset_config
 from harness.lm.evaluate import LengthScore
 from harness.lm.record import LmRecord
 from leaderboard.claims import DOES_NOT_HOLD, HOLDS, NO_CONTRAST, PARTLY
-from leaderboard.lm_board import LM_CLAIMS, curves_svg, lm_rows, reach, render_markdown, verdict
+from leaderboard.lm_board import LM_CLAIMS, answer_sentence, curves_svg, lm_rows, reach, render_markdown, verdict
 
 LENGTHS = (256, 512, 1024, 2048, 4096)
 
@@ -76,6 +76,23 @@ def test_the_section_leads_with_the_answer_and_says_its_scale():
     assert table[1].startswith("| alibi | 3 | 16 |") and table[2].startswith("| ape | 3 | 1 |")
     assert "0.8M parameters" in text and "sha256 abababababababab" in text
     assert render_markdown([]).startswith("## Language modelling\n\nNo language-modelling results")
+    answer = "on the weakest seed (3 seeds each): **alibi** to 16× L (the longest length tested); **ape** not past L."
+    assert lines[lines.index("### lm_en (corpus sha256 abababababababab)") + 2].endswith(answer)
+    assert "![bits per byte against test length on lm_en, one line per encoding](lm-lm_en.svg)" in lines
+    tail = lines.index("| encoding | bpb S = 1024 | bpb S = 2048 | bpb S = 4096 |")  # the fixed-target mode
+    assert lines[tail + 2 : tail + 4] == ["| alibi | 2.000 | 2.000 | 2.000 |", "| ape | 2.000 | 2.000 | 2.000 |"]
+
+
+def test_the_answer_groups_encodings_by_reach_and_says_uneven_seeds():
+    rows = lm_rows(
+        [record("alibi", s, FLAT) for s in range(3)]
+        + [record("rope", 0, (2.0, 2.05, 2.3, 3.0, 4.0))]
+        + [record(pe, 0, BLOWS) for pe in ("ape", "nope")]
+    )["lm_en"]
+    assert answer_sentence(rows) == (
+        "Bits per byte within 5 % of bpb(L) on the weakest seed (1-3 seeds): **alibi** to 16× L (the longest "
+        "length tested); **rope** to 2× L; **ape**, **nope** not past L."
+    )
 
 
 def test_curves_draw_one_line_per_encoding_in_its_board_colour():
@@ -226,11 +243,15 @@ def test_the_site_build_renders_the_lm_section_only_when_lm_records_exist(tmp_pa
 
     (results / "lm").mkdir()  # empty: no LM section, no error
     assert build().exit_code == 0 and not (site / "lm.md").exists()
+    assert "## Language modelling" not in (tmp_path / "README.md").read_text()
     lines = [json.dumps(record("alibi", s, FLAT).to_dict()) for s in range(2)]
     (results / "lm" / "lm-x.jsonl").write_text("\n".join(lines) + "\n")
     done = build()
     assert done.exit_code == 0, done.output
     assert (site / "lm.md").read_text() == render_markdown([record("alibi", s, FLAT) for s in range(2)])
+    readme = (tmp_path / "README.md").read_text()  # the board's README says where the section is, answer first
+    assert "## Language modelling" in readme and "[`site/lm.md`](site/lm.md)" in readme
+    assert "* lm_en: Bits per byte within 5 % of bpb(L) on the weakest seed (2 seeds each): **alibi** to 16×" in readme
     assert (site / "lm-lm_en.svg").is_file()
     (results / "lm" / "lm-y.jsonl").write_text("{not json\n")  # an invalid LM record: one line, nothing written
     before = (site / "lm.md").read_bytes()
