@@ -43,7 +43,7 @@ from harness.lm.config import LmConfig
 from harness.lm.record import LmRecord, read_records
 from leaderboard.claims import DOES_NOT_HOLD, HOLDS, NO_CONTRAST, PARTLY
 from leaderboard.permutation import ALPHA, p_above, p_text
-from leaderboard.styles import style_of
+from leaderboard.styles import styles
 from leaderboard.text import render_template
 from pezoo import LmPaperClaim, LmRowSelector
 from pezoo.spec import format_eval_options, format_pe
@@ -53,18 +53,32 @@ __all__ = [
     "RULES",
     "LmRow",
     "LmVerdict",
+    "answer_groups",
     "answer_sentence",
     "card_lm_claims",
+    "cells",
     "check_claim",
+    "corpus_of",
     "lm_pages",
     "lm_rows",
+    "provenance_rows",
+    "ranked",
     "reach",
     "read_lm_results",
     "readme_section",
     "render_markdown",
+    "seconds_text",
     "selects",
+    "tail_lengths",
     "verdict",
+    "weakest",
 ]
+
+TAIL_NOTE = (
+    "Fixed target: the last {tail} bytes of each held-out region, scored with S − {tail} bytes of context "
+    "before them (uses the longer context, and never predicts from an empty context; "
+    "Press, Smith & Lewis 2022, App. B):"
+)
 
 WITHIN = (105, 100)
 """5 %: bpb(S) / bpb(L) <= 105 / 100, compared as integers times sums (no float boundary)."""
@@ -316,10 +330,16 @@ def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.3f}"
 
 
+LEGEND_WIDTH = 250
+"""Pixels right of the plot for its legend (one line per row, its label cut at 36 characters)."""
+
+
 def curves_svg(task: str, rows: Sequence[LmRow], width: int = 520, height: int = 300) -> Markup:
-    """Bits per byte (mean over seeds, non-overlapping windows) against log2 of the length, one line per row."""
+    """Bits per byte (mean over seeds, non-overlapping windows) against log2 of the length, one
+    line per row, with a legend to the right (the whole label in each entry's tooltip)."""
     left, top, right, bottom = 56, 20, 14, 44
     series = []
+    looks = styles([row.label for row in rows])  # distinct: a variant never wears its encoding's look
     for row in rows:
         points = []
         for s in row.lengths:
@@ -327,7 +347,7 @@ def curves_svg(task: str, rows: Sequence[LmRow], width: int = 520, height: int =
             if values and all(v is not None for v in values):
                 points.append((math.log2(s), sum(v for v in values if v is not None) / len(values)))
         if points:
-            series.append((row.label, style_of(row.label.split("{")[0].split("@")[0].split(" ")[0]), points))
+            series.append((row.label, looks[row.label], points))
     xs = [x for _, _, p in series for x, _ in p] or [8.0, 12.0]
     ys = [y for _, _, p in series for _, y in p] or [0.0, 8.0]
     x_lo, x_hi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
@@ -345,10 +365,16 @@ def curves_svg(task: str, rows: Sequence[LmRow], width: int = 520, height: int =
     y_ticks = [(y_lo + k * step, py(y_lo + k * step)) for k in range(round((y_hi - y_lo) / step) + 1)]
     x_ticks = [(2**x, px(x)) for x in range(math.ceil(x_lo), math.floor(x_hi) + 1)]
     lines = [(label, style, [(px(x), py(y)) for x, y in points]) for label, style, points in series]
+    legend = [
+        (label, label if len(label) <= 36 else label[:35] + "…", style, top + 8 + 16 * i)
+        for i, (label, style, _) in enumerate(series)
+    ]
     return render_template(
         "lm_curves.svg.j2",
         title=f"bits per byte against length, {task}",
-        width=width,
+        width=width + LEGEND_WIDTH,
+        legend_x=width + 4,
+        legend=legend,
         height=height,
         left=left,
         top=top,
@@ -361,6 +387,55 @@ def curves_svg(task: str, rows: Sequence[LmRow], width: int = 520, height: int =
     )
 
 
+def ranked(rows: Sequence[LmRow]) -> list[LmRow]:
+    """The rows as the section lists them: farthest weakest-seed reach first, then lowest bpb
+    at the longest length."""
+    return sorted(rows, key=lambda r: (-weakest(r), _mean(r.bpb(r.lengths[-1])), r.label))
+
+
+def weakest(row: LmRow) -> float:
+    """The row's reach on its weakest seed, as a multiple of L."""
+    return min(row.reaches()) / row.length
+
+
+def cells(row: LmRow, lengths: Sequence[int], mode: str = "windows") -> list[str]:
+    """The row's mean bpb over seeds at each length (three decimals), or "not reached" where a
+    seed did not reach it."""
+    out = []
+    for s in lengths:
+        values = row.bpb(s, mode)
+        done = [v for v in values if v is not None]
+        out.append(_fmt(sum(done) / len(done)) if done and len(done) == len(values) else "not reached")
+    return out
+
+
+def tail_lengths(rows: Sequence[LmRow]) -> list[int]:
+    """The lengths scored in the fixed-target mode (those of at least ``tail`` bytes)."""
+    return [s for s in rows[0].lengths if any(v is not None for row in rows for v in row.bpb(s, "tail"))]
+
+
+def seconds_text(row: LmRow) -> str:
+    sps = row.seconds_per_step()
+    return "–" if sps is None else f"{sps:.3f}"
+
+
+def corpus_of(rows: Sequence[LmRow]) -> str:
+    """The corpus hash of a table's records (sha256, hex)."""
+    return str(rows[0].records[0].provenance.get("corpus_sha256", ""))
+
+
+def answer_groups(rows: Sequence[LmRow]) -> tuple[str, list[tuple[list[str], float, bool]]]:
+    """The answer's parts: the seeds behind it (``1 seed each``, ``1-3 seeds``) and, farthest
+    first, (labels, weakest-seed reach as a multiple of L, whether that is the longest length tested)."""
+    groups: dict[float, list[str]] = {}
+    for row in rows:
+        groups.setdefault(weakest(row), []).append(row.label)
+    longest = max(row.lengths[-1] / row.length for row in rows)
+    seeds = sorted({len(row.records) for row in rows})
+    each = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} each" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]} seeds"
+    return each, [(sorted(groups[m]), m, m == longest) for m in sorted(groups, reverse=True)]
+
+
 def render_markdown(records: Sequence[LmRecord]) -> str:
     """The LM section as markdown: per corpus the answer table, the curves' numbers, seconds
     per step and the claims' verdicts (from real records only: none gives the empty note)."""
@@ -368,28 +443,18 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
         return "## Language modelling\n\nNo language-modelling results are published yet (`pezoo lm sweep`).\n"
     out = ["## Language modelling", "", SCALE_NOTE, ""]
     for task, rows in lm_rows(records).items():
-        first = rows[0]
-        corpus = first.records[0].provenance.get("corpus_sha256", "")
-        lengths = first.lengths
-        out += [f"### {task} (corpus sha256 {corpus[:16]})", "", answer_sentence(rows), ""]
-        ranked = sorted(rows, key=lambda r: (-min(r.reaches()) / r.length, _mean(r.bpb(r.lengths[-1])), r.label))
+        first, order = rows[0], ranked(rows)
+        out += [f"### {task} (corpus sha256 {corpus_of(rows)[:16]})", "", answer_sentence(rows), ""]
         out.append(f"How far bits per byte stay within 5 % of bpb(L), weakest seed (L = {first.length} bytes):")
         out.append("")
-        header = " | ".join(f"bpb {s}" for s in lengths)
+        header = " | ".join(f"bpb {s}" for s in first.lengths)
         out.append(f"| encoding | seeds | within 5 % to (× L) | {header} | s/step |")
-        out.append("|---|---|---|" + "---|" * len(lengths) + "---|")
-        for row in ranked:
-            cells = []
-            for s in lengths:
-                values = row.bpb(s)
-                done = [v for v in values if v is not None]
-                cells.append(_fmt(sum(done) / len(done)) if len(done) == len(values) else "not reached")
-            sps = row.seconds_per_step()
-            weakest = min(row.reaches()) / row.length
-            out.append(f"| {row.label} | {len(row.records)} | {weakest:g} | " + " | ".join(cells)
-                       + f" | {'–' if sps is None else f'{sps:.3f}'} |")  # fmt: skip
+        out.append("|---|---|---|" + "---|" * len(first.lengths) + "---|")
+        for row in order:
+            shown = " | ".join(cells(row, row.lengths))
+            out.append(f"| {row.label} | {len(row.records)} | {weakest(row):g} | {shown} | {seconds_text(row)} |")
         out += ["", f"![bits per byte against test length on {task}, one line per encoding](lm-{task}.svg)", ""]
-        out += _tail_table(ranked)
+        out += _tail_table(order)
         out += ["Claims:", "", "| claim | source | verdict | why |", "|---|---|---|---|"]
         for claim in LM_CLAIMS:
             v = verdict(claim, rows)
@@ -402,48 +467,52 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
 
 
 def answer_sentence(rows: Sequence[LmRow]) -> str:
-    """The corpus's answer in one sentence: the encodings by how far (a multiple of L) their
-    bits per byte stay within 5 % of bpb(L) on the weakest seed, farthest first."""
-    groups: dict[float, list[str]] = {}
-    for row in rows:
-        groups.setdefault(min(row.reaches()) / row.length, []).append(row.label)
-    longest = max(row.lengths[-1] / row.length for row in rows)
+    """The corpus's answer in one sentence (markdown): the encodings by how far (a multiple of
+    L) their bits per byte stay within 5 % of bpb(L) on the weakest seed, farthest first."""
+    each, groups = answer_groups(rows)
     parts = []
-    for multiple in sorted(groups, reverse=True):
-        names = ", ".join(f"**{label}**" for label in sorted(groups[multiple]))
+    for labels, multiple, longest in groups:
+        names = ", ".join(f"**{label}**" for label in labels)
         if multiple <= 1:
             parts.append(f"{names} not past L")
         else:
-            end = " (the longest length tested)" if multiple == longest else ""
-            parts.append(f"{names} to {multiple:g}× L{end}")
-    seeds = sorted({len(row.records) for row in rows})
-    each = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} each" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]} seeds"
+            parts.append(f"{names} to {multiple:g}× L" + (" (the longest length tested)" if longest else ""))
     return f"Bits per byte within 5 % of bpb(L) on the weakest seed ({each}): " + "; ".join(parts) + "."
 
 
-def _tail_table(ranked: Sequence[LmRow]) -> list[str]:
+def _tail_table(order: Sequence[LmRow]) -> list[str]:
     """The fixed-target mode: the same last ``tail`` bytes of each region scored with S - tail
     bytes of context before them (more context, never a new position to predict from scratch)."""
-    lengths = [s for s in ranked[0].lengths if any(v is not None for row in ranked for v in row.bpb(s, "tail"))]
+    lengths = tail_lengths(order)
     if not lengths:
         return []
-    tail = ranked[0].config.eval.tail
     out = [
-        f"Fixed target: the last {tail} bytes of each held-out region, scored with S − {tail} bytes of context "
-        "before them (uses the longer context, and never predicts from an empty context; "
-        "Press, Smith & Lewis 2022, App. B):",
+        TAIL_NOTE.format(tail=order[0].config.eval.tail),
         "",
         "| encoding | " + " | ".join(f"bpb S = {s}" for s in lengths) + " |",
         "|---|" + "---|" * len(lengths),
     ]
-    for row in ranked:
-        cells = []
-        for s in lengths:
-            values = row.bpb(s, "tail")
-            done = [v for v in values if v is not None]
-            cells.append(_fmt(sum(done) / len(done)) if done and len(done) == len(values) else "not reached")
-        out.append(f"| {row.label} | " + " | ".join(cells) + " |")
+    out += [f"| {row.label} | " + " | ".join(cells(row, lengths, "tail")) + " |" for row in order]
     return [*out, ""]
+
+
+def provenance_rows(records: Sequence[LmRecord]) -> list[tuple[str, str]]:
+    """(name, value) rows saying where the section's records come from: runs, corpora (hash,
+    size and sources), presets, commits, devices, torch and Python versions."""
+
+    def distinct(key: str) -> str:
+        return ", ".join(sorted({str(r.provenance.get(key, "?")) for r in records}))
+
+    out = [("runs", str(len(records)))]
+    for task, rows in lm_rows(records).items():
+        prov = rows[0].records[0].provenance
+        sources = "; ".join(str(s) for s in prov.get("corpus_sources", ()))
+        size = f"{prov.get('corpus_documents', '?')} documents, {prov.get('corpus_bytes', '?')} bytes"
+        out.append((f"corpus of {task}", f"{prov.get('corpus', '?')}: {size}, sha256 {corpus_of(rows)} ({sources})"))
+    out.append(("presets", ", ".join(sorted({r.config.preset for r in records}))))
+    out += [("commits", distinct("commit")), ("devices", distinct("device")), ("CPUs", distinct("cpu"))]
+    out += [("torch", distinct("torch")), ("python", distinct("python"))]
+    return out
 
 
 def readme_section(records: Sequence[LmRecord], site_href: str) -> list[str]:
@@ -455,7 +524,8 @@ def readme_section(records: Sequence[LmRecord], site_href: str) -> list[str]:
     out += [
         "Byte-level models trained at L = 256 bytes on real text and code, scored in bits per byte far past L "
         f"(the setting of the ALiBi, KERPLE, FIRE, xPos and RoPE-scaling papers' claims): "
-        f"[`{site_href}/lm.md`]({site_href}/lm.md) has the tables, curves and the claims' verdicts.",
+        f"[`{site_href}/lm.md`]({site_href}/lm.md) (or [`lm.html`]({site_href}/lm.html) in the site) has the "
+        "tables, curves and the claims' verdicts.",
         "",
     ]
     for task, rows in lm_rows(records).items():

@@ -1,11 +1,12 @@
 """The site's pages: what each template is given (``Site``: the board, the encoding
-styles, links, plots, the values the templates show) and the three kinds of page.
+styles, links, plots, the values the templates show) and the four kinds of page.
 
 Layout of a site::
 
     index.html              every task: curves (exact match) and the ranked table per preset
     tasks/<task>.html       one task: format, example, PE-solvability, both curves, per-length tables
     encodings/<name>.html   one encoding: docstring (paper, formula), options, results across tasks
+    lm.html                 the language-modelling section (leaderboard.lm_board), where LM records exist
 
 Every page is self-contained (inline CSS, inline JS, inline SVG; no network), carries the
 provenance of the runs it shows (preset, device, commit, seeds, steps), and a warning
@@ -92,6 +93,13 @@ class Site:
     repo_href: str  # from the site root to the repository root (for docs/)
     repo_root: Path
     diagnostics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # run_id -> body
+    lm_records: Sequence[Any] = ()  # the language-modelling section's records (harness.lm.record.LmRecord)
+
+    def lm_answers(self) -> list[tuple[str, str, list[tuple[list[str], float, bool]]]]:
+        """(corpus task, seeds behind it, answer groups) of the LM section, for the front page."""
+        from leaderboard import lm_board
+
+        return [(task, *lm_board.answer_groups(rows)) for task, rows in lm_board.lm_rows(self.lm_records).items()]
 
     # -- links: relative, every segment percent-encoded (text.href) -----------------------
     def href(self, page_dir: str, to: str) -> str:
@@ -323,6 +331,16 @@ def _page(site: Site, template: str, page_dir: str, title: str, records: Sequenc
     )
 
 
+def lm_page(site: Site) -> str:
+    """The language-modelling section as a page of the site (``lm.html``)."""
+    from leaderboard import lm_board
+
+    tables = lm_board.lm_rows(site.lm_records)
+    return _page(
+        site, "lm.html.j2", "", "language modelling", (), lm=lm_board, tables=tables, records_lm=site.lm_records
+    )
+
+
 def index_page(site: Site) -> str:
     return _page(site, "index.html.j2", "", "leaderboard", site.board.records)
 
@@ -369,11 +387,15 @@ def render_pages(
     repo_href: str,
     repo_root: Path,
     diagnostics: Mapping[str, Mapping[str, Any]] | None,
+    lm_records: Sequence[Any] = (),
 ) -> dict[str, str]:
     """Site path (relative, '/'-separated) -> page text, for an assembled ``board`` (and the
-    diagnostics of some of its runs, by run id)."""
-    site = Site(board, styles(board.labels), results_href, repo_href, repo_root, dict(diagnostics or {}))
+    diagnostics of some of its runs, by run id; and the language-modelling section's records,
+    whose page ``lm.html`` the front page links when there are any)."""
+    site = Site(board, styles(board.labels), results_href, repo_href, repo_root, dict(diagnostics or {}), lm_records)
     pages = {"index.html": index_page(site)}
+    if lm_records:
+        pages["lm.html"] = lm_page(site)
     for names, folder, make in ((board.tasks, "tasks", task_page), (board.encodings, "encodings", encoding_page)):
         slugs: dict[str, str] = {}
         for name in names:

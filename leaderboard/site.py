@@ -73,15 +73,13 @@ def results_folder_problem(results_dir: Path) -> str | None:
     return None
 
 
-def _lm_section(lm_dir: Path, site_href: str) -> tuple[dict[str, str], list[str]]:
-    """The language-modelling section from the LM records in ``lm_dir``: its files and the
-    README's lines (none when it has no records: the board then has no LM section); an
-    invalid LM record is a SiteError."""
-    from leaderboard.lm_board import lm_pages, read_lm_results, readme_section
+def _lm_records(lm_dir: Path) -> list[Any]:
+    """The LM records in ``lm_dir`` (none when it has none: the board then has no LM section);
+    an invalid LM record is a SiteError."""
+    from leaderboard.lm_board import read_lm_results
 
     try:
-        records = read_lm_results(lm_dir)
-        return lm_pages(records), readme_section(records, site_href)
+        return read_lm_results(lm_dir)
     except (ValueError, OSError) as exc:
         raise SiteError(f"LM results in {lm_dir}: {exc}") from None
 
@@ -133,11 +131,16 @@ def build(
     plans = read_plans(results_dir.parent) if plans is None else plans
     retirements = read_retirements(results_dir.parent) if retirements is None else retirements
     board = assemble(records, plans, retirements)  # once, for the pages and the README
-    pages = render_pages(board, results_href, repo_href, REPO_ROOT, diagnostics)
+    lm_records = _lm_records(results_dir / "lm")
+    pages = render_pages(board, results_href, repo_href, REPO_ROOT, diagnostics, lm_records)
     readme = readme if readme is not None else out_dir.parent / "README.md"
     site_href = href(relative_href(readme.parent, out_dir))
-    lm_files, lm_lines = _lm_section(results_dir / "lm", site_href)
-    pages.update(lm_files)
+    lm_lines: list[str] = []
+    if lm_records:
+        from leaderboard.lm_board import lm_pages, readme_section
+
+        pages.update(lm_pages(lm_records))  # lm.md and its curves, for reading on a forge
+        lm_lines = readme_section(lm_records, site_href)
     readme_text = render_readme(board, site_href=site_href, lm=lm_lines)
     write_site(out_dir, pages, readme, readme_text)
     return pages

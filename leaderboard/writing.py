@@ -37,8 +37,8 @@ class SiteError(ValueError):
     a file in the way that this command did not generate, or a target that cannot be written."""
 
 
-PAGE_PATH = re.compile(r"index\.html|lm\.md|lm-[a-z0-9_-]+\.svg|(?:tasks|encodings)/[a-z0-9_.-]+\.html")
-"""The site paths a build writes (``slug`` names the pages; ``lm.md`` and its curves
+PAGE_PATH = re.compile(r"index\.html|lm\.html|lm\.md|lm-[a-z0-9_-]+\.svg|(?:tasks|encodings)/[a-z0-9_.-]+\.html")
+"""The site paths a build writes (``slug`` names the pages; ``lm.html``, ``lm.md`` and its curves
 ``lm-<task>.svg``: the language-modelling section, ``leaderboard.lm_board``): the only entries a manifest
 may list, so a manifest can name nothing outside the folder (no ``..``, no absolute path,
 no other kind of file)."""

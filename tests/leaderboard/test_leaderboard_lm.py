@@ -95,6 +95,17 @@ def test_the_answer_groups_encodings_by_reach_and_says_uneven_seeds():
     )
 
 
+def test_curves_give_each_row_its_own_look_and_a_legend():
+    rows = lm_rows([record(pe, 0, FLAT) for pe in ("rope", "rope@{scaling={rope_type=ntk,factor=16.0}}", "alibi")])
+    svg = str(curves_svg("lm_en", rows["lm_en"]))
+    strokes = re.findall(
+        r'<g class="series"[^>]*>.*?<polyline[^>]*stroke="([^"]+)"(?: stroke-dasharray="([^"]+)")?', svg, re.S
+    )
+    assert len(strokes) == 3 and len(set(strokes)) == 3  # a variant never wears its encoding's look
+    assert svg.count('<g class="legend">') == 3
+    assert all(f"<title>{row.label}</title>" in svg for row in rows["lm_en"])  # each entry's whole label
+
+
 def test_curves_draw_one_line_per_encoding_in_its_board_colour():
     rows = lm_rows([record("alibi", 0, FLAT), record("ape", 0, BLOWS)])["lm_en"]
     svg = str(curves_svg("lm_en", rows))
@@ -253,6 +264,12 @@ def test_the_site_build_renders_the_lm_section_only_when_lm_records_exist(tmp_pa
     assert "## Language modelling" in readme and "[`site/lm.md`](site/lm.md)" in readme
     assert "* lm_en: Bits per byte within 5 % of bpb(L) on the weakest seed (2 seeds each): **alibi** to 16×" in readme
     assert (site / "lm-lm_en.svg").is_file()
+    page = (site / "lm.html").read_text()  # the site's own page, linked from the front page with the answer
+    assert "Bits per byte within 5 % of bpb(L) on the weakest seed (2 seeds each):" in page
+    assert "<strong>alibi</strong> to 16× L (the longest length tested)." in page and page.count("<svg") == 1
+    assert "bpb S = 1024" in page and "not run yet" in page and "sha256 " + "ab" * 32 in page
+    front = (site / "index.html").read_text()
+    assert 'href="lm.html"' in front and "alibi to 16× L (the longest tested)." in front
     (results / "lm" / "lm-y.jsonl").write_text("{not json\n")  # an invalid LM record: one line, nothing written
     before = (site / "lm.md").read_bytes()
     bad = build()
@@ -261,3 +278,4 @@ def test_the_site_build_renders_the_lm_section_only_when_lm_records_exist(tmp_pa
     for path in (results / "lm").iterdir():  # the records gone: the section's pages go with the next build
         path.unlink()
     assert build().exit_code == 0 and not (site / "lm.md").exists() and not (site / "lm-lm_en.svg").exists()
+    assert not (site / "lm.html").exists() and 'href="lm.html"' not in (site / "index.html").read_text()
