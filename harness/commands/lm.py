@@ -116,7 +116,9 @@ def _report(outcomes: dict[str, str]) -> None:
 @click.option("--task", "tasks", multiple=True, help="Only these tasks of the file (repeatable).")
 @click.option("--store", "store_path", default=DEFAULT_STORE, show_default=True)
 @click.option("--device", default="auto", show_default=True)
-@click.option("--plan", is_flag=True, help="List the runs and which the store holds; run nothing.")
+@click.option(
+    "--plan", is_flag=True, help="List the runs: done, busy (another sweep trains it now) or todo; run nothing."
+)
 def sweep_cmd(file, tasks, store_path, device, plan) -> None:
     """Run an LM sweep file (leaderboard/lm/sweep.toml): trained runs seed-major, then RoPE's variants."""
     try:
@@ -126,15 +128,25 @@ def sweep_cmd(file, tasks, store_path, device, plan) -> None:
         raise click.UsageError(str(exc)) from None
     store = LmStore(store_path)
     if plan:
-        done = store.finished()
-        for cfg in configs:
-            mark = "done" if cfg.run_id() in done else "todo"
-            click.echo(f"{mark}  {cfg.task} {cfg.pe}{_options(cfg)} seed {cfg.seed}  {cfg.run_id()}")
-        click.echo(f"{sum(c.run_id() in done for c in configs)} of {len(configs)} done")
+        _plan(configs, store)
         return
     for task in dict.fromkeys(c.task for c in configs):
         _corpus(LM_TASKS[task].corpus)
     _report(sweep_lm(configs, store, dev, notice=click.echo))
+
+
+def _plan(configs, store: LmStore) -> None:
+    """Each run of the sweep: done (in the store), busy (another sweep on the store trains it
+    now, LmStore.hold) or todo; then the counts."""
+    done = store.finished()
+    marks = {
+        c.run_id(): "done" if c.run_id() in done else "busy" if store.held(c.run_id()) else "todo" for c in configs
+    }
+    for cfg in configs:
+        click.echo(f"{marks[cfg.run_id()]}  {cfg.task} {cfg.pe}{_options(cfg)} seed {cfg.seed}  {cfg.run_id()}")
+    busy = sum(m == "busy" for m in marks.values())
+    elsewhere = f", {busy} training in another sweep" if busy else ""
+    click.echo(f"{sum(m == 'done' for m in marks.values())} of {len(configs)} done{elsewhere}")
 
 
 def _options(cfg) -> str:

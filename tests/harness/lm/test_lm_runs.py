@@ -223,3 +223,20 @@ def test_the_lm_command_trains_shows_and_exports(tmp_path, corpus):
     assert "nothing new" in again.output
     bad = runner.invoke(main, ["lm", "bench", "--pe", "alibi{slopes=3}", "--preset", "lm_smoke", "--store", store])
     assert bad.exit_code == 2 and "alibi" in bad.output
+
+
+def test_the_plan_says_which_runs_are_done_training_elsewhere_or_to_do(tmp_path, corpus):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    plan = tmp_path / "sweep.toml"
+    plan.write_text('preset = "lm_smoke"\ntasks = ["lm_en"]\nseeds = [0]\npe = ["alibi", "rope", "nope"]\n')
+    store = LmStore(tmp_path / "store")
+    alibi, rope = (lm_preset_config("lm_smoke", pe=pe, task="lm_en", seed=0) for pe in ("alibi", "rope"))
+    run_lm(alibi, store, CPU, corpus=corpus, notice=lambda _: None)
+    with store.hold(rope.run_id()):
+        out = CliRunner().invoke(main, ["lm", "sweep", str(plan), "--plan", "--store", str(store.folder)])
+    assert out.exit_code == 0, out.output
+    marks = [line.split()[0] for line in out.output.splitlines()[:3]]
+    assert marks == ["done", "busy", "todo"] and "1 of 3 done, 1 training in another sweep" in out.output
