@@ -4,11 +4,15 @@ one window of 16,384 bytes per encoding (chunked attention). A benchmark, not a 
 
     python benchmarks/lm_cost.py step [--steps 20] [--precision fp32,bf16]
     python benchmarks/lm_cost.py memory [--length 16384] [--pe alibi,fire,kerple_log]
+    python benchmarks/lm_cost.py speed [--repeats 5] [--out benchmarks/results/cpu-lm-speed]
 
 ``step`` times the backbone with ``nope`` (the hand-written decoder has no encoding either)
 and prints ms per step and the ratio; ``memory`` runs each encoding in a fresh process and
 prints the growth of its peak resident memory over the model's (``ru_maxrss``) while scoring
-one window of ``--length`` bytes.
+one window of ``--length`` bytes; ``speed`` times the training step of every encoding of the
+sweep file (``leaderboard/lm/sweep.toml``) side by side, interleaved in one process (the
+papers' speed tables; the records' seconds per step are wall time beside whatever else the
+machine ran), and writes ``OUT.md`` and ``OUT.json`` with ``--out``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -96,7 +102,68 @@ def step(args: argparse.Namespace) -> None:
         )
 
 
-def _one_memory(pe: str, length: int, chunk: int) -> dict[str, float]:
+def _train_step(model: nn.Module, tokens: torch.Tensor) -> Callable[[], None]:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def one() -> None:
+        logits = model(tokens)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    return one
+
+
+def speed(args: argparse.Namespace) -> None:
+    from harness.lm.sweep import load_lm_sweep
+    from harness.perf import time_interleaved
+    from leaderboard.lm_board import label_of
+
+    configs = [c for c in load_lm_sweep(args.file, tasks=["lm_en"]) if c.seed == 0 and not c.is_variant]
+    tokens = torch.randint(256, (configs[0].train.batch_size, configs[0].length))
+    steps = {}
+    for cfg in configs:
+        torch.manual_seed(0)
+        steps[label_of(cfg)] = _train_step(build_lm_model(cfg), tokens)
+    timings = time_interleaved(steps, repeats=args.repeats, warmup=2)
+    base = timings[label_of(next(c for c in configs if c.pe == "nope"))].median_ms
+    rows = [
+        {
+            "encoding": name,
+            "median_ms": t.median_ms,
+            "q1_ms": t.q1_ms,
+            "q3_ms": t.q3_ms,
+            "ratio_to_nope": t.median_ms / base,
+        }
+        for name, t in sorted(timings.items(), key=lambda item: item[1].median_ms)
+    ]
+    from harness.records.provenance import provenance
+
+    prov = provenance(torch.device("cpu"))
+    env = f"commit {prov['commit']}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), {prov.get('cpu')}"
+    lines = [
+        f"# The lm preset's training step per encoding ({time.strftime('%Y-%m-%d', time.gmtime())})",
+        "",
+        f"`python benchmarks/lm_cost.py speed --repeats {args.repeats}`: 16 x 256 bytes, fp32, forward, backward, "
+        f"clipping and AdamW; every encoding timed in one process, interleaved (median of {args.repeats} rounds "
+        f"after 2 warm-up steps). {env}.",
+        "",
+        "| encoding | ms per step (median) | q1-q3 | × nope |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['encoding']} | {r['median_ms']:.0f} | {r['q1_ms']:.0f}-{r['q3_ms']:.0f} | {r['ratio_to_nope']:.2f} |"
+        for r in rows
+    ]
+    print("\n".join(lines))
+    if args.out:
+        Path(args.out + ".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        Path(args.out + ".json").write_text(json.dumps({"env": env, "rows": rows}, indent=1) + "\n", encoding="utf-8")
+
+
+def _one_memory(pe: str, length: int, chunk: int) -> dict[str, object]:
     cfg = lm_preset_config("lm", pe=pe, task="lm_en", seed=0)
     model = build_lm_model(cfg).eval()
     targets = torch.randint(256, (1, length))
@@ -139,8 +206,12 @@ def main() -> None:
     m.add_argument("--length", type=int, default=16384)
     m.add_argument("--chunk", type=int, default=256)
     m.add_argument("--pe", default="alibi,fire,kerple_log")
+    v = sub.add_parser("speed")
+    v.add_argument("--file", default="leaderboard/lm/sweep.toml")
+    v.add_argument("--repeats", type=int, default=5)
+    v.add_argument("--out", default="")
     args = parser.parse_args()
-    step(args) if args.what == "step" else memory(args)
+    {"step": step, "memory": memory, "speed": speed}[args.what](args)
 
 
 if __name__ == "__main__":
