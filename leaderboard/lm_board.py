@@ -74,6 +74,12 @@ __all__ = [
     "weakest",
 ]
 
+SPEED_NOTE = (
+    "s/step: each run's training wall time per step on the machine its provenance names, beside whatever "
+    "else ran there; every encoding's step timed side by side in one process: "
+    "`python benchmarks/lm_cost.py speed` (benchmarks/results/cpu-lm-speed.md)."
+)
+
 TAIL_NOTE = (
     "Fixed target: the last {tail} bytes of each held-out region, scored with S − {tail} bytes of context "
     "before them (uses the longer context, and never predicts from an empty context; "
@@ -453,6 +459,7 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
         for row in order:
             shown = " | ".join(cells(row, row.lengths))
             out.append(f"| {row.label} | {len(row.records)} | {weakest(row):g} | {shown} | {seconds_text(row)} |")
+        out += ["", SPEED_NOTE]
         out += ["", f"![bits per byte against test length on {task}, one line per encoding](lm-{task}.svg)", ""]
         out += _tail_table(order)
         out += ["Claims:", "", "| claim | source | verdict | why |", "|---|---|---|---|"]
