@@ -257,42 +257,33 @@ class Site:
             rows.append((n, split, tokens, stats))
         return rows
 
-    def traced_runs(self, task: str, preset: str) -> list[tuple[Any, Mapping[str, Any], list[Markup]]]:
-        """(seed, diagnostics, plots) of the runs of (task, preset) that published diagnostics,
-        of encodings whose paper card declares them (``pezoo.PaperCard.diagnostics``: cursor
-        trajectories), by encoding and seed: one trajectory plot per layer and side (query, key)."""
-        runs = [
-            r
-            for r in self.board.records_where(task=task, preset=preset)
-            if r.run_id in self.diagnostics and pezoo.card_of(str(r.data["pe"])).diagnostics is not None
-        ]
+    def traced_runs(
+        self, task: str, preset: str
+    ) -> list[tuple[str, pezoo.TracePlots, list[tuple[Any, Any, list[Markup]]]]]:
+        """Per encoding whose paper card says how to draw its diagnostics
+        (``pezoo.PaperCard.diagnostics_plots``), the runs of (task, preset) that published
+        them: (encoding, its TracePlots, [(seed, diagnostics, plots)]), by encoding and seed."""
+        groups: dict[str, list[Record]] = {}
+        for r in self.board.records_where(task=task, preset=preset):
+            if r.run_id in self.diagnostics and pezoo.card_of(str(r.data["pe"])).diagnostics_plots is not None:
+                groups.setdefault(str(r.data["pe"]), []).append(r)
         out = []
-        for rec in sorted(runs, key=lambda r: (r.data["pe"], r.data["seed"])):
-            diag = self.diagnostics[rec.run_id]
-            try:
-                plots = _trajectory_plots(diag)
-            except NotANumber as exc:
-                raise SiteError(f"diagnostics/{rec.run_id}.json (run {rec.run_id}): {exc}") from None
-            out.append((rec.data["seed"], diag, plots))
+        for pe, runs in sorted(groups.items()):
+            view = pezoo.card_of(pe).diagnostics_plots
+            assert view is not None
+            traced = []
+            for rec in sorted(runs, key=lambda r: r.data["seed"]):
+                diag = self.diagnostics[rec.run_id]
+                try:
+                    plots = [
+                        trajectory_plot(lines, title=title, x_label="token index", y_label=view.y_label)
+                        for title, lines in view.plots(diag["layers"])
+                    ]
+                except NotANumber as exc:
+                    raise SiteError(f"diagnostics/{rec.run_id}.json (run {rec.run_id}): {exc}") from None
+                traced.append((rec.data["seed"], diag, plots))
+            out.append((pe, view, traced))
         return out
-
-
-def _trajectory_plots(diag: Mapping[str, Any]) -> list[Markup]:
-    """One plot per layer and side (query, key) of a run's diagnostics: the mode offset of
-    each head's cursors after each token."""
-    plots = []
-    for layer in diag["layers"]:
-        for side in ("query", "key"):
-            modes = layer[f"{side}_modes"]  # (h, c, s)
-            lines = [
-                (f"h{h} c{c}", trajectory) for h, cursors in enumerate(modes) for c, trajectory in enumerate(cursors)
-            ]
-            plots.append(
-                trajectory_plot(
-                    lines, title=f"layer {layer['layer']}: {side} cursors", x_label="token index", y_label="mode offset"
-                )
-            )
-    return plots
 
 
 def _page(site: Site, template: str, page_dir: str, title: str, records: Sequence[Record], **context: Any) -> str:

@@ -11,7 +11,7 @@ from pezoo import backends, encodings
 from pezoo import base as base  # the compatibility module: `pezoo.base.X` works after `import pezoo`, as before
 from pezoo.attention import BACKENDS, SelfAttention, attend
 from pezoo.biases import AttentionBias, BlockMask, DenseBias, LinearBias, RelativeFunctionBias, WindowMask
-from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard, PaperClaim, PlotLook, RunFacts
+from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard, PaperClaim, PlotLook, RunFacts, TracePlots
 from pezoo.context import AttentionContext
 from pezoo.encodings import (
     FIRE,
@@ -94,6 +94,7 @@ __all__ = [
     "SelfAttention",
     "SinusoidalAPE",
     "T5Bias",
+    "TracePlots",
     "UnknownNameError",
     "WindowMask",
     "XPos",

@@ -33,7 +33,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the registry imports this module
     from pezoo.registry import ModelDims
 
-__all__ = ["LmPaperClaim", "LmRowSelector", "PaperCard", "PaperClaim", "PlotLook", "RunFacts", "option_departures"]
+__all__ = [
+    "LmPaperClaim",
+    "LmRowSelector",
+    "PaperCard",
+    "PaperClaim",
+    "PlotLook",
+    "RunFacts",
+    "TracePlots",
+    "option_departures",
+]
 
 Setup = Callable[[str, "ModelDims"], dict[str, Any]]
 """(task, model size) -> the options the paper runs the encoding with on that task."""
@@ -174,6 +183,24 @@ class PlotLook:
 
 
 @dataclass(frozen=True)
+class TracePlots:
+    """How a board shows what :attr:`PaperCard.diagnostics` recorded of a trained run.
+
+    Attributes:
+        heading: the section's heading (``PRISM cursors``).
+        caption: a sentence or two on what the plots show and how to read them.
+        plots: ``diagnostics -> [(plot title, [(line label, [y per token])])]``: the lines
+            of each plot, x being the token index.
+        y_label: the plots' y axis.
+    """
+
+    heading: str
+    caption: str
+    plots: Callable[[Any], list[tuple[str, list[tuple[str, list[float]]]]]]
+    y_label: str
+
+
+@dataclass(frozen=True)
 class PaperCard:
     """An encoding's paper knowledge (module docstring). Every field is optional.
 
@@ -193,6 +220,8 @@ class PaperCard:
         diagnostics: ``(encoding, forward) -> JSON-able | None``: what a trained
             encoding did while ``forward()`` ran it on one example (PRISM's cursor
             trajectories), or None.
+        diagnostics_plots: how a board draws those diagnostics (:class:`TracePlots`); a board
+            shows the diagnostics of encodings that have both.
         run_defaults: options a benchmark writes into every new run unless given (its
             paper's procedure, where the encoding's own default differs for old reasons).
         stored_defaults: what each of those options meant in runs stored before it existed.
@@ -214,6 +243,7 @@ class PaperCard:
     lm_claims: tuple[LmPaperClaim, ...] = ()
     look: PlotLook | None = None
     diagnostics: Callable[..., Any] | None = None
+    diagnostics_plots: TracePlots | None = None
     run_defaults: Mapping[str, Any] = field(default_factory=dict)
     stored_defaults: Mapping[str, Any] = field(default_factory=dict)
     inference_options: tuple[str, ...] = ()

@@ -28,7 +28,7 @@ from typing import Any
 
 from torch import nn
 
-from pezoo.cards import PaperCard, PaperClaim, PlotLook, RunFacts, option_departures
+from pezoo.cards import PaperCard, PaperClaim, PlotLook, RunFacts, TracePlots, option_departures
 from pezoo.registry import ModelDims
 
 PAPER = (
@@ -188,6 +188,30 @@ def cursor_trajectories(pe: nn.Module, forward: Callable[[], Any]) -> list[dict[
     return layers
 
 
+def cursor_plots(diagnostics: list[dict[str, Any]]) -> list[tuple[str, list[tuple[str, list[float]]]]]:
+    """One plot per layer and side (query, key) of :func:`cursor_trajectories`: the mode
+    offset of each head's cursors after each token, one line per head and cursor."""
+    plots = []
+    for layer in diagnostics:
+        for side in ("query", "key"):
+            modes = layer[f"{side}_modes"]  # (h, c, s)
+            lines = [
+                (f"h{h} c{c}", trajectory) for h, cursors in enumerate(modes) for c, trajectory in enumerate(cursors)
+            ]
+            plots.append((f"layer {layer['layer']}: {side} cursors", lines))
+    return plots
+
+
+CURSOR_PLOTS = TracePlots(
+    heading="PRISM cursors",
+    caption="What each trained PRISM model's cursors do on the first evaluation example at the largest test scale "
+    "(teacher-forced): the mode (most likely offset) of every query and key cursor after each token, one line per "
+    "head and cursor. A cursor that counts tokens climbs one offset per token; a reset drops it back to 0.",
+    plots=cursor_plots,
+    y_label="mode offset",
+)
+
+
 CLAIM = PaperClaim(
     order=10,
     source=f"{PAPER}, abstract and §1",
@@ -211,4 +235,5 @@ CARD = PaperCard(
     claims=(CLAIM,),
     look=PlotLook("#009E73", ""),  # bluish green, solid
     diagnostics=cursor_trajectories,
+    diagnostics_plots=CURSOR_PLOTS,
 )
