@@ -355,6 +355,7 @@ def encoding_page(site: Site, encoding: str) -> str:
         if path.is_file():
             docs = {"href": site.outside(d, site.repo_href, f"docs/encodings/{path.name}"), "name": path.name}
     tables_rows = [(t, row) for t in site.board.tables for row in t.rows if row.encoding == encoding]
+    view = pezoo.card_of(encoding).diagnostics_plots if info is not None else None
     traced = sorted({r.data["task"] for r in site.board.records_where(pe=encoding) if r.run_id in site.diagnostics})
     return _page(
         site,
@@ -368,7 +369,8 @@ def encoding_page(site: Site, encoding: str) -> str:
         formula=info.doc.partition("\n\n")[2] if info is not None else "",  # its first paragraph is the summary
         labels=sorted({row.label for _, row in tables_rows}),
         rows=tables_rows,
-        traced=traced,
+        traced=traced if view is not None else [],
+        trace_view=view,
     )
 
 

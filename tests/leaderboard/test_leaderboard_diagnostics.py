@@ -78,3 +78,38 @@ def test_a_malformed_diagnostics_file_fails_the_build_with_its_path(published, t
     result = CliRunner().invoke(main, ["leaderboard", "build", "--results", str(results), "--out", str(tmp_path / "s")])
     assert result.exit_code != 0
     assert str(bad) in result.output and "query_modes must be (heads, cursors, 1)" in result.output
+
+
+def test_the_site_draws_diagnostics_as_the_encodings_card_says(published, tmp_path, monkeypatch):
+    """The board names no encoding's trace format: heading, caption, plots and axis come from
+    the card (pezoo.PaperCard.diagnostics_plots), and a card without them shows no section."""
+    import dataclasses
+
+    import pezoo
+    from pezoo.registry import CARDS
+
+    root, *_ = published
+
+    def one_line(diagnostics):
+        layer = diagnostics[0]
+        return [("toy: first head's first query cursor", [("only", layer["query_modes"][0][0])])]
+
+    view = pezoo.TracePlots(
+        heading="Toy traces", caption="One line, drawn as the card says.", plots=one_line, y_label="toy axis"
+    )
+    monkeypatch.setitem(CARDS, "prism", dataclasses.replace(CARDS["prism"], diagnostics_plots=view))
+
+    def build(out):
+        result = CliRunner().invoke(
+            main, ["leaderboard", "build", "--results", str(root / "results"), "--out", str(out)]
+        )
+        assert result.exit_code == 0, result.output
+        return (out / "tasks" / "copy.html").read_text(), (out / "encodings" / "prism.html").read_text()
+
+    task, prism_page = build(tmp_path / "a")
+    assert '<h3 id="prism-diagnostics">Toy traces</h3>' in task and "One line, drawn as the card says." in task
+    assert task.count('class="plot trajectories"') == 1 and "toy axis" in task and "PRISM cursors" not in task
+    assert "<h2>Toy traces</h2>" in prism_page
+    monkeypatch.setitem(CARDS, "prism", dataclasses.replace(CARDS["prism"], diagnostics_plots=None))
+    task, prism_page = build(tmp_path / "b")
+    assert "-diagnostics" not in task and "Toy traces" not in prism_page
