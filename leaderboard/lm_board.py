@@ -7,7 +7,9 @@ within 5 % of its bits per byte at the training length L, as a multiple of L, on
 seed (:func:`reach`). The rule is computed from the records' sums and counts: length S is
 within 5 % when ``100 · nats(S) · bytes(L) <= 105 · nats(L) · bytes(S)`` (non-overlapping
 windows, the papers' default mode), and a row's reach is the longest tested S with every
-tested length up to it within 5 % (a length not reached ends it).
+tested length up to it within 5 % (a length not reached ends it). A variant of a trained run
+(RoPE's scalings, zero-shot or fine-tuned) is held to that run's bpb(L), not its own: one
+that costs more than 5 % at L already reaches 0, however flat it is after.
 
 The claims are the encodings' own: each paper card's ``lm_claims`` (:class:`pezoo.LmPaperClaim`,
 declared beside the encoding's class), whose rows are data (:class:`pezoo.LmRowSelector`, matched
@@ -39,6 +41,7 @@ from pathlib import Path
 
 from markupsafe import Markup
 
+import pezoo
 from harness.lm.config import LmConfig
 from harness.lm.record import LmRecord, read_records
 from leaderboard.claims import DOES_NOT_HOLD, HOLDS, NO_CONTRAST, PARTLY
@@ -74,6 +77,10 @@ __all__ = [
     "weakest",
 ]
 
+VARIANT_NOTE = "a variant of a trained run against that run's bpb(L), 0 where it is more than 5 % above it at L"
+
+AT_L_NOTE = "already more than 5 % above the bpb at L of the trained run they modify"
+
 SPEED_NOTE = (
     "s/step: each run's training wall time per step on the machine its provenance names, beside whatever "
     "else ran there; every encoding's step timed side by side in one process: "
@@ -96,6 +103,16 @@ SCALE_NOTE = (
 )
 
 
+def short_label(cfg: LmConfig) -> str:
+    """A plot legend's label: a variant as its card shortens it (``rope → yarn×16 L=256``,
+    ``rope → linear×4 +200 steps``), else the row label."""
+    if not cfg.eval_pe_options:
+        return label_of(cfg)
+    parts = [pezoo.variant_label(k, v) or f"{k}={v}" for k, v in sorted(cfg.eval_pe_options.items())]
+    tuned = f" +{cfg.finetune_steps} steps" if cfg.finetune_steps else ""
+    return f"{format_pe(cfg.pe, cfg.pe_options)} → {', '.join(parts)}{tuned}"
+
+
 def label_of(cfg: LmConfig) -> str:
     """The row label of a config: its encoding spec, a variant's options, a fine-tune's steps."""
     text = format_pe(cfg.pe, cfg.pe_options)
@@ -113,6 +130,7 @@ class LmRow:
     task: str
     label: str
     records: tuple[LmRecord, ...]
+    bases: tuple[LmRecord | None, ...] = ()  # a variant's trained run per seed, where published
 
     @property
     def config(self) -> LmConfig:
@@ -127,7 +145,8 @@ class LmRow:
         return self.config.eval.lengths
 
     def reaches(self) -> list[int]:
-        return [reach(r) for r in self.records]
+        bases = self.bases or (None,) * len(self.records)
+        return [reach(r, base) for r, base in zip(self.records, bases, strict=True)]
 
     def bpb(self, length: int, mode: str = "windows") -> list[float | None]:
         out = []
@@ -141,14 +160,22 @@ class LmRow:
         return sum(values) / len(values) if values else None
 
 
-def reach(record: LmRecord) -> int:
+def reach(record: LmRecord, base: LmRecord | None = None) -> int:
     """The longest tested length S (tokens) whose bpb, and every tested length's up to S, is
-    within 5 % of bpb at L; L itself when the next length is not (or L was not scored)."""
+    within 5 % of the reference bpb at L; L itself when the next length is not (or L was not
+    scored). The reference is the record's own bpb at L, or for a variant, ``base``'s: the
+    trained run whose weights it evaluates or fine-tuned, so a variant that already costs more
+    than 5 % at L reaches 0 (a PI factor too large for zero-shot reads flat, and broken)."""
     length = record.config.length
-    base = record.score("windows", length)
-    if base is None or not base.reached or base.nats is None:
+    own = record.score("windows", length)
+    if own is None or not own.reached or own.nats is None:
         return length
+    ref = base.score("windows", length) if base is not None else None
+    ref = ref if ref is not None and ref.reached and ref.nats is not None else own
+    assert ref.nats is not None
     num, den = WITHIN
+    if den * own.nats * ref.n_bytes > num * ref.nats * own.n_bytes:
+        return 0
     best = length
     for s in record.config.eval.lengths:
         if s <= length:
@@ -156,7 +183,7 @@ def reach(record: LmRecord) -> int:
         score = record.score("windows", s)
         if score is None or not score.reached or score.nats is None:
             break
-        if den * score.nats * base.n_bytes > num * base.nats * score.n_bytes:
+        if den * score.nats * ref.n_bytes > num * ref.nats * score.n_bytes:
             break
         best = s
     return best
@@ -177,9 +204,12 @@ def lm_rows(records: Sequence[LmRecord]) -> dict[str, list[LmRow]]:
         if r.config.seed in seeds and seeds[r.config.seed].run_id != r.run_id:
             raise ValueError(f"two records of {label_of(r.config)} on {r.config.task} seed {r.config.seed}")
         seeds[r.config.seed] = r
+    by_id = {r.run_id: r for r in records}
     out: dict[str, list[LmRow]] = {}
     for (task, label), seeds in sorted(groups.items()):
-        out.setdefault(task, []).append(LmRow(task, label, tuple(seeds[s] for s in sorted(seeds))))
+        row = tuple(seeds[s] for s in sorted(seeds))
+        bases = tuple(by_id.get(r.config.trained_config().run_id()) if r.config.is_variant else None for r in row)
+        out.setdefault(task, []).append(LmRow(task, label, row, bases))
     return out
 
 
@@ -234,6 +264,8 @@ def _reach(claim: LmPaperClaim, row: LmRow, rows: Sequence[LmRow]) -> LmVerdict 
         return LmVerdict(claim, HOLDS, f"weakest seed within 5 % to {weakest:g}× L")
     if weakest >= tested:
         return LmVerdict(claim, PARTLY, f"holds to the tested {tested:g}×; claimed {claim.multiple:g}×: untested")
+    if weakest == 0:
+        return LmVerdict(claim, DOES_NOT_HOLD, f"weakest seed not within 5 % even at L ({AT_L_NOTE})")
     return LmVerdict(claim, DOES_NOT_HOLD, f"weakest seed within 5 % only to {weakest:g}× L")
 
 
@@ -353,9 +385,9 @@ def curves_svg(task: str, rows: Sequence[LmRow], width: int = 520, height: int =
             if values and all(v is not None for v in values):
                 points.append((math.log2(s), sum(v for v in values if v is not None) / len(values)))
         if points:
-            series.append((row.label, looks[row.label], points))
-    xs = [x for _, _, p in series for x, _ in p] or [8.0, 12.0]
-    ys = [y for _, _, p in series for _, y in p] or [0.0, 8.0]
+            series.append((row.label, short_label(row.config), looks[row.label], points))
+    xs = [x for *_, p in series for x, _ in p] or [8.0, 12.0]
+    ys = [y for *_, p in series for _, y in p] or [0.0, 8.0]
     x_lo, x_hi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
     y_lo, y_hi = math.floor(min(ys) * 2) / 2, math.ceil(max(ys) * 2) / 2
     y_hi = y_hi if y_hi > y_lo else y_lo + 0.5
@@ -370,10 +402,10 @@ def curves_svg(task: str, rows: Sequence[LmRow], width: int = 520, height: int =
     step = 0.5 if y_hi - y_lo <= 4 else 1.0
     y_ticks = [(y_lo + k * step, py(y_lo + k * step)) for k in range(round((y_hi - y_lo) / step) + 1)]
     x_ticks = [(2**x, px(x)) for x in range(math.ceil(x_lo), math.floor(x_hi) + 1)]
-    lines = [(label, style, [(px(x), py(y)) for x, y in points]) for label, style, points in series]
+    lines = [(label, style, [(px(x), py(y)) for x, y in points]) for label, _, style, points in series]
     legend = [
-        (label, label if len(label) <= 36 else label[:35] + "…", style, top + 8 + 16 * i)
-        for i, (label, style, _) in enumerate(series)
+        (label, short if len(short) <= 36 else short[:35] + "…", style, top + 8 + 16 * i)
+        for i, (label, short, style, _) in enumerate(series)
     ]
     return render_template(
         "lm_curves.svg.j2",
@@ -451,7 +483,9 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
     for task, rows in lm_rows(records).items():
         first, order = rows[0], ranked(rows)
         out += [f"### {task} (corpus sha256 {corpus_of(rows)[:16]})", "", answer_sentence(rows), ""]
-        out.append(f"How far bits per byte stay within 5 % of bpb(L), weakest seed (L = {first.length} bytes):")
+        out.append(
+            f"How far bits per byte stay within 5 % of bpb(L), weakest seed (L = {first.length} bytes; {VARIANT_NOTE}):"
+        )
         out.append("")
         header = " | ".join(f"bpb {s}" for s in first.lengths)
         out.append(f"| encoding | seeds | within 5 % to (× L) | {header} | s/step |")
@@ -480,7 +514,9 @@ def answer_sentence(rows: Sequence[LmRow]) -> str:
     parts = []
     for labels, multiple, longest in groups:
         names = ", ".join(f"**{label}**" for label in labels)
-        if multiple <= 1:
+        if multiple == 0:
+            parts.append(f"{names} not even at L ({AT_L_NOTE})")
+        elif multiple <= 1:
             parts.append(f"{names} not past L")
         else:
             parts.append(f"{names} to {multiple:g}× L" + (" (the longest length tested)" if longest else ""))

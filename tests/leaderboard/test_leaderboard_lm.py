@@ -1,4 +1,4 @@
-"""The board's LM section on fixture records made here (no LM results are published yet)."""
+"""The board's LM section on fixture records made here, not the published ones."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from leaderboard.lm_board import LM_CLAIMS, answer_sentence, curves_svg, lm_rows
 LENGTHS = (256, 512, 1024, 2048, 4096)
 
 
-def record(pe: str, seed: int, bpbs, *, task: str = "lm_en", unreached=()) -> LmRecord:
+def record(pe: str, seed: int, bpbs, *, task: str = "lm_en", unreached=(), finetune_steps: int = 0) -> LmRecord:
     """A record whose windows-mode bpb at each length is ``bpbs[i]`` (8192 bytes scored)."""
-    cfg = lm_preset_config("lm", pe=pe, task=task, seed=seed)
+    cfg = lm_preset_config("lm", pe=pe, task=task, seed=seed, finetune_steps=finetune_steps)
     scores = []
     for s, b in zip(LENGTHS, bpbs, strict=True):
         if s in unreached:
@@ -279,3 +279,29 @@ def test_the_site_build_renders_the_lm_section_only_when_lm_records_exist(tmp_pa
         path.unlink()
     assert build().exit_code == 0 and not (site / "lm.md").exists() and not (site / "lm-lm_en.svg").exists()
     assert not (site / "lm.html").exists() and 'href="lm.html"' not in (site / "index.html").read_text()
+
+
+def test_a_variant_is_held_to_its_trained_runs_bpb_at_l():
+    """Position interpolation by 16 without fine-tuning scores a flat, broken 6.2 bits per byte
+    at every length: against its own bpb(L) it would read flat to 16 L beside ALiBi; held to
+    the trained RoPE's 2.2 at L it reaches 0. A variant close to its run at L is judged on."""
+    pi, dynamic = (
+        "rope@{scaling={rope_type=linear,factor=16.0}}",
+        "rope@{scaling={rope_type=dynamic,factor=16.0,original_max_position_embeddings=256}}",
+    )
+    trained = record("rope", 0, (2.2, 3.1, 4.3, 5.2, 5.8))
+    broken, fine = record(pi, 0, (6.2, 6.25, 6.25, 6.25, 6.25)), record(dynamic, 0, (2.2, 2.3, 2.4, 3.0, 3.4))
+    rows = {row.label: row for row in lm_rows([trained, broken, fine])["lm_en"]}
+    assert [reach(broken), reach(broken, trained)] == [4096, 0]
+    assert rows["rope"].reaches() == [256]
+    assert rows[next(label for label in rows if "linear" in label)].reaches() == [0]
+    assert rows[next(label for label in rows if "dynamic" in label)].reaches() == [512]
+    assert "not even at L (already more than 5 % above the bpb at L of the trained run they modify)" in (
+        answer_sentence(list(rows.values()))
+    )
+    assert reach(broken) == 4096 and lm_rows([broken])["lm_en"][0].reaches() == [4096]  # no trained run: its own
+
+    pi_claim = next(c for c in LM_CLAIMS if c.row.finetuned)
+    tuned = record("rope@{scaling={rope_type=linear,factor=4.0}}", 0, (2.8, 2.78, 2.76, 3.4, 4.2), finetune_steps=200)
+    v = verdict(pi_claim, lm_rows([trained, tuned, record("alibi", 0, FLAT)])["lm_en"])
+    assert v.outcome == DOES_NOT_HOLD and "not within 5 % even at L" in v.why
