@@ -50,16 +50,21 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 # (part, timeout s on a GPU, timeout s in a dry run)
+# in the order of what each tells (the gpu preset's loop last: a cut-short call loses it first)
 PARTS: tuple[tuple[str, int, int], ...] = (
-    ("env", 60, 60),
-    ("loop", 90, 120),
-    ("loop_gpu", 80, 120),
-    ("prism_kernel", 90, 60),
-    ("example", 120, 120),
-    ("pack", 130, 120),
+    ("env", 40, 60),
+    ("loop", 80, 120),
+    ("prism_kernel", 80, 60),
+    ("example", 110, 120),
+    ("pack", 140, 120),
     ("gpu20k", 60, 120),
-    ("tests", 70, 120),
+    ("tests", 60, 120),
+    ("loop_gpu", 70, 120),
 )
+
+SCAN_ENV = "PEZOO_PRISM_SCAN"
+"""Set to ``auto`` for the parts after ``prism_kernel`` when its tests pass on the card: the
+"after" numbers are then PRISM on its kernels, as the default would be once they pass."""
 
 
 # -- the parts (each runs in its own subprocess: ``--part NAME``) ---------------------------
@@ -77,12 +82,21 @@ def part_env(dry: bool) -> dict[str, Any]:
         "card": card,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "commit": git_commit(),
+        "commit": _commit(git_commit()),
         "free_gib": round(free / 2**30, 1),
         "total_gib": round(total / 2**30, 1),
         "cpus": os.cpu_count(),
     }
     return {"data": data, "lines": [f"- {k}: {v}" for k, v in data.items()]}
+
+
+def _commit(found: str) -> str:
+    """The checkout's commit, or the caller's (``DEVICE_CHECK_COMMIT``) where the device's copy
+    of the tree has no git history."""
+    given = os.environ.get("DEVICE_CHECK_COMMIT")
+    if found == "unknown" and given:
+        return f"{given} (as the caller gave it: the copy there has no git history)"
+    return found
 
 
 def part_loop(
@@ -107,6 +121,7 @@ def part_loop(
 def part_tests(dry: bool) -> dict[str, Any]:
     select = ["-k", "accel_settings"] if dry else []
     files = ["tests/harness/test_gpu_loop.py", "tests/harness/test_forced_exact.py"]
+    files += [] if dry else ["tests/pezoo/test_custom_model_moves.py", "tests/harness/test_packing.py"]
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files, *select],
         cwd=ROOT,
@@ -223,58 +238,84 @@ def _sample_utilisation(stop_after: float) -> subprocess.Popen | None:
         return None
 
 
-def _read_utilisation(proc: subprocess.Popen | None) -> float | None:
+def _read_utilisation(proc: subprocess.Popen | None) -> dict[str, float | None] | None:
+    """nvidia-smi's utilisation samples (% of each 500 ms a kernel ran): the mean over the
+    sweep's active window (first to last non-zero sample: workers starting are not the
+    sweep's steady state, said beside it) and over every sample."""
     if proc is None:
         return None
     proc.terminate()
     out, _ = proc.communicate(timeout=10)
     values = [float(v) for v in re.findall(r"^\s*(\d+(?:\.\d+)?)\s*$", out, flags=re.M)]
-    busy = [v for v in values if v > 0] or values
-    return round(sum(busy) / len(busy), 1) if busy else None
+    if not values:
+        return None
+    busy = [i for i, v in enumerate(values) if v > 0]
+    window = values[busy[0] : busy[-1] + 1] if busy else values
+    return {"active_pct": round(sum(window) / len(window), 1), "all_pct": round(sum(values) / len(values), 1),
+            "samples": len(values)}  # fmt: skip
+
+
+def board_projection(row: dict[str, Any], runs: int = 270, steps: int = 10_000) -> float | None:
+    """Minutes the board (``runs`` runs of ``steps`` steps, each evaluated as the measured
+    runs were) takes at a packed sweep's measured rates: per run ``steps / r + e`` seconds
+    (``r`` a run's training steps/s, ``e`` its evaluation seconds), divided by the sweep's
+    effective concurrency ``k = (Σ train s + Σ eval s) / wall`` (the wall includes the
+    workers' start-up, which a 270-run sweep pays once: conservative)."""
+    if not row.get("runs") or not row.get("steps_per_s") or not row.get("wall_s"):
+        return None
+    k = (row["train_s"] + row["eval_s"]) / row["wall_s"]
+    per_run = steps / row["steps_per_s"] + row["eval_s"] / row["runs"]
+    return runs * per_run / max(k, 1e-9) / 60
 
 
 def part_pack(dry: bool) -> dict[str, Any]:
     if dry:
         sweep = ["--pe", "nope,rope", "--task", "copy", "--seeds", "1", "--preset", "smoke", "--steps", "5"]
         sweep += ["--device", "cpu"]
-        sweeps = [("before: 1 worker, features off", [*sweep, "--workers", "1"], "off"),
-                  ("after: packed workers", [*sweep, "--workers", "1"], None)]  # fmt: skip
-    else:  # the sweep's training rate is what is measured: short runs, a short evaluation
-        sweep = ["--task", "copy,reverse", "--steps", "300", "--eval-samples", "10", "--test-len", "15"]
-        sweep += ["--device", "cuda"]
-        sweeps = [("before: 1 worker, features off", ["--pe", "nope,rope", "--seeds", "1", *sweep, "--workers", "1"],
-                   "off"),
-                  ("after: packed workers", ["--pe", "nope,rope,alibi,ape", "--seeds", "2", *sweep], None)]  # fmt: skip
+        sweeps = [("before: 1 worker, features off", [*sweep, "--workers", "1"], "off", 60),
+                  ("after: packed workers", [*sweep, "--workers", "1"], None, 60)]  # fmt: skip
+    else:
+        # before: the loop as it was, training rate only (short evaluation); after: board-preset
+        # runs, shortened to 500 steps but evaluated as the board evaluates (scales 1..40, 100
+        # samples each), so the projection carries the evaluation's real cost
+        before = ["--pe", "nope,rope", "--task", "copy", "--seeds", "1", "--steps", "300", "--eval-samples", "10",
+                  "--test-len", "15", "--device", "cuda", "--workers", "1"]  # fmt: skip
+        sweep = ["--pe", "nope,rope,alibi,ape", "--task", "copy,reverse", "--seeds", "2", "--preset", "board",
+                 "--steps", "500", "--device", "cuda"]  # fmt: skip
+        sweeps = [("before: 1 worker, features off", before, "off", 45),
+                  ("after: packed workers", sweep, None, 85)]  # fmt: skip
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, args, accel in sweeps:
+        for label, args, accel, timeout in sweeps:
             store = Path(tmp) / f"{len(rows)}.sqlite"
-            sampler = None if dry else _sample_utilisation(60)
-            wall, code, out = _bench(args, store, accel, 60, dry)
+            sampler = None if dry else _sample_utilisation(timeout)
+            wall, code, out = _bench(args, store, accel, timeout, dry)
             util = _read_utilisation(sampler)
             speeds = _speeds(store)
             total_steps_per_s = speeds["steps"] / wall if wall else None
-            rows[label] = {**speeds, "wall_s": round(wall, 1), "code": code, "gpu_util_pct": util,
+            rows[label] = {**speeds, "wall_s": round(wall, 1), "code": code, "gpu_util": util,
                            "sweep_steps_per_s": round(total_steps_per_s or 0, 1), "tail": out}  # fmt: skip
-    lines = [f"`pezoo bench {' '.join(sweep)}` the whole sweep's steps over its wall time:", ""]
+    lines = [f"after: `pezoo bench {' '.join(sweep)}`; the sweep's steps over its wall time:", ""]
     lines += [
-        "| | runs | wall s | sweep steps/s | steps/s a run | GPU utilisation (nvidia-smi) |",
-        "|---|---|---|---|---|---|",
+        "| | runs | wall s | sweep steps/s | steps/s a run | eval s a run | GPU utilisation % (active window / all) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for label, r in rows.items():
+        u = r["gpu_util"] or {}
+        eval_run = round(r["eval_s"] / r["runs"], 1) if r["runs"] else None
         lines.append(f"| {label} | {r['runs']} | {r['wall_s']} | {r['sweep_steps_per_s']} | {r['steps_per_s']} | "
-                     f"{r['gpu_util_pct']} |")  # fmt: skip
+                     f"{eval_run} | {u.get('active_pct')} / {u.get('all_pct')} |")  # fmt: skip
+        if r["code"]:
+            lines += ["", f"{label}: exit {r['code']}", "```", r["tail"], "```", ""]
     after = list(rows.values())[-1]
-    if after["sweep_steps_per_s"]:
-        board_s = 270 * 10_000 / after["sweep_steps_per_s"]
-        lines += ["", f"The 270-run board (10k steps each) at this sweep rate: {board_s / 60:.0f} min of training "
-                      "(evaluation extra; target ≤ 60 min)."]  # fmt: skip
-        per_run = after["steps_per_s"]
-        if per_run:
-            lines += ["", "harness/sweeps/speeds.py row (quick model, packed):",
-                      f'    RecordedSpeed("quick", "cuda", None, {per_run}, <eval s/unit>, "<card>, packed, '
-                      'benchmarks/results/cuda-gpu-*.md")']  # fmt: skip
-    return {"data": rows, "lines": lines}
+    minutes = board_projection(after)
+    if minutes is not None:
+        lines += ["", f"The 270-run board (10k steps each, evaluated as here) at these rates: {minutes:.0f} min "
+                      "(target ≤ 60 min)."]  # fmt: skip
+        lines += ["", "harness/sweeps/speeds.py row (quick model, packed):",
+                  f'    RecordedSpeed("quick", "cuda", None, {after["steps_per_s"]}, <eval s/unit>, "<card>, packed, '
+                  'benchmarks/results/cuda-gpu-*.md")']  # fmt: skip
+    return {"data": {**rows, "board_minutes": minutes}, "lines": lines}
 
 
 def part_gpu20k(dry: bool) -> dict[str, Any]:
@@ -366,7 +407,8 @@ def _write(out: Path, results: dict[str, Any], started: float) -> Path:
 
 def orchestrate(out: Path, dry: bool, budget: float, only: list[str] | None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    started, results = time.time(), {}
+    started = time.time()
+    results: dict[str, Any] = {}
     md = out / "none"
     for name, gpu_timeout, dry_timeout in PARTS:
         if only and name not in only:
@@ -401,6 +443,10 @@ def orchestrate(out: Path, dry: bool, budget: float, only: list[str] | None) -> 
             results[name] = {"error": f"timed out after {timeout:.0f} s"}
         results[name]["seconds"] = time.time() - t0
         part_json.unlink(missing_ok=True)
+        if name == "prism_kernel" and results[name].get("data", {}).get("tests_returncode") == 0:
+            os.environ[SCAN_ENV] = "auto"  # the kernels passed on this card: the parts after use them
+            note = f"The kernels passed here: the parts below run {SCAN_ENV}=auto."
+            results[name]["lines"] = [*results[name].get("lines", []), "", note]
         md = _write(out, results, started)
         print(f"{name}: {results[name].get('error', 'done')} ({results[name]['seconds']:.0f} s)", flush=True)
     return md
