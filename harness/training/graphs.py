@@ -133,11 +133,19 @@ class GraphedLoss:
         if graphed is None:
             return self.eager(batch, host)
         out = graphed(*args)
-        return (out, out) if isinstance(out, Tensor) else (out[0], out[1])
+        # a graph's outputs are static buffers that its next replay overwrites, and the loop
+        # keeps each step's loss for a later read-back: copies (a one-element kernel each)
+        if isinstance(out, Tensor):
+            loss = out.clone()
+            return loss, loss
+        return out[0].clone(), out[1].clone()
 
     def _capture(self, args: list[Tensor], with_positions: bool) -> Callable | None:
         module = _Pass(self.model, self.precision, with_positions)
         samples = tuple(a.clone() for a in args)
+        mismatch = getattr(torch.autograd.graph, "set_warn_on_accumulate_grad_stream_mismatch", None)
+        if mismatch is not None:  # capture warms up on a side stream: the gradients' first
+            mismatch(False)  # accumulation crosses streams once, by design (torch warns each time)
         try:
             rng = torch.cuda.get_rng_state(args[0].device)
             graphed = torch.cuda.make_graphed_callables(module, samples, num_warmup_iters=3, allow_unused_input=True)

@@ -15,7 +15,7 @@ from harness.config import preset_config
 from harness.tasks import create
 from harness.tasks.data import PackedStream
 from harness.training.feed import BatchFeed
-from harness.training.graphs import bucket_width, pad_to, padded_loss_inputs, plain_loss
+from harness.training.graphs import GraphedLoss, bucket_width, pad_to, padded_loss_inputs, plain_loss
 from harness.training.train import (
     ACCEL_ENV,
     Accel,
@@ -219,6 +219,52 @@ def test_padding_to_the_bucket_leaves_the_loss_as_it_was(pe):
         torch.testing.assert_close(task_loss, eager, rtol=1e-5, atol=1e-6)
         for g, p in zip(grads, model.parameters(), strict=True):
             torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-6)
+
+
+def _static_output_graphs(module, samples, num_warmup_iters=3, allow_unused_input=False):
+    """A stand-in for ``torch.cuda.make_graphed_callables`` on CPU with a real graph's
+    output contract: every call's outputs live in the same static buffers (a replay writes
+    them in place), the gradient still flowing to the module's parameters."""
+    static: dict[int, torch.Tensor] = {}
+
+    def into_static(i, out):
+        buffer = static.setdefault(i, torch.empty_like(out))
+        buffer.copy_(out.detach())
+        out.data = buffer  # same autograd history, the static storage
+        return out
+
+    def graphed(*args):
+        out = module(*args)
+        if isinstance(out, torch.Tensor):
+            return into_static(0, out)
+        return tuple(into_static(i, o) for i, o in enumerate(out))
+
+    return graphed
+
+
+def test_graphed_losses_survive_the_next_replay(monkeypatch):
+    """A CUDA graph's output is a buffer its next replay overwrites, and the loop reads the
+    step losses back every ``readback`` steps: each step's loss must be its own (on a GPU the
+    graphed run read back 24 copies of the 25th step's loss until GraphedLoss copied them)."""
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", _static_output_graphs)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: torch.get_rng_state())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device=None: torch.set_rng_state(state))
+    cfg = preset_config("smoke", pe="nope", task="copy", seed=0)
+    runs = []
+    for graphed in (False, True):
+        if graphed:  # what loss_function gives on CUDA with graphs on, here on CPU
+
+            def graphed_loss(model, precision, device, graphs=False):
+                return GraphedLoss(model, precision, lambda batch, host: training_loss(model, batch, precision))
+
+            monkeypatch.setattr(graphs, "loss_function", graphed_loss)
+        seen: list[float] = []
+        model = build_model(cfg, "cpu")
+        train(cfg, model, create("copy"), "cpu", on_step=lambda s, v, seen=seen: seen.append(v),
+              accel=Accel(readback=10))  # fmt: skip
+        runs.append(seen)
+    assert len(set(runs[1])) == len(runs[1]) == cfg.train.steps
+    torch.testing.assert_close(torch.tensor(runs[1]), torch.tensor(runs[0]), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
