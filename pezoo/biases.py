@@ -172,7 +172,7 @@ class WindowMask(AttentionBias):
     def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
         _check_heads("WindowMask", self.windows.shape[0], n_heads)
         zero = torch.zeros((), dtype=dtype, device=self.windows.device)
-        return torch.where(self.allowed(ctx), zero, torch.tensor(-math.inf, dtype=dtype))
+        return torch.where(self.allowed(ctx), zero, zero.new_full((), -math.inf))  # no host tensor: graph-safe
 
     def element(self, site: ElementSite) -> ElementForm:
         _check_heads("WindowMask", self.windows.shape[0], site.n_heads)

@@ -58,8 +58,8 @@ class LearnedAPE(PositionalEncoding):
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """x (b, s, d), pos (b|1, s) -> x + E[pos]; raises if a position has no row."""
         check_embed(self.name, x, pos, self.d_model)
-        if torch.compiler.is_compiling():
-            # a host-side check would break the graph (and sync); the assert runs on the device
+        if torch.compiler.is_compiling() or (pos.is_cuda and torch.cuda.is_current_stream_capturing()):
+            # a host-side check would break the graph (compiled or CUDA) and sync; the assert runs on the device
             in_range = ((pos >= 0) & (pos < self.max_position)).all()
             torch._assert_async(in_range, f"learned_ape has rows for positions 0..{self.max_position - 1} only")
         elif pos.numel() and (int(pos.max()) >= self.max_position or int(pos.min()) < 0):

@@ -1,0 +1,63 @@
+"""Every board encoding's training pass, as a CUDA graph records it (``harness.training.graphs``),
+does no host work: no tensor made from host data and copied over, no value read back, no
+data-dependent shape. Such an operation breaks a CUDA graph's capture, and the bucket then
+trains eagerly (on an H200, PRISM's ``h[..., P] = 1.0`` did: a PRISM step stayed at its
+eager 44 ms where a graph would replay it). Checked on CPU by watching the pass's ATen
+operations, so it holds without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from harness.config import preset_config
+from harness.perf.train import training_batch
+from harness.training.graphs import padded_loss_inputs, plain_loss
+from harness.training.train import build_model
+
+BOARD = ["randomized", "prism{paper}", "prism", "hard_alibi", "rope", "nope", "ape", "learned_ape", "alibi", "t5",
+         "learned_prf", "learned_prf_sh", "fire", "kerple_log", "kerple_power", "xpos", "cope", "abacus"]  # fmt: skip
+
+HOST_WORK = ("aten._local_scalar_dense", "aten.lift_fresh", "aten.nonzero", "aten.masked_select", "aten._unique")
+"""Operations a captured pass cannot hold: a host value read back (``.item()``, ``int(t)``), a
+tensor built from host data (``torch.tensor(x)``, ``t[i] = 1.0``), data-dependent sizes."""
+
+SYNCING = {"learned_prf_sh": "groups its batch by distinct scale (torch.unique): trains eagerly on a GPU"}
+"""Encodings whose pass needs the host, and why (their buckets fall back to eager, warned)."""
+
+
+class HostWork(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
+        to_device = name.startswith("aten._to_copy") and "device" in (kwargs or {})
+        if to_device or name.startswith(HOST_WORK):
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def host_work(pe: str) -> list[str]:
+    cfg = preset_config("quick", pe=pe, task="copy", seed=0)
+    model = build_model(cfg, "cpu")
+    _, batch = training_batch("quick", 4, torch.device("cpu"))
+    padded, positions = padded_loss_inputs(model, batch, batch)
+    with HostWork() as watch:
+        loss, _ = plain_loss(model, "fp32", padded, positions)
+        loss.backward()
+    return watch.seen
+
+
+@pytest.mark.parametrize("pe", BOARD)
+def test_the_graphed_pass_does_no_host_work(pe, monkeypatch):
+    if pe == "learned_ape":  # its range check reads positions back, except where it cannot (compiled or
+        # captured: an on-device assert instead), which is what a graph records
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    seen = host_work(pe)
+    if pe in SYNCING:
+        assert seen, f"{pe} no longer needs the host: drop it from SYNCING"
+    else:
+        assert not seen, f"{pe}'s pass does host work a CUDA graph cannot record: {sorted(set(seen))}"
