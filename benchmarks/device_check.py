@@ -224,7 +224,9 @@ def part_example(dry: bool, budget: float = 105.0) -> dict[str, Any]:
         a_wall, a_code, a_out = _bench([*base, *short], stores["after"], None, 50, dry)
         before, after = _speeds(stores["before"]), _speeds(stores["after"])
         slowest = after["slowest_steps_per_s"]
-        projected = a_wall + (full_steps - int(short[1])) / slowest if slowest else None
+        planned = len(base[1].split(","))  # one run per encoding
+        complete = after["runs"] == planned  # an unfinished run's (the slowest's) speed is unknown
+        projected = a_wall + (full_steps - int(short[1])) / slowest if slowest and complete else None
         left = budget - (time.perf_counter() - start)
         whole: dict[str, Any] = {"ran": False}
         if projected is not None and projected < left - 5:
@@ -240,7 +242,8 @@ def part_example(dry: bool, budget: float = 105.0) -> dict[str, Any]:
         f"slowest {before['slowest_steps_per_s']}; exit {b_code}",
         f"- after (defaults), {short[1]}-step runs: {after['steps_per_s']} steps/s a run, slowest {slowest}; "
         f"the command {a_wall:.1f} s; exit {a_code}",
-        f"- the whole command projected from it: {'?' if projected is None else f'{projected:.0f} s'} (target ≤ 60 s)",
+        f"- the whole command projected from it: {'?' if projected is None else f'{projected:.0f} s'} "
+        f"(target ≤ 60 s; {after['runs']} of {planned} short runs finished)",
         "- the whole command run: "
         + (f"{whole['wall_s']} s, exit {whole['code']}" if whole["ran"] else "not run (its projection does not fit)"),
     ]

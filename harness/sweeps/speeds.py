@@ -8,8 +8,9 @@ encodings (PRISM trains about 1.7x slower than NoPE at the quick size). It is la
 rough wherever it is shown. A preset, device kind or model that is not here has no
 recorded speed, and the estimate is *unknown*: a number taken from another preset's
 model can be off by orders of magnitude (a store of smoke runs once put the quick board
-at 61 s per run; it took 8-12 hours). No GPU figures are recorded yet: no GPU was at
-hand when these were measured. Add a row (with where it was measured) once measured.
+at 61 s per run; it took 8-12 hours). The GPU rows come from one H200 (benchmarks/device_check.py,
+benchmarks/results/cuda-gpu-nvidia-h200.md); an H100 is a little slower. Add a row (with where it
+was measured) once measured.
 
 Speeds are training steps per second (``train.steps / train_seconds``) and evaluation
 seconds per unit (``eval_seconds / harness.sweeps.estimate.eval_units``: examples × evaluated
@@ -53,7 +54,21 @@ _SMOKE_CPU = (
     "torch 2.13.0+cpu (commit a35be72)"
 )
 
+_BOARD_CUDA = (
+    "one NVIDIA H200, torch 2.11.0+cu130, 8 workers packed on it (16 board-preset runs of 500 steps: nope, rope, "
+    "alibi, ape x copy, reverse x 2 seeds; the loop's GPU features on), per run; "
+    "benchmarks/results/cuda-gpu-nvidia-h200.md"
+)
+_GPU_CUDA = (
+    "one NVIDIA H200, torch 2.11.0+cu130, one gpu-preset NoPE run alone (2000 steps, bf16, the loop's GPU "
+    "features on); "
+    "benchmarks/results/cuda-gpu-nvidia-h200.md"
+)
+
 RECORDED_SPEEDS: tuple[RecordedSpeed, ...] = (
+    RecordedSpeed("board", "cuda", None, 96.2, 0.162e-3, _BOARD_CUDA),
+    RecordedSpeed("quick", "cuda", None, 96.2, 0.162e-3, _BOARD_CUDA + " (the quick model is the board's)"),
+    RecordedSpeed("gpu", "cuda", None, 123.7, 0.121e-3, _GPU_CUDA),
     RecordedSpeed("quick", "cpu", "addition", 2.40, 41.3e-3, _QUICK_CPU),
     RecordedSpeed("quick", "cpu", "copy", 6.13, 3.95e-3, _QUICK_CPU),
     RecordedSpeed("quick", "cpu", "odds_first", 10.23, 2.62e-3, _QUICK_CPU),

@@ -37,7 +37,10 @@ def test_quick_cpu_speeds_are_the_medians_of_the_committed_board():
     assert every.steps_per_second == pytest.approx(statistics.median([x for v in rates.values() for x in v]), abs=0.01)
 
 
-def test_recorded_speeds_name_real_presets_and_nothing_is_recorded_for_a_gpu_yet():
+def test_recorded_speeds_name_real_presets_and_an_unmeasured_pair_has_none():
     assert {r.preset for r in RECORDED_SPEEDS} <= set(PRESETS)
     assert all(r.device_type in ("cpu", "cuda") and r.source for r in RECORDED_SPEEDS)
-    assert recorded_speed("gpu", "cuda", "copy") is None and recorded_speed("quick", None, "copy") is None
+    assert recorded_speed("smoke", "cuda", "copy") is None and recorded_speed("quick", None, "copy") is None
+    assert recorded_speed("ruoss", "cuda", "copy") is None and recorded_speed("gpu", "cpu", "copy") is None
+    # measured on an H200 (benchmarks/results/cuda-gpu-nvidia-h200.md): per run, 8 packed on the GPU
+    assert recorded_speed("board", "cuda", "copy").steps_per_second == 96.2

@@ -569,9 +569,11 @@ def test_a_store_of_smoke_runs_does_not_estimate_the_quick_preset(tmp_path):
     assert est.rough and "recorded speed of preset quick on cpu" in est.basis
     assert est.seconds == pytest.approx(3000 / 6.13 + units * 3.95e-3)  # minutes, not 61 s
     assert "rough" in format_plan(cpu, workers=1)
-    # on a GPU nothing is recorded for quick: unknown, not a number off by 50x
-    gpu = make_plan(quick_runs, rows, device_type="cuda")
-    assert gpu.unestimated == 2 and "model on cuda in the store" in format_plan(gpu)
+    # on a GPU: the speed recorded on an H200 (packed), rough too; nothing recorded for smoke: unknown
+    gpu = make_plan(quick_runs, rows, device_type="cuda").runs[0].estimate
+    assert gpu.rough and gpu.seconds == pytest.approx(3000 / 96.2 + units * 0.162e-3)
+    smoke_gpu = make_plan(smoke_runs, [], device_type="cuda")
+    assert smoke_gpu.unestimated == len(smoke_runs) and "model on cuda in the store" in format_plan(smoke_gpu)
 
 
 def test_estimates_come_from_runs_on_the_same_kind_of_device(tmp_path):
