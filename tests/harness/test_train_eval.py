@@ -26,6 +26,28 @@ def test_collate_puts_loss_only_on_target_and_eos():
     assert batch.scales.tolist() == [2, 1]
 
 
+@pytest.mark.parametrize("task", ["copy", "reverse", "odds_first", "addition", "stack_manipulation"])
+def test_collate_equals_filling_each_row_in_place(task):
+    """The batch as built row by row with slice assignments (how it was built until the
+    rows became lists, for the GPU loop's host time): equal tensors, mixed widths."""
+    from harness.tasks.data import hint, layout
+    from harness.tasks.vocab import PAD_ID
+
+    t, rng = create(task), random.Random(task)
+    examples = [t.sample(rng.randint(1, 12), rng) for _ in range(33)]
+    encoded = [layout(ex) for ex in examples]
+    width = max(len(ids) for ids, _ in encoded) - 1
+    inputs = torch.full((len(examples), width), PAD_ID, dtype=torch.long)
+    labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
+    for row, (ids, start) in enumerate(encoded):
+        inputs[row, : len(ids) - 1] = torch.tensor(ids[:-1])
+        labels[row, start - 1 : len(ids) - 1] = torch.tensor(ids[start:])
+    batch = collate(examples)
+    assert torch.equal(batch.inputs, inputs) and torch.equal(batch.labels, labels)
+    assert torch.equal(batch.scored, labels != IGNORE) and batch.scales.tolist() == [hint(ex) for ex in examples]
+    assert batch.inputs.dtype == batch.labels.dtype == torch.long
+
+
 def test_lr_schedule_warms_up_then_decays_to_floor():
     cfg = RunConfig(pe="nope", task="copy", train=TrainConfig(steps=100, warmup=10, min_lr_ratio=0.1))
     assert lr_factor(0, cfg) == pytest.approx(0.1)
