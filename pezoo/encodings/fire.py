@@ -104,8 +104,8 @@ CLAIM = PaperClaim(
     "Transformers”, abstract (claimed on language modelling and long-text benchmarks)",
     says="FIRE generalizes to longer contexts better than the relative encodings it is compared with.",
     test="judged against the strongest of T5's bias, ALiBi, KERPLE (log), RoPE and NoPE on the table (the best "
-    "ranked that fitted): fire's EM>N above it by the permutation test, p ≤ 0.05 (holds); ranked above it, the "
-    "test not deciding (partly); ranked at or below it (does not hold).",
+    "ranked that fitted): fire's EM>N above it by the permutation test, p ≤ 0.05 (holds); ranked above it without "
+    "the test separating them (a tie does not show better), or at or below it (does not hold).",
     rule="above_strongest",
     row="fire",
     against=("t5", "alibi", "kerple_log", "rope", "nope"),  # the encodings the paper compares with

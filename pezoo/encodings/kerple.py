@@ -134,8 +134,8 @@ LOG_CLAIM = PaperClaim(
     "abstract (claimed on language modelling)",
     says="KERPLE's logarithmic variant extrapolates better than the encodings it is compared with.",
     test="judged against the strongest of ALiBi, T5's bias, RoPE and sin/cos APE on the table (the best ranked "
-    "that fitted): kerple_log's EM>N above it by the permutation test, p ≤ 0.05 (holds); ranked above it, the "
-    "test not deciding (partly); ranked at or below it (does not hold).",
+    "that fitted): kerple_log's EM>N above it by the permutation test, p ≤ 0.05 (holds); ranked above it without "
+    "the test separating them (a tie does not show better), or at or below it (does not hold).",
     rule="above_strongest",
     row="kerple_log",
     against=("alibi", "t5", "rope", "ape"),  # the encodings the paper compares with

@@ -236,3 +236,22 @@ def test_claims_without_a_verdict_are_named_with_why():
     assert why[claim("Hard-ALiBi").says] == "no table has the rows it needs"  # copy is there, hard_alibi is not
     assert why[claim("PRISM").says] == "no table has the rows it needs"
     assert claim("Abacus") not in dict(unanswered(board(row("abacus", reach=(40,)), task="addition")))
+
+
+def test_a_better_than_claims_stated_test_names_the_outcomes_its_rule_gives():
+    """A card's ``test`` sentence is the rule the board states: an above-the-strongest claim
+    tied by the permutation test does not hold (since 25 November), and the FIRE and KERPLE
+    cards still said "partly" for it until 27 November."""
+    import re
+
+    import pezoo
+
+    stated = [c for card in pezoo.cards().values() for c in card.claims if c.rule == "above_strongest"]
+    assert stated
+    for c in stated:
+        outcomes = set(re.findall(r"\((holds|partly|does not hold)\)", c.test))
+        assert outcomes == {"holds", "does not hold"}, c.test
+        fire_like = claim(c.says[:30])
+        ahead = row(c.row, em=(0.3, 0.35, 0.4), rank=1)
+        other = row(c.against[0], em=(0.2, 0.25, 0.3), rank=2)
+        assert verdicts(board(ahead, other), fire_like)[0].outcome == "does not hold"  # above, tied: not shown
