@@ -59,7 +59,7 @@ PARTS: tuple[tuple[str, int, int], ...] = (
     ("pack", 140, 120),
     ("gpu20k", 60, 120),
     ("tests", 60, 120),
-    ("loop_gpu", 70, 120),
+    ("loop_gpu", 120, 120),  # timed out at 70 s twice on an H200 (graph captures per bucket)
 )
 
 SCAN_ENV = "PEZOO_PRISM_SCAN"
@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"), help="where the report goes")
     parser.add_argument("--dry-run", action="store_true", help="every part on CPU at toy sizes")
-    parser.add_argument("--budget", type=float, default=520.0, help="seconds for all parts together")
+    parser.add_argument("--budget", type=float, default=540.0, help="seconds for all parts together")
     parser.add_argument("--only", help="comma-separated parts to run (default: all)")
     parser.add_argument("--part", choices=list(PART_FUNCTIONS), help=argparse.SUPPRESS)
     parser.add_argument("--part-out", help=argparse.SUPPRESS)
