@@ -1,9 +1,10 @@
 """Every board encoding's training pass, as a CUDA graph records it (``harness.training.graphs``),
 does no host work: no tensor made from host data and copied over, no value read back, no
-data-dependent shape. Such an operation breaks a CUDA graph's capture, and the bucket then
-trains eagerly (on an H200, PRISM's ``h[..., P] = 1.0`` did: a PRISM step stayed at its
-eager 44 ms where a graph would replay it). Checked on CPU by watching the pass's ATen
-operations, so it holds without a GPU."""
+data-dependent shape. Such an operation can break a CUDA graph's capture, and the bucket then
+trains eagerly (on an H200 a PRISM capture failed with the Triton scan on, its steps then
+eager at 44 ms; this trace, run afterwards on the torch path, found a host-made tensor in
+PRISM's starting histogram and in Hard-ALiBi's window mask). Checked on CPU by watching the
+pass's ATen operations, so it holds without a GPU."""
 
 from __future__ import annotations
 

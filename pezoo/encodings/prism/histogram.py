@@ -50,7 +50,7 @@ def n_bins(support: int) -> int:
 def centre_one_hot(shape: tuple[int, ...], support: int, *, device=None, dtype=torch.float32) -> Tensor:
     """The initial histogram (docs/prism.md, reading 4): all mass at offset 0. Returns (*shape, 2P+1)."""
     h = torch.zeros((*shape, n_bins(support)), device=device, dtype=dtype)
-    h.narrow(-1, support, 1).fill_(1.0)  # not h[..., P] = 1.0: that makes a host tensor (a copy a CUDA graph refuses)
+    h.narrow(-1, support, 1).fill_(1.0)  # not h[..., P] = 1.0, which makes a host tensor (a CUDA graph may refuse it)
     return h
 
 
