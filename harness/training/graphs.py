@@ -99,6 +99,23 @@ def plain_loss(model: Backbone, precision: str, batch: Batch, positions: Tensor 
     return (task + regularisation(), task) if regularisation is not None else (task, task)
 
 
+def one_pass_loss(model: Backbone, batch: Batch) -> Tensor:
+    """The task's loss (``harness.training.train._task_loss``) as one padded pass over the
+    whole batch, on the positions planned for its rows' lengths: a GPU's eager way (CUDA
+    runs, and a CUDA-graph bucket that falls back to eager). There a small model's pass is
+    launch-bound, so length groups multiply its launches (PRISM: ~1,400 a pass; on an H200
+    the loop's grouped eager PRISM step took 128 ms, the one-pass bare step 35 ms) and read
+    each group's length back, while the padding they skip costs the GPU next to nothing.
+    The same loss and gradients to float rounding (tests/harness/test_padding_skip.py)."""
+    lengths = (batch.inputs != PAD_ID).sum(dim=1)  # (b,)
+    positions = model.pe.padded_positions(lengths, batch.inputs.shape[1], batch.inputs.device)  # (b|1, s)
+    logits = model(batch.inputs, scale_hint=batch.scales, positions=positions)  # (b, s, v)
+    logits = logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
+    labels = batch.labels.flatten()
+    total = F.cross_entropy(logits.flatten(0, 1), labels, ignore_index=IGNORE, reduction="sum")
+    return total / (labels != IGNORE).sum()
+
+
 class _Pass(nn.Module):
     """One bucket's pass as a module (its parameters the backbone's), for graph capture."""
 

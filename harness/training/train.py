@@ -187,6 +187,8 @@ def _task_loss(model: Backbone, batch: Batch, groups: int = LENGTH_GROUPS) -> Te
     if not model.cfg.causal:  # an encoder's tokens attend to the padding; its batches have none
         logits = _at_least_float32(model(batch.inputs, scale_hint=batch.scales))  # (b, s, v)
         return F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE)
+    if batch.inputs.device.type == "cuda":
+        return graphs.one_pass_loss(model, batch)
     keep = batch.inputs != PAD_ID  # (b, s)
     lengths = keep.sum(dim=1)  # (b,)
     s = batch.inputs.shape[1]
@@ -194,13 +196,9 @@ def _task_loss(model: Backbone, batch: Batch, groups: int = LENGTH_GROUPS) -> Te
     if bool(keep.all()):  # no padding (packed rows, one scale per batch): one pass
         groups = 1
     total: Tensor | None = None
-    device = batch.inputs.device
-    cuda = device.type == "cuda"
-    start_state = torch.cuda.get_rng_state(device) if cuda else torch.get_rng_state()
+    start_state = torch.get_rng_state()  # CPU: a CUDA batch took graphs.one_pass_loss
     for group, rows in enumerate(torch.argsort(lengths, stable=True).chunk(groups)):
-        if group and cuda:  # replay the random state the first group started from
-            torch.cuda.set_rng_state(start_state, device)
-        elif group:
+        if group:  # replay the random state the first group started from
             torch.set_rng_state(start_state)
         width = max(int(lengths[rows].max()), 1)
         hint = batch.scales[rows, :width] if batch.scales.ndim == 2 else batch.scales[rows]
