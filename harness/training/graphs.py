@@ -90,11 +90,7 @@ def plain_loss(model: Backbone, precision: str, batch: Batch, positions: Tensor 
     dtype = autocast_dtype(precision)
     device_type = batch.inputs.device.type
     with torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None, cache_enabled=False):
-        logits = model(batch.inputs, scale_hint=batch.scales, positions=positions)  # (b, s, v)
-    logits = logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
-    labels = batch.labels.flatten()
-    total = F.cross_entropy(logits.flatten(0, 1), labels, ignore_index=IGNORE, reduction="sum")
-    task = total / (labels != IGNORE).sum()
+        task = padded_pass_loss(model, batch, positions)
     regularisation = getattr(model.pe, "regularisation", None)
     return (task + regularisation(), task) if regularisation is not None else (task, task)
 
@@ -109,6 +105,12 @@ def one_pass_loss(model: Backbone, batch: Batch) -> Tensor:
     The same loss and gradients to float rounding (tests/harness/test_padding_skip.py)."""
     lengths = (batch.inputs != PAD_ID).sum(dim=1)  # (b,)
     positions = model.pe.padded_positions(lengths, batch.inputs.shape[1], batch.inputs.device)  # (b|1, s)
+    return padded_pass_loss(model, batch, positions)
+
+
+def padded_pass_loss(model: Backbone, batch: Batch, positions: Tensor | None) -> Tensor:
+    """The mean cross-entropy of ``batch``'s labelled tokens from one pass over its whole
+    padded width (the padding's labels ignored), the loss taken in float32."""
     logits = model(batch.inputs, scale_hint=batch.scales, positions=positions)  # (b, s, v)
     logits = logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
     labels = batch.labels.flatten()
