@@ -1,6 +1,6 @@
 """``pezoo lm``: the language-modelling track (docs/lm.md).
 
-pezoo lm corpus [en|code]                       fetch, pin and describe a corpus
+pezoo lm corpus [en|code] [--save DIR]         fetch, pin and describe a corpus (and snapshot it)
 pezoo lm bench --pe alibi,rope --task lm_en     train and score runs into a store
 pezoo lm sweep leaderboard/lm/sweep.toml --task lm_en a sweep file's runs
 pezoo lm show --store DIR                       the bpb-vs-length table of a store
@@ -45,11 +45,18 @@ def _corpus(name: str) -> corpora.Corpus:
 
 @lm.command("corpus")
 @click.argument("names", nargs=-1)
-def corpus_cmd(names: Sequence[str]) -> None:
+@click.option(
+    "--save",
+    "save_dir",
+    type=click.Path(file_okay=False),
+    help="Also write each as DIR/NAME.zip: a snapshot another machine reads with $PEZOO_LM_SNAPSHOTS=DIR.",
+)
+def corpus_cmd(names: Sequence[str], save_dir: str | None) -> None:
     """Fetch (into the cache: $PEZOO_LM_CACHE or ~/.cache/pezoo/lm), check and describe corpora."""
-    for name in names or tuple(corpora.CORPORA):
+    for name in names:
         if name not in corpora.CORPORA:
             raise click.UsageError(f"unknown corpus {name!r}; valid: {', '.join(corpora.CORPORA)}")
+    for name in names or tuple(corpora.CORPORA):
         c = _corpus(name)
         train, heldout = corpora.split(c)
         click.echo(corpora.describe(c))
@@ -58,6 +65,8 @@ def corpus_cmd(names: Sequence[str]) -> None:
             click.echo(f"  from {source}")
         held = sum(len(d) for _, d in heldout)
         click.echo(f"  split: {len(train)} training documents, {len(heldout)} held out ({held:,} bytes)")
+        if save_dir is not None:
+            click.echo(f"  saved as {corpora.save_snapshot(c, Path(save_dir))}")
 
 
 def _show(record: LmRecord) -> str:

