@@ -33,10 +33,11 @@ from harness.lm.record import LmRecord, LmStore
 from harness.lm.tasks import lm_task
 from harness.records.provenance import provenance
 from harness.training.backbone import Backbone
+from harness.training.graphs import capture
 from harness.training.precision import autocast, evaluation_precision
-from harness.training.train import DivergedError, lr_factor, make_optimizer
+from harness.training.train import Accel, DivergedError, lr_factor, make_optimizer
 
-__all__ = ["CHECKPOINT_EVERY", "build_lm_model", "run_lm", "sweep_lm", "train_steps"]
+__all__ = ["CHECKPOINT_EVERY", "LmLoss", "build_lm_model", "run_lm", "step_loss", "sweep_lm", "train_steps"]
 
 CHECKPOINT_EVERY = 250
 """Steps between checkpoints."""
@@ -119,6 +120,56 @@ def _resume(
     return first, loss_value, elapsed
 
 
+class LmLoss(nn.Module):
+    """The mean next-byte cross-entropy of a batch of windows, the forward pass in
+    ``precision`` and the loss in float32: what a training step minimises (a module, so a
+    CUDA graph can record it)."""
+
+    def __init__(self, model: Backbone, precision: str) -> None:
+        super().__init__()
+        self.model, self.precision = model, precision
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        with autocast(self.precision, tokens.device):
+            logits = self.model(tokens)  # (b, L, v)
+        assert isinstance(logits, torch.Tensor)
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def step_loss(model: Backbone, precision: str, accel: Accel) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """How a step takes its loss: :class:`LmLoss` eagerly (every CPU run), or with
+    ``accel.graphs`` (CUDA only, :meth:`Accel.for_device`) its forward and backward replayed
+    as a CUDA graph per batch shape (``harness.training.graphs.capture``; a shape whose pass
+    cannot be recorded runs eagerly). A small model's step on a GPU is launch-bound: the
+    graph is one launch for the few hundred kernels of the pass. The same loss to float rounding."""
+    loss = LmLoss(model, precision)
+    if not accel.graphs:
+        return loss
+    graphed: dict[tuple[int, ...], Callable | None] = {}
+
+    def replay(tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        key = tuple(tokens.shape)
+        if key not in graphed:
+            graphed[key] = capture(loss, (tokens.clone(), targets.clone()))
+        run = graphed[key]
+        # a graph's output is a buffer its next replay overwrites: a copy for the read-back
+        return loss(tokens, targets) if run is None else run(tokens, targets).clone()
+
+    return replay
+
+
+def _read_back(pending: list[tuple[int, torch.Tensor]]) -> float:
+    """The last of the ``(step, loss)`` kept on the device (one sync for all of them); DivergedError
+    at the first that is not finite. Empties ``pending``."""
+    values = torch.stack([v for _, v in pending]).tolist()
+    steps = [s for s, _ in pending]
+    pending.clear()
+    for step, value in zip(steps, values, strict=True):
+        if not math.isfinite(value):
+            raise DivergedError(f"loss became {value} at step {step}")
+    return float(values[-1])
+
+
 def train_steps(
     cfg: LmConfig,
     model: Backbone,
@@ -129,33 +180,41 @@ def train_steps(
     lr_scale: float = 1.0,
     checkpoint: Path | None = None,
     notice: Notice = print,
+    accel: Accel | None = None,
 ) -> tuple[float, float, int]:
     """Train ``steps`` steps of ``cfg.train.batch_size`` windows; (final loss, seconds, steps
-    run in this call). Resumes from ``checkpoint`` when it holds a state of this run."""
+    run in this call). Resumes from ``checkpoint`` when it holds a state of this run.
+
+    ``accel`` (default :meth:`Accel.for_device`: nothing on CPU) sets how the loop drives a
+    GPU: the step losses read back every ``accel.readback`` steps (and at every checkpoint
+    and the end) instead of a sync per step, the pass replayed as a CUDA graph with
+    ``accel.graphs`` (:func:`step_loss`). A CPU run computes the same either way."""
     t = cfg.train
+    accel = Accel.for_device(device) if accel is None else accel
     opt = make_optimizer(model, cast(Any, cfg))
     first, loss_value, elapsed = _resume(cfg, model, opt, checkpoint, notice)
     model.train()
+    compute = step_loss(model, t.precision, accel)
+    pending: list[tuple[int, torch.Tensor]] = []
     start = time.perf_counter()
     schedule = cast(Any, cfg)
     for step in range(first, steps):
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * lr_scale * lr_factor(step, schedule)
         tokens, targets = windows.batch(cfg.seed, step, t.batch_size)
-        tokens, targets = tokens.to(device), targets.to(device)
-        with autocast(t.precision, device):
-            logits = model(tokens)  # (b, L, v)
-        assert isinstance(logits, torch.Tensor)
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        loss_value = loss.item()
-        if not math.isfinite(loss_value):
-            raise DivergedError(f"loss became {loss_value} at step {step}")
+        tokens, targets = tokens.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+        loss = compute(tokens, targets)
+        done = step + 1
+        pending.append((step, loss.detach()))
+        due = checkpoint is not None and done % CHECKPOINT_EVERY == 0 and done < steps
+        if len(pending) >= accel.readback or due or done == steps:
+            loss_value = _read_back(pending)  # before this step's update: a diverged step is not applied
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         opt.step()
-        done = step + 1
-        if checkpoint is not None and done % CHECKPOINT_EVERY == 0 and done < steps:
+        if due:
+            assert checkpoint is not None
             seconds = elapsed + time.perf_counter() - start
             pace = f"loss {loss_value:.4f} nats/byte, {seconds / done:.2f} s/step"
             notice(f"run {cfg.run_id()}: step {done} of {steps}, {pace}")

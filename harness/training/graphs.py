@@ -160,24 +160,30 @@ class GraphedLoss:
         return out[0].clone(), out[1].clone()
 
     def _capture(self, args: list[Tensor], with_positions: bool) -> Callable | None:
-        module = _Pass(self.model, self.precision, with_positions)
-        samples = tuple(a.clone() for a in args)
-        mismatch = getattr(torch.autograd.graph, "set_warn_on_accumulate_grad_stream_mismatch", None)
-        if mismatch is not None:  # capture warms up on a side stream: the gradients' first
-            mismatch(False)  # accumulation crosses streams once, by design (torch warns each time)
-        try:
-            rng = torch.cuda.get_rng_state(args[0].device)
-            graphed = torch.cuda.make_graphed_callables(module, samples, num_warmup_iters=3, allow_unused_input=True)
-            torch.cuda.set_rng_state(rng, args[0].device)  # the warm-up passes leave no trace in the stream
-            return graphed
-        except Exception as exc:  # host work or a sync inside the pass: eager for this bucket
-            warnings.warn(
-                f"no CUDA graph for batches of shape {tuple(args[0].shape)} ({type(exc).__name__}: {exc}); "
-                "they train eagerly",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            return None
+        return capture(_Pass(self.model, self.precision, with_positions), tuple(a.clone() for a in args))
+
+
+def capture(module: nn.Module, samples: tuple[Tensor, ...]) -> Callable | None:
+    """``module``'s forward and backward on inputs shaped like ``samples``, recorded as CUDA
+    graphs (``torch.cuda.make_graphed_callables``), or None, said in a warning, when its
+    pass cannot be recorded (host work or a sync inside it): the caller then runs it eagerly.
+    The CUDA random state is left as it was (the warm-up passes leave no trace)."""
+    mismatch = getattr(torch.autograd.graph, "set_warn_on_accumulate_grad_stream_mismatch", None)
+    if mismatch is not None:  # capture warms up on a side stream: the gradients' first
+        mismatch(False)  # accumulation crosses streams once, by design (torch warns each time)
+    try:
+        rng = torch.cuda.get_rng_state(samples[0].device)
+        graphed = torch.cuda.make_graphed_callables(module, samples, num_warmup_iters=3, allow_unused_input=True)
+        torch.cuda.set_rng_state(rng, samples[0].device)
+        return graphed
+    except Exception as exc:  # host work or a sync inside the pass: eager for this shape
+        warnings.warn(
+            f"no CUDA graph for batches of shape {tuple(samples[0].shape)} ({type(exc).__name__}: {exc}); "
+            "they train eagerly",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
 
 
 def loss_function(model: Backbone, precision: str, device: torch.device, *, graphs: bool = False) -> LossFn:

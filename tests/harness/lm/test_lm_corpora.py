@@ -183,7 +183,7 @@ def test_a_snapshot_of_another_corpus_or_edited_bytes_is_refused(tmp_path):
         for item in src.namelist():
             data = src.read(item)
             dst.writestr(item, data + b"!" if item == "documents/000000" else data)
-    with pytest.raises(corpora.CorpusError, match="hash to .* not the stated"):
+    with pytest.raises(corpora.CorpusError, match=r"hash to .* not the stated"):
         corpora.read_snapshot(edited, "en")
     (tmp_path / "junk.zip").write_bytes(b"not a zip")
     with pytest.raises(corpora.CorpusError, match="cannot be read"):

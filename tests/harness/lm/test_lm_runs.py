@@ -156,6 +156,74 @@ def test_a_resumed_training_equals_the_uninterrupted_one_and_a_bad_checkpoint_is
         assert torch.equal(a, b), name  # started over: the same training
 
 
+def _static_output_graphs(module, samples, num_warmup_iters=3, allow_unused_input=False):
+    """``torch.cuda.make_graphed_callables`` on CPU with a real graph's output contract: every
+    replay writes its output into one static buffer, the gradient still flowing."""
+    buffer: list[torch.Tensor] = []
+
+    def graphed(*args):
+        out = module(*args)
+        if not buffer:
+            buffer.append(torch.empty_like(out))
+        buffer[0].copy_(out.detach())
+        out.data = buffer[0]
+        return out
+
+    return graphed
+
+
+@pytest.fixture
+def cpu_graphs(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", _static_output_graphs)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: torch.get_rng_state())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device=None: torch.set_rng_state(state))
+
+
+def test_a_graphed_training_with_late_read_backs_trains_as_the_eager_one(corpus, cpu_graphs):
+    """The GPU loop (the pass replayed as a graph, losses read back every few steps) computes
+    what the CPU loop does: the same final loss and weights."""
+    from harness.training.train import Accel
+
+    longer = {**TINY, "train": {"steps": 7, "batch_size": 2}}
+    cfg = lm_preset_config("lm_smoke", pe="alibi", task="lm_en", seed=0, overrides=longer)
+    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[1], cfg.length)
+    models, losses = [], []
+    for accel in (Accel(), Accel(graphs=True, readback=3)):
+        model = lm_run.build_lm_model(cfg)
+        loss, _, steps = lm_run.train_steps(cfg, model, windows, CPU, steps=7, notice=lambda _: None, accel=accel)
+        models.append(model)
+        losses.append(loss)
+        assert steps == 7
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    for (name, a), (_, b) in zip(models[0].state_dict().items(), models[1].state_dict().items(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_graphed_loss_is_its_own_after_the_next_replay(corpus, cpu_graphs):
+    """A graph's output buffer is overwritten by its next replay; the losses the loop keeps for
+    a later read-back must not change with it."""
+    from harness.training.train import Accel
+
+    cfg = cfg_of("nope")
+    model = lm_run.build_lm_model(cfg)
+    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[1], cfg.length)
+    compute = lm_run.step_loss(model, "fp32", Accel(graphs=True))
+    first = compute(*windows.batch(0, 0, 2))
+    kept = first.item()
+    compute(*windows.batch(0, 1, 2))
+    assert first.item() == kept
+
+
+def test_a_late_read_back_names_the_step_that_diverged():
+    from harness.training.train import DivergedError
+
+    pending = [(4, torch.tensor(1.0)), (5, torch.tensor(float("nan"))), (6, torch.tensor(2.0))]
+    with pytest.raises(DivergedError, match="nan at step 5"):
+        lm_run._read_back(pending)
+    assert pending == []
+    assert lm_run._read_back([(7, torch.tensor(3.0))]) == 3.0
+
+
 @pytest.fixture(scope="module")
 def record_line(tmp_path_factory):
     corpus = tiny_corpus("en")
