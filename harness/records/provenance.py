@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 from functools import cache
@@ -25,7 +26,16 @@ def git_commit() -> str:
     runs code the commit does not hold: a tracked file changed, or an untracked Python
     file (not ignored) anywhere in it, which a package or the repository root on
     ``sys.path`` can import (a module beside the code, or one shadowing a library)."""
-    return commit_of(Path(__file__).resolve().parents[2])
+    found = commit_of(Path(__file__).resolve().parents[2])
+    stated = os.environ.get(COMMIT_ENV, "").strip()
+    if found == "unknown" and stated:
+        return f"{stated} (stated by ${COMMIT_ENV}: this copy of the code has no git history)"
+    return found
+
+
+COMMIT_ENV = "PEZOO_COMMIT"
+"""Environment variable naming the commit a copy of the code without git history was taken
+from (a working tree sent to a lent GPU machine): :func:`git_commit` records it, marked as stated."""
 
 
 def commit_of(root: Path) -> str:

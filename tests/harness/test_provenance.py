@@ -102,3 +102,15 @@ def test_resolved_options_are_what_create_builds_with():
         pezoo.resolved_options("rope", nosuch=1)
     pe = pezoo.create("randomized:rope", dims=pezoo.ModelDims(32, 4, 1), **resolved)  # the record rebuilds it
     assert pe.max_length == 64
+
+
+def test_a_copy_without_git_history_records_the_commit_it_is_told_marked_as_stated(monkeypatch):
+    from harness.records import provenance as prov
+
+    monkeypatch.setattr(prov, "commit_of", lambda root: "unknown")
+    monkeypatch.delenv(prov.COMMIT_ENV, raising=False)
+    assert prov.git_commit.__wrapped__() == "unknown"
+    monkeypatch.setenv(prov.COMMIT_ENV, "abc123")
+    assert prov.git_commit.__wrapped__() == "abc123 (stated by $PEZOO_COMMIT: this copy of the code has no git history)"
+    monkeypatch.setattr(prov, "commit_of", lambda root: "def456")
+    assert prov.git_commit.__wrapped__() == "def456"  # a checkout's own history wins

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -308,3 +309,32 @@ def test_the_plan_says_which_runs_are_done_training_elsewhere_or_to_do(tmp_path,
     assert out.exit_code == 0, out.output
     marks = [line.split()[0] for line in out.output.splitlines()[:3]]
     assert marks == ["done", "busy", "todo"] and "1 of 3 done, 1 training in another sweep" in out.output
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize(
+    "pe", ["ape", "rope", "alibi", "kerple_log", "fire", "t5", "xpos", "xpos{blockwise=32}", "randomized", "nope"]
+)
+def test_a_graphed_lm_training_matches_the_eager_one_on_cuda(corpus, pe):
+    """On a GPU every LM encoding's pass is recorded as a graph (no eager fallback) and
+    trains as the eager loop does: the final loss within 1e-3 relative (randomized PE draws
+    other positions in each, so only finite)."""
+    import warnings
+
+    from harness.training.train import Accel
+
+    device = torch.device("cuda")
+    longer = {**TINY, "train": {"steps": 12, "batch_size": 4}}
+    cfg = lm_preset_config("lm_smoke", pe=pe, task="lm_en", seed=0, overrides=longer)
+    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[1], cfg.length)
+    losses = []
+    for accel in (Accel(), Accel.for_device(device)):
+        model = lm_run.build_lm_model(cfg, device=device)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # a failed capture warns
+            losses.append(lm_run.train_steps(cfg, model, windows, device, steps=12, notice=str, accel=accel)[0])
+    assert Accel.for_device(device).graphs
+    if pe.startswith("randomized"):
+        assert all(map(math.isfinite, losses))
+    else:
+        assert losses[1] == pytest.approx(losses[0], rel=1e-3)

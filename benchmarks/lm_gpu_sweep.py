@@ -1,0 +1,234 @@
+"""Run the LM track's sweep (leaderboard/lm/sweep.toml) on a lent GPU for a fixed time, and
+bring back what finished.
+
+    PEZOO_LM_SNAPSHOTS=.lmcorpora PEZOO_COMMIT=<sha> python benchmarks/lm_gpu_sweep.py --out "$OUT" --budget 480
+
+A lent machine holds a session's device time (minutes) and a different Python than the
+machine the sweep started on, so:
+
+- the corpora come as snapshots of the home machine's (``pezoo lm corpus en code --save
+  .lmcorpora``, carried with the call): the same bytes and corpus hash as the runs trained
+  at home, whatever the GPU machine's standard library;
+- first the CUDA tests of the LM loop (``tests/harness/lm``): the graphed pass against the
+  eager one for every encoding of the sweep; if they fail, the sweep trains without graphs;
+- then ``--workers`` sweeps side by side on one store per task (``LmStore.hold`` keeps them
+  off each other's runs), in the order of ``PHASES``, until ``--budget`` seconds have passed;
+  a run cut off leaves its checkpoint in ``.lmgpu/`` for the next call on the same machine;
+- finally each store's finished records (``TASK.runs.jsonl``), the trained runs' weights in
+  as many 15 MiB tar parts as the call may bring back, the GPU's utilisation and the logs
+  go to ``--out``. At home: ``python benchmarks/lm_gpu_sweep.py --merge OUT_DIR`` adds the
+  records to the home stores (``--stores``) and unpacks the weights beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ROOT / "leaderboard" / "lm" / "sweep.toml"
+WORK = ROOT / ".lmgpu"
+PART_BYTES = 15 * 2**20
+MAX_PARTS = 4  # the call brings back 8 files: 2 record files, the log, the summary and these
+
+# (task, seeds, which of the sweep file's lists): what the home machine has not trained,
+# seed-major, each task's trained runs before its variants; the second passes pick up
+# variants left while another worker still trained their rope run.
+PHASES = [
+    ("lm_en", [0], ("pe_rest",)),
+    ("lm_en", [1, 2], ("pe", "variants", "finetuned")),
+    ("lm_code", [0, 1, 2], ("pe", "variants", "finetuned")),
+    ("lm_en", [1, 2], ("pe", "variants", "finetuned")),
+    ("lm_code", [0, 1, 2], ("pe", "variants", "finetuned")),
+]
+EN_SEED0_DONE = {"ape", "learned_ape", "rope", "alibi", "kerple_log", "kerple_power", "fire"}
+"""lm_en seed 0's trained runs the home machine holds or is finishing (T5 among them)."""
+
+
+def phase_file(i: int, task: str, seeds: list[int], keys: tuple[str, ...]) -> Path:
+    sys.path.insert(0, str(ROOT))
+    from harness.records.inputs import parse_toml
+
+    table = parse_toml(SWEEP.read_text())
+    out = {"preset": table["preset"], "tasks": [task], "seeds": seeds, "finetune_steps": table["finetune_steps"]}
+    if "pe_rest" in keys:
+        out["pe"] = [p for p in table["pe"] if p not in EN_SEED0_DONE and not p.startswith("t5")]
+    for key in ("pe", "variants", "finetuned"):
+        if key in keys:
+            out[key] = table[key]
+    lines = []
+    for k, v in out.items():
+        lines.append(f"{k} = {json.dumps(v)}")
+    path = WORK / f"phase{i}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def cuda_tests(log: Path) -> bool:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/harness/lm/test_lm_runs.py",
+           "-k", "cuda"]  # fmt: skip
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=150)
+        text, ok = done.stdout + done.stderr, done.returncode == 0
+    except subprocess.TimeoutExpired as exc:
+        text, ok = f"timed out: {exc}", False
+    log.write_text(text)
+    print(text[-3000:], flush=True)
+    return ok
+
+
+def sample_gpu() -> subprocess.Popen | None:
+    """nvidia-smi sampling the GPU's utilisation every 500 ms (None without it)."""
+    query = ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits", "-lms", "500"]
+    try:
+        return subprocess.Popen(query, stdout=subprocess.PIPE, text=True)
+    except OSError:
+        return None
+
+
+def run(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    WORK.mkdir(exist_ok=True)
+    start = time.time()
+    summary: dict = {"commit": os.environ.get("PEZOO_COMMIT", "unknown"), "workers": args.workers}
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    if not args.skip_tests:
+        summary["cuda_tests_passed"] = cuda_tests(WORK / "cuda_tests.log")
+        if not summary["cuda_tests_passed"]:
+            env["PEZOO_ACCEL"] = "readback"  # train eagerly: the graphed pass did not pass its test
+    summary["accel"] = env.get("PEZOO_ACCEL", "default (graphs, readback)")
+    files = [phase_file(i, *p) for i, p in enumerate(PHASES)]
+    chain = "; ".join(
+        f"{sys.executable} -m harness.cli lm sweep {f} --task {task} --store {WORK / task} --device {args.device}"
+        for f, (task, _, _) in zip(files, PHASES, strict=True)
+    )
+    smi = sample_gpu()
+    workers = []
+    for w in range(args.workers):
+        log = open(WORK / f"worker{w}.log", "a")
+        shell = ["sh", "-c", chain]
+        workers.append(
+            subprocess.Popen(shell, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        )
+        time.sleep(2)  # staggered: not all on the same first run's lock at once
+    deadline = start + args.budget
+    while time.time() < deadline and any(p.poll() is None for p in workers):
+        time.sleep(2)
+    for p in workers:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    lines = []
+    if smi is not None:
+        smi.terminate()
+        lines = smi.communicate()[0].splitlines()
+    samples = [line.split(",") for line in lines if line.count(",") == 1]
+    util = [float(a) for a, _ in samples if a.strip().replace(".", "").isdigit()]
+    summary["gpu_busy_mean_percent"] = round(sum(util) / len(util), 1) if util else None
+    summary["gpu_samples"] = len(util)
+    summary["seconds"] = round(time.time() - start, 1)
+    pack(out, summary)
+
+
+def pack(out: Path, summary: dict) -> None:
+    weights: list[Path] = []
+    for task in ("lm_en", "lm_code"):
+        store = WORK / task
+        runs = store / "runs.jsonl"
+        records = [json.loads(line) for line in runs.read_text().splitlines()] if runs.exists() else []
+        summary[task] = [
+            {"pe": r["config"]["pe"], "options": r["config"].get("pe_options"), "seed": r["config"]["seed"],
+             "run_id": r["run_id"], "variant": r["config"].get("eval_pe_options"),
+             "train_seconds": r["train_seconds"], "train_steps": r["train_steps"], "eval_seconds": r["eval_seconds"]}
+            for r in records
+        ]  # fmt: skip
+        if runs.exists():
+            shutil.copy(runs, out / f"{task}.runs.jsonl")
+        # rope's weights first: its variants are what a later evaluation at home would need
+        found = sorted((store / "weights").glob("*.pt")) if (store / "weights").is_dir() else []
+        rope = {r["run_id"] for r in records if r["config"]["pe"] == "rope" and not r["config"].get("eval_pe_options")}
+        weights += sorted(found, key=lambda p: p.stem not in rope)
+    parts: list[list[Path]] = []
+    part: list[Path] = []
+    size = 0
+    for w in weights:
+        if size + w.stat().st_size > PART_BYTES and part:
+            parts.append(part)
+            part, size = [], 0
+        part.append(w)
+        size += w.stat().st_size
+    if part:
+        parts.append(part)
+    summary["weights_brought"] = sum(len(p) for p in parts[:MAX_PARTS])
+    summary["weights_left"] = sum(len(p) for p in parts[MAX_PARTS:])
+    for i, files in enumerate(parts[:MAX_PARTS]):
+        with tarfile.open(out / f"weights{i}.tar", "w") as tar:
+            for w in files:
+                tar.add(w, arcname=f"{w.parent.parent.name}/{w.name}")
+    with open(out / "logs.txt", "w") as logs:
+        for log in sorted(WORK.glob("*.log")):
+            logs.write(f"==> {log.name}\n{log.read_text()[-20000:]}\n")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("lm_en", "lm_code")}, indent=1))
+    for task in ("lm_en", "lm_code"):
+        print(task, len(summary[task]), "records")
+
+
+def merge(folder: Path, stores: Path) -> None:
+    """Add the records brought back to the home stores (``stores/TASK``), skipping any run the
+    store already holds, and unpack the weights beside them."""
+    sys.path.insert(0, str(ROOT))
+    from harness.lm.record import LmRecord, LmStore
+
+    for task in ("lm_en", "lm_code"):
+        src = folder / f"{task}.runs.jsonl"
+        if not src.exists():
+            continue
+        store = LmStore(stores / task)
+        have = store.finished()
+        added = 0
+        for line in src.read_text().splitlines():
+            record = LmRecord.from_dict(json.loads(line))
+            if record.run_id not in have:
+                store.add(record)
+                have.add(record.run_id)
+                added += 1
+        print(f"{task}: {added} records added to {store.folder}")
+    for part in sorted(folder.glob("weights*.tar")):
+        with tarfile.open(part) as tar:
+            for member in tar.getmembers():
+                task, name = member.name.split("/")
+                target = stores / task / "weights" / name
+                if member.isfile() and not target.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    data = tar.extractfile(member)
+                    assert data is not None
+                    target.write_bytes(data.read())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="lm-gpu-out")
+    p.add_argument("--budget", type=float, default=480, help="seconds of sweeping (tests and packing apart)")
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--skip-tests", action="store_true")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--merge", type=Path, help="at home: a folder brought back, merged into --stores")
+    p.add_argument("--stores", type=Path, default=Path("/work/lmruns"))
+    args = p.parse_args()
+    if args.merge:
+        merge(args.merge, args.stores)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()
