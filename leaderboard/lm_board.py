@@ -82,8 +82,9 @@ VARIANT_NOTE = "a variant of a trained run against that run's bpb(L), 0 where it
 AT_L_NOTE = "already more than 5 % above the bpb at L of the trained run they modify"
 
 SPEED_NOTE = (
-    "s/step: each run's training wall time per step on the machine its provenance names, beside whatever "
-    "else ran there; every encoding's step timed side by side in one process: "
+    "s/step: each run's training wall time per step on the machine its provenance names (per machine: a "
+    "row trained on a CPU and a GPU shows both), beside whatever else ran there (sweeps side by "
+    "side on one machine share it); every encoding's step timed side by side in one process: "
     "`python benchmarks/lm_cost.py speed` (benchmarks/results/cpu-lm-speed.md)."
 )
 
@@ -155,9 +156,20 @@ class LmRow:
             out.append(None if s is None else s.bpb)
         return out
 
-    def seconds_per_step(self) -> float | None:
-        values = [r.seconds_per_step for r in self.records if r.seconds_per_step]
-        return sum(values) / len(values) if values else None
+    def seconds_per_step(self) -> dict[str, float]:
+        """The mean training seconds per step of the row's records, per machine (a run on a
+        GPU and one on a CPU are not averaged together): {machine's short name: seconds}."""
+        by: dict[str, list[float]] = {}
+        for r in self.records:
+            if r.seconds_per_step:
+                by.setdefault(machine_short(str(r.provenance.get("device", "?"))), []).append(r.seconds_per_step)
+        return {m: sum(v) / len(v) for m, v in sorted(by.items())}
+
+
+def machine_short(device: str) -> str:
+    """A provenance ``device`` as a column reads it: ``CPU``, or the GPU's name (``H100 80GB HBM3``)."""
+    kind, _, name = device.partition(":")
+    return "CPU" if kind == "cpu" else (name.removeprefix("NVIDIA ").strip() or kind)
 
 
 def reach(record: LmRecord, base: LmRecord | None = None) -> int:
@@ -454,7 +466,7 @@ def tail_lengths(rows: Sequence[LmRow]) -> list[int]:
 
 def seconds_text(row: LmRow) -> str:
     sps = row.seconds_per_step()
-    return "–" if sps is None else f"{sps:.3f}"
+    return " · ".join(f"{v:.3f} {m}" for m, v in sps.items()) if sps else "–"
 
 
 def corpus_of(rows: Sequence[LmRow]) -> str:

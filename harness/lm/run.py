@@ -182,8 +182,9 @@ def train_steps(
     notice: Notice = print,
     accel: Accel | None = None,
 ) -> tuple[float, float, int]:
-    """Train ``steps`` steps of ``cfg.train.batch_size`` windows; (final loss, seconds, steps
-    run in this call). Resumes from ``checkpoint`` when it holds a state of this run.
+    """Train ``steps`` steps of ``cfg.train.batch_size`` windows; (final loss, seconds, steps),
+    the seconds and steps of the whole training, a resumed one's earlier part included (its
+    checkpoint carries the seconds so far). Resumes from ``checkpoint`` when it holds a state of this run.
 
     ``accel`` (default :meth:`Accel.for_device`: nothing on CPU) sets how the loop drives a
     GPU: the step losses read back every ``accel.readback`` steps (and at every checkpoint
@@ -230,7 +231,7 @@ def train_steps(
                     "torch_rng": torch.get_rng_state(),
                 },
             )
-    return loss_value, elapsed + time.perf_counter() - start, steps - first
+    return loss_value, elapsed + time.perf_counter() - start, steps
 
 
 def corpus_parts(

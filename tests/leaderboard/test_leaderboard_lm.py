@@ -305,3 +305,21 @@ def test_a_variant_is_held_to_its_trained_runs_bpb_at_l():
     tuned = record("rope@{scaling={rope_type=linear,factor=4.0}}", 0, (2.8, 2.78, 2.76, 3.4, 4.2), finetune_steps=200)
     v = verdict(pi_claim, lm_rows([trained, tuned, record("alibi", 0, FLAT)])["lm_en"])
     assert v.outcome == DOES_NOT_HOLD and "not within 5 % even at L" in v.why
+
+
+def test_seconds_per_step_are_given_per_machine_never_averaged_across_them():
+    import dataclasses
+
+    from leaderboard.lm_board import seconds_text
+
+    cpu = dataclasses.replace(
+        record("alibi", 0, FLAT), provenance={"corpus_sha256": "ab" * 32, "device": "cpu:x86_64 x1 threads"}
+    )
+    gpu = dataclasses.replace(
+        record("alibi", 1, FLAT),
+        train_seconds=40.0,
+        provenance={"corpus_sha256": "ab" * 32, "device": "cuda:NVIDIA H100 80GB HBM3"},
+    )
+    (row,) = lm_rows([cpu, gpu])["lm_en"]
+    assert row.seconds_per_step() == {"CPU": 0.1, "H100 80GB HBM3": 0.01}
+    assert seconds_text(row) == "0.100 CPU · 0.010 H100 80GB HBM3"

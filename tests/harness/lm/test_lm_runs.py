@@ -144,8 +144,13 @@ def test_a_resumed_training_equals_the_uninterrupted_one_and_a_bad_checkpoint_is
     assert checkpoint.is_file()  # written at step 2, kept (the caller removes it when the run is recorded)
     told: list[str] = []
     resumed = lm_run.build_lm_model(cfg)
-    lm_run.train_steps(cfg, resumed, windows, CPU, steps=3, checkpoint=checkpoint, notice=told.append)
+    _, seconds, steps = lm_run.train_steps(
+        cfg, resumed, windows, CPU, steps=3, checkpoint=checkpoint, notice=told.append
+    )
     assert any("resumed from step 2" in t for t in told)
+    # the whole training's steps beside the whole training's seconds (the checkpoint's included):
+    # a resumed record once said 1 step in all the seconds, 3x its real seconds per step
+    assert steps == 3 and seconds >= torch.load(checkpoint, weights_only=True)["seconds"]
     for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
     checkpoint.write_bytes(b"not a checkpoint")
