@@ -43,9 +43,10 @@ from pezoo.registry import register
 from pezoo.spec import format_value
 
 
-def xpos_zeta(head_dim: int, gamma: float = 0.4) -> Tensor:
-    """Per-pair decay bases ``ζ_i = (2i/e + γ) / (1 + γ)``, i = 0..e/2-1: (e/2,) float32 in (0, 1)."""
-    return (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim + gamma) / (1 + gamma)
+def xpos_zeta(head_dim: int, gamma: float = 0.4, device: torch.device | str | None = None) -> Tensor:
+    """Per-pair decay bases ``ζ_i = (2i/e + γ) / (1 + γ)``, i = 0..e/2-1: (e/2,) float32 in (0, 1),
+    made on ``device`` (a pass that made it on the host and copied it over could not be a CUDA graph)."""
+    return (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim + gamma) / (1 + gamma)
 
 
 def xpos_rotation(
@@ -71,7 +72,7 @@ def xpos_rotation(
     exponent = (pos - center.to(torch.float32))[..., None] / scale_base  # (b, s, 1)
     if key:
         exponent = -exponent
-    magnitude = xpos_zeta(head_dim, gamma).to(pos.device) ** exponent  # (b, s, e/2)
+    magnitude = xpos_zeta(head_dim, gamma, pos.device) ** exponent  # (b, s, e/2)
     return rotation(magnitude[:, None], angles[:, None])  # (b, 1, s, e/2)
 
 

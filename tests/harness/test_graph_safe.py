@@ -4,7 +4,9 @@ data-dependent shape. Such an operation can break a CUDA graph's capture, and th
 trains eagerly (on an H200 a PRISM capture failed with the Triton scan on, its steps then
 eager at 44 ms; this trace, run afterwards on the torch path, found a host-made tensor in
 PRISM's starting histogram and in Hard-ALiBi's window mask). Checked on CPU by watching the
-pass's ATen operations, so it holds without a GPU."""
+pass's ATen operations, so it holds without a GPU; and on the ``meta`` device, where a table
+made on the host and moved to the pass's device (``.to(x.device)``, a no-op on CPU) shows as a
+copy (on an H100 xPos's decay bases were one, and its LM training fell back to eager)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.config import preset_config
 from harness.perf.train import training_batch
-from harness.training.graphs import padded_loss_inputs, plain_loss
+from harness.training.graphs import padded_loss_inputs, padded_pass_loss, plain_loss
 from harness.training.train import build_model
 
 BOARD = ["randomized", "prism{paper}", "prism", "hard_alibi", "rope", "nope", "ape", "learned_ape", "alibi", "t5",
@@ -62,3 +64,38 @@ def test_the_graphed_pass_does_no_host_work(pe, monkeypatch):
         assert seen, f"{pe} no longer needs the host: drop it from SYNCING"
     else:
         assert not seen, f"{pe}'s pass does host work a CUDA graph cannot record: {sorted(set(seen))}"
+
+
+META_UNTRACEABLE = {
+    "prism": "its scan has an operation without a meta kernel",
+    "prism{paper}": "its scan has an operation without a meta kernel",
+}
+"""Encodings whose pass cannot run on the meta device (the CPU trace above still covers them)."""
+
+
+def host_copies(pe: str) -> list[str]:
+    """The host work of ``pe``'s padded pass with the model and batch on the meta device: a
+    tensor made on the host and moved to the pass's device is a copy there, an error where
+    it meets a meta tensor unmoved."""
+    meta = torch.device("meta")
+    cfg = preset_config("quick", pe=pe, task="copy", seed=0)
+    model = build_model(cfg, "cpu").to(meta)
+    _, batch = training_batch("quick", 4, torch.device("cpu"))
+    padded, positions = padded_loss_inputs(model, batch.to(meta), batch)
+    with HostWork() as watch:
+        try:
+            padded_pass_loss(model, padded, positions).backward()  # no autocast: it has no meta device type
+        except (RuntimeError, NotImplementedError) as exc:
+            watch.seen.append(f"error: {exc}"[:200])
+    return watch.seen
+
+
+@pytest.mark.parametrize("pe", [p for p in BOARD if p not in META_UNTRACEABLE])
+def test_the_graphed_pass_makes_no_tensor_on_the_host(pe, monkeypatch):
+    if pe == "learned_ape":  # as above: under capture its range check is an on-device assert
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    seen = host_copies(pe)
+    if pe in SYNCING:
+        assert seen, f"{pe} no longer needs the host: drop it from SYNCING"
+    else:
+        assert not seen, f"{pe}'s pass moves a host-made tensor to its device: {sorted(set(seen))}"
