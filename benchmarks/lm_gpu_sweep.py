@@ -1,7 +1,8 @@
 """Run the LM track's sweep (leaderboard/lm/sweep.toml) on a lent GPU for a fixed time, and
 bring back what finished.
 
-    PEZOO_LM_SNAPSHOTS=.lmcorpora PEZOO_COMMIT=<sha> python benchmarks/lm_gpu_sweep.py --out "$OUT" --budget 480
+    export PEZOO_LM_SNAPSHOTS=.lmcorpora PEZOO_COMMIT=<sha>
+    python benchmarks/lm_gpu_sweep.py --out "$OUT" --budget 480 --home .lmhome
 
 A lent machine holds a session's device time (minutes) and a different Python than the
 machine the sweep started on, so:
@@ -12,8 +13,13 @@ machine the sweep started on, so:
 - first the CUDA tests of the LM loop (``tests/harness/lm``): the graphed pass against the
   eager one for every encoding of the sweep; if they fail, the sweep trains without graphs;
 - then ``--workers`` sweeps side by side on one store per task (``LmStore.hold`` keeps them
-  off each other's runs), in the order of ``PHASES``, until ``--budget`` seconds have passed;
-  a run cut off leaves its checkpoint in ``.lmgpu/`` for the next call on the same machine;
+  off each other's runs), the home stores' records (``--home``: their ``runs.jsonl`` copied
+  into a carried folder) seeding them so what home trained is skipped, in the order of
+  ``ORDER``, until ``--budget`` seconds have passed;
+  a run cut off leaves its checkpoint in ``.lmgpu/`` for the next call on the same machine
+  (``.gitignore`` names it: the device keeps ignored outputs between calls, and removes
+  what it takes for untracked files the home tree lacks, as it did to a first call's store
+  ignored only in ``.git/info/exclude``, which does not travel);
 - finally each store's finished records (``TASK.runs.jsonl``), the trained runs' weights in
   as many 15 MiB tar parts as the call may bring back, the GPU's utilisation and the logs
   go to ``--out``. At home: ``python benchmarks/lm_gpu_sweep.py --merge OUT_DIR`` adds the
@@ -39,37 +45,22 @@ WORK = ROOT / ".lmgpu"
 PART_BYTES = 15 * 2**20
 MAX_PARTS = 4  # the call brings back 8 files: 2 record files, the log, the summary and these
 
-# (task, seeds, which of the sweep file's lists): what the home machine has not trained,
-# seed-major, each task's trained runs before its variants; the second passes pick up
-# variants left while another worker still trained their rope run.
-PHASES = [
-    ("lm_en", [0], ("pe_rest",)),
-    ("lm_en", [1, 2], ("pe", "variants", "finetuned")),
-    ("lm_code", [0, 1, 2], ("pe", "variants", "finetuned")),
-    ("lm_en", [1, 2], ("pe", "variants", "finetuned")),
-    ("lm_code", [0, 1, 2], ("pe", "variants", "finetuned")),
-]
-EN_SEED0_DONE = {"ape", "learned_ape", "rope", "alibi", "kerple_log", "kerple_power", "fire"}
-"""lm_en seed 0's trained runs the home machine holds or is finishing (T5 among them)."""
+ORDER = ("lm_en", "lm_code", "lm_en", "lm_code")
+"""Each worker's sweeps, in turn: the second passes pick up the variants left while another
+worker still trained their rope run."""
 
 
-def phase_file(i: int, task: str, seeds: list[int], keys: tuple[str, ...]) -> Path:
-    sys.path.insert(0, str(ROOT))
-    from harness.records.inputs import parse_toml
-
-    table = parse_toml(SWEEP.read_text())
-    out = {"preset": table["preset"], "tasks": [task], "seeds": seeds, "finetune_steps": table["finetune_steps"]}
-    if "pe_rest" in keys:
-        out["pe"] = [p for p in table["pe"] if p not in EN_SEED0_DONE and not p.startswith("t5")]
-    for key in ("pe", "variants", "finetuned"):
-        if key in keys:
-            out[key] = table[key]
-    lines = []
-    for k, v in out.items():
-        lines.append(f"{k} = {json.dumps(v)}")
-    path = WORK / f"phase{i}.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+def seed_stores(home: Path) -> int:
+    """Start each task's store with the home machine's records (``home/TASK.runs.jsonl``), so
+    the sweeps skip what was trained there; the records already present."""
+    n = 0
+    for task in dict.fromkeys(ORDER):
+        src, store = home / f"{task}.runs.jsonl", WORK / task
+        if src.exists() and not (store / "runs.jsonl").exists():
+            store.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, store / "runs.jsonl")
+            n += len(src.read_text().splitlines())
+    return n
 
 
 def cuda_tests(log: Path) -> bool:
@@ -106,10 +97,11 @@ def run(args: argparse.Namespace) -> None:
         if not summary["cuda_tests_passed"]:
             env["PEZOO_ACCEL"] = "readback"  # train eagerly: the graphed pass did not pass its test
     summary["accel"] = env.get("PEZOO_ACCEL", "default (graphs, readback)")
-    files = [phase_file(i, *p) for i, p in enumerate(PHASES)]
+    home = {r for t in dict.fromkeys(ORDER) for r in _run_ids(args.home / f"{t}.runs.jsonl")} if args.home else set()
+    summary["home_records"] = seed_stores(args.home) if args.home else 0
     chain = "; ".join(
-        f"{sys.executable} -m harness.cli lm sweep {f} --task {task} --store {WORK / task} --device {args.device}"
-        for f, (task, _, _) in zip(files, PHASES, strict=True)
+        f"{sys.executable} -m harness.cli lm sweep {SWEEP} --task {task} --store {WORK / task} --device {args.device}"
+        for task in ORDER
     )
     smi = sample_gpu()
     workers = []
@@ -135,27 +127,35 @@ def run(args: argparse.Namespace) -> None:
     summary["gpu_busy_mean_percent"] = round(sum(util) / len(util), 1) if util else None
     summary["gpu_samples"] = len(util)
     summary["seconds"] = round(time.time() - start, 1)
-    pack(out, summary)
+    pack(out, summary, home)
 
 
-def pack(out: Path, summary: dict) -> None:
+def _run_ids(path: Path) -> set[str]:
+    return {json.loads(line)["run_id"] for line in path.read_text().splitlines()} if path.exists() else set()
+
+
+def pack(out: Path, summary: dict, home: set[str]) -> None:
     weights: list[Path] = []
+    rope: set[str] = set()
     for task in ("lm_en", "lm_code"):
         store = WORK / task
         runs = store / "runs.jsonl"
         records = [json.loads(line) for line in runs.read_text().splitlines()] if runs.exists() else []
+        records = [r for r in records if r["run_id"] not in home]  # what this machine trained
         summary[task] = [
             {"pe": r["config"]["pe"], "options": r["config"].get("pe_options"), "seed": r["config"]["seed"],
              "run_id": r["run_id"], "variant": r["config"].get("eval_pe_options"),
              "train_seconds": r["train_seconds"], "train_steps": r["train_steps"], "eval_seconds": r["eval_seconds"]}
             for r in records
         ]  # fmt: skip
-        if runs.exists():
-            shutil.copy(runs, out / f"{task}.runs.jsonl")
-        # rope's weights first: its variants are what a later evaluation at home would need
+        if records:
+            lines = [json.dumps(r, sort_keys=True) for r in records]
+            (out / f"{task}.runs.jsonl").write_text("\n".join(lines) + "\n")
         found = sorted((store / "weights").glob("*.pt")) if (store / "weights").is_dir() else []
-        rope = {r["run_id"] for r in records if r["config"]["pe"] == "rope" and not r["config"].get("eval_pe_options")}
-        weights += sorted(found, key=lambda p: p.stem not in rope)
+        rope |= {r["run_id"] for r in records if r["config"]["pe"] == "rope" and not r["config"].get("eval_pe_options")}
+        weights += found
+    # every task's rope weights first: its variants are what a later evaluation at home needs
+    weights.sort(key=lambda p: p.stem not in rope)
     parts: list[list[Path]] = []
     part: list[Path] = []
     size = 0
@@ -221,6 +221,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--skip-tests", action="store_true")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--home", type=Path, help="a folder of the home stores' records (TASK.runs.jsonl), carried")
     p.add_argument("--merge", type=Path, help="at home: a folder brought back, merged into --stores")
     p.add_argument("--stores", type=Path, default=Path("/work/lmruns"))
     args = p.parse_args()
