@@ -138,6 +138,12 @@ class LmRow:
         return self.records[0].config
 
     @property
+    def shown(self) -> str:
+        """The row's name in the tables and the answer: a variant as its card shortens it
+        (:func:`short_label`; the whole ``label`` in the HTML's tooltip)."""
+        return short_label(self.config)
+
+    @property
     def length(self) -> int:
         return self.config.length
 
@@ -312,7 +318,7 @@ def _below(claim: LmPaperClaim, row: LmRow, rows: Sequence[LmRow]) -> LmVerdict 
     mean_other, at, other, mine, theirs = min(compared, key=lambda c: c[0])  # the strongest: lowest bpb
     p = p_above(theirs, mine)
     mean_mine = sum(mine) / len(mine)
-    text = f"at {at}: {mean_mine:.3f} against {other.label} {mean_other:.3f} bpb, {p_text(p, len(theirs), len(mine))}"
+    text = f"at {at}: {mean_mine:.3f} against {other.shown} {mean_other:.3f} bpb, {p_text(p, len(theirs), len(mine))}"
     if p is not None and p <= ALPHA:
         return LmVerdict(claim, HOLDS, text)
     return LmVerdict(claim, PARTLY if mean_mine < mean_other else DOES_NOT_HOLD, text)
@@ -425,7 +431,7 @@ def curves_svg(task: str, rows: Sequence[LmRow], width: int = 520, height: int =
         width=width + LEGEND_WIDTH,
         legend_x=width + 4,
         legend=legend,
-        height=height,
+        height=max(height, top + 16 * len(legend) + 8),  # the plot keeps its height; the legend fits below it
         left=left,
         top=top,
         plot_width=w,
@@ -479,7 +485,7 @@ def answer_groups(rows: Sequence[LmRow]) -> tuple[str, list[tuple[list[str], flo
     first, (labels, weakest-seed reach as a multiple of L, whether that is the longest length tested)."""
     groups: dict[float, list[str]] = {}
     for row in rows:
-        groups.setdefault(weakest(row), []).append(row.label)
+        groups.setdefault(weakest(row), []).append(row.shown)
     longest = max(row.lengths[-1] / row.length for row in rows)
     seeds = sorted({len(row.records) for row in rows})
     each = f"{seeds[0]} seed{'s' if seeds[0] > 1 else ''} each" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]} seeds"
@@ -504,7 +510,7 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
         out.append("|---|---|---|" + "---|" * len(first.lengths) + "---|")
         for row in order:
             shown = " | ".join(cells(row, row.lengths))
-            out.append(f"| {row.label} | {len(row.records)} | {weakest(row):g} | {shown} | {seconds_text(row)} |")
+            out.append(f"| {row.shown} | {len(row.records)} | {weakest(row):g} | {shown} | {seconds_text(row)} |")
         out += ["", SPEED_NOTE]
         out += ["", f"![bits per byte against test length on {task}, one line per encoding](lm-{task}.svg)", ""]
         out += _tail_table(order)
@@ -547,7 +553,7 @@ def _tail_table(order: Sequence[LmRow]) -> list[str]:
         "| encoding | " + " | ".join(f"bpb S = {s}" for s in lengths) + " |",
         "|---|" + "---|" * len(lengths),
     ]
-    out += [f"| {row.label} | " + " | ".join(cells(row, lengths, "tail")) + " |" for row in order]
+    out += [f"| {row.shown} | " + " | ".join(cells(row, lengths, "tail")) + " |" for row in order]
     return [*out, ""]
 
 
