@@ -2,7 +2,7 @@
 hand-written decoder of the same shape (fp32 and bf16), and the peak memory of evaluating
 one window of 16,384 bytes per encoding (chunked attention). A benchmark, not a test.
 
-    python benchmarks/lm_cost.py step [--steps 20] [--precision fp32,bf16]
+    python benchmarks/lm_cost.py step [--steps 20] [--precision fp32,bf16] [--device cuda]
     python benchmarks/lm_cost.py memory [--length 16384] [--pe alibi,fire,kerple_log]
     python benchmarks/lm_cost.py speed [--repeats 5] [--out benchmarks/results/cpu-lm-speed]
 
@@ -72,15 +72,20 @@ class HandDecoder(nn.Module):
 def _time_steps(model: nn.Module, tokens: torch.Tensor, precision: str, steps: int) -> float:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=precision != "fp32")
     times = []
+    cuda = tokens.device.type == "cuda"
     for i in range(steps + 3):
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with autocast(precision, "cpu"):
+        with autocast(precision, tokens.device):
             logits = model(tokens)
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()  # the step's kernels, not only their launches
         if i >= 3:  # warm-up steps left out
             times.append(time.perf_counter() - t0)
     return sorted(times)[len(times) // 2]
@@ -89,16 +94,17 @@ def _time_steps(model: nn.Module, tokens: torch.Tensor, precision: str, steps: i
 def step(args: argparse.Namespace) -> None:
     cfg = lm_preset_config("lm", pe="nope", task="lm_en", seed=0)
     b = cfg.backbone
-    tokens = torch.randint(256, (cfg.train.batch_size, cfg.length))
+    device = torch.device(args.device)
+    tokens = torch.randint(256, (cfg.train.batch_size, cfg.length), device=device)
     for precision in args.precision.split(","):
         torch.manual_seed(0)
-        ours = build_lm_model(cfg)
-        hand = HandDecoder(b.vocab_size, b.d_model, b.n_layers, b.n_heads)
+        ours = build_lm_model(cfg, device=device)
+        hand = HandDecoder(b.vocab_size, b.d_model, b.n_layers, b.n_heads).to(device)
         t_ours = _time_steps(ours, tokens, precision, args.steps)
         t_hand = _time_steps(hand, tokens, precision, args.steps)
         print(
             f"{precision}: lm preset step {1000 * t_ours:.0f} ms, hand-written {1000 * t_hand:.0f} ms, "
-            f"ratio {t_ours / t_hand:.2f} (median of {args.steps}, {torch.get_num_threads()} threads)"
+            f"ratio {t_ours / t_hand:.2f} (median of {args.steps}, {device.type}, {torch.get_num_threads()} threads)"
         )
 
 
@@ -202,6 +208,7 @@ def main() -> None:
     p = sub.add_parser("step")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--precision", default="fp32,bf16")
+    p.add_argument("--device", default="cpu")
     m = sub.add_parser("memory")
     m.add_argument("--length", type=int, default=16384)
     m.add_argument("--chunk", type=int, default=256)
