@@ -44,6 +44,7 @@ from markupsafe import Markup
 import pezoo
 from harness.lm.config import LmConfig
 from harness.lm.record import LmRecord, read_records
+from harness.lm.tasks import LM_TASKS
 from leaderboard.claims import DOES_NOT_HOLD, HOLDS, NO_CONTRAST, PARTLY
 from leaderboard.permutation import ALPHA, p_above, p_text
 from leaderboard.styles import styles
@@ -215,7 +216,8 @@ def read_lm_results(folder: Path) -> list[LmRecord]:
 
 
 def lm_rows(records: Sequence[LmRecord]) -> dict[str, list[LmRow]]:
-    """Rows per task, each row's records sorted by seed (one record per seed: a duplicate is an error)."""
+    """Rows per task (in the track's task order: ``lm_en``, then ``lm_code``), each row's records
+    sorted by seed (one record per seed: a duplicate is an error)."""
     groups: dict[tuple[str, str], dict[int, LmRecord]] = {}
     for r in records:
         seeds = groups.setdefault((r.config.task, label_of(r.config)), {})
@@ -224,7 +226,8 @@ def lm_rows(records: Sequence[LmRecord]) -> dict[str, list[LmRow]]:
         seeds[r.config.seed] = r
     by_id = {r.run_id: r for r in records}
     out: dict[str, list[LmRow]] = {}
-    for (task, label), seeds in sorted(groups.items()):
+    order = {t: i for i, t in enumerate(LM_TASKS)}
+    for (task, label), seeds in sorted(groups.items(), key=lambda item: (order.get(item[0][0], len(order)), item[0])):
         row = tuple(seeds[s] for s in sorted(seeds))
         bases = tuple(by_id.get(r.config.trained_config().run_id()) if r.config.is_variant else None for r in row)
         out.setdefault(task, []).append(LmRow(task, label, row, bases))

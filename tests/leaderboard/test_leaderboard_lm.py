@@ -323,3 +323,8 @@ def test_seconds_per_step_are_given_per_machine_never_averaged_across_them():
     (row,) = lm_rows([cpu, gpu])["lm_en"]
     assert row.seconds_per_step() == {"CPU": 0.1, "H100 80GB HBM3": 0.01}
     assert seconds_text(row) == "0.100 CPU · 0.010 H100 80GB HBM3"
+
+
+def test_tasks_come_in_the_tracks_order_english_first():
+    rows = lm_rows([record("alibi", 0, FLAT, task="lm_code"), record("alibi", 0, FLAT, task="lm_en")])
+    assert list(rows) == ["lm_en", "lm_code"]
