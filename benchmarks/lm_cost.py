@@ -125,7 +125,7 @@ def _train_step(model: nn.Module, tokens: torch.Tensor) -> Callable[[], None]:
 def speed(args: argparse.Namespace) -> None:
     from harness.lm.sweep import load_lm_sweep
     from harness.perf import time_interleaved
-    from leaderboard.lm_board import label_of
+    from leaderboard.lm_rows import label_of
 
     configs = [c for c in load_lm_sweep(args.file, tasks=["lm_en"]) if c.seed == 0 and not c.is_variant]
     tokens = torch.randint(256, (configs[0].train.batch_size, configs[0].length))

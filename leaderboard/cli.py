@@ -375,7 +375,8 @@ def published_store_rows() -> list[dict]:
 )
 def lm_cmd(results_dir: Path, out_dir: Path) -> None:
     """Render the language-modelling section (docs/lm.md) from the published LM records only."""
-    from leaderboard.lm_board import lm_pages, read_lm_results
+    from leaderboard.lm_board import lm_pages
+    from leaderboard.lm_rows import read_lm_results
 
     try:
         records = read_lm_results(results_dir)

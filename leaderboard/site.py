@@ -76,7 +76,7 @@ def results_folder_problem(results_dir: Path) -> str | None:
 def _lm_records(lm_dir: Path) -> list[Any]:
     """The LM records in ``lm_dir`` (none when it has none: the board then has no LM section);
     an invalid LM record is a SiteError."""
-    from leaderboard.lm_board import read_lm_results
+    from leaderboard.lm_rows import read_lm_results
 
     try:
         return read_lm_results(lm_dir)

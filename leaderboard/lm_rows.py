@@ -1,0 +1,180 @@
+"""The LM section's rows: one encoding (or variant) on one task, its records one per seed, and
+how far each record's bits per byte stay within 5 % of its bpb at L (:func:`reach`, exact on
+the records' sums and counts). ``leaderboard.lm_board`` renders them and judges the claims."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pezoo
+from harness.lm.config import LmConfig
+from harness.lm.record import LmRecord, read_records
+from harness.lm.tasks import LM_TASKS
+from pezoo.spec import format_eval_options, format_pe
+
+__all__ = [
+    "WITHIN",
+    "LmRow",
+    "label_of",
+    "lm_rows",
+    "machine_short",
+    "mean_over_seeds",
+    "ranked",
+    "reach",
+    "read_lm_results",
+    "short_label",
+    "weakest",
+]
+
+WITHIN = (105, 100)
+"""5 %: bpb(S) / bpb(L) <= 105 / 100, compared as integers times sums (no float boundary)."""
+
+
+def short_label(cfg: LmConfig) -> str:
+    """A plot legend's label: a variant as its card shortens it (``rope → yarn×16 L=256``,
+    ``rope → linear×4 +200 steps``), else the row label."""
+    if not cfg.eval_pe_options:
+        return label_of(cfg)
+    parts = [pezoo.variant_label(k, v) or f"{k}={v}" for k, v in sorted(cfg.eval_pe_options.items())]
+    tuned = f" +{cfg.finetune_steps} steps" if cfg.finetune_steps else ""
+    return f"{format_pe(cfg.pe, cfg.pe_options)} → {', '.join(parts)}{tuned}"
+
+
+def label_of(cfg: LmConfig) -> str:
+    """The row label of a config: its encoding spec, a variant's options, a fine-tune's steps."""
+    text = format_pe(cfg.pe, cfg.pe_options)
+    if cfg.eval_pe_options:
+        text += format_eval_options(cfg.eval_pe_options)
+    if cfg.finetune_steps:
+        text += f" +{cfg.finetune_steps} steps at {cfg.finetune_length}"
+    return text
+
+
+@dataclass(frozen=True)
+class LmRow:
+    """One encoding (label) on one task: its records, one per seed."""
+
+    task: str
+    label: str
+    records: tuple[LmRecord, ...]
+    bases: tuple[LmRecord | None, ...] = ()  # a variant's trained run per seed, where published
+
+    @property
+    def config(self) -> LmConfig:
+        return self.records[0].config
+
+    @property
+    def shown(self) -> str:
+        """The row's name in the tables and the answer: a variant as its card shortens it
+        (:func:`short_label`; the whole ``label`` in the HTML's tooltip)."""
+        return short_label(self.config)
+
+    @property
+    def length(self) -> int:
+        return self.config.length
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        return self.config.eval.lengths
+
+    def reaches(self) -> list[int]:
+        bases = self.bases or (None,) * len(self.records)
+        return [reach(r, base) for r, base in zip(self.records, bases, strict=True)]
+
+    def bpb(self, length: int, mode: str = "windows") -> list[float | None]:
+        out = []
+        for r in self.records:
+            s = r.score(mode, length)
+            out.append(None if s is None else s.bpb)
+        return out
+
+    def seconds_per_step(self) -> dict[str, float]:
+        """The mean training seconds per step of the row's records, per machine (a run on a
+        GPU and one on a CPU are not averaged together): {machine's short name: seconds}."""
+        by: dict[str, list[float]] = {}
+        for r in self.records:
+            if r.seconds_per_step:
+                by.setdefault(machine_short(str(r.provenance.get("device", "?"))), []).append(r.seconds_per_step)
+        return {m: sum(v) / len(v) for m, v in sorted(by.items())}
+
+
+def machine_short(device: str) -> str:
+    """A provenance ``device`` as a column reads it: ``CPU``, or the GPU's name (``H100 80GB HBM3``)."""
+    kind, _, name = device.partition(":")
+    return "CPU" if kind == "cpu" else (name.removeprefix("NVIDIA ").strip() or kind)
+
+
+def reach(record: LmRecord, base: LmRecord | None = None) -> int:
+    """The longest tested length S (tokens) whose bpb, and every tested length's up to S, is
+    within 5 % of the reference bpb at L; L itself when the next length is not (or L was not
+    scored). The reference is the record's own bpb at L, or for a variant, ``base``'s: the
+    trained run whose weights it evaluates or fine-tuned, so a variant that already costs more
+    than 5 % at L reaches 0 (a PI factor too large for zero-shot reads flat, and broken)."""
+    length = record.config.length
+    own = record.score("windows", length)
+    if own is None or not own.reached or own.nats is None:
+        return length
+    ref = base.score("windows", length) if base is not None else None
+    ref = ref if ref is not None and ref.reached and ref.nats is not None else own
+    assert ref.nats is not None
+    num, den = WITHIN
+    if den * own.nats * ref.n_bytes > num * ref.nats * own.n_bytes:
+        return 0
+    best = length
+    for s in record.config.eval.lengths:
+        if s <= length:
+            continue
+        score = record.score("windows", s)
+        if score is None or not score.reached or score.nats is None:
+            break
+        if den * score.nats * ref.n_bytes > num * ref.nats * score.n_bytes:
+            break
+        best = s
+    return best
+
+
+def read_lm_results(folder: Path) -> list[LmRecord]:
+    """Every record of the ``*.jsonl`` files in ``folder`` (none when it does not exist)."""
+    if not folder.is_dir():
+        return []
+    return [r for path in sorted(folder.glob("*.jsonl")) for r in read_records(path)]
+
+
+def lm_rows(records: Sequence[LmRecord]) -> dict[str, list[LmRow]]:
+    """Rows per task (in the track's task order: ``lm_en``, then ``lm_code``), each row's records
+    sorted by seed (one record per seed: a duplicate is an error)."""
+    groups: dict[tuple[str, str], dict[int, LmRecord]] = {}
+    for r in records:
+        seeds = groups.setdefault((r.config.task, label_of(r.config)), {})
+        if r.config.seed in seeds and seeds[r.config.seed].run_id != r.run_id:
+            raise ValueError(f"two records of {label_of(r.config)} on {r.config.task} seed {r.config.seed}")
+        seeds[r.config.seed] = r
+    by_id = {r.run_id: r for r in records}
+    out: dict[str, list[LmRow]] = {}
+    order = {t: i for i, t in enumerate(LM_TASKS)}
+    for (task, label), seeds in sorted(groups.items(), key=lambda item: (order.get(item[0][0], len(order)), item[0])):
+        row = tuple(seeds[s] for s in sorted(seeds))
+        bases = tuple(by_id.get(r.config.trained_config().run_id()) if r.config.is_variant else None for r in row)
+        out.setdefault(task, []).append(LmRow(task, label, row, bases))
+    return out
+
+
+def mean_over_seeds(values: Sequence[float | None]) -> float:
+    """The mean of every seed's value; infinity when a seed has none (not reached ranks last)."""
+    if not values or any(v is None for v in values):
+        return math.inf
+    return sum(v for v in values if v is not None) / len(values)
+
+
+def ranked(rows: Sequence[LmRow]) -> list[LmRow]:
+    """The rows as the section lists them: farthest weakest-seed reach first, then lowest bpb
+    at the longest length."""
+    return sorted(rows, key=lambda r: (-weakest(r), mean_over_seeds(r.bpb(r.lengths[-1])), r.label))
+
+
+def weakest(row: LmRow) -> float:
+    """The row's reach on its weakest seed, as a multiple of L."""
+    return min(row.reaches()) / row.length
