@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pezoo
+from harness.config.pe_spec import display_name
 from harness.lm.config import LmConfig
 from harness.lm.record import LmRecord, read_records
 from harness.lm.tasks import LM_TASKS
@@ -34,13 +35,19 @@ WITHIN = (105, 100)
 
 
 def short_label(cfg: LmConfig) -> str:
-    """A plot legend's label: a variant as its card shortens it (``rope → yarn×16 L=256``,
-    ``rope → linear×4 +200 steps``), else the row label."""
+    """A row's name as the section shows it: the encoding as the algorithmic board names it
+    (``harness.config.pe_spec.display_name``: ``randomized:ape{max_length=16384}``, the
+    options a run records by default left out), a variant as its card shortens it
+    (``rope → yarn×16 L=256``, ``rope → linear×4 +200 steps``)."""
+    try:
+        base = display_name(cfg.pe, cfg.pe_options)
+    except (TypeError, ValueError, KeyError):  # a plugin's options the registry cannot read
+        base = format_pe(cfg.pe, cfg.pe_options)
     if not cfg.eval_pe_options:
-        return label_of(cfg)
+        return base
     parts = [pezoo.variant_label(k, v) or f"{k}={v}" for k, v in sorted(cfg.eval_pe_options.items())]
     tuned = f" +{cfg.finetune_steps} steps" if cfg.finetune_steps else ""
-    return f"{format_pe(cfg.pe, cfg.pe_options)} → {', '.join(parts)}{tuned}"
+    return f"{base} → {', '.join(parts)}{tuned}"
 
 
 def label_of(cfg: LmConfig) -> str:
