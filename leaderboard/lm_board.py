@@ -28,12 +28,15 @@ permutation test over seeds (``leaderboard.permutation``):
   lower on the mean only, otherwise does not hold.
 
 No contrast: nothing on the corpus's table keeps within 5 % to 2 × L on its weakest seed.
-A claim whose rows are not on the table is listed as not yet run. The model is about 0.8M
+A claim whose rows are not on the table is listed as not yet run; one whose row matches two
+setups of the encoding (FIRE's threshold as its reference code sets it, and scaled to L) gets
+a verdict for each, named. The model is about 0.8M
 parameters: the section compares the shape of the curves with the papers', never their numbers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,6 +84,7 @@ __all__ = [
     "selects",
     "tail_lengths",
     "verdict",
+    "verdicts",
     "weakest",
 ]
 
@@ -234,17 +238,30 @@ LM_CLAIMS: tuple[LmPaperClaim, ...] = card_lm_claims()
 """The papers' LM claims the section judges, read from the encodings' cards (issue 52's list)."""
 
 
-def verdict(claim: LmPaperClaim, rows: Sequence[LmRow]) -> LmVerdict | None:
-    """The claim's verdict on one task's rows; None when its row (or, for ``below``, every
-    row it is compared with) is not on the table."""
+def verdicts(claim: LmPaperClaim, rows: Sequence[LmRow]) -> list[LmVerdict]:
+    """The claim's verdicts on one task's rows: one per row its selector matches (two setups
+    of one encoding, e.g. FIRE's threshold as its reference code sets it and scaled to L,
+    each judged, most seeds first, its ``why`` naming the row); none when its row (or, for
+    ``below``, every row it is compared with) is not on the table."""
     rule = RULES[check_claim(claim).rule]
-    row = _find(rows, claim.row)
-    if row is None:
-        return None
+    found = sorted((r for r in rows if selects(claim.row, r.config)), key=lambda r: (-len(r.records), r.label))
+    if not found:
+        return []
     if not any(min(r.reaches()) >= 2 * r.length for r in rows):
         why = "nothing on this table keeps within 5 % of bpb(L) to 2× L on its weakest seed"
-        return LmVerdict(claim, NO_CONTRAST, why)
-    return rule(claim, row, rows)
+        return [LmVerdict(claim, NO_CONTRAST, why)]
+    out = []
+    for row in found:
+        v = rule(claim, row, rows)
+        if v is not None:
+            out.append(v if len(found) == 1 else dataclasses.replace(v, why=f"{row.shown}: {v.why}"))
+    return out
+
+
+def verdict(claim: LmPaperClaim, rows: Sequence[LmRow]) -> LmVerdict | None:
+    """The first of :func:`verdicts` (the matched row with the most seeds), or None."""
+    found = verdicts(claim, rows)
+    return found[0] if found else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,11 +391,10 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
         out += _tail_table(order)
         out += ["Claims:", "", "| claim | source | verdict | why |", "|---|---|---|---|"]
         for claim in LM_CLAIMS:
-            v = verdict(claim, rows)
-            if v is None:
+            found = verdicts(claim, rows)
+            if not found:
                 out.append(f"| {claim.says} | {claim.source} | not run yet | |")
-            else:
-                out.append(f"| {claim.says} | {claim.source} | {v.outcome} | {v.why} |")
+            out += [f"| {claim.says} | {claim.source} | {v.outcome} | {v.why} |" for v in found]
         out.append("")
     return "\n".join(out) + "\n"
 

@@ -328,3 +328,19 @@ def test_seconds_per_step_are_given_per_machine_never_averaged_across_them():
 def test_tasks_come_in_the_tracks_order_english_first():
     rows = lm_rows([record("alibi", 0, FLAT, task="lm_code"), record("alibi", 0, FLAT, task="lm_en")])
     assert list(rows) == ["lm_en", "lm_code"]
+
+
+def test_two_setups_of_one_encoding_get_a_verdict_each_named():
+    from leaderboard.lm_board import verdicts
+
+    toy = [record("alibi", s, FLAT) for s in range(3)]
+    toy += [record("fire", s, BLOWS) for s in range(3)]
+    toy += [record("fire{init_threshold=64}", s, (1.90, 1.88, 1.87, 1.86, 1.86)) for s in range(2)]
+    rows = lm_rows(toy)["lm_en"]
+    claim = next(c for c in LM_CLAIMS if c.key == "fire_below_others")
+    found = verdicts(claim, rows)
+    assert [v.why.split(":")[0] for v in found] == ["fire", "fire{init_threshold=64}"]  # most seeds first
+    assert found[0].outcome == DOES_NOT_HOLD and found[1].outcome == PARTLY  # 2 seeds: p cannot reach 0.05
+    assert verdict(claim, rows) == found[0]
+    text = render_markdown(toy)
+    assert text.count("FIRE's long-context perplexity is below") == 2
