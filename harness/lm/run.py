@@ -209,7 +209,7 @@ def train_steps(
         pending.append((step, loss.detach()))
         due = checkpoint is not None and done % CHECKPOINT_EVERY == 0 and done < steps
         if len(pending) >= accel.readback or due or done == steps:
-            loss_value = _read_back(pending)  # before this step's update: a diverged step is not applied
+            loss_value = _read_back(pending)  # read back every step (CPU): a diverged step is never applied
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
