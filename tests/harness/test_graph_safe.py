@@ -54,18 +54,6 @@ def host_work(pe: str) -> list[str]:
     return watch.seen
 
 
-@pytest.mark.parametrize("pe", BOARD)
-def test_the_graphed_pass_does_no_host_work(pe, monkeypatch):
-    if pe == "learned_ape":  # its range check reads positions back, except where it cannot (compiled or
-        # captured: an on-device assert instead), which is what a graph records
-        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    seen = host_work(pe)
-    if pe in SYNCING:
-        assert seen, f"{pe} no longer needs the host: drop it from SYNCING"
-    else:
-        assert not seen, f"{pe}'s pass does host work a CUDA graph cannot record: {sorted(set(seen))}"
-
-
 META_UNTRACEABLE = {
     "prism": "its scan has an operation without a meta kernel",
     "prism{paper}": "its scan has an operation without a meta kernel",
@@ -90,12 +78,23 @@ def host_copies(pe: str) -> list[str]:
     return watch.seen
 
 
-@pytest.mark.parametrize("pe", [p for p in BOARD if p not in META_UNTRACEABLE])
-def test_the_graphed_pass_makes_no_tensor_on_the_host(pe, monkeypatch):
-    if pe == "learned_ape":  # as above: under capture its range check is an on-device assert
+TRACES = {
+    "cpu": (host_work, "does host work a CUDA graph cannot record"),
+    "meta": (host_copies, "moves a host-made tensor to its device"),
+}
+
+
+@pytest.mark.parametrize(
+    ("trace", "pe"),
+    [("cpu", p) for p in BOARD] + [("meta", p) for p in BOARD if p not in META_UNTRACEABLE],
+)
+def test_the_graphed_pass_does_no_host_work(trace, pe, monkeypatch):
+    if pe == "learned_ape":  # its range check reads positions back, except where it cannot (compiled or
+        # captured: an on-device assert instead), which is what a graph records
         monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    seen = host_copies(pe)
+    watch, fault = TRACES[trace]
+    seen = watch(pe)
     if pe in SYNCING:
         assert seen, f"{pe} no longer needs the host: drop it from SYNCING"
     else:
-        assert not seen, f"{pe}'s pass moves a host-made tensor to its device: {sorted(set(seen))}"
+        assert not seen, f"{pe}'s pass {fault}: {sorted(set(seen))}"
