@@ -103,7 +103,7 @@ def step(args: argparse.Namespace) -> None:
         t_ours = _time_steps(ours, tokens, precision, args.steps)
         t_hand = _time_steps(hand, tokens, precision, args.steps)
         print(
-            f"{precision}: lm preset step {1000 * t_ours:.0f} ms, hand-written {1000 * t_hand:.0f} ms, "
+            f"{precision}: lm preset step {1000 * t_ours:.2f} ms, hand-written {1000 * t_hand:.2f} ms, "
             f"ratio {t_ours / t_hand:.2f} (median of {args.steps}, {device.type}, {torch.get_num_threads()} threads)"
         )
 
