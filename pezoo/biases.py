@@ -240,11 +240,11 @@ class BlockMask(AttentionBias):
         return k >= q - 1
 
     def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
-        zero = torch.zeros((), dtype=dtype, device=ctx.q_pos.device)
-        return torch.where(self.allowed(ctx), zero, torch.tensor(-math.inf, dtype=dtype, device=ctx.q_pos.device))
+        zero = torch.zeros((), dtype=dtype, device=ctx.q_pos.device)  # filled on the device: no host copy
+        return torch.where(self.allowed(ctx), zero, torch.full((), -math.inf, dtype=dtype, device=ctx.q_pos.device))
 
     def element(self, site: ElementSite) -> ElementForm:
-        size = torch.tensor(float(self.block), device=site.device)  # 0-d: captured, not baked into a kernel
+        size = torch.full((), float(self.block), device=site.device)  # 0-d: captured, not baked into a kernel
 
         def allowed(b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
             return torch.floor(site.k_position(b, kj) / size) >= torch.floor(site.q_position(b, qi) / size) - 1
