@@ -135,7 +135,7 @@ def sharpen(h: Tensor, gamma: Tensor | float, eps: float, mask: Tensor | None = 
     if not eps >= 0.0:
         raise ValueError(f"sharpen needs eps >= 0, got {eps}")
     if not isinstance(gamma, Tensor):  # a plain float: one γ for every histogram
-        gamma = torch.tensor(gamma, dtype=h.dtype, device=h.device)
+        gamma = torch.full((), gamma, dtype=h.dtype, device=h.device)  # filled on the device: no host copy
     logits = gamma[..., None] * torch.log(h + eps)  # (..., p)
     if mask is not None:
         logits = logits.masked_fill(~mask, -torch.inf)
