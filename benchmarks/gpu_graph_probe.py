@@ -21,7 +21,8 @@ def main() -> None:
     from harness.config import preset_config
     from harness.perf.train import training_batch
     from harness.training.graphs import GraphedLoss
-    from harness.training.train import build_model, make_optimizer, training_loss
+    from harness.training.loss import training_loss
+    from harness.training.train import build_model, make_optimizer
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--pe", default="nope,prism")

@@ -61,7 +61,8 @@ def step_time(pe: str, task_name: str, steps: int, rounds: int, forced: bool) ->
     from harness.config import preset_config
     from harness.perf.timing import time_interleaved
     from harness.tasks.data import collate, sample_training_batch
-    from harness.training.train import build_model, make_optimizer, training_loss
+    from harness.training.loss import training_loss
+    from harness.training.train import build_model, make_optimizer
 
     cfg = preset_config("board", pe=pe, task=task_name, seed=0)
     task = tasks.create(task_name)

@@ -21,7 +21,19 @@ The rooms, one subpackage per role (each ``__init__`` maps its own modules):
     lm          the language-modelling track (bits per byte on real text and code)
     perf        performance of the zoo: time and memory per encoding (``pezoo perf``)
 
-The rooms group modules by role, not by floor: a module may import from another room (config
-reads the backbone's fields from training, records the metrics' type from evaluation). Only
-the command line's top (cli, commands) reaches the leaderboard, through entry points.
+The rooms are floors, lowest first; each imports only itself and the floors below it,
+lazy imports and ``TYPE_CHECKING`` ones included (tests/harness/test_floors.py):
+
+    tasks -> config -> records -> training -> evaluation -> execution -> lm -> perf -> sweeps -> commands -> cli
+
+A shared type lives on the lowest floor that needs it: the backbone's shape and the
+precisions' names are configuration (``config.backbone``, ``config.precisions``), an
+evaluation's metrics are what a record holds (``records.metrics``). Only the command
+line's top (cli, commands) reaches the leaderboard, through entry points.
+
+One front door runs one config: ``harness.execution.run.execute(cfg, store, device)`` trains,
+evaluates and records it in the store (or finds it there) and returns its outcome;
+``train_and_evaluate(cfg, device, checkpoint)`` does the same without a store and returns
+the result. Sweeps, in process or in worker processes, locally or on Ray, call ``execute``;
+``pezoo bench`` is a sweep.
 """

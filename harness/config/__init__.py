@@ -5,6 +5,8 @@ One module per part:
     numbers     the one number checker: whether a value from outside is a number of the kind
                 and range it must be (configs, records, kept results, store rows, diagnostics)
     checks      strict keys, and each config value's type and range
+    backbone    ``BackboneConfig``: the backbone's shape, shared by every run of a comparison
+    precisions  the precisions a run trains and evaluates in, by name
     limits      upper bounds for every size-like value of a run's configuration
     pe_spec     encoding specs in the benchmark: the options a run records, its name, and
                 which options an inference-time variant may change
@@ -14,6 +16,7 @@ One module per part:
     presets     the named protocols (``PRESETS``) and ``preset_config``
 """
 
+from harness.config.backbone import BackboneConfig
 from harness.config.checks import (
     INT64_MAX,
     as_float,
@@ -47,7 +50,6 @@ from harness.config.run_config import (
     TrainConfig,
     check_backbone,
 )
-from harness.training.backbone import BackboneConfig
 
 __all__ = [
     "GPU_PRECISION_NOTE",

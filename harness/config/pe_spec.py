@@ -36,8 +36,8 @@ from typing import Any
 
 import pezoo
 from harness.config import limits
+from harness.config.backbone import BackboneConfig
 from harness.config.protocols import paper_pe_options
-from harness.training.backbone import BackboneConfig
 from pezoo.setups import has_paper_setup
 from pezoo.spec import PeSpec, canonical, format_eval_options, format_pe, format_value, parse_pe
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pezoo
-from harness.training.backbone import BackboneConfig
+from harness.config.backbone import BackboneConfig
 from pezoo import ModelDims, RunFacts
 from pezoo.setups import paper_options
 

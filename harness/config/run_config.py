@@ -1,5 +1,5 @@
 """The typed, frozen run configuration with strict keys: ``RunConfig`` and its sections
-``TrainConfig`` and ``EvalConfig`` (the backbone's is ``harness.training.backbone.BackboneConfig``).
+``TrainConfig`` and ``EvalConfig`` (the backbone's is ``harness.config.backbone.BackboneConfig``).
 
 A run is fully described by a ``RunConfig``: the encoding (name + options), the task,
 the seed, and the backbone / training / evaluation configs. Its canonical JSON form is
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config import limits
+from harness.config.backbone import BackboneConfig
 from harness.config.checks import (
     as_float,
     check_choice,
@@ -27,8 +28,7 @@ from harness.config.checks import (
     strict,
 )
 from harness.config.pe_spec import identity_options
-from harness.training.backbone import BackboneConfig
-from harness.training.precision import PRECISIONS
+from harness.config.precisions import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class TrainConfig:
         pack_loss: with ``pack``, which next tokens carry loss, per :data:`PACK_LOSSES`:
             ``all`` (a plain language-model loss, prompts included) or ``completion``
             (targets and EOS only, as unpacked rows).
-        precision: the arithmetic of training, per ``harness.training.precision.PRECISIONS``:
+        precision: the arithmetic of training, per ``harness.config.precisions.PRECISIONS``:
             ``fp32``, or ``bf16`` / ``fp16`` autocast over float32 weights (fp16 with
             loss scaling); docs/harness.md "Precision".
     """
@@ -162,7 +162,7 @@ class EvalConfig:
             completion and its EOS) or ``answer`` (only what follows the task's last
             ``answer_separator``, e.g. the sum after a Turing Program's last line; the
             trace must still end with EOS within the target's length).
-        precision: the arithmetic of evaluation (``harness.training.precision.PRECISIONS``);
+        precision: the arithmetic of evaluation (``harness.config.precisions.PRECISIONS``);
             None: the training's (``train.precision``).
     """
 

@@ -57,7 +57,6 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -65,43 +64,11 @@ import torch
 from torch import Tensor
 
 from harness.records.counts import fixed
+from harness.records.metrics import Evaluation, LengthMetrics
 from harness.tasks import Example, Task
 from harness.tasks.data import collate, hint, prompt_ids
 from harness.tasks.vocab import EOS_ID, decode, encode
 from harness.training.backbone import Backbone
-
-
-@dataclass(frozen=True)
-class LengthMetrics:
-    """Metrics of one evaluated scale, as counts (``harness.records.counts``): ``exact`` of ``n``
-    examples decoded exactly, ``tokens_right`` of ``tokens`` scored tokens predicted right
-    (teacher-forced). A selection over several evaluations (``top3``) sums its picks'
-    counts, so ``n`` and ``tokens`` then cover every picked evaluation."""
-
-    length: int
-    token_length: float
-    n: int
-    exact: int
-    tokens: int
-    tokens_right: int
-    trace_exact: int | None = None
-    """Examples whose whole completion matched, when ``exact`` counts only the final answer
-    (``eval.match="answer"``); logged, not stored."""
-
-    @property
-    def exact_match(self) -> Fraction:
-        """``exact / n``, exactly."""
-        return Fraction(self.exact, self.n)
-
-    @property
-    def token_accuracy(self) -> Fraction:
-        """``tokens_right / tokens``, exactly."""
-        return Fraction(self.tokens_right, self.tokens)
-
-    @property
-    def trace_exact_match(self) -> Fraction | None:
-        """``trace_exact / n``, or None when the whole completion is what ``exact`` counts."""
-        return None if self.trace_exact is None else Fraction(self.trace_exact, self.n)
 
 
 def context_start(t: int, window: int, jump: int) -> int:
@@ -367,10 +334,6 @@ def evaluate_length(
         tokens_right=int(right.sum().item()),
         trace_exact=int(trace.sum().item()) if answer_task is not None else None,
     )
-
-
-Evaluation = tuple[tuple[str, LengthMetrics], ...]
-"""One evaluation of a model: (split, metrics) per scale, training scales first."""
 
 
 def select_evaluation(evaluations: Sequence[Evaluation], rule: str) -> Evaluation:

@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.config.backbone import BackboneConfig
 from harness.config.checks import check_choice, check_int, check_name, check_plain, shown, strict
 from harness.config.pe_spec import check_eval_options, preflight_build, resolve_pe
 from harness.config.run_config import TrainConfig, check_backbone
 from harness.lm.tasks import VOCAB_SIZE, lm_task
-from harness.training.backbone import BackboneConfig
 from harness.training.precision import PRECISIONS
 from pezoo.spec import PeSpec, parse_pe
 

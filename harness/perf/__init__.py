@@ -9,7 +9,7 @@ The measurements, each run side by side in one process on the current device:
   benchmark trains (``harness.training.train.build_model`` at a preset's size), per encoding and
   attention backend, on a fixed batch at the preset's largest training length; median
   time, spread, tokens/s, and the ratio to ``nope`` on its fastest backend.
-* ``precision``: the benchmark's own training step (``harness.training.train.training_loss`` and
+* ``precision``: the benchmark's own training step (``harness.training.loss.training_loss`` and
   optimiser) in fp32 and in bf16 (``--precision``: also fp16), per encoding on the backend
   the preset trains with, interleaved; the ratio to the same encoding's fp32 step, and
   the matrix product alone in each precision in the same rounds (the device's ratio then).

@@ -15,8 +15,9 @@ from typing import Any
 import torch
 
 import pezoo
+from harness.config.backbone import BackboneConfig
 from harness.perf.grid import PerfGrid
-from harness.training.backbone import Backbone, BackboneConfig
+from harness.training.backbone import Backbone
 
 
 def _proc_status_kib(field_name: str) -> int | None:

@@ -33,7 +33,8 @@ MATMUL_REPEATS = 10
 
 def precision_step(preset: str, pe: str, precision: str, batch: Any, device: torch.device) -> Callable[[], float]:
     """One training step of ``pe`` at ``preset`` in ``precision``, as ``harness.training.train.train`` takes it."""
-    from harness.training.train import build_model, make_optimizer, training_loss
+    from harness.training.loss import training_loss
+    from harness.training.train import build_model, make_optimizer
 
     overrides: dict[str, dict[str, Any]] = {"train": {"precision": precision}}
     cfg = preset_config(preset, pe=pe, task=PRESET_TASKS.get(preset, "copy"), seed=0, overrides=overrides)

@@ -5,6 +5,7 @@ One module per part:
     record        a finished run's result: one typed record (``RunRecord``) and its validator
     result        what one run ends as (``RunOutcome``) and hands back (``RunResult``)
     counts        exact numbers: every metric a count over a total, one rounding rule
+    metrics       what an evaluation measures, as counts: one scale's (``LengthMetrics``), a whole one's
     recount       counts recovered from a metric stored as a float (records before counts)
     provenance    where a result came from: commit, device, library versions, plugins
     ranking       the ranking rule of the terminal table and the published board

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from harness.config.pe_spec import display_name, variant_display_name
+from harness.config.precisions import evaluation_precision
 from harness.records.store import Store
-from harness.training.precision import evaluation_precision
 
 
 def precision_label(config: dict) -> str:

@@ -42,8 +42,8 @@ from typing import Any
 
 from harness.config import RunConfig
 from harness.config.numbers import number_problem
-from harness.evaluation.evaluate import LengthMetrics
 from harness.records.files import open_regular, write_atomically
+from harness.records.metrics import LengthMetrics
 from harness.records.record import RunRecord, record_problems
 
 FORMAT = "pezoo-kept-result"

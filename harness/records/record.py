@@ -60,7 +60,7 @@ import harness.tasks as tasks
 from harness.config import NEW_FIELD_DEFAULTS, RunConfig
 from harness.config.numbers import INT64_MAX, is_int, is_number, number_problem, shown
 from harness.config.pe_spec import identity_options
-from harness.evaluation.evaluate import LengthMetrics
+from harness.records.metrics import LengthMetrics
 
 MAX_UNIX_TIME = 253_402_300_799.0
 """9999-12-31 23:59:59 UTC: the latest time a record may carry (a page shows its date)."""

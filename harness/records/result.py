@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config import RunConfig
-from harness.evaluation.evaluate import LengthMetrics
+from harness.records.metrics import LengthMetrics
 from harness.records.record import RunRecord
 
 

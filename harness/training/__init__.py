@@ -5,7 +5,8 @@ One module per part:
     backbone     the one backbone every encoding is trained in: a decoder-only pre-LN Transformer
     train        the training loop: AdamW, warm-up + cosine decay, clipping, seeded; resuming
     feed         the training batches of a run, in order, inline or from a producer thread
-    graphs       the training loss of a step, eager or replayed as CUDA graphs per length bucket
+    graphs       a step's loss replayed as CUDA graphs per length bucket (the padded pass)
+    loss         the training loss of one batch, and how the loop takes it (eager or graphed)
     precision    autocast over float32 master weights, fp16 loss scaling, a GPU's defaults
     diagnostics  what a trained encoding did, kept with the run for the leaderboard
     tblog        optional TensorBoard logging of a run (``pezoo bench --tensorboard``)

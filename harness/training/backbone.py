@@ -10,37 +10,14 @@ recurrent state the encoding keeps there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.config.backbone import BackboneConfig
 from pezoo import AttentionContext, PositionalEncoding, SelfAttention
-
-
-@dataclass(frozen=True)
-class BackboneConfig:
-    """Shape of the backbone (identical for every encoding in a comparison).
-
-    Attributes:
-        vocab_size: shared vocabulary size.
-        d_model: residual width d.
-        n_layers: Transformer blocks.
-        n_heads: attention heads per block.
-        d_ff: MLP hidden width (default 4 d).
-        backend: attention backend (``pezoo.BACKENDS``).
-        causal: decoder (True) or encoder (False) attention.
-    """
-
-    vocab_size: int = 64
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    d_ff: int | None = None
-    backend: str = "sdpa"
-    causal: bool = True
 
 
 class Block(nn.Module):

@@ -96,7 +96,7 @@ def plain_loss(model: Backbone, precision: str, batch: Batch, positions: Tensor 
 
 
 def one_pass_loss(model: Backbone, batch: Batch) -> Tensor:
-    """The task's loss (``harness.training.train._task_loss``) as one padded pass over the
+    """The task's loss (``harness.training.loss._task_loss``) as one padded pass over the
     whole batch, on the positions planned for its rows' lengths: a GPU's eager way (CUDA
     runs, and a CUDA-graph bucket that falls back to eager). There a small model's pass is
     launch-bound, so length groups multiply its launches (PRISM: ~1,400 a pass; on an H200
@@ -184,16 +184,3 @@ def capture(module: nn.Module, samples: tuple[Tensor, ...]) -> Callable | None:
             stacklevel=3,
         )
         return None
-
-
-def loss_function(model: Backbone, precision: str, device: torch.device, *, graphs: bool = False) -> LossFn:
-    """How the training loop takes a batch's loss: eagerly (``harness.training.train.training_loss``,
-    what every CPU run does), or, with ``graphs`` on CUDA, by :class:`GraphedLoss`."""
-    from harness.training.train import training_loss
-
-    def eager(batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor]:
-        return training_loss(model, batch, precision)
-
-    if graphs and device.type == "cuda":
-        return GraphedLoss(model, precision, eager)
-    return eager

@@ -17,8 +17,10 @@ from collections.abc import Iterator
 
 import torch
 
-PRECISIONS = ("fp32", "bf16", "fp16")
-"""Valid values of ``TrainConfig.precision`` / ``EvalConfig.precision`` (``--precision``)."""
+from harness.config.precisions import PRECISIONS, evaluation_precision
+
+__all__ = ["PRECISIONS", "autocast", "autocast_dtype", "evaluation_precision", "grad_scaler", "use_tf32"]
+
 
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 """The autocast dtype of each precision (None: no autocast)."""
@@ -59,8 +61,3 @@ def use_tf32(device: torch.device | str) -> bool:
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     return True
-
-
-def evaluation_precision(eval_precision: str | None, train_precision: str) -> str:
-    """The precision a run is evaluated in: ``eval.precision``, else its training's."""
-    return eval_precision if eval_precision is not None else train_precision

@@ -703,7 +703,7 @@ def test_layout_problem_tells_tensors_that_share_bytes(tensor, fits):
 
 def diverging_at(step):
     """A ``training_loss`` whose loss is NaN from training step ``step`` on (counted from 0)."""
-    from harness.training.train import training_loss
+    from harness.training.loss import training_loss
 
     calls = []
 
@@ -720,7 +720,7 @@ def diverging_at(step):
 def test_a_diverged_run_sets_its_checkpoint_aside_and_is_never_resumed(tmp_path, monkeypatch):
     cfg = smoke()
     path = tmp_path / "ck.pt"
-    monkeypatch.setattr("harness.training.train.training_loss", diverging_at(3))  # after the checkpoint at step 2
+    monkeypatch.setattr("harness.training.loss.training_loss", diverging_at(3))  # after the checkpoint at step 2
     notices = []
     result = train_and_evaluate(cfg, torch.device("cpu"), path, checkpoint_every=2, notice=notices.append)
     assert result.status == "diverged"

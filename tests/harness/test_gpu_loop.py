@@ -11,11 +11,13 @@ import pytest
 import torch
 
 import harness.training.graphs as graphs
+import harness.training.loss as step_loss
 from harness.config import preset_config
 from harness.tasks import create
 from harness.tasks.data import PackedStream
 from harness.training.feed import BatchFeed
 from harness.training.graphs import GraphedLoss, bucket_width, pad_to, padded_loss_inputs, plain_loss
+from harness.training.loss import training_loss
 from harness.training.train import (
     ACCEL_ENV,
     Accel,
@@ -24,7 +26,6 @@ from harness.training.train import (
     build_model,
     curriculum_max,
     train,
-    training_loss,
 )
 
 
@@ -149,7 +150,7 @@ def test_readback_raises_at_the_step_that_diverged():
 
 
 def test_a_run_that_diverges_between_readbacks_is_recorded_diverged(monkeypatch, tmp_path):
-    real = graphs.loss_function
+    real = step_loss.loss_function
 
     def nan_from_step_7(model, precision, device, *, graphs=False):
         eager, calls = real(model, precision, device, graphs=graphs), [0]
@@ -164,7 +165,7 @@ def test_a_run_that_diverges_between_readbacks_is_recorded_diverged(monkeypatch,
 
         return loss
 
-    monkeypatch.setattr(graphs, "loss_function", nan_from_step_7)
+    monkeypatch.setattr(step_loss, "loss_function", nan_from_step_7)
     cfg = preset_config(
         "smoke",
         pe="nope",
@@ -257,7 +258,7 @@ def test_graphed_losses_survive_the_next_replay(monkeypatch):
             def graphed_loss(model, precision, device, graphs=False):
                 return GraphedLoss(model, precision, lambda batch, host: training_loss(model, batch, precision))
 
-            monkeypatch.setattr(graphs, "loss_function", graphed_loss)
+            monkeypatch.setattr(step_loss, "loss_function", graphed_loss)
         seen: list[float] = []
         model = build_model(cfg, "cpu")
         train(cfg, model, create("copy"), "cpu", on_step=lambda s, v, seen=seen: seen.append(v),

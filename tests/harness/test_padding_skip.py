@@ -1,6 +1,6 @@
 """Training skips a batch's right padding: the MLPs skip it (``Backbone.forward(keep=...)``)
 and the rows run in groups of similar length, each cut to its longest row
-(``harness.training.train._task_loss``). The labelled tokens' logits, the loss and every gradient
+(``harness.training.loss._task_loss``). The labelled tokens' logits, the loss and every gradient
 stay those of one padded pass, for every encoding, and a ``keep`` or ``positions`` that
 would change them is refused."""
 
@@ -21,7 +21,8 @@ from harness.tasks.data import IGNORE, collate, sample_training_batch
 from harness.tasks.vocab import PAD_ID
 from harness.training.backbone import Backbone, BackboneConfig
 from harness.training.graphs import one_pass_loss
-from harness.training.train import LENGTH_GROUPS, _task_loss, build_model, training_loss
+from harness.training.loss import LENGTH_GROUPS, _task_loss, training_loss
+from harness.training.train import build_model
 
 
 def padded_batch(task: str, seed: int = 0, size: int = 8):

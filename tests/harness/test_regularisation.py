@@ -10,7 +10,8 @@ import torch
 import harness.tasks as tasks
 from harness.config import preset_config
 from harness.tasks.data import collate, sample_training_batch
-from harness.training.train import build_model, train, training_loss
+from harness.training.loss import training_loss
+from harness.training.train import build_model, train
 
 WEIGHT = 0.05
 

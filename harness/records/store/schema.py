@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.evaluation.evaluate import LengthMetrics
+from harness.records.metrics import LengthMetrics
 from harness.records.record import RunRecord
 from harness.records.store.errors import NotAStoreError, StoreError
 

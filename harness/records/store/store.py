@@ -20,7 +20,7 @@ from harness.records.store.schema import SEAL_KEY, metric_rows, record_of, run_r
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
-    from harness.evaluation.evaluate import LengthMetrics
+    from harness.records.metrics import LengthMetrics
     from harness.records.record import RunRecord
 
 

@@ -42,7 +42,7 @@ import dataclasses
 from typing import Any
 
 from harness.config import is_finite_number
-from harness.evaluation.evaluate import Evaluation, LengthMetrics
+from harness.records.metrics import Evaluation, LengthMetrics
 
 FORMAT = "pezoo-checkpoint"
 VERSION = 2

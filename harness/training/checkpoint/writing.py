@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from harness.config import RunConfig
-from harness.evaluation.evaluate import Evaluation
 from harness.records.files import write_atomically
+from harness.records.metrics import Evaluation
 from harness.training.checkpoint.format import FORMAT, VERSION, encode_evaluation
 
 
