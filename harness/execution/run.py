@@ -110,6 +110,29 @@ def evaluate_all(
     return tuple(metrics)
 
 
+def how_made(cfg: RunConfig, device: torch.device) -> dict[str, str]:
+    """How a run on ``device`` computes what its record holds, for its provenance: a GPU
+    record and a CPU record of one config are made differently, and the page must be able
+    to tell them apart.
+
+    * ``exact_match_by``: ``greedy decode`` (the cached decode of ``prompt =``),
+      ``teacher-forced read-off`` (exact match read off the teacher-forced pass: CUDA's
+      default, ``Accel.forced``), or ``one encoder pass`` (the ``encoder`` protocol).
+    * ``tf32``: ``on`` when float32 matrix products ran on TF32 tensor cores (CUDA's
+      default here, ``harness.training.precision.use_tf32``), else ``off``.
+    * ``loop``: the training loop's device features (``Accel``), comma-separated, or ``none``.
+    """
+    accel = Accel.for_device(device)
+    if cfg.protocol != "decoder":
+        by = "one encoder pass"
+    elif accel.forced and cfg.eval.match != "answer":  # an answer is only scored by a decode
+        by = "teacher-forced read-off"
+    else:
+        by = "greedy decode"
+    tf32 = device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32)
+    return {"exact_match_by": by, "tf32": "on" if tf32 else "off", "loop": accel.features() or "none"}
+
+
 def train_and_evaluate(
     cfg: RunConfig,
     device: torch.device,
@@ -157,7 +180,7 @@ def train_and_evaluate(
     reused = _reuse_kept(cfg, trusted, device, checkpoint, progress, run)
     if reused is not None:
         return reused
-    run.started_at, run.prov = time.time(), dict(run_provenance(cfg, device))
+    run.started_at, run.prov = time.time(), {**run_provenance(cfg, device), **how_made(cfg, device)}
     with ExitStack() as closing:  # the log closes after a failed run's result is built
         try:
             return _train_run(
@@ -333,7 +356,8 @@ def evaluate_kept(
     ``provenance["weights_from"]`` = the trained run's id. Missing, unvouched or unusable
     weights give a ``failed`` result saying why.
     """
-    run = Attempt(cfg, {**run_provenance(cfg, device), "weights_from": trained_id}, notice)
+    use_tf32(device)
+    run = Attempt(cfg, {**run_provenance(cfg, device), **how_made(cfg, device), "weights_from": trained_id}, notice)
     try:
         try:
             model, final_loss = loaded or load_kept(cfg, trained_id, sha256, device, checkpoint.parent)

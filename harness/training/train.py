@@ -211,6 +211,13 @@ class Accel:
         if self.prefetch < 0 or self.readback < 1:
             raise ValueError(f"prefetch must be >= 0 and readback >= 1, got {self.prefetch} and {self.readback}")
 
+    def features(self) -> str:
+        """The features on, by name, comma-separated (``prefetch,readback,fused,graphs,forced``
+        order; empty: none), as :data:`ACCEL_ENV` names them."""
+        on = {"prefetch": self.prefetch > 0, "readback": self.readback > 1, "fused": self.fused}
+        on |= {"graphs": self.graphs, "forced": self.forced}
+        return ",".join(name for name in ACCEL_FEATURES if on[name])
+
     @classmethod
     def for_device(cls, device: torch.device | str, setting: str | None = None) -> Accel:
         """The features for ``device``: ``setting`` (else ``$PEZOO_ACCEL``, :data:`ACCEL_ENV`)

@@ -114,3 +114,66 @@ def test_a_copy_without_git_history_records_the_commit_it_is_told_marked_as_stat
     assert prov.git_commit.__wrapped__() == "abc123 (stated by $PEZOO_COMMIT: this copy of the code has no git history)"
     monkeypatch.setattr(prov, "commit_of", lambda root: "def456")
     assert prov.git_commit.__wrapped__() == "def456"  # a checkout's own history wins
+
+
+@pytest.fixture
+def tf32_restored():
+    """The process's TF32 switches as they were after the test (``use_tf32`` sets them)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+@pytest.mark.parametrize(
+    ("device", "accel", "overrides", "expected"),
+    [
+        ("cpu", None, {}, {"exact_match_by": "greedy decode", "tf32": "off", "loop": "none"}),
+        ("cpu", "forced", {}, {"exact_match_by": "teacher-forced read-off", "tf32": "off", "loop": "forced"}),
+        ("cpu", "prefetch,readback", {}, {"exact_match_by": "greedy decode", "loop": "prefetch,readback"}),
+        # a GPU's defaults: every loop feature, exact match read off the pass, TF32 matmuls
+        (
+            "cuda",
+            None,
+            {},
+            {
+                "exact_match_by": "teacher-forced read-off",
+                "tf32": "on",
+                "loop": "prefetch,readback,fused,graphs,forced",
+            },
+        ),
+        ("cuda", None, {"eval": {"match": "answer"}}, {"exact_match_by": "greedy decode"}),  # only a decode scores it
+        ("cuda", "off", {}, {"exact_match_by": "greedy decode", "tf32": "on", "loop": "none"}),
+    ],
+)
+def test_a_record_says_how_exact_match_and_matmuls_were_computed(tf32_restored, monkeypatch, device, accel, overrides, expected):
+    """A GPU record and a CPU record of one config are made differently (exact match read off
+    the teacher-forced pass, TF32 matrix products, the loop's features); the provenance says so."""
+    from harness.config import preset_config
+    from harness.execution.run import how_made
+    from harness.training.precision import use_tf32
+
+    if accel is None:
+        monkeypatch.delenv("PEZOO_ACCEL", raising=False)
+    else:
+        monkeypatch.setenv("PEZOO_ACCEL", accel)
+    task = "scan_cot" if overrides else "copy"
+    cfg = preset_config("smoke", pe="nope", task=task, seed=0, overrides=overrides or None)
+    use_tf32(torch.device(device))  # what train_and_evaluate does first
+    made = how_made(cfg, torch.device(device))
+    assert expected.items() <= made.items()
+
+
+def test_a_finished_run_carries_how_it_was_made(tmp_path, monkeypatch):
+    from harness.config import preset_config
+    from harness.execution.run import checkpoint_path, train_and_evaluate
+
+    monkeypatch.delenv("PEZOO_ACCEL", raising=False)
+    cfg = preset_config(
+        "smoke", pe="nope", task="copy", seed=0, overrides={"train": {"steps": 2}, "eval": {"samples": 2}}
+    )
+    result = train_and_evaluate(
+        cfg, torch.device("cpu"), checkpoint_path(tmp_path, cfg.run_id()), notice=lambda m: None
+    )
+    assert result.provenance["exact_match_by"] == "greedy decode"
+    assert (result.provenance["tf32"], result.provenance["loop"]) == ("off", "none")
