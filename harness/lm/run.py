@@ -2,7 +2,8 @@
 
 Training is the plain next-byte loss on random windows (``harness.lm.data``) with the
 harness's optimiser and schedule (``harness.training.train.make_optimizer``, ``lr_factor``) and
-precision (``train.precision``: bf16 autocast over float32 weights). A run checkpoints every
+precision (``train.precision``: bf16 or fp16 autocast over float32 weights, fp16's loss scaled
+as the algorithmic loop scales it, ``harness.training.precision.grad_scaler``). A run checkpoints every
 :data:`CHECKPOINT_EVERY` steps and resumes from there: the windows of a step depend only on
 the seed and the step, so a resumed run reads what it would have. Its final weights are kept
 for its inference-time variants, which evaluate them (zero-shot) or fine-tune them first.
@@ -10,6 +11,8 @@ for its inference-time variants, which evaluate them (zero-shot) or fine-tune th
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import hashlib
 import io
 import math
@@ -33,8 +36,9 @@ from harness.lm.record import LmRecord, LmStore
 from harness.lm.tasks import lm_task
 from harness.records.provenance import provenance
 from harness.training.backbone import Backbone
+from harness.training.checkpoint.aside import set_aside
 from harness.training.graphs import capture
-from harness.training.precision import autocast, evaluation_precision
+from harness.training.precision import autocast, evaluation_precision, grad_scaler
 from harness.training.train import Accel, DivergedError, lr_factor, make_optimizer
 
 __all__ = ["CHECKPOINT_EVERY", "LmLoss", "build_lm_model", "run_lm", "step_loss", "sweep_lm", "train_steps"]
@@ -96,27 +100,47 @@ def _vouched_weights(store: LmStore, cfg: LmConfig) -> dict[str, Any]:
 
 
 def _resume(
-    cfg: LmConfig, model: Backbone, opt: torch.optim.Optimizer, checkpoint: Path | None, notice: Notice
+    cfg: LmConfig,
+    model: Backbone,
+    opt: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None,
+    checkpoint: Path | None,
+    notice: Notice,
 ) -> tuple[int, float, float]:
     """(first step, loss, seconds so far) of :func:`train_steps`: from ``checkpoint`` when it
-    holds a state of this run (loaded into ``model``, ``opt`` and the RNG), else a fresh start;
-    an unreadable checkpoint is set aside as ``.unreadable``."""
-    first, loss_value, elapsed = 0, math.nan, 0.0
-    if checkpoint is not None and checkpoint.is_file():
-        try:  # tensors and plain values only: a checkpoint never runs code when read
-            state = torch.load(checkpoint, weights_only=True)
-        except Exception as exc:  # unreadable or not ours: set aside, the run starts over
-            aside = checkpoint.with_suffix(".unreadable")
-            os.replace(checkpoint, aside)
-            why = type(exc).__name__
-            notice(f"run {cfg.run_id()}: its checkpoint could not be read ({why}); set aside as {aside.name}")
-            state = {}
-        if state.get("run_id") == cfg.run_id():
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["optimizer"])
-            torch.set_rng_state(state["torch_rng"])
-            first, loss_value, elapsed = state["step"], state["loss"], state["seconds"]
-            notice(f"run {cfg.run_id()}: resumed from step {first}")
+    holds a state of this run (loaded into ``model``, ``opt``, ``scaler`` and the RNG), else a
+    fresh start. A checkpoint that cannot be read, or that names this run but does not load
+    (a missing field, another shape), is set aside (``harness.training.checkpoint.set_aside``:
+    ``<name>.unreadable``, never read again) and the run starts over from the state it was
+    given, so a damaged file never fails every retry."""
+    if checkpoint is None or not checkpoint.is_file():
+        return 0, math.nan, 0.0
+    fresh = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), torch.get_rng_state())
+    fresh_scaler = None if scaler is None else scaler.state_dict()
+    try:  # tensors and plain values only: a checkpoint never runs code when read
+        state = torch.load(checkpoint, weights_only=True)
+        if not isinstance(state, dict):
+            raise TypeError(f"it holds a {type(state).__name__}, not a training state")
+        if state.get("run_id") != cfg.run_id():
+            return 0, math.nan, 0.0  # another run's: this run's first save replaces it
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        if scaler is not None:  # fp16: the loss scale reached
+            scaler.load_state_dict(state["scaler"])
+        first, loss_value, elapsed = int(state["step"]), float(state["loss"]), float(state["seconds"])
+    except Exception as exc:  # whatever a damaged or hostile file provokes: set aside, start over
+        model.load_state_dict(fresh[0])  # a failed load may have changed some tensors already
+        opt.load_state_dict(fresh[1])
+        torch.set_rng_state(fresh[2])
+        if scaler is not None and fresh_scaler is not None:
+            scaler.load_state_dict(fresh_scaler)
+        aside = set_aside(checkpoint)
+        where = f"set aside as {aside.name}" if aside is not None else "removed (it could not be renamed)"
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if str(exc) else type(exc).__name__
+        notice(f"run {cfg.run_id()}: its checkpoint could not be used ({why}); {where}; the run starts over")
+        return 0, math.nan, 0.0
+    notice(f"run {cfg.run_id()}: resumed from step {first}")
     return first, loss_value, elapsed
 
 
@@ -170,6 +194,25 @@ def _read_back(pending: list[tuple[int, torch.Tensor]]) -> float:
     return float(values[-1])
 
 
+def _optimizer_step(
+    model: Backbone, opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None, loss: torch.Tensor, clip: float
+) -> None:
+    """Backward, clip the gradients' global norm, step; fp16 (``scaler``) on the scaled loss,
+    unscaled before the clip, a step whose gradients overflowed skipped (as the algorithmic
+    loop, ``harness.training.train.optimizer_step``)."""
+    opt.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        return
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
+    nn.utils.clip_grad_norm_(model.parameters(), clip)
+    scaler.step(opt)
+    scaler.update()
+
+
 def train_steps(
     cfg: LmConfig,
     model: Backbone,
@@ -193,7 +236,8 @@ def train_steps(
     t = cfg.train
     accel = Accel.for_device(device) if accel is None else accel
     opt = make_optimizer(model, cast(Any, cfg))
-    first, loss_value, elapsed = _resume(cfg, model, opt, checkpoint, notice)
+    scaler = grad_scaler(t.precision, device)  # fp16 only: gradients scaled clear of underflow
+    first, loss_value, elapsed = _resume(cfg, model, opt, scaler, checkpoint, notice)
     model.train()
     compute = step_loss(model, t.precision, accel)
     pending: list[tuple[int, torch.Tensor]] = []
@@ -210,10 +254,7 @@ def train_steps(
         due = checkpoint is not None and done % CHECKPOINT_EVERY == 0 and done < steps
         if len(pending) >= accel.readback or due or done == steps:
             loss_value = _read_back(pending)  # read back every step (CPU): a diverged step is never applied
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-        opt.step()
+        _optimizer_step(model, opt, scaler, loss, t.grad_clip)
         if due:
             assert checkpoint is not None
             seconds = elapsed + time.perf_counter() - start
@@ -229,6 +270,7 @@ def train_steps(
                     "model": model.state_dict(),
                     "optimizer": opt.state_dict(),
                     "torch_rng": torch.get_rng_state(),
+                    **({} if scaler is None else {"scaler": scaler.state_dict()}),
                 },
             )
     return loss_value, elapsed + time.perf_counter() - start, steps
@@ -337,18 +379,27 @@ def sweep_lm(
 ) -> dict[str, str]:
     """Run every config the store does not hold finished, trained runs before their
     variants; {run_id: "finished" | "cached" | "busy: why" | "failed: why"}. A failed run does
-    not stop the others. Sweeps may run side by side on one store (:meth:`LmStore.hold`): each
-    run is trained by one of them, the others skip it as busy."""
+    not stop the others, nor does a run whose lock cannot be taken (a folder where its lock
+    file goes, ``locks`` a file): it fails, naming the file. Sweeps may run side by side on
+    one store (:meth:`LmStore.hold`): each run is trained by one of them, the others skip it
+    as busy."""
     outcomes: dict[str, str] = {}
     ordered = sorted(configs, key=lambda c: c.is_variant)
     for i, cfg in enumerate(ordered, start=1):
         run_id = cfg.run_id()
         label = f"[{i}/{len(ordered)}] {cfg.task} {cfg.pe}{_variant(cfg)} seed {cfg.seed} ({run_id})"
-        with store.hold(run_id) as taken:
+        with contextlib.ExitStack() as held:
+            try:
+                taken = held.enter_context(store.hold(run_id))
+                trained_busy = cfg.is_variant and store.held(cfg.trained_config().run_id())
+            except OSError as exc:  # a lock that cannot be taken (a folder in its place, locks/ a file): this run only
+                outcomes[run_id] = f"failed: {_lock_problem(store, exc)}"
+                notice(f"{label}: {outcomes[run_id]}")
+                continue
             if run_id in store.finished():  # read again: a sweep beside this one may have finished it
                 outcomes[run_id] = "cached"
                 continue
-            if not taken or (cfg.is_variant and store.held(cfg.trained_config().run_id())):
+            if not taken or trained_busy:
                 outcomes[run_id] = "busy: another sweep on this store is running it or its trained run"
                 notice(f"{label}: {outcomes[run_id]}; left to that sweep")
                 continue
@@ -368,6 +419,12 @@ def sweep_lm(
         sps = record.seconds_per_step
         notice(f"{label}: bpb {at}; {sps:.3f} s/step" if sps else f"{label}: bpb {at}")
     return outcomes
+
+
+def _lock_problem(store: LmStore, exc: OSError) -> str:
+    """Why a run's lock (:meth:`LmStore.hold`) could not be taken, naming the file."""
+    where = exc.filename or store.folder / "locks"
+    return f"cannot take its lock {where}: {exc.strerror or type(exc).__name__}"
 
 
 def _variant(cfg: LmConfig) -> str:
