@@ -56,6 +56,12 @@ def corpus_cmd(names: Sequence[str], save_dir: str | None) -> None:
     for name in names:
         if name not in corpora.CORPORA:
             raise click.UsageError(f"unknown corpus {name!r}; valid: {', '.join(corpora.CORPORA)}")
+    try:  # a --save that cannot be written is refused before anything is fetched
+        for name in names or tuple(corpora.CORPORA):
+            if save_dir is not None:
+                corpora.snapshot_path(Path(save_dir), name)
+    except corpora.CorpusError as exc:
+        raise click.UsageError(str(exc)) from None
     for name in names or tuple(corpora.CORPORA):
         c = _corpus(name)
         train, heldout = corpora.split(c)
@@ -66,7 +72,10 @@ def corpus_cmd(names: Sequence[str], save_dir: str | None) -> None:
         held = sum(len(d) for _, d in heldout)
         click.echo(f"  split: {len(train)} training documents, {len(heldout)} held out ({held:,} bytes)")
         if save_dir is not None:
-            click.echo(f"  saved as {corpora.save_snapshot(c, Path(save_dir))}")
+            try:
+                click.echo(f"  saved as {corpora.save_snapshot(c, Path(save_dir))}")
+            except corpora.CorpusError as exc:
+                raise click.ClickException(str(exc)) from None
 
 
 def _show(record: LmRecord) -> str:
