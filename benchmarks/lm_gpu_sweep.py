@@ -23,7 +23,9 @@ machine the sweep started on, so:
 - finally each store's finished records (``TASK.runs.jsonl``), the trained runs' weights in
   as many 15 MiB tar parts as the call may bring back, the GPU's utilisation and the logs
   go to ``--out``. At home: ``python benchmarks/lm_gpu_sweep.py --merge OUT_DIR`` adds the
-  records to the home stores (``--stores``) and unpacks the weights beside them.
+  records to the home stores (``--stores``) and unpacks the weights beside them: only
+  regular files named ``TASK/RUN.pt``, every part checked before anything is written, so a
+  member with an absolute path, ``..``, a link or a device is refused, never extracted.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ SWEEP = ROOT / "leaderboard" / "lm" / "sweep.toml"
 WORK = ROOT / ".lmgpu"
 PART_BYTES = 15 * 2**20
 MAX_PARTS = 4  # the call brings back 8 files: 2 record files, the log, the summary and these
+
+TASKS = ("lm_en", "lm_code")
+"""The tasks whose records and weights come back (a weights member is ``TASK/RUN.pt``)."""
+
 
 ORDER = ("lm_en", "lm_code", "lm_en", "lm_code")
 """Each worker's sweeps, in turn: the second passes pick up the variants left while another
@@ -137,7 +143,7 @@ def _run_ids(path: Path) -> set[str]:
 def pack(out: Path, summary: dict, home: set[str]) -> None:
     weights: list[Path] = []
     rope: set[str] = set()
-    for task in ("lm_en", "lm_code"):
+    for task in TASKS:
         store = WORK / task
         runs = store / "runs.jsonl"
         records = [json.loads(line) for line in runs.read_text().splitlines()] if runs.exists() else []
@@ -177,41 +183,81 @@ def pack(out: Path, summary: dict, home: set[str]) -> None:
         for log in sorted(WORK.glob("*.log")):
             logs.write(f"==> {log.name}\n{log.read_text()[-20000:]}\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("lm_en", "lm_code")}, indent=1))
-    for task in ("lm_en", "lm_code"):
+    print(json.dumps({k: v for k, v in summary.items() if k not in TASKS}, indent=1))
+    for task in TASKS:
         print(task, len(summary[task]), "records")
+
+
+def weights_plan(part: Path, stores: Path) -> list[tuple[tarfile.TarInfo, Path]]:
+    """Each member of the weights part ``part`` and where it goes (``stores/TASK/weights/RUN.pt``).
+
+    SystemExit naming the part and the member when any member is not a regular file named
+    ``TASK/RUN.pt`` with TASK one of :data:`TASKS`: an absolute path, ``..``, a deeper path, a
+    link or a device would land outside its place (tarfile's ``data`` filter is asked too,
+    where this Python has it). Nothing is written: the whole part is checked before any of it is."""
+    plan = []
+    try:
+        with tarfile.open(part) as tar:
+            members = tar.getmembers()
+    except (tarfile.TarError, OSError) as exc:
+        raise SystemExit(f"{part}: not a readable tar ({exc}); nothing merged") from None
+    for member in members:
+        task, _, name = member.name.partition("/")
+        plain = name not in ("", ".", "..") and "/" not in name and "\\" not in name and name.endswith(".pt")
+        refused = None if member.isfile() and task in TASKS and plain else "not a regular file TASK/RUN.pt"
+        data_filter = getattr(tarfile, "data_filter", None)
+        if refused is None and data_filter is not None:
+            try:
+                data_filter(member, str(stores))
+            except tarfile.FilterError as exc:
+                refused = f"{type(exc).__name__}: {exc}"
+        if refused is not None:
+            raise SystemExit(f"{part}: member {member.name!r} refused ({refused}); nothing merged")
+        plan.append((member, stores / task / "weights" / name))
+    return plan
 
 
 def merge(folder: Path, stores: Path) -> None:
     """Add the records brought back to the home stores (``stores/TASK``), skipping any run the
-    store already holds, and unpack the weights beside them."""
+    store already holds, and unpack the weights beside them. Every weights part and record is
+    checked before anything is written (:func:`weights_plan`); a weights file already at home is
+    kept."""
     sys.path.insert(0, str(ROOT))
     from harness.lm.record import LmRecord, LmStore
 
-    for task in ("lm_en", "lm_code"):
+    parts = {part: weights_plan(part, stores) for part in sorted(folder.glob("weights*.tar"))}
+    brought: dict[str, list[LmRecord]] = {}
+    for task in TASKS:
         src = folder / f"{task}.runs.jsonl"
-        if not src.exists():
-            continue
+        if src.exists():
+            try:
+                brought[task] = [LmRecord.from_dict(json.loads(line)) for line in src.read_text().splitlines()]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SystemExit(
+                    f"{src}: not a file of LM records ({type(exc).__name__}: {exc}); nothing merged"
+                ) from None
+    for task, records in brought.items():
         store = LmStore(stores / task)
         have = store.finished()
         added = 0
-        for line in src.read_text().splitlines():
-            record = LmRecord.from_dict(json.loads(line))
+        for record in records:
             if record.run_id not in have:
                 store.add(record)
                 have.add(record.run_id)
                 added += 1
         print(f"{task}: {added} records added to {store.folder}")
-    for part in sorted(folder.glob("weights*.tar")):
+    for part, plan in parts.items():
         with tarfile.open(part) as tar:
-            for member in tar.getmembers():
-                task, name = member.name.split("/")
-                target = stores / task / "weights" / name
-                if member.isfile() and not target.exists():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    data = tar.extractfile(member)
-                    assert data is not None
-                    target.write_bytes(data.read())
+            for member, target in plan:
+                if target.exists() or target.is_symlink():
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                data = tar.extractfile(member)
+                assert data is not None  # a regular file (weights_plan)
+                tmp = target.with_name(f".{target.name}.tmp")
+                with open(tmp, "wb") as f:
+                    shutil.copyfileobj(data, f)
+                os.replace(tmp, target)
 
 
 def main() -> None:

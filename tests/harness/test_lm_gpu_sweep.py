@@ -5,10 +5,13 @@ it at home adds each run once."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import math
 import tarfile
 from pathlib import Path
+
+import pytest
 
 from harness.lm.config import lm_preset_config
 from harness.lm.evaluate import LengthScore
@@ -64,3 +67,50 @@ def test_home_records_seed_the_device_stores_and_only_new_runs_come_back_and_mer
     ids = [r.run_id for r in home_store.records()]
     assert len(ids) == len(set(ids)) == 3
     assert home_store.weights(_record("rope", 0).run_id).read_bytes() == b"rope" * 10
+
+
+def _part(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        (_member("../escaped.pt"), b"x"),
+        (_member("lm_en/../../escaped.pt"), b"x"),
+        (_member("/tmp/escaped.pt"), b"x"),
+        (_member("lm_en/sub/escaped.pt"), b"x"),
+        (_member("lm_en/escaped.pt", tarfile.SYMTYPE, "../../../escaped.pt"), None),
+        (_member("lm_en/escaped.pt", tarfile.LNKTYPE, "../../../escaped.pt"), None),
+        (_member("lm_en/escaped.pt", tarfile.CHRTYPE), None),
+        (_member("other_task/escaped.pt"), b"x"),
+    ],
+    ids=["dotdot", "nested-dotdot", "absolute", "nested", "symlink", "hardlink", "device", "unknown-task"],
+)
+def test_merge_refuses_a_weights_part_with_a_member_outside_its_place(tmp_path, hostile):
+    mod = _module(tmp_path / "work")
+    out = tmp_path / "out"
+    out.mkdir()
+    record = _record("rope", 0)
+    (out / "lm_en.runs.jsonl").write_text(json.dumps(record.to_dict()) + "\n")
+    good = (_member(f"lm_en/{record.run_id}.pt"), b"weights")
+    _part(out / "weights0.tar", [good, hostile])
+    stores = tmp_path / "home" / "stores"
+    stores.mkdir(parents=True)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(SystemExit) as info:
+        mod.merge(out, stores)
+    assert "weights0.tar" in str(info.value)
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert after == before  # nothing written: not the escaped file, not the good one, not the record
