@@ -3,17 +3,26 @@ the folder store that keeps them (:class:`LmStore`).
 
 A record is one JSON object (one line of ``runs.jsonl`` in a store, of a results file
 under ``leaderboard/results/lm/``): the config, where it ran (commit, device, the corpus's
-sha256), and per (mode, length) the summed nats and the bytes scored (``harness.lm.evaluate``).
+sha256), per (mode, length) the summed nats and the bytes scored (``harness.lm.evaluate``),
+and its ``checksum``: ``"sha256:"`` and the hex digest of the canonical JSON (sorted keys,
+no spaces, UTF-8, no NaN) of every other key, as the algorithmic results files carry
+(``leaderboard.schema``). The checksum guards against accidental or hand edits, not
+forgery: a record whose numbers were edited after it was written is refused wherever it is
+read (the store, ``lm show``, ``lm export``, the board). Records of schema
+``pezoo-lm-run/1`` (written before records carried a checksum) are read as written, with
+nothing to check them against; the board takes only sealed ones.
 :func:`LmRecord.from_dict` is the one validator every reader goes through.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +32,38 @@ from harness.config.checks import shown
 from harness.lm.config import MODES, LmConfig
 from harness.lm.evaluate import LengthScore
 
-__all__ = ["LM_SCHEMA", "LmRecord", "LmStore"]
+__all__ = ["LM_SCHEMA", "UNSEALED_SCHEMA", "LmRecord", "LmStore", "checksum"]
 
-LM_SCHEMA = "pezoo-lm-run/1"
-"""The record format's name and version."""
+LM_SCHEMA = "pezoo-lm-run/2"
+"""The record format's name and version: version 2 carries a checksum."""
+
+UNSEALED_SCHEMA = "pezoo-lm-run/1"
+"""The format before records carried a checksum: read from a store as written (nothing to
+check it against), never published (``leaderboard.lm_results``)."""
+
+KEYS = frozenset(
+    {
+        "schema",
+        "run_id",
+        "config",
+        "scores",
+        "final_loss",
+        "train_steps",
+        "train_seconds",
+        "eval_seconds",
+        "n_params",
+        "provenance",
+    }
+)
+"""The keys of an unsealed record; a sealed one has ``checksum`` too."""
+
+
+def checksum(body: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``body`` without its ``checksum`` key (sorted
+    keys, no spaces, UTF-8 kept; NaN and infinities refused with a ValueError)."""
+    rest = {k: v for k, v in body.items() if k != "checksum"}
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -67,7 +104,8 @@ class LmRecord:
         return next((s for s in self.scores if s.mode == mode and s.length == length), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The record's JSON object, sealed with its checksum."""
+        body = {
             "schema": LM_SCHEMA,
             "run_id": self.run_id,
             "config": self.config.to_dict(),
@@ -79,26 +117,16 @@ class LmRecord:
             "n_params": dict(self.n_params),
             "provenance": dict(self.provenance),
         }
+        return {**body, "checksum": checksum(body)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LmRecord:
         """The record of a JSON object; ValueError saying what is wrong otherwise."""
         if not isinstance(d, Mapping):
             raise ValueError(f"an LM record must be an object, got {shown(d)}")
-        if d.get("schema") != LM_SCHEMA:
+        if d.get("schema") not in (LM_SCHEMA, UNSEALED_SCHEMA):
             raise ValueError(f"not an LM record of schema {LM_SCHEMA!r}: schema {shown(d.get('schema'))}")
-        expected = {
-            "schema",
-            "run_id",
-            "config",
-            "scores",
-            "final_loss",
-            "train_steps",
-            "train_seconds",
-            "eval_seconds",
-            "n_params",
-            "provenance",
-        }
+        expected = KEYS | {"checksum"} if d["schema"] == LM_SCHEMA else KEYS
         if set(d) != expected:
             raise ValueError(f"an LM record has keys {sorted(expected)}, got {sorted(d)}")
         config = LmConfig.from_dict(d["config"])
@@ -106,10 +134,17 @@ class LmRecord:
             raise ValueError(f"record {d['run_id']!r}: its config's run id is {config.run_id()!r}")
         scores = _scores(d["run_id"], d["scores"], config)
         for key in ("final_loss", "train_seconds", "eval_seconds"):
-            if not isinstance(d[key], int | float) or isinstance(d[key], bool):
-                raise ValueError(f"record {d['run_id']}: {key} must be a number")
-        if "corpus_sha256" not in d["provenance"]:
+            value = d[key]
+            if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"record {d['run_id']}: {key} must be a finite number >= 0, got {shown(value)}")
+        steps = d["train_steps"]
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+            raise ValueError(f"record {d['run_id']}: train_steps must be an integer >= 0, got {shown(steps)}")
+        if not isinstance(d["provenance"], Mapping) or "corpus_sha256" not in d["provenance"]:
             raise ValueError(f"record {d['run_id']}: its provenance lacks corpus_sha256")
+        if d["schema"] == LM_SCHEMA:
+            if not isinstance(d["checksum"], str) or d["checksum"] != checksum(d):
+                raise ValueError(f"record {d['run_id']}: checksum mismatch: the record was edited after it was written")
         return cls(
             config,
             scores,
@@ -170,6 +205,16 @@ def read_records(path: Path) -> Iterator[LmRecord]:
                 raise ValueError(f"{path}:{number}: {exc}") from None
 
 
+def _torn(data: bytes) -> tuple[bytes, bytes]:
+    """(the whole lines of ``data``, each with its newline; what follows the last newline)."""
+    cut = data.rfind(b"\n") + 1
+    return data[:cut], data[cut:]
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
 class LmStore:
     """A folder of LM runs: ``runs.jsonl`` (finished records, appended), ``checkpoints/``
     (training state every few hundred steps, removed once the run is recorded) and
@@ -178,24 +223,85 @@ class LmStore:
 
     Several sweeps may share one store (one per core or per GPU): a run is trained under
     :meth:`hold`, an exclusive ``flock`` on ``locks/<run id>.lock`` that the operating system
-    drops when its process ends, however it ends, so no claim outlives a killed sweep."""
+    drops when its process ends, however it ends, so no claim outlives a killed sweep.
 
-    def __init__(self, folder: str | Path) -> None:
+    A crash in the middle of an append can leave a torn last line: it is skipped with a
+    notice and set aside (``runs.jsonl.torn``) by the next append (:meth:`records`,
+    :meth:`add`); a store whose folder is a file is a ValueError."""
+
+    def __init__(self, folder: str | Path, *, notice: Callable[[str], None] | None = None) -> None:
         self.folder = Path(folder)
+        if self.folder.exists() and not self.folder.is_dir():
+            raise ValueError(f"the store {self.folder} is not a folder")
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / "runs.jsonl"
+        self.notice = notice or _warn
+        """Where a torn last line is reported (default: a ``RuntimeWarning``)."""
+        self._told: set[bytes] = set()
 
     def records(self) -> list[LmRecord]:
-        return list(read_records(self.path)) if self.path.exists() else []
+        """The finished records, in the order they were added. A last line without its newline
+        that is not JSON is an append a crash cut short: it is skipped (said once through
+        :attr:`notice`) and set aside by the next :meth:`add`; a bad line anywhere else is a
+        ValueError naming it (``runs.jsonl:N``), and nothing is skipped silently."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:  # a folder in its place, no permission
+            raise ValueError(f"{self.path} cannot be read: {exc.strerror or exc}") from None
+        body, tail = _torn(data)
+        lines = body.split(b"\n")[:-1] + ([tail] if tail else [])
+        records = []
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                parsed = json.loads(raw)
+            except ValueError as exc:  # not JSON (UnicodeDecodeError included)
+                if raw is tail:
+                    self._say_torn(number, tail)
+                    continue
+                raise ValueError(f"{self.path}:{number}: {exc}") from None
+            try:
+                records.append(LmRecord.from_dict(parsed))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{self.path}:{number}: {exc}") from None
+        return records
+
+    def _say_torn(self, number: int, tail: bytes) -> None:
+        if tail in self._told:
+            return
+        self._told.add(tail)
+        self.notice(
+            f"{self.path}:{number}: the last line is cut short ({len(tail)} bytes without a newline: an append a "
+            f"crash interrupted); skipped, and moved to {self.path.name}.torn when the next run is recorded"
+        )
 
     def finished(self) -> set[str]:
         return {r.run_id for r in self.records()}
 
     def add(self, record: LmRecord) -> None:
+        """Append ``record``. A torn last line (:meth:`records`) is first moved to
+        ``runs.jsonl.torn``, so the new line never joins it; a whole record that lost only its
+        newline gets it back. Appends take an exclusive ``flock`` on the file, one at a time."""
         line = json.dumps(record.to_dict(), sort_keys=True) + "\n"
         LmRecord.from_dict(json.loads(line))  # never write what cannot be read back
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
+        with open(self.path, "a+b") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # dropped when the file is closed
+            f.seek(0)
+            body, tail = _torn(f.read())
+            if tail:
+                try:
+                    json.loads(tail)
+                    f.write(b"\n")  # a whole line whose newline was cut: keep it
+                except ValueError:
+                    with open(self.path.with_name(self.path.name + ".torn"), "ab") as aside:
+                        aside.write(tail)
+                        aside.flush()
+                        os.fsync(aside.fileno())
+                    f.truncate(len(body))
+            f.write(line.encode())
             f.flush()
             os.fsync(f.fileno())
 
