@@ -110,7 +110,9 @@ def import_cmd(results_dir: Path, store_path: Path) -> None:
 @leaderboard.command("check")
 @_results_option
 def check_cmd(results_dir: Path) -> None:
-    """Validate every results file (schema, checksum, duplicates) and diagnostics file; exit 1
+    """Validate every results file (schema, checksum, duplicates) and diagnostics file, and the
+    LM results under ``lm/`` (each record's checksum, each run once, one protocol and one
+    corpus per table, a variant's trained run published: ``leaderboard.lm_results``); exit 1
     with path:line: reason if any is bad. Then say how much of each board's plan (the sweep
     files next to the results folder) is published, and which tables have left the board
     (``retired.toml`` next to it; exit 1 if a retirement does not hold). The board is
@@ -129,6 +131,7 @@ def check_cmd(results_dir: Path) -> None:
     _echo(f"{len(files)} results file(s), {len(records)} run(s): valid")
     if diagnostics:
         _echo(f"{len(diagnostics)} diagnostics file(s): valid")
+    lm_records = _lm_check(results_dir / "lm")
     from leaderboard.plans import read_plans
 
     plans = read_plans(results_dir.parent)
@@ -136,15 +139,33 @@ def check_cmd(results_dir: Path) -> None:
         _echo(line)
     for problem in plans.problems:
         _echo(f"note: sweep file {problem} (not read as a plan)")
-    kept, retired = _render_in_memory(records, diagnostics, plans, results_dir)
+    kept, retired = _render_in_memory(records, diagnostics, plans, results_dir, lm_records)
     _note_stray(kept, plans)
     for gone in retired:
         _echo(_retired_line(gone))
     _note_not_installed(records)
 
 
+def _lm_check(lm_dir: Path) -> list[Any]:
+    """The LM records under ``lm_dir``, validated as the board reads them (none without the folder)."""
+    from leaderboard.lm_results import LmResultsError, read_lm_results
+
+    try:
+        lm_records = read_lm_results(lm_dir)
+    except LmResultsError as exc:
+        raise click.ClickException(terminal_text(f"invalid LM results:\n  {exc}")) from None
+    if lm_records:
+        files = sorted(p for p in lm_dir.glob("*.jsonl") if not p.is_dir())
+        _echo(f"{len(files)} LM results file(s), {len(lm_records)} LM run(s): valid")
+    return lm_records
+
+
 def _render_in_memory(
-    records: Sequence[Record], diagnostics: dict[str, dict[str, Any]], plans: Plans, results_dir: Path
+    records: Sequence[Record],
+    diagnostics: dict[str, dict[str, Any]],
+    plans: Plans,
+    results_dir: Path,
+    lm_records: Sequence[Any] = (),
 ) -> tuple[list[Record], tuple[RetiredTable | RetiredRow, ...]]:
     """Everything `build` does but write: read the retirements, check one protocol per table
     and render the board; (the runs kept on the board, the retired tables and rows)."""
@@ -155,7 +176,15 @@ def _render_in_memory(
         kept, _, retired = retire(records, plans, retirements)
         check_protocols(kept)  # as build does: one protocol per (preset, task) table
         # and everything else build does but write: what check passes, build draws
-        render(records, results_href=".", repo_href=".", diagnostics=diagnostics, plans=plans, retirements=retirements)
+        render(
+            records,
+            results_href=".",
+            repo_href=".",
+            diagnostics=diagnostics,
+            plans=plans,
+            retirements=retirements,
+            lm_records=lm_records,
+        )
     except (RetiredFileError, BoardError, SiteError) as exc:
         raise click.ClickException(terminal_text(str(exc))) from None
     return kept, retired
@@ -376,7 +405,7 @@ def published_store_rows() -> list[dict]:
 def lm_cmd(results_dir: Path, out_dir: Path) -> None:
     """Render the language-modelling section (docs/lm.md) from the published LM records only."""
     from leaderboard.lm_board import lm_pages
-    from leaderboard.lm_rows import read_lm_results
+    from leaderboard.lm_results import read_lm_results
 
     try:
         records = read_lm_results(results_dir)

@@ -57,6 +57,7 @@ from leaderboard.lm_rows import (
     weakest,
 )
 from leaderboard.permutation import ALPHA, p_above, p_text
+from leaderboard.readme import md
 from leaderboard.styles import styles
 from leaderboard.text import render_template
 from pezoo import LmPaperClaim, LmRowSelector
@@ -370,13 +371,15 @@ def answer_groups(rows: Sequence[LmRow]) -> tuple[str, list[tuple[list[str], flo
 
 def render_markdown(records: Sequence[LmRecord]) -> str:
     """The LM section as markdown: per corpus the answer table, the curves' numbers, seconds
-    per step and the claims' verdicts (from real records only: none gives the empty note)."""
+    per step and the claims' verdicts (from real records only: none gives the empty note).
+    Every value a record gives (a row's name, its options, a machine's, the corpus hash) goes
+    through ``leaderboard.readme.md``: markup in it is shown as text, never a tag or a cell."""
     if not records:
         return "## Language modelling\n\nNo language-modelling results are published yet (`pezoo lm sweep`).\n"
     out = ["## Language modelling", "", SCALE_NOTE, ""]
     for task, rows in lm_rows(records).items():
         first, order = rows[0], ranked(rows)
-        out += [f"### {task} (corpus sha256 {corpus_of(rows)[:16]})", "", answer_sentence(rows), ""]
+        out += [f"### {md(task)} (corpus sha256 {md(corpus_of(rows)[:16])})", "", answer_sentence(rows), ""]
         out.append(
             f"How far bits per byte stay within 5 % of bpb(L), weakest seed (L = {first.length} bytes; {VARIANT_NOTE}):"
         )
@@ -386,27 +389,29 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
         out.append("|---|---|---|" + "---|" * len(first.lengths) + "---|")
         for row in order:
             shown = " | ".join(cells(row, row.lengths))
-            out.append(f"| {row.shown} | {len(row.records)} | {weakest(row):g} | {shown} | {seconds_text(row)} |")
+            out.append(
+                f"| {md(row.shown)} | {len(row.records)} | {weakest(row):g} | {shown} | {md(seconds_text(row))} |"
+            )
         out += ["", SPEED_NOTE]
-        out += ["", f"![bits per byte against test length on {task}, one line per encoding](lm-{task}.svg)", ""]
+        out += ["", f"![bits per byte against test length on {md(task)}, one line per encoding](lm-{task}.svg)", ""]
         out += _tail_table(order)
         out += ["Claims:", "", "| claim | source | verdict | why |", "|---|---|---|---|"]
         for claim in LM_CLAIMS:
             found = verdicts(claim, rows)
             if not found:
                 out.append(f"| {claim.says} | {claim.source} | not run yet | |")
-            out += [f"| {claim.says} | {claim.source} | {v.outcome} | {v.why} |" for v in found]
+            out += [f"| {claim.says} | {claim.source} | {v.outcome} | {md(v.why)} |" for v in found]
         out.append("")
     return "\n".join(out) + "\n"
 
 
 def answer_sentence(rows: Sequence[LmRow]) -> str:
-    """The corpus's answer in one sentence (markdown): the encodings by how far (a multiple of
-    L) their bits per byte stay within 5 % of bpb(L) on the weakest seed, farthest first."""
+    """The corpus's answer in one sentence (markdown, the rows' names escaped): the encodings by how
+    far (a multiple of L) their bits per byte stay within 5 % of bpb(L) on the weakest seed, farthest first."""
     each, groups = answer_groups(rows)
     parts = []
     for labels, multiple, longest in groups:
-        names = ", ".join(f"**{label}**" for label in labels)
+        names = ", ".join(f"**{md(label)}**" for label in labels)
         if multiple == 0:
             parts.append(f"{names} not even at L ({AT_L_NOTE})")
         elif multiple <= 1:
@@ -428,7 +433,7 @@ def _tail_table(order: Sequence[LmRow]) -> list[str]:
         "| encoding | " + " | ".join(f"bpb S = {s}" for s in lengths) + " |",
         "|---|" + "---|" * len(lengths),
     ]
-    out += [f"| {row.shown} | " + " | ".join(cells(row, lengths, "tail")) + " |" for row in order]
+    out += [f"| {md(row.shown)} | " + " | ".join(cells(row, lengths, "tail")) + " |" for row in order]
     return [*out, ""]
 
 
@@ -465,7 +470,7 @@ def readme_section(records: Sequence[LmRecord], site_href: str) -> list[str]:
         "",
     ]
     for task, rows in lm_rows(records).items():
-        out += [f"* {task}: {answer_sentence(rows)}"]
+        out += [f"* {md(task)}: {answer_sentence(rows)}"]
     return [*out, ""]
 
 

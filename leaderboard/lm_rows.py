@@ -1,20 +1,25 @@
 """The LM section's rows: one encoding (or variant) on one task, its records one per seed, and
 how far each record's bits per byte stay within 5 % of its bpb at L (:func:`reach`, exact on
-the records' sums and counts). ``leaderboard.lm_board`` renders them and judges the claims."""
+the records' sums and counts). ``leaderboard.lm_board`` renders them and judges the claims.
+
+Rows are made only of a set of records that keeps to ``leaderboard.lm_results``' rules (each
+run once, one protocol and one corpus per table, a variant's trained run with it): a set
+that does not is an :class:`~leaderboard.lm_results.LmResultsError`, so no page ever pools
+two protocols in a row or judges a variant without its trained run."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import pezoo
 from harness.config.pe_spec import display_name
 from harness.lm.config import LmConfig
-from harness.lm.record import LmRecord, read_records
+from harness.lm.record import LmRecord
 from harness.lm.tasks import LM_TASKS
-from pezoo.spec import format_eval_options, format_pe
+from leaderboard.lm_results import LmResultsError, Located, label_of, read_lm_results, set_problems
+from pezoo.spec import format_pe
 
 __all__ = [
     "WITHIN",
@@ -50,16 +55,6 @@ def short_label(cfg: LmConfig) -> str:
     return f"{base} → {', '.join(parts)}{tuned}"
 
 
-def label_of(cfg: LmConfig) -> str:
-    """The row label of a config: its encoding spec, a variant's options, a fine-tune's steps."""
-    text = format_pe(cfg.pe, cfg.pe_options)
-    if cfg.eval_pe_options:
-        text += format_eval_options(cfg.eval_pe_options)
-    if cfg.finetune_steps:
-        text += f" +{cfg.finetune_steps} steps at {cfg.finetune_length}"
-    return text
-
-
 @dataclass(frozen=True)
 class LmRow:
     """One encoding (label) on one task: its records, one per seed."""
@@ -67,7 +62,7 @@ class LmRow:
     task: str
     label: str
     records: tuple[LmRecord, ...]
-    bases: tuple[LmRecord | None, ...] = ()  # a variant's trained run per seed, where published
+    bases: tuple[LmRecord | None, ...] = ()  # a variant's trained run per seed (lm_rows requires it)
 
     @property
     def config(self) -> LmConfig:
@@ -88,7 +83,10 @@ class LmRow:
         return self.config.eval.lengths
 
     def reaches(self) -> list[int]:
+        """Each seed's :func:`reach`; a variant's against its trained run's bpb(L), never its own."""
         bases = self.bases or (None,) * len(self.records)
+        if any(r.config.is_variant and base is None for r, base in zip(self.records, bases, strict=True)):
+            raise ValueError(f"{self.label} on {self.task}: a variant without its trained run has no reference")
         return [reach(r, base) for r, base in zip(self.records, bases, strict=True)]
 
     def bpb(self, length: int, mode: str = "windows") -> list[float | None]:
@@ -143,22 +141,17 @@ def reach(record: LmRecord, base: LmRecord | None = None) -> int:
     return best
 
 
-def read_lm_results(folder: Path) -> list[LmRecord]:
-    """Every record of the ``*.jsonl`` files in ``folder`` (none when it does not exist)."""
-    if not folder.is_dir():
-        return []
-    return [r for path in sorted(folder.glob("*.jsonl")) for r in read_records(path)]
-
-
 def lm_rows(records: Sequence[LmRecord]) -> dict[str, list[LmRow]]:
     """Rows per task (in the track's task order: ``lm_en``, then ``lm_code``), each row's records
-    sorted by seed (one record per seed: a duplicate is an error)."""
+    sorted by seed; LmResultsError where the records break ``leaderboard.lm_results``' rules
+    (a run twice, two records of one row and seed, two protocols or corpora in a table, a
+    variant without its trained run)."""
+    problems = set_problems([Located(r) for r in records])
+    if problems:
+        raise LmResultsError(problems)
     groups: dict[tuple[str, str], dict[int, LmRecord]] = {}
     for r in records:
-        seeds = groups.setdefault((r.config.task, label_of(r.config)), {})
-        if r.config.seed in seeds and seeds[r.config.seed].run_id != r.run_id:
-            raise ValueError(f"two records of {label_of(r.config)} on {r.config.task} seed {r.config.seed}")
-        seeds[r.config.seed] = r
+        groups.setdefault((r.config.task, label_of(r.config)), {})[r.config.seed] = r
     by_id = {r.run_id: r for r in records}
     out: dict[str, list[LmRow]] = {}
     order = {t: i for i, t in enumerate(LM_TASKS)}

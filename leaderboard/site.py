@@ -46,12 +46,20 @@ def render(
     diagnostics: Mapping[str, Mapping[str, Any]] | None = None,
     plans: Plans = NO_PLANS,
     retirements: Sequence[Retirement | RowRetirement] = (),
+    lm_records: Sequence[Any] = (),
 ) -> dict[str, str]:
     """Site path (relative, '/'-separated) -> page text, for validated ``records`` (and
     the diagnostics of some of them, by run id), against the sweep files' ``plans``, less
-    the tables ``retirements`` retire."""
+    the tables ``retirements`` retire, with the language-modelling section of ``lm_records``
+    (``harness.lm.record.LmRecord``, read by ``leaderboard.lm_results``) where there are any."""
     board = assemble(records, plans, retirements)
-    return render_pages(board, results_href, repo_href, repo_root, diagnostics)
+    pages = render_pages(board, results_href, repo_href, repo_root, diagnostics, lm_records)
+    if lm_records:
+        from leaderboard.lm_board import lm_pages, readme_section
+
+        pages.update(lm_pages(lm_records))
+        readme_section(lm_records, ".")
+    return pages
 
 
 def relative_href(from_dir: Path, to: Path) -> str:
@@ -75,8 +83,8 @@ def results_folder_problem(results_dir: Path) -> str | None:
 
 def _lm_records(lm_dir: Path) -> list[Any]:
     """The LM records in ``lm_dir`` (none when it has none: the board then has no LM section);
-    an invalid LM record is a SiteError."""
-    from leaderboard.lm_rows import read_lm_results
+    an invalid LM record, or a set the section cannot show (``leaderboard.lm_results``), is a SiteError."""
+    from leaderboard.lm_results import read_lm_results
 
     try:
         return read_lm_results(lm_dir)

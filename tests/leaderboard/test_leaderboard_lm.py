@@ -134,7 +134,8 @@ def test_the_command_refuses_an_empty_results_folder_and_renders_records(tmp_pat
 def test_two_records_of_one_row_and_seed_are_refused():
     a = record("alibi", 0, FLAT)
     b = record("alibi", 0, FLAT)
-    assert lm_rows([a, b])  # the same run twice is one record
+    with pytest.raises(ValueError, match="is already published"):  # each run once, as algorithmic runs
+        lm_rows([a, b])
     other = LmRecord(lm_preset_config("lm", pe="alibi", task="lm_en", seed=0, overrides={"train": {"steps": 10}}),
                      a.scores, 1.0, 10, 1.0, 1.0, {}, a.provenance)  # fmt: skip
     with pytest.raises(ValueError, match="two records of alibi"):
@@ -299,7 +300,9 @@ def test_a_variant_is_held_to_its_trained_runs_bpb_at_l():
     assert "not even at L (already more than 5 % above the bpb at L of the trained run they modify)" in (
         answer_sentence(list(rows.values()))
     )
-    assert reach(broken) == 4096 and lm_rows([broken])["lm_en"][0].reaches() == [4096]  # no trained run: its own
+    assert reach(broken) == 4096  # against its own bpb(L): what no row may do
+    with pytest.raises(ValueError, match="which is not published"):  # no trained run: no row, no verdict
+        lm_rows([broken])
 
     pi_claim = next(c for c in LM_CLAIMS if c.row.finetuned)
     tuned = record("rope@{scaling={rope_type=linear,factor=4.0}}", 0, (2.8, 2.78, 2.76, 3.4, 4.2), finetune_steps=200)
