@@ -41,7 +41,16 @@ from harness.training.graphs import capture
 from harness.training.precision import autocast, evaluation_precision, grad_scaler
 from harness.training.train import Accel, DivergedError, lr_factor, make_optimizer
 
-__all__ = ["CHECKPOINT_EVERY", "LmLoss", "build_lm_model", "run_lm", "step_loss", "sweep_lm", "train_steps"]
+__all__ = [
+    "CHECKPOINT_EVERY",
+    "LmLoss",
+    "build_lm_model",
+    "lock_problem",
+    "run_lm",
+    "step_loss",
+    "sweep_lm",
+    "train_steps",
+]
 
 CHECKPOINT_EVERY = 250
 """Steps between checkpoints."""
@@ -393,7 +402,7 @@ def sweep_lm(
                 taken = held.enter_context(store.hold(run_id))
                 trained_busy = cfg.is_variant and store.held(cfg.trained_config().run_id())
             except OSError as exc:  # a lock that cannot be taken (a folder in its place, locks/ a file): this run only
-                outcomes[run_id] = f"failed: {_lock_problem(store, exc)}"
+                outcomes[run_id] = f"failed: {lock_problem(store, exc)}"
                 notice(f"{label}: {outcomes[run_id]}")
                 continue
             if run_id in store.finished():  # read again: a sweep beside this one may have finished it
@@ -421,7 +430,7 @@ def sweep_lm(
     return outcomes
 
 
-def _lock_problem(store: LmStore, exc: OSError) -> str:
+def lock_problem(store: LmStore, exc: OSError) -> str:
     """Why a run's lock (:meth:`LmStore.hold`) could not be taken, naming the file."""
     where = exc.filename or store.folder / "locks"
     return f"cannot take its lock {where}: {exc.strerror or type(exc).__name__}"
