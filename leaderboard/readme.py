@@ -28,6 +28,7 @@ from leaderboard.board import RETIRED_RULE, Board, Table
 from leaderboard.provisional import filling_sentence, superseded_sentence, table_filling
 from leaderboard.reach import NULL_RULE, SPLIT_SEEDS_RULE, nothing_extrapolates, past_n_sentence, reaches, times_n
 from leaderboard.rows import CELLS_RULE, OVERLAP_RULE, PENDING_SEEDS_RULE, RANKING_RULE, SCORES, Row, cell_text
+from leaderboard.schema import FILE_NAME
 from leaderboard.text import GENERATOR, plural, short_commit, slug
 
 README_MARK = f"<!-- {GENERATOR}: generated from the results files; do not edit by hand -->"
@@ -319,7 +320,7 @@ def _task_section(board: Board, task: str, site_href: str) -> list[str]:
 
 def _provenance_table(provs: list[prov.Provenance]) -> list[str]:
     """The provenance section: per preset, its runs, steps, backbones, devices, commits,
-    torch versions, days and results files."""
+    torch versions, days and how many results files (:func:`_files_cell`)."""
     out = ["## Provenance", ""]
     rows = []
     for p in provs:
@@ -334,12 +335,23 @@ def _provenance_table(provs: list[prov.Provenance]) -> list[str]:
                 _mds(short_commit(c, " (uncommitted changes)") for c in p.commits),
                 _mds(p.torch_versions),
                 days,
-                _mds(p.files),
+                _files_cell(p),
             ]
         )
     headers = ["preset", "runs", "steps", "backbone", "device", "commit", "torch", "finished (UTC)", "files"]
     out += [tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True), ""]
     return out
+
+
+def _files_cell(p: prov.Provenance) -> str:
+    """How many results files hold the preset's runs, and where: ``146 (`results/quick-*.jsonl`)``
+    when every one is named as export names it (``<preset>-<day>-<digest>.jsonl``), else
+    ``3 (`results/`)``. Never every name in one cell (157 of them made a row thousands of
+    characters wide); the site's provenance table links each file."""
+    named = [FILE_NAME.match(name) for name in p.files]
+    if all(m is not None and m["preset"] == p.preset for m in named):  # [A-Za-z0-9_.-]: safe in a code span
+        return f"{len(p.files)} (`results/{p.preset}-*.jsonl`)"
+    return f"{len(p.files)} (`results/`)"
 
 
 def _train_max(board: Board, task: str) -> int | None:

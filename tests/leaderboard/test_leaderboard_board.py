@@ -617,3 +617,22 @@ def test_past_n_sentence_counts_rows_not_ranked_yet_and_is_on_the_pages():
     for page in ("tasks/copy.html", "index.html"):
         [shown] = parse_html(pages[page]).find_all("p", cls="answer")
         assert shown.text == answer + ".", page
+
+
+def test_the_readme_provenance_counts_results_files_and_points_to_them():
+    """A preset published in 157 files is a count and a pointer, not every name in one cell
+    (a table row thousands of characters wide); the site's provenance still links each file."""
+
+    def provenance_row(named: list[Record]) -> dict[str, str]:
+        lines = render_readme(bd.assemble(named), site_href="site").splitlines()
+        table = lines[lines.index("## Provenance") + 2 :]
+        header, row = ([c.strip() for c in line.strip("|").split("|")] for line in (table[0], table[2]))
+        return dict(zip(header, row, strict=True))
+
+    many = [
+        Record(make_record("rope", "copy", seed, ROPE0, train_max=3), Path(f"smoke-20261124-{seed:012x}.jsonl"), 1)
+        for seed in range(157)
+    ]
+    row = provenance_row(many)
+    assert row["files"] == "157 (`results/smoke-*.jsonl`)"
+    assert provenance_row(records())["files"] == "1 (`results/`)"  # not named as export names files
