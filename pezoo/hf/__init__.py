@@ -17,6 +17,7 @@ Importing :mod:`pezoo` never imports transformers; this module does.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,7 +30,7 @@ from transformers.modeling_utils import AttentionInterface
 
 from pezoo.attention import BACKENDS
 from pezoo.base import ModelDims, PositionalEncoding, create
-from pezoo.hf import auto, calls
+from pezoo.hf import auto, calls, weight_files
 from pezoo.hf.families import (
     ATTENTION_NAME,
     FAMILIES,
@@ -369,7 +370,18 @@ def _saved_record(record: Any, owner: str) -> tuple[str, dict[str, Any], str]:
 
 def _adapted_from_pretrained(cls: Any, *args: Any, **kwargs: Any) -> Any:
     """transformers' ``from_pretrained``, then the encoding's derived tables rebuilt: the loader
-    leaves non-persistent buffers uninitialised (they are in no weight file)."""
+    leaves non-persistent buffers uninitialised (they are in no weight file). A local folder
+    holding a single weight file and a sharded index at once is refused: transformers would
+    read the single file, which may be another model's (:func:`pezoo.hf.weight_files.ambiguous`)."""
+    path = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+    if isinstance(path, (str, Path)) and Path(path).is_dir():
+        folder = Path(path, kwargs.get("subfolder") or "")
+        both = weight_files.ambiguous(folder, kwargs.get("variant"))
+        if both:
+            raise ValueError(
+                f"{folder} holds weights in two layouts ({', '.join(both)}), left by saves of different models "
+                "or shard sizes: which are the model's is ambiguous; remove the stale ones, or save the model again"
+            )
     loaded = _original(cls).from_pretrained.__func__(cls, *args, **kwargs)
     model = loaded[0] if isinstance(loaded, tuple) else loaded
     _rebuild_buffers(model)
@@ -394,10 +406,26 @@ def _rebuild_buffers(model: Any) -> None:
 
 def _save_pretrained(self: Any, save_directory: str | Path, *args: Any, **kwargs: Any) -> Any:
     """``save_pretrained``, with the config's ``auto_map`` and :data:`pezoo.hf.auto.REMOTE_CODE`
-    beside the weights (see :mod:`pezoo.hf.auto`)."""
+    beside the weights (see :mod:`pezoo.hf.auto`), replacing every weight file the folder held,
+    of either layout (:func:`pezoo.hf.weight_files.replacing`), so the folder holds this model's
+    weights alone."""
     auto_map, text = auto.remote_code(auto.base_type(self.config.model_type))
     self.config.auto_map = auto_map
-    out = _original(type(self)).save_pretrained(self, save_directory, *args, **kwargs)
+    save = _original(type(self)).save_pretrained
+    call = inspect.signature(save).bind_partial(self, save_directory, *args, **kwargs).arguments
+    writes = (
+        self.should_save_on_this_rank(call.get("is_main_process", True))
+        if hasattr(self, "should_save_on_this_rank")
+        else call.get("is_main_process", True)
+    )
+    own_weights = (
+        writes and not call.get("distributed_checkpoint") and not getattr(self, "_hf_peft_config_loaded", False)
+    )
+    if own_weights:  # the model's own weight files (not an adapter's, not another rank's)
+        with weight_files.replacing(Path(save_directory), call.get("variant")):
+            out = save(self, save_directory, *args, **kwargs)
+    else:
+        out = save(self, save_directory, *args, **kwargs)
     Path(save_directory, auto.REMOTE_CODE).write_text(text)
     return out
 

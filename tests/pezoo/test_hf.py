@@ -445,6 +445,78 @@ def test_a_subfolder_gives_its_own_spec_and_weights(tmp_path):
     assert loaded.config.pezoo["spec"] == "fire" and same_logits(loaded, model)
 
 
+# --- a save over another model's files (issue 65, case 4) ----------------------------------------
+
+SHARDED = "10KB"  # the tiny llama in several shards
+
+
+def weight_files(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(("model", "pytorch_model")))
+
+
+def test_a_sharded_save_over_another_models_single_file_loads_the_new_model(tmp_path):
+    _, folder = saved(tmp_path, seed=2)  # another model: model.safetensors
+    model = adapted("llama", "fire", seed=1)
+    model.save_pretrained(folder, max_shard_size=SHARDED)
+    assert same_logits(pezoo.hf.from_pretrained(folder), model)
+    assert same_logits(transformers.AutoModelForCausalLM.from_pretrained(folder), model)
+    files = weight_files(folder)
+    assert "model.safetensors" not in files and "model.safetensors.index.json" in files
+
+
+def test_a_single_file_save_over_another_models_shards_leaves_no_index(tmp_path):
+    folder = tmp_path / "model"
+    adapted("llama", "fire", seed=2).save_pretrained(folder, max_shard_size=SHARDED)
+    model = adapted("llama", "fire", seed=1)
+    model.save_pretrained(folder)
+    assert weight_files(folder) == ["model.safetensors"]
+    assert same_logits(pezoo.hf.from_pretrained(folder), model)
+
+
+def test_a_save_removes_another_models_pickled_weights(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    other = adapted("llama", "fire", seed=2)
+    torch.save(other.state_dict(), folder / "pytorch_model.bin")
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {}}))
+    model = adapted("llama", "fire", seed=1)
+    model.save_pretrained(folder)
+    assert weight_files(folder) == ["model.safetensors"]
+    assert same_logits(transformers.AutoModelForCausalLM.from_pretrained(folder, use_safetensors=None), model)
+
+
+def test_a_folder_holding_both_layouts_is_refused_at_load(tmp_path):
+    _, folder = saved(tmp_path, seed=2)  # model.safetensors
+    _, sharded = saved(tmp_path, seed=1, name="sharded")
+    adapted("llama", "fire", seed=1).save_pretrained(sharded, max_shard_size=SHARDED)
+    for name in weight_files(sharded):
+        if name != "model.safetensors":
+            shutil.copy(sharded / name, folder / name)  # as an older save left the folder
+    with pytest.raises(ValueError, match=r"model\.safetensors\.index\.json"):
+        pezoo.hf.from_pretrained(folder)
+    with pytest.raises(ValueError, match=r"model\.safetensors\.index\.json"):
+        transformers.AutoModelForCausalLM.from_pretrained(folder)
+
+
+def test_a_save_that_fails_midway_keeps_the_model_that_was_there(tmp_path, monkeypatch):
+    import transformers.modeling_utils
+
+    before, folder = saved(tmp_path, seed=2)
+
+    def torn(tensors, filename, metadata=None):
+        with open(filename, "wb") as f:
+            f.write(b"torn")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", torn)
+    with pytest.raises(OSError, match="disk full"):
+        adapted("llama", "fire", seed=1).save_pretrained(folder, max_shard_size=SHARDED)
+    monkeypatch.undo()
+    assert weight_files(folder) == ["model.safetensors"]
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]
+    assert same_logits(pezoo.hf.from_pretrained(folder), before)
+
+
 @pytest.mark.parametrize(
     ("spec", "options"),
     [
