@@ -44,7 +44,7 @@ def _shard(single: str, variant: str | None) -> re.Pattern[str]:
 
 def weight_files(folder: Path, variant: str | None = None) -> list[Path]:
     """The weight files of ``variant`` in ``folder``, of every layout: single files, indexes
-    and shards (regular files only; sorted by name)."""
+    and shards (files, or links to them as in the hub's cache; sorted by name)."""
     if not folder.is_dir():
         return []
     names = {_variant(n, variant) for n in (*SINGLES, *INDEXES)}
@@ -52,7 +52,7 @@ def weight_files(folder: Path, variant: str | None = None) -> list[Path]:
     return sorted(
         p
         for p in folder.iterdir()
-        if (p.name in names or any(s.fullmatch(p.name) for s in shards)) and p.is_file() and not p.is_symlink()
+        if (p.name in names or any(s.fullmatch(p.name) for s in shards)) and (p.is_symlink() or p.is_file())
     )
 
 
