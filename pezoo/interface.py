@@ -166,6 +166,31 @@ class PositionalEncoding(nn.Module):
         None and the block changes nothing, so evaluation code can wrap any encoding."""
         yield None
 
+    _generator: torch.Generator | None = None
+    """Where this encoding's random draws come from (a CPU generator), or None: torch's global
+    RNG. Set for a block by :meth:`drawing_from` or :meth:`seeded`."""
+
+    @contextmanager
+    def drawing_from(self, generator: torch.Generator | None) -> Iterator[None]:
+        """Inside the block, every random draw of this encoding and of the encodings it holds
+        (a wrapper's inner one, a combination's parts) comes from ``generator``, a CPU
+        ``torch.Generator`` whose stream the draws continue, instead of torch's global RNG
+        (None: from the global RNG). Draws an encoding makes for a device tensor are made on
+        the CPU and moved, so a run draws the same numbers on any device type.
+
+        A training run draws from a generator of its own: runs trained side by side in one
+        process (threads sharing torch's one global RNG) then draw exactly what each draws
+        alone."""
+        parts = [m for m in self.modules() if isinstance(m, PositionalEncoding)]
+        previous = [m._generator for m in parts]
+        for m in parts:
+            m._generator = generator
+        try:
+            yield
+        finally:
+            for m, g in zip(parts, previous, strict=True):
+                m._generator = g
+
     def ctx_key(self, name: str) -> tuple[str, int]:
         """A key for this instance's entries in ``ctx.scratch`` and ``ctx.state``.
 

@@ -7,6 +7,7 @@ One module per part:
     checks      strict keys, and each config value's type and range
     backbone    ``BackboneConfig``: the backbone's shape, shared by every run of a comparison
     precisions  the precisions a run trains and evaluates in, by name
+    global_rng  torch's one global RNG, and the lock whoever seeds, draws from or restores it holds
     limits      upper bounds for every size-like value of a run's configuration
     pe_spec     encoding specs in the benchmark: the options a run records, its name, and
                 which options an inference-time variant may change

@@ -37,6 +37,7 @@ from typing import Any
 import pezoo
 from harness.config import limits
 from harness.config.backbone import BackboneConfig
+from harness.config.global_rng import forked_global_rng
 from harness.config.protocols import paper_pe_options
 from pezoo.setups import has_paper_setup
 from pezoo.spec import PeSpec, canonical, format_eval_options, format_pe, format_value, parse_pe
@@ -173,11 +174,10 @@ def check_eval_options(
 
 @functools.lru_cache(maxsize=256)
 def _state_shapes(pe: str, options_json: str, d_model: int, n_heads: int, n_layers: int) -> dict[str, tuple[int, ...]]:
-    import torch
 
     import pezoo
 
-    with torch.random.fork_rng(devices=[]):
+    with forked_global_rng():
         module = pezoo.create(pe, dims=pezoo.ModelDims(d_model, n_heads, n_layers), **json.loads(options_json))
     return {k: tuple(v.shape) for k, v in module.state_dict().items()}
 
@@ -199,7 +199,7 @@ def _preflight(pe: str, options_json: str, d_model: int, n_heads: int, n_layers:
 
     import pezoo
 
-    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+    with forked_global_rng(), torch.device("meta"):
         module = pezoo.create(pe, dims=pezoo.ModelDims(d_model, n_heads, n_layers), **json.loads(options_json))
     return module.max_position
 

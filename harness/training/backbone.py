@@ -58,6 +58,10 @@ class Backbone(nn.Module):
         pe: the positional encoding (built for ``cfg``'s dims).
     """
 
+    init_rng_state: Tensor | None = None
+    """torch's global CPU RNG state right after ``harness.training.train.build_model``
+    initialised this model; the run's training draws continue from it."""
+
     def __init__(self, cfg: BackboneConfig, pe: PositionalEncoding) -> None:
         super().__init__()
         self.cfg, self.pe = cfg, pe

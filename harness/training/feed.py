@@ -20,6 +20,7 @@ On CUDA a producer also pins the batch's host memory and copies it with
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import random
 import threading
@@ -106,6 +107,7 @@ class BatchFeed:
         self._queue: queue.Queue[Fed | BaseException | None] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._cuda_stream: torch.cuda.Stream | None = None
 
     def _make(self, step: int) -> Fed:
         lo, hi = self.scale_range(step)
@@ -139,11 +141,16 @@ class BatchFeed:
         return False
 
     def _produce(self) -> None:
+        # The copies go on the consumer's stream (a thread starts on the device's default
+        # stream): where runs train side by side, each on a stream of its own, a batch is
+        # then copied before the steps that read it, in that stream's order.
+        on_stream = torch.cuda.stream(self._cuda_stream) if self._cuda_stream is not None else contextlib.nullcontext()
         try:
-            for step in range(self.first, self.last):
-                if not self._put(self._make(step)):
-                    return
-            self._put(None)
+            with on_stream:
+                for step in range(self.first, self.last):
+                    if not self._put(self._make(step)):
+                        return
+                self._put(None)
         except BaseException as exc:  # handed to the consumer, raised there
             self._put(exc)
 
@@ -153,6 +160,7 @@ class BatchFeed:
                 yield self._make(step)
             return
         self._queue = queue.Queue(maxsize=self.ahead)
+        self._cuda_stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
         self._thread = threading.Thread(target=self._produce, name="pezoo-batches", daemon=True)
         self._thread.start()
         try:

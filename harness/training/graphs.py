@@ -21,8 +21,11 @@ Everything here but :class:`GraphedLoss` is device-agnostic and tested on CPU.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -163,6 +166,33 @@ class GraphedLoss:
         return capture(_Pass(self.model, self.precision, with_positions), tuple(a.clone() for a in args))
 
 
+_CAPTURING = threading.Lock()
+"""One capture at a time in a process (runs trained side by side in threads each capture theirs)."""
+
+
+@contextlib.contextmanager
+def _thread_local_capture() -> Iterator[None]:
+    """``torch.cuda.make_graphed_callables`` captures with ``torch.cuda.graph``'s default
+    error mode, ``global``: while one thread captures, a CUDA call another thread may make
+    (an allocation, an event query, a pinned copy: another run's step or its batch
+    producer) is refused and invalidates the capture. Runs trained side by side in one
+    process's threads need ``thread_local``, which checks only the capturing thread's own
+    calls; each run captures on its own stream, so no other thread's work enters its graph.
+    Held under :data:`_CAPTURING`, so the patched name is restored before another capture."""
+    original = torch.cuda.graph
+
+    class _ThreadLocalGraph(original):  # type: ignore[misc, valid-type]
+        def __init__(self, cuda_graph: Any, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("capture_error_mode", "thread_local")
+            super().__init__(cuda_graph, *args, **kwargs)
+
+    torch.cuda.graph = _ThreadLocalGraph  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        torch.cuda.graph = original  # type: ignore[misc]
+
+
 def capture(module: nn.Module, samples: tuple[Tensor, ...]) -> Callable | None:
     """``module``'s forward and backward on inputs shaped like ``samples``, recorded as CUDA
     graphs (``torch.cuda.make_graphed_callables``), or None, said in a warning, when its
@@ -172,9 +202,10 @@ def capture(module: nn.Module, samples: tuple[Tensor, ...]) -> Callable | None:
     if mismatch is not None:  # capture warms up on a side stream: the gradients' first
         mismatch(False)  # accumulation crosses streams once, by design (torch warns each time)
     try:
-        rng = torch.cuda.get_rng_state(samples[0].device)
-        graphed = torch.cuda.make_graphed_callables(module, samples, num_warmup_iters=3, allow_unused_input=True)
-        torch.cuda.set_rng_state(rng, samples[0].device)
+        with _CAPTURING, _thread_local_capture():
+            rng = torch.cuda.get_rng_state(samples[0].device)
+            graphed = torch.cuda.make_graphed_callables(module, samples, num_warmup_iters=3, allow_unused_input=True)
+            torch.cuda.set_rng_state(rng, samples[0].device)
         return graphed
     except Exception as exc:  # host work or a sync inside the pass: eager for this shape
         warnings.warn(

@@ -22,7 +22,9 @@ LENGTH_GROUPS = 4
 (:func:`_task_loss`); 4 was the fastest of 1, 2, 4 and 8 on addition (docs/performance.md)."""
 
 
-def training_loss(model: Backbone, batch: Batch, precision: str = "fp32") -> tuple[Tensor, Tensor]:
+def training_loss(
+    model: Backbone, batch: Batch, precision: str = "fp32", draws: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
     """(the loss to minimise, the task's loss) on one batch, the forward pass in ``precision``
     (``harness.training.precision``: autocast over the float32 weights; the loss itself in float32).
 
@@ -31,17 +33,20 @@ def training_loss(model: Backbone, batch: Batch, precision: str = "fp32") -> tup
     ``regularisation()`` when it has one (PRISM: ``frobenius_weight · ‖W_hh‖_F²`` with
     ``regulariser="frobenius"``, Lee 2025 §6.3; 0 otherwise). Logs, ``final_loss`` and
     ``eval.start_below_loss`` use the task's loss, so a penalty does not hold back
-    periodic evaluation.
+    periodic evaluation. ``draws``: the run's own torch RNG, which the encoding draws from
+    (``PositionalEncoding.drawing_from``) and the length groups replay; None: the global one.
     """
     with autocast(precision, batch.inputs.device):
-        task_loss = _task_loss(model, batch)
+        task_loss = _task_loss(model, batch, draws=draws)
     regularisation = getattr(model.pe, "regularisation", None)
     if regularisation is None:
         return task_loss, task_loss
     return task_loss + regularisation(), task_loss
 
 
-def _task_loss(model: Backbone, batch: Batch, groups: int = LENGTH_GROUPS) -> Tensor:
+def _task_loss(
+    model: Backbone, batch: Batch, groups: int = LENGTH_GROUPS, draws: torch.Generator | None = None
+) -> Tensor:
     """The mean cross-entropy of ``batch``'s labelled tokens.
 
     A causal model's batch is right-padded to its longest row (each example draws its
@@ -68,10 +73,11 @@ def _task_loss(model: Backbone, batch: Batch, groups: int = LENGTH_GROUPS) -> Te
     if bool(keep.all()):  # no padding (packed rows, one scale per batch): one pass
         groups = 1
     total: Tensor | None = None
-    start_state = torch.get_rng_state()  # CPU: a CUDA batch took graphs.one_pass_loss
+    rng = torch.default_generator if draws is None else draws  # the run's own (training) or the global one
+    start_state = rng.get_state()  # CPU: a CUDA batch took graphs.one_pass_loss
     for group, rows in enumerate(torch.argsort(lengths, stable=True).chunk(groups)):
         if group:  # replay the random state the first group started from
-            torch.set_rng_state(start_state)
+            rng.set_state(start_state)
         width = max(int(lengths[rows].max()), 1)
         hint = batch.scales[rows, :width] if batch.scales.ndim == 2 else batch.scales[rows]
         logits = model(
@@ -93,12 +99,14 @@ def _at_least_float32(logits: Tensor) -> Tensor:
     return logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
 
 
-def loss_function(model: Backbone, precision: str, device: torch.device, *, graphs: bool = False) -> LossFn:
+def loss_function(
+    model: Backbone, precision: str, device: torch.device, *, graphs: bool = False, draws: torch.Generator | None = None
+) -> LossFn:
     """How the training loop takes a batch's loss: eagerly (:func:`training_loss`,
     what every CPU run does), or, with ``graphs`` on CUDA, by :class:`GraphedLoss`."""
 
     def eager(batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor]:
-        return training_loss(model, batch, precision)
+        return training_loss(model, batch, precision, draws)
 
     if graphs and device.type == "cuda":
         return GraphedLoss(model, precision, eager)

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 import harness.training.loss as step_loss
 import pezoo
 from harness.config import RunConfig
+from harness.config.global_rng import GLOBAL_RNG
 from harness.config.pe_spec import build_options
 from harness.records.files import WriteError, remove_stale_temps
 from harness.records.metrics import Evaluation
@@ -88,9 +89,16 @@ def build_encoding(cfg: RunConfig) -> pezoo.PositionalEncoding:
 
 
 def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Backbone:
-    """The backbone of ``cfg`` with its encoding, initialised from ``cfg.seed``."""
-    torch.manual_seed(cfg.seed)
-    return Backbone(cfg.backbone, build_encoding(cfg)).to(device)
+    """The backbone of ``cfg`` with its encoding, initialised from ``cfg.seed``.
+
+    The initialisation draws from torch's global RNG seeded with ``cfg.seed``; the state it
+    leaves is kept as ``model.init_rng_state``, where the run's training draws continue
+    (:func:`train`, from a generator of its own)."""
+    with GLOBAL_RNG:
+        torch.manual_seed(cfg.seed)
+        model = Backbone(cfg.backbone, build_encoding(cfg)).to(device)
+        model.init_rng_state = torch.get_rng_state()
+    return model
 
 
 def lr_factor(step: int, cfg: RunConfig) -> float:
@@ -314,6 +322,9 @@ class _Run:
     opt: torch.optim.Optimizer
     scaler: Any
     rng: random.Random
+    draws: torch.Generator
+    """The run's own torch RNG: its encoding's random draws and the loss's replays of them
+    (``harness.training.loss``) come from it, never from torch's global one."""
     stream: PackedStream | None
     first_step: int
     elapsed: float
@@ -332,10 +343,14 @@ def _start(
     stream = PackedStream(task, rng, t.pack, loss=t.pack_loss) if t.pack else None
     opt = make_optimizer(model, cfg, fused=accel.fused and device.type == "cuda")
     scaler = grad_scaler(t.precision, device)  # fp16 only: gradients scaled clear of underflow
+    draws = torch.Generator()  # continues where the model's initialisation left the global RNG
+    initialised = getattr(model, "init_rng_state", None)
+    draws.set_state(initialised if initialised is not None else torch.get_rng_state())
     run = _Run(
         opt,
         scaler,
         rng,
+        draws,
         stream,
         0,
         0.0,
@@ -348,7 +363,7 @@ def _start(
         return run, last, evaluating
     opt.load_state_dict(resume["optimizer"])  # model weights were restored by the caller
     rng.setstate(resume["data_rng"])
-    torch.set_rng_state(resume["torch_rng"])
+    draws.set_state(resume["torch_rng"])
     if "cuda_rng" in resume and device.type == "cuda":
         torch.cuda.set_rng_state(resume["cuda_rng"], device)
     run.first_step, last, run.elapsed = resume["step"], resume["loss"], resume["seconds"]
@@ -409,11 +424,14 @@ def _feed(
     )  # fmt: skip
 
 
-def _evaluate_at(done: int, evaluate: Callable[[int], Evaluation], run: _Run, device: torch.device) -> float:
-    """Run the periodic evaluation after step ``done`` under its own torch RNG, keep its
-    result; the seconds it took."""
+def _evaluate_at(
+    done: int, evaluate: Callable[[int], Evaluation], model: Backbone, run: _Run, device: torch.device
+) -> float:
+    """Run the periodic evaluation after step ``done``, its encoding's draws from a scratch
+    generator (never the run's training stream, nor torch's global RNG), keep its result;
+    the seconds it took."""
     t_eval = time.perf_counter()
-    with torch.random.fork_rng(devices=[] if device.type != "cuda" else None):
+    with model.pe.drawing_from(torch.Generator()):  # a scratch stream: the run's own is the training's
         run.evaluations.append((done, evaluate(done)))
     return time.perf_counter() - t_eval
 
@@ -440,6 +458,7 @@ def _save(
         model=model,
         optimizer=run.opt,
         data_rng=data_rng,
+        torch_rng=run.draws.get_state(),
         device=device,
         evaluating=losses.evaluating,
         evaluations=run.evaluations,
@@ -494,9 +513,10 @@ def train(
     model.train()
     due = _Due(t.steps, cfg.eval.every if evaluate is not None else 0, checkpointing)
     losses = LossReadback(accel.readback, on_step, cfg.eval.start_below_loss, last=last, evaluating=evaluating)
-    compute = step_loss.loss_function(model, t.precision, device, graphs=accel.graphs)
+    compute = step_loss.loss_function(model, t.precision, device, graphs=accel.graphs, draws=run.draws)
     start = time.perf_counter()
-    with _feed(cfg, task, run, device, accel, keep_state=lambda step: due.save(step + 1)) as feed:
+    feed = _feed(cfg, task, run, device, accel, keep_state=lambda step: due.save(step + 1))
+    with feed, model.pe.drawing_from(run.draws):
         for fed in feed:
             step, done = fed.step, fed.step + 1
             set_learning_rate(run.opt, cfg, step, on_lr)
@@ -508,7 +528,7 @@ def train(
             if losses.due(step) or due.evaluation(done) or due.save(done) or done == t.steps:
                 losses.flush()
             if due.evaluation(done) and losses.evaluating and evaluate is not None:
-                start += _evaluate_at(done, evaluate, run, device)  # training seconds leave evaluation out
+                start += _evaluate_at(done, evaluate, model, run, device)  # training seconds leave evaluation out
             if due.save(done) and checkpointing is not None:
                 _save(cfg, model, run, fed, losses, run.elapsed + time.perf_counter() - start, checkpointing, device)
     losses.flush()

@@ -41,14 +41,19 @@ _FED = "abacus_fed"  # ctx.state (under ctx_key): int, tokens of this sequence b
 
 
 @torch.compiler.disable(reason="the offset is drawn as in eager mode: see draw_offset")
-def draw_offset(max_k: int, device: torch.device | str) -> Tensor:
-    """The training offset k, uniform on 0..max_k: () long, from torch's global generator.
+def draw_offset(max_k: int, device: torch.device | str, generator: torch.Generator | None = None) -> Tensor:
+    """The training offset k, uniform on 0..max_k: () long, from torch's global generator on
+    ``device``, or drawn on the CPU from ``generator`` and moved to ``device``
+    (``PositionalEncoding.drawing_from``; on a CPU the same number either way, from the
+    same state).
 
     Runs eagerly under ``torch.compile``: inductor replaces random operators with its own
     generator, so a traced draw gave a compiled model another offset than the eager one
     (loss 6.6e-4 apart on the same batch and seed).
     """
-    return torch.randint(max_k + 1, (), device=device)
+    if generator is None:
+        return torch.randint(max_k + 1, (), device=device)
+    return torch.randint(max_k + 1, (), generator=generator).to(device)
 
 
 def abacus_indices(is_digit: Tensor, run_before: Tensor | None = None) -> Tensor:
@@ -143,7 +148,7 @@ class Abacus(PositionalEncoding):
             ctx.state[self.ctx_key(_RUN)] = index[:, -1]
         offset = ctx.state.get(self.ctx_key(_OFFSET))
         if offset is None:
-            offset = draw_offset(self.max_k, tokens.device) if self.training else tokens.new_zeros(())
+            offset = draw_offset(self.max_k, tokens.device, self._generator) if self.training else tokens.new_zeros(())
             ctx.state[self.ctx_key(_OFFSET)] = offset
         index = torch.where(is_digit, index + offset, index)
         # A digit's place in its run is at most the number of tokens fed so far, so the

@@ -139,7 +139,6 @@ class RandomizedPE(PositionalEncoding):
         self.inner = inner
         self.max_length, self.randomize_eval, self.draw = max_length, randomize_eval, draw
         self.max_position = max_length
-        self._generator: torch.Generator | None = None
         if not type(self).name:  # the wrapper form; a registered alias keeps its own key
             self.name = f"randomized:{inner.name}"
 

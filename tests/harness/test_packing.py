@@ -41,6 +41,7 @@ def test_packed_pool_on_fake_gpus(monkeypatch):
     devices = local_devices(cuda, None, todo=20, per_gpu=per_gpu)
     assert len(devices) == 12 and devices.count("cuda:0") == devices.count("cuda:1") == 6
     assert local_devices(cuda, None, todo=5, per_gpu=per_gpu) == ["cuda:0", "cuda:1"] * 2 + ["cuda:0"]
+    monkeypatch.setenv("PEZOO_GROUP", "processes")  # worker processes, as before runs grouped in threads
     executor = local_executor(cuda, None, 4, configs=configs)
     assert isinstance(executor, LocalPool) and executor.capacity == 4  # never more workers than runs
     assert isinstance(local_executor(cuda, 1, 4, configs=configs), InProcess)  # --workers says otherwise

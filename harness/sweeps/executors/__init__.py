@@ -10,8 +10,9 @@ One module per part:
     interface     the ``Executor`` interface: ``submit(job)``, ``wait()``, ``close()``
     in_process    ``InProcess``: in this process, one job at a time
     local_pool    ``LocalPool``: worker processes on this machine, one per device slot
+    grouped       ``Grouped``: runs side by side in this process, a thread and a CUDA stream each
     ray_executor  ``RayExecutor``: Ray tasks on a cluster (Ray imported only there)
-    sizing        how many local workers on which devices (``local_executor``)
+    sizing        how many local workers on which devices, threads or processes (``local_executor``)
     driver        the driver loop (``run_sweep``): claims, retries, records
 
 Determinism: pool workers and Ray tasks train with one torch thread
@@ -22,6 +23,7 @@ last digits (each is reproducible by itself).
 """
 
 from harness.sweeps.executors.driver import SweepEvents, SweepStopped, run_sweep
+from harness.sweeps.executors.grouped import Grouped
 from harness.sweeps.executors.in_process import InProcess
 from harness.sweeps.executors.interface import Executor, ExecutorError
 from harness.sweeps.executors.jobs import Completion, Job, NoticeReport, ProgressReport, Started, WorkerLost
@@ -35,6 +37,7 @@ __all__ = [
     "Completion",
     "Executor",
     "ExecutorError",
+    "Grouped",
     "InProcess",
     "Job",
     "LocalPool",

@@ -20,6 +20,7 @@ import torch
 
 from harness.config import RunConfig
 from harness.execution.run import Progress
+from harness.sweeps.executors.grouped import Grouped
 from harness.sweeps.executors.in_process import InProcess
 from harness.sweeps.executors.interface import Executor
 from harness.sweeps.executors.jobs import Job
@@ -93,10 +94,31 @@ def run_footprint(cfg: RunConfig, device: torch.device) -> int:
     return int(peak * FOOTPRINT_MARGIN)
 
 
-def packed_per_gpu(configs: Sequence[RunConfig], device: torch.device) -> int:
-    """Workers per GPU for ``configs`` on CUDA ``device`` (1 elsewhere): :func:`runs_per_gpu`
+GROUP_ENV = "PEZOO_GROUP"
+"""How the runs of a GPU sweep share a GPU: ``threads`` (the default on CUDA: one process,
+a thread and a CUDA stream per run, ``harness.sweeps.executors.grouped.Grouped``) or
+``processes`` (a worker process per run, ``LocalPool``: processes only time-share a GPU)."""
+
+GROUP_CAP = 16
+"""Most runs in one GPU's group. Not yet measured: benchmarks/device_check.py measures the
+grouped throughput at 1, 4, 8 and 16 runs, from which this is to be set."""
+
+
+def group_mode(value: str | None = None) -> str:
+    """``threads`` or ``processes``, from :data:`GROUP_ENV` (or ``value``); unset: ``threads``."""
+    setting = (os.environ.get(GROUP_ENV, "") if value is None else value).strip() or "threads"
+    if setting not in ("threads", "processes"):
+        raise ValueError(f"{GROUP_ENV}: {setting!r} is not threads or processes")
+    return setting
+
+
+def packed_per_gpu(configs: Sequence[RunConfig], device: torch.device, *, grouped: bool = False) -> int:
+    """Runs per GPU for ``configs`` on CUDA ``device`` (1 elsewhere): :func:`runs_per_gpu`
     from the GPU's free memory now and the biggest footprint among the sweep's distinct
-    models (:func:`run_footprint`), with this process's CPU cores shared among the GPUs."""
+    models (:func:`run_footprint`). Worker processes (``grouped`` False) each hold a CUDA
+    context and a CPU core (this process's cores shared among the GPUs), at most
+    :data:`PACK_CAP`; a group's threads share one context and one process, at most
+    :data:`GROUP_CAP`."""
     if device.type != "cuda" or not configs:
         return 1
     index = device.index if device.index is not None else 0
@@ -104,6 +126,8 @@ def packed_per_gpu(configs: Sequence[RunConfig], device: torch.device) -> int:
     free, _ = torch.cuda.mem_get_info(index)
     shapes = {(c.preset, c.pe, str(sorted(c.pe_options.items())), c.task): c for c in configs}
     biggest = max(run_footprint(c, torch.device("cuda", index)) for c in shapes.values())
+    if grouped:
+        return runs_per_gpu(free, biggest, GROUP_CAP, cap=GROUP_CAP, context_bytes=0)
     return runs_per_gpu(free, biggest, default_cpu_workers() // gpus)
 
 
@@ -135,16 +159,21 @@ def local_executor(
     hang_seconds: float | None = None,
     configs: Sequence[RunConfig] = (),
 ) -> Executor:
-    """In-process when one worker is enough (or asked for), else a ``LocalPool``.
+    """In-process when one worker is enough (or asked for); on CUDA a group of runs in this
+    process (``Grouped``: a thread and a stream per run, :data:`GROUP_ENV`); else a
+    ``LocalPool`` of worker processes.
 
     ``isolate`` (runs that use code not from pezoo, a plugin's encoding) gives a pool even
     of one worker: a plugin that crashes its process (a segfault, ``os._exit``) then ends
     its run, which is retried and recorded failed, not the sweep and its driver. So does
     ``hang_seconds`` (``LocalPool``): only a worker process can be stopped when it hangs.
-    On CUDA with ``workers`` unset, the sweep's ``configs`` size the packing
+    On CUDA with ``workers`` unset, the sweep's ``configs`` size the group or the packing
     (:func:`packed_per_gpu`)."""
-    per_gpu = packed_per_gpu(configs, device) if workers is None and todo > 1 else 1
+    grouped = device.type == "cuda" and not isolate and hang_seconds is None and group_mode() == "threads"
+    per_gpu = packed_per_gpu(configs, device, grouped=grouped) if workers is None and todo > 1 else 1
     devices = local_devices(device, workers, todo, per_gpu)
     if len(devices) == 1 and not isolate and hang_seconds is None:
         return InProcess(torch.device(devices[0]) if device.type == "cuda" else device, progress_for, notice)
+    if grouped:
+        return Grouped(devices, progress_for, notice)
     return LocalPool(devices, progress_for, notice, hang_seconds=hang_seconds)

@@ -29,6 +29,7 @@ def training_state(
     optimizer: torch.optim.Optimizer,
     data_rng: random.Random,
     device: torch.device | str,
+    torch_rng: torch.Tensor | None = None,
     evaluating: bool,
     evaluations: list[tuple[int, Evaluation]],
     stream: Mapping[str, list] | None = None,
@@ -38,7 +39,8 @@ def training_state(
 ) -> dict[str, Any]:
     """The checkpoint payload (``harness.training.checkpoint.format``) of a run at ``step``; ``code`` and ``machine``
     are which commit trained the run from which step on, and on which machine
-    (:func:`code_history`, :func:`machine_history`)."""
+    (:func:`code_history`, :func:`machine_history`); ``torch_rng`` the state of the run's own
+    torch RNG (``harness.training.train``; None: torch's global one)."""
     payload: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -50,7 +52,7 @@ def training_state(
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "data_rng": data_rng.getstate(),
-        "torch_rng": torch.get_rng_state(),
+        "torch_rng": torch.get_rng_state() if torch_rng is None else torch_rng,
         "evaluating": bool(evaluating),
         "evaluations": [[int(s), encode_evaluation(e)] for s, e in evaluations],
     }
