@@ -4,8 +4,9 @@ Run on a fresh GPU machine, from the repository root (no internet needed):
 
     pip install --no-deps --no-build-isolation -e . && python benchmarks/device_check.py --out "$OUT"
 
-It writes ``$OUT/cuda-gpu-<card>.md`` (the report, to commit as
-benchmarks/results/cuda-gpu-<card>.md) and ``$OUT/cuda-gpu-<card>.json``, rewritten after
+It writes ``$OUT/cuda-gpu-<card>-2.md`` (the report, to commit as
+benchmarks/results/cuda-gpu-<card>-2.md: the GPU issue's second round) and
+``$OUT/cuda-gpu-<card>-2.json``, rewritten after
 every part, so a call cut short still brings back what was measured. Each part runs in a
 subprocess of its own under its own timeout (a hang or a crash costs that part only), and
 a part that would not end before ``--budget`` seconds is skipped, said so in the report.
@@ -24,9 +25,13 @@ Parts (the issue's items):
   within the stated tolerance; the CPU-side checks too).
 * ``example`` (item 5): the card's example, ``pezoo bench --pe prism,randomized --task
   odds_first``: after, the whole command's wall time; before, its steps/s over a short run.
-* ``pack`` (items 3, 5): a sweep of small quick-preset runs, one worker vs packed workers:
-  steps/s of the whole sweep, GPU utilisation sampled by nvidia-smi, and the 270-run board
-  projected from it; prints ``harness.sweeps.speeds`` rows for the GPU measured.
+* ``pack`` (round 2, items 1 and 3): one board-preset sweep three ways: the old loop (one
+  worker, features off), packed worker processes (``PEZOO_GROUP=processes``) and the group
+  (one process, a thread and a CUDA stream per run, the default): steps/s of the whole
+  sweep, GPU utilisation sampled by nvidia-smi, the 270-run board projected from each;
+  prints a ``harness.sweeps.speeds`` row for the group.
+* ``group_equal`` (round 2, item 1): four runs trained alone, then together in one group,
+  compared record for record (bit for bit expected: the same kernels).
 * ``gpu20k`` (item 5): a ``gpu``-preset NoPE run, projected to 20k steps from its speed.
 
 ``--dry-run`` runs every part end to end on CPU at toy sizes, in this process (the bench
@@ -53,14 +58,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # in the order of what each tells (the gpu preset's loop last: a cut-short call loses it first)
 PARTS: tuple[tuple[str, int, int], ...] = (
     ("env", 40, 60),
+    ("pack", 215, 180),  # the principal measurement first: grouped against packed processes
+    ("group_equal", 90, 120),
     ("loop", 80, 120),
     ("prism_kernel", 80, 60),
     ("example", 115, 120),
-    ("pack", 140, 120),
     ("gpu20k", 60, 120),
     ("tests", 60, 120),
     ("loop_gpu", 120, 120),  # timed out at 70 s twice on an H200 (graph captures per bucket)
 )
+
+ROUND = "-2"
+"""The report's suffix: the second round of the GPU issue (grouped runs), beside the first's."""
 
 SCAN_ENV = "PEZOO_PRISM_SCAN"
 """Set to ``auto`` for the parts after ``prism_kernel`` when its tests pass on the card: the
@@ -138,15 +147,18 @@ def part_tests(dry: bool) -> dict[str, Any]:
 
 
 def _bench(
-    args: list[str], store: Path, accel: str | None, timeout: float, dry: bool = False
+    args: list[str], store: Path, accel: str | None, timeout: float, dry: bool = False, group: str | None = None
 ) -> tuple[float, int, str]:
     """(wall s, return code, output tail) of ``pezoo bench args --store store``: a subprocess
-    under ``timeout``, or in this process in a dry run (seconds, not a torch import each)."""
+    under ``timeout``, or in this process in a dry run (seconds, not a torch import each).
+    ``accel``: ``PEZOO_ACCEL``; ``group``: ``PEZOO_GROUP`` (threads or processes)."""
     if dry:
-        return _bench_here(args, store, accel)
+        return _bench_here(args, store, accel, group)
     env = {**os.environ}
     if accel is not None:
         env["PEZOO_ACCEL"] = accel
+    if group is not None:
+        env["PEZOO_GROUP"] = group
     start = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -165,22 +177,25 @@ def _bench(
     return wall, code, "\n".join(str(out).strip().splitlines()[-4:])
 
 
-def _bench_here(args: list[str], store: Path, accel: str | None) -> tuple[float, int, str]:
+def _bench_here(args: list[str], store: Path, accel: str | None, group: str | None = None) -> tuple[float, int, str]:
     from click.testing import CliRunner
 
     from harness.cli import main as cli
 
-    saved = os.environ.get("PEZOO_ACCEL")
-    if accel is not None:
-        os.environ["PEZOO_ACCEL"] = accel
+    settings = {"PEZOO_ACCEL": accel, "PEZOO_GROUP": group}
+    saved = {name: os.environ.get(name) for name in settings}
+    for name, value in settings.items():
+        if value is not None:
+            os.environ[name] = value
     start = time.perf_counter()
     try:
         result = CliRunner().invoke(cli, ["bench", *args, "--store", str(store)])
     finally:
-        if saved is None:
-            os.environ.pop("PEZOO_ACCEL", None)
-        else:
-            os.environ["PEZOO_ACCEL"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     out = result.output + (f"\n{result.exception!r}" if result.exception and result.exit_code != 0 else "")
     return time.perf_counter() - start, result.exit_code, "\n".join(out.strip().splitlines()[-4:])
 
@@ -303,11 +318,16 @@ def board_projection(row: dict[str, Any], runs: int = 270, steps: int = 10_000) 
 
 
 def part_pack(dry: bool) -> dict[str, Any]:
+    """Item 1 and 3: one board-preset sweep three ways on one card: the loop as it was (one
+    worker, features off; training rate only), packed worker processes (``PEZOO_GROUP=
+    processes``: they time-share the GPU) and the group (``threads``: one process, a thread
+    and a stream per run, the default)."""
     if dry:
         sweep = ["--pe", "nope,rope", "--task", "copy", "--seeds", "1", "--preset", "smoke", "--steps", "5"]
-        sweep += ["--device", "cpu"]
-        sweeps = [("before: 1 worker, features off", [*sweep, "--workers", "1"], "off", 60),
-                  ("after: packed workers", [*sweep, "--workers", "1"], None, 60)]  # fmt: skip
+        sweep += ["--device", "cpu", "--workers", "2"]
+        sweeps = [("before: 1 worker, features off", [*sweep[:-1], "1"], "off", None, 60),
+                  ("packed processes", sweep, None, "processes", 60),
+                  ("grouped threads", sweep, None, "threads", 60)]  # fmt: skip
     else:
         # before: the loop as it was, training rate only (short evaluation); after: board-preset
         # runs, shortened to 500 steps but evaluated as the board evaluates (scales 1..40, 100
@@ -316,14 +336,15 @@ def part_pack(dry: bool) -> dict[str, Any]:
                   "--test-len", "15", "--device", "cuda", "--workers", "1"]  # fmt: skip
         sweep = ["--pe", "nope,rope,alibi,ape", "--task", "copy,reverse", "--seeds", "2", "--preset", "board",
                  "--steps", "500", "--device", "cuda"]  # fmt: skip
-        sweeps = [("before: 1 worker, features off", before, "off", 45),
-                  ("after: packed workers", sweep, None, 85)]  # fmt: skip
+        sweeps = [("before: 1 worker, features off", before, "off", None, 40),
+                  ("packed processes", sweep, None, "processes", 85),
+                  ("grouped threads", sweep, None, "threads", 85)]  # fmt: skip
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, args, accel, timeout in sweeps:
+        for label, args, accel, group, timeout in sweeps:
             store = Path(tmp) / f"{len(rows)}.sqlite"
             sampler = None if dry else _sample_utilisation(timeout)
-            wall, code, out = _bench(args, store, accel, timeout, dry)
+            wall, code, out = _bench(args, store, accel, timeout, dry, group)
             util = _read_utilisation(sampler)
             speeds = _speeds(store)
             total_steps_per_s = speeds["steps"] / wall if wall else None
@@ -341,15 +362,72 @@ def part_pack(dry: bool) -> dict[str, Any]:
                      f"{eval_run} | {u.get('active_pct')} / {u.get('all_pct')} |")  # fmt: skip
         if r["code"]:
             lines += ["", f"{label}: exit {r['code']}", "```", r["tail"], "```", ""]
-    after = list(rows.values())[-1]
-    minutes = board_projection(after)
-    if minutes is not None:
-        lines += ["", f"The 270-run board (10k steps each, evaluated as here) at these rates: {minutes:.0f} min "
-                      "(target ≤ 60 min)."]  # fmt: skip
-        lines += ["", "harness/sweeps/speeds.py row (quick model, packed):",
-                  f'    RecordedSpeed("quick", "cuda", None, {after["steps_per_s"]}, <eval s/unit>, "<card>, packed, '
-                  'benchmarks/results/cuda-gpu-*.md")']  # fmt: skip
+    packed, grouped = rows["packed processes"], rows["grouped threads"]
+    if packed["sweep_steps_per_s"] and grouped["sweep_steps_per_s"]:
+        ratio = grouped["sweep_steps_per_s"] / packed["sweep_steps_per_s"]
+        lines += ["", f"Grouped over packed, the sweep's steps/s: {ratio:.2f}x (target >= 5x the 230 steps/s "
+                      "eight packed processes trained on an H200)."]  # fmt: skip
+    minutes = {label: board_projection(r) for label, r in rows.items() if label != "before: 1 worker, features off"}
+    for label, m in minutes.items():
+        if m is not None:
+            lines += ["", f"The 270-run board (10k steps each, evaluated as here), {label}: {m:.0f} min "
+                          "(target <= 45 min)."]  # fmt: skip
+    lines += ["", "harness/sweeps/speeds.py row (board model, grouped):",
+              f'    RecordedSpeed("board", "cuda", None, {grouped["steps_per_s"]}, <eval s/unit>, "<card>, grouped, '
+              'benchmarks/results/cuda-gpu-*-2.md")']  # fmt: skip
     return {"data": {**rows, "board_minutes": minutes}, "lines": lines}
+
+
+def part_group_equal(dry: bool) -> dict[str, Any]:
+    """Item 1: a run trained in a group gives the record it gives alone. Four runs (no draws,
+    randomized positions, Abacus's offsets, RoPE) trained one at a time, then together in
+    one group (a thread and a stream each), compared record for record."""
+    import torch
+
+    from harness.config import preset_config
+    from harness.execution.run import train_and_evaluate
+    from harness.sweeps.executors import Grouped
+    from harness.sweeps.executors.jobs import Job
+
+    device = "cpu" if dry else "cuda"
+    steps = 5 if dry else 300
+    specs = [("nope", "copy"), ("randomized:ape{max_length=256}", "copy"), ("abacus", "addition"), ("rope", "reverse")]
+    configs = [preset_config("smoke" if dry else "quick", pe=pe, task=task, seed=0,
+                             overrides={"train": {"steps": steps}, "eval": {"samples": 8 if dry else 50}})
+               for pe, task in specs]  # fmt: skip
+
+    def summary(result: Any) -> tuple[Any, ...]:
+        metrics = tuple((s, m.length, m.exact, m.tokens_right) for s, m in result.metrics)
+        return result.status, result.final_loss, metrics
+
+    with tempfile.TemporaryDirectory() as tmp:
+        alone = {}
+        t0 = time.perf_counter()
+        for i, cfg in enumerate(configs):
+            result = train_and_evaluate(cfg, torch.device(device), Path(tmp) / f"a{i}.pt", notice=lambda m: None)
+            alone[cfg.run_id()] = summary(result)
+        alone_s = time.perf_counter() - t0
+        group = Grouped([device] * len(configs))
+        t0 = time.perf_counter()
+        for i, cfg in enumerate(configs):
+            group.submit(Job(i, cfg.to_dict(), cfg.run_id(), str(Path(tmp) / f"g{i}.pt")))
+        together: dict[str, Any] = {}
+        while len(together) < len(configs):
+            together |= {job.run_id: summary(answer) if hasattr(answer, "metrics") else (str(answer),)
+                         for job, answer in group.wait()}  # fmt: skip
+        group.close()
+        group_s = time.perf_counter() - t0
+    lines = ["| run | alone: final loss | group: final loss | metrics equal |", "|---|---|---|---|"]
+    equal = 0
+    for cfg in configs:
+        a, g = alone[cfg.run_id()], together[cfg.run_id()]
+        same = a == g
+        equal += same
+        shown = g[1] if len(g) > 1 else g[0]
+        lines.append(f"| {cfg.pe}/{cfg.task} | {a[1]!r} | {shown!r} | {'yes' if same else 'NO'} |")
+    lines += ["", f"{equal} of {len(configs)} runs gave the same record in the group as alone (bit for bit); "
+                  f"one at a time {alone_s:.1f} s, together {group_s:.1f} s."]  # fmt: skip
+    return {"data": {"equal": equal, "runs": len(configs), "alone_s": alone_s, "group_s": group_s}, "lines": lines}
 
 
 def part_gpu20k(dry: bool) -> dict[str, Any]:
@@ -410,6 +488,7 @@ PART_FUNCTIONS = {
     "tests": part_tests,
     "example": part_example,
     "pack": part_pack,
+    "group_equal": part_group_equal,
     "gpu20k": part_gpu20k,
 }
 
@@ -433,9 +512,9 @@ def _write(out: Path, results: dict[str, Any], started: float) -> Path:
         r = results[name]
         lines += ["", f"## {name} ({r.get('seconds', 0):.0f} s)", ""]
         lines += r.get("lines") or [f"not measured: {r.get('error')}"]
-    md = out / f"cuda-gpu-{slug}.md"
+    md = out / f"cuda-gpu-{slug}{ROUND}.md"
     md.write_text("\n".join(lines) + "\n")
-    (out / f"cuda-gpu-{slug}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    (out / f"cuda-gpu-{slug}{ROUND}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     return md
 
 

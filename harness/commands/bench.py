@@ -38,7 +38,15 @@ from harness.records.store import Store, StoreError
 from harness.sweeps.announce import bench_announcement
 from harness.sweeps.deadline import MARGIN, TimeLimit, probing_expectation
 from harness.sweeps.estimate import steps_done
-from harness.sweeps.executors import Executor, ExecutorError, InProcess, RayExecutor, local_executor, run_sweep
+from harness.sweeps.executors import (
+    Executor,
+    ExecutorError,
+    Grouped,
+    InProcess,
+    RayExecutor,
+    local_executor,
+    run_sweep,
+)
 from harness.sweeps.plan import ORDERS, Plan, format_duration, longest_first, make_plan
 from harness.sweeps.progress import SweepReport
 from harness.sweeps.sweep import Grid, SweepSpec, check_size, load_sweep, naming_the_option
@@ -402,6 +410,8 @@ class _Target:
             # CPU several threads per run can train many times slower than one
             threads = torch.get_num_threads()
             return f"one run at a time, in this process ({threads} torch thread{'s' if threads != 1 else ''})"
+        if isinstance(runner, Grouped):
+            return f"{slots} runs at a time, side by side in this process (a thread and a CUDA stream each)"
         if self.ray is None and slots == 1:
             return "one run at a time, in a worker process (one torch thread): a crash or hang ends only its run"
         if self.ray is None:

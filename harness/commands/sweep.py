@@ -23,7 +23,7 @@ from harness.records.provenance import cpu_name, resolve_device
 from harness.records.store import Store, StoreError
 from harness.sweeps.estimate import probe_key, steps_done, unmeasured
 from harness.sweeps.executors import local_devices
-from harness.sweeps.executors.sizing import packed_per_gpu
+from harness.sweeps.executors.sizing import group_mode, packed_per_gpu
 from harness.sweeps.labels import varying_axes
 from harness.sweeps.plan import Plan, format_plan, make_plan
 from harness.sweeps.sweep import load_sweep
@@ -101,9 +101,10 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
         lapsed=lapsed,
         machine=cpu_name(),
     )
-    per_gpu = packed_per_gpu(configs, device) if workers is None and plan.missing > 1 else 1  # CUDA: packed
+    grouped = device.type == "cuda" and group_mode() == "threads"  # CUDA: runs side by side in one process
+    per_gpu = packed_per_gpu(configs, device, grouped=grouped) if workers is None and plan.missing > 1 else 1
     n_workers = len(local_devices(device, workers, plan.missing, per_gpu))
-    click.echo(format_plan(plan, varying_axes(configs), n_workers))
+    click.echo(format_plan(plan, varying_axes(configs), n_workers, grouped=grouped and n_workers > 1))
     line = published_line(plan, {r["run_id"] for r in published}, store_path)
     if line:
         click.echo(line)

@@ -185,9 +185,11 @@ def wall_seconds(plan: Plan, workers: int) -> tuple[float, float] | None:
     return makespan(listed, workers), makespan(sorted(listed, reverse=True), workers)
 
 
-def format_plan(plan: Plan, axes: Sequence[str] = (), workers: int | None = None) -> str:
+def format_plan(plan: Plan, axes: Sequence[str] = (), workers: int | None = None, *, grouped: bool = False) -> str:
     """The runs as a table (status, estimated time), then the counts and the estimate
-    (with ``workers``, also the wall time on that many workers in either order)."""
+    (with ``workers``, also the wall time on that many workers in either order; ``grouped``:
+    the workers are runs side by side in one process on a GPU, each counted at its own
+    estimated speed, which a grouped run keeps only as far as the GPU has room: said so)."""
     from tabulate import tabulate
 
     rows = []
@@ -213,10 +215,16 @@ def format_plan(plan: Plan, axes: Sequence[str] = (), workers: int | None = None
         wall = wall_seconds(plan, workers) if workers else None
         if wall is not None:
             rough = " (rough)" if any(r.estimate is not None and r.estimate.rough for r in plan.runs) else ""
+            where = f"{workers} runs side by side in one process" if grouped else f"{workers} worker(s)"
             lines.append(
-                f"wall time on {workers} worker(s){rough}: about {format_duration(wall[0])} in the listed order, "
+                f"wall time on {where}{rough}: about {format_duration(wall[0])} in the listed order, "
                 f"{format_duration(wall[1])} with --order longest-first"
             )
+            if grouped:
+                lines.append(
+                    "  (each run at its estimated speed alone: runs side by side share the GPU, so this is the "
+                    "least it can take; speeds recorded from grouped runs make it exact)"
+                )
     return "\n".join(lines)
 
 

@@ -23,13 +23,17 @@ def _module():
 def test_dry_run_goes_end_to_end_on_cpu(tmp_path):
     dc = _module()
     # every part but ``tests`` (pytest inside pytest): in this process, toy sizes
-    assert dc.main(["--dry-run", "--out", str(tmp_path), "--only", "env,loop,loop_gpu,example,pack,gpu20k"]) == 0
-    report = (tmp_path / "cuda-gpu-cpu-dry-run.md").read_text()
-    for heading in ("## env", "## loop", "## example", "## pack", "## gpu20k"):
+    assert (
+        dc.main(["--dry-run", "--out", str(tmp_path), "--only", "env,loop,loop_gpu,example,pack,group_equal,gpu20k"])
+        == 0
+    )
+    report = (tmp_path / "cuda-gpu-cpu-dry-run-2.md").read_text()
+    for heading in ("## env", "## loop", "## example", "## pack", "## group_equal", "## gpu20k"):
         assert heading in report
     assert "not measured" not in report and "smoke/nope" in report
     assert "exit 0" in report and "270-run board" in report
-    assert (tmp_path / "cuda-gpu-cpu-dry-run.json").exists()
+    assert "Grouped over packed" in report and "4 of 4 runs gave the same record in the group as alone" in report
+    assert (tmp_path / "cuda-gpu-cpu-dry-run-2.json").exists()
 
 
 def test_a_part_past_its_timeout_is_reported_and_the_rest_goes_on(tmp_path, monkeypatch):

@@ -328,6 +328,9 @@ def test_plan_gives_the_wall_time_in_either_order(tmp_path):
     text = format_plan(plan, workers=2)
     assert "wall time on 2 worker(s): about 9m in the listed order, 8m with --order longest-first" in text
     assert "wall time" not in format_plan(plan)
+    grouped = format_plan(plan, workers=2, grouped=True)  # a GPU's group: one process, runs side by side
+    assert "wall time on 2 runs side by side in one process: about 9m in the listed order" in grouped
+    assert "the least it can take" in grouped
     result = CliRunner().invoke(
         main, ["sweep", "plan", str(tmp_path / "sweep.toml"), "--store", str(store_path), "--workers", "1"]
     )
