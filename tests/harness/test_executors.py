@@ -456,6 +456,23 @@ def test_ray_executor_stores_exactly_what_the_local_pool_does(ray_instance, pool
 
 
 @pytest.mark.slow
+def test_ray_groups_store_exactly_what_the_local_pool_does(ray_instance, pool_store, tmp_path):
+    """On a GPU cluster each GPU's runs go to one actor that trains them side by side in its
+    threads (as a local group does); here the actor holds CPU slots, one torch thread."""
+    from harness.sweeps.executors import RayExecutor
+
+    configs = [smoke(pe, steps=30) for pe in ("nope", "rope")]
+    executor = RayExecutor(group=2, device="cpu")
+    assert executor.capacity == 4  # two CPUs, a group of two on each
+    with Store(tmp_path / "s.sqlite") as store:
+        outcomes = run_sweep(executor, configs, store, checkpoint_dir=tmp_path / "ck", checkpoint_every=10)
+    executor.close()
+    assert [o.status for o in outcomes] == ["finished", "finished"]
+    assert executor.actors_started == 1  # both runs went to one actor's group
+    assert results_by_run(tmp_path / "s.sqlite") == results_by_run(pool_store)
+
+
+@pytest.mark.slow
 def test_ray_task_whose_worker_dies_is_retried_from_its_checkpoint(ray_instance, pool_store, tmp_path, monkeypatch):
     cfg = smoke("rope", steps=30)
     monkeypatch.setenv(FAULT_ENV, f"kill:{cfg.run_id()}")

@@ -1,11 +1,14 @@
-"""The Ray executor: the same jobs as Ray tasks on a cluster (or a local Ray instance),
-one torch thread each and one GPU per run where the cluster has GPUs. Ray is an optional
-extra, imported only when this executor is built.
+"""The Ray executor: the same jobs on a cluster (or a local Ray instance): Ray tasks with one
+torch thread each on CPUs; on GPUs, groups, as a local GPU sweep trains them
+(``harness.sweeps.executors.grouped``): one Ray actor per GPU runs up to ``group`` jobs at
+once in its threads (a threaded actor), each on a CUDA stream of its own. Ray is an
+optional extra, imported only when this executor is built.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -14,7 +17,7 @@ import torch
 from harness.records.result import RunResult
 from harness.sweeps.executors.interface import Executor, ExecutorError, first_line
 from harness.sweeps.executors.jobs import Completion, Job, WorkerLost
-from harness.sweeps.executors.sizing import default_cpu_workers
+from harness.sweeps.executors.sizing import default_cpu_workers, group_mode
 from harness.sweeps.executors.worker import run_job
 
 
@@ -22,6 +25,31 @@ def _ray_run_job(job: Job) -> RunResult:
     """The Ray task: one torch thread (as in the local pool), then the same worker code."""
     torch.set_num_threads(1)
     return run_job(job)
+
+
+RAY_GROUP = 8
+"""Runs at once on each GPU of a Ray cluster (one actor per GPU); a local sweep sizes its
+group from the GPU's free memory (``harness.sweeps.executors.sizing``), which the driver of
+a cluster cannot read. Not yet measured."""
+
+
+class GroupWorker:
+    """A Ray actor holding one GPU: each call trains one job in the actor's own thread (Ray
+    runs up to ``max_concurrency`` calls at once), on a CUDA stream that thread keeps, as a
+    local group's slot does (``Grouped``)."""
+
+    def __init__(self) -> None:
+        torch.set_num_threads(1)
+        self._local = threading.local()
+
+    def run(self, job: Job) -> RunResult:
+        if torch.device(job.device).type != "cuda":
+            return run_job(job)
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            stream = self._local.stream = torch.cuda.Stream(torch.device(job.device))
+        with torch.cuda.stream(stream):
+            return run_job(job)
 
 
 class RayExecutor(Executor):
@@ -44,6 +72,7 @@ class RayExecutor(Executor):
         workers: int | None = None,
         device: str = "auto",
         num_cpus: int | None = None,
+        group: int | None = None,
     ) -> None:
         try:
             import ray
@@ -70,18 +99,48 @@ class RayExecutor(Executor):
             self.close()
             raise ExecutorError("--device cuda was asked for but the Ray cluster has no GPUs; use --device auto or cpu")
         self.device_type = "cuda" if gpus else "cpu"
-        self.capacity = workers or max(1, gpus or int(resources.get("CPU", 1)))
+        if group is None:
+            group = RAY_GROUP if gpus and group_mode() == "threads" else 1
+        if group < 1:
+            raise ExecutorError(f"a Ray group holds at least one run, got {group}")
+        self.group = group
+        self.capacity = workers or max(1, gpus or int(resources.get("CPU", 1))) * group
         self._task = ray.remote(_ray_run_job)
         self._resources = {"num_cpus": 1, "num_gpus": 1 if gpus else 0, "max_retries": 0}
         self._pending: dict[Any, Job] = {}
+        self._actors: list[Any] = []  # groups: one actor per GPU (or CPU slot), created as needed
+        self._load: dict[int, int] = {}  # actor index -> jobs in flight
+        self._on_actor: dict[Any, int] = {}
+        self.actors_started = 0
 
     def submit(self, job: Job) -> None:
         job = replace(job, device=self.device_type)
+        if self.group > 1:
+            self._submit_to_group(job)
+            return
         # Named after the run: Ray shows the name in ``ray list tasks``, on the dashboard and
         # as the worker's process title (``ray::pezoo run <run_id> (attempt n)``), so which
         # node trains which run can be seen (a test finds the runs a killed node held by it).
         name = task_name(job)
         self._pending[self._task.options(name=name, **self._resources).remote(job)] = job
+
+    def _submit_to_group(self, job: Job) -> None:
+        """To the actor with the fewest jobs in flight, a new one while every actor's group is full."""
+        free = [i for i, a in enumerate(self._actors) if a is not None and self._load[i] < self.group]
+        if free:
+            index = min(free, key=lambda i: self._load[i])
+        else:
+            actor_class = self._ray.remote(GroupWorker).options(
+                num_cpus=1, num_gpus=self._resources["num_gpus"], max_concurrency=self.group, max_restarts=0
+            )
+            self._actors.append(actor_class.remote())
+            self.actors_started += 1
+            index = len(self._actors) - 1
+            self._load[index] = 0
+        ref = self._actors[index].run.options(name=task_name(job)).remote(job)
+        self._pending[ref] = job
+        self._on_actor[ref] = index
+        self._load[index] += 1
 
     def wait(self) -> list[Completion]:
         ray = self._ray
@@ -90,9 +149,14 @@ class RayExecutor(Executor):
         done: list[Completion] = []
         for ref in ready:
             job = self._pending.pop(ref)
+            index = self._on_actor.pop(ref, None)
+            if index is not None:
+                self._load[index] -= 1
             try:
                 done.append((job, ray.get(ref)))
             except ray.exceptions.RayError as exc:  # worker/node died, or the task could not run
+                if isinstance(exc, ray.exceptions.RayActorError) and index is not None:
+                    self._actors[index] = None  # its process is gone: later jobs go to a new actor
                 done.append((job, WorkerLost(job.run_id, first_line(exc))))
         return done
 
@@ -101,6 +165,10 @@ class RayExecutor(Executor):
             for ref in self._pending:
                 self._ray.cancel(ref, force=True)
             self._pending.clear()
+        for actor in self._actors:
+            if actor is not None:
+                self._ray.kill(actor)
+        self._actors = []
         if self._owns_instance:
             self._ray.shutdown()
             self._owns_instance = False
