@@ -16,6 +16,14 @@ and a packed stream's unconsumed tail) when the caller asked for it at that step
 
 On CUDA a producer also pins the batch's host memory and copies it with
 ``non_blocking=True``, so the copy overlaps the previous step's kernels.
+
+With ``spawn`` the examples are made in a producer *process* (its own interpreter, one
+torch thread), which sends the host batches through shared memory to the producer thread,
+which only pins and copies them: runs trained side by side in one process
+(``harness.sweeps.executors.grouped``) then do not make each other's examples under one
+GIL. The process draws from a copy of the same rng, so the batches are the same, bit for
+bit; a feed whose parts cannot be sent to a process (a task that does not pickle) makes
+them in the thread, said in a warning.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import contextlib
 import queue
 import random
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -97,6 +106,7 @@ class BatchFeed:
         device: torch.device | str,
         ahead: int = 0,
         keep_state: Callable[[int], bool] = lambda step: False,
+        spawn: bool = False,
     ) -> None:
         if ahead < 0:
             raise ValueError(f"ahead must be >= 0 batches, got {ahead}")
@@ -108,6 +118,9 @@ class BatchFeed:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cuda_stream: torch.cuda.Stream | None = None
+        self.spawn = spawn and ahead > 0
+        self._process: Any = None
+        self._process_stop: Any = None
 
     def _make(self, step: int) -> Fed:
         lo, hi = self.scale_range(step)
@@ -147,12 +160,65 @@ class BatchFeed:
         on_stream = torch.cuda.stream(self._cuda_stream) if self._cuda_stream is not None else contextlib.nullcontext()
         try:
             with on_stream:
-                for step in range(self.first, self.last):
-                    if not self._put(self._make(step)):
+                made = self._from_process() if self.spawn else None
+                if made is None:
+                    made = (self._make(step) for step in range(self.first, self.last))
+                for fed in made:
+                    if not self._put(fed):
                         return
                 self._put(None)
         except BaseException as exc:  # handed to the consumer, raised there
             self._put(exc)
+
+    def _from_process(self) -> Iterator[Fed] | None:
+        """The items made by a producer process, on the device; None (said in a warning)
+        when the feed's parts cannot be sent to one."""
+        import multiprocessing
+        import pickle
+
+        try:
+            parts = pickle.dumps(
+                (self.task, self.rng, self.stream, self.batch_size, self.protocol, self.scale_range, self.keep_state)
+            )
+        except Exception as exc:  # a lambda, a task holding one: the thread makes them
+            warnings.warn(
+                f"the training batches are made in a thread, not a process: {type(exc).__name__}: {exc}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        ctx = multiprocessing.get_context("spawn")  # never fork a process that holds CUDA
+        out: Any = ctx.Queue(maxsize=max(1, self.ahead))
+        self._process_stop = ctx.Event()
+        self._process = ctx.Process(
+            target=_produce_in_process,
+            args=(parts, self.first, self.last, out, self._process_stop),
+            name="pezoo-batches",
+            daemon=True,
+        )
+        self._process.start()
+        return self._received(out)
+
+    def _received(self, out: Any) -> Iterator[Fed]:
+        while True:
+            try:
+                item = out.get(timeout=1.0)
+            except queue.Empty:
+                if self._stop.is_set():
+                    return
+                if self._process is not None and not self._process.is_alive():
+                    raise RuntimeError(
+                        f"the batch producer process died (exit code {self._process.exitcode})"
+                    ) from None
+                continue
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            step, arrays, data_rng, stream = item
+            batch = Batch(*(torch.from_numpy(a) for a in arrays))
+            on_device = self._to_device(batch)
+            yield Fed(step, on_device, data_rng, stream, batch if on_device is not batch else None)
 
     def __iter__(self) -> Iterator[Fed]:
         if not self.ahead:
@@ -177,12 +243,58 @@ class BatchFeed:
     def close(self) -> None:
         """Stop the producer (it finishes the batch it is making) and wait for it."""
         self._stop.set()
+        if self._process_stop is not None:
+            self._process_stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._process is not None:
+            self._process.join(timeout=5)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join()
+            self._process = None
 
     def __enter__(self) -> BatchFeed:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _produce_in_process(parts: bytes, first: int, last: int, out: Any, stop: Any) -> None:
+    """A producer process: make the host batches of steps ``first..last-1`` from the feed's
+    parts (pickled), each with its data state where the feed keeps it, into ``out``."""
+    import pickle
+
+    torch.set_num_threads(1)  # one core's worth of Python: the examples are Python
+    try:
+        task, rng, stream, batch_size, protocol, scale_range, keep_state = pickle.loads(parts)
+        for step in range(first, last):
+            lo, hi = scale_range(step)
+            batch = make_batch(task, rng, stream, batch_size=batch_size, lo=lo, hi=hi, protocol=protocol)
+            keep = keep_state(step)
+            item = (
+                step,
+                # as numpy arrays, pickled by value: torch would send shared memory, which the
+                # receiver fetches from this process, and this process ends after its last batch
+                tuple(t.numpy() for t in (batch.inputs, batch.labels, batch.scales, batch.scored)),
+                rng.getstate() if keep else None,
+                stream.state() if keep and stream is not None else None,
+            )
+            if not _send(out, item, stop):
+                return
+        _send(out, None, stop)
+    except BaseException as exc:  # told to the consumer, raised there
+        _send(out, exc, stop)
+
+
+def _send(out: Any, item: Any, stop: Any) -> bool:
+    """Put ``item`` in ``out`` unless told to stop first; whether it went."""
+    while not stop.is_set():
+        try:
+            out.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False

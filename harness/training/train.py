@@ -9,6 +9,7 @@ Seeds: ``cfg.seed`` fixes the initialisation (torch RNG) and, through a separate
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -185,9 +186,9 @@ def restore(
 ACCEL_ENV = "PEZOO_ACCEL"
 """Environment variable that switches the GPU loop's features (:meth:`Accel.for_device`):
 ``off`` (none: the loop a CPU runs), ``on`` (all), or a comma-separated subset of
-``prefetch,readback,fused,graphs,forced``. Unset: all on CUDA, none on CPU."""
+``prefetch,readback,fused,graphs,forced,spawn``. Unset: all on CUDA, none on CPU."""
 
-ACCEL_FEATURES = ("prefetch", "readback", "fused", "graphs", "forced")
+ACCEL_FEATURES = ("prefetch", "readback", "fused", "graphs", "forced", "spawn")
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,9 @@ class Accel:
         forced: evaluation reads exact match off the teacher-forced pass instead of a
             greedy decode (``harness.evaluation.evaluate``, "exact match without a decode"): equal
             but for argmax near-ties the two round differently, so off on CPU by default.
+        spawn: with ``prefetch``, the examples are made in a producer process, not the
+            producer thread (``harness.training.feed``): runs trained side by side in one
+            process do not make each other's examples under one GIL. The same batches.
     """
 
     prefetch: int = 0
@@ -214,6 +218,7 @@ class Accel:
     fused: bool = False
     graphs: bool = False
     forced: bool = False
+    spawn: bool = False
 
     def __post_init__(self) -> None:
         if self.prefetch < 0 or self.readback < 1:
@@ -223,7 +228,7 @@ class Accel:
         """The features on, by name, comma-separated (``prefetch,readback,fused,graphs,forced``
         order; empty: none), as :data:`ACCEL_ENV` names them."""
         on = {"prefetch": self.prefetch > 0, "readback": self.readback > 1, "fused": self.fused}
-        on |= {"graphs": self.graphs, "forced": self.forced}
+        on |= {"graphs": self.graphs, "forced": self.forced, "spawn": self.spawn}
         return ",".join(name for name in ACCEL_FEATURES if on[name])
 
     @classmethod
@@ -251,12 +256,14 @@ class Accel:
             names -= {"fused", "graphs"}  # CPU numerics stay the board's
             if setting is None or setting.strip() in ("", "on"):
                 names.discard("forced")  # a CPU run reads it off the pass only when named
+                names.discard("spawn")  # nor makes its examples in a second process (a core each)
         return cls(
             prefetch=4 if "prefetch" in names else 0,
             readback=25 if "readback" in names else 1,
             fused="fused" in names,
             graphs="graphs" in names,
             forced="forced" in names,
+            spawn="spawn" in names and "prefetch" in names,
         )
 
 
@@ -410,6 +417,20 @@ class _Due:
         ck = self.checkpointing
         return ck is not None and done % ck.every == 0 and done < self.steps
 
+    def saves_after(self, step: int) -> bool:
+        """Whether a checkpoint follows step ``step`` (0-based): its batch keeps the data state."""
+        return self.save(step + 1)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # to a producer process: the when, never the checkpoint's error callback (a closure)
+        every = self.checkpointing.every if self.checkpointing is not None else None
+        return _due_of, (self.steps, self.every, every)
+
+
+def _due_of(steps: int, every: int, checkpoint_every: int | None) -> _Due:
+    checkpointing = None if checkpoint_every is None else Checkpointing(Path(), checkpoint_every)
+    return _Due(steps, every, checkpointing)
+
 
 def _feed(
     cfg: RunConfig, task: Task, run: _Run, device: torch.device, accel: Accel, keep_state: Callable[[int], bool]
@@ -419,9 +440,15 @@ def _feed(
     return BatchFeed(
         task, run.rng, run.stream,
         batch_size=t.batch_size, protocol=cfg.protocol,
-        scale_range=lambda step: (t.train_min, curriculum_max(step, cfg)),
+        scale_range=functools.partial(_scale_range, cfg),  # a function a producer process can take
         first=run.first_step, last=t.steps, device=device, ahead=accel.prefetch, keep_state=keep_state,
+        spawn=accel.spawn,
     )  # fmt: skip
+
+
+def _scale_range(cfg: RunConfig, step: int) -> tuple[int, int]:
+    """The (lo, hi) training scales of ``step``'s examples (its curriculum stage)."""
+    return cfg.train.train_min, curriculum_max(step, cfg)
 
 
 def _evaluate_at(
@@ -515,7 +542,7 @@ def train(
     losses = LossReadback(accel.readback, on_step, cfg.eval.start_below_loss, last=last, evaluating=evaluating)
     compute = step_loss.loss_function(model, t.precision, device, graphs=accel.graphs, draws=run.draws)
     start = time.perf_counter()
-    feed = _feed(cfg, task, run, device, accel, keep_state=lambda step: due.save(step + 1))
+    feed = _feed(cfg, task, run, device, accel, keep_state=functools.partial(_Due.saves_after, due))
     with feed, model.pe.drawing_from(run.draws):
         for fed in feed:
             step, done = fed.step, fed.step + 1

@@ -4,6 +4,7 @@ The CUDA-graph comparison at the end runs only where there is a GPU."""
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 
@@ -29,7 +30,15 @@ from harness.training.train import (
 )
 
 
-def _feed(task, cfg, ahead, pack=0, keep=lambda step: step % 3 == 2):
+def _every_third(step):
+    return step % 3 == 2
+
+
+def _scales_of(cfg, step):
+    return 1, curriculum_max(step, cfg)
+
+
+def _feed(task, cfg, ahead, pack=0, keep=_every_third, spawn=False):
     rng = random.Random("feed-test")
     stream = PackedStream(task, rng, pack, loss="completion") if pack else None
     return BatchFeed(
@@ -38,20 +47,23 @@ def _feed(task, cfg, ahead, pack=0, keep=lambda step: step % 3 == 2):
         stream,
         batch_size=4,
         protocol=cfg.protocol,
-        scale_range=lambda step: (1, curriculum_max(step, cfg)),
+        scale_range=functools.partial(_scales_of, cfg),
         first=0,
         last=9,
         device="cpu",
         ahead=ahead,
         keep_state=keep,
+        spawn=spawn,
     )
 
 
-@pytest.mark.parametrize("pack", [0, 12])
-def test_producer_thread_feeds_the_same_batches_and_states_as_inline(pack):
+@pytest.mark.parametrize(("pack", "spawn"), [(0, False), (12, False), (0, True), (12, True)])
+def test_producer_thread_feeds_the_same_batches_and_states_as_inline(pack, spawn):
+    """Made ahead by a thread, or by a producer process (``spawn``), the batches and the
+    data states are those made inline."""
     task = create("copy")
     cfg = preset_config("smoke", pe="nope", task="copy", seed=0, overrides={"train": {"curriculum": ((0, 2), (4, 5))}})
-    inline, ahead = list(_feed(task, cfg, 0, pack)), list(_feed(task, cfg, 3, pack))
+    inline, ahead = list(_feed(task, cfg, 0, pack)), list(_feed(task, cfg, 3, pack, spawn=spawn))
     assert [f.step for f in ahead] == list(range(9))
     for a, b in zip(inline, ahead, strict=True):
         for name in ("inputs", "labels", "scales", "scored"):
@@ -357,3 +369,32 @@ def test_a_prism_step_is_captured_with_the_scan_kernels_on(pe):
                 eager, _ = training_loss(model, fed.batch, "fp32")
                 torch.testing.assert_close(loss, eager, rtol=1e-4, atol=1e-5)
     assert graphed.graphs and all(g is not None for g in graphed.graphs.values())
+
+
+def test_a_feed_that_cannot_go_to_a_process_is_made_in_the_thread_with_a_warning():
+    task = create("copy")
+    cfg = preset_config("smoke", pe="nope", task="copy", seed=0)
+    plain = list(_feed(task, cfg, 0))
+    with pytest.warns(RuntimeWarning, match="made in a thread, not a process"):
+        spawned = list(_feed(task, cfg, 2, keep=lambda step: step % 3 == 2, spawn=True))  # a lambda: no pickle
+    assert all(torch.equal(a.batch.inputs, b.batch.inputs) for a, b in zip(plain, spawned, strict=True))
+
+
+@pytest.mark.slow
+def test_a_run_whose_examples_a_process_makes_trains_as_one_that_makes_them_inline(tmp_path):
+    """The loop with its batches from a producer process (``spawn``), checkpointing on the way,
+    ends with the loss and weights of the plain loop."""
+    from harness.training.train import Checkpointing
+
+    cfg = preset_config(
+        "smoke", pe="randomized:ape{max_length=64}", task="copy", seed=0, overrides={"train": {"steps": 12}}
+    )
+    ends = []
+    for accel in (Accel(), Accel(prefetch=2, spawn=True)):
+        model = build_model(cfg)
+        result = train(
+            cfg, model, create("copy"), accel=accel, checkpointing=Checkpointing(tmp_path / f"{accel.spawn}.pt", 5)
+        )
+        ends.append((result.final_loss, model.state_dict()))
+    (loss_a, state_a), (loss_b, state_b) = ends
+    assert loss_a == loss_b and all(torch.equal(state_a[k], state_b[k]) for k in state_a)
