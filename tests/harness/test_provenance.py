@@ -139,7 +139,7 @@ def tf32_restored():
             {
                 "exact_match_by": "teacher-forced read-off",
                 "tf32": "on",
-                "loop": "prefetch,readback,fused,graphs,forced",
+                "loop": "prefetch,readback,fused,graphs,forced,spawn",
             },
         ),
         ("cuda", None, {"eval": {"match": "answer"}}, {"exact_match_by": "greedy decode"}),  # only a decode scores it
