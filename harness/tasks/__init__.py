@@ -9,6 +9,8 @@ binary_addition, binary_multiplication, compute_sqrt, bucket_sort (``dm_`` marks
 two whose names the PRISM tasks already take). Turing Programs (Hou et al.):
 addition_turing. Positional limitations (Chen, Liang & Lin): select_first,
 select_middle, select_last, lp_parity, lp_addition. SCAN (Lake & Baroni 2018): scan.
+Zoology (Arora et al. 2023): mqar. Flip-flop language modelling (Liu et al. 2023):
+flip_flop.
 
 One module per task (named as the task), and:
 
@@ -48,6 +50,8 @@ One module per task (named as the task), and:
     lp_parity                    positional limitations: parity with a chain of thought
     lp_addition                  positional limitations: unaligned addition, no chain of thought
     scan                         SCAN: commands to action sequences, from the grammar
+    mqar                         Zoology: multi-query associative recall, the values of queried keys
+    flip_flop                    flip-flop language: the bit of the last write, at the final read
 """
 
 from harness.tasks import (  # noqa: F401  (registers the tasks)
@@ -64,11 +68,13 @@ from harness.tasks import (  # noqa: F401  (registers the tasks)
     duplicate_string,
     dyn_str_cpy,
     even_pairs,
+    flip_flop,
     lp_addition,
     lp_parity,
     missing_duplicate_string,
     modular_arithmetic_brackets,
     modular_arithmetic_simple,
+    mqar,
     multiplication_cot,
     odds_first,
     parity_check,

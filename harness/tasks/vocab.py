@@ -26,6 +26,8 @@ _TOKENS: tuple[str, ...] = (
     "≡",
     # beginning of sequence: the harness starts every sequence with it (an anchor NoPE can count from)
     "<bos>",
+    # flip-flop (Liu et al. 2023): its write and read instructions (ignore is the letter "i" above)
+    "w", "r",
 )  # fmt: skip
 assert len(_TOKENS) <= VOCAB_SIZE and len(set(_TOKENS)) == len(_TOKENS)
 
