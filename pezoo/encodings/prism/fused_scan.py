@@ -16,7 +16,7 @@ the window radius grows from w = min(start + t, P) to w' = min(start + t + 1, P)
     out_t = y @ table[P-w' : P+w'+1]                    the cursor's position stream
 
 with p_pos = token i's copied mass ``a_pos[i]`` on offset i + 1 (at the support's edge,
-under ``max_support``, tokens beyond P - 1 pile onto the top bin, ``scan.clamp_copy``).
+under ``max_support``, tokens beyond P - 1 pile onto the top bin, ``histogram.clamp_copy``).
 
 What is fused and why the results are the same:
 
@@ -32,7 +32,19 @@ What is fused and why the results are the same:
 * Forward runs without building a graph; it keeps only what the backward needs: each
   step's ``x + ε``, ``log(x + ε)`` and ``y`` (and the pre-copy ``m`` of the k copying
   cursors), three windows per step where autograd keeps four (about 30 % less memory),
-  and the backward then has no transcendental function to evaluate.
+  and the backward then has no transcendental function to evaluate. They are written into
+  one block (``_Windows``), not allocated step by step.
+* With ``checkpoint_every`` (PRISM's default above ``SCAN_CHECKPOINT_ABOVE`` tokens) the
+  forward keeps no windows at all, only the starting window of each chunk of that many
+  steps, and the backward recomputes each chunk's windows (the same operations, so the same
+  floats) into one block, reused from the last chunk to the first, before its reverse scan.
+  This replaced one node per chunk under ``torch.utils.checkpoint``, whose forward kept
+  every step's windows in fresh buffers only to drop them: hundreds of buffers of growing
+  size between temporaries, which glibc's heap could not reuse for the next chunk's larger
+  ones, so the resident memory of a training pass grew as S² while the allocator's live
+  bytes grew as S (issue 65; docs/performance.md, "PRISM's resident memory"). The results
+  are those of that path bit for bit (γ's gradient is summed per chunk, last chunk first,
+  as autograd summed the chunks' nodes).
 * The backward is the reverse scan of those formulas, written by hand (with G the
   gradient of m, replicate-padded by one bin once the window has stopped growing, which
   is exactly the transpose of the clamp):
@@ -66,6 +78,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from pezoo.encodings.prism.chunks import run_chunked
 
 __all__ = ["SCAN_BACKENDS", "fused_windowed_scan", "scan_backend", "scan_coefficients", "set_scan_backend"]
 
@@ -131,6 +145,40 @@ def _radius(start: int, t: int, support: int) -> int:
     return min(start + t + 1, support)
 
 
+class _Windows:
+    """The windows the forward keeps for the backward: x + ε, log(x + ε) and y of each step
+    (b, n, 2w'+1), and the copy cursors' pre-copy m (b, k, 2w'+1), as views of one block
+    (allocated step by step, they fragmented the heap: the module docstring). ``block``: a
+    buffer to reuse when it is large enough (the backward recomputes every chunk in the
+    largest chunk's)."""
+
+    def __init__(self, h: Tensor, k: int, widths: list[int], block: Tensor | None = None) -> None:
+        b, n, _ = h.shape
+        self.shape, self.k, self.widths = (b, n), k, widths
+        self.offsets = [0]
+        for width in widths:
+            self.offsets.append(self.offsets[-1] + width)
+        size = (3 * n + k) * b * self.offsets[-1]  # x + ε, log, y, then the copy m
+        self.block = block if block is not None and block.numel() >= size else h.new_empty(size)
+
+    def take(self, which: int, t: int) -> Tensor:
+        """Step t's window (b, n, 2w'+1) of x + ε (0), log(x + ε) (1) or y (2): a contiguous view."""
+        b, n = self.shape
+        base = b * (which * n * self.offsets[-1] + n * self.offsets[t])
+        return self.block[base : base + b * n * self.widths[t]].view(b, n, self.widths[t])
+
+    def take_copy(self, t: int) -> Tensor:
+        """Step t's pre-copy m (b, k, 2w'+1) of the copy cursors."""
+        b, n = self.shape
+        base = b * (3 * n * self.offsets[-1] + self.k * self.offsets[t])
+        return self.block[base : base + b * self.k * self.widths[t]].view(b, self.k, self.widths[t])
+
+
+def _widths(start: int, steps: int, support: int) -> list[int]:
+    """The window width 2w'+1 of each step of a call (or chunk) from token ``start``."""
+    return [2 * _radius(start, t, support) + 1 for t in range(steps)]
+
+
 def _scan_forward(
     h: Tensor,
     coef: Tensor,
@@ -140,56 +188,68 @@ def _scan_forward(
     eps: float,
     start: int,
     support: int,
-    keep: bool,
-) -> tuple[Tensor, Tensor, list[Tensor], list[Tensor], list[Tensor]]:
-    """The scan without a graph. Returns (last window (b, n, 2w+1), streams (t, b, n, f)) and,
-    with ``keep``, the per-step lists (x + ε then log(x + ε), y, pre-copy m of the copy cursors)."""
+    kept: _Windows | None = None,
+    *,
+    emit: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """The scan without a graph. Returns (last window (b, n, 2w+1), streams (t, b, n, f), or
+    None without ``emit``); with ``kept``, each step's windows for the backward are written
+    into it (:class:`_Windows`)."""
     steps = coef.shape[0]
     b, n, _ = h.shape
     f = table.shape[-1]
-    out = h.new_empty(steps, b, n, f)
+    out = h.new_empty(steps, b, n, f) if emit else None
     g = gamma[:, None]  # (n, 1)
     k = 0 if probs is None else probs.shape[-2]
     tokens = 0 if probs is None else probs.shape[-1] - 1
     # per-step views, made once (indexing inside the loop costs a dispatch per tensor and step)
     c_dec, c_keep, c_inc, c_reset = (coef[..., i:j].unbind(0) for i, j in ((0, 1), (1, 2), (2, 3), (3, 6)))
-    out_rows = out.view(steps, b * n, f).unbind(0)  # (b·n, f) per step
+    out_rows = () if out is None else out.view(steps, b * n, f).unbind(0)  # (b·n, f) per step
     pos_rows = () if probs is None else probs[..., :-1].unbind(0)  # (b, k, j) per step
     null_rows = () if probs is None else probs[..., -1:].unbind(0)  # (b, k, 1) per step
-    xs: list[Tensor] = []
-    logs: list[Tensor] = []
-    ys: list[Tensor] = []
-    ms: list[Tensor] = []
     radius = _radius(start, -1, support)
     for t in range(steps):
         new_radius = _radius(start, t, support)
-        m = _move(h, new_radius > radius, c_dec[t], c_keep[t], c_inc[t], c_reset[t], new_radius)  # (b, n, 2w'+1)
+        xe_out = None if kept is None else kept.take(0, t)
+        m = _move(h, new_radius > radius, c_dec[t], c_keep[t], c_inc[t], c_reset[t], new_radius, out=xe_out)
         if k:
             m_copy = m[:, :k]  # (b, k, p) view
-            if keep:
-                ms.append(m_copy.clone())
+            if kept is not None:
+                kept.take_copy(t).copy_(m_copy)
             m_copy.mul_(null_rows[t])
             _add_copied(m_copy, pos_rows[t], new_radius, support, tokens)
-        xe = m.add_(eps)
-        log_x = torch.log(xe)
-        y = torch.softmax(log_x * g if keep else log_x.mul_(g), dim=-1)
-        lo = support - new_radius
-        width = 2 * new_radius + 1
-        torch.mm(y.view(b * n, width), table[lo : lo + width], out=out_rows[t])
-        if keep:
-            xs.append(xe)
-            logs.append(log_x)
-            ys.append(y)
+        xe = m.add_(eps)  # (b, n, 2w'+1)
+        if kept is None:
+            y = torch.softmax(torch.log(xe).mul_(g), dim=-1)
+        else:  # torch.softmax(log(x + ε) * γ) with both windows written into their slots
+            log_x = torch.log(xe, out=kept.take(1, t))
+            y = torch._softmax(log_x * g, -1, False, out=kept.take(2, t))  # softmax's own kernel
+        if out_rows:
+            lo = support - new_radius
+            width = 2 * new_radius + 1
+            torch.mm(y.view(b * n, width), table[lo : lo + width], out=out_rows[t])
         h, radius = y, new_radius
-    return h, out, xs + logs, ys, ms
+    if kept is not None:  # the last window leaves as its own tensor: a view would hold the whole block
+        h = h.clone()
+    return h, out
 
 
-def _move(h: Tensor, grow: bool, c_dec: Tensor, c_keep: Tensor, c_inc: Tensor, c_reset: Tensor, mid: int) -> Tensor:
+def _move(
+    h: Tensor,
+    grow: bool,
+    c_dec: Tensor,
+    c_keep: Tensor,
+    c_inc: Tensor,
+    c_reset: Tensor,
+    mid: int,
+    *,
+    out: Tensor | None = None,
+) -> Tensor:
     """One step's banded move of the window h (b, n, 2w+1) into the window of radius ``mid``
     (w' = w + 1 when it can ``grow``, else w at the support's edge, clamped there), then the
-    reset's mass re-centred and moved once: m (b, n, 2w'+1), a new tensor."""
+    reset's mass re-centred and moved once: m (b, n, 2w'+1), a new tensor or ``out``."""
     hp = F.pad(h, (2, 2) if grow else (1, 1))  # (b, n, 2w'+3)
-    m = hp[..., 1:-1] * c_keep  # (b, n, 2w'+1)
+    m = torch.mul(hp[..., 1:-1], c_keep, out=out) if out is not None else hp[..., 1:-1] * c_keep  # (b, n, 2w'+1)
     m.addcmul_(hp[..., :-2], c_inc)
     if not grow:  # at the support's edge: the top bin keeps what would leave it
         m[..., -1:].addcmul_(h[..., -1:], c_inc)
@@ -257,7 +317,71 @@ def _move_backward(
     return g_h
 
 
+def _scan_backward(
+    kept: _Windows,
+    h0: Tensor,
+    coef: Tensor,
+    gamma: Tensor,
+    probs: Tensor | None,
+    table: Tensor,
+    start: int,
+    support: int,
+    g_out: Tensor | None,
+    carry: Tensor | None,
+    g_coef: Tensor,
+    g_gamma: Tensor,
+    g_probs: Tensor | None,
+) -> Tensor | None:
+    """The reverse scan over the steps of one forward (a call, or a chunk of one) from the
+    windows ``kept`` and its starting window ``h0`` (b, n, 2w+1): writes the steps' gradients
+    into ``g_coef`` (t, b, n, 6), ``g_gamma`` (t, b, n) and, if given, ``g_probs`` (t, b, k, j+1);
+    ``carry`` is the gradient reaching the last window (None: none). Returns the gradient of h0
+    (None: none reached it)."""
+    steps = coef.shape[0]
+    b, n = kept.shape
+    f = table.shape[-1]
+    k = 0 if probs is None else probs.shape[-2]
+    tokens = 0 if probs is None else probs.shape[-1] - 1
+    g = gamma[:, None]  # (n, 1)
+    c_dec, c_keep, c_inc, c_reset = (coef[..., i:j].unbind(0) for i, j in ((0, 1), (1, 2), (2, 3), (3, 6)))
+    null_rows = () if probs is None else probs[..., -1:].unbind(0)
+    g_out_rows = () if g_out is None else g_out.reshape(steps, b * n, f).unbind(0)
+    g_coef_rows = g_coef.unbind(0)
+    g_pos = None if g_probs is None else g_probs[..., :-1]
+    g_null = None if g_probs is None else g_probs[..., -1:]
+    for t in reversed(range(steps)):
+        new_radius = _radius(start, t, support)
+        grow = new_radius > _radius(start, t - 1, support)
+        y, xe = kept.take(2, t), kept.take(0, t)
+        h = kept.take(2, t - 1) if t else h0
+        lo, width = support - new_radius, 2 * new_radius + 1
+        tw = table[lo : lo + width]  # (p, f)
+        if g_out is None:
+            g_y = torch.zeros_like(y) if carry is None else carry.clone()
+        elif carry is None:
+            g_y = torch.mm(g_out_rows[t], tw.T).view(b, n, width)
+        else:
+            g_y = torch.addmm(carry.reshape(b * n, width), g_out_rows[t], tw.T).view(b, n, width)
+        g_z = g_y.sub_(torch.linalg.vecdot(y, g_y)[..., None]).mul_(y)  # softmax
+        g_gamma[t] = torch.linalg.vecdot(g_z, kept.take(1, t))
+        g_m = g_z.mul_(g).div_(xe)  # g_x, then g_m after the copy mix below
+        if k:
+            g_x = g_m[:, :k]  # (b, k, p) view
+            if g_pos is not None and g_null is not None:
+                g_null[t] = torch.linalg.vecdot(g_x, kept.take_copy(t))[..., None]
+                _copied_grad(g_pos[t], g_x, new_radius, support, tokens)
+            g_x.mul_(null_rows[t])
+        carry = _move_backward(g_m, h, grow, c_dec[t], c_keep[t], c_inc[t], c_reset[t], new_radius, g_coef_rows[t])
+    return carry
+
+
 class _WindowedScan(torch.autograd.Function):
+    """The fused scan's autograd node. With ``chunk`` (0 < chunk < steps) the forward keeps no
+    windows, only the starting window of every ``chunk`` steps, and the backward recomputes
+    each chunk's windows (last chunk first, all in one buffer) before its reverse scan:
+    ``torch.utils.checkpoint`` over chunks of the scan, inside the node. Without, the forward
+    keeps every step's windows in one block."""
+
     @staticmethod
     def forward(
         ctx: Any,
@@ -269,70 +393,73 @@ class _WindowedScan(torch.autograd.Function):
         eps: float,
         start: int,
         support: int,
+        chunk: int,
     ) -> tuple[Tensor, Tensor]:
-        last, out, xs, ys, ms = _scan_forward(h0, coef, gamma, probs, table, eps, start, support, keep=True)
-        ctx.eps, ctx.start, ctx.support, ctx.steps = eps, start, support, coef.shape[0]
-        ctx.has_copy = probs is not None
-        ctx.save_for_backward(h0, coef, gamma, probs, table, *xs, *ys, *ms)
-        return last, out
+        steps = coef.shape[0]
+        chunk = chunk if 0 < chunk < steps else steps
+        k = 0 if probs is None else probs.shape[-2]
+        ctx.eps, ctx.start, ctx.support, ctx.chunk = eps, start, support, chunk
+        ctx.has_copy, ctx.all_kept = probs is not None, chunk == steps
+        if chunk == steps:
+            kept = _Windows(h0, k, _widths(start, steps, support))
+            last, out = _scan_forward(h0, coef, gamma, probs, table, eps, start, support, kept)
+            ctx.save_for_backward(h0, coef, gamma, probs, table, kept.block)
+            assert out is not None
+            return last, out
+        starts, outs, h = [], [], h0  # each chunk's starting window and streams
+        for first in range(0, steps, chunk):
+            stop = min(first + chunk, steps)
+            starts.append(h)
+            chunk_probs = None if probs is None else probs[first:stop]
+            h, out = _scan_forward(h, coef[first:stop], gamma, chunk_probs, table, eps, start + first, support)
+            assert out is not None
+            outs.append(out)
+        ctx.save_for_backward(coef, gamma, probs, table, *starts)
+        return h, torch.cat(outs, dim=0)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, g_last: Tensor | None, g_out: Tensor | None) -> tuple[Tensor | None, ...]:
-        steps, start, support = ctx.steps, ctx.start, ctx.support
-        h0, coef, gamma, probs, table, *rest = ctx.saved_tensors
-        xs, logs = rest[:steps], rest[steps : 2 * steps]
-        ys, ms = rest[2 * steps : 3 * steps], rest[3 * steps :]
-        b, n, _ = h0.shape
-        f = table.shape[-1]
+        start, support, chunk = ctx.start, ctx.support, ctx.chunk
+        if ctx.all_kept:  # every step's windows, in one block
+            h0, coef, gamma, probs, table, block = ctx.saved_tensors
+            starts = [h0]
+        else:  # each chunk's starting window: its windows are recomputed, every chunk's in the largest one's block
+            coef, gamma, probs, table, *starts = ctx.saved_tensors
+        steps = coef.shape[0]
         k = probs.shape[-2] if ctx.has_copy else 0
-        tokens = probs.shape[-1] - 1 if ctx.has_copy else 0
-        g = gamma[:, None]  # (n, 1)
-        c_dec, c_keep, c_inc, c_reset = (coef[..., i:j].unbind(0) for i, j in ((0, 1), (1, 2), (2, 3), (3, 6)))
-        null_rows = probs[..., -1:].unbind(0) if k else ()
-        g_out_rows = () if g_out is None else g_out.reshape(steps, b * n, f).unbind(0)
+        if not ctx.all_kept:
+            b, n = starts[0].shape[:2]
+            firsts = range(0, steps, chunk)
+            widest = max(sum(_widths(start + first, min(chunk, steps - first), support)) for first in firsts)
+            block = starts[0].new_empty((3 * n + k) * b * widest)
         g_coef = torch.empty_like(coef)  # (t, b, n, 6)
-        g_coef_rows = g_coef.unbind(0)
-        g_gamma = h0.new_zeros(steps, b, n)  # summed over (t, b) at the end
+        g_gamma = starts[0].new_zeros(steps, *starts[0].shape[:2])  # (t, b, n), summed per chunk below
+        g_gamma_sum: Tensor | None = None
         # one dense gradient for the copy probabilities, laid out like them (a fresh buffer
         # of this size costs its page faults; slicing probs outside would add two more)
         g_probs = torch.zeros_like(probs) if k and ctx.needs_input_grad[3] else None
-        g_pos = None if g_probs is None else g_probs[..., :-1]
-        g_null = None if g_probs is None else g_probs[..., -1:]
-        carry = g_last  # gradient reaching this step's output histogram from later steps
-        for t in reversed(range(steps)):
-            new_radius = _radius(start, t, support)
-            grow = new_radius > _radius(start, t - 1, support)
-            y, xe = ys[t], xs[t]
-            h = ys[t - 1] if t else h0
-            lo, width = support - new_radius, 2 * new_radius + 1
-            tw = table[lo : lo + width]  # (p, f)
-            if g_out is None:
-                g_y = torch.zeros_like(y) if carry is None else carry.clone()
-            elif carry is None:
-                g_y = torch.mm(g_out_rows[t], tw.T).view(b, n, width)
-            else:
-                g_y = torch.addmm(carry.reshape(b * n, width), g_out_rows[t], tw.T).view(b, n, width)
-            g_z = g_y.sub_(torch.linalg.vecdot(y, g_y)[..., None]).mul_(y)  # softmax
-            g_gamma[t] = torch.linalg.vecdot(g_z, logs[t])
-            g_m = g_z.mul_(g).div_(xe)  # g_x, then g_m after the copy mix below
-            if k:
-                g_x = g_m[:, :k]  # (b, k, p) view
-                if g_pos is not None and g_null is not None:
-                    g_null[t] = torch.linalg.vecdot(g_x, ms[t])[..., None]
-                    _copied_grad(g_pos[t], g_x, new_radius, support, tokens)
-                g_x.mul_(null_rows[t])
-            carry = _move_backward(g_m, h, grow, c_dec[t], c_keep[t], c_inc[t], c_reset[t], new_radius, g_coef_rows[t])
-        return (
-            carry,
-            g_coef,
-            g_gamma.sum(dim=(0, 1)),
-            g_probs,
-            None,
-            None,
-            None,
-            None,
-        )
+        carry = g_last  # the gradient reaching the current chunk's last window
+        for index in reversed(range(len(starts))):
+            first = index * chunk
+            stop = min(first + chunk, steps)
+            part = slice(first, stop)
+            chunk_probs = None if probs is None else probs[part]
+            kept = _Windows(starts[index], k, _widths(start + first, stop - first, support), block)
+            if not ctx.all_kept:  # recompute this chunk's windows
+                _scan_forward(
+                    starts[index], coef[part], gamma, chunk_probs, table, ctx.eps, start + first, support, kept,
+                    emit=False,
+                )  # fmt: skip
+            carry = _scan_backward(
+                kept, starts[index], coef[part], gamma, chunk_probs, table, start + first, support,
+                None if g_out is None else g_out[part], carry, g_coef[part], g_gamma[part],
+                None if g_probs is None else g_probs[part],
+            )  # fmt: skip
+            # summed per chunk, last first: the order autograd added the chunks' nodes' sums in
+            part_sum = g_gamma[part].sum(dim=(0, 1))
+            g_gamma_sum = part_sum if g_gamma_sum is None else g_gamma_sum + part_sum
+        return carry, g_coef, g_gamma_sum, g_probs, None, None, None, None, None
 
 
 def fused_windowed_scan(
@@ -345,6 +472,7 @@ def fused_windowed_scan(
     start: int,
     support: int,
     copy_probs: Tensor | None = None,
+    checkpoint_every: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """The windowed scan with streams, forward without a graph and a hand-written backward.
 
@@ -358,6 +486,10 @@ def fused_windowed_scan(
         support: P.
         copy_probs: (t, b, k, j + 1) copy probabilities of the first k cursors, or None: token
             i's copied mass (landing on offset i + 1), then p_null (the no-copy weight) last.
+        checkpoint_every: when a backward pass will follow, keep only every this many steps'
+            starting window and recompute each chunk's windows in the backward (0: keep every
+            step's). The same outputs and gradients (to float rounding: γ's gradient is summed
+            over the chunks).
 
     Returns:
         (last window (b, n, 2w'+1) with w' = min(start + t, P), streams (t, b, n, f)).
@@ -369,12 +501,21 @@ def fused_windowed_scan(
     coef, gamma, table = coef.to(dtype), gamma.to(dtype), table.to(dtype)
     probs = None if copy_probs is None else copy_probs.to(dtype)
     with torch.autocast(h0.device.type, enabled=False):  # fp32 streams, like the compute dtype of the scan
+        inputs = (h0, coef, gamma, probs, table)
+        grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
         if _use_triton(h0):
             from pezoo.encodings.prism.triton_scan import triton_windowed_scan
 
-            return triton_windowed_scan(h0, coef, gamma, table, eps, start=start, support=support, copy_probs=probs)
-        inputs = (h0, coef, gamma, probs, table)
-        if torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs):
-            return _WindowedScan.apply(h0, coef, gamma, probs, table, eps, start, support)
-        last, out, *_ = _scan_forward(h0, coef, gamma, probs, table, eps, start, support, keep=False)
+            def run(h: Tensor, first: int, stop: int) -> tuple[Tensor, Tensor]:
+                chunk_probs = None if probs is None else probs[first:stop]
+                return triton_windowed_scan(
+                    h, coef[first:stop], gamma, table, eps, start=start + first, support=support,
+                    copy_probs=chunk_probs,
+                )  # fmt: skip
+
+            return run_chunked(run, h0, coef.shape[0], checkpoint_every if grad else 0)
+        if grad:
+            return _WindowedScan.apply(h0, coef, gamma, probs, table, eps, start, support, checkpoint_every)
+        last, out = _scan_forward(h0, coef, gamma, probs, table, eps, start, support)
+        assert out is not None
         return last, out

@@ -32,6 +32,7 @@ from torch import Tensor
 
 __all__ = [
     "centre_one_hot",
+    "clamp_copy",
     "histogram_scan",
     "histogram_step",
     "histogram_transition",
@@ -115,6 +116,16 @@ def mix_copy(h: Tensor, p_copy: Tensor) -> Tensor:
     if p_copy.shape[-1] != h.shape[-1] + 1:
         raise ValueError(f"p_copy needs {h.shape[-1] + 1} entries (bins + no-copy), got {p_copy.shape[-1]}")
     return p_copy[..., -1:] * h + p_copy[..., :-1]
+
+
+def clamp_copy(a_pos: Tensor, width: int) -> Tensor:
+    """(..., t) copy weights of tokens j = 0.. onto offsets 1..width: (..., width), token j
+    on offset j + 1, those beyond ``width`` (only under ``max_support``) summed on the top
+    bin (the edge rule of Alg. 1); zero-padded when fewer than ``width`` tokens exist."""
+    n = a_pos.shape[-1]
+    if n <= width:
+        return torch.nn.functional.pad(a_pos, (0, width - n))
+    return torch.cat([a_pos[..., : width - 1], a_pos[..., width - 1 :].sum(dim=-1, keepdim=True)], dim=-1)
 
 
 def sharpen(h: Tensor, gamma: Tensor | float, eps: float, mask: Tensor | None = None) -> Tensor:

@@ -23,13 +23,14 @@ from pezoo.encodings.prism.config import PRISMConfig, support_for
 from pezoo.encodings.prism.gates import CopyAttention, GateNet, compute_dtype
 from pezoo.encodings.prism.histogram import (
     centre_one_hot,
+    clamp_copy,
     histogram_scan,
     histogram_transition,
     mix_copy,
     reachable_mask,
     sharpen,
 )
-from pezoo.encodings.prism.scan import clamp_copy, scan_emitting
+from pezoo.encodings.prism.scan import scan_emitting
 from pezoo.encodings.prism.streams import CallStreams, offset_table
 
 __all__ = ["PRISMLayer"]

@@ -1,7 +1,7 @@
 """The filter's scan over a call's new tokens as :class:`~pezoo.encodings.prism.layer.PRISMLayer`
 runs it: each step's position stream kept instead of its histogram, only the bins reachable so
-far (windowed), in chunks recomputed under ``torch.utils.checkpoint``, and, on the default
-path, as the one autograd node of ``fused_scan.py``. ``histogram.histogram_scan`` is the plain
+far (windowed), in chunks recomputed in the backward pass, and, on the default path, as the
+one autograd node of ``fused_scan.py``. ``histogram.histogram_scan`` is the plain
 loop these equal.
 
 Axis letters: s steps (new tokens), b batch, n scanned cursors, k copying cursors (the first
@@ -14,12 +14,13 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-import torch.utils.checkpoint
 from torch import Tensor
 
+from pezoo.encodings.prism.chunks import run_chunked
 from pezoo.encodings.prism.fused_scan import fused_windowed_scan, scan_coefficients
+from pezoo.encodings.prism.histogram import clamp_copy
 
-__all__ = ["clamp_copy", "scan_emitting"]
+__all__ = ["scan_emitting"]
 
 
 def scan_emitting(
@@ -59,9 +60,10 @@ def scan_emitting(
     unbound once: indexing it per step would make every backward step allocate and fill a
     zero tensor of its full size (O(S²·P) in all).
 
-    ``checkpoint_every`` (windowed only): run the steps in chunks of this many tokens under
-    ``torch.utils.checkpoint``, so the backward pass recomputes each chunk from its first
-    histogram instead of keeping every step's intermediates.
+    ``checkpoint_every`` (windowed only): run the steps in chunks of this many tokens whose
+    intermediates the backward pass recomputes from each chunk's first histogram instead of
+    keeping them (the fused node does so itself, the per-op path under
+    ``torch.utils.checkpoint``).
 
     ``fused`` (default): the windowed scan with streams (``table`` given) and no dense
     ``p_copy`` runs as one autograd node with a hand-written reverse scan
@@ -156,7 +158,7 @@ def _windowed_scan_emitting(
         return h, torch.stack(chunk, dim=0)
 
     steps = gates.shape[0]
-    h, out = _run_chunked(run, h, steps, checkpoint_every)
+    h, out = run_chunked(run, h, steps, checkpoint_every)
     radius = min(start + steps, support)
     last = F.pad(h, (support - radius, support - radius))
     return last, out
@@ -184,22 +186,6 @@ def _window_copy(
     return None
 
 
-def _run_chunked(
-    run: Callable[[Tensor, int, int], tuple[Tensor, Tensor]], h: Tensor, steps: int, checkpoint_every: int
-) -> tuple[Tensor, Tensor]:
-    """``run(h, 0, steps)`` -> (last window, streams), or, when ``checkpoint_every`` asks for it
-    and a backward pass will follow, chunk by chunk under ``torch.utils.checkpoint``: each
-    chunk keeps its first histogram and its streams and recomputes the rest in backward."""
-    if not (checkpoint_every and torch.is_grad_enabled() and steps > checkpoint_every):
-        return run(h, 0, steps)
-    out = []
-    for first in range(0, steps, checkpoint_every):
-        stop = min(first + checkpoint_every, steps)
-        h, streams = torch.utils.checkpoint.checkpoint(run, h, first, stop, use_reentrant=False)
-        out.append(streams)
-    return h, torch.cat(out, dim=0)
-
-
 def _fused_scan_emitting(
     h: Tensor,
     gates: Tensor,
@@ -211,27 +197,12 @@ def _fused_scan_emitting(
     copy_probs: Tensor | None,
     checkpoint_every: int,
 ) -> tuple[Tensor, Tensor]:
-    """``scan_emitting``'s windowed path through ``fused_windowed_scan``, chunked under
-    ``torch.utils.checkpoint`` when ``checkpoint_every`` asks for it."""
+    """``scan_emitting``'s windowed path through ``fused_windowed_scan``, which recomputes
+    chunks of ``checkpoint_every`` steps in the backward itself when asked to."""
     coef = scan_coefficients(gates)  # (s, b, n, 6)
-    steps = gates.shape[0]
-
-    def run(h: Tensor, first: int, stop: int) -> tuple[Tensor, Tensor]:
-        probs = None if copy_probs is None else copy_probs[first:stop]
-        return fused_windowed_scan(
-            h, coef[first:stop], gamma, table, eps, start=start + first, support=support, copy_probs=probs
-        )
-
-    h, streams = _run_chunked(run, h, steps, checkpoint_every)
-    radius = min(start + steps, support)
+    h, streams = fused_windowed_scan(
+        h, coef, gamma, table, eps, start=start, support=support, copy_probs=copy_probs,
+        checkpoint_every=checkpoint_every,
+    )  # fmt: skip
+    radius = min(start + gates.shape[0], support)
     return F.pad(h, (support - radius, support - radius)), streams
-
-
-def clamp_copy(a_pos: Tensor, width: int) -> Tensor:
-    """(..., t) copy weights of tokens j = 0.. onto offsets 1..width: (..., width), token j
-    on offset j + 1, those beyond ``width`` (only under ``max_support``) summed on the top
-    bin (the edge rule of Alg. 1); zero-padded when fewer than ``width`` tokens exist."""
-    n = a_pos.shape[-1]
-    if n <= width:
-        return F.pad(a_pos, (0, width - n))
-    return torch.cat([a_pos[..., : width - 1], a_pos[..., width - 1 :].sum(dim=-1, keepdim=True)], dim=-1)

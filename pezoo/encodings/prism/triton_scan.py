@@ -27,7 +27,7 @@ Alg. 1 steps 1–5, docstring of ``fused_scan``), laid out for a GPU:
 * **The copy branch** enters as the copy attention's probabilities (t, b, k, j + 1), as in
   ``fused_scan``: before the kernel they are mapped once to the mass per offset 1..P of
   every step (token i on offset i + 1; tokens beyond the window dropped, beyond P − 1 piled
-  on the top bin, ``scan.clamp_copy``) and the gradient is mapped back after it, into one
+  on the top bin, ``histogram.clamp_copy``) and the gradient is mapped back after it, into one
   dense buffer laid out like the probabilities.
 
 The kernels are compiled by Triton for CUDA tensors; for CPU tensors they run in Triton's
@@ -44,6 +44,8 @@ from typing import Any
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from pezoo.encodings.prism.histogram import clamp_copy
 
 try:  # optional: pezoo needs only torch and einops
     import triton
@@ -330,8 +332,6 @@ def _copy_inputs(probs: Tensor, start: int, support: int) -> tuple[Tensor, Tenso
     """Copy probabilities (t, b, k, j + 1) -> (no-copy weight (t, b, k), mass per offset 1..P
     (t, b, k, P)), as ``fused_scan`` adds them: token i on offset i + 1, tokens past the
     window dropped, tokens beyond P − 1 summed on the top bin."""
-    from pezoo.encodings.prism.scan import clamp_copy
-
     a_pos = probs[..., :-1] * _copy_masks(probs, start, support)
     return probs[..., -1].contiguous(), clamp_copy(a_pos, support).contiguous()
 
