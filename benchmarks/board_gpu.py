@@ -1,0 +1,178 @@
+"""Train a board sweep on a lent GPU for a fixed time, grouped, and bring back what finished.
+
+    pip install --no-deps --no-build-isolation -e . && \
+        python benchmarks/board_gpu.py --sweep leaderboard/later/board-addition.toml --budget 540 --out "$OUT"
+
+For the GPU issue's measured headline (one 10-minute GPU run trains and evaluates >= 60 board
+runs) and for the board's GPU work (addition, whose column costs 35-40 hours on the 2-core
+CPU; a retrain of one CPU table to compare the two devices):
+
+- ``pezoo bench --sweep SWEEP`` runs in a subprocess, on CUDA, with the default executor
+  (the group: runs side by side in one process, ``harness.sweeps.executors.grouped``),
+  into a store of its own under ``.boardgpu/`` (ignored by git; kept between calls on a
+  warm machine, so a second call resumes the runs the first left);
+- at ``--budget`` seconds it is interrupted as a user's Ctrl-C interrupts it: the runs in
+  flight are marked interrupted and keep their checkpoints, the finished ones are in the
+  store;
+- the finished runs are exported as results files (``pezoo leaderboard export``) into
+  ``OUT/results/``, and ``OUT/board-gpu-summary.json`` says how many finished in how long,
+  the sweep's training steps per second and the GPU's utilisation (nvidia-smi, every
+  500 ms).
+
+At home: ``pezoo leaderboard check OUT/results`` and, for a task the board lacks (addition),
+copy the file into leaderboard/results/; a retrain of a published table (its run ids are
+the published ones: the device is provenance, not config) is compared with
+``pezoo leaderboard compare``, never published beside it.
+
+``--dry-run`` does the same on CPU with a two-run smoke sweep (tests/harness/test_board_gpu.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / ".boardgpu"
+
+DRY_SWEEP = """preset = "smoke"
+[[grid]]
+task = ["copy"]
+pe = ["nope", "rope"]
+seeds = [0]
+"""
+
+
+def _utilisation() -> subprocess.Popen | None:
+    try:
+        return subprocess.Popen(
+            ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "500"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+    except OSError:
+        return None
+
+
+def _busy(proc: subprocess.Popen | None) -> dict[str, float] | None:
+    """Mean GPU utilisation over the sweep's active window (first to last busy sample) and all samples."""
+    if proc is None:
+        return None
+    proc.terminate()
+    out, _ = proc.communicate(timeout=10)
+    values = [float(v) for v in re.findall(r"^\s*(\d+(?:\.\d+)?)\s*$", out, flags=re.M)]
+    if not values:
+        return None
+    busy = [i for i, v in enumerate(values) if v > 0]
+    window = values[busy[0] : busy[-1] + 1] if busy else values
+    return {"active_pct": round(sum(window) / len(window), 1), "all_pct": round(sum(values) / len(values), 1)}
+
+
+def sweep_for(budget: float, sweep: Path, store: Path, device: str, extra: list[str]) -> dict[str, Any]:
+    """Run ``pezoo bench --sweep`` until it ends or ``budget`` seconds pass (then Ctrl-C, as a
+    user would); its wall time, return code and output tail."""
+    cmd = [sys.executable, "-m", "harness.cli", "bench", "--sweep", str(sweep), "--store", str(store)]
+    cmd += ["--device", device, *extra]
+    start = time.perf_counter()
+    log = (store.parent / f"{store.stem}.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    stopped = False
+    try:
+        proc.wait(timeout=budget)
+    except subprocess.TimeoutExpired:
+        stopped = True
+        proc.send_signal(signal.SIGINT)  # the driver marks runs in flight interrupted, checkpoints kept
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    finally:
+        log.close()
+    tail = (store.parent / f"{store.stem}.log").read_text(errors="replace").strip().splitlines()[-6:]
+    return {"wall_s": round(time.perf_counter() - start, 1), "code": proc.returncode, "stopped": stopped, "tail": tail}
+
+
+def finished(store: Path) -> dict[str, Any]:
+    """The store's finished runs: how many, their training steps and seconds."""
+    from harness.records.store import Store
+
+    if not store.exists():
+        return {"runs": 0, "steps": 0, "train_s": 0.0, "eval_s": 0.0}
+    with Store(store) as s:
+        runs = [r for r in s.runs() if r["status"] == "finished"]
+    return {
+        "runs": len(runs),
+        "steps": sum(r["config"]["train"]["steps"] for r in runs),
+        "train_s": round(sum(r["train_seconds"] or 0.0 for r in runs), 1),
+        "eval_s": round(sum(r["eval_seconds"] or 0.0 for r in runs), 1),
+    }
+
+
+def export(store: Path, out: Path) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "leaderboard", "export", "--store", str(store), "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return {"code": proc.returncode, "files": sorted(p.name for p in out.glob("*.jsonl")), "tail": proc.stdout[-500:]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sweep", type=Path, help="the sweep file (default: the addition column)")
+    parser.add_argument("--budget", type=float, default=540.0, help="seconds of sweeping")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "benchmarks/results")))
+    parser.add_argument("--tag", default=None, help="the store's name under .boardgpu/ (default: the sweep's)")
+    parser.add_argument("--work", type=Path, default=WORK, help="where the stores and logs stay between calls")
+    parser.add_argument("--dry-run", action="store_true", help="a two-run smoke sweep on CPU")
+    args, extra = parser.parse_known_args(argv)
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    if args.dry_run:
+        sweep = work / "dry.toml"
+        sweep.write_text(DRY_SWEEP)
+        device = "cpu"
+    else:
+        sweep = args.sweep or ROOT / "leaderboard" / "later" / "board-addition.toml"
+        device = "cuda"
+    store = work / f"{args.tag or sweep.stem}.sqlite"
+    before = finished(store)
+    sampler = None if args.dry_run else _utilisation()
+    run = sweep_for(args.budget, sweep, store, device, extra)
+    busy = _busy(sampler)
+    after = finished(store)
+    new = {k: round(after[k] - before[k], 1) for k in after}
+    train_s = new["train_s"]
+    summary = {
+        "sweep": str(sweep.relative_to(ROOT) if sweep.is_relative_to(ROOT) else sweep),
+        "budget_s": args.budget,
+        **run,
+        "finished_before": before["runs"],
+        "finished_now": after["runs"],
+        "finished_in_this_call": new["runs"],
+        "sweep_steps_per_s": round(new["steps"] / run["wall_s"], 1) if run["wall_s"] else None,
+        "steps_per_s_a_run": round(new["steps"] / train_s, 1) if train_s else None,
+        "gpu_util": busy,
+        "export": export(store, args.out / "results"),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "board-gpu-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

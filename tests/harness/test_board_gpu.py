@@ -1,0 +1,45 @@
+"""benchmarks/board_gpu.py, a board sweep on a lent GPU for a fixed time: its dry run trains a
+two-run sweep on CPU, exports what finished and says how many; a second call resumes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "board_gpu.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("board_gpu", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_dry_run_trains_exports_and_counts(tmp_path):
+    bg = _module()
+    out, work = tmp_path / "out", tmp_path / "work"
+    assert bg.main(["--dry-run", "--budget", "300", "--out", str(out), "--work", str(work)]) == 0
+    summary = json.loads((out / "board-gpu-summary.json").read_text())
+    assert summary["code"] == 0 and not summary["stopped"]
+    assert summary["finished_in_this_call"] == 2 and summary["finished_now"] == 2
+    assert summary["export"]["code"] == 0 and summary["export"]["files"]
+    # a second call on the same machine finds them done
+    assert bg.main(["--dry-run", "--budget", "300", "--out", str(tmp_path / "again"), "--work", str(work)]) == 0
+    again = json.loads((tmp_path / "again" / "board-gpu-summary.json").read_text())
+    assert again["finished_before"] == 2 and again["finished_in_this_call"] == 0
+
+
+def test_a_sweep_past_its_budget_is_interrupted_and_loses_nothing_finished(tmp_path):
+    bg = _module()
+    store = tmp_path / "s.sqlite"
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(bg.DRY_SWEEP.replace('"smoke"', '"quick"'))  # far longer than the budget
+    run = bg.sweep_for(8.0, sweep, store, "cpu", [])
+    assert run["stopped"] and run["wall_s"] < 70
+    assert bg.finished(store)["runs"] == 0
