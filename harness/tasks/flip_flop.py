@@ -10,15 +10,16 @@ bit that read returns (no ``.``: not a PRISM task).
 
 w 1 i 0 r 1 w 0 i 1 r = 0
 
-Scale n = the number of instructions (n ≥ 2: a write, then a read); the prompt is 2n − 1
-tokens and the target 1. ``p_ignore`` (default 0.8, the paper's canonical FFL(0.8):
-p(w) = p(r) = 0.1) sets p(i); the paper's other test distributions are its sparse
-FFL(0.98), long runs of ignores, and dense FFL(0.1).
+Scale n = the number of instruction-bit pairs before the final read, the first a write
+(n + 1 instructions in all); the prompt is 2n + 1 tokens and the target 1: 2n + 4 with
+``=`` and EOS, one more than copy at the same scale. ``p_ignore`` (default 0.8, the
+paper's canonical FFL(0.8): p(w) = p(r) = 0.1) sets p(i); the paper's other test
+distributions are its sparse FFL(0.98), long runs of ignores, and dense FFL(0.1).
 
 Against the paper: it trains and tests a language model on strings of one length (T = 512
 tokens, 256 instructions), scoring its prediction of the bit after every read, and tests
 out of distribution by changing p(i) (sparse, dense), not the length. Here the
-harness's prompt-then-target layout scores one read, the final one, in a sequence of n
+harness's prompt-then-target layout scores one read, the final one, in a string of n + 1
 instructions: it is the prediction the paper's model makes at its last read, from the
 same string, the earlier reads' bits included (so the answer is also the bit of the last
 ``w`` or ``r``). The board trains on short strings and tests longer ones at FFL(0.8), so
@@ -51,16 +52,15 @@ class FlipFlop(Task):
     name = "flip_flop"
     source = "Liu et al. 2023 (flip-flop language modeling), §3: FFL(0.8), the final read"
     metric = "exact_match"
-    train_scales = (2, 10)
+    train_scales = (1, 10)
     test_scales = (11, 40)
-    min_scale = 2
     vocabulary = (*INSTRUCTIONS, *BITS)
     pe_solvability = NOT_PE_SOLVABLE
     pe_solvability_basis = (
         "derived, Chen et al. §III, §V: the answer's parent, the last write, is found by content at a distance that "
         "varies per instance"
     )
-    layout = "w b₁ σ₂ b₂ … σₙ₋₁ bₙ₋₁ r = b (σ ∈ {w, i, r}; b: the last write's bit)"
+    layout = "w b₁ σ₂ b₂ … σₙ bₙ r = b (σ ∈ {w, i, r}; b: the last write's bit)"
 
     def __init__(self, *, p_ignore: float = P_IGNORE) -> None:
         if not 0.0 <= p_ignore <= 1.0:
@@ -69,7 +69,7 @@ class FlipFlop(Task):
 
     def sample_prompt(self, n: int, rng: random.Random) -> list[str]:
         p_write_or_read = (1.0 - self.p_ignore) / 2
-        middle = rng.choices(INSTRUCTIONS, weights=(p_write_or_read, self.p_ignore, p_write_or_read), k=n - 2)
+        middle = rng.choices(INSTRUCTIONS, weights=(p_write_or_read, self.p_ignore, p_write_or_read), k=n - 1)
         prompt, memory = [], ""
         for op in (WRITE, *middle):
             bit = memory if op == READ else rng.choice(BITS)

@@ -45,34 +45,37 @@ def test_examples(prompt, target):
 
 
 @settings(max_examples=100, deadline=None)
-@given(seed=seeds, n=st.integers(2, 60), p_ignore=st.sampled_from([0.8, 0.98, 0.1, 0.0, 1.0]))
+@given(seed=seeds, n=st.integers(1, 60), p_ignore=st.sampled_from([0.8, 0.98, 0.1, 0.0, 1.0]))
 def test_against_the_reference(seed, n, p_ignore):
     ex = tasks.create("flip_flop", p_ignore=p_ignore).sample(n, random.Random(seed))
     assert list(ex.target) == [run_register(ex.prompt)]
+    if p_ignore == 1.0:  # nothing but ignores between the first write and the final read
+        assert set(ex.prompt[2:-1:2]) <= {"i"}
 
 
-@pytest.mark.parametrize("n", [2, 3, 10, 11, 40, 150])
-def test_lengths_scale_with_the_instructions(n):
-    """n instructions: prompt 2n − 1 tokens (the final read has no bit), target 1: 2n + 2
-    with '=' and EOS."""
+@pytest.mark.parametrize("n", [1, 2, 10, 11, 40, 255])
+def test_lengths_scale_with_the_pairs(n):
+    """n instruction-bit pairs, then the final read (no bit): prompt 2n + 1 tokens, target
+    1, 2n + 4 with '=' and EOS (n = 255: the paper's 512-token strings)."""
     rng = random.Random(n)
     for _ in range(5):
         ex = tasks.create("flip_flop").sample(n, rng)
-        assert (len(ex.prompt), len(ex.target), ex.token_length, ex.scale) == (2 * n - 1, 1, 2 * n + 2, n)
+        assert (len(ex.prompt), len(ex.target), ex.token_length, ex.scale) == (2 * n + 1, 1, 2 * n + 4, n)
+        assert ex.prompt.count("r") + ex.prompt.count("w") + ex.prompt.count("i") == n + 1
 
 
-def test_a_single_instruction_is_no_instance():
+def test_the_shortest_instance_is_a_write_then_a_read():
     task = tasks.create("flip_flop")
-    assert not task.has_scale(1) and task.has_scale(2)
-    with pytest.raises(ValueError, match="flip_flop"):
-        task.sample(1, random.Random(0))
+    assert task.has_scale(1) and not task.has_scale(0)
+    rng = random.Random(0)
+    assert {"".join(task.sample(1, rng).prompt) for _ in range(50)} == {"w0r", "w1r"}
 
 
 def test_a_seed_fixes_the_instance():
     """The same seed draws the same instance (pinned, so a change to the draws is seen)."""
     draws = [tasks.create("flip_flop").sample(8, random.Random(2024)) for _ in range(2)]
     assert draws[0] == draws[1]
-    assert vocab.to_text([*draws[0].prompt, "=", *draws[0].target]) == "w1i0i1i1i1i0i1r=1"
+    assert vocab.to_text([*draws[0].prompt, "=", *draws[0].target]) == "w0i1i1i1i0i1i1i0r=0"
 
 
 @pytest.mark.parametrize("p_ignore", [0.8, 0.98, 0.1])
@@ -83,7 +86,7 @@ def test_instruction_frequencies_are_the_papers(p_ignore):
     ops: Counter[str] = Counter()
     for _ in range(400):
         ops.update(task.sample(40, rng).prompt[2:-1:2])
-    total = sum(ops.values())  # 400 x 38 = 15 200 draws: a standard error under 0.004
+    total = sum(ops.values())  # 400 x 39 = 15 600 draws: a standard error under 0.004
     for op, p in (("i", p_ignore), ("w", (1 - p_ignore) / 2), ("r", (1 - p_ignore) / 2)):
         assert abs(ops[op] / total - p) < 0.02, (op, ops[op] / total, p)
     assert tasks.create("flip_flop").p_ignore == 0.8
