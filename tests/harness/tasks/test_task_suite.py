@@ -17,7 +17,8 @@ from pezoo.base import UnknownNameError
 ALL = tasks.available()
 TASK_DIR = Path(tasks.__file__).parent
 
-# Every task the issue asks for (PRISM, randomized-PE, Turing Programs, positional limitations).
+# Every task the issues ask for (PRISM, randomized-PE, Turing Programs, positional limitations;
+# issue 64's retrieval tasks).
 REQUIRED = {
     "addition", "copy", "reverse", "odds_first", "stack_manipulation", "scan_cot", "dyn_str_cpy",
     "multiplication_cot",
@@ -26,6 +27,7 @@ REQUIRED = {
     "missing_duplicate_string", "dm_odds_first", "binary_addition", "binary_multiplication", "compute_sqrt",
     "bucket_sort",
     "addition_turing", "select_first", "select_middle", "select_last",
+    "mqar", "flip_flop",
 }  # fmt: skip
 
 RUOSS_TASKS = {
@@ -172,3 +174,4 @@ def test_vocabulary_is_append_only():
     head = ("<pad>", "<eos>", "=", ".", *"0123456789", "+", "-", "*", "x", ",", "→", "(", ")", "[", "]", ":", "_")
     assert vocab.TOKENS[: len(head)] == head
     assert vocab.TOKENS[45:58] == (*"abcdefghij", "^", "|", "≡") and len(vocab.TOKENS) <= vocab.VOCAB_SIZE
+    assert vocab.TOKENS[58:61] == ("<bos>", "w", "r")
