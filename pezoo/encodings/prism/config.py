@@ -88,7 +88,8 @@ class PRISMConfig:
             length at a fixed P instead of quadratically. A modelling choice, not a
             paper setting.
         scan_checkpoint: recompute the windowed scan in the backward pass in chunks of
-            this many tokens (``torch.utils.checkpoint``): only each chunk's starting
+            this many tokens (inside the fused scan's node; ``torch.utils.checkpoint`` on
+            the per-op and Triton paths): only each chunk's starting
             histogram and its streams are kept, not every step's intermediates. The same
             outputs and gradients (to float rounding), about one more forward scan of time;
             0 = off. None (default): automatic, chunks of :data:`SCAN_CHECKPOINT_CHUNK`
