@@ -10,7 +10,15 @@ True
 from pezoo import backends, encodings
 from pezoo import base as base  # the compatibility module: `pezoo.base.X` works after `import pezoo`, as before
 from pezoo.attention import BACKENDS, SelfAttention, attend
-from pezoo.biases import AttentionBias, BlockMask, DenseBias, LinearBias, RelativeFunctionBias, WindowMask
+from pezoo.biases import (
+    AttentionBias,
+    BlockMask,
+    DenseBias,
+    DifferenceBias,
+    LinearBias,
+    RelativeFunctionBias,
+    WindowMask,
+)
 from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard, PaperClaim, PlotLook, RunFacts, TracePlots
 from pezoo.context import AttentionContext
 from pezoo.encodings import (
@@ -70,6 +78,7 @@ __all__ = [
     "CoPE",
     "Combined",
     "DenseBias",
+    "DifferenceBias",
     "HardALiBi",
     "KerpleLog",
     "KerplePower",

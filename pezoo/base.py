@@ -15,7 +15,15 @@ names, unchanged, for them. pezoo's own modules import from the four modules abo
 
 from __future__ import annotations
 
-from pezoo.biases import AttentionBias, BlockMask, DenseBias, LinearBias, RelativeFunctionBias, WindowMask
+from pezoo.biases import (
+    AttentionBias,
+    BlockMask,
+    DenseBias,
+    DifferenceBias,
+    LinearBias,
+    RelativeFunctionBias,
+    WindowMask,
+)
 from pezoo.context import AttentionContext, check_embed, check_layer, check_length, check_number, check_qk, check_sizes
 from pezoo.interface import PositionalEncoding, check_lengths
 from pezoo.registry import (
@@ -43,6 +51,7 @@ __all__ = [
     "AttentionContext",
     "BlockMask",
     "DenseBias",
+    "DifferenceBias",
     "LinearBias",
     "ModelDims",
     "PluginClashError",

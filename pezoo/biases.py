@@ -265,6 +265,56 @@ class DenseBias(AttentionBias):
 
 
 @dataclass(frozen=True, eq=False)
+class DifferenceBias(AttentionBias):
+    """A bias that is a difference of a per-query and a per-key value, per head:
+
+        bias[b, h, i, j] = q_values[b, h, i] - k_values[b, h, j]
+
+    a rank-2 additive bias held in O(b·h·(i + j)) memory. FoX's forgetting attention is one
+    (Lin et al. 2025: ``c_i - c_j`` with ``c`` the cumulative sum of the log forget gates):
+    its values come from the residual stream, not from the positions, so no function of
+    the positions can say it.
+
+    ``materialize`` builds the (b, h, i, j) tensor (eager, sdpa, xformers); flex subtracts
+    the two gathered values in its ``score_mod``, without an (i, j) tensor. The difference
+    is taken in float32 at least (each value may be large, their difference small).
+
+    Attributes:
+        q_values: (b|1, h, i), the queries' values (the last i of the keys' for self-attention).
+        k_values: (b|1, h, j), the keys' values, cached keys included.
+    """
+
+    q_values: Tensor
+    k_values: Tensor
+
+    def __post_init__(self) -> None:
+        q, k = self.q_values, self.k_values
+        if q.dim() != 3 or k.dim() != 3 or q.shape[1] != k.shape[1]:
+            raise ValueError(
+                f"DifferenceBias wants q_values (b|1, h, i) and k_values (b|1, h, j) with the same heads; got "
+                f"{tuple(q.shape)} and {tuple(k.shape)}"
+            )
+
+    def materialize(self, ctx: AttentionContext, n_heads: int, dtype: torch.dtype) -> Tensor:
+        _check_heads("DifferenceBias", self.k_values.shape[1], n_heads)
+        wide = torch.promote_types(self.k_values.dtype, torch.float32)  # float32, or float64 for a float64 model
+        q = self.q_values.to(wide)[..., :, None]  # (b|1, h, i, 1)
+        k = self.k_values.to(wide)[..., None, :]  # (b|1, h, 1, j)
+        return (q - k).to(dtype)  # (b|1, h, i, j)
+
+    def element(self, site: ElementSite) -> ElementForm:
+        _check_heads("DifferenceBias", self.k_values.shape[1], site.n_heads)
+        full = (site.batch, site.n_heads)
+        q = self.q_values.to(device=site.device, dtype=torch.float32).expand(*full, -1).contiguous()  # (b, h, i)
+        k = self.k_values.to(device=site.device, dtype=torch.float32).expand(*full, -1).contiguous()  # (b, h, j)
+
+        def score(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
+            return score + (q[b, h, qi] - k[b, h, kj])
+
+        return ElementForm(score=score)
+
+
+@dataclass(frozen=True, eq=False)
 class RelativeFunctionBias(AttentionBias):
     """A bias given by a pure elementwise function of the two positions and the head:
 

@@ -21,6 +21,9 @@ How each structured bias is lowered:
                   on scalars (no (i, j) tensor; KERPLE,
                   FIRE, T5's per-distance table)
     DenseBias     score_mod reading the tensor              dense tensor bias
+    DifferenceBias  score_mod ``q_values[b, h, i] -           dense tensor bias
+                  k_values[b, h, j]`` (no (i, j) tensor;
+                  FoX's ``c_i - c_j``)
     key padding   mask_mod ``kpm[b, kv]``                   dense tensor bias
     other         ``materialize()`` then as DenseBias       dense tensor bias
 

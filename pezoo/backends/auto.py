@@ -15,7 +15,15 @@ from torch import Tensor
 from pezoo.attention import BACKENDS, register_backend
 from pezoo.backends.flex import flex_compile_enabled
 from pezoo.backends.xformers import xformers_available, xformers_plan
-from pezoo.biases import AttentionBias, BlockMask, DenseBias, LinearBias, RelativeFunctionBias, WindowMask
+from pezoo.biases import (
+    AttentionBias,
+    BlockMask,
+    DenseBias,
+    DifferenceBias,
+    LinearBias,
+    RelativeFunctionBias,
+    WindowMask,
+)
 from pezoo.context import AttentionContext
 
 __all__ = ["native_lowering", "pick_backend"]
@@ -28,7 +36,7 @@ def native_lowering(backend: str, biases: Sequence[AttentionBias], ctx: Attentio
     in place (flex). ``eager`` and ``sdpa`` materialise everything.
     """
     if backend == "flex":
-        native = (LinearBias, WindowMask, BlockMask, RelativeFunctionBias, DenseBias)
+        native = (LinearBias, WindowMask, BlockMask, RelativeFunctionBias, DenseBias, DifferenceBias)
         return all(isinstance(bias, native) for bias in biases)
     if backend == "xformers":
         return ctx is not None and xformers_plan(ctx, biases, n_queries=ctx.q_pos.shape[-1]) is not None
