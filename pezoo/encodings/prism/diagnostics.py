@@ -7,8 +7,9 @@ Axis letters: b batch, h heads, c cursors per head, s tokens, p histogram bins.
 ...     model(tokens)
 >>> plot_traces(traces(), "prism.png", tokens=["1", "2", "="])   # doctest: +SKIP
 
-``trace`` works on any model whose encoding is a :class:`PRISM`, full passes and
-incremental decoding alike (calls are concatenated along the token axis).
+``trace`` works on any model whose encoding is a :class:`PRISM` (any
+:class:`~pezoo.encodings.prism.recording.CursorRecording`), full passes and incremental
+decoding alike (calls are concatenated along the token axis).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pezoo.encodings.prism.encoding import PRISM
+from pezoo.encodings.prism.recording import CursorRecording
 
 __all__ = ["GATE_NAMES", "CursorTrace", "plot_traces", "trace"]
 
@@ -61,7 +62,7 @@ class CursorTrace:
 
 
 @contextmanager
-def trace(pe: PRISM) -> Iterator[Callable[[], list[CursorTrace]]]:
+def trace(pe: CursorRecording) -> Iterator[Callable[[], list[CursorTrace]]]:
     """Record the forward calls made inside the block; yields a function returning one
     :class:`CursorTrace` per PRISM layer (calls concatenated along the token axis)."""
     with pe.recording() as records:

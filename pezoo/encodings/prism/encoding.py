@@ -29,8 +29,6 @@ default ``eps_support="reachable"`` the result does not depend on P at all.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any, cast
 
@@ -43,6 +41,7 @@ from pezoo.encodings.prism.config import CopyKey, EpsSupport, PRISMConfig
 from pezoo.encodings.prism.gates import HiddenRegulariser
 from pezoo.encodings.prism.layer import PRISMLayer
 from pezoo.encodings.prism.paper import CARD
+from pezoo.encodings.prism.recording import CursorRecording
 from pezoo.encodings.prism.streams import CallStreams, StreamNorm, fold_position_streams, position_scores
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -86,7 +85,7 @@ def scores_as_bias(q: Tensor, k: Tensor, streams: Tensor, ctx: AttentionContext)
 
 
 @register("prism", card=CARD)
-class PRISM(PositionalEncoding):
+class PRISM(PositionalEncoding, CursorRecording):
     """PRISM: learned relative positions as histograms over offsets (Lee 2025, §4–5, Alg. 1–4).
 
     Per PRISM layer and head, C query and C key cursors each keep a histogram over signed
@@ -150,7 +149,7 @@ class PRISM(PositionalEncoding):
         # PRISM layer have no position stream and leave theirs unused.
         self.mu_logit = nn.Parameter(torch.full((n_layers, n_heads), math.log(mu_init / (1.0 - mu_init))))
         self.alpha = nn.Parameter(torch.full((n_layers, n_heads, n_cursors), float(alpha_init)))
-        self._recording: list[dict[str, Any]] | None = None
+        self._recording = None
 
     def reset_parameters(self) -> None:
         """Re-initialise μ's logits and α as the constructor does (the PRISM layers have their
@@ -241,20 +240,6 @@ class PRISM(PositionalEncoding):
                 gates = cast(PRISMLayer, prism_layer).gates
                 total = total + self.config.frobenius_weight * gates.penalty()
         return total
-
-    @contextmanager
-    def recording(self) -> Iterator[list[dict[str, Any]]]:
-        """Record histograms and gates of every PRISM layer during the forward calls inside.
-
-        Yields a list that receives one dict per (call, PRISM layer):
-        ``{"layer", "hist": (b, 2, h, c, s, p), "gates": (b, 2, h, c, s, 4)}`` with side 0 =
-        query cursors, 1 = key cursors, and gates ordered reset, inc, dec, keep.
-        """
-        self._recording = []
-        try:
-            yield self._recording
-        finally:
-            self._recording = None
 
     def extra_repr(self) -> str:
         c = self.config

@@ -29,6 +29,9 @@ from typing import Any
 from torch import nn
 
 from pezoo.cards import PaperCard, PaperClaim, PlotLook, RunFacts, TracePlots, option_departures
+from pezoo.encodings.prism.config import PRISMConfig
+from pezoo.encodings.prism.diagnostics import trace
+from pezoo.encodings.prism.recording import CursorRecording
 from pezoo.registry import ModelDims
 
 PAPER = (
@@ -115,10 +118,8 @@ OPTION_WORDS: dict[str, Callable[[Any, Any], str]] = {
 
 def departures(run: RunFacts) -> list[str]:
     """How the run's options depart from the paper's setup on its task (one sentence each)."""
-    from pezoo.encodings.prism.encoding import PRISM
-
     paper = prism_paper_options(run.task, run.dims)
-    out = option_departures(run, paper, PRISM, OPTION_WORDS)
+    out = option_departures(run, paper, PRISMConfig, OPTION_WORDS)  # PRISM's defaults are its config's
     if "copy_every" not in paper and run.options.get("copy_every"):
         out.append(OPTION_WORDS["copy_every"](run.options["copy_every"], 0))
     return out
@@ -165,10 +166,7 @@ def cursor_trajectories(pe: nn.Module, forward: Callable[[], Any]) -> list[dict[
         [{"layer", "support", "query_modes", "key_modes": [[[int]]] (h, c, s),
         "query_confidence", "key_confidence": [[[float]]] (h, c, s)}].
     """
-    from pezoo.encodings.prism.diagnostics import trace
-    from pezoo.encodings.prism.encoding import PRISM
-
-    if not isinstance(pe, PRISM):
+    if not isinstance(pe, CursorRecording):  # PRISM is the encoding that records its cursors
         return None
     with trace(pe) as traces:
         forward()

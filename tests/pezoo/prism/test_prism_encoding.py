@@ -328,6 +328,11 @@ def test_options_are_strict_and_documented():
             pezoo.create("prism", dims=dims, **bad)
     keywords = {n for n, p in inspect.signature(PRISM).parameters.items() if p.kind is p.KEYWORD_ONLY}
     assert keywords == {f.name for f in dataclasses.fields(PRISMConfig)}
+    # the same defaults: the paper card reads a run's unset options off PRISMConfig's
+    config_defaults = {n: p.default for n, p in inspect.signature(PRISMConfig).parameters.items()}
+    for name, parameter in inspect.signature(PRISM).parameters.items():
+        if parameter.kind is parameter.KEYWORD_ONLY:
+            assert parameter.default == config_defaults[name], name
 
 
 def test_training_helpers():
