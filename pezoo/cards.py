@@ -28,10 +28,9 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # the registry imports this module
-    from pezoo.registry import ModelDims
+from pezoo.dims import ModelDims
 
 __all__ = [
     "LmPaperClaim",
@@ -44,7 +43,7 @@ __all__ = [
     "option_departures",
 ]
 
-Setup = Callable[[str, "ModelDims"], dict[str, Any]]
+Setup = Callable[[str, ModelDims], dict[str, Any]]
 """(task, model size) -> the options the paper runs the encoding with on that task."""
 
 

@@ -8,11 +8,11 @@ import difflib
 import functools
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, TypeVar
 
 from pezoo.cards import PaperCard
+from pezoo.dims import ModelDims as ModelDims  # re-exported: it was defined here
 from pezoo.interface import PositionalEncoding
 
 ENTRY_POINT_GROUP = "pezoo.encodings"
@@ -308,37 +308,6 @@ def get(name: str) -> Callable[..., PositionalEncoding]:
             raise UnknownNameError(unknown_name_message("encoding", name, available()))
         return functools.partial(create, name)
     return ENCODINGS[name]
-
-
-@dataclass(frozen=True)
-class ModelDims:
-    """The shape of the model an encoding is built for.
-
-    ``create(name, dims=ModelDims(...))`` passes each field to the encoding's
-    constructor only if the constructor takes a keyword of that name, so one call
-    builds any encoding for a given backbone (NoPE takes none, RoPE takes
-    ``head_dim``, ALiBi ``n_heads``, APE ``d_model``, PRISM several).
-    """
-
-    d_model: int
-    n_heads: int
-    n_layers: int
-
-    def __post_init__(self) -> None:
-        if min(self.d_model, self.n_heads, self.n_layers) < 1:
-            raise ValueError(f"ModelDims needs positive sizes, got {self}")
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: heads would be "
-                f"{self.d_model / self.n_heads:g} wide"
-            )
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    def as_kwargs(self) -> dict[str, int]:
-        return {"d_model": self.d_model, "n_heads": self.n_heads, "n_layers": self.n_layers, "head_dim": self.head_dim}
 
 
 def create(name: str, *, dims: ModelDims | None = None, **config: Any) -> PositionalEncoding:

@@ -29,10 +29,10 @@ from typing import Any
 from torch import nn
 
 from pezoo.cards import PaperCard, PaperClaim, PlotLook, RunFacts, TracePlots, option_departures
+from pezoo.dims import ModelDims
 from pezoo.encodings.prism.config import PRISMConfig
 from pezoo.encodings.prism.diagnostics import trace
 from pezoo.encodings.prism.recording import CursorRecording
-from pezoo.registry import ModelDims
 
 PAPER = (
     "Lee 2025, “Position as Probability: Self-Supervised Transformers that Think Past Their Training "
