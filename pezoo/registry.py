@@ -251,14 +251,20 @@ def available() -> list[str]:
     """Names ``create`` accepts (wrapped forms such as ``randomized:rope`` included)."""
     names = list(ENCODINGS)
     for prefix in WRAPPERS:
-        names += [f"{prefix}:{n}" for n in ENCODINGS if _wrappable(n)]
+        names += [f"{prefix}:{n}" for n in ENCODINGS if _wrappable(n, prefix)]
     return sorted(set(names))
 
 
-def _wrappable(name: str) -> bool:
+def _wrappable(name: str, prefix: str = "randomized") -> bool:
+    """Whether wrapper ``prefix`` takes the encoding registered as ``name``: its class method
+    ``accepts(factory)`` where it has one (``ssmax``), else randomized PE's rule (the encoding
+    reads positions and does not declare itself unwrappable)."""
     if not ENCODINGS.is_loaded(name):
         return True
     factory = ENCODINGS[name]
+    accepts = getattr(WRAPPERS.get(prefix), "accepts", None)
+    if accepts is not None:
+        return bool(accepts(factory))
     if getattr(factory, "wrappable", True) is False:  # e.g. an already-randomized alias
         return False
     return bool(getattr(factory, "uses_positions", True))
@@ -285,6 +291,9 @@ def is_known(name: str) -> bool:
     if sum(_class_overrides(c, "qk") for c in classes) > 1:
         return False  # two parts transforming q and k
     if prefix and len(classes) == len(parts):
+        accepts = getattr(WRAPPERS[prefix], "accepts", None)
+        if accepts is not None:
+            return all(accepts(c) for c in classes)
         return any(getattr(c, "uses_positions", True) for c in classes)  # else nothing to randomize
     return True
 
@@ -333,7 +342,8 @@ def create(name: str, *, dims: ModelDims | None = None, **config: Any) -> Positi
         wrapper = WRAPPERS[prefix]
         own = _accepted_keys(wrapper)
         inner = create(base, dims=dims, **{k: v for k, v in config.items() if k not in own})
-        return wrapper(inner, **{k: v for k, v in config.items() if k in own})
+        sized = {k: v for k, v in dims.as_kwargs().items() if k in own} if dims is not None else {}  # ssmax's heads
+        return wrapper(inner, **{**sized, **{k: v for k, v in config.items() if k in own}})
     if "+" in name:
         return _create_combined(name, dims, config)
     factory = ENCODINGS[name]

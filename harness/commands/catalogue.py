@@ -2,9 +2,9 @@
 
 One section per kind (encodings, tasks, presets, backends), one line per entry: its name
 and the first sentence or line of its docstring (presets: ``PRESET_DESCRIPTIONS``).
-Encodings a wrapper can take (``randomized:NAME``) are marked. A wrapped name whose base
-cannot be wrapped (``randomized:hard_alibi``) gets the reason the Python API gives
-(``pezoo.create`` raises it), not "unknown encoding".
+Each encoding is marked with the wrappers that can take it (``r``: ``randomized:NAME``;
+``-``: none). A wrapped name whose base cannot be wrapped (``randomized:hard_alibi``) gets
+the reason the Python API gives (``pezoo.create`` raises it), not "unknown encoding".
 """
 
 from __future__ import annotations
@@ -43,17 +43,24 @@ def _section(title: str, rows: Sequence[tuple[str, str]]) -> list[str]:
     return [title] + [f"  {name:<{pad}}{text}".rstrip() for name, text in rows]
 
 
+def wrapper_marks() -> dict[str, str]:
+    """Each wrapper's mark in ``pezoo list``: its first letter (``r`` for randomized:), or its
+    whole prefix where two wrappers share a first letter."""
+    letters = [p[0] for p in WRAPPERS]
+    return {p: p[0] if letters.count(p[0]) == 1 else f"{p}," for p in WRAPPERS}
+
+
 def listing() -> str:
-    """The text of ``pezoo list``: a section per kind, a line per entry."""
-    prefixes = ", ".join(f"{p}:NAME" for p in WRAPPERS)
+    """The text of ``pezoo list``: a section per kind, a line per entry (marked with the
+    wrappers that can wrap it)."""
+    marks = wrapper_marks()
+    legend = ", ".join(f"{mark.rstrip(',')} = {p}:NAME" for p, mark in marks.items())
     broken = ENCODINGS.load_plugins()  # every plugin imported now: a broken one is not listed as usable
     encodings = []
     for name in ENCODINGS:
-        mark = "*" if wrappable(name) else " "
+        mark = "".join(m for p, m in marks.items() if wrappable(name, p)).rstrip(",") or "-"
         encodings.append((f"{name} {mark}", summary(ENCODINGS[name])))
-    lines = _section(
-        f"encodings (* = can be wrapped: {prefixes}; join names with + to combine: abacus+fire):", encodings
-    )
+    lines = _section(f"encodings (wrapped by {legend}; join names with + to combine: abacus+fire):", encodings)
     if broken:
         lines += _section("plugins that failed to load (not usable):", sorted(broken.items()))
     lines += _section("tasks:", [(name, summary(tasks.TASKS[name])) for name in tasks.available()])

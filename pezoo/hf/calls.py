@@ -31,8 +31,9 @@ from pezoo.context import AttentionContext
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import _class_overrides
 
-_WRAPPERS = ("Combined", "RandomizedPE", "RandomizedSinusoidalAPE")
-"""Classes whose hooks only delegate to the encodings they hold."""
+_WRAPPERS = ("Combined", "RandomizedPE", "RandomizedSinusoidalAPE", "SSMax", "SSMaxRoPE")
+"""Classes whose hooks that read the tokens in order (``observe``, ``embed_tokens``) only
+delegate to the encodings they hold (SSMax's own work is a factor on q in ``qk``)."""
 
 
 def reads_tokens_in_order(pe: PositionalEncoding) -> bool:

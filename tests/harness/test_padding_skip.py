@@ -96,6 +96,11 @@ FLOAT32_INSIDE = ("cope", "fire", "learned_prf")
 """Encodings that compute their bias in float32 whatever the model's dtype: a group's
 narrower tensors round differently there (relative 1e-7 to 1e-4 of a gradient)."""
 
+ROTATED_IN_FLOAT32 = ("ssmax", "ssmax:rope", "ssmax:xpos", "randomized:ssmax")
+"""A learned parameter (SSMax's s) multiplying logits of q and k rotated in float32 whatever
+the model's dtype (RoPE, xPos): its gradient sums the rotations' float32 rounding, which a
+group's narrower tensors round differently (relative 1e-8 to 1e-7)."""
+
 
 def assert_same_loss(model: Backbone, batch, rel: float = 1e-8) -> None:
     """The grouped loss and its gradients equal one padded pass's, the encoding's random
@@ -125,7 +130,7 @@ def test_groups_of_similar_length_give_the_padded_pass_loss_and_gradients(name):
     cfg = BackboneConfig(d_model=32, n_layers=2, n_heads=4)
     torch.manual_seed(0)
     pe = pezoo.create(name, dims=pezoo.ModelDims(cfg.d_model, cfg.n_heads, cfg.n_layers))
-    rel = 1e-3 if any(inside in name for inside in FLOAT32_INSIDE) else 1e-8
+    rel = 1e-3 if any(inside in name for inside in FLOAT32_INSIDE) else 1e-6 if name in ROTATED_IN_FLOAT32 else 1e-8
     assert_same_loss(Backbone(cfg, pe).double().train(), padded_batch("copy", seed=3), rel)
 
 
