@@ -31,6 +31,7 @@ from transformers.modeling_utils import AttentionInterface
 from pezoo.attention import BACKENDS
 from pezoo.base import ModelDims, PositionalEncoding, create
 from pezoo.hf import auto, calls, weight_files
+from pezoo.hf.adapter import Adapter
 from pezoo.hf.families import (
     ATTENTION_NAME,
     FAMILIES,
@@ -56,38 +57,6 @@ ENCODING_MODULE = "pezoo_encoding"
 """The submodule of the model that holds the encoding (its state-dict prefix)."""
 
 AttentionInterface.register(ATTENTION_NAME, pezoo_attention)
-
-
-class Adapter:
-    """What an adapted model's patched forwards share (not a module: the encoding is the
-    model's submodule ``pezoo_encoding``, this only points at it).
-
-    Attributes:
-        encoding: the encoding.
-        backend: the :func:`pezoo.attend` backend.
-        planned_width: columns to plan positions for, while ``generate`` runs (from
-            ``max_new_tokens``).
-        next_width: the same for the next sequence batch only (:func:`plan`).
-        scale_hint: the instance scale n per row, for encodings that read one
-            (:func:`set_scale_hint`).
-        call: the current forward call's context (:class:`pezoo.hf.calls.Call`).
-    """
-
-    def __init__(self, encoding: PositionalEncoding, backend: str, head_dim: int) -> None:
-        self.encoding = encoding
-        self.backend = backend
-        self.head_dim = head_dim
-        self.planned_width = 0
-        self.next_width = 0
-        self.window: int | None = None
-        self.dropout = 0.0  # the model's attention-probability dropout, which pezoo.attend does not apply
-        self.scale_hint: Tensor | None = None
-        self.call: calls.Call | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Without the last call's context (its tensors may hang on an autograd graph, which
-        neither a deep copy nor pickle can take): a copy starts with no call, as a fresh model."""
-        return {**self.__dict__, "call": None}
 
 
 def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **options: Any) -> PreTrainedModel:
@@ -439,7 +408,9 @@ def _activation_checkpointing_enable(self: Any, *args: Any, **kwargs: Any) -> An
 
 
 def adapted_lm_methods() -> dict[str, Any]:
-    """What the adapted causal LM classes (:mod:`pezoo.hf.auto`) add to the model's."""
+    """What the adapted causal LM classes (:mod:`pezoo.hf.auto`) add to the model's: given to
+    :func:`pezoo.hf.auto.register` below (they call :func:`use_encoding`, which makes those
+    classes, so auto takes them from here rather than importing this module back)."""
     return {
         "__init__": _adapted_init,
         "from_pretrained": classmethod(_adapted_from_pretrained),
@@ -447,16 +418,6 @@ def adapted_lm_methods() -> dict[str, Any]:
         "save_pretrained": _save_pretrained,
         "activation_checkpointing_enable": _activation_checkpointing_enable,
     }
-
-
-def adapted_part_forward(original: type) -> Any:
-    """The forward of an adapted part of a model: the base model's, a decoder layer's (the
-    modules transformers checkpoints) or an attention layer's."""
-    from transformers.modeling_layers import GradientCheckpointingLayer
-
-    if issubclass(original, PreTrainedModel):
-        return _base_forward
-    return _layer_forward if issubclass(original, GradientCheckpointingLayer) else attention_forward
 
 
 def _jsonable(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -469,4 +430,4 @@ def _jsonable(options: Mapping[str, Any]) -> dict[str, Any]:
     return dict(options)
 
 
-auto.register()
+auto.register(adapted_lm_methods())

@@ -31,7 +31,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Pre
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from pezoo.hf.families import FAMILIES
+from pezoo.hf.families import FAMILIES, attention_forward
+from pezoo.hf.forward import _base_forward, _layer_forward
 
 PREFIX = "pezoo_"
 """Model types of adapted models: ``pezoo_`` + the original's (``pezoo_llama``)."""
@@ -40,6 +41,10 @@ REMOTE_CODE = "pezoo_model.py"
 """The file ``save_pretrained`` writes beside the weights for ``trust_remote_code`` loading."""
 
 _MADE: dict[str, type] = {}
+
+_LM_METHODS: dict[str, Any] = {}
+"""What the adapted causal LM classes add to the model's: given by :mod:`pezoo.hf` to
+:func:`register` (they call ``use_encoding``, which makes the classes here)."""
 
 
 def base_type(model_type: str) -> str:
@@ -62,12 +67,12 @@ def config_class(model_type: str) -> type[PretrainedConfig]:
 
 def causal_lm_class(model_type: str) -> type[PreTrainedModel]:
     """The adapted causal LM class of a family (``llama`` -> ``PezooLlamaForCausalLM``)."""
-    from pezoo.hf import adapted_lm_methods
-
+    if not _LM_METHODS:
+        raise RuntimeError("pezoo.hf.auto makes adapted models once pezoo.hf has registered them (import pezoo.hf)")
     original = getattr(_original_module(model_type, "modeling"), MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
     name = f"Pezoo{original.__name__}"
     if name not in _MADE:
-        body = {**adapted_lm_methods(), "config_class": config_class(model_type), "__module__": __name__}
+        body = {**_LM_METHODS, "config_class": config_class(model_type), "__module__": __name__}
         _MADE[name] = type(name, (original,), body)
     return _MADE[name]
 
@@ -95,8 +100,10 @@ def keep_recording(*models: PreTrainedModel) -> None:
         _CAN_RECORD_REGISTRY[model] = getattr(model, "_can_record_outputs", None)
 
 
-def register() -> None:
-    """Register every family's adapted config and model with the Auto classes (idempotent)."""
+def register(lm_methods: dict[str, Any]) -> None:
+    """Register every family's adapted config and model with the Auto classes (idempotent),
+    the models made with ``lm_methods`` (:func:`pezoo.hf.adapted_lm_methods`)."""
+    _LM_METHODS.update(lm_methods)
     for model_type in FAMILIES:
         config = config_class(model_type)
         AutoConfig.register(PREFIX + model_type, config, exist_ok=True)
@@ -117,6 +124,16 @@ def remote_code(model_type: str) -> tuple[dict[str, str], str]:
     return auto_map, text
 
 
+def adapted_part_forward(original: type) -> Any:
+    """The forward of an adapted part of a model: the base model's, a decoder layer's (the
+    modules transformers checkpoints) or an attention layer's."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    if issubclass(original, PreTrainedModel):
+        return _base_forward
+    return _layer_forward if issubclass(original, GradientCheckpointingLayer) else attention_forward
+
+
 def __getattr__(name: str) -> type:
     """An adapted class by name, made on first use (unpickling in a fresh process)."""
     if name in _MADE:
@@ -128,8 +145,6 @@ def __getattr__(name: str) -> type:
                 return config_class(model_type)
             if MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type) == original:
                 return causal_lm_class(model_type)
-        from pezoo.hf import adapted_part_forward
-
         for model_type in FAMILIES:
             cls = getattr(_original_module(model_type, "modeling"), original, None)
             if isinstance(cls, type):

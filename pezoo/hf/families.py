@@ -34,7 +34,7 @@ from pezoo.context import AttentionContext
 from pezoo.hf import calls
 
 if TYPE_CHECKING:
-    from pezoo.hf import Adapter
+    from pezoo.hf.adapter import Adapter
 
 ATTENTION_NAME = "pezoo"
 """The key of pezoo's attention function in transformers' ``AttentionInterface``."""

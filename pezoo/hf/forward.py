@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from pezoo.hf import auto, calls
+from pezoo.hf import calls
 
 if TYPE_CHECKING:
-    from pezoo.hf import Adapter
+    from pezoo.hf.adapter import Adapter
 
 
 def _get(module: Any, path: str) -> Any:
@@ -65,10 +65,15 @@ _DYNAMIC_ONLY = (
 )
 
 
+ADAPTED_MODULE = "pezoo.hf.auto"
+"""Where the adapted classes live (:mod:`pezoo.hf.auto` makes them; it imports this module for
+their forwards, so this one names it rather than importing it back)."""
+
+
 def _original(cls: type) -> Any:
     """The transformers class an adapted class (``pezoo.hf.auto.Pezoo<Name>``) extends."""
     for parent in cls.__mro__:
-        if parent.__module__ != auto.__name__ and parent is not cls:
+        if parent.__module__ != ADAPTED_MODULE and parent is not cls:
             return parent
     raise TypeError(f"{cls} is not an adapted class")
 

@@ -704,3 +704,11 @@ def test_a_compiled_forward_has_no_graph_break(spec):
     with torch.no_grad():
         explained = torch._dynamo.explain(model)(ids, attention_mask=mask, use_cache=False)
     assert explained.graph_break_count == 0, [str(r.reason)[:200] for r in explained.break_reasons]
+
+
+def test_the_adapted_classes_live_where_forward_looks_for_them():
+    """forward.py finds an adapted class's original by the module the classes are made in,
+    named there (auto imports forward, so forward does not import auto back)."""
+    assert pezoo.hf.forward.ADAPTED_MODULE == pezoo.hf.auto.__name__
+    made = pezoo.hf.auto.part_class(torch.nn.Linear, torch.nn.Linear.forward)
+    assert pezoo.hf.forward._original(made) is torch.nn.Linear
