@@ -95,6 +95,12 @@ def _names() -> list[str]:
     return [*pezoo.available(), "abacus+fire"]
 
 
+WIDER_QK = {"pope": 16, "randomized:pope": 16, "ssmax:pope": 16}
+"""Encodings whose q/k are wider than their values here (PoPE: 2e = 16), by that width: on CPU,
+``pezoo.attend``'s sdpa takes its scores-first path while the key count is below the q/k width
+(``pezoo.attention._fused_sdpa``), so the length reaching it is one more shape regime."""
+
+
 @pytest.mark.parametrize("name", _names())
 def test_compiled_equals_eager_and_compiles_once_per_shape_regime(name, fresh_dynamo):
     """Plain ``torch.compile(model)``: compiled == eager (loss and every gradient) at every
@@ -111,9 +117,8 @@ def test_compiled_equals_eager_and_compiles_once_per_shape_regime(name, fresh_dy
         for g, w in zip(got_grads, want_grads, strict=True):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
         graphs_after.append(len(counter.graphs))
-    assert graphs_after[1:] == [graphs_after[1]] * (len(LENGTHS) - 1), (
-        f"graphs compiled after each length: {graphs_after}"
-    )
+    regimes = [graphs_after[1] + (name in WIDER_QK and s >= WIDER_QK[name]) for s in LENGTHS[1:]]
+    assert graphs_after[1:] == regimes, f"graphs compiled after each length: {graphs_after}"
     # inductor draws random operators from its own generator: a traced draw would differ from eager's
     assert [op for gm in counter.graphs for op in _random_ops(gm)] == []
 
