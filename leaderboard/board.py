@@ -1,7 +1,8 @@
 """The board: every (preset, task, test range) table, assembled once from the published
 records against the sweep files' plans, less what has left it.
 
-``assemble`` checks that each table's runs share one protocol (``leaderboard.records``),
+``assemble`` checks that each table's runs share one protocol, and each row's runs one
+way of being made (``leaderboard.records``, ``leaderboard.making``),
 applies the retirements of ``leaderboard/retired.toml`` (``retire``: tables superseded
 by a later protocol or withdrawn, rows replaced by a corrected run), and computes each
 table's rows and curves (``leaderboard.rows``). A ``Board`` then answers what the pages
@@ -20,8 +21,9 @@ the reverse.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from leaderboard.making import legend, making_of_runs
 from leaderboard.plans import NO_PLANS, Filled, Planned, Plans, filled, published_cells, seeds_by_run
 from leaderboard.records import BoardError, check_protocols, frame, record_label, test_range, train_steps
 from leaderboard.retired import RETIRED_FILE, Retirement, RowRetirement
@@ -54,6 +56,11 @@ class Table:
     def multiple(self) -> float:
         """The largest tested scale as a multiple of N (4 for 40 over N = 10)."""
         return self.test_max / self.train_max
+
+    def made_legend(self) -> str | None:
+        """The key to its rows' marks of how they were made (``GPU``: ``leaderboard.making.legend``);
+        None where every row was made as the CPU board is."""
+        return legend([(row.label, row.making) for row in self.rows])
 
 
 @dataclass(frozen=True)
@@ -265,13 +272,17 @@ def assemble(
         protocol = config.get("protocol")  # one per (task, preset, test range): check_protocols made sure
         plan = plans.tables.get((str(preset), str(task)))
         wanted = _seeds_wanted(None if plan is None else plan.within(int(tested_to)), table_records)
+        runs_of: dict[str, list[Mapping]] = {}
+        for r in table_records:
+            runs_of.setdefault(record_label(r.data), []).append(r.data)
+        rows = [replace(row, making=making_of_runs(runs_of[row.label])) for row in summary(g, seeds_wanted=wanted)]
         tables.append(
             Table(
                 preset=str(preset),
                 task=str(task),
                 train_max=int(g["train_max"].iloc[0]),
                 test_max=int(g["length"].max()),
-                rows=tuple(summary(g, seeds_wanted=wanted)),
+                rows=tuple(rows),  # each with how its runs were made (one way: check_protocols made sure)
                 curves=tuple(curves(g)),
                 protocol=None if protocol is None else str(protocol),
                 train_min=int(config["train"].get("train_min", 1)),

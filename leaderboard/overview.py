@@ -151,6 +151,20 @@ def overview(board: Board, preset: str) -> Overview:
     return Overview(tasks, counted, rows, null, variants)
 
 
+def made_key(grid: Overview) -> str | None:
+    """The key to the grid's marks of how a row's runs on a task were made (``GPU``:
+    ``leaderboard.making``): each mark and the ways it stands for; None where no cell has one."""
+    ways: dict[str, set[str]] = {}
+    for entry in (*grid.rows, *grid.variants):
+        for row in entry.cells.values():
+            if row.making is not None and row.making.mark:
+                ways.setdefault(row.making.mark, set()).add(row.making.sentence())
+    if not ways:
+        return None
+    keys = [f"{mark}: trained and evaluated {'; or '.join(sorted(ways[mark]))}" for mark in sorted(ways)]
+    return "; ".join(keys) + " (the task's table names its rows so made)"
+
+
 def _complete_enough(board: Board, table: Table, labels: set[str]) -> bool:
     """Whether the grid's mean may count ``table``: no row of it short of its seeds, and no
     row the grid shows elsewhere still to come on it (it would count as 0 until it arrives,
@@ -202,6 +216,8 @@ class Cell:
         fraction: how far the weakest seed holds, from 0 (not past N) to 1 (the largest
             tested scale): the cell's colour.
         title: the tooltip: rank, each number with its seeds' range, the fit.
+        made: the row's mark where its runs were made otherwise than the CPU board's
+            (``GPU``: ``leaderboard.making``), else ``""``.
     """
 
     kind: str
@@ -211,12 +227,15 @@ class Cell:
     fraction: float
     title: str
     sort: str
+    made: str = ""
 
 
 def cell(table: Table | None, task: str, row: Row | None) -> Cell:
     """The grid cell of ``row`` on ``table`` (None: not run)."""
     if row is None or table is None:
         return Cell("none", "", "", "", 0.0, f"{task}: not run", "")
+    made = row.making.mark if row.making is not None else ""
+    made_title = f" · trained and evaluated {row.making.sentence()}" if made and row.making is not None else ""
     em = row.scores["em_beyond"]
     fit = f"{row.seeds_fit}/{len(row.seeds)} seeds fit, EM≤N {cell_text(row, 'em_within')}"
     if not row.fitted:
@@ -226,8 +245,9 @@ def cell(table: Table | None, task: str, row: Row | None) -> Cell:
             "",
             "",
             0.0,
-            f"{task}: did not fit ({fit})",
+            f"{task}: did not fit ({fit}){made_title}",
             "-1",
+            made,
         )
     n = table.train_max
     per_seed = [int(r) for r in row.per_seed.get("reach") or (n,)]
@@ -241,4 +261,5 @@ def cell(table: Table | None, task: str, row: Row | None) -> Cell:
     span = max(table.test_max - n, 1)
     fraction = max(0.0, min(1.0, (low - n) / span))
     text_em = "-" if counts.is_missing(em.mean) else f"EM>N {counts.fixed(em.mean, 2)}"
-    return Cell("value", reach, text_em, spread, fraction, title, counts.fixed(Fraction(low, n), 6))
+    sort = counts.fixed(Fraction(low, n), 6)
+    return Cell("value", reach, text_em, spread, fraction, title + made_title, sort, made)

@@ -224,6 +224,7 @@ class Site:
             "sort": c.sort,
             "style": style,
             "title": c.title,
+            "made": c.made,
         }
 
     def overview(self, preset: str) -> tuple[ov.Overview, dict[str, bd.Table]]:

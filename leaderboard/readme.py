@@ -71,10 +71,11 @@ def _glance_cell(table: Table | None, task: str, row: Row | None) -> str:
     c = ov.cell(table, task, row)
     if c.kind == "none":
         return ""
+    made = f" · *{md(c.made)}*" if c.made else ""
     if c.kind == "unfit":
-        return f"*{md(c.reach)}*"
+        return f"*{md(c.reach)}*{made}"
     spread = f" (seeds {md(c.spread)})" if c.spread else ""
-    return f"**{md(c.reach)}**{spread} · {md(c.em)}"
+    return f"**{md(c.reach)}**{spread} · {md(c.em)}{made}"
 
 
 def _glance(grid: ov.Overview, tables: dict[str, Table], rows: list[ov.OverviewRow]) -> str:
@@ -225,6 +226,9 @@ def _at_a_glance(board: Board) -> list[str]:
         out += [_glance(grid, tables, grid.rows), ""]
         if grid.null:
             out += [md(f"{ov.NULL_KEY} ({', '.join(grid.null)})."), ""]
+        made = ov.made_key(grid)
+        if made:
+            out += [md(f"{made}."), ""]
         if grid.pending:
             out += [md(f"{grid.counted_text()} {ov.PENDING_RULE}."), ""]
         if grid.variants:
@@ -308,12 +312,15 @@ def _task_section(board: Board, task: str, site_href: str) -> list[str]:
         rows: list[list[Any]] = []
         for row in table.rows:
             rows.append(
-                [row.rank_text(), md(row.label) + "".join(f" · *{badge}*" for badge in row.badges())]
+                [row.rank_text(), md(row.label) + "".join(f" · *{md(badge)}*" for badge in row.badges())]
                 + [cell_text(row, s) for s in SCORES]
                 + [f"{row.seeds_fit}/{len(row.seeds)} fit"]
             )
         headers = ["rank", "encoding", f"EM≤{n}", f"EM>{n}", "reach", f"tok>{n}", f"tok≤{n}", "seeds"]
         out += [tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True), ""]
+        made = table.made_legend()
+        if made:
+            out += [f"*How the marked rows were made.* {md(made)}.", ""]
     out += [f"> **{md(t.sentence(_train_max(board, task)))}.**\n" for t in board.tables_to_come(task)]
     return out
 

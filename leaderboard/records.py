@@ -1,5 +1,6 @@
 """The published records as the board reads them: each run's label, the per-length frame
-of a set of runs, and the check that the runs of one table share one protocol.
+of a set of runs, and the check that the runs of one table share one protocol (and the
+runs of one row one way of being made: ``leaderboard.making``).
 
 An "encoding" on the board is the registry name, with its options appended when a run
 set any (``rope{base=500}``), so differently configured runs are never pooled; an
@@ -18,6 +19,7 @@ import pandas as pd
 
 from harness.config import NEW_FIELD_DEFAULTS
 from harness.config.pe_spec import display_name, variant_display_name
+from leaderboard.making import ONE_WAY, Making, making_of
 from leaderboard.schema import Record
 
 FRAME_COLUMNS = [
@@ -107,7 +109,9 @@ def test_range(data: Mapping[str, Any]) -> int:
 
 
 def check_protocols(records: Sequence[Record]) -> None:
-    """Raise BoardError if two runs of one (preset, task) differ in more than encoding and seed.
+    """Raise BoardError if two runs of one (preset, task) differ in more than encoding and
+    seed, or if the runs of one row were made in more than one way (``leaderboard.making``:
+    on a CPU and on a GPU, exact match decoded and read off, TF32 on and off).
 
     (One encoding and seed twice under one protocol cannot happen: it is the same run_id,
     which reading the results already refuses.)
@@ -141,8 +145,34 @@ def check_protocols(records: Sequence[Record]) -> None:
                 f"{other.data['run_id']}); publish one of them"
             )
         seen.setdefault(run_key, rec)
+    problems += _mixed_rows(records)
     if problems:
         raise BoardError("results that cannot share a board:\n  " + "\n  ".join(problems))
+
+
+def _mixed_rows(records: Sequence[Record]) -> list[str]:
+    """One problem per row whose runs were made in more than one way (``leaderboard.making``:
+    the kind of device, how exact match was computed, TF32), naming a run of each way."""
+    first: dict[tuple[str, str, int, str], dict[tuple[str, str, str], tuple[Making, Record]]] = {}
+    for rec in records:
+        d = rec.data
+        made = making_of(d)
+        ways = first.setdefault((d["preset"], d["task"], test_range(d), record_label(d)), {})
+        ways.setdefault(made.key, (made, rec))
+    problems = []
+    for (preset, task, _, label), ways in first.items():
+        if len(ways) < 2:
+            continue
+        (made, rec), *others = ways.values()
+        for other_made, other in others:
+            problems.append(
+                f"{other.path}:{other.line} and {rec.path}:{rec.line}: the row {label!r} of preset {preset!r} on task "
+                f"{task!r} has runs made two ways (seed {other.data['seed']} {other_made.sentence()}; seed "
+                f"{rec.data['seed']} {made.sentence()}). {ONE_WAY}: publish the runs made the other "
+                "way in a results folder of their own (`pezoo leaderboard export --out DIR`) and compare the two "
+                "tables (`pezoo leaderboard compare`), or train all of the row's seeds one way"
+            )
+    return problems
 
 
 def _with_later_defaults(config: Mapping[str, Any]) -> dict[str, Any]:

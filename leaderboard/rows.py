@@ -30,6 +30,7 @@ from harness.commands.report import per_seed_summary
 from harness.config.protocols import extra_input_badge
 from harness.records import counts, ranking
 from leaderboard import permutation
+from leaderboard.making import Making
 
 CELLS_RULE = ranking.CELLS_RULE
 RANKING_RULE = ranking.RULE
@@ -69,6 +70,7 @@ class Row:
     overlap_with: str = ""  # the first such row above and the test's words: what the ≈'s hover says
     pending: bool = False  # every seed so far fits, fewer seeds than planned: not ranked yet (PENDING_SEEDS_RULE)
     seeds_wanted: int | None = None  # the seeds the table's plan gives this row, while short of them (None: no plan)
+    making: Making | None = None  # how its runs were made (leaderboard.making): device, exact match's method, TF32
 
     @property
     def fitted(self) -> bool:
@@ -99,10 +101,19 @@ class Row:
 
     def badges(self) -> list[str]:
         """What a reader must know beside the name: ``did not fit`` or ``1 of 3 seeds: not
-        ranked yet``, ``3 of 8 seeds, 5 being run``, and ``reads n`` for an encoding with an
-        extra input (``harness.config.protocols.EXTRA_INPUTS``)."""
+        ranked yet``, ``3 of 8 seeds, 5 being run``, ``reads n`` for an encoding with an
+        extra input (``harness.config.protocols.EXTRA_INPUTS``), and ``GPU`` for a row made
+        otherwise than the CPU board (``leaderboard.making``; the table's legend says how)."""
+        return [badge for badge, _ in self.titled_badges()]
+
+    def titled_badges(self) -> list[tuple[str, str]]:
+        """:meth:`badges` with each one's hover text (``""``: none); the mark of how the row
+        was made says it in full: ``trained and evaluated on a GPU (NVIDIA H200), ...``."""
         status, more, reads = self.status_text(), self.seeds_text(), extra_input_badge(self.encoding)
-        return [b for b in (status, more, reads) if b is not None]
+        out = [(b, "") for b in (status, more, reads) if b is not None]
+        if self.making is not None and self.making.mark:
+            out.append((self.making.mark, f"trained and evaluated {self.making.sentence()}"))
+        return out
 
     def status_text(self) -> str | None:
         """``did not fit``, ``1 of 3 seeds: not ranked yet``, or None for a ranked row."""

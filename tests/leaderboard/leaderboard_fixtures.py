@@ -111,6 +111,7 @@ def make_record(
     finished_at: float = 1_700_000_000.0,
     eval_options: Mapping[str, Any] | None = None,
     train_options: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A valid results record with chosen per-length metrics (not from a real run: for the
     board's arithmetic and the validator, where the numbers must be known in advance).
@@ -118,7 +119,8 @@ def make_record(
     The metrics are kept as counts (results schema 2): each scale is over
     ``COUNT_SAMPLES`` examples and as many scored tokens, so a value with up to four
     decimals is exactly ``count / COUNT_SAMPLES``; a value given as a ``Fraction`` must be
-    a count over that too."""
+    a count over that too. ``provenance`` adds to (or replaces) the record's provenance
+    fields: ``{"exact_match_by": "teacher-forced read-off", "tf32": "on"}`` for a GPU run."""
     test_max = max(em)
     eval_options = {"samples": COUNT_SAMPLES, **(eval_options or {})}
     samples = int(eval_options["samples"])
@@ -147,7 +149,14 @@ def make_record(
         "preset": preset,
         "status": "finished",
         "config": config,
-        "provenance": {"commit": "0" * 40, "device": device, "torch": "2.13.0", "pezoo": "0.1.0", "python": "3.11"},
+        "provenance": {
+            "commit": "0" * 40,
+            "device": device,
+            "torch": "2.13.0",
+            "pezoo": "0.1.0",
+            "python": "3.11",
+            **(provenance or {}),
+        },
         "params": {"total": 1000, "pe": 0},
         "timings": {
             "train_seconds": 1.5,
