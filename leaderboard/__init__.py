@@ -4,6 +4,7 @@
                             record each line holds is ``harness.records.record``'s
 ``leaderboard.export``      store -> new append-only results files
 ``leaderboard.records``     each run's board label, the per-length frame, one protocol per table
+``leaderboard.making``      how a row's runs were made (device, exact match's method, TF32): one way per row, marked
 ``leaderboard.rows``        a table's rows (scores per seed and over seeds, rank) and curves
 ``leaderboard.board``       results records -> the tables every page shows, less what left the board
 ``leaderboard.reach``       how far each row holds past N: the answer each table leads with
@@ -20,7 +21,9 @@
 ``leaderboard.site``        the static site (HTML + inline CSS/JS): results -> board -> pages -> written
 ``leaderboard.readme``      leaderboard/README.md: the ranking tables as markdown, record fields escaped
 ``leaderboard.frames``      the results as pandas DataFrames, ranked as on the board (:func:`read_results`)
-``leaderboard.cli``         ``pezoo leaderboard export | check | build``
+``leaderboard.comparison``  one task table from two results sets, row by row (the cross-device check)
+``leaderboard.cli``         ``pezoo leaderboard export | import | check | build | migrate``
+``leaderboard.compare``     ``pezoo leaderboard compare``
 
 Depends on ``harness`` (store, report, task registry) and ``pezoo``; neither imports it
 (``harness/cli.py``, the composition root, attaches the command group).

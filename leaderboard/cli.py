@@ -17,6 +17,7 @@ from harness.commands.options import store_option
 from harness.commands.printable import terminal_text
 from harness.records.store import StoreError
 from leaderboard.board import RetiredRow, RetiredTable, retire
+from leaderboard.compare import compare_cmd
 from leaderboard.export import ExportError, export, import_results
 from leaderboard.plans import Plans
 from leaderboard.records import BoardError, check_protocols, record_label
@@ -46,7 +47,11 @@ def leaderboard() -> None:
         pezoo leaderboard check      validate every results file
         pezoo leaderboard build      results files -> leaderboard/site/ + leaderboard/README.md
         pezoo leaderboard migrate    schema-1 results files (float metrics) -> counts, in place
+        pezoo leaderboard compare    one task table from two results folders, row by row
     """
+
+
+leaderboard.add_command(compare_cmd)  # one module per subcommand beyond the board's own: leaderboard.compare
 
 
 @leaderboard.command("export")
