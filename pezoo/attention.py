@@ -15,6 +15,10 @@ Every backend computes ``softmax(scale * q kᵀ + biases + masks) v`` and must a
             written out.
 
 More backends register themselves in ``BACKENDS`` (see ``register_backend``).
+
+An encoding's score transform and normaliser (:mod:`pezoo.scores`) reach the backends that
+take them as the keywords ``transform=`` and ``normaliser=``, and only those: ``attend``
+refuses any other backend, naming the ones that can. ``eager`` takes both.
 """
 
 from __future__ import annotations
@@ -31,14 +35,17 @@ from pezoo.biases import AttentionBias
 from pezoo.context import AttentionContext
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import UnknownNameError, unknown_name_message
+from pezoo.scores import Normaliser, ScoreTransform, apply_transform, check_backend
 
-__all__ = ["BACKENDS", "SelfAttention", "attend", "dense_mask", "register_backend"]
+__all__ = ["BACKENDS", "SelfAttention", "attend", "dense_mask", "register_backend", "runnable_backend"]
 
 Backend = Callable[
     [Tensor, Tensor, Tensor, AttentionContext, Sequence[AttentionBias], float, bool],
     tuple[Tensor, Tensor | None],
 ]
-"""(q, k, v, ctx, biases, scale, return_probs) -> (out (b,h,i,f), probs (b,h,i,j) or None)."""
+"""(q, k, v, ctx, biases, scale, return_probs) -> (out (b,h,i,f), probs (b,h,i,j) or None).
+A backend that takes score transforms or normalisers also accepts them as the keywords
+``transform`` and ``normaliser`` (:mod:`pezoo.scores`), and is named in their ``backends``."""
 
 BACKENDS: dict[str, Backend] = {}
 
@@ -95,14 +102,36 @@ def dense_mask(
 
 
 @register_backend("eager")
-def _eager(q, k, v, ctx, biases, scale, return_probs):
+def _eager(q, k, v, ctx, biases, scale, return_probs, *, transform=None, normaliser=None):
     scores = torch.einsum("bhie,bhje->bhij", q, k) * scale  # (b, h, i, j)
     mask = dense_mask(ctx, biases, q.shape[1], q.shape[2], k.shape[2], scores.dtype, q.device)
-    if mask is not None:
-        scores = scores + mask
-    probs = _softmax(scores)
+    if transform is None and normaliser is None:
+        if mask is not None:
+            scores = scores + mask
+        probs = _softmax(scores)
+    else:
+        probs = _transformed_weights(scores, mask, transform, normaliser)
     out = torch.einsum("bhij,bhjf->bhif", probs, v)  # (b, h, i, f)
     return out, probs if return_probs else None
+
+
+def _transformed_weights(
+    scores: Tensor, mask: Tensor | None, transform: ScoreTransform | None, normaliser: Normaliser | None
+) -> Tensor:
+    """Attention weights (b, h, i, j) from scores (b, h, i, j) and :func:`dense_mask`'s additive
+    mask, through a score transform and/or normaliser: the biases (the mask's finite part) go to
+    the transform, the masked pairs (its -inf) are masked after it (:mod:`pezoo.scores`)."""
+    allowed = None if mask is None else ~torch.isneginf(mask)  # (b|1, h|1, i, j)
+    bias = None if mask is None or allowed is None else mask.masked_fill(~allowed, 0.0)
+    if transform is not None:
+        scores = apply_transform(transform, scores, bias)
+    elif bias is not None:
+        scores = scores + bias
+    if normaliser is not None:
+        return normaliser(scores, allowed)
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, -math.inf)
+    return _softmax(scores)
 
 
 @register_backend("sdpa")
@@ -199,6 +228,19 @@ def _softmax(scores: Tensor) -> Tensor:
     return scores.softmax(dim=-1)
 
 
+def runnable_backend(backend: str, pe: PositionalEncoding) -> str:
+    """The backend a model configured with ``backend`` runs ``pe`` on: ``backend`` where the
+    encoding runs on it (or it is ``auto``), else the first one the encoding names
+    (:meth:`~pezoo.PositionalEncoding.attention_backends`: stick-breaking's normaliser runs on
+    eager only). For a model whose backend is one setting shared by every encoding of a
+    comparison (the benchmark's backbone); :func:`attend` itself refuses a backend that
+    cannot run the hooks it is given."""
+    takes = pe.attention_backends()
+    if takes is None or backend == "auto" or backend in takes:
+        return backend
+    return takes[0]
+
+
 def attend(
     q: Tensor,
     k: Tensor,
@@ -209,6 +251,8 @@ def attend(
     scale: float | None = None,
     backend: str = "eager",
     return_probs: bool = False,
+    transform: ScoreTransform | None = None,
+    normaliser: Normaliser | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Attention of q (b,h,i,e) over k (b,h,j,e), v (b,h,j,f) under ``ctx`` and ``biases``.
 
@@ -218,9 +262,15 @@ def attend(
             1/sqrt(e) of the q given when ``ctx.head_dim`` is None.
         backend: a key of ``BACKENDS``.
         return_probs: also return the (b, h, i, j) attention probabilities (eager only).
+        transform: the encoding's score transform (``pe.score_transform(layer, ctx)``), or None.
+        normaliser: the encoding's normaliser (``pe.normaliser(layer, ctx)``), or None: softmax.
 
     Returns:
         (out (b, h, i, f), probs or None)
+
+    Raises:
+        ValueError: ``backend`` cannot express ``transform`` or ``normaliser`` (the message
+            names the backends that can).
     """
     try:
         fn = BACKENDS[backend]
@@ -228,7 +278,11 @@ def attend(
         raise UnknownNameError(unknown_name_message("attention backend", backend, sorted(BACKENDS))) from None
     if scale is None:
         scale = 1.0 / math.sqrt(ctx.head_dim if ctx.head_dim is not None else q.shape[-1])
-    return fn(q, k, v, ctx, biases, scale, return_probs)
+    if transform is None and normaliser is None:
+        return fn(q, k, v, ctx, biases, scale, return_probs)
+    check_backend(backend, transform, normaliser)
+    hooked: Callable[..., tuple[Tensor, Tensor | None]] = fn  # a backend that takes them has the keywords
+    return hooked(q, k, v, ctx, biases, scale, return_probs, transform=transform, normaliser=normaliser)
 
 
 class SelfAttention(nn.Module):
@@ -265,6 +319,15 @@ class SelfAttention(nn.Module):
         ctx.state[cache_key] = (k, v)
         biases = pe.bias(self.layer, q, k, ctx)
         out, probs = attend(
-            q, k, v, ctx, biases, scale=1.0 / math.sqrt(self.head_dim), backend=self.backend, return_probs=return_probs
+            q,
+            k,
+            v,
+            ctx,
+            biases,
+            scale=1.0 / math.sqrt(self.head_dim),
+            backend=self.backend,
+            return_probs=return_probs,
+            transform=pe.score_transform(self.layer, ctx),
+            normaliser=pe.normaliser(self.layer, ctx),
         )
         return self.out(rearrange(out, "b h i f -> b i (h f)")), probs

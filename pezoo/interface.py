@@ -4,16 +4,22 @@ Axis letters used in shape comments throughout pezoo:
     b batch, s sequence, i query positions, j key positions, d model width,
     h heads, e head dim (q/k), f value head dim, p histogram bins, c cursors.
 
-A positional encoding (PE) can act at seven points. Every hook defaults to the identity,
+A positional encoding (PE) can act at nine points. Every hook defaults to the identity,
 so an encoding implements only what it changes:
 
     positions(b, s)            which integer position each token gets (randomized PE)
     padded_positions(lens, w)  the same for right-padded rows of several lengths
     embed(x, pos)              token embeddings, before layer 0        (sin/cos, learned APE)
     embed_tokens(x, ids, ctx)  the same, indexed by the token ids      (Abacus)
-    observe(layer, x, ctx)     read the residual stream before a layer (PRISM's gates)
+    observe(layer, x, ctx)     read the residual stream before a layer (PRISM's gates, FoX's)
     qk(layer, q, k, ctx)       rotate or extend per-head q/k           (RoPE, PRISM)
     bias(layer, q, k, ctx)     structured additive bias / mask          (ALiBi, Hard-ALiBi, PRF)
+    score_transform(layer, ctx)  every head's scores and biases -> scores (DAPE)
+    normaliser(layer, ctx)     the weights from a row of scores, in place of softmax (stick-breaking)
+
+The last two change attention itself, and not every backend can express them: an encoding
+that uses one says which backends can run it (:meth:`PositionalEncoding.attention_backends`;
+see :mod:`pezoo.scores`).
 
 Positions are explicit integer tensors. Incremental decoding works through
 ``ctx.state``: a dict the caller keeps alive across calls for one sequence batch, in
@@ -32,6 +38,7 @@ from torch import Tensor, nn
 
 from pezoo.biases import AttentionBias
 from pezoo.context import AttentionContext, check_length
+from pezoo.scores import Normaliser, ScoreTransform
 
 
 def check_lengths(lengths: Tensor, width: int) -> None:
@@ -138,6 +145,24 @@ class PositionalEncoding(nn.Module):
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         """Structured biases for ``layer`` given the (transformed) q (b,h,i,e), k (b,h,j,e)."""
         return []
+
+    def score_transform(self, layer: int, ctx: AttentionContext) -> ScoreTransform | None:
+        """A function of every head's scores and summed biases at each (i, j) pair that
+        replaces ``scores + biases`` in ``layer`` (DAPE's MLP), applied before the masks; or
+        None (the default: scores plus biases). See :mod:`pezoo.scores`."""
+        return None
+
+    def normaliser(self, layer: int, ctx: AttentionContext) -> Normaliser | None:
+        """A row-wise function of the scores that replaces softmax in ``layer`` (stick-breaking
+        attention), or None (the default: softmax). See :mod:`pezoo.scores`."""
+        return None
+
+    def attention_backends(self) -> tuple[str, ...] | None:
+        """The attention backends that can run this encoding (``auto`` besides, which picks one
+        of them), or None: every backend (the default). An encoding whose ``score_transform`` or
+        ``normaliser`` only some backends take returns theirs (:func:`pezoo.scores.hook_backends`),
+        so a model, the conformance kit or a benchmark can choose before running it."""
+        return None
 
     # -- training extras -------------------------------------------------------------
     def optimizer_groups(self) -> list[dict[str, Any]]:

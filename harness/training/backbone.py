@@ -18,15 +18,16 @@ from torch import Tensor, nn
 
 from harness.config.backbone import BackboneConfig
 from pezoo import AttentionContext, PositionalEncoding, SelfAttention
+from pezoo.attention import runnable_backend
 
 
 class Block(nn.Module):
     """Pre-LN block: x + Attn(LN(x)), then x + MLP(LN(x)) with a GELU MLP."""
 
-    def __init__(self, cfg: BackboneConfig, layer: int) -> None:
+    def __init__(self, cfg: BackboneConfig, layer: int, backend: str | None = None) -> None:
         super().__init__()
         self.ln_attn = nn.LayerNorm(cfg.d_model)
-        self.attn = SelfAttention(cfg.d_model, cfg.n_heads, layer=layer, backend=cfg.backend)
+        self.attn = SelfAttention(cfg.d_model, cfg.n_heads, layer=layer, backend=backend or cfg.backend)
         self.ln_mlp = nn.LayerNorm(cfg.d_model)
         d_ff = cfg.d_ff or 4 * cfg.d_model
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, d_ff), nn.GELU(), nn.Linear(d_ff, cfg.d_model))
@@ -66,7 +67,10 @@ class Backbone(nn.Module):
         super().__init__()
         self.cfg, self.pe = cfg, pe
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg, layer) for layer in range(cfg.n_layers))
+        # an encoding whose score transform or normaliser the configured backend cannot run
+        # (stick-breaking: eager only) runs on one it names (pezoo.attention.runnable_backend)
+        backend = runnable_backend(cfg.backend, pe)
+        self.blocks = nn.ModuleList(Block(cfg, layer, backend) for layer in range(cfg.n_layers))
         self.ln_out = nn.LayerNorm(cfg.d_model)
         self.apply(self._init)
         # Tied embeddings as in Vaswani et al.: weights ~ N(0, 1/d), inputs scaled by

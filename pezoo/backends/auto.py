@@ -1,4 +1,6 @@
-"""The ``auto`` backend, which picks, per call: ``eager`` when attention probabilities are requested; on CUDA
+"""The ``auto`` backend, which picks, per call: ``eager`` when attention probabilities are requested; with a
+score transform or normaliser (:mod:`pezoo.scores`), one of the backends that take it (flex on CUDA where
+it does and lowers every bias, else eager); on CUDA
 ``xformers`` when it is installed and can lower every bias without a dense tensor, else
 ``flex`` when every bias has a native flex lowering, else ``sdpa``; on CPU always
 ``sdpa`` (flex on CPU costs a ~30 s compile per shape family and cannot train), which in
@@ -25,6 +27,7 @@ from pezoo.biases import (
     WindowMask,
 )
 from pezoo.context import AttentionContext
+from pezoo.scores import Normaliser, ScoreTransform, hook_backends
 
 __all__ = ["native_lowering", "pick_backend"]
 
@@ -44,11 +47,23 @@ def native_lowering(backend: str, biases: Sequence[AttentionBias], ctx: Attentio
 
 
 def pick_backend(
-    q: Tensor, ctx: AttentionContext, biases: Sequence[AttentionBias], *, return_probs: bool = False
+    q: Tensor,
+    ctx: AttentionContext,
+    biases: Sequence[AttentionBias],
+    *,
+    return_probs: bool = False,
+    transform: ScoreTransform | None = None,
+    normaliser: Normaliser | None = None,
 ) -> str:
     """The backend ``auto`` uses for this call (see the module docstring for the rule)."""
     if return_probs:
         return "eager"
+    takes = hook_backends(transform, normaliser)
+    if takes is not None:  # a score transform or normaliser: only the backends that take it
+        fused = q.device.type == "cuda" and q.shape[2] > 1 and flex_compile_enabled()
+        if "flex" in takes and fused and native_lowering("flex", biases):
+            return "flex"
+        return "eager" if "eager" in takes else takes[0]
     if q.device.type != "cuda":
         return "sdpa"
     if xformers_available() and native_lowering("xformers", biases, ctx):
@@ -59,5 +74,7 @@ def pick_backend(
 
 
 @register_backend("auto")
-def _auto(q, k, v, ctx, biases, scale, return_probs):
-    return BACKENDS[pick_backend(q, ctx, biases, return_probs=return_probs)](q, k, v, ctx, biases, scale, return_probs)
+def _auto(q, k, v, ctx, biases, scale, return_probs, *, transform=None, normaliser=None):
+    hooks = {} if transform is None and normaliser is None else {"transform": transform, "normaliser": normaliser}
+    chosen = pick_backend(q, ctx, biases, return_probs=return_probs, transform=transform, normaliser=normaliser)
+    return BACKENDS[chosen](q, k, v, ctx, biases, scale, return_probs, **hooks)

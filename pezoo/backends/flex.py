@@ -51,6 +51,7 @@ from pezoo.biases import (
     window_blocks,
 )
 from pezoo.context import AttentionContext, contiguous_positions
+from pezoo.scores import check_backend
 
 __all__ = ["FLEX_BLOCK_SIZE", "flex_block_mask", "flex_compile", "flex_compile_enabled", "set_flex_compile"]
 
@@ -343,19 +344,28 @@ def _element_site(ctx: AttentionContext, n_heads: int, n_queries: int, n_keys: i
 
 
 def _flex_mods(
-    ctx: AttentionContext, biases: Sequence[AttentionBias], n_heads: int, n_queries: int, n_keys: int, batch: int
+    ctx: AttentionContext,
+    biases: Sequence[AttentionBias],
+    n_heads: int,
+    n_queries: int,
+    n_keys: int,
+    batch: int,
+    first: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[Callable[..., Tensor] | None, Callable[..., Tensor] | None, list[ElementForm]]:
     """(score_mod, mask_mod, the masks' element forms) for flex: every bias through its
     per-element form (:meth:`pezoo.biases.AttentionBias.element`), the causal mask and
-    the key padding added here."""
+    the key padding added here. ``first``: an elementwise score transform applied to the
+    raw score before the biases (:meth:`pezoo.scores.ScoreTransform.score_fn`: soft-capping)."""
     site = _element_site(ctx, n_heads, n_queries, n_keys, batch)
     forms = [bias.element(site) for bias in biases]
     scores = [f.score for f in forms if f.score is not None]
     masks = [f for f in forms if f.allowed is not None]
     score_mod = None
-    if scores:
+    if scores or first is not None:
 
         def score_mod(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kj: Tensor) -> Tensor:
+            if first is not None:
+                score = first(score)
             for add in scores:
                 score = add(score, b, h, qi, kj)
             return score
@@ -380,20 +390,25 @@ def _flex_mods(
 
 
 @register_backend("flex")
-def _flex(q, k, v, ctx, biases, scale, return_probs):
+def _flex(q, k, v, ctx, biases, scale, return_probs, *, transform=None, normaliser=None):
     if return_probs:
         raise ValueError("the flex backend cannot return attention probabilities; use backend='eager'")
+    check_backend("flex", transform, normaliser)
     b, h, i, _ = q.shape
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    if i == 1:
-        return BACKENDS["sdpa"](q, k, v, ctx, biases, scale, False)
-    if needs_grad and q.device.type == "cpu":
-        _warn_once("flex-cpu-grad", "flex_attention has no backward pass on CPU; calls that need gradients use sdpa")
+    if i == 1 or (needs_grad and q.device.type == "cpu"):
+        if i > 1:
+            _warn_once(
+                "flex-cpu-grad", "flex_attention has no backward pass on CPU; calls that need gradients use sdpa"
+            )
+        if transform is not None:  # sdpa cannot express it: the explicit path
+            return BACKENDS["eager"](q, k, v, ctx, biases, scale, False, transform=transform)
         return BACKENDS["sdpa"](q, k, v, ctx, biases, scale, False)
     if q.device.type == "cpu" and i < FLEX_BLOCK_SIZE:
         q, k, v, ctx, biases = _pad_to_one_block(q, k, v, ctx, biases)
     pi, pj = q.shape[2], k.shape[2]
-    score_mod, mask_mod, masks = _flex_mods(ctx, biases, h, pi, pj, b)
+    first = None if transform is None else transform.score_fn()
+    score_mod, mask_mod, masks = _flex_mods(ctx, biases, h, pi, pj, b, first)
     block_mask = None
     if mask_mod is not None:
         summaries = [m.blocks or _every_block for m in masks]
@@ -408,6 +423,7 @@ def _flex(q, k, v, ctx, biases, scale, return_probs):
         tuple(type(bias).__name__ for bias in biases),
         "causal" if ctx.causal else "bidirectional",
         ctx.key_padding_mask is not None,
+        None if transform is None else type(transform).__name__,
     )
     out = _run_flex(q, k, v, key=key, score_mod=score_mod, block_mask=block_mask, scale=scale)
     return out[:, :, :i], None

@@ -11,6 +11,9 @@ Right Embeddings", §3-4) pair Abacus embeddings with NoPE, FIRE or RoPE in atte
 - ``qk`` lets the one part that transforms queries and keys do so (two such parts are
   refused: the second would rotate or widen the first's output, which no paper defines);
 - ``bias`` returns every part's biases, which attention adds;
+- ``score_transform`` and ``normaliser`` are the one part's that has one (two parts with a
+  score transform, or two with a normaliser, are refused: they would have to compose), and
+  the combination runs on the backends every part runs on (``attention_backends``);
 - ``optimizer_groups`` and ``regularisation`` gather the parts'.
 
 Positions are the plain ``0..s-1`` (``max_position`` the smallest of the parts'). A
@@ -31,6 +34,7 @@ from torch import Tensor, nn
 from pezoo.biases import AttentionBias
 from pezoo.context import AttentionContext
 from pezoo.interface import PositionalEncoding
+from pezoo.scores import Normaliser, ScoreTransform
 
 SEPARATOR = "+"
 
@@ -75,6 +79,10 @@ class Combined(PositionalEncoding):
             raise ValueError(
                 f"{' and '.join(rotating)} both transform queries and keys; a combination may hold one such part"
             )
+        for hook, what in (("score_transform", "transform attention scores"), ("normaliser", "replace softmax")):
+            both = [n for p, n in zip(parts, names, strict=True) if _overrides(p, hook)]
+            if len(both) > 1:
+                raise ValueError(f"{' and '.join(both)} both {what}; a combination may hold one such part")
         self.parts = nn.ModuleList(parts)
         self.name = SEPARATOR.join(names)
         self.uses_positions = any(p.uses_positions for p in parts)
@@ -106,6 +114,21 @@ class Combined(PositionalEncoding):
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         return [b for part in self._parts() for b in part.bias(layer, q, k, ctx)]
+
+    def score_transform(self, layer: int, ctx: AttentionContext) -> ScoreTransform | None:
+        found = [t for part in self._parts() if (t := part.score_transform(layer, ctx)) is not None]
+        return found[0] if found else None
+
+    def normaliser(self, layer: int, ctx: AttentionContext) -> Normaliser | None:
+        found = [n for part in self._parts() if (n := part.normaliser(layer, ctx)) is not None]
+        return found[0] if found else None
+
+    def attention_backends(self) -> tuple[str, ...] | None:
+        """The backends every part runs on (None: every backend)."""
+        declared = [b for part in self._parts() if (b := part.attention_backends()) is not None]
+        if not declared:
+            return None
+        return tuple(name for name in declared[0] if all(name in other for other in declared[1:]))
 
     def optimizer_groups(self) -> list[dict[str, Any]]:
         """The parts' own parameter groups (e.g. PRISM's α), if any."""

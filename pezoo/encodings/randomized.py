@@ -50,6 +50,7 @@ from pezoo.context import AttentionContext, check_length
 from pezoo.encodings.ape import SinusoidalAPE
 from pezoo.interface import PositionalEncoding, check_lengths
 from pezoo.registry import WRAPPERS, ModelDims, register
+from pezoo.scores import Normaliser, ScoreTransform
 
 DEFAULT_MAX_LENGTH = 2048
 
@@ -211,6 +212,15 @@ class RandomizedPE(PositionalEncoding):
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         return self.inner.bias(layer, q, k, ctx)
+
+    def score_transform(self, layer: int, ctx: AttentionContext) -> ScoreTransform | None:
+        return self.inner.score_transform(layer, ctx)
+
+    def normaliser(self, layer: int, ctx: AttentionContext) -> Normaliser | None:
+        return self.inner.normaliser(layer, ctx)
+
+    def attention_backends(self) -> tuple[str, ...] | None:
+        return self.inner.attention_backends()
 
     def extra_repr(self) -> str:
         return f"max_length={self.max_length}, randomize_eval={self.randomize_eval}, draw={self.draw!r}"

@@ -45,6 +45,7 @@ from pezoo.hf.families import (
 from pezoo.hf.forward import _base_forward, _generate, _get, _layer_forward, _observe, _original
 from pezoo.hf.limits import check_option_sizes
 from pezoo.registry import _class_overrides, unknown_name_message
+from pezoo.scores import SoftCap
 from pezoo.setups import paper_options
 from pezoo.spec import parse_pe
 
@@ -108,6 +109,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     model.add_module(ENCODING_MODULE, encoding)
     adapter = Adapter(encoding, backend, head_dim)
     adapter.window = sliding_window(config)
+    cap = family.softcap(config)
+    adapter.softcap = None if cap is None else SoftCap(cap)
     adapter.dropout = dropout_probability(attentions[0], config) if attentions else 0.0
     object.__setattr__(model, "_pezoo_adapter", adapter)  # a plain attribute: not a submodule
     _adapt_modules(model, base, family, model_type, list(zip(layers, attentions, strict=True)), adapter)
@@ -132,6 +135,12 @@ def _adaptable(model: PreTrainedModel, spec: Any, backend: str) -> tuple[str, Fa
         raise ValueError("this model already runs a pezoo encoding; load a fresh model to change it")
     if backend != "auto" and backend not in BACKENDS:
         raise ValueError(unknown_name_message("attention backend", backend, ["auto", *sorted(BACKENDS)]))
+    cap = family.softcap(config)
+    if cap is not None and backend != "auto" and backend not in SoftCap.backends:
+        raise ValueError(
+            f"pezoo.hf cannot run this {model_type} model on the {backend} backend: it soft-caps its attention "
+            f"logits (cap {cap:g}), which backends {' and '.join(SoftCap.backends)} take (or auto, which picks one)"
+        )
     return model_type, family
 
 

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from pezoo.hf import calls
 from pezoo.interface import PositionalEncoding
+from pezoo.scores import SoftCap
 
 __all__ = ["Adapter"]
 
@@ -29,6 +30,7 @@ class Adapter:
         scale_hint: the instance scale n per row (b,), for encodings that read one
             (:func:`pezoo.hf.set_scale_hint`).
         call: the current forward call's context (:class:`pezoo.hf.calls.Call`).
+        softcap: the model's own attention-logit soft-capping (Gemma 2), or None.
     """
 
     def __init__(self, encoding: PositionalEncoding, backend: str, head_dim: int) -> None:
@@ -41,6 +43,7 @@ class Adapter:
         self.dropout = 0.0  # the model's attention-probability dropout, which pezoo.attend does not apply
         self.scale_hint: Tensor | None = None
         self.call: calls.Call | None = None
+        self.softcap: SoftCap | None = None  # the model's attention-logit soft-capping (Gemma 2)
 
     def __getstate__(self) -> dict[str, Any]:
         """Without the last call's context (its tensors may hang on an autograd graph, which

@@ -32,6 +32,7 @@ from pezoo.backends.auto import pick_backend
 from pezoo.biases import AttentionBias, DenseBias, RelativeFunctionBias
 from pezoo.context import AttentionContext
 from pezoo.hf import calls
+from pezoo.scores import ScoreTransform
 
 if TYPE_CHECKING:
     from pezoo.hf.adapter import Adapter
@@ -71,14 +72,42 @@ def pezoo_attention(
         )
     h = query.shape[1]
     key, value = _repeat_heads(key, h), _repeat_heads(value, h)
-    found = calls.biases(adapter.encoding, call, kwargs["pezoo_layer"], query, key)
+    layer = kwargs["pezoo_layer"]
+    found = calls.biases(adapter.encoding, call, layer, query, key)
+    transform = score_transform(adapter, call, layer)
+    normaliser = adapter.encoding.normaliser(layer, call.ctx)
     backend = "eager" if call.probs else adapter.backend  # only eager returns probabilities
-    if backend in ("eager", "sdpa") or (backend == "auto" and pick_backend(query, call.ctx, found) == "sdpa"):
+    if backend == "auto":
+        backend = pick_backend(query, call.ctx, found, transform=transform, normaliser=normaliser)
+    if backend in ("eager", "sdpa"):
         found = [causal_dense(bias, call.ctx, h) for bias in found]
     out, probs = attend(
-        query, key, value, call.ctx, found, scale=scaling, backend=backend, return_probs=call.probs
+        query,
+        key,
+        value,
+        call.ctx,
+        found,
+        scale=scaling,
+        backend=backend,
+        return_probs=call.probs,
+        transform=transform,
+        normaliser=normaliser,
     )  # (b, h, s, f)
     return out.transpose(1, 2).to(value.dtype), probs
+
+
+def score_transform(adapter: Adapter, call: calls.Call, layer: int) -> ScoreTransform | None:
+    """The layer's score transform: the model's own logit soft-capping (Gemma 2), or the
+    encoding's (DAPE); a ValueError where both would have to compose."""
+    own = adapter.encoding.score_transform(layer, call.ctx)
+    if adapter.softcap is None:
+        return own
+    if own is not None:
+        raise ValueError(
+            f"this model soft-caps its attention logits (cap {adapter.softcap.cap:g}) and {adapter.encoding.name} "
+            "transforms the scores too; pezoo.hf does not compose the two"
+        )
+    return adapter.softcap
 
 
 DENSE_CHUNK_PAIRS = 1 << 18
@@ -267,13 +296,10 @@ def _scaling(self: Any) -> float:
     return float(scale if scale is not None else self.inv_norm_factor)
 
 
-def _gemma2_refusal(config: Any) -> str | None:
-    if getattr(config, "attn_logit_softcapping", None) is not None:
-        return (
-            f"it soft-caps attention logits (attn_logit_softcapping={config.attn_logit_softcapping}), which "
-            "pezoo.attend does not; set config.attn_logit_softcapping = None to adapt it without (a different model)"
-        )
-    return None
+def _gemma2_softcap(config: Any) -> float | None:
+    """Gemma 2's attention-logit soft-capping (``attn_logit_softcapping``), or None when it is off."""
+    cap = getattr(config, "attn_logit_softcapping", None)
+    return None if cap is None else float(cap)
 
 
 def _opt_refusal(config: Any) -> str | None:
@@ -305,6 +331,9 @@ class Family:
             the base model ("": the base model itself; OPT's causal LM calls its ``decoder``).
         scale: the attention's score scale, read from the module.
         refuse: a configuration this family cannot be adapted in, with the reason (or None).
+        softcap: the cap of the model's attention-logit soft-capping, from its config (Gemma 2's
+            ``attn_logit_softcapping``), or None: pezoo applies it as a score transform
+            (:class:`pezoo.scores.SoftCap`), before the encoding's biases and the masks.
     """
 
     layers: str
@@ -318,6 +347,7 @@ class Family:
     scale: Callable[[Any], float] = _scaling
     refuse: Callable[[Any], str | None] = field(default=lambda config: None)
     core: str = ""
+    softcap: Callable[[Any], float | None] = field(default=lambda config: None)
 
 
 _LLAMA = Family("layers", "self_attn")
@@ -328,7 +358,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2": _LLAMA,
     "granite": _LLAMA,
     "gemma": _LLAMA,
-    "gemma2": Family("layers", "self_attn", refuse=_gemma2_refusal),
+    "gemma2": Family("layers", "self_attn", softcap=_gemma2_softcap),
     "qwen3": Family("layers", "self_attn", _per_head_norms),
     "olmo": Family("layers", "self_attn", _clipped),
     "olmo2": Family("layers", "self_attn", _full_width_norms),

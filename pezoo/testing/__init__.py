@@ -21,8 +21,12 @@ Checks (``CHECKS``, run in this order by :func:`check_encoding`):
     no_future_leakage      changing tokens at t.. leaves outputs before t unchanged
     backend_agreement      every usable backend equals eager (fp32): forward at the
                            length and, with key padding, at 3× it; parameter gradients
+                           (the backends the encoding runs on: ``attention_backends``)
     incremental_decoding   a prompt then one token at a time, with a KV cache in
                            ``ctx.state``, equals one full forward pass
+    unsupported_backends   an encoding that runs on some backends only (a score transform
+                           or normaliser) is refused by the others with an error naming
+                           those it runs on, and ``auto`` runs it
     state_dict_round_trip  a fresh instance loaded from a state dict (also through
                            ``torch.save``) computes the same outputs
     half_precision         the model moved with ``.half()`` / ``.bfloat16()``: eager and
@@ -62,6 +66,7 @@ from pezoo.testing.checks import (
     check_meta_init,
     check_no_future_leakage,
     check_state_dict_round_trip,
+    check_unsupported_backends,
 )
 from pezoo.testing.compile import CompileReport, graph_breaks
 from pezoo.testing.kit import ConformanceError, Factory, KitConfig, KitModel, usable_backends
@@ -88,6 +93,7 @@ __all__ = [
     "check_meta_init",
     "check_no_future_leakage",
     "check_state_dict_round_trip",
+    "check_unsupported_backends",
     "graph_breaks",
     "usable_backends",
 ]

@@ -23,6 +23,7 @@ from pezoo.backends import flex_compile
 from pezoo.biases import AttentionBias
 from pezoo.context import AttentionContext
 from pezoo.registry import ModelDims
+from pezoo.scores import Normaliser, ScoreTransform
 from pezoo.testing.kit import (
     ConformanceError,
     Factory,
@@ -107,6 +108,11 @@ def check_hook_shapes(factory: Factory, cfg: KitConfig) -> None:
                         fail(name, f"{type(bias).__name__} materialises to {tuple(dense.shape)}, not (b, h, {s}, {s})")
                     if torch.isnan(dense).any():
                         fail(name, f"{type(bias).__name__} materialises NaN")
+                transform, normaliser = pe.score_transform(layer, ctx), pe.normaliser(layer, ctx)
+                if transform is not None and not isinstance(transform, ScoreTransform):
+                    fail(name, f"score_transform must return a ScoreTransform or None, got {transform!r}")
+                if normaliser is not None and not isinstance(normaliser, Normaliser):
+                    fail(name, f"normaliser must return a Normaliser or None, got {normaliser!r}")
             out = model(random_tokens(cfg, s), pos, scale_hint=scale_hints(cfg, b, s))
             if out.shape != (b, s, cfg.vocab):
                 fail(name, f"kit model output {tuple(out.shape)} != {(b, s, cfg.vocab)}")
@@ -137,9 +143,10 @@ def check_no_future_leakage(factory: Factory, cfg: KitConfig) -> None:
 def check_backend_agreement(factory: Factory, cfg: KitConfig) -> None:
     """Every usable backend equals eager in fp32: forward (with key padding) and gradients."""
     name = "backend_agreement"
-    backends = [n for n in (cfg.backends or usable_backends(cfg.device)) if n != "eager"]
     model = build_model(factory, cfg, cfg.seed)
     model.eval()
+    runs = usable_backends(cfg.device, model.pe)  # the backends this encoding runs on
+    backends = [n for n in (cfg.backends or runs) if n != "eager" and n in runs]
     b = cfg.batch
     for s, padded in ((cfg.length, False), (3 * cfg.length, True)):
         pos = model.pe.positions(b, s, cfg.device)
@@ -190,7 +197,7 @@ def check_incremental_decoding(factory: Factory, cfg: KitConfig) -> None:
     pos = model.pe.positions(b, s, cfg.device)  # planned once, like start_state
     tokens, hint = random_tokens(cfg, s), scale_hints(cfg, b, s)
     prompt = max(1, s // 3)
-    for backend in ("eager", "sdpa"):
+    for backend in _runs_on(model, ("eager", "sdpa")):
         model.set_backend(backend)
         with torch.no_grad():
             full = model(tokens, pos, scale_hint=hint)
@@ -199,6 +206,46 @@ def check_incremental_decoding(factory: Factory, cfg: KitConfig) -> None:
             for t in range(prompt, s):
                 steps.append(model(tokens[:, t : t + 1], pos, state=state, scale_hint=hint))
         _close(name, f"token-by-token ({backend}) vs full forward", torch.cat(steps, dim=1), full, cfg.atol)
+    model.set_backend("eager")
+
+
+def _runs_on(model: KitModel, backends: Sequence[str]) -> list[str]:
+    """Those of ``backends`` the model's encoding runs on (:meth:`~pezoo.PositionalEncoding.attention_backends`)."""
+    takes = model.pe.attention_backends()
+    return [b for b in backends if takes is None or b in takes]
+
+
+def check_unsupported_backends(factory: Factory, cfg: KitConfig) -> None:
+    """An encoding that runs on some backends only (its score transform or normaliser) is
+    refused by every other usable backend with a ValueError naming the ones it runs on, never
+    run through a softmax it does not use; and ``auto`` runs it."""
+    name = "unsupported_backends"
+    model = build_model(factory, cfg, cfg.seed)
+    model.eval()
+    takes = model.pe.attention_backends()
+    if takes is None:
+        return
+    if not takes:
+        fail(name, "attention_backends() names no backend: the encoding could run nowhere")
+    s, b = cfg.length, cfg.batch
+    pos, tokens, hint = model.pe.positions(b, s, cfg.device), random_tokens(cfg, s), scale_hints(cfg, b, s)
+    for backend in usable_backends(cfg.device):
+        if backend in takes or backend == "auto":
+            continue
+        model.set_backend(backend)
+        try:
+            with torch.no_grad(), quiet_flex_warnings():
+                model(tokens, pos, scale_hint=hint)
+        except ValueError as exc:
+            missing = [t for t in takes if t not in str(exc)]
+            if missing:
+                fail(name, f"the {backend} backend's refusal does not name {', '.join(missing)}: {exc}")
+            continue
+        fail(name, f"the {backend} backend ran an encoding that declares it runs on {', '.join(takes)} only")
+    model.set_backend("auto")
+    with torch.no_grad():
+        out = model(tokens, pos, scale_hint=hint)
+    _finite(name, "the auto backend's output", out)
     model.set_backend("eager")
 
 
@@ -244,7 +291,7 @@ def _check_moved(name: str, factory: Factory, cfg: KitConfig, dtypes: Sequence[t
     for dtype in dtypes:
         moved = build_model(factory, cfg, cfg.seed).to(dtype)  # a fresh copy: .to() moves in place
         moved.eval()
-        for backend in ("eager", "sdpa"):
+        for backend in _runs_on(moved, ("eager", "sdpa")):
             moved.set_backend(backend)
             with torch.no_grad():
                 out = moved(tokens, pos, scale_hint=hint)
@@ -408,6 +455,7 @@ CHECKS: dict[str, Callable[[Factory, KitConfig], None]] = {
     "no_future_leakage": check_no_future_leakage,
     "backend_agreement": check_backend_agreement,
     "incremental_decoding": check_incremental_decoding,
+    "unsupported_backends": check_unsupported_backends,
     "state_dict_round_trip": check_state_dict_round_trip,
     "half_precision": check_half_precision,
     "float64": check_float64,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pezoo.attention import runnable_backend
 from pezoo.registry import ModelDims
 from pezoo.testing.kit import Factory, KitConfig, build_model, quiet_flex_warnings, random_tokens, scale_hints
 
@@ -28,7 +29,8 @@ class CompileReport:
 
 
 def graph_breaks(factory: Factory, dims: ModelDims | None = None, **config: Any) -> CompileReport:
-    """Count the ``torch.compile`` graph breaks of the kit model's eval forward (sdpa backend).
+    """Count the ``torch.compile`` graph breaks of the kit model's eval forward (sdpa backend, or
+    the first the encoding runs on where sdpa cannot run it).
 
     A report, not a check: an encoding with breaks still compiles (into several graphs).
     It traces once with ``torch._dynamo.explain`` (no code generation); ``**config`` as
@@ -39,7 +41,7 @@ def graph_breaks(factory: Factory, dims: ModelDims | None = None, **config: Any)
     cfg = KitConfig(**config) if dims is None else KitConfig(dims=dims, **config)
     model = build_model(factory, cfg, cfg.seed)
     model.eval()
-    model.set_backend("sdpa")
+    model.set_backend(runnable_backend("sdpa", model.pe))  # eager for an encoding sdpa cannot run
     s, b = cfg.length, cfg.batch
     pos, tokens, hint = model.pe.positions(b, s, cfg.device), random_tokens(cfg, s), scale_hints(cfg, b, s)
     torch._dynamo.reset()

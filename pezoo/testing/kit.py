@@ -67,11 +67,16 @@ class KitConfig:
     seed: int = 0
 
 
-def usable_backends(device: str | torch.device = "cpu") -> list[str]:
-    """Registered backends that can run on ``device`` (xformers only with CUDA and the package)."""
+def usable_backends(device: str | torch.device = "cpu", pe: PositionalEncoding | None = None) -> list[str]:
+    """Registered backends that can run on ``device`` (xformers only with CUDA and the package)
+    and, given ``pe``, that run that encoding (its :meth:`~pezoo.PositionalEncoding.attention_backends`,
+    and ``auto``, which picks one of them)."""
+    takes = None if pe is None else pe.attention_backends()
     names = []
     for name in sorted(BACKENDS):
         if name == "xformers" and not (torch.device(device).type == "cuda" and xformers_available()):
+            continue
+        if takes is not None and name not in takes and name != "auto":
             continue
         names.append(name)
     return names

@@ -106,7 +106,6 @@ def test_training_under_gradient_checkpointing_recomputes_exactly(model_type):
 @pytest.mark.parametrize(
     ("model_type", "config", "reason"),
     [
-        ("gemma2", {"attn_logit_softcapping": 50.0}, "soft-caps"),
         ("opt", {"word_embed_proj_dim": 16}, "projected"),
     ],
 )

@@ -1,0 +1,154 @@
+"""The score-transform and normaliser hooks (pezoo/scores.py): soft-capping against its formula
+on eager and flex, the backends each hook declares and the errors of the others, ``auto``'s
+choice, how wrappers and combinations pass the hooks on, and the conformance kit catching a
+transform that lets a future score reach the past."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor
+
+import pezoo
+from pezoo.backends import flex_compile, pick_backend
+from pezoo.scores import Normaliser, ScoreTransform, SoftCap, check_backend, hook_backends
+from pezoo.testing import ConformanceError, check_encoding
+
+DIMS = pezoo.ModelDims(d_model=16, n_heads=2, n_layers=2)
+
+
+def test_soft_capping_matches_its_formula_with_biases_and_masks():
+    """Gemma 2: softmax(cap · tanh(scale · q·k / cap) + bias), the causal mask after the cap."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 4) * 3 for _ in range(3))
+    pos = torch.arange(5)[None]
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)
+    slopes = torch.tensor([0.5, 0.25])
+    out, _ = pezoo.attend(q, k, v, ctx, [pezoo.LinearBias(slopes)], transform=SoftCap(1.5))
+    for h in range(2):
+        for i in range(5):
+            logits = [
+                1.5 * math.tanh(float(q[0, h, i] @ k[0, h, j]) / 2 / 1.5) - slopes[h].item() * (i - j)
+                for j in range(i + 1)
+            ]
+            top = max(logits)
+            w = [math.exp(x - top) for x in logits]
+            want = sum(wj / sum(w) * v[0, h, j] for j, wj in enumerate(w))
+            torch.testing.assert_close(out[0, h, i], want, atol=1e-5, rtol=1e-5)
+
+
+def test_flex_caps_in_its_score_mod_as_eager_does():
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 9, 4) * 3 for _ in range(3))
+    pos = torch.arange(9)[None]
+    pad = torch.ones(2, 9, dtype=torch.bool)
+    pad[1, 7:] = False
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos, key_padding_mask=pad)
+    biases = [pezoo.LinearBias(torch.tensor([0.5, 0.25]))]
+    want, _ = pezoo.attend(q, k, v, ctx, biases, transform=SoftCap(2.0))
+    with flex_compile(False):
+        got, _ = pezoo.attend(q, k, v, ctx, biases, transform=SoftCap(2.0), backend="flex")
+        one, _ = pezoo.attend(q[:, :, -1:], k, v, pezoo.AttentionContext(q_pos=pos[:, -1:], k_pos=pos),
+                              biases, transform=SoftCap(2.0), backend="flex")  # fmt: skip
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got[1, :, :7], want[1, :, :7], atol=1e-5, rtol=1e-4)
+    full, _ = pezoo.attend(q, k, v, pezoo.AttentionContext(q_pos=pos, k_pos=pos), biases, transform=SoftCap(2.0))
+    torch.testing.assert_close(one, full[:, :, -1:], atol=1e-5, rtol=1e-4)  # one query: the eager path
+
+
+def test_each_hook_names_its_backends_and_the_others_refuse_it():
+    assert hook_backends() is None
+    assert hook_backends(SoftCap(1.0)) == ("eager", "flex")
+    sb = pezoo.create("stick_breaking").normaliser(0, pezoo.AttentionContext(torch.zeros(1, 1), torch.zeros(1, 1)))
+    assert hook_backends(SoftCap(1.0), sb) == ("eager",)  # both: the backends that take both
+    check_backend("auto", SoftCap(1.0), sb)
+    check_backend("flex", SoftCap(1.0), None)
+    with pytest.raises(ValueError, match=r"sdpa backend cannot express SoftCap \(score transform\).*'eager' or 'flex'"):
+        check_backend("sdpa", SoftCap(1.0), None)
+    with pytest.raises(ValueError, match=r"flex backend cannot express .*StickBreakingWeights \(normaliser\)"):
+        check_backend("flex", SoftCap(1.0), sb)
+    for cap in (0, -1.0, math.inf, True, "1"):
+        with pytest.raises(ValueError, match="finite cap > 0"):
+            SoftCap(cap)  # type: ignore[arg-type]
+
+
+def test_auto_picks_a_backend_that_takes_the_hooks():
+    q = torch.zeros(1, 2, 4, 8)
+    pos = torch.arange(4)[None]
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)
+    assert pick_backend(q, ctx, []) == "sdpa"
+    assert pick_backend(q, ctx, [], transform=SoftCap(1.0)) == "eager"  # on CPU: flex is not fused here
+    assert pick_backend(q, ctx, [], normaliser=Normaliser()) == "eager"
+    v = torch.randn(1, 2, 4, 8)
+    eager, _ = pezoo.attend(q + 1, q + 1, v, ctx, transform=SoftCap(0.5))
+    auto, _ = pezoo.attend(q + 1, q + 1, v, ctx, transform=SoftCap(0.5), backend="auto")
+    torch.testing.assert_close(auto, eager)
+
+
+class Halve(ScoreTransform):
+    """Mixes nothing: halves every score, keeps the biases."""
+
+    def __call__(self, scores: Tensor, bias: Tensor) -> Tensor:
+        return scores / 2 + bias
+
+
+class LooksAhead(ScoreTransform):
+    """Breaks the hook's contract: each pair reads the next key's score (for the query's own key,
+    a future one). (A sum over all later keys would not show: softmax cancels what a row shares.)"""
+
+    def __call__(self, scores: Tensor, bias: Tensor) -> Tensor:
+        return scores + scores.roll(-1, dims=2) + bias  # (b, i, j, h): j is axis 2
+
+
+class WithTransform(pezoo.PositionalEncoding):
+    name = "test_transform"
+    uses_positions = False
+
+    def __init__(self, transform: ScoreTransform) -> None:
+        super().__init__()
+        self.transform = transform
+
+    def score_transform(self, layer, ctx):
+        return self.transform
+
+    def attention_backends(self):
+        return self.transform.backends
+
+
+def test_the_kit_passes_a_transform_within_one_pair_and_catches_one_that_looks_ahead():
+    check_encoding(lambda: WithTransform(Halve()), DIMS)
+    with pytest.raises(ConformanceError, match="no_future_leakage"):
+        check_encoding(lambda: WithTransform(LooksAhead()), DIMS, checks=["no_future_leakage"])
+
+
+class Undeclared(WithTransform):
+    def attention_backends(self):
+        return None  # claims every backend, though sdpa cannot run its transform
+
+
+def test_the_kit_catches_an_encoding_that_does_not_declare_its_backends():
+    with pytest.raises(ConformanceError, match=r"backend_agreement.*(flex|sdpa) backend cannot express"):
+        check_encoding(lambda: Undeclared(Halve()), DIMS, checks=["backend_agreement"])
+
+
+def test_wrappers_and_combinations_pass_the_hooks_on():
+    rand = pezoo.create("randomized:alibi", n_heads=2)
+    assert rand.attention_backends() is None
+    both = pezoo.combine(pezoo.create("alibi", n_heads=2), pezoo.create("stick_breaking"))
+    pos = torch.arange(3)[None]
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)
+    assert both.attention_backends() == ("eager",)
+    assert both.normaliser(0, ctx) is not None and both.score_transform(0, ctx) is None
+    with pytest.raises(ValueError, match="both replace softmax"):
+        pezoo.combine(pezoo.create("stick_breaking"), WithTransformNormaliser())
+    check_encoding(lambda: pezoo.combine(pezoo.create("alibi", n_heads=2), pezoo.create("stick_breaking")), DIMS,
+                   checks=["backend_agreement", "incremental_decoding", "unsupported_backends"])  # fmt: skip
+
+
+class WithTransformNormaliser(pezoo.PositionalEncoding):
+    name = "test_normaliser"
+
+    def normaliser(self, layer, ctx):
+        return Normaliser()
