@@ -19,13 +19,14 @@ The order, lowest first (the package map in ``harness/__init__.py`` names it too
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from import_graph import ModuleGraph, module_graph
+from import_graph import ModuleGraph, find_cycles
 
 HARNESS = Path(__file__).resolve().parents[2] / "harness"
 
@@ -55,11 +56,11 @@ def floor_problems(graph: ModuleGraph, floors: tuple[str, ...] = FLOORS) -> list
     """Each import from a floor to a higher one, and each package not on the floor list."""
     level = {name: i for i, name in enumerate(floors)}
     problems = []
-    for module in graph.modules:
+    for module in graph.paths:
         floor = floor_of(module)
         if floor is not None and floor not in level:
             problems.append(f"{module}: package {floor!r} is on no floor; add it to FLOORS and the package map")
-    for imp in graph.imports:
+    for imp in graph.all_statements():
         source, target = floor_of(imp.source), floor_of(imp.target)
         if source is None or target is None or source == target or source not in level or target not in level:
             continue
@@ -70,20 +71,25 @@ def floor_problems(graph: ModuleGraph, floors: tuple[str, ...] = FLOORS) -> list
 
 
 def cycle_problems(graph: ModuleGraph) -> list[str]:
-    return [
-        " -> ".join(
-            [path[0].source, *(f"{i.target} (line {i.line} of {i.source}{', lazy' if i.lazy else ''})" for i in path)]
+    """Each cycle as a path of imports, each hop with the line that makes it."""
+    by_hop = {(i.source, i.target): i for i in graph.all_statements()}
+    problems = []
+    for cycle in find_cycles(graph.edges()):
+        hops = [by_hop[(a, b)] for a, b in itertools.pairwise(cycle)]
+        problems.append(
+            " -> ".join(
+                [cycle[0], *(f"{h.target} (line {h.line} of {h.source}{', lazy' if h.lazy else ''})" for h in hops)]
+            )
         )
-        for path in (graph.cycle_path(component) for component in graph.cycles())
-    ]
+    return problems
 
 
 def test_each_floor_imports_only_the_floors_below_it():
-    assert floor_problems(module_graph(HARNESS)) == []
+    assert floor_problems(ModuleGraph(HARNESS)) == []
 
 
 def test_no_module_imports_its_way_back_to_itself_lazy_imports_included():
-    assert cycle_problems(module_graph(HARNESS)) == []
+    assert cycle_problems(ModuleGraph(HARNESS)) == []
 
 
 def test_the_package_map_names_the_floors_in_order():
@@ -111,9 +117,9 @@ def test_a_planted_cycle_is_found_however_it_is_imported(tmp_path, how):
     root = _tree(
         tmp_path, {"a.__init__": "", "a.one": "from harness.a.two import y\nx = 1\n", "a.two": back + "y = 2\n"}
     )
-    cycles = module_graph(root).cycles()
-    assert cycles == [["harness.a.one", "harness.a.two"]]
-    assert "harness.a.two" in cycle_problems(module_graph(root))[0]
+    cycles = find_cycles(ModuleGraph(root).edges())
+    assert cycles == [["harness.a.one", "harness.a.two", "harness.a.one"]]
+    assert "harness.a.two" in cycle_problems(ModuleGraph(root))[0]
 
 
 def test_an_upward_import_is_named_lazy_or_not(tmp_path):
@@ -121,11 +127,11 @@ def test_an_upward_import_is_named_lazy_or_not(tmp_path):
         tmp_path,
         {"tasks.__init__": "def f():\n    from harness.config import c\n", "config.__init__": "c = 1\n"},
     )
-    problems = floor_problems(module_graph(root))
+    problems = floor_problems(ModuleGraph(root))
     assert problems == ["harness.tasks:2 lazily imports harness.config, a floor above (tasks < config)"]
     assert (
         floor_problems(
-            module_graph(
+            ModuleGraph(
                 _tree(
                     tmp_path / "ok", {"config.__init__": "from harness.tasks import t\n", "tasks.__init__": "t = 1\n"}
                 )
@@ -137,6 +143,6 @@ def test_an_upward_import_is_named_lazy_or_not(tmp_path):
 
 def test_a_package_on_no_floor_is_named(tmp_path):
     root = _tree(tmp_path, {"stray.__init__": ""})
-    assert floor_problems(module_graph(root)) == [
+    assert floor_problems(ModuleGraph(root)) == [
         "harness.stray: package 'stray' is on no floor; add it to FLOORS and the package map"
     ]
