@@ -23,6 +23,7 @@ from harness.lm.config import LM_PRESET_DESCRIPTIONS, LM_PRESETS, LmConfig, lm_p
 from harness.lm.evaluate import LengthScore
 from harness.lm.record import LmRecord, LmStore, read_records
 from harness.lm.run import lock_problem, sweep_lm
+from harness.lm.split import SPLIT_RULE, split
 from harness.lm.sweep import load_lm_sweep
 from harness.lm.tasks import LM_TASKS
 from harness.records.provenance import resolve_device
@@ -106,13 +107,16 @@ def corpus_cmd(names: Sequence[str], save_dir: str | None) -> None:
         raise click.UsageError(str(exc)) from None
     for name in names or tuple(corpora.CORPORA):
         c = _corpus(name)
-        train, heldout = corpora.split(c)
+        parts = split(c)
         click.echo(corpora.describe(c))
-        click.echo(f"  sha256 {c.sha256}")
+        click.echo(f"  documents sha256 {c.sha256}")
         for source in c.sources:
             click.echo(f"  from {source}")
-        held = sum(len(d) for _, d in heldout)
-        click.echo(f"  split: {len(train)} training documents, {len(heldout)} held out ({held:,} bytes)")
+        click.echo(
+            f"  split ({SPLIT_RULE}): {len(parts.train)} training documents, {len(parts.heldout)} held out "
+            f"({parts.heldout_bytes:,} bytes), near-duplicates in {sum(len(g) > 1 for g in parts.groups)} groups"
+        )
+        click.echo(f"  corpus sha256 (documents and split, what runs record) {parts.sha256}")
         if save_dir is not None:
             try:
                 click.echo(f"  saved as {corpora.save_snapshot(c, Path(save_dir))}")
@@ -350,9 +354,8 @@ def hf_cmd(model_dir, spec, task, lengths, regions, tail, as_bytes, device) -> N
         scores = score_hf(check, model, tokenizer, corpus, dev)
     except (ValueError, RuntimeError, MemoryError) as exc:  # too few held-out regions, a forward pass that fails
         raise click.ClickException(_message(exc)) from None
-    click.echo(
-        printable(f"{model_dir} with {check.spec} on {task} (corpus sha256 {corpus.sha256[:16]}), bits per byte:")
-    )
+    corpus_hash = split(corpus).sha256[:16]
+    click.echo(printable(f"{model_dir} with {check.spec} on {task} (corpus sha256 {corpus_hash}), bits per byte:"))
     click.echo(f"{'length':>8} {'windows':>9} {'tail':>9}")
     for s in check.lengths:
         cells = []

@@ -30,10 +30,7 @@ the snapshot is required: a missing one is an error, never a silent fall back to
 machine's own (other) corpus. A snapshot is read within :data:`SNAPSHOT_MAX_BYTES`, checked
 from the zip's directory before anything is decompressed.
 
-The split is by document (:func:`split`): a document is held out by the order of a hash of
-its name, never by the run's seed, so every encoding and seed is scored on the same held-out
-bytes; only documents of at least :data:`HELDOUT_MIN_BYTES` bytes (the longest test length
-the track supports) can be held out, so every test length fits inside one held-out document.
+How a corpus is split into training and held-out documents is ``harness.lm.split``.
 """
 
 from __future__ import annotations
@@ -54,7 +51,6 @@ from pathlib import Path
 
 __all__ = [
     "CORPORA",
-    "HELDOUT_MIN_BYTES",
     "SOURCES",
     "Corpus",
     "CorpusError",
@@ -64,15 +60,7 @@ __all__ = [
     "read_snapshot",
     "save_snapshot",
     "snapshot_path",
-    "split",
 ]
-
-HELDOUT_MIN_BYTES = 16_384
-"""The shortest document that can be held out: the longest test length (16,384 bytes), so a
-window of any test length lies inside one held-out document."""
-
-HELDOUT_FRACTION = (1, 10)
-"""Documents are held out (in hash order) until they hold at least 1/10 of the corpus's bytes."""
 
 
 class CorpusError(RuntimeError):
@@ -142,7 +130,8 @@ class Corpus:
 
     @property
     def sha256(self) -> str:
-        """The hash of every document's name and bytes, in order: the corpus's identity."""
+        """The hash of every document's name and bytes, in order: the documents' identity (a
+        run records its split's, which names the held-out documents too: ``harness.lm.split``)."""
         h = hashlib.sha256()
         for name, data in self.documents:
             encoded = name.encode()
@@ -155,50 +144,14 @@ class Corpus:
         return sum(len(b) for _, b in self.documents)
 
     def provenance(self) -> dict[str, object]:
-        """What a run records of its corpus."""
+        """What a run records of its corpus (its split adds ``corpus_sha256``: ``harness.lm.split``)."""
         return {
             "corpus": self.name,
-            "corpus_sha256": self.sha256,
+            "corpus_documents_sha256": self.sha256,
             "corpus_sources": list(self.sources),
             "corpus_documents": len(self.documents),
             "corpus_bytes": self.n_bytes,
         }
-
-
-def _name_order(corpus: str, name: str) -> str:
-    return hashlib.sha256(f"pezoo/lm-split/{corpus}/{name}".encode()).hexdigest()
-
-
-def split(corpus: Corpus) -> tuple[tuple[tuple[str, bytes], ...], tuple[tuple[str, bytes], ...]]:
-    """(training documents, held-out documents), by document.
-
-    Documents of at least :data:`HELDOUT_MIN_BYTES` bytes are held out in the order of a
-    hash of their names until they hold :data:`HELDOUT_FRACTION` of the corpus's bytes; at
-    least one is held out and at least one document trains. ValueError when the corpus has
-    no document long enough to hold out, or nothing left to train on.
-    """
-    eligible = sorted(
-        (d for d in corpus.documents if len(d[1]) >= HELDOUT_MIN_BYTES), key=lambda d: _name_order(corpus.name, d[0])
-    )
-    if not eligible:
-        raise ValueError(
-            f"corpus {corpus.name!r} has no document of at least {HELDOUT_MIN_BYTES} bytes to hold out for testing"
-        )
-    num, den = HELDOUT_FRACTION
-    held: list[str] = []
-    held_bytes = 0
-    for name, data in eligible:
-        if held and held_bytes * den >= corpus.n_bytes * num:
-            break
-        held.append(name)
-        held_bytes += len(data)
-    taken = set(held)
-    train = tuple(d for d in corpus.documents if d[0] not in taken)
-    if not train:
-        raise ValueError(f"corpus {corpus.name!r}: every document was held out, none is left to train on")
-    order = {n: i for i, n in enumerate(held)}
-    heldout = tuple(sorted((d for d in corpus.documents if d[0] in taken), key=lambda d: order[d[0]]))
-    return train, heldout
 
 
 def cache_dir() -> Path:

@@ -8,22 +8,30 @@ run's seed and the step alone (:func:`training_batch`), so every encoding traine
 seed reads the same windows in the same order, and a resumed run reads what it would have.
 A window's tokens are ``BOS`` then its first L - 1 bytes; its targets are its L bytes.
 
-Evaluation scores held-out *regions* of M bytes (M the longest test length): region k is
-the k-th M-byte slice of the held-out documents taken round robin (document 0's first slice,
-document 1's first, ..., then document 0's second, ...).
+Evaluation scores held-out *regions* of M bytes (M the longest test length), spread through
+every held-out document (:func:`scored_regions`): each document gets regions in proportion to
+its length (every one at least one when there are as many regions as documents), evenly
+spaced along it, and no region holds a 64-byte run of the training text (a region that would
+is moved to the nearest place that holds none: ``harness.lm.split`` keeps near-duplicate
+documents on one side, and this keeps the text common to many documents out of what is scored).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 import torch
 from torch import Tensor
 
+from harness.lm.overlap import RUN, Flags
+from harness.lm.split import Split
 from harness.lm.tasks import BOS
 
-__all__ = ["TrainingWindows", "heldout_regions", "window_tokens"]
+__all__ = ["Region", "TrainingWindows", "place_regions", "scored_regions", "window_tokens"]
 
 
 def _seed(*parts: object) -> int:
@@ -70,18 +78,87 @@ def window_tokens(targets: Tensor) -> Tensor:
     return torch.cat([bos, targets[:, :-1]], dim=1)
 
 
-def heldout_regions(documents: Sequence[tuple[str, bytes]], size: int, count: int) -> list[bytes]:
-    """``count`` regions of ``size`` bytes from the held-out ``documents`` (round robin over
-    their successive slices); ValueError when they hold fewer."""
-    slices = [[data[i * size : (i + 1) * size] for i in range(len(data) // size)] for _, data in documents]
-    regions: list[bytes] = []
-    depth = 0
-    while len(regions) < count and any(depth < len(s) for s in slices):
-        regions.extend(s[depth] for s in slices if depth < len(s))
-        depth += 1
-    if len(regions) < count:
-        raise ValueError(
-            f"the held-out documents hold {len(regions)} regions of {size} bytes, fewer than the {count} asked for "
-            "(lower eval.regions)"
-        )
-    return regions[:count]
+@dataclass(frozen=True)
+class Region:
+    """A scored region: ``data`` is ``document[start : start + len(data)]``."""
+
+    document: str
+    start: int
+    data: bytes
+
+
+def _clean_starts(found: Flags, n: int, size: int) -> npt.NDArray[np.bool_]:
+    """(n - size + 1,) bool: whether the region [p, p + size) holds no run ``found`` marks."""
+    marks = np.zeros(n + 1, dtype=np.int64)
+    marks[1 : len(found) + 1] = np.cumsum(found)  # marks[i]: runs found at offsets below i
+    starts = np.arange(n - size + 1)  # (n - size + 1,)
+    last = np.clip(starts + size - RUN + 1, starts, len(found))  # runs starting in [p, last) lie inside
+    return marks[last] == marks[np.minimum(starts, len(found))]
+
+
+class _Slots:
+    """The clean region starts of one document, to pack regions of ``size`` among them."""
+
+    def __init__(self, clean: npt.NDArray[np.bool_], size: int) -> None:
+        self.size, self.last = size, len(clean) - 1
+        at = np.arange(len(clean))
+        self.next = np.minimum.accumulate(np.where(clean, at, len(clean))[::-1])[::-1]  # first clean start >= p
+        self.prev = np.maximum.accumulate(np.where(clean, at, -1))  # last clean start <= p
+
+    def following(self, p: int) -> int | None:
+        """The first clean start at or after p."""
+        return int(self.next[p]) if p <= self.last and self.next[p] <= self.last else None
+
+    def preceding(self, p: int) -> int | None:
+        return int(self.prev[min(p, self.last)]) if p >= 0 and self.prev[min(p, self.last)] >= 0 else None
+
+    def fit(self, p: int, most: int) -> int:
+        """How many regions fit from p on (greedily, which is the most), counted up to ``most``."""
+        count, at = 0, self.following(p)
+        while at is not None and count < most:
+            count, at = count + 1, self.following(at + self.size)
+        return count
+
+
+def place_regions(
+    documents: Sequence[tuple[str, bytes]], size: int, count: int, runs: Callable[[bytes], Flags]
+) -> tuple[Region, ...]:
+    """``count`` regions of ``size`` bytes spread through ``documents`` (module docstring),
+    none holding a run that ``runs(document)`` marks; ValueError when they do not fit."""
+    slots = [(name, data, _Slots(_clean_starts(runs(data), len(data), size), size)) for name, data in documents]
+    slots = [s for s in slots if len(s[1]) >= size]
+    room = [s[2].fit(0, count) for s in slots]
+    have = [1 if count >= sum(r > 0 for r in room) and r > 0 else 0 for r in room]
+    while sum(have) < count:  # the next region by the highest average (bytes per region, Sainte-Laguë)
+        open_ = [i for i in range(len(slots)) if have[i] < room[i]]
+        if not open_:
+            raise ValueError(
+                f"the held-out documents hold {sum(room)} regions of {size} bytes free of training text, fewer "
+                f"than the {count} asked for (lower eval.regions)"
+            )
+        best = max(open_, key=lambda i: (len(slots[i][1]) / (2 * have[i] + 1), -i))  # Sainte-Laguë
+        have[best] += 1
+    regions = []
+    for (name, data, free), k in zip(slots, have, strict=True):
+        lo = 0
+        for j in range(k):
+            target = min(max(round((2 * j + 1) * len(data) / (2 * k) - size / 2), 0), len(data) - size)
+            near = [p for p in (free.following(max(lo, target)), free.preceding(target)) if p is not None and p >= lo]
+            fits = [p for p in near if free.fit(p + size, k - j - 1) >= k - j - 1]
+            p = min(fits, key=lambda q: (abs(q - target), q)) if fits else free.following(lo)
+            assert p is not None  # the greedy packing from lo holds the k - j regions still to place
+            regions.append(Region(name, p, data[p : p + size]))
+            lo = p + size
+    return tuple(regions)
+
+
+_REGIONS: dict[tuple[str, int, int], tuple[Region, ...]] = {}
+
+
+def scored_regions(split: Split, size: int, count: int) -> tuple[Region, ...]:
+    """The split's ``count`` scored regions of ``size`` bytes (:func:`place_regions` against its
+    training text); computed once per split, size and count in a process."""
+    key = (split.sha256, size, count)
+    if key not in _REGIONS:
+        _REGIONS[key] = place_regions(split.heldout, size, count, split.training_index.runs)
+    return _REGIONS[key]

@@ -34,9 +34,10 @@ import torch.nn.functional as F
 
 from harness.config.checks import check_int
 from harness.lm.config import MAX_LM_LENGTH
-from harness.lm.corpora import Corpus, split
-from harness.lm.data import heldout_regions
+from harness.lm.corpora import Corpus
+from harness.lm.data import scored_regions
 from harness.lm.evaluate import LengthScore
+from harness.lm.split import split
 from harness.lm.tasks import BOS
 
 __all__ = ["HfCheck", "check_hf", "hf_scores", "load_hf", "score_hf"]
@@ -247,7 +248,7 @@ def score_hf(
     check: HfCheck, model: Any, tokenizer: Any | None, corpus: Corpus, device: torch.device
 ) -> list[LengthScore]:
     """Bits-per-byte scores of a model :func:`load_hf` loaded, per (mode, length)."""
-    data = heldout_regions(split(corpus)[1], check.lengths[-1], check.regions)
+    data = [r.data for r in scored_regions(split(corpus), check.lengths[-1], check.regions)]
     scores = []
     tail = check.tail
     plan = [("windows", s) for s in check.lengths] + [("tail", s) for s in check.lengths if s >= tail]

@@ -29,10 +29,11 @@ from torch import nn
 import pezoo
 from harness.config.pe_spec import build_options
 from harness.lm.config import LmConfig
-from harness.lm.corpora import Corpus, load_corpus, split
-from harness.lm.data import TrainingWindows, heldout_regions
+from harness.lm.corpora import Corpus, load_corpus
+from harness.lm.data import TrainingWindows, scored_regions
 from harness.lm.evaluate import LengthScore, evaluate_lengths
 from harness.lm.record import LmRecord, LmStore
+from harness.lm.split import Split, split
 from harness.lm.tasks import lm_task
 from harness.records.provenance import provenance
 from harness.training.backbone import Backbone
@@ -285,13 +286,10 @@ def train_steps(
     return loss_value, elapsed + time.perf_counter() - start, steps
 
 
-def corpus_parts(
-    cfg: LmConfig, corpus: Corpus | None = None
-) -> tuple[Corpus, tuple[tuple[str, bytes], ...], list[bytes]]:
-    """The run's corpus, its training documents and its held-out regions."""
-    corpus = corpus or load_corpus(lm_task(cfg.task).corpus)
-    train_docs, heldout = split(corpus)
-    return corpus, train_docs, heldout_regions(heldout, cfg.eval.lengths[-1], cfg.eval.regions)
+def corpus_parts(cfg: LmConfig, corpus: Corpus | None = None) -> tuple[Split, list[bytes]]:
+    """The run's corpus split (``harness.lm.split``) and its scored regions (``harness.lm.data``)."""
+    parts = split(corpus or load_corpus(lm_task(cfg.task).corpus))
+    return parts, [r.data for r in scored_regions(parts, cfg.eval.lengths[-1], cfg.eval.regions)]
 
 
 def run_lm(
@@ -305,8 +303,9 @@ def run_lm(
 ) -> LmRecord:
     """Train (or, for a variant, load and perhaps fine-tune) and evaluate ``cfg``; the record is added to ``store``."""
     run_id = cfg.run_id()
-    corpus, train_docs, regions = corpus_parts(cfg, corpus)
-    prov: dict[str, Any] = {**provenance(device), **corpus.provenance()}
+    parts, regions = corpus_parts(cfg, corpus)
+    train_docs = parts.train
+    prov: dict[str, Any] = {**provenance(device), **parts.provenance()}
     if cfg.is_variant:
         model, final_loss, seconds, steps = _variant_model(cfg, store, device, train_docs, prov, notice)
     else:

@@ -80,6 +80,7 @@ CARD = PaperCard(
             rule="below",
             row=LmRowSelector("fox"),
             against=(LmRowSelector("rope"),),
+            multiple=4,  # the paper's longest evaluation, 65 536 = 4 × L
         ),
     ),
 )

@@ -41,6 +41,7 @@ from pezoo.context import AttentionContext, check_layer, check_number, check_siz
 from pezoo.encodings.rope import RoPE
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import WRAPPERS, ModelDims, _class_overrides, register
+from pezoo.scores import Normaliser, ScoreTransform
 
 __all__ = ["FORMS", "SSMax", "SSMaxRoPE", "llama4_query_scale", "ssmax_query_scale", "visible_keys"]
 
@@ -203,6 +204,15 @@ class SSMax(PositionalEncoding):
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         return self.inner.bias(layer, q, k, ctx)
+
+    def score_transform(self, layer: int, ctx: AttentionContext) -> ScoreTransform | None:
+        return self.inner.score_transform(layer, ctx)
+
+    def normaliser(self, layer: int, ctx: AttentionContext) -> Normaliser | None:
+        return self.inner.normaliser(layer, ctx)
+
+    def attention_backends(self) -> tuple[str, ...] | None:
+        return self.inner.attention_backends()
 
     def optimizer_groups(self) -> list[dict[str, Any]]:
         return self.inner.optimizer_groups()

@@ -66,3 +66,6 @@ def test_the_cap_runs_with_any_encoding_and_backends_that_cannot_soft_cap_are_re
     assert torch.isfinite(out.logits).all()
     with pytest.raises(ValueError, match=r"cannot run this gemma2 model on the sdpa backend: it soft-caps.*eager"):
         pezoo.hf.use_encoding(copy.deepcopy(model), "alibi", backend="sdpa")
+    adapted = pezoo.hf.use_encoding(copy.deepcopy(model), "dape:alibi")  # a score transform of its own
+    with pytest.raises(ValueError, match="does not compose"), torch.no_grad():
+        adapted(ids, attention_mask=mask)

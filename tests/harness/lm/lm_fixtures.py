@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 
-from harness.lm.corpora import HELDOUT_MIN_BYTES, Corpus
+from harness.lm.corpora import Corpus
+from harness.lm.split import HELDOUT_MIN_BYTES
 
 WORDS = "the of and to in that is was he for it with as his on be at by thou thee".split()
 

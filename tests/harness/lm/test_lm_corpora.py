@@ -1,4 +1,4 @@
-"""The LM corpora: hashes, the split by document, fetching and caching (offline)."""
+"""The LM corpora: hashes, fetching and caching (offline); the split is tests/harness/lm/test_lm_split.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from lm_fixtures import tiny_corpus
 
 from harness.lm import corpora
-from harness.lm.corpora import HELDOUT_MIN_BYTES, Corpus, CorpusError, PackageSource
+from harness.lm.corpora import Corpus, CorpusError, PackageSource
 
 
 def test_corpus_hash_is_the_documents_names_and_bytes():
@@ -23,31 +23,12 @@ def test_corpus_hash_is_the_documents_names_and_bytes():
         h.update(len(name).to_bytes(8, "little") + name.encode() + len(data).to_bytes(8, "little") + data)
     assert corpus.sha256 == h.hexdigest()
     assert Corpus.of("x", [("a", b"hi"), ("b", b"world!")]).sha256 != corpus.sha256
-    assert corpus.provenance()["corpus_sha256"] == corpus.sha256
+    assert corpus.provenance()["corpus_documents_sha256"] == corpus.sha256
 
 
 def test_duplicate_document_names_are_refused():
     with pytest.raises(ValueError, match="unique"):
         Corpus("x", (("a", b"1"), ("a", b"2")))
-
-
-def test_split_holds_out_long_documents_only_and_a_tenth_of_the_bytes():
-    corpus = tiny_corpus()
-    train, heldout = corpora.split(corpus)
-    assert heldout and train
-    assert all(len(data) >= HELDOUT_MIN_BYTES for _, data in heldout)
-    assert {n for n, _ in train}.isdisjoint(n for n, _ in heldout)
-    assert len(train) + len(heldout) == len(corpus.documents)
-    held = sum(len(d) for _, d in heldout)
-    assert held * 10 >= corpus.n_bytes
-    # one document fewer would be under the tenth: the split takes no more than it needs
-    assert (held - len(heldout[-1][1])) * 10 < corpus.n_bytes
-    assert corpora.split(tiny_corpus()) == (train, heldout)  # the same split every time
-
-
-def test_split_refuses_a_corpus_without_a_long_document():
-    with pytest.raises(ValueError, match="no document of at least"):
-        corpora.split(Corpus.of("short", [("a", b"x" * 100), ("b", b"y" * 100)]))
 
 
 def _source(data: bytes) -> PackageSource:

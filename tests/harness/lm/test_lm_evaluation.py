@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from lm_fixtures import tiny_corpus
 
 from harness.lm.config import lm_preset_config
-from harness.lm.corpora import split
-from harness.lm.data import TrainingWindows, heldout_regions, window_tokens
+from harness.lm.data import TrainingWindows, scored_regions, window_tokens
 from harness.lm.evaluate import bpb, evaluate_lengths, score_windows
 from harness.lm.run import build_lm_model
+from harness.lm.split import split
 from harness.lm.tasks import BOS
 
 CPU = torch.device("cpu")
@@ -32,13 +32,6 @@ def test_windows_lie_inside_documents_and_depend_on_seed_and_step_only():
     assert not torch.equal(windows.batch(seed=3, step=6, batch_size=64)[1], targets)
     with pytest.raises(ValueError, match="no training document"):
         TrainingWindows([("s", b"abc")], 8)
-
-
-def test_heldout_regions_are_taken_round_robin():
-    docs = [("a", b"AAAAAAAAA"), ("b", b"BBBBBB")]  # 3 and 2 regions of 3 bytes
-    assert heldout_regions(docs, 3, 4) == [b"AAA", b"BBB", b"AAA", b"BBB"]
-    with pytest.raises(ValueError, match="fewer than the 6"):
-        heldout_regions(docs, 3, 6)
 
 
 def test_bpb_is_nats_over_bytes_times_ln2():
@@ -61,7 +54,7 @@ def test_chunked_scoring_equals_one_full_pass(pe):
 
 def test_every_length_scores_the_same_bytes_and_unreachable_lengths_are_marked():
     corpus = tiny_corpus()
-    regions = heldout_regions(split(corpus)[1], 64, 2)
+    regions = [r.data for r in scored_regions(split(corpus), 64, 2)]
     cfg = lm_preset_config("lm_smoke", pe="learned_ape{max_position=40}", task="lm_en", seed=0)
     model = build_lm_model(cfg)
     scores = evaluate_lengths(model, regions, (16, 32, 64), 16, chunk=16, batch_size=3, precision="fp32", device=CPU)

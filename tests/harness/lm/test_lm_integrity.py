@@ -202,7 +202,7 @@ def test_fp16_training_scales_its_loss_and_checkpoints_the_scale(tmp_path, corpu
     monkeypatch.setattr(torch.amp.GradScaler, "scale", counting)
     fp16 = {**TINY, "train": {**TINY["train"], "precision": "fp16"}}
     cfg = lm_preset_config("lm_smoke", pe="alibi", task="lm_en", seed=0, overrides=fp16)
-    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[1], cfg.length)
+    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[0].train, cfg.length)
     checkpoint = tmp_path / "run.pt"
     loss, _, steps = lm_run.train_steps(
         cfg, lm_run.build_lm_model(cfg), windows, CPU, steps=3, checkpoint=checkpoint, notice=quiet
@@ -225,7 +225,7 @@ def test_a_checkpoint_of_this_run_that_does_not_load_is_set_aside_and_the_run_st
     aside (harness.training.checkpoint.set_aside) and the run trains from the start, as if it
     had never been there."""
     cfg = cfg_of("alibi")
-    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[1], cfg.length)
+    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[0].train, cfg.length)
     whole = lm_run.build_lm_model(cfg)
     lm_run.train_steps(cfg, whole, windows, CPU, steps=3, notice=quiet)
     checkpoint = tmp_path / "run.pt"

@@ -15,6 +15,7 @@ from harness.lm.config import LmConfig, lm_preset_config
 from harness.lm.data import TrainingWindows
 from harness.lm.record import LmRecord, LmStore
 from harness.lm.run import run_lm, sweep_lm
+from harness.lm.split import split
 
 CPU = torch.device("cpu")
 TINY = {"train": {"steps": 3, "batch_size": 2}, "eval": {"lengths": (32, 64), "regions": 1, "tail": 32}}
@@ -74,7 +75,8 @@ def test_a_run_records_counts_and_the_corpus_hash_and_a_sweep_skips_it(tmp_path,
     store = LmStore(tmp_path)
     cfg = cfg_of("alibi")
     record = run_lm(cfg, store, CPU, corpus=corpus, notice=lambda _: None)
-    assert record.provenance["corpus_sha256"] == corpus.sha256
+    assert record.provenance["corpus_sha256"] == split(corpus).sha256 != corpus.sha256  # the documents and split
+    assert record.provenance["corpus_documents_sha256"] == corpus.sha256
     assert {(s.mode, s.length) for s in record.scores} == {("windows", 32), ("windows", 64), ("tail", 32), ("tail", 64)}
     assert all(isinstance(s.n_bytes, int) and s.n_bytes > 0 for s in record.scores)
     assert [r.run_id for r in store.records()] == [cfg.run_id()]
@@ -137,7 +139,7 @@ def test_a_resumed_training_equals_the_uninterrupted_one_and_a_bad_checkpoint_is
 ):
     monkeypatch.setattr(lm_run, "CHECKPOINT_EVERY", 2)
     cfg = cfg_of("alibi")
-    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[1], cfg.length)
+    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[0].train, cfg.length)
     checkpoint = tmp_path / "run.ckpt"
     whole = lm_run.build_lm_model(cfg)
     lm_run.train_steps(cfg, whole, windows, CPU, steps=3, checkpoint=checkpoint, notice=lambda _: None)
@@ -192,7 +194,7 @@ def test_a_graphed_training_with_late_read_backs_trains_as_the_eager_one(corpus,
 
     longer = {**TINY, "train": {"steps": 7, "batch_size": 2}}
     cfg = lm_preset_config("lm_smoke", pe="alibi", task="lm_en", seed=0, overrides=longer)
-    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[1], cfg.length)
+    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[0].train, cfg.length)
     models, losses = [], []
     for accel in (Accel(), Accel(graphs=True, readback=3)):
         model = lm_run.build_lm_model(cfg)
@@ -212,7 +214,7 @@ def test_a_graphed_loss_is_its_own_after_the_next_replay(corpus, cpu_graphs):
 
     cfg = cfg_of("nope")
     model = lm_run.build_lm_model(cfg)
-    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[1], cfg.length)
+    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[0].train, cfg.length)
     compute = lm_run.step_loss(model, "fp32", Accel(graphs=True))
     first = compute(*windows.batch(0, 0, 2))
     kept = first.item()
@@ -331,7 +333,7 @@ def test_a_graphed_lm_training_matches_the_eager_one_on_cuda(corpus, pe):
     device = torch.device("cuda")
     longer = {**TINY, "train": {"steps": 12, "batch_size": 4}}
     cfg = lm_preset_config("lm_smoke", pe=pe, task="lm_en", seed=0, overrides=longer)
-    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[1], cfg.length)
+    windows = TrainingWindows(lm_run.corpus_parts(cfg, corpus)[0].train, cfg.length)
     losses = []
     for accel in (Accel(), Accel.for_device(device)):
         model = lm_run.build_lm_model(cfg, device=device)
