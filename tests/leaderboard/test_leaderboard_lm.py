@@ -150,7 +150,7 @@ def test_every_claim_comes_from_its_encodings_card():
         "alibi_flat", "ape_blowup", "alibi_below_rope_t5", "kerple_flat", "kerple_power_flat",
         "kerple_below_alibi_t5", "xpos_blockwise", "xpos_plain_blowup", "pi_finetuned", "yarn_dynamic_zero_shot",
         "fire_below_others", "fox_below_transformer", "ssmax_below_softmax", "pope_below_rope", "stick_breaking_8x",
-        "fope_below_rope", "rnope_swa_below_rope",
+        "dape_below_static", "fope_below_rope", "rnope_swa_below_rope",
     ]  # fmt: skip
     assert on_cards["ape_blowup"] == "alibi" and on_cards["pi_finetuned"] == "rope"  # the paper's card, not the row's
     for c in LM_CLAIMS:  # every row a claim names is a registered encoding
