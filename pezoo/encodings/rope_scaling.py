@@ -1,9 +1,9 @@
 """Context extension of a RoPE-trained model: the scaling config and the frequencies it gives.
 
 Position interpolation (``linear``), NTK-aware (``ntk``), dynamic NTK (``dynamic``), YaRN,
-Llama 3.1 (``llama3``), LongRoPE, and p-RoPE (``p_rope``), with the keys and meaning of
-transformers' ``rope_parameters`` / ``rope_scaling`` (their sources are in
-docs/encodings/rope.md).
+YaRN's own dynamic scaling (``dynamic_yarn``), Llama 3.1 (``llama3``), LongRoPE, and p-RoPE
+(``p_rope``), with the keys and meaning of transformers' ``rope_parameters`` /
+``rope_scaling`` (their sources are in docs/encodings/rope.md).
 
 Context extension changes only the frequencies and, for YaRN / LongRoPE, multiplies cos and
 sin by an ``attention_scale`` a (transformers' convention): both q and k are scaled by a, so
@@ -33,20 +33,22 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "ntk": ("factor",),
     "dynamic": ("factor", "original_max_position_embeddings"),
     "yarn": ("factor", "original_max_position_embeddings"),
+    "dynamic_yarn": ("original_max_position_embeddings",),
     "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
     "longrope": ("short_factor", "long_factor", "original_max_position_embeddings"),
     "p_rope": ("p",),
 }
 _OPTIONAL: dict[str, tuple[str, ...]] = {
     "yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
+    "dynamic_yarn": ("beta_fast", "beta_slow", "truncate"),
     "longrope": ("factor", "attention_factor"),
 }
 _COMMON = ("rope_type", "rope_theta", "partial_rotary_factor")
 ROPE_TYPES = tuple(_REQUIRED)
-"""``rope_type`` values :func:`rope_frequencies` knows. ``ntk`` and ``p_rope`` are pezoo's;
-the others are transformers' names with transformers' meaning."""
+"""``rope_type`` values :func:`rope_frequencies` knows. ``ntk``, ``dynamic_yarn`` and
+``p_rope`` are pezoo's; the others are transformers' names with transformers' meaning."""
 
-_LENGTH_DEPENDENT = ("dynamic", "longrope")
+_LENGTH_DEPENDENT = ("dynamic", "dynamic_yarn", "longrope")
 
 
 def _real(name: str, value: Any, *, low: float, low_ok: bool = True, high: float | None = None) -> float:
@@ -68,10 +70,11 @@ class RopeScaling:
 
     Attributes:
         rope_type: one of :data:`ROPE_TYPES`.
-        factor: s, the context extension ratio L'/L (>= 1).
+        factor: s, the context extension ratio L'/L (>= 1). ``dynamic_yarn`` takes none: its
+            s is max(1, l'/L) for a sequence of l' positions.
         original_max_position_embeddings: L, the context length the model was trained on.
-            ``dynamic`` needs it here (transformers reads ``max_position_embeddings`` from
-            the model config instead).
+            ``dynamic`` and ``dynamic_yarn`` need it here (transformers reads
+            ``max_position_embeddings`` from the model config instead).
         beta_fast, beta_slow: YaRN's ramp bounds in rotations over L (defaults 32 and 1).
         mscale, mscale_all_dim: DeepSeek's YaRN variant: attention scale
             ``m(s, mscale) / m(s, mscale_all_dim)``, ``m(s, c) = 0.1 c ln s + 1``; both or neither.
@@ -198,7 +201,7 @@ class RopeScaling:
 
     @property
     def depends_on_length(self) -> bool:
-        """Whether the frequencies depend on the sequence length (``dynamic``, ``longrope``)."""
+        """Whether the frequencies depend on the sequence length (``dynamic``, ``dynamic_yarn``, ``longrope``)."""
         return self.rope_type in _LENGTH_DEPENDENT
 
 
@@ -246,8 +249,8 @@ def rope_frequencies(
         scaling: a dict with transformers' ``rope_parameters`` keys (see :class:`RopeScaling`),
             or None for plain RoPE. Strict: unknown keys or types raise ValueError.
         seq_len: the sequence length the frequencies are for; used by ``dynamic`` (NTK
-            base from max(seq_len, L)) and ``longrope`` (long factors when > L), ignored
-            by the others. None means L.
+            base from max(seq_len, L)), ``dynamic_yarn`` (s = max(1, seq_len/L)) and
+            ``longrope`` (long factors when > L), ignored by the others. None means L.
         device: where the returned tensor lives.
 
     Returns:
@@ -262,6 +265,7 @@ def rope_frequencies(
         ntk       b' = b · s^(r/(r-2)), θ_i = b'^(-2i/r)   (NTK-aware; Peng et al. 2023, §3.1)
         dynamic   ntk with s' = s · max(seq_len, L)/L - (s - 1)   (transformers' "dynamic"; §3.3)
         yarn      (1 - γ_i) θ_i / s + γ_i θ_i, a = 0.1 ln s + 1   (Peng et al. 2023, §3.2 and §3.4)
+        dynamic_yarn  yarn with s = max(1, seq_len / L)   (YaRN's Dynamic Scaling, Peng et al. 2023, §3.3)
         llama3    θ_i, θ_i / s, or a blend by wavelength band   (Llama 3.1)
         longrope  θ_i / λ_i, λ = short or long factors, a = sqrt(1 + ln s / ln L)   (Ding et al. 2024)
         p_rope    θ_i for the first ⌊p·r/2⌋ (highest) frequencies, 0 for the rest   (Barbero et al. 2024)
@@ -337,15 +341,8 @@ def _dynamic(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device:
     return _ntk_base("dynamic", base, r, s * length / L - (s - 1)) ** -_theta64(base, r)[0], 1.0
 
 
-def _yarn(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: Device) -> tuple[Tensor, float]:
-    """(1 - γ_i) θ_i / s + γ_i θ_i, a = 0.1 ln s + 1 (Peng et al. 2023, §3.2 and §3.4)."""
-    s, trained = _given(cfg.factor), _given(cfg.original_max_position_embeddings)
-    if cfg.attention_factor is not None:
-        scale = cfg.attention_factor
-    elif cfg.mscale is not None:
-        scale = _yarn_mscale(s, cfg.mscale) / _yarn_mscale(s, _given(cfg.mscale_all_dim))
-    else:
-        scale = _yarn_mscale(s)
+def _yarn_ramp(s: float, trained: int, base: float, r: int, cfg: RopeScaling) -> Tensor:
+    """(1 - γ_i) θ_i / s + γ_i θ_i, (f,) float64: NTK-by-parts (Peng et al. 2023, §3.2)."""
     beta_fast, beta_slow = cfg.beta_fast or 32.0, cfg.beta_slow or 1.0
 
     def dim_with(rotations: float) -> float:  # the dim index i at which L·θ_i/(2π) = rotations
@@ -359,7 +356,27 @@ def _yarn(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: De
         high += 0.001  # as the YaRN reference code: avoid dividing by zero
     theta = _theta64(base, r)[1]
     ramp = ((torch.arange(r // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)  # 0: keep θ, 1: θ/s
-    return theta / s * ramp + theta * (1 - ramp), scale
+    return theta / s * ramp + theta * (1 - ramp)
+
+
+def _yarn(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: Device) -> tuple[Tensor, float]:
+    """(1 - γ_i) θ_i / s + γ_i θ_i, a = 0.1 ln s + 1 (Peng et al. 2023, §3.2 and §3.4)."""
+    s, trained = _given(cfg.factor), _given(cfg.original_max_position_embeddings)
+    if cfg.attention_factor is not None:
+        scale = cfg.attention_factor
+    elif cfg.mscale is not None:
+        scale = _yarn_mscale(s, cfg.mscale) / _yarn_mscale(s, _given(cfg.mscale_all_dim))
+    else:
+        scale = _yarn_mscale(s)
+    return _yarn_ramp(s, trained, base, r, cfg), scale
+
+
+def _dynamic_yarn(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: Device) -> tuple[Tensor, float]:
+    """yarn with s = max(1, seq_len / L): YaRN's Dynamic Scaling (Peng et al. 2023, §3.3), as
+    its reference code's dynamic YaRN embedding (plain RoPE up to L, then yarn(seq_len / L))."""
+    trained = _given(cfg.original_max_position_embeddings)
+    s = max(1.0, (trained if seq_len is None else seq_len) / trained)
+    return _yarn_ramp(s, trained, base, r, cfg), _yarn_mscale(s)
 
 
 def _llama3(cfg: RopeScaling, base: float, r: int, seq_len: int | None, device: Device) -> tuple[Tensor, float]:
@@ -397,6 +414,7 @@ ROPE_INIT_FUNCTIONS: dict[str, Callable[[RopeScaling, float, int, int | None, De
     "ntk": _ntk,
     "dynamic": _dynamic,
     "yarn": _yarn,
+    "dynamic_yarn": _dynamic_yarn,
     "llama3": _llama3,
     "longrope": _longrope,
     "p_rope": _p_rope,

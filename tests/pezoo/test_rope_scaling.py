@@ -306,6 +306,41 @@ def test_dynamic_ntk_decodes_as_the_full_pass_when_the_planned_positions_are_kno
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("seq_len", [None, 1, 64, 65, 100, 1024])
+def test_dynamic_yarn_is_yarn_with_s_the_length_over_l(seq_len):
+    """YaRN's Dynamic Scaling (Peng et al. 2023, §3.3): s = max(1, l'/L) for a sequence of l'
+    positions, so plain RoPE up to L and YaRN at factor l'/L beyond (its temperature too)."""
+    L = 64
+    dynamic = {"rope_type": "dynamic_yarn", "original_max_position_embeddings": L}
+    got, scale = rope_frequencies(16, BASE, dynamic, seq_len)
+    s = max(1.0, (seq_len or L) / L)
+    if s == 1:
+        want, want_scale = rope_frequencies(16, BASE)
+    else:
+        want, want_scale = rope_frequencies(
+            16, BASE, {"rope_type": "yarn", "factor": s, "original_max_position_embeddings": L}
+        )
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert scale == want_scale == (1.0 if s == 1 else pytest.approx(0.1 * math.log(s) + 1))
+
+
+def test_dynamic_yarn_decodes_as_the_full_pass_when_the_planned_positions_are_known():
+    cfg = {"rope_type": "dynamic_yarn", "original_max_position_embeddings": 8}
+    model, plain = _kit_model(cfg), _kit_model({})
+    s, prompt = 24, 5
+    tokens = torch.randint(16, (2, s), generator=torch.Generator().manual_seed(1))
+    pos = torch.arange(s)[None]
+    with torch.no_grad():
+        full = model(tokens, pos)
+        assert not torch.allclose(full, plain(tokens, pos), atol=1e-3)  # s = 24/8 = 3 at this length
+        state = {"positions": pos}
+        steps = [model(tokens[:, :prompt], pos, state=state)]
+        steps += [model(tokens[:, t : t + 1], pos, state=state) for t in range(prompt, s)]
+        torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=2e-5, rtol=1e-4)
+        short = torch.arange(8)[None]  # at l' <= L it is plain RoPE
+        torch.testing.assert_close(model(tokens[:, :8], short), plain(tokens[:, :8], short), atol=1e-6, rtol=1e-6)
+
+
 def test_dynamic_ntk_without_a_plan_keeps_the_first_calls_frequencies():
     """Every call of one decode uses the frequencies of its first call (the cached keys' ones)."""
     cfg = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 4}
@@ -330,8 +365,9 @@ def test_dynamic_ntk_without_a_plan_keeps_the_first_calls_frequencies():
         {"layout": "half", "rotary_fraction": 0.5, "scaling": {"rope_type": "linear", "factor": 2.0}},
         {"layout": "half", "scaling": {"rope_type": "p_rope", "p": 0.5}},
         {"scaling": {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 16}},
+        {"scaling": {"rope_type": "dynamic_yarn", "original_max_position_embeddings": 16}},
     ],
-    ids=["yarn", "half-partial-linear", "half-p_rope", "dynamic"],
+    ids=["yarn", "half-partial-linear", "half-p_rope", "dynamic", "dynamic_yarn"],
 )
 def test_conformance_kit_passes_with_a_scaling(options):
     dims = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
@@ -404,7 +440,9 @@ def test_a_pasted_legacy_config_and_json_round_trip():
     assert RopeScaling.from_dict(json.loads(json.dumps(LONGROPE))).to_dict() == LONGROPE
     rope = pezoo.create("rope", head_dim=16, base=1e6, scaling={"rope_theta": 1e6, **pasted})
     assert "yarn" in repr(rope)
-    assert set(ROPE_TYPES) == {"default", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "p_rope"}
+    assert set(ROPE_TYPES) == {
+        "default", "linear", "ntk", "dynamic", "yarn", "dynamic_yarn", "llama3", "longrope", "p_rope"
+    }  # fmt: skip
 
 
 def test_seq_len_must_be_a_positive_integer():
