@@ -39,6 +39,10 @@ TARGET_ENCODINGS = (
 )
 """The encodings the issue sets step-time targets for (plus T5), in table order."""
 
+FRONTIER_ENCODINGS = ("fox", "stick_breaking", "dape", "dape:alibi")
+"""Encodings of issue 64 (forgetting attention, stick-breaking, DAPE), timed by the full grid beside
+the targeted ones; no targets (``--pe`` times them in any grid)."""
+
 STEP_TARGETS: dict[str, float] = {
     **dict.fromkeys(
         ("ape", "learned_ape", "rope", "alibi", "hard_alibi", "randomized", "randomized:rope", "randomized:alibi"),
@@ -226,6 +230,7 @@ GRIDS: dict[str, PerfGrid] = {
     "full": PerfGrid(
         sections=SECTIONS,
         repeats=11,
+        encodings=(*TARGET_ENCODINGS, *FRONTIER_ENCODINGS),
         memory_lengths=(512, 2048, 8192),
         memory_encodings=(
             "nope",

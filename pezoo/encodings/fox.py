@@ -128,6 +128,11 @@ class FoX(PositionalEncoding):
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         check_layer(self.name, layer, self.n_layers)
+        if not ctx.causal:
+            raise ValueError(
+                "fox forgets the keys before each query (D_ij sums the gates from j to i): it is defined for "
+                "causal attention only (ctx.causal=False)"
+            )
         c = ctx.state.get(self.ctx_key("fox"), {}).get(layer)
         n_keys, n_queries = ctx.k_pos.shape[-1], ctx.q_pos.shape[-1]
         if c is None or c.shape[-1] != n_keys:

@@ -173,6 +173,10 @@ def test_a_bias_without_its_gates_is_a_clear_error():
         pe.observe(2, torch.zeros(1, 4, DIMS.d_model), ctx)
     with pytest.raises(ValueError, match="d_model=16"):
         pe.observe(0, torch.zeros(1, 4, 9), ctx)
+    both_ways = pezoo.AttentionContext(q_pos=pos, k_pos=pos, causal=False)
+    pe.observe(0, torch.zeros(1, 4, DIMS.d_model), both_ways)
+    with pytest.raises(ValueError, match="causal attention only"):
+        pe.bias(0, torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8), both_ways)
 
 
 def test_difference_bias_refuses_mismatched_heads():
