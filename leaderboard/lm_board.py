@@ -1,52 +1,35 @@
 """The board's language-modelling section: from LM records (``leaderboard/results/lm/``) to
 the answer table, bits-per-byte curves per corpus, seconds per step, and the papers' LM
-claims with verdicts.
+claims with verdicts (judged by ``leaderboard.lm_verdicts``).
 
 The answer first, as on the algorithmic tables: per encoding, how far its bits per byte stay
 within 5 % of its bits per byte at the training length L, as a multiple of L, on its weakest
-seed (:func:`reach`). The rule is computed from the records' sums and counts: length S is
-within 5 % when ``100 · nats(S) · bytes(L) <= 105 · nats(L) · bytes(S)`` (non-overlapping
-windows, the papers' default mode), and a row's reach is the longest tested S with every
-tested length up to it within 5 % (a length not reached ends it). A variant of a trained run
+seed (``leaderboard.lm_rows.reach``). The rule is computed from the records' sums and counts:
+length S is within 5 % when ``100 · nats(S) · bytes(L) <= 105 · nats(L) · bytes(S)``, and a
+row's reach is the longest tested S with every tested length up to it within 5 % (a length
+not reached ends it). It is read in both modes: non-overlapping windows (the papers'
+default, which the verdicts use) and the fixed-target tail mode, where its records score
+the tail at L (a tail target of L bytes: records since issue 63). A variant of a trained run
 (RoPE's scalings, zero-shot or fine-tuned) is held to that run's bpb(L), not its own: one
 that costs more than 5 % at L already reaches 0, however flat it is after.
 
-The claims are the encodings' own: each paper card's ``lm_claims`` (:class:`pezoo.LmPaperClaim`,
-declared beside the encoding's class), whose rows are data (:class:`pezoo.LmRowSelector`, matched
-by :func:`selects`) and whose ``rule`` names one of :data:`RULES`; this module names no encoding.
-Verdicts use the board's four outcomes (``leaderboard.claims``) and its one test, the exact
-permutation test over seeds (``leaderboard.permutation``):
-
-* a *reach* claim ("X stays flat to m × L"): holds when the weakest seed's reach is at
-  least m × L; on a table tested short of m, "holds to the tested k×; claimed m×: untested"
-  (partly); otherwise does not hold.
-* a *blow-up* claim ("X leaves 5 % within m × L"): holds when every seed's reach is below
-  m × L, does not hold when none is, partly when the seeds split.
-* a *below* claim ("X's bits per byte at long lengths are below Y's"): at the longest length
-  both rows reached on every seed, against the strongest of the rows named (lowest mean):
-  holds when the permutation test puts the other above X (p <= 0.05), partly when X is
-  lower on the mean only, otherwise does not hold.
-
-No contrast: nothing on the corpus's table keeps within 5 % to 2 × L on its weakest seed.
-A claim whose rows are not on the table is listed as not yet run; one whose row matches two
-setups of the encoding (FIRE's threshold as its reference code sets it, and scaled to L) gets
-a verdict for each, named. The model is about 0.8M
+Each table says what its numbers come from (:func:`protocol_note`): the corpus hash (its
+documents and split), the split's rule, the bytes scored; and how its verdicts read
+(:func:`verdict_note`): the mode, the 5 % rule as a perplexity ratio, the smallest p its
+seeds allow and the absence of a multiple-test correction. The model is about 0.8M
 parameters: the section compares the shape of the curves with the papers', never their numbers.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from fractions import Fraction
 
 from markupsafe import Markup
 
-import pezoo
-from harness.lm.config import LmConfig
+from harness.lm.claims import selects
 from harness.lm.record import LmRecord
-from leaderboard.claims import DOES_NOT_HOLD, HOLDS, NO_CONTRAST, PARTLY
 from leaderboard.lm_rows import (
     LmRow,
     lm_rows,
@@ -55,14 +38,26 @@ from leaderboard.lm_rows import (
     read_lm_results,
     short_label,
     weakest,
+    weakest_tail,
 )
-from leaderboard.permutation import ALPHA, p_above, p_text
+from leaderboard.lm_verdicts import (
+    AT_L_NOTE,
+    LM_CLAIMS,
+    RULES,
+    LmVerdict,
+    card_lm_claims,
+    check_claim,
+    departures,
+    verdict,
+    verdicts,
+)
+from leaderboard.permutation import smallest_p
 from leaderboard.readme import md
 from leaderboard.styles import styles
 from leaderboard.text import render_template
-from pezoo import LmPaperClaim, LmRowSelector
 
 __all__ = [
+    "AT_L_NOTE",
     "LM_CLAIMS",
     "RULES",
     "LmRow",
@@ -73,8 +68,11 @@ __all__ = [
     "cells",
     "check_claim",
     "corpus_of",
+    "departure_notes",
+    "departures",
     "lm_pages",
     "lm_rows",
+    "protocol_note",
     "provenance_rows",
     "ranked",
     "reach",
@@ -83,15 +81,15 @@ __all__ = [
     "render_markdown",
     "seconds_text",
     "selects",
+    "tail_cell",
     "tail_lengths",
     "verdict",
+    "verdict_note",
     "verdicts",
     "weakest",
 ]
 
 VARIANT_NOTE = "a variant of a trained run against that run's bpb(L), 0 where it is more than 5 % above it at L"
-
-AT_L_NOTE = "already more than 5 % above the bpb at L of the trained run they modify"
 
 SPEED_NOTE = (
     "s/step: each run's training wall time per step on the machine its provenance names (per machine: a "
@@ -111,158 +109,6 @@ SCALE_NOTE = (
     "steps: the papers' models are 100-1000x larger and their numbers are perplexities of word or subword "
     "tokens; this section compares the shape of the curves (flat, rising, blowing up) with theirs, not the numbers."
 )
-
-
-# ---------------------------------------------------------------------------------------------
-# claims
-
-
-def _includes(actual: object, wanted: object) -> bool:
-    """``actual`` has ``wanted``'s value; a mapping: each of its keys, as deep as given."""
-    if isinstance(wanted, Mapping):
-        return isinstance(actual, Mapping) and all(_includes(actual.get(k), v) for k, v in wanted.items())
-    return actual == wanted
-
-
-def selects(selector: LmRowSelector, cfg: LmConfig) -> bool:
-    """Whether a row's config is the one a card's selector names (:class:`pezoo.LmRowSelector`)."""
-    if cfg.pe != selector.pe or not _includes(cfg.pe_options, selector.options):
-        return False
-    if any(cfg.pe_options.get(k) is None for k in selector.has):
-        return False
-    if selector.variant is None:
-        return not cfg.is_variant
-    return _includes(cfg.eval_pe_options, selector.variant) and bool(cfg.finetune_steps) == selector.finetuned
-
-
-@dataclass(frozen=True)
-class LmVerdict:
-    claim: LmPaperClaim
-    outcome: str
-    why: str
-
-
-def _find(rows: Sequence[LmRow], selector: LmRowSelector) -> LmRow | None:
-    found = [r for r in rows if selects(selector, r.config)]
-    return max(found, key=lambda r: len(r.records)) if found else None
-
-
-def _common_longest(a: LmRow, b: LmRow) -> int | None:
-    """The longest length both rows reached on every seed."""
-    for s in sorted(set(a.lengths) & set(b.lengths), reverse=True):
-        if all(x is not None for x in a.bpb(s) + b.bpb(s)):
-            return s
-    return None
-
-
-def _reach(claim: LmPaperClaim, row: LmRow, rows: Sequence[LmRow]) -> LmVerdict | None:
-    """Holds when the weakest seed's reach is at least ``multiple`` × L; partly when it holds
-    to the longest length tested, short of the multiple; otherwise does not hold."""
-    weakest = min(s / row.length for s in row.reaches())
-    tested = row.lengths[-1] / row.length
-    if weakest >= claim.multiple:
-        return LmVerdict(claim, HOLDS, f"weakest seed within 5 % to {weakest:g}× L")
-    if weakest >= tested:
-        return LmVerdict(claim, PARTLY, f"holds to the tested {tested:g}×; claimed {claim.multiple:g}×: untested")
-    if weakest == 0:
-        return LmVerdict(claim, DOES_NOT_HOLD, f"weakest seed not within 5 % even at L ({AT_L_NOTE})")
-    return LmVerdict(claim, DOES_NOT_HOLD, f"weakest seed within 5 % only to {weakest:g}× L")
-
-
-def _blowup(claim: LmPaperClaim, row: LmRow, rows: Sequence[LmRow]) -> LmVerdict | None:
-    """Holds when every seed leaves 5 % before ``multiple`` × L, does not hold when none does,
-    partly when the seeds split."""
-    reaches = [s / row.length for s in row.reaches()]
-    below = sum(r < claim.multiple for r in reaches)
-    seeds = f"{below} of {len(reaches)} seeds leave 5 % before {claim.multiple:g}× L"
-    outcome = HOLDS if below == len(reaches) else DOES_NOT_HOLD if below == 0 else PARTLY
-    return LmVerdict(claim, outcome, seeds)
-
-
-def _below(claim: LmPaperClaim, row: LmRow, rows: Sequence[LmRow]) -> LmVerdict | None:
-    """At the longest length both rows reached on every seed, against the strongest of the
-    ``against`` rows (lowest mean): holds when the permutation test puts it above ``row``
-    (p <= 0.05), partly when ``row`` is lower on the mean only, otherwise does not hold.
-    None when none of the ``against`` rows is on the table."""
-    others = [r for r in (_find(rows, m) for m in claim.against) if r is not None and r is not row]
-    if not others:
-        return None
-    compared = []
-    for other in others:
-        at = _common_longest(row, other)
-        if at is None:
-            continue
-        mine = [x for x in row.bpb(at) if x is not None]
-        theirs = [x for x in other.bpb(at) if x is not None]
-        compared.append((sum(theirs) / len(theirs), at, other, mine, theirs))
-    if not compared:
-        return LmVerdict(claim, DOES_NOT_HOLD, "no length that both rows reached on every seed")
-    mean_other, at, other, mine, theirs = min(compared, key=lambda c: c[0])  # the strongest: lowest bpb
-    p = p_above(theirs, mine)
-    mean_mine = sum(mine) / len(mine)
-    text = f"at {at}: {mean_mine:.3f} against {other.shown} {mean_other:.3f} bpb, {p_text(p, len(theirs), len(mine))}"
-    if p is not None and p <= ALPHA:
-        return LmVerdict(claim, HOLDS, text)
-    return LmVerdict(claim, PARTLY if mean_mine < mean_other else DOES_NOT_HOLD, text)
-
-
-Rule = Callable[[LmPaperClaim, LmRow, Sequence[LmRow]], "LmVerdict | None"]
-
-RULES: dict[str, Rule] = {"reach": _reach, "blowup": _blowup, "below": _below}
-"""The rules an encoding card's LM claim names (:attr:`pezoo.LmPaperClaim.rule`), each
-given the claim, its row and the corpus's rows (module docstring words each)."""
-
-
-def check_claim(claim: LmPaperClaim) -> LmPaperClaim:
-    """``claim`` when the board can test it; a one-line ValueError naming what is wrong otherwise."""
-    where = f"LM claim {claim.key!r} of {claim.row.pe!r}"
-    if claim.rule not in RULES:
-        raise ValueError(f"{where}: unknown rule {claim.rule!r}; rules: {', '.join(RULES)}")
-    if claim.rule in ("reach", "blowup") and not claim.multiple > 0:
-        raise ValueError(f"{where}: rule {claim.rule!r} needs a multiple of L above 0, got {claim.multiple!r}")
-    if claim.rule == "below" and not claim.against:
-        raise ValueError(f"{where}: rule 'below' needs the rows it is compared with (against)")
-    return claim
-
-
-def card_lm_claims() -> tuple[LmPaperClaim, ...]:
-    """Every registered encoding's LM claims (its card's ``lm_claims``), in their order in the section."""
-
-    found = [c for card in pezoo.cards().values() for c in card.lm_claims]
-    keys = [c.key for c in found]
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"two LM claims share a key: {sorted(k for k in set(keys) if keys.count(k) > 1)}")
-    return tuple(check_claim(c) for c in sorted(found, key=lambda c: (c.order, c.key)))
-
-
-LM_CLAIMS: tuple[LmPaperClaim, ...] = card_lm_claims()
-"""The papers' LM claims the section judges, read from the encodings' cards (issue 52's list)."""
-
-
-def verdicts(claim: LmPaperClaim, rows: Sequence[LmRow]) -> list[LmVerdict]:
-    """The claim's verdicts on one task's rows: one per row its selector matches (two setups
-    of one encoding, e.g. FIRE's threshold as its reference code sets it and scaled to L,
-    each judged, most seeds first, its ``why`` naming the row); none when its row (or, for
-    ``below``, every row it is compared with) is not on the table."""
-    rule = RULES[check_claim(claim).rule]
-    found = sorted((r for r in rows if selects(claim.row, r.config)), key=lambda r: (-len(r.records), r.label))
-    if not found:
-        return []
-    if not any(min(r.reaches()) >= 2 * r.length for r in rows):
-        why = "nothing on this table keeps within 5 % of bpb(L) to 2× L on its weakest seed"
-        return [LmVerdict(claim, NO_CONTRAST, why)]
-    out = []
-    for row in found:
-        v = rule(claim, row, rows)
-        if v is not None:
-            out.append(v if len(found) == 1 else dataclasses.replace(v, why=f"{row.shown}: {v.why}"))
-    return out
-
-
-def verdict(claim: LmPaperClaim, rows: Sequence[LmRow]) -> LmVerdict | None:
-    """The first of :func:`verdicts` (the matched row with the most seeds), or None."""
-    found = verdicts(claim, rows)
-    return found[0] if found else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,6 +203,93 @@ def corpus_of(rows: Sequence[LmRow]) -> str:
     return str(rows[0].records[0].provenance.get("corpus_sha256", ""))
 
 
+def tail_cell(row: LmRow) -> str:
+    """The row's tail-mode reach on its weakest seed (× L), or "–" without a tail score at L."""
+    got = weakest_tail(row)
+    return "–" if got is None else f"{got:g}"
+
+
+OLD_SPLIT_LEAKS = {"en": ("3.3", "8.2"), "code": ("13.0", "14.5")}
+"""Per corpus, the split before issue 63 measured by benchmarks/lm_leaks.py: % of held-out
+128-byte windows holding a 64-byte run of training text, % of scored 64-byte chunks in it."""
+
+
+def protocol_note(rows: Sequence[LmRow]) -> str:
+    """Where a table's numbers come from, in a paragraph of plain text: the corpus hash (its
+    documents and split), the split's rule, the preset, the bytes scored in each mode."""
+    first = rows[0].records[0]
+    cfg, prov = first.config, first.provenance
+    regions, longest, tail = cfg.eval.regions, cfg.eval.lengths[-1], cfg.eval.tail
+    split = prov.get("corpus_split")
+    reference = (
+        "with its reference at L" if tail <= cfg.length else f"from S = {tail:,} on, so it has no reference at L"
+    )
+    text = (
+        f"Numbers from corpus sha256 {corpus_of(rows)} ({prov.get('corpus_documents', '?')} documents), "
+        f"preset {cfg.preset}: {regions} held-out regions of {longest:,} bytes, {regions * longest:,} bytes scored "
+        f"at every length in non-overlapping windows; the tail mode scores the last {tail:,} bytes of each "
+        f"({regions * tail:,} bytes) {reference}. "
+    )
+    if split:
+        return text + (
+            f"Split {split}: near-duplicate documents kept on one side, the scored regions free of any "
+            "64-byte run of the training text (docs/lm.md)."
+        )
+    corpus = str(prov.get("corpus", ""))
+    leaks = OLD_SPLIT_LEAKS.get(corpus)
+    measured = (
+        f": {leaks[0]} % of its held-out 128-byte windows hold a 64-byte run of the training text and {leaks[1]} % of "
+        "the scored 64-byte chunks occur in it (benchmarks/results/lm-leaks.md)"
+        if leaks
+        else ""
+    )
+    return text + (
+        "These records were made under the split before issue 63 (pezoo-lm-split/1: documents held out by the hash "
+        f"of their names, near-duplicates on both sides){measured}; the corpus hash above names that split. They are "
+        "to be retrained under pezoo-lm-split/2 and 256 KB scored."
+    )
+
+
+def verdict_note(rows: Sequence[LmRow]) -> str:
+    """How the table's verdicts read, in a paragraph of plain text: the mode they use and why, the
+    5 % rule as a perplexity ratio, the permutation test, the smallest p the seeds allow, and
+    that no correction is made for the number of verdicts."""
+    at_l = sorted(m for row in rows if not row.config.is_variant for m in [_mean(row.bpb(row.length))] if m)
+    typical = at_l[len(at_l) // 2] if at_l else 2.0
+    seeds = sorted({len(row.records) for row in rows} | {5})
+    floors = "; ".join(f"{n} against {n}: {_p(smallest_p(n, n))}" for n in seeds)
+    count = sum(len(verdicts(c, rows)) for c in LM_CLAIMS)
+    return (
+        "The verdicts read non-overlapping windows, the papers' own evaluation (ALiBi's and KERPLE's tables are of "
+        "it), though a short window's first bytes have little context; each reach verdict gives the tail mode's "
+        "reach beside it where the records score the tail at L. Within 5 % of bpb(L) is, in perplexity per byte, a "
+        f"factor of 2^(0.05 · bpb(L)): ×{2 ** (0.05 * typical):.3f} at this table's middle bpb(L) of "
+        f"{typical:.2f}; per token of b bytes, 2^(0.05 · bpb(L) · b) (×{2 ** (0.2 * typical):.2f} at 4 bytes per "
+        "token). Reach and blow-up verdicts count seeds (split seeds read partly, k of n); a below verdict is an "
+        "exact one-sided permutation test over seeds of the difference of the two rows' means (every split of the "
+        "pooled per-seed values; p is the share of splits at least as far apart) and holds at p ≤ 0.05. The "
+        f"smallest p n seeds against n allow is 1 / C(2n, n): {floors}; at 3 against 3, holds means every seed of "
+        "one row lies below every seed of the other, however small the gap. No correction is made for the "
+        f"{count} verdicts of this table (nor across tables): at p ≤ 0.05 each, about one below-test in twenty "
+        "holds by chance where nothing differs."
+    )
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    done = [v for v in values if v is not None]
+    return sum(done) / len(done) if done and len(done) == len(values) else None
+
+
+def _p(p: Fraction) -> str:
+    """1/20 as 0.05; 1/252 as ``1/252 ≈ 0.00397``."""
+    return f"{p.numerator}/{p.denominator} ≈ {float(p):.3g}" if p.denominator > 20 else f"{float(p):g}"
+
+
+def departure_notes(rows: Sequence[LmRow]) -> list[tuple[str, str]]:
+    """(row name, how it departs from its paper's LM setup) for each row that does."""
+    return [(row.shown, "; ".join(got)) for row in ranked(rows) if (got := departures(row))]
+
+
 def answer_groups(rows: Sequence[LmRow]) -> tuple[str, list[tuple[list[str], float, bool]]]:
     """The answer's parts: the seeds behind it (``1 seed each``, ``1-3 seeds``) and, farthest
     first, (labels, weakest-seed reach as a multiple of L, whether that is the longest length tested)."""
@@ -379,28 +312,35 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
     out = ["## Language modelling", "", SCALE_NOTE, ""]
     for task, rows in lm_rows(records).items():
         first, order = rows[0], ranked(rows)
-        out += [f"### {md(task)} (corpus sha256 {md(corpus_of(rows)[:16])})", "", answer_sentence(rows), ""]
+        out += [f"### {md(task)} (corpus sha256 {md(corpus_of(rows)[:16])})", "", md(protocol_note(rows)), ""]
+        out += [answer_sentence(rows), ""]
         out.append(
-            f"How far bits per byte stay within 5 % of bpb(L), weakest seed (L = {first.length} bytes; {VARIANT_NOTE}):"
+            f"How far bits per byte stay within 5 % of bpb(L), weakest seed, in non-overlapping windows and in the "
+            f"tail mode (L = {first.length} bytes; {VARIANT_NOTE}):"
         )
         out.append("")
         header = " | ".join(f"bpb {s}" for s in first.lengths)
-        out.append(f"| encoding | seeds | within 5 % to (× L) | {header} | s/step |")
-        out.append("|---|---|---|" + "---|" * len(first.lengths) + "---|")
+        out.append(f"| encoding | seeds | within 5 % to (× L) | tail mode (× L) | {header} | s/step |")
+        out.append("|---|---|---|---|" + "---|" * len(first.lengths) + "---|")
         for row in order:
             shown = " | ".join(cells(row, row.lengths))
             out.append(
-                f"| {md(row.shown)} | {len(row.records)} | {weakest(row):g} | {shown} | {md(seconds_text(row))} |"
+                f"| {md(row.shown)} | {len(row.records)} | {weakest(row):g} | {tail_cell(row)} | {shown} | "
+                f"{md(seconds_text(row))} |"
             )
         out += ["", SPEED_NOTE]
+        notes = departure_notes(order)
+        if notes:
+            out += ["", "Departures from the papers' setups (judged too, and said so in each verdict):", ""]
+            out += [f"* {md(name)}: {md(text)}" for name, text in notes]
         out += ["", f"![bits per byte against test length on {md(task)}, one line per encoding](lm-{task}.svg)", ""]
         out += _tail_table(order)
-        out += ["Claims:", "", "| claim | source | verdict | why |", "|---|---|---|---|"]
+        out += ["Claims:", "", md(verdict_note(rows)), "", "| claim | source | verdict | why |", "|---|---|---|---|"]
         for claim in LM_CLAIMS:
             found = verdicts(claim, rows)
             if not found:
                 out.append(f"| {claim.says} | {claim.source} | not run yet | |")
-            out += [f"| {claim.says} | {claim.source} | {v.outcome} | {md(v.why)} |" for v in found]
+            out += [f"| {claim.says} | {claim.source} | {v.shown} | {md(v.why)} |" for v in found]
         out.append("")
     return "\n".join(out) + "\n"
 

@@ -30,9 +30,11 @@ __all__ = [
     "mean_over_seeds",
     "ranked",
     "reach",
+    "reach_in",
     "read_lm_results",
     "short_label",
     "weakest",
+    "weakest_tail",
 ]
 
 WITHIN = (105, 100)
@@ -89,6 +91,13 @@ class LmRow:
             raise ValueError(f"{self.label} on {self.task}: a variant without its trained run has no reference")
         return [reach(r, base) for r, base in zip(self.records, bases, strict=True)]
 
+    def tail_reaches(self) -> list[int] | None:
+        """Each seed's reach in the tail mode (:func:`reach_in`); None when a seed has no tail
+        score at L (its tail target is longer than L: records made before issue 63)."""
+        bases = self.bases or (None,) * len(self.records)
+        got = [reach_in(r, base, "tail") for r, base in zip(self.records, bases, strict=True)]
+        return None if any(g is None for g in got) else [g for g in got if g is not None]
+
     def bpb(self, length: int, mode: str = "windows") -> list[float | None]:
         out = []
         for r in self.records:
@@ -114,15 +123,24 @@ def machine_short(device: str) -> str:
 
 def reach(record: LmRecord, base: LmRecord | None = None) -> int:
     """The longest tested length S (tokens) whose bpb, and every tested length's up to S, is
-    within 5 % of the reference bpb at L; L itself when the next length is not (or L was not
-    scored). The reference is the record's own bpb at L, or for a variant, ``base``'s: the
-    trained run whose weights it evaluates or fine-tuned, so a variant that already costs more
-    than 5 % at L reaches 0 (a PI factor too large for zero-shot reads flat, and broken)."""
+    within 5 % of the reference bpb at L, in non-overlapping windows (the mode the verdicts
+    read); L itself when the next length is not (or L was not scored). The reference is the
+    record's own bpb at L, or for a variant, ``base``'s: the trained run whose weights it
+    evaluates or fine-tuned, so a variant that already costs more than 5 % at L reaches 0 (a
+    PI factor too large for zero-shot reads flat, and broken)."""
+    got = reach_in(record, base, "windows")
+    return record.config.length if got is None else got
+
+
+def reach_in(record: LmRecord, base: LmRecord | None = None, mode: str = "windows") -> int | None:
+    """:func:`reach` in ``mode`` (``windows`` or ``tail``: the same last ``tail`` bytes scored with
+    S − ``tail`` bytes of context), against the bpb at L in that mode; None when the record has
+    no score at L in it (a tail target longer than L)."""
     length = record.config.length
-    own = record.score("windows", length)
+    own = record.score(mode, length)
     if own is None or not own.reached or own.nats is None:
-        return length
-    ref = base.score("windows", length) if base is not None else None
+        return None
+    ref = base.score(mode, length) if base is not None else None
     ref = ref if ref is not None and ref.reached and ref.nats is not None else own
     assert ref.nats is not None
     num, den = WITHIN
@@ -132,7 +150,7 @@ def reach(record: LmRecord, base: LmRecord | None = None) -> int:
     for s in record.config.eval.lengths:
         if s <= length:
             continue
-        score = record.score("windows", s)
+        score = record.score(mode, s)
         if score is None or not score.reached or score.nats is None:
             break
         if den * score.nats * ref.n_bytes > num * ref.nats * score.n_bytes:
@@ -178,3 +196,9 @@ def ranked(rows: Sequence[LmRow]) -> list[LmRow]:
 def weakest(row: LmRow) -> float:
     """The row's reach on its weakest seed, as a multiple of L."""
     return min(row.reaches()) / row.length
+
+
+def weakest_tail(row: LmRow) -> float | None:
+    """The row's tail-mode reach on its weakest seed, as a multiple of L; None without a tail score at L."""
+    got = row.tail_reaches()
+    return None if got is None else min(got) / row.length

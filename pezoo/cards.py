@@ -158,7 +158,9 @@ class LmPaperClaim:
         says: the claim, in one sentence.
         rule: the LM board rule that checks it.
         row: the row the claim is about.
-        multiple: the multiple of L a ``reach`` or ``blowup`` claim names.
+        multiple: the multiple of L the claim names: a ``reach`` or ``blowup`` claim's
+            threshold; for a ``below`` claim, the length it was made at (0: none named). The
+            board judges it there, or says the table tested less.
         against: the rows a ``below`` claim compares with (the strongest is taken).
     """
 
@@ -215,6 +217,9 @@ class PaperCard:
             a sentence, or None; ``extra_input_badge`` the same in two words.
         claims: its paper's claims the board tests.
         lm_claims: its paper's language-modelling claims the LM section tests.
+        lm_departures: ``RunFacts -> [sentence]``: how a language-modelling run departs
+            from its paper's LM setup, taken at the paper's ratios to the training length
+            (``train_max``: L); the LM section names each row that departs, and says how.
         look: its pinned plot look, or None (derived from its name).
         diagnostics: ``(encoding, forward) -> JSON-able | None``: what a trained
             encoding did while ``forward()`` ran it on one example (PRISM's cursor
@@ -240,6 +245,7 @@ class PaperCard:
     extra_input_badge: str | None = None
     claims: tuple[PaperClaim, ...] = ()
     lm_claims: tuple[LmPaperClaim, ...] = ()
+    lm_departures: Departures | None = None
     look: PlotLook | None = None
     diagnostics: Callable[..., Any] | None = None
     diagnostics_plots: TracePlots | None = None

@@ -1,5 +1,9 @@
 """LM sweep files (``leaderboard/lm/sweep.toml``): encodings, variants, fine-tuned variants, seeds
-and tasks, read into ``LmConfig`` s in the order they run (seed-major, trained runs first)."""
+and tasks, read into ``LmConfig`` s in the order they run (seed-major, trained runs first).
+
+``seeds`` are every row's; ``claim_seeds`` (optional) are the seeds of every row a paper's
+claim names (``harness.lm.claims.claimed``: the row a claim is about or one it is compared
+with), and of the trained run a named variant evaluates."""
 
 from __future__ import annotations
 
@@ -7,12 +11,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.lm.claims import claimed
 from harness.lm.config import LmConfig, lm_preset_config
 from harness.records.inputs import TOML_LIMIT, parse_toml, read_text
 
 __all__ = ["SWEEP_KEYS", "load_lm_sweep", "sweep_configs"]
 
-SWEEP_KEYS = ("preset", "tasks", "seeds", "pe", "variants", "finetune_steps", "finetuned", "overrides")
+SWEEP_KEYS = ("preset", "tasks", "seeds", "claim_seeds", "pe", "variants", "finetune_steps", "finetuned", "overrides")
 """The keys an LM sweep file may hold."""
 
 
@@ -30,17 +35,26 @@ def sweep_configs(table: Mapping[str, Any], *, tasks: Sequence[str] | None = Non
         wanted = [t for t in wanted if t in tasks]
     overrides = table.get("overrides", {})
     steps = int(table.get("finetune_steps", 0))
+    every = list(table.get("seeds", [0]))
+    seeds = list(dict.fromkeys(every + list(table.get("claim_seeds", []))))
+
+    def variants_of(task: str, seed: int) -> list[LmConfig]:
+        kw = {"task": task, "seed": seed, "overrides": overrides}
+        out = [lm_preset_config(preset, pe=pe, **kw) for pe in table.get("variants", [])]
+        out += [lm_preset_config(preset, pe=pe, finetune_steps=steps, **kw) for pe in table.get("finetuned", [])]
+        return out if seed in every else [v for v in out if claimed(v)]
+
     configs: list[LmConfig] = []
     for task in wanted:
-        for seed in table.get("seeds", [0]):
+        for seed in seeds:
             kw = {"task": task, "seed": seed, "overrides": overrides}
-            configs += [lm_preset_config(preset, pe=pe, **kw) for pe in table.get("pe", [])]
-        for seed in table.get("seeds", [0]):
-            kw = {"task": task, "seed": seed, "overrides": overrides}
-            configs += [lm_preset_config(preset, pe=pe, **kw) for pe in table.get("variants", [])]
-            configs += [
-                lm_preset_config(preset, pe=pe, finetune_steps=steps, **kw) for pe in table.get("finetuned", [])
-            ]
+            trained = [lm_preset_config(preset, pe=pe, **kw) for pe in table.get("pe", [])]
+            if seed not in every:  # a claim's seed: the rows a claim names, and the runs their variants evaluate
+                needed = {v.trained_config().run_id() for v in variants_of(task, seed)}
+                trained = [t for t in trained if claimed(t) or t.run_id() in needed]
+            configs += trained
+        for seed in seeds:
+            configs += variants_of(task, seed)
     return configs
 
 

@@ -122,6 +122,7 @@ LM_CLAIM = LmPaperClaim(
     rule="below",
     row=LmRowSelector("fire"),
     against=(LmRowSelector("alibi"), LmRowSelector("kerple_log"), LmRowSelector("t5"), LmRowSelector("rope")),
+    multiple=4,  # the paper tests to 8 192 of L = 2 048
 )
 
 CARD = PaperCard(

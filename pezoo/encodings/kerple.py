@@ -162,6 +162,7 @@ LOG_LM_CLAIMS = (
         rule="below",
         row=LmRowSelector("kerple_log"),
         against=(LmRowSelector("alibi"), LmRowSelector("t5")),
+        multiple=32,  # 16 384 of L = 512
     ),
 )
 """KERPLE-log's language-modelling claims (the paper's Table 3: OpenWebText2, L = 512)."""

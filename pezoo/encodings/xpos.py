@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from pezoo.biases import AttentionBias, BlockMask
-from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard, PlotLook, RunFacts
+from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard, PlotLook, RunFacts, option_departures
 from pezoo.context import AttentionContext, check_number, check_qk, check_sizes
 from pezoo.encodings.rope import Rotation, rotate, rotation
 from pezoo.interface import PositionalEncoding
@@ -122,10 +122,29 @@ LM_CLAIMS = (
 )
 """xPos's language-modelling claims, with and without its blockwise causal attention."""
 
+LM_SCALE_RATIO = (512, 1024)
+"""The paper's language models: ``scale_base`` 512 at a training length of 1024."""
+
+
+def lm_departures(run: RunFacts) -> list[str]:
+    """A language-modelling run departs from the paper's setup unless its ``scale_base`` has
+    the paper's ratio to the training length L (512 at L = 1024: L/2, 128 at L = 256)."""
+    base, length = LM_SCALE_RATIO
+    paper = {"scale_base": run.train_max * base / length}
+    words = {
+        "scale_base": lambda value, wanted: (
+            f"scale_base = {value:g}, where the paper's ratio ({base} at L = {length}) gives "
+            f"{wanted:g} at L = {run.train_max}"
+        )
+    }
+    return option_departures(run, paper, XPos, words)
+
+
 CARD = PaperCard(
     paper=PAPER,
     departures=departures,
     lm_claims=LM_CLAIMS,
+    lm_departures=lm_departures,  # scale_base at the paper's ratio to L is the LM setup
     inference_options=("blockwise",),  # the blockwise causal attention its paper evaluates with
     variant_labels={"blockwise": lambda block: None if block is None else f"blockwise L={format_value(block)}"},
     look=PlotLook("#E69F00", "1.5 3", "triangle"),  # orange, dotted: its look on the published board

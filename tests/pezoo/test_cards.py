@@ -102,6 +102,7 @@ def test_lm_claims_are_data_on_the_card_of_the_paper_that_makes_them():
         "xpos_plain_blowup": "xpos",
         "ape_blowup": "alibi",  # ALiBi's paper makes it
         "pi_finetuned": "rope",
+        "yarn_finetuned": "rope",
         "yarn_dynamic_zero_shot": "rope",
     }
     for _, claim in found.values():
