@@ -152,3 +152,22 @@ class WithTransformNormaliser(pezoo.PositionalEncoding):
 
     def normaliser(self, layer, ctx):
         return Normaliser()
+
+
+@pytest.mark.slow
+def test_compiled_flex_lowers_soft_capping_and_fox_s_difference_bias():
+    """One compile each on CPU (seconds): the cap and ``c_i − c_j`` inside the fused kernel's score_mod."""
+    from pezoo.biases import DifferenceBias
+
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(2, 4, 160, 8) for _ in range(3))
+    pos = torch.arange(160)[None]
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)
+    c = torch.randn(2, 4, 160).cumsum(-1) * -0.3  # (b, h, s): a forget gate's cumulative log, say
+    biases = [DifferenceBias(c, c)]
+    with torch.no_grad():
+        for transform in (None, SoftCap(1.5)):
+            want, _ = pezoo.attend(q, k, v, ctx, biases, transform=transform)
+            with flex_compile(True):
+                got, _ = pezoo.attend(q, k, v, ctx, biases, transform=transform, backend="flex")
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
