@@ -54,7 +54,9 @@ def fope_frequencies(head_dim: int, base: float = 10000.0, train_length: int | N
     omega = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (f,)
     if train_length is None:
         return omega
-    return omega[omega >= 2 * math.pi / train_length]
+    # counted in Python, not by a boolean mask: the encoding must build on the meta device too
+    kept = sum(1 for i in range(head_dim // 2) if 2 * math.pi / base ** (-2 * i / head_dim) <= train_length)
+    return omega[:kept]
 
 
 def fope_tables(pos: Tensor, omega: Tensor, cos_coef: Tensor, sin_coef: Tensor, n_pairs: int) -> tuple[Tensor, Tensor]:

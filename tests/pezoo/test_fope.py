@@ -149,3 +149,14 @@ def test_wrong_shapes_are_named():
         pe.qk(2, torch.randn(1, 4, 3, 16), torch.randn(1, 4, 3, 16), ctx)
     with pytest.raises(ValueError, match="n_heads=4"):
         pe.qk(0, torch.randn(1, 2, 3, 16), torch.randn(1, 2, 3, 16), ctx)
+
+
+def test_a_clipping_fope_builds_on_the_meta_device_and_materialises():
+    """Deferred initialisation (and the harness's preflight) build on ``meta``, where a boolean
+    mask cannot select the kept frequencies: they are counted instead."""
+    with torch.device("meta"):
+        pe = pezoo.create("fope", dims=DIMS, train_length=24)
+    assert pe.n_kept == 2 and pe.omega.is_meta
+    pe.to_empty(device="cpu")
+    pe.reset_parameters()
+    torch.testing.assert_close(pe.omega, torch.tensor(kept_frequencies(16, 10000.0, 24), dtype=torch.float32))
