@@ -85,17 +85,27 @@ def test_window_mask_membership():
 
 def _hooked_attention(pe, q, k, v, ctx, backend):
     q2, k2 = pe.qk(0, q, k, ctx)
-    return pezoo.attend(q2, k2, v, ctx, pe.bias(0, q2, k2, ctx), scale=1 / math.sqrt(q.shape[-1]), backend=backend)[0]
+    return pezoo.attend(q2, k2, v, ctx, pe.bias(0, q2, k2, ctx), scale=1 / math.sqrt(q.shape[-1]), backend=backend,
+                        transform=pe.score_transform(0, ctx), normaliser=pe.normaliser(0, ctx))[0]  # fmt: skip
+
+
+CAUSAL_ONLY = ("cope", "fox", "stick_breaking")
+"""Encodings defined for causal attention only (under a wrapper too: ssmax:cope): CoPE counts keys from
+the key up to the query, FoX sums the forget gates between them, stick-breaking breaks the stick over
+the keys before the query."""
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", ENCODINGS)
 @pytest.mark.parametrize("causal", [True, False])
 def test_backends_agree_with_eager(name, backend, causal):
-    if name.rpartition(":")[2] == "cope" and not causal:  # cope, and cope under a wrapper (ssmax:cope)
-        pytest.skip("CoPE counts keys from the key up to the query: defined for causal attention only")
+    if name.rpartition(":")[2] in CAUSAL_ONLY and not causal:
+        pytest.skip(f"{name} is defined for causal attention only")
     torch.manual_seed(0)
     pe = pezoo.create(name, dims=DIMS).eval()
+    takes = pe.attention_backends()
+    if takes is not None and backend not in (*takes, "auto"):
+        pytest.skip(f"{name} runs on {', '.join(takes)} only (its refusal elsewhere: tests/pezoo/test_scores.py)")
     b, h, s, e = 2, DIMS.n_heads, 11, DIMS.head_dim
     x = torch.randn(b, s, DIMS.d_model)
     q, k, v = (torch.randn(b, h, s, e) for _ in range(3))
