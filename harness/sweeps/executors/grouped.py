@@ -126,9 +126,11 @@ class Grouped(Executor):
         done: list[Completion] = []
         block = True
         while True:
-            try:
-                slot, (job, event) = self._events.get(block=block)
+            try:  # waits in short slices, so a Ctrl-C reaches the driver at once
+                slot, (job, event) = self._events.get(timeout=0.5) if block else self._events.get(block=False)
             except queue.Empty:
+                if block:
+                    continue
                 return done
             if isinstance(event, ProgressReport):
                 progress = self._progress_for(job)
