@@ -39,9 +39,21 @@ TARGET_ENCODINGS = (
 )
 """The encodings the issue sets step-time targets for (plus T5), in table order."""
 
-FRONTIER_ENCODINGS = ("fox", "stick_breaking", "dape", "dape:alibi")
-"""Encodings of issue 64 (forgetting attention, stick-breaking, DAPE), timed by the full grid beside
-the targeted ones; no targets (``--pe`` times them in any grid)."""
+FRONTIER_ENCODINGS = (
+    "fox",
+    "stick_breaking",
+    "dape",
+    "dape:alibi",
+    "ssmax",
+    "ssmax:nope",
+    "pope",
+    "p_rope",
+    "fope",
+    "hybrid",
+)
+"""Encodings of issue 64 (forgetting attention, stick-breaking, DAPE, SSMax, PoPE, p-RoPE, FoPE,
+hybrid layers), timed by the full grid beside the targeted ones; no targets (``--pe`` times
+them in any grid)."""
 
 STEP_TARGETS: dict[str, float] = {
     **dict.fromkeys(
