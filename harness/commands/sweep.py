@@ -101,7 +101,7 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
         lapsed=lapsed,
         machine=cpu_name(),
     )
-    grouped = device.type == "cuda" and group_mode() == "threads"  # CUDA: runs side by side in one process
+    grouped = group_mode(device_type=device.type) == "threads"  # CUDA's default: runs side by side in one process
     per_gpu = packed_per_gpu(configs, device, grouped=grouped) if workers is None and plan.missing > 1 else 1
     n_workers = len(local_devices(device, workers, plan.missing, per_gpu))
     click.echo(format_plan(plan, varying_axes(configs), n_workers, grouped=grouped and n_workers > 1))

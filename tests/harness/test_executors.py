@@ -371,10 +371,14 @@ def test_killed_driver_leaves_no_workers_and_a_restart_runs_only_what_is_missing
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads worker processes from /proc")
-@pytest.mark.parametrize("workers", [1, 2], ids=["in-process", "pool"])
-def test_sigterm_marks_the_runs_in_flight_interrupted_and_stops_the_workers(tmp_path, workers):
+@pytest.mark.parametrize(
+    ("workers", "group"), [(1, None), (2, None), (2, "threads")], ids=["in-process", "pool", "group"]
+)
+def test_sigterm_marks_the_runs_in_flight_interrupted_and_stops_the_workers(tmp_path, monkeypatch, workers, group):
     """A scheduler's time limit or ``kill`` sends SIGTERM: the driver stops its workers,
     records the runs in flight as ``interrupted`` (not ``running``) and exits 143."""
+    if group is not None:
+        monkeypatch.setenv("PEZOO_GROUP", group)
     store = tmp_path / "s.sqlite"
     cmd = [sys.executable, "-m", "harness.cli", "bench", "--pe", "nope,rope", "--task", "copy"]
     cmd += ["--preset", "smoke", "--steps", "100000", "--device", "cpu", "--workers", str(workers)]

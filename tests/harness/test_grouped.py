@@ -179,11 +179,15 @@ def test_a_gpu_sweep_takes_a_group_sized_by_memory(monkeypatch):
     assert isinstance(local_executor(cuda, None, 40, configs=configs, hang_seconds=60), LocalPool)
     monkeypatch.setenv(sizing.GROUP_ENV, "processes")
     assert isinstance(local_executor(cuda, None, 40, configs=configs), LocalPool)
+    monkeypatch.delenv(sizing.GROUP_ENV)
     assert isinstance(local_executor(torch.device("cpu"), 2, 40, configs=configs), LocalPool)  # CPUs keep the pool
+    monkeypatch.setenv(sizing.GROUP_ENV, "threads")  # unless asked
+    assert isinstance(local_executor(torch.device("cpu"), 2, 40, configs=configs), Grouped)
 
 
 def test_the_group_setting_is_checked():
-    assert group_mode("") == "threads" and group_mode("processes") == "processes"
+    assert group_mode("") == "threads" and group_mode("", "cpu") == "processes"  # unset: by device
+    assert group_mode("processes") == "processes" and group_mode("threads", "cpu") == "threads"
     with pytest.raises(ValueError, match="PEZOO_GROUP: 'streams' is not threads or processes"):
         group_mode("streams")
 

@@ -40,6 +40,13 @@ from harness.sweeps.executors.worker import run_job
 
 _Event = tuple[Job, ProgressReport | NoticeReport | RunResult | WorkerLost]
 
+CANCEL_SECONDS = 60.0
+"""How long a cancelled group waits for its runs to reach their next step and end."""
+
+
+class GroupCancelled(RuntimeError):
+    """Raised in a run's thread at its next step once its group is cancelled."""
+
 
 class Grouped(Executor):
     """Runs up to ``len(devices)`` jobs at once in this process, one thread per slot
@@ -76,6 +83,7 @@ class Grouped(Executor):
         self._events: queue.Queue[tuple[int, _Event]] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._in_flight: dict[int, Job] = {}
+        self._cancelled = threading.Event()
 
     def _start(self) -> None:
         for slot, device in enumerate(self._devices):
@@ -102,15 +110,21 @@ class Grouped(Executor):
                 self._events.put((slot, (job, answer)))
 
     def _reporters(self, slot: int, job: Job) -> tuple[Progress, Callable[[str], None]]:
-        """The job's progress (throttled) and notices, queued for the driver's thread."""
+        """The job's progress (throttled) and notices, queued for the driver's thread. Once
+        the group is cancelled, the next progress (every step, every evaluated length) ends
+        the run: a thread cannot be killed, and one still in torch when the interpreter
+        exits aborts it."""
+        throttled = throttled_progress(lambda message: self._events.put((slot, (job, message))))
 
-        def send(message: ProgressReport) -> None:
-            self._events.put((slot, (job, message)))
+        def progress(phase: str, done: int, total: int, note: str) -> None:
+            if self._cancelled.is_set():
+                raise GroupCancelled(f"the sweep was stopped during run {job.run_id}")
+            throttled(phase, done, total, note)
 
         def tell(message: str) -> None:
             self._events.put((slot, (job, NoticeReport(message))))
 
-        return throttled_progress(send), tell
+        return progress, tell
 
     def submit(self, job: Job) -> None:
         if not self._threads:
@@ -146,11 +160,13 @@ class Grouped(Executor):
                 block = False  # hand back every run already over, without waiting for more
 
     def close(self, *, cancel: bool = False) -> None:
-        """Stop the threads once their runs end (a thread cannot be stopped mid-run: with
-        ``cancel``, a run in flight ends with the process, as an interrupted one does)."""
+        """Stop the threads once their runs end; with ``cancel`` (the driver interrupted), the
+        runs in flight end at their next step, their checkpoints kept, as an interrupted
+        run's are (the driver records them interrupted)."""
+        if cancel:
+            self._cancelled.set()
         for _ in self._threads:
             self._jobs.put(None)
-        if not cancel:
-            for thread in self._threads:
-                thread.join()
+        for thread in self._threads:
+            thread.join(timeout=CANCEL_SECONDS if cancel else None)
         self._threads = []

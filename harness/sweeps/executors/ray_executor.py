@@ -100,7 +100,7 @@ class RayExecutor(Executor):
             raise ExecutorError("--device cuda was asked for but the Ray cluster has no GPUs; use --device auto or cpu")
         self.device_type = "cuda" if gpus else "cpu"
         if group is None:
-            group = RAY_GROUP if gpus and group_mode() == "threads" else 1
+            group = RAY_GROUP if gpus and group_mode(device_type="cuda") == "threads" else 1
         if group < 1:
             raise ExecutorError(f"a Ray group holds at least one run, got {group}")
         self.group = group

@@ -95,18 +95,22 @@ def run_footprint(cfg: RunConfig, device: torch.device) -> int:
 
 
 GROUP_ENV = "PEZOO_GROUP"
-"""How the runs of a GPU sweep share a GPU: ``threads`` (the default on CUDA: one process,
-a thread and a CUDA stream per run, ``harness.sweeps.executors.grouped.Grouped``) or
-``processes`` (a worker process per run, ``LocalPool``: processes only time-share a GPU)."""
+"""How a sweep's local runs share their device: ``threads`` (a group: one process, a thread
+per run, on a GPU a CUDA stream each, ``harness.sweeps.executors.grouped.Grouped``) or
+``processes`` (a worker process per run, ``LocalPool``: processes only time-share a GPU).
+Unset: threads on CUDA, processes on a CPU (single-threaded workers, one per core)."""
 
 GROUP_CAP = 16
 """Most runs in one GPU's group. Not yet measured: benchmarks/device_check.py measures the
-grouped throughput at 1, 4, 8 and 16 runs, from which this is to be set."""
+grouped throughput against packed processes, from which this is to be set."""
 
 
-def group_mode(value: str | None = None) -> str:
-    """``threads`` or ``processes``, from :data:`GROUP_ENV` (or ``value``); unset: ``threads``."""
-    setting = (os.environ.get(GROUP_ENV, "") if value is None else value).strip() or "threads"
+def group_mode(value: str | None = None, device_type: str = "cuda") -> str:
+    """``threads`` or ``processes``, from :data:`GROUP_ENV` (or ``value``); unset: ``threads``
+    on CUDA, ``processes`` elsewhere."""
+    setting = (os.environ.get(GROUP_ENV, "") if value is None else value).strip()
+    if not setting:
+        return "threads" if device_type == "cuda" else "processes"
     if setting not in ("threads", "processes"):
         raise ValueError(f"{GROUP_ENV}: {setting!r} is not threads or processes")
     return setting
@@ -169,7 +173,7 @@ def local_executor(
     ``hang_seconds`` (``LocalPool``): only a worker process can be stopped when it hangs.
     On CUDA with ``workers`` unset, the sweep's ``configs`` size the group or the packing
     (:func:`packed_per_gpu`)."""
-    grouped = device.type == "cuda" and not isolate and hang_seconds is None and group_mode() == "threads"
+    grouped = not isolate and hang_seconds is None and group_mode(device_type=device.type) == "threads"
     per_gpu = packed_per_gpu(configs, device, grouped=grouped) if workers is None and todo > 1 else 1
     devices = local_devices(device, workers, todo, per_gpu)
     if len(devices) == 1 and not isolate and hang_seconds is None:
