@@ -96,9 +96,17 @@ FLOAT32_INSIDE = ("cope", "fire", "learned_prf")
 """Encodings that compute their bias in float32 whatever the model's dtype: a group's
 narrower tensors round differently there (relative 1e-7 to 1e-4 of a gradient)."""
 
-ROTATED_IN_FLOAT32 = ("ssmax", "ssmax:rope", "ssmax:xpos", "ssmax:p_rope", "ssmax:fope", "randomized:ssmax")
+ROTATED_IN_FLOAT32 = (
+    "ssmax",
+    "ssmax:rope",
+    "ssmax:xpos",
+    "ssmax:p_rope",
+    "ssmax:fope",
+    "ssmax:hybrid",
+    "randomized:ssmax",
+)
 """A learned parameter (SSMax's s) multiplying logits of q and k rotated in float32 whatever
-the model's dtype (RoPE, xPos, p-RoPE, FoPE): its gradient sums the rotations' float32
+the model's dtype (RoPE, xPos, p-RoPE, FoPE, a hybrid's RoPE layers): its gradient sums the rotations' float32
 rounding, which a group's narrower tensors round differently (relative 1e-8 to 1e-7)."""
 
 
