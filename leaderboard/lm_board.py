@@ -2,12 +2,16 @@
 the answer table, bits-per-byte curves per corpus, seconds per step, and the papers' LM
 claims with verdicts (judged by ``leaderboard.lm_verdicts``).
 
-The answer first, as on the algorithmic tables: per encoding, how far its bits per byte stay
-within 5 % of its bits per byte at the training length L, as a multiple of L, on its weakest
-seed (``leaderboard.lm_rows.reach``). The rule is computed from the records' sums and counts:
-length S is within 5 % when ``100 · nats(S) · bytes(L) <= 105 · nats(L) · bytes(S)``, and a
-row's reach is the longest tested S with every tested length up to it within 5 % (a length
-not reached ends it). It is read in both modes: non-overlapping windows (the papers'
+The answer first, as on the algorithmic tables: per encoding, its effective context length in
+bits per byte: how far its bits per byte stay within 5 % of its bits per byte at the training
+length L, as a multiple of L, on its weakest seed (``leaderboard.lm_rows.reach``); beside it
+its effective context length in passkey retrieval (``leaderboard.lm_rows.passkey_reach``: at
+least 0.9 of the samples right at every depth, the algorithmic board's reach rule), "not
+measured" for records made before the passkey grid was part of the evaluation
+(:data:`EFFECTIVE_CONTEXT_RULE`). The bpb rule is computed from the records' sums and
+counts: length S is within 5 % when ``100 · nats(S) · bytes(L) <= 105 · nats(L) ·
+bytes(S)``, and a row's reach is the longest tested S with every tested length up to it
+within 5 % (a length not reached ends it). It is read in both modes: non-overlapping windows (the papers'
 default, which the verdicts use) and the fixed-target tail mode, where its records score
 the tail at L (a tail target of L bytes: records since issue 63). A variant of a trained run
 (RoPE's scalings, zero-shot or fine-tuned) is held to that run's bpb(L), not its own: one
@@ -29,15 +33,18 @@ from fractions import Fraction
 from markupsafe import Markup
 
 from harness.lm.claims import selects
+from harness.lm.passkey import DEPTHS, FIXED_BYTES
 from harness.lm.record import LmRecord
 from leaderboard.lm_rows import (
     LmRow,
     lm_rows,
+    passkey_reach,
     ranked,
     reach,
     read_lm_results,
     short_label,
     weakest,
+    weakest_passkey,
     weakest_tail,
 )
 from leaderboard.lm_verdicts import (
@@ -58,7 +65,10 @@ from leaderboard.text import render_template
 
 __all__ = [
     "AT_L_NOTE",
+    "EFFECTIVE_CONTEXT_RULE",
     "LM_CLAIMS",
+    "NOT_MEASURED",
+    "PASSKEY_NOTE",
     "RULES",
     "LmRow",
     "LmVerdict",
@@ -72,6 +82,10 @@ __all__ = [
     "departures",
     "lm_pages",
     "lm_rows",
+    "passkey_cell",
+    "passkey_lengths_of",
+    "passkey_reach",
+    "passkey_rows",
     "protocol_note",
     "provenance_rows",
     "ranked",
@@ -88,6 +102,31 @@ __all__ = [
     "verdicts",
     "weakest",
 ]
+
+EFFECTIVE_CONTEXT_RULE = (
+    "Effective context length: the longest tested length at which a metric stays within its tolerance, there and "
+    "at every tested length below it, as a multiple of L on the row's weakest seed, computed exactly from the "
+    "records' counts. In bits per byte the tolerance is 5 % above bpb(L) (100 · nats(S) · bytes(L) ≤ 105 · "
+    "nats(L) · bytes(S)); in passkey retrieval it is at least 0.9 of the samples right at every depth (10 · right "
+    "≥ 9 · total), the algorithmic board's reach rule (exact match ≥ 0.9 at every scale up to it), which is that "
+    "board's effective context length; a passkey effective context of 0 means below 0.9 at the grid's shortest "
+    "length."
+)
+"""The section's one rule for both metrics, quoted by the markdown and the HTML page."""
+
+PASSKEY_NOTE = (
+    "Passkey retrieval (Mohtashami & Jaggi 2023, the test the PI and YaRN papers use): a 5-digit key in the line "
+    "“The pass key is 68452. Remember it. 68452 is the pass key.” hidden at a depth (0, 25, 50, 75, 100 % of "
+    "the filler) in held-out text (the scored regions: no training text), the sample ending “What is the pass key? "
+    "The pass key is”; a sample is right when the greedy continuation is “ 68452”, read off one teacher-forced pass "
+    "(the argmax at each of the answer's six bytes, which is the greedy decode). A length of S bytes is exactly S, "
+    f"tested above the {FIXED_BYTES} bytes of needle, question and answer; the same keys and fillers for every "
+    "encoding under a seed. Each cell reads samples right of samples, summed over the row's seeds."
+)
+"""What the passkey grid is, quoted by the markdown and the HTML page (``harness.lm.passkey``)."""
+
+NOT_MEASURED = "not measured"
+"""What a row whose records have no passkey grid shows (records made before issue 64)."""
 
 VARIANT_NOTE = "a variant of a trained run against that run's bpb(L), 0 where it is more than 5 % above it at L"
 
@@ -191,6 +230,33 @@ def cells(row: LmRow, lengths: Sequence[int], mode: str = "windows") -> list[str
 def tail_lengths(rows: Sequence[LmRow]) -> list[int]:
     """The lengths scored in the fixed-target mode (those of at least ``tail`` bytes)."""
     return [s for s in rows[0].lengths if any(v is not None for row in rows for v in row.bpb(s, "tail"))]
+
+
+def passkey_cell(row: LmRow) -> str:
+    """The row's passkey effective context on its weakest seed (× L), or "not measured"."""
+    got = weakest_passkey(row)
+    return NOT_MEASURED if got is None else f"{got:g}"
+
+
+def passkey_lengths_of(rows: Sequence[LmRow]) -> list[int]:
+    """The lengths of the table's passkey grid (those some row measured), increasing."""
+    return sorted({c.length for row in rows for r in row.records for c in r.passkey or ()})
+
+
+def passkey_rows(rows: Sequence[LmRow]) -> list[tuple[str, str, int | None, list[str]]]:
+    """The passkey table's lines, in ``rows``' order: (row name, its label, depth, per length
+    ``right/total`` summed over seeds or "–" where a seed did not reach it); one line per depth,
+    or one line with depth None and no cells for a row that did not measure the grid."""
+    lengths = passkey_lengths_of(rows)
+    out: list[tuple[str, str, int | None, list[str]]] = []
+    for row in rows:
+        if row.passkey_reaches() is None:
+            out.append((row.shown, row.label, None, []))
+            continue
+        for d in DEPTHS:
+            got = [row.passkey_counts(s, d) for s in lengths]
+            out.append((row.shown, row.label, d, ["–" if g is None else f"{g[0]}/{g[1]}" for g in got]))
+    return out
 
 
 def seconds_text(row: LmRow) -> str:
@@ -309,24 +375,27 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
     through ``leaderboard.readme.md``: markup in it is shown as text, never a tag or a cell."""
     if not records:
         return "## Language modelling\n\nNo language-modelling results are published yet (`pezoo lm sweep`).\n"
-    out = ["## Language modelling", "", SCALE_NOTE, ""]
+    out = ["## Language modelling", "", SCALE_NOTE, "", EFFECTIVE_CONTEXT_RULE, ""]
     for task, rows in lm_rows(records).items():
         first, order = rows[0], ranked(rows)
         out += [f"### {md(task)} (corpus sha256 {md(corpus_of(rows)[:16])})", "", md(protocol_note(rows)), ""]
         out += [answer_sentence(rows), ""]
         out.append(
-            f"How far bits per byte stay within 5 % of bpb(L), weakest seed, in non-overlapping windows and in the "
-            f"tail mode (L = {first.length} bytes; {VARIANT_NOTE}):"
+            f"Effective context length, weakest seed: how far bits per byte stay within 5 % of bpb(L), in "
+            f"non-overlapping windows and in the tail mode, and how far passkey retrieval stays at least 0.9 right at "
+            f"every depth (L = {first.length} bytes; {VARIANT_NOTE}):"
         )
         out.append("")
         header = " | ".join(f"bpb {s}" for s in first.lengths)
-        out.append(f"| encoding | seeds | within 5 % to (× L) | tail mode (× L) | {header} | s/step |")
-        out.append("|---|---|---|---|" + "---|" * len(first.lengths) + "---|")
+        out.append(
+            f"| encoding | seeds | bpb within 5 % to (× L) | tail mode (× L) | passkey to (× L) | {header} | s/step |"
+        )
+        out.append("|---|---|---|---|---|" + "---|" * len(first.lengths) + "---|")
         for row in order:
             shown = " | ".join(cells(row, row.lengths))
             out.append(
-                f"| {md(row.shown)} | {len(row.records)} | {weakest(row):g} | {tail_cell(row)} | {shown} | "
-                f"{md(seconds_text(row))} |"
+                f"| {md(row.shown)} | {len(row.records)} | {weakest(row):g} | {tail_cell(row)} | {passkey_cell(row)} "
+                f"| {shown} | {md(seconds_text(row))} |"
             )
         out += ["", SPEED_NOTE]
         notes = departure_notes(order)
@@ -335,6 +404,7 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
             out += [f"* {md(name)}: {md(text)}" for name, text in notes]
         out += ["", f"![bits per byte against test length on {md(task)}, one line per encoding](lm-{task}.svg)", ""]
         out += _tail_table(order)
+        out += _passkey_table(order)
         out += ["Claims:", "", md(verdict_note(rows)), "", "| claim | source | verdict | why |", "|---|---|---|---|"]
         for claim in LM_CLAIMS:
             found = verdicts(claim, rows)
@@ -374,6 +444,30 @@ def _tail_table(order: Sequence[LmRow]) -> list[str]:
         "|---|" + "---|" * len(lengths),
     ]
     out += [f"| {md(row.shown)} | " + " | ".join(cells(row, lengths, "tail")) + " |" for row in order]
+    return [*out, ""]
+
+
+def _passkey_table(order: Sequence[LmRow]) -> list[str]:
+    """The passkey grid: per row and depth, samples right of samples at each length; a table
+    whose rows measured none says so in a line."""
+    lengths = passkey_lengths_of(order)
+    if not lengths:
+        return [
+            f"Passkey retrieval: {NOT_MEASURED} (these records were made before the passkey grid was part of the "
+            "evaluation, `eval.passkey`).",
+            "",
+        ]
+    out = [
+        PASSKEY_NOTE,
+        "",
+        "| encoding | depth | " + " | ".join(f"S = {s}" for s in lengths) + " |",
+        "|---|---|" + "---|" * len(lengths),
+    ]
+    for shown, _, depth, got in passkey_rows(order):
+        if depth is None:
+            out.append(f"| {md(shown)} | {NOT_MEASURED} |" + " |" * len(lengths))
+        else:
+            out.append(f"| {md(shown)} | {depth} % | " + " | ".join(got) + " |")
     return [*out, ""]
 
 

@@ -1,6 +1,16 @@
 """The LM section's rows: one encoding (or variant) on one task, its records one per seed, and
-how far each record's bits per byte stay within 5 % of its bpb at L (:func:`reach`, exact on
-the records' sums and counts). ``leaderboard.lm_board`` renders them and judges the claims.
+each record's *effective context length* by two metrics, as the longest length at which the
+metric stays within its tolerance at that length and every tested length below it, exact on
+the records' sums and counts:
+
+* **bits per byte** (:func:`reach`): within 5 % of its bpb at L, ``100 · nats(S) · bytes(L)
+  <= 105 · nats(L) · bytes(S)``;
+* **passkey retrieval** (:func:`passkey_reach`): at every depth of the grid at least 0.9 of the
+  samples right, ``10 · right >= 9 · total`` (the algorithmic board's reach threshold,
+  ``harness.records.ranking.REACH_THRESHOLD``, on counts: its reach is the same rule on exact
+  match, and is the board's effective context length).
+
+``leaderboard.lm_board`` renders them and judges the claims.
 
 Rows are made only of a set of records that keeps to ``leaderboard.lm_results``' rules (each
 run once, one protocol and one corpus per table, a variant's trained run with it): a set
@@ -16,8 +26,11 @@ from dataclasses import dataclass
 import pezoo
 from harness.config.pe_spec import display_name
 from harness.lm.config import LmConfig
+from harness.lm.passkey import DEPTHS, PasskeyCell, passkey_lengths
 from harness.lm.record import LmRecord
 from harness.lm.tasks import LM_TASKS
+from harness.records.counts import exact, fraction
+from harness.records.ranking import REACH_THRESHOLD
 from leaderboard.lm_results import LmResultsError, Located, label_of, read_lm_results, set_problems
 from pezoo.spec import format_pe
 
@@ -28,12 +41,15 @@ __all__ = [
     "lm_rows",
     "machine_short",
     "mean_over_seeds",
+    "passkey_holds",
+    "passkey_reach",
     "ranked",
     "reach",
     "reach_in",
     "read_lm_results",
     "short_label",
     "weakest",
+    "weakest_passkey",
     "weakest_tail",
 ]
 
@@ -98,6 +114,19 @@ class LmRow:
         got = [reach_in(r, base, "tail") for r, base in zip(self.records, bases, strict=True)]
         return None if any(g is None for g in got) else [g for g in got if g is not None]
 
+    def passkey_reaches(self) -> list[int] | None:
+        """Each seed's :func:`passkey_reach`; None when a seed did not measure the passkey grid."""
+        got = [passkey_reach(r) for r in self.records]
+        return None if any(g is None for g in got) else [g for g in got if g is not None]
+
+    def passkey_counts(self, length: int, depth: int) -> tuple[int, int] | None:
+        """The samples right and scored at (length, depth), summed over the row's seeds; None
+        where a seed did not measure it or did not reach it."""
+        cells = [r.passkey_cell(length, depth) for r in self.records]
+        if any(c is None or not c.reached for c in cells):
+            return None
+        return sum(c.right for c in cells if c), sum(c.total for c in cells if c)
+
     def bpb(self, length: int, mode: str = "windows") -> list[float | None]:
         out = []
         for r in self.records:
@@ -122,12 +151,13 @@ def machine_short(device: str) -> str:
 
 
 def reach(record: LmRecord, base: LmRecord | None = None) -> int:
-    """The longest tested length S (tokens) whose bpb, and every tested length's up to S, is
-    within 5 % of the reference bpb at L, in non-overlapping windows (the mode the verdicts
-    read); L itself when the next length is not (or L was not scored). The reference is the
-    record's own bpb at L, or for a variant, ``base``'s: the trained run whose weights it
-    evaluates or fine-tuned, so a variant that already costs more than 5 % at L reaches 0 (a
-    PI factor too large for zero-shot reads flat, and broken)."""
+    """The record's effective context length by bits per byte: the longest tested length S
+    (tokens) whose bpb, and every tested length's up to S, is within 5 % of the reference bpb
+    at L, in non-overlapping windows (the mode the verdicts read); L itself when the next
+    length is not (or L was not scored). The reference is the record's own bpb at L, or for a
+    variant, ``base``'s: the trained run whose weights it evaluates or fine-tuned, so a
+    variant that already costs more than 5 % at L reaches 0 (a PI factor too large for
+    zero-shot reads flat, and broken)."""
     got = reach_in(record, base, "windows")
     return record.config.length if got is None else got
 
@@ -154,6 +184,33 @@ def reach_in(record: LmRecord, base: LmRecord | None = None, mode: str = "window
         if score is None or not score.reached or score.nats is None:
             break
         if den * score.nats * ref.n_bytes > num * ref.nats * score.n_bytes:
+            break
+        best = s
+    return best
+
+
+def passkey_holds(cells: Sequence[PasskeyCell]) -> bool:
+    """Whether a length's cells (one per depth) all hold: reached, and at least
+    :data:`~harness.records.ranking.REACH_THRESHOLD` (0.9) of each one's samples right, exactly
+    on the counts (9 of 10 holds, 17 of 19 does not)."""
+    at_least = exact(REACH_THRESHOLD)
+    return bool(cells) and all(c.reached and c.total > 0 and fraction(c.right, c.total) >= at_least for c in cells)
+
+
+def passkey_reach(record: LmRecord) -> int | None:
+    """The record's effective context length by passkey retrieval: the longest length of its
+    grid at which, and at every shorter length of the grid, every depth has at least 0.9 of its
+    samples right (:func:`passkey_holds`); 0 when its shortest length does not (a length not
+    reached ends it). None when the record did not measure the grid (records before issue 64)
+    or its grid has no length (every test length within the grid's fixed bytes). Unlike bits per
+    byte it needs no reference at L: the passkey is answered right or not."""
+    lengths = passkey_lengths(record.config.eval.lengths)
+    if record.passkey is None or not lengths:
+        return None
+    best = 0
+    for s in lengths:
+        cells = [record.passkey_cell(s, d) for d in DEPTHS]
+        if not passkey_holds([c for c in cells if c is not None]) or None in cells:
             break
         best = s
     return best
@@ -196,6 +253,13 @@ def ranked(rows: Sequence[LmRow]) -> list[LmRow]:
 def weakest(row: LmRow) -> float:
     """The row's reach on its weakest seed, as a multiple of L."""
     return min(row.reaches()) / row.length
+
+
+def weakest_passkey(row: LmRow) -> float | None:
+    """The row's passkey effective context on its weakest seed, as a multiple of L; None when a
+    seed did not measure it."""
+    got = row.passkey_reaches()
+    return None if got is None else min(got) / row.length
 
 
 def weakest_tail(row: LmRow) -> float | None:

@@ -2,10 +2,12 @@
 answer every page leads with, and the sentences that give it.
 
 A row's reach on a seed is the largest scale with exact match ≥ 0.9 at every scale
-N+1..it (N: none past N); the answer names each ranked row's weakest seed's reach and
-counts the seeds that reach each multiple of N the table tests (``MILESTONES``). A table
-on which no fitted row gets past N cannot contrast encodings (``nothing_extrapolates``),
-and says so.
+N+1..it (N: none past N): its *effective context length* on the board, the rule the
+language-modelling section applies to passkey retrieval too
+(``leaderboard.lm_rows.passkey_reach``). The answer names each ranked row's weakest seed's
+reach and counts the seeds that reach each multiple of N the table tests (``MILESTONES``). A
+table on which no fitted row gets past N cannot contrast encodings
+(``nothing_extrapolates``), and says so.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 pezoo lm corpus [en|code] [--save DIR]         fetch, pin and describe a corpus (and snapshot it)
 pezoo lm bench --pe alibi,rope --task lm_en     train and score runs into a store
 pezoo lm sweep leaderboard/lm/sweep.toml --task lm_en a sweep file's runs
-pezoo lm show --store DIR                       the bpb-vs-length table of a store
+pezoo lm show --store DIR                       the bpb-vs-length table (and passkey counts) of a store
 pezoo lm export --store DIR                     its records as a results file for the board
 pezoo lm hf MODEL_DIR --pe alibi                your own Hugging Face model, scored the same way
 """
@@ -21,6 +21,7 @@ from harness.commands.printable import one_line, printable
 from harness.lm import corpora
 from harness.lm.config import LM_PRESET_DESCRIPTIONS, LM_PRESETS, LmConfig, lm_preset_config
 from harness.lm.evaluate import LengthScore
+from harness.lm.passkey import DEPTHS, grid_text
 from harness.lm.record import LmRecord, LmStore, read_records
 from harness.lm.run import lock_problem, sweep_lm
 from harness.lm.split import SPLIT_RULE, split
@@ -146,10 +147,16 @@ def _say(score: LengthScore) -> None:
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps (default: the preset's).")
 @click.option("--precision", type=click.Choice(PRECISIONS), help="Training precision (default: the preset's).")
 @click.option("--finetune", type=click.IntRange(min=0), default=0, help="Fine-tune variants this many steps at 4L.")
+@click.option(
+    "--passkey",
+    type=click.IntRange(min=0, max=10_000),
+    help="Passkey samples per (length, depth) cell (default: the preset's; 0: not measured).",
+)
 @click.option("--device", default="auto", show_default=True)
-def bench_cmd(pe_list, task, preset, seeds, store_path, steps, precision, finetune, device) -> None:
-    """Train and score each (encoding, seed) on TASK; finished runs are skipped, unfinished ones resume."""
-    overrides = {"train": {"steps": steps, "precision": precision}}
+def bench_cmd(pe_list, task, preset, seeds, store_path, steps, precision, finetune, passkey, device) -> None:
+    """Train and score each (encoding, seed) on TASK (bits per byte, and the passkey grid); finished
+    runs are skipped, unfinished ones resume."""
+    overrides = {"train": {"steps": steps, "precision": precision}, "eval": {"passkey": passkey}}
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
         configs = [
@@ -241,13 +248,16 @@ def _options(cfg) -> str:
 @lm.command("show")
 @click.option("--store", "store_path", default=DEFAULT_STORE, show_default=True)
 def show_cmd(store_path) -> None:
-    """Each finished run's bits per byte per length (non-overlapping windows) and seconds per step."""
+    """Each finished run's bits per byte per length (non-overlapping windows), its passkey samples
+    right per length (every depth together; "not measured" for a record without the grid) and
+    seconds per step."""
     for r in _store(store_path).records():
         c = r.config
         sps = f"{r.seconds_per_step:.3f} s/step" if r.seconds_per_step else "no training"
         corpus = str(r.provenance["corpus_sha256"])[:12]
+        keys = f"passkey {grid_text(r.passkey)}"
         # a store's text may hold anything: escape what a terminal would act on (harness.commands.printable)
-        click.echo(printable(f"{c.task} {c.pe}{_options(c)} seed {c.seed}: {_show(r)}; {sps}; corpus {corpus}"))
+        click.echo(printable(f"{c.task} {c.pe}{_options(c)} seed {c.seed}: {_show(r)}; {keys}; {sps}; corpus {corpus}"))
 
 
 @lm.command("export")
@@ -308,9 +318,9 @@ def _published(out: Path) -> dict[str, tuple[LmRecord, Path]]:
 
 
 def _numbers(record: LmRecord) -> tuple[object, ...]:
-    """What a run publishes: its scores, final loss and training steps (timings and where it
-    ran may differ between two runs of one config; these may not)."""
-    return (record.scores, record.final_loss, record.train_steps)
+    """What a run publishes: its scores, passkey cells, final loss and training steps (timings and
+    where it ran may differ between two runs of one config; these may not)."""
+    return (record.scores, record.passkey, record.final_loss, record.train_steps)
 
 
 @lm.command("hf")
@@ -331,13 +341,21 @@ def _numbers(record: LmRecord) -> tuple[object, ...]:
     is_flag=True,
     help="Read the text as bytes (ids 0..255, BOS 256): a byte-level model without a tokenizer.",
 )
+@click.option(
+    "--passkey",
+    type=click.IntRange(min=0, max=10_000),
+    default=0,
+    show_default=True,
+    help="Passkey samples per (length, depth) cell, asked by greedy decoding (0: no passkey grid).",
+)
 @click.option("--device", default="auto", show_default=True)
-def hf_cmd(model_dir, spec, task, lengths, regions, tail, as_bytes, device) -> None:
+def hf_cmd(model_dir, spec, task, lengths, regions, tail, as_bytes, passkey, device) -> None:
     """Your own model: a Hugging Face causal LM in MODEL_DIR with encoding SPEC (pezoo.hf), scored in
-    bits per byte of the held-out text at each length, in both modes. Its tokenizer's tokens are
-    scored as the bytes they cover (docs/lm.md). Every argument is checked before the model or
-    the corpus is loaded."""
-    from harness.lm.hf import check_hf, load_hf, score_hf
+    bits per byte of the held-out text at each length, in both modes, and with --passkey on the
+    passkey grid (samples right per length and depth). Its tokenizer's tokens are scored as the
+    bytes they cover (docs/lm.md). Every argument is checked before the model or the corpus is
+    loaded."""
+    from harness.lm.hf import check_hf, load_hf, passkey_hf, score_hf
 
     try:
         length_list = tuple(int(s) for s in lengths.split(","))
@@ -352,6 +370,7 @@ def hf_cmd(model_dir, spec, task, lengths, regions, tail, as_bytes, device) -> N
     corpus = _corpus(LM_TASKS[task].corpus)
     try:
         scores = score_hf(check, model, tokenizer, corpus, dev)
+        grid = passkey_hf(check, model, tokenizer, corpus, dev, passkey) if passkey else []
     except (ValueError, RuntimeError, MemoryError) as exc:  # too few held-out regions, a forward pass that fails
         raise click.ClickException(_message(exc)) from None
     corpus_hash = split(corpus).sha256[:16]
@@ -363,3 +382,9 @@ def hf_cmd(model_dir, spec, task, lengths, regions, tail, as_bytes, device) -> N
             score = next((x for x in scores if x.mode == mode and x.length == s), None)
             cells.append("" if score is None else "-" if score.bpb is None else f"{score.bpb:.4f}")
         click.echo(f"{s:>8} {cells[0]:>9} {cells[1]:>9}")
+    if grid:
+        click.echo(f"passkey retrieval, samples right of {passkey} per depth (% of the filler):")
+        click.echo(f"{'length':>8} " + " ".join(f"{d:>7}%" for d in DEPTHS))
+        for s in dict.fromkeys(c.length for c in grid):
+            row = [f"{c.right}/{c.total}" for d in DEPTHS for c in grid if c.length == s and c.depth == d]
+            click.echo(f"{s:>8} " + " ".join(f"{x:>8}" for x in row))

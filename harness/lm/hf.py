@@ -17,6 +17,14 @@ the config, the encoding spec (put into the model built on the ``meta`` device, 
 costs no memory), the sizes the config describes against the weight files' bytes, and the
 tokenizer question. A folder saved after ``use_encoding`` records its encoding and loads
 with it (``pezoo.hf.from_pretrained``); its spec is the recorded one.
+
+The passkey grid (``harness.lm.passkey``, :func:`passkey_hf`) is asked of the model by a
+greedy decode, a length S being S bytes of text as above: the sample's bytes before the answer
+are read (tokenized, or as bytes), then the model's greedy continuation is decoded for as many
+tokens as the answer has bytes (6). Read as bytes, a sample is right when those bytes are the
+answer, as the track's own models are scored; with a tokenizer, when the decoded text is the
+key after optional whitespace and no digit follows it (a tokenizer may put the space in the
+key's token or not, and a space-less answer is still the key).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import inspect
 import math
 import pickle
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +46,11 @@ from harness.lm.config import MAX_LM_LENGTH
 from harness.lm.corpora import Corpus
 from harness.lm.data import scored_regions
 from harness.lm.evaluate import LengthScore
+from harness.lm.passkey import ANSWER_BYTES, DEPTHS, PasskeyCell, passkey_lengths, passkey_samples
 from harness.lm.split import split
 from harness.lm.tasks import BOS
 
-__all__ = ["HfCheck", "check_hf", "hf_scores", "load_hf", "score_hf"]
+__all__ = ["HfCheck", "check_hf", "hf_scores", "load_hf", "passkey_hf", "score_hf"]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 """Files whose presence says a model folder has a tokenizer."""
@@ -216,9 +226,7 @@ def _encode(tokenizer: Any | None, window: bytes, scored_from: int) -> tuple[lis
     if tokenizer is None:
         return [BOS, *window], scored_from, len(window) - scored_from
     text = window.decode("utf-8", errors="replace")
-    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    if start is None:
-        raise ValueError("the tokenizer has neither a BOS nor an EOS token to start a window with")
+    start = _start_id(tokenizer)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     tail_char = len(window[:scored_from].decode("utf-8", errors="replace"))
     first = next((i for i, (a, _) in enumerate(enc["offset_mapping"]) if a >= tail_char), len(enc["input_ids"]))
@@ -231,8 +239,7 @@ def _nats(model: Any, ids: list[int], first: int, chunk: int, device: torch.devi
     targets = tokens[:, 1:]
     total, past = 0.0, None
     inputs = tokens[:, :-1]
-    # transformers 5.x names the cache ``cache`` (``past_key_values`` before, deprecated since)
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    name = _cache_name(model)
     for a in range(0, inputs.shape[1], chunk):
         b = min(inputs.shape[1], a + chunk)
         out = model(input_ids=inputs[:, a:b], use_cache=True, **{name: past})
@@ -242,6 +249,70 @@ def _nats(model: Any, ids: list[int], first: int, chunk: int, device: torch.devi
             logits = out.logits[0, lo - a :].float()  # (c', v)
             total += float(F.cross_entropy(logits, targets[0, lo:b], reduction="sum"))
     return total
+
+
+def _cache_name(model: Any) -> str:
+    # transformers 5.x names the cache ``cache`` (``past_key_values`` before, deprecated since)
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+@torch.no_grad()
+def _greedy(model: Any, ids: list[int], steps: int, chunk: int, device: torch.device) -> list[int]:
+    """The ``steps`` tokens the model's greedy decode continues ``ids`` with, ``ids`` fed
+    ``chunk`` at a time through its KV cache, then one token at a time."""
+    name = _cache_name(model)
+    tokens = torch.tensor([ids], device=device)  # (1, s)
+    past, logits = None, None
+    for a in range(0, tokens.shape[1], chunk):
+        out = model(input_ids=tokens[:, a : a + chunk], use_cache=True, **{name: past})
+        past, logits = getattr(out, name), out.logits[0, -1]
+    new: list[int] = []
+    while True:
+        assert logits is not None
+        new.append(int(logits.float().argmax()))
+        if len(new) == steps:
+            return new
+        out = model(input_ids=torch.tensor([new[-1:]], device=device), use_cache=True, **{name: past})
+        past, logits = getattr(out, name), out.logits[0, -1]
+
+
+def _start_id(tokenizer: Any) -> int:
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if start is None:
+        raise ValueError("the tokenizer has neither a BOS nor an EOS token to start a window with")
+    return int(start)
+
+
+def passkey_hf(
+    check: HfCheck,
+    model: Any,
+    tokenizer: Any | None,
+    corpus: Corpus,
+    device: torch.device,
+    samples: int,
+    *,
+    seed: int = 0,
+) -> list[PasskeyCell]:
+    """The passkey grid of a model :func:`load_hf` loaded (module docstring): ``samples`` per
+    (length, depth) at the lengths of ``check`` above the grid's fixed bytes, the fillers cut
+    from the held-out regions bits per byte are scored on."""
+    data = [r.data for r in scored_regions(split(corpus), check.lengths[-1], check.regions)]
+    cells = []
+    for s in passkey_lengths(check.lengths):
+        right = dict.fromkeys(DEPTHS, 0)
+        for x in passkey_samples(data, s, samples, seed):
+            context = x.text[:-ANSWER_BYTES]
+            if tokenizer is None:
+                new = _greedy(model, [BOS, *context], ANSWER_BYTES, check.chunk, device)
+                ok = all(t < BOS for t in new) and bytes(new) == x.answer
+            else:
+                text = context.decode("utf-8", errors="replace")
+                ids = [_start_id(tokenizer), *tokenizer(text, add_special_tokens=False)["input_ids"]]
+                said = tokenizer.decode(_greedy(model, ids, ANSWER_BYTES, check.chunk, device))
+                ok = re.match(rf"\s*{x.key}(?!\d)", said) is not None
+            right[x.depth] += ok
+        cells += [PasskeyCell(s, d, right[d], samples) for d in DEPTHS]
+    return cells
 
 
 def score_hf(

@@ -4,8 +4,11 @@ the folder store that keeps them (:class:`LmStore`).
 A record is one JSON object (one line of ``runs.jsonl`` in a store, of a results file
 under ``leaderboard/results/lm/``): the config, where it ran (commit, device, the corpus's
 sha256), per (mode, length) the summed nats and the bytes scored (``harness.lm.evaluate``),
-and its ``checksum``: ``"sha256:"`` and the hex digest of the canonical JSON (sorted keys,
-no spaces, UTF-8, no NaN) of every other key, as the algorithmic results files carry
+where its config asks for the passkey grid (``eval.passkey`` > 0) a ``passkey`` key with per
+(length, depth) the samples right of the samples scored (``harness.lm.passkey``; records
+without it, all those before issue 64, did not measure it), and its ``checksum``:
+``"sha256:"`` and the hex digest of the canonical JSON (sorted keys, no spaces, UTF-8, no
+NaN) of every other key, as the algorithmic results files carry
 (``leaderboard.schema``). The checksum guards against accidental or hand edits, not
 forgery: a record whose numbers were edited after it was written is refused wherever it is
 read (the store, ``lm show``, ``lm export``, the board). Records of schema
@@ -31,6 +34,7 @@ from typing import Any
 from harness.config.checks import shown
 from harness.lm.config import MODES, LmConfig
 from harness.lm.evaluate import LengthScore
+from harness.lm.passkey import DEPTHS, PasskeyCell, passkey_lengths
 
 __all__ = ["LM_SCHEMA", "UNSEALED_SCHEMA", "LmRecord", "LmStore", "checksum"]
 
@@ -55,7 +59,8 @@ KEYS = frozenset(
         "provenance",
     }
 )
-"""The keys of an unsealed record; a sealed one has ``checksum`` too."""
+"""The keys of an unsealed record; a sealed one has ``checksum`` too, and one whose config
+asks for the passkey grid has ``passkey`` too."""
 
 
 def checksum(body: Mapping[str, Any]) -> str:
@@ -81,6 +86,9 @@ class LmRecord:
         n_params: {"total": ..., "pe": ...}.
         provenance: commit, device, versions, ``corpus_sha256`` and the corpus's sources;
             ``weights_from`` for a variant.
+        passkey: per (length, depth) of the passkey grid, ``PasskeyCell`` (samples right of
+            samples, or not reached and why); None when the config does not ask for it
+            (``eval.passkey`` 0: not measured).
     """
 
     config: LmConfig
@@ -91,6 +99,7 @@ class LmRecord:
     eval_seconds: float
     n_params: Mapping[str, int] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    passkey: tuple[PasskeyCell, ...] | None = None
 
     @property
     def run_id(self) -> str:
@@ -102,6 +111,10 @@ class LmRecord:
 
     def score(self, mode: str, length: int) -> LengthScore | None:
         return next((s for s in self.scores if s.mode == mode and s.length == length), None)
+
+    def passkey_cell(self, length: int, depth: int) -> PasskeyCell | None:
+        """The passkey grid's cell at (length, depth); None where it was not measured."""
+        return next((c for c in self.passkey or () if c.length == length and c.depth == depth), None)
 
     def to_dict(self) -> dict[str, Any]:
         """The record's JSON object, sealed with its checksum."""
@@ -117,6 +130,8 @@ class LmRecord:
             "n_params": dict(self.n_params),
             "provenance": dict(self.provenance),
         }
+        if self.passkey is not None:
+            body["passkey"] = [c.to_dict() for c in self.passkey]
         return {**body, "checksum": checksum(body)}
 
     @classmethod
@@ -127,12 +142,18 @@ class LmRecord:
         if d.get("schema") not in (LM_SCHEMA, UNSEALED_SCHEMA):
             raise ValueError(f"not an LM record of schema {LM_SCHEMA!r}: schema {shown(d.get('schema'))}")
         expected = KEYS | {"checksum"} if d["schema"] == LM_SCHEMA else KEYS
-        if set(d) != expected:
-            raise ValueError(f"an LM record has keys {sorted(expected)}, got {sorted(d)}")
+        if set(d) - {"passkey"} != expected:
+            raise ValueError(f"an LM record has keys {sorted(expected)} (and passkey), got {sorted(d)}")
         config = LmConfig.from_dict(d["config"])
         if config.run_id() != d["run_id"]:
             raise ValueError(f"record {d['run_id']!r}: its config's run id is {config.run_id()!r}")
+        if ("passkey" in d) != bool(config.eval.passkey):
+            raise ValueError(
+                f"record {d['run_id']}: a record has passkey cells exactly when its config's eval.passkey is above 0 "
+                f"(it is {config.eval.passkey})"
+            )
         scores = _scores(d["run_id"], d["scores"], config)
+        passkey = _passkey(d["run_id"], d["passkey"], config) if "passkey" in d else None
         for key in ("final_loss", "train_seconds", "eval_seconds"):
             value = d[key]
             if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
@@ -154,6 +175,7 @@ class LmRecord:
             float(d["eval_seconds"]),
             dict(d["n_params"]),
             dict(d["provenance"]),
+            passkey,
         )
 
 
@@ -191,6 +213,44 @@ def _scores(run_id: Any, raw_scores: Any, config: LmConfig) -> tuple[LengthScore
     if seen != wanted:
         raise ValueError(f"record {run_id}: scores missing at {sorted(wanted - seen)}")
     return tuple(scores)
+
+
+def _passkey(run_id: Any, raw_cells: Any, config: LmConfig) -> tuple[PasskeyCell, ...]:
+    """The passkey cells of record ``run_id``: one per (length, depth) of the grid ``config``
+    asks for, each reached with ``0 <= right <= total == eval.passkey`` or not reached with
+    nothing counted and a note why; ValueError otherwise."""
+    if not isinstance(raw_cells, list):
+        raise ValueError(f"record {run_id}: passkey must be a list of cells, got {shown(raw_cells)}")
+    samples = config.eval.passkey
+    cells, seen = [], set()
+    for raw in raw_cells:
+        if not isinstance(raw, Mapping) or set(raw) != {"length", "depth", "right", "total", "reached", "note"}:
+            raise ValueError(f"record {run_id}: a passkey cell must have length, depth, right, total, reached, note")
+        at = (raw["length"], raw["depth"])
+        if raw["length"] not in passkey_lengths(config.eval.lengths) or raw["depth"] not in DEPTHS:
+            raise ValueError(
+                f"record {run_id}: a passkey cell at length {shown(at[0])} depth {shown(at[1])} is not tested"
+            )
+        if at in seen:
+            raise ValueError(f"record {run_id}: two passkey cells at length {at[0]} depth {at[1]}")
+        seen.add(at)
+        right, total, reached, note = raw["right"], raw["total"], raw["reached"], raw["note"]
+        if not isinstance(reached, bool) or not isinstance(note, str):
+            raise ValueError(f"record {run_id}: a passkey cell's reached is true/false and its note a string")
+        if any(not isinstance(n, int) or isinstance(n, bool) for n in (right, total)):
+            raise ValueError(f"record {run_id}: a passkey cell's right and total are integers")
+        if reached and not (0 <= right <= total == samples):
+            raise ValueError(
+                f"record {run_id}: a passkey cell counts 0..{samples} right of {samples} (eval.passkey), got "
+                f"{right} of {total}"
+            )
+        if not reached and (right != 0 or total != 0 or not note):
+            raise ValueError(f"record {run_id}: a passkey cell not reached counts nothing and says why")
+        cells.append(PasskeyCell(at[0], at[1], right, total, reached, note))
+    wanted = {(s, d) for s in passkey_lengths(config.eval.lengths) for d in DEPTHS}
+    if seen != wanted:
+        raise ValueError(f"record {run_id}: passkey cells missing at {sorted(wanted - seen)}")
+    return tuple(cells)
 
 
 def read_records(path: Path) -> Iterator[LmRecord]:

@@ -32,6 +32,7 @@ from harness.lm.config import LmConfig
 from harness.lm.corpora import Corpus, load_corpus
 from harness.lm.data import TrainingWindows, scored_regions
 from harness.lm.evaluate import LengthScore, evaluate_lengths
+from harness.lm.passkey import PasskeyCell, evaluate_passkey, grid_text
 from harness.lm.record import LmRecord, LmStore
 from harness.lm.split import Split, split
 from harness.lm.tasks import lm_task
@@ -300,8 +301,11 @@ def run_lm(
     corpus: Corpus | None = None,
     notice: Notice = print,
     report: Callable[[LengthScore], None] | None = None,
+    report_passkey: Callable[[PasskeyCell], None] | None = None,
 ) -> LmRecord:
-    """Train (or, for a variant, load and perhaps fine-tune) and evaluate ``cfg``; the record is added to ``store``."""
+    """Train (or, for a variant, load and perhaps fine-tune) and evaluate ``cfg`` (bits per byte,
+    and the passkey grid where ``cfg.eval.passkey`` asks for it, on the same held-out regions);
+    the record is added to ``store``."""
     run_id = cfg.run_id()
     parts, regions = corpus_parts(cfg, corpus)
     train_docs = parts.train
@@ -331,11 +335,35 @@ def run_lm(
         seed=cfg.seed,
         report=report,
     )
+    passkey = None
+    if cfg.eval.passkey:
+        passkey = evaluate_passkey(
+            model,
+            regions,
+            cfg.eval.lengths,
+            cfg.eval.passkey,
+            chunk=cfg.eval.chunk,
+            batch_size=cfg.eval.batch_size,
+            precision=precision,
+            device=device,
+            seed=cfg.seed,
+            report=report_passkey,
+        )
     n_params = {
         "total": sum(p.numel() for p in model.parameters()),
         "pe": sum(p.numel() for p in model.pe.parameters()),
     }
-    record = LmRecord(cfg, tuple(scores), final_loss, steps, seconds, time.perf_counter() - t0, n_params, prov)
+    record = LmRecord(
+        cfg,
+        tuple(scores),
+        final_loss,
+        steps,
+        seconds,
+        time.perf_counter() - t0,
+        n_params,
+        prov,
+        None if passkey is None else tuple(passkey),
+    )
     store.add(record)
     store.checkpoint(run_id).unlink(missing_ok=True)
     return record
@@ -425,7 +453,8 @@ def sweep_lm(
             if s.mode == "windows"
         )
         sps = record.seconds_per_step
-        notice(f"{label}: bpb {at}; {sps:.3f} s/step" if sps else f"{label}: bpb {at}")
+        keys = f"; passkey {grid_text(record.passkey)}" if record.passkey is not None else ""
+        notice(f"{label}: bpb {at}{keys}; {sps:.3f} s/step" if sps else f"{label}: bpb {at}{keys}")
     return outcomes
 
 

@@ -69,8 +69,9 @@ RULE = (
     f"An encoding is ranked on a task only if every seed fits the training scales (mean exact match over scales "
     f"1..N at least {FIT_THRESHOLD:.2f}); the others follow, marked “did not fit”, ordered by that in-distribution "
     f"exact match. Ranked encodings are ordered by exact match averaged over the scales beyond N (EM>N), then by "
-    f"reach (the largest scale L with exact match at least {REACH_THRESHOLD:.1f} at every scale N+1..L; N means "
-    f"none; the largest tested scale means every tested scale, and the encoding may reach further), then by "
+    f"reach, the row's effective context length (the largest scale L with exact match at least "
+    f"{REACH_THRESHOLD:.1f} at every scale N+1..L; N means none; the largest tested scale means every tested "
+    f"scale, and the encoding may reach further), then by "
     f"per-token accuracy beyond N (tok>N), each the mean over seeds, compared as shown (EM>N and tok>N to two "
     f"decimals, reach to one); ties share a rank."
 )

@@ -15,12 +15,14 @@ from leaderboard.claims import DOES_NOT_HOLD, HOLDS, NO_CONTRAST, PARTLY
 from leaderboard.lm_board import LM_CLAIMS, answer_sentence, curves_svg, lm_rows, reach, render_markdown, verdict
 
 LENGTHS = (256, 512, 1024, 2048, 4096)
+BEFORE_PASSKEY = {"eval": {"passkey": 0}}
+"""The lm preset as the published records ran it: without the passkey grid (issue 64)."""
 
 
 def record(pe: str, seed: int, bpbs, *, task: str = "lm_en", unreached=(), finetune_steps: int = 0) -> LmRecord:
     """A record whose bpb at each length is ``bpbs[i]`` in windows mode (8192 bytes scored)
     and in the tail mode (its target the last L bytes of each region: 16384 bytes)."""
-    cfg = lm_preset_config("lm", pe=pe, task=task, seed=seed, finetune_steps=finetune_steps)
+    cfg = lm_preset_config("lm", pe=pe, task=task, seed=seed, overrides=BEFORE_PASSKEY, finetune_steps=finetune_steps)
     scores = []
     for mode, n in (("windows", 8192), ("tail", 16384)):
         for s, b in zip(LENGTHS, bpbs, strict=True):
@@ -138,7 +140,8 @@ def test_two_records_of_one_row_and_seed_are_refused():
     b = record("alibi", 0, FLAT)
     with pytest.raises(ValueError, match="is already published"):  # each run once, as algorithmic runs
         lm_rows([a, b])
-    other = LmRecord(lm_preset_config("lm", pe="alibi", task="lm_en", seed=0, overrides={"train": {"steps": 10}}),
+    longer = {"train": {"steps": 10}, **BEFORE_PASSKEY}
+    other = LmRecord(lm_preset_config("lm", pe="alibi", task="lm_en", seed=0, overrides=longer),
                      a.scores, 1.0, 10, 1.0, 1.0, {}, a.provenance)  # fmt: skip
     with pytest.raises(ValueError, match="two records of alibi"):
         lm_rows([a, other])
@@ -196,7 +199,9 @@ def test_a_new_encodings_card_claim_is_judged_with_no_line_in_the_board():
 
     try:
         assert card_lm_claims()[-1] == claim
-        configs = [lm_preset_config("lm", pe="toy_lm", task="lm_en", seed=s) for s in range(2)]
+        configs = [
+            lm_preset_config("lm", pe="toy_lm", task="lm_en", seed=s, overrides=BEFORE_PASSKEY) for s in range(2)
+        ]
         toy = [dataclasses.replace(record("ape", s, FLAT), config=c) for s, c in enumerate(configs)]
         v = verdict(claim, lm_rows(toy)["lm_en"])
         assert (v.outcome, v.why) == (HOLDS, "claimed 8× L, tested to 16×: every seed within 5 % to 8× L; tail mode: "

@@ -30,14 +30,15 @@ FLAT = (2.00, 1.98, 1.97, 1.99, 2.02)
 BLOWS = (2.00, 2.30, 3.10, 4.00, 5.00)
 NEW = {"corpus_sha256": "cd" * 32, "corpus": "en", "corpus_split": "pezoo-lm-split/2", "corpus_documents": 201}
 OLD = {"corpus_sha256": "ab" * 32, "corpus": "en", "corpus_documents": 201}
-OLD_EVAL = {"eval": {"regions": 8, "tail": 1024}}  # the protocol the published records were made under
+OLD_EVAL = {"eval": {"regions": 8, "tail": 1024, "passkey": 0}}  # the protocol the published records were made under
+NEW_EVAL = {"eval": {"passkey": 0}}  # issue 63's, before the passkey grid (issue 64)
 
 
 def record(pe: str, seed: int, bpbs, tails=None, *, old: bool = False, finetune_steps: int = 0) -> LmRecord:
     """A record of the lm preset with windows-mode bpb ``bpbs`` and tail-mode bpb ``tails``
     (default the same) at every tail length; ``old``: the protocol before issue 63."""
     cfg = lm_preset_config(
-        "lm", pe=pe, task="lm_en", seed=seed, overrides=OLD_EVAL if old else None, finetune_steps=finetune_steps
+        "lm", pe=pe, task="lm_en", seed=seed, overrides=OLD_EVAL if old else NEW_EVAL, finetune_steps=finetune_steps
     )
     scores = [LengthScore("windows", s, b * 8192 * math.log(2), 8192) for s, b in zip(LENGTHS, bpbs, strict=True)]
     for s, b in zip(LENGTHS, tails or bpbs, strict=True):

@@ -151,3 +151,40 @@ def test_a_pickle_that_needs_code_is_a_clear_error_and_never_runs(tmp_path, save
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), repr(result.exception)
     assert str(tmp_path) in result.output and "safetensors" in result.output and "weights_only" not in result.output
     assert "pickle code ran" not in result.output
+
+
+class _ByteTokenizer:
+    """A stand-in tokenizer whose tokens are the text's UTF-8 bytes (BOS 256): the tokenizer path
+    of the passkey grid on the byte-level model."""
+
+    bos_token_id, eos_token_id = 256, None
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": list(text.encode())}
+
+    def decode(self, ids):
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+def test_the_passkey_grid_of_your_own_model_counts_greedy_answers_per_length_and_depth(saved, monkeypatch):
+    from harness.cli import main
+    from harness.lm.hf import check_hf, load_hf, passkey_hf
+    from harness.lm.passkey import DEPTHS
+
+    check = check_hf(saved, "alibi", (64, 128, 256), regions=1, tail=32, chunk=48, as_bytes=True)
+    model, _ = load_hf(check, torch.device("cpu"))
+    cells = passkey_hf(check, model, None, tiny_corpus(), torch.device("cpu"), 2)
+    assert [(c.length, c.depth, c.total, c.reached) for c in cells] == [
+        (s, d, 2, True) for s in (128, 256) for d in DEPTHS
+    ]  # 64 bytes hold no filler beside the 104 of needle, question and answer
+    assert all(0 <= c.right <= 2 for c in cells)
+    assert passkey_hf(check, model, None, tiny_corpus(), torch.device("cpu"), 2) == cells
+    tokenized = passkey_hf(check, model, _ByteTokenizer(), tiny_corpus(), torch.device("cpu"), 2)
+    assert [(c.length, c.depth, c.total) for c in tokenized] == [(c.length, c.depth, c.total) for c in cells]
+
+    use_tiny_corpus(monkeypatch)
+    args = ["lm", "hf", str(saved), "--pe", "alibi", "--bytes", "--lengths", "64,128", "--regions", "1"]
+    result = CliRunner().invoke(main, [*args, "--tail", "64", "--passkey", "1", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "passkey retrieval, samples right of 1 per depth" in result.output
+    assert result.output.rstrip().splitlines()[-1].split()[0] == "128"
