@@ -9,7 +9,7 @@ True
 
 from pezoo import backends, encodings
 from pezoo import base as base  # the compatibility module: `pezoo.base.X` works after `import pezoo`, as before
-from pezoo.attention import BACKENDS, SelfAttention, attend
+from pezoo.attention import BACKENDS, SelfAttention, attend, runnable_backend
 from pezoo.biases import (
     AttentionBias,
     BlockMask,
@@ -119,6 +119,7 @@ __all__ = [
     "is_known",
     "register",
     "resolved_options",
+    "runnable_backend",
     "unknown_name_message",
     "variant_label",
 ]

@@ -17,8 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.config.backbone import BackboneConfig
-from pezoo import AttentionContext, PositionalEncoding, SelfAttention
-from pezoo.attention import runnable_backend
+from pezoo import AttentionContext, PositionalEncoding, SelfAttention, runnable_backend
 
 
 class Block(nn.Module):
@@ -68,7 +67,7 @@ class Backbone(nn.Module):
         self.cfg, self.pe = cfg, pe
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         # an encoding whose score transform or normaliser the configured backend cannot run
-        # (stick-breaking: eager only) runs on one it names (pezoo.attention.runnable_backend)
+        # (stick-breaking: eager only) runs on one it names (pezoo.runnable_backend)
         backend = runnable_backend(cfg.backend, pe)
         self.blocks = nn.ModuleList(Block(cfg, layer, backend) for layer in range(cfg.n_layers))
         self.ln_out = nn.LayerNorm(cfg.d_model)
