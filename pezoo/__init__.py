@@ -42,6 +42,7 @@ from pezoo.encodings import (
     XPos,
     combine,
 )
+from pezoo.encodings.position_coupling import CoupledSegment, Coupling  # what a task declares, position coupling reads
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import (
     ENCODINGS,
@@ -77,6 +78,8 @@ __all__ = [
     "BlockMask",
     "CoPE",
     "Combined",
+    "CoupledSegment",
+    "Coupling",
     "DenseBias",
     "DifferenceBias",
     "HardALiBi",

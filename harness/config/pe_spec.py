@@ -76,16 +76,48 @@ def vocabulary_options(pe: str) -> dict[str, Any]:
     return {"digit_ids": [TOKEN_ID[str(d)] for d in range(10)]} if wanted else {}
 
 
+def task_options(pe: str, task: str) -> dict[str, Any]:
+    """Keywords an encoding reads from the run's task, for the encodings that take them:
+    ``coupling``, the task's declared position coupling (``Task.coupling``, read by
+    ``position_coupling``), as plain data. Supplied when a model is built and not recorded
+    in a run's options: the task's name is part of the run, and its coupling part of the
+    task. ValueError for an encoding that reads a coupling on a task that declares none."""
+    import inspect
+
+    import pezoo
+    from harness import tasks
+
+    wanted = False
+    for part in pe.rsplit(":", 1)[-1].split("+"):  # a combination's parts too
+        try:
+            factory = pezoo.get(part)
+        except KeyError:
+            continue
+        wanted = wanted or "coupling" in inspect.signature(factory).parameters
+    if not wanted:
+        return {}
+    coupling = tasks.create(task).coupling if task in tasks.TASKS else None
+    if coupling is None:
+        declaring = ", ".join(n for n in tasks.available() if tasks.create(n).coupling is not None)
+        raise ValueError(
+            f"encoding {pe!r} reads the position coupling its task declares, and task {task!r} declares none "
+            f"(tasks that do: {declaring})"
+        )
+    return {"coupling": coupling.as_option()}
+
+
 def model_options(pe: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword options to build a run's encoding with: its recorded ``pe_options``,
     missing keys meaning what they meant when the run was stored (:func:`stored_defaults`)."""
     return {**stored_defaults(pe), **options}
 
 
-def build_options(pe: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """Every keyword a run's ``pe`` is built with: :func:`vocabulary_options`, then
+def build_options(pe: str, options: Mapping[str, Any], task: str | None = None) -> dict[str, Any]:
+    """Every keyword a run's ``pe`` is built with: :func:`vocabulary_options`, the
+    :func:`task_options` of ``task`` (None: none, as for a check build), then
     :func:`model_options` (its recorded options, missing keys as when stored)."""
-    return {**vocabulary_options(pe), **model_options(pe, options)}
+    from_task = task_options(pe, task) if task is not None else {}
+    return {**vocabulary_options(pe), **from_task, **model_options(pe, options)}
 
 
 def identity_options(pe: str, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,6 +145,7 @@ def resolve_pe(
     options = {**harness_defaults(spec.name), **base, **{k: canonical(v) for k, v in spec.options.items()}}
     if options:  # a bare name has nothing to check here (the CLI checks names, with suggestions)
         check_options(spec.name, options, backbone, str(spec))
+    task_options(spec.name, task)  # ValueError: an encoding that reads a coupling on a task that declares none
     return spec.name, dict(sorted(options.items()))
 
 

@@ -195,4 +195,5 @@ def resolved_pe_options(cfg: RunConfig) -> dict[str, Any]:
 
     from harness.config.pe_spec import build_options
 
-    return dict(json.loads(json.dumps(pezoo.resolved_options(cfg.pe, **build_options(cfg.pe, cfg.eval_options())))))
+    options = build_options(cfg.pe, cfg.eval_options(), task=cfg.task)  # with the task's coupling, where read
+    return dict(json.loads(json.dumps(pezoo.resolved_options(cfg.pe, **options))))

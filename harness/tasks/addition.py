@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 
-from harness.tasks.base import PE_SOLVABLE_WITH_SCALE_HINT, Task, register_task
+from harness.tasks.base import PE_SOLVABLE_WITH_SCALE_HINT, CoupledSegment, Task, layout_coupling, register_task
 from harness.tasks.copy import DIGITS
 
 OPERAND_LENGTHS = ("longest", "equal")
@@ -58,6 +58,9 @@ class Addition(Task):
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
     pe_solvability_basis = "derived, Chen et al. §III, §V: bounded operators, positions depend on both operand lengths"
     layout = "a (LSD first) + b (LSD first) = a₁ b₁ c₁ d₁ , … , aₙ bₙ cₙ dₙ → a+b (LSD first) ."
+    # position coupling (Cho et al. 2024): digit k of a, of b, chain step k (a_k b_k c_k d_k and
+    # its comma) and digit k of the sum share one id; +, =, → and . sit just below digit 1
+    coupling = layout_coupling((*DIGITS, ","), CoupledSegment(), CoupledSegment(), CoupledSegment(width=5))
 
     def __init__(self, *, operand_lengths: str = "longest") -> None:
         self.operand_lengths = check_operand_lengths(operand_lengths)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from harness.tasks import vocab
-from pezoo import Registry
+from pezoo import CoupledSegment, Coupling, Registry
 
 TASKS = Registry("task", "pezoo.tasks")
 
@@ -92,6 +92,9 @@ class Task(ABC):
         answer_separator: the token after whose last occurrence a target's final answer
             starts (a scratchpad task's line separator); None: the whole target is the
             answer. Used by ``eval.match = "answer"``.
+        coupling: which tokens of the layout share a position id (digits of equal
+            significance, Cho et al. 2024), read by ``position_coupling``; None: the task
+            declares none. Built with :func:`layout_coupling`.
     """
 
     name: ClassVar[str] = ""
@@ -106,6 +109,7 @@ class Task(ABC):
     pe_solvability_basis: ClassVar[str] = ""
     layout: ClassVar[str] = ""
     answer_separator: ClassVar[str | None] = None
+    coupling: ClassVar[Coupling | None] = None
 
     def answer(self, target: Sequence[str]) -> tuple[str, ...]:
         """The final answer inside a target (or a decoded completion without its EOS):
@@ -164,6 +168,16 @@ class Task(ABC):
     @abstractmethod
     def solve(self, prompt: tuple[str, ...]) -> list[str]:
         """The target as a pure function of the prompt (ends with ``.`` where the format has one)."""
+
+
+def layout_coupling(members: Sequence[str], *segments: CoupledSegment) -> Coupling:
+    """A task's coupling over the harness's layout ``<bos> prompt = target <eos>`` (padded
+    with ``<pad>``): ``members`` are numbered within their segment, each of the task's other
+    tokens and ``=`` is a separator, and the layout's ``<bos>``, ``<eos>`` and ``<pad>`` stay
+    outside the numbering (id 0, as the paper's). ``segments``: the specs of the segments
+    from the first (the prompt's start), e.g. a chain of thought's steps of five tokens."""
+    fixed = (vocab.BOS_ID, vocab.EOS_ID, vocab.PAD_ID)
+    return Coupling(tuple(vocab.encode(members)), tuple(segments), fixed)
 
 
 def register_task(cls: type[Task]) -> type[Task]:

@@ -51,6 +51,10 @@ Do not edit by hand: `tests/harness/tasks/test_catalogue.py` regenerates it and 
 - **Scale hint.** `Example.scale_hint` is the n an encoding with a scale hint
   (learned-PRF-SH) receives; it equals the scale except for `modular_arithmetic_simple`,
   where it is the odd token length actually sampled.
+- **Position coupling.** `Task.coupling` declares which tokens share a position id (digits
+  of equal significance: Cho et al. 2024), read from the token ids by the
+  `position_coupling` encoding (docs/encodings/position_coupling.md). `addition`, `copy`,
+  `lp_addition` and `reverse` declare one; that encoding refuses the other tasks.
 - **Options.** `harness.tasks.create(name, **options)`; unknown options are errors that
   name the valid ones. `addition`, `multiplication_cot` and `addition_turing` take
   `operand_lengths`: `"longest"` (default; one operand has n digits, the other U{{1..n}},

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from harness.tasks.base import PE_SOLVABLE_WITH_SCALE_HINT, Task, register_task
+from harness.tasks.base import PE_SOLVABLE_WITH_SCALE_HINT, Task, layout_coupling, register_task
 
 DIGITS = "0123456789"
 
@@ -28,6 +28,7 @@ class Copy(Task):
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
     pe_solvability_basis = "stated by the positional-limitations paper (Ex. 7): unpadded copy is non-canonical"
     layout = "x₁…xₙ = x₁…xₙ ."
+    coupling = layout_coupling(DIGITS)  # x_k of the prompt and of the copy share an id (Cho et al. 2024)
 
     def sample_prompt(self, n: int, rng: random.Random) -> list[str]:
         return rng.choices(DIGITS, k=n)

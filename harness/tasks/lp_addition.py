@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 
-from harness.tasks.base import PE_SOLVABLE_WITH_SCALE_HINT, Task, register_task
+from harness.tasks.base import PE_SOLVABLE_WITH_SCALE_HINT, Task, layout_coupling, register_task
 from harness.tasks.copy import DIGITS
 
 
@@ -31,6 +31,7 @@ class LpAddition(Task):
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
     pe_solvability_basis = "stated by the paper (Ex. 8): non-canonical unaligned, characterized with a scale hint"
     layout = "x₁…xₙ + y₁…yₙ = z₁…zₙ₊₁ (all LSD first)"
+    coupling = layout_coupling(DIGITS)  # x_k, y_k and z_k share an id (Cho et al. 2024)
 
     def sample_prompt(self, n: int, rng: random.Random) -> list[str]:
         return [*rng.choices(DIGITS, k=n), "+", *rng.choices(DIGITS, k=n)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from harness.tasks.base import PE_SOLVABLE_WITH_SCALE_HINT, Task, register_task
+from harness.tasks.base import PE_SOLVABLE_WITH_SCALE_HINT, CoupledSegment, Task, layout_coupling, register_task
 from harness.tasks.copy import DIGITS
 
 
@@ -27,6 +27,8 @@ class Reverse(Task):
     pe_solvability = PE_SOLVABLE_WITH_SCALE_HINT
     pe_solvability_basis = "derived, Chen et al. §III, §V: bounded operators, parent j = 2n+2−i depends on n"
     layout = "x₁…xₙ = xₙ…x₁ ."
+    # position coupling (Cho et al. 2024): the answer's j-th digit shares x_{n+1-j}'s id
+    coupling = layout_coupling(DIGITS, CoupledSegment(), CoupledSegment(down_from=0))
 
     def sample_prompt(self, n: int, rng: random.Random) -> list[str]:
         return rng.choices(DIGITS, k=n)

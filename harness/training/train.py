@@ -85,7 +85,8 @@ class TrainResult:
 def build_encoding(cfg: RunConfig) -> pezoo.PositionalEncoding:
     """The encoding of ``cfg``, built for its backbone (on torch's current default device)."""
     b = cfg.backbone
-    options = build_options(cfg.pe, cfg.pe_options)  # stored runs' missing options as they meant; Abacus's digit ids
+    # stored runs' missing options as they meant; Abacus's digit ids; the task's position coupling
+    options = build_options(cfg.pe, cfg.pe_options, task=cfg.task)
     return pezoo.create(cfg.pe, dims=pezoo.ModelDims(b.d_model, b.n_heads, b.n_layers), **options)
 
 
