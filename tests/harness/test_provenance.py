@@ -146,7 +146,9 @@ def tf32_restored():
         ("cuda", "off", {}, {"exact_match_by": "greedy decode", "tf32": "on", "loop": "none"}),
     ],
 )
-def test_a_record_says_how_exact_match_and_matmuls_were_computed(tf32_restored, monkeypatch, device, accel, overrides, expected):
+def test_a_record_says_how_exact_match_and_matmuls_were_computed(
+    tf32_restored, monkeypatch, device, accel, overrides, expected
+):
     """A GPU record and a CPU record of one config are made differently (exact match read off
     the teacher-forced pass, TF32 matrix products, the loop's features); the provenance says so."""
     from harness.config import preset_config
