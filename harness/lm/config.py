@@ -63,6 +63,10 @@ class LmEvalConfig:
             length above its 104 fixed bytes); 0: not measured. Added after records were
             published: at 0 it is left out of the config's JSON (:meth:`LmConfig.to_dict`),
             so their run ids and checksums stand.
+        positions: whether the windows mode also keeps, at each length, the loss by position
+            within the window (``harness.lm.positions``: nats and bytes per half-octave
+            bucket; the record's ``positions`` key). Added after records were published: when
+            False it is left out of the config's JSON, as ``passkey`` at 0.
     """
 
     lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
@@ -72,6 +76,7 @@ class LmEvalConfig:
     batch_size: int = 4
     precision: str | None = None
     passkey: int = 0
+    positions: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.lengths, tuple) or not self.lengths:
@@ -94,6 +99,8 @@ class LmEvalConfig:
         if self.precision is not None:
             check_choice("eval.precision", self.precision, PRECISIONS)
         check_int("eval.passkey", self.passkey, maximum=10_000)
+        if not isinstance(self.positions, bool):
+            raise ValueError(f"eval.positions must be true or false, got {shown(self.positions)}")
 
     def tail_lengths(self) -> tuple[int, ...]:
         """The lengths with a tail score: those of at least ``tail`` tokens."""
@@ -165,6 +172,8 @@ class LmConfig:
         d["eval_pe_options"] = dict(self.eval_pe_options)
         if not self.eval.passkey:  # not measured: as records written before the field existed
             del d["eval"]["passkey"]
+        if not self.eval.positions:  # likewise
+            del d["eval"]["positions"]
         return d
 
     @classmethod
@@ -209,7 +218,13 @@ LM_PRESETS: dict[str, dict[str, Any]] = {
             "train_min": 256,
             "train_max": 256,
         },
-        "eval": {"lengths": (256, 512, 1024, 2048, 4096), "regions": 64, "tail": 256, "passkey": 10},
+        "eval": {
+            "lengths": (256, 512, 1024, 2048, 4096),
+            "regions": 64,
+            "tail": 256,
+            "passkey": 10,
+            "positions": True,
+        },
     },
     # The same, tested to 16,384 (the papers' longest): 16 regions of 16,384 bytes (256 KB; not
     # every held-out document of lm_code has a 16 KB stretch free of training text).
@@ -223,13 +238,19 @@ LM_PRESETS: dict[str, dict[str, Any]] = {
             "train_min": 256,
             "train_max": 256,
         },
-        "eval": {"lengths": (256, 512, 1024, 2048, 4096, 8192, 16384), "regions": 16, "tail": 256, "passkey": 10},
+        "eval": {
+            "lengths": (256, 512, 1024, 2048, 4096, 8192, 16384),
+            "regions": 16,
+            "tail": 256,
+            "passkey": 10,
+            "positions": True,
+        },
     },
     # Seconds: for tests and smoke checks; learns little.
     "lm_smoke": {
         "backbone": {"d_model": 32, "n_layers": 1, "n_heads": 2},
         "train": {"steps": 10, "batch_size": 4, "lr": 1e-3, "warmup": 2, "train_min": 32, "train_max": 32},
-        "eval": {"lengths": (32, 64, 128), "regions": 2, "tail": 32, "chunk": 32, "passkey": 2},
+        "eval": {"lengths": (32, 64, 128), "regions": 2, "tail": 32, "chunk": 32, "passkey": 2, "positions": True},
     },
 }
 """The LM track's presets, as data (the ``lm`` preset is the board's)."""

@@ -22,6 +22,10 @@ built, only (b, h, chunk, S), so a bias encoding evaluates 16,384 tokens in a fe
 MiB. A length the encoding cannot reach (a learned table with fewer positions, randomized
 positions drawn from a smaller range, memory) is recorded as not reached with the reason,
 never dropped.
+
+Asked for (``positions``), each reached length of the windows mode also keeps its loss by
+position within the window (``harness.lm.positions``: nats and bytes per half-octave bucket),
+and its total nats is then the exact sum of its buckets'.
 """
 
 from __future__ import annotations
@@ -35,10 +39,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from harness.lm.data import window_tokens
+from harness.lm.positions import PositionCurve
 from harness.training.backbone import Backbone
 from harness.training.precision import autocast
 
-__all__ = ["LengthScore", "bpb", "evaluate_lengths", "score_windows"]
+__all__ = ["LengthScore", "bpb", "evaluate_lengths", "score_positions", "score_windows"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,10 @@ class LengthScore:
         n_bytes: the bytes scored (0 when not reached).
         reached: False when the model could not be evaluated at S.
         note: why not (empty when reached).
+        curve: the windows mode's nats and bytes by position in the window, where asked
+            (``evaluate_lengths(positions=True)``) and reached; None otherwise. Not part of
+            :meth:`to_dict`: a record keeps curves under a key of its own (``positions``), so
+            scores without them read as they always did.
     """
 
     mode: str
@@ -60,6 +69,7 @@ class LengthScore:
     n_bytes: int
     reached: bool = True
     note: str = ""
+    curve: PositionCurve | None = None
 
     @property
     def bpb(self) -> float | None:
@@ -89,11 +99,32 @@ def score_windows(
 ) -> float:
     """Summed nats of bytes ``targets[:, scored_from:]`` (b, s) predicted from BOS and the
     bytes before each, fed ``chunk`` queries at a time through the KV cache."""
+    return float(_score(model, targets, scored_from, chunk, precision, device, per_position=False))
+
+
+@torch.no_grad()
+def score_positions(model: Backbone, targets: Tensor, chunk: int, precision: str, device: torch.device) -> Tensor:
+    """Each position's nats summed over the windows ``targets`` (b, s): a (s,) float64 tensor,
+    every byte scored, each byte's loss taken in float32 and added in float64."""
+    return _score(model, targets, 0, chunk, precision, device, per_position=True)
+
+
+def _score(
+    model: Backbone,
+    targets: Tensor,
+    scored_from: int,
+    chunk: int,
+    precision: str,
+    device: torch.device,
+    *,
+    per_position: bool,
+) -> Tensor:
+    """:func:`score_windows`' sum (a float64 scalar), or with ``per_position`` the (s,) sums per position."""
     b, s = targets.shape
     tokens = window_tokens(targets).to(device)  # (b, s)
     targets = targets.to(device)
     state = model.start_state(b, s, device)
-    total = torch.zeros((), dtype=torch.float64, device=device)
+    total = torch.zeros((s,) if per_position else (), dtype=torch.float64, device=device)
     for start in range(0, s, chunk):
         end = min(s, start + chunk)
         with autocast(precision, device):
@@ -103,9 +134,13 @@ def score_windows(
         if lo >= end:
             continue
         part = logits[:, lo - start :].float()  # (b, c', v)
+        if per_position:
+            nll = F.cross_entropy(part.reshape(-1, part.shape[-1]), targets[:, lo:end].reshape(-1), reduction="none")
+            total[lo:end] += nll.reshape(b, end - lo).double().sum(0)  # (c',): summed over the windows
+            continue
         nll = F.cross_entropy(part.reshape(-1, part.shape[-1]), targets[:, lo:end].reshape(-1), reduction="sum")
         total += nll.double()
-    return float(total)
+    return total
 
 
 def _positions_bound(model: Backbone) -> int | None:
@@ -124,9 +159,12 @@ def evaluate_lengths(
     device: torch.device,
     seed: int = 0,
     report: Callable[[LengthScore], None] | None = None,
+    positions: bool = False,
 ) -> list[LengthScore]:
     """Every (mode, length) score of ``model`` on ``regions`` (each ``max(lengths)`` bytes):
-    ``windows`` at every length, ``tail`` at the lengths of at least ``tail`` tokens."""
+    ``windows`` at every length, ``tail`` at the lengths of at least ``tail`` tokens; with
+    ``positions``, each reached windows score carries its :class:`PositionCurve` (its nats
+    then the exact sum of the curve's buckets)."""
     model.eval()
     data = torch.stack([torch.frombuffer(bytearray(r), dtype=torch.uint8) for r in regions]).to(torch.int64)  # (r, M)
     longest = data.shape[1]
@@ -144,12 +182,20 @@ def evaluate_lengths(
                 windows = data[:, longest - s :]  # (r, S): the last S bytes
                 scored_from, n_bytes = s - tail, tail * data.shape[0]
             try:
-                nats = 0.0
+                nats, curve = 0.0, None
                 torch.manual_seed(seed)  # random positions at evaluation (randomized PE) are one fixed draw
-                for i in range(0, windows.shape[0], batch_size):
-                    nats += score_windows(model, windows[i : i + batch_size], scored_from, chunk, precision, device)
+                if positions and mode == "windows":
+                    per_position = torch.zeros(s, dtype=torch.float64)  # (s,)
+                    for i in range(0, windows.shape[0], batch_size):
+                        part = score_positions(model, windows[i : i + batch_size], chunk, precision, device)
+                        per_position += part.cpu()
+                    curve = PositionCurve.of(per_position.tolist(), windows.shape[0])
+                    nats = curve.total()[0]
+                else:
+                    for i in range(0, windows.shape[0], batch_size):
+                        nats += score_windows(model, windows[i : i + batch_size], scored_from, chunk, precision, device)
                 if math.isfinite(nats):
-                    score = LengthScore(mode, s, nats, n_bytes)
+                    score = LengthScore(mode, s, nats, n_bytes, curve=curve)
                 else:
                     score = LengthScore(mode, s, None, 0, False, f"the loss is {nats}")
             except (torch.OutOfMemoryError, MemoryError) as exc:

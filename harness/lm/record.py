@@ -6,7 +6,10 @@ under ``leaderboard/results/lm/``): the config, where it ran (commit, device, th
 sha256), per (mode, length) the summed nats and the bytes scored (``harness.lm.evaluate``),
 where its config asks for the passkey grid (``eval.passkey`` > 0) a ``passkey`` key with per
 (length, depth) the samples right of the samples scored (``harness.lm.passkey``; records
-without it, all those before issue 64, did not measure it), and its ``checksum``:
+without it, all those before issue 64, did not measure it), where its config asks for
+curves by position (``eval.positions``) a ``positions`` key with, per length reached in the
+windows mode, the nats and bytes per position bucket (``harness.lm.positions``; records
+without it did not measure them), and its ``checksum``:
 ``"sha256:"`` and the hex digest of the canonical JSON (sorted keys, no spaces, UTF-8, no
 NaN) of every other key, as the algorithmic results files carry
 (``leaderboard.schema``). The checksum guards against accidental or hand edits, not
@@ -19,6 +22,7 @@ nothing to check them against; the board takes only sealed ones.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -35,6 +39,7 @@ from harness.config.checks import shown
 from harness.lm.config import MODES, LmConfig
 from harness.lm.evaluate import LengthScore
 from harness.lm.passkey import DEPTHS, PasskeyCell, passkey_lengths
+from harness.lm.positions import PositionCurve
 
 __all__ = ["LM_SCHEMA", "UNSEALED_SCHEMA", "LmRecord", "LmStore", "checksum"]
 
@@ -59,8 +64,12 @@ KEYS = frozenset(
         "provenance",
     }
 )
-"""The keys of an unsealed record; a sealed one has ``checksum`` too, and one whose config
-asks for the passkey grid has ``passkey`` too."""
+"""The keys of an unsealed record; a sealed one has ``checksum`` too, one whose config
+asks for the passkey grid has ``passkey`` too, and one whose config asks for curves by
+position has ``positions`` too."""
+
+OPTIONAL_KEYS = frozenset({"passkey", "positions"})
+"""Keys a record has exactly when its config asks for what they hold."""
 
 
 def checksum(body: Mapping[str, Any]) -> str:
@@ -77,7 +86,9 @@ class LmRecord:
 
     Attributes:
         config: the run's ``LmConfig`` (its ``run_id`` is the record's).
-        scores: per (mode, length), ``LengthScore`` (nats and bytes, or not reached and why).
+        scores: per (mode, length), ``LengthScore`` (nats and bytes, or not reached and why);
+            where the config asks for curves by position (``eval.positions``), each reached
+            windows score carries its :class:`~harness.lm.positions.PositionCurve`.
         final_loss: the last training step's loss (nats per byte); for a zero-shot variant
             its trained run's.
         train_steps: steps this record's weights were trained (a variant's fine-tune only).
@@ -112,6 +123,11 @@ class LmRecord:
     def score(self, mode: str, length: int) -> LengthScore | None:
         return next((s for s in self.scores if s.mode == mode and s.length == length), None)
 
+    def position_curve(self, length: int) -> PositionCurve | None:
+        """The windows mode's curve by position at ``length``; None where it was not measured or not reached."""
+        score = self.score("windows", length)
+        return None if score is None else score.curve
+
     def passkey_cell(self, length: int, depth: int) -> PasskeyCell | None:
         """The passkey grid's cell at (length, depth); None where it was not measured."""
         return next((c for c in self.passkey or () if c.length == length and c.depth == depth), None)
@@ -132,6 +148,10 @@ class LmRecord:
         }
         if self.passkey is not None:
             body["passkey"] = [c.to_dict() for c in self.passkey]
+        if self.config.eval.positions:
+            body["positions"] = [
+                {"length": s.length, **s.curve.to_dict()} for s in self.scores if s.mode == "windows" and s.curve
+            ]
         return {**body, "checksum": checksum(body)}
 
     @classmethod
@@ -142,8 +162,8 @@ class LmRecord:
         if d.get("schema") not in (LM_SCHEMA, UNSEALED_SCHEMA):
             raise ValueError(f"not an LM record of schema {LM_SCHEMA!r}: schema {shown(d.get('schema'))}")
         expected = KEYS | {"checksum"} if d["schema"] == LM_SCHEMA else KEYS
-        if set(d) - {"passkey"} != expected:
-            raise ValueError(f"an LM record has keys {sorted(expected)} (and passkey), got {sorted(d)}")
+        if set(d) - OPTIONAL_KEYS != expected:
+            raise ValueError(f"an LM record has keys {sorted(expected)} (and passkey, positions), got {sorted(d)}")
         config = LmConfig.from_dict(d["config"])
         if config.run_id() != d["run_id"]:
             raise ValueError(f"record {d['run_id']!r}: its config's run id is {config.run_id()!r}")
@@ -152,7 +172,13 @@ class LmRecord:
                 f"record {d['run_id']}: a record has passkey cells exactly when its config's eval.passkey is above 0 "
                 f"(it is {config.eval.passkey})"
             )
+        if ("positions" in d) != config.eval.positions:
+            raise ValueError(
+                f"record {d['run_id']}: a record has position curves exactly when its config's eval.positions is true"
+            )
         scores = _scores(d["run_id"], d["scores"], config)
+        if "positions" in d:
+            scores = _with_curves(d["run_id"], d["positions"], scores)
         passkey = _passkey(d["run_id"], d["passkey"], config) if "passkey" in d else None
         for key in ("final_loss", "train_seconds", "eval_seconds"):
             value = d[key]
@@ -213,6 +239,36 @@ def _scores(run_id: Any, raw_scores: Any, config: LmConfig) -> tuple[LengthScore
     if seen != wanted:
         raise ValueError(f"record {run_id}: scores missing at {sorted(wanted - seen)}")
     return tuple(scores)
+
+
+def _with_curves(run_id: Any, raw_curves: Any, scores: tuple[LengthScore, ...]) -> tuple[LengthScore, ...]:
+    """``scores`` with the position curves of record ``run_id`` attached: one curve per length
+    reached in the windows mode, each adding up exactly to its score
+    (:meth:`PositionCurve.from_dict`); ValueError otherwise."""
+    if not isinstance(raw_curves, list):
+        raise ValueError(f"record {run_id}: positions must be a list of curves, got {shown(raw_curves)}")
+    reached = {s.length: s for s in scores if s.mode == "windows" and s.reached}
+    curves: dict[int, PositionCurve] = {}
+    for raw in raw_curves:
+        length = raw.get("length") if isinstance(raw, Mapping) else None
+        if length not in reached or length in curves:
+            raise ValueError(
+                f"record {run_id}: a position curve at {shown(length)}: curves are one per length reached in windows"
+            )
+        assert isinstance(raw, Mapping) and isinstance(length, int)
+        score = reached[length]
+        try:
+            curves[length] = PositionCurve.from_dict(
+                {k: v for k, v in raw.items() if k != "length"}, length, score.nats, score.n_bytes
+            )
+        except ValueError as exc:
+            raise ValueError(f"record {run_id}: {exc}") from None
+    if set(curves) != set(reached):
+        raise ValueError(f"record {run_id}: position curves missing at {sorted(set(reached) - set(curves))}")
+    return tuple(
+        dataclasses.replace(s, curve=curves[s.length]) if s.mode == "windows" and s.length in curves else s
+        for s in scores
+    )
 
 
 def _passkey(run_id: Any, raw_cells: Any, config: LmConfig) -> tuple[PasskeyCell, ...]:

@@ -334,6 +334,7 @@ def run_lm(
         device=device,
         seed=cfg.seed,
         report=report,
+        positions=cfg.eval.positions,
     )
     passkey = None
     if cfg.eval.passkey:

@@ -30,7 +30,8 @@ def _module(work: Path):
 
 
 def _record(pe: str, seed: int, task: str = "lm_en") -> LmRecord:
-    cfg = lm_preset_config("lm_smoke", pe=pe, task=task, seed=seed, overrides={"eval": {"passkey": 0}})  # no grid
+    evals = {"passkey": 0, "positions": False}  # no grid, no curves by position
+    cfg = lm_preset_config("lm_smoke", pe=pe, task=task, seed=seed, overrides={"eval": evals})
     scores = tuple(LengthScore("windows", s, 2.0 * 100 * math.log(2), 100) for s in cfg.eval.lengths)
     scores += tuple(LengthScore("tail", s, 2.0 * 32 * math.log(2), 32) for s in cfg.eval.tail_lengths())
     return LmRecord(cfg, scores, 1.0, 10, 1.0, 1.0, {"total": 1}, {"corpus_sha256": "ab" * 32})

@@ -15,7 +15,7 @@ from leaderboard.claims import DOES_NOT_HOLD, HOLDS, NO_CONTRAST, PARTLY
 from leaderboard.lm_board import LM_CLAIMS, answer_sentence, curves_svg, lm_rows, reach, render_markdown, verdict
 
 LENGTHS = (256, 512, 1024, 2048, 4096)
-BEFORE_PASSKEY = {"eval": {"passkey": 0}}
+BEFORE_PASSKEY = {"eval": {"passkey": 0, "positions": False}}
 """The lm preset as the published records ran it: without the passkey grid (issue 64)."""
 
 

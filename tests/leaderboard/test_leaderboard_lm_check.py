@@ -28,7 +28,7 @@ FLAT = 2.0
 def lm_record(pe: str, seed: int, *, preset: str = "lm", bpb: float = FLAT, corpus: str = CORPUS, **fields) -> LmRecord:
     """A record of ``pe`` under ``preset`` scoring ``bpb`` at every length it evaluates."""
     steps = fields.pop("finetune_steps", 0)
-    before = {"eval": {"passkey": 0}}  # as the published records: without the passkey grid (issue 64)
+    before = {"eval": {"passkey": 0, "positions": False}}  # as the published records: no passkey grid, no curves
     cfg = lm_preset_config(preset, pe=pe, task="lm_en", seed=seed, overrides=before, finetune_steps=steps)
     scores = [LengthScore("windows", s, bpb * 8192 * math.log(2), 8192) for s in cfg.eval.lengths]
     scores += [LengthScore("tail", s, bpb * 1024 * math.log(2), 1024) for s in cfg.eval.tail_lengths()]

@@ -30,8 +30,9 @@ FLAT = (2.00, 1.98, 1.97, 1.99, 2.02)
 BLOWS = (2.00, 2.30, 3.10, 4.00, 5.00)
 NEW = {"corpus_sha256": "cd" * 32, "corpus": "en", "corpus_split": "pezoo-lm-split/2", "corpus_documents": 201}
 OLD = {"corpus_sha256": "ab" * 32, "corpus": "en", "corpus_documents": 201}
-OLD_EVAL = {"eval": {"regions": 8, "tail": 1024, "passkey": 0}}  # the protocol the published records were made under
-NEW_EVAL = {"eval": {"passkey": 0}}  # issue 63's, before the passkey grid (issue 64)
+# the protocol the published records were made under
+OLD_EVAL = {"eval": {"regions": 8, "tail": 1024, "passkey": 0, "positions": False}}
+NEW_EVAL = {"eval": {"passkey": 0, "positions": False}}  # issue 63's, before the passkey grid (issue 64)
 
 
 def record(pe: str, seed: int, bpbs, tails=None, *, old: bool = False, finetune_steps: int = 0) -> LmRecord:
