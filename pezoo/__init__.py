@@ -19,7 +19,7 @@ from pezoo.biases import (
     RelativeFunctionBias,
     WindowMask,
 )
-from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard, PaperClaim, PlotLook, RunFacts, TracePlots
+from pezoo.cards import FAMILIES, LmPaperClaim, LmRowSelector, PaperCard, PaperClaim, PlotLook, RunFacts, TracePlots
 from pezoo.context import AttentionContext
 from pezoo.encodings import (
     FIRE,
@@ -55,6 +55,7 @@ from pezoo.registry import (
     card_of,
     cards,
     create,
+    family_of,
     get,
     is_known,
     register,
@@ -68,6 +69,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BACKENDS",
     "ENCODINGS",
+    "FAMILIES",
     "FIRE",
     "PRISM",
     "WRAPPERS",
@@ -118,6 +120,7 @@ __all__ = [
     "combine",
     "create",
     "encodings",
+    "family_of",
     "get",
     "is_known",
     "register",

@@ -10,7 +10,9 @@ which the benchmark and the leaderboard need and must not hard-code:
 * the **claims** its paper makes, with the contrast that tests them (on the algorithmic
   tasks, ``claims``; on the language-modelling track, ``lm_claims``, whose rows are
   :class:`LmRowSelector` data);
-* its **look** on plots (pinned, or derived from its name where it has none);
+* its **look** on plots (pinned, or derived from its name where it has none), and the
+  **family** plots group it in (:data:`FAMILIES`: declared, or derived from the hooks its
+  class overrides, ``pezoo.family_of``);
 * its **diagnostics** (what a trained model's encoding did, kept with the run).
 
 A :class:`PaperCard` is declared with the class, ``@register("name", card=PaperCard(...))``,
@@ -33,6 +35,7 @@ from typing import Any
 from pezoo.dims import ModelDims
 
 __all__ = [
+    "FAMILIES",
     "LmPaperClaim",
     "LmRowSelector",
     "PaperCard",
@@ -174,6 +177,19 @@ class LmPaperClaim:
     against: tuple[LmRowSelector, ...] = ()
 
 
+FAMILIES: dict[str, str] = {
+    "qk": "queries and keys transformed (RoPE-like)",
+    "bias": "a bias on attention scores (ALiBi-like)",
+    "embedding": "positions in the token embeddings (APE-like)",
+    "attention": "attention's normalisation changed",
+    "none": "no position information",
+    "other": "elsewhere",
+}
+"""The families plots group encodings in, by where an encoding puts position (the hooks of
+``pezoo.interface``), in the order plots show them: key -> what it is, in a few words.
+``pezoo.family_of`` gives an encoding's."""
+
+
 @dataclass(frozen=True)
 class PlotLook:
     """A pinned look on plots: stroke colour, SVG dash pattern ('' solid), marker."""
@@ -221,6 +237,9 @@ class PaperCard:
             from its paper's LM setup, taken at the paper's ratios to the training length
             (``train_max``: L); the LM section names each row that departs, and says how.
         look: its pinned plot look, or None (derived from its name).
+        family: the key of :data:`FAMILIES` plots group it in, or None: derived from the hooks
+            its class overrides (``pezoo.family_of``); declared only where they mislead (a
+            wrapper class that forwards every hook).
         diagnostics: ``(encoding, forward) -> JSON-able | None``: what a trained
             encoding did while ``forward()`` ran it on one example (PRISM's cursor
             trajectories), or None.
@@ -247,6 +266,7 @@ class PaperCard:
     lm_claims: tuple[LmPaperClaim, ...] = ()
     lm_departures: Departures | None = None
     look: PlotLook | None = None
+    family: str | None = None
     diagnostics: Callable[..., Any] | None = None
     diagnostics_plots: TracePlots | None = None
     run_defaults: Mapping[str, Any] = field(default_factory=dict)

@@ -298,6 +298,39 @@ def is_known(name: str) -> bool:
     return True
 
 
+FAMILY_HOOKS = (
+    ("qk", ("qk",)),
+    ("bias", ("bias",)),
+    ("embedding", ("embed", "embed_tokens")),
+    ("attention", ("score_transform", "normaliser")),
+)
+"""Where a class puts position, first match wins: an encoding that transforms q and k is of
+that family even where it also adds a mask (xPos's blocks, a local window), one that adds a
+bias even where it also reads the residual stream (FoX)."""
+
+
+def family_of(name: str) -> str:
+    """The family (a key of :data:`pezoo.cards.FAMILIES`) plots group encoding ``name`` in: a
+    wrapped name's base's (``randomized:rope`` is RoPE's: the wrapper draws the positions, the
+    base puts them in), a combination's parts' when they agree (``other`` when not), else the
+    family its card declares, else the first of :data:`FAMILY_HOOKS` whose hooks its class
+    overrides (``none`` when it overrides none); ``other`` for a name not registered here.
+    Looking a name up never imports or builds anything."""
+    prefix, _, base = name.rpartition(":")
+    if prefix:
+        return family_of(base)
+    if "+" in name:
+        found = {family_of(part) for part in name.split("+")} - {"none"}
+        return found.pop() if len(found) == 1 else ("none" if not found else "other")
+    declared = card_of(name).family
+    if declared is not None:
+        return declared
+    factory = ENCODINGS._factories.get(name)
+    if factory is None or not ENCODINGS.is_loaded(name) or not isinstance(factory, type):
+        return "other"
+    return next((f for f, hooks in FAMILY_HOOKS if any(_class_overrides(factory, h) for h in hooks)), "none")
+
+
 def _class_overrides(cls: type, hook: str) -> bool:
     return getattr(cls, hook, None) is not getattr(PositionalEncoding, hook)
 

@@ -316,6 +316,9 @@ CARD = PaperCard(
     # (the harness before 25 November 2026)
     stored_defaults={"draw": "per_batch", "randomize_eval": False},
     shown_as="randomized:ape",  # bare randomized is the wrapper around sin/cos APE (run ids keep the name)
+    # the bare name's family, sin/cos APE's (its class forwards every hook, which tells nothing); a
+    # randomized:<base> takes its base's (pezoo.family_of)
+    family="embedding",
 )
 """Read by the bare name and by every ``randomized:<base>``."""
 

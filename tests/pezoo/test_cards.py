@@ -110,3 +110,42 @@ def test_lm_claims_are_data_on_the_card_of_the_paper_that_makes_them():
         for selector in (claim.row, *claim.against):  # data only: nothing for pezoo to run on a board's types
             assert isinstance(selector, LmRowSelector) and selector.pe in ENCODINGS
             assert not any(callable(getattr(selector, f.name)) for f in dataclasses.fields(selector))
+
+
+def test_every_registered_encoding_has_a_family_read_from_its_hooks_or_its_card():
+    """Plots group encodings by where they put position (pezoo.family_of): every registered name,
+    wrapped or not, gets one of FAMILIES, derived from the hooks its class overrides unless its
+    card declares it; a wrapped name takes its base's."""
+    from pezoo.registry import FAMILY_HOOKS, _class_overrides
+
+    for name in pezoo.available():
+        assert pezoo.family_of(name) in pezoo.FAMILIES, name
+        base = name.rpartition(":")[2]
+        if ":" in name:
+            assert pezoo.family_of(name) == pezoo.family_of(base)
+            continue
+        cls = pezoo.get(name)
+        declared = pezoo.card_of(name).family
+        hooks = [f for f, names in FAMILY_HOOKS if any(_class_overrides(cls, h) for h in names)]
+        assert pezoo.family_of(name) == (declared or (hooks[0] if hooks else "none")), name
+    assert pezoo.family_of("no_such_encoding") == "other"
+
+
+class _Bias(pezoo.PositionalEncoding):
+    def bias(self, layer, q, k, ctx):
+        return []
+
+
+class _Rotating(_Bias):
+    def qk(self, layer, q, k, ctx):
+        return q, k
+
+
+def test_a_family_is_the_first_hook_family_a_class_overrides(monkeypatch):
+    from pezoo.registry import ENCODINGS
+
+    monkeypatch.setitem(ENCODINGS._factories, "_bias_only", _Bias)
+    monkeypatch.setitem(ENCODINGS._factories, "_rotating", _Rotating)
+    assert pezoo.family_of("_bias_only") == "bias"
+    assert pezoo.family_of("_rotating") == "qk"  # q/k first: a mask beside a rotation does not make it a bias
+    assert pezoo.family_of("_bias_only+_rotating") == "other"  # parts that disagree
