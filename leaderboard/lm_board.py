@@ -26,15 +26,13 @@ parameters: the section compares the shape of the curves with the papers', never
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from fractions import Fraction
-
-from markupsafe import Markup
 
 from harness.lm.claims import selects
 from harness.lm.passkey import DEPTHS, FIXED_BYTES
 from harness.lm.record import LmRecord
+from leaderboard.lm_curves import curves_svg, positions_length, positions_svg
 from leaderboard.lm_rows import (
     LmRow,
     lm_rows,
@@ -42,7 +40,6 @@ from leaderboard.lm_rows import (
     ranked,
     reach,
     read_lm_results,
-    short_label,
     weakest,
     weakest_passkey,
     weakest_tail,
@@ -60,15 +57,15 @@ from leaderboard.lm_verdicts import (
 )
 from leaderboard.permutation import smallest_p
 from leaderboard.readme import md
-from leaderboard.styles import styles
-from leaderboard.text import render_template
 
 __all__ = [
     "AT_L_NOTE",
+    "CURVES_NOTE",
     "EFFECTIVE_CONTEXT_RULE",
     "LM_CLAIMS",
     "NOT_MEASURED",
     "PASSKEY_NOTE",
+    "POSITIONS_NOTE",
     "RULES",
     "LmRow",
     "LmVerdict",
@@ -78,6 +75,7 @@ __all__ = [
     "cells",
     "check_claim",
     "corpus_of",
+    "curves_svg",
     "departure_notes",
     "departures",
     "lm_pages",
@@ -86,6 +84,8 @@ __all__ = [
     "passkey_lengths_of",
     "passkey_reach",
     "passkey_rows",
+    "positions_length",
+    "positions_svg",
     "protocol_note",
     "provenance_rows",
     "ranked",
@@ -126,7 +126,22 @@ PASSKEY_NOTE = (
 """What the passkey grid is, quoted by the markdown and the HTML page (``harness.lm.passkey``)."""
 
 NOT_MEASURED = "not measured"
-"""What a row whose records have no passkey grid shows (records made before issue 64)."""
+"""What a row whose records have no passkey grid (records made before issue 64), or no curves by
+position (records made before issue 63's), shows."""
+
+CURVES_NOTE = (
+    "One panel per family of encodings (where each puts position: queries and keys, a bias on the scores, the "
+    "embeddings, nowhere), the others' rows in grey behind; every panel on the same axes. Each row keeps its "
+    "colour, dash and marker on every page."
+)
+
+POSITIONS_NOTE = (
+    "Bits per byte by position within the window (the per-token loss curve of the forgetting-transformer paper, "
+    "Lin et al. 2025, in bytes): at the longest length each row measured, every window's loss at each position, "
+    "summed over the windows and the seeds per half-octave bucket of positions (nats and bytes, counted; each "
+    "point is a bucket, drawn at its end), in non-overlapping windows. Past the dashed line the positions were "
+    "never seen in training: a row that breaks there, breaks at the first position past L or gradually."
+)
 
 VARIANT_NOTE = "a variant of a trained run against that run's bpb(L), 0 where it is more than 5 % above it at L"
 
@@ -156,64 +171,6 @@ SCALE_NOTE = (
 
 def _fmt(x: float | None) -> str:
     return "–" if x is None else f"{x:.3f}"
-
-
-LEGEND_WIDTH = 272
-"""Pixels right of the plot for its legend: a 28 px swatch and a label cut at 36 characters (~6.5 px
-each at 11 px; 250 cut the closing brace off t5{max_distance=64,num_buckets=32})."""
-
-
-def curves_svg(task: str, rows: Sequence[LmRow], width: int = 520, height: int = 300) -> Markup:
-    """Bits per byte (mean over seeds, non-overlapping windows) against log2 of the length, one
-    line per row, with a legend to the right (the whole label in each entry's tooltip)."""
-    left, top, right, bottom = 56, 20, 14, 44
-    series = []
-    looks = styles([row.label for row in rows])  # distinct: a variant never wears its encoding's look
-    for row in rows:
-        points = []
-        for s in row.lengths:
-            values = row.bpb(s)
-            if values and all(v is not None for v in values):
-                points.append((math.log2(s), sum(v for v in values if v is not None) / len(values)))
-        if points:
-            series.append((row.label, short_label(row.config), looks[row.label], points))
-    xs = [x for *_, p in series for x, _ in p] or [8.0, 12.0]
-    ys = [y for *_, p in series for _, y in p] or [0.0, 8.0]
-    x_lo, x_hi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    y_lo, y_hi = math.floor(min(ys) * 2) / 2, math.ceil(max(ys) * 2) / 2
-    y_hi = y_hi if y_hi > y_lo else y_lo + 0.5
-    w, h = width - left - right, height - top - bottom
-
-    def px(x: float) -> float:
-        return left + (x - x_lo) / (x_hi - x_lo) * w
-
-    def py(y: float) -> float:
-        return top + (y_hi - y) / (y_hi - y_lo) * h
-
-    step = 0.5 if y_hi - y_lo <= 4 else 1.0
-    y_ticks = [(y_lo + k * step, py(y_lo + k * step)) for k in range(round((y_hi - y_lo) / step) + 1)]
-    x_ticks = [(2**x, px(x)) for x in range(math.ceil(x_lo), math.floor(x_hi) + 1)]
-    lines = [(label, style, [(px(x), py(y)) for x, y in points]) for label, _, style, points in series]
-    legend = [
-        (label, short if len(short) <= 36 else short[:35] + "…", style, top + 8 + 16 * i)
-        for i, (label, short, style, _) in enumerate(series)
-    ]
-    return render_template(
-        "lm_curves.svg.j2",
-        title=f"bits per byte against length, {task}",
-        width=width + LEGEND_WIDTH,
-        legend_x=width + 4,
-        legend=legend,
-        height=max(height, top + 16 * len(legend) + 8),  # the plot keeps its height; the legend fits below it
-        left=left,
-        top=top,
-        plot_width=w,
-        plot_height=h,
-        x_ticks=x_ticks,
-        y_ticks=y_ticks,
-        boundary_x=px(math.log2(rows[0].length)) if rows else None,
-        lines=lines,
-    )
 
 
 def cells(row: LmRow, lengths: Sequence[int], mode: str = "windows") -> list[str]:
@@ -402,7 +359,9 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
         if notes:
             out += ["", "Departures from the papers' setups (judged too, and said so in each verdict):", ""]
             out += [f"* {md(name)}: {md(text)}" for name, text in notes]
-        out += ["", f"![bits per byte against test length on {md(task)}, one line per encoding](lm-{task}.svg)", ""]
+        out += ["", CURVES_NOTE, ""]
+        out += [f"![bits per byte against test length on {md(task)}, one panel per family](lm-{task}.svg)", ""]
+        out += _positions_part(task, order)
         out += _tail_table(order)
         out += _passkey_table(order)
         out += ["Claims:", "", md(verdict_note(rows)), "", "| claim | source | verdict | why |", "|---|---|---|---|"]
@@ -429,6 +388,19 @@ def answer_sentence(rows: Sequence[LmRow]) -> str:
         else:
             parts.append(f"{names} to {multiple:g}× L" + (" (the longest length tested)" if longest else ""))
     return f"Bits per byte within 5 % of bpb(L) on the weakest seed ({each}): " + "; ".join(parts) + "."
+
+
+def _positions_part(task: str, order: Sequence[LmRow]) -> list[str]:
+    """The curves by position: their note and figure, or a line saying they were not measured."""
+    if positions_svg(task, order) is None:
+        return [
+            f"Bits per byte by position within the window: {NOT_MEASURED} (these records were made before the "
+            "evaluation kept it, `eval.positions`).",
+            "",
+        ]
+    at = ", ".join(f"{s:,}" for s in positions_length(order))
+    alt = f"bits per byte by position within the window on {md(task)}, at S = {at}, one panel per family"
+    return [POSITIONS_NOTE, "", f"![{alt}](lm-{task}-positions.svg)", ""]
 
 
 def _tail_table(order: Sequence[LmRow]) -> list[str]:
@@ -509,11 +481,15 @@ def readme_section(records: Sequence[LmRecord], site_href: str) -> list[str]:
 
 
 def lm_pages(records: Sequence[LmRecord]) -> dict[str, str]:
-    """The LM section's files (site path -> text): ``lm.md`` and one ``lm-<task>.svg`` of
-    curves per corpus; none without records (a board with no LM results has no LM section)."""
+    """The LM section's files (site path -> text): ``lm.md``, one ``lm-<task>.svg`` of curves per
+    corpus and, where its records measured them, ``lm-<task>-positions.svg``; none without records
+    (a board with no LM results has no LM section)."""
     if not records:
         return {}
     pages = {"lm.md": render_markdown(records)}
     for task, task_rows in lm_rows(records).items():
-        pages[f"lm-{task}.svg"] = str(curves_svg(task, task_rows))
+        pages[f"lm-{task}.svg"] = str(curves_svg(task, ranked(task_rows)))  # legends in the tables' order
+        by_position = positions_svg(task, ranked(task_rows))
+        if by_position is not None:
+            pages[f"lm-{task}-positions.svg"] = str(by_position)
     return pages

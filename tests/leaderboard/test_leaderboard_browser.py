@@ -338,3 +338,23 @@ def test_the_encoding_column_stays_pinned_when_the_grid_scrolls_at_400_px(browse
         save_shot(browser, shots, "grid-400-scrolled.png")
     finally:
         browser.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
+
+
+def test_the_lm_page_draws_each_family_in_a_panel_of_its_own(browser, shots):
+    """The committed LM page (issue 63, item 4): per corpus, small multiples of bits per byte
+    against length, one panel per family, every row's line in it, none hidden."""
+    page = Path(__file__).resolve().parents[2] / "leaderboard" / "site" / "lm.html"
+    if not page.is_file():
+        pytest.skip("no committed LM page")
+    start = browser.navigate(page.as_uri())
+    assert browser.errors(start) == []
+    figures = browser.evaluate(
+        "[...document.querySelectorAll('section[id^=lm-] figure.plot.wide svg')].map(s => {"
+        " const r = s.getBoundingClientRect(); return [r.width, r.height, s.querySelectorAll('g.panel').length,"
+        " s.querySelectorAll('g.panel g.series').length, s.querySelectorAll('g.panel g.legend').length]; })"
+    )
+    rows = browser.evaluate("document.querySelector('section[id^=lm-] table.sortable').tBodies[0].rows.length")
+    assert figures and all(w > 400 and h > 400 and panels >= 2 for w, h, panels, _, _ in figures), figures
+    assert all(legends == rows and lines <= legends for *_, lines, legends in figures), (figures, rows)
+    browser.evaluate("document.querySelector('section[id^=lm-] figure.plot.wide').scrollIntoView()")
+    save_shot(browser, shots, "lm-curves.png")

@@ -80,7 +80,8 @@ def test_the_section_leads_with_the_answer_and_says_its_scale():
     assert render_markdown([]).startswith("## Language modelling\n\nNo language-modelling results")
     answer = "on the weakest seed (3 seeds each): **alibi** to 16× L (the longest length tested); **ape** not past L."
     assert lines[lines.index("### lm_en (corpus sha256 abababababababab)") + 4].endswith(answer)
-    assert "![bits per byte against test length on lm_en, one line per encoding](lm-lm_en.svg)" in lines
+    assert "![bits per byte against test length on lm_en, one panel per family](lm-lm_en.svg)" in lines
+    assert any(line.startswith("Bits per byte by position within the window: not measured") for line in lines)
     tail = lines.index("| encoding | " + " | ".join(f"bpb S = {s}" for s in LENGTHS) + " |")  # the fixed-target mode
     assert lines[tail + 2 : tail + 4] == [
         "| alibi | 2.000 | 1.980 | 1.970 | 1.990 | 2.020 |", "| ape | 2.000 | 2.300 | 3.100 | 4.000 | 5.000 |"
@@ -113,7 +114,7 @@ def test_curves_give_each_row_its_own_look_and_a_legend():
 def test_curves_draw_one_line_per_encoding_in_its_board_colour():
     rows = lm_rows([record("alibi", 0, FLAT), record("ape", 0, BLOWS)])["lm_en"]
     svg = str(curves_svg("lm_en", rows))
-    assert svg.count("<polyline") == 2 and 'data-encoding="alibi"' in svg
+    assert svg.count('<g class="series"') == 2 and 'data-encoding="alibi"' in svg
     from leaderboard.styles import style_of
 
     assert style_of("alibi").colour in svg
