@@ -12,6 +12,7 @@ One module per part:
     claims    which runs the papers' LM claims name (the sweep gives them five seeds)
     evaluate  bits per byte at every test length, in two modes, as sums and counts
     passkey   passkey retrieval: a key hidden at a depth in held-out text, right of total per cell
+    positions bits per byte by position within the window, as nats sums and byte counts per bucket
     hf        your own model: a Hugging Face causal LM with a pezoo encoding, scored alike
     record    a run's result (``LmRecord``), its JSON form, and its folder store (``LmStore``)
     run       train and evaluate one run; a sweep of them into an ``LmStore``
