@@ -34,6 +34,6 @@ line's top (cli, commands) reaches the leaderboard, through entry points.
 One front door runs one config: ``harness.execution.run.execute(cfg, store, device)`` trains,
 evaluates and records it in the store (or finds it there) and returns its outcome;
 ``train_and_evaluate(cfg, device, checkpoint)`` does the same without a store and returns
-the result. Sweeps, in process or in worker processes, locally or on Ray, call ``execute``;
-``pezoo bench`` is a sweep.
+the result. A sweep's workers (in process, in a group, in worker processes, on Ray) call
+``train_and_evaluate`` and its driver records what they return; ``pezoo bench`` is a sweep.
 """
