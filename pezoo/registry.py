@@ -12,6 +12,7 @@ from importlib import metadata
 from typing import Any, TypeVar
 
 from pezoo.cards import PaperCard
+from pezoo.combined import Combined
 from pezoo.dims import ModelDims as ModelDims  # re-exported: it was defined here
 from pezoo.interface import PositionalEncoding
 
@@ -436,8 +437,6 @@ def _defaults(factory: Callable[..., Any], config: Mapping[str, Any], name: str)
 
 def _create_combined(name: str, dims: ModelDims | None, config: Mapping[str, Any]) -> PositionalEncoding:
     """``a+b``: each part built with ``dims`` and the ``config`` keys it alone accepts."""
-    from pezoo.encodings.combined import Combined
-
     names = name.split("+")
     if any(not n for n in names):
         raise ValueError(f"{name!r}: expected encoding names joined by '+', e.g. abacus+fire")

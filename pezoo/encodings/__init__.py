@@ -9,10 +9,10 @@ being named here; the classes imported by name below are pezoo's public API
 import importlib
 import pkgutil
 
+from pezoo.combined import Combined, combine
 from pezoo.encodings.abacus import Abacus, abacus_indices
 from pezoo.encodings.alibi import ALiBi, alibi_slopes
 from pezoo.encodings.ape import SinusoidalAPE, sinusoid_table
-from pezoo.encodings.combined import Combined, combine
 from pezoo.encodings.cope import CoPE, cope_bias, cope_interpolate, cope_positions
 from pezoo.encodings.fire import FIRE, fire_bias, fire_bias_dense
 from pezoo.encodings.hard_alibi import HardALiBi, hard_alibi_windows

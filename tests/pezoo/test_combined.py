@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import pezoo
+from pezoo.combined import Combined
 from pezoo.context import AttentionContext
-from pezoo.encodings.combined import Combined
 from pezoo.testing import check_encoding
 
 DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
