@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -41,6 +40,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from gpu_busy import read_utilisation, sample_utilisation  # noqa: E402
+
 WORK = ROOT / ".boardgpu"
 
 DRY_SWEEP = """preset = "smoke"
@@ -49,32 +51,6 @@ task = ["copy"]
 pe = ["nope", "rope"]
 seeds = [0]
 """
-
-
-def _utilisation() -> subprocess.Popen | None:
-    try:
-        return subprocess.Popen(
-            ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "500"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-    except OSError:
-        return None
-
-
-def _busy(proc: subprocess.Popen | None) -> dict[str, float] | None:
-    """Mean GPU utilisation over the sweep's active window (first to last busy sample) and all samples."""
-    if proc is None:
-        return None
-    proc.terminate()
-    out, _ = proc.communicate(timeout=10)
-    values = [float(v) for v in re.findall(r"^\s*(\d+(?:\.\d+)?)\s*$", out, flags=re.M)]
-    if not values:
-        return None
-    busy = [i for i, v in enumerate(values) if v > 0]
-    window = values[busy[0] : busy[-1] + 1] if busy else values
-    return {"active_pct": round(sum(window) / len(window), 1), "all_pct": round(sum(values) / len(values), 1)}
 
 
 def sweep_for(budget: float, sweep: Path, store: Path, device: str, extra: list[str]) -> dict[str, Any]:
@@ -150,9 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         device = "cuda"
     store = work / f"{args.tag or sweep.stem}.sqlite"
     before = finished(store)
-    sampler = None if args.dry_run else _utilisation()
+    sampler = None if args.dry_run else sample_utilisation()
     run = sweep_for(args.budget, sweep, store, device, extra)
-    busy = _busy(sampler)
+    busy = read_utilisation(sampler)
     after = finished(store)
     new = {k: round(after[k] - before[k], 1) for k in after}
     train_s = new["train_s"]

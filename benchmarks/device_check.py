@@ -53,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from gpu_busy import read_utilisation, sample_utilisation  # noqa: E402
 
 # (part, timeout s on a GPU, timeout s in a dry run)
 # in the order of what each tells (the gpu preset's loop last: a cut-short call loses it first)
@@ -274,36 +276,6 @@ def preset_steps(preset: str) -> int:
     return int(PRESETS[preset]["train"]["steps"])
 
 
-def _sample_utilisation(stop_after: float) -> subprocess.Popen | None:
-    """nvidia-smi sampling GPU utilisation every 500 ms into a pipe (None without it)."""
-    try:
-        return subprocess.Popen(
-            ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "500"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-    except OSError:
-        return None
-
-
-def _read_utilisation(proc: subprocess.Popen | None) -> dict[str, float | None] | None:
-    """nvidia-smi's utilisation samples (% of each 500 ms a kernel ran): the mean over the
-    sweep's active window (first to last non-zero sample: workers starting are not the
-    sweep's steady state, said beside it) and over every sample."""
-    if proc is None:
-        return None
-    proc.terminate()
-    out, _ = proc.communicate(timeout=10)
-    values = [float(v) for v in re.findall(r"^\s*(\d+(?:\.\d+)?)\s*$", out, flags=re.M)]
-    if not values:
-        return None
-    busy = [i for i, v in enumerate(values) if v > 0]
-    window = values[busy[0] : busy[-1] + 1] if busy else values
-    return {"active_pct": round(sum(window) / len(window), 1), "all_pct": round(sum(values) / len(values), 1),
-            "samples": len(values)}  # fmt: skip
-
-
 def board_projection(row: dict[str, Any], runs: int = 270, steps: int = 10_000) -> float | None:
     """Minutes the board (``runs`` runs of ``steps`` steps, each evaluated as the measured
     runs were) takes at a packed sweep's measured rates: per run ``steps / r + e`` seconds
@@ -339,9 +311,9 @@ def part_pack(dry: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         for label, args, accel, group, timeout in sweeps:
             store = Path(tmp) / f"{len(rows)}.sqlite"
-            sampler = None if dry else _sample_utilisation(timeout)
+            sampler = None if dry else sample_utilisation()
             wall, code, out = _bench(args, store, accel, timeout, dry, group)
-            util = _read_utilisation(sampler)
+            util = read_utilisation(sampler)
             speeds = _speeds(store)
             total_steps_per_s = speeds["steps"] / wall if wall else None
             rows[label] = {**speeds, "wall_s": round(wall, 1), "code": code, "gpu_util": util,
