@@ -56,24 +56,29 @@ def stored_defaults(pe: str) -> dict[str, Any]:
     return dict(pezoo.card_of(pe).stored_defaults)
 
 
+def _takes(pe: str, keyword: str) -> bool:
+    """Whether the encoding ``pe`` (a wrapper's base, a combination's parts too) is built
+    with the keyword ``keyword``; an unknown name takes nothing (its run fails, saying so)."""
+    import inspect
+
+    for part in pe.rsplit(":", 1)[-1].split("+"):
+        try:
+            factory = pezoo.get(part)
+        except KeyError:
+            continue
+        if keyword in inspect.signature(factory).parameters:
+            return True
+    return False
+
+
 def vocabulary_options(pe: str) -> dict[str, Any]:
     """Keywords that locate tokens in the harness's shared vocabulary, for the encodings
     that take them: ``digit_ids`` (Abacus numbers the digits). Supplied when a model is
     built and never recorded in a run's options: token ids are stable
     (``harness.tasks.vocab``), so they are part of the harness, not of the run."""
-    import inspect
-
-    import pezoo
     from harness.tasks.vocab import TOKEN_ID
 
-    wanted = False
-    for part in pe.rsplit(":", 1)[-1].split("+"):  # a combination's parts too
-        try:
-            factory = pezoo.get(part)
-        except KeyError:
-            continue
-        wanted = wanted or "digit_ids" in inspect.signature(factory).parameters
-    return {"digit_ids": [TOKEN_ID[str(d)] for d in range(10)]} if wanted else {}
+    return {"digit_ids": [TOKEN_ID[str(d)] for d in range(10)]} if _takes(pe, "digit_ids") else {}
 
 
 def task_options(pe: str, task: str) -> dict[str, Any]:
@@ -82,19 +87,9 @@ def task_options(pe: str, task: str) -> dict[str, Any]:
     ``position_coupling``), as plain data. Supplied when a model is built and not recorded
     in a run's options: the task's name is part of the run, and its coupling part of the
     task. ValueError for an encoding that reads a coupling on a task that declares none."""
-    import inspect
-
-    import pezoo
     from harness import tasks
 
-    wanted = False
-    for part in pe.rsplit(":", 1)[-1].split("+"):  # a combination's parts too
-        try:
-            factory = pezoo.get(part)
-        except KeyError:
-            continue
-        wanted = wanted or "coupling" in inspect.signature(factory).parameters
-    if not wanted:
+    if not _takes(pe, "coupling"):
         return {}
     coupling = tasks.create(task).coupling if task in tasks.TASKS else None
     if coupling is None:
