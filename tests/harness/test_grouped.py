@@ -227,3 +227,35 @@ def test_graphs_are_captured_in_thread_local_mode_one_at_a_time(monkeypatch):
     assert graphs.capture(module, (torch.zeros(1, 2),)) is module
     assert seen == [("thread_local", True)]
     assert torch.cuda.graph is original  # restored after the capture
+
+
+def test_each_slot_trains_only_the_jobs_placed_on_it(monkeypatch, tmp_path):
+    """A job is placed on a slot (its device, its stream, its place in the bookkeeping), so
+    that slot's thread must be the one to train it."""
+    import time
+
+    import harness.sweeps.executors.grouped as grouped
+
+    seen: list[tuple[str, str]] = []
+
+    def record(job, progress, notice):
+        seen.append((threading.current_thread().name, job.device))
+        time.sleep(0.002 * (job.index % 3))
+        return train_and_evaluate  # any answer: the driver is not here
+
+    monkeypatch.setattr(grouped, "run_job", record)
+    group = Grouped(["cpu", "cpu:0"])  # two slots told apart by their device string
+    cfg = _config("nope", "copy", {})
+    submitted = 0
+    for _ in range(40):
+        while submitted < 40 and group._free:
+            group.submit(Job(submitted, cfg.to_dict(), cfg.run_id(), str(tmp_path / "r.pt")))
+            submitted += 1
+        if group._in_flight:
+            group.wait()
+    while group._in_flight:
+        group.wait()
+    group.close()
+    assert len(seen) == 40
+    assert {device for thread, device in seen if thread == "pezoo-group-0"} <= {"cpu"}
+    assert {device for thread, device in seen if thread == "pezoo-group-1"} <= {"cpu:0"}

@@ -79,7 +79,7 @@ class Grouped(Executor):
         self._progress_for, self._notice = progress_for, notice
         self.live_notices = notice is not None
         self._free = list(range(self.capacity))
-        self._jobs: queue.Queue[tuple[int, Job] | None] = queue.Queue()
+        self._jobs: list[queue.Queue[Job | None]] = [queue.Queue() for _ in self._devices]  # one per slot
         self._events: queue.Queue[tuple[int, _Event]] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._in_flight: dict[int, Job] = {}
@@ -98,10 +98,9 @@ class Grouped(Executor):
             stream = torch.cuda.stream(torch.cuda.Stream(torch.device(device)))
         with stream:
             while True:
-                item = self._jobs.get()
-                if item is None:
+                job = self._jobs[slot].get()  # its own slot's: the device and the bookkeeping are the slot's
+                if job is None:
                     return
-                _, job = item
                 answer: RunResult | WorkerLost
                 try:
                     answer = run_job(job, *self._reporters(slot, job))
@@ -132,7 +131,7 @@ class Grouped(Executor):
         slot = self._free.pop(0)
         placed = replace(job, device=self._devices[slot])
         self._in_flight[slot] = placed
-        self._jobs.put((slot, placed))
+        self._jobs[slot].put(placed)
 
     def wait(self) -> list[Completion]:
         if not self._in_flight:
@@ -165,8 +164,8 @@ class Grouped(Executor):
         run's are (the driver records them interrupted)."""
         if cancel:
             self._cancelled.set()
-        for _ in self._threads:
-            self._jobs.put(None)
+        for jobs in self._jobs:
+            jobs.put(None)
         for thread in self._threads:
             thread.join(timeout=CANCEL_SECONDS if cancel else None)
         self._threads = []
