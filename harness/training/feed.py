@@ -18,7 +18,7 @@ On CUDA a producer also pins the batch's host memory and copies it with
 ``non_blocking=True``, so the copy overlaps the previous step's kernels.
 
 With ``spawn`` the examples are made in a producer *process* (its own interpreter, one
-torch thread), which sends the host batches through shared memory to the producer thread,
+torch thread), which sends the host batches (arrays, by value) to the producer thread,
 which only pins and copies them: runs trained side by side in one process
 (``harness.sweeps.executors.grouped``) then do not make each other's examples under one
 GIL. The process draws from a copy of the same rng, so the batches are the same, bit for
@@ -130,6 +130,10 @@ class BatchFeed:
         keep = self.keep_state(step)
         data_rng = self.rng.getstate() if keep else None
         stream = self.stream.state() if keep and self.stream is not None else None
+        return self._placed(step, batch, data_rng, stream)
+
+    def _placed(self, step: int, batch: Batch, data_rng: Any, stream: dict[str, list] | None) -> Fed:
+        """The item of ``step``: its host batch on the run's device, with its data state."""
         on_device = self._to_device(batch)
         return Fed(step, on_device, data_rng, stream, batch if on_device is not batch else None)
 
@@ -216,9 +220,7 @@ class BatchFeed:
             if isinstance(item, BaseException):
                 raise item
             step, arrays, data_rng, stream = item
-            batch = Batch(*(torch.from_numpy(a) for a in arrays))
-            on_device = self._to_device(batch)
-            yield Fed(step, on_device, data_rng, stream, batch if on_device is not batch else None)
+            yield self._placed(step, Batch(*(torch.from_numpy(a) for a in arrays)), data_rng, stream)
 
     def __iter__(self) -> Iterator[Fed]:
         if not self.ahead:
@@ -270,19 +272,15 @@ def _produce_in_process(parts: bytes, first: int, last: int, out: Any, stop: Any
     torch.set_num_threads(1)  # one core's worth of Python: the examples are Python
     try:
         task, rng, stream, batch_size, protocol, scale_range, keep_state = pickle.loads(parts)
-        for step in range(first, last):
-            lo, hi = scale_range(step)
-            batch = make_batch(task, rng, stream, batch_size=batch_size, lo=lo, hi=hi, protocol=protocol)
-            keep = keep_state(step)
-            item = (
-                step,
-                # as numpy arrays, pickled by value: torch would send shared memory, which the
-                # receiver fetches from this process, and this process ends after its last batch
-                tuple(t.numpy() for t in (batch.inputs, batch.labels, batch.scales, batch.scored)),
-                rng.getstate() if keep else None,
-                stream.state() if keep and stream is not None else None,
-            )
-            if not _send(out, item, stop):
+        inline = BatchFeed(
+            task, rng, stream, batch_size=batch_size, protocol=protocol, scale_range=scale_range,
+            first=first, last=last, device="cpu", keep_state=keep_state,
+        )  # fmt: skip
+        for fed in inline:  # the host batches, made as a feed without a producer makes them
+            # as numpy arrays, pickled by value: torch would send shared memory, which the
+            # receiver fetches from this process, and this process ends after its last batch
+            arrays = tuple(t.numpy() for t in (fed.batch.inputs, fed.batch.labels, fed.batch.scales, fed.batch.scored))
+            if not _send(out, (fed.step, arrays, fed.data_rng, fed.stream), stop):
                 return
         _send(out, None, stop)
     except BaseException as exc:  # told to the consumer, raised there
