@@ -405,32 +405,23 @@ def optimizer_step(model: Backbone, run: _Run, loss: Tensor, grad_clip: float) -
 
 @dataclass(frozen=True)
 class _Due:
-    """Which steps end with a periodic evaluation or a checkpoint (never the last step)."""
+    """Which steps end with a periodic evaluation or a checkpoint (never the last step): plain
+    numbers, so a producer process can take it (``saves_after``)."""
 
     steps: int
     every: int
-    checkpointing: Checkpointing | None
+    checkpoint_every: int | None
 
     def evaluation(self, done: int) -> bool:
         return bool(self.every) and done % self.every == 0 and done < self.steps
 
     def save(self, done: int) -> bool:
-        ck = self.checkpointing
-        return ck is not None and done % ck.every == 0 and done < self.steps
+        every = self.checkpoint_every
+        return every is not None and done % every == 0 and done < self.steps
 
     def saves_after(self, step: int) -> bool:
         """Whether a checkpoint follows step ``step`` (0-based): its batch keeps the data state."""
         return self.save(step + 1)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # to a producer process: the when, never the checkpoint's error callback (a closure)
-        every = self.checkpointing.every if self.checkpointing is not None else None
-        return _due_of, (self.steps, self.every, every)
-
-
-def _due_of(steps: int, every: int, checkpoint_every: int | None) -> _Due:
-    checkpointing = None if checkpoint_every is None else Checkpointing(Path(), checkpoint_every)
-    return _Due(steps, every, checkpointing)
 
 
 def _feed(
@@ -539,7 +530,7 @@ def train(
     accel = Accel.for_device(device) if accel is None else accel
     run, last, evaluating = _start(cfg, model, task, device, resume, accel)
     model.train()
-    due = _Due(t.steps, cfg.eval.every if evaluate is not None else 0, checkpointing)
+    due = _Due(t.steps, cfg.eval.every if evaluate is not None else 0, checkpointing.every if checkpointing else None)
     losses = LossReadback(accel.readback, on_step, cfg.eval.start_below_loss, last=last, evaluating=evaluating)
     compute = step_loss.loss_function(model, t.precision, device, graphs=accel.graphs, draws=run.draws)
     start = time.perf_counter()
