@@ -1,7 +1,7 @@
 """How much of the LM track's held-out text occurs in its training text (issue 63): the split
 before issue 63 (documents held out by the hash of their names alone, regions the first
-M-byte slices round robin) against the split now (``harness.lm.split``, regions from
-``harness.lm.data.scored_regions``), per corpus. A measurement, not a test (the tests check
+M-byte slices round robin) against the split now (``harness.tasks.lm.split``, regions from
+``harness.tasks.lm.data.scored_regions``), per corpus. A measurement, not a test (the tests check
 the rule on corpora made in the test: tests/harness/lm/test_lm_split.py).
 
     python benchmarks/lm_leaks.py [--out benchmarks/results/lm-leaks]
@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from harness.lm.config import LM_PRESETS
-from harness.lm.corpora import Corpus, load_corpus
-from harness.lm.data import scored_regions
-from harness.lm.overlap import RUN, TextIndex, leak_report, windows_holding_runs
-from harness.lm.split import HELDOUT_FRACTION, HELDOUT_MIN_BYTES, split
+from harness.tasks.lm.corpora import Corpus, load_corpus
+from harness.tasks.lm.data import scored_regions
+from harness.tasks.lm.overlap import RUN, TextIndex, leak_report, windows_holding_runs
+from harness.tasks.lm.split import HELDOUT_FRACTION, HELDOUT_MIN_BYTES, split
 
 Docs = tuple[tuple[str, bytes], ...]
 

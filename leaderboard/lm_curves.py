@@ -4,7 +4,7 @@ Two figures per corpus, drawn the same way:
 
 * :func:`curves_svg`, bits per byte against the test length S (non-overlapping windows);
 * :func:`positions_svg`, bits per byte against the position within the window at the
-  longest length every seed of a row measured (``harness.lm.positions``: the per-token loss
+  longest length every seed of a row measured (``harness.records.lm_positions``: the per-token loss
   curve of the FoX paper, per half-octave bucket), the picture of *where* past L a row
   breaks; rows whose records did not measure it are listed as not measured.
 

@@ -28,9 +28,9 @@ from harness.config.pe_spec import display_name
 from harness.lm.config import LmConfig
 from harness.lm.passkey import DEPTHS, PasskeyCell, passkey_lengths
 from harness.lm.record import LmRecord
-from harness.lm.tasks import LM_TASKS
 from harness.records.counts import exact, fraction
 from harness.records.ranking import REACH_THRESHOLD
+from harness.tasks.lm import LM_TASKS
 from leaderboard.lm_results import LmResultsError, Located, label_of, read_lm_results, set_problems
 from pezoo.spec import format_pe
 

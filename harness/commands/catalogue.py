@@ -18,7 +18,7 @@ import pezoo
 from harness import tasks
 from harness.config import PRESET_DESCRIPTIONS, PRESETS
 from harness.lm.config import LM_PRESET_DESCRIPTIONS
-from harness.lm.tasks import LM_TASKS
+from harness.tasks.lm import LM_TASKS
 from pezoo import ENCODINGS, WRAPPERS, unknown_name_message
 
 WIDTH = 100

@@ -27,7 +27,7 @@ from harness.config.backbone import BackboneConfig
 from harness.config.checks import check_choice, check_int, check_name, check_plain, shown, strict
 from harness.config.pe_spec import check_eval_options, preflight_build, resolve_pe
 from harness.config.run_config import TrainConfig, check_backbone
-from harness.lm.tasks import VOCAB_SIZE, lm_task
+from harness.tasks.lm import VOCAB_SIZE, lm_task
 from harness.training.precision import PRECISIONS
 from pezoo.spec import PeSpec, parse_pe
 
@@ -51,7 +51,7 @@ class LmEvalConfig:
             training length L (the reference every ratio is taken against).
         regions: how many held-out regions of ``max(lengths)`` bytes are scored, spread
             through the held-out documents in proportion to their lengths, none holding a
-            64-byte run of the training text (``harness.lm.data.scored_regions``).
+            64-byte run of the training text (``harness.tasks.lm.data.scored_regions``).
         tail: the tail mode's target bytes, the last ``tail`` of each region (lengths below
             it have no tail score; at ``tail`` = L the tail mode has its reference at L).
         chunk: queries per attention block: a forward pass of S tokens is fed as blocks of
@@ -64,7 +64,7 @@ class LmEvalConfig:
             published: at 0 it is left out of the config's JSON (:meth:`LmConfig.to_dict`),
             so their run ids and checksums stand.
         positions: whether the windows mode also keeps, at each length, the loss by position
-            within the window (``harness.lm.positions``: nats and bytes per half-octave
+            within the window (``harness.records.lm_positions``: nats and bytes per half-octave
             bucket; the record's ``positions`` key). Added after records were published: when
             False it is left out of the config's JSON, as ``passkey`` at 0.
     """

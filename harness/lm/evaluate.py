@@ -24,7 +24,7 @@ positions drawn from a smaller range, memory) is recorded as not reached with th
 never dropped.
 
 Asked for (``positions``), each reached length of the windows mode also keeps its loss by
-position within the window (``harness.lm.positions``: nats and bytes per half-octave bucket),
+position within the window (``harness.records.lm_positions``: nats and bytes per half-octave bucket),
 and its total nats is then the exact sum of its buckets'.
 """
 
@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.lm.data import window_tokens
-from harness.lm.positions import PositionCurve
+from harness.records.lm_positions import PositionCurve
+from harness.tasks.lm.data import window_tokens
 from harness.training.backbone import Backbone
 from harness.training.precision import autocast
 

@@ -43,12 +43,12 @@ import torch.nn.functional as F
 
 from harness.config.checks import check_int
 from harness.lm.config import MAX_LM_LENGTH
-from harness.lm.corpora import Corpus
-from harness.lm.data import scored_regions
 from harness.lm.evaluate import LengthScore
 from harness.lm.passkey import ANSWER_BYTES, DEPTHS, PasskeyCell, passkey_lengths, passkey_samples
-from harness.lm.split import split
-from harness.lm.tasks import BOS
+from harness.tasks.lm import BOS
+from harness.tasks.lm.corpora import Corpus
+from harness.tasks.lm.data import scored_regions
+from harness.tasks.lm.split import split
 
 __all__ = ["HfCheck", "check_hf", "hf_scores", "load_hf", "passkey_hf", "score_hf"]
 

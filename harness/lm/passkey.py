@@ -5,7 +5,7 @@ Axis letters: b batch (samples), s sequence, c query block, v vocab (257).
 The test of Mohtashami & Jaggi, "Landmark Attention" (2023, §4.2 and its code), which the
 position-interpolation and YaRN papers use for context extension, in bytes. A sample of
 length S is exactly S bytes (the model reads ``BOS`` and its first S - 1, as every window of
-the track, ``harness.lm.data.window_tokens``)::
+the track, ``harness.tasks.lm.data.window_tokens``)::
 
     filler[:at] + NEEDLE + filler[at:] + QUESTION + ANSWER
 
@@ -13,7 +13,7 @@ the track, ``harness.lm.data.window_tokens``)::
 paper's line), ``QUESTION`` ``"\\nWhat is the pass key? The pass key is"`` (its prompt) and
 ``ANSWER`` ``" 68452"``: the key, five decimal digits, after a space. The filler is
 S - :data:`FIXED_BYTES` contiguous bytes of one held-out region (the regions bits per byte
-are scored on, ``harness.lm.data.scored_regions``: held-out documents, no 64-byte run of the
+are scored on, ``harness.tasks.lm.data.scored_regions``: held-out documents, no 64-byte run of the
 training text), never training text; the paper's repeated "The grass is green..." is
 replaced by real held-out text. The needle starts at byte ``at = depth · F // 100`` of the
 filler's F bytes (depth in percent, rounded down): depth 0 puts it first, right after BOS;
@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from harness.lm.data import window_tokens
+from harness.tasks.lm.data import window_tokens
 from harness.training.backbone import Backbone
 from harness.training.precision import autocast
 

@@ -8,7 +8,7 @@ where its config asks for the passkey grid (``eval.passkey`` > 0) a ``passkey`` 
 (length, depth) the samples right of the samples scored (``harness.lm.passkey``; records
 without it, all those before issue 64, did not measure it), where its config asks for
 curves by position (``eval.positions``) a ``positions`` key with, per length reached in the
-windows mode, the nats and bytes per position bucket (``harness.lm.positions``; records
+windows mode, the nats and bytes per position bucket (``harness.records.lm_positions``; records
 without it did not measure them), and its ``checksum``:
 ``"sha256:"`` and the hex digest of the canonical JSON (sorted keys, no spaces, UTF-8, no
 NaN) of every other key, as the algorithmic results files carry
@@ -39,7 +39,7 @@ from harness.config.checks import shown
 from harness.lm.config import MODES, LmConfig
 from harness.lm.evaluate import LengthScore
 from harness.lm.passkey import DEPTHS, PasskeyCell, passkey_lengths
-from harness.lm.positions import PositionCurve
+from harness.records.lm_positions import PositionCurve
 
 __all__ = ["LM_SCHEMA", "UNSEALED_SCHEMA", "LmRecord", "LmStore", "checksum"]
 
@@ -88,7 +88,7 @@ class LmRecord:
         config: the run's ``LmConfig`` (its ``run_id`` is the record's).
         scores: per (mode, length), ``LengthScore`` (nats and bytes, or not reached and why);
             where the config asks for curves by position (``eval.positions``), each reached
-            windows score carries its :class:`~harness.lm.positions.PositionCurve`.
+            windows score carries its :class:`~harness.records.lm_positions.PositionCurve`.
         final_loss: the last training step's loss (nats per byte); for a zero-shot variant
             its trained run's.
         train_steps: steps this record's weights were trained (a variant's fine-tune only).

@@ -1,6 +1,6 @@
 """Train and evaluate one language-modelling run; a sweep of them into an :class:`LmStore`.
 
-Training is the plain next-byte loss on random windows (``harness.lm.data``) with the
+Training is the plain next-byte loss on random windows (``harness.tasks.lm.data``) with the
 harness's optimiser and schedule (``harness.training.train.make_optimizer``, ``lr_factor``) and
 precision (``train.precision``: bf16 or fp16 autocast over float32 weights, fp16's loss scaled
 as the algorithmic loop scales it, ``harness.training.precision.grad_scaler``). A run checkpoints every
@@ -29,14 +29,14 @@ from torch import nn
 import pezoo
 from harness.config.pe_spec import build_options
 from harness.lm.config import LmConfig
-from harness.lm.corpora import Corpus, load_corpus
-from harness.lm.data import TrainingWindows, scored_regions
 from harness.lm.evaluate import LengthScore, evaluate_lengths
 from harness.lm.passkey import PasskeyCell, evaluate_passkey, grid_text
 from harness.lm.record import LmRecord, LmStore
-from harness.lm.split import Split, split
-from harness.lm.tasks import lm_task
 from harness.records.provenance import provenance
+from harness.tasks.lm import lm_task
+from harness.tasks.lm.corpora import Corpus, load_corpus
+from harness.tasks.lm.data import TrainingWindows, scored_regions
+from harness.tasks.lm.split import Split, split
 from harness.training.backbone import Backbone
 from harness.training.checkpoint.aside import set_aside
 from harness.training.graphs import capture
@@ -288,7 +288,7 @@ def train_steps(
 
 
 def corpus_parts(cfg: LmConfig, corpus: Corpus | None = None) -> tuple[Split, list[bytes]]:
-    """The run's corpus split (``harness.lm.split``) and its scored regions (``harness.lm.data``)."""
+    """The run's corpus split (``harness.tasks.lm.split``) and its scored regions (``harness.tasks.lm.data``)."""
     parts = split(corpus or load_corpus(lm_task(cfg.task).corpus))
     return parts, [r.data for r in scored_regions(parts, cfg.eval.lengths[-1], cfg.eval.regions)]
 

@@ -19,6 +19,8 @@ One module per task (named as the task), and:
     chomsky    the Chomsky-hierarchy tasks' shared machinery, as the randomized-PE paper uses them
     catalogue  the task catalogue, generated from the registry (docs/tasks.md)
     data       batches of task instances as tensors (imported on its own, not by this package)
+    lm         (package) the language-modelling tasks lm_en and lm_code: corpora read as bytes,
+               their leak-free split, training windows and scored regions (imported on its own)
 
     addition                     PRISM paper: LSD-first addition with a per-digit chain of thought
     copy                         PRISM paper: repeat a random digit string

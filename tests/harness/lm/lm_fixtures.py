@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from harness.lm.corpora import Corpus
-from harness.lm.split import HELDOUT_MIN_BYTES
+from harness.tasks.lm.corpora import Corpus
+from harness.tasks.lm.split import HELDOUT_MIN_BYTES
 
 WORDS = "the of and to in that is was he for it with as his on be at by thou thee".split()
 
@@ -27,7 +27,7 @@ TINY = {"train": {"steps": 3, "batch_size": 2}, "eval": {"lengths": (32, 64), "r
 
 def use_tiny_corpus(monkeypatch) -> Corpus:
     """The tiny corpus standing in for ``en`` during a test (the real one is never fetched)."""
-    from harness.lm import corpora
+    from harness.tasks.lm import corpora
 
     c = tiny_corpus("en")
     monkeypatch.setitem(corpora.CORPORA, "en", lambda **_: c)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from lm_fixtures import tiny_corpus
 
-from harness.lm import corpora
-from harness.lm.corpora import Corpus, CorpusError, PackageSource
+from harness.tasks.lm import corpora
+from harness.tasks.lm.corpora import Corpus, CorpusError, PackageSource
 
 
 def test_corpus_hash_is_the_documents_names_and_bytes():

@@ -10,11 +10,11 @@ import torch.nn.functional as F
 from lm_fixtures import tiny_corpus
 
 from harness.lm.config import lm_preset_config
-from harness.lm.data import TrainingWindows, scored_regions, window_tokens
 from harness.lm.evaluate import bpb, evaluate_lengths, score_windows
 from harness.lm.run import build_lm_model
-from harness.lm.split import split
-from harness.lm.tasks import BOS
+from harness.tasks.lm import BOS
+from harness.tasks.lm.data import TrainingWindows, scored_regions, window_tokens
+from harness.tasks.lm.split import split
 
 CPU = torch.device("cpu")
 

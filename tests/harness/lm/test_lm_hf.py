@@ -10,8 +10,8 @@ import torch
 from click.testing import CliRunner
 from lm_fixtures import tiny_corpus, use_tiny_corpus
 
-from harness.lm import corpora
 from harness.lm.hf import hf_scores
+from harness.tasks.lm import corpora
 
 transformers = pytest.importorskip("transformers")
 

@@ -16,9 +16,9 @@ from lm_fixtures import TINY, cfg_of, tiny_corpus, use_tiny_corpus
 from harness.cli import main
 from harness.lm import run as lm_run
 from harness.lm.config import lm_preset_config
-from harness.lm.data import TrainingWindows
 from harness.lm.record import LmStore
 from harness.lm.run import run_lm, sweep_lm
+from harness.tasks.lm.data import TrainingWindows
 
 CPU = torch.device("cpu")
 

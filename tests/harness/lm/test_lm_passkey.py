@@ -13,11 +13,11 @@ from lm_fixtures import tiny_corpus
 from torch import nn
 
 from harness.lm.config import lm_preset_config
-from harness.lm.data import scored_regions
 from harness.lm.passkey import DEPTHS, PasskeyCell, evaluate_passkey, passkey_lengths, passkey_samples
 from harness.lm.record import LmRecord, LmStore
 from harness.lm.run import run_lm
-from harness.lm.split import split
+from harness.tasks.lm.data import scored_regions
+from harness.tasks.lm.split import split
 
 CPU = torch.device("cpu")
 LENGTHS = (128, 256, 512)
@@ -163,7 +163,7 @@ TRAINED = {
 
 
 def test_a_trained_run_records_its_grid_and_the_record_round_trips(tmp_path, monkeypatch):
-    from harness.lm import corpora
+    from harness.tasks.lm import corpora
 
     corpus = tiny_corpus("en")
     monkeypatch.setitem(corpora.CORPORA, "en", lambda **_: corpus)

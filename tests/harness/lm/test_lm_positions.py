@@ -15,8 +15,8 @@ from torch import Tensor, nn
 
 from harness.lm.config import LmConfig, lm_preset_config
 from harness.lm.evaluate import LengthScore, evaluate_lengths
-from harness.lm.positions import PositionCurve, bucket_sums, position_edges
 from harness.lm.record import LmRecord, checksum, read_records
+from harness.records.lm_positions import PositionCurve, bucket_sums, position_edges
 
 CPU = torch.device("cpu")
 BYTE = 65

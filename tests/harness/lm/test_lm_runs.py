@@ -9,13 +9,13 @@ import pytest
 import torch
 from lm_fixtures import tiny_corpus
 
-from harness.lm import corpora
 from harness.lm import run as lm_run
 from harness.lm.config import LmConfig, lm_preset_config
-from harness.lm.data import TrainingWindows
 from harness.lm.record import LmRecord, LmStore
 from harness.lm.run import run_lm, sweep_lm
-from harness.lm.split import split
+from harness.tasks.lm import corpora
+from harness.tasks.lm.data import TrainingWindows
+from harness.tasks.lm.split import split
 
 CPU = torch.device("cpu")
 TINY = {"train": {"steps": 3, "batch_size": 2}, "eval": {"lengths": (32, 64), "regions": 1, "tail": 32}}

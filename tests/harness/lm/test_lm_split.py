@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from lm_fixtures import WORDS, tiny_corpus
 
-from harness.lm import corpora
-from harness.lm.corpora import Corpus
-from harness.lm.data import place_regions, scored_regions
-from harness.lm.overlap import RUN, TextIndex, leak_report, shared_runs, windows_holding_runs
-from harness.lm.split import HELDOUT_MIN_BYTES, SPLIT_RULE, document_groups, split
+from harness.tasks.lm import corpora
+from harness.tasks.lm.corpora import Corpus
+from harness.tasks.lm.data import place_regions, scored_regions
+from harness.tasks.lm.overlap import RUN, TextIndex, leak_report, shared_runs, windows_holding_runs
+from harness.tasks.lm.split import HELDOUT_MIN_BYTES, SPLIT_RULE, document_groups, split
 
 
 def _salad(rng: random.Random, size: int) -> bytes:

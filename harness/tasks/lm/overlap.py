@@ -19,7 +19,7 @@ measures a split the way the track's acceptance states it: the share of the held
 documents' 128-byte windows (:data:`WINDOW`, non-overlapping) holding a 64-byte run of
 training text, and the 64-byte chunks of the scored regions that occur in the training text.
 :func:`shared_runs` counts, per pair of documents of a corpus, the distinct runs they share:
-``harness.lm.split`` groups documents by it before splitting.
+``harness.tasks.lm.split`` groups documents by it before splitting.
 
 Axis letters: n bytes of a text, w windows.
 """

@@ -1,11 +1,18 @@
 """The language-modelling tasks: a corpus, read as bytes.
 
 ``lm_en`` (English prose and verse) and ``lm_code`` (the Python standard library) are the
-track's tasks (:data:`LM_TASKS`); each names its corpus (``harness.lm.corpora``). Tokens are
+track's tasks (:data:`LM_TASKS`); each names its corpus (``harness.tasks.lm.corpora``). Tokens are
 bytes, 0..255, plus one special token, :data:`BOS` (256), which starts every window the
 model reads (a training window or an evaluation window alike), so every byte of a window is
 predicted, the first from ``BOS`` alone. Nothing else is needed: windows are cut inside
 documents and never padded.
+
+The track's data, one module per part (this package's ``__init__`` holds the tasks):
+
+    corpora   the corpora: obtained by package name, never committed
+    overlap   the chunk-overlap scan: which 64-byte runs of one text occur in another
+    split     training and held-out documents, near-duplicates kept on one side
+    data      training windows and held-out regions of a corpus, as byte tensors
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ class LmTask:
 
     Attributes:
         name: registry key (``lm_en``).
-        corpus: the corpus it reads (``harness.lm.corpora.CORPORA``).
+        corpus: the corpus it reads (``harness.tasks.lm.corpora.CORPORA``).
         description: one line for listings and the board.
     """
 

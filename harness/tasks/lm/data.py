@@ -12,7 +12,7 @@ Evaluation scores held-out *regions* of M bytes (M the longest test length), spr
 every held-out document (:func:`scored_regions`): each document gets regions in proportion to
 its length (every one at least one when there are as many regions as documents), evenly
 spaced along it, and no region holds a 64-byte run of the training text (a region that would
-is moved to the nearest place that holds none: ``harness.lm.split`` keeps near-duplicate
+is moved to the nearest place that holds none: ``harness.tasks.lm.split`` keeps near-duplicate
 documents on one side, and this keeps the text common to many documents out of what is scored).
 """
 
@@ -27,9 +27,9 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
-from harness.lm.overlap import RUN, Flags
-from harness.lm.split import Split
-from harness.lm.tasks import BOS
+from harness.tasks.lm import BOS
+from harness.tasks.lm.overlap import RUN, Flags
+from harness.tasks.lm.split import Split
 
 __all__ = ["Region", "TrainingWindows", "place_regions", "scored_regions", "window_tokens"]
 

@@ -30,7 +30,7 @@ the snapshot is required: a missing one is an error, never a silent fall back to
 machine's own (other) corpus. A snapshot is read within :data:`SNAPSHOT_MAX_BYTES`, checked
 from the zip's directory before anything is decompressed.
 
-How a corpus is split into training and held-out documents is ``harness.lm.split``.
+How a corpus is split into training and held-out documents is ``harness.tasks.lm.split``.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class Corpus:
     @property
     def sha256(self) -> str:
         """The hash of every document's name and bytes, in order: the documents' identity (a
-        run records its split's, which names the held-out documents too: ``harness.lm.split``)."""
+        run records its split's, which names the held-out documents too: ``harness.tasks.lm.split``)."""
         h = hashlib.sha256()
         for name, data in self.documents:
             encoded = name.encode()
@@ -144,7 +144,7 @@ class Corpus:
         return sum(len(b) for _, b in self.documents)
 
     def provenance(self) -> dict[str, object]:
-        """What a run records of its corpus (its split adds ``corpus_sha256``: ``harness.lm.split``)."""
+        """What a run records of its corpus (its split adds ``corpus_sha256``: ``harness.tasks.lm.split``)."""
         return {
             "corpus": self.name,
             "corpus_documents_sha256": self.sha256,

