@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.evaluation.lm import score_windows
 from harness.lm.config import lm_preset_config
-from harness.lm.evaluate import score_windows
 from harness.lm.run import build_lm_model
 from harness.training.precision import autocast
 

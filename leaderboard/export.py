@@ -26,9 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.lm.record import LmRecord
 from harness.records.record import RunRecord, diagnostics_problem
 from harness.records.store import Store
+from harness.tasks.lm import LM_TASKS
 from leaderboard.board import retire
+from leaderboard.lm_results import LmResultsError, Located, read_lm_results, set_problems
 from leaderboard.plans import read_plans
 from leaderboard.records import BoardError, check_protocols
 from leaderboard.retired import RetiredFileError, read_retirements
@@ -172,10 +175,20 @@ def folder_lock(out_dir: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+LM_FOLDER = "lm"
+"""The subfolder of the results folder that holds the language-modelling runs (the LM page's,
+``leaderboard.lm_results``); the board's runs are the folder's own files."""
+
+
 def _export(store_path: Path, out_dir: Path) -> ExportSummary:
     existing = read_results(out_dir)
-    published = {r.run_id for r in existing}
+    try:
+        lm_existing = read_lm_results(out_dir / LM_FOLDER)
+    except LmResultsError as exc:
+        raise ExportError(f"nothing written: the published LM results do not read:\n  {exc}") from None
+    published = {r.run_id for r in existing} | {r.run_id for r in lm_existing}
     batches: dict[str, list[dict[str, Any]]] = {}
+    lm_batches: dict[str, list[dict[str, Any]]] = {}
     already = unfinished = 0
     problems = []
     with Store(store_path, readonly=True) as store:
@@ -195,19 +208,21 @@ def _export(store_path: Path, out_dir: Path) -> ExportSummary:
             if reasons:
                 problems.append(f"run {run['run_id']} ({run['pe']} on {run['task']}): {'; '.join(reasons)}")
                 continue
-            batches.setdefault(record["preset"], []).append(record)
+            (lm_batches if record["task"] in LM_TASKS else batches).setdefault(record["preset"], []).append(record)
     if problems:
         raise ExportError("these runs do not make valid results records:\n  " + "\n  ".join(problems))
     _check_one_protocol_per_table(existing, batches, out_dir)
     _check_weights_sources(existing, batches, out_dir)
+    _check_lm_set(lm_existing, lm_batches, out_dir / LM_FOLDER)
     written = []
-    if batches:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    for preset in sorted(batches):
-        records = sorted(batches[preset], key=lambda r: (r["task"], r["pe"], r["seed"], r["run_id"]))
-        path = out_dir / file_name(preset, records)
-        write_new_file(path, records)
-        written.append((path, len(records)))
+    for folder, grouped in ((out_dir, batches), (out_dir / LM_FOLDER, lm_batches)):
+        if grouped:
+            folder.mkdir(parents=True, exist_ok=True)
+        for preset in sorted(grouped):
+            records = sorted(grouped[preset], key=lambda r: (r["task"], r["pe"], r["seed"], r["run_id"]))
+            path = folder / file_name(preset, records)
+            write_new_file(path, records)
+            written.append((path, len(records)))
     return ExportSummary(written, already, unfinished, export_diagnostics(store_path, out_dir))
 
 
@@ -230,6 +245,25 @@ def _check_one_protocol_per_table(
         check_protocols(kept)
     except (BoardError, RetiredFileError) as exc:
         raise ExportError(f"nothing written: the new runs would make a board that `build` refuses:\n{exc}") from None
+
+
+def _check_lm_set(
+    existing: Sequence[LmRecord], batches: Mapping[str, Sequence[Mapping[str, Any]]], folder: Path
+) -> None:
+    """ExportError, before anything is written, if the new language-modelling runs would make
+    a set the LM page refuses (``leaderboard.lm_results.set_problems``: one protocol and one
+    corpus per table, a variant's trained run published with it, one record per row and seed)."""
+    new = [
+        Located(LmRecord.of_run(RunRecord.from_dict(record)), folder / file_name(preset, records), line)
+        for preset, records in batches.items()
+        for line, record in enumerate(records, start=1)
+    ]
+    if not new:
+        return
+    problems = set_problems([*(Located(r) for r in existing), *new])
+    if problems:
+        raise ExportError(f"nothing written: the new LM runs would make results the LM page refuses:\n  "
+                          f"{LmResultsError(problems)}")  # fmt: skip
 
 
 def _check_weights_sources(

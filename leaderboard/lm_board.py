@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from harness.lm.claims import selects
-from harness.lm.passkey import DEPTHS, FIXED_BYTES
 from harness.lm.record import LmRecord
+from harness.tasks.lm.passkey import DEPTHS, FIXED_BYTES
 from leaderboard.lm_curves import curves_svg, positions_length, positions_svg
 from leaderboard.lm_rows import (
     LmRow,
@@ -123,7 +123,7 @@ PASSKEY_NOTE = (
     f"tested above the {FIXED_BYTES} bytes of needle, question and answer; the same keys and fillers for every "
     "encoding under a seed. Each cell reads samples right of samples, summed over the row's seeds."
 )
-"""What the passkey grid is, quoted by the markdown and the HTML page (``harness.lm.passkey``)."""
+"""What the passkey grid is, quoted by the markdown and the HTML page (``harness.tasks.lm.passkey``)."""
 
 NOT_MEASURED = "not measured"
 """What a row whose records have no passkey grid (records made before issue 64), or no curves by

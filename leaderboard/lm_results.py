@@ -3,9 +3,11 @@ and the rules a set of LM records keeps to make one honest section: what the alg
 results get from ``leaderboard.schema`` (each line checked, its checksum matched, each run
 once) and ``leaderboard.records.check_protocols`` (one protocol per table).
 
-Each line is a sealed record (``harness.lm.record``: :meth:`LmRecord.from_dict` is its one
-validator, checksum included; a record of the unsealed schema ``pezoo-lm-run/1`` is refused
-here). A set of records (:func:`set_problems`) must keep to:
+Each line is a sealed record: a run of the one harness (``pezoo bench --task lm_en``,
+exported by ``pezoo leaderboard export``: a results-file line that ``leaderboard.schema``
+checks, read as :meth:`LmRecord.of_run`), or a record of the track's earlier store
+(``harness.lm.record``: :meth:`LmRecord.from_dict` is its validator, checksum included; a
+record of the unsealed schema ``pezoo-lm-run/1`` is refused here). A set of records (:func:`set_problems`) must keep to:
 
 * **each run once**: a run id on two lines is refused at its second (the board would show
   one and the other would be published beside it);
@@ -34,7 +36,8 @@ from typing import Any
 from harness.lm.config import LmConfig
 from harness.lm.record import LM_SCHEMA, UNSEALED_SCHEMA, LmRecord
 from harness.records.inputs import RESULTS_LIMIT, FileReadError, read_text
-from leaderboard.schema import parse_json
+from harness.records.record import RunRecord
+from leaderboard.schema import parse_json, validate_record
 from pezoo.spec import format_eval_options, format_pe
 
 __all__ = [
@@ -117,6 +120,12 @@ def read_lm_file(path: Path) -> tuple[list[Located], list[Problem]]:
             continue
         try:
             value = parse_json(line)
+            if isinstance(value, dict) and "schema_version" in value:  # a run of the one harness (pezoo bench)
+                reasons = validate_record(value)
+                if reasons:
+                    raise ValueError("; ".join(reasons[:5]))
+                found.append(Located(LmRecord.of_run(RunRecord.from_dict(value)), path, number))
+                continue
             if isinstance(value, dict) and value.get("schema") == UNSEALED_SCHEMA:
                 raise ValueError(
                     f"an LM record of schema {UNSEALED_SCHEMA!r} carries no checksum: publish records of schema "
@@ -181,7 +190,7 @@ def _variant_problems(r: Located, by_id: dict[str, Located]) -> list[Problem]:
         if source is None:
             return []
         return [(r.path, r.line, f"run {r.record.run_id} names weights_from {source!r} but is not a variant")]
-    trained_id = cfg.trained_config().run_id()
+    trained_id = r.record.trained_run_id()
     base = by_id.get(trained_id)
     if base is None:
         return [

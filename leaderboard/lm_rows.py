@@ -26,11 +26,12 @@ from dataclasses import dataclass
 import pezoo
 from harness.config.pe_spec import display_name
 from harness.lm.config import LmConfig
-from harness.lm.passkey import DEPTHS, PasskeyCell, passkey_lengths
 from harness.lm.record import LmRecord
 from harness.records.counts import exact, fraction
+from harness.records.lm_metrics import PasskeyCell
 from harness.records.ranking import REACH_THRESHOLD
 from harness.tasks.lm import LM_TASKS
+from harness.tasks.lm.passkey import DEPTHS, passkey_lengths
 from leaderboard.lm_results import LmResultsError, Located, label_of, read_lm_results, set_problems
 from pezoo.spec import format_pe
 
@@ -232,7 +233,7 @@ def lm_rows(records: Sequence[LmRecord]) -> dict[str, list[LmRow]]:
     order = {t: i for i, t in enumerate(LM_TASKS)}
     for (task, label), seeds in sorted(groups.items(), key=lambda item: (order.get(item[0][0], len(order)), item[0])):
         row = tuple(seeds[s] for s in sorted(seeds))
-        bases = tuple(by_id.get(r.config.trained_config().run_id()) if r.config.is_variant else None for r in row)
+        bases = tuple(by_id.get(r.trained_run_id()) if r.config.is_variant else None for r in row)
         out.setdefault(task, []).append(LmRow(task, label, row, bases))
     return out
 

@@ -39,7 +39,8 @@ from typing import Any
 
 from harness.config.numbers import is_int, shown
 from harness.records.inputs import DIAGNOSTICS_LIMIT, MAX_DEPTH, RESULTS_LIMIT, FileReadError, nesting_depth, read_text
-from harness.records.record import KEYS, RunRecord, diagnostics_problem, key_problems, record_problems
+from harness.records.record import KEYS, LM_KEYS, RunRecord, diagnostics_problem, key_problems, record_problems
+from harness.tasks.lm import LM_TASKS
 
 SCHEMA_VERSION = 2
 SUFFIX = ".jsonl"
@@ -130,7 +131,9 @@ def validate_record(record: Any) -> list[str]:
                 f"their counts (schema {SCHEMA_VERSION}), keeping every run id"
             ]
         return [f"schema_version must be {SCHEMA_VERSION} (an integer), got {shown(version)}"]
-    problems = key_problems(record, RECORD_KEYS, "record")
+    # a language-modelling record: passkey and positions beside its metrics
+    lm = isinstance(record.get("task"), str) and record["task"] in LM_TASKS
+    problems = key_problems({k: v for k, v in record.items() if not (lm and k in LM_KEYS)}, RECORD_KEYS, "record")
     if problems:
         return problems
     problems = record_problems({k: v for k, v in record.items() if k not in ("schema_version", "checksum")})

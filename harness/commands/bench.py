@@ -28,7 +28,7 @@ import pezoo
 from harness.commands.checks import check_names, check_runs, refuse_broken_plugins, split
 from harness.commands.options import duration, grouped, max_runs_option, preset_name, setting_options, store_option
 from harness.commands.printable import one_line
-from harness.commands.report import LEGEND, leaderboard_tables
+from harness.commands.report import LEGEND, LM_LEGEND, leaderboard_tables, lm_tables
 from harness.config import GPU_PRESETS, INT64_MAX, PRESETS, RunConfig
 from harness.execution.run import checkpoint_dir_for
 from harness.records.files import unwritable_folder
@@ -293,7 +293,7 @@ def _sweep_configs(
         raise click.UsageError("Missing option '--task' (or give a --sweep FILE).")
     refuse_broken_plugins(pe_names)
     check_names("encoding", pe_names, pezoo.available())
-    check_names("task", task_list, tasks.available())
+    check_names("task", task_list, tasks.bench_tasks())
     try:
         check_size(seeds, max_runs)  # before the seeds are listed
     except ValueError as exc:
@@ -316,7 +316,7 @@ def _sweep_configs(
         sweep_pes, sweep_tasks = spec.names()
         refuse_broken_plugins(sweep_pes, warn=False)
         check_names("encoding", sweep_pes, pezoo.available(), "--pe" if specs else str(sweep_file))
-        check_names("task", sweep_tasks, tasks.available(), "--task" if task_list else str(sweep_file))
+        check_names("task", sweep_tasks, tasks.bench_tasks(), "--task" if task_list else str(sweep_file))
     for grid in spec.grids:
         check_names("attention backend", list(grid.backend), sorted(pezoo.BACKENDS))
     try:
@@ -487,7 +487,18 @@ def _print_tables(configs: Sequence[RunConfig], store_path: Path, where: str, st
     wanted = {task: len(seeds) for task, seeds in planned_seeds.items()}
     for table in leaderboard_tables(df, seeds_wanted=wanted).values():
         click.echo(table + "\n")
-    click.echo(LEGEND + "\n")
+    if any(not c.is_lm for c in configs):
+        click.echo(LEGEND + "\n")
+    lm_ids = [c.run_id() for c in configs if c.is_lm]
+    if lm_ids:
+        try:
+            store = Store(store_path)
+            records = [r for r in (store.record(run_id) for run_id in lm_ids) if r is not None]
+        except StoreError as exc:
+            raise click.ClickException(str(exc)) from None
+        for table in lm_tables(records).values():
+            click.echo(table + "\n")
+        click.echo(LM_LEGEND + "\n")
 
 
 def _print_unfinished(report: SweepReport, stopped: StoreError | None) -> None:

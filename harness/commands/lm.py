@@ -19,13 +19,13 @@ import click
 
 from harness.commands.printable import one_line, printable
 from harness.lm.config import LM_PRESET_DESCRIPTIONS, LM_PRESETS, LmConfig, lm_preset_config
-from harness.lm.evaluate import LengthScore
-from harness.lm.passkey import DEPTHS, grid_text
 from harness.lm.record import LmRecord, LmStore, read_records
 from harness.lm.run import lock_problem, sweep_lm
 from harness.lm.sweep import load_lm_sweep
+from harness.records.lm_metrics import LengthScore, grid_text
 from harness.records.provenance import resolve_device
 from harness.tasks.lm import LM_TASKS, corpora
+from harness.tasks.lm.passkey import DEPTHS
 from harness.tasks.lm.split import SPLIT_RULE, split
 from harness.training.precision import PRECISIONS
 from pezoo.spec import split_pe_list

@@ -1,4 +1,5 @@
-"""The terminal leaderboard: one table per task, one row per encoding.
+"""The terminal leaderboard: one table per task, one row per encoding (a language-modelling
+task's in bits per byte, :func:`lm_tables`).
 
 Columns (exact match of the greedy decode, EOS included; with several seeds a cell reads
 ``mean (min–max)`` over the seeds):
@@ -25,13 +26,18 @@ else ``pe``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 from tabulate import tabulate
 
+from harness.config import RunConfig
+from harness.config.pe_spec import config_display_name
 from harness.records import counts
+from harness.records.lm_metrics import bpb
 from harness.records.ranking import FIT_THRESHOLD, Spread, Standing, fits, reach_beyond, standings
+from harness.records.record import RunRecord
 
 LEGEND = (
     f"rank: among encodings whose every seed fits (EM≤N ≥ {FIT_THRESHOLD:.2f}; '-': did not fit, or fewer "
@@ -123,3 +129,58 @@ def leaderboard_tables(df: pd.DataFrame, seeds_wanted: Mapping[str, int] | None 
             rows, headers="keys", tablefmt="github"
         )
     return out
+
+
+LM_LEGEND = (
+    "bits per byte of held-out text (windows mode: every byte scored in windows of that many bytes; pooled over "
+    "seeds from nats and bytes) · L: the training length · ×L: bits per byte at the longest length over that at L "
+    "· '-': not reached (why in the record) · fine-tuned variants marked +ft"
+)
+"""One line printed under the language-modelling tables."""
+
+
+def lm_tables(records: Sequence[RunRecord]) -> dict[str, str]:
+    """Language-modelling task -> its table: one row per encoding (a variant its own row),
+    bits per byte at each test length in the windows mode, pooled over the row's seeds
+    (the sum of their nats over the sum of their bytes: the counts the records keep)."""
+    rows: dict[str, dict[str, dict[int, list[tuple[float, int]]]]] = {}
+    seeds: dict[tuple[str, str], int] = {}
+    lengths: dict[str, set[int]] = {}
+    unreached: set[tuple[str, str, int]] = set()
+    for record in records:
+        if record.lm is None:
+            continue
+        cfg = RunConfig.from_dict(record.config)
+        label = config_display_name(cfg) + (" +ft" if cfg.lm_eval.finetune_steps else "")
+        seeds[(cfg.task, label)] = seeds.get((cfg.task, label), 0) + 1
+        for s in record.lm.scores:
+            if s.mode != "windows":
+                continue
+            lengths.setdefault(cfg.task, set()).add(s.length)
+            if s.reached and s.nats is not None:
+                rows.setdefault(cfg.task, {}).setdefault(label, {}).setdefault(s.length, []).append((s.nats, s.n_bytes))
+            else:
+                unreached.add((cfg.task, label, s.length))
+    tables = {}
+    for task, by_label in sorted(rows.items()):
+        cols = sorted(lengths[task])
+        body: list[tuple[float, list[object]]] = []  # (sort key: ×L, unreached last; the row)
+        for label, at in by_label.items():
+            cells = []
+            for n in cols:
+                parts = at.get(n, [])
+                cells.append("-" if not parts or (task, label, n) in unreached else f"{_pooled(parts):.3f}")
+            first, last = at.get(cols[0]), at.get(cols[-1])
+            reached = bool(first and last) and (task, label, cols[-1]) not in unreached
+            ratio = _pooled(last) / _pooled(first) if reached and first and last else math.inf
+            body.append((ratio, [label, seeds[(task, label)], *cells, f"{ratio:.2f}" if reached else "-"]))
+        body.sort(key=lambda row: row[0])
+        header = ["encoding", "seeds", *(f"{n}{' (L)' if i == 0 else ''}" for i, n in enumerate(cols)), "×L"]
+        table = tabulate([row for _, row in body], headers=header, tablefmt="github", disable_numparse=True)
+        tables[task] = f"{task} (bits per byte)\n" + table
+    return tables
+
+
+def _pooled(parts: Sequence[tuple[float, int]]) -> float:
+    """Bits per byte of several (nats, bytes) counts together."""
+    return bpb(sum(n for n, _ in parts), sum(b for _, b in parts))

@@ -45,7 +45,7 @@ def results(store_path, pe, task, fmt) -> None:
         check_names("encoding", wanted, known, "--pe")
         df = df[df["pe"].isin(wanted) | df["pe_label"].isin(wanted)]
     if task:
-        check_names("task", split(task), sorted(set(tasks.available()) | set(df["task"])), "--task")
+        check_names("task", split(task), sorted(set(tasks.bench_tasks()) | set(df["task"])), "--task")
         df = df[df["task"].isin(split(task))]
     if df.empty:  # say so (on stderr: csv/json output stays parseable), rather than print nothing
         which = "no finished runs match" if pe or task else "no finished runs"

@@ -73,7 +73,7 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
         raise click.UsageError(str(exc)) from None
     pes = list(dict.fromkeys(c.pe for c in configs))
     check_names("encoding", pes, pezoo.available(), str(file))
-    check_names("task", list(dict.fromkeys(c.task for c in configs)), tasks.available(), str(file))
+    check_names("task", list(dict.fromkeys(c.task for c in configs)), tasks.bench_tasks(), str(file))
     try:
         check_runs(configs)  # what bench would refuse, plan refuses too
     except ValueError as exc:

@@ -14,6 +14,7 @@ One module per part:
     protocols   encodings as their papers run them, sized for a run's backbone, and how a run
                 departs from its paper
     run_config  ``RunConfig`` and its sections ``TrainConfig``, ``EvalConfig``; the run id
+    lm_eval     ``LmEvalConfig``: a language-modelling run's evaluation section (its ``eval``)
     presets     the named protocols (``PRESETS``) and ``preset_config``
 """
 
@@ -33,6 +34,7 @@ from harness.config.checks import (
 from harness.config.presets import (
     GPU_PRECISION_NOTE,
     GPU_PRESETS,
+    LM_PRESETS,
     PRESET_DESCRIPTIONS,
     PRESETS,
     PRISM_RAMPED_TASKS,
@@ -56,6 +58,7 @@ __all__ = [
     "GPU_PRECISION_NOTE",
     "GPU_PRESETS",
     "INT64_MAX",
+    "LM_PRESETS",
     "MATCHES",
     "NEW_FIELD_DEFAULTS",
     "PACK_LOSSES",

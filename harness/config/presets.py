@@ -11,6 +11,8 @@ from typing import Any
 
 from harness.config.pe_spec import check_eval_options, resolve_pe
 from harness.config.run_config import RunConfig
+from harness.tasks.lm import LM_TASKS
+from harness.tasks.lm import VOCAB_SIZE as LM_VOCAB
 from pezoo.spec import PeSpec, parse_pe
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -118,7 +120,41 @@ PRESETS: dict[str, dict[str, Any]] = {
             "match": "answer",
         },
     },
+    # The language-modelling track (docs/lm.md; tasks lm_en and lm_code): a ~0.8M-parameter
+    # byte-level decoder trained on windows of L = 256 bytes, scored in bits per byte at
+    # 256..4096 on 64 held-out regions of 4096 bytes (256 KB, every held-out document), the
+    # tail mode's target the last L bytes of each, with the passkey grid (10 samples a cell)
+    # and curves by position. float32: on a CPU without bf16 units (AVX2 only, as the board's
+    # machine) bf16 autocast is far slower (benchmarks/lm_cost.py); on a GPU --precision bf16.
+    "lm": {
+        "backbone": {"d_model": 128, "n_layers": 4, "n_heads": 4, "vocab_size": LM_VOCAB},
+        "train": {"steps": 4000, "batch_size": 16, "lr": 1e-3, "warmup": 200, "train_min": 256, "train_max": 256},
+        "eval": {"lengths": (256, 512, 1024, 2048, 4096), "regions": 64, "tail": 256, "passkey": 10, "positions": True},
+    },
+    # The same, tested to 16,384 (the papers' longest): 16 regions of 16,384 bytes (256 KB; not
+    # every held-out document of lm_code has a 16 KB stretch free of training text).
+    "lm_long": {
+        "backbone": {"d_model": 128, "n_layers": 4, "n_heads": 4, "vocab_size": LM_VOCAB},
+        "train": {"steps": 4000, "batch_size": 16, "lr": 1e-3, "warmup": 200, "train_min": 256, "train_max": 256},
+        "eval": {
+            "lengths": (256, 512, 1024, 2048, 4096, 8192, 16384),
+            "regions": 16,
+            "tail": 256,
+            "passkey": 10,
+            "positions": True,
+        },
+    },
+    # Seconds: for tests and smoke checks of the LM track; learns little.
+    "lm_smoke": {
+        "backbone": {"d_model": 32, "n_layers": 1, "n_heads": 2, "vocab_size": LM_VOCAB},
+        "train": {"steps": 10, "batch_size": 4, "lr": 1e-3, "warmup": 2, "train_min": 32, "train_max": 32},
+        "eval": {"lengths": (32, 64, 128), "regions": 2, "tail": 32, "chunk": 32, "passkey": 2, "positions": True},
+    },
 }
+
+LM_PRESETS = ("lm", "lm_long", "lm_smoke")
+"""The presets of the language-modelling tasks (``harness.tasks.lm``); the others are the
+algorithmic tasks'. A preset of one track refuses a task of the other."""
 
 GPU_PRECISION_NOTE = "bf16 autocast over float32 weights (--precision fp32 for plain float32)"
 """How the GPU presets train (``train.precision = "bf16"``), said in their descriptions."""
@@ -146,6 +182,12 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
         "Hou et al. (Turing Programs) §3.1.1: 12-layer d1024, 200k steps of packed 500-token rows; "
         f"{GPU_PRECISION_NOTE}"
     ),
+    "lm": (
+        "language modelling (lm_en, lm_code): byte-level d128 x 4 layers, 4000 steps of 16 x 256 bytes, bits per byte "
+        "at 256..4096 on 256 KB held out; ~10 min per run on one core"
+    ),
+    "lm_long": "the lm preset tested to 16,384 bytes",
+    "lm_smoke": "seconds per run, for tests and smoke checks of the language-modelling tasks; learns little",
 }
 """One line per preset: what it is for (``pezoo list``, the start of ``pezoo bench``)."""
 
@@ -182,6 +224,10 @@ def preset_config(
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    if (task in LM_TASKS) != (preset in LM_PRESETS):
+        track = "a language-modelling" if task in LM_TASKS else "an algorithmic"
+        fits = LM_PRESETS if task in LM_TASKS else tuple(p for p in PRESETS if p not in LM_PRESETS)
+        raise ValueError(f"task {task!r} is {track} task: its presets are {', '.join(fits)}, not {preset!r}")
     spec_keys = sorted({"pe", "task", "seed", "pe_options", "eval_pe_options"} & set(overrides or {}))
     if spec_keys:  # the spec and arguments set these; an override would be silently replaced
         raise ValueError(

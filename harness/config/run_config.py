@@ -27,8 +27,10 @@ from harness.config.checks import (
     shown,
     strict,
 )
+from harness.config.lm_eval import LmEvalConfig
 from harness.config.pe_spec import identity_options
 from harness.config.precisions import PRECISIONS
+from harness.tasks.lm import LM_TASKS, VOCAB_SIZE
 
 
 @dataclass(frozen=True)
@@ -286,8 +288,29 @@ class RunConfig:
     pe_options: Mapping[str, Any] = field(default_factory=dict)
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    eval: EvalConfig | LmEvalConfig = field(default_factory=EvalConfig)
     eval_pe_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_lm(self) -> bool:
+        """Whether the task is a language-modelling one (``harness.tasks.lm``): its ``eval``
+        is an :class:`~harness.config.lm_eval.LmEvalConfig`, its result bits per byte."""
+        return self.task in LM_TASKS
+
+    @property
+    def decode_eval(self) -> EvalConfig:
+        """The algorithmic track's evaluation section (scales, samples, greedy decoding);
+        TypeError for a language-modelling run, whose ``eval`` is :attr:`lm_eval`."""
+        if not isinstance(self.eval, EvalConfig):
+            raise TypeError(f"a run of task {self.task!r} is a language-modelling run: its eval is an LmEvalConfig")
+        return self.eval
+
+    @property
+    def lm_eval(self) -> LmEvalConfig:
+        """A language-modelling run's evaluation section; TypeError for an algorithmic run."""
+        if not isinstance(self.eval, LmEvalConfig):
+            raise TypeError(f"a run of task {self.task!r} is an algorithmic run: its eval is an EvalConfig")
+        return self.eval
 
     def __post_init__(self) -> None:
         check_name("pe", self.pe)
@@ -310,7 +333,8 @@ class RunConfig:
                 f"an inference-time variant evaluates the trained run's final weights, but eval.select="
                 f"{self.eval.select!r} reports another evaluation; variants need eval.select='final'"
             )
-        for name, kind in (("backbone", BackboneConfig), ("train", TrainConfig), ("eval", EvalConfig)):
+        eval_kind = LmEvalConfig if self.is_lm else EvalConfig
+        for name, kind in (("backbone", BackboneConfig), ("train", TrainConfig), ("eval", eval_kind)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"{name} must be a {kind.__name__}, got {shown(getattr(self, name))}")
         check_backbone(self.backbone)
@@ -318,6 +342,9 @@ class RunConfig:
             object.__setattr__(self, "eval", dataclasses.replace(self.eval, precision=None))
         if self.backbone.causal != (self.protocol == "decoder"):
             raise ValueError(f"the {self.protocol} protocol needs backbone.causal={self.protocol == 'decoder'}")
+        if isinstance(self.eval, LmEvalConfig):
+            self._check_lm(self.eval)
+            return
         if self.protocol == "encoder" and (self.train.pack or self.eval.window or self.eval.match != "trace"):
             raise ValueError(
                 "train.pack, eval.window and eval.match belong to the decoder protocol; the encoder has none of them"
@@ -337,11 +364,29 @@ class RunConfig:
                 "eval.test_stride to evaluate every k-th test scale"
             )
 
+    def _check_lm(self, lm: LmEvalConfig) -> None:
+        """A language-modelling run's own rules: a causal model of bytes and BOS, trained on
+        windows of one length L, a fine-tune only for an inference-time variant."""
+        if self.backbone.vocab_size != VOCAB_SIZE or not self.backbone.causal:
+            raise ValueError(f"a language-modelling run is a causal model of {VOCAB_SIZE} tokens (bytes and BOS)")
+        t = self.train
+        if t.train_min != t.train_max or t.pack or t.curriculum:
+            raise ValueError(
+                "a language-modelling run trains on windows of one length L: train.train_min and train.train_max "
+                "both L, no train.pack, no train.curriculum"
+            )
+        if lm.finetune_steps and not self.eval_pe_options:
+            raise ValueError("eval.finetune_steps fine-tunes an inference-time variant: give eval_pe_options too")
+
     def train_lengths(self) -> list[int]:
+        if self.is_lm:
+            return [self.train.train_max]
         return list(range(self.train.train_min, self.train.train_max + 1))
 
     def evaluated_scale_sum(self) -> int:
         """The sum of :meth:`train_lengths` and :meth:`test_lengths`, without building them."""
+        if isinstance(self.eval, LmEvalConfig):
+            return sum(self.eval.lengths)
         a, b = self.train.train_min, self.train.train_max
         lo, hi, k = b + 1, self.eval.test_max, self.eval.test_stride
         m = (hi - lo) // k + 1  # test scales lo, lo+k, ..., then hi if the stride skips it
@@ -349,6 +394,8 @@ class RunConfig:
         return (a + b) * (b - a + 1) // 2 + m * lo + k * m * (m - 1) // 2 + (hi if last != hi else 0)
 
     def test_lengths(self) -> list[int]:
+        if isinstance(self.eval, LmEvalConfig):  # the lengths past L, in tokens
+            return [s for s in self.eval.lengths if s > self.train.train_max]
         lo, hi, k = self.train.train_max + 1, self.eval.test_max, self.eval.test_stride
         lengths = list(range(lo, hi + 1, k))
         return lengths if lengths[-1] == hi else [*lengths, hi]
@@ -360,7 +407,13 @@ class RunConfig:
 
     def trained_config(self) -> RunConfig:
         """The run whose weights a variant evaluates (the config itself for a trained run)."""
-        return dataclasses.replace(self, eval_pe_options={}) if self.eval_pe_options else self
+        if not self.eval_pe_options:
+            return self
+        if isinstance(self.eval, LmEvalConfig):  # a fine-tune belongs to the variant, not to its trained run
+            return dataclasses.replace(
+                self, eval_pe_options={}, eval=dataclasses.replace(self.eval, finetune_steps=0, finetune_length=0)
+            )
+        return dataclasses.replace(self, eval_pe_options={})
 
     def eval_options(self) -> dict[str, Any]:
         """The encoding options the model is evaluated with: ``pe_options`` updated by
@@ -384,7 +437,12 @@ class RunConfig:
         if not isinstance(d, Mapping):
             raise ValueError(f"a run config must be an object, got {shown(d)}")
         d = dict(d)
-        sections: dict[str, type[Any]] = {"backbone": BackboneConfig, "train": TrainConfig, "eval": EvalConfig}
+        lm = isinstance(d.get("task"), str) and d["task"] in LM_TASKS
+        sections: dict[str, type[Any]] = {
+            "backbone": BackboneConfig,
+            "train": TrainConfig,
+            "eval": LmEvalConfig if lm else EvalConfig,
+        }
         values = {}
         for name in sections:
             section = d.pop(name, {})
@@ -396,6 +454,8 @@ class RunConfig:
             train["betas"] = tuple(train["betas"])
         if isinstance(train.get("curriculum"), list):
             train["curriculum"] = tuple(tuple(s) if isinstance(s, list) else s for s in train["curriculum"])
+        if lm and isinstance(values["eval"].get("lengths"), list):
+            values["eval"]["lengths"] = tuple(values["eval"]["lengths"])
         built = {name: strict(kind, values[name], f"{name} config") for name, kind in sections.items()}
         return strict(cls, {**d, **built}, "run config")
 

@@ -17,7 +17,9 @@ import torch
 import harness.tasks as tasks
 from harness.config import RunConfig
 from harness.evaluation.evaluate import Evaluation
+from harness.records.lm_metrics import LmScores
 from harness.records.result import RunResult
+from harness.tasks.lm.data import LmBatches
 from harness.training.backbone import Backbone
 from harness.training.diagnostics import encoding_diagnostics
 from harness.training.train import TrainResult, restore
@@ -65,19 +67,21 @@ def note_history(run: Attempt, result: TrainResult) -> None:
 def finished_result(
     run: Attempt,
     model: Backbone,
-    task: tasks.Task,
+    task: tasks.Task | LmBatches,
     metrics: Evaluation,
     final_loss: float,
     train_seconds: float,
     t0: float,
     *,
     tell_diagnostics: bool,
+    lm: LmScores | None = None,
 ) -> RunResult:
     """The ``finished`` result of a run evaluated from ``t0`` on, trained or not: its
     diagnostics (a bonus: never lose a finished run to them; ``tell_diagnostics`` says
-    why there are none), parameter counts and timings."""
+    why there are none), parameter counts and timings; ``lm`` a language-modelling run's
+    scores (its ``metrics`` then empty)."""
     try:
-        diagnostics = encoding_diagnostics(model, run.cfg, task)
+        diagnostics = None if isinstance(task, LmBatches) else encoding_diagnostics(model, run.cfg, task)
     except Exception as exc:
         diagnostics = None
         if tell_diagnostics:
@@ -94,6 +98,7 @@ def finished_result(
         n_params=dict(model.n_params()),
         notices=tuple(run.notices),
         diagnostics=diagnostics,
+        lm=lm,
     )
 
 

@@ -33,6 +33,7 @@ def record(store: Store, result: RunResult) -> RunOutcome:
             eval_seconds=result.eval_seconds,
             n_params=result.n_params,
             diagnostics=result.diagnostics,
+            lm=result.lm,
         )
         return RunOutcome(result.run_id, "finished")
     store.mark(result.run_id, result.status, result.traceback or result.error)

@@ -19,11 +19,13 @@ final weights (``harness.execution.kept_weights``), recording or keeping results
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,6 +33,7 @@ import harness.tasks as tasks
 from harness.config import RunConfig
 from harness.config.pe_spec import format_eval_options
 from harness.evaluation.evaluate import Evaluation, evaluate_length, select_evaluation, summary
+from harness.evaluation.lm import evaluate_run
 from harness.execution.attempt import Attempt, exited, finished_result, note_history, restore_told
 from harness.execution.kept_weights import (
     WEIGHTS_DIGEST,
@@ -47,16 +50,23 @@ from harness.records.provenance import run_provenance
 from harness.records.result import RunOutcome, RunResult
 from harness.records.store import ClaimLostError, Store
 from harness.tasks.data import evaluation_set
+from harness.tasks.lm.data import LmBatches, lm_batches, task_split
 from harness.training.backbone import Backbone
 from harness.training.checkpoint import CheckpointError, set_aside
 from harness.training.precision import autocast, evaluation_precision, use_tf32
 from harness.training.tblog import RunLog
-from harness.training.train import Accel, Checkpointing, DivergedError, train
+from harness.training.train import Accel, Checkpointing, DivergedError, train, training_task
 
 Progress = Callable[[str, int, int, str], None]
 """progress(phase, done, total, note): phase ``train`` (done of total steps, note
 ``loss 0.1234``) or ``eval`` (done of total lengths, note ``length 12: EM 0.85``;
 reported with done 0 as the final evaluation starts)."""
+
+
+FINETUNE_LR_RATIO = 0.1
+"""A language-modelling variant's fine-tune runs at this fraction of the training's peak
+learning rate (the papers fine-tune at a small constant rate: PI §3.1 2e-5 after
+pre-training at 3e-4)."""
 
 
 def checkpoint_dir_for(store_path: str | Path, checkpoint_dir: str | Path | None = None) -> Path:
@@ -84,23 +94,24 @@ def evaluate_all(
     lengths = [("train", n) for n in cfg.train_lengths()] + [("test", n) for n in cfg.test_lengths()]
     lengths = [(split, n) for split, n in lengths if task.has_scale(n)]  # SCAN lacks some lengths
     metrics = []
-    precision = evaluation_precision(cfg.eval.precision, cfg.train.precision)
+    how = cfg.decode_eval
+    precision = evaluation_precision(how.precision, cfg.train.precision)
     accel = Accel.for_device(device)
     if report is not None:
         report("eval", 0, len(lengths), "")
     for done, (split, n) in enumerate(lengths, start=1):
         if n not in eval_sets:
-            eval_sets[n] = evaluation_set(task, n, cfg.eval.samples, cfg.seed)
+            eval_sets[n] = evaluation_set(task, n, how.samples, cfg.seed)
         with autocast(precision, device):
             m = evaluate_length(
                 model,
                 eval_sets[n],
-                batch_size=cfg.eval.batch_size,
+                batch_size=how.batch_size,
                 device=device,
                 protocol=cfg.protocol,
-                window=cfg.eval.window,
-                jump=cfg.eval.window_jump,
-                answer_task=task if cfg.eval.match == "answer" else None,
+                window=how.window,
+                jump=how.window_jump,
+                answer_task=task if how.match == "answer" else None,
                 seed=cfg.seed,
                 decode=not accel.forced,
             )
@@ -123,14 +134,29 @@ def how_made(cfg: RunConfig, device: torch.device) -> dict[str, str]:
     * ``loop``: the training loop's device features (``Accel``), comma-separated, or ``none``.
     """
     accel = Accel.for_device(device)
-    if cfg.protocol != "decoder":
+    if cfg.is_lm:  # bits per byte, and the passkey's answer read off the teacher-forced pass
+        by = "teacher-forced read-off"
+    elif cfg.protocol != "decoder":
         by = "one encoder pass"
-    elif accel.forced and cfg.eval.match != "answer":  # an answer is only scored by a decode
+    elif accel.forced and cfg.decode_eval.match != "answer":  # an answer is only scored by a decode
         by = "teacher-forced read-off"
     else:
         by = "greedy decode"
     tf32 = device.type == "cuda" and bool(torch.backends.cuda.matmul.allow_tf32)
     return {"exact_match_by": by, "tf32": "on" if tf32 else "off", "loop": accel.features() or "none"}
+
+
+def made_with(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
+    """A run's provenance: where it ran (``run_provenance``), how its numbers are made
+    (:func:`how_made`), and for a language-modelling run its corpus and split
+    (``harness.tasks.lm.split.Split.provenance``: ``corpus_sha256`` and the held-out documents)."""
+    prov: dict[str, Any] = {**run_provenance(cfg, device), **how_made(cfg, device)}
+    if cfg.is_lm:
+        for key, value in task_split(cfg.task).provenance().items():
+            prov[key] = value if isinstance(value, str) else ", ".join(map(str, value)) if isinstance(
+                value, list | tuple
+            ) else json.dumps(value, sort_keys=True)
+    return prov
 
 
 def train_and_evaluate(
@@ -180,7 +206,7 @@ def train_and_evaluate(
     reused = _reuse_kept(cfg, trusted, device, checkpoint, progress, run)
     if reused is not None:
         return reused
-    run.started_at, run.prov = time.time(), {**run_provenance(cfg, device), **how_made(cfg, device)}
+    run.started_at, run.prov = time.time(), made_with(cfg, device)
     with ExitStack() as closing:  # the log closes after a failed run's result is built
         try:
             return _train_run(
@@ -203,14 +229,17 @@ def _train_run(
 ) -> RunResult:
     """Restore, train, note who trained, keep the weights, evaluate and pick the metrics of
     :func:`train_and_evaluate`; raises what the run raises (its log closes with ``closing``)."""
-    task = tasks.create(cfg.task)
+    task = training_task(cfg)
     ckpt = Checkpointing(checkpoint, checkpoint_every, on_error=run.tell_run)
     model, resume = restore_told(cfg, ckpt.path, device, run)
     log = None
     if tensorboard:
         log = RunLog(tensorboard, cfg, first_step=resume["step"] if resume else 0)
         closing.callback(log.close)
-    evaluations = _Evaluations(cfg, model, task, device, run, log, progress or (lambda *a: None))
+    report = progress or (lambda *a: None)
+    if isinstance(task, LmBatches):  # a language-modelling run: trained by the same loop, scored once at its end
+        return _train_lm_run(cfg, model, task, device, resume, ckpt, run, report, log, keep_weights)
+    evaluations = _Evaluations(cfg, model, task, device, run, log, report)
     result = train(
         cfg,
         model,
@@ -228,6 +257,55 @@ def _train_run(
     t0 = time.perf_counter()
     metrics = evaluations.reported(result.evaluations)
     return finished_result(run, model, task, metrics, result.final_loss, result.seconds, t0, tell_diagnostics=True)
+
+
+def _train_lm_run(
+    cfg: RunConfig,
+    model: Backbone,
+    task: LmBatches,
+    device: torch.device,
+    resume: dict[str, Any] | None,
+    ckpt: Checkpointing,
+    run: Attempt,
+    report: Progress,
+    log: RunLog | None,
+    keep_weights: bool,
+) -> RunResult:
+    """:func:`_train_run` for a language-modelling run: the one loop (``train``) on its
+    windows, then its scores (``harness.evaluation.lm.evaluate_run``)."""
+
+    def on_step(step: int, loss: float) -> None:
+        report("train", step + 1, cfg.train.steps, f"loss {loss:.4f}")
+        if log is not None:
+            log.step(step + 1, loss)
+
+    result = train(
+        cfg, model, task, device, on_step=on_step, checkpointing=ckpt, resume=resume,
+        on_lr=log.lr if log is not None else None,
+    )  # fmt: skip
+    note_history(run, result)
+    if keep_weights:  # for the run's inference-time variants (harness.training.checkpoint.save_weights)
+        keep_final_weights(run, weights_path(ckpt.path.parent, run.run_id), model, result.final_loss)
+    t0 = time.perf_counter()
+    lm = evaluate_run(cfg, model, device, lambda done, total, note: report("eval", done, total, note))
+    return finished_result(run, model, task, (), result.final_loss, result.seconds, t0, tell_diagnostics=False, lm=lm)
+
+
+def _fine_tuned(cfg: RunConfig, model: Backbone, device: torch.device, run: Attempt) -> tuple[float, float]:
+    """A language-modelling variant's short fine-tune (``eval.finetune_steps``): ``model`` (its
+    trained run's weights, built with the variant's encoding) trained that many steps on
+    windows of ``eval.finetune_length`` bytes by the one loop, at :data:`FINETUNE_LR_RATIO`
+    of the peak learning rate, warm-up a tenth of the steps at most; (final loss, seconds)."""
+    lm = cfg.lm_eval
+    t = cfg.train
+    train_cfg = replace(
+        t, steps=lm.finetune_steps, warmup=min(t.warmup, lm.finetune_steps // 10), lr=t.lr * FINETUNE_LR_RATIO,
+        train_min=lm.finetune_length, train_max=lm.finetune_length,
+    )  # fmt: skip
+    tuned = replace(cfg, train=train_cfg)
+    run.tell_run(f"fine-tuning {lm.finetune_steps} steps on windows of {lm.finetune_length} bytes")
+    result = train(tuned, model, training_task(tuned), device)
+    return result.final_loss, result.seconds
 
 
 def _unfinished(exc: BaseException, run: Attempt, checkpoint: Path) -> RunResult:
@@ -300,7 +378,7 @@ class _Evaluations:
         return evaluate_all(self.cfg, self.model, self.task, self.device, self.eval_sets, self.report if show else None)
 
     def traces(self, step: int, metrics: Evaluation) -> None:
-        if self.cfg.eval.match == "answer":  # the answer is what is scored; log the whole trace too
+        if self.cfg.decode_eval.match == "answer":  # the answer is what is scored; log the whole trace too
             per_scale = ", ".join(f"{m.length}: {fixed(m.trace_exact_match, 2)}" for _, m in metrics)
             self.run.tell_run(f"step {step}: full-trace exact match per scale {per_scale}")
 
@@ -357,7 +435,7 @@ def evaluate_kept(
     weights give a ``failed`` result saying why.
     """
     use_tf32(device)
-    run = Attempt(cfg, {**run_provenance(cfg, device), **how_made(cfg, device), "weights_from": trained_id}, notice)
+    run = Attempt(cfg, {**made_with(cfg, device), "weights_from": trained_id}, notice)
     try:
         try:
             model, final_loss = loaded or load_kept(cfg, trained_id, sha256, device, checkpoint.parent)
@@ -379,6 +457,15 @@ def evaluate_kept(
                 f"evaluating the kept weights of run {trained_id}, which trained as this run would "
                 "(only the evaluation differs), no training"
             )
+        if cfg.is_lm:
+            seconds = 0.0
+            if cfg.lm_eval.finetune_steps:
+                final_loss, seconds = _fine_tuned(cfg, model, device, run)
+            t0 = time.perf_counter()
+            told = None if progress is None else (lambda done, total, note: progress("eval", done, total, note))
+            lm = evaluate_run(cfg, model, device, told)
+            data = lm_batches(cfg.task, cfg.seed, cfg.train.train_max)
+            return finished_result(run, model, data, (), final_loss, seconds, t0, tell_diagnostics=False, lm=lm)
         task = tasks.create(cfg.task)
         t0 = time.perf_counter()
         metrics = evaluate_all(cfg, model, task, device, {}, progress)
@@ -443,7 +530,7 @@ def execute(
             drop_leftovers(path)  # what this attempt checkpointed after they finished
             return RunOutcome(run_id, "cached")
         return RunOutcome(run_id, "claimed", held.holder)
-    try:
-        return record_or_keep(store, cfg, result, path)
+    try:  # recorded with the provenance its attempt made (how made, a corpus's hash), as a sweep records it
+        return record_or_keep(store, cfg, result, path, provenance=result.provenance)
     except ClaimLostError as exc:
         return RunOutcome(run_id, "claimed", str(exc))

@@ -24,88 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config.backbone import BackboneConfig
-from harness.config.checks import check_choice, check_int, check_name, check_plain, shown, strict
+from harness.config.checks import check_int, check_name, check_plain, shown, strict
+from harness.config.lm_eval import MAX_LM_LENGTH, LmEvalConfig
 from harness.config.pe_spec import check_eval_options, preflight_build, resolve_pe
+from harness.config.presets import LM_PRESETS as PRESET_NAMES
+from harness.config.presets import PRESETS
 from harness.config.run_config import TrainConfig, check_backbone
 from harness.tasks.lm import VOCAB_SIZE, lm_task
-from harness.training.precision import PRECISIONS
 from pezoo.spec import PeSpec, parse_pe
 
 __all__ = ["LM_PRESETS", "LmConfig", "LmEvalConfig", "lm_preset_config"]
-
-MAX_LM_LENGTH = 65_536
-"""The longest test length a config may ask for."""
-
-MODES = ("windows", "tail")
-"""Evaluation modes: ``windows`` (every byte of a region scored in non-overlapping windows
-of S tokens: the papers' default) and ``tail`` (the region's last ``tail`` bytes scored with
-S - ``tail`` bytes of context before them: ALiBi App. B's fixed-target evaluation)."""
-
-
-@dataclass(frozen=True)
-class LmEvalConfig:
-    """What is scored.
-
-    Attributes:
-        lengths: the test lengths S in tokens, increasing; the first should be the
-            training length L (the reference every ratio is taken against).
-        regions: how many held-out regions of ``max(lengths)`` bytes are scored, spread
-            through the held-out documents in proportion to their lengths, none holding a
-            64-byte run of the training text (``harness.tasks.lm.data.scored_regions``).
-        tail: the tail mode's target bytes, the last ``tail`` of each region (lengths below
-            it have no tail score; at ``tail`` = L the tail mode has its reference at L).
-        chunk: queries per attention block: a forward pass of S tokens is fed as blocks of
-            ``chunk`` queries against the cached keys, so no (S, S) score tensor exists.
-        batch_size: windows per forward pass.
-        precision: the arithmetic of evaluation; None: the training's.
-        passkey: samples per cell of the passkey grid (``harness.lm.passkey``: a key hidden
-            at each depth of :data:`~harness.lm.passkey.DEPTHS` in held-out text, at each test
-            length above its 104 fixed bytes); 0: not measured. Added after records were
-            published: at 0 it is left out of the config's JSON (:meth:`LmConfig.to_dict`),
-            so their run ids and checksums stand.
-        positions: whether the windows mode also keeps, at each length, the loss by position
-            within the window (``harness.records.lm_positions``: nats and bytes per half-octave
-            bucket; the record's ``positions`` key). Added after records were published: when
-            False it is left out of the config's JSON, as ``passkey`` at 0.
-    """
-
-    lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
-    regions: int = 64
-    tail: int = 256
-    chunk: int = 256
-    batch_size: int = 4
-    precision: str | None = None
-    passkey: int = 0
-    positions: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.lengths, tuple) or not self.lengths:
-            raise ValueError(f"eval.lengths must be a non-empty list of token counts, got {shown(self.lengths)}")
-        for s in self.lengths:
-            check_int("eval.lengths[]", s, minimum=2, maximum=MAX_LM_LENGTH)
-        if list(self.lengths) != sorted(set(self.lengths)):
-            raise ValueError(f"eval.lengths must increase, got {list(self.lengths)}")
-        longest = self.lengths[-1]
-        uneven = [s for s in self.lengths if longest % s]
-        if uneven:
-            raise ValueError(
-                f"eval.lengths {uneven} do not divide the longest, {longest}: every length scores the same "
-                "regions of that many bytes in whole windows"
-            )
-        check_int("eval.regions", self.regions, minimum=1, maximum=10_000)
-        check_int("eval.tail", self.tail, minimum=1, maximum=MAX_LM_LENGTH)
-        check_int("eval.chunk", self.chunk, minimum=1, maximum=MAX_LM_LENGTH)
-        check_int("eval.batch_size", self.batch_size, minimum=1, maximum=4096)
-        if self.precision is not None:
-            check_choice("eval.precision", self.precision, PRECISIONS)
-        check_int("eval.passkey", self.passkey, maximum=10_000)
-        if not isinstance(self.positions, bool):
-            raise ValueError(f"eval.positions must be true or false, got {shown(self.positions)}")
-
-    def tail_lengths(self) -> tuple[int, ...]:
-        """The lengths with a tail score: those of at least ``tail`` tokens."""
-        return tuple(s for s in self.lengths if s >= self.tail)
-
 
 @dataclass(frozen=True)
 class LmConfig:
@@ -147,6 +75,8 @@ class LmConfig:
             raise ValueError("finetune_steps fine-tunes an inference-time variant: give eval_pe_options too")
         if bool(self.finetune_steps) != bool(self.finetune_length):
             raise ValueError("finetune_steps and finetune_length go together (both 0: no fine-tune)")
+        if self.eval.finetune_steps:
+            raise ValueError("an LmConfig holds its fine-tune in finetune_steps, not eval.finetune_steps")
 
     @property
     def length(self) -> int:
@@ -174,6 +104,8 @@ class LmConfig:
             del d["eval"]["passkey"]
         if not self.eval.positions:  # likewise
             del d["eval"]["positions"]
+        for key in ("finetune_steps", "finetune_length"):  # this config's own fields hold its fine-tune
+            del d["eval"][key]
         return d
 
     @classmethod
@@ -202,58 +134,9 @@ class LmConfig:
         return "lm-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-LM_PRESETS: dict[str, dict[str, Any]] = {
-    # Issue 52's protocol: a ~0.8M-parameter byte-level decoder trained at L = 256. float32:
-    # on a CPU without bf16 units (AVX2 only, as the board's machine) bf16 autocast is far
-    # slower (benchmarks/lm_cost.py); on a GPU run it with --precision bf16. Scored (issue 63)
-    # on 64 regions of 4096 bytes (256 KB, every held-out document), the tail mode's target
-    # the last L = 256 bytes of each, so that mode has its reference at L too.
-    "lm": {
-        "backbone": {"d_model": 128, "n_layers": 4, "n_heads": 4},
-        "train": {
-            "steps": 4000,
-            "batch_size": 16,
-            "lr": 1e-3,
-            "warmup": 200,
-            "train_min": 256,
-            "train_max": 256,
-        },
-        "eval": {
-            "lengths": (256, 512, 1024, 2048, 4096),
-            "regions": 64,
-            "tail": 256,
-            "passkey": 10,
-            "positions": True,
-        },
-    },
-    # The same, tested to 16,384 (the papers' longest): 16 regions of 16,384 bytes (256 KB; not
-    # every held-out document of lm_code has a 16 KB stretch free of training text).
-    "lm_long": {
-        "backbone": {"d_model": 128, "n_layers": 4, "n_heads": 4},
-        "train": {
-            "steps": 4000,
-            "batch_size": 16,
-            "lr": 1e-3,
-            "warmup": 200,
-            "train_min": 256,
-            "train_max": 256,
-        },
-        "eval": {
-            "lengths": (256, 512, 1024, 2048, 4096, 8192, 16384),
-            "regions": 16,
-            "tail": 256,
-            "passkey": 10,
-            "positions": True,
-        },
-    },
-    # Seconds: for tests and smoke checks; learns little.
-    "lm_smoke": {
-        "backbone": {"d_model": 32, "n_layers": 1, "n_heads": 2},
-        "train": {"steps": 10, "batch_size": 4, "lr": 1e-3, "warmup": 2, "train_min": 32, "train_max": 32},
-        "eval": {"lengths": (32, 64, 128), "regions": 2, "tail": 32, "chunk": 32, "passkey": 2, "positions": True},
-    },
-}
-"""The LM track's presets, as data (the ``lm`` preset is the board's)."""
+LM_PRESETS: dict[str, dict[str, Any]] = {name: PRESETS[name] for name in PRESET_NAMES}
+"""The LM track's presets: the harness's own (``harness.config.presets``, where ``pezoo bench``
+reads them too)."""
 
 LM_PRESET_DESCRIPTIONS = {
     "lm": "LM track: byte-level d128 x 4 layers x 4 heads, 4000 steps of 16 x 256 bytes, bpb at 256..4096 on 256 KB",

@@ -18,7 +18,7 @@ costs no memory), the sizes the config describes against the weight files' bytes
 tokenizer question. A folder saved after ``use_encoding`` records its encoding and loads
 with it (``pezoo.hf.from_pretrained``); its spec is the recorded one.
 
-The passkey grid (``harness.lm.passkey``, :func:`passkey_hf`) is asked of the model by a
+The passkey grid (``harness.tasks.lm.passkey``, :func:`passkey_hf`) is asked of the model by a
 greedy decode, a length S being S bytes of text as above: the sample's bytes before the answer
 are read (tokenized, or as bytes), then the model's greedy continuation is decoded for as many
 tokens as the answer has bytes (6). Read as bytes, a sample is right when those bytes are the
@@ -43,11 +43,11 @@ import torch.nn.functional as F
 
 from harness.config.checks import check_int
 from harness.lm.config import MAX_LM_LENGTH
-from harness.lm.evaluate import LengthScore
-from harness.lm.passkey import ANSWER_BYTES, DEPTHS, PasskeyCell, passkey_lengths, passkey_samples
+from harness.records.lm_metrics import LengthScore, PasskeyCell
 from harness.tasks.lm import BOS
 from harness.tasks.lm.corpora import Corpus
 from harness.tasks.lm.data import scored_regions
+from harness.tasks.lm.passkey import ANSWER_BYTES, DEPTHS, passkey_lengths, passkey_samples
 from harness.tasks.lm.split import split
 
 __all__ = ["HfCheck", "check_hf", "hf_scores", "load_hf", "passkey_hf", "score_hf"]

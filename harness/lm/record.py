@@ -3,9 +3,9 @@ the folder store that keeps them (:class:`LmStore`).
 
 A record is one JSON object (one line of ``runs.jsonl`` in a store, of a results file
 under ``leaderboard/results/lm/``): the config, where it ran (commit, device, the corpus's
-sha256), per (mode, length) the summed nats and the bytes scored (``harness.lm.evaluate``),
+sha256), per (mode, length) the summed nats and the bytes scored (``harness.evaluation.lm``),
 where its config asks for the passkey grid (``eval.passkey`` > 0) a ``passkey`` key with per
-(length, depth) the samples right of the samples scored (``harness.lm.passkey``; records
+(length, depth) the samples right of the samples scored (``harness.tasks.lm.passkey``; records
 without it, all those before issue 64, did not measure it), where its config asks for
 curves by position (``eval.positions``) a ``positions`` key with, per length reached in the
 windows mode, the nats and bytes per position bucket (``harness.records.lm_positions``; records
@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config import RunConfig
 from harness.config.checks import shown
-from harness.lm.config import MODES, LmConfig
-from harness.lm.evaluate import LengthScore
-from harness.lm.passkey import DEPTHS, PasskeyCell, passkey_lengths
+from harness.lm.config import LmConfig
+from harness.records.lm_metrics import LengthScore, PasskeyCell, passkey_from, scores_from, with_curves
 from harness.records.lm_positions import PositionCurve
+from harness.records.record import RunRecord
 
 __all__ = ["LM_SCHEMA", "UNSEALED_SCHEMA", "LmRecord", "LmStore", "checksum"]
 
@@ -111,10 +112,53 @@ class LmRecord:
     n_params: Mapping[str, int] = field(default_factory=dict)
     provenance: Mapping[str, Any] = field(default_factory=dict)
     passkey: tuple[PasskeyCell, ...] | None = None
+    harness_ids: tuple[str, str] | None = None
+    """For a view of a harness record (:meth:`of_run`): its run id and its trained run's, the
+    ids the one store and the published results know it by; None for a record of this type."""
 
     @property
     def run_id(self) -> str:
-        return self.config.run_id()
+        return self.harness_ids[0] if self.harness_ids is not None else self.config.run_id()
+
+    def trained_run_id(self) -> str:
+        """The id of the run whose weights a variant evaluates (its own for a trained run)."""
+        return self.harness_ids[1] if self.harness_ids is not None else self.config.trained_config().run_id()
+
+    @classmethod
+    def of_run(cls, record: RunRecord) -> LmRecord:
+        """The LM page's view of a language-modelling run trained by the one harness (``pezoo
+        bench --task lm_en``; its record a ``RunRecord`` holding ``LmScores``): the same
+        config, scores, passkey grid and provenance, under the harness's run ids. ValueError
+        for a record of another task."""
+        if record.lm is None:
+            raise ValueError(f"run {record.run_id} is not a language-modelling run")
+        cfg = RunConfig.from_dict(record.config)
+        lm = cfg.lm_eval
+        config = LmConfig(
+            pe=cfg.pe,
+            task=cfg.task,
+            seed=cfg.seed,
+            preset=cfg.preset,
+            pe_options=dict(cfg.pe_options),
+            backbone=cfg.backbone,
+            train=cfg.train,
+            eval=dataclasses.replace(lm, finetune_steps=0, finetune_length=0),
+            eval_pe_options=dict(cfg.eval_pe_options),
+            finetune_steps=lm.finetune_steps,
+            finetune_length=lm.finetune_length,
+        )
+        return cls(
+            config,
+            record.lm.scores,
+            record.final_loss,
+            cfg.lm_eval.finetune_steps if cfg.is_variant else cfg.train.steps,
+            record.train_seconds,
+            record.eval_seconds,
+            {"total": record.n_params, "pe": record.pe_params},
+            dict(record.provenance),
+            record.lm.passkey,
+            (record.run_id, cfg.trained_config().run_id()),
+        )
 
     @property
     def seconds_per_step(self) -> float | None:
@@ -176,10 +220,10 @@ class LmRecord:
             raise ValueError(
                 f"record {d['run_id']}: a record has position curves exactly when its config's eval.positions is true"
             )
-        scores = _scores(d["run_id"], d["scores"], config)
+        scores = scores_from(d["run_id"], d["scores"], config.eval)
         if "positions" in d:
-            scores = _with_curves(d["run_id"], d["positions"], scores)
-        passkey = _passkey(d["run_id"], d["passkey"], config) if "passkey" in d else None
+            scores = with_curves(d["run_id"], d["positions"], scores)
+        passkey = passkey_from(d["run_id"], d["passkey"], config.eval) if "passkey" in d else None
         for key in ("final_loss", "train_seconds", "eval_seconds"):
             value = d[key]
             if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
@@ -203,110 +247,6 @@ class LmRecord:
             dict(d["provenance"]),
             passkey,
         )
-
-
-def _scores(run_id: Any, raw_scores: Any, config: LmConfig) -> tuple[LengthScore, ...]:
-    """The scores of record ``run_id``: one per (mode, length) ``config`` evaluates, each
-    reached with finite nats or not reached with a note why; ValueError otherwise."""
-    scores = []
-    seen = set()
-    for raw in raw_scores:
-        if not isinstance(raw, Mapping) or set(raw) != {"mode", "length", "nats", "bytes", "reached", "note"}:
-            raise ValueError(f"record {run_id}: a score must have mode, length, nats, bytes, reached, note")
-        if raw["mode"] not in MODES or raw["length"] not in config.eval.lengths:
-            raise ValueError(f"record {run_id}: score at {raw['mode']!r} {raw['length']!r} is not evaluated")
-        if (raw["mode"], raw["length"]) in seen:
-            raise ValueError(f"record {run_id}: two scores at {raw['mode']} {raw['length']}")
-        seen.add((raw["mode"], raw["length"]))
-        n_bytes, nats, reached = raw["bytes"], raw["nats"], raw["reached"]
-        if not isinstance(reached, bool) or not isinstance(n_bytes, int) or isinstance(n_bytes, bool):
-            raise ValueError(f"record {run_id}: reached must be true/false and bytes an integer")
-        if reached and (not isinstance(nats, int | float) or not math.isfinite(nats) or nats < 0 or n_bytes <= 0):
-            raise ValueError(f"record {run_id}: a reached score needs finite nats >= 0 and bytes > 0")
-        if not reached and (nats is not None or n_bytes != 0 or not raw["note"]):
-            raise ValueError(f"record {run_id}: a score not reached has no nats, 0 bytes and a note why")
-        scores.append(
-            LengthScore(
-                raw["mode"],
-                raw["length"],
-                None if nats is None else float(nats),
-                n_bytes,
-                reached,
-                str(raw["note"]),
-            )
-        )
-    wanted = {("windows", s) for s in config.eval.lengths} | {("tail", s) for s in config.eval.tail_lengths()}
-    if seen != wanted:
-        raise ValueError(f"record {run_id}: scores missing at {sorted(wanted - seen)}")
-    return tuple(scores)
-
-
-def _with_curves(run_id: Any, raw_curves: Any, scores: tuple[LengthScore, ...]) -> tuple[LengthScore, ...]:
-    """``scores`` with the position curves of record ``run_id`` attached: one curve per length
-    reached in the windows mode, each adding up exactly to its score
-    (:meth:`PositionCurve.from_dict`); ValueError otherwise."""
-    if not isinstance(raw_curves, list):
-        raise ValueError(f"record {run_id}: positions must be a list of curves, got {shown(raw_curves)}")
-    reached = {s.length: s for s in scores if s.mode == "windows" and s.reached}
-    curves: dict[int, PositionCurve] = {}
-    for raw in raw_curves:
-        length = raw.get("length") if isinstance(raw, Mapping) else None
-        if length not in reached or length in curves:
-            raise ValueError(
-                f"record {run_id}: a position curve at {shown(length)}: curves are one per length reached in windows"
-            )
-        assert isinstance(raw, Mapping) and isinstance(length, int)
-        score = reached[length]
-        try:
-            curves[length] = PositionCurve.from_dict(
-                {k: v for k, v in raw.items() if k != "length"}, length, score.nats, score.n_bytes
-            )
-        except ValueError as exc:
-            raise ValueError(f"record {run_id}: {exc}") from None
-    if set(curves) != set(reached):
-        raise ValueError(f"record {run_id}: position curves missing at {sorted(set(reached) - set(curves))}")
-    return tuple(
-        dataclasses.replace(s, curve=curves[s.length]) if s.mode == "windows" and s.length in curves else s
-        for s in scores
-    )
-
-
-def _passkey(run_id: Any, raw_cells: Any, config: LmConfig) -> tuple[PasskeyCell, ...]:
-    """The passkey cells of record ``run_id``: one per (length, depth) of the grid ``config``
-    asks for, each reached with ``0 <= right <= total == eval.passkey`` or not reached with
-    nothing counted and a note why; ValueError otherwise."""
-    if not isinstance(raw_cells, list):
-        raise ValueError(f"record {run_id}: passkey must be a list of cells, got {shown(raw_cells)}")
-    samples = config.eval.passkey
-    cells, seen = [], set()
-    for raw in raw_cells:
-        if not isinstance(raw, Mapping) or set(raw) != {"length", "depth", "right", "total", "reached", "note"}:
-            raise ValueError(f"record {run_id}: a passkey cell must have length, depth, right, total, reached, note")
-        at = (raw["length"], raw["depth"])
-        if raw["length"] not in passkey_lengths(config.eval.lengths) or raw["depth"] not in DEPTHS:
-            raise ValueError(
-                f"record {run_id}: a passkey cell at length {shown(at[0])} depth {shown(at[1])} is not tested"
-            )
-        if at in seen:
-            raise ValueError(f"record {run_id}: two passkey cells at length {at[0]} depth {at[1]}")
-        seen.add(at)
-        right, total, reached, note = raw["right"], raw["total"], raw["reached"], raw["note"]
-        if not isinstance(reached, bool) or not isinstance(note, str):
-            raise ValueError(f"record {run_id}: a passkey cell's reached is true/false and its note a string")
-        if any(not isinstance(n, int) or isinstance(n, bool) for n in (right, total)):
-            raise ValueError(f"record {run_id}: a passkey cell's right and total are integers")
-        if reached and not (0 <= right <= total == samples):
-            raise ValueError(
-                f"record {run_id}: a passkey cell counts 0..{samples} right of {samples} (eval.passkey), got "
-                f"{right} of {total}"
-            )
-        if not reached and (right != 0 or total != 0 or not note):
-            raise ValueError(f"record {run_id}: a passkey cell not reached counts nothing and says why")
-        cells.append(PasskeyCell(at[0], at[1], right, total, reached, note))
-    wanted = {(s, d) for s in passkey_lengths(config.eval.lengths) for d in DEPTHS}
-    if seen != wanted:
-        raise ValueError(f"record {run_id}: passkey cells missing at {sorted(wanted - seen)}")
-    return tuple(cells)
 
 
 def read_records(path: Path) -> Iterator[LmRecord]:

@@ -28,10 +28,10 @@ from torch import nn
 
 import pezoo
 from harness.config.pe_spec import build_options
+from harness.evaluation.lm import evaluate_lengths, evaluate_passkey
 from harness.lm.config import LmConfig
-from harness.lm.evaluate import LengthScore, evaluate_lengths
-from harness.lm.passkey import PasskeyCell, evaluate_passkey, grid_text
 from harness.lm.record import LmRecord, LmStore
+from harness.records.lm_metrics import LengthScore, PasskeyCell, grid_text
 from harness.records.provenance import provenance
 from harness.tasks.lm import lm_task
 from harness.tasks.lm.corpora import Corpus, load_corpus

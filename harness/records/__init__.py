@@ -6,6 +6,7 @@ One module per part:
     result        what one run ends as (``RunOutcome``) and hands back (``RunResult``)
     counts        exact numbers: every metric a count over a total, one rounding rule
     metrics       what an evaluation measures, as counts: one scale's (``LengthMetrics``), a whole one's
+    lm_metrics    what a language-modelling run measures, as counts: nats and bytes, passkey cells
     lm_positions  bits per byte by position within a window, as nats sums and byte counts per bucket
     recount       counts recovered from a metric stored as a float (records before counts)
     provenance    where a result came from: commit, device, library versions, plugins

@@ -29,6 +29,8 @@ another store is refused like any other bad file.
     final_loss, train_seconds, eval_seconds   float
     n_params      {"total": int, "pe": int}
     diagnostics   ``harness.training.diagnostics.encoding_diagnostics`` output, or null
+    lm            a language-modelling run's scores (``LmScores.to_body``: its metrics are
+                  then empty); present exactly when the run's task is a language-modelling one
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Any
 from harness.config import RunConfig
 from harness.config.numbers import number_problem
 from harness.records.files import open_regular, write_atomically
+from harness.records.lm_metrics import LmScores
 from harness.records.metrics import LengthMetrics
 from harness.records.record import RunRecord, record_problems
 
@@ -101,6 +104,8 @@ def keep(path: Path, record: RunRecord, key: bytes) -> None:
         "n_params": {"total": int(record.n_params), "pe": int(record.pe_params)},
         "diagnostics": record.diagnostics,
     }
+    if record.lm is not None:
+        body["lm"] = record.lm.to_body()
     text = json.dumps({**body, "seal": seal(body, key)}, sort_keys=True, allow_nan=False)
     write_atomically(Path(path), lambda f: f.write(text.encode()))
 
@@ -164,8 +169,9 @@ def _check_seal(body: Any, key: bytes | None) -> None:
 
 
 def _record(body: dict[str, Any], cfg: RunConfig) -> RunRecord:
-    if set(body) != _FIELDS:
-        raise KeptResultError(f"has fields {sorted(body)}, not {sorted(_FIELDS)}")
+    fields = _FIELDS | {"lm"} if cfg.is_lm else _FIELDS
+    if set(body) != fields:
+        raise KeptResultError(f"has fields {sorted(body)}, not {sorted(fields)}")
     run_id = cfg.run_id()
     if body["run_id"] != run_id:
         raise KeptResultError(f"is run {_short(body['run_id'])}'s, not {run_id}'s")
@@ -182,6 +188,14 @@ def _record(body: dict[str, Any], cfg: RunConfig) -> RunRecord:
                 raise KeptResultError(f"has {problem} at scale {_short(r['length'])}")
     if not isinstance(n_params, dict) or set(n_params) != {"total", "pe"}:
         raise KeptResultError(f"has n_params {_short(n_params)}, not {{total, pe}} counts")
+    lm = None
+    if cfg.is_lm:
+        if rows or not isinstance(body["lm"], dict):
+            raise KeptResultError("is a language-modelling run's: its scores are under lm, its metrics empty")
+        try:
+            lm = LmScores.from_body(run_id, body["lm"], cfg.lm_eval)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise KeptResultError(f"is not a valid record: {exc}") from None
     record = RunRecord(
         run_id=run_id,
         config=config,
@@ -195,6 +209,7 @@ def _record(body: dict[str, Any], cfg: RunConfig) -> RunRecord:
         n_params=n_params["total"],
         pe_params=n_params["pe"],
         diagnostics=body["diagnostics"],
+        lm=lm,
     )
     problems = record_problems(record.to_dict(), record.diagnostics)
     if problems:

@@ -60,7 +60,9 @@ import harness.tasks as tasks
 from harness.config import NEW_FIELD_DEFAULTS, RunConfig
 from harness.config.numbers import INT64_MAX, is_int, is_number, number_problem, shown
 from harness.config.pe_spec import identity_options
+from harness.records.lm_metrics import LmScores
 from harness.records.metrics import LengthMetrics
+from harness.tasks.lm import LM_TASKS
 
 MAX_UNIX_TIME = 253_402_300_799.0
 """9999-12-31 23:59:59 UTC: the latest time a record may carry (a page shows its date)."""
@@ -68,6 +70,8 @@ MAX_UNIX_TIME = 253_402_300_799.0
 KEYS = ("config", "final_loss", "metrics", "params", "pe", "preset", "provenance", "run_id", "seed", "status", "task",
         "timings")  # fmt: skip
 """The keys of a record's plain form, sorted."""
+LM_KEYS = ("passkey", "positions")
+"""The keys a language-modelling record may hold besides :data:`KEYS` (where measured)."""
 METRIC_KEYS = ("exact", "length", "n", "split", "token_length", "tokens", "tokens_right")
 PARAM_KEYS = ("pe", "total")
 TIMING_KEYS = ("eval_seconds", "finished_at", "started_at", "train_seconds")
@@ -104,6 +108,10 @@ class RunRecord:
         finished_at: when the store recorded it (Unix time); None until then.
         n_params, pe_params: parameter counts, of the model and of its encoding.
         diagnostics: what the encoding did on one example (``harness.training.diagnostics``), or None.
+        lm: a language-modelling run's scores (``harness.records.lm_metrics.LmScores``: nats
+            and bytes per (mode, length), curves by position, passkey cells), where an
+            algorithmic run has ``metrics``; None for an algorithmic run (``metrics`` is then
+            empty for an LM one).
     """
 
     run_id: str
@@ -118,6 +126,7 @@ class RunRecord:
     n_params: int
     pe_params: int
     diagnostics: Mapping[str, Any] | None = None
+    lm: LmScores | None = None
 
     @property
     def pe(self) -> Any:
@@ -137,8 +146,10 @@ class RunRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """The plain form (module docstring): what a results-file line holds, less its
-        ``schema_version`` and ``checksum``."""
-        return {
+        ``schema_version`` and ``checksum``. A language-modelling record's ``metrics`` are its
+        scores, with ``positions`` and ``passkey`` beside them where measured
+        (``LmScores.to_body``)."""
+        body = {
             "run_id": self.run_id,
             "pe": self.pe,
             "task": self.task,
@@ -155,28 +166,37 @@ class RunRecord:
                 "finished_at": self.finished_at,
             },
             "final_loss": self.final_loss,
-            "metrics": [
-                {
-                    "split": split,
-                    "length": m.length,
-                    "token_length": m.token_length,
-                    "n": m.n,
-                    "exact": m.exact,
-                    "tokens": m.tokens,
-                    "tokens_right": m.tokens_right,
-                }
-                for split, m in self.metrics
-            ],
         }
+        if self.lm is not None:
+            return {**body, **self.lm.to_body()}
+        body["metrics"] = [
+            {
+                "split": split,
+                "length": m.length,
+                "token_length": m.token_length,
+                "n": m.n,
+                "exact": m.exact,
+                "tokens": m.tokens,
+                "tokens_right": m.tokens_right,
+            }
+            for split, m in self.metrics
+        ]
+        return body
 
     @classmethod
     def from_dict(cls, body: Mapping[str, Any], diagnostics: Mapping[str, Any] | None = None) -> RunRecord:
         """The record of a valid plain form (``record_problems(body) == []``)."""
+        lm = None
+        if body["task"] in LM_TASKS:
+            lm = LmScores.from_body(body["run_id"], body, RunConfig.from_dict(body["config"]).lm_eval)
         return cls(
+            lm=lm,
             run_id=body["run_id"],
             config=body["config"],
             provenance=body["provenance"],
-            metrics=tuple(
+            metrics=()
+            if lm is not None
+            else tuple(
                 (
                     m["split"],
                     LengthMetrics(m["length"], m["token_length"], m["n"], m["exact"], m["tokens"], m["tokens_right"]),
@@ -236,7 +256,9 @@ def _listed_scales(config: RunConfig) -> list[tuple[str, int]] | None:
     """:func:`evaluated_scales`, or None when the task is not installed here (which of the
     listed scales it has is then unknown) or the config evaluates more than
     ``MAX_LISTED_SCALES``."""
-    train, test = config.train, config.eval
+    if config.is_lm:
+        return [("train", n) for n in config.train_lengths()] + [("test", n) for n in config.test_lengths()]
+    train, test = config.train, config.decode_eval
     test_count = -(-(test.test_max - train.train_max) // test.test_stride) + 1  # an upper bound
     if (train.train_max - train.train_min + 1) + test_count > MAX_LISTED_SCALES:
         return None
@@ -271,7 +293,9 @@ def record_problems(body: Any, diagnostics: Any = None) -> list[str]:
     ``diagnostics``, unless None, not its diagnostics); empty if it is valid."""
     if not isinstance(body, dict):
         return [f"a record must be a JSON object, got {type(body).__name__}"]
-    problems = key_problems(body, KEYS, "record")
+    lm = isinstance(body.get("task"), str) and body["task"] in LM_TASKS  # an LM record: scores where metrics are
+    present = set(body) - set(LM_KEYS) if lm else set(body)
+    problems = key_problems({k: body[k] for k in present}, KEYS, "record")
     if problems:
         return problems
 
@@ -304,12 +328,28 @@ def record_problems(body: Any, diagnostics: Any = None) -> list[str]:
     loss = number_problem("final_loss", body["final_loss"], minimum=0)
     if loss is not None:
         problems.append(f"{loss} (a cross-entropy)")
-    problems += _metrics_problems(body["metrics"], run_config.train.train_max if run_config is not None else None)
-    if run_config is not None and not problems:
-        problems += _scale_problems(body["metrics"], run_config)
+    if lm:
+        problems += _lm_problems(body, run_config)
+    else:
+        problems += _metrics_problems(body["metrics"], run_config.train.train_max if run_config is not None else None)
+        if run_config is not None and not problems:
+            problems += _scale_problems(body["metrics"], run_config)
     if diagnostics is not None and (problem := diagnostics_problem(diagnostics, config)) is not None:
         problems.append(f"diagnostics: {problem}")
     return problems
+
+
+def _lm_problems(body: dict[str, Any], run_config: RunConfig | None) -> list[str]:
+    """Why a language-modelling record's scores (``metrics``, ``positions``, ``passkey``) are
+    not those its run measures (``harness.records.lm_metrics.LmScores.from_body``, the one
+    validator of LM scores)."""
+    if run_config is None:
+        return []  # its config's problem is said already
+    try:
+        LmScores.from_body(body["run_id"], body, run_config.lm_eval)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        return [f"metrics: {exc}"]
+    return []
 
 
 def _run_id_problems(run_id: Any, config: dict[str, Any], run_config: RunConfig | None) -> list[str]:
@@ -442,7 +482,8 @@ def _scale_problems(metrics: list[dict[str, Any]], config: RunConfig) -> list[st
     over ``eval.samples`` examples. For a task not installed here, each scale must be one
     of those its config lists."""
     problems = []
-    samples = config.eval.samples
+    test = config.decode_eval
+    samples = test.samples
     picks = (1, 2, 3) if config.eval.select == "top3" else (1,)  # top3 sums its picked evaluations' counts
     wrong_n = sorted({m["length"] for m in metrics if m["n"] not in {samples * k for k in picks}})
     if wrong_n:
@@ -456,7 +497,7 @@ def _scale_problems(metrics: list[dict[str, Any]], config: RunConfig) -> list[st
         missing = sorted({n for _, n in expected} - {n for _, n in got})
         extra = sorted({n for _, n in got} - {n for _, n in expected})
     else:  # not installed, or too many to list: each scale must be one the config lists
-        train, test = config.train, config.eval
+        train = config.train
         lo = train.train_max + 1
 
         def listed(n: int) -> bool:
@@ -468,8 +509,8 @@ def _scale_problems(metrics: list[dict[str, Any]], config: RunConfig) -> list[st
     if extra:
         problems.append(
             f"metrics at scale(s) {_scales_text(extra)} that its config does not evaluate (train "
-            f"{config.train.train_min}..{config.train.train_max}, test up to {config.eval.test_max} every "
-            f"{config.eval.test_stride})"
+            f"{config.train.train_min}..{config.train.train_max}, test up to {test.test_max} every "
+            f"{test.test_stride})"
         )
     if missing:
         problems.append(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config import RunConfig
+from harness.records.lm_metrics import LmScores
 from harness.records.metrics import LengthMetrics
 from harness.records.record import RunRecord
 
@@ -46,6 +47,7 @@ class RunResult:
             ``harness.training.diagnostics``), or None.
         retryable: whether another attempt could end otherwise (False for a variant whose
             trained run kept no usable weights: the executor then does not retry it).
+        lm: a finished language-modelling run's scores, where an algorithmic run has ``metrics``.
     """
 
     run_id: str
@@ -62,6 +64,7 @@ class RunResult:
     notices: tuple[str, ...] = ()
     diagnostics: Mapping[str, Any] | None = None
     retryable: bool = True
+    lm: LmScores | None = None
 
     @classmethod
     def failed(
@@ -109,6 +112,7 @@ class RunResult:
             n_params=int(self.n_params["total"]),
             pe_params=int(self.n_params["pe"]),
             diagnostics=self.diagnostics,
+            lm=self.lm,
         )
 
     @classmethod
@@ -125,4 +129,5 @@ class RunResult:
             eval_seconds=record.eval_seconds,
             n_params={"total": record.n_params, "pe": record.pe_params},
             diagnostics=record.diagnostics,
+            lm=record.lm,
         )

@@ -79,7 +79,7 @@ def describe_preset(preset: str, configs: Sequence[RunConfig]) -> list[str]:
     if any(c.eval.every for c in configs):
         periodic = f"; also every {e('every')} steps, reporting {e('select')}"
     short = []  # tasks with no instances at the largest asked scales: say where they stop
-    for task_name in dict.fromkeys(c.task for c in configs):
+    for task_name in dict.fromkeys(c.task for c in configs if not c.is_lm):
         task = tasks.create(task_name)
         asked = sorted({n for c in configs if c.task == task_name for n in c.test_lengths()})
         reached = [n for n in asked if task.has_scale(n)]
@@ -91,13 +91,21 @@ def describe_preset(preset: str, configs: Sequence[RunConfig]) -> list[str]:
     evaluated = _values(
         configs, lambda c: EVAL_PRECISION_WORDS[evaluation_precision(c.eval.precision, c.train.precision)]
     )
+    if all(c.is_lm for c in configs):  # bytes: windows of L, bits per byte on held-out regions
+        testing = (
+            f"  testing: bits per byte at {_values(configs, lambda c: _lengths(list(c.lm_eval.lengths)))} bytes on "
+            f"{e('regions')} held-out regions, passkey {e('passkey')} samples a cell ({evaluated})"
+        )
+        training = f"on windows of {train} bytes"
+    else:
+        testing = f"  testing: lengths {test}, {e('samples')} examples each ({evaluated}){periodic}"
+        training = f"on lengths {train}{packed}"
     return [
         f"preset {preset}: {PRESET_DESCRIPTIONS.get(preset, '')}".rstrip(": "),
         f"  model: {_values(configs, lambda c: c.protocol)}, d_model {b('d_model')}, "
         f"{_counted(b('n_layers'), 'layer')}, {_counted(b('n_heads'), 'head')}, {b('backend')} attention",
-        f"  training: {t('steps')} steps of batch {t('batch_size')} (lr {t('lr')}, {precision}) on lengths "
-        f"{train}{packed}",
-        f"  testing: lengths {test}, {e('samples')} examples each ({evaluated}){periodic}",
+        f"  training: {t('steps')} steps of batch {t('batch_size')} (lr {t('lr')}, {precision}) {training}",
+        testing,
     ]
 
 

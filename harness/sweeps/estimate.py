@@ -42,8 +42,10 @@ def device_kind(device: str) -> str:
 
 
 def eval_units(cfg: RunConfig) -> int:
-    """Evaluation work in (example × evaluated scale) units: ``samples × #scales``."""
-    return cfg.eval.samples * (len(cfg.train_lengths()) + len(cfg.test_lengths()))
+    """Evaluation work in (example × evaluated scale) units: ``samples × #scales`` (a
+    language-modelling run: its scored regions × lengths)."""
+    per_scale = cfg.lm_eval.regions if cfg.is_lm else cfg.decode_eval.samples
+    return per_scale * (len(cfg.train_lengths()) + len(cfg.test_lengths()))
 
 
 def _model_key(cfg: RunConfig) -> tuple[Any, ...]:

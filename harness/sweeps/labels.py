@@ -13,7 +13,7 @@ from harness.sweeps.sweep import AXES
 def axis_value(cfg: RunConfig, name: str) -> Any:
     """The value of override axis ``name`` (``AXES``) in ``cfg``."""
     section, key, _ = AXES[name]
-    return getattr(getattr(cfg, section), key)
+    return getattr(getattr(cfg, section), key, None)  # None: an axis the run has not (an LM run has no test_max)
 
 
 def varying_axes(configs: Sequence[RunConfig]) -> list[str]:

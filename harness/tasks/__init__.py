@@ -102,6 +102,14 @@ from harness.tasks.base import (
     create,
     register_task,
 )
+from harness.tasks.lm import LM_TASKS
+
+
+def bench_tasks() -> list[str]:
+    """Every task ``pezoo bench`` runs, by name: the registry's algorithmic tasks
+    (:func:`available`), then the language-modelling ones (``harness.tasks.lm.LM_TASKS``)."""
+    return [*available(), *LM_TASKS]
+
 
 __all__ = [
     "NOT_PE_SOLVABLE",
@@ -112,6 +120,7 @@ __all__ = [
     "Example",
     "Task",
     "available",
+    "bench_tasks",
     "create",
     "register_task",
 ]

@@ -36,15 +36,16 @@ def encoding_diagnostics(model: Backbone, cfg: RunConfig, task: Task) -> dict[st
     import pezoo
 
     diagnose = pezoo.card_of(cfg.pe).diagnostics
-    if diagnose is None:
+    if diagnose is None or cfg.is_lm:  # traced on an algorithmic task's example only
         return None
     scales = [n for n in cfg.test_lengths() if task.has_scale(n)]
     if not scales:
         return None
     scale = scales[-1]
-    example = evaluation_set(task, scale, cfg.eval.samples, cfg.seed)[0]
+    how = cfg.decode_eval
+    example = evaluation_set(task, scale, how.samples, cfg.seed)[0]
     batch = collate([example], cfg.protocol).to(model.embed.weight.device)
-    inputs = batch.inputs[:, : cfg.eval.window] if cfg.eval.window else batch.inputs  # what one context holds
+    inputs = batch.inputs[:, : how.window] if how.window else batch.inputs  # what one context holds
     was_training = model.training
     model.eval()
     try:

@@ -41,6 +41,7 @@ import torch
 
 from harness.tasks import Task
 from harness.tasks.data import Batch, PackedStream, collate, sample_training_batch
+from harness.tasks.lm.data import LmBatches
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,9 @@ def make_batch(
 
 
 class BatchFeed:
-    """The batches of steps ``first..last-1`` in order (iterate over it), each on ``device``.
+    """The batches of steps ``first..last-1`` in order (iterate over it), each on ``device``:
+    ``task``'s examples, or a language-modelling task's windows (``LmBatches``: the step's
+    own, whatever the scale range).
 
     ``scale_range(step)`` gives the (lo, hi) scales of a step's examples. ``ahead``: how many
     batches a producer thread makes in front of the step (0: each is made when asked for,
@@ -94,7 +97,7 @@ class BatchFeed:
 
     def __init__(
         self,
-        task: Task,
+        task: Task | LmBatches,
         rng: random.Random,
         stream: PackedStream | None,
         *,
@@ -123,10 +126,13 @@ class BatchFeed:
         self._process_stop: Any = None
 
     def _make(self, step: int) -> Fed:
-        lo, hi = self.scale_range(step)
-        batch = make_batch(
-            self.task, self.rng, self.stream, batch_size=self.batch_size, lo=lo, hi=hi, protocol=self.protocol
-        )
+        if isinstance(self.task, LmBatches):  # a language-modelling task's windows: a function of the step
+            batch = self.task.batch(step, self.batch_size)
+        else:
+            lo, hi = self.scale_range(step)
+            batch = make_batch(
+                self.task, self.rng, self.stream, batch_size=self.batch_size, lo=lo, hi=hi, protocol=self.protocol
+            )
         keep = self.keep_state(step)
         data_rng = self.rng.getstate() if keep else None
         stream = self.stream.state() if keep and self.stream is not None else None

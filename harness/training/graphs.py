@@ -139,12 +139,20 @@ class GraphedLoss:
     use). A bucket whose capture fails (an encoding doing host work in its pass) runs
     eagerly from then on, said once in a warning."""
 
-    def __init__(self, model: Backbone, precision: str, eager: LossFn, quantum: int = QUANTUM) -> None:
+    def __init__(
+        self, model: Backbone, precision: str, eager: LossFn, quantum: int = QUANTUM, *, padded: bool = True
+    ) -> None:
         self.model, self.precision, self.eager, self.quantum = model, precision, eager, quantum
+        self.padded = padded
+        """False: rows without padding (a language-modelling task's windows): each batch as it
+        is, the model's own positions."""
         self.graphs: dict[tuple, Callable | None] = {}
 
     def __call__(self, batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor]:
-        padded, positions = padded_loss_inputs(self.model, batch, host, self.quantum)
+        if self.padded:
+            padded, positions = padded_loss_inputs(self.model, batch, host, self.quantum)
+        else:
+            padded, positions = batch, None
         args = [padded.inputs, padded.labels, padded.scales, padded.scored]
         if positions is not None:
             args.append(positions)

@@ -14,7 +14,7 @@ from torch import Tensor
 from harness.tasks.data import IGNORE, Batch
 from harness.tasks.vocab import PAD_ID
 from harness.training.backbone import Backbone
-from harness.training.graphs import GraphedLoss, LossFn, one_pass_loss
+from harness.training.graphs import GraphedLoss, LossFn, one_pass_loss, padded_pass_loss
 from harness.training.precision import autocast
 
 LENGTH_GROUPS = 4
@@ -23,7 +23,12 @@ LENGTH_GROUPS = 4
 
 
 def training_loss(
-    model: Backbone, batch: Batch, precision: str = "fp32", draws: torch.Generator | None = None
+    model: Backbone,
+    batch: Batch,
+    precision: str = "fp32",
+    draws: torch.Generator | None = None,
+    *,
+    padded: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """(the loss to minimise, the task's loss) on one batch, the forward pass in ``precision``
     (``harness.training.precision``: autocast over the float32 weights; the loss itself in float32).
@@ -35,9 +40,12 @@ def training_loss(
     ``eval.start_below_loss`` use the task's loss, so a penalty does not hold back
     periodic evaluation. ``draws``: the run's own torch RNG, which the encoding draws from
     (``PositionalEncoding.drawing_from``) and the length groups replay; None: the global one.
+    ``padded`` False: the batch's rows are whole windows with no padding (a language-modelling
+    task's, ``harness.tasks.lm.data.LmBatches``, whose bytes may take any token id, ``PAD``'s
+    included): one plain pass, every label scored.
     """
     with autocast(precision, batch.inputs.device):
-        task_loss = _task_loss(model, batch, draws=draws)
+        task_loss = _task_loss(model, batch, draws=draws) if padded else padded_pass_loss(model, batch, None)
     regularisation = getattr(model.pe, "regularisation", None)
     if regularisation is None:
         return task_loss, task_loss
@@ -100,14 +108,21 @@ def _at_least_float32(logits: Tensor) -> Tensor:
 
 
 def loss_function(
-    model: Backbone, precision: str, device: torch.device, *, graphs: bool = False, draws: torch.Generator | None = None
+    model: Backbone,
+    precision: str,
+    device: torch.device,
+    *,
+    graphs: bool = False,
+    draws: torch.Generator | None = None,
+    padded: bool = True,
 ) -> LossFn:
     """How the training loop takes a batch's loss: eagerly (:func:`training_loss`,
-    what every CPU run does), or, with ``graphs`` on CUDA, by :class:`GraphedLoss`."""
+    what every CPU run does), or, with ``graphs`` on CUDA, by :class:`GraphedLoss`.
+    ``padded`` False: rows without padding (:func:`training_loss`)."""
 
     def eager(batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor]:
-        return training_loss(model, batch, precision, draws)
+        return training_loss(model, batch, precision, draws, padded=padded)
 
     if graphs and device.type == "cuda":
-        return GraphedLoss(model, precision, eager)
+        return GraphedLoss(model, precision, eager, padded=padded)
     return eager

@@ -19,9 +19,8 @@ from dataclasses import replace
 
 import torch
 
-from harness import tasks
 from harness.config import RunConfig
-from harness.training.train import build_model, train
+from harness.training.train import build_model, train, training_task
 
 DEFAULT_STEPS = 5
 DEFAULT_WARMUP = 2
@@ -31,7 +30,9 @@ def probe_speed(cfg: RunConfig, steps: int = DEFAULT_STEPS, warmup: int = DEFAUL
     """Training steps per second of ``cfg`` here, timed over ``steps`` steps after ``warmup``."""
     if steps < 1 or warmup < 0:
         raise ValueError(f"a probe needs steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
-    short = replace(cfg, train=replace(cfg.train, steps=warmup + steps, warmup=0), eval=replace(cfg.eval, every=0))
+    short = replace(cfg, train=replace(cfg.train, steps=warmup + steps, warmup=0))
+    if not cfg.is_lm:  # a language-modelling run never evaluates while it trains
+        short = replace(short, eval=replace(cfg.decode_eval, every=0))
     stamps: list[float] = []
     threads = torch.get_num_threads()
     if torch.device(device).type == "cpu":
@@ -42,7 +43,7 @@ def probe_speed(cfg: RunConfig, steps: int = DEFAULT_STEPS, warmup: int = DEFAUL
         train(
             short,
             model,
-            tasks.create(short.task),
+            training_task(short),
             device,
             on_step=lambda step, loss: stamps.append(time.perf_counter()),
         )

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+import harness.tasks
 import harness.training.loss as step_loss
 import pezoo
 from harness.config import RunConfig
@@ -32,6 +33,7 @@ from harness.records.metrics import Evaluation
 from harness.records.provenance import git_commit, machine_name
 from harness.tasks import Task
 from harness.tasks.data import PackedStream
+from harness.tasks.lm.data import LmBatches, lm_batches
 from harness.training.backbone import Backbone
 from harness.training.checkpoint import (
     CheckpointError,
@@ -101,6 +103,14 @@ def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Backbone:
         model = Backbone(cfg.backbone, build_encoding(cfg)).to(device)
         model.init_rng_state = torch.get_rng_state()
     return model
+
+
+def training_task(cfg: RunConfig) -> Task | LmBatches:
+    """What ``cfg`` trains on, as :func:`train` takes it: its task's examples, or a
+    language-modelling task's windows of L bytes (``harness.tasks.lm.data.lm_batches``)."""
+    if cfg.is_lm:
+        return lm_batches(cfg.task, cfg.seed, cfg.train.train_max)
+    return harness.tasks.create(cfg.task)
 
 
 def lr_factor(step: int, cfg: RunConfig) -> float:
@@ -342,13 +352,18 @@ class _Run:
 
 
 def _start(
-    cfg: RunConfig, model: Backbone, task: Task, device: torch.device, resume: dict[str, Any] | None, accel: Accel
+    cfg: RunConfig,
+    model: Backbone,
+    task: Task | LmBatches,
+    device: torch.device,
+    resume: dict[str, Any] | None,
+    accel: Accel,
 ) -> tuple[_Run, float, bool]:
     """The optimiser, scaler and data state of a fresh run, or of ``resume``'s; with the
     last loss and whether periodic evaluation had started."""
     t = cfg.train
     rng = random.Random(f"train/{cfg.task}/{cfg.seed}")
-    stream = PackedStream(task, rng, t.pack, loss=t.pack_loss) if t.pack else None
+    stream = PackedStream(task, rng, t.pack, loss=t.pack_loss) if t.pack and not isinstance(task, LmBatches) else None
     opt = make_optimizer(model, cfg, fused=accel.fused and device.type == "cuda")
     scaler = grad_scaler(t.precision, device)  # fp16 only: gradients scaled clear of underflow
     draws = torch.Generator()  # continues where the model's initialisation left the global RNG
@@ -425,7 +440,12 @@ class _Due:
 
 
 def _feed(
-    cfg: RunConfig, task: Task, run: _Run, device: torch.device, accel: Accel, keep_state: Callable[[int], bool]
+    cfg: RunConfig,
+    task: Task | LmBatches,
+    run: _Run,
+    device: torch.device,
+    accel: Accel,
+    keep_state: Callable[[int], bool],
 ) -> BatchFeed:
     """The batches of the steps the run has left (``harness.training.feed``), from its data state."""
     t = cfg.train
@@ -499,7 +519,7 @@ def _save(
 def train(
     cfg: RunConfig,
     model: Backbone,
-    task: Task,
+    task: Task | LmBatches,
     device: torch.device | str = "cpu",
     on_step: Callable[[int, float], None] | None = None,
     checkpointing: Checkpointing | None = None,
@@ -508,7 +528,8 @@ def train(
     on_lr: Callable[[int, float], None] | None = None,
     accel: Accel | None = None,
 ) -> TrainResult:
-    """Train ``model`` for ``cfg.train.steps`` steps; ``on_step(step, loss)`` after each
+    """Train ``model`` for ``cfg.train.steps`` steps on ``task``'s examples (or a
+    language-modelling task's windows, ``LmBatches``); ``on_step(step, loss)`` after each
     (in order; on a GPU a few steps late, when the losses are read back: :class:`Accel`);
     ``on_lr(step, lr)`` reports each step's learning rate (for loggers).
 
@@ -532,7 +553,10 @@ def train(
     model.train()
     due = _Due(t.steps, cfg.eval.every if evaluate is not None else 0, checkpointing.every if checkpointing else None)
     losses = LossReadback(accel.readback, on_step, cfg.eval.start_below_loss, last=last, evaluating=evaluating)
-    compute = step_loss.loss_function(model, t.precision, device, graphs=accel.graphs, draws=run.draws)
+    padded = not isinstance(task, LmBatches)  # a language-modelling task's windows have no padding
+    compute = step_loss.loss_function(
+        model, t.precision, device, graphs=accel.graphs, draws=run.draws, padded=padded
+    )
     start = time.perf_counter()
     feed = _feed(cfg, task, run, device, accel, keep_state=functools.partial(_Due.saves_after, due))
     with feed, model.pe.drawing_from(run.draws):

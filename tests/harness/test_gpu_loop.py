@@ -164,8 +164,8 @@ def test_readback_raises_at_the_step_that_diverged():
 def test_a_run_that_diverges_between_readbacks_is_recorded_diverged(monkeypatch, tmp_path):
     real = step_loss.loss_function
 
-    def nan_from_step_7(model, precision, device, *, graphs=False, draws=None):
-        eager, calls = real(model, precision, device, graphs=graphs, draws=draws), [0]
+    def nan_from_step_7(model, precision, device, *, graphs=False, draws=None, padded=True):
+        eager, calls = real(model, precision, device, graphs=graphs, draws=draws, padded=padded), [0]
 
         def loss(batch, host):
             value, task_loss = eager(batch, host)
@@ -267,7 +267,7 @@ def test_graphed_losses_survive_the_next_replay(monkeypatch):
     for graphed in (False, True):
         if graphed:  # what loss_function gives on CUDA with graphs on, here on CPU
 
-            def graphed_loss(model, precision, device, graphs=False, draws=None):
+            def graphed_loss(model, precision, device, graphs=False, draws=None, padded=True):
                 return GraphedLoss(model, precision, lambda batch, host: training_loss(model, batch, precision, draws))
 
             monkeypatch.setattr(step_loss, "loss_function", graphed_loss)

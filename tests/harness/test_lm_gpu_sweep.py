@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness.lm.config import lm_preset_config
-from harness.lm.evaluate import LengthScore
 from harness.lm.record import LmRecord, LmStore
+from harness.records.lm_metrics import LengthScore
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "lm_gpu_sweep.py"
 

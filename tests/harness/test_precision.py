@@ -14,7 +14,16 @@ from click.testing import CliRunner
 
 import harness.tasks as tasks
 from harness.cli import main
-from harness.config import GPU_PRESETS, PRESET_DESCRIPTIONS, PRESETS, EvalConfig, RunConfig, TrainConfig, preset_config
+from harness.config import (
+    GPU_PRESETS,
+    LM_PRESETS,
+    PRESET_DESCRIPTIONS,
+    PRESETS,
+    EvalConfig,
+    RunConfig,
+    TrainConfig,
+    preset_config,
+)
 from harness.execution.run import evaluate_all
 from harness.sweeps.sweep import Grid, SweepSpec, load_sweep
 from harness.training.checkpoint import load_checkpoint, save_checkpoint
@@ -63,7 +72,8 @@ def test_precision_is_recorded_and_changes_the_run_id_except_where_it_means_fp32
 
 def test_the_gpu_presets_train_in_bf16_and_say_so_while_the_cpu_presets_stay_fp32():
     for name in PRESETS:
-        cfg = preset_config(name, pe="nope", task="reverse_string" if name == "ruoss" else "copy", seed=0)
+        task = "reverse_string" if name == "ruoss" else "lm_en" if name in LM_PRESETS else "copy"
+        cfg = preset_config(name, pe="nope", task=task, seed=0)
         assert cfg.train.precision == ("bf16" if name in GPU_PRESETS else "fp32"), name
         assert ("bf16" in PRESET_DESCRIPTIONS[name]) == (name in GPU_PRESETS)
     forced = preset_config("gpu", pe="nope", task="copy", seed=0, overrides={"train": {"precision": "fp32"}})

@@ -36,6 +36,7 @@ from harness.records.store import (
     StoreError,
     StoreFullError,
 )
+from harness.records.store.schema import SCHEMA_VERSION
 
 # the smoke preset evaluates 8 samples per scale
 METRICS = [("train" if n <= 5 else "test", LengthMetrics(n, float(n), 8, 4, 8, 2)) for n in range(1, 9)]
@@ -294,7 +295,7 @@ def test_a_schema_1_store_is_read_as_it_is_and_migrated_by_a_writer(tmp_path):
         assert store.status(run_id) == "finished" and len(store.metrics(run_id)) == 8
         assert store.claim(smoke(), {"commit": "new"}).status == "finished"
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == ("3",)
+        assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
         columns = [r[1] for r in db.execute("PRAGMA table_info(runs)")]
     assert columns[-2:] == ["owner", "heartbeat"]
     assert load(path).equals(df)

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from harness.lm.config import lm_preset_config
-from harness.lm.evaluate import LengthScore
 from harness.lm.record import LmRecord
+from harness.records.lm_metrics import LengthScore
 from leaderboard.claims import DOES_NOT_HOLD, HOLDS, NO_CONTRAST, PARTLY
 from leaderboard.lm_board import LM_CLAIMS, answer_sentence, curves_svg, lm_rows, reach, render_markdown, verdict
 

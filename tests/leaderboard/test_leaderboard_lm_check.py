@@ -16,8 +16,8 @@ from leaderboard_fixtures import make_record, write_jsonl
 
 from harness.cli import main
 from harness.lm.config import lm_preset_config
-from harness.lm.evaluate import LengthScore
 from harness.lm.record import LmRecord
+from harness.records.lm_metrics import LengthScore
 from leaderboard.lm_board import readme_section, render_markdown
 from leaderboard.lm_rows import lm_rows
 

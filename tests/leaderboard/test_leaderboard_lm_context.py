@@ -9,10 +9,10 @@ import math
 from click.testing import CliRunner
 
 from harness.lm.config import lm_preset_config
-from harness.lm.evaluate import LengthScore
-from harness.lm.passkey import DEPTHS, PasskeyCell
 from harness.lm.record import LmRecord
+from harness.records.lm_metrics import LengthScore, PasskeyCell
 from harness.records.ranking import RULE
+from harness.tasks.lm.passkey import DEPTHS
 from leaderboard.lm_board import EFFECTIVE_CONTEXT_RULE, NOT_MEASURED, passkey_rows, render_markdown
 from leaderboard.lm_rows import lm_rows, passkey_holds, passkey_reach, reach, weakest_passkey
 

@@ -7,8 +7,8 @@ import re
 
 import pezoo
 from harness.lm.config import lm_preset_config
-from harness.lm.evaluate import LengthScore
 from harness.lm.record import LmRecord
+from harness.records.lm_metrics import LengthScore
 from harness.records.lm_positions import PositionCurve
 from leaderboard.lm_board import lm_pages, render_markdown
 from leaderboard.lm_curves import curves_svg, family_panels, position_curve, positions_svg

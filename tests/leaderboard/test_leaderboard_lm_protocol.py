@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 
 from harness.lm.config import lm_preset_config
-from harness.lm.evaluate import LengthScore
 from harness.lm.record import LmRecord
+from harness.records.lm_metrics import LengthScore
 from leaderboard.claims import DOES_NOT_HOLD, HOLDS, PARTLY
 from leaderboard.lm_board import (
     LM_CLAIMS,

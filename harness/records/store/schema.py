@@ -9,6 +9,8 @@ Tables:
     metrics      one row per (run, evaluated scale): counts (``harness.records.counts``): examples
                  n and exactly decoded ``exact``, scored ``tokens`` and ``tokens_right``.
     diagnostics  what the encoding did on one example, per finished run (JSON).
+    lm_scores    a finished language-modelling run's scores, per run (JSON: the record's
+                 ``metrics``, ``positions`` and ``passkey``, ``harness.records.lm_metrics.LmScores``).
 
 A finished run's rows are a serialisation of its ``harness.records.record.RunRecord``
 (:func:`harness.records.store.store.Store.record` reads one, ``insert_finished`` writes one).
@@ -23,14 +25,17 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.config import RunConfig
+from harness.records.lm_metrics import LmScores
 from harness.records.metrics import LengthMetrics
 from harness.records.record import RunRecord
 from harness.records.store.errors import NotAStoreError, StoreError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2: ``runs.owner`` and ``runs.heartbeat`` (claims). 3: metrics as counts (``exact``,
 ``tokens``, ``tokens_right`` for the float ``exact_match`` and ``token_accuracy``,
-recovered exactly by ``harness.records.recount``). An older store is migrated in place by the
+recovered exactly by ``harness.records.recount``). 4: the ``lm_scores`` table (the
+language-modelling tasks run in the one store). An older store is migrated in place by the
 first writer; readers read only the current schema."""
 
 SCHEMA = """
@@ -70,6 +75,10 @@ CREATE TABLE IF NOT EXISTS diagnostics (
     run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
     body   TEXT NOT NULL  -- JSON: what the encoding did on one example (harness.diagnostics)
 );
+CREATE TABLE IF NOT EXISTS lm_scores (
+    run_id TEXT PRIMARY KEY REFERENCES runs(run_id) ON DELETE CASCADE,
+    body   TEXT NOT NULL  -- JSON: an LM run's metrics, positions, passkey (LmScores.to_body)
+);
 """
 
 SEAL_KEY = "seal_key"
@@ -102,6 +111,7 @@ def _metrics_as_counts(db: sqlite3.Connection) -> None:
 MIGRATIONS: dict[int, list[Any]] = {  # from schema version N to N + 1, in one write transaction
     1: ["ALTER TABLE runs ADD COLUMN owner TEXT", "ALTER TABLE runs ADD COLUMN heartbeat REAL"],
     2: [_metrics_as_counts],
+    3: [],  # lm_scores: created with the tables (CREATE TABLE IF NOT EXISTS), nothing to move
 }
 
 
@@ -193,10 +203,20 @@ def metric_rows(record: RunRecord) -> list[dict[str, Any]]:
     ]
 
 
+def lm_scores_of(run: Mapping[str, Any], body: Mapping[str, Any]) -> LmScores:
+    """The scores of an LM run's ``lm_scores`` row, read against its config; ValueError when
+    they are not what that config measures."""
+    return LmScores.from_body(run["run_id"], body, RunConfig.from_dict(run["config"]).lm_eval)
+
+
 def record_of(
-    run: Mapping[str, Any], metrics: Iterable[Mapping[str, Any]], diagnostics: Mapping[str, Any] | None = None
+    run: Mapping[str, Any],
+    metrics: Iterable[Mapping[str, Any]],
+    diagnostics: Mapping[str, Any] | None = None,
+    lm: LmScores | None = None,
 ) -> RunRecord:
-    """The record of a finished run's rows (``Store.run``, ``Store.metrics``, ``Store.diagnostics``)."""
+    """The record of a finished run's rows (``Store.run``, ``Store.metrics``, ``Store.diagnostics``,
+    and an LM run's ``Store.lm_scores``)."""
     rows = sorted(metrics, key=lambda m: m["length"])
     return RunRecord(
         run_id=run["run_id"],
@@ -217,4 +237,5 @@ def record_of(
         n_params=run["n_params"],
         pe_params=run["pe_params"],
         diagnostics=diagnostics,
+        lm=lm,
     )

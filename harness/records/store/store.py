@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 from harness.records.store.claims import HEARTBEAT_SECONDS, LEASE_SECONDS, Claim, Owner, count_death, describe
 from harness.records.store.connection import StoreConnection
 from harness.records.store.errors import ClaimLostError, StoreError
-from harness.records.store.schema import SEAL_KEY, metric_rows, record_of, run_row
+from harness.records.store.schema import SEAL_KEY, lm_scores_of, metric_rows, record_of, run_row
+from harness.tasks.lm import LM_TASKS
 
 if TYPE_CHECKING:
     from harness.config import RunConfig
+    from harness.records.lm_metrics import LmScores
     from harness.records.metrics import LengthMetrics
     from harness.records.record import RunRecord
 
@@ -239,9 +241,10 @@ class Store(StoreConnection):
         n_params: Mapping[str, int],
         diagnostics: Mapping[str, Any] | None = None,
         owner: Owner | None = None,
+        lm: LmScores | None = None,
     ) -> bool:
-        """Write all metrics (and the run's diagnostics, if any) and mark the run finished,
-        atomically, releasing the claim.
+        """Write all metrics (and the run's diagnostics, if any; a language-modelling run's
+        scores ``lm``) and mark the run finished, atomically, releasing the claim.
 
         Returns False, changing nothing, when the store already holds the run finished
         (another process finished it first: its result stays).
@@ -262,6 +265,7 @@ class Store(StoreConnection):
             db.execute("DELETE FROM diagnostics WHERE run_id=?", (run_id,))
             if diagnostics is not None:
                 db.execute("INSERT INTO diagnostics VALUES (?, ?)", (run_id, json.dumps(diagnostics, sort_keys=True)))
+            _write_lm(db, run_id, lm)
             db.executemany(
                 "INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
@@ -331,6 +335,7 @@ class Store(StoreConnection):
             db.execute(
                 "INSERT INTO diagnostics VALUES (?, ?)", (record.run_id, json.dumps(record.diagnostics, sort_keys=True))
             )
+        _write_lm(db, record.run_id, record.lm)
         return True
 
     # -- reading ---------------------------------------------------------------------
@@ -380,7 +385,17 @@ class Store(StoreConnection):
         run = self.run(run_id)
         if run is None or run["status"] != "finished":
             return None
-        return record_of(run, self.metrics(run_id), self.diagnostics(run_id))
+        lm = self.lm_scores(run_id) if run["task"] in LM_TASKS else None
+        try:
+            scores = lm_scores_of(run, lm) if lm is not None else None
+        except ValueError as exc:
+            raise StoreError(f"run {run_id} in {self.path}: its language-modelling scores do not read ({exc})") from exc
+        return record_of(run, self.metrics(run_id), self.diagnostics(run_id), scores)
+
+    def lm_scores(self, run_id: str) -> dict[str, Any] | None:
+        """A finished language-modelling run's scores as stored (``LmScores.to_body``), or None."""
+        rows = self._query("SELECT body FROM lm_scores WHERE run_id=?", (run_id,))
+        return json.loads(rows[0]["body"]) if rows else None
 
     def diagnostics(self, run_id: str) -> dict[str, Any] | None:
         """The diagnostics stored with a finished run (``harness.training.diagnostics``), or None."""
@@ -409,9 +424,18 @@ def _restart_attempt(db: sqlite3.Connection, run_id: str, values: tuple[Any, ...
     them) written and ``note`` (deaths counted) kept in ``error``."""
     db.execute("DELETE FROM metrics WHERE run_id=?", (run_id,))
     db.execute("DELETE FROM diagnostics WHERE run_id=?", (run_id,))
+    db.execute("DELETE FROM lm_scores WHERE run_id=?", (run_id,))
     db.execute(
         "UPDATE runs SET pe=?, task=?, seed=?, preset=?, config=?, status='running', error=?,"
         " provenance=?, n_params=NULL, pe_params=NULL, final_loss=NULL, train_seconds=NULL,"
         " eval_seconds=NULL, started_at=?, finished_at=NULL, owner=?, heartbeat=? WHERE run_id=?",
         (*values[:5], note, *values[5:]),
     )
+
+
+def _write_lm(db: sqlite3.Connection, run_id: str, lm: LmScores | None) -> None:
+    """A language-modelling run's scores into ``lm_scores`` (replacing an earlier attempt's)."""
+    db.execute("DELETE FROM lm_scores WHERE run_id=?", (run_id,))
+    if lm is not None:
+        body = json.dumps(lm.to_body(), sort_keys=True, allow_nan=False)
+        db.execute("INSERT INTO lm_scores VALUES (?, ?)", (run_id, body))

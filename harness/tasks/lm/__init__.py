@@ -13,6 +13,7 @@ The track's data, one module per part (this package's ``__init__`` holds the tas
     overlap   the chunk-overlap scan: which 64-byte runs of one text occur in another
     split     training and held-out documents, near-duplicates kept on one side
     data      training windows and held-out regions of a corpus, as byte tensors
+    passkey   passkey retrieval's samples: a key hidden at a depth in held-out text
 """
 
 from __future__ import annotations

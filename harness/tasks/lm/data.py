@@ -27,11 +27,23 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
-from harness.tasks.lm import BOS
+from harness.tasks.data import Batch
+from harness.tasks.lm import BOS, lm_task
+from harness.tasks.lm.corpora import load_corpus
 from harness.tasks.lm.overlap import RUN, Flags
-from harness.tasks.lm.split import Split
+from harness.tasks.lm.split import Split, split
 
-__all__ = ["Region", "TrainingWindows", "place_regions", "scored_regions", "window_tokens"]
+__all__ = [
+    "LmBatches",
+    "Region",
+    "TrainingWindows",
+    "lm_batches",
+    "place_regions",
+    "scored_regions",
+    "task_regions",
+    "task_split",
+    "window_tokens",
+]
 
 
 def _seed(*parts: object) -> int:
@@ -70,6 +82,36 @@ class TrainingWindows:
         idx = start[:, None] + torch.arange(self.length)[None, :]  # (b, L)
         targets = self.data[idx].to(torch.int64)
         return window_tokens(targets), targets
+
+
+@dataclass(frozen=True)
+class LmBatches:
+    """A language-modelling run's training data as the training loop takes it
+    (``harness.training.feed``): step ``step``'s batch is :meth:`TrainingWindows.batch` of the
+    run's seed and that step, as a ``harness.tasks.data.Batch`` whose every label is scored
+    and whose rows have no padding (``BOS`` and bytes: any id, ``PAD``'s included, is a byte).
+    A pure function of (seed, step), so a resumed run reads what it would have.
+
+    Attributes:
+        task: the task's name (``lm_en``).
+        windows: the training windows of its split's training documents.
+        seed: the run's seed.
+    """
+
+    task: str
+    windows: TrainingWindows
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return self.task
+
+    def batch(self, step: int, batch_size: int) -> Batch:
+        """Step ``step``'s ``batch_size`` windows."""
+        tokens, targets = self.windows.batch(self.seed, step, batch_size)  # (b, L) each
+        b, length = targets.shape
+        scales = torch.full((b,), length, dtype=torch.int64)  # (b,): the window's length
+        return Batch(tokens, targets, scales, torch.ones_like(targets, dtype=torch.bool))
 
 
 def window_tokens(targets: Tensor) -> Tensor:
@@ -162,3 +204,26 @@ def scored_regions(split: Split, size: int, count: int) -> tuple[Region, ...]:
     if key not in _REGIONS:
         _REGIONS[key] = place_regions(split.heldout, size, count, split.training_index.runs)
     return _REGIONS[key]
+
+
+_SPLITS: dict[str, Split] = {}
+
+
+def task_split(task: str) -> Split:
+    """The split of language-modelling task ``task``'s corpus (``harness.tasks.lm.corpora.load_corpus``,
+    ``harness.tasks.lm.split.split``), made once per corpus (by its SHA-256) in a process;
+    ValueError for an unknown task, ``CorpusError`` for a corpus that cannot be had."""
+    corpus = load_corpus(lm_task(task).corpus)
+    if corpus.sha256 not in _SPLITS:
+        _SPLITS[corpus.sha256] = split(corpus)
+    return _SPLITS[corpus.sha256]
+
+
+def lm_batches(task: str, seed: int, length: int) -> LmBatches:
+    """The training batches of a run of ``task`` under ``seed`` at windows of ``length`` bytes."""
+    return LmBatches(task, TrainingWindows(task_split(task).train, length), seed)
+
+
+def task_regions(task: str, size: int, count: int) -> tuple[Region, ...]:
+    """The ``count`` scored regions of ``size`` bytes of ``task`` (:func:`scored_regions` of its split)."""
+    return scored_regions(task_split(task), size, count)

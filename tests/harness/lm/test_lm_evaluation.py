@@ -9,9 +9,10 @@ import torch
 import torch.nn.functional as F
 from lm_fixtures import tiny_corpus
 
+from harness.evaluation.lm import evaluate_lengths, score_windows
 from harness.lm.config import lm_preset_config
-from harness.lm.evaluate import bpb, evaluate_lengths, score_windows
 from harness.lm.run import build_lm_model
+from harness.records.lm_metrics import bpb
 from harness.tasks.lm import BOS
 from harness.tasks.lm.data import TrainingWindows, scored_regions, window_tokens
 from harness.tasks.lm.split import split

@@ -169,7 +169,7 @@ class _ByteTokenizer:
 def test_the_passkey_grid_of_your_own_model_counts_greedy_answers_per_length_and_depth(saved, monkeypatch):
     from harness.cli import main
     from harness.lm.hf import check_hf, load_hf, passkey_hf
-    from harness.lm.passkey import DEPTHS
+    from harness.tasks.lm.passkey import DEPTHS
 
     check = check_hf(saved, "alibi", (64, 128, 256), regions=1, tail=32, chunk=48, as_bytes=True)
     model, _ = load_hf(check, torch.device("cpu"))

@@ -3,6 +3,7 @@ draws under a seed, its scoring on hand-built stand-ins and a tiny trained run, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from types import SimpleNamespace
 
@@ -12,11 +13,13 @@ from click.testing import CliRunner
 from lm_fixtures import tiny_corpus
 from torch import nn
 
+from harness.evaluation.lm import evaluate_passkey
 from harness.lm.config import lm_preset_config
-from harness.lm.passkey import DEPTHS, PasskeyCell, evaluate_passkey, passkey_lengths, passkey_samples
 from harness.lm.record import LmRecord, LmStore
 from harness.lm.run import run_lm
+from harness.records.lm_metrics import PasskeyCell
 from harness.tasks.lm.data import scored_regions
+from harness.tasks.lm.passkey import DEPTHS, passkey_lengths, passkey_samples
 from harness.tasks.lm.split import split
 
 CPU = torch.device("cpu")
@@ -104,7 +107,7 @@ class Copier(nn.Module):
     def __init__(self, window: int | None = None, max_position: int | None = None) -> None:
         super().__init__()
         self.window = window
-        self.pe = SimpleNamespace(max_position=max_position)
+        self.pe = SimpleNamespace(max_position=max_position, drawing_from=lambda generator: contextlib.nullcontext())
 
     def start_state(self, batch: int, max_length: int, device=None):
         return {"seen": [b"" for _ in range(batch)]}

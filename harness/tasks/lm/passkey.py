@@ -27,29 +27,15 @@ number library whose streams might change): the same for every encoding and ever
 and shared by the sample's depths, so the depths of one sample differ only in where the
 needle is (:func:`passkey_samples`).
 
-Scoring. A sample is right when the model's greedy continuation of everything before the
-answer is the answer's six bytes. It is read off one teacher-forced pass, as
-``harness.evaluation.evaluate`` reads exact match: while the decoded prefix equals the
-answer's, each greedy byte is the argmax the teacher-forced pass makes at that position, so
-the greedy decode gives the answer exactly when the argmax at each of its six positions is
-its byte (:func:`answers_right`; ties in the argmax go to the lower byte, as ``argmax`` and a
-greedy decode both break them). A cell (length, depth) keeps its count right of its total
-(:class:`PasskeyCell`), never a float; a length the encoding cannot reach is recorded as not
-reached with the reason, as bits per byte are.
+How a model is scored on the samples is ``harness.evaluation.lm`` (:func:`~harness.evaluation.lm.evaluate_passkey`),
+what it leaves is ``harness.records.lm_metrics.PasskeyCell``.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
-
-from harness.tasks.lm.data import window_tokens
-from harness.training.backbone import Backbone
-from harness.training.precision import autocast
 
 __all__ = [
     "ANSWER",
@@ -59,11 +45,7 @@ __all__ = [
     "KEY_DIGITS",
     "NEEDLE",
     "QUESTION",
-    "PasskeyCell",
     "PasskeySample",
-    "answers_right",
-    "evaluate_passkey",
-    "grid_text",
     "needle_at",
     "passkey_lengths",
     "passkey_samples",
@@ -158,124 +140,3 @@ def passkey_samples(regions: Sequence[bytes], length: int, samples: int, seed: i
             at = needle_at(depth, filler)
             out.append(PasskeySample(length, depth, i, key, region, offset, at, text[:at] + needle + text[at:] + tail))
     return out
-
-
-@dataclass(frozen=True)
-class PasskeyCell:
-    """One (length, depth) of the grid: how many samples the model answered right, of how many.
-
-    Attributes:
-        length: S, bytes per sample.
-        depth: where the needle starts, in percent of the filler.
-        right: samples whose greedy continuation is the answer.
-        total: samples scored (0 when not reached).
-        reached: False when the model could not be evaluated at S.
-        note: why not (empty when reached).
-    """
-
-    length: int
-    depth: int
-    right: int
-    total: int
-    reached: bool = True
-    note: str = ""
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "length": self.length,
-            "depth": self.depth,
-            "right": self.right,
-            "total": self.total,
-            "reached": self.reached,
-            "note": self.note,
-        }
-
-
-@torch.no_grad()
-def answers_right(
-    model: Backbone, targets: Tensor, answer: int, chunk: int, precision: str, device: torch.device
-) -> Tensor:
-    """(b,) bool: whether the argmax at each of the last ``answer`` positions of ``targets``
-    (b, s) is its byte, read from BOS and the bytes before (the greedy decode's answer, module
-    docstring), fed ``chunk`` queries at a time through the KV cache."""
-    b, s = targets.shape
-    tokens = window_tokens(targets).to(device)  # (b, s)
-    targets = targets.to(device)
-    state = model.start_state(b, s, device)
-    right = torch.ones(b, dtype=torch.bool, device=device)
-    first = s - answer  # the answer's first position
-    for start in range(0, s, chunk):
-        end = min(s, start + chunk)
-        with autocast(precision, device):
-            logits = model(tokens[:, start:end], state=state)  # (b, c, v)
-        assert isinstance(logits, Tensor)
-        lo = max(start, first)
-        if lo < end:
-            guess = logits[:, lo - start :].float().argmax(-1)  # (b, c')
-            right &= (guess == targets[:, lo:end]).all(-1)
-    return right
-
-
-def evaluate_passkey(
-    model: Backbone,
-    regions: Sequence[bytes],
-    lengths: Sequence[int],
-    samples: int,
-    *,
-    chunk: int,
-    batch_size: int,
-    precision: str,
-    device: torch.device,
-    seed: int = 0,
-    report: Callable[[PasskeyCell], None] | None = None,
-) -> list[PasskeyCell]:
-    """The grid's cells of ``model``: at each of ``passkey_lengths(lengths)`` and each depth,
-    ``samples`` samples (:func:`passkey_samples` under ``seed``) scored by :func:`answers_right`;
-    length-major, depths in :data:`DEPTHS`' order."""
-    model.eval()
-    bound = getattr(model.pe, "max_position", None)
-    cells: list[PasskeyCell] = []
-    for s in passkey_lengths(lengths):
-        drawn = passkey_samples(regions, s, samples, seed)
-        if bound is not None and s > bound:
-            done = [PasskeyCell(s, d, 0, 0, False, f"the encoding has positions 0..{bound - 1} only") for d in DEPTHS]
-        else:
-            targets = torch.tensor([list(x.text) for x in drawn], dtype=torch.int64)  # (samples · depths, s)
-            try:
-                torch.manual_seed(seed)  # random positions at evaluation (randomized PE) are one fixed draw
-                right = torch.cat(
-                    [
-                        answers_right(model, targets[i : i + batch_size], ANSWER_BYTES, chunk, precision, device).cpu()
-                        for i in range(0, targets.shape[0], batch_size)
-                    ]
-                )  # (samples · depths,) in ``drawn``'s order
-                done = [
-                    PasskeyCell(s, d, sum(bool(r) for r, x in zip(right, drawn, strict=True) if x.depth == d), samples)
-                    for d in DEPTHS
-                ]
-            except (torch.OutOfMemoryError, MemoryError) as exc:
-                done = [PasskeyCell(s, d, 0, 0, False, f"out of memory ({type(exc).__name__})") for d in DEPTHS]
-            except ValueError as exc:  # an encoding refusing a length (randomized positions' range, ...)
-                done = [PasskeyCell(s, d, 0, 0, False, str(exc).splitlines()[0]) for d in DEPTHS]
-        for cell in done:
-            cells.append(cell)
-            if report is not None:
-                report(cell)
-    return cells
-
-
-def grid_text(cells: Sequence[PasskeyCell] | None) -> str:
-    """A grid in a line: per length the samples right of those scored, every depth together
-    (``256: 48/50, 512: 31/50``), ``-`` and why where not reached; ``not measured`` for None."""
-    if cells is None:
-        return "not measured"
-    by: dict[int, list[PasskeyCell]] = {}
-    for c in cells:
-        by.setdefault(c.length, []).append(c)
-    parts = [
-        f"{s}: {sum(c.right for c in at)}/{sum(c.total for c in at)}"
-        if all(c.reached for c in at)
-        else f"{s}: - ({next(c.note for c in at if not c.reached)})"
-        for s, at in by.items()
-    ]
-    return ", ".join(parts) or f"no test length above its {FIXED_BYTES} fixed bytes"
