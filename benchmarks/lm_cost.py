@@ -31,10 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.config import preset_config
+from harness.config.pe_spec import config_display_name
 from harness.evaluation.lm import score_windows
-from harness.lm.config import lm_preset_config
-from harness.lm.run import build_lm_model
 from harness.training.precision import autocast
+from harness.training.train import build_model
 
 
 class HandBlock(nn.Module):
@@ -92,13 +93,13 @@ def _time_steps(model: nn.Module, tokens: torch.Tensor, precision: str, steps: i
 
 
 def step(args: argparse.Namespace) -> None:
-    cfg = lm_preset_config("lm", pe="nope", task="lm_en", seed=0)
+    cfg = preset_config("lm", pe="nope", task="lm_en", seed=0)
     b = cfg.backbone
     device = torch.device(args.device)
-    tokens = torch.randint(256, (cfg.train.batch_size, cfg.length), device=device)
+    tokens = torch.randint(256, (cfg.train.batch_size, cfg.train.train_max), device=device)
     for precision in args.precision.split(","):
         torch.manual_seed(0)
-        ours = build_lm_model(cfg, device=device)
+        ours = build_model(cfg, device)
         hand = HandDecoder(b.vocab_size, b.d_model, b.n_layers, b.n_heads).to(device)
         t_ours = _time_steps(ours, tokens, precision, args.steps)
         t_hand = _time_steps(hand, tokens, precision, args.steps)
@@ -123,18 +124,18 @@ def _train_step(model: nn.Module, tokens: torch.Tensor) -> Callable[[], None]:
 
 
 def speed(args: argparse.Namespace) -> None:
-    from harness.lm.sweep import load_lm_sweep
     from harness.perf import time_interleaved
-    from leaderboard.lm_rows import label_of
+    from harness.sweeps.sweep import load_sweep
 
-    configs = [c for c in load_lm_sweep(args.file, tasks=["lm_en"]) if c.seed == 0 and not c.is_variant]
-    tokens = torch.randint(256, (configs[0].train.batch_size, configs[0].length))
+    plan = load_sweep(args.file).configs(None)
+    configs = [c for c in plan if c.task == "lm_en" and c.seed == 0 and not c.is_variant]
+    tokens = torch.randint(256, (configs[0].train.batch_size, configs[0].train.train_max))
     steps = {}
     for cfg in configs:
         torch.manual_seed(0)
-        steps[label_of(cfg)] = _train_step(build_lm_model(cfg), tokens)
+        steps[config_display_name(cfg)] = _train_step(build_model(cfg), tokens)
     timings = time_interleaved(steps, repeats=args.repeats, warmup=2)
-    base = timings[label_of(next(c for c in configs if c.pe == "nope"))].median_ms
+    base = timings[config_display_name(next(c for c in configs if c.pe == "nope"))].median_ms
     rows = [
         {
             "encoding": name,
@@ -170,8 +171,8 @@ def speed(args: argparse.Namespace) -> None:
 
 
 def _one_memory(pe: str, length: int, chunk: int) -> dict[str, object]:
-    cfg = lm_preset_config("lm", pe=pe, task="lm_en", seed=0)
-    model = build_lm_model(cfg).eval()
+    cfg = preset_config("lm", pe=pe, task="lm_en", seed=0)
+    model = build_model(cfg).eval()
     targets = torch.randint(256, (1, length))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()

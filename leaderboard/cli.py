@@ -397,7 +397,7 @@ def published_store_rows() -> list[dict]:
     default=str(DEFAULT_RESULTS / "lm"),
     show_default=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Folder of published LM results files (*.jsonl, from `pezoo lm export`).",
+    help="Folder of published LM results files (*.jsonl, from `pezoo leaderboard export`).",
 )
 @click.option(
     "--out",
@@ -418,7 +418,8 @@ def lm_cmd(results_dir: Path, out_dir: Path) -> None:
     except (ValueError, OSError) as exc:
         raise click.ClickException(terminal_text(str(exc))) from None
     if not records:
-        raise click.ClickException(f"no LM results under {results_dir}: run `pezoo lm sweep` and `pezoo lm export`")
+        how = "run `pezoo bench --sweep leaderboard/lm/sweep.toml` and `pezoo leaderboard export`"
+        raise click.ClickException(f"no LM results under {results_dir}: {how}")
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in pages.items():
         (out_dir / name).write_text(text, encoding="utf-8")

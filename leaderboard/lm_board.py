@@ -331,7 +331,8 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
     Every value a record gives (a row's name, its options, a machine's, the corpus hash) goes
     through ``leaderboard.readme.md``: markup in it is shown as text, never a tag or a cell."""
     if not records:
-        return "## Language modelling\n\nNo language-modelling results are published yet (`pezoo lm sweep`).\n"
+        sweep = "`pezoo bench --sweep leaderboard/lm/sweep.toml`"
+        return f"## Language modelling\n\nNo language-modelling results are published yet ({sweep}).\n"
     out = ["## Language modelling", "", SCALE_NOTE, "", EFFECTIVE_CONTEXT_RULE, ""]
     for task, rows in lm_rows(records).items():
         first, order = rows[0], ranked(rows)

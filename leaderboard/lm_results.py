@@ -129,7 +129,7 @@ def read_lm_file(path: Path) -> tuple[list[Located], list[Problem]]:
             if isinstance(value, dict) and value.get("schema") == UNSEALED_SCHEMA:
                 raise ValueError(
                     f"an LM record of schema {UNSEALED_SCHEMA!r} carries no checksum: publish records of schema "
-                    f"{LM_SCHEMA!r} (`pezoo lm export` writes them sealed)"
+                    f"{LM_SCHEMA!r}, or runs of the one harness (`pezoo leaderboard export`)"
                 )
             found.append(Located(LmRecord.from_dict(value), path, number))
         except (ValueError, KeyError, TypeError) as exc:

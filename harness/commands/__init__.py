@@ -8,7 +8,7 @@ One module per part:
     list       ``pezoo list``: encodings, tasks, presets and backends
     results    ``pezoo results``: what a store holds, as tables or per-length rows
     sweep      ``pezoo sweep``: a sweep file's plan and its time estimate
-    lm         ``pezoo lm``: the language-modelling track
+    lm         ``pezoo lm``: the language-modelling track's corpora and your own model
     checks     what several commands check first, as click errors
     options    command-line options that several commands share (harness/ and leaderboard/)
     catalogue  what ``pezoo list`` shows, and what a wrong name is told

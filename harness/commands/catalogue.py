@@ -17,7 +17,6 @@ from typing import Any
 import pezoo
 from harness import tasks
 from harness.config import PRESET_DESCRIPTIONS, PRESETS
-from harness.lm.config import LM_PRESET_DESCRIPTIONS
 from harness.tasks.lm import LM_TASKS
 from pezoo import ENCODINGS, WRAPPERS, unknown_name_message
 
@@ -64,9 +63,9 @@ def listing() -> str:
     if broken:
         lines += _section("plugins that failed to load (not usable):", sorted(broken.items()))
     lines += _section("tasks:", [(name, summary(tasks.TASKS[name])) for name in tasks.available()])
+    lm_tasks = [(t.name, t.description) for t in LM_TASKS.values()]
+    lines += _section("lm_tasks (language modelling; their presets: lm, lm_long, lm_smoke):", lm_tasks)
     lines += _section("presets:", [(name, PRESET_DESCRIPTIONS.get(name, "")) for name in PRESETS])
-    lines += _section("lm_tasks (language modelling, pezoo lm):", [(t.name, t.description) for t in LM_TASKS.values()])
-    lines += _section("lm_presets (language modelling, pezoo lm):", list(LM_PRESET_DESCRIPTIONS.items()))
     lines += _section("backends:", [(name, "") for name in sorted(pezoo.BACKENDS)])
     return "\n".join(lines)
 

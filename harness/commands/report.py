@@ -134,7 +134,7 @@ def leaderboard_tables(df: pd.DataFrame, seeds_wanted: Mapping[str, int] | None 
 LM_LEGEND = (
     "bits per byte of held-out text (windows mode: every byte scored in windows of that many bytes; pooled over "
     "seeds from nats and bytes) · L: the training length · ×L: bits per byte at the longest length over that at L "
-    "· '-': not reached (why in the record) · fine-tuned variants marked +ft"
+    "· '-': not reached (why in the record)"
 )
 """One line printed under the language-modelling tables."""
 
@@ -151,7 +151,7 @@ def lm_tables(records: Sequence[RunRecord]) -> dict[str, str]:
         if record.lm is None:
             continue
         cfg = RunConfig.from_dict(record.config)
-        label = config_display_name(cfg) + (" +ft" if cfg.lm_eval.finetune_steps else "")
+        label = config_display_name(cfg)
         seeds[(cfg.task, label)] = seeds.get((cfg.task, label), 0) + 1
         for s in record.lm.scores:
             if s.mode != "windows":

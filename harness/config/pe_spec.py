@@ -292,6 +292,11 @@ def variant_display_name(trained: str, eval_options: Mapping[str, Any] | None) -
 
 
 def config_display_name(cfg: Any) -> str:
-    """:func:`display_name` of a ``RunConfig`` (a variant's: :func:`variant_display_name`)."""
+    """:func:`display_name` of a ``RunConfig`` (a variant's: :func:`variant_display_name`; a
+    language-modelling variant fine-tuned first: ``rope → linear×4 (fine-tuned 200 steps at 1024)``)."""
     trained = display_name(cfg.pe, cfg.pe_options, task=cfg.task, backbone=cfg.backbone)
-    return variant_display_name(trained, getattr(cfg, "eval_pe_options", None))
+    name = variant_display_name(trained, getattr(cfg, "eval_pe_options", None))
+    steps = getattr(cfg.eval, "finetune_steps", 0)
+    if steps and name.endswith(VARIANT_MARK):
+        name = name[: -len(VARIANT_MARK)] + f"(fine-tuned {steps} steps at {cfg.eval.finetune_length})"
+    return name

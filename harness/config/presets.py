@@ -240,6 +240,11 @@ def preset_config(
             sections.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
         elif values is not None:
             sections[section] = values
+    tune = {}  # a language-modelling variant's fine-tune: set with its eval_pe_options, below
+    if task in LM_TASKS and isinstance(sections.get("eval"), dict):
+        tune = {k: sections["eval"].pop(k) for k in ("finetune_steps", "finetune_length") if k in sections["eval"]}
+        if tune.get("finetune_steps") and not tune.get("finetune_length"):
+            tune["finetune_length"] = 4 * sections["train"]["train_max"]  # PI's and YaRN's fine-tune at 4 L
     if preset == "prism" and "curriculum" not in sections["train"]:
         sections["train"]["curriculum"] = prism_curriculum(task, sections["train"]["train_max"])
     spec = parse_pe(pe) if isinstance(pe, str) else pe
@@ -249,5 +254,8 @@ def preset_config(
     cfg = dataclasses.replace(cfg, pe=name, pe_options=options)
     if spec.eval_options:
         check_eval_options(name, options, spec.eval_options, cfg.backbone, str(spec))
-        cfg = dataclasses.replace(cfg, eval_pe_options=dict(spec.eval_options))
+        eval_section = dataclasses.replace(cfg.eval, **tune) if tune else cfg.eval
+        cfg = dataclasses.replace(cfg, eval_pe_options=dict(spec.eval_options), eval=eval_section)
+    elif tune.get("finetune_steps"):
+        raise ValueError(f"{spec}: finetune_steps fine-tunes an inference-time variant (rope@{{scaling=...}})")
     return cfg

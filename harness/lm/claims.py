@@ -4,7 +4,8 @@ Each encoding's paper card lists its LM claims (``pezoo.LmPaperClaim``), each na
 data (``pezoo.LmRowSelector``): the row it is about and the rows it is compared with.
 :func:`selects` matches a selector against a run's config (the board judges the claims on
 the rows it selects: ``leaderboard.lm_board``), and :func:`claimed` says whether any claim
-names a run: the sweep plan gives those rows :data:`CLAIM_SEEDS` seeds (``harness.lm.sweep``).
+names a run: the track's sweep (``leaderboard/lm/sweep.toml``) gives those rows :data:`CLAIM_SEEDS`
+seeds, and a test holds it to them (``tests/harness/lm/test_lm_claims.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pezoo
+from harness.config import RunConfig
 from harness.lm.config import LmConfig
 from pezoo import LmPaperClaim, LmRowSelector
 
@@ -30,15 +32,17 @@ def _includes(actual: object, wanted: object) -> bool:
     return actual == wanted
 
 
-def selects(selector: LmRowSelector, cfg: LmConfig) -> bool:
-    """Whether a row's config is the one a card's selector names (:class:`pezoo.LmRowSelector`)."""
+def selects(selector: LmRowSelector, cfg: LmConfig | RunConfig) -> bool:
+    """Whether a row's config (a run of the one harness, or an earlier ``LmConfig``) is the one
+    a card's selector names (:class:`pezoo.LmRowSelector`)."""
     if cfg.pe != selector.pe or not _includes(cfg.pe_options, selector.options):
         return False
     if any(cfg.pe_options.get(k) is None for k in selector.has):
         return False
     if selector.variant is None:
         return not cfg.is_variant
-    return _includes(cfg.eval_pe_options, selector.variant) and bool(cfg.finetune_steps) == selector.finetuned
+    finetuned = cfg.lm_eval.finetune_steps if isinstance(cfg, RunConfig) else cfg.finetune_steps
+    return _includes(cfg.eval_pe_options, selector.variant) and bool(finetuned) == selector.finetuned
 
 
 def lm_claims() -> tuple[LmPaperClaim, ...]:
@@ -47,6 +51,6 @@ def lm_claims() -> tuple[LmPaperClaim, ...]:
     return tuple(sorted(found, key=lambda c: (c.order, c.key)))
 
 
-def claimed(cfg: LmConfig, claims: tuple[LmPaperClaim, ...] | None = None) -> bool:
+def claimed(cfg: LmConfig | RunConfig, claims: tuple[LmPaperClaim, ...] | None = None) -> bool:
     """Whether a claim names the row of ``cfg``: as the row it is about or one it is compared with."""
     return any(selects(s, cfg) for c in (lm_claims() if claims is None else claims) for s in (c.row, *c.against))

@@ -1,17 +1,17 @@
-"""A language-modelling run's configuration, its presets, and its identity.
+"""The configuration the LM page reads a run by (``LmConfig``), and the one the records the
+track published before the one harness carry.
 
-``LmConfig`` is to the LM track what ``harness.config.RunConfig`` is to the algorithmic
-tasks: frozen, strict keys, its canonical JSON hashed into the run id. It reuses the
-backbone's ``BackboneConfig`` (vocabulary fixed at 257: bytes and BOS) and the optimiser
-fields of ``TrainConfig`` (``train_max`` is the training length L, in tokens), and adds
-:class:`LmEvalConfig`: the test lengths, how many held-out regions are scored, the tail mode's
-target, and the attention's query block.
-
-An inference-time variant (``eval_pe_options``, e.g. RoPE's ``scaling``) evaluates the
-final weights of the run without it, as on the algorithmic track; ``finetune_steps`` > 0
-makes it a *fine-tuned* variant: those weights trained ``finetune_steps`` more steps at
-``finetune_length`` tokens with the variant's encoding (position interpolation and YaRN's
-short fine-tune, Chen et al. 2023 §3; Peng et al. 2023 §4), then evaluated.
+A language-modelling run's configuration is a ``harness.config.RunConfig`` whose ``eval`` is a
+``harness.config.lm_eval.LmEvalConfig`` (``pezoo bench --task lm_en``). The page
+(``leaderboard.lm_board``) and the earlier records use ``LmConfig``: frozen, strict keys, its
+canonical JSON hashed into those records' run ids, the backbone's ``BackboneConfig``
+(vocabulary fixed at 257: bytes and BOS), ``TrainConfig`` (``train_max`` is the training length
+L, in tokens) and the same ``LmEvalConfig`` less its fine-tune, which ``LmConfig`` holds at its
+top level: ``finetune_steps`` > 0 makes an inference-time variant (``eval_pe_options``, e.g.
+RoPE's ``scaling``) a *fine-tuned* one, its trained run's weights trained ``finetune_steps``
+more steps at ``finetune_length`` tokens with the variant's encoding (position interpolation
+and YaRN's short fine-tune, Chen et al. 2023 §3; Peng et al. 2023 §4), then evaluated.
+``LmRecord.of_run`` builds one from a run's ``RunConfig``.
 """
 
 from __future__ import annotations
@@ -138,18 +138,6 @@ LM_PRESETS: dict[str, dict[str, Any]] = {name: PRESETS[name] for name in PRESET_
 """The LM track's presets: the harness's own (``harness.config.presets``, where ``pezoo bench``
 reads them too)."""
 
-LM_PRESET_DESCRIPTIONS = {
-    "lm": "LM track: byte-level d128 x 4 layers x 4 heads, 4000 steps of 16 x 256 bytes, bpb at 256..4096 on 256 KB",
-    "lm_long": "the lm preset tested to 16,384 bytes",
-    "lm_smoke": "seconds per run, for tests and smoke checks of the LM track; learns little",
-}
-
-FINETUNE_STEPS = 200
-"""Steps of the short fine-tune at 4L that PI and YaRN variants get (``--finetune``): the
-papers fine-tune about 1000 steps at their scale (PI §3.1; YaRN §4); 200 of the lm preset's
-batch is 5% of its training."""
-
-
 def lm_preset_config(
     preset: str,
     *,
@@ -160,7 +148,9 @@ def lm_preset_config(
     finetune_steps: int = 0,
 ) -> LmConfig:
     """The LmConfig of ``preset`` for (pe, task, seed); a variant spec (``rope@{scaling=...}``)
-    gives the inference-time variant, fine-tuned ``finetune_steps`` at 4L when > 0."""
+    gives the inference-time variant, fine-tuned ``finetune_steps`` at 4L when > 0. The form
+    the records published before the one harness carry (a run's config is a ``RunConfig`` of
+    ``harness.config.preset_config``; the page views it as an LmConfig, ``LmRecord.of_run``)."""
     if preset not in LM_PRESETS:
         raise ValueError(f"unknown LM preset {preset!r}; valid: {', '.join(LM_PRESETS)}")
     sections = {k: dict(v) for k, v in LM_PRESETS[preset].items()}

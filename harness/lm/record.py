@@ -1,38 +1,29 @@
-"""A language-modelling run's result: one record type (:class:`LmRecord`), its JSON form, and
-the folder store that keeps them (:class:`LmStore`).
+"""The LM page's view of a language-modelling run (:class:`LmRecord`), and the records the
+track published before it ran in the one harness.
 
-A record is one JSON object (one line of ``runs.jsonl`` in a store, of a results file
-under ``leaderboard/results/lm/``): the config, where it ran (commit, device, the corpus's
-sha256), per (mode, length) the summed nats and the bytes scored (``harness.evaluation.lm``),
-where its config asks for the passkey grid (``eval.passkey`` > 0) a ``passkey`` key with per
-(length, depth) the samples right of the samples scored (``harness.tasks.lm.passkey``; records
-without it, all those before issue 64, did not measure it), where its config asks for
-curves by position (``eval.positions``) a ``positions`` key with, per length reached in the
-windows mode, the nats and bytes per position bucket (``harness.records.lm_positions``; records
-without it did not measure them), and its ``checksum``:
-``"sha256:"`` and the hex digest of the canonical JSON (sorted keys, no spaces, UTF-8, no
-NaN) of every other key, as the algorithmic results files carry
-(``leaderboard.schema``). The checksum guards against accidental or hand edits, not
-forgery: a record whose numbers were edited after it was written is refused wherever it is
-read (the store, ``lm show``, ``lm export``, the board). Records of schema
-``pezoo-lm-run/1`` (written before records carried a checksum) are read as written, with
-nothing to check them against; the board takes only sealed ones.
-:func:`LmRecord.from_dict` is the one validator every reader goes through.
+A language-modelling run is trained, scored and stored by the harness like every run (``pezoo
+bench --task lm_en``): its record is a ``harness.records.record.RunRecord`` whose ``lm`` holds
+its scores. The LM page (``leaderboard.lm_board``) reads each run as an :class:`LmRecord`:
+:meth:`LmRecord.of_run` views a harness record so. The records the track published before
+(``leaderboard/results/lm/lm-*.jsonl``, schema ``pezoo-lm-run/2``, trained by the loop this
+track had of its own) are read as written by :meth:`LmRecord.from_dict`, their one validator:
+the config, where it ran (commit, device, the corpus's sha256), per (mode, length) the summed
+nats and the bytes scored, a ``passkey`` key where the config asks for the grid, a
+``positions`` key where it asks for curves by position, and its ``checksum``: ``"sha256:"``
+and the hex digest of the canonical JSON (sorted keys, no spaces, UTF-8, no NaN) of every
+other key, as the algorithmic results files carry (``leaderboard.schema``). The checksum
+guards against accidental or hand edits, not forgery. Records of schema ``pezoo-lm-run/1``
+(no checksum) are refused by the board.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import math
-import os
-import warnings
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from harness.config import RunConfig
@@ -42,7 +33,7 @@ from harness.records.lm_metrics import LengthScore, PasskeyCell, passkey_from, s
 from harness.records.lm_positions import PositionCurve
 from harness.records.record import RunRecord
 
-__all__ = ["LM_SCHEMA", "UNSEALED_SCHEMA", "LmRecord", "LmStore", "checksum"]
+__all__ = ["LM_SCHEMA", "UNSEALED_SCHEMA", "LmRecord", "checksum"]
 
 LM_SCHEMA = "pezoo-lm-run/2"
 """The record format's name and version: version 2 carries a checksum."""
@@ -247,144 +238,3 @@ class LmRecord:
             dict(d["provenance"]),
             passkey,
         )
-
-
-def read_records(path: Path) -> Iterator[LmRecord]:
-    """The records of a JSON Lines file (ValueError naming the line of a bad one)."""
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield LmRecord.from_dict(json.loads(line))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{number}: {exc}") from None
-
-
-def _torn(data: bytes) -> tuple[bytes, bytes]:
-    """(the whole lines of ``data``, each with its newline; what follows the last newline)."""
-    cut = data.rfind(b"\n") + 1
-    return data[:cut], data[cut:]
-
-
-def _warn(message: str) -> None:
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-class LmStore:
-    """A folder of LM runs: ``runs.jsonl`` (finished records, appended), ``checkpoints/``
-    (training state every few hundred steps, removed once the run is recorded) and
-    ``weights/`` (final weights, kept for the run's variants). Running a sweep again skips
-    what ``runs.jsonl`` holds and resumes what a checkpoint holds.
-
-    Several sweeps may share one store (one per core or per GPU): a run is trained under
-    :meth:`hold`, an exclusive ``flock`` on ``locks/<run id>.lock`` that the operating system
-    drops when its process ends, however it ends, so no claim outlives a killed sweep.
-
-    A crash in the middle of an append can leave a torn last line: it is skipped with a
-    notice and set aside (``runs.jsonl.torn``) by the next append (:meth:`records`,
-    :meth:`add`); a store whose folder is a file is a ValueError."""
-
-    def __init__(self, folder: str | Path, *, notice: Callable[[str], None] | None = None) -> None:
-        self.folder = Path(folder)
-        if self.folder.exists() and not self.folder.is_dir():
-            raise ValueError(f"the store {self.folder} is not a folder")
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.path = self.folder / "runs.jsonl"
-        self.notice = notice or _warn
-        """Where a torn last line is reported (default: a ``RuntimeWarning``)."""
-        self._told: set[bytes] = set()
-
-    def records(self) -> list[LmRecord]:
-        """The finished records, in the order they were added. A last line without its newline
-        that is not JSON is an append a crash cut short: it is skipped (said once through
-        :attr:`notice`) and set aside by the next :meth:`add`; a bad line anywhere else is a
-        ValueError naming it (``runs.jsonl:N``), and nothing is skipped silently."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            return []
-        except OSError as exc:  # a folder in its place, no permission
-            raise ValueError(f"{self.path} cannot be read: {exc.strerror or exc}") from None
-        body, tail = _torn(data)
-        lines = body.split(b"\n")[:-1] + ([tail] if tail else [])
-        records = []
-        for number, raw in enumerate(lines, start=1):
-            if not raw.strip():
-                continue
-            try:
-                parsed = json.loads(raw)
-            except ValueError as exc:  # not JSON (UnicodeDecodeError included)
-                if raw is tail:
-                    self._say_torn(number, tail)
-                    continue
-                raise ValueError(f"{self.path}:{number}: {exc}") from None
-            try:
-                records.append(LmRecord.from_dict(parsed))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{self.path}:{number}: {exc}") from None
-        return records
-
-    def _say_torn(self, number: int, tail: bytes) -> None:
-        if tail in self._told:
-            return
-        self._told.add(tail)
-        self.notice(
-            f"{self.path}:{number}: the last line is cut short ({len(tail)} bytes without a newline: an append a "
-            f"crash interrupted); skipped, and moved to {self.path.name}.torn when the next run is recorded"
-        )
-
-    def finished(self) -> set[str]:
-        return {r.run_id for r in self.records()}
-
-    def add(self, record: LmRecord) -> None:
-        """Append ``record``. A torn last line (:meth:`records`) is first moved to
-        ``runs.jsonl.torn``, so the new line never joins it; a whole record that lost only its
-        newline gets it back. Appends take an exclusive ``flock`` on the file, one at a time."""
-        line = json.dumps(record.to_dict(), sort_keys=True) + "\n"
-        LmRecord.from_dict(json.loads(line))  # never write what cannot be read back
-        with open(self.path, "a+b") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # dropped when the file is closed
-            f.seek(0)
-            body, tail = _torn(f.read())
-            if tail:
-                try:
-                    json.loads(tail)
-                    f.write(b"\n")  # a whole line whose newline was cut: keep it
-                except ValueError:
-                    with open(self.path.with_name(self.path.name + ".torn"), "ab") as aside:
-                        aside.write(tail)
-                        aside.flush()
-                        os.fsync(aside.fileno())
-                    f.truncate(len(body))
-            f.write(line.encode())
-            f.flush()
-            os.fsync(f.fileno())
-
-    @contextmanager
-    def hold(self, run_id: str) -> Iterator[bool]:
-        """Hold ``run_id`` for this process while the block runs: yields True when taken,
-        False when another process holds it now (run nothing then)."""
-        folder = self.folder / "locks"
-        folder.mkdir(exist_ok=True)
-        fd = os.open(folder / f"{run_id}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            yield True
-        finally:
-            os.close(fd)  # closing the descriptor drops the lock
-
-    def held(self, run_id: str) -> bool:
-        """Whether another process holds ``run_id`` now (:meth:`hold`)."""
-        with self.hold(run_id) as taken:
-            return not taken
-
-    def checkpoint(self, run_id: str) -> Path:
-        return self.folder / "checkpoints" / f"{run_id}.pt"
-
-    def weights(self, run_id: str) -> Path:
-        return self.folder / "weights" / f"{run_id}.pt"

@@ -246,9 +246,12 @@ def config_run_id(config: Mapping[str, Any]) -> str:
 
 
 def evaluated_scales(cfg: RunConfig) -> list[tuple[str, int]]:
-    """(split, scale) of every scale a run of ``cfg`` evaluates, in order (a task may lack some)."""
-    task = tasks.create(cfg.task)
+    """(split, scale) of every scale a run of ``cfg`` evaluates, in order (a task may lack some;
+    a language-modelling run: its training length and its test lengths past it, in tokens)."""
     scales = [("train", n) for n in cfg.train_lengths()] + [("test", n) for n in cfg.test_lengths()]
+    if cfg.is_lm:
+        return scales
+    task = tasks.create(cfg.task)
     return [(split, n) for split, n in scales if task.has_scale(n)]
 
 
@@ -257,7 +260,7 @@ def _listed_scales(config: RunConfig) -> list[tuple[str, int]] | None:
     listed scales it has is then unknown) or the config evaluates more than
     ``MAX_LISTED_SCALES``."""
     if config.is_lm:
-        return [("train", n) for n in config.train_lengths()] + [("test", n) for n in config.test_lengths()]
+        return evaluated_scales(config)
     train, test = config.train, config.decode_eval
     test_count = -(-(test.test_max - train.train_max) // test.test_stride) + 1  # an upper bound
     if (train.train_max - train.train_min + 1) + test_count > MAX_LISTED_SCALES:

@@ -125,7 +125,9 @@ def gpu_hint(configs: Sequence[RunConfig], device_type: str) -> str | None:
 def longest_training_sequence(cfg: RunConfig, samples: int = 32) -> int:
     """Tokens in the longest training sequence of ``cfg`` (``<bos>`` and ``<eos>`` included),
     over ``samples`` draws at its largest training scale: what a RoPE context extension's
-    original length must cover."""
+    original length must cover (a language-modelling run's: its windows, BOS included)."""
+    if cfg.is_lm:
+        return cfg.train.train_max
     task = tasks.create(cfg.task)
     rng = random.Random(0)
     return max(len(layout(task.sample(cfg.train.train_max, rng))[0]) for _ in range(samples))

@@ -113,6 +113,16 @@ SETTINGS: dict[str, Setting] = {
     "eval_precision": Setting(
         "eval", "precision", str, "Arithmetic of evaluation: fp32, bf16 or fp16 (default: as the run trained)."
     ),
+    "finetune_steps": Setting(
+        "eval",
+        "finetune_steps",
+        int,
+        "Language modelling: an inference-time variant's short fine-tune, its trained run's weights trained this "
+        "many more steps with the variant's encoding before they are scored (0: zero-shot).",
+    ),
+    "finetune_length": Setting(
+        "eval", "finetune_length", int, "Language modelling: the fine-tune's windows in bytes (default 4 L)."
+    ),
 }
 """The override settings, in grid-axis order: a new setting is one entry here."""
 

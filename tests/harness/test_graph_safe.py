@@ -26,7 +26,8 @@ BOARD = ["randomized", "prism{paper}", "prism", "hard_alibi", "rope", "nope", "a
          "learned_prf", "learned_prf_sh", "fire", "kerple_log", "kerple_power", "xpos", "cope", "abacus"]  # fmt: skip
 
 LM_SWEEP = Path(__file__).resolve().parents[2] / "leaderboard" / "lm" / "sweep.toml"
-ENCODINGS = list(dict.fromkeys(BOARD + parse_toml(read_text(LM_SWEEP, TOML_LIMIT))["pe"]))
+LM_TRAINED = [p for g in parse_toml(read_text(LM_SWEEP, TOML_LIMIT))["grid"] for p in g["pe"] if "@" not in p]
+ENCODINGS = list(dict.fromkeys(BOARD + LM_TRAINED))
 """The board's encodings and the LM track's, options as its sweep sets them (xPos blockwise: on
 an H100 its block mask's -inf was a host-made tensor, and every LM capture of it failed)."""
 

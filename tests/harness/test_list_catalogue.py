@@ -26,7 +26,7 @@ def test_list_gives_a_section_per_kind_and_a_line_per_entry():
     result = CliRunner().invoke(main, ["list"])
     assert result.exit_code == 0, result.output
     listed = sections(result.output)
-    assert list(listed) == ["encodings", "tasks", "presets", "lm_tasks", "lm_presets", "backends"]
+    assert list(listed) == ["encodings", "tasks", "lm_tasks", "presets", "backends"]
     assert [line.split()[0] for line in listed["lm_tasks"]] == ["lm_en", "lm_code"]
     header = result.output.splitlines()[0]
     assert header.startswith("encodings (wrapped by ")

@@ -75,11 +75,15 @@ def run_footprint(cfg: RunConfig, device: torch.device) -> int:
     import harness.tasks as tasks
     from harness.perf.train import build_for, step_function
     from harness.tasks.data import collate
+    from harness.tasks.lm.data import lm_batches
 
-    task = tasks.create(cfg.task)
-    scale = max(n for n in cfg.train_lengths() if task.has_scale(n))
-    rng = random.Random("footprint")
-    batch = collate([task.sample(scale, rng) for _ in range(cfg.train.batch_size)], cfg.protocol).to(device)
+    if cfg.is_lm:  # a language-modelling run's windows of L bytes
+        batch = lm_batches(cfg.task, cfg.seed, cfg.train.train_max).batch(0, cfg.train.batch_size).to(device)
+    else:
+        task = tasks.create(cfg.task)
+        scale = max(n for n in cfg.train_lengths() if task.has_scale(n))
+        rng = random.Random("footprint")
+        batch = collate([task.sample(scale, rng) for _ in range(cfg.train.batch_size)], cfg.protocol).to(device)
     torch.cuda.synchronize(device)
     before = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)

@@ -9,13 +9,13 @@ import torch
 import torch.nn.functional as F
 from lm_fixtures import tiny_corpus
 
+from harness.config import preset_config
 from harness.evaluation.lm import evaluate_lengths, score_windows
-from harness.lm.config import lm_preset_config
-from harness.lm.run import build_lm_model
 from harness.records.lm_metrics import bpb
 from harness.tasks.lm import BOS
 from harness.tasks.lm.data import TrainingWindows, scored_regions, window_tokens
 from harness.tasks.lm.split import split
+from harness.training.train import build_model
 
 CPU = torch.device("cpu")
 
@@ -43,8 +43,8 @@ def test_bpb_is_nats_over_bytes_times_ln2():
 
 @pytest.mark.parametrize("pe", ["alibi", "rope", "kerple_log", "xpos{blockwise=16}"])
 def test_chunked_scoring_equals_one_full_pass(pe):
-    cfg = lm_preset_config("lm_smoke", pe=pe, task="lm_en", seed=0)
-    model = build_lm_model(cfg).eval()
+    cfg = preset_config("lm_smoke", pe=pe, task="lm_en", seed=0)
+    model = build_model(cfg).eval()
     targets = torch.randint(256, (2, 48), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         logits = model(window_tokens(targets))  # one pass, no cache
@@ -56,8 +56,8 @@ def test_chunked_scoring_equals_one_full_pass(pe):
 def test_every_length_scores_the_same_bytes_and_unreachable_lengths_are_marked():
     corpus = tiny_corpus()
     regions = [r.data for r in scored_regions(split(corpus), 64, 2)]
-    cfg = lm_preset_config("lm_smoke", pe="learned_ape{max_position=40}", task="lm_en", seed=0)
-    model = build_lm_model(cfg)
+    cfg = preset_config("lm_smoke", pe="learned_ape{max_position=40}", task="lm_en", seed=0)
+    model = build_model(cfg)
     scores = evaluate_lengths(model, regions, (16, 32, 64), 16, chunk=16, batch_size=3, precision="fp32", device=CPU)
     by = {(s.mode, s.length): s for s in scores}
     assert set(by) == {("windows", 16), ("windows", 32), ("windows", 64), ("tail", 16), ("tail", 32), ("tail", 64)}

@@ -9,15 +9,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from click.testing import CliRunner
 from lm_fixtures import tiny_corpus
 from torch import nn
 
+from harness.config import preset_config
 from harness.evaluation.lm import evaluate_passkey
+from harness.execution.run import execute
 from harness.lm.config import lm_preset_config
-from harness.lm.record import LmRecord, LmStore
-from harness.lm.run import run_lm
+from harness.lm.record import LmRecord
 from harness.records.lm_metrics import PasskeyCell
+from harness.records.store import Store
 from harness.tasks.lm.data import scored_regions
 from harness.tasks.lm.passkey import DEPTHS, passkey_lengths, passkey_samples
 from harness.tasks.lm.split import split
@@ -171,20 +172,19 @@ def test_a_trained_run_records_its_grid_and_the_record_round_trips(tmp_path, mon
     corpus = tiny_corpus("en")
     monkeypatch.setitem(corpora.CORPORA, "en", lambda **_: corpus)
     monkeypatch.setitem(corpora._LOADED, "en", corpus)
-    cfg = lm_preset_config("lm_smoke", pe="alibi", task="lm_en", seed=0, overrides=TRAINED)
-    store = LmStore(tmp_path)
-    record = run_lm(cfg, store, CPU, corpus=corpus, notice=lambda _: None)
-    assert record.passkey is not None
-    assert [(c.length, c.depth, c.total) for c in record.passkey] == [(s, d, 3) for s in (128, 256) for d in DEPTHS]
-    assert all(0 <= c.right <= 3 and c.reached for c in record.passkey)
-    assert store.records() == [record]
-    again = run_lm(cfg, LmStore(tmp_path / "again"), CPU, corpus=corpus, notice=lambda _: None)
-    assert again.passkey == record.passkey  # the same seed draws and scores the same grid
-
-    from harness.commands.lm import lm
-
-    shown = CliRunner().invoke(lm, ["show", "--store", str(tmp_path)])
-    assert shown.exit_code == 0 and "passkey 128: " in shown.output and "/15, 256: " in shown.output
+    cfg = preset_config("lm_smoke", pe="alibi", task="lm_en", seed=0, overrides=TRAINED)
+    grids = []
+    for name in ("a.db", "b.db"):
+        store = Store(tmp_path / name)
+        assert execute(cfg, store, CPU, notice=lambda _: None).status == "finished"
+        record = store.record(cfg.run_id())
+        assert record.problems() == [] and record.lm.passkey is not None
+        grids.append(record.lm.passkey)
+    cells = grids[0]
+    assert [(c.length, c.depth, c.total) for c in cells] == [(s, d, 3) for s in (128, 256) for d in DEPTHS]
+    assert all(0 <= c.right <= 3 and c.reached for c in cells)
+    assert grids[1] == cells  # the same seed draws and scores the same grid
+    assert LmRecord.of_run(record).passkey == cells  # the page's view reads it as the record holds it
 
 
 def record_dict(passkey: int, cells: list[dict] | None) -> dict:
