@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.lm.record import LmRecord
+from harness.records.inputs import RESULTS_LIMIT, read_text
 from harness.records.record import RunRecord, diagnostics_problem
 from harness.records.store import Store
 from harness.tasks.lm import LM_TASKS
@@ -41,6 +42,7 @@ from leaderboard.schema import (
     Record,
     ResultsError,
     iter_lines,
+    parse_json,
     read_diagnostics,
     read_results,
     run_ids_digest,
@@ -317,6 +319,24 @@ def write_new_text(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _lm_runs(folder: Path) -> list[Record]:
+    """The language-modelling runs of the one harness under ``folder`` (``results/lm``), as
+    results-file records to import; the folder is checked whole first, as the LM page reads it
+    (ResultsError naming each problem). The records the track published before it ran in the
+    one harness (``LmRecord`` lines) are no runs of this store's kind and are not imported."""
+    try:
+        read_lm_results(folder)
+    except LmResultsError as exc:
+        raise ResultsError([(path or folder, line, reason) for path, line, reason in exc.problems]) from None
+    found = []
+    for path in sorted(p for p in folder.glob(f"*{SUFFIX}") if p.is_file()) if folder.is_dir() else []:
+        for number, line in enumerate(read_text(path, RESULTS_LIMIT).splitlines(), start=1):
+            value = parse_json(line) if line.strip() else None
+            if isinstance(value, dict) and "schema_version" in value:
+                found.append(Record(value, path, number))
+    return found
+
+
 def import_results(results_dir: Path, store_path: Path) -> ImportSummary:
     """Add every published run under ``results_dir`` (with its diagnostics file, if any) to
     the store at ``store_path`` (created if missing) as finished, unless it is there already.
@@ -328,7 +348,7 @@ def import_results(results_dir: Path, store_path: Path) -> ImportSummary:
         ResultsError: a results or diagnostics file is malformed, or a record cannot be
             stored (its path and line); nothing is imported.
     """
-    records = read_results(results_dir)
+    records = read_results(results_dir) + _lm_runs(results_dir / LM_FOLDER)
     diagnostics = read_diagnostics(results_dir, records)
     current: list[Record] = []  # the record being written, to name it if the write fails
 

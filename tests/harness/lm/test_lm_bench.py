@@ -167,3 +167,16 @@ def test_an_lm_run_is_exported_to_the_lm_folder_and_read_back_by_the_lm_page(tmp
     assert view.trained_run_id() == trained.run_id() and view.config.is_variant
     assert view.scores == store.record(zero.run_id()).lm.scores
     assert export(tmp_path / "results.db", out).written == []  # exported once
+
+
+def test_published_lm_runs_are_imported_so_a_sweep_skips_them(tmp_path, corpus):
+    from leaderboard.export import export, import_results
+
+    cfg = lm_cfg()
+    execute(cfg, Store(tmp_path / "a.db"), torch.device("cpu"), notice=lambda m: None)
+    export(tmp_path / "a.db", tmp_path / "results")
+    summary = import_results(tmp_path / "results", tmp_path / "b.db")
+    assert summary.imported == 1
+    store = Store(tmp_path / "b.db")
+    assert store.record(cfg.run_id()).lm == Store(tmp_path / "a.db").record(cfg.run_id()).lm
+    assert execute(cfg, store, torch.device("cpu"), notice=lambda m: None).status == "cached"
