@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 import torch
@@ -178,3 +179,32 @@ def test_a_spoilt_record_is_refused(record_line, spoil, message):
     spoil(d)
     with pytest.raises(ValueError, match=message):
         LmRecord.from_dict(d)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize(
+    "pe", ["ape", "rope", "alibi", "kerple_log", "fire", "t5", "xpos", "xpos{blockwise=32}", "randomized", "nope",
+           "fox", "pope", "ssmax", "hybrid{window=32}"]
+)  # fmt: skip
+def test_a_graphed_lm_training_matches_the_eager_one_on_cuda(corpus, pe):
+    """On a GPU the one loop records an LM window's pass as a graph (no eager fallback) and
+    trains as the eager loop does: the final loss within 1e-3 relative (randomized PE draws
+    other positions in each, so only finite)."""
+    import warnings
+
+    from harness.training.train import Accel
+
+    device = torch.device("cuda")
+    cfg = run_cfg(pe, steps=12)
+    losses = []
+    for accel in (Accel(), Accel.for_device(device)):
+        model = build_model(cfg, device)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # a failed capture warns
+            result = train(cfg, model, lm_batches("lm_en", 0, cfg.train.train_max), device, accel=accel)
+        losses.append(result.final_loss)
+    assert Accel.for_device(device).graphs
+    if pe.startswith("randomized"):
+        assert all(map(math.isfinite, losses))
+    else:
+        assert losses[1] == pytest.approx(losses[0], rel=1e-3)
