@@ -151,12 +151,18 @@ def made_with(cfg: RunConfig, device: torch.device) -> dict[str, Any]:
     (:func:`how_made`), and for a language-modelling run its corpus and split
     (``harness.tasks.lm.split.Split.provenance``: ``corpus_sha256`` and the held-out documents)."""
     prov: dict[str, Any] = {**run_provenance(cfg, device), **how_made(cfg, device)}
-    if cfg.is_lm:
+    if cfg.is_lm:  # a record's provenance holds strings: a list of documents joined, a number as JSON
         for key, value in task_split(cfg.task).provenance().items():
-            prov[key] = value if isinstance(value, str) else ", ".join(map(str, value)) if isinstance(
-                value, list | tuple
-            ) else json.dumps(value, sort_keys=True)
+            prov[key] = _as_text(value)
     return prov
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return ", ".join(map(str, value))
+    return json.dumps(value, sort_keys=True)
 
 
 def train_and_evaluate(
