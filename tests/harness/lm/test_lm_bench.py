@@ -12,12 +12,14 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lm_fixtures import use_tiny_corpus
 
 from harness.config import RunConfig, preset_config
 from harness.config.lm_eval import LmEvalConfig
 from harness.execution.run import execute
-from harness.records.record import record_problems
+from harness.records.record import RunRecord, record_problems
 from harness.records.store import Store
 from harness.tasks.lm.data import LmBatches, lm_batches, task_split
 from harness.tasks.vocab import PAD_ID
@@ -180,3 +182,77 @@ def test_published_lm_runs_are_imported_so_a_sweep_skips_them(tmp_path, corpus):
     store = Store(tmp_path / "b.db")
     assert store.record(cfg.run_id()).lm == Store(tmp_path / "a.db").record(cfg.run_id()).lm
     assert execute(cfg, store, torch.device("cpu"), notice=lambda m: None).status == "cached"
+
+
+@pytest.fixture(scope="module")
+def published_lm(tmp_path_factory):
+    """A published results-file line of an LM run (``leaderboard.schema.to_published``)."""
+    from leaderboard.schema import to_published
+
+    with pytest.MonkeyPatch.context() as mp:
+        use_tiny_corpus(mp)
+        cfg = lm_cfg(eval={"lengths": (32, 64, 128, 256), "passkey": 2})
+        store = Store(tmp_path_factory.mktemp("lm") / "results.db")
+        execute(cfg, store, torch.device("cpu"), notice=lambda m: None)
+        return to_published(store.record(cfg.run_id()))
+
+
+def _lm_paths(value, prefix=()):
+    if prefix and prefix[0] in ("metrics", "positions", "passkey"):
+        yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _lm_paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _lm_paths(v, (*prefix, i))
+
+
+_SCALARS = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8)
+_JSON = st.recursive(
+    _SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=10,
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), value=_JSON, delete=st.booleans())
+def test_random_json_inside_an_lm_record_s_scores_gives_problems_never_exceptions(published_lm, data, value, delete):
+    from leaderboard.schema import checksum, validate_record
+
+    assert validate_record(published_lm) == []
+    path = data.draw(st.sampled_from(list(_lm_paths(published_lm))))
+    record = json.loads(json.dumps(published_lm))
+    target = record
+    for p in path[:-1]:
+        target = target[p]
+    if delete and isinstance(target, dict):
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    try:
+        record["checksum"] = checksum(record)  # what a careful forger would do
+    except ValueError:  # NaN: no canonical JSON, the old checksum stays
+        pass
+    problems = validate_record(record)
+    assert isinstance(problems, list) and all(isinstance(p, str) for p in problems)
+    if not problems:  # what passes is a usable run: it reads as a record and as the page's view
+        RunRecord.from_dict({k: v for k, v in record.items() if k not in ("schema_version", "checksum")})
+
+
+def test_an_lm_result_kept_beside_a_full_store_reads_back_whole_and_a_changed_one_is_refused(tmp_path, corpus):
+    from harness.records.kept_results import KeptResultError, keep, read
+
+    cfg = lm_cfg()
+    store = Store(tmp_path / "results.db")
+    execute(cfg, store, torch.device("cpu"), notice=lambda m: None)
+    record = dataclasses.replace(store.record(cfg.run_id()), finished_at=None)
+    key = b"k" * 32
+    keep(tmp_path / "kept.json", record, key)
+    back = read(tmp_path / "kept.json", cfg, key)
+    assert back.lm == record.lm and back.metrics == ()
+    body = json.loads((tmp_path / "kept.json").read_text())
+    body["lm"]["metrics"][0]["nats"] += 1.0  # a changed number: the seal no longer holds
+    (tmp_path / "bad.json").write_text(json.dumps(body))
+    with pytest.raises(KeptResultError, match="not sealed"):
+        read(tmp_path / "bad.json", cfg, key)
