@@ -24,7 +24,11 @@ copy the file into leaderboard/results/; a retrain of a published table (its run
 the published ones: the device is provenance, not config) is compared with
 ``pezoo leaderboard compare``, never published beside it.
 
-``--dry-run`` does the same on CPU with a two-run smoke sweep (tests/harness/test_board_gpu.py).
+``--dry-run`` does the same on CPU with a two-run smoke sweep, or with ``--sweep`` (tests/harness/test_board_gpu.py).
+
+The language-modelling track's sweep runs the same way, its corpora carried as snapshots of
+the home machine's (``pezoo lm corpus en code --save .lmcorpora``) and named by
+``PEZOO_LM_SNAPSHOTS=.lmcorpora``; its runs come back under ``OUT/results/lm/`` (docs/lm.md).
 """
 
 from __future__ import annotations
@@ -103,7 +107,8 @@ def export(store: Path, out: Path) -> dict[str, Any]:
         text=True,
         check=False,
     )
-    return {"code": proc.returncode, "files": sorted(p.name for p in out.glob("*.jsonl")), "tail": proc.stdout[-500:]}
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*.jsonl"))  # an LM sweep's: lm/*.jsonl
+    return {"code": proc.returncode, "files": files, "tail": proc.stdout[-500:]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,13 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "benchmarks/results")))
     parser.add_argument("--tag", default=None, help="the store's name under .boardgpu/ (default: the sweep's)")
     parser.add_argument("--work", type=Path, default=WORK, help="where the stores and logs stay between calls")
-    parser.add_argument("--dry-run", action="store_true", help="a two-run smoke sweep on CPU")
+    parser.add_argument("--dry-run", action="store_true", help="on CPU: --sweep, else a two-run smoke sweep")
     args, extra = parser.parse_known_args(argv)
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     if args.dry_run:
-        sweep = work / "dry.toml"
-        sweep.write_text(DRY_SWEEP)
+        sweep = args.sweep or work / "dry.toml"
+        if args.sweep is None:
+            sweep.write_text(DRY_SWEEP)
         device = "cpu"
     else:
         sweep = args.sweep or ROOT / "leaderboard" / "later" / "board-addition.toml"

@@ -43,3 +43,28 @@ def test_a_sweep_past_its_budget_is_interrupted_and_loses_nothing_finished(tmp_p
     run = bg.sweep_for(8.0, sweep, store, "cpu", [])
     assert run["stopped"] and run["wall_s"] < 70
     assert bg.finished(store)["runs"] == 0
+
+
+@pytest.mark.slow
+def test_an_lm_sweep_dry_runs_from_a_corpus_snapshot_and_comes_back_under_lm(tmp_path, monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "lm"))
+    from lm_fixtures import tiny_corpus
+
+    from harness.tasks.lm import corpora
+
+    corpora.save_snapshot(tiny_corpus("en"), tmp_path / "snapshots")
+    monkeypatch.setenv(corpora.SNAPSHOT_ENV, str(tmp_path / "snapshots"))  # the subprocess reads it
+    sweep = tmp_path / "lm.toml"
+    sweep.write_text(
+        'preset = "lm_smoke"\ntask = ["lm_en"]\npe = ["alibi", "rope@{scaling={rope_type=linear,factor=2.0}}"]\n'
+        'seeds = [0]\nsteps = 4\n'
+    )
+    bg = _module()
+    out = tmp_path / "out"
+    assert bg.main(["--dry-run", "--sweep", str(sweep), "--budget", "300", "--out", str(out),
+                    "--work", str(tmp_path / "work")]) == 0  # fmt: skip
+    summary = json.loads((out / "board-gpu-summary.json").read_text())
+    assert summary["code"] == 0 and summary["finished_in_this_call"] == 3, summary  # alibi, rope and its variant
+    assert summary["export"]["code"] == 0 and all(f.startswith("lm/") for f in summary["export"]["files"])
