@@ -80,6 +80,8 @@ def finished_result(
     diagnostics (a bonus: never lose a finished run to them; ``tell_diagnostics`` says
     why there are none), parameter counts and timings; ``lm`` a language-modelling run's
     scores (its ``metrics`` then empty)."""
+    # the backend that ran, where the encoding could not run the configured one (stick-breaking: eager)
+    run.prov["attention_backend"] = str(getattr(model, "backend", run.cfg.backbone.backend))
     try:
         diagnostics = None if isinstance(task, LmBatches) else encoding_diagnostics(model, run.cfg, task)
     except Exception as exc:

@@ -69,6 +69,8 @@ class Backbone(nn.Module):
         # an encoding whose score transform or normaliser the configured backend cannot run
         # (stick-breaking: eager only) runs on one it names (pezoo.runnable_backend)
         backend = runnable_backend(cfg.backend, pe)
+        self.backend = backend
+        """The attention backend the model runs: ``cfg.backend``, or the one its encoding names."""
         self.blocks = nn.ModuleList(Block(cfg, layer, backend) for layer in range(cfg.n_layers))
         self.ln_out = nn.LayerNorm(cfg.d_model)
         self.apply(self._init)

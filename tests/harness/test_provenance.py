@@ -179,3 +179,18 @@ def test_a_finished_run_carries_how_it_was_made(tmp_path, monkeypatch):
     )
     assert result.provenance["exact_match_by"] == "greedy decode"
     assert (result.provenance["tf32"], result.provenance["loop"]) == ("off", "none")
+
+
+def test_a_record_says_which_attention_backend_ran_when_its_encoding_cannot_run_the_configured_one(tmp_path):
+    """Stick-breaking's normaliser runs on eager only: a run configured with sdpa runs it on eager,
+    and its record says so (the config keeps the backend the comparison shares)."""
+    from harness.config import preset_config
+    from harness.execution.run import execute
+    from harness.records.store import Store
+
+    store = Store(tmp_path / "s.db")
+    for pe, ran in (("stick_breaking", "eager"), ("rope", "sdpa")):
+        cfg = preset_config("smoke", pe=pe, task="copy", seed=0, overrides={"train": {"steps": 2}})
+        assert cfg.backbone.backend == "sdpa"
+        assert execute(cfg, store, torch.device("cpu"), notice=lambda m: None).status == "finished"
+        assert store.record(cfg.run_id()).provenance["attention_backend"] == ran
