@@ -73,7 +73,8 @@ def results_folder_problem(results_dir: Path) -> str | None:
         return f"results folder {results_dir} does not exist (a typo in --results?)"
     if not results_dir.is_dir():
         return f"results folder {results_dir} is not a folder"
-    if not results_files(results_dir):
+    lm_dir = results_dir / "lm"  # a folder whose only results are an LM sweep's export is one
+    if not results_files(results_dir) and not (lm_dir.is_dir() and any(lm_dir.glob("*.jsonl"))):
         return (
             f"results folder {results_dir} holds no results files (*.jsonl); "
             "publish runs with `pezoo leaderboard export`"

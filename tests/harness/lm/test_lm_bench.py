@@ -169,6 +169,12 @@ def test_an_lm_run_is_exported_to_the_lm_folder_and_read_back_by_the_lm_page(tmp
     assert view.trained_run_id() == trained.run_id() and view.config.is_variant
     assert view.scores == store.record(zero.run_id()).lm.scores
     assert export(tmp_path / "results.db", out).written == []  # exported once
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    checked = CliRunner().invoke(main, ["leaderboard", "check", "--results", str(out)])  # an LM sweep's export alone
+    assert checked.exit_code == 0 and "2 LM run(s): valid" in checked.output, checked.output
 
 
 def test_published_lm_runs_are_imported_so_a_sweep_skips_them(tmp_path, corpus):
