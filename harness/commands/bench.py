@@ -32,7 +32,7 @@ from harness.commands.report import LEGEND, LM_LEGEND, leaderboard_tables, lm_ta
 from harness.config import GPU_PRESETS, INT64_MAX, PRESETS, RunConfig
 from harness.execution.run import checkpoint_dir_for
 from harness.records.files import unwritable_folder
-from harness.records.frames import load
+from harness.records.frames import load, load_lm
 from harness.records.provenance import cpu_name, resolve_device, uses_plugins
 from harness.records.store import Store, StoreError
 from harness.sweeps.announce import bench_announcement
@@ -489,14 +489,13 @@ def _print_tables(configs: Sequence[RunConfig], store_path: Path, where: str, st
         click.echo(table + "\n")
     if any(not c.is_lm for c in configs):
         click.echo(LEGEND + "\n")
-    lm_ids = [c.run_id() for c in configs if c.is_lm]
+    lm_ids = {c.run_id() for c in configs if c.is_lm}
     if lm_ids:
         try:
-            store = Store(store_path)
-            records = [r for r in (store.record(run_id) for run_id in lm_ids) if r is not None]
+            scores = load_lm(store_path)
         except StoreError as exc:
             raise click.ClickException(str(exc)) from None
-        for table in lm_tables(records).values():
+        for table in lm_tables(scores[scores["run_id"].isin(lm_ids)]).values():
             click.echo(table + "\n")
         click.echo(LM_LEGEND + "\n")
 

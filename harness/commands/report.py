@@ -32,12 +32,9 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 from tabulate import tabulate
 
-from harness.config import RunConfig
-from harness.config.pe_spec import config_display_name
 from harness.records import counts
 from harness.records.lm_metrics import bpb
 from harness.records.ranking import FIT_THRESHOLD, Spread, Standing, fits, reach_beyond, standings
-from harness.records.record import RunRecord
 
 LEGEND = (
     f"rank: among encodings whose every seed fits (EM≤N ≥ {FIT_THRESHOLD:.2f}; '-': did not fit, or fewer "
@@ -139,45 +136,32 @@ LM_LEGEND = (
 """One line printed under the language-modelling tables."""
 
 
-def lm_tables(records: Sequence[RunRecord]) -> dict[str, str]:
-    """Language-modelling task -> its table: one row per encoding (a variant its own row),
-    bits per byte at each test length in the windows mode, pooled over the row's seeds
-    (the sum of their nats over the sum of their bytes: the counts the records keep)."""
-    rows: dict[str, dict[str, dict[int, list[tuple[float, int]]]]] = {}
-    seeds: dict[tuple[str, str], int] = {}
-    lengths: dict[str, set[int]] = {}
-    unreached: set[tuple[str, str, int]] = set()
-    for record in records:
-        if record.lm is None:
-            continue
-        cfg = RunConfig.from_dict(record.config)
-        label = config_display_name(cfg)
-        seeds[(cfg.task, label)] = seeds.get((cfg.task, label), 0) + 1
-        for s in record.lm.scores:
-            if s.mode != "windows":
-                continue
-            lengths.setdefault(cfg.task, set()).add(s.length)
-            if s.reached and s.nats is not None:
-                rows.setdefault(cfg.task, {}).setdefault(label, {}).setdefault(s.length, []).append((s.nats, s.n_bytes))
-            else:
-                unreached.add((cfg.task, label, s.length))
+def lm_tables(df: pd.DataFrame) -> dict[str, str]:
+    """Language-modelling task -> its table, from ``harness.records.frames.load_lm``'s rows: one
+    row per encoding (a variant its own row), bits per byte at each test length in the windows
+    mode, pooled over the row's seeds (the sum of their nats over the sum of their bytes: the
+    counts the records keep; '-' where a seed did not reach it), and the longest length's over
+    L's; rows by that ratio, the unreached last."""
     tables = {}
-    for task, by_label in sorted(rows.items()):
-        cols = sorted(lengths[task])
+    windows = df[df["mode"] == "windows"]
+    for task, at_task in sorted(windows.groupby("task"), key=lambda item: str(item[0])):
+        cols = sorted(int(n) for n in at_task["length"].unique())
         body: list[tuple[float, list[object]]] = []  # (sort key: ×L, unreached last; the row)
-        for label, at in by_label.items():
-            cells = []
+        for label, rows in at_task.groupby("pe_label", sort=False):
+            pooled: dict[int, float | None] = {}
             for n in cols:
-                parts = at.get(n, [])
-                cells.append("-" if not parts or (task, label, n) in unreached else f"{_pooled(parts):.3f}")
-            first, last = at.get(cols[0]), at.get(cols[-1])
-            reached = bool(first and last) and (task, label, cols[-1]) not in unreached
-            ratio = _pooled(last) / _pooled(first) if reached and first and last else math.inf
-            body.append((ratio, [label, seeds[(task, label)], *cells, f"{ratio:.2f}" if reached else "-"]))
+                at = rows[rows["length"] == n]
+                whole = bool(len(at)) and bool(at["reached"].all())
+                pooled[n] = _pooled(list(zip(at["nats"], at["bytes"], strict=True))) if whole else None
+            first, last = pooled[cols[0]], pooled[cols[-1]]
+            ratio = last / first if first and last is not None else math.inf
+            cells = [f"{pooled[n]:.3f}" if pooled[n] is not None else "-" for n in cols]
+            seeds = rows["seed"].nunique()
+            body.append((ratio, [label, seeds, *cells, f"{ratio:.2f}" if math.isfinite(ratio) else "-"]))
         body.sort(key=lambda row: row[0])
         header = ["encoding", "seeds", *(f"{n}{' (L)' if i == 0 else ''}" for i, n in enumerate(cols)), "×L"]
         table = tabulate([row for _, row in body], headers=header, tablefmt="github", disable_numparse=True)
-        tables[task] = f"{task} (bits per byte)\n" + table
+        tables[str(task)] = f"{task} (bits per byte)\n" + table
     return tables
 
 

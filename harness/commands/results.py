@@ -1,5 +1,6 @@
 """``pezoo results``: what a store holds, as the leaderboard tables or per-length rows
-(csv, json, markdown), filtered by encoding and task."""
+(csv, json, markdown), filtered by encoding and task; a language-modelling run's as bits per
+byte per length (its rows: nats and bytes per mode and length)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pezoo
 from harness.commands.checks import check_names, split
 from harness.commands.options import store_option
 from harness.commands.printable import printable, terminal_text
-from harness.commands.report import LEGEND, leaderboard_tables
-from harness.records.frames import load
+from harness.commands.report import LEGEND, LM_LEGEND, leaderboard_tables, lm_tables
+from harness.records.frames import load, load_lm
 from harness.records.store import Store, StoreError
 from pezoo.spec import split_pe_list
 
@@ -29,10 +30,11 @@ def results(store_path, pe, task, fmt) -> None:
     if not Path(store_path).exists():
         raise click.ClickException(f"no results store at {store_path}; run `pezoo bench` first")
     try:
-        stored = load(store_path)
+        stored, lm_stored = load(store_path), load_lm(store_path)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     df = _printable_frame(stored)  # names as a terminal may show them; filters match these
+    lm_df = _printable_frame(lm_stored)
     # A filter name must be one this checkout knows or one the store holds (a plugin's runs
     # imported from published results): a typo is an error, not an empty table. A registry
     # name selects every run of it; a displayed name such as prism{paper} those runs only.
@@ -42,11 +44,23 @@ def results(store_path, pe, task, fmt) -> None:
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--pe") from None
         known = sorted(set(pezoo.available()) | set(df["pe"]) | set(df.get("pe_label", df["pe"])))
+        known = sorted(set(known) | set(lm_df["pe"]) | set(lm_df["pe_label"]))
         check_names("encoding", wanted, known, "--pe")
         df = df[df["pe"].isin(wanted) | df["pe_label"].isin(wanted)]
+        lm_df = lm_df[lm_df["pe"].isin(wanted) | lm_df["pe_label"].isin(wanted)]
     if task:
         check_names("task", split(task), sorted(set(tasks.bench_tasks()) | set(df["task"])), "--task")
         df = df[df["task"].isin(split(task))]
+        lm_df = lm_df[lm_df["task"].isin(split(task))]
+    if not lm_df.empty and (fmt == "table" or df.empty):  # language-modelling runs: bits per byte
+        _lm_results(lm_df, lm_stored, fmt, table_too=not df.empty)
+        if df.empty:
+            return
+    elif not lm_df.empty:
+        raise click.UsageError(
+            "the selection holds algorithmic and language-modelling runs, whose rows differ: pick one kind with "
+            "--task (the language-modelling tasks: lm_en, lm_code)"
+        )
     if df.empty:  # say so (on stderr: csv/json output stays parseable), rather than print nothing
         which = "no finished runs match" if pe or task else "no finished runs"
         click.echo(f"{which} in {store_path}{_unfinished(store_path)}", err=True)
@@ -64,6 +78,21 @@ def results(store_path, pe, task, fmt) -> None:
         click.echo(_as_floats(stored.loc[df.index]).to_json(orient="records", lines=True), nl=False)
     else:
         click.echo(_as_floats(df).to_markdown(index=False))
+
+
+def _lm_results(lm_df: pd.DataFrame, stored: pd.DataFrame, fmt: str, *, table_too: bool) -> None:
+    """The language-modelling runs: their tables (bits per byte per length, ``lm_tables``), or
+    per (run, mode, length) rows with their counts (nats, bytes) as csv, json or markdown."""
+    if fmt == "table":
+        for table in lm_tables(lm_df).values():
+            click.echo(table + "\n")
+        click.echo(LM_LEGEND + ("\n" if table_too else ""))
+    elif fmt == "csv":
+        click.echo(lm_df.to_csv(index=False), nl=False)
+    elif fmt == "json":  # the stored values: the json encoder escapes what a terminal would act on
+        click.echo(stored.loc[lm_df.index].to_json(orient="records", lines=True), nl=False)
+    else:
+        click.echo(lm_df.to_markdown(index=False))
 
 
 def _as_floats(df: pd.DataFrame) -> pd.DataFrame:

@@ -1,4 +1,5 @@
-"""Results as pandas DataFrames, read from the SQLite store."""
+"""Results as pandas DataFrames, read from the SQLite store: the algorithmic runs' metrics
+(:func:`load`) and the language-modelling runs' scores (:func:`load_lm`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.config.pe_spec import display_name, variant_display_name
+from harness.config import RunConfig
+from harness.config.pe_spec import config_display_name, display_name, variant_display_name
 from harness.config.precisions import evaluation_precision
 from harness.records.store import Store
+from harness.tasks.lm import LM_TASKS
 
 
 def precision_label(config: dict) -> str:
@@ -67,3 +70,34 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
     columns += ["split", "length"]
     columns += ["token_length", "n", "exact", "tokens", "tokens_right", "exact_match", "token_accuracy"]
     return pd.DataFrame(rows, columns=columns)
+
+
+LM_COLUMNS = ["run_id", "pe", "task", "seed", "preset", "pe_label", "mode", "length", "nats", "bytes", "bpb"]
+LM_COLUMNS += ["reached", "note"]
+"""The columns of :func:`load_lm`."""
+
+
+def load_lm(path: str | Path) -> pd.DataFrame:
+    """The finished language-modelling runs' scores, one row per (run, mode, length): run_id,
+    pe, task, seed, preset, pe_label (as tables show it: a variant's name, a fine-tune's steps;
+    a run not in fp32 ends in its precision), mode (``windows`` or ``tail``), length, the
+    counts nats (a float sum) and bytes, bpb from them (None where not reached), reached and
+    note (why not). Read-only, as :func:`load`."""
+    with Store(path, readonly=True) as store:
+        rows = []
+        for run in store.runs():
+            if run["status"] != "finished" or run["task"] not in LM_TASKS:
+                continue
+            record = store.record(run["run_id"])
+            if record is None or record.lm is None:
+                continue
+            config = RunConfig.from_dict(record.config)
+            label = config_display_name(config)
+            precision = precision_label(dict(record.config))
+            if precision:
+                label += f" [{precision}]"
+            base = {k: run[k] for k in ("run_id", "pe", "task", "seed", "preset")}
+            for s in record.lm.scores:
+                rows.append({**base, "pe_label": label, "mode": s.mode, "length": s.length, "nats": s.nats,
+                             "bytes": s.n_bytes, "bpb": s.bpb, "reached": s.reached, "note": s.note})  # fmt: skip
+    return pd.DataFrame(rows, columns=LM_COLUMNS)

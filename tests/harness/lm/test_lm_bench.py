@@ -262,3 +262,23 @@ def test_an_lm_result_kept_beside_a_full_store_reads_back_whole_and_a_changed_on
     (tmp_path / "bad.json").write_text(json.dumps(body))
     with pytest.raises(KeptResultError, match="not sealed"):
         read(tmp_path / "bad.json", cfg, key)
+
+
+def test_pezoo_results_shows_lm_runs_in_bits_per_byte_beside_the_algorithmic_tables(tmp_path, corpus):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    store = Store(tmp_path / "results.db")
+    lm = lm_cfg()
+    algorithmic = preset_config("smoke", pe="rope", task="copy", seed=0, overrides={"train": {"steps": 2}})
+    for cfg in (lm, algorithmic):
+        assert execute(cfg, store, torch.device("cpu"), notice=lambda m: None).status == "finished"
+    args = ["results", "--store", str(tmp_path / "results.db")]
+    table = CliRunner().invoke(main, args)
+    assert table.exit_code == 0 and "lm_en (bits per byte)" in table.output and "copy" in table.output, table.output
+    mixed = CliRunner().invoke(main, [*args, "--format", "csv"])
+    assert mixed.exit_code != 0 and "pick one kind with --task" in mixed.output
+    rows = CliRunner().invoke(main, [*args, "--format", "csv", "--task", "lm_en"])
+    assert rows.exit_code == 0 and rows.output.splitlines()[0].startswith("run_id,pe,task,seed,preset,pe_label,mode")
+    assert len(rows.output.splitlines()) == 1 + 4  # windows and tail at 32 and 64
