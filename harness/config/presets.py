@@ -240,6 +240,9 @@ def preset_config(
             sections.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
         elif values is not None:
             sections[section] = values
+    lm_train = sections.get("train", {})
+    if task in LM_TASKS and isinstance(lm_train, dict) and "train_min" not in (overrides or {}).get("train", {}):
+        lm_train["train_min"] = lm_train.get("train_max")  # one window length L (--train-len sets it)
     tune = {}  # a language-modelling variant's fine-tune: set with its eval_pe_options, below
     if task in LM_TASKS and isinstance(sections.get("eval"), dict):
         tune = {k: sections["eval"].pop(k) for k in ("finetune_steps", "finetune_length") if k in sections["eval"]}

@@ -208,6 +208,10 @@ class EvalConfig:
             check_choice("eval.precision", self.precision, PRECISIONS)
 
 
+ALGORITHMIC_EVAL_KEYS = frozenset(f.name for f in dataclasses.fields(EvalConfig))
+"""The evaluation settings of the algorithmic tasks (``EvalConfig``), which a language-modelling
+run refuses by name (its ``eval`` is an ``LmEvalConfig``)."""
+
 SELECTIONS = ("final", "top3", "best_in_dist")
 """How a run with periodic evaluations picks the metrics it reports (``EvalConfig.select``)."""
 
@@ -370,11 +374,13 @@ class RunConfig:
         if self.backbone.vocab_size != VOCAB_SIZE or not self.backbone.causal:
             raise ValueError(f"a language-modelling run is a causal model of {VOCAB_SIZE} tokens (bytes and BOS)")
         t = self.train
-        if t.train_min != t.train_max or t.pack or t.curriculum:
-            raise ValueError(
-                "a language-modelling run trains on windows of one length L: train.train_min and train.train_max "
-                "both L, no train.pack, no train.curriculum"
-            )
+        one_length = "a language-modelling run trains on windows of one length L"
+        if t.train_min != t.train_max:
+            raise ValueError(f"{one_length}: train.train_min and train.train_max are both L")
+        if t.pack:
+            raise ValueError(f"train.pack packs an algorithmic task's examples; {one_length}, cut from its corpus")
+        if t.curriculum:
+            raise ValueError(f"train.curriculum raises an algorithmic task's scales; {one_length}")
         if lm.finetune_steps and not self.eval_pe_options:
             raise ValueError("eval.finetune_steps fine-tunes an inference-time variant: give eval_pe_options too")
 
@@ -456,6 +462,14 @@ class RunConfig:
             train["curriculum"] = tuple(tuple(s) if isinstance(s, list) else s for s in train["curriculum"])
         if lm and isinstance(values["eval"].get("lengths"), list):
             values["eval"]["lengths"] = tuple(values["eval"]["lengths"])
+        if lm:  # an algorithmic setting on an LM task: say which it is, not only that its key is unknown
+            lm_keys = {f.name for f in dataclasses.fields(LmEvalConfig)}
+            foreign = sorted(k for k in values["eval"] if k not in lm_keys and k in ALGORITHMIC_EVAL_KEYS)
+            if foreign:
+                raise ValueError(
+                    f"eval.{foreign[0]} is an algorithmic task's setting; a language-modelling run is scored at its "
+                    f"eval.lengths (the preset's: lm 256..4096, lm_long to 16384) on eval.regions held-out regions"
+                )
         built = {name: strict(kind, values[name], f"{name} config") for name, kind in sections.items()}
         return strict(cls, {**d, **built}, "run config")
 

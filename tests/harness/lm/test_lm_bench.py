@@ -282,3 +282,24 @@ def test_pezoo_results_shows_lm_runs_in_bits_per_byte_beside_the_algorithmic_tab
     rows = CliRunner().invoke(main, [*args, "--format", "csv", "--task", "lm_en"])
     assert rows.exit_code == 0 and rows.output.splitlines()[0].startswith("run_id,pe,task,seed,preset,pe_label,mode")
     assert len(rows.output.splitlines()) == 1 + 4  # windows and tail at 32 and 64
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"eval": {"test_max": 100}}, "eval.test_max is an algorithmic task's setting"),
+        ({"eval": {"samples": 5}}, "eval.samples is an algorithmic task's setting"),
+        ({"eval": {"every": 5}}, "eval.every is an algorithmic task's setting"),
+        ({"train": {"pack": 64}}, "train.pack packs an algorithmic task's examples"),
+        ({"train": {"curriculum": ((0, 32),)}}, "train.curriculum raises an algorithmic task's scales"),
+    ],
+)
+def test_an_algorithmic_setting_on_an_lm_task_is_refused_by_name(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        preset_config("lm_smoke", pe="rope", task="lm_en", seed=0, overrides=overrides)
+
+
+def test_a_training_length_for_an_lm_task_sets_its_one_window_length():
+    cfg = preset_config("lm_smoke", pe="rope", task="lm_en", seed=0, overrides={"train": {"train_max": 64}})
+    assert cfg.train.train_min == cfg.train.train_max == 64 and cfg.train_lengths() == [64]
+    assert cfg.test_lengths() == [128]
