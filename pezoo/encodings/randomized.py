@@ -222,6 +222,12 @@ class RandomizedPE(PositionalEncoding):
     def attention_backends(self) -> tuple[str, ...] | None:
         return self.inner.attention_backends()
 
+    def optimizer_groups(self) -> list[dict[str, Any]]:
+        return self.inner.optimizer_groups()
+
+    def regularisation(self) -> Tensor:
+        return self.inner.regularisation()
+
     def extra_repr(self) -> str:
         return f"max_length={self.max_length}, randomize_eval={self.randomize_eval}, draw={self.draw!r}"
 

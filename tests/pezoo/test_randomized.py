@@ -268,3 +268,25 @@ def test_bad_row_lengths_are_refused(lengths, message):
 def test_an_unknown_draw_is_refused():
     with pytest.raises(ValueError, match="draw must be one of 'per_length', 'per_batch'"):
         pezoo.create("randomized:rope", head_dim=8, draw="per_row")
+
+
+def test_a_wrapped_encoding_keeps_its_optimizer_groups_and_regularisation():
+    """randomized: forwards every hook, the optimiser's parameter groups and the training
+    penalty included: an encoding with its own (a plugin's) keeps them when randomized."""
+    from pezoo.interface import PositionalEncoding
+
+    class Penalised(PositionalEncoding):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+
+        def optimizer_groups(self):
+            return [{"params": [self.w], "lr": 0.5}]
+
+        def regularisation(self):
+            return (self.w**2).sum()
+
+    inner = Penalised()
+    wrapped = RandomizedPE(inner, max_length=64)
+    assert wrapped.optimizer_groups() == inner.optimizer_groups()
+    assert torch.equal(wrapped.regularisation(), torch.tensor(3.0))
