@@ -158,11 +158,40 @@ TAIL_NOTE = (
     "Press, Smith & Lewis 2022, App. B):"
 )
 
-SCALE_NOTE = (
-    "A byte-level decoder of about 0.8M parameters (d 128, 4 layers, 4 heads) trained at L = 256 bytes for 4000 "
-    "steps: the papers' models are 100-1000x larger and their numbers are perplexities of word or subword "
+SCALE_CAVEAT = (
+    "the papers' models are 100-1000x larger and their numbers are perplexities of word or subword "
     "tokens; this section compares the shape of the curves (flat, rising, blowing up) with theirs, not the numbers."
 )
+
+
+def _trained(records: Sequence[LmRecord]) -> list[LmRecord]:
+    return [r for r in records if not r.config.is_variant] or list(records)
+
+
+def training_phrase(records: Sequence[LmRecord]) -> str:
+    """``trained at L = 256 bytes`` when the records share one training length, else ``trained short``."""
+    lengths = {r.config.length for r in _trained(records)}
+    return f"trained at L = {lengths.pop()} bytes" if len(lengths) == 1 else "trained short"
+
+
+def scale_note(records: Sequence[LmRecord]) -> str:
+    """What model the section's numbers come from, read off its records (their backbone,
+    training length and steps, and the median of their parameter counts), and why its numbers
+    are not the papers'."""
+    trained = _trained(records)
+    shapes = {
+        (r.config.backbone.d_model, r.config.backbone.n_layers, r.config.backbone.n_heads, r.config.train.steps)
+        for r in trained
+    }
+    totals = sorted(int(r.n_params.get("total", 0)) for r in trained)
+    if len(shapes) != 1 or not totals:
+        return f"Byte-level decoders, each table's protocol under its heading: {SCALE_CAVEAT}"
+    d, layers, heads, steps = shapes.pop()
+    size = f"about {totals[len(totals) // 2] / 1e6:.1f}M parameters"
+    return (
+        f"A byte-level decoder of {size} (d {d}, {layers} layers, {heads} heads) {training_phrase(records)} for "
+        f"{steps} steps: {SCALE_CAVEAT}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,7 +362,7 @@ def render_markdown(records: Sequence[LmRecord]) -> str:
     if not records:
         sweep = "`pezoo bench --sweep leaderboard/lm/sweep.toml`"
         return f"## Language modelling\n\nNo language-modelling results are published yet ({sweep}).\n"
-    out = ["## Language modelling", "", SCALE_NOTE, "", EFFECTIVE_CONTEXT_RULE, ""]
+    out = ["## Language modelling", "", scale_note(records), "", EFFECTIVE_CONTEXT_RULE, ""]
     for task, rows in lm_rows(records).items():
         first, order = rows[0], ranked(rows)
         out += [f"### {md(task)} (corpus sha256 {md(corpus_of(rows)[:16])})", "", md(protocol_note(rows)), ""]
@@ -470,7 +499,7 @@ def readme_section(records: Sequence[LmRecord], site_href: str) -> list[str]:
         return []
     out = ["## Language modelling", ""]
     out += [
-        "Byte-level models trained at L = 256 bytes on real text and code, scored in bits per byte far past L "
+        f"Byte-level models {training_phrase(records)} on real text and code, scored in bits per byte far past L "
         f"(the setting of the ALiBi, KERPLE, FIRE, xPos and RoPE-scaling papers' claims): "
         f"[`{site_href}/lm.md`]({site_href}/lm.md) (or [`lm.html`]({site_href}/lm.html) in the site) has the "
         "tables, curves and the claims' verdicts.",

@@ -30,7 +30,8 @@ def record(pe: str, seed: int, bpbs, *, task: str = "lm_en", unreached=(), finet
                 scores.append(LengthScore(mode, s, None, 0, False, "positions 0..2047 only"))
             else:
                 scores.append(LengthScore(mode, s, b * n * math.log(2), n))
-    return LmRecord(cfg, tuple(scores), 1.5, 4000, 400.0, 30.0, {"total": 1}, {"corpus_sha256": "ab" * 32})
+    params = {"total": 824_192, "pe": 0}
+    return LmRecord(cfg, tuple(scores), 1.5, 4000, 400.0, 30.0, params, {"corpus_sha256": "ab" * 32})
 
 
 FLAT = (2.00, 1.98, 1.97, 1.99, 2.02)
