@@ -187,7 +187,8 @@ def scale_note(records: Sequence[LmRecord]) -> str:
     if len(shapes) != 1 or not totals:
         return f"Byte-level decoders, each table's protocol under its heading: {SCALE_CAVEAT}"
     d, layers, heads, steps = shapes.pop()
-    size = f"about {totals[len(totals) // 2] / 1e6:.1f}M parameters"
+    median = totals[len(totals) // 2]
+    size = f"about {median / 1e6:.1f}M parameters" if median >= 100_000 else f"about {median / 1e3:.0f}K parameters"
     return (
         f"A byte-level decoder of {size} (d {d}, {layers} layers, {heads} heads) {training_phrase(records)} for "
         f"{steps} steps: {SCALE_CAVEAT}"

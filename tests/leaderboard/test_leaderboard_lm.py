@@ -359,3 +359,15 @@ def test_two_setups_of_one_encoding_get_a_verdict_each_named():
     assert verdict(claim, rows) == found[0]
     text = render_markdown(toy)
     assert text.count("FIRE's long-context perplexity is below") == 2
+
+
+def test_the_section_names_the_model_its_records_hold_not_the_lm_preset_s():
+    from leaderboard.lm_board import scale_note, training_phrase
+
+    cfg = lm_preset_config("lm_smoke", pe="alibi", task="lm_en", seed=0)
+    scores = tuple(LengthScore(mode, s, 100.0, 64) for mode in ("windows", "tail") for s in (32, 64, 128))
+    small = LmRecord(cfg, scores, 5.0, 10, 1.0, 1.0, {"total": 40_000, "pe": 0}, {"corpus_sha256": "ab" * 32})
+    assert training_phrase([small]) == "trained at L = 32 bytes"
+    assert scale_note([small]).startswith("A byte-level decoder of about 40K parameters (d 32, 1 layers, 2 heads) "
+                                          "trained at L = 32 bytes for 10 steps")  # fmt: skip
+    assert scale_note([small, record("alibi", 0, FLAT)]).startswith("Byte-level decoders, each table's protocol")
