@@ -184,7 +184,7 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     ),
     "lm": (
         "language modelling (lm_en, lm_code): byte-level d128 x 4 layers, 4000 steps of 16 x 256 bytes, bits per byte "
-        "at 256..4096 on 256 KB held out; ~10 min per run on one core"
+        "at 256..4096 on 256 KB held out; ~25 min per run on one core"
     ),
     "lm_long": "the lm preset tested to 16,384 bytes",
     "lm_smoke": "seconds per run, for tests and smoke checks of the language-modelling tasks; learns little",
