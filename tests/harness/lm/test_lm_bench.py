@@ -70,7 +70,7 @@ def test_an_lm_config_that_breaks_the_tracks_rules_is_refused():
         dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, train_min=16))
     with pytest.raises(ValueError, match="fine-tunes an inference-time variant"):
         dataclasses.replace(cfg, eval=dataclasses.replace(cfg.lm_eval, finetune_steps=5, finetune_length=128))
-    with pytest.raises(ValueError, match="eval.test_max is an algorithmic task's setting"):
+    with pytest.raises(ValueError, match=r"eval\.test_max is an algorithmic task's setting"):
         RunConfig.from_dict({**cfg.to_dict(), "eval": {"test_max": 40}})
     with pytest.raises(ValueError, match="unknown eval config key"):
         RunConfig.from_dict({**cfg.to_dict(), "eval": {"no_such_key": 40}})
