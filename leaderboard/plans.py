@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.records.record import config_run_id
+from harness.records.identity import config_run_id
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ and its total nats is then the exact sum of its buckets'.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -84,19 +84,9 @@ def _score(
 ) -> Tensor:
     """:func:`score_windows`' sum (a float64 scalar), or with ``per_position`` the (s,) sums per position."""
     b, s = targets.shape
-    tokens = window_tokens(targets).to(device)  # (b, s)
     targets = targets.to(device)
-    state = model.start_state(b, s, device)
     total = torch.zeros((s,) if per_position else (), dtype=torch.float64, device=device)
-    for start in range(0, s, chunk):
-        end = min(s, start + chunk)
-        with autocast(precision, device):
-            logits = model(tokens[:, start:end], state=state)  # (b, c, v)
-        assert isinstance(logits, Tensor)
-        lo = max(start, scored_from)
-        if lo >= end:
-            continue
-        part = logits[:, lo - start :].float()  # (b, c', v)
+    for lo, end, part in _predictions(model, targets, scored_from, chunk, precision, device):
         if per_position:
             nll = F.cross_entropy(part.reshape(-1, part.shape[-1]), targets[:, lo:end].reshape(-1), reduction="none")
             total[lo:end] += nll.reshape(b, end - lo).double().sum(0)  # (c',): summed over the windows
@@ -104,6 +94,26 @@ def _score(
         nll = F.cross_entropy(part.reshape(-1, part.shape[-1]), targets[:, lo:end].reshape(-1), reduction="sum")
         total += nll.double()
     return total
+
+
+def _predictions(
+    model: Backbone, targets: Tensor, first: int, chunk: int, precision: str, device: torch.device
+) -> Iterator[tuple[int, int, Tensor]]:
+    """The model's float32 logits (b, c', v) at positions ``lo..end-1`` of windows ``targets``
+    (b, s) from ``first`` on, block by block: each window read from BOS and the bytes before
+    each position, ``chunk`` queries at a time through the KV cache (the blocks before ``first``
+    run only to fill it). Yields (lo, end, logits)."""
+    b, s = targets.shape
+    tokens = window_tokens(targets).to(device)  # (b, s)
+    state = model.start_state(b, s, device)
+    for start in range(0, s, chunk):
+        end = min(s, start + chunk)
+        with autocast(precision, device):
+            logits = model(tokens[:, start:end], state=state)  # (b, c, v)
+        assert isinstance(logits, Tensor)
+        lo = max(start, first)
+        if lo < end:
+            yield lo, end, logits[:, lo - start :].float()
 
 
 def _positions_bound(model: Backbone) -> int | None:
@@ -183,20 +193,10 @@ def answers_right(
     (b, s) is its byte, read from BOS and the bytes before (the greedy decode's answer, module
     docstring), fed ``chunk`` queries at a time through the KV cache."""
     b, s = targets.shape
-    tokens = window_tokens(targets).to(device)  # (b, s)
     targets = targets.to(device)
-    state = model.start_state(b, s, device)
     right = torch.ones(b, dtype=torch.bool, device=device)
-    first = s - answer  # the answer's first position
-    for start in range(0, s, chunk):
-        end = min(s, start + chunk)
-        with autocast(precision, device):
-            logits = model(tokens[:, start:end], state=state)  # (b, c, v)
-        assert isinstance(logits, Tensor)
-        lo = max(start, first)
-        if lo < end:
-            guess = logits[:, lo - start :].float().argmax(-1)  # (b, c')
-            right &= (guess == targets[:, lo:end]).all(-1)
+    for lo, end, logits in _predictions(model, targets, s - answer, chunk, precision, device):  # the answer's
+        right &= (logits.argmax(-1) == targets[:, lo:end]).all(-1)  # (b,)
     return right
 
 

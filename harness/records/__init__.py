@@ -3,6 +3,7 @@
 One module per part:
 
     record        a finished run's result: one typed record (``RunRecord``) and its validator
+    identity      a run's identity and the scales it evaluates, on a record's plain dict
     result        what one run ends as (``RunOutcome``) and hands back (``RunResult``)
     counts        exact numbers: every metric a count over a total, one rounding rule
     metrics       what an evaluation measures, as counts: one scale's (``LengthMetrics``), a whole one's

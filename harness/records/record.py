@@ -10,7 +10,7 @@ A finished run is written in three shapes, each a serialisation of the record:
 
 The plain form (:meth:`RunRecord.to_dict`) is one JSON object with exactly these keys:
 
-    run_id          16 hex digits: ``RunConfig.run_id()`` of the config (:func:`config_run_id`)
+    run_id          16 hex digits: ``RunConfig.run_id()`` of the config (``harness.records.identity.config_run_id``)
     pe, task        encoding and task registry names (equal to the config's)
     seed            int (equal to the config's)
     preset          the protocol label (equal to the config's)
@@ -35,7 +35,7 @@ The plain form (:meth:`RunRecord.to_dict`) is one JSON object with exactly these
                     (``harness.records.counts``): n (examples), exact (examples decoded
                     exactly, 0..n), tokens (scored tokens, at least n), tokens_right
                     (0..tokens); exactly the scales the config evaluates
-                    (:func:`evaluated_scales`), each over ``eval.samples`` examples
+                    (``harness.records.identity.evaluated_scales``), each over ``eval.samples`` examples
                     (``top3``: over each picked evaluation's, 1 to 3 times as many)
 
 Every integer fits SQLite's signed 64 bits, every number is finite (``harness.config.numbers``).
@@ -49,17 +49,15 @@ it answers with reasons, never another exception (hypothesis tests feed it rando
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import harness.tasks as tasks
-from harness.config import NEW_FIELD_DEFAULTS, RunConfig
+from harness.config import RunConfig
 from harness.config.numbers import INT64_MAX, is_int, is_number, number_problem, shown
-from harness.config.pe_spec import identity_options
+from harness.records.identity import config_run_id, listed_scales
 from harness.records.lm_metrics import LmScores
 from harness.records.metrics import LengthMetrics
 from harness.tasks.lm import LM_TASKS
@@ -81,10 +79,6 @@ MAX_PROVENANCE_TEXT = 10_000
 MAX_RESOLVED_OPTIONS = 65_536
 """Bounds on provenance: a key's length, a value's length, and the JSON of
 ``pe_options_resolved`` (a record holds no more than a run would write)."""
-MAX_LISTED_SCALES = 100_000
-"""A config that evaluates more scales than this is compared with its record's metrics by
-count and range only (its scales are not listed: a hostile ``test_max`` must not take the
-memory of a list of them)."""
 
 _HEX16 = re.compile(r"[0-9a-f]{16}")
 
@@ -216,61 +210,6 @@ class RunRecord:
     def problems(self) -> list[str]:
         """Every reason this is not a valid record (:func:`record_problems`); empty if valid."""
         return record_problems(self.to_dict(), self.diagnostics)
-
-
-# --------------------------------------------------------------------------------------
-# Run identity and evaluated scales
-# --------------------------------------------------------------------------------------
-
-
-def config_run_id(config: Mapping[str, Any]) -> str:
-    """The run identity of a config dict: sha256 of its canonical JSON minus ``preset``, first 16 hex.
-
-    The same definition as ``RunConfig.run_id`` (a test keeps the two in agreement), written
-    here on the plain dict so a record can be checked without building a RunConfig.
-    Fields added to the config after results were first published are left out at their
-    default values (``harness.config.NEW_FIELD_DEFAULTS``), so older records keep their ids,
-    and so are encoding options at what their absence meant in a stored run
-    (``harness.config.pe_spec.identity_options``: ``randomized{randomize_eval=false}`` is the run
-    stored as ``randomized`` with no options).
-    """
-    body = {k: v for k, v in config.items() if k != "preset"}
-    if isinstance(body.get("pe"), str) and isinstance(body.get("pe_options"), Mapping):
-        body["pe_options"] = identity_options(body["pe"], body["pe_options"])
-    for section, defaults in NEW_FIELD_DEFAULTS.items():
-        if isinstance(body.get(section), Mapping):
-            kept = {k: v for k, v in body[section].items() if not (k in defaults and v == defaults[k])}
-            body[section] = kept
-    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def evaluated_scales(cfg: RunConfig) -> list[tuple[str, int]]:
-    """(split, scale) of every scale a run of ``cfg`` evaluates, in order (a task may lack some;
-    a language-modelling run: its training length and its test lengths past it, in tokens)."""
-    scales = [("train", n) for n in cfg.train_lengths()] + [("test", n) for n in cfg.test_lengths()]
-    if cfg.is_lm:
-        return scales
-    task = tasks.create(cfg.task)
-    return [(split, n) for split, n in scales if task.has_scale(n)]
-
-
-def _listed_scales(config: RunConfig) -> list[tuple[str, int]] | None:
-    """:func:`evaluated_scales`, or None when the task is not installed here (which of the
-    listed scales it has is then unknown) or the config evaluates more than
-    ``MAX_LISTED_SCALES``."""
-    if config.is_lm:
-        return evaluated_scales(config)
-    train, test = config.train, config.decode_eval
-    test_count = -(-(test.test_max - train.train_max) // test.test_stride) + 1  # an upper bound
-    if (train.train_max - train.train_min + 1) + test_count > MAX_LISTED_SCALES:
-        return None
-    if config.task not in tasks.available():
-        return None
-    try:
-        return evaluated_scales(config)
-    except Exception:  # a plugin task that fails to build here: as if not installed
-        return None
 
 
 # --------------------------------------------------------------------------------------
@@ -494,7 +433,7 @@ def _scale_problems(metrics: list[dict[str, Any]], config: RunConfig) -> list[st
             f"metrics at scale(s) {_scales_text(wrong_n)} count other than eval.samples = {samples} examples "
             "(every scale is evaluated on that many)"
         )
-    expected = _listed_scales(config)
+    expected = listed_scales(config)
     got = [(m["split"], m["length"]) for m in metrics]
     if expected is not None:
         missing = sorted({n for _, n in expected} - {n for _, n in got})
@@ -617,7 +556,7 @@ def _diagnostics_run_problem(scale: int, train_max: int, config: Mapping[str, An
     if is_int(test_max) and scale > test_max:
         return f"scale {scale} is beyond its run's largest test scale ({test_max})"
     try:
-        listed = _listed_scales(RunConfig.from_dict(dict(config)))
+        listed = listed_scales(RunConfig.from_dict(dict(config)))
     except ValueError:
         return None
     tests = [n for split, n in listed or () if split == "test"]

@@ -28,7 +28,7 @@ from harness.evaluation.evaluate import LengthMetrics
 from harness.execution.recording import recover_kept
 from harness.execution.run import RunResult, checkpoint_path, execute, train_and_evaluate
 from harness.records import kept_results
-from harness.records.record import evaluated_scales
+from harness.records.identity import evaluated_scales
 from harness.records.store import NotAStoreError, Store
 from harness.sweeps.estimate import checkpointed_steps
 from harness.training.checkpoint import FORMAT, VERSION, CheckpointError, load_checkpoint, save_checkpoint

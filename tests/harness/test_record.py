@@ -15,7 +15,8 @@ from harness.config import preset_config
 from harness.config.numbers import INT64_MAX, is_int, is_number, number_problem
 from harness.evaluation.evaluate import LengthMetrics
 from harness.records import kept_results
-from harness.records.record import RunRecord, evaluated_scales, record_problems
+from harness.records.identity import evaluated_scales
+from harness.records.record import RunRecord, record_problems
 from harness.records.store import Store
 from leaderboard.schema import Record, read_file, to_published, validate_record
 

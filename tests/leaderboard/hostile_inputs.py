@@ -15,7 +15,7 @@ from typing import Any
 
 from leaderboard_fixtures import make_record
 
-from harness.records.record import config_run_id
+from harness.records.identity import config_run_id
 from leaderboard.schema import Record, checksum
 
 PAYLOADS = (

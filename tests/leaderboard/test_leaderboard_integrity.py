@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from leaderboard_fixtures import make_record, write_jsonl
 
 from harness.cli import main
-from harness.records.record import config_run_id
+from harness.records.identity import config_run_id
 from leaderboard.export import exporting, import_results
 from leaderboard.schema import DIAGNOSTICS_DIR, checksum, validate_record
 from leaderboard.writing import MANIFEST

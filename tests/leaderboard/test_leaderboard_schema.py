@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from leaderboard_fixtures import make_record, sha256_of_canonical, without_later_defaults, write_jsonl
 
 from harness.config import LM_PRESETS, PRESETS, preset_config
-from harness.records.record import config_run_id
+from harness.records.identity import config_run_id
 from leaderboard.schema import ResultsError, read_file, read_results, validate_record
 
 EM = {1: 1.0, 2: 1.0, 3: 0.5, 4: 0.2, 5: 0.0, 6: 0.0, 7: 0.0}

@@ -16,7 +16,8 @@ from leaderboard_fixtures import make_record, sha256_of_canonical, write_jsonl
 
 from harness.cli import main
 from harness.config import RunConfig
-from harness.records.record import RunRecord, config_run_id, diagnostics_problem
+from harness.records.identity import config_run_id
+from harness.records.record import RunRecord, diagnostics_problem
 from harness.records.store import Store
 from leaderboard.export import import_results
 from leaderboard.schema import (

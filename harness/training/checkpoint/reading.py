@@ -26,7 +26,7 @@ import torch
 
 from harness.config import RunConfig
 from harness.records.files import NotRegularFileError, check_regular, open_regular
-from harness.records.record import evaluated_scales
+from harness.records.identity import evaluated_scales
 from harness.training.checkpoint.format import (
     FORMAT,
     VERSION,
