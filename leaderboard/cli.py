@@ -16,10 +16,11 @@ import pezoo
 from harness.commands.options import store_option
 from harness.commands.printable import terminal_text
 from harness.records.store import StoreError
-from leaderboard.board import RetiredRow, RetiredTable, retire
+from leaderboard.board import RetiredRow, RetiredTable, assemble, retire
 from leaderboard.compare import compare_cmd
 from leaderboard.export import ExportError, export, import_results
 from leaderboard.plans import Plans
+from leaderboard.reach import unplanned_splits
 from leaderboard.records import BoardError, check_protocols, record_label
 from leaderboard.retired import RETIRED_FILE, RetiredFileError, read_retirements
 from leaderboard.schema import Record, ResultsError, read_diagnostics, read_results, results_files
@@ -146,6 +147,7 @@ def check_cmd(results_dir: Path) -> None:
         _echo(f"note: sweep file {problem} (not read as a plan)")
     kept, retired = _render_in_memory(records, diagnostics, plans, results_dir, lm_records)
     _note_stray(kept, plans)
+    _note_unplanned_splits(records, plans, results_dir)
     for gone in retired:
         _echo(_retired_line(gone))
     _note_not_installed(records)
@@ -331,9 +333,19 @@ def build_cmd(results_dir: Path, out_dir: Path, readme: Path | None) -> None:
         raise click.ClickException(terminal_text(f"cannot build the site in {out_dir}: {_os_reason(exc)}")) from None
     readme = readme if readme is not None else out_dir.parent / "README.md"
     _echo(f"wrote {len(pages)} page(s) to {out_dir} and the markdown board to {readme}")
-    for line in _plan_lines(read_results(results_dir), plans):
+    records = read_results(results_dir)
+    for line in _plan_lines(records, plans):
         _echo(line)
+    _note_unplanned_splits(records, plans, results_dir)
     _echo(f"open {out_dir / 'index.html'}")
+
+
+def _note_unplanned_splits(records: Sequence[Record], plans: Plans, results_dir: Path) -> None:
+    """A note per ranked row whose seeds split while its plan gives it fewer seeds than the
+    board's rule (``leaderboard.reach.unplanned_splits``): the sweep file to extend, and how."""
+    board = assemble(records, plans, read_retirements(results_dir.parent))
+    for line in unplanned_splits(board):
+        _echo(f"note: {line}")
 
 
 def _plan_lines(records: Sequence[Record], plans: Plans) -> list[str]:

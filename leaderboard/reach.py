@@ -18,7 +18,7 @@ from fractions import Fraction
 
 from harness.records import ranking
 from harness.records.counts import exact, significant
-from leaderboard.board import Table
+from leaderboard.board import Board, Table
 from leaderboard.rows import Row
 from leaderboard.text import and_join, plural
 
@@ -95,6 +95,36 @@ def reaches(table: Table) -> list[Reach]:
         counts = tuple((m, sum(r >= m * n for r in per_seed)) for m in marks)
         out.append(Reach(row, min(per_seed), per_seed, counts, n))
     return out
+
+
+def unplanned_splits(board: Board) -> list[str]:
+    """The split-seeds rule as a check: one line per ranked row whose seeds split
+    (:attr:`Reach.splits`) on a table whose plan gives it fewer than ``SPLIT_SEEDS`` seeds,
+    naming the seeds to add to its sweep file. The rule is the board's promise
+    (``SPLIT_SEEDS_RULE``, quoted on every page); a row that splits on a new table owes it
+    the moment its third seed is published, and nothing else would say so. Rows no plan
+    names (a table without a sweep file, a retired one) are not the plans' to mend."""
+    lines = []
+    for table in board.tables:
+        plan = board.table_plan(table)
+        if plan is None or plan.row_of is None or plan.seed_of is None:
+            continue
+        planned: dict[str, set[int]] = {}
+        for run, (label, _) in plan.row_of.items():
+            planned.setdefault(label, set()).add(plan.seed_of[run])
+        for r in reaches(table):
+            seeds = planned.get(r.row.label)
+            if not r.row.ranked or not r.splits or seeds is None or len(seeds) >= SPLIT_SEEDS:
+                continue
+            first = max(seeds) + 1
+            more = f"{first}-{first + SPLIT_SEEDS - len(seeds) - 1}" if SPLIT_SEEDS - len(seeds) > 1 else str(first)
+            em = r.row.scores["em_beyond"]
+            lines.append(
+                f"{table.task} (preset {table.preset}, tested to {table.tested_to}): {r.row.label}'s seeds split "
+                f"(EM>N {float(em.lo):.2f}-{float(em.hi):.2f} over {plural(len(r.row.seeds), 'seed')}) and its plan "
+                f"gives it {len(seeds)}; the rule gives it {SPLIT_SEEDS}: plan seeds {more} in its sweep file"
+            )
+    return lines
 
 
 def reach_text(reach: Reach, table: Table) -> str:

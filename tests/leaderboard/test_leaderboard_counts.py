@@ -23,7 +23,7 @@ from harness.records.recount import recount
 from leaderboard import overview as ov
 from leaderboard.board import Board, Table, assemble
 from leaderboard.plans import filled, published_cells, read_plans, seeds_by_run
-from leaderboard.reach import past_n_sentence, reaches, times_n
+from leaderboard.reach import past_n_sentence, reaches, times_n, unplanned_splits
 from leaderboard.retired import read_retirements
 from leaderboard.rows import cell_text
 from leaderboard.schema import Record, checksum, migrate_line, read_results, to_line, validate_record
@@ -194,6 +194,13 @@ def test_the_pages_say_what_the_rank_mark_means():
 
 
 # -- the prose about the board ---------------------------------------------------------
+
+
+def test_every_row_whose_seeds_split_has_the_rules_seeds_planned(board):
+    # the rule every page quotes (8 seeds for a row whose EM>N range exceeds 0.3), kept by the
+    # committed sweep files: a row that splits when its third seed is published gets seeds 3-7
+    # planned in the same commit
+    assert unplanned_splits(board) == []
 
 
 def test_readme_and_docs_state_the_boards_numbers(records, board, tmp_path):

@@ -62,6 +62,23 @@ def test_a_row_planned_for_8_seeds_is_ranked_on_its_3_and_says_how_many_are_bein
     assert "5 being run" in rows["hard_alibi"].badges()[0]
 
 
+def test_a_row_whose_seeds_split_with_too_few_planned_is_named_with_the_seeds_to_add():
+    split = [FITS_FAR, FITS_3, FITS_4]  # EM>N over seeds: 1.0, 0.025, 0.29: a range > 0.3
+    published = [make_record("hard_alibi", "copy", s, em, train_max=3) for s, em in enumerate(split)]
+    published += [make_record("nope", "copy", s, FITS_3, train_max=3) for s in range(3)]
+    records = [rec(d, i) for i, d in enumerate(published, 1)]
+    three = [_plan_row(d) for d in published]
+    lines = reach.unplanned_splits(bd.assemble(records, plans_of(three)))
+    # before: nothing said it; the board's rule (8 seeds for a split row) went unkept in silence
+    assert len(lines) == 1 and "hard_alibi's seeds split" in lines[0]
+    assert "EM>N 0.03-1.00 over 3 seeds" in lines[0] and "plan seeds 3-7" in lines[0]
+    eight = three + [_planned("hard_alibi", s, FITS_4) for s in range(3, 8)]
+    assert reach.unplanned_splits(bd.assemble(records, plans_of(eight))) == []
+    seven = three + [_planned("hard_alibi", s, FITS_4) for s in range(3, 7)]
+    assert "plan seeds 7 in" in reach.unplanned_splits(bd.assemble(records, plans_of(seven)))[0]
+    assert reach.unplanned_splits(bd.assemble(records)) == []  # no plan: not the plans' to mend
+
+
 def test_a_row_with_one_of_its_planned_seeds_is_still_not_ranked():
     published = [make_record("hard_alibi", "copy", 0, FITS_4, train_max=3)]
     plan = [_plan_row(published[0])] + [_planned("hard_alibi", s, FITS_4) for s in (1, 2)]

@@ -128,3 +128,15 @@ def test_a_published_run_awaiting_its_corrected_rerun_stays_and_the_board_says_s
     assert "1 still to run (1 of them re-runs of published runs under corrected options)" in checked.output
     assert "no sweep file plans" in checked.output  # the file's other encodings are strays, not it
     assert "randomized" not in checked.output.split("no sweep file plans")[1].split("\n")[0]
+
+
+def test_check_and_build_name_a_row_whose_seeds_split_beyond_what_its_plan_gives(tmp_path):
+    # hard_alibi's copy runs split (its EM>N over seeds ranges 0.20-0.94); a plan giving it 3 seeds
+    # breaks the board's 8-seed rule, and both commands say which seeds to add
+    shutil.copytree(ROOT / "leaderboard" / "results", tmp_path / "results", ignore=shutil.ignore_patterns("lm"))
+    (tmp_path / "board.toml").write_text('preset = "board"\ntask = ["copy"]\nseeds = [0, 1, 2]\npe = ["hard_alibi"]\n')
+    for command in (["check"], ["build", "--out", str(tmp_path / "site")]):
+        out = CliRunner().invoke(main, ["leaderboard", *command, "--results", str(tmp_path / "results")])
+        assert out.exit_code == 0, out.output
+        assert "note: copy (preset board, tested to 40): hard_alibi's seeds split" in out.output
+        assert "its plan gives it 3; the rule gives it 8: plan seeds 3-7" in out.output
