@@ -170,8 +170,8 @@ def wall_line(plan: Plan, workers: int, others: int = 0) -> str:
         on = f" on {plan.device_type}" if plan.device_type else ""
         return (
             f"estimated wall time: unknown ({plan.unestimated} of {_plural(plan.missing, 'run')} to train have no "
-            f"finished run of the same preset and model{on} to estimate from, and no recorded speed; "
-            "`pezoo sweep plan` estimates once one has finished)"
+            f"finished run of the same encoding, task and model{on} in the store to estimate from, and no speed is "
+            "recorded for their preset; `pezoo sweep plan` also borrows from similar and published runs, roughly)"
         )
     device = format_duration(plan.device_hours * 3600)
     about = "under 1s" if wall[0] < 1 else f"about {format_duration(wall[0])}"

@@ -1,7 +1,7 @@
 """Recorded speeds: how fast a preset's runs went on a kind of device, measured once and
 written down here, for the estimates of ``pezoo bench`` and ``pezoo sweep plan`` when the
-store has no finished run of the same preset and model on that kind of device (a cold
-store).
+store has no finished run of the same encoding, task and model on that kind of device (a
+cold store, or a new row), and ``pezoo sweep plan`` nothing closer to borrow from.
 
 Such an estimate is rough by nature: another machine, another load, and one median over
 encodings (PRISM trains about 1.7x slower than NoPE at the quick size). It is labelled
@@ -49,6 +49,11 @@ _QUICK_CPU = (
     "the committed quick board (leaderboard/results: 110 runs, 11 encodings x 5 tasks x 2 seeds, "
     "November 2026), one torch thread per run on a 2-core x86_64 VM, torch 2.13.0+cpu; median over encodings"
 )
+_BOARD_CPU = (
+    "the committed board's runs of leaderboard/board.toml (240 trained, 17 encodings x 4 tasks, 3-8 seeds, "
+    "23-26 November 2026), one torch thread per run on 2-core x86_64 VMs (AMD EPYC and Intel Xeon, AVX512), "
+    "torch 2.13.0+cpu; median over runs"
+)
 _SMOKE_CPU = (
     "nope and rope, 100 steps per task, one torch thread on a 2-core x86_64 VM shared with other work, "
     "torch 2.13.0+cpu (commit a35be72)"
@@ -69,6 +74,11 @@ RECORDED_SPEEDS: tuple[RecordedSpeed, ...] = (
     RecordedSpeed("board", "cuda", None, 96.2, 0.162e-3, _BOARD_CUDA),
     RecordedSpeed("quick", "cuda", None, 96.2, 0.162e-3, _BOARD_CUDA + " (the quick model is the board's)"),
     RecordedSpeed("gpu", "cuda", None, 123.7, 0.121e-3, _GPU_CUDA),
+    RecordedSpeed("board", "cpu", "copy", 6.34, 4.252e-3, _BOARD_CPU),
+    RecordedSpeed("board", "cpu", "odds_first", 10.28, 2.945e-3, _BOARD_CPU),
+    RecordedSpeed("board", "cpu", "reverse", 7.08, 3.691e-3, _BOARD_CPU),
+    RecordedSpeed("board", "cpu", "stack_manipulation", 13.95, 2.471e-3, _BOARD_CPU),
+    RecordedSpeed("board", "cpu", None, 8.23, 3.285e-3, _BOARD_CPU),
     RecordedSpeed("quick", "cpu", "addition", 2.40, 41.3e-3, _QUICK_CPU),
     RecordedSpeed("quick", "cpu", "copy", 6.13, 3.95e-3, _QUICK_CPU),
     RecordedSpeed("quick", "cpu", "odds_first", 10.23, 2.62e-3, _QUICK_CPU),

@@ -65,7 +65,7 @@ def test_on_cuda_a_cpu_preset_points_at_the_gpu_preset_and_an_unrecorded_speed_i
     assert hint in text and "rough" in text  # quick's speed recorded on an H200
     smoke = configs(preset="smoke")
     text = announce(smoke, make_plan(smoke, [], device_type="cuda"), where="cuda:0", device_type="cuda")
-    assert "estimated wall time: unknown (2 of 2 runs to train have no finished run of the same preset and " in text
+    assert "estimated wall time: unknown (2 of 2 runs to train have no finished run of the same encoding, " in text
 
 
 def test_a_strided_gpu_preset_is_described_as_run():

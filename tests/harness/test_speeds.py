@@ -37,6 +37,36 @@ def test_quick_cpu_speeds_are_the_medians_of_the_committed_board():
     assert every.steps_per_second == pytest.approx(statistics.median([x for v in rates.values() for x in v]), abs=0.01)
 
 
+def test_board_cpu_speeds_are_the_medians_of_board_toml_s_runs(tmp_path):
+    # the runs of board.toml alone: rows published later (board-frontier.toml) do not move them
+    import shutil
+
+    from leaderboard.plans import read_plans
+    from leaderboard.schema import read_results
+
+    shutil.copy(RESULTS.parent / "board.toml", tmp_path / "board.toml")
+    planned = read_plans(tmp_path).presets["board"].run_ids
+    rates, evals = defaultdict(list), defaultdict(list)
+    for rec in read_results(RESULTS):
+        r = rec.data
+        if r["run_id"] not in planned or not r["timings"]["train_seconds"]:  # 0: a variant, no training
+            continue
+        cfg, t = r["config"], r["timings"]
+        assert r["provenance"]["device"].startswith("cpu")
+        units = cfg["eval"]["samples"] * cfg["eval"]["test_max"]  # stride 1: every scale 1..test_max
+        rates[r["task"]].append(cfg["train"]["steps"] / t["train_seconds"])
+        evals[r["task"]].append(t["eval_seconds"] / units)
+    assert sum(map(len, rates.values())) == 240
+    for task in rates:
+        speed = recorded_speed("board", "cpu", task)
+        assert speed.task == task
+        assert speed.steps_per_second == pytest.approx(statistics.median(rates[task]), abs=0.01)
+        assert speed.eval_seconds_per_unit == pytest.approx(statistics.median(evals[task]), rel=0.01)
+    every = recorded_speed("board", "cpu", "mqar")
+    assert every.task is None
+    assert every.steps_per_second == pytest.approx(statistics.median([x for v in rates.values() for x in v]), abs=0.01)
+
+
 def test_recorded_speeds_name_real_presets_and_an_unmeasured_pair_has_none():
     assert {r.preset for r in RECORDED_SPEEDS} <= set(PRESETS)
     assert all(r.device_type in ("cpu", "cuda") and r.source for r in RECORDED_SPEEDS)
