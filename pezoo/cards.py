@@ -12,7 +12,7 @@ which the benchmark and the leaderboard need and must not hard-code:
   :class:`LmRowSelector` data);
 * its **look** on plots (pinned, or derived from its name where it has none), and the
   **family** plots group it in (:data:`FAMILIES`: declared, or derived from the hooks its
-  class overrides, ``pezoo.family_of``);
+  class does its own work in, ``pezoo.family_of``);
 * its **diagnostics** (what a trained model's encoding did, kept with the run).
 
 A :class:`PaperCard` is declared with the class, ``@register("name", card=PaperCard(...))``,
@@ -238,8 +238,8 @@ class PaperCard:
             (``train_max``: L); the LM section names each row that departs, and says how.
         look: its pinned plot look, or None (derived from its name).
         family: the key of :data:`FAMILIES` plots group it in, or None: derived from the hooks
-            its class overrides (``pezoo.family_of``); declared only where they mislead (a
-            wrapper class that forwards every hook).
+            its class does its own work in (``pezoo.family_of``); declared only where they
+            mislead (a wrapper class, whose inner encoding's hooks it only passes on).
         diagnostics: ``(encoding, forward) -> JSON-able | None``: what a trained
             encoding did while ``forward()`` ran it on one example (PRISM's cursor
             trajectories), or None.

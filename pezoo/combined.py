@@ -33,14 +33,10 @@ from torch import Tensor, nn
 
 from pezoo.biases import AttentionBias
 from pezoo.context import AttentionContext
-from pezoo.interface import PositionalEncoding
+from pezoo.interface import PositionalEncoding, acts_through, forwards
 from pezoo.scores import Normaliser, ScoreTransform
 
 SEPARATOR = "+"
-
-
-def _overrides(part: PositionalEncoding, hook: str) -> bool:
-    return getattr(type(part), hook) is not getattr(PositionalEncoding, hook)
 
 
 class Combined(PositionalEncoding):
@@ -61,7 +57,7 @@ class Combined(PositionalEncoding):
                 raise TypeError(f"{name!r} is not a pezoo PositionalEncoding")
             if isinstance(part, Combined):
                 raise ValueError(f"{name!r} is already a combination: list its parts instead")
-            if _overrides(part, "positions"):
+            if acts_through(part, "positions"):
                 # a randomized part is named by what it randomizes: randomized (of ape) + fire -> randomized:ape+fire
                 whole = SEPARATOR.join(
                     getattr(getattr(p, "inner", None), "name", None) or n.split(":")[-1]
@@ -74,13 +70,13 @@ class Combined(PositionalEncoding):
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"{', '.join(repeated)} appears twice; each part keeps its own state, once")
-        rotating = [n for p, n in zip(parts, names, strict=True) if _overrides(p, "qk")]
+        rotating = [n for p, n in zip(parts, names, strict=True) if acts_through(p, "qk")]
         if len(rotating) > 1:
             raise ValueError(
                 f"{' and '.join(rotating)} both transform queries and keys; a combination may hold one such part"
             )
         for hook, what in (("score_transform", "transform attention scores"), ("normaliser", "replace softmax")):
-            both = [n for p, n in zip(parts, names, strict=True) if _overrides(p, hook)]
+            both = [n for p, n in zip(parts, names, strict=True) if acts_through(p, hook)]
             if len(both) > 1:
                 raise ValueError(f"{' and '.join(both)} both {what}; a combination may hold one such part")
         self.parts = nn.ModuleList(parts)
@@ -89,36 +85,46 @@ class Combined(PositionalEncoding):
         bounds = [p.max_position for p in parts if p.max_position is not None]
         self.max_position = min(bounds) if bounds else None
 
+    def delegates(self) -> tuple[PositionalEncoding, ...]:
+        return tuple(self._parts())
+
     def _parts(self) -> Iterator[PositionalEncoding]:
         """The parts, as the encodings they are (``self.parts`` is their ``nn.ModuleList``)."""
         return cast("Iterator[PositionalEncoding]", iter(self.parts))
 
+    @forwards
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         for part in self._parts():
             x = part.embed(x, pos)
         return x
 
+    @forwards
     def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
         for part in self._parts():
             x = part.embed_tokens(x, tokens, ctx)
         return x
 
+    @forwards
     def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
         for part in self._parts():
             part.observe(layer, x, ctx)
 
+    @forwards
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         for part in self._parts():
             q, k = part.qk(layer, q, k, ctx)
         return q, k
 
+    @forwards
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         return [b for part in self._parts() for b in part.bias(layer, q, k, ctx)]
 
+    @forwards
     def score_transform(self, layer: int, ctx: AttentionContext) -> ScoreTransform | None:
         found = [t for part in self._parts() if (t := part.score_transform(layer, ctx)) is not None]
         return found[0] if found else None
 
+    @forwards
     def normaliser(self, layer: int, ctx: AttentionContext) -> Normaliser | None:
         found = [n for part in self._parts() if (n := part.normaliser(layer, ctx)) is not None]
         return found[0] if found else None

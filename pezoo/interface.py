@@ -21,6 +21,13 @@ The last two change attention itself, and not every backend can express them: an
 that uses one says which backends can run it (:meth:`PositionalEncoding.attention_backends`;
 see :mod:`pezoo.scores`).
 
+An encoding may hold others and pass hooks on to them: a wrapper (``randomized:rope``,
+:class:`pezoo.wrapper.Wrapper`) or a combination (``abacus+fire``, :class:`pezoo.Combined`).
+Such a hook implementation is marked :func:`forwards`, and :meth:`PositionalEncoding.delegates`
+names the encodings it passes to, so what a built encoding does is read off it, not off its
+class: :func:`acts_through` (``dape:alibi`` acts through ``bias``, ALiBi's, and
+``score_transform``, its own; not through ``qk``, which it only passes on).
+
 Positions are explicit integer tensors. Incremental decoding works through
 ``ctx.state``: a dict the caller keeps alive across calls for one sequence batch, in
 which an encoding may keep whatever recurrent state it needs (PRISM keeps its GRU hidden
@@ -29,9 +36,9 @@ state and histograms there). For a full forward pass the dict is fresh.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -39,6 +46,56 @@ from torch import Tensor, nn
 from pezoo.biases import AttentionBias
 from pezoo.context import AttentionContext, check_length
 from pezoo.scores import Normaliser, ScoreTransform
+
+HOOKS = (
+    "positions",
+    "padded_positions",
+    "embed",
+    "embed_tokens",
+    "observe",
+    "qk",
+    "bias",
+    "score_transform",
+    "normaliser",
+)
+"""The interface's hooks, in the order a forward pass reaches them (module docstring)."""
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+_FORWARDS = "__pezoo_forwards__"
+
+
+def forwards(method: _Method) -> _Method:
+    """Mark a hook implementation that does no work of its own: it passes the call on to
+    the encodings the instance holds (:meth:`PositionalEncoding.delegates`) and gathers their
+    answers, as a wrapper's forward and a combination's hooks do. :func:`acts_through` then
+    looks past it to them."""
+    setattr(method, _FORWARDS, True)
+    return method
+
+
+def defines_hook(cls: type, hook: str) -> bool:
+    """Whether class ``cls`` does work of its own in ``hook``: it implements the hook, with
+    neither the interface's identity nor an implementation marked :func:`forwards`. Read off
+    the class alone, so it answers for a registered name before anything is built; a wrapper
+    class with a fixed inner encoding (the registered ``dape``, DAPE over KERPLE-log) answers
+    for its own work only: ask :func:`acts_through` of a built one for the rest."""
+    method = getattr(cls, hook, None)
+    if method is None or method is getattr(PositionalEncoding, hook):
+        return False
+    return not getattr(method, _FORWARDS, False)
+
+
+def acts_through(encoding: PositionalEncoding, hook: str) -> bool:
+    """Whether the built ``encoding`` does anything in ``hook``: its class does work there
+    (:func:`defines_hook`), or the hook is passed on (:func:`forwards`) to an encoding that
+    does (:meth:`PositionalEncoding.delegates`). ``randomized:rope`` acts through
+    ``positions`` (its own) and ``qk`` (RoPE's); ``alibi+kerple_log`` through ``bias`` alone."""
+    cls = type(encoding)
+    if defines_hook(cls, hook):
+        return True
+    if not getattr(getattr(cls, hook, None), _FORWARDS, False):
+        return False
+    return any(acts_through(inner, hook) for inner in encoding.delegates())
 
 
 def check_lengths(lengths: Tensor, width: int) -> None:
@@ -163,6 +220,12 @@ class PositionalEncoding(nn.Module):
         ``normaliser`` only some backends take returns theirs (:func:`pezoo.scores.hook_backends`),
         so a model, the conformance kit or a benchmark can choose before running it."""
         return None
+
+    def delegates(self) -> tuple[PositionalEncoding, ...]:
+        """The encodings this one passes hooks on to (its hooks marked :func:`forwards`): a
+        wrapper's ``inner``, a combination's parts; () for an encoding that holds none (the
+        default). :func:`acts_through` reads them."""
+        return ()
 
     # -- training extras -------------------------------------------------------------
     def optimizer_groups(self) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from pezoo.cards import PaperCard
 from pezoo.combined import Combined
 from pezoo.dims import ModelDims as ModelDims  # re-exported: it was defined here
-from pezoo.interface import PositionalEncoding
+from pezoo.interface import PositionalEncoding, defines_hook
 
 ENTRY_POINT_GROUP = "pezoo.encodings"
 
@@ -287,10 +287,11 @@ def is_known(name: str) -> bool:
         return False
     # the rules Combined and the wrappers enforce on built parts, read from the classes
     classes = [f for f in (ENCODINGS[p] for p in parts) if isinstance(f, type)]
-    if any(_class_overrides(c, "positions") for c in classes):
+    if any(defines_hook(c, "positions") for c in classes):
         return False  # a part that chooses its own positions cannot share them (Combined)
-    if sum(_class_overrides(c, "qk") for c in classes) > 1:
-        return False  # two parts transforming q and k
+    for hook in ("qk", "score_transform", "normaliser"):
+        if sum(defines_hook(c, hook) for c in classes) > 1:
+            return False  # two parts transforming q and k, the scores, or replacing softmax (Combined)
     if prefix and len(classes) == len(parts):
         accepts = getattr(WRAPPERS[prefix], "accepts", None)
         if accepts is not None:
@@ -315,7 +316,8 @@ def family_of(name: str) -> str:
     wrapped name's base's (``randomized:rope`` is RoPE's: the wrapper draws the positions, the
     base puts them in), a combination's parts' when they agree (``other`` when not), else the
     family its card declares, else the first of :data:`FAMILY_HOOKS` whose hooks its class
-    overrides (``none`` when it overrides none); ``other`` for a name not registered here.
+    does its own work in (``pezoo.interface.defines_hook``; ``none`` when it does in none);
+    ``other`` for a name not registered here.
     Looking a name up never imports or builds anything."""
     prefix, _, base = name.rpartition(":")
     if prefix:
@@ -329,11 +331,7 @@ def family_of(name: str) -> str:
     factory = ENCODINGS._factories.get(name)
     if factory is None or not ENCODINGS.is_loaded(name) or not isinstance(factory, type):
         return "other"
-    return next((f for f, hooks in FAMILY_HOOKS if any(_class_overrides(factory, h) for h in hooks)), "none")
-
-
-def _class_overrides(cls: type, hook: str) -> bool:
-    return getattr(cls, hook, None) is not getattr(PositionalEncoding, hook)
+    return next((f for f, hooks in FAMILY_HOOKS if any(defines_hook(factory, h) for h in hooks)), "none")
 
 
 def get(name: str) -> Callable[..., PositionalEncoding]:
@@ -364,6 +362,17 @@ def create(name: str, *, dims: ModelDims | None = None, **config: Any) -> Positi
     of more than :data:`MAX_WRAPPERS` wrappers ``ValueError``.
     """
     _check_name(name)
+    return _build(name, dims.as_kwargs() if dims is not None else {}, config)
+
+
+SHAPE_KEYS = frozenset({"d_model", "n_heads", "n_layers", "head_dim"})
+"""The keywords that describe the model (:meth:`ModelDims.as_kwargs`), not one encoding: given
+to a wrapper or a combination, each encoding inside that takes one gets it."""
+
+
+def _build(name: str, shape: Mapping[str, int], config: Mapping[str, Any]) -> PositionalEncoding:
+    """:func:`create` with the model's shape as keywords (``dims``'s, and those a wrapper or
+    combination was given), passed to each constructor that takes them."""
     if ":" in name:
         prefix, base = name.split(":", 1)
         if "+" in prefix:
@@ -375,15 +384,16 @@ def create(name: str, *, dims: ModelDims | None = None, **config: Any) -> Positi
             raise UnknownNameError(unknown_name_message("encoding", name, available()))
         wrapper = WRAPPERS[prefix]
         own = _accepted_keys(wrapper)
-        inner = create(base, dims=dims, **{k: v for k, v in config.items() if k not in own})
-        sized = {k: v for k, v in dims.as_kwargs().items() if k in own} if dims is not None else {}  # ssmax's heads
+        # the model's shape the wrapper was given is the inner encoding's too (dape:alibi, n_heads=8)
+        inner_shape = {**shape, **{k: v for k, v in config.items() if k in own and k in SHAPE_KEYS}}
+        inner = _build(base, inner_shape, {k: v for k, v in config.items() if k not in own})
+        sized = {k: v for k, v in shape.items() if k in own}  # ssmax's heads
         return wrapper(inner, **{**sized, **{k: v for k, v in config.items() if k in own}})
     if "+" in name:
-        return _create_combined(name, dims, config)
+        return _create_combined(name, shape, config)
     factory = ENCODINGS[name]
-    if dims is not None:
-        wanted = _accepted_keys(factory)
-        config = {**{k: v for k, v in dims.as_kwargs().items() if k in wanted}, **config}
+    wanted = _accepted_keys(factory)
+    config = {**{k: v for k, v in shape.items() if k in wanted}, **config}
     return _call_strict(factory, name, config)
 
 
@@ -435,8 +445,9 @@ def _defaults(factory: Callable[..., Any], config: Mapping[str, Any], name: str)
     return dict(sorted({**out, **config}.items()))
 
 
-def _create_combined(name: str, dims: ModelDims | None, config: Mapping[str, Any]) -> PositionalEncoding:
-    """``a+b``: each part built with ``dims`` and the ``config`` keys it alone accepts."""
+def _create_combined(name: str, shape: Mapping[str, int], config: Mapping[str, Any]) -> PositionalEncoding:
+    """``a+b``: each part built with the model's ``shape`` (the shape keys of ``config`` among
+    it: each part that takes one gets it) and the other ``config`` keys it alone accepts."""
     names = name.split("+")
     if any(not n for n in names):
         raise ValueError(f"{name!r}: expected encoding names joined by '+', e.g. abacus+fire")
@@ -445,18 +456,22 @@ def _create_combined(name: str, dims: ModelDims | None, config: Mapping[str, Any
         raise ValueError(f"{', '.join(repeated)} appears twice; each part keeps its own state, once")
     accepted = {n: _accepted_keys(ENCODINGS[n]) for n in names}  # unknown part: UnknownNameError
     own: dict[str, dict[str, Any]] = {n: {} for n in names}
+    shape = dict(shape)
     for key, value in config.items():
         takers = [n for n in names if key in accepted[n]]
         if not takers:
             valid = "; ".join(f"{n}: {', '.join(sorted(accepted[n])) or '(none)'}" for n in names)
             raise TypeError(f"encoding {name!r} got unknown option {key}; valid options: {valid}")
+        if key in SHAPE_KEYS:
+            shape[key] = value  # the model's: every part that takes it
+            continue
         if len(takers) > 1:
             raise ValueError(
                 f"option {key} of {name!r} is taken by {' and '.join(takers)}; build the parts yourself and "
                 "join them with pezoo.combine(...)"
             )
         own[takers[0]][key] = value
-    return Combined([create(n, dims=dims, **own[n]) for n in names])
+    return Combined([_build(n, shape, own[n]) for n in names])
 
 
 def _accepted_keys(factory: Callable[..., Any]) -> set[str]:

@@ -36,13 +36,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pezoo.biases import AttentionBias
 from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard
 from pezoo.context import AttentionContext, check_layer, check_sizes
 from pezoo.encodings.kerple import KerpleLog
-from pezoo.interface import PositionalEncoding
-from pezoo.registry import WRAPPERS, ModelDims, _class_overrides, register
-from pezoo.scores import Normaliser, ScoreTransform
+from pezoo.interface import PositionalEncoding, acts_through, defines_hook
+from pezoo.registry import WRAPPERS, ModelDims, register
+from pezoo.scores import ScoreTransform
+from pezoo.wrapper import Wrapper
 
 __all__ = ["DAPE", "DapeKerple", "DapeTransform", "dape_scores"]
 
@@ -87,10 +87,11 @@ class DapeTransform(ScoreTransform):
         return dape_scores(scores, bias, self.w1, self.b1, self.w2, self.b2)
 
 
-class DAPE(PositionalEncoding):
+class DAPE(Wrapper):
     """DAPE (Zheng et al. 2024) over ``inner``'s additive bias: ``S + B + MLP([S; B])`` per pair.
 
-    Every hook is ``inner``'s; ``score_transform`` adds the layer's MLP.
+    Every hook is ``inner``'s (:class:`pezoo.wrapper.Wrapper`); ``score_transform`` adds the
+    layer's MLP.
 
     Args:
         inner: the wrapped encoding; one that acts through ``bias`` alone (NoPE, ALiBi,
@@ -100,25 +101,22 @@ class DAPE(PositionalEncoding):
     """
 
     def __init__(self, inner: PositionalEncoding, /, *, n_heads: int, n_layers: int, mlp_width: int = MLP_WIDTH):
-        super().__init__()
         if not isinstance(inner, PositionalEncoding):
             raise TypeError(f"dape wraps a pezoo PositionalEncoding, got {type(inner).__name__}")
-        if not type(self).accepts(type(inner)):
-            used = [hook for hook in NOT_BIAS_HOOKS if _class_overrides(type(inner), hook)]
+        super().__init__(inner)
+        used = [hook for hook in NOT_BIAS_HOOKS if acts_through(inner, hook)]  # what the built one does
+        if used:
             raise ValueError(
                 f"dape cannot wrap {inner.name!r}: DAPE learns a correction of an additive position bias (its §3.1), "
                 f"and {inner.name!r} also acts through {', '.join(used)}; wrap an encoding that acts through bias "
                 "alone (nope, alibi, kerple_log, kerple_power, fire, t5, ...)"
             )
         check_sizes("dape", n_heads=n_heads, n_layers=n_layers, mlp_width=mlp_width)
-        self.inner = inner
         self.n_heads, self.n_layers, self.mlp_width = n_heads, n_layers, mlp_width
         self.mlp = nn.ModuleList(
             nn.Sequential(nn.Linear(2 * n_heads, mlp_width), nn.LeakyReLU(), nn.Linear(mlp_width, n_heads))
             for _ in range(n_layers)
         )
-        self.uses_positions = inner.uses_positions
-        self.max_position = inner.max_position
         if not type(self).name:  # the wrapper form; the registered bare name keeps its own key
             self.name = f"dape:{inner.name}"
 
@@ -128,7 +126,7 @@ class DAPE(PositionalEncoding):
         alone (an additive PE, NoPE included), never another DAPE."""
         if not isinstance(factory, type):
             return True  # a plugin's factory function: decided when built
-        return not any(_class_overrides(factory, hook) for hook in NOT_BIAS_HOOKS)
+        return not any(defines_hook(factory, hook) for hook in NOT_BIAS_HOOKS)
 
     def score_transform(self, layer: int, ctx: AttentionContext) -> ScoreTransform:
         check_layer(self.name, layer, self.n_layers)
@@ -139,19 +137,6 @@ class DAPE(PositionalEncoding):
     def attention_backends(self) -> tuple[str, ...]:
         inner = self.inner.attention_backends()
         return tuple(b for b in DapeTransform.backends if inner is None or b in inner)
-
-    # -- the inner encoding's hooks (it acts through bias alone: positions are the plain ones) --
-    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
-        return self.inner.bias(layer, q, k, ctx)
-
-    def normaliser(self, layer: int, ctx: AttentionContext) -> Normaliser | None:
-        return self.inner.normaliser(layer, ctx)
-
-    def optimizer_groups(self) -> list[dict[str, Any]]:
-        return self.inner.optimizer_groups()
-
-    def regularisation(self) -> Tensor:
-        return self.inner.regularisation()
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}, n_layers={self.n_layers}, mlp_width={self.mlp_width}"
@@ -171,6 +156,9 @@ def paper_options(task: str, dims: ModelDims) -> dict[str, Any]:
 CARD = PaperCard(
     paper=PAPER,
     setup=paper_options,
+    # the bare name is DAPE over KERPLE-log, whose bias the class passes on (pezoo.wrapper), so the
+    # hooks its class defines (score_transform) would file it with stick-breaking: it is an additive PE
+    family="bias",
     lm_claims=(
         LmPaperClaim(
             order=140,

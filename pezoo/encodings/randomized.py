@@ -44,13 +44,12 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from pezoo.biases import AttentionBias
 from pezoo.cards import PaperCard, PaperClaim, PlotLook, RunFacts, option_departures
-from pezoo.context import AttentionContext, check_length
+from pezoo.context import check_length
 from pezoo.encodings.ape import SinusoidalAPE
 from pezoo.interface import PositionalEncoding, check_lengths
 from pezoo.registry import WRAPPERS, ModelDims, register
-from pezoo.scores import Normaliser, ScoreTransform
+from pezoo.wrapper import Wrapper
 
 DEFAULT_MAX_LENGTH = 2048
 
@@ -90,10 +89,11 @@ def sample_sorted_positions(
     return chosen.sort().values.to(device)
 
 
-class RandomizedPE(PositionalEncoding):
+class RandomizedPE(Wrapper):
     """Randomized PE (Ruoss et al. 2023): sorted random positions from ``[0, L)`` for ``inner``.
 
-    Every hook delegates to ``inner``; only :meth:`positions` changes.
+    Every hook is ``inner``'s (:class:`pezoo.wrapper.Wrapper`); only :meth:`positions` and
+    :meth:`padded_positions` change.
 
     Args:
         inner: the wrapped encoding; must read positions (``uses_positions``) and, if it
@@ -119,7 +119,7 @@ class RandomizedPE(PositionalEncoding):
         randomize_eval: bool = True,
         draw: str = "per_length",
     ) -> None:
-        super().__init__()
+        super().__init__(inner)
         if draw not in DRAWS:
             raise ValueError(f"draw must be one of {', '.join(map(repr, DRAWS))}; got {draw!r}")
         if isinstance(inner, RandomizedPE):
@@ -137,7 +137,6 @@ class RandomizedPE(PositionalEncoding):
                 f"randomized positions go up to {max_length - 1} but {inner.name!r} supports positions "
                 f"< {inner.max_position}; build it with max_position >= {max_length} or lower max_length"
             )
-        self.inner = inner
         self.max_length, self.randomize_eval, self.draw = max_length, randomize_eval, draw
         self.max_position = max_length
         if not type(self).name:  # the wrapper form; a registered alias keeps its own key
@@ -197,36 +196,6 @@ class RandomizedPE(PositionalEncoding):
             drawn = sample_sorted_positions(n, self.max_length, generator=self._generator)  # (n,)
             planned[on_cpu == n] = torch.cat([drawn, drawn[-1:].expand(width - n)])
         return planned.to(device)
-
-    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        return self.inner.embed(x, pos)
-
-    def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
-        return self.inner.embed_tokens(x, tokens, ctx)
-
-    def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
-        self.inner.observe(layer, x, ctx)
-
-    def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
-        return self.inner.qk(layer, q, k, ctx)
-
-    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
-        return self.inner.bias(layer, q, k, ctx)
-
-    def score_transform(self, layer: int, ctx: AttentionContext) -> ScoreTransform | None:
-        return self.inner.score_transform(layer, ctx)
-
-    def normaliser(self, layer: int, ctx: AttentionContext) -> Normaliser | None:
-        return self.inner.normaliser(layer, ctx)
-
-    def attention_backends(self) -> tuple[str, ...] | None:
-        return self.inner.attention_backends()
-
-    def optimizer_groups(self) -> list[dict[str, Any]]:
-        return self.inner.optimizer_groups()
-
-    def regularisation(self) -> Tensor:
-        return self.inner.regularisation()
 
     def extra_repr(self) -> str:
         return f"max_length={self.max_length}, randomize_eval={self.randomize_eval}, draw={self.draw!r}"

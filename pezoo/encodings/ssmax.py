@@ -35,13 +35,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from pezoo.biases import AttentionBias
 from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard
 from pezoo.context import AttentionContext, check_layer, check_number, check_sizes
 from pezoo.encodings.rope import RoPE
-from pezoo.interface import PositionalEncoding
-from pezoo.registry import WRAPPERS, ModelDims, _class_overrides, register
-from pezoo.scores import Normaliser, ScoreTransform
+from pezoo.interface import PositionalEncoding, acts_through, defines_hook
+from pezoo.registry import WRAPPERS, ModelDims, register
+from pezoo.wrapper import Wrapper
 
 __all__ = ["FORMS", "SSMax", "SSMaxRoPE", "llama4_query_scale", "ssmax_query_scale", "visible_keys"]
 
@@ -99,7 +98,7 @@ def llama4_query_scale(
     return factor[:, None, :, None]
 
 
-class SSMax(PositionalEncoding):
+class SSMax(Wrapper):
     """A length-dependent temperature over ``inner``: each query q times ``s_(l,h) · log n``
     (SSMax, Nakanishi 2025), or times Llama 4's ``1 + β log(⌊(pos+1)/F⌋ + 1)``.
 
@@ -133,10 +132,10 @@ class SSMax(PositionalEncoding):
         attn_scale: float = LLAMA4_ATTN_SCALE,
         floor_scale: int = LLAMA4_FLOOR_SCALE,
     ) -> None:
-        super().__init__()
         if not isinstance(inner, PositionalEncoding):
             raise TypeError(f"ssmax wraps a pezoo PositionalEncoding, got {type(inner).__name__}")
-        if not type(self).accepts(type(inner)):
+        super().__init__(inner)
+        if isinstance(inner, SSMax) or acts_through(inner, "positions"):
             what = "is already ssmax" if isinstance(inner, SSMax) else "chooses its own positions"
             raise ValueError(
                 f"ssmax cannot wrap {inner.name!r}: it {what}; wrap the other way round "
@@ -148,7 +147,6 @@ class SSMax(PositionalEncoding):
         check_number("ssmax", "s_init", s_init)
         check_number("ssmax", "attn_scale", attn_scale, at_least=0)
         check_number("ssmax", "floor_scale", floor_scale, integer=True, at_least=1)
-        self.inner = inner
         self.n_heads, self.n_layers, self.form = n_heads, n_layers, form
         self.s_init, self.attn_scale, self.floor_scale = float(s_init), float(attn_scale), int(floor_scale)
         if form == "ssmax":
@@ -156,7 +154,6 @@ class SSMax(PositionalEncoding):
         else:
             self.s = None
         self.uses_positions = inner.uses_positions if form == "ssmax" else True
-        self.max_position = inner.max_position
         if not type(self).name:  # the wrapper form; the registered bare name keeps its own key
             self.name = f"ssmax:{inner.name}"
 
@@ -166,7 +163,7 @@ class SSMax(PositionalEncoding):
         and one that chooses its own positions (randomized PE wraps SSMax instead)."""
         if not isinstance(factory, type):
             return True  # a plugin's factory function: decided when built
-        return not issubclass(factory, SSMax) and not _class_overrides(factory, "positions")
+        return not issubclass(factory, SSMax) and not defines_hook(factory, "positions")
 
     def reset_parameters(self) -> None:
         """Every s back to ``s_init`` (deferred initialisation)."""
@@ -183,16 +180,7 @@ class SSMax(PositionalEncoding):
         check_layer(self.name, layer, self.n_layers)
         return ssmax_query_scale(self.s[layer], visible_keys(ctx, n_queries, dtype))
 
-    # -- hooks: the inner encoding's, with q scaled -------------------------------------
-    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        return self.inner.embed(x, pos)
-
-    def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
-        return self.inner.embed_tokens(x, tokens, ctx)
-
-    def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
-        self.inner.observe(layer, x, ctx)
-
+    # -- hooks: the inner encoding's (Wrapper), with q scaled ------------------------
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """The inner ``qk``, then q (b, h, i, e') times the factor of each query."""
         q, k = self.inner.qk(layer, q, k, ctx)
@@ -201,24 +189,6 @@ class SSMax(PositionalEncoding):
         dtype = torch.promote_types(q.dtype, torch.float32)  # fp32 for bf16/fp16, float64 for a double model
         scale = self.query_scale(layer, ctx, q.shape[2], dtype)  # (b|1, h|1, i, 1)
         return (q.to(dtype) * scale).to(q.dtype), k
-
-    def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
-        return self.inner.bias(layer, q, k, ctx)
-
-    def score_transform(self, layer: int, ctx: AttentionContext) -> ScoreTransform | None:
-        return self.inner.score_transform(layer, ctx)
-
-    def normaliser(self, layer: int, ctx: AttentionContext) -> Normaliser | None:
-        return self.inner.normaliser(layer, ctx)
-
-    def attention_backends(self) -> tuple[str, ...] | None:
-        return self.inner.attention_backends()
-
-    def optimizer_groups(self) -> list[dict[str, Any]]:
-        return self.inner.optimizer_groups()
-
-    def regularisation(self) -> Tensor:
-        return self.inner.regularisation()
 
     def extra_repr(self) -> str:
         if self.form == "llama4":

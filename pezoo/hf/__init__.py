@@ -30,7 +30,7 @@ from transformers.modeling_utils import AttentionInterface
 
 from pezoo.attention import BACKENDS
 from pezoo.base import ModelDims, PositionalEncoding, create
-from pezoo.hf import auto, calls, weight_files
+from pezoo.hf import auto, weight_files
 from pezoo.hf.adapter import Adapter
 from pezoo.hf.families import (
     ATTENTION_NAME,
@@ -44,7 +44,8 @@ from pezoo.hf.families import (
 )
 from pezoo.hf.forward import _base_forward, _generate, _get, _layer_forward, _observe, _original
 from pezoo.hf.limits import check_option_sizes
-from pezoo.registry import _class_overrides, unknown_name_message
+from pezoo.interface import acts_through
+from pezoo.registry import unknown_name_message
 from pezoo.scores import SoftCap
 from pezoo.setups import paper_options
 from pezoo.spec import parse_pe
@@ -312,7 +313,7 @@ def _check_own_rope(model: PreTrainedModel, encoding: PositionalEncoding) -> Non
 
 def observes(encoding: PositionalEncoding) -> bool:
     """Whether some part of ``encoding`` keeps state along the layers (``observe``: PRISM)."""
-    return any(_class_overrides(type(m), "observe") for m in calls.leaves(encoding))
+    return acts_through(encoding, "observe")
 
 
 _NO_CHECKPOINTING = (

@@ -28,18 +28,13 @@ from torch import Tensor
 
 from pezoo.biases import AttentionBias, DenseBias
 from pezoo.context import AttentionContext
-from pezoo.interface import PositionalEncoding
-from pezoo.registry import _class_overrides
-
-_WRAPPERS = ("Combined", "RandomizedPE", "RandomizedSinusoidalAPE", "SSMax", "SSMaxRoPE")
-"""Classes whose hooks that read the tokens in order (``observe``, ``embed_tokens``) only
-delegate to the encodings they hold (SSMax's own work is a factor on q in ``qk``)."""
+from pezoo.interface import PositionalEncoding, acts_through
 
 
 def reads_tokens_in_order(pe: PositionalEncoding) -> bool:
     """Whether some part of ``pe`` keeps state along the sequence through ``observe`` or
     ``embed_tokens`` (PRISM, Abacus, such a plugin): left padding would feed it the padding."""
-    return any(_class_overrides(type(m), "observe") or _class_overrides(type(m), "embed_tokens") for m in leaves(pe))
+    return acts_through(pe, "observe") or acts_through(pe, "embed_tokens")
 
 
 def first_real(mask: Tensor) -> Tensor:
@@ -57,7 +52,7 @@ def plan_positions(pe: PositionalEncoding, first: Tensor, width: int) -> Tensor:
     tokens, moved right by ``first[r]``; its padding gets position 0."""
     device = first.device
     lengths = (width - first).clamp(min=0)
-    if _class_overrides(type(pe), "padded_positions"):  # randomized PE: positions depend on each row's length
+    if acts_through(pe, "padded_positions"):  # randomized PE: positions depend on each row's length
         right = pe.padded_positions(lengths, width, device)  # (b|1, width): real tokens first
     else:  # the default padded_positions, without its check of lengths made here in range (a sync under compile)
         right = pe.positions(int(first.shape[0]), width, device)
@@ -236,14 +231,9 @@ def embed(pe: PositionalEncoding, call: Call, x: Tensor, tokens: Tensor | None) 
 def _embed_tokens(pe: PositionalEncoding, x: Tensor, tokens: Tensor | None, ctx: AttentionContext) -> Tensor:
     if tokens is not None:
         return pe.embed_tokens(x, tokens, ctx)
-    if any(_class_overrides(type(m), "embed_tokens") for m in leaves(pe)):
+    if acts_through(pe, "embed_tokens"):
         raise ValueError(f"{pe.name} reads the token ids (embed_tokens): call the model with input_ids")
     return x
-
-
-def leaves(pe: PositionalEncoding) -> list[PositionalEncoding]:
-    """The encodings inside ``pe`` that do something themselves (not a wrapper that delegates)."""
-    return [m for m in pe.modules() if isinstance(m, PositionalEncoding) and type(m).__name__ not in _WRAPPERS]
 
 
 def observe(pe: PositionalEncoding, call: Call, layer: int, x: Tensor) -> None:

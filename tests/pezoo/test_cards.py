@@ -114,9 +114,10 @@ def test_lm_claims_are_data_on_the_card_of_the_paper_that_makes_them():
 
 def test_every_registered_encoding_has_a_family_read_from_its_hooks_or_its_card():
     """Plots group encodings by where they put position (pezoo.family_of): every registered name,
-    wrapped or not, gets one of FAMILIES, derived from the hooks its class overrides unless its
-    card declares it; a wrapped name takes its base's."""
-    from pezoo.registry import FAMILY_HOOKS, _class_overrides
+    wrapped or not, gets one of FAMILIES, derived from the hooks its class does its own work in
+    unless its card declares it; a wrapped name takes its base's."""
+    from pezoo.interface import defines_hook
+    from pezoo.registry import FAMILY_HOOKS
 
     for name in pezoo.available():
         assert pezoo.family_of(name) in pezoo.FAMILIES, name
@@ -126,7 +127,7 @@ def test_every_registered_encoding_has_a_family_read_from_its_hooks_or_its_card(
             continue
         cls = pezoo.get(name)
         declared = pezoo.card_of(name).family
-        hooks = [f for f, names in FAMILY_HOOKS if any(_class_overrides(cls, h) for h in names)]
+        hooks = [f for f, names in FAMILY_HOOKS if any(defines_hook(cls, h) for h in names)]
         assert pezoo.family_of(name) == (declared or (hooks[0] if hooks else "none")), name
     assert pezoo.family_of("no_such_encoding") == "other"
 

@@ -4,6 +4,7 @@ refused before anything is built."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -152,3 +153,48 @@ def test_a_refused_randomized_part_suggests_a_name_that_builds():
         pezoo.create("randomized+fire", dims=DIMS)
     assert pezoo.is_known("randomized:ape+fire")
     pezoo.create("randomized:ape+fire", dims=DIMS)
+
+
+def _pairs_and_wrapped_pairs() -> list[str]:
+    bases = [n for n in pezoo.available() if ":" not in n]
+    pairs = [f"{a}+{b}" for a, b in itertools.permutations(bases, 2)]
+    return pairs + [f"{w}:{a}+{b}" for w in pezoo.WRAPPERS for a, b in itertools.combinations(bases, 2)]
+
+
+def test_every_combination_is_known_says_it_builds_builds():
+    # before: 55 of them were refused when built: dape:alibi+kerple_log ("also acts through embed,
+    # embed_tokens, observe, qk, ..." of a combination that adds two biases), dape+ssmax ("both
+    # transform attention scores", where SSMax only passed DAPE's hook on), ssmax+stick_breaking
+    refused = []
+    for name in _pairs_and_wrapped_pairs():
+        if not pezoo.is_known(name):
+            continue
+        try:
+            pezoo.create(name, dims=DIMS)
+        except ValueError as exc:
+            refused.append(f"{name}: {exc}")
+    assert refused == []
+
+
+def test_a_wrapper_in_a_combination_counts_for_what_it_holds():
+    dape, ssmax = pezoo.create("dape", dims=DIMS), pezoo.create("ssmax", dims=DIMS)  # over KERPLE-log, over RoPE
+    both = Combined([dape, ssmax])
+    assert both.score_transform(0, ctx_for(6)) is not None  # DAPE's MLP; SSMax passes on RoPE's none
+    with pytest.raises(ValueError, match="both transform queries and keys"):
+        Combined([ssmax, pezoo.create("rope", dims=DIMS)])  # SSMax over RoPE does transform them
+    wrapped = pezoo.create("dape:alibi+kerple_log", dims=DIMS)
+    q = k = torch.randn(1, 4, 6, 8)
+    assert len(wrapped.bias(0, q, k, ctx_for(6))) == 2  # ALiBi's and KERPLE's, DAPE's MLP over their sum
+
+
+def test_the_models_shape_given_as_keywords_reaches_every_encoding_inside():
+    # before: a wrapper kept n_heads for itself (ALiBi.__init__() missing n_heads), and a
+    # combination refused it ("option n_heads of 'alibi+kerple_log' is taken by alibi and kerple_log")
+    dape = pezoo.create("dape:alibi", n_heads=8, n_layers=4)
+    assert (dape.n_heads, dape.inner.n_heads) == (8, 8)
+    both = pezoo.create("alibi+kerple_log", n_heads=8, n_layers=2)
+    assert [p.n_heads for p in both.parts] == [8, 8]
+    ssmax = pezoo.create("ssmax:rope", n_heads=4, n_layers=2, head_dim=16)  # RoPE takes head_dim, not heads
+    assert ssmax.inner.head_dim == 16
+    with pytest.raises(TypeError, match="unknown option"):
+        pezoo.create("rope", n_heads=4)  # a plain encoding stays strict
