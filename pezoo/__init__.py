@@ -43,7 +43,7 @@ from pezoo.encodings import (
     combine,
 )
 from pezoo.encodings.position_coupling import CoupledSegment, Coupling  # what a task declares, position coupling reads
-from pezoo.interface import PositionalEncoding
+from pezoo.interface import PositionalEncoding, acts_through
 from pezoo.registry import (
     ENCODINGS,
     WRAPPERS,
@@ -63,6 +63,7 @@ from pezoo.registry import (
     unknown_name_message,
     variant_label,
 )
+from pezoo.wrapper import Wrapper  # the base of randomized:, ssmax:, dape: and a plugin's wrapper
 
 __version__ = "0.1.0"
 
@@ -111,7 +112,9 @@ __all__ = [
     "TracePlots",
     "UnknownNameError",
     "WindowMask",
+    "Wrapper",
     "XPos",
+    "acts_through",
     "attend",
     "available",
     "backends",
