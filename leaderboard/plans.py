@@ -44,14 +44,18 @@ class Planned:
         cell_of = None if self.cell_of is None else {r: c for r, c in self.cell_of.items() if r in keep}
         return Planned(keep, seeds, seed_of, cell_of, {r: self.row_of[r] for r in keep})
 
-    def seeds_of_rows(self) -> dict[str, int]:
-        """Board label -> how many seeds the plan gives that row ({} where labels are unknown)."""
+    def seeds_by_row(self) -> dict[str, frozenset[int]]:
+        """Board label -> the seeds the plan gives that row ({} where labels are unknown)."""
         if self.row_of is None or self.seed_of is None:
             return {}
         seeds: dict[str, set[int]] = {}
         for run, (label, _) in self.row_of.items():
             seeds.setdefault(label, set()).add(self.seed_of[run])
-        return {label: len(s) for label, s in seeds.items()}
+        return {label: frozenset(s) for label, s in seeds.items()}
+
+    def seeds_of_rows(self) -> dict[str, int]:
+        """Board label -> how many seeds the plan gives that row ({} where labels are unknown)."""
+        return {label: len(s) for label, s in self.seeds_by_row().items()}
 
     def test_ranges(self) -> tuple[int, ...]:
         """The largest test scales the plan's runs are tested to, ascending (() where unknown)."""

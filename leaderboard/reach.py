@@ -107,11 +107,7 @@ def unplanned_splits(board: Board) -> list[str]:
     lines = []
     for table in board.tables:
         plan = board.table_plan(table)
-        if plan is None or plan.row_of is None or plan.seed_of is None:
-            continue
-        planned: dict[str, set[int]] = {}
-        for run, (label, _) in plan.row_of.items():
-            planned.setdefault(label, set()).add(plan.seed_of[run])
+        planned = {} if plan is None else plan.seeds_by_row()
         for r in reaches(table):
             seeds = planned.get(r.row.label)
             if not r.row.ranked or not r.splits or seeds is None or len(seeds) >= SPLIT_SEEDS:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ModelDims"]
+__all__ = ["SHAPE_KEYS", "ModelDims"]
 
 
 @dataclass(frozen=True)
@@ -37,4 +37,10 @@ class ModelDims:
         return self.d_model // self.n_heads
 
     def as_kwargs(self) -> dict[str, int]:
-        return {"d_model": self.d_model, "n_heads": self.n_heads, "n_layers": self.n_layers, "head_dim": self.head_dim}
+        """The constructor keywords of the shape, :data:`SHAPE_KEYS`, with their values."""
+        return {key: getattr(self, key) for key in SHAPE_KEYS}
+
+
+SHAPE_KEYS = ("d_model", "n_heads", "n_layers", "head_dim")
+"""The keywords that describe the model, not one encoding (:meth:`ModelDims.as_kwargs`): given
+to a wrapper or a combination, each encoding inside that takes one gets it (``pezoo.create``)."""

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from pezoo.cards import PaperCard
 from pezoo.combined import Combined
+from pezoo.dims import SHAPE_KEYS
 from pezoo.dims import ModelDims as ModelDims  # re-exported: it was defined here
 from pezoo.interface import PositionalEncoding, defines_hook
 
@@ -363,11 +364,6 @@ def create(name: str, *, dims: ModelDims | None = None, **config: Any) -> Positi
     """
     _check_name(name)
     return _build(name, dims.as_kwargs() if dims is not None else {}, config)
-
-
-SHAPE_KEYS = frozenset({"d_model", "n_heads", "n_layers", "head_dim"})
-"""The keywords that describe the model (:meth:`ModelDims.as_kwargs`), not one encoding: given
-to a wrapper or a combination, each encoding inside that takes one gets it."""
 
 
 def _build(name: str, shape: Mapping[str, int], config: Mapping[str, Any]) -> PositionalEncoding:
