@@ -40,6 +40,7 @@ from harness.training.checkpoint import (
     check_state,
     code_history,
     load_checkpoint,
+    load_optimizer_state,
     machine_history,
     save_checkpoint,
     set_aside,
@@ -384,7 +385,7 @@ def _start(
     last, evaluating = math.nan, cfg.eval.start_below_loss is None
     if resume is None:
         return run, last, evaluating
-    opt.load_state_dict(resume["optimizer"])  # model weights were restored by the caller
+    load_optimizer_state(opt, resume["optimizer"])  # model weights were restored by the caller
     rng.setstate(resume["data_rng"])
     draws.set_state(resume["torch_rng"])
     if "cuda_rng" in resume and device.type == "cuda":

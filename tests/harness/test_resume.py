@@ -77,3 +77,34 @@ def test_checkpoint_of_another_run_is_rejected(tmp_path):
     save_checkpoint(path, {"format": FORMAT, "version": VERSION, "run_id": other.run_id(), "step": 10, "model": {}})
     _, resume, problem = restore(cfg, path, "cpu")
     assert resume is None and "does not belong" in problem
+
+
+@pytest.mark.parametrize("saved_fused", [True, False])
+def test_a_checkpoint_resumes_whichever_optimiser_kernel_wrote_it(tmp_path, saved_fused):
+    """How AdamW computed its update (fused on a GPU, the per-tensor loop on a CPU) is the
+    loop's, not the run's: a GPU run's checkpoint resumed on a CPU is taken (it was set aside
+    and the run started over), steps with the CPU's own optimiser, and ends where the
+    uninterrupted CPU run ends; a CPU checkpoint into a fused optimiser keeps it fused."""
+    import harness.tasks as tasks
+    from harness.training.checkpoint import load_optimizer_state
+    from harness.training.train import Checkpointing, build_model, make_optimizer, train
+
+    cfg = preset_config("smoke", pe="rope", task="copy", seed=0, overrides={"train": {"steps": 4}})
+    reference = build_model(cfg)
+    train(cfg, reference, tasks.create(cfg.task))
+    path = tmp_path / "ck.pt"
+    train(cfg, build_model(cfg), tasks.create(cfg.task), checkpointing=Checkpointing(path, every=2))
+    state = torch.load(path, weights_only=True)
+    for group in state["optimizer"]["param_groups"]:
+        group["fused"] = saved_fused or None  # what a GPU run's (fused) or a CPU run's optimiser saves
+    save_checkpoint(path, state)
+
+    model, resume, problem = restore(cfg, path, "cpu")
+    assert problem is None and resume is not None and resume["step"] == 2
+    train(cfg, model, tasks.create(cfg.task), resume=resume)
+    for a, b in zip(model.state_dict().values(), reference.state_dict().values(), strict=True):
+        assert torch.equal(a, b)  # the CPU's own optimiser: bit for bit the uninterrupted run
+
+    fused = make_optimizer(model, cfg, fused=True)
+    load_optimizer_state(fused, resume["optimizer"])
+    assert all(g["fused"] for g in fused.param_groups)  # the loading optimiser's kernel, not the file's

@@ -12,7 +12,7 @@ One module per part:
 
 from harness.training.checkpoint.aside import set_aside
 from harness.training.checkpoint.format import FORMAT, VERSION, CheckpointError, decode_evaluation, encode_evaluation
-from harness.training.checkpoint.reading import check_state, layout_problem, load_checkpoint
+from harness.training.checkpoint.reading import check_state, layout_problem, load_checkpoint, load_optimizer_state
 from harness.training.checkpoint.weights import (
     WEIGHTS_FORMAT,
     WEIGHTS_VERSION,
@@ -43,6 +43,7 @@ __all__ = [
     "encode_evaluation",
     "layout_problem",
     "load_checkpoint",
+    "load_optimizer_state",
     "load_weights",
     "machine_history",
     "save_checkpoint",

@@ -298,8 +298,14 @@ def _check_optimizer(state: Any, optimizer: torch.optim.Optimizer) -> None:
     checkpoint's param_groups replace the optimiser's own on loading, so a learning rate,
     betas or weight decay other than the config's would train the rest of the run under
     settings its record does not show. ``lr`` itself is rewritten from ``base_lr`` at every
-    step; a setting this torch has and the checkpoint's lacks is filled in by torch."""
-    settings = [{k: _plain(v) for k, v in g.items() if k not in ("params", "lr")} for g in optimizer.param_groups]
+    step; a setting this torch has and the checkpoint's lacks is filled in by torch. How the
+    update is computed (:data:`IMPLEMENTATION`: fused, foreach, capturable) is the training
+    loop's, not the run's: a GPU run's checkpoint (fused AdamW) resumes on a CPU and back,
+    each optimiser keeping its own (:func:`load_optimizer_state`)."""
+    settings = [
+        {k: _plain(v) for k, v in g.items() if k not in ("params", "lr", *IMPLEMENTATION)}
+        for g in optimizer.param_groups
+    ]
     if (
         not isinstance(state, dict)
         or not isinstance(state.get("state"), dict)
@@ -308,7 +314,7 @@ def _check_optimizer(state: Any, optimizer: torch.optim.Optimizer) -> None:
         raise CheckpointError("field optimizer is not an optimiser state dict")
     _check_optimizer_tensors(state, optimizer)
     try:
-        optimizer.load_state_dict(state)
+        load_optimizer_state(optimizer, state)
     except (ValueError, KeyError, TypeError, RuntimeError, IndexError) as exc:
         raise CheckpointError(f"its optimiser state does not fit the model ({_brief(exc)})") from None
     for i, (configured, group) in enumerate(zip(settings, optimizer.param_groups, strict=True)):
@@ -366,6 +372,23 @@ def _check_finite(tensors: Iterable[tuple[str, torch.Tensor]], what: str) -> Non
     for name, t in tensors:
         if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
             raise CheckpointError(f"{what}: {name} holds NaN or inf values (the training it comes from diverged)")
+
+
+IMPLEMENTATION = ("fused", "foreach", "capturable", "differentiable")
+"""Optimiser group settings that say how the update is computed, not what it is: the
+training loop's (``harness.training.train.make_optimizer``: fused on a GPU), kept by the
+optimiser a checkpoint is loaded into."""
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(state)``, the optimiser keeping its own
+    :data:`IMPLEMENTATION` settings: torch takes every group setting from the checkpoint, so a
+    CPU run resumed from a GPU run's checkpoint would otherwise step with the fused kernel
+    (other float rounding than the CPU loop's), and a GPU run from a CPU one's without it."""
+    own = [{k: g[k] for k in IMPLEMENTATION if k in g} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, settings in zip(optimizer.param_groups, own, strict=True):
+        group.update(settings)
 
 
 _GROUP_SETTINGS = ("base_lr", "weight_decay", "betas")
