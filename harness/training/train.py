@@ -48,6 +48,7 @@ from harness.training.checkpoint import (
 )
 from harness.training.feed import BatchFeed, Fed
 from harness.training.precision import grad_scaler
+from harness.training.step_graph import GraphedStep
 
 
 class DivergedError(RuntimeError):
@@ -198,9 +199,13 @@ def restore(
 ACCEL_ENV = "PEZOO_ACCEL"
 """Environment variable that switches the GPU loop's features (:meth:`Accel.for_device`):
 ``off`` (none: the loop a CPU runs), ``on`` (all), or a comma-separated subset of
-``prefetch,readback,fused,graphs,forced,spawn``. Unset: all on CUDA, none on CPU."""
+``prefetch,readback,fused,graphs,forced,spawn,step``. Unset: all but ``step`` on CUDA (it
+waits for its first measurement on a GPU), none on CPU."""
 
-ACCEL_FEATURES = ("prefetch", "readback", "fused", "graphs", "forced", "spawn")
+ACCEL_FEATURES = ("prefetch", "readback", "fused", "graphs", "forced", "spawn", "step")
+
+ACCEL_DEFAULT = ("prefetch", "readback", "fused", "graphs", "forced", "spawn")
+"""What a CUDA run switches on when nothing is named (and what ``on`` names)."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +228,9 @@ class Accel:
         spawn: with ``prefetch``, the examples are made in a producer process, not the
             producer thread (``harness.training.feed``): runs trained side by side in one
             process do not make each other's examples under one GIL. The same batches.
+        step: the whole step (forward, backward, clipping, the fused AdamW's update) replayed
+            as one CUDA graph per length bucket (``harness.training.step_graph``; CUDA
+            only, fused implied): a step's host work is one graph launch.
     """
 
     prefetch: int = 0
@@ -231,6 +239,7 @@ class Accel:
     graphs: bool = False
     forced: bool = False
     spawn: bool = False
+    step: bool = False
 
     def __post_init__(self) -> None:
         if self.prefetch < 0 or self.readback < 1:
@@ -240,7 +249,7 @@ class Accel:
         """The features on, by name, comma-separated (``prefetch,readback,fused,graphs,forced``
         order; empty: none), as :data:`ACCEL_ENV` names them."""
         on = {"prefetch": self.prefetch > 0, "readback": self.readback > 1, "fused": self.fused}
-        on |= {"graphs": self.graphs, "forced": self.forced, "spawn": self.spawn}
+        on |= {"graphs": self.graphs, "forced": self.forced, "spawn": self.spawn, "step": self.step}
         return ",".join(name for name in ACCEL_FEATURES if on[name])
 
     @classmethod
@@ -253,9 +262,9 @@ class Accel:
         cuda = torch.device(device).type == "cuda"
         setting = os.environ.get(ACCEL_ENV) if setting is None else setting
         if setting is None or setting.strip() == "":
-            names = set(ACCEL_FEATURES) if cuda else set()
+            names = set(ACCEL_DEFAULT) if cuda else set()
         elif setting.strip() in ("on", "off"):
-            names = set(ACCEL_FEATURES) if setting.strip() == "on" else set()
+            names = set(ACCEL_DEFAULT) if setting.strip() == "on" else set()
         else:
             names = {n.strip() for n in setting.split(",") if n.strip()}
             unknown = sorted(names - set(ACCEL_FEATURES))
@@ -265,17 +274,18 @@ class Accel:
                     f"or some of {', '.join(ACCEL_FEATURES)}"
                 )
         if not cuda:
-            names -= {"fused", "graphs"}  # CPU numerics stay the board's
+            names -= {"fused", "graphs", "step"}  # CPU numerics stay the board's
             if setting is None or setting.strip() in ("", "on"):
                 names.discard("forced")  # a CPU run reads it off the pass only when named
                 names.discard("spawn")  # nor makes its examples in a second process (a core each)
         return cls(
             prefetch=4 if "prefetch" in names else 0,
             readback=25 if "readback" in names else 1,
-            fused="fused" in names,
+            fused="fused" in names or "step" in names,
             graphs="graphs" in names,
             forced="forced" in names,
             spawn="spawn" in names and "prefetch" in names,
+            step="step" in names,
         )
 
 
@@ -507,6 +517,9 @@ def _save(
         code=run.code,
         machine=run.machine,
     )
+    for group in payload["optimizer"]["param_groups"]:  # a captured update's device-held rate: a number
+        if isinstance(group.get("lr"), Tensor):
+            group["lr"] = float(group["lr"])
     try:
         save_checkpoint(checkpointing.path, payload)
     except WriteError as exc:  # a full disk: train on, the previous checkpoint stays
@@ -558,17 +571,23 @@ def train(
     compute = step_loss.loss_function(
         model, t.precision, device, graphs=accel.graphs, draws=run.draws, padded=padded
     )
+    whole = accel.step and padded and GraphedStep.supported(device, t.precision)
+    stepper = GraphedStep(model, t.precision, run.opt, t.grad_clip) if whole else None
     start = time.perf_counter()
     feed = _feed(cfg, task, run, device, accel, keep_state=functools.partial(_Due.saves_after, due))
     with feed, model.pe.drawing_from(run.draws):
         for fed in feed:
             step, done = fed.step, fed.step + 1
             set_learning_rate(run.opt, cfg, step, on_lr)
-            loss, task_loss = compute(fed.batch, fed.host)
-            losses.add(step, task_loss, loss)
-            if accel.readback == 1:
-                losses.flush()  # before the step, as ever: a NaN step is never applied
-            optimizer_step(model, run, loss, t.grad_clip)
+            stepped = stepper(fed.batch, fed.host) if stepper is not None else None
+            if stepped is not None:  # replayed, the update applied: a NaN is caught at the read-back
+                losses.add(step, stepped[1], stepped[0])
+            else:
+                loss, task_loss = compute(fed.batch, fed.host)
+                losses.add(step, task_loss, loss)
+                if accel.readback == 1:
+                    losses.flush()  # before the step, as ever: a NaN step is never applied
+                optimizer_step(model, run, loss, t.grad_clip)
             if losses.due(step) or due.evaluation(done) or due.save(done) or done == t.steps:
                 losses.flush()
             if due.evaluation(done) and losses.evaluating and evaluate is not None:
@@ -583,8 +602,14 @@ def train(
 def set_learning_rate(
     opt: torch.optim.Optimizer, cfg: RunConfig, step: int, on_lr: Callable[[int, float], None] | None = None
 ) -> None:
-    """Every parameter group's learning rate for ``step`` (:func:`lr_factor` × its base rate)."""
+    """Every parameter group's learning rate for ``step`` (:func:`lr_factor` × its base rate);
+    a rate held on the device for a captured update (``harness.training.step_graph``) is
+    filled in place, where the graph reads it."""
     for g in opt.param_groups:
-        g["lr"] = g["base_lr"] * lr_factor(step, cfg)
+        lr = g["base_lr"] * lr_factor(step, cfg)
+        if isinstance(g["lr"], Tensor) and g.get("capturable"):
+            g["lr"].fill_(lr)
+        else:
+            g["lr"] = lr
     if on_lr is not None:
         on_lr(step, cfg.train.lr * lr_factor(step, cfg))

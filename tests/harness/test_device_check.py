@@ -32,7 +32,9 @@ def test_dry_run_goes_end_to_end_on_cpu(tmp_path):
         assert heading in report
     assert "not measured" not in report and "smoke/nope" in report
     assert "exit 0" in report and "270-run board" in report
-    assert "Grouped over packed" in report and "4 of 4 runs gave the same record in the group as alone" in report
+    assert "grouped threads over packed" in report and "whole-step graphs over packed" in report
+    assert "4 of 4 runs gave the same record in the group as alone" in report
+    assert "trained alone a second time" in report and "the same record as the first" in report
     assert (tmp_path / "cuda-gpu-cpu-dry-run-2.json").exists()
 
 

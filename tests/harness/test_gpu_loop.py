@@ -103,6 +103,11 @@ def test_accel_settings_per_device(monkeypatch):
     assert Accel.for_device("cuda") == Accel(readback=cuda.readback)
     with pytest.raises(ValueError, match=r"unknown feature.*graph"):
         Accel.for_device("cpu", "graph")
+    # the whole-step graph is named, never a default yet; it implies the fused AdamW; a CPU drops it
+    assert not cuda.step and not Accel.for_device("cuda", "on").step
+    assert Accel.for_device("cuda", "step") == Accel(fused=True, step=True)
+    assert "step" in Accel.for_device("cuda", "graphs,step").features()
+    assert Accel.for_device("cpu", "step") == Accel()
     with pytest.raises(ValueError, match="readback >= 1"):
         Accel(readback=0)
 
@@ -363,7 +368,7 @@ def test_a_prism_step_is_captured_with_the_scan_kernels_on(pe):
         )  # fmt: skip
         graphed = GraphedLoss(model, "fp32", lambda batch, host: training_loss(model, batch, "fp32"))
         with feed, warnings.catch_warnings():
-            warnings.simplefilter("error", RuntimeWarning)  # a failed capture warns: here it fails the test
+            warnings.filterwarnings("error", message="no whole-step")  # a failed capture warns: here it fails the test
             for fed in feed:
                 loss, _ = graphed(fed.batch, fed.host)
                 eager, _ = training_loss(model, fed.batch, "fp32")
@@ -398,3 +403,63 @@ def test_a_run_whose_examples_a_process_makes_trains_as_one_that_makes_them_inli
         ends.append((result.final_loss, model.state_dict()))
     (loss_a, state_a), (loss_b, state_b) = ends
     assert loss_a == loss_b and all(torch.equal(state_a[k], state_b[k]) for k in state_a)
+
+
+def test_a_device_held_learning_rate_is_filled_in_place():
+    """A captured update reads its rate from a tensor the graph recorded: the schedule must
+    write into that tensor, never replace it (the graph would go on reading the old one)."""
+    from harness.training.train import lr_factor, set_learning_rate
+
+    cfg = preset_config("smoke", pe="nope", task="copy", seed=0)
+    model = build_model(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
+    for g in opt.param_groups:
+        g["base_lr"], g["capturable"], g["lr"] = cfg.train.lr, True, torch.tensor(0.0)
+    held = opt.param_groups[0]["lr"]
+    set_learning_rate(opt, cfg, 3)
+    assert opt.param_groups[0]["lr"] is held
+    assert held.item() == pytest.approx(cfg.train.lr * lr_factor(3, cfg))
+    plain = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
+    plain.param_groups[0]["base_lr"] = cfg.train.lr
+    set_learning_rate(plain, cfg, 3)
+    assert isinstance(plain.param_groups[0]["lr"], float)  # every other run: a number, as ever
+
+
+def test_a_whole_step_graph_is_refused_off_cuda_and_without_the_fused_update():
+    from harness.training.step_graph import GraphedStep
+    from harness.training.train import make_optimizer
+
+    cfg = preset_config("smoke", pe="nope", task="copy", seed=0)
+    model = build_model(cfg)
+    with pytest.raises(ValueError, match="needs a CUDA model"):
+        GraphedStep(model, "fp32", make_optimizer(model, cfg), cfg.train.grad_clip)
+    assert not GraphedStep.supported(torch.device("cpu"), "fp32")
+    assert not GraphedStep.supported(torch.device("cuda"), "fp16")  # a loss scaler's skipped steps are the host's
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("pe", ["nope", "rope", "randomized"])
+def test_a_whole_step_graphed_run_matches_its_eager_run_on_cuda(pe, tmp_path):
+    """The whole step (forward, backward, clip, fused AdamW) replayed as a graph against the
+    loop's default GPU features: every step's loss within 1e-3 relative, no bucket left
+    eager (a warning would say so), and a checkpoint it writes resumes (its rate a number)."""
+    import warnings
+
+    from harness.training.train import Checkpointing, restore
+
+    cfg = preset_config("smoke", pe=pe, task="copy", seed=0)
+    device = torch.device("cuda")
+    runs = []
+    for setting in ("on", "prefetch,readback,fused,graphs,forced,step"):
+        seen: list[float] = []
+        model = build_model(cfg, device)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="no whole-step")
+            train(cfg, model, create("copy"), device, on_step=lambda s, v, seen=seen: seen.append(v),
+                  accel=Accel.for_device(device, setting),
+                  checkpointing=Checkpointing(tmp_path / f"{len(runs)}.pt", every=cfg.train.steps // 2))  # fmt: skip
+        runs.append(seen)
+    torch.testing.assert_close(torch.tensor(runs[1]), torch.tensor(runs[0]), rtol=1e-3, atol=1e-4)
+    _, resume, problem = restore(cfg, tmp_path / "1.pt", device)
+    assert problem is None and resume is not None
+    assert all(isinstance(g["lr"], float) for g in resume["optimizer"]["param_groups"])

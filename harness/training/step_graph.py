@@ -1,0 +1,153 @@
+"""The whole training step replayed as one CUDA graph per length bucket: forward, backward,
+gradient clipping and AdamW's update.
+
+Why: ``harness.training.graphs`` replays the forward and backward passes, but the host
+still runs the rest of the step (zeroing the gradients, the clip's norm, the optimiser's
+Python, the autograd engine's hand-off into the backward graph): about 2.3 ms of host work
+a step for a quick-preset NoPE run on an H200 (benchmarks/results/cuda-gpu-nvidia-h200.md),
+while the GPU's kernels took 1.0 ms. Runs trained side by side in one process's threads
+(``harness.sweeps.executors.grouped``) share one GIL, so that host work is what a group
+waits on: sixteen runs in a group trained 167.5 steps/s together on an H100, 1.3x what
+packed processes did (benchmarks/results/cuda-gpu-nvidia-h100-80gb-hbm3-2.md). Here a step's
+host work is the batch's copy into the graph's inputs, one learning-rate fill and one
+graph launch.
+
+What it takes (``torch.cuda.graphs``' whole-network recipe):
+
+* AdamW **fused and capturable**, its learning rate a device tensor the host fills each
+  step (:func:`harness.training.train.set_learning_rate` fills it in place), and its state
+  made before the capture: the first step of a run (or of a resumed one) runs eagerly, so
+  a graph never records the state's creation.
+* A pass with no host work (the forward pass :func:`harness.training.graphs.plain_loss`
+  captures): a bucket whose capture fails (an encoding that reads a value back, or draws
+  on the host as Abacus's offset does) trains eagerly from then on, said once in a warning,
+  exactly as :class:`~harness.training.graphs.GraphedLoss` does.
+* The warm-up passes before a capture run the forward and backward only, never the update,
+  so the weights and the optimiser's state are the ones the eager loop would have; the
+  CUDA random state is left as it was.
+
+fp16 runs (a loss scaler, whose skipped steps are host decisions) keep the eager step.
+Numerically a replayed step is the eager step on the same kernels; the padded one-pass loss
+it records equals the loop's eager loss to float rounding (tests/harness/test_gpu_loop.py
+states the tolerance on a GPU). CUDA only: nothing here runs on a CPU, where
+:meth:`GraphedStep.supported` says no.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from harness.tasks.data import Batch
+from harness.training.backbone import Backbone
+from harness.training.graphs import _CAPTURING, QUANTUM, padded_loss_inputs, plain_loss
+
+WARMUP = 2
+"""Forward and backward passes on a side stream before a capture (lazy initialisations:
+cuBLAS workspaces, autograd's stream hand-off, Triton's compilation), none of them updating."""
+
+
+@dataclass
+class _Captured:
+    """One bucket's graph, its static inputs and its static loss outputs."""
+
+    graph: torch.cuda.CUDAGraph
+    inputs: list[Tensor]
+    loss: Tensor
+    task: Tensor
+
+
+class GraphedStep:
+    """``step(batch, host)``: one training step of ``model`` on ``batch`` by replaying its
+    length bucket's graph (captured on first use), returning (loss minimised, task loss)
+    with the update applied; or None where the step must run eagerly (the optimiser has no
+    state yet, or the bucket's capture failed), the caller then steps as ever."""
+
+    def __init__(
+        self, model: Backbone, precision: str, opt: torch.optim.Optimizer, grad_clip: float, quantum: int = QUANTUM
+    ) -> None:
+        device = next(model.parameters()).device
+        if device.type != "cuda":
+            raise ValueError(f"a whole-step CUDA graph needs a CUDA model, this one is on {device}")
+        if not all(g.get("fused") for g in opt.param_groups):
+            raise ValueError("a whole-step CUDA graph needs the fused AdamW (Accel(fused=True))")
+        self.model, self.precision, self.opt, self.grad_clip, self.quantum = model, precision, opt, grad_clip, quantum
+        self.device = device
+        for g in opt.param_groups:  # the update reads its rate from the device: the host fills it in place
+            g["capturable"] = True
+            g["lr"] = torch.tensor(float(g["lr"]), dtype=torch.float32, device=device)
+        self.graphs: dict[tuple, _Captured | None] = {}
+
+    @staticmethod
+    def supported(device: torch.device, precision: str) -> bool:
+        """Whether a run on ``device`` at ``precision`` can take its steps as graphs (CUDA, no
+        fp16 loss scaler)."""
+        return device.type == "cuda" and precision != "fp16"
+
+    def ready(self) -> bool:
+        """Whether the optimiser has made its state (after the run's first eager step)."""
+        return len(self.opt.state) > 0
+
+    def __call__(self, batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor] | None:
+        if not self.ready():
+            return None
+        padded, positions = padded_loss_inputs(self.model, batch, host, self.quantum)
+        args = [padded.inputs, padded.labels, padded.scales, padded.scored]
+        if positions is not None:
+            args.append(positions)
+        key = tuple((tuple(a.shape), a.dtype) for a in args)
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(args)
+        captured = self.graphs[key]
+        if captured is None:
+            return None
+        for static, a in zip(captured.inputs, args, strict=True):
+            static.copy_(a)
+        captured.graph.replay()
+        # the outputs are static buffers the next replay overwrites; the loop keeps each
+        # step's loss for a later read-back
+        task = captured.task.clone()
+        return (task, task) if captured.loss is captured.task else (captured.loss.clone(), task)
+
+    def _loss(self, inputs: list[Tensor]) -> tuple[Tensor, Tensor]:
+        positions = inputs[4] if len(inputs) > 4 else None
+        return plain_loss(self.model, self.precision, Batch(*inputs[:4]), positions)
+
+    def _capture(self, args: list[Tensor]) -> _Captured | None:
+        inputs = [a.clone() for a in args]
+        params = [p for g in self.opt.param_groups for p in g["params"]]
+        current = torch.cuda.current_stream(self.device)
+        try:
+            with _CAPTURING:  # one capture at a time in a process (grouped runs' threads)
+                rng = torch.cuda.get_rng_state(self.device)
+                try:
+                    side = torch.cuda.Stream(self.device)
+                    side.wait_stream(current)
+                    with torch.cuda.stream(side):
+                        for _ in range(WARMUP):
+                            self.opt.zero_grad(set_to_none=True)
+                            self._loss(inputs)[0].backward()
+                    current.wait_stream(side)
+                    self.opt.zero_grad(set_to_none=True)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                        loss, task = self._loss(inputs)
+                        loss.backward()
+                        nn.utils.clip_grad_norm_(params, self.grad_clip)
+                        self.opt.step()
+                finally:  # the warm-up passes leave no trace in the run's CUDA draws
+                    torch.cuda.set_rng_state(rng, self.device)
+            total = loss.detach()
+            return _Captured(graph, inputs, total, total if task is loss else task.detach())
+        except Exception as exc:  # host work or a sync in the pass: this bucket steps eagerly
+            self.opt.zero_grad(set_to_none=True)
+            warnings.warn(
+                f"no whole-step CUDA graph for batches of shape {tuple(args[0].shape)} "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); they step eagerly",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return None
