@@ -25,13 +25,20 @@ Parts (the issue's items):
   within the stated tolerance; the CPU-side checks too).
 * ``example`` (item 5): the card's example, ``pezoo bench --pe prism,randomized --task
   odds_first``: after, the whole command's wall time; before, its steps/s over a short run.
-* ``pack`` (round 2, items 1 and 3): one board-preset sweep two ways: packed worker
-  processes (``PEZOO_GROUP=processes``, the first round's "after") and the group (one
-  process, a thread and a CUDA stream per run, the default): steps/s of the whole
-  sweep, GPU utilisation sampled by nvidia-smi, the 270-run board projected from each;
-  prints a ``harness.sweeps.speeds`` row for the group.
+* ``pack`` (round 2, items 1 and 3): one board-preset sweep three ways: packed worker
+  processes (``PEZOO_GROUP=processes``, the first round's "after"), the group (one
+  process, a thread and a CUDA stream per run, the default), and the group with the whole
+  step as one CUDA graph (``PEZOO_ACCEL=...,step``, ``harness.training.step_graph``):
+  steps/s of the whole sweep, GPU utilisation sampled by nvidia-smi, the 270-run board
+  projected from each; prints a ``harness.sweeps.speeds`` row for the group.
 * ``group_equal`` (round 2, item 1): four runs trained alone, then together in one group,
-  compared record for record (bit for bit expected: the same kernels).
+  compared record for record (bit for bit expected: the same kernels); abacus/addition
+  trained alone a second time (is the device itself repeatable for it?).
+* ``prism_capture`` (item 2): where a capture of PRISM's step with the Triton scan fails,
+  stage by stage, with the Triton compilations and module loads each stage made.
+
+A part, or a bench it starts, that hangs writes every thread's stack before its timeout
+(``faulthandler``), and the report shows where each thread waited.
 * ``gpu20k`` (item 5): a ``gpu``-preset NoPE run, projected to 20k steps from its speed.
 
 ``--dry-run`` runs every part end to end on CPU at toy sizes, in this process (the bench
@@ -62,6 +69,7 @@ PARTS: tuple[tuple[str, int, int], ...] = (
     ("env", 40, 60),
     ("pack", 260, 240),  # the principal measurement first: grouped against packed processes
     ("group_equal", 110, 120),
+    ("prism_capture", 60, 60),  # why PRISM's step with the kernels on is not captured (round 2)
     ("example", 115, 120),
     ("prism_kernel", 80, 60),
     ("loop", 80, 120),
@@ -152,6 +160,39 @@ def part_tests(dry: bool) -> dict[str, Any]:
     return {"data": {"returncode": proc.returncode}, "lines": ["```", *tail, "```"]}
 
 
+WATCHDOG = "PEZOO_DUMP_AFTER"
+"""Seconds after which a part's process (or a bench it starts) writes every thread's stack
+to stderr and exits (``faulthandler.dump_traceback_later``): a hang comes back with where
+each thread waited. SIGABRT did not serve: the hung grouped PRISM bench of round 2's first
+call ignored it for 120 s (a core dump of a process holding a CUDA context)."""
+
+WATCHDOG_MARGIN = 5.0
+
+_BENCH_BOOT = (
+    "import faulthandler, sys; faulthandler.dump_traceback_later(float(sys.argv.pop(1)), exit=True); "
+    "sys.argv[0] = 'pezoo'; from harness.cli import main; main()"
+)
+
+
+def hang_report(out: str, limit: int = 60) -> list[str] | None:
+    """The thread stacks ``faulthandler`` wrote on a timeout, cut to each thread's innermost
+    frames (most recent first, as it prints them), or None when ``out`` holds none."""
+    lines = out.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("Timeout (")), None)
+    if start is None:
+        return None
+    kept: list[str] = []
+    frames = 0
+    for line in lines[start:]:
+        if line.startswith(("Thread 0x", "Current thread", "Timeout (")):
+            kept.append(line)
+            frames = 0
+        elif line.strip().startswith("File ") and frames < 8:
+            kept.append(line)
+            frames += 1
+    return kept[:limit]
+
+
 def _bench(
     args: list[str], store: Path, accel: str | None, timeout: float, dry: bool = False, group: str | None = None
 ) -> tuple[float, int, str]:
@@ -167,8 +208,9 @@ def _bench(
         env["PEZOO_GROUP"] = group
     start = time.perf_counter()
     try:
+        dump_after = str(max(1.0, timeout - WATCHDOG_MARGIN))  # a hang: its stacks, not just a timeout
         proc = subprocess.run(
-            [sys.executable, "-m", "harness.cli", "bench", *args, "--store", str(store)],
+            [sys.executable, "-c", _BENCH_BOOT, dump_after, "bench", *args, "--store", str(store)],
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -180,6 +222,10 @@ def _bench(
     except subprocess.TimeoutExpired as exc:
         code, out = 124, f"timed out after {timeout:.0f} s: {exc.stdout or ''}"
     wall = time.perf_counter() - start
+    stacks = hang_report(str(out))
+    if stacks is not None:
+        heading = f"hung: no end after {float(dump_after):.0f} s; where each thread waited:"
+        return wall, 124, "\n".join([heading, *stacks])
     return wall, code, "\n".join(str(out).strip().splitlines()[-4:])
 
 
@@ -465,11 +511,134 @@ def part_prism_kernel(dry: bool) -> dict[str, Any]:
     return {"data": {"tests_returncode": tests.returncode, "bench_returncode": bench.returncode}, "lines": lines}
 
 
+def part_prism_capture(dry: bool) -> dict[str, Any]:
+    """Item 2: where a CUDA graph capture of PRISM's step fails with the Triton scan on. Round
+    2's first call: the loop's capture raised cudaErrorStreamCaptureInvalidated. Each stage
+    says whether it captured and which Triton compilations and module loads (forbidden
+    while a stream captures) happened in it, in which thread, capturing or not."""
+    if dry:
+        return {"data": {}, "lines": ["not on CPU: a CUDA graph needs a GPU"]}
+    import random
+    import threading
+    import warnings
+
+    import torch
+
+    import harness.tasks
+    from harness.config import preset_config
+    from harness.tasks.data import Batch, collate, sample_training_batch
+    from harness.training.graphs import _Pass, capture, pad_to, plain_loss
+    from harness.training.step_graph import GraphedStep
+    from harness.training.train import build_model, make_optimizer
+    from pezoo.encodings.prism.fused_scan import set_scan_backend
+
+    set_scan_backend("triton")
+    stage = ["setup"]
+    events: list[tuple[str, str, bool, str]] = []
+
+    def note(kind: str) -> None:
+        events.append((kind, stage[0], torch.cuda.is_current_stream_capturing(), threading.current_thread().name))
+
+    patched = []
+    try:  # Triton's first module load of a compiled kernel, and its compilations
+        import triton.compiler.compiler as tcc
+
+        loads = tcc.CompiledKernel._init_handles
+
+        def init_handles(self: Any, *a: Any, **k: Any) -> Any:
+            if getattr(self, "module", None) is None:
+                note("module load")
+            return loads(self, *a, **k)
+
+        tcc.CompiledKernel._init_handles = init_handles
+        patched.append("CompiledKernel._init_handles")
+        import triton.runtime.jit as tjit
+
+        if hasattr(tjit.JITFunction, "compile"):
+            compiles = tjit.JITFunction.compile
+
+            def compile_(self: Any, *a: Any, **k: Any) -> Any:
+                note("compile")
+                return compiles(self, *a, **k)
+
+            tjit.JITFunction.compile = compile_
+            patched.append("JITFunction.compile")
+    except Exception as exc:  # another Triton: the stages still say what captured
+        patched.append(f"(not patched: {type(exc).__name__}: {exc})")
+
+    device = torch.device("cuda")
+    cfg = preset_config("quick", pe="prism", task="odds_first", seed=0)
+    model = build_model(cfg, device)
+    host = pad_to(collate(sample_training_batch(harness.tasks.create("odds_first"), random.Random(0), 64, 1, 10)), 24)
+    batch = Batch(*(t.to(device) for t in (host.inputs, host.labels, host.scales, host.scored)))
+    results: list[tuple[str, str]] = []
+
+    def run(name: str, body: Any) -> None:
+        stage[0] = name
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                outcome = body()
+            said = [str(w.message).splitlines()[0] for w in caught if "graph" in str(w.message)]
+            results.append((name, said[0] if said else (outcome or "ok")))
+        except Exception as exc:
+            results.append((name, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+        try:
+            torch.cuda.synchronize()
+        except Exception as exc:
+            results.append((f"{name}: after", f"{type(exc).__name__}: {exc}"))
+
+    def eager() -> None:
+        for _ in range(2):
+            model.zero_grad(set_to_none=True)
+            plain_loss(model, "fp32", batch, None)[0].backward()
+
+    def forward_only() -> None:
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(graph):
+            plain_loss(model, "fp32", batch, None)
+
+    def forward_backward(mode: str) -> Any:
+        def body() -> None:
+            model.zero_grad(set_to_none=True)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, capture_error_mode=mode):
+                plain_loss(model, "fp32", batch, None)[0].backward()
+
+        return body
+
+    def loop_capture() -> str:
+        graphed = capture(_Pass(model, "fp32", False), (batch.inputs, batch.labels, batch.scales, batch.scored))
+        return "captured" if graphed is not None else "not captured"
+
+    def whole_step() -> str:
+        opt = make_optimizer(model, cfg, fused=True)
+        stepper = GraphedStep(model, "fp32", opt, cfg.train.grad_clip)
+        model.zero_grad(set_to_none=True)
+        plain_loss(model, "fp32", batch, None)[0].backward()
+        opt.step()  # the optimiser's state, made eagerly
+        return "captured and replayed" if stepper(batch, host) is not None else "not captured"
+
+    run("eager forward+backward x2", eager)
+    run("capture: forward only (global mode)", forward_only)
+    run("capture: forward+backward (global mode)", forward_backward("global"))
+    run("capture: forward+backward (thread_local mode)", forward_backward("thread_local"))
+    run("the loop's capture (make_graphed_callables)", loop_capture)
+    run("the whole step (harness.training.step_graph)", whole_step)
+    lines = [f"Triton hooks: {', '.join(patched)}", "", "| stage | outcome | Triton events (kind, capturing, thread) |",
+             "|---|---|---|"]  # fmt: skip
+    for name, outcome in results:
+        seen = [f"{k} ({'capturing' if c else 'not capturing'}, {t})" for k, st, c, t in events if st == name]
+        lines.append(f"| {name} | {outcome} | {'; '.join(seen) or '-'} |")
+    return {"data": {"stages": results, "events": events}, "lines": lines}
+
+
 PART_FUNCTIONS = {
     "env": part_env,
     "loop": part_loop,
     "loop_gpu": part_loop_gpu,
     "prism_kernel": part_prism_kernel,
+    "prism_capture": part_prism_capture,
     "tests": part_tests,
     "example": part_example,
     "pack": part_pack,
@@ -530,10 +699,15 @@ def orchestrate(out: Path, dry: bool, budget: float, only: list[str] | None) -> 
             continue
         cmd = [sys.executable, __file__, "--part", name, "--part-out", str(part_json), *(["--dry-run"] if dry else [])]
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        env[WATCHDOG] = str(max(1.0, timeout - WATCHDOG_MARGIN))
         try:
             proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+            stacks = hang_report(proc.stdout + proc.stderr)
             if proc.returncode == 0 and part_json.exists():
                 results[name] = json.loads(part_json.read_text())
+            elif stacks is not None:
+                results[name] = {"error": f"timed out after {env[WATCHDOG]} s", "lines": [
+                    f"not measured: no end after {env[WATCHDOG]} s; where each thread waited:", "```", *stacks, "```"]}
             else:
                 tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
                 results[name] = {"error": f"exit {proc.returncode}", "lines": ["```", tail, "```"]}
@@ -560,6 +734,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.part:
+        if os.environ.get(WATCHDOG):
+            import faulthandler
+
+            faulthandler.dump_traceback_later(float(os.environ[WATCHDOG]), exit=True)
         result = PART_FUNCTIONS[args.part](args.dry_run)
         Path(args.part_out).write_text(json.dumps(result, default=str))
         return 0

@@ -50,3 +50,29 @@ def test_a_part_past_its_timeout_is_reported_and_the_rest_goes_on(tmp_path, monk
 def test_unknown_part_is_refused():
     with pytest.raises(SystemExit):
         _module().main(["--only", "lopp"])
+
+
+def test_a_hung_process_comes_back_with_where_its_threads_waited():
+    """A part or bench that hangs (the grouped PRISM bench of round 2's first call) reports
+    each thread's innermost frames instead of a bare timeout; the bench's watchdog boot
+    hands its arguments to the CLI unchanged."""
+    import subprocess
+    import sys
+
+    dc = _module()
+    hang = (
+        "import faulthandler, threading, time; faulthandler.dump_traceback_later(0.5, exit=True); "
+        "lock = threading.Lock(); lock.acquire(); threading.Thread(target=lock.acquire, name='waiter').start(); "
+        "time.sleep(30)"
+    )
+    proc = subprocess.run([sys.executable, "-c", hang], capture_output=True, text=True, timeout=25, check=False)
+    assert proc.returncode != 0
+    stacks = dc.hang_report(proc.stdout + proc.stderr)
+    assert stacks is not None and stacks[0].startswith("Timeout (")
+    assert sum(line.startswith(("Thread 0x", "Current thread")) for line in stacks) >= 2  # both threads
+    assert any("threading.py" in line for line in stacks)  # the waiter's frame
+    assert dc.hang_report("an ordinary failure\nTraceback ...") is None
+
+    boot = subprocess.run([sys.executable, "-c", dc._BENCH_BOOT, "60", "bench", "--help"], cwd=dc.ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert boot.returncode == 0 and "--time-limit" in boot.stdout
