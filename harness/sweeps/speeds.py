@@ -8,9 +8,10 @@ encodings (PRISM trains about 1.7x slower than NoPE at the quick size). It is la
 rough wherever it is shown. A preset, device kind or model that is not here has no
 recorded speed, and the estimate is *unknown*: a number taken from another preset's
 model can be off by orders of magnitude (a store of smoke runs once put the quick board
-at 61 s per run; it took 8-12 hours). The GPU rows come from one H200 (benchmarks/device_check.py,
-benchmarks/results/cuda-gpu-nvidia-h200.md); an H100 is a little slower. Add a row (with where it
-was measured) once measured.
+at 61 s per run; it took 8-12 hours). The GPU rows come from benchmarks/device_check.py: the
+board and quick presets' from one H100's default group of 16 runs (a run's speed with 15 others
+beside it, as a GPU sweep trains them), the gpu preset's from one H200 run alone. Add a row
+(with where it was measured) once measured.
 
 Speeds are training steps per second (``train.steps / train_seconds``) and evaluation
 seconds per unit (``eval_seconds / harness.sweeps.estimate.eval_units``: examples × evaluated
@@ -60,9 +61,9 @@ _SMOKE_CPU = (
 )
 
 _BOARD_CUDA = (
-    "one NVIDIA H200, torch 2.11.0+cu130, 8 workers packed on it (16 board-preset runs of 500 steps: nope, rope, "
-    "alibi, ape x copy, reverse x 2 seeds; the loop's GPU features on), per run; "
-    "benchmarks/results/cuda-gpu-nvidia-h200.md"
+    "one NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, the default group (16 board-preset runs of 500 steps in one "
+    "process, a thread each: nope, rope, alibi, ape x copy, reverse x 2 seeds; the loop's GPU features on), per run "
+    "with 16 at once; benchmarks/results/cuda-gpu-nvidia-h100-80gb-hbm3-2.md"
 )
 _GPU_CUDA = (
     "one NVIDIA H200, torch 2.11.0+cu130, one gpu-preset NoPE run alone (2000 steps, bf16, the loop's GPU "
@@ -71,8 +72,8 @@ _GPU_CUDA = (
 )
 
 RECORDED_SPEEDS: tuple[RecordedSpeed, ...] = (
-    RecordedSpeed("board", "cuda", None, 96.2, 0.162e-3, _BOARD_CUDA),
-    RecordedSpeed("quick", "cuda", None, 96.2, 0.162e-3, _BOARD_CUDA + " (the quick model is the board's)"),
+    RecordedSpeed("board", "cuda", None, 19.3, 0.128e-3, _BOARD_CUDA),
+    RecordedSpeed("quick", "cuda", None, 19.3, 0.128e-3, _BOARD_CUDA + " (the quick model is the board's)"),
     RecordedSpeed("gpu", "cuda", None, 123.7, 0.121e-3, _GPU_CUDA),
     RecordedSpeed("board", "cpu", "copy", 6.34, 4.252e-3, _BOARD_CPU),
     RecordedSpeed("board", "cpu", "odds_first", 10.28, 2.945e-3, _BOARD_CPU),

@@ -572,9 +572,9 @@ def test_a_store_of_smoke_runs_does_not_estimate_the_quick_preset(tmp_path):
     assert est.rough and "recorded speed of preset quick on cpu" in est.basis
     assert est.seconds == pytest.approx(3000 / 6.13 + units * 3.95e-3)  # minutes, not 61 s
     assert "rough" in format_plan(cpu, workers=1)
-    # on a GPU: the speed recorded on an H200 (packed), rough too; nothing recorded for smoke: unknown
+    # on a GPU: the speed recorded on an H100 (16 in a group), rough too; nothing recorded for smoke: unknown
     gpu = make_plan(quick_runs, rows, device_type="cuda").runs[0].estimate
-    assert gpu.rough and gpu.seconds == pytest.approx(3000 / 96.2 + units * 0.162e-3)
+    assert gpu.rough and gpu.seconds == pytest.approx(3000 / 19.3 + units * 0.128e-3)
     smoke_gpu = make_plan(smoke_runs, [], device_type="cuda")
     assert smoke_gpu.unestimated == len(smoke_runs) and "model on cuda in the store" in format_plan(smoke_gpu)
 
