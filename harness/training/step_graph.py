@@ -17,7 +17,8 @@ What it takes (``torch.cuda.graphs``' whole-network recipe):
 * AdamW **fused and capturable**, its learning rate a device tensor the host fills each
   step (:func:`harness.training.train.set_learning_rate` fills it in place), and its state
   made before the capture: the first step of a run (or of a resumed one) runs eagerly, so
-  a graph never records the state's creation.
+  a graph never records the state's creation; a bucket in which some parameter would get
+  its first gradient is not captured (its state would be made afresh at every replay).
 * A pass with no host work (the forward pass :func:`harness.training.graphs.plain_loss`
   captures): a bucket whose capture fails (an encoding that reads a value back, or draws
   on the host as Abacus's offset does) trains eagerly from then on, said once in a warning,
@@ -131,6 +132,12 @@ class GraphedStep:
                             self.opt.zero_grad(set_to_none=True)
                             self._loss(inputs)[0].backward()
                     current.wait_stream(side)
+                    stateless = [p for p in params if p.grad is not None and p not in self.opt.state]
+                    if stateless:  # its state would be made inside the graph, and made afresh every replay
+                        raise RuntimeError(
+                            f"{len(stateless)} parameter(s) get a gradient in this bucket but have no optimiser "
+                            "state yet (no gradient in an eager step so far)"
+                        )
                     self.opt.zero_grad(set_to_none=True)
                     graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(graph, capture_error_mode="thread_local"):
