@@ -17,8 +17,8 @@ What it takes (``torch.cuda.graphs``' whole-network recipe):
 * AdamW **fused and capturable**, its learning rate a device tensor the host fills each
   step (:func:`harness.training.train.set_learning_rate` fills it in place), and its state
   made before the capture: the first step of a run (or of a resumed one) runs eagerly, so
-  a graph never records the state's creation; a bucket in which some parameter would get
-  its first gradient is not captured (its state would be made afresh at every replay).
+  a graph never records the state's creation; where some parameter would get its first
+  gradient in a bucket, that step runs eagerly (making the state) and the next one captures.
 * A pass with no host work (the forward pass :func:`harness.training.graphs.plain_loss`
   captures): a bucket whose capture fails (an encoding that reads a value back, or draws
   on the host as Abacus's offset does) trains eagerly from then on, said once in a warning,
@@ -49,6 +49,10 @@ from harness.training.graphs import _CAPTURING, QUANTUM, padded_loss_inputs, pla
 WARMUP = 2
 """Forward and backward passes on a side stream before a capture (lazy initialisations:
 cuBLAS workspaces, autograd's stream hand-off, Triton's compilation), none of them updating."""
+
+
+class _NotYet(RuntimeError):
+    """A capture to try again at a later step of the bucket (not a failure to remember)."""
 
 
 @dataclass
@@ -101,7 +105,10 @@ class GraphedStep:
             args.append(positions)
         key = tuple((tuple(a.shape), a.dtype) for a in args)
         if key not in self.graphs:
-            self.graphs[key] = self._capture(args)
+            try:
+                self.graphs[key] = self._capture(args)
+            except _NotYet:
+                return None
         captured = self.graphs[key]
         if captured is None:
             return None
@@ -133,11 +140,8 @@ class GraphedStep:
                             self._loss(inputs)[0].backward()
                     current.wait_stream(side)
                     stateless = [p for p in params if p.grad is not None and p not in self.opt.state]
-                    if stateless:  # its state would be made inside the graph, and made afresh every replay
-                        raise RuntimeError(
-                            f"{len(stateless)} parameter(s) get a gradient in this bucket but have no optimiser "
-                            "state yet (no gradient in an eager step so far)"
-                        )
+                    if stateless:  # its state would be made inside the graph, and made afresh every replay:
+                        raise _NotYet  # this step runs eagerly and makes it; the next one captures
                     self.opt.zero_grad(set_to_none=True)
                     graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(graph, capture_error_mode="thread_local"):
@@ -149,6 +153,9 @@ class GraphedStep:
                     torch.cuda.set_rng_state(rng, self.device)
             total = loss.detach()
             return _Captured(graph, inputs, total, total if task is loss else task.detach())
+        except _NotYet:
+            self.opt.zero_grad(set_to_none=True)
+            raise
         except Exception as exc:  # host work or a sync in the pass: this bucket steps eagerly
             self.opt.zero_grad(set_to_none=True)
             warnings.warn(
