@@ -72,7 +72,14 @@ class GraphedStep:
     state yet, or the bucket's capture failed), the caller then steps as ever."""
 
     def __init__(
-        self, model: Backbone, precision: str, opt: torch.optim.Optimizer, grad_clip: float, quantum: int = QUANTUM
+        self,
+        model: Backbone,
+        precision: str,
+        opt: torch.optim.Optimizer,
+        grad_clip: float,
+        quantum: int = QUANTUM,
+        *,
+        padded: bool = True,
     ) -> None:
         device = next(model.parameters()).device
         if device.type != "cuda":
@@ -80,7 +87,9 @@ class GraphedStep:
         if not all(g.get("fused") for g in opt.param_groups):
             raise ValueError("a whole-step CUDA graph needs the fused AdamW (Accel(fused=True))")
         self.model, self.precision, self.opt, self.grad_clip, self.quantum = model, precision, opt, grad_clip, quantum
-        self.device = device
+        self.device, self.padded = device, padded
+        """``padded`` False: rows without padding (a language-modelling task's windows), each
+        batch as it is on the model's own positions, as ``GraphedLoss`` takes them."""
         for g in opt.param_groups:  # the update reads its rate from the device: the host fills it in place
             g["capturable"] = True
             g["lr"] = torch.tensor(float(g["lr"]), dtype=torch.float32, device=device)
@@ -99,7 +108,10 @@ class GraphedStep:
     def __call__(self, batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor] | None:
         if not self.ready():
             return None
-        padded, positions = padded_loss_inputs(self.model, batch, host, self.quantum)
+        if self.padded:
+            padded, positions = padded_loss_inputs(self.model, batch, host, self.quantum)
+        else:
+            padded, positions = batch, None
         args = [padded.inputs, padded.labels, padded.scales, padded.scored]
         if positions is not None:
             args.append(positions)

@@ -571,8 +571,8 @@ def train(
     compute = step_loss.loss_function(
         model, t.precision, device, graphs=accel.graphs, draws=run.draws, padded=padded
     )
-    whole = accel.step and padded and GraphedStep.supported(device, t.precision)
-    stepper = GraphedStep(model, t.precision, run.opt, t.grad_clip) if whole else None
+    whole = accel.step and GraphedStep.supported(device, t.precision)
+    stepper = GraphedStep(model, t.precision, run.opt, t.grad_clip, padded=padded) if whole else None
     start = time.perf_counter()
     feed = _feed(cfg, task, run, device, accel, keep_state=functools.partial(_Due.saves_after, due))
     with feed, model.pe.drawing_from(run.draws):
