@@ -4,21 +4,30 @@ Per preset (:func:`overview`): an encodings × tasks grid whose cell is how far 
 encoding holds past N on its weakest seed, as a multiple of N (exact match ≥ 0.9 at every
 scale up to it), with the seeds' range of that reach and their mean EM>N, where the
 encoding fitted; "did not fit" otherwise. Rows are ordered by the mean of EM>N over the
-preset's *counted* tasks: those whose rows are all ranked (none short of its seeds; every
-task while none is, or without a plan) and on which something extrapolates (a task where
-no seed of any fitted row gets past N, odds_first at N = 10, contrasts nothing and is left
-out), counting a task the encoding did not fit or is not ranked on yet as 0, then by
-counted tasks fitted, the mean compared as the grid shows it (two decimals); rows equal on
-both share a position and are listed by name. A row not run on some counted task (a
-variant the plan puts on a few tasks only, such as randomized:ape at another L on copy and
-reverse) is listed after the ordered rows with neither position nor mean: a mean that
-counted the tasks it never ran as 0 would rank it on what was not tested. Evaluation-time
-variants (a trained row's weights evaluated otherwise, "same weights") have a small grid
-of their own (:attr:`Overview.variants`).
+preset's *counted* tasks, those on which something extrapolates (a task where no seed of
+any fitted row gets past N, odds_first at N = 10, contrasts nothing and is left out),
+counting a task the encoding did not fit as 0, then by counted tasks fitted, the mean
+compared as the grid shows it (two decimals); rows equal on both share a position and are
+listed by name. Only rows whose runs on every counted task are in are ordered; the others
+follow them with neither position nor mean:
+
+* a row the plan puts on some counted task whose runs there are not all published yet
+  (``Overview.filling``, marked †: a new encoding's row while its tasks are trained, or a
+  row short of its first seeds): its mean would count the missing task as 0, and the
+  order would depend on which runs happened to finish first;
+* a row never run on some counted task (a variant the plan puts on a few tasks only, such
+  as randomized:ape at another L on copy and reverse): a mean that counted the tasks it
+  never ran as 0 would rank it on what was not tested.
+
+So the rows already in keep their order, over every task, while new rows are filled (an
+earlier rule counted only the tasks whose tables were complete, and the first new row to
+complete one task put the whole order on that task alone). Evaluation-time variants (a
+trained row's weights evaluated otherwise, "same weights") have a small grid of their own
+(:attr:`Overview.variants`).
 
 The grid is read off the board's own tables (``leaderboard.rows.Row``), never the
 records, so a cell is the number its task's table shows. The site's front page and the
-README quote ``OVERVIEW_RULE`` above it, and ``PENDING_RULE`` below it while a task is
+README quote ``OVERVIEW_RULE`` above it, and ``FILLING_RULE`` below it while a row is
 still being filled.
 """
 
@@ -40,20 +49,23 @@ OVERVIEW_RULE = (
     "every scale up to it; ≥ 4× where it holds to the largest tested scale; “—” where it falls below 0.9 at N+1), "
     "with the range over its seeds when they differ and, below, its EM>N (exact match beyond N, mean over seeds), "
     "where every seed fitted; “did not fit” where some seed did not; blank where it was not run. "
-    "The mean column is the mean EM>N over the tasks it names, counting a task the encoding did not fit or is not "
-    "ranked on yet as 0; it leaves out tasks where no encoding extrapolates and tasks with rows short of their "
-    "seeds. Rows are ordered by it, then by the number of those tasks fitted, both compared as shown (the mean to "
-    "two decimals); rows equal on both share a position. A row not run on every task the mean names follows the "
-    "ordered rows with neither position nor mean (“—”): it is not ranked on tasks it was never run on. "
-    "Evaluation-time variants (same weights) have their own grid below."
+    "The mean column is the mean EM>N over the tasks it names, counting a task the encoding did not fit as 0; it "
+    "leaves out tasks where no encoding extrapolates. Rows are ordered by it, then by the number of those tasks "
+    "fitted, both compared as shown (the mean to two decimals); rows equal on both share a position. A row not run "
+    "on every task the mean names, or whose planned runs on one are not all in yet (†), follows the ordered rows "
+    "with neither position nor mean (“—”): it is not ranked on tasks it was never run on, nor before its runs are "
+    "in. Evaluation-time variants (same weights) have their own grid below."
 )
 """What the at-a-glance grid shows and how its rows are ordered, quoted by the site and the README."""
 
-PENDING_MARK = "†"
-PENDING_RULE = f"{PENDING_MARK} still being filled: shown, not counted in the mean or the tasks fitted"
+FILLING_MARK = "†"
+FILLING_RULE = (
+    f"{FILLING_MARK} still being filled: the plan's runs of the row on some task the mean names are not all published "
+    "yet; its cells so far are shown, its position and mean wait for them"
+)
 NULL_MARK = "∅"
 NULL_KEY = f"{NULL_MARK} no encoding extrapolates at N: shown, left out of the mean"
-"""The key to a grid column whose table is incomplete (:attr:`Overview.pending`)."""
+"""The key to a grid column where no encoding extrapolates (:attr:`Overview.null`)."""
 
 
 @dataclass(frozen=True)
@@ -61,9 +73,9 @@ class OverviewRow:
     """One encoding across the tasks of one preset: its row on each task's table.
 
     ``score`` is the ordering measure: the mean over the preset's counted tasks
-    (:class:`Overview`) of EM>N where the encoding fitted, 0 where it did not fit or is not
-    ranked yet (short of its planned seeds). ``tasks_fitted`` counts the counted tasks on
-    which it is ranked (every seed fit). A row not run on some counted task has neither
+    (:class:`Overview`) of EM>N where the encoding fitted, 0 where it did not fit.
+    ``tasks_fitted`` counts the counted tasks on which it is ranked (every seed fit). A row
+    not run on some counted task, or still being filled on one (``filling``), has neither
     ``position`` nor ``score`` (None): it follows the ordered rows, by name.
     """
 
@@ -73,6 +85,7 @@ class OverviewRow:
     cells: Mapping[str, Row]  # task -> the encoding's row there (absent: not run on it)
     score: float | None
     tasks_fitted: int
+    filling: bool = False  # the plan's runs of it on some counted task not all published: not ordered yet
 
 
 @dataclass(frozen=True)
@@ -80,32 +93,27 @@ class Overview:
     """A preset's at-a-glance grid: its tasks (columns), the ones its order counts, and its rows."""
 
     tasks: list[str]
-    counted: list[str]  # the tasks the mean counts: something extrapolates, no row short of its seeds
+    counted: list[str]  # the tasks the mean counts: something extrapolates on them
     rows: list[OverviewRow]
     null: list[str] = field(default_factory=list)  # tasks where no encoding extrapolates (left out of the mean)
     variants: list[OverviewRow] = field(default_factory=list)  # evaluation-time variants ("same weights")
 
     @property
-    def pending(self) -> list[str]:
-        """The tasks still being filled: shown, not counted in the order (marked †)."""
-        return [t for t in self.tasks if t not in self.counted and t not in self.null]
+    def filling(self) -> list[str]:
+        """The rows still being filled (marked †): shown, not ordered yet."""
+        return [r.label for r in (*self.rows, *self.variants) if r.filling]
 
     def mean_title(self) -> str:
         """``mean EM>N over copy, reverse, stack_manipulation``: what the mean column is."""
         return f"mean EM>N over {', '.join(self.counted) or 'no task'}"
 
-    def counted_text(self) -> str | None:
-        """``The order counts copy and reverse only, ...`` while some task is still being
-        filled (the grid then is not an overall ranking), else None."""
-        if not self.pending:
+    def filling_text(self) -> str | None:
+        """``fox, pope (†) are still being filled: ...`` while some row is, else None."""
+        labels = self.filling
+        if not labels:
             return None
-        counted = " and ".join(self.counted) if len(self.counted) < 3 else ", ".join(self.counted)
-        pending = ", ".join(self.pending)
-        return (
-            f"The order counts {counted} only, the {'task' if len(self.counted) == 1 else 'tasks'} with every row "
-            f"ranked; {pending} ({PENDING_MARK}) {'has' if len(self.pending) == 1 else 'have'} rows short of their "
-            "seeds."
-        )
+        verb = "is" if len(labels) == 1 else "are"
+        return f"{', '.join(labels)} ({FILLING_MARK}) {verb} still being filled: not ordered until their runs are in."
 
 
 def overview(board: Board, preset: str) -> Overview:
@@ -114,24 +122,26 @@ def overview(board: Board, preset: str) -> Overview:
     tasks = [t.task for t in tables]
     null = [t.task for t in tables if nothing_extrapolates(t)]
     contrasting = [t for t in tables if t.task not in null]
-    labels = {row.label for t in tables for row in t.rows}
-    complete = [t.task for t in contrasting if _complete_enough(board, t, labels)]
-    counted = complete or [t.task for t in contrasting]
+    counted = [t.task for t in contrasting]
+    planned = {t.task: _planned_labels(board, t) for t in contrasting}
     cells: dict[str, dict[str, Row]] = {}
     encodings: dict[str, str] = {}
     for table in tables:
         for row in table.rows:
             cells.setdefault(row.label, {})[table.task] = row
             encodings[row.label] = row.encoding
-    unordered: list[tuple[tuple[Any, ...], str, dict[str, Row], Any, int]] = []  # exact means: Fractions
+    unordered: list[tuple[tuple[Any, ...], str, dict[str, Row], Any, int, bool]] = []  # exact means: Fractions
     for label, by_task in cells.items():
-        fitted = [t for t, r in by_task.items() if r.ranked]  # a row not ranked yet counts as not fitted
+        fitted = [t for t, r in by_task.items() if r.ranked]
         beyond = [max(_or_low(by_task[t].scores["em_beyond"].mean), Fraction(0)) for t in fitted if t in counted]
-        if any(t not in by_task for t in counted):  # never run on a counted task: not ordered
-            unordered.append(((math.inf,), label, by_task, None, len(beyond)))
+        filling = any(
+            by_task[t].pending if t in by_task else label in planned[t] for t in counted
+        )  # some counted task's planned runs of it not all in
+        if filling or any(t not in by_task for t in counted):  # not ordered (module docstring)
+            unordered.append(((math.inf,), label, by_task, None, len(beyond), filling))
             continue
         score = Fraction(sum(beyond, Fraction(0)), max(len(counted), 1))  # exact: harness.records.counts
-        unordered.append(((-ranking.shown(score), -len(beyond)), label, by_task, score, len(beyond)))
+        unordered.append(((-ranking.shown(score), -len(beyond)), label, by_task, score, len(beyond), False))
     unordered.sort(key=lambda item: (item[0], item[1]))  # equal as shown: by name
     rows: list[OverviewRow] = []
     variants: list[OverviewRow] = []
@@ -139,7 +149,7 @@ def overview(board: Board, preset: str) -> Overview:
         position: int | None = 0
         previous: tuple[float, ...] | None = None
         i = 0
-        for key, label, by_task, mean, n_fit in unordered:
+        for key, label, by_task, mean, n_fit, filling in unordered:
             if is_variant(label) != kept:
                 continue
             i += 1
@@ -147,7 +157,7 @@ def overview(board: Board, preset: str) -> Overview:
                 position = None
             elif key != previous:  # competition positions: rows equal as shown share one
                 position, previous = i, key
-            part.append(OverviewRow(position, label, encodings[label], by_task, mean, n_fit))
+            part.append(OverviewRow(position, label, encodings[label], by_task, mean, n_fit, filling))
     return Overview(tasks, counted, rows, null, variants)
 
 
@@ -165,23 +175,12 @@ def made_key(grid: Overview) -> str | None:
     return "; ".join(keys) + " (the task's table names its rows so made)"
 
 
-def _complete_enough(board: Board, table: Table, labels: set[str]) -> bool:
-    """Whether the grid's mean may count ``table``: no row of it short of its seeds, and no
-    row the grid shows elsewhere still to come on it (it would count as 0 until it arrives,
-    so the order would depend on which runs finished first). Rows new to the whole grid and
-    seeds added to ranked rows do not hold it back. Where the plan does not name its rows,
-    the table must be complete."""
+def _planned_labels(board: Board, table: Table) -> set[str]:
+    """The rows ``table``'s plan puts on it (none where it has no plan, or a plan that
+    counts runs without naming its rows): a row planned there and not yet on the table is
+    still being filled, a row neither is simply not run there."""
     plan = board.table_plan(table)
-    if plan is None:
-        return True
-    planned = plan.seeds_of_rows()
-    if not planned:
-        f = board.table_filled(table)
-        return f is None or f.covered
-    if any(r.fitted and not r.ranked for r in table.rows):
-        return False
-    missing = (set(planned) - {r.label for r in table.rows}) & labels
-    return not missing
+    return set() if plan is None else set(plan.seeds_of_rows())
 
 
 def is_variant(label: str) -> bool:

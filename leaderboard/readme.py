@@ -81,7 +81,7 @@ def _glance_cell(table: Table | None, task: str, row: Row | None) -> str:
 def _glance(grid: ov.Overview, tables: dict[str, Table], rows: list[ov.OverviewRow]) -> str:
     headers = ["#", "encoding"]
     for t in grid.tasks:
-        mark = ov.NULL_MARK if t in grid.null else ov.PENDING_MARK if t in grid.pending else ""
+        mark = ov.NULL_MARK if t in grid.null else ""
         headers.append(md(t) + mark)
     headers += [md(grid.mean_title()), "fitted"]
     body = []
@@ -90,7 +90,7 @@ def _glance(grid: ov.Overview, tables: dict[str, Table], rows: list[ov.OverviewR
         body.append(
             [
                 "—" if entry.position is None else entry.position,
-                md(entry.label) + (f" · *{md(reads)}*" if reads else ""),
+                md(entry.label) + (ov.FILLING_MARK if entry.filling else "") + (f" · *{md(reads)}*" if reads else ""),
                 *(_glance_cell(tables.get(t), t, entry.cells.get(t)) for t in grid.tasks),
                 "—" if entry.score is None else fixed(entry.score, 2),
                 f"{entry.tasks_fitted}/{len(grid.counted)}",
@@ -229,8 +229,8 @@ def _at_a_glance(board: Board) -> list[str]:
         made = ov.made_key(grid)
         if made:
             out += [md(f"{made}."), ""]
-        if grid.pending:
-            out += [md(f"{grid.counted_text()} {ov.PENDING_RULE}."), ""]
+        if grid.filling:
+            out += [md(f"{grid.filling_text()} {ov.FILLING_RULE}."), ""]
         if grid.variants:
             out += ["Evaluation-time variants (a trained row's weights evaluated otherwise, no training):", ""]
             out += [_glance(grid, tables, grid.variants), ""]

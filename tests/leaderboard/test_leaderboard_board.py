@@ -296,7 +296,7 @@ def test_overview_orders_by_mean_beyond_n_counting_unfitted_tasks_as_zero():
     board = bd.assemble([rec(d, i) for i, d in enumerate(data, start=1)])
     grid = ov.overview(board, "smoke")
     tasks, rows = grid.tasks, grid.rows
-    assert tasks == grid.counted == ["copy", "reverse"] and grid.pending == []  # no plan: every task counts
+    assert tasks == grid.counted == ["copy", "reverse"] and grid.filling == []  # no plan: nothing being filled
     expected = {
         "alibi": (1.0 + 0) / 2,
         "nope": (0 + 1.0) / 2,
@@ -336,32 +336,48 @@ def test_overview_does_not_rank_a_row_on_tasks_it_was_never_run_on():
     assert re.search(r"^\| —\s+\| alibi .*\| —\s+\| 1/2\s+\|$", text, re.M)
 
 
-def test_overview_counts_only_complete_tasks_while_the_board_is_filled():
-    """A task whose planned runs are not all published is shown, not counted: the order
-    must not depend on which runs happened to finish first."""
+def _plan_row(data: dict) -> tuple:
+    """A plan entry naming its row (label, test range), as ``leaderboard.plans.read_plans`` makes it."""
+    from leaderboard.plans import cell
+    from leaderboard.records import record_label
+
+    d = data["config"]
+    row = (record_label(data), int(d["eval"]["test_max"]))
+    return (data["preset"], data["task"], data["seed"], data["run_id"], "board.toml", cell(d), row)
+
+
+def test_overview_orders_the_rows_that_are_in_while_new_ones_are_filled():
+    """A row whose planned runs on some counted task are not all published yet is shown,
+    not ordered (marked †): the order must not depend on which runs happened to finish
+    first. The rows already in keep their order over every task: the earlier rule, which
+    counted only the tasks whose tables were complete, put the whole order on one task as
+    soon as a new row completed it (the board's stack_manipulation, 27 November 2026)."""
     data = [
         make_record("alibi", "copy", 0, ROPE0, train_max=3),  # fits, EM>N 0.3625
         make_record("rope", "copy", 0, ROPE1, train_max=3),  # fits, 0.525
-        make_record("alibi", "reverse", 0, ALIBI, train_max=3),  # fits, 1; rope on reverse is still to come
+        make_record("alibi", "reverse", 0, ALIBI, train_max=3),  # fits, 1
+        make_record("rope", "reverse", 0, NOPE, train_max=3),  # does not fit: 0
+        make_record("fox", "copy", 0, ALIBI, train_max=3),  # a new row: fits copy (1), reverse still to come
     ]
     records = [rec(d, i) for i, d in enumerate(data, start=1)]
-    planned = [("smoke", r.data["task"], 0, r.run_id, "board.toml") for r in records]
-    planned.append(("smoke", "reverse", 0, "f" * 16, "board.toml"))  # rope on reverse: planned, not published
+    done = make_record("fox", "reverse", 0, NOPE, train_max=3)  # planned; published only below
+    planned = [_plan_row(d) for d in (*data, done)]
     board = bd.assemble(records, plans_of(planned))
     grid = ov.overview(board, "smoke")
-    assert (grid.tasks, grid.counted, grid.pending) == (["copy", "reverse"], ["copy"], ["reverse"])
-    # said in words under the grid, so that it is not read as an overall ranking
-    assert "copy" in grid.counted_text() and "reverse (†)" in grid.counted_text()
-    # counting reverse would put alibi first (mean (0.3625 + 1) / 2 = 0.68 > rope's 0.26)
-    assert [(r.label, r.score) for r in grid.rows] == [("rope", pytest.approx(0.525)), ("alibi", pytest.approx(0.3625))]
-    assert {r.label: r.tasks_fitted for r in grid.rows} == {"rope": 1, "alibi": 1}  # of the counted tasks
-    assert grid.rows[1].cells["reverse"].scores["em_beyond"].mean == 1.0  # shown all the same
+    assert grid.counted == ["copy", "reverse"] and grid.filling == ["fox"]
+    # alibi (0.3625 + 1) / 2 = 0.68 before rope (0.525 + 0) / 2 = 0.26, over both tasks; fox, whose
+    # copy mean alone would put it first, waits for its reverse run, shown all the same
+    assert [(r.position, r.label, r.filling) for r in grid.rows] == [(1, "alibi", False), (2, "rope", False),
+                                                                     (None, "fox", True)]  # fmt: skip
+    assert grid.rows[2].score is None and grid.rows[2].cells["copy"].scores["em_beyond"].mean == 1.0
+    assert "fox (†) is still being filled" in grid.filling_text()
+    text = render_readme(board, site_href="site/index.html")
+    assert re.search(r"^\| —\s+\| fox†\s+\|", text, re.M) and ov.FILLING_RULE in text
 
-    # no task complete: every task counts (nothing else to order by)
-    none_complete = bd.assemble(records, plans_of([*planned, ("smoke", "copy", 0, "e" * 16, "board.toml")]))
-    grid = ov.overview(none_complete, "smoke")
-    assert grid.counted == ["copy", "reverse"] and grid.pending == []
-    assert [r.label for r in grid.rows] == ["alibi", "rope"]
+    # once its run is in, it is ordered like the others
+    full = bd.assemble([*records, rec(done, 9)], plans_of(planned))
+    grid = ov.overview(full, "smoke")
+    assert grid.filling == [] and [r.label for r in grid.rows] == ["alibi", "fox", "rope"]
 
 
 def test_the_banner_counts_the_runs_that_only_evaluate_trained_weights():
