@@ -34,6 +34,7 @@ still being filled.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -42,6 +43,7 @@ from typing import Any
 from harness.records import counts, ranking
 from leaderboard.board import Board, Table
 from leaderboard.reach import nothing_extrapolates, times_n
+from leaderboard.records import SIZED_KEY
 from leaderboard.rows import Row, cell_text
 
 OVERVIEW_RULE = (
@@ -97,6 +99,18 @@ class Overview:
     rows: list[OverviewRow]
     null: list[str] = field(default_factory=list)  # tasks where no encoding extrapolates (left out of the mean)
     variants: list[OverviewRow] = field(default_factory=list)  # evaluation-time variants ("same weights")
+    lengths: dict[str, int] = field(default_factory=dict)  # task -> L, where some row's name has an L
+
+    def sized_key(self) -> str | None:
+        """``L in a row's name: ... (24 on copy, ...)`` where some row's name sizes an option
+        to the task's training sequences (``leaderboard.records.SIZED_TO_TRAINING``), else None."""
+        if not self.lengths:
+            return None
+        by_length: dict[int, list[str]] = {}
+        for task, n in self.lengths.items():
+            by_length.setdefault(n, []).append(task)
+        values = "; ".join(f"{n} on {', '.join(tasks)}" for n, tasks in sorted(by_length.items()))
+        return f"{SIZED_KEY}: {values}"
 
     @property
     def filling(self) -> list[str]:
@@ -158,7 +172,16 @@ def overview(board: Board, preset: str) -> Overview:
             elif key != previous:  # competition positions: rows equal as shown share one
                 position, previous = i, key
             part.append(OverviewRow(position, label, encodings[label], by_task, mean, n_fit, filling))
-    return Overview(tasks, counted, rows, null, variants)
+    lengths: dict[str, int] = {}
+    if any(_SIZED.search(label) for label in cells):
+        from harness.tasks.data import longest_training_tokens
+
+        lengths = {t.task: longest_training_tokens(t.task, t.train_max) for t in tables}
+    return Overview(tasks, counted, rows, null, variants, lengths)
+
+
+_SIZED = re.compile(r"=L[,}]")
+"""A row name with an option sized to the task's training sequences (``fope{train_length=L}``)."""
 
 
 def made_key(grid: Overview) -> str | None:

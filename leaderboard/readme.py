@@ -226,6 +226,9 @@ def _at_a_glance(board: Board) -> list[str]:
         out += [_glance(grid, tables, grid.rows), ""]
         if grid.null:
             out += [md(f"{ov.NULL_KEY} ({', '.join(grid.null)})."), ""]
+        sized = grid.sized_key()
+        if sized:
+            out += [md(f"{sized}."), ""]
         made = ov.made_key(grid)
         if made:
             out += [md(f"{made}."), ""]

@@ -49,16 +49,50 @@ class BoardError(ValueError):
     """The records cannot be put on one board (e.g. a preset label reused for two protocols)."""
 
 
+SIZED_TO_TRAINING: dict[str, tuple[str, ...]] = {"fope": ("train_length",), "hybrid": ("window",)}
+"""Encoding options the board sizes to the task's longest training sequence
+(leaderboard/board-frontier.toml: FoPE's clipping length, the RNoPE-SWA hybrid's window),
+named ``L`` in a row's label where they equal it: one encoding is then one row across tasks
+whose sequences differ (``fope{train_length=L}``: 24 tokens on copy, 25 on
+stack_manipulation, 44 on mqar), not one row per length that the at-a-glance grid could
+never order."""
+
+SIZED_KEY = "L in a row's name: the task's longest training sequence in tokens (<bos> and <eos> included)"
+"""The key to :data:`SIZED_TO_TRAINING`'s ``L``, quoted under the grids that show one."""
+
+
+def sized_to_training(pe: str, pe_options: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, str]:
+    """The options of a run of ``pe`` (config dict ``config``) that equal its task's
+    longest training sequence (a language-modelling run's: its window), as ``{key: "L"}``."""
+    keys = [k for k in SIZED_TO_TRAINING.get(pe, ()) if isinstance(pe_options.get(k), int)]
+    if not keys:
+        return {}
+    from harness.tasks.data import longest_training_tokens
+    from harness.tasks.lm import LM_TASKS
+
+    task, train_max = config.get("task"), (config.get("train") or {}).get("train_max")
+    if not isinstance(task, str) or not isinstance(train_max, int):
+        return {}
+    try:
+        longest = train_max if task in LM_TASKS else longest_training_tokens(task, train_max)
+    except (KeyError, ValueError):  # a task this harness does not have
+        return {}
+    return {k: "L" for k in keys if pe_options[k] == longest}
+
+
 def encoding_label(pe: str, pe_options: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> str:
     """The board's name for an encoding run: its spec as ``harness.config.pe_spec.display_name``
     writes it (``rope``, ``randomized:ape``, ``prism{paper}``,
     ``randomized:ape{randomize_eval=false}`` for a run evaluated on plain positions),
-    with the paper setup recognised when ``config`` (the record's) gives task and backbone."""
+    with the paper setup recognised when ``config`` (the record's) gives task and backbone,
+    and options sized to the task's training sequences named ``L`` (:data:`SIZED_TO_TRAINING`)."""
     task = backbone = None
+    symbolic: dict[str, str] = {}
     if config is not None:
         task, backbone = config.get("task"), config.get("backbone")
+        symbolic = sized_to_training(pe, pe_options, config)
     try:
-        return display_name(pe, pe_options, task=task, backbone=backbone)
+        return display_name(pe, pe_options, task=task, backbone=backbone, symbolic=symbolic)
     except (TypeError, ValueError, KeyError):  # a plugin's options the registry cannot read
         return pe if not pe_options else f"{pe} {json.dumps(pe_options, sort_keys=True)}"
 

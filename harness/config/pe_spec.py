@@ -244,6 +244,7 @@ def display_name(
     *,
     task: str | None = None,
     backbone: BackboneConfig | Mapping[str, Any] | None = None,
+    symbolic: Mapping[str, str] | None = None,
 ) -> str:
     """How tables name a run of ``pe`` with recorded ``options``: the spec, without the
     options the harness writes by default (:func:`harness_defaults`), with the paper
@@ -251,7 +252,8 @@ def display_name(
     ``backbone``), a stored run's missing options spelled out
     (``randomized:ape{randomize_eval=false}``), and an alias as what it is
     (:func:`shown_as`). E.g. ``rope``, ``randomized:ape``, ``prism{paper}``,
-    ``prism{n_cursors=4}``."""
+    ``prism{n_cursors=4}``. ``symbolic``: options shown by a name instead of their value
+    (the board's ``fope{train_length=L}``: ``leaderboard.records.SIZED_TO_TRAINING``)."""
     effective = model_options(pe, options or {})
     defaults = harness_defaults(pe)
     shown = {k: v for k, v in effective.items() if not (k in defaults and _same(defaults[k], v))}
@@ -267,6 +269,7 @@ def display_name(
         if paper and all(k in effective and _same(effective[k], v) for k, v in paper.items()):
             setup = "paper"
             shown = {k: v for k, v in shown.items() if k not in paper}
+    shown = {k: (symbolic or {}).get(k, v) for k, v in shown.items()}
     return format_pe(shown_as(pe), shown, setup)
 
 

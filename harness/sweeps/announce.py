@@ -9,7 +9,6 @@ the command line prints them.
 from __future__ import annotations
 
 import itertools
-import random
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from harness.config import PRESET_DESCRIPTIONS, PRESETS, RunConfig
 from harness.config.pe_spec import config_display_name
 from harness.sweeps.labels import varying_axes
 from harness.sweeps.plan import Plan, estimate_bases, format_duration, wall_seconds
-from harness.tasks.data import layout
+from harness.tasks.data import longest_training_tokens
 from harness.training.precision import evaluation_precision
 
 CPU_PRESETS = ("quick", "smoke")
@@ -128,9 +127,7 @@ def longest_training_sequence(cfg: RunConfig, samples: int = 32) -> int:
     original length must cover (a language-modelling run's: its windows, BOS included)."""
     if cfg.is_lm:
         return cfg.train.train_max
-    task = tasks.create(cfg.task)
-    rng = random.Random(0)
-    return max(len(layout(task.sample(cfg.train.train_max, rng))[0]) for _ in range(samples))
+    return longest_training_tokens(cfg.task, cfg.train.train_max, samples)
 
 
 def extension_notes(configs: Sequence[RunConfig]) -> list[str]:

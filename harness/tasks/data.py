@@ -21,6 +21,7 @@ mid-example, and attention is not reset at example boundaries.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -179,3 +180,17 @@ def evaluation_set(task: Task, scale: int, samples: int, seed: int) -> list[Exam
     """The fixed evaluation examples of (task, scale, seed): every encoding sees the same ones."""
     rng = random.Random(f"eval/{task.name}/{scale}/{seed}")
     return [task.sample_test(scale, rng) for _ in range(samples)]
+
+
+@functools.cache
+def longest_training_tokens(task: str, train_max: int, samples: int = 32) -> int:
+    """Tokens in the longest of ``samples`` training sequences of ``task`` at its largest
+    training scale ``train_max`` (``<bos>`` and ``<eos>`` included), drawn from a fixed
+    stream: what a RoPE context extension's original length must cover, and the length an
+    encoding option sized to the training data is set to (FoPE's clipping length, a
+    sliding window: leaderboard/board-frontier.toml)."""
+    import harness.tasks
+
+    made = harness.tasks.create(task)
+    rng = random.Random(0)
+    return max(len(layout(made.sample(train_max, rng))[0]) for _ in range(samples))

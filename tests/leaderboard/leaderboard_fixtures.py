@@ -143,7 +143,7 @@ def make_record(
     record = {
         "schema_version": 2,
         "run_id": run_id,
-        "pe": pe,
+        "pe": cfg.pe,  # the registry name: a spec's options are in the config, as a real record has them
         "task": task,
         "seed": seed,
         "preset": preset,

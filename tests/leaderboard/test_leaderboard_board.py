@@ -652,3 +652,33 @@ def test_the_readme_provenance_counts_results_files_and_points_to_them():
     row = provenance_row(many)
     assert row["files"] == "157 (`results/smoke-*.jsonl`)"
     assert provenance_row(records())["files"] == "1 (`results/`)"  # not named as export names files
+
+
+def test_an_option_sized_to_the_tasks_training_sequences_is_one_row_across_tasks():
+    """FoPE's clipping length and the hybrid's window are set to each task's longest training
+    sequence (24 tokens on copy, 25 on stack_manipulation at scale 10): named by their
+    value they made one row per length, which the grid could never order. Named L, they are
+    one row; another value keeps its number."""
+    from harness.tasks.data import longest_training_tokens
+
+    copy, stack = longest_training_tokens("copy", 3), longest_training_tokens("stack_manipulation", 3)
+    assert copy != stack  # the case: one encoding, two lengths
+    data = [
+        make_record(f"fope{{train_length={copy}}}", "copy", 0, ALIBI, train_max=3),
+        make_record(f"fope{{train_length={stack}}}", "stack_manipulation", 0, ROPE0, train_max=3),
+        make_record("fope{train_length=64}", "copy", 0, ROPE1, train_max=3),
+        make_record("rope", "copy", 0, ROPE1, train_max=3),
+        make_record("rope", "stack_manipulation", 0, ROPE0, train_max=3),
+    ]
+    board = bd.assemble([rec(d, i) for i, d in enumerate(data, start=1)])
+    grid = ov.overview(board, "smoke")
+    by_label = {r.label: r for r in grid.rows}
+    assert set(by_label) == {"fope{train_length=L}", "fope{train_length=64}", "rope"}
+    assert by_label["fope{train_length=L}"].cells.keys() == {"copy", "stack_manipulation"}
+    assert by_label["fope{train_length=L}"].position is not None  # ordered: run on every counted task
+    key = grid.sized_key()
+    assert key is not None and f"{copy} on copy" in key and f"{stack} on stack_manipulation" in key
+    readme = render_readme(board, site_href="site/index.html")
+    assert "L in a row's name: the task's longest training sequence" in readme
+    rope_only = bd.assemble([rec(d, i) for i, d in enumerate(data[3:], start=1)])
+    assert ov.overview(rope_only, "smoke").sized_key() is None  # no L on the grid: no key
