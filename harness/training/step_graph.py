@@ -36,8 +36,11 @@ states the tolerance on a GPU). CUDA only: nothing here runs on a CPU, where
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -51,6 +54,56 @@ WARMUP = 2
 cuBLAS workspaces, autograd's stream hand-off, Triton's compilation), none of them updating."""
 
 
+class Recorder(Protocol):
+    """What a capture needs of the device: its streams, its random state, and graphs that
+    record a body once and replay it. :data:`CUDA` is the one a run uses; a test gives a
+    CPU stand-in that replays the body itself (tests/harness/test_gpu_loop.py), so the
+    step's logic (the first step eager, the state before the capture, the rate read at each
+    replay, the buckets) is tested where no GPU is."""
+
+    def warm_up(self, device: torch.device) -> contextlib.AbstractContextManager[None]:
+        """A block run on a side stream, ordered after the current stream's work and before its next."""
+        ...
+
+    def random_state(self, device: torch.device) -> Tensor: ...
+
+    def set_random_state(self, state: Tensor, device: torch.device) -> None: ...
+
+    def record(self, body: Callable[[], tuple[Tensor, Tensor]]) -> tuple[Any, Tensor, Tensor]:
+        """(graph, loss, task loss): ``body`` recorded as a graph whose replay writes its
+        outputs into the returned loss tensors."""
+        ...
+
+
+class _Cuda:
+    """:class:`Recorder` on a CUDA device (``torch.cuda.graph``, ``thread_local`` capture mode:
+    other runs' threads go on while one captures)."""
+
+    @contextlib.contextmanager
+    def warm_up(self, device: torch.device) -> Iterator[None]:
+        current = torch.cuda.current_stream(device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            yield
+        current.wait_stream(side)
+
+    def random_state(self, device: torch.device) -> Tensor:
+        return torch.cuda.get_rng_state(device)
+
+    def set_random_state(self, state: Tensor, device: torch.device) -> None:
+        torch.cuda.set_rng_state(state, device)
+
+    def record(self, body: Callable[[], tuple[Tensor, Tensor]]) -> tuple[Any, Tensor, Tensor]:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            loss, task = body()
+        return graph, loss, task
+
+
+CUDA: Recorder = _Cuda()
+
+
 class _NotYet(RuntimeError):
     """A capture to try again at a later step of the bucket (not a failure to remember)."""
 
@@ -59,7 +112,7 @@ class _NotYet(RuntimeError):
 class _Captured:
     """One bucket's graph, its static inputs and its static loss outputs."""
 
-    graph: torch.cuda.CUDAGraph
+    graph: Any  # torch.cuda.CUDAGraph (a Recorder's graph)
     inputs: list[Tensor]
     loss: Tensor
     task: Tensor
@@ -80,14 +133,16 @@ class GraphedStep:
         quantum: int = QUANTUM,
         *,
         padded: bool = True,
+        recorder: Recorder | None = None,
     ) -> None:
         device = next(model.parameters()).device
-        if device.type != "cuda":
+        recorder = CUDA if recorder is None else recorder
+        if device.type != "cuda" and isinstance(recorder, _Cuda):
             raise ValueError(f"a whole-step CUDA graph needs a CUDA model, this one is on {device}")
         if not all(g.get("fused") for g in opt.param_groups):
             raise ValueError("a whole-step CUDA graph needs the fused AdamW (Accel(fused=True))")
         self.model, self.precision, self.opt, self.grad_clip, self.quantum = model, precision, opt, grad_clip, quantum
-        self.device, self.padded = device, padded
+        self.device, self.padded, self.recorder = device, padded, recorder
         """``padded`` False: rows without padding (a language-modelling task's windows), each
         batch as it is on the model's own positions, as ``GraphedLoss`` takes them."""
         for g in opt.param_groups:  # the update reads its rate from the device: the host fills it in place
@@ -139,30 +194,32 @@ class GraphedStep:
     def _capture(self, args: list[Tensor]) -> _Captured | None:
         inputs = [a.clone() for a in args]
         params = [p for g in self.opt.param_groups for p in g["params"]]
-        current = torch.cuda.current_stream(self.device)
+
+        def step() -> tuple[Tensor, Tensor]:  # what the graph records
+            # each step's gradients afresh: captured from no gradient, a replay writes them
+            # (it never adds to the last step's); said here so the body means it run by run
+            self.opt.zero_grad(set_to_none=True)
+            loss, task = self._loss(inputs)
+            loss.backward()
+            nn.utils.clip_grad_norm_(params, self.grad_clip)
+            self.opt.step()
+            return loss, task
+
         try:
             with _CAPTURING:  # one capture at a time in a process (grouped runs' threads)
-                rng = torch.cuda.get_rng_state(self.device)
+                rng = self.recorder.random_state(self.device)
                 try:
-                    side = torch.cuda.Stream(self.device)
-                    side.wait_stream(current)
-                    with torch.cuda.stream(side):
+                    with self.recorder.warm_up(self.device):
                         for _ in range(WARMUP):
                             self.opt.zero_grad(set_to_none=True)
                             self._loss(inputs)[0].backward()
-                    current.wait_stream(side)
                     stateless = [p for p in params if p.grad is not None and p not in self.opt.state]
                     if stateless:  # its state would be made inside the graph, and made afresh every replay:
                         raise _NotYet  # this step runs eagerly and makes it; the next one captures
                     self.opt.zero_grad(set_to_none=True)
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                        loss, task = self._loss(inputs)
-                        loss.backward()
-                        nn.utils.clip_grad_norm_(params, self.grad_clip)
-                        self.opt.step()
-                finally:  # the warm-up passes leave no trace in the run's CUDA draws
-                    torch.cuda.set_rng_state(rng, self.device)
+                    graph, loss, task = self.recorder.record(step)
+                finally:  # the warm-up passes leave no trace in the run's random draws
+                    self.recorder.set_random_state(rng, self.device)
             total = loss.detach()
             return _Captured(graph, inputs, total, total if task is loss else task.detach())
         except _NotYet:

@@ -463,3 +463,78 @@ def test_a_whole_step_graphed_run_matches_its_eager_run_on_cuda(pe, tmp_path):
     _, resume, problem = restore(cfg, tmp_path / "1.pt", device)
     assert problem is None and resume is not None
     assert all(isinstance(g["lr"], float) for g in resume["optimizer"]["param_groups"])
+
+
+class _ReplayingStandIn:
+    """A CPU stand-in for CUDA graphs (``harness.training.step_graph.Recorder``): "capturing"
+    keeps the step's body without running it; a replay runs it and writes its losses into
+    the static outputs, as a graph's replay writes into its own. The data flow a graph has
+    (static inputs copied in, the rate read from the optimiser's tensor at each replay, the
+    optimiser's state made before the capture) is then the stand-in's too."""
+
+    def __init__(self):
+        self.captures = self.replays = 0
+
+    def warm_up(self, device):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def random_state(self, device):
+        return torch.get_rng_state()
+
+    def set_random_state(self, state, device):
+        torch.set_rng_state(state)
+
+    def record(self, body):
+        self.captures += 1
+        loss, task = torch.zeros(()), torch.zeros(())
+        stand_in = self
+
+        class Graph:
+            def replay(self):
+                stand_in.replays += 1
+                got_loss, got_task = body()
+                loss.copy_(got_loss.detach())
+                task.copy_(got_task.detach())
+
+        return Graph(), loss, task
+
+
+def test_the_whole_step_graph_trains_the_eager_loops_run_with_a_cpu_stand_in(monkeypatch, tmp_path):
+    """The whole-step loop's logic, where no GPU is: the first step eager (the optimiser's
+    state), one capture per length bucket, every later step a replay reading the schedule's
+    rate from the device-held tensor, losses equal to the eager loop's to float rounding (a
+    padded pass against length groups), and a checkpoint that stores the rate as a number
+    and resumes."""
+    import harness.training.step_graph as sg
+    import harness.training.train as tr
+
+    stand_in = _ReplayingStandIn()
+    monkeypatch.setattr(sg, "CUDA", stand_in)
+    monkeypatch.setattr(sg.GraphedStep, "supported", staticmethod(lambda device, precision: True))
+    fused = tr.make_optimizer
+    monkeypatch.setattr(tr, "make_optimizer", lambda model, cfg, fused_=False, **kw: fused(model, cfg, fused=True))
+    cfg = preset_config("smoke", pe="rope", task="copy", seed=0, overrides={"train": {"steps": 24}})
+
+    eager_seen, _, eager_model = _train(cfg, Accel(readback=4))
+    seen, _, model = _train(cfg, Accel(readback=4, fused=True, step=True),
+                                 checkpointing=tr.Checkpointing(tmp_path / "ck.pt", every=12))  # fmt: skip
+    # one capture per length bucket met; every step but the first (eager: the state) replayed
+    assert stand_in.captures >= 1 and stand_in.replays == cfg.train.steps - 1
+    torch.testing.assert_close(torch.tensor([v for _, v in seen]), torch.tensor([v for _, v in eager_seen]),
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
+    for a, b in zip(model.parameters(), eager_model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+    state = torch.load(tmp_path / "ck.pt", weights_only=True)
+    assert all(isinstance(g["lr"], float) for g in state["optimizer"]["param_groups"])
+    resumed_model, resume, problem = tr.restore(cfg, tmp_path / "ck.pt", "cpu")
+    assert problem is None and resume["step"] == 12
+    replays = stand_in.replays
+    tail: list = []
+    tr.train(cfg, resumed_model, create(cfg.task), on_step=lambda s, v: tail.append((s, v)), resume=resume,
+             accel=Accel(readback=4, fused=True, step=True))  # fmt: skip
+    assert stand_in.replays - replays == cfg.train.steps - 12  # the state came with it: no eager step
+    torch.testing.assert_close(torch.tensor([v for _, v in tail]), torch.tensor([v for _, v in seen[12:]]),
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
