@@ -105,8 +105,11 @@ per run, on a GPU a CUDA stream each, ``harness.sweeps.executors.grouped.Grouped
 Unset: threads on CUDA, processes on a CPU (single-threaded workers, one per core)."""
 
 GROUP_CAP = 16
-"""Most runs in one GPU's group. Not yet measured: benchmarks/device_check.py measures the
-grouped throughput against packed processes, from which this is to be set."""
+"""Most runs in one GPU's group. Measured once, at this size only: 16 board runs in a group on
+an H100 trained about 300 steps/s together, as 8 packed processes did (GIL-bound;
+benchmarks/results/cuda-gpu-nvidia-h100-80gb-hbm3-2.md). At that rate the size shares the
+steps out rather than adding to them; a sweep over sizes is to set it once a group's step is
+off the host (``harness.training.step_graph``)."""
 
 
 def group_mode(value: str | None = None, device_type: str = "cuda") -> str:
