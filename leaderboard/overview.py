@@ -61,10 +61,7 @@ OVERVIEW_RULE = (
 """What the at-a-glance grid shows and how its rows are ordered, quoted by the site and the README."""
 
 FILLING_MARK = "†"
-FILLING_RULE = (
-    f"{FILLING_MARK} still being filled: the plan's runs of the row on some task the mean names are not all published "
-    "yet; its cells so far are shown, its position and mean wait for them"
-)
+FILLING_RULE = f"{FILLING_MARK} still being filled: shown, not ordered until the plan's runs of it are in"
 NULL_MARK = "∅"
 NULL_KEY = f"{NULL_MARK} no encoding extrapolates at N: shown, left out of the mean"
 """The key to a grid column where no encoding extrapolates (:attr:`Overview.null`)."""
@@ -126,8 +123,13 @@ class Overview:
         labels = self.filling
         if not labels:
             return None
-        verb = "is" if len(labels) == 1 else "are"
-        return f"{', '.join(labels)} ({FILLING_MARK}) {verb} still being filled: not ordered until their runs are in."
+        one = len(labels) == 1
+        return (
+            f"{', '.join(labels)} ({FILLING_MARK}) {'is' if one else 'are'} still being filled: the plan's runs of "
+            f"{'it' if one else 'each'} on some task the mean names are not all published yet; "
+            f"{'its' if one else 'their'} cells so far are shown, {'its' if one else 'their'} position and mean "
+            "wait for them."
+        )
 
 
 def overview(board: Board, preset: str) -> Overview:

@@ -233,7 +233,7 @@ def _at_a_glance(board: Board) -> list[str]:
         if made:
             out += [md(f"{made}."), ""]
         if grid.filling:
-            out += [md(f"{grid.filling_text()} {ov.FILLING_RULE}."), ""]
+            out += [md(grid.filling_text() or ""), ""]
         if grid.variants:
             out += ["Evaluation-time variants (a trained row's weights evaluated otherwise, no training):", ""]
             out += [_glance(grid, tables, grid.variants), ""]

@@ -372,7 +372,7 @@ def test_overview_orders_the_rows_that_are_in_while_new_ones_are_filled():
     assert grid.rows[2].score is None and grid.rows[2].cells["copy"].scores["em_beyond"].mean == 1.0
     assert "fox (†) is still being filled" in grid.filling_text()
     text = render_readme(board, site_href="site/index.html")
-    assert re.search(r"^\| —\s+\| fox†\s+\|", text, re.M) and ov.FILLING_RULE in text
+    assert re.search(r"^\| —\s+\| fox†\s+\|", text, re.M) and "its position and mean wait for them" in text
 
     # once its run is in, it is ordered like the others
     full = bd.assemble([*records, rec(done, 9)], plans_of(planned))
