@@ -43,7 +43,7 @@ from typing import Any
 from harness.records import counts, ranking
 from leaderboard.board import Board, Table
 from leaderboard.reach import nothing_extrapolates, times_n
-from leaderboard.records import SIZED_KEY
+from leaderboard.records import SIZED_KEY, training_length
 from leaderboard.rows import Row, cell_text
 
 OVERVIEW_RULE = (
@@ -176,9 +176,8 @@ def overview(board: Board, preset: str) -> Overview:
             part.append(OverviewRow(position, label, encodings[label], by_task, mean, n_fit, filling))
     lengths: dict[str, int] = {}
     if any(_SIZED.search(label) for label in cells):
-        from harness.tasks.data import longest_training_tokens
-
-        lengths = {t.task: longest_training_tokens(t.task, t.train_max) for t in tables}
+        found = {t.task: training_length(t.task, t.train_max) for t in tables}
+        lengths = {task: n for task, n in found.items() if n is not None}
     return Overview(tasks, counted, rows, null, variants, lengths)
 
 

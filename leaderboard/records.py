@@ -61,22 +61,29 @@ SIZED_KEY = "L in a row's name: the task's longest training sequence in tokens (
 """The key to :data:`SIZED_TO_TRAINING`'s ``L``, quoted under the grids that show one."""
 
 
-def sized_to_training(pe: str, pe_options: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, str]:
-    """The options of a run of ``pe`` (config dict ``config``) that equal its task's
-    longest training sequence (a language-modelling run's: its window), as ``{key: "L"}``."""
-    keys = [k for k in SIZED_TO_TRAINING.get(pe, ()) if isinstance(pe_options.get(k), int)]
-    if not keys:
-        return {}
+def training_length(task: str, train_max: int) -> int | None:
+    """``L``: tokens in the task's longest training sequence at scale ``train_max`` (a
+    language-modelling task's: its window, ``train_max`` bytes); None for a task this
+    harness does not have."""
     from harness.tasks.data import longest_training_tokens
     from harness.tasks.lm import LM_TASKS
 
-    task, train_max = config.get("task"), (config.get("train") or {}).get("train_max")
-    if not isinstance(task, str) or not isinstance(train_max, int):
-        return {}
+    if task in LM_TASKS:
+        return train_max
     try:
-        longest = train_max if task in LM_TASKS else longest_training_tokens(task, train_max)
-    except (KeyError, ValueError):  # a task this harness does not have
+        return longest_training_tokens(task, train_max)
+    except (KeyError, ValueError):
+        return None
+
+
+def sized_to_training(pe: str, pe_options: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, str]:
+    """The options of a run of ``pe`` (config dict ``config``) that equal its task's
+    :func:`training_length`, as ``{key: "L"}``."""
+    keys = [k for k in SIZED_TO_TRAINING.get(pe, ()) if isinstance(pe_options.get(k), int)]
+    task, train_max = config.get("task"), (config.get("train") or {}).get("train_max")
+    if not keys or not isinstance(task, str) or not isinstance(train_max, int):
         return {}
+    longest = training_length(task, train_max)
     return {k: "L" for k in keys if pe_options[k] == longest}
 
 
