@@ -13,7 +13,7 @@ a part that would not end before ``--budget`` seconds is skipped, said so in the
 
 "Before" is the same measurement with the training loop's device features switched off
 (``PEZOO_ACCEL=off``: batches made in the loop, a loss read-back every step, the optimiser
-as on CPU, no CUDA graphs; ``harness.training.train.Accel``) and, for packing, one worker per GPU.
+as on CPU, no CUDA graphs; ``harness.training.accel.Accel``) and, for packing, one worker per GPU.
 
 Parts (the issue's items):
 

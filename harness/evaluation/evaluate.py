@@ -36,7 +36,7 @@ off the teacher-forced counts, ``tokens_right == tokens`` per example: one forwa
 per batch instead of one per decoded token, which on a GPU replaces a launch-bound loop
 of ``len(target) + 1`` steps. The two can differ only where the cached decode and the
 full pass round an argmax near-tie differently. CPU runs decode (the board's records);
-CUDA runs read it off the pass (``harness.training.train.Accel.forced``), and a scratchpad task
+CUDA runs read it off the pass (``harness.training.accel.Accel.forced``), and a scratchpad task
 scored on its final answer (``match="answer"``) always decodes.
 
 Random positions at evaluation (randomized PE, Ruoss et al. 2023 §3: "at test time [...]

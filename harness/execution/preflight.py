@@ -13,12 +13,12 @@ from harness.records.provenance import run_provenance
 from harness.tasks.data import evaluation_set
 from harness.tasks.lm.corpora import CorpusError
 from harness.tasks.lm.data import task_regions
-from harness.training.train import Accel
+from harness.training.accel import Accel
 
 
 def check_run(cfg: RunConfig) -> None:
     """Fail fast, before any training, on a run that cannot work (ValueError says why),
-    a bad ``$PEZOO_ACCEL`` included (``harness.training.train.Accel``)."""
+    a bad ``$PEZOO_ACCEL`` included (``harness.training.accel.Accel``)."""
     Accel.for_device("cpu")  # its syntax; what it switches on depends on the worker's device
     if cfg.is_lm:
         _check_lm(cfg)

@@ -51,11 +51,12 @@ from harness.records.result import RunOutcome, RunResult
 from harness.records.store import ClaimLostError, Store
 from harness.tasks.data import evaluation_set
 from harness.tasks.lm.data import LmBatches, lm_batches, task_split
+from harness.training.accel import Accel
 from harness.training.backbone import Backbone
 from harness.training.checkpoint import CheckpointError, set_aside
 from harness.training.precision import autocast, evaluation_precision, use_tf32
 from harness.training.tblog import RunLog
-from harness.training.train import Accel, Checkpointing, DivergedError, train, training_task
+from harness.training.train import Checkpointing, DivergedError, train, training_task
 
 Progress = Callable[[str, int, int, str], None]
 """progress(phase, done, total, note): phase ``train`` (done of total steps, note

@@ -7,7 +7,7 @@ Per preset and encoding, on the current device:
 * ``harness_ms``: a step of the harness's own loop (``harness.training.train.train``: batches made
   from the seeded stream, the learning-rate schedule, the loss read back), per step over
   ``gpu_steps`` steps after a warm-up, with the loop's device features as
-  ``harness.training.train.Accel.for_device`` gives them (``after``) and with none of them
+  ``harness.training.accel.Accel.for_device`` gives them (``after``) and with none of them
   (``before``: the loop a CPU runs).
 * ``busy``: the fraction of the harness step's wall time the device spends in kernels
   (``torch.profiler``'s CUDA kernel times over the same steps; CUDA only).
@@ -116,7 +116,8 @@ def _repeat(step: Callable[[], object], times: int) -> Callable[[], None]:
 
 def measure_gpu(grid: PerfGrid, device: torch.device) -> list[dict[str, Any]]:
     """Rows per (preset, encoding): bare step, harness step before/after, busy fraction, launches."""
-    from harness.training.train import ACCEL_FEATURES, Accel, make_optimizer
+    from harness.training.accel import ACCEL_FEATURES, Accel
+    from harness.training.train import make_optimizer
 
     rows: list[dict[str, Any]] = []
     for preset in grid.presets:
@@ -183,7 +184,7 @@ def render_gpu(rows: list[dict[str, Any]]) -> list[str]:
     r0 = rows[0]
     from dataclasses import asdict
 
-    from harness.training.train import Accel
+    from harness.training.accel import Accel
 
     plain = asdict(Accel())  # the loop as a CPU runs it
     on = ", ".join(f"{k} {v}" if type(v) is int else k for k, v in r0["accel"].items() if v != plain.get(k))

@@ -4,6 +4,7 @@ One module per part:
 
     backbone     the one backbone every encoding is trained in: a decoder-only pre-LN Transformer
     train        the training loop: AdamW, warm-up + cosine decay, clipping, seeded; resuming
+    accel        how the loop drives its device: the GPU features, ``PEZOO_ACCEL``
     feed         the training batches of a run, in order, inline or from a producer thread
     graphs       a step's loss replayed as CUDA graphs per length bucket (the padded pass)
     step_graph   the whole step (pass, clip, fused AdamW) replayed as one CUDA graph per bucket

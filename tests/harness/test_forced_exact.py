@@ -10,7 +10,8 @@ from harness.config import preset_config
 from harness.evaluation.evaluate import evaluate_length, greedy_decode, windowed_predictions
 from harness.tasks import create
 from harness.tasks.data import evaluation_set
-from harness.training.train import ACCEL_ENV, Accel, build_model, train
+from harness.training.accel import ACCEL_ENV, Accel
+from harness.training.train import build_model, train
 
 
 @pytest.mark.parametrize(("pe", "window"), [("nope", 0), ("rope", 0), ("alibi", 0), ("randomized", 0), ("rope", 9)])

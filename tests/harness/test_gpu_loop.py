@@ -1,5 +1,6 @@
-"""The training loop's GPU features (harness.training.feed, harness.training.train.Accel/LossReadback,
-harness.training.graphs): each leaves a CPU run bit-identical, and a diverged run is still caught.
+"""The training loop's GPU features (harness.training.feed, harness.training.accel.Accel,
+harness.training.train.LossReadback, harness.training.graphs): each leaves a CPU run bit-identical,
+and a diverged run is still caught.
 The CUDA-graph comparison at the end runs only where there is a GPU."""
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ import harness.training.loss as step_loss
 from harness.config import preset_config
 from harness.tasks import create
 from harness.tasks.data import PackedStream
+from harness.training.accel import ACCEL_ENV, Accel
 from harness.training.feed import BatchFeed
 from harness.training.graphs import GraphedLoss, bucket_width, pad_to, padded_loss_inputs, plain_loss
 from harness.training.loss import training_loss
 from harness.training.train import (
-    ACCEL_ENV,
-    Accel,
     DivergedError,
     LossReadback,
     build_model,

@@ -192,7 +192,7 @@ def test_a_graphed_lm_training_matches_the_eager_one_on_cuda(corpus, pe):
     other positions in each, so only finite)."""
     import warnings
 
-    from harness.training.train import Accel
+    from harness.training.accel import Accel
 
     device = torch.device("cuda")
     cfg = run_cfg(pe, steps=12)
