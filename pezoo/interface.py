@@ -279,6 +279,28 @@ class PositionalEncoding(nn.Module):
             for m, g in zip(parts, previous, strict=True):
                 m._generator = g
 
+    def plan_draws(self, device: torch.device | str = "cpu") -> dict[Any, Tensor]:
+        """The random values a training pass of this encoding and of the encodings it holds
+        draws once per pass (Abacus's and position coupling's offset), drawn now from where
+        :meth:`drawing_from` points, keyed as the pass keeps them in ``ctx.state``; {} in eval
+        mode or for an encoding that draws nothing in its pass.
+
+        A caller that records a pass (a CUDA graph replays kernels, never the host's draws)
+        plans them outside it and hands them in (``Backbone.forward(draws=...)``); a pass
+        handed its draws makes none, and sees what it would have drawn itself from the same
+        state. Randomized PE's positions are planned the same way, by :meth:`positions`."""
+        draws: dict[Any, Tensor] = {}
+        for m in self.modules():
+            if isinstance(m, PositionalEncoding):
+                draws.update(m.own_draws(torch.device(device)))
+        return draws
+
+    def own_draws(self, device: torch.device) -> dict[Any, Tensor]:
+        """This encoding's share of :meth:`plan_draws` (none by default): an encoding that
+        draws in its pass returns, in training mode, what the pass would draw, under the
+        ``ctx.state`` keys where it looks for it before drawing."""
+        return {}
+
     def ctx_key(self, name: str) -> tuple[str, int]:
         """A key for this instance's entries in ``ctx.scratch`` and ``ctx.state``.
 

@@ -10,6 +10,7 @@ recurrent state the encoding keeps there.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -113,6 +114,7 @@ class Backbone(nn.Module):
         return_probs: bool = False,
         keep: Tensor | None = None,
         positions: Tensor | None = None,
+        draws: Mapping[Any, Tensor] | None = None,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         """Logits for ``tokens`` (b, s) -> (b, s, v).
 
@@ -131,6 +133,10 @@ class Backbone(nn.Module):
         ``positions`` (b|1, >= s), for a full pass: the positions planned for it (by
         default drawn here from the encoding), e.g. one draw for a whole batch sliced
         for a group of its rows, so the rows see what one pass would give them.
+
+        ``draws``, for a full pass: what the encoding would draw in it, planned by the caller
+        (``pe.plan_draws``; by default drawn in the pass): a pass recorded as a CUDA graph
+        takes them as inputs, and groups of a batch's rows share one batch's draws.
         """
         b, s = tokens.shape
         rows = self._kept_rows(keep, tokens, state)
@@ -143,9 +149,9 @@ class Backbone(nn.Module):
                     f"positions must be planned for {b} or 1 row(s) of at least {s} tokens, "
                     f"got {tuple(positions.shape)}"
                 )
-            state = {"positions": positions, "length": 0}
-        elif positions is not None:
-            raise ValueError("positions are for a full pass: a decoding state holds its own (start_state)")
+            state = {"positions": positions, "length": 0, **(draws or {})}
+        elif positions is not None or draws is not None:
+            raise ValueError("positions and draws are for a full pass: a decoding state holds its own (start_state)")
         start = state["length"]
         positions = state["positions"]  # (b|1, planned length)
         if positions.shape[-1] < start + s:

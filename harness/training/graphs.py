@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -87,13 +87,15 @@ def padded_loss_inputs(
     return padded, pe.padded_positions(lengths, width, batch.inputs.device)
 
 
-def plain_loss(model: Backbone, precision: str, batch: Batch, positions: Tensor | None) -> tuple[Tensor, Tensor]:
+def plain_loss(
+    model: Backbone, precision: str, batch: Batch, positions: Tensor | None, draws: Mapping[Any, Tensor] | None = None
+) -> tuple[Tensor, Tensor]:
     """(loss to minimise, task loss) of one plain pass over ``batch`` (padding included, its
-    labels ignored): what each graph records."""
+    labels ignored) on the planned ``positions`` and ``draws``: what each graph records."""
     dtype = autocast_dtype(precision)
     device_type = batch.inputs.device.type
     with torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None, cache_enabled=False):
-        task = padded_pass_loss(model, batch, positions)
+        task = padded_pass_loss(model, batch, positions, draws)
     regularisation = getattr(model.pe, "regularisation", None)
     return (task + regularisation(), task) if regularisation is not None else (task, task)
 
@@ -111,10 +113,13 @@ def one_pass_loss(model: Backbone, batch: Batch) -> Tensor:
     return padded_pass_loss(model, batch, positions)
 
 
-def padded_pass_loss(model: Backbone, batch: Batch, positions: Tensor | None) -> Tensor:
+def padded_pass_loss(
+    model: Backbone, batch: Batch, positions: Tensor | None, draws: Mapping[Any, Tensor] | None = None
+) -> Tensor:
     """The mean cross-entropy of ``batch``'s labelled tokens from one pass over its whole
-    padded width (the padding's labels ignored), the loss taken in float32."""
-    logits = model(batch.inputs, scale_hint=batch.scales, positions=positions)  # (b, s, v)
+    padded width (the padding's labels ignored), the loss taken in float32; ``draws`` what
+    the encoding draws in a pass, planned outside it (``pe.plan_draws``; None: drawn in it)."""
+    logits = model(batch.inputs, scale_hint=batch.scales, positions=positions, draws=draws)  # (b, s, v)
     logits = logits.float() if logits.dtype in (torch.bfloat16, torch.float16) else logits
     labels = batch.labels.flatten()
     total = F.cross_entropy(logits.flatten(0, 1), labels, ignore_index=IGNORE, reduction="sum")
@@ -122,22 +127,36 @@ def padded_pass_loss(model: Backbone, batch: Batch, positions: Tensor | None) ->
 
 
 class _Pass(nn.Module):
-    """One bucket's pass as a module (its parameters the backbone's), for graph capture."""
+    """One bucket's pass as a module (its parameters the backbone's), for graph capture: its
+    inputs the padded batch, the planned positions (``with_positions``), then the planned
+    draws, one tensor for each of ``draw_keys``."""
 
-    def __init__(self, model: Backbone, precision: str, with_positions: bool) -> None:
+    def __init__(self, model: Backbone, precision: str, with_positions: bool, draw_keys: tuple[Any, ...] = ()) -> None:
         super().__init__()
         self.model, self.precision, self.with_positions = model, precision, with_positions
+        self.draw_keys = draw_keys
 
-    def forward(self, inputs: Tensor, labels: Tensor, scales: Tensor, scored: Tensor, *positions: Tensor):
-        planned = positions[0] if self.with_positions else None
-        loss, task = plain_loss(self.model, self.precision, Batch(inputs, labels, scales, scored), planned)
+    def forward(self, inputs: Tensor, labels: Tensor, scales: Tensor, scored: Tensor, *planned: Tensor):
+        positions = planned[0] if self.with_positions else None
+        draws = dict(zip(self.draw_keys, planned[1:] if self.with_positions else planned, strict=True))
+        loss, task = plain_loss(self.model, self.precision, Batch(inputs, labels, scales, scored), positions, draws)
         return loss if loss is task else (loss, task.detach())
+
+
+def draw_samples(pe: PositionalEncoding, device: torch.device) -> dict[Any, Tensor]:
+    """Stand-ins for what ``pe`` draws in a pass, to capture a graph with: the same keys,
+    shapes and types as ``pe.plan_draws``, drawn from a scratch generator so the run's own
+    stream is left as it was (a graph takes each step's real draws as inputs)."""
+    with pe.drawing_from(torch.Generator()):
+        return pe.plan_draws(device)
 
 
 class GraphedLoss:
     """The loss of a batch by replaying its length bucket's CUDA graph (captured on first
-    use). A bucket whose capture fails (an encoding doing host work in its pass) runs
-    eagerly from then on, said once in a warning."""
+    use). What the encoding draws in a pass (Abacus's offset) is drawn on the host before
+    each replay, from the run's own stream, and copied in as an input (``pe.plan_draws``).
+    A bucket whose capture fails (an encoding doing host work in its pass) runs eagerly
+    from then on, said once in a warning."""
 
     def __init__(
         self, model: Backbone, precision: str, eager: LossFn, quantum: int = QUANTUM, *, padded: bool = True
@@ -147,6 +166,9 @@ class GraphedLoss:
         """False: rows without padding (a language-modelling task's windows): each batch as it
         is, the model's own positions."""
         self.graphs: dict[tuple, Callable | None] = {}
+        self.draw_keys: tuple[Any, ...] = ()
+        """The ``ctx.state`` keys of what the encoding draws in a pass (``pe.plan_draws``),
+        in the order the graphs take them after the batch and positions."""
 
     def __call__(self, batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor]:
         if self.padded:
@@ -157,12 +179,16 @@ class GraphedLoss:
         if positions is not None:
             args.append(positions)
         key = tuple((tuple(a.shape), a.dtype) for a in args)
+        device = batch.inputs.device
         if key not in self.graphs:
-            self.graphs[key] = self._capture(args, positions is not None)
+            samples = draw_samples(self.model.pe, device)
+            self.draw_keys = tuple(samples)
+            self.graphs[key] = self._capture(args + list(samples.values()), positions is not None)
         graphed = self.graphs[key]
         if graphed is None:
-            return self.eager(batch, host)
-        out = graphed(*args)
+            return self.eager(batch, host)  # which draws in its pass
+        draws = self.model.pe.plan_draws(device)  # this step's, from the run's own stream
+        out = graphed(*args, *(draws[k] for k in self.draw_keys))
         # a graph's outputs are static buffers that its next replay overwrites, and the loop
         # keeps each step's loss for a later read-back: copies (a one-element kernel each)
         if isinstance(out, Tensor):
@@ -171,7 +197,8 @@ class GraphedLoss:
         return out[0].clone(), out[1].clone()
 
     def _capture(self, args: list[Tensor], with_positions: bool) -> Callable | None:
-        return capture(_Pass(self.model, self.precision, with_positions), tuple(a.clone() for a in args))
+        module = _Pass(self.model, self.precision, with_positions, self.draw_keys)
+        return capture(module, tuple(a.clone() for a in args))
 
 
 _CAPTURING = threading.Lock()

@@ -64,10 +64,12 @@ def _task_loss(
     ``keep``). The positions are planned once for the whole batch from its row lengths
     (``padded_positions``: randomized PE gives each row a draw of its own length, one
     per distinct length), and each group reads its rows' share; the loss is the sum
-    over groups over the batch's labelled count. Each group starts from
-    the same random state, so a draw an encoding makes once per pass (Abacus's offset) is
-    one per batch, as in one pass. The same loss and gradients as one padded pass on
-    those positions, to float rounding (tests/harness/test_padding_skip.py).
+    over groups over the batch's labelled count. What an encoding draws once per pass
+    (Abacus's offset, ``pe.plan_draws``) is drawn once for the batch and handed to every
+    group, and each group starts from the same random state (for a draw an encoding makes
+    in its pass without planning it), so a batch draws as one pass does. The same loss and
+    gradients as one padded pass on those positions and draws, to float rounding
+    (tests/harness/test_padding_skip.py).
     """
     if not model.cfg.causal:  # an encoder's tokens attend to the padding; its batches have none
         logits = _at_least_float32(model(batch.inputs, scale_hint=batch.scales))  # (b, s, v)
@@ -78,6 +80,7 @@ def _task_loss(
     lengths = keep.sum(dim=1)  # (b,)
     s = batch.inputs.shape[1]
     positions = model.pe.padded_positions(lengths, s, batch.inputs.device)  # (b|1, s): the batch's draw
+    planned = model.pe.plan_draws(batch.inputs.device)  # the batch's offsets (Abacus), one for every group
     if bool(keep.all()):  # no padding (packed rows, one scale per batch): one pass
         groups = 1
     total: Tensor | None = None
@@ -93,6 +96,7 @@ def _task_loss(
             scale_hint=hint,
             keep=keep[rows, :width],
             positions=positions[:, :width] if positions.shape[0] == 1 else positions[rows, :width],
+            draws=planned,
         )  # (rows, width, v)
         labels = batch.labels[rows, :width].flatten()
         logits = _at_least_float32(logits)

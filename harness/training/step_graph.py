@@ -20,8 +20,10 @@ What it takes (``torch.cuda.graphs``' whole-network recipe):
   a graph never records the state's creation; where some parameter would get its first
   gradient in a bucket, that step runs eagerly (making the state) and the next one captures.
 * A pass with no host work (the forward pass :func:`harness.training.graphs.plain_loss`
-  captures): a bucket whose capture fails (an encoding that reads a value back, or draws
-  on the host as Abacus's offset does) trains eagerly from then on, said once in a warning,
+  captures): what an encoding draws in a pass (Abacus's and position coupling's offset) is
+  drawn on the host before each replay from the run's own stream and copied in as an input
+  (``pe.plan_draws``), as randomized PE's positions are; a bucket whose capture fails (an
+  encoding that reads a value back) trains eagerly from then on, said once in a warning,
   exactly as :class:`~harness.training.graphs.GraphedLoss` does.
 * The warm-up passes before a capture run the forward and backward only, never the update,
   so the weights and the optimiser's state are the ones the eager loop would have; the
@@ -47,7 +49,7 @@ from torch import Tensor, nn
 
 from harness.tasks.data import Batch
 from harness.training.backbone import Backbone
-from harness.training.graphs import _CAPTURING, QUANTUM, padded_loss_inputs, plain_loss
+from harness.training.graphs import _CAPTURING, QUANTUM, draw_samples, padded_loss_inputs, plain_loss
 
 WARMUP = 2
 """Forward and backward passes on a side stream before a capture (lazy initialisations:
@@ -149,6 +151,9 @@ class GraphedStep:
             g["capturable"] = True
             g["lr"] = torch.tensor(float(g["lr"]), dtype=torch.float32, device=device)
         self.graphs: dict[tuple, _Captured | None] = {}
+        self.draw_keys: tuple[Any, ...] = ()
+        """The ``ctx.state`` keys of what the encoding draws in a pass (``pe.plan_draws``):
+        drawn on the host each step and copied in after the batch and positions."""
 
     @staticmethod
     def supported(device: torch.device, precision: str) -> bool:
@@ -172,13 +177,17 @@ class GraphedStep:
             args.append(positions)
         key = tuple((tuple(a.shape), a.dtype) for a in args)
         if key not in self.graphs:
+            samples = draw_samples(self.model.pe, self.device)
+            self.draw_keys = tuple(samples)
             try:
-                self.graphs[key] = self._capture(args)
+                self.graphs[key] = self._capture(args + list(samples.values()), positions is not None)
             except _NotYet:
                 return None
         captured = self.graphs[key]
         if captured is None:
-            return None
+            return None  # the caller steps eagerly, drawing in its pass
+        draws = self.model.pe.plan_draws(self.device)  # this step's, from the run's own stream
+        args += [draws[k] for k in self.draw_keys]
         for static, a in zip(captured.inputs, args, strict=True):
             static.copy_(a)
         captured.graph.replay()
@@ -187,11 +196,13 @@ class GraphedStep:
         task = captured.task.clone()
         return (task, task) if captured.loss is captured.task else (captured.loss.clone(), task)
 
-    def _loss(self, inputs: list[Tensor]) -> tuple[Tensor, Tensor]:
-        positions = inputs[4] if len(inputs) > 4 else None
-        return plain_loss(self.model, self.precision, Batch(*inputs[:4]), positions)
+    def _loss(self, inputs: list[Tensor], with_positions: bool) -> tuple[Tensor, Tensor]:
+        """The pass on the static inputs: the padded batch, the positions where planned, the draws."""
+        positions = inputs[4] if with_positions else None
+        draws = dict(zip(self.draw_keys, inputs[5 if with_positions else 4 :], strict=True))
+        return plain_loss(self.model, self.precision, Batch(*inputs[:4]), positions, draws)
 
-    def _capture(self, args: list[Tensor]) -> _Captured | None:
+    def _capture(self, args: list[Tensor], with_positions: bool) -> _Captured | None:
         inputs = [a.clone() for a in args]
         params = [p for g in self.opt.param_groups for p in g["params"]]
 
@@ -199,7 +210,7 @@ class GraphedStep:
             # each step's gradients afresh: captured from no gradient, a replay writes them
             # (it never adds to the last step's); said here so the body means it run by run
             self.opt.zero_grad(set_to_none=True)
-            loss, task = self._loss(inputs)
+            loss, task = self._loss(inputs, with_positions)
             loss.backward()
             nn.utils.clip_grad_norm_(params, self.grad_clip)
             self.opt.step()
@@ -212,7 +223,7 @@ class GraphedStep:
                     with self.recorder.warm_up(self.device):
                         for _ in range(WARMUP):
                             self.opt.zero_grad(set_to_none=True)
-                            self._loss(inputs)[0].backward()
+                            self._loss(inputs, with_positions)[0].backward()
                     stateless = [p for p in params if p.grad is not None and p not in self.opt.state]
                     if stateless:  # its state would be made inside the graph, and made afresh every replay:
                         raise _NotYet  # this step runs eagerly and makes it; the next one captures

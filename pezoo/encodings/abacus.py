@@ -23,6 +23,7 @@ digits of the caller's vocabulary.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -171,6 +172,10 @@ class Abacus(PositionalEncoding):
                 f"(a number of {int(index.max() - offset)} digits, offset {int(offset)}); "
                 "build it with a larger max_index"
             )
+
+    def own_draws(self, device: torch.device) -> dict[Any, Tensor]:
+        """The training offset k of the next pass (``plan_draws``), where the pass looks for it."""
+        return {self.ctx_key(_OFFSET): draw_offset(self.max_k, device, self._generator)} if self.training else {}
 
     def extra_repr(self) -> str:
         ids = list(self.digit_ids)

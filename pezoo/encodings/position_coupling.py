@@ -382,6 +382,10 @@ class PositionCoupling(PositionalEncoding):
                 "build it with a larger max_index"
             )
 
+    def own_draws(self, device: torch.device) -> dict[Any, Tensor]:
+        """The training offset k of the next pass (``plan_draws``), where the pass looks for it."""
+        return {self.ctx_key(_OFFSET): draw_offset(self.max_k, device, self._generator)} if self.training else {}
+
     def extra_repr(self) -> str:
         c = self.coupling
         segments = [s.as_option() for s in c.segments]

@@ -309,6 +309,28 @@ def test_graphed_run_matches_its_eager_run_on_cuda(pe):
         assert abs(x.exact_match - y.exact_match) <= 0.05 and abs(x.token_accuracy - y.token_accuracy) <= 0.05
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("setting", ["on", "prefetch,readback,fused,graphs,forced,step"])
+@pytest.mark.parametrize("pe", ["abacus", "position_coupling"])
+def test_an_offset_drawing_run_is_captured_and_matches_its_eager_run_on_cuda(pe, setting):
+    """Abacus's and position coupling's offsets are drawn outside the graphed pass and handed
+    in (``pe.plan_draws``): every bucket captures (a bucket left eager warns, an error here),
+    graphed pass or whole step, and the run's losses are its eager run's within 1e-3."""
+    import warnings
+
+    cfg = preset_config("smoke", pe=pe, task="addition", seed=0)
+    device = torch.device("cuda")
+    runs = []
+    for accel in (Accel(), Accel.for_device(device, setting)):
+        seen: list[float] = []
+        model = build_model(cfg, device)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="no (whole-step )?CUDA graph")
+            train(cfg, model, create("addition"), device, on_step=lambda s, v, seen=seen: seen.append(v), accel=accel)
+        runs.append(seen)
+    torch.testing.assert_close(torch.tensor(runs[1]), torch.tensor(runs[0]), rtol=1e-3, atol=1e-4)
+
+
 def test_a_consumer_that_stops_early_leaves_no_producer_behind():
     """The loop raising mid-run (a diverged loss) with the producer blocked on a full queue,
     even on its end-of-stream marker: closing stops and joins it."""
@@ -465,12 +487,28 @@ def test_a_whole_step_graphed_run_matches_its_eager_run_on_cuda(pe, tmp_path):
     assert all(isinstance(g["lr"], float) for g in resume["optimizer"]["param_groups"])
 
 
+def _no_host_draws():
+    """A block in which torch's random constructors raise (what a graph's replay cannot redo)."""
+    import contextlib
+    from unittest import mock
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a host draw inside a replayed step: a CUDA graph would replay it frozen")
+
+    stack = contextlib.ExitStack()
+    for name in ("randint", "rand", "randn", "randperm"):
+        stack.enter_context(mock.patch.object(torch, name, refuse))
+    return stack
+
+
 class _ReplayingStandIn:
     """A CPU stand-in for CUDA graphs (``harness.training.step_graph.Recorder``): "capturing"
     keeps the step's body without running it; a replay runs it and writes its losses into
     the static outputs, as a graph's replay writes into its own. The data flow a graph has
     (static inputs copied in, the rate read from the optimiser's tensor at each replay, the
-    optimiser's state made before the capture) is then the stand-in's too."""
+    optimiser's state made before the capture) is then the stand-in's too. A graph's replay
+    runs no host code, so a random draw the body makes on the host would be frozen into a
+    real graph (or refuse its capture): the stand-in's replay refuses it."""
 
     def __init__(self):
         self.captures = self.replays = 0
@@ -494,7 +532,8 @@ class _ReplayingStandIn:
         class Graph:
             def replay(self):
                 stand_in.replays += 1
-                got_loss, got_task = body()
+                with _no_host_draws():
+                    got_loss, got_task = body()
                 loss.copy_(got_loss.detach())
                 task.copy_(got_task.detach())
 
@@ -538,3 +577,29 @@ def test_the_whole_step_graph_trains_the_eager_loops_run_with_a_cpu_stand_in(mon
     assert stand_in.replays - replays == cfg.train.steps - 12  # the state came with it: no eager step
     torch.testing.assert_close(torch.tensor([v for _, v in tail]), torch.tensor([v for _, v in seen[12:]]),
                                rtol=1e-5, atol=1e-6)  # fmt: skip
+
+
+@pytest.mark.parametrize("pe", ["abacus", "position_coupling"])
+def test_a_whole_step_graph_takes_the_offsets_drawn_outside_it(pe, monkeypatch):
+    """Abacus and position coupling draw one offset per batch. A graph replays kernels, not
+    the host's draws, so the step's offset is drawn outside the graph, from the run's own
+    stream, and copied in (``pe.plan_draws``): with the stand-in refusing any draw inside a
+    replay, every step after the first replays, and the run (a fresh offset each step) is the
+    eager loop's, loss for loss and weight for weight."""
+    import harness.training.step_graph as sg
+    import harness.training.train as tr
+
+    stand_in = _ReplayingStandIn()
+    monkeypatch.setattr(sg, "CUDA", stand_in)
+    monkeypatch.setattr(sg.GraphedStep, "supported", staticmethod(lambda device, precision: True))
+    fused = tr.make_optimizer
+    monkeypatch.setattr(tr, "make_optimizer", lambda model, cfg, fused_=False, **kw: fused(model, cfg, fused=True))
+    cfg = preset_config("smoke", pe=pe, task="addition", seed=0, overrides={"train": {"steps": 12}})
+
+    eager_seen, _, eager_model = _train(cfg, Accel(readback=4))
+    seen, _, model = _train(cfg, Accel(readback=4, fused=True, step=True))
+    assert stand_in.captures >= 1 and stand_in.replays == cfg.train.steps - 1
+    torch.testing.assert_close(torch.tensor([v for _, v in seen]), torch.tensor([v for _, v in eager_seen]),
+                               rtol=1e-5, atol=1e-6)  # fmt: skip
+    for a, b in zip(model.parameters(), eager_model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
