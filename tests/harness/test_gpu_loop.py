@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+import warnings
 
 import pytest
 import torch
@@ -258,6 +259,42 @@ def _static_output_graphs(module, samples, num_warmup_iters=3, allow_unused_inpu
         return tuple(into_static(i, o) for i, o in enumerate(out))
 
     return graphed
+
+
+def test_graphed_passes_take_the_offsets_drawn_outside_them(monkeypatch):
+    """GraphedLoss on Abacus: the stand-in graph refuses a host draw in its replays (a CUDA
+    graph would replay one frozen offset), so the step's offset must come in as an input,
+    drawn from the run's own stream; the run is then the eager loop's, step for step."""
+    def drawless_graphs(module, samples, num_warmup_iters=3, allow_unused_input=False):
+        graphed = _static_output_graphs(module, samples)
+
+        def replay(*args):
+            with _no_host_draws():
+                return graphed(*args)
+
+        return replay
+
+    monkeypatch.setattr(torch.cuda, "make_graphed_callables", drawless_graphs)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: torch.get_rng_state())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device=None: torch.set_rng_state(state))
+    cfg = preset_config("smoke", pe="abacus", task="addition", seed=0, overrides={"train": {"steps": 12}})
+    runs = []
+    for graphed in (False, True):
+        if graphed:  # what loss_function gives on CUDA with graphs on, here on CPU
+
+            def graphed_loss(model, precision, device, graphs=False, draws=None, padded=True):
+                eager = GraphedLoss(model, precision, lambda batch, host: training_loss(model, batch, precision, draws))
+                return lambda batch, host: eager(batch, batch)  # the host copy: a CPU batch is its own
+
+            monkeypatch.setattr(step_loss, "loss_function", graphed_loss)
+        seen: list[float] = []
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="no CUDA graph")
+            model = build_model(cfg, "cpu")
+            train(cfg, model, create("addition"), "cpu", on_step=lambda s, v, seen=seen: seen.append(v),
+                  accel=Accel(readback=4))  # fmt: skip
+        runs.append(seen)
+    torch.testing.assert_close(torch.tensor(runs[1]), torch.tensor(runs[0]), rtol=1e-4, atol=1e-5)
 
 
 def test_graphed_losses_survive_the_next_replay(monkeypatch):
