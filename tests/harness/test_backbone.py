@@ -103,6 +103,16 @@ def test_state_planned_too_short_is_a_clear_error():
         model(torch.zeros(1, 5, dtype=torch.long), state=state)
 
 
+def test_draws_handed_to_a_decoding_step_are_a_clear_error():
+    """Planned draws (``pe.plan_draws``) seed a full pass; a decoding state holds its own,
+    so handing them to a step is refused, as positions are, before anything is computed."""
+    model = build("rope")
+    state = model.start_state(1, 4)
+    with pytest.raises(ValueError, match="positions and draws are for a full pass"):
+        model(torch.zeros(1, 2, dtype=torch.long), state=state, draws={})
+    assert state["length"] == 0  # nothing fed
+
+
 def test_attention_probabilities_are_returned_by_eager():
     model = build("alibi")
     logits, probs = model(torch.zeros(1, 6, dtype=torch.long), return_probs=True)
