@@ -25,11 +25,15 @@ from harness.training.train import build_model
 BOARD = ["randomized", "prism{paper}", "prism", "hard_alibi", "rope", "nope", "ape", "learned_ape", "alibi", "t5",
          "learned_prf", "learned_prf_sh", "fire", "kerple_log", "kerple_power", "xpos", "cope", "abacus"]  # fmt: skip
 
-LM_SWEEP = Path(__file__).resolve().parents[2] / "leaderboard" / "lm" / "sweep.toml"
+ROOT = Path(__file__).resolve().parents[2]
+LM_SWEEP = ROOT / "leaderboard" / "lm" / "sweep.toml"
 LM_TRAINED = [p for g in parse_toml(read_text(LM_SWEEP, TOML_LIMIT))["grid"] for p in g["pe"] if "@" not in p]
-ENCODINGS = list(dict.fromkeys(BOARD + LM_TRAINED))
-"""The board's encodings and the LM track's, options as its sweep sets them (xPos blockwise: on
-an H100 its block mask's -inf was a host-made tensor, and every LM capture of it failed)."""
+FRONTIER = [p for g in parse_toml(read_text(ROOT / "leaderboard" / "board-frontier.toml", TOML_LIMIT))["grid"]
+            for p in g["pe"] if "copy" in g["task"]]  # fmt: skip
+ENCODINGS = list(dict.fromkeys(BOARD + FRONTIER + LM_TRAINED))
+"""The board's encodings (the frontier's rows on copy among them) and the LM track's, options as
+their sweeps set them (xPos blockwise: on an H100 its block mask's -inf was a host-made tensor,
+and every LM capture of it failed)."""
 
 HOST_WORK = ("aten._local_scalar_dense", "aten.lift_fresh", "aten.nonzero", "aten.masked_select", "aten._unique")
 """Operations a captured pass cannot hold: a host value read back (``.item()``, ``int(t)``), a
@@ -57,9 +61,11 @@ def host_work(pe: str) -> list[str]:
     model = build_model(cfg, "cpu")
     _, batch = training_batch("quick", 4, torch.device("cpu"))
     padded, positions = padded_loss_inputs(model, batch, batch)
-    with HostWork() as watch:
-        loss, _ = plain_loss(model, "fp32", padded, positions)
-        loss.backward()
+    with model.pe.drawing_from(torch.Generator()):  # as the loop trains: the run's own stream
+        draws = model.pe.plan_draws(padded.inputs.device)  # drawn outside the graph, handed in
+        with HostWork() as watch:
+            loss, _ = plain_loss(model, "fp32", padded, positions, draws)
+            loss.backward()
     return watch.seen
 
 
@@ -79,11 +85,13 @@ def host_copies(pe: str) -> list[str]:
     model = build_model(cfg, "cpu").to(meta)
     _, batch = training_batch("quick", 4, torch.device("cpu"))
     padded, positions = padded_loss_inputs(model, batch.to(meta), batch)
-    with HostWork() as watch:
-        try:
-            padded_pass_loss(model, padded, positions).backward()  # no autocast: it has no meta device type
-        except (RuntimeError, NotImplementedError) as exc:
-            watch.seen.append(f"error: {exc}"[:200])
+    with model.pe.drawing_from(torch.Generator()):  # as the loop trains: the run's own stream
+        draws = model.pe.plan_draws(meta)  # drawn outside the graph, handed in
+        with HostWork() as watch:
+            try:  # no autocast: it has no meta device type
+                padded_pass_loss(model, padded, positions, draws).backward()
+            except (RuntimeError, NotImplementedError) as exc:
+                watch.seen.append(f"error: {exc}"[:200])
     return watch.seen
 
 
