@@ -7,6 +7,11 @@ For the GPU issue's measured headline (one 10-minute GPU run trains and evaluate
 runs) and for the board's GPU work (addition, whose column costs 35-40 hours on the 2-core
 CPU; a retrain of one CPU table to compare the two devices):
 
+- the published runs (``leaderboard/results``, the LM track's under ``lm/``) are imported
+  into the store first (``pezoo leaderboard import``), so a fresh machine skips what earlier
+  device calls brought back and were committed: a sweep longer than one call's budget (the
+  LM rerun, the frontier's rows) goes on where the last call left it; ``--fresh`` trains
+  published runs again (a retrain to compare devices);
 - ``pezoo bench --sweep SWEEP`` runs in a subprocess, on CUDA, with the default executor
   (the group: runs side by side in one process, ``harness.sweeps.executors.grouped``),
   into a store of its own under ``.boardgpu/`` (ignored by git; kept between calls on a
@@ -14,7 +19,8 @@ CPU; a retrain of one CPU table to compare the two devices):
 - at ``--budget`` seconds it is interrupted as a user's Ctrl-C interrupts it: the runs in
   flight are marked interrupted and keep their checkpoints, the finished ones are in the
   store;
-- the finished runs are exported as results files (``pezoo leaderboard export``) into
+- the finished runs not published yet are exported as results files (``pezoo leaderboard
+  export`` into a copy of the published folder, whose new files come back) into
   ``OUT/results/``, and ``OUT/board-gpu-summary.json`` says how many finished in how long,
   the sweep's training steps per second and the GPU's utilisation (nvidia-smi, every
   500 ms).
@@ -36,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,15 +105,36 @@ def finished(store: Path) -> dict[str, Any]:
     }
 
 
-def export(store: Path, out: Path) -> dict[str, Any]:
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          check=False)  # fmt: skip
+
+
+def import_published(store: Path, published: Path) -> dict[str, Any]:
+    """``pezoo leaderboard import``: the published runs into ``store`` as finished (skipped by the sweep)."""
+    if not published.is_dir():
+        return {"code": None, "tail": f"no published results at {published}"}
+    proc = _cli("leaderboard", "import", "--results", str(published), "--store", str(store))
+    return {"code": proc.returncode, "tail": (proc.stdout + proc.stderr)[-500:]}
+
+
+def export(store: Path, out: Path, published: Path | None = None, scratch: Path | None = None) -> dict[str, Any]:
+    """The store's finished runs as results files under ``out``; with ``published``, only those
+    not published there: exported into ``scratch``, a copy of the published folder (export
+    writes what its folder lacks, in new files), whose new files are moved to ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "leaderboard", "export", "--store", str(store), "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    if published is None or scratch is None or not published.is_dir():
+        proc = _cli("leaderboard", "export", "--store", str(store), "--out", str(out))
+    else:
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.copytree(published, scratch)
+        before = {p.relative_to(scratch) for p in scratch.rglob("*") if p.is_file()}
+        proc = _cli("leaderboard", "export", "--store", str(store), "--out", str(scratch))
+        for path in sorted(p for p in scratch.rglob("*") if p.is_file()):
+            name = path.relative_to(scratch)
+            if name not in before:  # a new results file (board, lm/) or a new run's diagnostics
+                (out / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(path, out / name)
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*.jsonl"))  # an LM sweep's: lm/*.jsonl
     return {"code": proc.returncode, "files": files, "tail": proc.stdout[-500:]}
 
@@ -119,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", default=None, help="the store's name under .boardgpu/ (default: the sweep's)")
     parser.add_argument("--work", type=Path, default=WORK, help="where the stores and logs stay between calls")
     parser.add_argument("--dry-run", action="store_true", help="on CPU: --sweep, else a two-run smoke sweep")
+    parser.add_argument("--published", type=Path, default=ROOT / "leaderboard" / "results",
+                        help="the published results: imported first (skipped), never exported again")  # fmt: skip
+    parser.add_argument("--fresh", action="store_true", help="train published runs again (no import)")
     args, extra = parser.parse_known_args(argv)
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
@@ -131,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         sweep = args.sweep or ROOT / "leaderboard" / "later" / "board-addition.toml"
         device = "cuda"
     store = work / f"{args.tag or sweep.stem}.sqlite"
+    published = None if args.fresh else args.published
+    imported = import_published(store, published) if published is not None else None
     before = finished(store)
     sampler = None if args.dry_run else sample_utilisation()
     run = sweep_for(args.budget, sweep, store, device, extra)
@@ -142,13 +175,14 @@ def main(argv: list[str] | None = None) -> int:
         "sweep": str(sweep.relative_to(ROOT) if sweep.is_relative_to(ROOT) else sweep),
         "budget_s": args.budget,
         **run,
+        "imported": imported,
         "finished_before": before["runs"],
         "finished_now": after["runs"],
         "finished_in_this_call": new["runs"],
         "sweep_steps_per_s": round(new["steps"] / run["wall_s"], 1) if run["wall_s"] else None,
         "steps_per_s_a_run": round(new["steps"] / train_s, 1) if train_s else None,
         "gpu_util": busy,
-        "export": export(store, args.out / "results"),
+        "export": export(store, args.out / "results", published, work / "export"),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "board-gpu-summary.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -23,16 +23,30 @@ def _module():
 @pytest.mark.slow
 def test_dry_run_trains_exports_and_counts(tmp_path):
     bg = _module()
-    out, work = tmp_path / "out", tmp_path / "work"
-    assert bg.main(["--dry-run", "--budget", "300", "--out", str(out), "--work", str(work)]) == 0
+    out, work, published = tmp_path / "out", tmp_path / "work", tmp_path / "published"
+    published.mkdir()
+    common = ["--dry-run", "--budget", "300", "--published", str(published)]
+    assert bg.main([*common, "--out", str(out), "--work", str(work)]) == 0
     summary = json.loads((out / "board-gpu-summary.json").read_text())
     assert summary["code"] == 0 and not summary["stopped"]
     assert summary["finished_in_this_call"] == 2 and summary["finished_now"] == 2
     assert summary["export"]["code"] == 0 and summary["export"]["files"]
     # a second call on the same machine finds them done
-    assert bg.main(["--dry-run", "--budget", "300", "--out", str(tmp_path / "again"), "--work", str(work)]) == 0
+    assert bg.main([*common, "--out", str(tmp_path / "again"), "--work", str(work)]) == 0
     again = json.loads((tmp_path / "again" / "board-gpu-summary.json").read_text())
     assert again["finished_before"] == 2 and again["finished_in_this_call"] == 0
+
+    # what came back is committed (published); a fresh machine's call imports it and trains nothing
+    # again, and brings back no copy of it
+    for path in (out / "results").rglob("*.jsonl"):
+        (published / path.relative_to(out / "results")).parent.mkdir(parents=True, exist_ok=True)
+        path.replace(published / path.relative_to(out / "results"))
+    fresh = tmp_path / "fresh"
+    assert bg.main([*common, "--out", str(fresh), "--work", str(tmp_path / "work2")]) == 0
+    later = json.loads((fresh / "board-gpu-summary.json").read_text())
+    assert later["imported"]["code"] == 0 and later["finished_before"] == 2, later
+    assert later["finished_in_this_call"] == 0 and later["export"]["files"] == [], later
+    assert sorted(p.name for p in published.rglob("*.jsonl")) == summary["export"]["files"]  # left as it was
 
 
 def test_a_sweep_past_its_budget_is_interrupted_and_loses_nothing_finished(tmp_path):
@@ -64,7 +78,7 @@ def test_an_lm_sweep_dry_runs_from_a_corpus_snapshot_and_comes_back_under_lm(tmp
     bg = _module()
     out = tmp_path / "out"
     assert bg.main(["--dry-run", "--sweep", str(sweep), "--budget", "300", "--out", str(out),
-                    "--work", str(tmp_path / "work")]) == 0  # fmt: skip
+                    "--work", str(tmp_path / "work"), "--fresh"]) == 0  # fmt: skip
     summary = json.loads((out / "board-gpu-summary.json").read_text())
     assert summary["code"] == 0 and summary["finished_in_this_call"] == 3, summary  # alibi, rope and its variant
     assert summary["export"]["code"] == 0 and all(f.startswith("lm/") for f in summary["export"]["files"])
