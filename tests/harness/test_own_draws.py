@@ -44,13 +44,14 @@ def test_training_draws_leave_the_global_rng_alone(name):
     assert torch.equal(repeat, loss)
 
 
-@pytest.mark.parametrize("name", pezoo.available())
+@pytest.mark.parametrize("name", [*pezoo.available(), "abacus+fire", "randomized:rope+abacus"])
 def test_a_pass_handed_its_planned_draws_is_the_pass_that_draws_them(name):
     """``pe.plan_draws`` draws, outside a pass, what the pass would draw (a CUDA graph takes
     them as inputs: it cannot redo a host draw): a pass handed them gives the logits of the
     pass that draws for itself from the same state, draws nothing more, and leaves the stream
     where that pass leaves it. Registry-wide, so an encoding that draws in its pass without
-    planning it fails here (its graphed steps would replay one frozen draw)."""
+    planning it fails here (its graphed steps would replay one frozen draw); combinations too,
+    whose parts' draws are gathered (two drawing encodings in one model)."""
     try:
         cfg = preset_config("smoke", pe=name, task="addition", seed=0)
         model = build_model(cfg)
