@@ -98,6 +98,19 @@ def acts_through(encoding: PositionalEncoding, hook: str) -> bool:
     return any(acts_through(inner, hook) for inner in encoding.delegates())
 
 
+def to_device(drawn: Tensor, device: torch.device | str) -> Tensor:
+    """``drawn``, values an encoding drew on the host (random positions, an offset), on
+    ``device``. To a GPU the copy goes from pinned memory without waiting on the stream
+    (``non_blocking``): a plain copy from pageable memory synchronises, so a training step
+    would wait for every kernel queued before it, each step. Except while the current stream
+    captures a CUDA graph: there the plain copy fails the capture, which is what should
+    happen, where an asynchronous one would freeze this one draw into every replay."""
+    device = torch.device(device)
+    if device.type != "cuda" or drawn.device.type != "cpu" or torch.cuda.is_current_stream_capturing():
+        return drawn.to(device)
+    return drawn.pin_memory().to(device, non_blocking=True)
+
+
 def check_lengths(lengths: Tensor, width: int) -> None:
     """ValueError unless ``lengths`` is a 1-D integer tensor of row lengths in ``[0, width]``
     (the real tokens of right-padded rows ``width`` tokens wide)."""

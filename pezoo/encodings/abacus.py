@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from pezoo.cards import PaperCard, PaperClaim, PlotLook
 from pezoo.context import AttentionContext, check_embed, check_sizes
-from pezoo.interface import PositionalEncoding
+from pezoo.interface import PositionalEncoding, to_device
 from pezoo.registry import register
 
 DEFAULT_MAX_INDEX = 1024
@@ -54,7 +54,7 @@ def draw_offset(max_k: int, device: torch.device | str, generator: torch.Generat
     """
     if generator is None:
         return torch.randint(max_k + 1, (), device=device)
-    return torch.randint(max_k + 1, (), generator=generator).to(device)
+    return to_device(torch.randint(max_k + 1, (), generator=generator), device)
 
 
 def abacus_indices(is_digit: Tensor, run_before: Tensor | None = None) -> Tensor:

@@ -48,7 +48,7 @@ from torch import Tensor, nn
 
 from pezoo.cards import PaperCard, PaperClaim, RunFacts
 from pezoo.context import AttentionContext, check_embed, check_number, check_sizes
-from pezoo.interface import PositionalEncoding
+from pezoo.interface import PositionalEncoding, to_device
 from pezoo.registry import ModelDims, register
 
 __all__ = ["CoupledSegment", "Coupling", "CouplingState", "PositionCoupling", "coupled_significance", "draw_offset"]
@@ -229,7 +229,7 @@ def draw_offset(max_k: int, device: torch.device | str, generator: torch.Generat
     generator, so a traced draw would give a compiled model another offset than eager."""
     if generator is None:
         return torch.randint(max_k + 1, (), device=device)
-    return torch.randint(max_k + 1, (), generator=generator).to(device)
+    return to_device(torch.randint(max_k + 1, (), generator=generator), device)
 
 
 # -- the paper's card --------------------------------------------------------------

@@ -47,7 +47,7 @@ from torch import Tensor
 from pezoo.cards import PaperCard, PaperClaim, PlotLook, RunFacts, option_departures
 from pezoo.context import check_length
 from pezoo.encodings.ape import SinusoidalAPE
-from pezoo.interface import PositionalEncoding, check_lengths
+from pezoo.interface import PositionalEncoding, check_lengths, to_device
 from pezoo.registry import WRAPPERS, ModelDims, register
 from pezoo.wrapper import Wrapper
 
@@ -86,7 +86,7 @@ def sample_sorted_positions(
             f"{max_length} tokens; got {length}. Build the encoding with a larger max_length"
         )
     chosen = torch.randperm(max_length, generator=generator)[:length]  # (s,)
-    return chosen.sort().values.to(device)
+    return to_device(chosen.sort().values, device)
 
 
 class RandomizedPE(Wrapper):
@@ -195,7 +195,7 @@ class RandomizedPE(Wrapper):
                 continue  # an empty row: its padding is 0
             drawn = sample_sorted_positions(n, self.max_length, generator=self._generator)  # (n,)
             planned[on_cpu == n] = torch.cat([drawn, drawn[-1:].expand(width - n)])
-        return planned.to(device)
+        return to_device(planned, device)
 
     def extra_repr(self) -> str:
         return f"max_length={self.max_length}, randomize_eval={self.randomize_eval}, draw={self.draw!r}"

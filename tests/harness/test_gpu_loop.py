@@ -368,6 +368,36 @@ def test_an_offset_drawing_run_is_captured_and_matches_its_eager_run_on_cuda(pe,
     torch.testing.assert_close(torch.tensor(runs[1]), torch.tensor(runs[0]), rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA sync checks need a GPU")
+@pytest.mark.parametrize(
+    ("pe", "task"), [("randomized", "copy"), ("abacus", "addition"), ("position_coupling", "addition")]
+)
+def test_a_graphed_step_that_draws_waits_for_no_kernel_on_cuda(pe, task):
+    """What an encoding draws (randomized positions, an offset) is drawn on the host and
+    copied over each step (``pezoo.interface.to_device``): asynchronously, from pinned memory,
+    so a replayed step never waits for the kernels queued before it (CUDA's sync debug mode
+    raises on any synchronising call)."""
+    from harness.tasks.data import collate, sample_training_batch
+
+    cfg = preset_config("smoke", pe=pe, task=task, seed=0)
+    device = torch.device("cuda")
+    model = build_model(cfg, device).train()
+    host = collate(sample_training_batch(create(task), random.Random(0), 8, 1, 5), cfg.protocol)
+    batch = host.to(device)
+    own = torch.Generator().manual_seed(0)
+    graphed = GraphedLoss(model, "fp32", lambda b, h: training_loss(model, b, "fp32", own))
+    with model.pe.drawing_from(own):
+        graphed(batch, host)[0].backward()  # the capture (and its warm-up) may synchronise
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(3):
+                graphed(batch, host)[0].backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert None not in graphed.graphs.values()  # replayed, not eager
+
+
 def test_a_consumer_that_stops_early_leaves_no_producer_behind():
     """The loop raising mid-run (a diverged loss) with the producer blocked on a full queue,
     even on its end-of-stream marker: closing stops and joins it."""
