@@ -130,11 +130,14 @@ def export(store: Path, out: Path, published: Path | None = None, scratch: Path 
         shutil.copytree(published, scratch)
         before = {p.relative_to(scratch) for p in scratch.rglob("*") if p.is_file()}
         proc = _cli("leaderboard", "export", "--store", str(store), "--out", str(scratch))
-        for path in sorted(p for p in scratch.rglob("*") if p.is_file()):
-            name = path.relative_to(scratch)
-            if name not in before:  # a new results file (board, lm/) or a new run's diagnostics
-                (out / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(path, out / name)
+        if proc.returncode == 0:
+            for path in sorted(p for p in scratch.rglob("*") if p.is_file()):
+                name = path.relative_to(scratch)
+                if name not in before:  # a new results file (board, lm/) or a new run's diagnostics
+                    (out / name).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.move(path, out / name)
+        else:  # the published folder did not read back: bring back every finished run rather than none
+            proc = _cli("leaderboard", "export", "--store", str(store), "--out", str(out))
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*.jsonl"))  # an LM sweep's: lm/*.jsonl
     return {"code": proc.returncode, "files": files, "tail": proc.stdout[-500:]}
 

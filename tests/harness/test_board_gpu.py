@@ -82,3 +82,29 @@ def test_an_lm_sweep_dry_runs_from_a_corpus_snapshot_and_comes_back_under_lm(tmp
     summary = json.loads((out / "board-gpu-summary.json").read_text())
     assert summary["code"] == 0 and summary["finished_in_this_call"] == 3, summary  # alibi, rope and its variant
     assert summary["export"]["code"] == 0 and all(f.startswith("lm/") for f in summary["export"]["files"])
+
+
+
+def test_a_published_folder_that_does_not_read_back_costs_no_result(tmp_path):
+    """The published runs are read twice (imported first, deduplicated at export): a folder
+    that fails to read (a damaged file) must not cost the device's runs. Nothing is imported,
+    and every finished run is brought back instead of none."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "leaderboard"))
+    from leaderboard_fixtures import make_record, write_jsonl
+
+    from leaderboard.export import import_results
+
+    bg = _module()
+    published = tmp_path / "published"
+    published.mkdir()
+    (published / "smoke-20261127-000000000000.jsonl").write_text("{not json\n")
+    store = tmp_path / "s.sqlite"
+    assert bg.import_published(store, published)["code"] not in (0, None)
+    finished = tmp_path / "finished"  # a run this call finished, into the store
+    em = {n: 1.0 if n <= 5 else 0.5 for n in range(1, 7)}
+    write_jsonl(finished / "smoke-20261127-000000000000.jsonl", [make_record("nope", "copy", 0, em)])
+    import_results(finished, store)
+    got = bg.export(store, tmp_path / "out", published, tmp_path / "scratch")
+    assert got["code"] == 0 and len(got["files"]) == 1, got
