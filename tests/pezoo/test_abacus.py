@@ -136,3 +136,25 @@ def test_meta_build_then_reset_restores_the_digit_ids():
     pe = pe.to_empty(device="cpu")
     pe.reset_parameters()
     assert pe.digits.tolist() == list(range(4, 14))
+
+
+@pytest.mark.parametrize("name", ["abacus", "position_coupling"])
+def test_a_context_seeded_with_planned_draws_is_the_pass_that_draws(name):
+    """The CUDA-graph recipe of docs/use-in-your-model.md: the offset drawn outside the pass
+    (``plan_draws``, from the same generator state) and handed in through the context's state
+    gives the embedding the pass gives when it draws itself, and the pass then draws nothing;
+    in eval mode nothing is planned (the offset is 0)."""
+    pe = pezoo.create(name, d_model=8).train()
+    tokens = torch.tensor([[1, 2, 10, 3, 4, 5, 11, 6]])
+    x, pos = torch.randn(1, 8, 8), torch.arange(8)[None]
+    drawing = torch.Generator().manual_seed(4)
+    with pe.drawing_from(drawing):
+        itself = pe.embed_tokens(x, tokens, AttentionContext(q_pos=pos, k_pos=pos))
+    planning = torch.Generator().manual_seed(4)
+    with pe.drawing_from(planning):
+        draws = pe.plan_draws("cpu")
+        state = planning.get_state()
+        handed = pe.embed_tokens(x, tokens, AttentionContext(q_pos=pos, k_pos=pos, state=dict(draws)))
+    assert torch.equal(handed, itself) and len(draws) == 1
+    assert torch.equal(planning.get_state(), state) and torch.equal(state, drawing.get_state())
+    assert pe.eval().plan_draws("cpu") == {}
