@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -126,20 +126,41 @@ def padded_pass_loss(
     return total / (labels != IGNORE).sum()
 
 
+def graph_inputs(
+    model: Backbone, batch: Batch, host: Batch | None, quantum: int, padded: bool
+) -> tuple[list[Tensor], bool]:
+    """A step's graph inputs but its draws: the batch padded to its bucket (as it is when not
+    ``padded``: a language-modelling task's windows), then the positions planned for it where
+    the encoding plans them (:func:`padded_loss_inputs`); and whether positions are among them."""
+    if padded:
+        batch, positions = padded_loss_inputs(model, batch, host, quantum)
+    else:
+        positions = None
+    inputs = [batch.inputs, batch.labels, batch.scales, batch.scored]
+    return ([*inputs, positions], True) if positions is not None else (inputs, False)
+
+
+def graph_loss(
+    model: Backbone, precision: str, inputs: Sequence[Tensor], with_positions: bool, draw_keys: tuple[Any, ...]
+) -> tuple[Tensor, Tensor]:
+    """:func:`plain_loss` on a graph's inputs: :func:`graph_inputs`'s, then one planned draw
+    for each of ``draw_keys``."""
+    positions = inputs[4] if with_positions else None
+    draws = dict(zip(draw_keys, inputs[5 if with_positions else 4 :], strict=True))
+    return plain_loss(model, precision, Batch(*inputs[:4]), positions, draws)
+
+
 class _Pass(nn.Module):
     """One bucket's pass as a module (its parameters the backbone's), for graph capture: its
-    inputs the padded batch, the planned positions (``with_positions``), then the planned
-    draws, one tensor for each of ``draw_keys``."""
+    inputs :func:`graph_loss`'s."""
 
     def __init__(self, model: Backbone, precision: str, with_positions: bool, draw_keys: tuple[Any, ...] = ()) -> None:
         super().__init__()
         self.model, self.precision, self.with_positions = model, precision, with_positions
         self.draw_keys = draw_keys
 
-    def forward(self, inputs: Tensor, labels: Tensor, scales: Tensor, scored: Tensor, *planned: Tensor):
-        positions = planned[0] if self.with_positions else None
-        draws = dict(zip(self.draw_keys, planned[1:] if self.with_positions else planned, strict=True))
-        loss, task = plain_loss(self.model, self.precision, Batch(inputs, labels, scales, scored), positions, draws)
+    def forward(self, *inputs: Tensor):
+        loss, task = graph_loss(self.model, self.precision, inputs, self.with_positions, self.draw_keys)
         return loss if loss is task else (loss, task.detach())
 
 
@@ -171,19 +192,13 @@ class GraphedLoss:
         in the order the graphs take them after the batch and positions."""
 
     def __call__(self, batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor]:
-        if self.padded:
-            padded, positions = padded_loss_inputs(self.model, batch, host, self.quantum)
-        else:
-            padded, positions = batch, None
-        args = [padded.inputs, padded.labels, padded.scales, padded.scored]
-        if positions is not None:
-            args.append(positions)
+        args, with_positions = graph_inputs(self.model, batch, host, self.quantum, self.padded)
         key = tuple((tuple(a.shape), a.dtype) for a in args)
         device = batch.inputs.device
         if key not in self.graphs:
             samples = draw_samples(self.model.pe, device)
             self.draw_keys = tuple(samples)
-            self.graphs[key] = self._capture(args + list(samples.values()), positions is not None)
+            self.graphs[key] = self._capture(args + list(samples.values()), with_positions)
         graphed = self.graphs[key]
         if graphed is None:
             return self.eager(batch, host)  # which draws in its pass

@@ -49,7 +49,7 @@ from torch import Tensor, nn
 
 from harness.tasks.data import Batch
 from harness.training.backbone import Backbone
-from harness.training.graphs import _CAPTURING, QUANTUM, draw_samples, padded_loss_inputs, plain_loss
+from harness.training.graphs import _CAPTURING, QUANTUM, draw_samples, graph_inputs, graph_loss
 
 WARMUP = 2
 """Forward and backward passes on a side stream before a capture (lazy initialisations:
@@ -168,19 +168,13 @@ class GraphedStep:
     def __call__(self, batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor] | None:
         if not self.ready():
             return None
-        if self.padded:
-            padded, positions = padded_loss_inputs(self.model, batch, host, self.quantum)
-        else:
-            padded, positions = batch, None
-        args = [padded.inputs, padded.labels, padded.scales, padded.scored]
-        if positions is not None:
-            args.append(positions)
+        args, with_positions = graph_inputs(self.model, batch, host, self.quantum, self.padded)
         key = tuple((tuple(a.shape), a.dtype) for a in args)
         if key not in self.graphs:
             samples = draw_samples(self.model.pe, self.device)
             self.draw_keys = tuple(samples)
             try:
-                self.graphs[key] = self._capture(args + list(samples.values()), positions is not None)
+                self.graphs[key] = self._capture(args + list(samples.values()), with_positions)
             except _NotYet:
                 return None
         captured = self.graphs[key]
@@ -197,10 +191,8 @@ class GraphedStep:
         return (task, task) if captured.loss is captured.task else (captured.loss.clone(), task)
 
     def _loss(self, inputs: list[Tensor], with_positions: bool) -> tuple[Tensor, Tensor]:
-        """The pass on the static inputs: the padded batch, the positions where planned, the draws."""
-        positions = inputs[4] if with_positions else None
-        draws = dict(zip(self.draw_keys, inputs[5 if with_positions else 4 :], strict=True))
-        return plain_loss(self.model, self.precision, Batch(*inputs[:4]), positions, draws)
+        """The pass on the static inputs (``graphs.graph_loss``)."""
+        return graph_loss(self.model, self.precision, inputs, with_positions, self.draw_keys)
 
     def _capture(self, args: list[Tensor], with_positions: bool) -> _Captured | None:
         inputs = [a.clone() for a in args]
