@@ -11,7 +11,7 @@ the identity both the store and the results files use).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +73,27 @@ class Plans:
         tables: per (preset, task), its planned runs.
         problems: sweep files that could not be read, each with the reason (the board is
             still built; the CLI prints them).
+        files_of: per planned run id, the sweep files that plan it (a board still being
+            filled names the ones with runs left: :meth:`unfinished`).
     """
 
     sources: Mapping[str, tuple[str, ...]]
     presets: Mapping[str, Planned]
     tables: Mapping[tuple[str, str], Planned]
     problems: tuple[str, ...] = ()
+    files_of: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def unfinished(self, preset: str, published: Iterable[str]) -> tuple[str, ...]:
+        """The preset's sweep files that plan a run not in ``published`` (run ids), in
+        :attr:`sources` order; all its sources where runs' files are unknown."""
+        plan = self.presets.get(preset)
+        if plan is None:
+            return ()
+        left = plan.run_ids - set(published)
+        if not self.files_of:
+            return self.sources.get(preset, ()) if left else ()
+        files = {f for run in left for f in self.files_of.get(run, ())}
+        return tuple(f for f in self.sources.get(preset, ()) if f in files)
 
     def without(self, tables: Iterable[tuple[str, str]]) -> Plans:
         """These plans less the (preset, task) ``tables`` (retired ones, ``leaderboard.retired``):
@@ -94,7 +109,7 @@ class Plans:
             row_of = None if plan.row_of is None else {r: c for r, c in plan.row_of.items() if r in run_ids}
             presets[preset] = Planned(run_ids, seeds, seed_of, cell_of, row_of)
         tables = {key: plan for key, plan in self.tables.items() if key not in gone}
-        return Plans(self.sources, presets, tables, self.problems)
+        return Plans(self.sources, presets, tables, self.problems, self.files_of)
 
 
 NO_PLANS = Plans({}, {}, {})
@@ -150,6 +165,9 @@ def plans_of(runs: Iterable[tuple[Any, ...]], problems: Iterable[str] = ()) -> P
         )
 
     presets = sorted({r[0] for r in runs})
+    files: dict[str, set[str]] = {}
+    for r in runs:
+        files.setdefault(r[3], set()).add(r[4])
     return Plans(
         sources={p: tuple(sorted({r[4] for r in runs if r[0] == p})) for p in presets},
         presets={p: planned([r for r in runs if r[0] == p]) for p in presets},
@@ -158,6 +176,7 @@ def plans_of(runs: Iterable[tuple[Any, ...]], problems: Iterable[str] = ()) -> P
             for p, t in sorted({(r[0], r[1]) for r in runs})
         },
         problems=tuple(problems),
+        files_of={run: tuple(sorted(names)) for run, names in files.items()},
     )
 
 

@@ -18,9 +18,12 @@ def filling_sentence(board: Board, preset: str) -> str | None:
     if f is None or f.complete:
         return None
     sources = ", ".join(f"leaderboard/{s}" for s in board.plans.sources[preset])
+    records = board.records_where(preset=preset)
+    left = board.plans.unfinished(preset, (r.run_id for r in records)) or board.plans.sources[preset][:1]
+    rest = " and ".join(f"pezoo sweep plan leaderboard/{s}" for s in left)
     return (
         f"Still being filled: {f.done} of the {plural(f.planned, 'run')} that {sources} plans are published "
-        f"({_seeds_phrase(f)}){_rerun_phrase(f)}; pezoo sweep plan {sources.split(', ')[0]} lists the rest. "
+        f"({_seeds_phrase(f)}){_rerun_phrase(f)}; {rest} {'list' if len(left) > 1 else 'lists'} the rest. "
         "A table with fewer runs or seeds than planned is provisional: its ranking may change."
     )
 

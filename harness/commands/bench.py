@@ -144,7 +144,8 @@ from pezoo.spec import parse_pe, split_pe_list
     "--time-limit",
     "time_limit",
     callback=duration,
-    help="Start only runs expected to end within this time from now (e.g. 2h30m, 90m, 1.5h): one that would "
+    help="Start only runs expected to end within this time from now (e.g. 2h30m, 90m, 1.5h; a bare number is "
+    "seconds): one that would "
     "not is deferred to a later bench, and a shorter run after it may go first. For a machine that goes away "
     "with its disk at a known time; runs started are never stopped (docs/sweeps.md).",
 )

@@ -52,6 +52,28 @@ def test_a_complete_plan_adds_nothing(tmp_path):
     assert "Still being filled" not in text and " of 6 planned runs" not in text and " of 2 planned runs" not in text
 
 
+def test_plans_name_the_sweep_files_with_runs_left():
+    plans = plans_of([("p", "copy", 0, "a", "x.toml"), ("p", "copy", 1, "b", "y.toml"), ("p", "rev", 0, "c", "y.toml"),
+                      ("p", "rev", 1, "d", "x.toml"), ("p", "rev", 1, "d", "y.toml")])  # fmt: skip
+    assert plans.files_of["d"] == ("x.toml", "y.toml")
+    assert plans.unfinished("p", ["a", "b", "c", "d"]) == ()
+    assert plans.unfinished("p", ["a", "d"]) == ("y.toml",)  # x.toml's runs are all in
+    assert plans.unfinished("p", ["b"]) == ("x.toml", "y.toml")
+    assert plans.unfinished("other", []) == ()
+
+
+def test_a_board_still_being_filled_names_each_sweep_file_with_runs_left(tmp_path):
+    (tmp_path / "more.toml").write_text('preset = "quick"\ntask = ["copy"]\nseeds = [1]\npe = ["alibi"]\n')
+    text = _board(tmp_path, 'preset = "quick"\ntask = ["copy"]\nseeds = [0]\npe = ["alibi", "ape"]\n')
+    # board.toml is complete: the sentence sends the reader to the file whose runs are still to come
+    assert "that leaderboard/board.toml, leaderboard/more.toml plans are published" in text
+    assert "pezoo sweep plan leaderboard/more.toml lists the rest" in text and "board.toml lists" not in text
+    (tmp_path / "later.toml").write_text('preset = "quick"\ntask = ["copy"]\nseeds = [2]\npe = ["ape"]\n')
+    shutil.rmtree(tmp_path / "results")
+    text = _board(tmp_path, 'preset = "quick"\ntask = ["copy"]\nseeds = [0]\npe = ["alibi", "ape"]\n')
+    assert "pezoo sweep plan leaderboard/later.toml and pezoo sweep plan leaderboard/more.toml list the rest" in text
+
+
 def test_an_unreadable_sweep_file_is_reported_and_the_board_is_still_built(tmp_path):
     (tmp_path / "results").mkdir()
     shutil.copy(QUICK, tmp_path / "results")
