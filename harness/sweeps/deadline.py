@@ -5,12 +5,15 @@ For a machine that goes away at a known time with what is on its disk: a noteboo
 cloud session, a scheduler's job whose checkpoint folder is not kept. A run cut off
 there loses all it trained, so a run that cannot finish in the time left is better not
 started: it is *deferred* (left for a later ``pezoo bench``) and a shorter run after it
-in the list may go in its place. Runs already started are never stopped; where
+in the list may go in its place. Such a run first *waits* and is asked again each time a
+worker is free (``harness.sweeps.executors.driver``: a run that ended may have bettered
+its estimate); it is deferred once nothing is left in flight. Runs already started are never stopped; where
 checkpoints are kept (a shared ``--checkpoint-dir``), nothing needs this: a killed run
 resumes from its last checkpoint.
 
 A run's expected time is the sweep's ETA estimate for it (``SweepReport.expected_seconds``:
-the plan's estimate from finished runs' speeds, what a checkpoint has done left out,
+what a whole run of its own kind took in this sweep, once one has ended; else the plan's
+estimate from finished runs' speeds, what a checkpoint has done left out,
 scaled by how this sweep's finished runs compared with their estimates), times
 :data:`MARGIN`. Where no finished run of the same encoding (options included), task
 and model measured it, bench first times a few training steps of it here (:func:`probing`,

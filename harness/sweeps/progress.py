@@ -31,6 +31,7 @@ import click
 
 from harness.execution.run import Progress
 from harness.records.result import RunOutcome, RunResult
+from harness.sweeps.estimate import probe_key
 from harness.sweeps.executors import Job, SweepEvents, WorkerLost
 from harness.sweeps.labels import run_label, varying_axes
 from harness.sweeps.plan import Plan, format_duration, makespan
@@ -173,6 +174,9 @@ class SweepReport(SweepEvents):
         self.done = 0
         self.failures: list[str] = []
         self.deferred_runs: list[str] = []  # "[i/n] label: why", for the sweep's last words
+        self._waiting: set[int] = set()  # run indices the time limit holds back for now
+        # runs that train at one speed (the same encoding, task and model), None for a variant (it only evaluates)
+        self._speed_keys = [None if cfg.is_variant else probe_key(cfg) for cfg in self.configs]
         self._clock = clock
         self._started_at: dict[int, float] = {}  # run index -> when its current attempt started
         self._run_seconds: dict[int, float] = {}  # run index -> wall seconds of its finished attempt
@@ -229,13 +233,17 @@ class SweepReport(SweepEvents):
         return len(set(self.held().values()))
 
     def expected_seconds(self, index: int) -> float | None:
-        """How long run ``index`` should take: the plan's estimate scaled by how the
-        finished runs' wall times compared with theirs (the estimate is device time from
-        other runs; workers sharing a machine run slower), else the mean wall time of the
-        finished runs; None when there is neither. A run resumed from its checkpoint is
-        compared with the part of its estimate it trained (:meth:`_note_share`): after a
-        restart the first runs to finish are resumed ones, and a whole run's estimate
-        against half a run's time would halve every ETA that follows."""
+        """How long run ``index`` should take: the wall time a whole run took among this
+        sweep's finished runs of its own kind (the same encoding, task and model), else the
+        plan's estimate scaled by how the finished runs' wall times compared with theirs (the
+        estimate is device time from other runs; workers sharing a machine run slower), else
+        the mean wall time of the finished runs; None when there is neither. A run resumed
+        from its checkpoint is compared with the part of its estimate it trained
+        (:meth:`_note_share`): after a restart the first runs to finish are resumed ones, and
+        a whole run's estimate against half a run's time would halve every ETA that follows."""
+        siblings = self._siblings(index)
+        if siblings:  # runs of its own kind that ended in this sweep: what they took, not an estimate
+            return sum(self._run_seconds[i] for i in siblings) / sum(self._share.get(i, 1.0) for i in siblings)
         timed = [i for i in self._run_seconds if i in self.estimates]
         if index in self.estimates:
             planned = sum(self.estimates[i] * self._share.get(i, 1.0) for i in timed)
@@ -244,6 +252,14 @@ class SweepReport(SweepEvents):
         if self._run_seconds:
             return sum(self._run_seconds.values()) / len(self._run_seconds)
         return None
+
+    def _siblings(self, index: int) -> list[int]:
+        """This sweep's finished, timed runs that train at run ``index``'s speed (the same
+        encoding, task and model: ``harness.sweeps.estimate.probe_key``); [] for a variant."""
+        key = self._speed_keys[index - 1]
+        if key is None:
+            return []
+        return [i for i in self._run_seconds if i != index and self._speed_keys[i - 1] == key]
 
     def _left(self, index: int, now: float) -> float | None:
         """Seconds run ``index`` (in flight) has left: its expected time (the part this
@@ -383,7 +399,16 @@ class SweepReport(SweepEvents):
             why = f"{holder}, which is training it"
         self.echo(f"{self.label(index)}: {why}; skipped (run again once it is done)")
 
+    def waiting(self, index: int, cfg, reason: str) -> None:
+        if index in self.queue:  # out of the ETA and the count while it waits; back if it starts
+            self.queue.remove(index)
+            self.todo -= 1
+            self._waiting.add(index)
+        self.echo(f"{self.label(index)}: waits, {reason}; asked again as runs end")
+        self._sweep_bar_update()
+
     def deferred(self, index: int, cfg, reason: str) -> None:
+        self._waiting.discard(index)
         if index in self.queue:
             self.queue.remove(index)
             self.todo -= 1
@@ -394,6 +419,9 @@ class SweepReport(SweepEvents):
     def started(self, job: Job) -> None:
         if job.index in self.queue:
             self.queue.remove(job.index)
+        if job.index in self._waiting:  # it fits now after all
+            self._waiting.discard(job.index)
+            self.todo += 1
         self.running.add(job.index)
         self._started_at[job.index] = self._clock()
         self._share.pop(job.index, None)  # known at its first training report

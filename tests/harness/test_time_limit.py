@@ -57,6 +57,9 @@ def smoke(pe):
 
 
 class Deferring(Recorder):
+    def waiting(self, index, cfg, reason):
+        self.log.append(("waiting", index, reason))
+
     def deferred(self, index, cfg, reason):
         self.log.append(("deferred", index, reason))
 
@@ -75,10 +78,48 @@ def test_the_driver_defers_what_admit_refuses_and_starts_the_shorter_runs_after_
         outcomes = run_sweep(executor, [long, short, after], store, events=events, admit=admit)
         assert store.run(long.run_id()) is None  # not claimed, nothing recorded: a later sweep runs it
         assert store.status(short.run_id()) == store.status(after.run_id()) == "finished"
-    first = outcomes[0]
-    assert (first.run_id, first.status, first.error) == (long.run_id(), "deferred", "too long")
+    last = outcomes[-1]  # deferred once nothing was left to run: it waited, asked again each time
+    assert (last.run_id, last.status, last.error) == (long.run_id(), "deferred", "too long")
     assert [j.run_id for j in executor.submitted] == [short.run_id(), after.run_id()]
-    assert ("deferred", 1, "too long") in events.log and asked == [1, 2, 3]
+    assert [e for e in events.log if e[0] in ("waiting", "deferred")] == [("waiting", 1, "too long"),
+                                                                          ("deferred", 1, "too long")]  # fmt: skip
+    assert asked == [1, 1, 2, 1, 3, 1]
+
+
+def test_a_waiting_run_starts_before_the_runs_after_it_once_it_fits(tmp_path):
+    """A probe on a loaded machine can overestimate a run by half: once a run of its kind ends
+    the estimate is better, and the run that waited goes before the runs listed after it."""
+    long, short, after = smoke("nope"), smoke("rope"), smoke("alibi")
+    events = Deferring()
+    executor = Scripted({r.run_id(): [finished] for r in (long, short, after)}, capacity=1)
+
+    def admit(index, cfg):  # run 1 fits once run 2 has ended (what a better estimate would say)
+        ended = any(e[0] == "finished" and e[1] == 2 for e in events.log)
+        return None if cfg.pe != "nope" or ended else "expected to take 50m and 40m is left"
+
+    with Store(tmp_path / "s.sqlite") as store:
+        outcomes = run_sweep(executor, [long, short, after], store, events=events, admit=admit)
+    assert [j.run_id for j in executor.submitted] == [short.run_id(), long.run_id(), after.run_id()]
+    assert [o.status for o in outcomes] == ["finished"] * 3
+    assert ("waiting", 1, "expected to take 50m and 40m is left") in events.log
+    assert not any(e[0] == "deferred" for e in events.log)
+
+
+def test_a_variant_waits_with_its_trained_run(tmp_path):
+    trained = smoke("rope")
+    variant = smoke("rope@{scaling={rope_type=linear,factor=4.0}}")
+    other = smoke("alibi")
+    events = Deferring()
+    executor = Scripted({r.run_id(): [finished] for r in (trained, variant, other)}, capacity=1)
+
+    def admit(index, cfg):  # the trained run fits once alibi has ended
+        ended = any(e[0] == "finished" and e[1] == 3 for e in events.log)
+        return None if cfg.pe != "rope" or ended else "long"
+
+    with Store(tmp_path / "s.sqlite") as store:
+        outcomes = run_sweep(executor, [trained, variant, other], store, events=events, admit=admit)
+    assert [j.run_id for j in executor.submitted] == [other.run_id(), trained.run_id(), variant.run_id()]
+    assert [o.status for o in outcomes] == ["finished"] * 3
 
 
 def test_a_retry_is_not_asked_again(tmp_path):
@@ -125,6 +166,43 @@ def test_a_bad_time_limit_is_refused_before_the_store_is_made(tmp_path):
     result = CliRunner().invoke(main, [*args, "--time-limit", "2 hours"])
     assert result.exit_code == 2 and "Invalid value for '--time-limit'" in result.output
     assert "is not a duration" in result.output and not store.exists()
+
+
+def test_a_waiting_run_leaves_the_count_and_comes_back_if_it_starts(capsys):
+    from types import SimpleNamespace
+
+    from harness.sweeps.progress import SweepReport
+
+    configs = [smoke("nope"), smoke("rope")]
+    report = SweepReport(configs, tty=False)
+    report.waiting(1, configs[0], "too long")
+    assert report.todo == 1 and report.queue == [2]
+    assert "[1/2] nope on copy seed 0: waits, too long; asked again as runs end" in capsys.readouterr().out
+    report.started(SimpleNamespace(index=1, attempt=1))
+    assert report.todo == 2 and report.running == {1}
+    report.waiting(2, configs[1], "too long")
+    report.deferred(2, configs[1], "too long")  # it never fitted
+    assert report.todo == 1 and report.deferred_runs == ["[2/2] rope on copy seed 0: too long"]
+
+
+def test_a_run_is_expected_to_take_what_its_own_kind_took_in_this_sweep():
+    """A probe taken while the workers were busy put hybrid at 24 minutes a run on flip_flop;
+    the first took 15: the next of its kind is expected to take 15, whatever its estimate."""
+    from types import SimpleNamespace
+
+    from harness.records.result import RunOutcome
+    from harness.sweeps.progress import SweepReport
+
+    configs = [smoke("nope"), smoke("rope"), preset_config("smoke", pe="nope", task="copy", seed=1)]
+    now = [0.0]
+    report = SweepReport(configs, tty=False, clock=lambda: now[0])
+    report.estimates = {1: 1440.0, 2: 600.0, 3: 1440.0}
+    report.started(SimpleNamespace(index=1, attempt=1))
+    now[0] = 900.0
+    done = SimpleNamespace(train_seconds=1.0, eval_seconds=0.0)
+    report.finished(SimpleNamespace(index=1, attempt=1), RunOutcome(configs[0].run_id(), "finished"), done)
+    assert report.expected_seconds(3) == pytest.approx(900.0)  # nope seed 1: what nope seed 0 took
+    assert report.expected_seconds(2) == pytest.approx(600.0 * 900.0 / 1440.0)  # rope: its estimate, rescaled
 
 
 def test_deferred_runs_leave_the_eta_and_are_listed_for_the_last_words(capsys):

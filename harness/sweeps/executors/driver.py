@@ -51,6 +51,11 @@ class SweepEvents:
         """Run ``index`` is being trained by another process (``holder`` says which), or is
         a variant whose trained run is: skipped."""
 
+    def waiting(self, index: int, cfg: RunConfig, reason: str) -> None:
+        """``admit`` refused run ``index`` for now (``reason``): it is asked again each time a
+        run ends and a worker is free, before the runs after it; if it never fits, it is
+        :meth:`deferred` once nothing else is left to run."""
+
     def deferred(self, index: int, cfg: RunConfig, reason: str) -> None:
         """Run ``index`` was not started: ``admit`` said why (``run_sweep``), or it is a
         variant whose trained run was deferred. It is left for a later sweep."""
@@ -116,10 +121,14 @@ def run_sweep(
     )
     try:
         with store.keep_alive():
-            while any(sweep.startable(j) for j in sweep.queue) or sweep.in_flight:
+            while True:
                 sweep.start_what_fits()
-                if sweep.in_flight:  # else every run left was finished or claimed elsewhere
+                if sweep.in_flight:
                     sweep.collect()
+                elif sweep.waiting:  # nothing runs that could free time or better an estimate: they never fit
+                    sweep.give_up_waiting()
+                else:  # every run left was finished, claimed elsewhere or deferred
+                    break
     except BaseException:
         sweep.interrupted()
         raise
@@ -147,10 +156,14 @@ class _Sweep:
     :class:`SweepStopped` (a ``StoreError`` carrying the outcomes so far) is raised.
 
     ``admit(index, cfg)``, asked as each run is about to start (not for a retry), returns
-    None to start it, else why it is *deferred*: not started, nothing recorded, the outcome
-    ``deferred`` with that reason, and the next run in the list is looked at instead
-    (``harness.sweeps.deadline.TimeLimit`` defers what cannot end before a time limit). A
-    variant whose trained run was deferred is deferred too.
+    None to start it, else why it does not fit now: the run *waits* and the next run in the
+    list is looked at instead (``harness.sweeps.deadline.TimeLimit`` holds back what cannot
+    end before a time limit). Each time a worker is free the waiting runs are asked again
+    first, in list order (a run that ended may have bettered their estimates: a probe on a
+    loaded machine can overestimate a run by half); a retry still goes first. Runs that
+    never fit are *deferred* once nothing is left in flight: not started, nothing
+    recorded, the outcome ``deferred`` with the last reason. A variant waits while its
+    trained run waits, and is deferred with it.
     """
 
     def __init__(
@@ -167,6 +180,7 @@ class _Sweep:
         self.outcomes: list[RunOutcome] = []
         self.in_flight: dict[str, Job] = {}
         self.deferred: set[str] = set()
+        self.waiting: list[tuple[Job, str]] = []  # first attempts admit refused for now, in list order, and why
         self.stopped: StoreError | None = None  # a claim the store kept refusing: no new run starts
         self.dispatch_provenance = {"commit": git_commit(), "device": "pending", "executor": executor.name}
 
@@ -241,22 +255,52 @@ class _Sweep:
         if not cfg.is_variant:
             return True
         trained = cfg.trained_config().run_id()
-        return trained not in self.in_flight and all(j.run_id != trained for j in self.queue)
+        return (
+            trained not in self.in_flight
+            and all(j.run_id != trained for j in self.queue)
+            and all(j.run_id != trained for j, _ in self.waiting)
+        )
 
     def defer(self, job: Job, reason: str) -> None:
         self.deferred.add(job.run_id)
         self.events.deferred(job.index, self.by_id[job.run_id], reason)
         self.outcomes.append(RunOutcome(job.run_id, "deferred", reason))
 
+    def wait(self, job: Job, reason: str) -> None:
+        self.waiting.append((job, reason))
+        self.events.waiting(job.index, self.by_id[job.run_id], reason)
+
+    def give_up_waiting(self) -> None:
+        """Defer the runs still waiting (nothing in flight: none will fit later)."""
+        waiting, self.waiting = self.waiting, []
+        for job, reason in waiting:
+            self.defer(job, reason)
+
+    def _next(self) -> tuple[Job | None, bool]:
+        """The job to start next and whether ``admit`` already let it: a retry first, then a
+        waiting run that fits now, then the queue's next."""
+        queued = next((j for j in self.queue if self.startable(j) and self.ready(j)), None)
+        if (queued is None or queued.attempt == 1) and self.admit is not None:
+            for k, (job, _) in enumerate(self.waiting):
+                if not (self.startable(job) and self.ready(job)):
+                    continue
+                reason = self.admit(job.index, self.by_id[job.run_id])
+                if reason is None:
+                    del self.waiting[k]
+                    return job, True
+                self.waiting[k] = (job, reason)
+        if queued is not None:
+            self.queue.remove(queued)
+        return queued, False
+
     def start_what_fits(self) -> None:
-        """Submit queued jobs while the executor has room (first attempts claimed first)."""
-        while self.queue and len(self.in_flight) < self.executor.capacity:
-            job = next((j for j in self.queue if self.startable(j) and self.ready(j)), None)
+        """Submit jobs while the executor has room (first attempts claimed first)."""
+        while len(self.in_flight) < self.executor.capacity:
+            job, admitted = self._next()
             if job is None:
-                return  # only variants whose trained runs are still training
-            self.queue.remove(job)
+                return  # nothing left, only variants whose trained runs are training, or runs that wait
             if job.attempt == 1:
-                go = self._first_attempt(job)
+                go = self._first_attempt(job, admitted)
                 if go is None:  # the store refused the claim: the runs in flight finish and are recorded first
                     return
                 if not go:
@@ -268,16 +312,17 @@ class _Sweep:
             self.in_flight[job.run_id] = job
             self.events.started(job)
 
-    def _first_attempt(self, job: Job) -> bool | None:
-        """Whether a run's first attempt starts: deferred, claimed elsewhere, finished meanwhile
-        or failed for good (its process kept dying) it does not; None: the store refused to
+    def _first_attempt(self, job: Job, admitted: bool = False) -> bool | None:
+        """Whether a run's first attempt starts: waiting (``admit`` refused it for now; not
+        asked again when ``admitted``), deferred, claimed elsewhere, finished meanwhile or
+        failed for good (its process kept dying) it does not; None: the store refused to
         claim it (the sweep stops starting runs, the job goes back to the queue)."""
         cfg = self.by_id[job.run_id]
         if cfg.is_variant and cfg.trained_config().run_id() in self.deferred:
             self.defer(job, f"its trained run {cfg.trained_config().run_id()} was deferred")
             return False
-        if self.admit is not None and (reason := self.admit(job.index, cfg)) is not None:
-            self.defer(job, reason)
+        if not admitted and self.admit is not None and (reason := self.admit(job.index, cfg)) is not None:
+            self.wait(job, reason)
             return False
         if trainer := _trained_elsewhere(self.store, cfg):
             # its weights do not exist yet: not a failure, a run for later
