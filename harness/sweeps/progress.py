@@ -164,8 +164,14 @@ class SweepReport(SweepEvents):
             seen.add(run_id)
         self.todo = len(self.queue)
         self.estimates: dict[int, float] = {}  # run index -> the plan's estimated seconds
+        self._part_left: dict[int, float] = {}  # run index -> the part of its training its checkpoint leaves
         if plan is not None:
             self.estimates = {r.index: r.estimate.seconds for r in plan.runs if r.estimate is not None}
+            self._part_left = {
+                r.index: max(0.0, 1.0 - r.estimate.from_step / max(1, r.config.train.steps))
+                for r in plan.runs
+                if r.estimate is not None and r.estimate.from_step > 0
+            }
         self.slots = 1  # runs in flight at once (the executor's capacity); the caller sets it
         self.held_elsewhere: Callable[[], dict[str, str]] | None = None  # run id -> holder; the caller sets it
         self._run_ids = [cfg.run_id() for cfg in self.configs]
@@ -234,7 +240,8 @@ class SweepReport(SweepEvents):
 
     def expected_seconds(self, index: int) -> float | None:
         """How long run ``index`` should take: the wall time a whole run took among this
-        sweep's finished runs of its own kind (the same encoding, task and model), else the
+        sweep's finished runs of its own kind (the same encoding, task and model; for a run
+        resuming from its checkpoint, the part of it left), else the
         plan's estimate scaled by how the finished runs' wall times compared with theirs (the
         estimate is device time from other runs; workers sharing a machine run slower), else
         the mean wall time of the finished runs; None when there is neither. A run resumed
@@ -243,7 +250,8 @@ class SweepReport(SweepEvents):
         a whole run's estimate against half a run's time would halve every ETA that follows."""
         siblings = self._siblings(index)
         if siblings:  # runs of its own kind that ended in this sweep: what they took, not an estimate
-            return sum(self._run_seconds[i] for i in siblings) / sum(self._share.get(i, 1.0) for i in siblings)
+            whole = sum(self._run_seconds[i] for i in siblings) / sum(self._share.get(i, 1.0) for i in siblings)
+            return whole * self._part_left.get(index, 1.0)  # a run resuming from its checkpoint: the part left
         timed = [i for i in self._run_seconds if i in self.estimates]
         if index in self.estimates:
             planned = sum(self.estimates[i] * self._share.get(i, 1.0) for i in timed)

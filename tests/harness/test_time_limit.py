@@ -203,6 +203,20 @@ def test_a_run_is_expected_to_take_what_its_own_kind_took_in_this_sweep():
     report.finished(SimpleNamespace(index=1, attempt=1), RunOutcome(configs[0].run_id(), "finished"), done)
     assert report.expected_seconds(3) == pytest.approx(900.0)  # nope seed 1: what nope seed 0 took
     assert report.expected_seconds(2) == pytest.approx(600.0 * 900.0 / 1440.0)  # rope: its estimate, rescaled
+    report._part_left[3] = 0.25  # had it a checkpoint at three quarters of its steps: the quarter left
+    assert report.expected_seconds(3) == pytest.approx(225.0)
+
+
+def test_the_report_knows_the_part_a_checkpoint_leaves_from_the_plan(tmp_path):
+    from harness.sweeps.plan import make_plan
+    from harness.sweeps.progress import SweepReport
+
+    configs = [smoke("nope"), preset_config("smoke", pe="nope", task="copy", seed=1)]
+    steps = configs[1].train.steps
+    plan = make_plan(configs, [], {configs[1].run_id(): steps // 4}, device_type="cpu")
+    report = SweepReport(configs, plan, tty=False)
+    assert plan.runs[1].estimate is not None and plan.runs[1].estimate.from_step == steps // 4 == 5
+    assert report._part_left == {2: 0.75}
 
 
 def test_deferred_runs_leave_the_eta_and_are_listed_for_the_last_words(capsys):
