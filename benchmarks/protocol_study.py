@@ -2,7 +2,7 @@
 
 A study is a sweep run with periodic evaluation and ``--tensorboard DIR`` (see
 docs/protocol-study.md). Every evaluation logged the exact match and per-token accuracy
-at each scale; this script turns them into one row per (task, encoding, seed, step) with
+at each scale; this script turns them into one row per (task, encoding, seed, run, step) with
 the board's numbers (``harness.records.ranking``): EM≤N, fits, EM>N, reach and tok>N, and draws
 EM≤N and EM>N against the training step per task.
 
@@ -41,10 +41,13 @@ def read_run(folder: Path) -> pd.DataFrame:
 
 
 def study(root: Path, train_max: int) -> pd.DataFrame:
-    """One row per (task, pe, seed, step): the board's numbers at that evaluation."""
+    """One row per (task, pe, seed, run, step): the board's numbers at that evaluation. The
+    run id tells apart two runs of one encoding, task and seed trained differently (more
+    steps, another preset)."""
     rows = []
     for folder in sorted(root.glob("*/*/seed*")):
-        task, pe, seed = folder.parts[-3], folder.parts[-2], int(folder.name[4:].split("-")[0])
+        task, pe = folder.parts[-3], folder.parts[-2]
+        seed, _, run = folder.name[4:].partition("-")
         df = read_run(folder)
         for step, g in df.groupby("step"):
             em = g.set_index("length")["exact_match"]
@@ -54,7 +57,8 @@ def study(root: Path, train_max: int) -> pd.DataFrame:
                 {
                     "task": task,
                     "pe": pe.replace("-", ":"),
-                    "seed": seed,
+                    "seed": int(seed),
+                    "run": run,
                     "step": int(step),
                     "EM≤N": within,
                     "fits": fits(within),
@@ -77,9 +81,9 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False, sharey=True)
     colours = dict(zip(sorted(table["pe"].unique()), plt.get_cmap("tab10").colors, strict=False))
     for ax, task in zip(axes[0], tasks, strict=True):
-        for (pe, seed), g in table[table["task"] == task].groupby(["pe", "seed"]):
+        for (pe, seed, run), g in table[table["task"] == task].groupby(["pe", "seed", "run"]):
             g = g.sort_values("step")
-            label = f"{pe} (seed {seed})"
+            label = f"{pe} (seed {seed}, {run})"
             ax.plot(g["step"], g["EM>N"], "-o", color=colours[pe], label=label, markersize=3)
             ax.plot(g["step"], g["EM≤N"], "--", color=colours[pe], alpha=0.6)
         ax.set_title(f"{task}: EM>N (solid), EM≤N (dashed)")
@@ -103,7 +107,7 @@ def main() -> None:
     table = study(args.root, args.train_max)
     if table.empty:
         raise SystemExit(f"no evaluations under {args.root}")
-    table = table.sort_values(["task", "pe", "seed", "step"])
+    table = table.sort_values(["task", "pe", "seed", "run", "step"])
     text = table.to_markdown(index=False, floatfmt=".2f")
     print(text)
     if args.markdown:

@@ -54,7 +54,7 @@ def exact(value: Any) -> Fraction:
     if isinstance(value, Rational):
         return Fraction(value)
     if isinstance(value, float) and math.isfinite(value):
-        return Fraction(repr(value))
+        return Fraction(repr(float(value)))  # a float subclass (NumPy's float64) may repr otherwise
     raise ValueError(f"not a finite number: {value!r}")
 
 

@@ -4,6 +4,7 @@ which evaluation a run reports, and optional TensorBoard logging."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -183,6 +184,31 @@ def test_tensorboard_logs_loss_and_evaluations(tmp_path):
     assert [e.value for e in events.Scalars("train/loss")][-1] == pytest.approx(result.final_loss)
     assert [e.step for e in events.Scalars("eval/exact_match_beyond_training")] == [10, 20]
     assert "eval/token_accuracy/len0006" in scalars and "train/lr" in scalars
+
+
+def test_the_protocol_study_reads_a_runs_evaluations_as_the_board_counts_them(tmp_path):
+    """benchmarks/protocol_study.py over a real run's TensorBoard folder: one row per
+    periodic evaluation, its numbers those of the evaluation's own metrics."""
+    pytest.importorskip("tensorboard")
+    import importlib.util
+
+    from harness.records.ranking import fits
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "protocol_study.py"
+    spec = importlib.util.spec_from_file_location("protocol_study", script)
+    assert spec is not None and spec.loader is not None
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    cfg = smoke(steps=20, every=10)
+    result = train_and_evaluate(cfg, torch.device("cpu"), tmp_path / "ck.pt", notice=lambda _: None,
+                                tensorboard=str(tmp_path / "tb"))  # fmt: skip
+    assert result.status == "finished", result.traceback
+    table = study.study(tmp_path / "tb", cfg.train.train_max)
+    assert list(table["step"]) == [10, 20] and set(table["run"]) == {cfg.run_id()}
+    final = table[table["step"] == 20].iloc[0]
+    within = [m.exact_match for _, m in result.metrics if m.length <= cfg.train.train_max]
+    assert final["EM≤N"] == pytest.approx(sum(within) / len(within))
+    assert final["fits"] == fits(final["EM≤N"])  # a pandas mean (NumPy float64) is accepted
 
 
 def test_bench_explains_bad_evaluation_options(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ import shutil
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -71,6 +72,13 @@ def test_reach_and_fit_compare_exactly_at_the_threshold():
     per_length = pd.Series({11: Fraction(90, 100), 12: Fraction(89, 100)})
     assert ranking.reach_beyond(per_length, 10) == 11  # 90 of 100 is 0.9: exact match ≥ 0.9 holds
     assert ranking.fits(Fraction(95, 100)) and not ranking.fits(Fraction(949, 1000))
+
+
+def test_a_numpy_float_is_read_by_its_value_as_a_python_float_is():
+    """A pandas mean is NumPy's float64, whose repr under NumPy 2 is ``np.float64(0.9)``
+    (benchmarks/protocol_study.py passes one to ``fits``)."""
+    assert counts.exact(np.float64(0.9)) == counts.exact(0.9) == Fraction(9, 10)
+    assert ranking.fits(pd.Series([0.95, 0.95]).mean())
 
 
 def test_shown_and_the_rank_order_use_half_up():
