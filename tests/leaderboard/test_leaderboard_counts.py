@@ -172,7 +172,9 @@ def test_reverse_learned_prf_ranks_above_hard_alibi(board):
     table = _table(board, "reverse")
     learned_prf, hard_alibi = _row(table, "learned_prf"), _row(table, "hard_alibi")
     assert cell_text(learned_prf, "reach").startswith("11.7 ")  # was 11.3
-    assert (learned_prf.rank_text(), hard_alibi.rank_text()) == ("≈9", "≈10")  # were ≈10 and ≈9
+    above, below = learned_prf.rank_text(), hard_alibi.rank_text()  # ≈9 and ≈10 before the frontier's rows
+    # were ≈10 and ≈9; the frontier's reverse rows, as they land, may move both down together
+    assert above.startswith("≈") and below.startswith("≈") and int(above[1:]) < int(below[1:])
     assert _milestones(table, "learned_prf_sh")[1.5] == 5  # was 4 of 8
 
 
