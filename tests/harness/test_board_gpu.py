@@ -3,21 +3,15 @@ two-run sweep on CPU, exports what finished and says how many; a second call res
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "board_gpu.py"
+from benchmark_scripts import load
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("board_gpu", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("board_gpu")
 
 
 @pytest.mark.slow

@@ -3,20 +3,12 @@ on CPU and writes the report; a part that runs past its timeout costs only that 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "device_check.py"
+from benchmark_scripts import load
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("device_check", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("device_check")
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ which evaluation a run reports, and optional TensorBoard logging."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
@@ -190,15 +189,11 @@ def test_the_protocol_study_reads_a_runs_evaluations_as_the_board_counts_them(tm
     """benchmarks/protocol_study.py over a real run's TensorBoard folder: one row per
     periodic evaluation, its numbers those of the evaluation's own metrics."""
     pytest.importorskip("tensorboard")
-    import importlib.util
+    from benchmark_scripts import load
 
     from harness.records.ranking import fits
 
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "protocol_study.py"
-    spec = importlib.util.spec_from_file_location("protocol_study", script)
-    assert spec is not None and spec.loader is not None
-    study = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study)
+    study = load("protocol_study")
     cfg = smoke(steps=20, every=10)
     result = train_and_evaluate(cfg, torch.device("cpu"), tmp_path / "ck.pt", notice=lambda _: None,
                                 tensorboard=str(tmp_path / "tb"))  # fmt: skip

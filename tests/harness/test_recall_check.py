@@ -3,22 +3,15 @@ guessing scores, and a short run trains (docs/protocol-study.md, "mqar")."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "recall_check.py"
+from benchmark_scripts import load
 
 
 @pytest.fixture(scope="module")
 def check():
-    spec = importlib.util.spec_from_file_location("recall_check", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("recall_check")
 
 
 def test_each_answer_is_the_value_bound_to_the_asked_key(check):
