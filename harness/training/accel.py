@@ -14,10 +14,10 @@ import torch
 ACCEL_ENV = "PEZOO_ACCEL"
 """Environment variable that switches the GPU loop's features (:meth:`Accel.for_device`):
 ``off`` (none: the loop a CPU runs), ``on`` (all), or a comma-separated subset of
-``prefetch,readback,fused,graphs,forced,spawn,step``. Unset: all but ``step`` on CUDA (it
-waits for its first measurement on a GPU), none on CPU."""
+``prefetch,readback,fused,graphs,forced,spawn,step,stack``. Unset: all but ``step`` and
+``stack`` on CUDA (they wait for their first measurement on a GPU), none on CPU."""
 
-ACCEL_FEATURES = ("prefetch", "readback", "fused", "graphs", "forced", "spawn", "step")
+ACCEL_FEATURES = ("prefetch", "readback", "fused", "graphs", "forced", "spawn", "step", "stack")
 
 ACCEL_DEFAULT = ("prefetch", "readback", "fused", "graphs", "forced", "spawn")
 """What a CUDA run switches on when nothing is named (and what ``on`` names)."""
@@ -46,6 +46,11 @@ class Accel:
         step: the whole step (forward, backward, clipping, the fused AdamW's update) replayed
             as one CUDA graph per length bucket (``harness.training.step_graph``; CUDA
             only, fused implied): a step's host work is one graph launch.
+        stack: runs of one model shape trained side by side in this process take their
+            forward and backward passes together, as one pass over their stacked weights
+            (``harness.training.stacked``); where the group installed stacks (a grouped
+            sweep), else nothing. Equal to a run alone up to float rounding, so not a CPU
+            default.
     """
 
     prefetch: int = 0
@@ -55,6 +60,7 @@ class Accel:
     forced: bool = False
     spawn: bool = False
     step: bool = False
+    stack: bool = False
 
     def __post_init__(self) -> None:
         if self.prefetch < 0 or self.readback < 1:
@@ -65,6 +71,7 @@ class Accel:
         order; empty: none), as :data:`ACCEL_ENV` names them."""
         on = {"prefetch": self.prefetch > 0, "readback": self.readback > 1, "fused": self.fused}
         on |= {"graphs": self.graphs, "forced": self.forced, "spawn": self.spawn, "step": self.step}
+        on |= {"stack": self.stack}
         return ",".join(name for name in ACCEL_FEATURES if on[name])
 
     @classmethod
@@ -101,4 +108,5 @@ class Accel:
             forced="forced" in names,
             spawn="spawn" in names and "prefetch" in names,
             step="step" in names,
+            stack="stack" in names,
         )

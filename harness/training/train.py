@@ -9,6 +9,7 @@ Seeds: ``cfg.seed`` fixes the initialisation (torch RNG) and, through a separate
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import random
@@ -24,6 +25,7 @@ from torch import Tensor, nn
 
 import harness.tasks
 import harness.training.loss as step_loss
+import harness.training.stacked as stacked
 import pezoo
 from harness.config import RunConfig
 from harness.config.global_rng import GLOBAL_RNG
@@ -327,14 +329,20 @@ def optimizer_step(model: Backbone, run: _Run, loss: Tensor, grad_clip: float) -
     run.opt.zero_grad(set_to_none=True)
     if run.scaler is None:
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        run.opt.step()
+        apply_update(model, run, grad_clip)
         return
     run.scaler.scale(loss).backward()
     run.scaler.unscale_(run.opt)
     nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     run.scaler.step(run.opt)
     run.scaler.update()
+
+
+def apply_update(model: Backbone, run: _Run, grad_clip: float) -> None:
+    """Clip the gradients' global norm and step, the gradients already in the parameters
+    (an unscaled run's: a backward here, or a stacked pass's, ``harness.training.stacked``)."""
+    nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    run.opt.step()
 
 
 @dataclass(frozen=True)
@@ -476,19 +484,28 @@ def train(
     due = _Due(t.steps, cfg.eval.every if evaluate is not None else 0, checkpointing.every if checkpointing else None)
     losses = LossReadback(accel.readback, on_step, cfg.eval.start_below_loss, last=last, evaluating=evaluating)
     padded = not isinstance(task, LmBatches)  # a language-modelling task's windows have no padding
-    compute = step_loss.loss_function(
-        model, t.precision, device, graphs=accel.graphs, draws=run.draws, padded=padded
-    )
+    compute = step_loss.loss_function(model, t.precision, device, graphs=accel.graphs, draws=run.draws, padded=padded)
     whole = accel.step and GraphedStep.supported(device, t.precision)
     stepper = GraphedStep(model, t.precision, run.opt, t.grad_clip, padded=padded) if whole else None
     start = time.perf_counter()
     feed = _feed(cfg, task, run, device, accel, keep_state=functools.partial(_Due.saves_after, due))
-    with feed, model.pe.drawing_from(run.draws):
+    with feed, model.pe.drawing_from(run.draws), contextlib.ExitStack() as leaving:
+        member = None
+        if accel.stack:  # a stack of this thread's group (harness.training.stacked), left however the loop ends
+            member = stacked.join(model, t.precision, padded, (cfg.pe, repr(cfg.pe_options), repr(model.pe)))
+            if member is not None:
+                leaving.enter_context(member)
         for fed in feed:
             step, done = fed.step, fed.step + 1
             set_learning_rate(run.opt, cfg, step, on_lr)
-            stepped = stepper(fed.batch, fed.host) if stepper is not None else None
-            if stepped is not None:  # replayed, the update applied: a NaN is caught at the read-back
+            shared = member.step(fed.batch, fed.host) if member is not None else None
+            stepped = stepper(fed.batch, fed.host) if stepper is not None and shared is None else None
+            if shared is not None:  # the stack's pass: this run's losses, its gradients in place
+                losses.add(step, shared[1], shared[0])
+                if accel.readback == 1:
+                    losses.flush()  # before the update, as below
+                apply_update(model, run, t.grad_clip)
+            elif stepped is not None:  # replayed, the update applied: a NaN is caught at the read-back
                 losses.add(step, stepped[1], stepped[0])
             else:
                 loss, task_loss = compute(fed.batch, fed.host)

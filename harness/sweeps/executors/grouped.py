@@ -16,6 +16,12 @@ batches from its own seeded stream. So on CPU a run trained in a group gives the
 gives alone, bit for bit (tests/harness/test_grouped.py); on a GPU the kernels are the
 same ones, and benchmarks/device_check.py compares the two there.
 
+With the ``stack`` loop feature (``PEZOO_ACCEL``), runs of one model shape go further: their
+forward and backward passes are taken together, as one pass over their stacked weights
+(``harness.training.stacked``), so one pass's kernels carry several runs' work; each run
+keeps its own thread, data, optimiser and records, and computes what it computes alone up
+to float rounding (tests/harness/test_stacked.py).
+
 CUDA graphs are captured one at a time (``harness.training.graphs.capture``), in
 ``thread_local`` error mode, so another run's step during a capture neither fails nor
 spoils it.
@@ -31,6 +37,7 @@ from dataclasses import replace
 
 import torch
 
+import harness.training.stacked as stacked
 from harness.execution.run import Progress
 from harness.records.result import RunResult
 from harness.sweeps.executors.interface import Executor, ExecutorError, first_line
@@ -84,6 +91,9 @@ class Grouped(Executor):
         self._threads: list[threading.Thread] = []
         self._in_flight: dict[int, Job] = {}
         self._cancelled = threading.Event()
+        self._stacks = stacked.Stacks()
+        """The group's stacks (``harness.training.stacked``): runs with the ``stack`` loop feature
+        (``PEZOO_ACCEL``) and one model shape take their forward and backward passes together."""
 
     def _start(self) -> None:
         for slot, device in enumerate(self._devices):
@@ -96,7 +106,7 @@ class Grouped(Executor):
         stream: AbstractContextManager[object] = nullcontext()
         if torch.device(device).type == "cuda":
             stream = torch.cuda.stream(torch.cuda.Stream(torch.device(device)))
-        with stream:
+        with stream, stacked.installed(self._stacks):  # runs of one shape may share their passes
             while True:
                 job = self._jobs[slot].get()  # its own slot's: the device and the bookkeeping are the slot's
                 if job is None:
