@@ -412,7 +412,10 @@ class _Target:
             threads = torch.get_num_threads()
             return f"one run at a time, in this process ({threads} torch thread{'s' if threads != 1 else ''})"
         if isinstance(runner, Grouped):
-            return f"{slots} runs at a time, side by side in this process (a thread and a CUDA stream each)"
+            how = f"{slots} runs at a time, side by side in this process (a thread and a CUDA stream each)"
+            if runner.stacks_runs:
+                how += "; runs of one model shape take each step's pass together (PEZOO_ACCEL stack)"
+            return how
         if self.ray is None and slots == 1:
             return "one run at a time, in a worker process (one torch thread): a crash or hang ends only its run"
         if self.ray is None:

@@ -243,8 +243,9 @@ def _thread_local_capture() -> Iterator[None]:
         torch.cuda.graph = original  # type: ignore[misc]
 
 
-def capture(module: nn.Module, samples: tuple[Tensor, ...]) -> Callable | None:
-    """``module``'s forward and backward on inputs shaped like ``samples``, recorded as CUDA
+def capture(module: nn.Module | Callable[..., Any], samples: tuple[Tensor, ...]) -> Callable | None:
+    """``module``'s forward and backward on inputs shaped like ``samples`` (a module's, or a
+    function's of its inputs: gradients for those that require them), recorded as CUDA
     graphs (``torch.cuda.make_graphed_callables``), or None, said in a warning, when its
     pass cannot be recorded (host work or a sync inside it): the caller then runs it eagerly.
     The CUDA random state is left as it was (the warm-up passes leave no trace)."""

@@ -46,7 +46,7 @@ from torch.func import functional_call, vmap
 
 from harness.tasks.data import Batch
 from harness.training.backbone import Backbone
-from harness.training.graphs import QUANTUM, _Pass, draw_samples, graph_inputs, pad_to
+from harness.training.graphs import QUANTUM, _Pass, capture, draw_samples, graph_inputs, pad_to
 
 
 @dataclass
@@ -102,14 +102,17 @@ class Stack:
         padded: the batches are right-padded rows (an algorithmic task's) rather than whole
             windows (a language-modelling task's).
         quantum: the bucket of a batch's width (``harness.training.graphs.bucket_width``).
+        graphs: on CUDA, the stacked pass is recorded as CUDA graphs (:class:`_StackedPass`).
     """
 
-    def __init__(self, model: Backbone, precision: str, *, padded: bool = True, quantum: int = QUANTUM) -> None:
+    def __init__(
+        self, model: Backbone, precision: str, *, padded: bool = True, quantum: int = QUANTUM, graphs: bool = False
+    ) -> None:
         # a copy: the pass swaps the members' weights into its template for its duration, and a
         # member that has left trains or evaluates its own model meanwhile
         with model.pe.drawing_from(None):  # a run's generator is its own, never copied
             self.template = copy.deepcopy(model)
-        self.precision, self.padded, self.quantum = precision, padded, quantum
+        self.precision, self.padded, self.quantum, self.graphs = precision, padded, quantum, graphs
         self.device = next(model.parameters()).device
         self._cond = threading.Condition()
         self._members: dict[int, Member] = {}
@@ -217,15 +220,22 @@ class Stack:
 
     def _pass(self, backend: str) -> _StackedPass:
         if backend not in self._passes:
-            self._passes[backend] = _StackedPass(self.template, backend, self.precision)
+            self._passes[backend] = _StackedPass(self.template, backend, self.precision, graphs=self.graphs)
         return self._passes[backend]
 
 
 class _StackedPass:
     """The template's training pass (``harness.training.graphs._Pass``: the plain padded pass
-    on planned positions and draws) on ``backend``, vmapped over stacked parameters."""
+    on planned positions and draws) on ``backend``, vmapped over stacked parameters: a
+    function of (the stacked parameters, one tensor per name; the stacked inputs), whose
+    gradients with respect to the stacked parameters are each member's own, slice by slice.
 
-    def __init__(self, template: Backbone, backend: str, precision: str) -> None:
+    With ``graphs`` (CUDA) that function is recorded as a CUDA graph per (stack size, input
+    shapes) (``harness.training.graphs.capture``), on stacked parameters held in buffers of
+    its own that each step's weights are copied into: the graph never depends on which runs
+    are the members, so runs coming and going cost no capture but a new stack size's."""
+
+    def __init__(self, template: Backbone, backend: str, precision: str, *, graphs: bool = False) -> None:
         self.precision = precision
         if backend == template.backend:
             model = template
@@ -236,9 +246,26 @@ class _StackedPass:
         model.train()
         device = next(model.parameters()).device
         self.draw_keys = tuple(draw_samples(model.pe, device))
-        self.regularised = getattr(model.pe, "regularisation", None) is not None
         self.model = model
-        self.buffers = {f"model.{n}": b for n, b in model.named_buffers()}
+        self.names = [n for n, _ in model.named_parameters()]
+        self.graphs = graphs and device.type == "cuda"
+        self._graphed: dict[tuple, tuple[Any, list[Tensor]] | None] = {}
+
+    def _function(self, k: int, with_positions: bool) -> Any:
+        """(stacked parameters..., stacked inputs...) -> (loss (k,), task loss (k,))."""
+        pass_ = _Pass(self.model, self.precision, with_positions, self.draw_keys)
+        names = [f"model.{n}" for n in self.names]
+        buffers = {f"model.{n}": torch.stack([b] * k) for n, b in self.model.named_buffers()}
+
+        def one(p: dict[str, Tensor], b: dict[str, Tensor], *inputs: Tensor) -> tuple[Tensor, Tensor]:
+            out = functional_call(pass_, (p, b), inputs)
+            return (out[0], out[1]) if isinstance(out, tuple) else (out, out.detach())
+
+        def stacked_pass(*args: Tensor) -> tuple[Tensor, Tensor]:
+            params = dict(zip(names, args[: len(names)], strict=True))
+            return vmap(one)(params, buffers, *args[len(names) :])
+
+        return stacked_pass
 
     def run(self, models: list[Backbone], requests: list[_Request], stream: Any) -> list[tuple[Tensor, Tensor]]:
         """Every member's (loss, task loss), its gradients set in its own parameters."""
@@ -252,31 +279,44 @@ class _StackedPass:
             if stream is not None:
                 for r in requests:
                     stream.wait_stream(r.stream)
+            k = len(models)
             width = max(r.inputs[0].shape[1] for r in requests)
             rows = [self._widened(r, width) for r in requests]
-            stacked_inputs = [torch.stack(column) for column in zip(*rows, strict=True)]
-            names = [n for n, _ in models[0].named_parameters()]
+            inputs = [torch.stack(column) for column in zip(*rows, strict=True)]
             by_model = [dict(m.named_parameters()) for m in models]
-            params = {f"model.{n}": torch.stack([p[n] for p in by_model]) for n in names}
-            pass_ = _Pass(self.model, self.precision, with_positions, self.draw_keys)
-            buffers = {f"model.{n}": torch.stack([b] * len(models)) for n, b in self.model.named_buffers()}
-            regularised = self.regularised
+            key = (k, with_positions, tuple((tuple(x.shape), x.dtype) for x in inputs))
+            graphed = self._graph(key, with_positions, inputs) if self.graphs else None
+            if graphed is not None:
+                function, params = graphed
+                with torch.no_grad():
+                    for name, held in zip(self.names, params, strict=True):
+                        torch.stack([p[name] for p in by_model], out=held.detach())
+                loss, task = (x.clone() for x in function(*params, *inputs))  # the next replay overwrites them
+            else:
+                with torch.no_grad():
+                    params = [torch.stack([p[n] for p in by_model]) for n in self.names]
+                params = [p.requires_grad_() for p in params]
+                loss, task = self._function(k, with_positions)(*params, *inputs)
+            grads = torch.autograd.grad(loss.sum(), params, allow_unused=True)
+            for name, grad in zip(self.names, grads, strict=True):
+                for i, p in enumerate(by_model):  # each run's slice of the stack's gradient: its own
+                    p[name].grad = None if grad is None else grad[i]
+            losses = [loss[i].detach() for i in range(k)]
+            tasks = [task[i].detach() for i in range(k)]
+        return list(zip(losses, tasks, strict=True))
 
-            def one(p: dict[str, Tensor], b: dict[str, Tensor], *inputs: Tensor) -> tuple[Tensor, Tensor]:
-                out = functional_call(pass_, (p, b), inputs)
-                if regularised:
-                    return out[0], out[1]
-                return out, out
-
-            for m in models:
-                for p in m.parameters():
-                    p.grad = None
-            loss, task = vmap(one)(params, buffers, *stacked_inputs)  # (k,), (k,)
-            loss.sum().backward()  # each member's gradient is its own loss's: the stack's slices
-            losses = [loss[i].detach() for i in range(len(models))]
-            tasks = [task[i].detach() for i in range(len(models))] if regularised else losses
-            results = list(zip(losses, tasks, strict=True))  # unregularised: the same tensor, as a run alone gives
-        return results
+    def _graph(self, key: tuple, with_positions: bool, inputs: list[Tensor]) -> tuple[Any, list[Tensor]] | None:
+        """The recorded pass for ``key`` and its parameter buffers, captured on first use;
+        None where it cannot be recorded (said once in a warning by ``capture``): eager."""
+        if key not in self._graphed:
+            k = key[0]
+            params = [
+                torch.zeros((k, *p.shape), dtype=p.dtype, device=p.device, requires_grad=True)
+                for p in self.model.parameters()
+            ]
+            function = capture(self._function(k, with_positions), (*params, *inputs))
+            self._graphed[key] = None if function is None else (function, params)
+        return self._graphed[key]
 
     def _widened(self, request: _Request, width: int) -> list[Tensor]:
         """A member's graph inputs (batch, then positions, then draws) at the stack's width:
@@ -309,14 +349,14 @@ class Stacks:
         self._lock = threading.Lock()
         self._stacks: dict[tuple, Stack] = {}
 
-    def join(self, model: Backbone, precision: str, padded: bool, options: Any) -> Member | None:
+    def join(self, model: Backbone, precision: str, padded: bool, options: Any, graphs: bool = False) -> Member | None:
         """A member of the stack for ``model``; None when that stack was dissolved (its pass
         cannot be batched: the run trains alone, as later runs of its shape will)."""
-        key = stack_key(model, precision, padded, options)
+        key = (*stack_key(model, precision, padded, options), graphs)
         with self._lock:
             stack = self._stacks.get(key)
             if stack is None:
-                stack = self._stacks[key] = Stack(model, precision, padded=padded)
+                stack = self._stacks[key] = Stack(model, precision, padded=padded, graphs=graphs)
             return stack.join(model) if stack.dissolved is None else None
 
     def all(self) -> list[Stack]:
@@ -339,13 +379,14 @@ def installed(stacks: Stacks | None) -> Iterator[None]:
         _LOCAL.stacks = previous
 
 
-def join(model: Backbone, precision: str, padded: bool, options: Any) -> Member | None:
+def join(model: Backbone, precision: str, padded: bool, options: Any, *, graphs: bool = False) -> Member | None:
     """A member of this thread's stacks (:func:`installed`) for ``model``, or None: none
-    installed, or an fp16 run (its loss scaler is its own; it trains alone)."""
+    installed, or an fp16 run (its loss scaler is its own; it trains alone). ``graphs``: the
+    stack's pass is recorded as CUDA graphs (on CUDA)."""
     stacks: Stacks | None = getattr(_LOCAL, "stacks", None)
     if stacks is None or precision == "fp16":
         return None
-    return stacks.join(model, precision, padded, options)
+    return stacks.join(model, precision, padded, options, graphs)
 
 
 __all__ = ["Member", "Stack", "Stacks", "installed", "join", "stack_key"]

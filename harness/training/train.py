@@ -492,7 +492,8 @@ def train(
     with feed, model.pe.drawing_from(run.draws), contextlib.ExitStack() as leaving:
         member = None
         if accel.stack:  # a stack of this thread's group (harness.training.stacked), left however the loop ends
-            member = stacked.join(model, t.precision, padded, (cfg.pe, repr(cfg.pe_options), repr(model.pe)))
+            options = (cfg.pe, repr(cfg.pe_options), repr(model.pe))
+            member = stacked.join(model, t.precision, padded, options, graphs=accel.graphs)
             if member is not None:
                 leaving.enter_context(member)
         for fed in feed:

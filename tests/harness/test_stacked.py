@@ -260,3 +260,29 @@ def test_a_grouped_sweep_stacks_its_runs_of_one_shape(one_torch_thread, tmp_path
         assert result.status == "finished", result.error
         assert result.final_loss == pytest.approx(alone[run_id].final_loss, rel=1e-4)
         assert "stack" in result.provenance["loop"]
+
+
+def test_a_stacking_sweep_queues_runs_of_one_shape_together(tmp_path, monkeypatch):
+    """The plan's order is task by task; a stacking group's queue is shape by shape, so the
+    runs in flight at once can share their passes. Without stacking the plan's order stays."""
+    from harness.records.store import Store
+    from harness.sweeps.executors import Grouped, run_sweep
+    from harness.sweeps.executors.driver import SweepEvents
+
+    class Started(SweepEvents):
+        def __init__(self):
+            self.order = []
+
+        def started(self, job):
+            self.order.append(job.index)
+
+    configs = [_config(pe, task, 0, steps=2) for task in ("copy", "reverse") for pe in ("nope", "alibi")]
+    for stacking, expected in ((False, [1, 2, 3, 4]), (True, [2, 4, 1, 3])):  # alibi's shape sorts first
+        if stacking:
+            monkeypatch.setenv("PEZOO_ACCEL", "stack")
+        events = Started()
+        with Store(tmp_path / f"{stacking}.sqlite") as store:
+            group = Grouped(["cpu"])
+            run_sweep(group, configs, store, checkpoint_dir=tmp_path / str(stacking), events=events)
+            group.close()
+        assert events.order == expected

@@ -36,6 +36,7 @@ from harness.records.provenance import git_commit
 from harness.records.result import RunOutcome, RunResult
 from harness.records.store import Claim, ClaimLostError, Store, StoreError
 from harness.sweeps.estimate import checkpointed_steps
+from harness.sweeps.executors.grouped import stack_order
 from harness.sweeps.executors.interface import Executor, first_line
 from harness.sweeps.executors.jobs import Job, WorkerLost
 from harness.sweeps.executors.worker import injected_faults
@@ -225,6 +226,8 @@ class _Sweep:
                 self._record_kept(job, cfg, kept, path)
                 continue
             (last if run_id in lapsed else self.queue).append(job)
+        if getattr(self.executor, "stacks_runs", False):  # a stacking group: runs of one shape together
+            self.queue = deque(sorted(self.queue, key=lambda job: stack_order(self.by_id[job.run_id])))
         self.queue.extend(last)
 
     def _record_kept(self, job: Job, cfg: RunConfig, kept: RunResult, path: Path) -> None:

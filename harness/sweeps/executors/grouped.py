@@ -38,12 +38,14 @@ from dataclasses import replace
 import torch
 
 import harness.training.stacked as stacked
+from harness.config import RunConfig
 from harness.execution.run import Progress
 from harness.records.result import RunResult
 from harness.sweeps.executors.interface import Executor, ExecutorError, first_line
 from harness.sweeps.executors.jobs import Completion, Job, NoticeReport, ProgressReport, WorkerLost
 from harness.sweeps.executors.local_pool import throttled_progress
 from harness.sweeps.executors.worker import run_job
+from harness.training.accel import Accel
 
 _Event = tuple[Job, ProgressReport | NoticeReport | RunResult | WorkerLost]
 
@@ -92,6 +94,9 @@ class Grouped(Executor):
         self._in_flight: dict[int, Job] = {}
         self._cancelled = threading.Event()
         self._stacks = stacked.Stacks()
+        self.stacks_runs = Accel.for_device(self.device_type).stack
+        """Whether runs stack (the ``stack`` loop feature): the driver then queues runs of one
+        shape next to each other (:func:`stack_order`), so they are in flight together."""
         """The group's stacks (``harness.training.stacked``): runs with the ``stack`` loop feature
         (``PEZOO_ACCEL``) and one model shape take their forward and backward passes together."""
 
@@ -179,3 +184,10 @@ class Grouped(Executor):
         for thread in self._threads:
             thread.join(timeout=CANCEL_SECONDS if cancel else None)
         self._threads = []
+
+
+def stack_order(cfg: RunConfig) -> tuple[str, ...]:
+    """A run's place in a stacking group's queue: runs of one encoding, model and training
+    length (what a stack needs in common, ``harness.training.stacked.stack_key``) side by
+    side, whatever their task and seed, so they are in flight at once."""
+    return (repr(cfg.backbone), cfg.pe, repr(sorted(cfg.pe_options.items())), cfg.train.precision, str(cfg.train.steps))
