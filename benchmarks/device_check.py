@@ -31,6 +31,11 @@ Parts (the issue's items):
   step as one CUDA graph (``PEZOO_ACCEL=...,step``, ``harness.training.step_graph``):
   steps/s of the whole sweep, GPU utilisation sampled by nvidia-smi, the 270-run board
   projected from each; prints a ``harness.sweeps.speeds`` row for the group.
+* ``stack_equal`` (round 2, item 1): runs of one shape trained alone, then stacked
+  (``PEZOO_ACCEL=...,stack``, ``harness.training.stacked``), compared run by run: the final
+  loss's relative difference and the exact-match cells that differ (not bit for bit: a
+  batched kernel rounds otherwise). The ``pack`` part measures the stacked group's speed as
+  a row of its own.
 * ``group_equal`` (round 2, item 1): four runs trained alone, then together in one group,
   compared record for record (bit for bit expected: the same kernels); abacus/addition
   trained alone a second time (is the device itself repeatable for it?).
@@ -67,7 +72,8 @@ from gpu_busy import read_utilisation, sample_utilisation  # noqa: E402
 # in the order of what each tells (the gpu preset's loop last: a cut-short call loses it first)
 PARTS: tuple[tuple[str, int, int], ...] = (
     ("env", 40, 60),
-    ("pack", 260, 240),  # the principal measurement first: grouped against packed processes
+    ("pack", 300, 240),  # the principal measurement first: packed processes, the group, the stacked group
+    ("stack_equal", 100, 120),  # runs stacked against the same runs alone (round 2's third call)
     ("group_equal", 110, 120),
     ("prism_capture", 60, 60),  # why PRISM's step with the kernels on is not captured (round 2)
     # the CUDA tests: the whole-step graph's, before it can be a default; host draws captured, no sync
@@ -82,6 +88,11 @@ PARTS: tuple[tuple[str, int, int], ...] = (
 STEP_ACCEL = "prefetch,readback,fused,graphs,forced,spawn,step"
 """The loop's default GPU features plus the whole step as one graph (``harness.training.step_graph``),
 measured beside the default before it becomes one."""
+
+STACK_ACCEL = "prefetch,readback,fused,graphs,forced,spawn,stack"
+"""The loop's default GPU features plus stacked passes (``harness.training.stacked``: runs of
+one model shape take each step's forward and backward together), measured beside the default
+before it becomes one."""
 
 ROUND = "-2"
 """The report's suffix: the second round of the GPU issue (grouped runs), beside the first's."""
@@ -351,17 +362,21 @@ def part_pack(dry: bool) -> dict[str, Any]:
         sweep += ["--device", "cpu", "--workers", "2"]
         sweeps = [("packed processes", sweep, None, "processes", 60),
                   ("grouped threads", sweep, None, "threads", 60),
+                  ("grouped, stacked passes", sweep, STACK_ACCEL, "threads", 60),
                   ("grouped, whole-step graphs", sweep, STEP_ACCEL, "threads", 60)]  # fmt: skip
     else:
         # board-preset runs, shortened to 500 steps but evaluated as the board evaluates (scales
         # 1..40, 100 samples each), so the projection carries the evaluation's real cost; the
         # loop of before the first round (features off, 23 steps/s on an H200) is in that
-        # round's report and not measured again
-        sweep = ["--pe", "nope,rope,alibi,ape", "--task", "copy,reverse", "--seeds", "2", "--preset", "board",
+        # round's report and not measured again. Two encodings × 2 tasks × 4 seeds: 16 runs, as
+        # round 2's first call (4 × 2 × 2), but stacks of 8 runs of one shape, as a board's are
+        # (an encoding's 5 tasks × 3 seeds in flight together)
+        sweep = ["--pe", "nope,alibi", "--task", "copy,reverse", "--seeds", "4", "--preset", "board",
                  "--steps", "500", "--device", "cuda"]  # fmt: skip
-        sweeps = [("packed processes", sweep, None, "processes", 80),
-                  ("grouped threads", sweep, None, "threads", 80),
-                  ("grouped, whole-step graphs", sweep, STEP_ACCEL, "threads", 80)]  # fmt: skip
+        sweeps = [("packed processes", sweep, None, "processes", 75),
+                  ("grouped threads", sweep, None, "threads", 70),
+                  ("grouped, stacked passes", sweep, STACK_ACCEL, "threads", 70),
+                  ("grouped, whole-step graphs", sweep, STEP_ACCEL, "threads", 70)]  # fmt: skip
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for label, args, accel, group, timeout in sweeps:
@@ -386,7 +401,7 @@ def part_pack(dry: bool) -> dict[str, Any]:
         if r["code"]:
             lines += ["", f"{label}: exit {r['code']}", "```", r["tail"], "```", ""]
     packed, grouped = rows["packed processes"], rows["grouped threads"]
-    for label in ("grouped threads", "grouped, whole-step graphs"):
+    for label in ("grouped threads", "grouped, stacked passes", "grouped, whole-step graphs"):
         if packed["sweep_steps_per_s"] and rows[label]["sweep_steps_per_s"]:
             ratio = rows[label]["sweep_steps_per_s"] / packed["sweep_steps_per_s"]
             lines += ["", f"{label} over packed, the sweep's steps/s: {ratio:.2f}x (target >= 5x the 230 steps/s "
@@ -399,7 +414,70 @@ def part_pack(dry: bool) -> dict[str, Any]:
     lines += ["", "harness/sweeps/speeds.py row (board model, grouped):",
               f'    RecordedSpeed("board", "cuda", None, {grouped["steps_per_s"]}, <eval s/unit>, "<card>, grouped, '
               'benchmarks/results/cuda-gpu-*-2.md")']  # fmt: skip
+    stacked = rows["grouped, stacked passes"]
+    if grouped["sweep_steps_per_s"] and stacked["sweep_steps_per_s"]:
+        lines += ["", f"Stacked over grouped threads, the sweep's steps/s: "
+                      f"{stacked['sweep_steps_per_s'] / grouped['sweep_steps_per_s']:.2f}x."]  # fmt: skip
     return {"data": {**rows, "board_minutes": minutes}, "lines": lines}
+
+
+def part_stack_equal(dry: bool) -> dict[str, Any]:
+    """Item 1 for stacked passes (``harness.training.stacked``): runs of one shape trained one
+    at a time, then as one group with the ``stack`` feature, compared run by run. Not bit for
+    bit (a batched kernel rounds otherwise, and the stack pads to its widest batch): the final
+    loss's relative difference and the exact-match cells that differ, beside the same
+    comparison for abacus/addition trained alone twice (the device's own repeatability)."""
+    import torch
+
+    from harness.config import preset_config
+    from harness.execution.run import train_and_evaluate
+    from harness.sweeps.executors import Grouped
+    from harness.sweeps.executors.jobs import Job
+
+    device = "cpu" if dry else "cuda"
+    steps = 5 if dry else 300
+    specs = [(pe, task, seed) for pe, task in (("nope", "copy"), ("randomized:ape{max_length=256}", "reverse"))
+             for seed in (0, 1)]  # fmt: skip
+    configs = [preset_config("smoke" if dry else "quick", pe=pe, task=task, seed=seed,
+                             overrides={"train": {"steps": steps}, "eval": {"samples": 8 if dry else 50}})
+               for pe, task, seed in specs]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        alone = {c.run_id(): train_and_evaluate(c, torch.device(device), Path(tmp) / f"a{i}.pt", notice=lambda m: None)
+                 for i, c in enumerate(configs)}  # fmt: skip
+        alone_s = time.perf_counter() - t0
+        os.environ["PEZOO_ACCEL"] = STACK_ACCEL if not dry else "stack"
+        try:
+            group = Grouped([device] * len(configs))
+            t0 = time.perf_counter()
+            for i, cfg in enumerate(configs):
+                group.submit(Job(i, cfg.to_dict(), cfg.run_id(), str(Path(tmp) / f"s{i}.pt")))
+            together: dict[str, Any] = {}
+            while len(together) < len(configs):
+                together |= dict((job.run_id, answer) for job, answer in group.wait())
+            group.close()
+            stacked_s = time.perf_counter() - t0
+            stacks = [(s.passes, s.member_steps, s.backend, s.dissolved) for s in group._stacks.all()]
+        finally:
+            os.environ.pop("PEZOO_ACCEL", None)
+    lines = ["| run | alone: final loss | stacked: final loss | relative difference | EM cells differing (max diff) |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    worst = 0.0
+    for cfg in configs:
+        a, g = alone[cfg.run_id()], together[cfg.run_id()]
+        if not hasattr(g, "metrics") or g.status != "finished":
+            lines.append(f"| {cfg.pe}/{cfg.task} s{cfg.seed} | {a.final_loss!r} | {g!s:.80} | | |")
+            continue
+        rel = abs(g.final_loss - a.final_loss) / max(abs(a.final_loss), 1e-12)
+        worst = max(worst, rel)
+        cells = [(x.exact, y.exact) for (_, x), (_, y) in zip(a.metrics, g.metrics, strict=True)]
+        differ = [abs(x - y) for x, y in cells if x != y]
+        lines.append(f"| {cfg.pe}/{cfg.task} s{cfg.seed} | {a.final_loss:.6g} | {g.final_loss:.6g} | {rel:.1e} | "
+                     f"{len(differ)} of {len(cells)} ({max(differ, default=0):.2f}) |")  # fmt: skip
+    lines += ["", f"stacks (passes, member steps, backend, dissolved): {stacks}; one at a time {alone_s:.1f} s, "
+                  f"stacked {stacked_s:.1f} s; largest relative difference of a final loss {worst:.1e}."]  # fmt: skip
+    data = {"alone_s": alone_s, "stacked_s": stacked_s, "worst_rel": worst, "stacks": stacks}
+    return {"data": data, "lines": lines}
 
 
 def part_group_equal(dry: bool) -> dict[str, Any]:
@@ -646,6 +724,7 @@ PART_FUNCTIONS = {
     "example": part_example,
     "pack": part_pack,
     "group_equal": part_group_equal,
+    "stack_equal": part_stack_equal,
     "gpu20k": part_gpu20k,
 }
 

@@ -25,8 +25,9 @@ A member joins when its loop starts and leaves when it ends (its last step, a di
 an error, a cancelled sweep), and the others go on without it. A stack whose pass cannot
 be run (an encoding vmap cannot batch: a Triton kernel, a draw made inside the pass, an
 fp16 loss scaler) is dissolved at its first step, said once in a warning: its members train
-as they would alone. The pass runs on the model's own attention backend where vmap batches
-it, else on the eager one (what it computes is the same attention, to float rounding).
+as they would alone. The pass runs on the eager attention backend (plain matmuls and a
+softmax, which vmap batches everywhere; the same attention as the model's own backend to
+float rounding), else on the model's own.
 """
 
 from __future__ import annotations
@@ -124,7 +125,9 @@ class Stack:
         self.passes = 0
         """Stacked passes run, and the members' steps they took (:attr:`member_steps`)."""
         self.member_steps = 0
-        self._backends = list(dict.fromkeys([model.backend, "eager"]))
+        # eager first: plain matmuls and a softmax, which vmap batches on every device (it runs
+        # sdpa's CPU kernel one run at a time, and cannot take a learned bias's gradient there)
+        self._backends = list(dict.fromkeys(["eager", model.backend]))
         self._passes: dict[str, _StackedPass] = {}
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
@@ -147,6 +150,11 @@ class Stack:
             self._pending.pop(member.index, None)
             self._answers.pop(member.index, None)
             self._cond.notify_all()  # the others may all be waiting now
+
+    @property
+    def backend(self) -> str | None:
+        """The attention backend the stacked pass runs on (None once dissolved)."""
+        return self._backends[0] if self.dissolved is None and self._backends else None
 
     @property
     def size(self) -> int:

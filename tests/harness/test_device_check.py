@@ -15,16 +15,16 @@ def _module():
 def test_dry_run_goes_end_to_end_on_cpu(tmp_path):
     dc = _module()
     # every part but ``tests`` (pytest inside pytest): in this process, toy sizes
-    assert (
-        dc.main(["--dry-run", "--out", str(tmp_path), "--only", "env,loop,loop_gpu,example,pack,group_equal,gpu20k"])
-        == 0
-    )
+    parts = "env,loop,loop_gpu,example,pack,stack_equal,group_equal,gpu20k"
+    assert dc.main(["--dry-run", "--out", str(tmp_path), "--only", parts]) == 0
     report = (tmp_path / "cuda-gpu-cpu-dry-run-2.md").read_text()
-    for heading in ("## env", "## loop", "## example", "## pack", "## group_equal", "## gpu20k"):
+    for heading in ("## env", "## loop", "## example", "## pack", "## stack_equal", "## group_equal", "## gpu20k"):
         assert heading in report
     assert "not measured" not in report and "smoke/nope" in report
     assert "exit 0" in report and "270-run board" in report
     assert "grouped threads over packed" in report and "whole-step graphs over packed" in report
+    assert "stacked passes over packed" in report and "Stacked over grouped threads" in report
+    assert "nope/copy s1" in report and "dissolved): [(" in report and "'eager', None)" in report
     assert "4 of 4 runs gave the same record in the group as alone" in report
     assert "trained alone a second time" in report and "the same record as the first" in report
     assert (tmp_path / "cuda-gpu-cpu-dry-run-2.json").exists()
