@@ -286,3 +286,48 @@ def test_a_stacking_sweep_queues_runs_of_one_shape_together(tmp_path, monkeypatc
             run_sweep(group, configs, store, checkpoint_dir=tmp_path / str(stacking), events=events)
             group.close()
         assert events.order == expected
+
+
+def test_the_recorded_pass_takes_each_steps_weights_through_its_own_buffers(one_torch_thread, monkeypatch):
+    """The CUDA-graph path on a CPU stand-in (a "capture" that returns the function itself):
+    the weights are copied into the graph's buffers each step, so a replay sees this step's
+    weights whoever the members are; the members' gradients are their slices of the buffers'
+    gradient; the recorded function is made once per stack size and shapes."""
+    captured = []
+
+    def stand_in(function, samples):
+        captured.append(tuple(tuple(s.shape) for s in samples))
+        return function
+
+    monkeypatch.setattr(stacked, "capture", stand_in)
+    cfgs = [_config("fire", "reverse", seed) for seed in range(2)]
+    task = training_task(cfgs[0])
+    models = [build_model(cfg) for cfg in cfgs]
+    stack = stacked.Stack(models[0], "fp32", graphs=True)
+    stack._pass("eager").graphs = True  # CUDA only, but for the stand-in
+    members = [stack.join(m) for m in models]
+    for step in range(2):
+        batches = [_batch(cfg, task, 10 * step + seed) for seed, cfg in enumerate(cfgs)]
+        alone = [
+            _alone(m, b, torch.Generator().manual_seed(i)) for i, (m, b) in enumerate(zip(models, batches, strict=True))
+        ]
+        out: dict[int, tuple] = {}
+
+        def run(i, batches=batches, out=out):
+            with models[i].pe.drawing_from(torch.Generator().manual_seed(i)):
+                out[i] = members[i].step(batches[i], batches[i])
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        for i, model in enumerate(models):
+            assert out[i][0].item() == pytest.approx(alone[i][0].item(), rel=1e-5)
+            for name, grad in alone[i][1].items():
+                torch.testing.assert_close(model.get_parameter(name).grad, grad, rtol=1e-4, atol=1e-6)
+        with torch.no_grad():  # an update between the steps: the next replay must see it
+            for model in models:
+                for p in model.parameters():
+                    p.add_(0.01 * torch.randn_like(p))
+    assert stack.passes == 2 and 1 <= len(captured) <= 2  # one per width bucket met
