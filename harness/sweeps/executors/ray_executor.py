@@ -14,11 +14,13 @@ from typing import Any
 
 import torch
 
+import harness.training.stacked as stacked
 from harness.records.result import RunResult
 from harness.sweeps.executors.interface import Executor, ExecutorError, first_line
 from harness.sweeps.executors.jobs import Completion, Job, WorkerLost
 from harness.sweeps.executors.sizing import default_cpu_workers, group_mode
 from harness.sweeps.executors.worker import run_job
+from harness.training.accel import Accel
 
 
 def _ray_run_job(job: Job) -> RunResult:
@@ -41,6 +43,7 @@ class GroupWorker:
     def __init__(self) -> None:
         torch.set_num_threads(1)
         self._local = threading.local()
+        self._stacks = stacked.Stacks()  # with the stack loop feature, the actor's runs of one shape share passes
 
     def run(self, job: Job) -> RunResult:
         if torch.device(job.device).type != "cuda":
@@ -48,7 +51,7 @@ class GroupWorker:
         stream = getattr(self._local, "stream", None)
         if stream is None:
             stream = self._local.stream = torch.cuda.Stream(torch.device(job.device))
-        with torch.cuda.stream(stream):
+        with torch.cuda.stream(stream), stacked.installed(self._stacks):
             return run_job(job)
 
 
@@ -104,6 +107,9 @@ class RayExecutor(Executor):
         if group < 1:
             raise ExecutorError(f"a Ray group holds at least one run, got {group}")
         self.group = group
+        self.stacks_runs = bool(gpus) and group > 1 and Accel.for_device("cuda").stack
+        """Whether the actors' runs stack (``harness.training.stacked``; ``PEZOO_ACCEL`` as the
+        workers see it): the driver then queues runs of one shape together."""
         self.capacity = workers or max(1, gpus or int(resources.get("CPU", 1))) * group
         self._task = ray.remote(_ray_run_job)
         self._resources = {"num_cpus": 1, "num_gpus": 1 if gpus else 0, "max_retries": 0}
