@@ -145,6 +145,11 @@ class Stack:
             return member
 
     def leave(self, member: Member) -> None:
+        if self._stream is not None:
+            # its last update may still be reading gradients that live in the stack's memory
+            # (a recorded pass's buffers, or blocks the stack's stream would reuse): the stack's
+            # later passes wait for the work queued on the leaving run's stream
+            self._stream.wait_stream(torch.cuda.current_stream(self.device))
         with self._cond:
             self._members.pop(member.index, None)
             self._pending.pop(member.index, None)
