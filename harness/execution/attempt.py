@@ -55,10 +55,14 @@ def restore_told(
 
 
 def note_history(run: Attempt, result: TrainResult) -> None:
-    """Put in the provenance which commit (and machine) trained which steps, when more than one did."""
+    """Put in the provenance which commit (and machine) trained which steps, when more than one did,
+    and how many steps a stacked pass took."""
     if len(result.code) > 1:  # resumed under other code: the record says which commit trained which steps
         run.prov["code_by_step"] = by_step(result.code, result.steps)
         run.tell_run(f"trained by more than one commit: {run.prov['code_by_step']}")
+    if result.stacked is not None:  # the stack feature: how many steps shared a stacked pass (harness.training.stacked)
+        shared, trained, backend = result.stacked
+        run.prov["stacked"] = f"{shared} of the {trained} steps trained in this attempt, {backend} attention"
     if len(result.machine) > 1:  # resumed on another machine: which one trained which steps
         run.prov["machine_by_step"] = by_step(result.machine, result.steps)
         run.tell_run(f"trained on more than one machine: {run.prov['machine_by_step']}")

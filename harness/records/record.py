@@ -21,6 +21,7 @@ The plain form (:meth:`RunRecord.to_dict`) is one JSON object with exactly these
                     string-valued keys the harness records (python, platform, cpu;
                     code_by_step and machine_by_step for a run resumed under another
                     commit or on another machine; weights_from for a variant;
+                    stacked for a run whose steps shared a stacked pass;
                     plugins for a plugin's encoding or task code), and
                     pe_options_resolved: an object, every option the encoding was
                     built with, defaults included (``pezoo.resolved_options``)

@@ -87,6 +87,9 @@ class TrainResult:
     # which commit trained from which step (harness.training.checkpoint.code_history)
     code: tuple[tuple[int, str], ...] = ()
     machine: tuple[tuple[int, str], ...] = ()  # and on which machine (harness.training.checkpoint.machine_history)
+    stacked: tuple[int, int, str] | None = None
+    """With the ``stack`` loop feature: (steps taken in a stacked pass, steps trained in this
+    call, the attention backend of the stacked pass; ``harness.training.stacked``)."""
 
 
 def build_encoding(cfg: RunConfig) -> pezoo.PositionalEncoding:
@@ -490,7 +493,7 @@ def train(
     start = time.perf_counter()
     feed = _feed(cfg, task, run, device, accel, keep_state=functools.partial(_Due.saves_after, due))
     with feed, model.pe.drawing_from(run.draws), contextlib.ExitStack() as leaving:
-        member = None
+        member, stacked_steps = None, 0
         if accel.stack:  # a stack of this thread's group (harness.training.stacked), left however the loop ends
             options = (cfg.pe, repr(cfg.pe_options), repr(model.pe))
             member = stacked.join(model, t.precision, padded, options, graphs=accel.graphs)
@@ -502,6 +505,7 @@ def train(
             shared = member.step(fed.batch, fed.host) if member is not None else None
             stepped = stepper(fed.batch, fed.host) if stepper is not None and shared is None else None
             if shared is not None:  # the stack's pass: this run's losses, its gradients in place
+                stacked_steps += 1
                 losses.add(step, shared[1], shared[0])
                 if accel.readback == 1:
                     losses.flush()  # before the update, as below
@@ -522,7 +526,12 @@ def train(
                 _save(cfg, model, run, fed, losses, run.elapsed + time.perf_counter() - start, checkpointing, device)
     losses.flush()
     seconds = run.elapsed + time.perf_counter() - start
-    return TrainResult(losses.last, t.steps, seconds, tuple(run.evaluations), tuple(run.code), tuple(run.machine))
+    shared_by = None
+    if member is not None:
+        shared_by = (stacked_steps, t.steps - run.first_step, member.stack.backend or member.stack.template.backend)
+    return TrainResult(
+        losses.last, t.steps, seconds, tuple(run.evaluations), tuple(run.code), tuple(run.machine), shared_by
+    )
 
 
 def set_learning_rate(

@@ -260,6 +260,9 @@ def test_a_grouped_sweep_stacks_its_runs_of_one_shape(one_torch_thread, tmp_path
         assert result.status == "finished", result.error
         assert result.final_loss == pytest.approx(alone[run_id].final_loss, rel=1e-4)
         assert "stack" in result.provenance["loop"]
+        shared = int(result.provenance["stacked"].split()[0])  # "<n> of the 20 steps trained in this attempt, ..."
+        assert 0 < shared <= 20 and "of the 20 steps" in result.provenance["stacked"]
+        assert result.provenance["stacked"].endswith("eager attention")
 
 
 def test_a_stacking_sweep_queues_runs_of_one_shape_together(tmp_path, monkeypatch):
