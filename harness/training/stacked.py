@@ -49,6 +49,11 @@ from harness.tasks.data import Batch
 from harness.training.backbone import Backbone
 from harness.training.graphs import QUANTUM, _Pass, capture, draw_samples, graph_inputs, pad_to
 
+CAPTURE_AFTER = 20
+"""A stacked pass of one stack size and input shapes is recorded as a CUDA graph at its 20th
+use: while a group's runs start one by one (or end), each size in between is met a few
+times only, and capturing each would cost more than the eager passes it saves."""
+
 
 @dataclass
 class _Request:
@@ -263,6 +268,7 @@ class _StackedPass:
         self.names = [n for n, _ in model.named_parameters()]
         self.graphs = graphs and device.type == "cuda"
         self._graphed: dict[tuple, tuple[Any, list[Tensor]] | None] = {}
+        self._uses: dict[tuple, int] = {}
 
     def _function(self, k: int, with_positions: bool) -> Any:
         """(stacked parameters..., stacked inputs...) -> (loss (k,), task loss (k,))."""
@@ -319,8 +325,13 @@ class _StackedPass:
         return list(zip(losses, tasks, strict=True))
 
     def _graph(self, key: tuple, with_positions: bool, inputs: list[Tensor]) -> tuple[Any, list[Tensor]] | None:
-        """The recorded pass for ``key`` and its parameter buffers, captured on first use;
-        None where it cannot be recorded (said once in a warning by ``capture``): eager."""
+        """The recorded pass for ``key`` and its parameter buffers, captured at its
+        :data:`CAPTURE_AFTER`-th use (a stack size met only while runs start or end runs
+        eagerly: a capture costs more than a few eager passes); None until then, or where it
+        cannot be recorded (said once in a warning by ``capture``): eager."""
+        self._uses[key] = self._uses.get(key, 0) + 1
+        if self._uses[key] < CAPTURE_AFTER:
+            return None
         if key not in self._graphed:
             k = key[0]
             params = [

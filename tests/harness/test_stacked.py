@@ -303,6 +303,7 @@ def test_the_recorded_pass_takes_each_steps_weights_through_its_own_buffers(one_
         return function
 
     monkeypatch.setattr(stacked, "capture", stand_in)
+    monkeypatch.setattr(stacked, "CAPTURE_AFTER", 1)  # recorded at once
     cfgs = [_config("fire", "reverse", seed) for seed in range(2)]
     task = training_task(cfgs[0])
     models = [build_model(cfg) for cfg in cfgs]
@@ -334,3 +335,17 @@ def test_the_recorded_pass_takes_each_steps_weights_through_its_own_buffers(one_
                 for p in model.parameters():
                     p.add_(0.01 * torch.randn_like(p))
     assert stack.passes == 2 and 1 <= len(captured) <= 2  # one per width bucket met
+
+
+def test_a_stack_size_met_a_few_times_only_is_not_recorded(monkeypatch):
+    """Sizes met while runs start or end run eagerly: a capture at the CAPTURE_AFTER-th use."""
+    captured = []
+    monkeypatch.setattr(stacked, "capture", lambda function, samples: captured.append(1) or function)
+    model = build_model(_config("nope", "copy"))
+    pass_ = stacked._StackedPass(model, "eager", "fp32")
+    pass_.graphs = True
+    inputs = [torch.zeros(2, 8, 8)]
+    for use in range(1, stacked.CAPTURE_AFTER + 2):
+        got = pass_._graph((2, False, "shapes"), False, inputs)
+        assert (got is None) == (use < stacked.CAPTURE_AFTER)
+    assert captured == [1]
