@@ -8,6 +8,7 @@ One module per part:
     feed         the training batches of a run, in order, inline or from a producer thread
     graphs       a step's loss replayed as CUDA graphs per length bucket (the padded pass)
     step_graph   the whole step (pass, clip, fused AdamW) replayed as one CUDA graph per bucket
+    stacked      runs of one model shape taking each step's pass together, vmapped over stacked weights
     loss         the training loss of one batch, and how the loop takes it (eager or graphed)
     precision    autocast over float32 master weights, fp16 loss scaling, a GPU's defaults
     diagnostics  what a trained encoding did, kept with the run for the leaderboard

@@ -317,7 +317,7 @@ def test_gpu_section_runs_on_cpu():
     assert row["busy"] is None and row["bare_busy"] is None  # no device kernels to count on CPU
     assert row["launches"] > row["bare_launches"] > 10  # ATen calls: the loop's length groups run more
     off = {"prefetch": 0, "readback": 1, "fused": False, "graphs": False, "forced": False, "spawn": False}
-    off["step"] = False
+    off["step"] = off["stack"] = False
     assert row["accel"] == off
     text = render(report)
     assert "smoke/nope" in text and "loop/bare" in text and "features: none" in text
