@@ -79,8 +79,11 @@ class _Answer:
 class Member:
     """One run's place in a :class:`Stack` (``with member:`` leaves it at the end)."""
 
-    def __init__(self, stack: Stack, model: Backbone, index: int) -> None:
+    def __init__(self, stack: Stack, model: Backbone, index: int, draws: torch.Generator | None = None) -> None:
         self.stack, self.model, self.index = stack, model, index
+        self.draws = draws
+        """The run's own generator, which its encoding draws from (``pe.drawing_from``): a step
+        the stack hands back to the run alone starts again from the state it had."""
 
     def step(self, batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor] | None:
         """This run's (loss to minimise, task loss) on ``batch`` from the stacked pass, its
@@ -136,15 +139,16 @@ class Stack:
         self._passes: dict[str, _StackedPass] = {}
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
-    def join(self, model: Backbone) -> Member:
+    def join(self, model: Backbone, draws: torch.Generator | None = None) -> Member:
         """A member for ``model`` (whose parameters must match the template's, name for
-        name, shape for shape); it takes part from its first :meth:`step`."""
+        name, shape for shape; ``draws`` the run's own generator, :class:`Member`); it takes
+        part from its first :meth:`step`."""
         mine = [(n, tuple(p.shape), p.dtype) for n, p in model.named_parameters()]
         theirs = [(n, tuple(p.shape), p.dtype) for n, p in self.template.named_parameters()]
         if mine != theirs:
             raise ValueError("a stack's members have the same parameters, name for name and shape for shape")
         with self._cond:
-            member = Member(self, model, self._next)
+            member = Member(self, model, self._next, draws)
             self._next += 1
             self._members[member.index] = member
             return member
@@ -174,7 +178,8 @@ class Stack:
     def step(self, member: Member, batch: Batch, host: Batch | None) -> tuple[Tensor, Tensor] | None:
         if self.dissolved is not None:
             return None
-        request = self._request(member.model, batch, host)
+        before = member.draws.get_state() if member.draws is not None else None
+        request = self._request(member.model, batch, host)  # draws the step's positions and offsets
         with self._cond:
             self._pending[member.index] = request
             while member.index not in self._answers:
@@ -183,7 +188,10 @@ class Stack:
                 else:
                     self._cond.wait()
             answer = self._answers.pop(member.index)
-        if answer.solo:
+        if answer.solo:  # the run takes this step alone, drawing what it would have drawn
+            if before is not None:
+                assert member.draws is not None
+                member.draws.set_state(before)
             return None
         if self._stream is not None:  # the member's own stream goes on from the pass's results
             torch.cuda.current_stream(self.device).wait_stream(self._stream)
@@ -373,7 +381,15 @@ class Stacks:
         self._lock = threading.Lock()
         self._stacks: dict[tuple, Stack] = {}
 
-    def join(self, model: Backbone, precision: str, padded: bool, options: Any, graphs: bool = False) -> Member | None:
+    def join(
+        self,
+        model: Backbone,
+        precision: str,
+        padded: bool,
+        options: Any,
+        graphs: bool = False,
+        draws: torch.Generator | None = None,
+    ) -> Member | None:
         """A member of the stack for ``model``; None when that stack was dissolved (its pass
         cannot be batched: the run trains alone, as later runs of its shape will)."""
         key = (*stack_key(model, precision, padded, options), graphs)
@@ -381,7 +397,7 @@ class Stacks:
             stack = self._stacks.get(key)
             if stack is None:
                 stack = self._stacks[key] = Stack(model, precision, padded=padded, graphs=graphs)
-            return stack.join(model) if stack.dissolved is None else None
+            return stack.join(model, draws) if stack.dissolved is None else None
 
     def all(self) -> list[Stack]:
         with self._lock:
@@ -403,14 +419,22 @@ def installed(stacks: Stacks | None) -> Iterator[None]:
         _LOCAL.stacks = previous
 
 
-def join(model: Backbone, precision: str, padded: bool, options: Any, *, graphs: bool = False) -> Member | None:
+def join(
+    model: Backbone,
+    precision: str,
+    padded: bool,
+    options: Any,
+    *,
+    graphs: bool = False,
+    draws: torch.Generator | None = None,
+) -> Member | None:
     """A member of this thread's stacks (:func:`installed`) for ``model``, or None: none
     installed, or an fp16 run (its loss scaler is its own; it trains alone). ``graphs``: the
-    stack's pass is recorded as CUDA graphs (on CUDA)."""
+    stack's pass is recorded as CUDA graphs (on CUDA); ``draws``: the run's own generator."""
     stacks: Stacks | None = getattr(_LOCAL, "stacks", None)
     if stacks is None or precision == "fp16":
         return None
-    return stacks.join(model, precision, padded, options, graphs)
+    return stacks.join(model, precision, padded, options, graphs, draws)
 
 
 __all__ = ["Member", "Stack", "Stacks", "installed", "join", "stack_key"]

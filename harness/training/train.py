@@ -496,7 +496,7 @@ def train(
         member, stacked_steps = None, 0
         if accel.stack:  # a stack of this thread's group (harness.training.stacked), left however the loop ends
             options = (cfg.pe, repr(cfg.pe_options), repr(model.pe))
-            member = stacked.join(model, t.precision, padded, options, graphs=accel.graphs)
+            member = stacked.join(model, t.precision, padded, options, graphs=accel.graphs, draws=run.draws)
             if member is not None:
                 leaving.enter_context(member)
         for fed in feed:
