@@ -36,6 +36,8 @@ Parts (the issue's items):
   loss's relative difference and the exact-match cells that differ (not bit for bit: a
   batched kernel rounds otherwise). The ``pack`` part measures the stacked group's speed as
   a row of its own.
+* ``stack_host`` (round 2, item 1): ``benchmarks/stack_overhead.py`` on the GPU: the host's
+  cost per run-step of 8 tiny runs one at a time, in threads and stacked.
 * ``group_equal`` (round 2, item 1): four runs trained alone, then together in one group,
   compared record for record (bit for bit expected: the same kernels); abacus/addition
   trained alone a second time (is the device itself repeatable for it?).
@@ -74,6 +76,7 @@ PARTS: tuple[tuple[str, int, int], ...] = (
     ("env", 40, 60),
     ("pack", 300, 240),  # the principal measurement first: packed processes, the group, the stacked group
     ("stack_equal", 100, 120),  # runs stacked against the same runs alone (round 2's third call)
+    ("stack_host", 60, 60),  # the host's cost per run-step alone, in threads, stacked (benchmarks/stack_overhead.py)
     ("group_equal", 110, 120),
     ("prism_capture", 60, 60),  # why PRISM's step with the kernels on is not captured (round 2)
     # the CUDA tests: the whole-step graph's, before it can be a default; host draws captured, no sync
@@ -480,6 +483,15 @@ def part_stack_equal(dry: bool) -> dict[str, Any]:
     return {"data": data, "lines": lines}
 
 
+def part_stack_host(dry: bool) -> dict[str, Any]:
+    """Item 1: what a stacked pass saves the host (``benchmarks/stack_overhead.py``): 8 tiny
+    runs one at a time, in threads and stacked, ms per run-step."""
+    from stack_overhead import measure, render
+
+    result = measure("cpu", runs=2, steps=6) if dry else measure("cuda", runs=8, steps=300)
+    return {"data": result, "lines": render(result).splitlines()}
+
+
 def part_group_equal(dry: bool) -> dict[str, Any]:
     """Item 1: a run trained in a group gives the record it gives alone. Four runs (no draws,
     randomized positions, Abacus's offsets, RoPE) trained one at a time, then together in
@@ -725,6 +737,7 @@ PART_FUNCTIONS = {
     "pack": part_pack,
     "group_equal": part_group_equal,
     "stack_equal": part_stack_equal,
+    "stack_host": part_stack_host,
     "gpu20k": part_gpu20k,
 }
 
