@@ -23,11 +23,12 @@ the pass and handed in, as a CUDA graph's inputs are (``harness.training.graphs`
 The members meet at each step (:meth:`Stack.step`): the last to arrive runs the pass for all.
 A member joins when its loop starts and leaves when it ends (its last step, a divergence,
 an error, a cancelled sweep), and the others go on without it. A stack whose pass cannot
-be run (an encoding vmap cannot batch: a Triton kernel, a draw made inside the pass, an
-fp16 loss scaler) is dissolved at its first step, said once in a warning: its members train
-as they would alone. The pass runs on the eager attention backend (plain matmuls and a
-softmax, which vmap batches everywhere; the same attention as the model's own backend to
-float rounding), else on the model's own.
+be run (an encoding vmap cannot batch: PRISM's GRU, a Triton kernel, a draw made inside the
+pass) is dissolved at its first step, said once in a warning: its members train as they
+would alone, bit for bit. An fp16 run never joins one (its loss scaler is its own). The pass
+runs on the eager attention backend (plain matmuls and a softmax, which vmap batches
+everywhere; the same attention as the model's own backend to float rounding), else on the
+model's own.
 """
 
 from __future__ import annotations
