@@ -10,7 +10,9 @@ One module per part:
     interface     the ``Executor`` interface: ``submit(job)``, ``wait()``, ``close()``
     in_process    ``InProcess``: in this process, one job at a time
     local_pool    ``LocalPool``: worker processes on this machine, one per device slot
-    grouped       ``Grouped``: runs side by side in this process, a thread and a CUDA stream each
+    grouped       ``Grouped``: runs side by side in this process, a thread and a CUDA stream each;
+                  with ``PEZOO_ACCEL=...,stack`` runs of one shape share each step's pass
+                  (``harness.training.stacked``)
     ray_executor  ``RayExecutor``: Ray tasks on a cluster (Ray imported only there)
     sizing        how many local workers on which devices, threads or processes (``local_executor``)
     driver        the driver loop (``run_sweep``): claims, retries, records
