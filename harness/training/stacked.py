@@ -327,6 +327,10 @@ class _StackedPass:
                 loss, task = self._function(k, with_positions)(*params, *inputs)
             grads = torch.autograd.grad(loss.sum(), params, allow_unused=True)
             for name, grad in zip(self.names, grads, strict=True):
+                # in the parameters' own (contiguous) layout, as autograd hands a run alone its
+                # gradient: vmap's can come transposed (the embedding's), and the fused AdamW
+                # reads a strided gradient wrong (a bf16 run's loss stopped falling)
+                grad = None if grad is None else grad.contiguous()
                 for i, p in enumerate(by_model):  # each run's slice of the stack's gradient: its own
                     p[name].grad = None if grad is None else grad[i]
             losses = [loss[i].detach() for i in range(k)]

@@ -350,3 +350,33 @@ def test_a_stack_size_met_a_few_times_only_is_not_recorded(monkeypatch):
         got = pass_._graph((2, False, "shapes"), False, inputs)
         assert (got is None) == (use < stacked.CAPTURE_AFTER)
     assert captured == [1]
+
+
+def test_a_mixed_precision_run_in_a_stack_ends_where_it_ends_alone(one_torch_thread):
+    """A bf16 run steps with the fused AdamW, which reads a strided gradient wrong: the stack
+    hands each run its gradient in the parameter's own layout (vmap's embedding gradient
+    comes transposed), and the run ends where it ends alone."""
+    overrides = {"train": {"steps": 20, "precision": "bf16"}}
+    cfgs = [preset_config("smoke", pe="rope", task="copy", seed=seed, overrides=overrides) for seed in range(2)]
+    alone = [train(cfg, build_model(cfg), training_task(cfg), "cpu").final_loss for cfg in cfgs]
+    together = _train_in_threads(cfgs, stacked.Stacks())
+    for i, loss in enumerate(alone):
+        assert together[i].final_loss == pytest.approx(loss, rel=1e-3)
+
+
+def test_each_run_gets_its_gradient_in_its_parameters_layout(one_torch_thread):
+    models = [build_model(_config("nope", "copy", seed)) for seed in range(2)]
+    task = training_task(_config("nope", "copy"))
+    stack = stacked.Stack(models[0], "fp32")
+    members = [stack.join(m) for m in models]
+    threads = [
+        threading.Thread(target=m.step, args=(b, b))
+        for m, b in zip(members, [_batch(_config("nope", "copy"), task, i) for i in range(2)], strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    for model in models:
+        for name, p in model.named_parameters():
+            assert p.grad is not None and p.grad.is_contiguous() and p.grad.stride() == p.stride(), name
