@@ -12,6 +12,7 @@ CPU stands in for the GPU (no streams here; measured on one by benchmarks/device
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import threading
@@ -380,3 +381,28 @@ def test_each_run_gets_its_gradient_in_its_parameters_layout(one_torch_thread):
     for model in models:
         for name, p in model.named_parameters():
             assert p.grad is not None and p.grad.is_contiguous() and p.grad.stride() == p.stride(), name
+
+
+def test_with_the_gpu_loop_features_a_stacked_run_ends_where_its_lone_run_ends(one_torch_thread):
+    """The features a CUDA run takes that a CPU can run too: batches made ahead, losses read
+    back every 25 steps, the fused AdamW at fp32, exact match read off the pass."""
+    gpu_like = Accel(prefetch=4, readback=25, fused=True, forced=True)
+    cfgs = [_config("randomized:rope{max_length=64}", "reverse", seed, steps=30) for seed in range(3)]
+    alone = [train(cfg, build_model(cfg), training_task(cfg), "cpu", accel=gpu_like).final_loss for cfg in cfgs]
+    stacks = stacked.Stacks()
+    results: dict[int, object] = {}
+
+    def run(i, cfg):
+        with stacked.installed(stacks):
+            accel = dataclasses.replace(gpu_like, stack=True)
+            results[i] = train(cfg, build_model(cfg), training_task(cfg), "cpu", accel=accel)
+
+    threads = [threading.Thread(target=run, args=(i, cfg)) for i, cfg in enumerate(cfgs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    (stack,) = stacks.all()
+    assert stack.dissolved is None and stack.member_steps == 90
+    for i, loss in enumerate(alone):
+        assert results[i].final_loss == pytest.approx(loss, rel=1e-4)
