@@ -406,3 +406,56 @@ def test_with_the_gpu_loop_features_a_stacked_run_ends_where_its_lone_run_ends(o
     assert stack.dissolved is None and stack.member_steps == 90
     for i, loss in enumerate(alone):
         assert results[i].final_loss == pytest.approx(loss, rel=1e-4)
+
+
+def test_a_resumed_run_stacks_beside_a_fresh_one_and_ends_where_it_ends_alone(one_torch_thread, tmp_path):
+    """A run stopped at step 8 (its checkpoint at step 5) resumes in a stack beside a fresh
+    run: members at different steps (their own learning rates, data and checkpoints) share
+    passes, and each ends where it ends alone."""
+    from harness.training.train import Checkpointing, restore
+
+    cfgs = [_config("nope", "copy", seed) for seed in range(2)]
+    alone = [train(cfg, build_model(cfg), training_task(cfg), "cpu").final_loss for cfg in cfgs]
+    path = tmp_path / "a.pt"
+
+    def stop(step, loss):
+        if step == 8:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(
+            cfgs[0],
+            build_model(cfgs[0]),
+            training_task(cfgs[0]),
+            "cpu",
+            checkpointing=Checkpointing(path, 5),
+            on_step=stop,
+        )
+    stacks = stacked.Stacks()
+    results: dict[int, object] = {}
+
+    def run(i, cfg):
+        with stacked.installed(stacks):
+            model, resume, problem = restore(cfg, path, "cpu") if i == 0 else (build_model(cfg), None, None)
+            assert problem is None and (resume is not None) == (i == 0)
+            checkpointing = Checkpointing(path, 5) if i == 0 else None
+            results[i] = train(
+                cfg,
+                model,
+                training_task(cfg),
+                "cpu",
+                accel=Accel(stack=True),
+                resume=resume,
+                checkpointing=checkpointing,
+            )
+
+    threads = [threading.Thread(target=run, args=(i, cfg)) for i, cfg in enumerate(cfgs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    (stack,) = stacks.all()
+    assert stack.member_steps == 15 + 20  # the resumed run trains steps 5..19
+    assert results[0].stacked[:2] == (15, 15)
+    for i, loss in enumerate(alone):
+        assert results[i].final_loss == pytest.approx(loss, rel=1e-4)
