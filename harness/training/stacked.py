@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call, vmap
 
+from harness.config.global_rng import forked_global_rng
 from harness.tasks.data import Batch
 from harness.training.backbone import Backbone
 from harness.training.graphs import QUANTUM, _Pass, capture, draw_samples, graph_inputs, pad_to
@@ -268,7 +269,9 @@ class _StackedPass:
             model = template
         else:  # the same model on another backend: its weights are never read, each member's are swapped in
             cfg = dataclasses.replace(template.cfg, backend=backend)
-            with torch.random.fork_rng(devices=[]):
+            # its initialisation draws from torch's global RNG: under the lock that another
+            # thread's seeded initialisation holds (build_model), and leaving it as it was
+            with forked_global_rng():
                 model = Backbone(cfg, copy.deepcopy(template.pe)).to(next(template.parameters()).device)
         model.train()
         device = next(model.parameters()).device

@@ -459,3 +459,28 @@ def test_a_resumed_run_stacks_beside_a_fresh_one_and_ends_where_it_ends_alone(on
     assert results[0].stacked[:2] == (15, 15)
     for i, loss in enumerate(alone):
         assert results[i].final_loss == pytest.approx(loss, rel=1e-4)
+
+
+def test_the_eager_template_is_built_under_the_global_rng_lock():
+    """Building the pass's eager-backend model draws an initialisation from torch's global
+    RNG: it waits for GLOBAL_RNG (held by a run seeding and drawing its own initialisation in
+    another thread) and leaves the global state as it was; drawing outside the lock shifted
+    a concurrently built run's weights (a flaky grouped test: 4.71 against 5.27)."""
+    from harness.config.global_rng import GLOBAL_RNG
+
+    model = build_model(_config("nope", "copy"))
+    assert model.backend != "eager"
+    built = threading.Event()
+
+    def build():
+        stacked._StackedPass(model, "eager", "fp32")
+        built.set()
+
+    with GLOBAL_RNG:
+        state = torch.get_rng_state()
+        thread = threading.Thread(target=build)
+        thread.start()
+        assert not built.wait(0.5)  # waits for the lock
+        assert torch.equal(torch.get_rng_state(), state)
+    thread.join(timeout=60)
+    assert built.is_set() and torch.equal(torch.get_rng_state(), state)
