@@ -121,7 +121,9 @@ class Stack:
     ) -> None:
         # a copy: the pass swaps the members' weights into its template for its duration, and a
         # member that has left trains or evaluates its own model meanwhile
-        with model.pe.drawing_from(None):  # a run's generator is its own, never copied
+        # a run's generator is its own, never copied; and a copy may draw (PRISM's gate network
+        # is rebuilt, initialised, then loaded): under the global RNG's lock, leaving it as it was
+        with model.pe.drawing_from(None), forked_global_rng():
             self.template = copy.deepcopy(model)
         self.precision, self.padded, self.quantum, self.graphs = precision, padded, quantum, graphs
         self.device = next(model.parameters()).device

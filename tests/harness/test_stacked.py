@@ -484,3 +484,24 @@ def test_the_eager_template_is_built_under_the_global_rng_lock():
         assert torch.equal(torch.get_rng_state(), state)
     thread.join(timeout=60)
     assert built.is_set() and torch.equal(torch.get_rng_state(), state)
+
+
+def test_a_stack_copies_its_template_under_the_global_rng_lock():
+    """Copying a PRISM model rebuilds its gate network, which draws an initialisation."""
+    from harness.config.global_rng import GLOBAL_RNG
+
+    model = build_model(_config("prism", "copy"))
+    made = threading.Event()
+
+    def make():
+        stacked.Stack(model, "fp32")
+        made.set()
+
+    with GLOBAL_RNG:
+        state = torch.get_rng_state()
+        thread = threading.Thread(target=make)
+        thread.start()
+        assert not made.wait(0.5)
+        assert torch.equal(torch.get_rng_state(), state)
+    thread.join(timeout=60)
+    assert made.is_set() and torch.equal(torch.get_rng_state(), state)
