@@ -312,6 +312,10 @@ class _StackedPass:
             if stream is not None:
                 for r in requests:
                     stream.wait_stream(r.stream)
+                    # made on the member's stream and read on this one: the allocator must not
+                    # hand their memory to the member's batch producer before this stream is done
+                    for x in (*r.inputs, *r.draws, *([] if r.positions is None else [r.positions])):
+                        x.record_stream(stream)
             k = len(models)
             width = max(r.inputs[0].shape[1] for r in requests)
             rows = [self._widened(r, width) for r in requests]
