@@ -488,7 +488,7 @@ def part_stack_host(dry: bool) -> dict[str, Any]:
     runs one at a time, in threads and stacked, ms per run-step."""
     from stack_overhead import measure, render
 
-    result = measure("cpu", runs=2, steps=6) if dry else measure("cuda", runs=8, steps=300)
+    result = measure("cpu", runs=2, steps=6) if dry else measure("cuda", runs=8, steps=200)
     return {"data": result, "lines": render(result).splitlines()}
 
 
