@@ -94,7 +94,7 @@ def finished(store: Path) -> dict[str, Any]:
     from harness.records.store import Store
 
     if not store.exists():
-        return {"runs": 0, "steps": 0, "train_s": 0.0, "eval_s": 0.0}
+        return {"runs": 0, "steps": 0, "train_s": 0.0, "eval_s": 0.0, "stacked": 0}
     with Store(store) as s:
         runs = [r for r in s.runs() if r["status"] == "finished"]
     return {
@@ -102,6 +102,8 @@ def finished(store: Path) -> dict[str, Any]:
         "steps": sum(r["config"]["train"]["steps"] for r in runs),
         "train_s": round(sum(r["train_seconds"] or 0.0 for r in runs), 1),
         "eval_s": round(sum(r["eval_seconds"] or 0.0 for r in runs), 1),
+        # runs some of whose steps shared a stacked pass (PEZOO_ACCEL=...,stack; harness.training.stacked)
+        "stacked": sum(1 for r in runs if "stacked" in (r.get("provenance") or {})),
     }
 
 
@@ -182,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         "finished_before": before["runs"],
         "finished_now": after["runs"],
         "finished_in_this_call": new["runs"],
+        "stacked_in_this_call": new["stacked"],
         "sweep_steps_per_s": round(new["steps"] / run["wall_s"], 1) if run["wall_s"] else None,
         "steps_per_s_a_run": round(new["steps"] / train_s, 1) if train_s else None,
         "gpu_util": busy,

@@ -24,6 +24,7 @@ def test_dry_run_trains_exports_and_counts(tmp_path):
     summary = json.loads((out / "board-gpu-summary.json").read_text())
     assert summary["code"] == 0 and not summary["stopped"]
     assert summary["finished_in_this_call"] == 2 and summary["finished_now"] == 2
+    assert summary["stacked_in_this_call"] == 0  # a CPU pool: no stacks
     assert summary["export"]["code"] == 0 and summary["export"]["files"]
     # a second call on the same machine finds them done
     assert bg.main([*common, "--out", str(tmp_path / "again"), "--work", str(work)]) == 0
