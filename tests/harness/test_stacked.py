@@ -157,7 +157,7 @@ def test_runs_trained_in_a_stack_end_where_they_end_alone(one_torch_thread):
     together = _train_in_threads(cfgs, stacks)
     (stack,) = stacks.all()
     assert stack.dissolved is None
-    assert stack.member_steps == sum(cfg.train.steps for cfg in cfgs)  # every step of every run was shared
+    assert stack.member_steps == sum(cfg.train.steps for cfg in cfgs)  # every step of every run went through the stack
     # how many runs a pass took depends on when each joined (a run that builds its model first
     # steps alone until the others join): timing, not asserted here (test_a_stacked_pass_... is)
     assert stack.passes >= cfgs[0].train.steps
