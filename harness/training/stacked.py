@@ -167,6 +167,8 @@ class Stack:
             self._members.pop(member.index, None)
             self._pending.pop(member.index, None)
             self._answers.pop(member.index, None)
+            if not self._members:  # its recorded passes' memory back to the device (runs of a shape run together)
+                self._passes.clear()
             self._cond.notify_all()  # the others may all be waiting now
 
     @property

@@ -180,6 +180,7 @@ def test_members_of_different_lengths_and_one_that_fails_leave_the_others_going(
     stacks = stacked.Stacks()
     results = _train_in_threads(cfgs, stacks, on_step=on_step)
     assert isinstance(results[2], RuntimeError)
+    assert not stacks.all()[0]._passes  # the last to leave gave the recorded passes' memory back
     assert results[0].steps == 6 and results[1].steps == 12 and math.isfinite(results[1].final_loss)
     (stack,) = stacks.all()
     assert stack.size == 0
