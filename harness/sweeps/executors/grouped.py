@@ -94,11 +94,11 @@ class Grouped(Executor):
         self._in_flight: dict[int, Job] = {}
         self._cancelled = threading.Event()
         self._stacks = stacked.Stacks()
+        """The group's stacks (``harness.training.stacked``): runs with the ``stack`` loop feature
+        (``PEZOO_ACCEL``) and one model shape take their forward and backward passes together."""
         self.stacks_runs = Accel.for_device(self.device_type).stack
         """Whether runs stack (the ``stack`` loop feature): the driver then queues runs of one
         shape next to each other (:func:`stack_order`), so they are in flight together."""
-        """The group's stacks (``harness.training.stacked``): runs with the ``stack`` loop feature
-        (``PEZOO_ACCEL``) and one model shape take their forward and backward passes together."""
 
     def _start(self) -> None:
         for slot, device in enumerate(self._devices):
@@ -187,7 +187,8 @@ class Grouped(Executor):
 
 
 def stack_order(cfg: RunConfig) -> tuple[str, ...]:
-    """A run's place in a stacking group's queue: runs of one encoding, model and training
-    length (what a stack needs in common, ``harness.training.stacked.stack_key``) side by
-    side, whatever their task and seed, so they are in flight at once."""
+    """A run's place in a stacking group's queue: runs of one encoding, model and precision
+    (what a stack needs in common, ``harness.training.stacked.stack_key``) side by side,
+    whatever their task and seed, so they are in flight at once; those of one training length
+    next to each other (they end together, and the next shape's runs start together)."""
     return (repr(cfg.backbone), cfg.pe, repr(sorted(cfg.pe_options.items())), cfg.train.precision, str(cfg.train.steps))
