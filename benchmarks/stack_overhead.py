@@ -8,7 +8,8 @@ work: Python, the autograd engine, kernel launches; what is left per run-step in
 what sixteen runs on one GPU would share one GIL for. The stacked pass's own share (the last
 member to arrive runs it for all, under the stack's lock) is timed apart from the rest (each
 run's clipping, optimiser step, read-back and batch). On CUDA the runs take the loop's
-default device features (``Accel.for_device``), the stacked ones ``stack`` besides; its
+default device features (``Accel.for_device``) but batches made inline (a producer process
+per run would cost a lone run seconds of start-up), the stacked ones ``stack`` besides; its
 stacked passes are recorded as CUDA graphs after ``CAPTURE_AFTER`` uses, so ``--steps``
 should be well above that.
 """
@@ -59,7 +60,9 @@ def measure(device: str = "cpu", runs: int = 8, steps: int = 150, pe: str = "nop
     """Milliseconds per run-step three ways, and the stacked pass's share."""
     torch.set_num_threads(1)
     configs = _configs(runs, steps, pe)
-    accel = Accel.for_device(device)
+    # batches made inline: a producer process per run (``spawn``) would cost each lone run its
+    # start-up, seconds against a tiny run's milliseconds (batch 4 is a few microseconds to make)
+    accel = dataclasses.replace(Accel.for_device(device), prefetch=0, spawn=False)
     total = runs * steps
     start = time.perf_counter()
     for cfg in configs:
