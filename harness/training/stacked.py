@@ -285,9 +285,17 @@ class _StackedPass:
         self.graphs = graphs and device.type == "cuda"
         self._graphed: dict[tuple, tuple[Any, list[Tensor]] | None] = {}
         self._uses: dict[tuple, int] = {}
+        self._functions: dict[tuple[int, bool], Any] = {}
 
     def _function(self, k: int, with_positions: bool) -> Any:
-        """(stacked parameters..., stacked inputs...) -> (loss (k,), task loss (k,))."""
+        """(stacked parameters..., stacked inputs...) -> (loss (k,), task loss (k,)), made once
+        per stack size (its buffers stacked k times)."""
+        key = (k, with_positions)
+        if key not in self._functions:
+            self._functions[key] = self._make_function(k, with_positions)
+        return self._functions[key]
+
+    def _make_function(self, k: int, with_positions: bool) -> Any:
         pass_ = _Pass(self.model, self.precision, with_positions, self.draw_keys)
         names = [f"model.{n}" for n in self.names]
         buffers = {f"model.{n}": torch.stack([b] * k) for n, b in self.model.named_buffers()}

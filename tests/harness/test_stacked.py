@@ -122,7 +122,7 @@ def test_a_member_of_another_shape_is_refused():
         stack.join(build_model(other))
 
 
-def _train_in_threads(cfgs, stacks, *, on_step=None):
+def _train_in_threads(cfgs, stacks, *, on_step=None, accel=None):
     results: dict[int, object] = {}
 
     def run(i, cfg):
@@ -134,7 +134,7 @@ def _train_in_threads(cfgs, stacks, *, on_step=None):
                     model,
                     training_task(cfg),
                     "cpu",
-                    accel=Accel(stack=True),
+                    accel=Accel(stack=True) if accel is None else accel,
                     on_step=on_step(i) if on_step else None,
                 )
             except Exception as exc:  # the test looks at it
@@ -391,18 +391,7 @@ def test_with_the_gpu_loop_features_a_stacked_run_ends_where_its_lone_run_ends(o
     cfgs = [_config("randomized:rope{max_length=64}", "reverse", seed, steps=30) for seed in range(3)]
     alone = [train(cfg, build_model(cfg), training_task(cfg), "cpu", accel=gpu_like).final_loss for cfg in cfgs]
     stacks = stacked.Stacks()
-    results: dict[int, object] = {}
-
-    def run(i, cfg):
-        with stacked.installed(stacks):
-            accel = dataclasses.replace(gpu_like, stack=True)
-            results[i] = train(cfg, build_model(cfg), training_task(cfg), "cpu", accel=accel)
-
-    threads = [threading.Thread(target=run, args=(i, cfg)) for i, cfg in enumerate(cfgs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    results = _train_in_threads(cfgs, stacks, accel=dataclasses.replace(gpu_like, stack=True))
     (stack,) = stacks.all()
     assert stack.dissolved is None and stack.member_steps == 90
     for i, loss in enumerate(alone):
