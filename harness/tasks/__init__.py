@@ -9,8 +9,8 @@ binary_addition, binary_multiplication, compute_sqrt, bucket_sort (``dm_`` marks
 two whose names the PRISM tasks already take). Turing Programs (Hou et al.):
 addition_turing. Positional limitations (Chen, Liang & Lin): select_first,
 select_middle, select_last, lp_parity, lp_addition. SCAN (Lake & Baroni 2018): scan.
-Zoology (Arora et al. 2023): mqar. Flip-flop language modelling (Liu et al. 2023):
-flip_flop.
+Zoology (Arora et al. 2023): mqar. H3 (Fu et al. 2023): associative_recall. Flip-flop
+language modelling (Liu et al. 2023): flip_flop.
 
 One module per task (named as the task), and:
 
@@ -53,12 +53,14 @@ One module per task (named as the task), and:
     lp_addition                  positional limitations: unaligned addition, no chain of thought
     scan                         SCAN: commands to action sequences, from the grammar
     mqar                         Zoology: multi-query associative recall, the values of queried keys
+    associative_recall           H3: one queried key's value, read at the echoed key
     flip_flop                    flip-flop language: the bit of the last write, at the final read
 """
 
 from harness.tasks import (  # noqa: F401  (registers the tasks)
     addition,
     addition_turing,
+    associative_recall,
     binary_addition,
     binary_multiplication,
     bucket_sort,

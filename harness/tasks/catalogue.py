@@ -22,6 +22,7 @@ FAMILIES = (  # (heading, prefix of Task.source)
     ("Positional limitations (Chen, Liang & Lin)", "Chen"),
     ("SCAN (Lake & Baroni 2018)", "Lake"),
     ("Zoology (Arora et al. 2023)", "Arora"),
+    ("H3 (Fu et al. 2023)", "Fu"),
     ("Flip-flop language modeling (Liu et al. 2023)", "Liu"),
 )
 
@@ -79,6 +80,8 @@ Each task's `source` cites its paper by author and year, with the table or secti
   of Sequence-to-Sequence Recurrent Networks” (SCAN).
 - **Arora et al. 2023**: “Zoology: Measuring and Improving Recall in Efficient Language
   Models” (arXiv 2312.04927; multi-query associative recall, MQAR).
+- **Fu et al. 2023**: “Hungry Hungry Hippos: Towards Language Modeling with State Space
+  Models” (arXiv 2212.14052; associative recall, one query).
 - **Liu et al. 2023**: “Exposing Attention Glitches with Flip-Flop Language Modeling”
   (arXiv 2306.00946).
 
@@ -103,9 +106,9 @@ binary arithmetic outputs and of stack_manipulation. Ids that denote an operator
 variable or equals sign become the symbol: `+ - * ( ) x`, and `≡` for solve_equation's
 equals sign, so that `=` stays the prompt separator. The Turing-Program tapes use `a`..`j`
 for head-marked digits 0..9, `^` for an exhausted operand and `|` between lines.
-`mqar` takes its keys from the 43 non-digit tokens of ids 14..57 (`:` excluded, which
-separates the queries) and its values from the digits; `flip_flop` writes the paper's
-instructions as `w` (write), `i` (ignore) and `r` (read).
+`mqar` and `associative_recall` take their keys from the 43 non-digit tokens of ids 14..57
+(`:` excluded, which separates the queries) and their values from the digits; `flip_flop`
+writes the paper's instructions as `w` (write), `i` (ignore) and `r` (read).
 
 ## PE-solvability labels
 

@@ -27,7 +27,7 @@ REQUIRED = {
     "missing_duplicate_string", "dm_odds_first", "binary_addition", "binary_multiplication", "compute_sqrt",
     "bucket_sort",
     "addition_turing", "select_first", "select_middle", "select_last",
-    "mqar", "flip_flop",
+    "mqar", "flip_flop", "associative_recall",
 }  # fmt: skip
 
 RUOSS_TASKS = {
