@@ -25,6 +25,23 @@ def test_each_answer_is_the_value_bound_to_the_asked_key(check):
         assert answer == values[keys.index(asked)]
 
 
+def test_the_other_layouts_read_the_answer_at_the_query_or_its_echo(check):
+    """``at``: the prompt ends with the asked key; ``echo``: ends with ``? key``, and the
+    answers are (key, value) rows; the same draws as ``after`` (one seed, one stream)."""
+    after_x, after_y = check.prompts(random.Random(5), 50, 10, "after")
+    at_x, at_y = check.prompts(random.Random(5), 50, 10, "at")
+    echo_x, echo_y = check.prompts(random.Random(5), 50, 10, "echo")
+    assert at_y.tolist() == after_y.tolist() == echo_y[:, 1].tolist()
+    assert (at_x[:, -1] == after_x[:, -2]).all() and (echo_x[:, -1] == after_x[:, -2]).all()
+    assert (echo_x[:, -2] == check.ASK).all() and (echo_y[:, 0] == echo_x[:, -1]).all()
+    assert at_x.shape[1] == after_x.shape[1] - 1 == echo_x.shape[1] - 2
+
+
+def test_an_unknown_layout_is_refused(check):
+    with pytest.raises(ValueError, match="layout"):
+        next(check.run(1, 1, 1, layout="before"))
+
+
 def test_the_guessing_floor_is_what_guessing_among_the_prompts_values_scores(check):
     rng = random.Random(0)
     x, y = check.prompts(rng, 20000, 10)
@@ -36,6 +53,7 @@ def test_the_guessing_floor_is_what_guessing_among_the_prompts_values_scores(che
 
 
 def test_a_short_run_trains_and_reports_every_interval(check):
-    rows = list(check.run(1, 20, 10, d_model=32, heads=2, batch=16))
-    assert [step for step, _, _ in rows] == [10, 20]
-    assert all(0.0 <= accuracy <= 1.0 for _, _, accuracy in rows)
+    for layout in check.LAYOUTS:
+        rows = list(check.run(1, 20, 10, d_model=32, heads=2, batch=16, layout=layout))
+        assert [step for step, _, _ in rows] == [10, 20]
+        assert all(0.0 <= accuracy <= 1.0 for _, _, accuracy in rows)
