@@ -183,7 +183,9 @@ def _device_words(devices: Sequence[str]) -> str:
 
 def _backbone_text(d: Mapping[str, Any]) -> str:
     b = d["config"].get("backbone", {})
-    return f"d_model {b.get('d_model')}, {plural(b.get('n_layers'), 'layer')}, {plural(b.get('n_heads'), 'head')}"
+    head = b.get("head", "tied")  # records from before the option: tied
+    shape = f"d_model {b.get('d_model')}, {plural(b.get('n_layers'), 'layer')}, {plural(b.get('n_heads'), 'head')}"
+    return shape if head == "tied" else f"{shape}, {head} output layer"
 
 
 def _day(unix: float) -> str:

@@ -18,6 +18,11 @@ class BackboneConfig:
         d_ff: MLP hidden width (default 4 d).
         backend: attention backend (``pezoo.BACKENDS``).
         causal: decoder (True) or encoder (False) attention.
+        head: the output layer: ``"tied"``, the input embedding transposed (Vaswani et al.
+            §3.4; every board table but one), or ``"untied"``, a linear layer of its own.
+            A tied head slows a lookup by content: a plain 2-layer transformer learns
+            associative recall in 1000 steps untied and sits at the guess for 2000 tied
+            (docs/protocol-study.md, "associative recall").
     """
 
     vocab_size: int = 64
@@ -27,3 +32,8 @@ class BackboneConfig:
     d_ff: int | None = None
     backend: str = "sdpa"
     causal: bool = True
+    head: str = "tied"
+
+
+HEADS = ("tied", "untied")
+"""The backbone's output layers (``BackboneConfig.head``)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config import limits
-from harness.config.backbone import BackboneConfig
+from harness.config.backbone import HEADS, BackboneConfig
 from harness.config.checks import (
     as_float,
     check_choice,
@@ -241,6 +241,7 @@ NEW_FIELD_DEFAULTS: dict[str, dict[str, Any]] = {
         "precision": None,
     },
     "train": {"schedule": "cosine", "pack": 0, "pack_loss": "all", "precision": "fp32"},
+    "backbone": {"head": "tied"},
 }
 """Fields added after runs were first stored, at their default values. They are left out
 of :meth:`RunConfig.run_id`, so a run stored before they existed keeps its identity (a
@@ -264,6 +265,7 @@ def check_backbone(b: BackboneConfig) -> None:
     check_name("backbone.backend", b.backend)
     if not isinstance(b.causal, bool):
         raise ValueError(f"backbone.causal must be true or false, got {shown(b.causal)}")
+    check_choice("backbone.head", b.head, HEADS)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from harness.config.lm_eval import MAX_LM_LENGTH, LmEvalConfig
 from harness.config.pe_spec import check_eval_options, preflight_build, resolve_pe
 from harness.config.presets import LM_PRESETS as PRESET_NAMES
 from harness.config.presets import PRESETS
-from harness.config.run_config import TrainConfig, check_backbone
+from harness.config.run_config import NEW_FIELD_DEFAULTS, TrainConfig, check_backbone
 from harness.tasks.lm import VOCAB_SIZE, lm_task
 from pezoo.spec import PeSpec, parse_pe
 
@@ -127,9 +127,13 @@ class LmConfig:
         return strict(cls, {**d, **built}, "LM run config")
 
     def run_id(self) -> str:
-        """Stable identity: the hash of the canonical JSON of everything but the preset label."""
+        """Stable identity: the hash of the canonical JSON of everything but the preset label
+        and the backbone fields added later at their defaults (``backbone.head``: tied), so
+        the published records keep their ids."""
         d = self.to_dict()
         d.pop("preset")
+        later = NEW_FIELD_DEFAULTS["backbone"]
+        d["backbone"] = {k: v for k, v in d["backbone"].items() if not (k in later and v == later[k])}
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
         return "lm-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -102,7 +102,8 @@ def describe_preset(preset: str, configs: Sequence[RunConfig]) -> list[str]:
     return [
         f"preset {preset}: {PRESET_DESCRIPTIONS.get(preset, '')}".rstrip(": "),
         f"  model: {_values(configs, lambda c: c.protocol)}, d_model {b('d_model')}, "
-        f"{_counted(b('n_layers'), 'layer')}, {_counted(b('n_heads'), 'head')}, {b('backend')} attention",
+        f"{_counted(b('n_layers'), 'layer')}, {_counted(b('n_heads'), 'head')}, {b('backend')} attention"
+        f"{'' if b('head') == 'tied' else ', ' + b('head') + ' output layer'}",
         f"  training: {t('steps')} steps of batch {t('batch_size')} (lr {t('lr')}, {precision}) {training}",
         testing,
     ]

@@ -89,6 +89,9 @@ SETTINGS: dict[str, Setting] = {
         "best_in_dist (the one best on the training lengths). See docs/harness.md.",
     ),
     "backend": Setting("backbone", "backend", str, "Attention backend (see `pezoo list`)."),
+    "head": Setting(
+        "backbone", "head", str, "Output layer: tied (the input embedding, the default) or untied (its own weights)."
+    ),
     "pack": Setting(
         "train",
         "pack",

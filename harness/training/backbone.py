@@ -52,7 +52,8 @@ class Block(nn.Module):
 
 
 class Backbone(nn.Module):
-    """Decoder-only Transformer with tied input/output embeddings and an injected PE.
+    """Decoder-only Transformer with an injected PE, its output layer tied to the input
+    embedding (``BackboneConfig.head``; or a layer of its own).
 
     Args:
         cfg: the backbone shape.
@@ -74,6 +75,9 @@ class Backbone(nn.Module):
         """The attention backend the model runs: ``cfg.backend``, or the one its encoding names."""
         self.blocks = nn.ModuleList(Block(cfg, layer, backend) for layer in range(cfg.n_layers))
         self.ln_out = nn.LayerNorm(cfg.d_model)
+        # untied: an output layer of its own, initialised as every linear layer (a tied
+        # model's draws are unchanged: this module is made, and drawn for, only untied)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False) if cfg.head == "untied" else None
         self.apply(self._init)
         # Tied embeddings as in Vaswani et al.: weights ~ N(0, 1/d), inputs scaled by
         # sqrt(d), so input embeddings have unit scale (comparable to a sin/cos APE) and
@@ -175,7 +179,8 @@ class Backbone(nn.Module):
             x, probs = block(x, self.pe, ctx, return_probs, rows)
             all_probs.append(probs)
         state["length"] = start + s
-        logits = F.linear(self.ln_out(x), self.embed.weight)  # tied: (b, s, v)
+        out = self.embed.weight if self.head is None else self.head.weight  # tied, or its own: (v, d)
+        logits = F.linear(self.ln_out(x), out)  # (b, s, v)
         return (logits, all_probs) if return_probs else logits
 
     def _kept_rows(self, keep: Tensor | None, tokens: Tensor, state: dict[str, Any] | None) -> Tensor | None:

@@ -119,3 +119,42 @@ def test_attention_probabilities_are_returned_by_eager():
     assert logits.shape == (1, 6, 64) and len(probs) == 2
     torch.testing.assert_close(probs[0].sum(-1), torch.ones(1, 4, 6))
     assert torch.all(probs[0].triu(1) == 0)  # causal
+
+
+def test_an_untied_head_is_a_layer_of_its_own_and_a_tied_model_is_unchanged():
+    """``head="untied"``: the logits are read through the model's own output layer (the input
+    embedding no longer reaches them that way); the default tied model makes the same
+    draws and the same parameters as before the option existed (no head module)."""
+    dims = pezoo.ModelDims(32, 4, 2)
+    torch.manual_seed(0)
+    tied = Backbone(BackboneConfig(d_model=32, n_layers=2, n_heads=4), pezoo.create("nope", dims=dims)).eval()
+    after_tied = torch.random.get_rng_state()
+    torch.manual_seed(0)
+    untied = Backbone(
+        BackboneConfig(d_model=32, n_layers=2, n_heads=4, head="untied"), pezoo.create("nope", dims=dims)
+    ).eval()
+    assert "head.weight" not in dict(tied.named_parameters())
+    assert dict(untied.named_parameters())["head.weight"].shape == (64, 32)
+    assert untied.n_params()["total"] == tied.n_params()["total"] + 64 * 32
+    torch.manual_seed(0)
+    again = Backbone(BackboneConfig(d_model=32, n_layers=2, n_heads=4), pezoo.create("nope", dims=dims)).eval()
+    assert torch.equal(torch.random.get_rng_state(), after_tied)
+    assert all(torch.equal(a, b) for a, b in zip(tied.state_dict().values(), again.state_dict().values(), strict=True))
+
+    tokens = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = untied(tokens)
+        untied.head.weight.mul_(2.0)  # the logits are read through the head: doubled with it
+        torch.testing.assert_close(untied(tokens), 2.0 * before)
+
+
+def test_an_untied_model_decodes_token_by_token_as_its_full_pass():
+    torch.manual_seed(0)
+    cfg = BackboneConfig(d_model=32, n_layers=2, n_heads=4, head="untied")
+    model = Backbone(cfg, pezoo.create("rope", dims=pezoo.ModelDims(32, 4, 2))).eval()
+    tokens = torch.randint(0, 64, (2, 10), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = model(tokens)
+        state = model.start_state(2, 10)
+        steps = [model(tokens[:, t : t + 1], state=state) for t in range(10)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)

@@ -61,6 +61,8 @@ def test_every_preset_round_trips_through_json():
         ("backbone.n_heads", 0, "backbone.n_heads must be an integer >= 1"),
         ("backbone.d_ff", 0.5, "backbone.d_ff must be an integer"),
         ("backbone.backend", 1, "backbone.backend must be a non-empty name"),
+        ("backbone.head", "Tied", "unknown backbone.head 'Tied'; valid: tied, untied"),
+        ("backbone.head", True, "unknown backbone.head"),
         ("backbone.causal", "yes", "backbone.causal must be true or false"),
         ("train", "fast", "train config must be an object"),
         ("train.steps", 0, "train.steps must be an integer >= 1"),

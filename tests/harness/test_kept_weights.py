@@ -53,12 +53,16 @@ def test_the_run_id_is_unchanged_by_the_shared_hash():
     d.pop("preset")
     for section, key in (("eval", "every"), ("eval", "start_below_loss"), ("eval", "select"), ("eval", "window"),
                          ("eval", "window_jump"), ("eval", "match"), ("eval", "precision"), ("train", "schedule"),
-                         ("train", "pack"), ("train", "pack_loss"), ("train", "precision")):  # fmt: skip
+                         ("train", "pack"), ("train", "pack_loss"), ("train", "precision"),
+                         ("backbone", "head")):  # fmt: skip
         d[section].pop(key)
     import hashlib
 
     blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
     assert cfg.run_id() == hashlib.sha256(blob.encode()).hexdigest()[:16]
+    # a field added later counts only where it is not its default: an untied model is another run
+    untied = replace(cfg, backbone=replace(cfg.backbone, head="untied"))
+    assert untied.run_id() != cfg.run_id()
 
 
 @pytest.fixture(scope="module")

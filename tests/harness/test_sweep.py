@@ -116,6 +116,14 @@ def test_command_line_values_replace_the_files(tmp_path):
     assert {c.preset for c in configs} == {"smoke"}  # None keeps the file's value
 
 
+def test_a_grid_sets_the_output_layer_and_a_wrong_one_is_refused(tmp_path):
+    text = 'preset = "smoke"\ntask = "copy"\n[[grid]]\npe = "nope"\n[[grid]]\npe = "rope"\nhead = "untied"\n'
+    configs = load_sweep(write(tmp_path, text)).configs()
+    assert [(c.pe, c.backbone.head) for c in configs] == [("nope", "tied"), ("rope", "untied")]
+    with pytest.raises(ValueError, match=r"unknown backbone\.head 'own'"):
+        load_sweep(write(tmp_path, 'preset = "smoke"\ntask = "copy"\npe = "nope"\nhead = "own"\n')).configs()
+
+
 def test_parse_list():
     assert parse_list("1e-4, 3e-4,5e-4", float) == (1e-4, 3e-4, 5e-4)
     assert parse_list("100", int) == (100,)

@@ -85,6 +85,7 @@ LATER_DEFAULTS = {
         "precision": None,
     },
     "train": {"schedule": "cosine", "pack": 0, "pack_loss": "all", "precision": "fp32"},
+    "backbone": {"head": "tied"},
 }
 """Config fields added after the first results were published: left out of the run id at these values."""
 

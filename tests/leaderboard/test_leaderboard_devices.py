@@ -144,3 +144,13 @@ def test_records_from_before_the_fields_were_decoded_without_tf32():
     assert making.making_of(encoder).exact_match_by == making.ENCODER_PASS
     gpu = making.making_of(_gpu("rope", 0, FADES))
     assert (gpu.kind, gpu.cards, gpu.plain, gpu.mark) == ("GPU", ("NVIDIA H200",), False, "GPU")
+
+
+def test_the_backbone_text_names_an_untied_output_layer_and_reads_old_records_as_tied():
+    from leaderboard.provenance import _backbone_text
+
+    shape = {"d_model": 128, "n_layers": 3, "n_heads": 4}
+    assert _backbone_text({"config": {"backbone": shape}}) == "d_model 128, 3 layers, 4 heads"
+    assert _backbone_text({"config": {"backbone": {**shape, "head": "tied"}}}) == "d_model 128, 3 layers, 4 heads"
+    untied = {"config": {"backbone": {**shape, "head": "untied"}}}
+    assert _backbone_text(untied) == "d_model 128, 3 layers, 4 heads, untied output layer"
