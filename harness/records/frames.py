@@ -53,6 +53,9 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
             precision = precision_label(config)
             if precision:  # a bf16 run is a row of its own beside the fp32 one, never pooled with it
                 base["pe_label"] += f" [{precision}]"
+            head = (config.get("backbone") or {}).get("head", "tied")  # records from before the option: tied
+            if head != "tied":  # another model: a row of its own, as above
+                base["pe_label"] += f" [{head} head]"
             base["train_min"] = run["config"]["train"].get("train_min", 1)
             base["train_max"] = run["config"]["train"]["train_max"]
             base["protocol"] = run["config"].get("protocol", "decoder")

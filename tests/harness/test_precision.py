@@ -293,3 +293,20 @@ def test_tables_show_a_run_not_in_fp32_as_a_row_of_its_own(tmp_path):
             finish(store, cfg, train_seconds=1.0)
     labels = load(tmp_path / "s.sqlite").groupby("run_id")["pe_label"].first()
     assert [labels[c.run_id()] for c in runs] == ["rope", "rope [bf16]", "rope [fp32, eval fp16]"]
+
+
+def test_tables_show_a_run_with_an_untied_output_layer_as_a_row_of_its_own(tmp_path):
+    """Two models of one encoding, task and seed are two rows, not one row of two pooled runs."""
+    from dataclasses import replace
+
+    from harness.records.frames import load
+    from harness.records.store import Store
+    from tests.harness.test_sweep import finish
+
+    tied = smoke("fp32")
+    untied = replace(tied, backbone=replace(tied.backbone, head="untied"))
+    with Store(tmp_path / "s.sqlite") as store:
+        for cfg in (tied, untied):
+            finish(store, cfg, train_seconds=1.0)
+    labels = load(tmp_path / "s.sqlite").groupby("run_id")["pe_label"].first()
+    assert [labels[c.run_id()] for c in (tied, untied)] == ["rope", "rope [untied head]"]
