@@ -20,9 +20,10 @@ class BackboneConfig:
         causal: decoder (True) or encoder (False) attention.
         head: the output layer: ``"tied"``, the input embedding transposed (Vaswani et al.
             §3.4; every board table but one), or ``"untied"``, a linear layer of its own.
-            A tied head slows a lookup by content: a plain 2-layer transformer learns
-            associative recall in 1000 steps untied and sits at the guess for 2000 tied
-            (docs/protocol-study.md, "associative recall").
+            A tied head with this backbone's initialisation holds a lookup by content
+            near the guess: on associative recall the board's model reaches EM 0.48 (RoPE)
+            in 10 000 steps tied and 1.00 in 4000 untied (docs/protocol-study.md,
+            "associative recall").
     """
 
     vocab_size: int = 64
