@@ -224,9 +224,12 @@ def test_readme_and_docs_state_the_boards_numbers(records, board, tmp_path):
     day = dt.datetime.fromtimestamp(done, dt.UTC).strftime("%-d %B %Y")
     assert plan.row_of is not None
     labels = {label for label, _ in plan.row_of.values()}
+    # board.toml's own tables: a later plan's table being filled (a new task's first seeds)
+    # has rows of the same labels with fewer seeds, which these sentences do not count
+    tasks = {r.data["task"] for r in records if r.run_id in plan.run_ids}
     per_row: dict[tuple[str, int, str], int] = {}
     for table in board.tables:
-        if table.preset == "board":
+        if table.preset == "board" and table.task in tasks:
             for row in table.rows:
                 if row.label in labels:
                     per_row[(table.task, table.tested_to, row.label)] = len(row.seeds)
