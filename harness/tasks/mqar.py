@@ -45,6 +45,14 @@ grows at the end, so a later token never joins it and the draws stay reproducibl
 VALUES = DIGITS
 
 
+def sample_pairs(n: int, rng: random.Random) -> tuple[list[str], list[str]]:
+    """n distinct keys and the prompt's pairs ``k₁ v₁ … kₙ vₙ`` binding them to digit values
+    drawn with replacement (mqar's and associative_recall's draws, in this order)."""
+    keys = rng.sample(KEYS, n)
+    values = rng.choices(VALUES, k=n)
+    return keys, [t for pair in zip(keys, values, strict=True) for t in pair]
+
+
 @register_task
 class Mqar(Task):
     """n key-value pairs, then the n keys as queries in random order -> their values."""
@@ -63,10 +71,8 @@ class Mqar(Task):
     layout = "k₁ v₁ … kₙ vₙ : q₁ … qₙ = v(q₁) … v(qₙ)"
 
     def sample_prompt(self, n: int, rng: random.Random) -> list[str]:
-        keys = rng.sample(KEYS, n)
-        values = rng.choices(VALUES, k=n)
-        queries = rng.sample(keys, n)
-        return [*(t for pair in zip(keys, values, strict=True) for t in pair), QUERIES, *queries]
+        keys, pairs = sample_pairs(n, rng)
+        return [*pairs, QUERIES, *rng.sample(keys, n)]
 
     def solve(self, prompt: tuple[str, ...]) -> list[str]:
         split = prompt.index(QUERIES)
