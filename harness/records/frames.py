@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from harness.config import RunConfig
-from harness.config.pe_spec import config_display_name, display_name, variant_display_name
+from harness.config import NEW_FIELD_DEFAULTS, RunConfig
+from harness.config.pe_spec import config_display_name, display_name, identity_options, variant_display_name
 from harness.config.precisions import evaluation_precision
 from harness.records.store import Store
 from harness.tasks.lm import LM_TASKS
@@ -23,6 +26,63 @@ def precision_label(config: dict) -> str:
     if evaluated != trained:
         return f"{trained}, eval {evaluated}"
     return "" if trained == "fp32" else trained
+
+
+FREE_WITHIN_A_ROW = frozenset({"seed", "preset"})
+"""Config fields that may differ between the runs of one row: the seed (a row's seeds are
+its runs) and the preset's name (a label: what it sets is compared field by field)."""
+
+
+def settings(config: Mapping[str, Any]) -> dict[str, str]:
+    """A stored config as ``{dotted field: value}`` over every setting, the fields added later
+    filled in at their defaults (``harness.config.NEW_FIELD_DEFAULTS``: a record from before a
+    field existed ran at its default) and the encoding's options as they enter the run's
+    identity (``identity_options``); values as short text (``0.0003``, ``[0.9, 0.98]``)."""
+    out: dict[str, str] = {}
+
+    def walk(value: Any, key: str) -> None:
+        if isinstance(value, Mapping) and value:
+            for k in sorted(value):
+                walk(value[k], f"{key}.{k}" if key else str(k))
+        else:
+            out[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+    body = dict(config)
+    for section, defaults in NEW_FIELD_DEFAULTS.items():
+        if isinstance(body.get(section), Mapping):
+            body[section] = {**defaults, **body[section]}
+    if isinstance(body.get("pe"), str) and isinstance(body.get("pe_options"), Mapping):
+        body["pe_options"] = identity_options(body["pe"], body["pe_options"])
+    walk(body, "")
+    return out
+
+
+def settings_apart(runs: Mapping[str, tuple[str, str, Mapping[str, Any]]]) -> dict[str, str]:
+    """run_id -> its row's label, given run_id -> (task, label, stored config): runs of one
+    task and label that differ in any setting but the seed end in the settings that set
+    them apart (``rope [train.lr=0.0001]`` beside ``rope [train.lr=0.0003]``; a quick and a
+    board run: ``[preset=board, train.steps=10000]``), so a row pools the seeds of one
+    setting only and a row's seed is one run, never the metrics of two mixed together."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for run_id, (task, label, _config) in runs.items():
+        groups.setdefault((task, label), []).append(run_id)
+    out = {run_id: label for run_id, (_task, label, _config) in runs.items()}
+    for ids in groups.values():
+        if len(ids) < 2:
+            continue
+        flat = {run_id: settings(runs[run_id][2]) for run_id in ids}
+        keys = sorted(set().union(*flat.values()))
+        differing = [
+            k for k in keys
+            if k not in FREE_WITHIN_A_ROW and len({flat[r].get(k, "-") for r in ids}) > 1
+        ]  # fmt: skip
+        if differing and len({flat[r].get("preset", "-") for r in ids}) > 1:
+            differing = ["preset", *differing]  # the name first: it says what most of the rest is
+        for run_id in ids:
+            if differing:
+                shown = ", ".join(f"{k}={flat[run_id].get(k, '-')}" for k in differing)
+                out[run_id] += f" [{shown}]"
+    return out
 
 
 def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
@@ -41,6 +101,7 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
     """
     with Store(path, readonly=True) as store:
         rows = []
+        labelled: dict[str, tuple[str, str, Mapping[str, Any]]] = {}
         for run in store.runs():
             if status is not None and run["status"] != status:
                 continue
@@ -61,6 +122,7 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
             base["protocol"] = run["config"].get("protocol", "decoder")
             base["match"] = run["config"]["eval"].get("match", "trace")
             base["n_params"], base["pe_params"] = run["n_params"], run["pe_params"]
+            labelled[run["run_id"]] = (run["task"], base["pe_label"], config)
             for m in store.metrics(run["run_id"]):
                 counts = {k: m[k] for k in m if k != "run_id"}
                 fractions = {
@@ -68,6 +130,9 @@ def load(path: str | Path, *, status: str | None = "finished") -> pd.DataFrame:
                     "token_accuracy": Fraction(m["tokens_right"], m["tokens"]),
                 }
                 rows.append({**base, **counts, **fractions})
+    labels = settings_apart(labelled)
+    for row in rows:
+        row["pe_label"] = labels[row["run_id"]]
     columns = ["run_id", "pe", "task", "seed", "preset", "status", "train_min", "train_max", "protocol", "match"]
     columns += ["n_params", "pe_params", "pe_label"]
     columns += ["split", "length"]
@@ -88,6 +153,7 @@ def load_lm(path: str | Path) -> pd.DataFrame:
     note (why not). Read-only, as :func:`load`."""
     with Store(path, readonly=True) as store:
         rows = []
+        labelled: dict[str, tuple[str, str, Mapping[str, Any]]] = {}
         for run in store.runs():
             if run["status"] != "finished" or run["task"] not in LM_TASKS:
                 continue
@@ -100,7 +166,11 @@ def load_lm(path: str | Path) -> pd.DataFrame:
             if precision:
                 label += f" [{precision}]"
             base = {k: run[k] for k in ("run_id", "pe", "task", "seed", "preset")}
+            labelled[run["run_id"]] = (run["task"], label, record.config)
             for s in record.lm.scores:
                 rows.append({**base, "pe_label": label, "mode": s.mode, "length": s.length, "nats": s.nats,
                              "bytes": s.n_bytes, "bpb": s.bpb, "reached": s.reached, "note": s.note})  # fmt: skip
+    labels = settings_apart(labelled)
+    for row in rows:
+        row["pe_label"] = labels[row["run_id"]]
     return pd.DataFrame(rows, columns=LM_COLUMNS)
