@@ -132,7 +132,7 @@ class Site:
         else:
             commits = f"{len(p.commits)} commits (listed under Provenance)"
         return (
-            f"{p.runs_text()}, {_seeds(p.seeds)}, {join(p.steps)} training steps, {join(p.backbones)}, "
+            f"{p.runs_text()}, {_seeds(p.seeds)}, {join(p.steps)} training steps, {p.models_text()}, "
             f"on {join(p.devices)}, {commits}"
         )
 

@@ -62,6 +62,13 @@ class Provenance:
             text += f" ({self.evaluated + self.reevaluated} of them evaluate a trained run's weights, no training)"
         return text
 
+    def models_text(self) -> str:
+        """``d_model 128, 3 layers, 4 heads``; several: ``2 models (d_model 128, 3 layers, 4 heads;
+        d_model 128, 3 layers, 4 heads, untied output layer)``, each model's words kept together."""
+        if len(self.backbones) <= 1:
+            return "".join(self.backbones)
+        return f"{plural(len(self.backbones), 'model')} ({'; '.join(self.backbones)})"
+
     @property
     def paper_scale(self) -> bool:
         """Only a GPU-preset board run on GPUs is in the papers' regime; everything else is flagged."""

@@ -183,7 +183,7 @@ def _what_was_trained(board: Board, provs: list[prov.Provenance]) -> list[str]:
             seeds = ("seed " if len(p.seeds) == 1 else "seeds ") + _mds(p.seeds)
             out += [
                 f"> **A {kind}{md(p.preset)}-preset board:** {md(p.runs_text())}, {seeds}, "
-                f"{_mds(p.steps)} training steps, {_mds(p.backbones)}, on "
+                f"{_mds(p.steps)} training steps, {md(p.models_text())}, on "
                 f"{_mds(p.devices)}. Small models and short training: not comparable with the papers' "
                 "paper-scale results.",
                 "",
@@ -340,7 +340,7 @@ def _provenance_table(provs: list[prov.Provenance]) -> list[str]:
                 md(p.preset),
                 p.runs,
                 _mds(p.steps),
-                _mds(p.backbones),
+                md(p.models_text()),
                 _mds(p.devices),
                 _mds(short_commit(c, " (uncommitted changes)") for c in p.commits),
                 _mds(p.torch_versions),

@@ -154,3 +154,17 @@ def test_the_backbone_text_names_an_untied_output_layer_and_reads_old_records_as
     assert _backbone_text({"config": {"backbone": {**shape, "head": "tied"}}}) == "d_model 128, 3 layers, 4 heads"
     untied = {"config": {"backbone": {**shape, "head": "untied"}}}
     assert _backbone_text(untied) == "d_model 128, 3 layers, 4 heads, untied output layer"
+
+
+def test_a_page_of_two_models_keeps_each_model_s_words_together():
+    """Before, two models read as one run-on list: "4 heads, d_model 128, 3 layers, 4 heads, untied output layer"."""
+    import dataclasses
+
+    from leaderboard.provenance import Provenance
+
+    tied, untied = "d_model 128, 3 layers, 4 heads", "d_model 128, 3 layers, 4 heads, untied output layer"
+    fields = {f.name: () for f in dataclasses.fields(Provenance) if f.default is dataclasses.MISSING}
+    one = Provenance(**{**fields, "preset": "board", "backbones": (tied,)})
+    assert one.models_text() == tied
+    two = dataclasses.replace(one, backbones=(tied, untied))
+    assert two.models_text() == f"2 models ({tied}; {untied})"
