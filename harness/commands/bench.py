@@ -47,7 +47,7 @@ from harness.sweeps.executors import (
     local_executor,
     run_sweep,
 )
-from harness.sweeps.plan import ORDERS, Plan, format_duration, longest_first, make_plan
+from harness.sweeps.plan import ORDERS, Plan, format_duration, longest_first, make_plan, seeds_first
 from harness.sweeps.progress import SweepReport
 from harness.sweeps.sweep import Grid, SweepSpec, check_size, load_sweep, naming_the_option
 from pezoo.backends import xformers_available
@@ -130,8 +130,9 @@ from pezoo.spec import parse_pe, split_pe_list
     default="listed",
     show_default=True,
     type=click.Choice(ORDERS),
-    help="Order of the runs: as listed, or longest-first by the estimate of `pezoo sweep plan` (from "
-    "runs the store has finished), so parallel workers finish together.",
+    help="Order of the runs: as listed; longest-first by the estimate of `pezoo sweep plan` (from "
+    "runs the store has finished), so parallel workers finish together; or seeds-first, every row's first "
+    "seed before any row's second, so a sweep stopped early has every row.",
 )
 @click.option(
     "--tensorboard",
@@ -207,6 +208,8 @@ def bench(
                                         "machine": cpu_name(), "borrow": False}  # fmt: skip
         if order == "longest-first":  # a relative order: borrowed speeds (of this store's runs) rank runs too
             configs = longest_first(configs, rows, resume, **{**plan_options, "borrow": True})
+        elif order == "seeds-first":
+            configs = seeds_first(configs)
         plan = make_plan(configs, rows, resume, **plan_options)
         report = SweepReport(configs, plan)
         runner = target.runner(report, machine["hang_timeout"], isolate=uses_plugins(configs), configs=configs)

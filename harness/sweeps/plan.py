@@ -4,6 +4,7 @@ of workers."""
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -137,8 +138,27 @@ def makespan(durations: Iterable[float], workers: int, busy: Iterable[float] = (
     return max(free_at, default=0.0)
 
 
-ORDERS = ("listed", "longest-first")
+ORDERS = ("listed", "longest-first", "seeds-first")
 """How ``pezoo bench --sweep`` orders its runs (``--order``)."""
+
+
+def seeds_first(configs: Sequence[RunConfig]) -> list[RunConfig]:
+    """``configs`` with every row's first seed before any row's second, and so on: a row is
+    the runs that differ only in their seed, its seeds counted in increasing order; runs of
+    one round keep their listed order (a trained run stays ahead of its inference-time
+    variants, listed after it).
+
+    For a sweep that does not end in one sitting (a CPU board column over several sessions,
+    a lent GPU's few minutes): what finishes covers every row with one seed before any row
+    gets its second, so a provisional table has all its rows; seeds added to rows that
+    split (the 8-seed rule) come last."""
+    rows: dict[str, set[int]] = {}
+    key = [dataclasses.replace(c, seed=0).run_id() for c in configs]
+    for k, c in zip(key, configs, strict=True):
+        rows.setdefault(k, set()).add(c.seed)
+    rank = {k: {seed: i for i, seed in enumerate(sorted(seeds))} for k, seeds in rows.items()}
+    order = sorted(range(len(configs)), key=lambda i: rank[key[i]][configs[i].seed])  # stable
+    return [configs[i] for i in order]
 
 
 def longest_first(

@@ -3,6 +3,7 @@ device-hour estimates from measured steps/s). Nothing here trains a model."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import textwrap
 
@@ -17,7 +18,7 @@ from harness.evaluation.evaluate import LengthMetrics
 from harness.records.store import Store
 from harness.sweeps.estimate import checkpointed_steps, eval_units
 from harness.sweeps.labels import run_label, varying_axes
-from harness.sweeps.plan import format_plan, longest_first, make_plan, makespan
+from harness.sweeps.plan import format_plan, longest_first, make_plan, makespan, seeds_first
 from harness.sweeps.sweep import Grid, SweepSpec, load_sweep, parse_list
 
 
@@ -279,6 +280,29 @@ def test_bench_order_longest_first_starts_the_longest_run_first(tmp_path):
     assert listed.index("[2/4] nope on copy seed 1: started") < listed.index("[4/4] rope on copy seed 1: started")
     longest = bench("longest-first")
     assert longest.index("[3/4] rope on copy seed 1: started") < longest.index("[4/4] nope on copy seed 1: started")
+
+
+def test_seeds_first_gives_every_row_its_first_seed_before_any_its_second(tmp_path):
+    configs = load_sweep(write(tmp_path, SWEEP.replace("seeds = 2", "seeds = 3"))).configs()
+    extra = [dataclasses.replace(c, seed=c.seed + 3) for c in configs if c.pe == "rope"]  # rope split: seeds 3-5
+    lr = [dataclasses.replace(c, train=dataclasses.replace(c.train, lr=1e-4)) for c in configs if c.pe == "nope"]
+    ordered = seeds_first(configs + extra + lr)
+    assert [(c.pe, c.seed, c.train.lr == 1e-4) for c in ordered] == [
+        ("nope", 0, False), ("rope", 0, False), ("alibi", 0, False), ("nope", 0, True),  # listed order
+        ("nope", 1, False), ("rope", 1, False), ("alibi", 1, False), ("nope", 1, True),
+        ("nope", 2, False), ("rope", 2, False), ("alibi", 2, False), ("nope", 2, True),
+        ("rope", 3, False), ("rope", 4, False), ("rope", 5, False),  # a row's extra seeds last
+    ]  # fmt: skip
+    assert sorted(c.run_id() for c in ordered) == sorted(c.run_id() for c in configs + extra + lr)
+
+
+def test_bench_order_seeds_first_trains_every_row_s_seed_0_first(tmp_path):
+    path = write(tmp_path, SWEEP.replace('pe = ["nope", "rope", "alibi"]', 'pe = ["nope", "rope"]').replace("300", "2"))
+    args = ["--sweep", str(path), "--order", "seeds-first", "--device", "cpu", "--workers", "1"]
+    result = CliRunner().invoke(main, ["bench", *args, "--store", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 0, result.output
+    started = [line.split(": ")[0].split("] ")[1] for line in result.output.splitlines() if line.endswith(": started")]
+    assert started == ["nope on copy seed 0", "rope on copy seed 0", "nope on copy seed 1", "rope on copy seed 1"]
 
 
 def test_a_checkpointed_run_counts_only_the_steps_it_has_left(tmp_path):
