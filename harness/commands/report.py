@@ -59,7 +59,8 @@ def per_seed_summary(df: pd.DataFrame) -> pd.DataFrame:
         n = int(g["train_max"].iloc[0])
         em = g.set_index("length")["exact_match"].sort_index()
         test = g[g["split"] == "test"]
-        row = {"task": task, "pe": pe, "seed": seed, "train_max": n}
+        lo = int(g["train_min"].iloc[0]) if "train_min" in g else 1
+        row = {"task": task, "pe": pe, "seed": seed, "train_min": lo, "train_max": n}
         row["in-dist"] = counts.mean(g.loc[g["split"] == "train", "exact_match"])  # exact: harness.records.counts
         for k in (2, 4, 8, 16):
             at = em[em.index <= k * n]
@@ -90,15 +91,18 @@ def fmt(values: pd.Series, integer: bool = False) -> str:
 
 
 def leaderboard_tables(df: pd.DataFrame, seeds_wanted: Mapping[str, int] | None = None) -> dict[str, str]:
-    """Task -> rendered table, rows in the order of ``harness.records.ranking.RULE``. With
+    """Task -> rendered table, rows in the order of ``harness.records.ranking.RULE``; runs of a
+    task trained on other scales (``--train-len``) are a table of their own, keyed
+    ``copy (trained on 1..20)``, its columns at its N. With
     ``seeds_wanted`` (task -> the seeds a sweep planned), a row with fewer finished seeds
     is listed unranked, "not ranked yet", as on the board."""
     if df.empty:
         return {}
     summary = per_seed_summary(df)
     out = {}
-    for task, g in summary.groupby("task"):
-        n = int(g["train_max"].iloc[0])
+    ranges = summary.drop_duplicates(["task", "train_min", "train_max"])["task"].value_counts()
+    # runs of one task trained on other scales are tables of their own: their N, their columns
+    for (task, lo, n), g in summary.groupby(["task", "train_min", "train_max"]):
         cols = [c for c in ("2N", "4N", "8N", "16N") if c in g and g[c].notna().any()]
         rows = []
         for standing in standings(g, seeds_wanted=(seeds_wanted or {}).get(str(task))):
@@ -116,13 +120,13 @@ def leaderboard_tables(df: pd.DataFrame, seeds_wanted: Mapping[str, int] | None 
                     "params": r["params"].iloc[0] if "params" in r else "-",
                 }
             )
-        runs = df.loc[df["task"] == task]
-        lo = int(runs["train_min"].iloc[0]) if "train_min" in runs else 1
-        encoder = "protocol" in df and (df.loc[df["task"] == task, "protocol"] == "encoder").all()
-        answer = "match" in df and (df.loc[df["task"] == task, "match"] == "answer").all()
+        runs = df[(df["task"] == task) & _labelled(df)["pe"].isin(g["pe"])]
+        encoder = "protocol" in df and (runs["protocol"] == "encoder").all()
+        answer = "match" in df and (runs["match"] == "answer").all()
         metric = "exact match = every masked output right" if encoder else "exact match of the decode incl. EOS"
         metric = "exact match of the final answer" if answer else metric
-        out[task] = f"task {task} (trained on scales {lo}..{n}; {metric})\n" + tabulate(
+        key = str(task) if ranges[task] == 1 else f"{task} (trained on {lo}..{n})"
+        out[key] = f"task {task} (trained on scales {lo}..{n}; {metric})\n" + tabulate(
             rows, headers="keys", tablefmt="github"
         )
     return out

@@ -81,3 +81,25 @@ def test_other_tasks_and_other_labels_are_not_compared():
     c = preset_config("smoke", pe="nope", task="copy", seed=0).to_dict()
     labels = settings_apart({"a": ("copy", "rope", a), "b": ("reverse", "rope", b), "c": ("copy", "nope", c)})
     assert labels == {"a": "rope", "b": "rope", "c": "nope"}
+
+
+def test_runs_trained_on_other_scales_are_a_table_of_their_own(tmp_path):
+    """Before, one copy table: a run trained to 8 sat under the columns of N = 5 (its EM≤6 as EM≤4)."""
+
+    def trained_to(pe: str, n: int):
+        overrides = {"train": {"train_max": n, "steps": 20}, "eval": {"test_max": 12}}
+        return preset_config("smoke", pe=pe, task="copy", seed=0, overrides=overrides)
+
+    path = tmp_path / "s.sqlite"
+    with Store(path) as store:
+        finish(store, trained_to("rope", 4), exact=4)
+        finish(store, trained_to("nope", 6), exact=4)
+        finish(store, trained_to("rope", 6), exact=0)
+    tables = leaderboard_tables(load(path))
+    assert sorted(tables) == ["copy (trained on 1..4)", "copy (trained on 1..6)"]
+    five, eight = tables["copy (trained on 1..4)"], tables["copy (trained on 1..6)"]
+    assert "EM≤4" in five and "EM≤6" not in five and "nope" not in five
+    assert "EM≤6" in eight and "| nope " in eight and "rope [train.train_max=6]" in eight
+    assert "rope [train.train_max=4]" in five
+    one = leaderboard_tables(load(path).query("train_max == 6"))
+    assert list(one) == ["copy"]  # one range: keyed by the task alone, as before
