@@ -66,8 +66,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
 
     Args:
         model: a causal LM of a family in :data:`pezoo.hf.families.FAMILIES` (Llama, Mistral,
-            Mixtral, Qwen2, Qwen3, Granite, Gemma, Gemma2, OLMo, OLMo2, Starcoder2, Phi, Phi3,
-            StableLM, GPT-NeoX, GPT-J, Falcon, Bloom, OPT, GPT-2).
+            Mixtral, Qwen2, Qwen3, Granite, Gemma, Gemma2, Cohere2, OLMo, OLMo2, Starcoder2, Phi,
+            Phi3, StableLM, GPT-NeoX, GPT-J, Falcon, Bloom, OPT, GPT-2).
         spec: any name :func:`pezoo.create` accepts (``"alibi"``, ``"randomized:rope"``,
             ``"abacus+fire"``, a plugin), or a spec with options (``"alibi{n_biased=4}"``,
             ``"prism{paper}"``: the paper's setup for this model's size, :mod:`pezoo.setups`).
@@ -77,7 +77,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
 
     ``"rope"`` on a model whose own encoding is RoPE takes the model's layout, base, rotary
     dim and ``rope_parameters`` (rope scaling), so the logits are the model's own; given
-    options win. A learned absolute table (GPT-2's ``wpe``, OPT's ``embed_positions``) and
+    options win. ``"hybrid"`` on Cohere 2 takes its RoPE, its layer pattern and its sliding
+    window: the model's own RNoPE-SWA. A learned absolute table (GPT-2's ``wpe``, OPT's ``embed_positions``) and
     an ALiBi of the model's own (Bloom, Falcon with ``alibi``) are replaced by the encoding.
 
     Returns:
@@ -109,7 +110,10 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     encoding.train(model.training)
     model.add_module(ENCODING_MODULE, encoding)
     adapter = Adapter(encoding, backend, head_dim)
-    adapter.window = sliding_window(config)
+    # a model whose own encoding is hybrid (Cohere 2) windows its RoPE layers as part of it: any
+    # hybrid brings its own windows; another encoding would attend globally, so it is refused past them
+    windowed_by_encoding = family.own == "hybrid" == _encoding_name(spec)
+    adapter.window = None if windowed_by_encoding else sliding_window(config)
     cap = family.softcap(config)
     adapter.softcap = None if cap is None else SoftCap(cap)
     adapter.dropout = dropout_probability(attentions[0], config) if attentions else 0.0
@@ -255,13 +259,18 @@ def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[s
     given.update(options)
     _check_shape(given, dims)
     check_option_sizes(given, spec)
-    own = name == family.own == "rope"
-    if own:  # the model's own RoPE, reproduced; given options win
-        given = {**_own_rope(config, family), **given}
+    own = name == family.own and name in ("rope", "hybrid")
+    if own:  # the model's own RoPE (or Cohere 2's hybrid of it), reproduced; given options win
+        given = {**_own_rope(config, family, name), **family.own_options(config), **given}
     encoding = create(name, dims=dims, **given)
     if own:
-        _check_own_rope(model, encoding)
+        _check_own_rope(model, getattr(encoding, "rope", encoding) if name == "hybrid" else encoding)
     return encoding
+
+
+def _encoding_name(spec: str) -> str:
+    """The registry name a spec builds (``hybrid{window=8}`` -> ``hybrid``)."""
+    return parse_pe(spec).name if "{" in spec else spec
 
 
 def _check_shape(given: Mapping[str, Any], dims: ModelDims) -> None:
@@ -275,12 +284,13 @@ def _check_shape(given: Mapping[str, Any], dims: ModelDims) -> None:
             )
 
 
-def _own_rope(config: Any, family: Family) -> dict[str, Any]:
+def _own_rope(config: Any, family: Family, name: str = "rope") -> dict[str, Any]:
     """pezoo's RoPE options that reproduce the model's own: its layout, base, rotary dim and scaling.
 
     ``partial_rotary_factor`` counts only in families that apply it (GPT-NeoX, Phi, Phi3,
     StableLM); Llama and its kin rotate every feature whatever the key says, and so does
-    pezoo then. GPT-J names its rotary dim ``rotary_dim``."""
+    pezoo then. GPT-J names its rotary dim ``rotary_dim``. ``hybrid`` (``name``) takes the
+    layout and base only: a model whose RoPE is scaled or partial is refused for it."""
     params = dict(getattr(config, "rope_parameters", None) or {})
     factor = params.pop("partial_rotary_factor", None)
     out: dict[str, Any] = {"layout": family.rope_layout}
@@ -292,6 +302,12 @@ def _own_rope(config: Any, family: Family) -> dict[str, Any]:
         out["rotary_fraction"] = float(factor)
     if params.get("rope_type", "default") != "default":
         out["scaling"] = params
+    extra = sorted(set(out) - {"layout", "base"})
+    if name == "hybrid" and extra:
+        raise ValueError(
+            f"this model's RoPE has {' and '.join(extra)} ({params}), which pezoo's hybrid does not take: "
+            "its own encoding cannot be reproduced; adapt it with another encoding"
+        )
     return out
 
 

@@ -302,6 +302,16 @@ def _gemma2_softcap(config: Any) -> float | None:
     return None if cap is None else float(cap)
 
 
+def _cohere2_hybrid(config: Any) -> dict[str, Any]:
+    """Cohere 2's own encoding as ``hybrid``'s options (beyond RoPE's, read by
+    ``pezoo.hf._own_rope``): RoPE on its ``sliding_attention`` layers, each key within
+    ``sliding_window`` positions (distance < W, as transformers' sliding mask), no position
+    encoding on its ``full_attention`` layers (RNoPE-SWA: Yang et al. 2025, "Rope to Nope and
+    Back Again", §5)."""
+    kinds = "".join("R" if kind == "sliding_attention" else "N" for kind in config.layer_types)
+    return {"pattern": kinds, "window": int(config.sliding_window), "local": "window"}
+
+
 def _opt_refusal(config: Any) -> str | None:
     if config.word_embed_proj_dim != config.hidden_size:
         return (
@@ -321,8 +331,13 @@ class Family:
         project: the attention's q/k/v projections (:data:`Projection`).
         output: the attention's output from the attended values (:data:`Output`).
         own: the model's own position encoding, as a pezoo name: ``"rope"`` (reproduced from
-            the model's rotary embedding by ``use_encoding(model, "rope")``), ``"alibi"``, or
-            None (GPT-2's and OPT's learned tables).
+            the model's rotary embedding by ``use_encoding(model, "rope")``), ``"hybrid"``
+            (Cohere 2's RoPE windowed layers and NoPE global ones, reproduced from its rotary
+            embedding and ``own_options``), ``"alibi"``, or None (GPT-2's and OPT's learned tables).
+        own_options: the own encoding's options read from the config beyond RoPE's (Cohere 2:
+            its layer pattern and window). Where the own encoding is ``"hybrid"``, the model's
+            sliding window belongs to it: the window comes with the encoding, so an adapted
+            model running any ``hybrid`` is not refused past it (another encoding is).
         rope_layout: the own RoPE's feature layout (``"half"``: rotate-half; GPT-J interleaves).
         applies_partial_rotary: whether the model rotates only ``partial_rotary_factor`` of each
             head (GPT-NeoX, Phi, StableLM, Phi3 do; Llama and its kin ignore the key).
@@ -348,6 +363,7 @@ class Family:
     refuse: Callable[[Any], str | None] = field(default=lambda config: None)
     core: str = ""
     softcap: Callable[[Any], float | None] = field(default=lambda config: None)
+    own_options: Callable[[Any], dict[str, Any]] = field(default=lambda config: {})
 
 
 _LLAMA = Family("layers", "self_attn")
@@ -359,6 +375,7 @@ FAMILIES: dict[str, Family] = {
     "granite": _LLAMA,
     "gemma": _LLAMA,
     "gemma2": Family("layers", "self_attn", softcap=_gemma2_softcap),
+    "cohere2": Family("layers", "self_attn", own="hybrid", rope_layout="interleaved", own_options=_cohere2_hybrid),
     "qwen3": Family("layers", "self_attn", _per_head_norms),
     "olmo": Family("layers", "self_attn", _clipped),
     "olmo2": Family("layers", "self_attn", _full_width_norms),

@@ -142,16 +142,33 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
 def _call_cache(model: Any, cache: Any, use_cache: bool | None) -> tuple[Any, bool]:
     """(the call's KV cache or None, whether it keeps one): the caller's cache, which must be
     a ``DynamicCache``, or a new one where ``use_cache`` (default: the config's, when not
-    training) asks for one."""
+    training) asks for one.
+
+    A new cache keeps every key on every layer (``DynamicCache()``, not one built from the
+    config, whose sliding-window layers drop keys past the window): pezoo's attention reads all
+    of them, its encoding masks what a layer does not see. A caller's cache with sliding
+    layers is refused where the model runs past the window (Cohere 2 with ``hybrid``)."""
     from transformers.cache_utils import DynamicCache
 
     if cache is not None and type(cache) is not DynamicCache:
         raise ValueError(_DYNAMIC_ONLY.format(f"a {type(cache).__name__}"))
+    if cache is not None and model._pezoo_adapter.window is None and _drops_keys(cache):
+        raise ValueError(
+            "this cache keeps only a sliding window of keys on some layers (a DynamicCache built from the model's "
+            "config), and pezoo's attention reads every key: pass DynamicCache() with no config, or no cache"
+        )
     if use_cache is None:
         use_cache = bool(getattr(model.config, "use_cache", False)) and not model.training
     if cache is None and use_cache:
-        cache = DynamicCache(config=model.config)
+        cache = DynamicCache()
     return cache, use_cache
+
+
+def _drops_keys(cache: Any) -> bool:
+    """Whether a ``DynamicCache`` has layers that keep only a window of keys."""
+    from transformers.cache_utils import DynamicLayer
+
+    return any(type(layer) is not DynamicLayer for layer in getattr(cache, "layers", ()))
 
 
 def _key_mask(mask: Tensor | None, b: int, keys: int, device: torch.device) -> Tensor:
@@ -198,7 +215,9 @@ def _generate(self: Any, *args: Any, **kwargs: Any) -> Any:
     implementation = kwargs.get("cache_implementation", getattr(config, "cache_implementation", None))
     if implementation not in (None, "dynamic"):
         raise ValueError(_DYNAMIC_ONLY.format(f"cache_implementation={implementation!r}"))
-    given = kwargs.get("past_key_values")
+    takes_cache = "cache" in inspect.signature(_original(type(self)).forward).parameters  # transformers' new name
+    cache_name = "cache" if takes_cache else "past_key_values"
+    given = kwargs.get("cache", kwargs.get("past_key_values"))
     if given is not None and type(given) is not DynamicCache:
         raise ValueError(_DYNAMIC_ONLY.format(f"a {type(given).__name__}"))
     new = kwargs.get("max_new_tokens", getattr(config, "max_new_tokens", None))
@@ -213,6 +232,8 @@ def _generate(self: Any, *args: Any, **kwargs: Any) -> Any:
     if ids is not None:
         width = ids.shape[1] + new if new is not None else (longest or 0)
     before, adapter.planned_width = adapter.planned_width, max(width, adapter.planned_width)
+    if given is None and kwargs.get("use_cache", getattr(config, "use_cache", True)) is not False:
+        kwargs[cache_name] = DynamicCache()  # every key on every layer (see _call_cache)
     try:
         return _original(type(self)).generate(self, *args, **kwargs)
     finally:

@@ -28,6 +28,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "granite": {**_LLAMA_LIKE, "attention_multiplier": 0.3, "embedding_multiplier": 2.0},
     "gemma": {**_LLAMA_LIKE, "head_dim": 8},
     "gemma2": {**_LLAMA_LIKE, "head_dim": 8, "query_pre_attn_scalar": 8, "attn_logit_softcapping": None},
+    # four layers: RoPE windowed, three of them, then a NoPE global one (its default 3:1 pattern)
+    "cohere2": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
     "olmo": {**_LLAMA_LIKE, "clip_qkv": 5.0},
     "olmo2": _LLAMA_LIKE,
     "starcoder2": _LLAMA_LIKE,
@@ -56,8 +58,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 """A tiny configuration of each adapted family."""
 
-ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "opt", "gpt2")]
-"""Families whose own encoding is RoPE."""
+ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "opt", "gpt2", "cohere2")]
+"""Families whose own encoding is RoPE (Cohere 2's is ``hybrid``: tests/pezoo/test_hf_cohere2.py)."""
 
 
 def tiny(model_type: str, **overrides: Any) -> transformers.PreTrainedModel:

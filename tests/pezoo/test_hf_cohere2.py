@@ -1,0 +1,95 @@
+"""pezoo.hf on Cohere 2, whose own encoding is a hybrid (RNoPE-SWA: RoPE on sliding-window
+layers, no position encoding on the global ones): pezoo's ``"hybrid"`` reproduces the model's
+logits and greedy continuations past the window, with a KV cache that keeps every key;
+another encoding is refused past the window, as on any sliding-window model."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if not hasattr(transformers, "Cohere2ForCausalLM"):
+    pytest.skip(f"transformers {transformers.__version__} has no cohere2", allow_module_level=True)
+from hf_tiny import PAD, tiny  # noqa: E402
+
+import pezoo.hf  # noqa: E402  (needs transformers)
+
+WINDOW = 4
+
+
+def windowed(**overrides) -> transformers.PreTrainedModel:
+    """A tiny Cohere 2 whose window (4) is shorter than the test sequences, its q and k scaled
+    up so attention is sharp enough for the window and the rotation to change the logits."""
+    torch.manual_seed(0)
+    model = tiny("cohere2", sliding_window=WINDOW, **overrides)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(4)
+            layer.self_attn.k_proj.weight.mul_(4)
+    return model
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.tensor([list(range(3, 15)), [PAD] * 4 + list(range(30, 38))])
+    return ids, (ids != PAD).long()
+
+
+def test_hybrid_is_the_models_own_past_its_window():
+    model = windowed()
+    ids, mask = batch()
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+        ours = pezoo.hf.use_encoding(copy.deepcopy(model), "hybrid")
+        enc = ours.pezoo_encoding
+        assert (enc.pattern, enc.window, enc.local, enc.rope.layout) == ("RRRN", WINDOW, "window", "interleaved")
+        got = ours(ids, attention_mask=mask).logits
+        torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-5, rtol=0)
+        # the window matters here: the same layers attending globally (RNoPE) give other logits
+        unwindowed = pezoo.hf.use_encoding(copy.deepcopy(model), "hybrid", window=None)
+        assert (unwindowed(ids, attention_mask=mask).logits - want)[mask.bool()].abs().max() > 1e-2
+        generated = ours.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+        theirs = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+        assert generated.tolist() == theirs.tolist()
+        assert generated.shape[1] > 2 * WINDOW
+
+
+def test_a_cached_step_past_the_window_equals_the_full_pass():
+    ours = pezoo.hf.use_encoding(windowed(), "hybrid")
+    ids = torch.tensor([list(range(3, 16))])
+    with torch.no_grad():
+        full = ours(ids).logits
+        out = ours(ids[:, :9], use_cache=True)
+        cache = out.past_key_values
+        assert all(layer.keys.shape[-2] == 9 for layer in cache.layers)  # every key kept, window or not
+        for t in range(9, ids.shape[1]):
+            step = ours(ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+            cache = step.past_key_values
+            torch.testing.assert_close(step.logits[:, -1], full[:, t], atol=1e-5, rtol=0)
+
+
+def test_the_layer_pattern_comes_from_the_configs_layer_types():
+    kinds = ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    ours = pezoo.hf.use_encoding(windowed(layer_types=kinds), "hybrid")
+    assert ours.pezoo_encoding.kinds == "NRRN"
+
+
+def test_another_encoding_is_refused_past_the_window_and_a_window_dropping_cache_is_refused():
+    ids, mask = batch()
+    rope = pezoo.hf.use_encoding(windowed(), "rope")
+    with pytest.raises(ValueError, match="sliding window of 4 tokens"), torch.no_grad():
+        rope(ids, attention_mask=mask)
+    ours = pezoo.hf.use_encoding(windowed(), "hybrid")
+    sliding = transformers.DynamicCache(config=ours.config)
+    with pytest.raises(ValueError, match="pass DynamicCache"), torch.no_grad():
+        ours(ids, attention_mask=mask, past_key_values=sliding, use_cache=True)
+
+
+def test_a_scaled_rope_is_refused_for_the_own_hybrid():
+    scaled = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    with pytest.raises(ValueError, match="pezoo's hybrid does not take"):
+        pezoo.hf.use_encoding(windowed(rope_parameters=scaled), "hybrid")
