@@ -27,6 +27,7 @@ Axis letters: b batch, h heads, i queries, j keys, e head dim.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,6 +158,9 @@ class Hybrid(PositionalEncoding):
             ``window`` positions (``local="chunk"``). None (default): R layers attend globally.
         local: ``"window"`` (sliding, Cohere's) or ``"chunk"`` (Llama 4's).
         base, layout: RoPE's frequency base and pair layout.
+        scaling: RoPE's context-extension scaling of the R layers (``rope{scaling=...}``'s
+            options: linear, NTK, YaRN, Llama 3, ...; Llama 4 Scout's checkpoints scale theirs
+            by Llama 3's rule). None (default): unscaled.
         nope_temperature: None, or ``"llama4"``: Llama 4's temperature on q of the N layers.
         attn_scale, floor_scale: β and F of that temperature (Llama 4's 0.1 and 8192).
     """
@@ -177,6 +181,7 @@ class Hybrid(PositionalEncoding):
         nope_temperature: str | None = None,
         attn_scale: float = LLAMA4_ATTN_SCALE,
         floor_scale: int = LLAMA4_FLOOR_SCALE,
+        scaling: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         check_sizes("hybrid", head_dim=head_dim, n_heads=n_heads, n_layers=n_layers)
@@ -206,7 +211,7 @@ class Hybrid(PositionalEncoding):
         self.head_dim, self.n_heads, self.n_layers = head_dim, n_heads, n_layers
         self.pattern, self.kinds, self.window, self.local = pattern, kinds, window, local
         self.nope_temperature, self.attn_scale, self.floor_scale = nope_temperature, float(attn_scale), int(floor_scale)
-        self.rope = RoPE(head_dim=head_dim, base=base, layout=layout)
+        self.rope = RoPE(head_dim=head_dim, base=base, layout=layout, scaling=scaling)
         self.register_buffer("windows", self._windows(), persistent=False)  # (h,), for WindowMask
 
     def _windows(self) -> Tensor:

@@ -66,8 +66,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
 
     Args:
         model: a causal LM of a family in :data:`pezoo.hf.families.FAMILIES` (Llama, Mistral,
-            Mixtral, Qwen2, Qwen3, Granite, Gemma, Gemma2, Cohere2, OLMo, OLMo2, Starcoder2, Phi,
-            Phi3, StableLM, GPT-NeoX, GPT-J, Falcon, Bloom, OPT, GPT-2).
+            Mixtral, Qwen2, Qwen3, Granite, Gemma, Gemma2, Cohere2, Llama 4 (text), OLMo, OLMo2,
+            Starcoder2, Phi, Phi3, StableLM, GPT-NeoX, GPT-J, Falcon, Bloom, OPT, GPT-2).
         spec: any name :func:`pezoo.create` accepts (``"alibi"``, ``"randomized:rope"``,
             ``"abacus+fire"``, a plugin), or a spec with options (``"alibi{n_biased=4}"``,
             ``"prism{paper}"``: the paper's setup for this model's size, :mod:`pezoo.setups`).
@@ -78,7 +78,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     ``"rope"`` on a model whose own encoding is RoPE takes the model's layout, base, rotary
     dim and ``rope_parameters`` (rope scaling), so the logits are the model's own; given
     options win. ``"hybrid"`` on Cohere 2 takes its RoPE, its layer pattern and its sliding
-    window: the model's own RNoPE-SWA. A learned absolute table (GPT-2's ``wpe``, OPT's ``embed_positions``) and
+    window: the model's own RNoPE-SWA; on Llama 4, its RoPE, pattern, chunks and temperature
+    (iRoPE). A learned absolute table (GPT-2's ``wpe``, OPT's ``embed_positions``) and
     an ALiBi of the model's own (Bloom, Falcon with ``alibi``) are replaced by the encoding.
 
     Returns:
@@ -264,7 +265,7 @@ def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[s
         given = {**_own_rope(config, family, name), **family.own_options(config), **given}
     encoding = create(name, dims=dims, **given)
     if own:
-        _check_own_rope(model, getattr(encoding, "rope", encoding) if name == "hybrid" else encoding)
+        _check_own_rope(model, family, getattr(encoding, "rope", encoding) if name == "hybrid" else encoding)
     return encoding
 
 
@@ -290,7 +291,7 @@ def _own_rope(config: Any, family: Family, name: str = "rope") -> dict[str, Any]
     ``partial_rotary_factor`` counts only in families that apply it (GPT-NeoX, Phi, Phi3,
     StableLM); Llama and its kin rotate every feature whatever the key says, and so does
     pezoo then. GPT-J names its rotary dim ``rotary_dim``. ``hybrid`` (``name``) takes the
-    layout and base only: a model whose RoPE is scaled or partial is refused for it."""
+    layout, base and scaling: a model whose RoPE is partial is refused for it."""
     params = dict(getattr(config, "rope_parameters", None) or {})
     factor = params.pop("partial_rotary_factor", None)
     out: dict[str, Any] = {"layout": family.rope_layout}
@@ -302,7 +303,7 @@ def _own_rope(config: Any, family: Family, name: str = "rope") -> dict[str, Any]
         out["rotary_fraction"] = float(factor)
     if params.get("rope_type", "default") != "default":
         out["scaling"] = params
-    extra = sorted(set(out) - {"layout", "base"})
+    extra = sorted(set(out) - {"layout", "base", "scaling"})
     if name == "hybrid" and extra:
         raise ValueError(
             f"this model's RoPE has {' and '.join(extra)} ({params}), which pezoo's hybrid does not take: "
@@ -311,10 +312,11 @@ def _own_rope(config: Any, family: Family, name: str = "rope") -> dict[str, Any]
     return out
 
 
-def _check_own_rope(model: PreTrainedModel, encoding: PositionalEncoding) -> None:
-    """The model's rotary frequencies, where it keeps them (``rotary_emb.inv_freq``) and they do
-    not depend on the length, must be pezoo's: a config pezoo would read differently is refused."""
-    rotary = getattr(model.base_model, "rotary_emb", None)  # OPT, the one family with a core, has no RoPE
+def _check_own_rope(model: PreTrainedModel, family: Family, encoding: PositionalEncoding) -> None:
+    """The model's rotary frequencies, where it keeps them (``rotary_emb.inv_freq`` of its core)
+    and they do not depend on the length, must be pezoo's: a config pezoo would read
+    differently is refused."""
+    rotary = getattr(_get(model.base_model, family.core), "rotary_emb", None)
     theirs = getattr(rotary, "inv_freq", None)
     scaling = getattr(encoding, "scaling", None)
     if not isinstance(theirs, Tensor) or theirs.is_meta or scaling is None or scaling.depends_on_length:

@@ -28,7 +28,7 @@ import importlib
 from typing import Any
 
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES, model_type_to_module_name
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from pezoo.hf.families import FAMILIES, attention_forward
@@ -53,7 +53,10 @@ def base_type(model_type: str) -> str:
 
 
 def _original_module(model_type: str, kind: str) -> Any:
-    return importlib.import_module(f"transformers.models.{model_type}.{kind}_{model_type}")
+    """transformers' ``configuration`` or ``modeling`` module of a model type (``llama4_text``
+    lives in ``transformers.models.llama4``)."""
+    folder = model_type_to_module_name(model_type)
+    return importlib.import_module(f"transformers.models.{folder}.{kind}_{folder}")
 
 
 def config_class(model_type: str) -> type[PretrainedConfig]:

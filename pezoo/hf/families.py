@@ -312,6 +312,29 @@ def _cohere2_hybrid(config: Any) -> dict[str, Any]:
     return {"pattern": kinds, "window": int(config.sliding_window), "local": "window"}
 
 
+def _llama4_hybrid(config: Any) -> dict[str, Any]:
+    """Llama 4's own encoding (iRoPE) as ``hybrid``'s options: RoPE on the layers
+    ``no_rope_layers`` marks 1, each query seeing its own chunk of ``attention_chunk_size``
+    positions; the others global with no position encoding, their queries scaled by the
+    attention temperature where ``attn_temperature_tuning`` is on (β ``attn_scale``, F
+    ``floor_scale``)."""
+    kinds = "".join("R" if uses_rope else "N" for uses_rope in config.no_rope_layers)
+    out: dict[str, Any] = {"pattern": kinds, "window": int(config.attention_chunk_size), "local": "chunk"}
+    if config.attn_temperature_tuning:
+        out.update(nope_temperature="llama4", attn_scale=float(config.attn_scale), floor_scale=int(config.floor_scale))
+    return out
+
+
+def _llama4(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Llama 4: separate projections, and on its RoPE layers an L2 norm of each head's q and k
+    (``use_qk_norm``). The model norms after its rotation; a rotation keeps the norm, so
+    norming first (before pezoo's ``qk``) is the same up to rounding."""
+    q, k, v = separate_projections(self, x)
+    if hasattr(self, "qk_norm"):
+        q, k = self.qk_norm(q), self.qk_norm(k)
+    return q, k, v
+
+
 def _opt_refusal(config: Any) -> str | None:
     if config.word_embed_proj_dim != config.hidden_size:
         return (
@@ -332,12 +355,14 @@ class Family:
         output: the attention's output from the attended values (:data:`Output`).
         own: the model's own position encoding, as a pezoo name: ``"rope"`` (reproduced from
             the model's rotary embedding by ``use_encoding(model, "rope")``), ``"hybrid"``
-            (Cohere 2's RoPE windowed layers and NoPE global ones, reproduced from its rotary
-            embedding and ``own_options``), ``"alibi"``, or None (GPT-2's and OPT's learned tables).
+            (Cohere 2's RoPE windowed layers and NoPE global ones, Llama 4's chunked ones,
+            reproduced from the rotary embedding and ``own_options``), ``"alibi"``, or None
+            (GPT-2's and OPT's learned tables).
         own_options: the own encoding's options read from the config beyond RoPE's (Cohere 2:
-            its layer pattern and window). Where the own encoding is ``"hybrid"``, the model's
-            sliding window belongs to it: the window comes with the encoding, so an adapted
-            model running any ``hybrid`` is not refused past it (another encoding is).
+            its layer pattern and window; Llama 4: pattern, chunk and temperature). Where the
+            own encoding is ``"hybrid"``, the model's local attention belongs to it: the
+            window comes with the encoding, so an adapted model running any ``hybrid`` is
+            not refused past it (another encoding is).
         rope_layout: the own RoPE's feature layout (``"half"``: rotate-half; GPT-J interleaves).
         applies_partial_rotary: whether the model rotates only ``partial_rotary_factor`` of each
             head (GPT-NeoX, Phi, StableLM, Phi3 do; Llama and its kin ignore the key).
@@ -376,6 +401,10 @@ FAMILIES: dict[str, Family] = {
     "gemma": _LLAMA,
     "gemma2": Family("layers", "self_attn", softcap=_gemma2_softcap),
     "cohere2": Family("layers", "self_attn", own="hybrid", rope_layout="interleaved", own_options=_cohere2_hybrid),
+    "llama4_text": Family(
+        "layers", "self_attn", _llama4, own="hybrid", rope_layout="interleaved", own_options=_llama4_hybrid,
+        core="model",  # its base_model_prefix names the multimodal model's text part, so base_model is the LM
+    ),
     "qwen3": Family("layers", "self_attn", _per_head_norms),
     "olmo": Family("layers", "self_attn", _clipped),
     "olmo2": Family("layers", "self_attn", _full_width_norms),
@@ -413,11 +442,15 @@ class NoPositionTable(nn.Module):
 
 
 def sliding_window(config: Any) -> int | None:
-    """The model's own sliding attention window, if it uses one (pezoo's attention is global)."""
+    """The model's own local attention's reach, if it has one (pezoo's attention is global): a
+    sliding window, or Llama 4's chunks (``attention_chunk_size``: up to that many tokens,
+    every token is in the first chunk, so global attention is the model's)."""
     window = getattr(config, "sliding_window", None)
     if hasattr(config, "use_sliding_window") and not config.use_sliding_window:
-        return None
-    return int(window) if window else None
+        window = None
+    chunk = getattr(config, "attention_chunk_size", None)
+    reach = [int(w) for w in (window, chunk) if w]
+    return min(reach) if reach else None
 
 
 def dropout_probability(module: Any, config: Any) -> float:

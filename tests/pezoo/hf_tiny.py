@@ -30,6 +30,16 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gemma2": {**_LLAMA_LIKE, "head_dim": 8, "query_pre_attn_scalar": 8, "attn_logit_softcapping": None},
     # four layers: RoPE windowed, three of them, then a NoPE global one (its default 3:1 pattern)
     "cohere2": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
+    # iRoPE: three chunked RoPE layers, then a NoPE global one; a mixture of two experts
+    "llama4_text": {
+        **_LLAMA_LIKE,
+        "num_hidden_layers": 4,
+        "head_dim": 8,
+        "intermediate_size_mlp": 64,
+        "attention_chunk_size": 64,
+        "num_local_experts": 2,
+        "num_experts_per_tok": 1,
+    },
     "olmo": {**_LLAMA_LIKE, "clip_qkv": 5.0},
     "olmo2": _LLAMA_LIKE,
     "starcoder2": _LLAMA_LIKE,
@@ -58,8 +68,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 """A tiny configuration of each adapted family."""
 
-ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "opt", "gpt2", "cohere2")]
-"""Families whose own encoding is RoPE (Cohere 2's is ``hybrid``: tests/pezoo/test_hf_cohere2.py)."""
+ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "opt", "gpt2", "cohere2", "llama4_text")]
+"""Families whose own encoding is RoPE (Cohere 2's and Llama 4's is ``hybrid``:
+tests/pezoo/test_hf_cohere2.py, tests/pezoo/test_hf_llama4.py)."""
 
 
 def tiny(model_type: str, **overrides: Any) -> transformers.PreTrainedModel:

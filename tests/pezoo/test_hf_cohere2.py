@@ -89,7 +89,18 @@ def test_another_encoding_is_refused_past_the_window_and_a_window_dropping_cache
         ours(ids, attention_mask=mask, past_key_values=sliding, use_cache=True)
 
 
-def test_a_scaled_rope_is_refused_for_the_own_hybrid():
-    scaled = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
-    with pytest.raises(ValueError, match="pezoo's hybrid does not take"):
-        pezoo.hf.use_encoding(windowed(rope_parameters=scaled), "hybrid")
+def test_a_scaled_rope_is_reproduced_by_the_own_hybrid():
+    scaled = windowed(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
+    ids, mask = batch()
+    with torch.no_grad():
+        want = scaled(ids, attention_mask=mask).logits
+        got = pezoo.hf.use_encoding(copy.deepcopy(scaled), "hybrid")(ids, attention_mask=mask).logits
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-5, rtol=0)
+    assert (got - pezoo.hf.use_encoding(windowed(), "hybrid")(ids, attention_mask=mask).logits).abs().max() > 1e-3
+
+
+def test_rotary_frequencies_read_differently_are_refused():
+    model = windowed()
+    model.model.rotary_emb.inv_freq.mul_(0.5)  # frequencies no config of pezoo's gives
+    with pytest.raises(ValueError, match="differently"):
+        pezoo.hf.use_encoding(model, "hybrid")

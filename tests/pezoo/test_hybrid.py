@@ -96,6 +96,21 @@ def test_llama4_temperature_acts_on_the_nope_layers_only():
         torch.testing.assert_close(run(pe, layer, q, k, v, pos)[0].double(), want, atol=1e-5, rtol=1e-5)
 
 
+def test_scaling_scales_the_rope_layers_rotation_only():
+    """Linear scaling (position interpolation, Chen et al. 2023) by 2: an R layer rotates
+    position p by the angles of p / 2; an N layer leaves q and k alone."""
+    torch.manual_seed(2)
+    pe = pezoo.create("hybrid", dims=DIMS, scaling={"rope_type": "linear", "factor": 2.0})
+    q, k = torch.randn(1, 4, 5, 8), torch.randn(1, 4, 5, 8)
+    ctx = AttentionContext(q_pos=torch.tensor([[0, 1, 2, 3, 4]]), k_pos=torch.tensor([[0, 1, 2, 3, 4]]))
+    q2, k2 = pe.qk(0, q, k, ctx)
+    for x, got in ((q, q2), (k, k2)):
+        want = [[rotate(x[0, h, i], i / 2) for i in range(5)] for h in range(4)]
+        torch.testing.assert_close(got[0].double(), torch.tensor(want, dtype=torch.float64), atol=1e-5, rtol=1e-5)
+    q3, k3 = pe.qk(3, q, k, ctx)
+    assert torch.equal(q3, q) and torch.equal(k3, k)
+
+
 def test_the_pattern_repeats_as_llama4_places_its_nope_layers():
     """transformers' Llama4TextConfig: layer l uses RoPE iff (l + 1) % no_rope_layer_interval != 0."""
     for n_layers in (4, 8, 10):
