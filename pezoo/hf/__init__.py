@@ -262,7 +262,11 @@ def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[s
     check_option_sizes(given, spec)
     own = name == family.own and name in ("rope", "hybrid")
     if own:  # the model's own RoPE (or Cohere 2's hybrid of it), reproduced; given options win
-        given = {**_own_rope(config, family, name), **family.own_options(config), **given}
+        try:
+            read = family.own_options(config)
+        except ValueError as exc:
+            raise ValueError(f"pezoo.hf cannot adapt this {config.model_type} model with {name}: {exc}") from None
+        given = {**_own_rope(config, family, name), **read, **given}
     encoding = create(name, dims=dims, **given)
     if own:
         _check_own_rope(model, family, getattr(encoding, "rope", encoding) if name == "hybrid" else encoding)

@@ -308,7 +308,15 @@ def _cohere2_hybrid(config: Any) -> dict[str, Any]:
     ``sliding_window`` positions (distance < W, as transformers' sliding mask), no position
     encoding on its ``full_attention`` layers (RNoPE-SWA: Yang et al. 2025, "Rope to Nope and
     Back Again", §5)."""
-    kinds = "".join("R" if kind == "sliding_attention" else "N" for kind in config.layer_types)
+    letters = {"sliding_attention": "R", "full_attention": "N"}
+    unknown = sorted({str(kind) for kind in config.layer_types} - set(letters))
+    if unknown or not config.sliding_window:
+        raise ValueError(
+            f"its own encoding cannot be read from its config: layer_types {list(config.layer_types)} "
+            f"(sliding_attention or full_attention each) and sliding_window {config.sliding_window!r} "
+            "(a window in tokens)"
+        )
+    kinds = "".join(letters[kind] for kind in config.layer_types)
     return {"pattern": kinds, "window": int(config.sliding_window), "local": "window"}
 
 
@@ -318,6 +326,11 @@ def _llama4_hybrid(config: Any) -> dict[str, Any]:
     positions; the others global with no position encoding, their queries scaled by the
     attention temperature where ``attn_temperature_tuning`` is on (β ``attn_scale``, F
     ``floor_scale``)."""
+    if any(flag not in (0, 1) for flag in config.no_rope_layers) or not config.attention_chunk_size:
+        raise ValueError(
+            f"its own encoding cannot be read from its config: no_rope_layers {list(config.no_rope_layers)} (1: a RoPE "
+            f"layer, 0: NoPE) and attention_chunk_size {config.attention_chunk_size!r} (a chunk in tokens)"
+        )
     kinds = "".join("R" if uses_rope else "N" for uses_rope in config.no_rope_layers)
     out: dict[str, Any] = {"pattern": kinds, "window": int(config.attention_chunk_size), "local": "chunk"}
     if config.attn_temperature_tuning:

@@ -104,3 +104,12 @@ def test_rotary_frequencies_read_differently_are_refused():
     model.model.rotary_emb.inv_freq.mul_(0.5)  # frequencies no config of pezoo's gives
     with pytest.raises(ValueError, match="differently"):
         pezoo.hf.use_encoding(model, "hybrid")
+
+
+@pytest.mark.parametrize(("field", "value"), [("layer_types", ["sliding_attention", "chunked_attention"] * 2),
+                                              ("sliding_window", None)])  # fmt: skip
+def test_a_config_its_own_encoding_cannot_be_read_from_is_refused_by_name(field, value):
+    model = windowed()
+    setattr(model.config, field, value)
+    with pytest.raises(ValueError, match=rf"cannot adapt this cohere2 model with hybrid: .*{field}"):
+        pezoo.hf.use_encoding(model, "hybrid")

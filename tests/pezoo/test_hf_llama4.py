@@ -112,3 +112,11 @@ def test_rotary_frequencies_read_differently_are_refused():
     model.model.rotary_emb.inv_freq.mul_(0.5)  # frequencies no config of pezoo's gives
     with pytest.raises(ValueError, match="differently"):
         pezoo.hf.use_encoding(model, "hybrid")
+
+
+@pytest.mark.parametrize(("field", "value"), [("no_rope_layers", [1, 2, 1, 0]), ("attention_chunk_size", 0)])
+def test_a_config_its_own_encoding_cannot_be_read_from_is_refused_by_name(field, value):
+    model = chunked()
+    setattr(model.config, field, value)
+    with pytest.raises(ValueError, match=rf"cannot adapt this llama4_text model with hybrid: .*{field}"):
+        pezoo.hf.use_encoding(model, "hybrid")
