@@ -111,7 +111,7 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     encoding.train(model.training)
     model.add_module(ENCODING_MODULE, encoding)
     adapter = Adapter(encoding, backend, head_dim)
-    # a model whose own encoding is hybrid (Cohere 2) windows its RoPE layers as part of it: any
+    # a model whose own encoding is hybrid (Cohere 2, Llama 4) windows its RoPE layers as part of it: any
     # hybrid brings its own windows; another encoding would attend globally, so it is refused past them
     windowed_by_encoding = family.own == "hybrid" == _encoding_name(spec)
     adapter.window = None if windowed_by_encoding else sliding_window(config)
@@ -261,7 +261,7 @@ def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[s
     _check_shape(given, dims)
     check_option_sizes(given, spec)
     own = name == family.own and name in ("rope", "hybrid")
-    if own:  # the model's own RoPE (or Cohere 2's hybrid of it), reproduced; given options win
+    if own:  # the model's own RoPE (or its hybrid: Cohere 2, Llama 4), reproduced; given options win
         try:
             read = family.own_options(config)
         except ValueError as exc:
