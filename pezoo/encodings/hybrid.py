@@ -11,6 +11,10 @@ Layer l follows ``pattern[l % len(pattern)]``:
     N   NoPE, global attention; optionally Llama 4's attention temperature on q
         (``nope_temperature="llama4"``: q · (1 + β log(⌊(pos + 1)/F⌋ + 1)), as
         :func:`pezoo.encodings.ssmax.llama4_query_scale`, transformers' Llama4TextAttention).
+    G   RoPE with global attention and frequencies of its own (``global_base``,
+        ``global_scaling``): Gemma 3's global layers (Gemma Team 2025, "Gemma 3 Technical
+        Report", §2.1 "Long context": base 10⁶ on the global layers, 10⁴ on the local ones,
+        the global ones' positions interpolated by a factor 8), five local R layers per G layer.
 
 ``pattern="RRRN"`` is both papers' layout: Cohere's three RoPE sliding-window layers per NoPE
 global layer, and Llama 4's ``no_rope_layer_interval = 4`` (transformers: layer l is NoPE
@@ -42,10 +46,13 @@ from pezoo.encodings.ssmax import LLAMA4_ATTN_SCALE, LLAMA4_FLOOR_SCALE, llama4_
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import ModelDims, register
 
-__all__ = ["LOCALS", "ChunkMask", "Hybrid", "chunk_blocks", "layer_kinds"]
+__all__ = ["KINDS", "LOCALS", "ChunkMask", "Hybrid", "chunk_blocks", "layer_kinds"]
 
 LOCALS = ("window", "chunk")
 """How an R layer's attention is local: a sliding window, or Llama 4's chunks."""
+
+KINDS = ("R", "N", "G")
+"""A layer's kind in ``pattern``: RoPE local, NoPE global, RoPE global with its own frequencies."""
 
 TEMPERATURES = (None, "llama4")
 """``nope_temperature``: none, or Llama 4's on the N layers."""
@@ -144,7 +151,8 @@ CARD = PaperCard(paper=PAPER, setup=paper_options, lm_claims=LM_CLAIMS)
 
 @register("hybrid", card=CARD)
 class Hybrid(PositionalEncoding):
-    """NoPE global layers interleaved with RoPE local layers by ``pattern`` (RNoPE-SWA, iRoPE).
+    """NoPE (or other-RoPE) global layers interleaved with RoPE local layers by ``pattern``
+    (RNoPE-SWA, iRoPE, Gemma 3's local/global layers).
 
     Args:
         head_dim: per-head q/k width e (RoPE's).
@@ -157,12 +165,14 @@ class Hybrid(PositionalEncoding):
             (``local="window"``: a key at distance d is seen when d < window) or chunks of
             ``window`` positions (``local="chunk"``). None (default): R layers attend globally.
         local: ``"window"`` (sliding, Cohere's) or ``"chunk"`` (Llama 4's).
-        base, layout: RoPE's frequency base and pair layout.
+        base, layout: RoPE's frequency base and pair layout (G layers take the layout too).
         scaling: RoPE's context-extension scaling of the R layers (``rope{scaling=...}``'s
             options: linear, NTK, YaRN, Llama 3, ...; Llama 4 Scout's checkpoints scale theirs
             by Llama 3's rule). None (default): unscaled.
         nope_temperature: None, or ``"llama4"``: Llama 4's temperature on q of the N layers.
         attn_scale, floor_scale: β and F of that temperature (Llama 4's 0.1 and 8192).
+        global_base, global_scaling: the G layers' RoPE base (None: ``base``) and scaling
+            (None: unscaled); only with G layers in the pattern.
     """
 
     windows: Tensor
@@ -182,21 +192,29 @@ class Hybrid(PositionalEncoding):
         attn_scale: float = LLAMA4_ATTN_SCALE,
         floor_scale: int = LLAMA4_FLOOR_SCALE,
         scaling: Mapping[str, Any] | None = None,
+        global_base: float | None = None,
+        global_scaling: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         check_sizes("hybrid", head_dim=head_dim, n_heads=n_heads, n_layers=n_layers)
         if pattern is None:
             pattern = paper_pattern(n_layers)
-        if not isinstance(pattern, str) or not pattern or set(pattern) - {"R", "N"}:
+        if not isinstance(pattern, str) or not pattern or set(pattern) - set(KINDS):
             raise ValueError(
-                f"hybrid: pattern is a string of R (RoPE) and N (NoPE) layers, e.g. 'RRRN'; got {pattern!r}"
+                "hybrid: pattern is a string of R (RoPE, local), N (NoPE, global) and G (RoPE, global, its own "
+                f"frequencies) layers, e.g. 'RRRN'; got {pattern!r}"
             )
         kinds = layer_kinds(pattern, n_layers)
-        if n_layers > 1 and ("R" not in kinds or "N" not in kinds):
+        if n_layers > 1 and ("R" not in kinds or not {"N", "G"} & set(kinds)):
             raise ValueError(
                 f"hybrid: pattern {pattern!r} over {n_layers} layers gives {kinds!r}, without "
-                f"{'an R (RoPE)' if 'R' not in kinds else 'an N (NoPE)'} layer; a hybrid needs both "
-                f"(e.g. pattern={'R' * max(n_layers - 1, 1) + 'N'!r})"
+                f"{'an R (RoPE)' if 'R' not in kinds else 'an N (NoPE) or G (global RoPE)'} layer; a hybrid needs "
+                f"both (e.g. pattern={'R' * max(n_layers - 1, 1) + 'N'!r})"
+            )
+        if "G" not in kinds and (global_base is not None or global_scaling is not None):
+            raise ValueError(
+                f"hybrid: global_base and global_scaling set the G layers' RoPE, and pattern {pattern!r} over "
+                f"{n_layers} layers has none"
             )
         if window is not None:
             check_number("hybrid", "window", window, integer=True, at_least=1)
@@ -212,6 +230,10 @@ class Hybrid(PositionalEncoding):
         self.pattern, self.kinds, self.window, self.local = pattern, kinds, window, local
         self.nope_temperature, self.attn_scale, self.floor_scale = nope_temperature, float(attn_scale), int(floor_scale)
         self.rope = RoPE(head_dim=head_dim, base=base, layout=layout, scaling=scaling)
+        self.global_rope: RoPE | None = None
+        if "G" in kinds:
+            g_base = base if global_base is None else global_base
+            self.global_rope = RoPE(head_dim=head_dim, base=g_base, layout=layout, scaling=global_scaling)
         self.register_buffer("windows", self._windows(), persistent=False)  # (h,), for WindowMask
 
     def _windows(self) -> Tensor:
@@ -228,10 +250,13 @@ class Hybrid(PositionalEncoding):
         return self.kinds[layer] == "R"
 
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
-        """R layers: RoPE's rotation; N layers: q and k as they are (q times Llama 4's
-        temperature with ``nope_temperature="llama4"``)."""
+        """R layers: RoPE's rotation; G layers: the global RoPE's; N layers: q and k as they are
+        (q times Llama 4's temperature with ``nope_temperature="llama4"``)."""
         if self.is_rope(layer):
             return self.rope.qk(layer, q, k, ctx)
+        if self.kinds[layer] == "G":
+            assert self.global_rope is not None  # built whenever the pattern has G layers
+            return self.global_rope.qk(layer, q, k, ctx)
         if self.nope_temperature is None:
             return q, k
         dtype = torch.promote_types(q.dtype, torch.float32)
@@ -239,7 +264,7 @@ class Hybrid(PositionalEncoding):
         return (q.to(dtype) * scale).to(q.dtype), k
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
-        """R layers with a window: their local mask; every other layer attends globally."""
+        """R layers with a window: their local mask; every other layer (N, G) attends globally."""
         if not self.is_rope(layer) or self.window is None:
             return []
         if self.local == "chunk":
@@ -252,4 +277,4 @@ class Hybrid(PositionalEncoding):
             text += f", local={self.local!r}"
         if self.nope_temperature is not None:
             text += f", nope_temperature={self.nope_temperature!r}, floor_scale={self.floor_scale}"
-        return text
+        return text  # the R and G layers' RoPE show as submodules (rope, global_rope)

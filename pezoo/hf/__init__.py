@@ -66,8 +66,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
 
     Args:
         model: a causal LM of a family in :data:`pezoo.hf.families.FAMILIES` (Llama, Mistral,
-            Mixtral, Qwen2, Qwen3, Granite, Gemma, Gemma2, Cohere2, Llama 4 (text), OLMo, OLMo2,
-            Starcoder2, Phi, Phi3, StableLM, GPT-NeoX, GPT-J, Falcon, Bloom, OPT, GPT-2).
+            Mixtral, Qwen2, Qwen3, Granite, Gemma, Gemma2, Gemma 3 (text), Cohere2, Llama 4 (text),
+            OLMo, OLMo2, Starcoder2, Phi, Phi3, StableLM, GPT-NeoX, GPT-J, Falcon, Bloom, OPT, GPT-2).
         spec: any name :func:`pezoo.create` accepts (``"alibi"``, ``"randomized:rope"``,
             ``"abacus+fire"``, a plugin), or a spec with options (``"alibi{n_biased=4}"``,
             ``"prism{paper}"``: the paper's setup for this model's size, :mod:`pezoo.setups`).
@@ -79,8 +79,9 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     dim and ``rope_parameters`` (rope scaling), so the logits are the model's own; given
     options win. ``"hybrid"`` on Cohere 2 takes its RoPE, its layer pattern and its sliding
     window: the model's own RNoPE-SWA; on Llama 4, its RoPE, pattern, chunks and temperature
-    (iRoPE). A learned absolute table (GPT-2's ``wpe``, OPT's ``embed_positions``) and
-    an ALiBi of the model's own (Bloom, Falcon with ``alibi``) are replaced by the encoding.
+    (iRoPE); on Gemma 3, its local and global layers' RoPE and its window. A learned absolute
+    table (GPT-2's ``wpe``, OPT's ``embed_positions``) and an ALiBi of the model's own
+    (Bloom, Falcon with ``alibi``) are replaced by the encoding.
 
     Returns:
         ``model``, adapted: its class becomes ``pezoo.hf.auto.Pezoo<Class>`` (model type
@@ -111,7 +112,7 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     encoding.train(model.training)
     model.add_module(ENCODING_MODULE, encoding)
     adapter = Adapter(encoding, backend, head_dim)
-    # a model whose own encoding is hybrid (Cohere 2, Llama 4) windows its RoPE layers as part of it: any
+    # a model whose own encoding is hybrid (Cohere 2, Llama 4, Gemma 3) windows its RoPE layers as part of it: any
     # hybrid brings its own windows; another encoding would attend globally, so it is refused past them
     windowed_by_encoding = family.own == "hybrid" == _encoding_name(spec)
     adapter.window = None if windowed_by_encoding else sliding_window(config)
@@ -261,16 +262,28 @@ def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[s
     _check_shape(given, dims)
     check_option_sizes(given, spec)
     own = name == family.own and name in ("rope", "hybrid")
-    if own:  # the model's own RoPE (or its hybrid: Cohere 2, Llama 4), reproduced; given options win
+    mine = set(given)  # the options the caller gave: they win over the model's
+    if own:  # the model's own RoPE (or its hybrid: Cohere 2, Llama 4, Gemma 3), reproduced
         try:
             read = family.own_options(config)
         except ValueError as exc:
             raise ValueError(f"pezoo.hf cannot adapt this {config.model_type} model with {name}: {exc}") from None
         given = {**_own_rope(config, family, name), **read, **given}
     encoding = create(name, dims=dims, **given)
-    if own:
-        _check_own_rope(model, family, getattr(encoding, "rope", encoding) if name == "hybrid" else encoding)
+    # the frequencies read from the config must be the model's; a RoPE the caller set is the caller's
+    if own and name == "rope" and not mine & ROPE_FREQUENCY_OPTIONS:
+        _check_own_rope(model, family, encoding)
+    if own and name == "hybrid":  # its R layers' RoPE (Gemma 3: one per layer kind), its G layers'
+        if not mine & {"base", "scaling", "layout"}:
+            _check_own_rope(model, family, encoding.rope, "inv_freq", "sliding_attention_inv_freq")
+        global_rope = getattr(encoding, "global_rope", None)
+        if global_rope is not None and not mine & {"global_base", "global_scaling", "layout"}:
+            _check_own_rope(model, family, global_rope, "full_attention_inv_freq")
     return encoding
+
+
+ROPE_FREQUENCY_OPTIONS = frozenset({"base", "rotary_dim", "rotary_fraction", "scaling", "layout"})
+"""RoPE's options that set its frequencies: given any, the model's own are not compared."""
 
 
 def _encoding_name(spec: str) -> str:
@@ -316,16 +329,18 @@ def _own_rope(config: Any, family: Family, name: str = "rope") -> dict[str, Any]
     return out
 
 
-def _check_own_rope(model: PreTrainedModel, family: Family, encoding: PositionalEncoding) -> None:
-    """The model's rotary frequencies, where it keeps them (``rotary_emb.inv_freq`` of its core)
-    and they do not depend on the length, must be pezoo's: a config pezoo would read
-    differently is refused."""
+def _check_own_rope(
+    model: PreTrainedModel, family: Family, encoding: Any, *buffers: str
+) -> None:
+    """The model's rotary frequencies, where it keeps them (``rotary_emb.inv_freq`` of its core,
+    or the first of ``buffers`` it has: Gemma 3 keeps one per layer kind) and they do not
+    depend on the length, must be pezoo's: a config pezoo would read differently is refused."""
     rotary = getattr(_get(model.base_model, family.core), "rotary_emb", None)
-    theirs = getattr(rotary, "inv_freq", None)
+    theirs = next((getattr(rotary, b) for b in buffers or ("inv_freq",) if hasattr(rotary, b)), None)
     scaling = getattr(encoding, "scaling", None)
     if not isinstance(theirs, Tensor) or theirs.is_meta or scaling is None or scaling.depends_on_length:
         return
-    ours, _ = encoding.frequencies()  # type: ignore[operator]
+    ours, _ = encoding.frequencies()
     if ours.shape != theirs.shape or not torch.allclose(ours, theirs.float().cpu(), rtol=1e-5, atol=0):
         raise ValueError(
             f"pezoo's RoPE reads this model's rope config differently ({ours.numel()} frequencies, the model "

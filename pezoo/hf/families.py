@@ -348,6 +348,39 @@ def _llama4(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return q, k, v
 
 
+def _gemma3_hybrid(config: Any) -> dict[str, Any]:
+    """Gemma 3's own encoding as ``hybrid``'s options: RoPE with a sliding window on its
+    ``sliding_attention`` layers (R) and RoPE of other frequencies with global attention on
+    its ``full_attention`` layers (G), each kind's base and scaling from its entry of
+    ``rope_parameters`` (Gemma Team 2025, "Gemma 3 Technical Report", §2.1)."""
+    letters = {"sliding_attention": "R", "full_attention": "G"}
+    unknown = sorted({str(kind) for kind in config.layer_types} - set(letters))
+    params = config.rope_parameters or {}
+    local, whole = params.get("sliding_attention"), params.get("full_attention")
+    if unknown or not config.sliding_window or not isinstance(local, dict) or not isinstance(whole, dict):
+        raise ValueError(
+            f"its own encoding cannot be read from its config: layer_types {list(config.layer_types)} "
+            f"(sliding_attention or full_attention each), sliding_window {config.sliding_window!r} and "
+            f"rope_parameters {params!r} (one entry per layer type)"
+        )
+    kinds = "".join(letters[kind] for kind in config.layer_types)
+    out: dict[str, Any] = {"pattern": kinds, "window": int(config.sliding_window), "local": "window"}
+    out["base"] = float(local.get("rope_theta", 10000.0))
+    if local.get("rope_type", "default") != "default":
+        out["scaling"] = dict(local)
+    if "G" in kinds:
+        out["global_base"] = float(whole.get("rope_theta", 10000.0))
+        if whole.get("rope_type", "default") != "default":
+            out["global_scaling"] = dict(whole)
+    return out
+
+
+def _bidirectional_refusal(config: Any) -> str | None:
+    if getattr(config, "use_bidirectional_attention", False):
+        return "it attends bidirectionally (use_bidirectional_attention), and pezoo.hf adapts causal LMs"
+    return None
+
+
 def _opt_refusal(config: Any) -> str | None:
     if config.word_embed_proj_dim != config.hidden_size:
         return (
@@ -369,10 +402,12 @@ class Family:
         own: the model's own position encoding, as a pezoo name: ``"rope"`` (reproduced from
             the model's rotary embedding by ``use_encoding(model, "rope")``), ``"hybrid"``
             (Cohere 2's RoPE windowed layers and NoPE global ones, Llama 4's chunked ones,
-            reproduced from the rotary embedding and ``own_options``), ``"alibi"``, or None
+            Gemma 3's windowed and global RoPE layers of two bases, reproduced from the rotary
+            embedding and ``own_options``), ``"alibi"``, or None
             (GPT-2's and OPT's learned tables).
         own_options: the own encoding's options read from the config beyond RoPE's (Cohere 2:
-            its layer pattern and window; Llama 4: pattern, chunk and temperature). Where the
+            its layer pattern and window; Llama 4: pattern, chunk and temperature; Gemma 3:
+            pattern, window and each layer kind's RoPE). Where the
             own encoding is ``"hybrid"``, the model's local attention belongs to it: the
             window comes with the encoding, so an adapted model running any ``hybrid`` is
             not refused past it (another encoding is).
@@ -414,6 +449,10 @@ FAMILIES: dict[str, Family] = {
     "gemma": _LLAMA,
     "gemma2": Family("layers", "self_attn", softcap=_gemma2_softcap),
     "cohere2": Family("layers", "self_attn", own="hybrid", rope_layout="interleaved", own_options=_cohere2_hybrid),
+    "gemma3_text": Family(
+        "layers", "self_attn", _per_head_norms, own="hybrid", softcap=_gemma2_softcap, own_options=_gemma3_hybrid,
+        refuse=_bidirectional_refusal,
+    ),
     "llama4_text": Family(
         "layers", "self_attn", _llama4, own="hybrid", rope_layout="interleaved", own_options=_llama4_hybrid,
         core="model",  # its base_model_prefix names the multimodal model's text part, so base_model is the LM

@@ -30,6 +30,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gemma2": {**_LLAMA_LIKE, "head_dim": 8, "query_pre_attn_scalar": 8, "attn_logit_softcapping": None},
     # four layers: RoPE windowed, three of them, then a NoPE global one (its default 3:1 pattern)
     "cohere2": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
+    # five sliding-window RoPE layers (base 10⁴), then a global RoPE one (base 10⁶)
+    "gemma3_text": {
+        **_LLAMA_LIKE,
+        "num_hidden_layers": 6,
+        "head_dim": 8,
+        "query_pre_attn_scalar": 8,
+        "sliding_window": 64,
+    },
     # iRoPE: three chunked RoPE layers, then a NoPE global one; a mixture of two experts
     "llama4_text": {
         **_LLAMA_LIKE,
@@ -68,9 +76,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 """A tiny configuration of each adapted family."""
 
-ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "opt", "gpt2", "cohere2", "llama4_text")]
-"""Families whose own encoding is RoPE (Cohere 2's and Llama 4's is ``hybrid``:
-tests/pezoo/test_hf_cohere2.py, tests/pezoo/test_hf_llama4.py)."""
+HYBRID_FAMILIES = ("cohere2", "gemma3_text", "llama4_text")
+"""Families whose own encoding is ``hybrid`` (tests/pezoo/test_hf_cohere2.py, test_hf_gemma3.py,
+test_hf_llama4.py)."""
+
+ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "opt", "gpt2", *HYBRID_FAMILIES)]
+"""Families whose own encoding is RoPE."""
 
 
 def tiny(model_type: str, **overrides: Any) -> transformers.PreTrainedModel:

@@ -621,6 +621,17 @@ def test_a_rope_config_read_differently_is_refused():
         pezoo.hf.use_encoding(model, "rope")
 
 
+def test_a_rope_base_the_caller_gives_is_the_callers():
+    """Before, the frequency check compared a given base with the model's and refused it."""
+    model = tiny("llama")
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        want = model(ids).logits
+        other = pezoo.hf.use_encoding(copy.deepcopy(model), "rope", base=500.0)
+        assert other.pezoo_encoding.base == 500.0
+        assert (other(ids).logits - want).abs().max() > 0
+
+
 def test_output_attentions_gives_the_probabilities():
     model = adapted("llama", "alibi")
     ids, mask = left_padded(PROMPTS)

@@ -31,8 +31,9 @@ def rotate(x, pos, base=10000.0):
     return out
 
 
-def reference_layer(q, k, v, pos, kind, window=None, local="window", temperature=None):
-    """One row's attention (h, s, e) at positions ``pos`` for a layer of ``kind``, element by element."""
+def reference_layer(q, k, v, pos, kind, window=None, local="window", temperature=None, global_base=None):
+    """One row's attention (h, s, e) at positions ``pos`` for a layer of ``kind``, element by
+    element (a G layer: RoPE at ``global_base``, global)."""
     h, s, e = q.shape
     out = torch.zeros(h, s, v.shape[-1], dtype=torch.float64)
     for head in range(h):
@@ -40,6 +41,8 @@ def reference_layer(q, k, v, pos, kind, window=None, local="window", temperature
             pi = pos[i]
             if kind == "R":
                 qi = rotate(q[head, i], pi)
+            elif kind == "G":
+                qi = rotate(q[head, i], pi, global_base)
             else:
                 factor = 1.0 if temperature is None else 1 + 0.1 * math.log(math.floor((pi + 1) / temperature) + 1)
                 qi = [factor * float(x) for x in q[head, i]]
@@ -51,7 +54,12 @@ def reference_layer(q, k, v, pos, kind, window=None, local="window", temperature
                         continue
                     if local == "chunk" and pj // window != pi // window:
                         continue
-                kj = rotate(k[head, j], pj) if kind == "R" else [float(x) for x in k[head, j]]
+                if kind == "R":
+                    kj = rotate(k[head, j], pj)
+                elif kind == "G":
+                    kj = rotate(k[head, j], pj, global_base)
+                else:
+                    kj = [float(x) for x in k[head, j]]
                 keys.append((j, sum(a * b for a, b in zip(qi, kj, strict=True)) / math.sqrt(e)))
             top = max(z for _, z in keys)
             weights = [(j, math.exp(z - top)) for j, z in keys]
@@ -80,6 +88,21 @@ def test_every_layer_attends_as_its_kind_says(local, window, backend):
     pos = torch.tensor([positions])
     for layer in range(4):
         want = reference_layer(q[0], k[0], v[0], positions, pe.kinds[layer], window, local)
+        got = run(pe, layer, q, k, v, pos, backend)[0].double()
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=f"layer {layer}")
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa", "flex"])
+def test_g_layers_rotate_at_their_own_base_and_attend_globally(backend):
+    """Gemma 3's layout: local RoPE layers (a window, base 10⁴) and a global RoPE layer of its own base."""
+    torch.manual_seed(3)
+    pe = pezoo.create("hybrid", dims=DIMS, pattern="RRRG", window=3, global_base=500.0)
+    assert pe.kinds == "RRRG"
+    q, k, v = (torch.randn(1, 4, 9, 8) for _ in range(3))
+    positions = list(range(9))
+    pos = torch.tensor([positions])
+    for layer in range(4):
+        want = reference_layer(q[0], k[0], v[0], positions, pe.kinds[layer], window=3, global_base=500.0)
         got = run(pe, layer, q, k, v, pos, backend)[0].double()
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=f"layer {layer}")
 
@@ -129,8 +152,9 @@ def test_the_pattern_repeats_as_llama4_places_its_nope_layers():
         {"window": 3},
         {"window": 4, "local": "chunk"},
         {"window": 5, "nope_temperature": "llama4", "floor_scale": 4, "layout": "half"},
+        {"pattern": "RRRG", "window": 3, "global_base": 1e6, "global_scaling": {"rope_type": "linear", "factor": 8.0}},
     ],
-    ids=["rnope-swa", "chunked", "irope"],
+    ids=["rnope-swa", "chunked", "irope", "gemma3"],
 )
 def test_windowed_and_chunked_hybrids_pass_the_conformance_kit(options):
     """Every check, the cached decode equal to the full pass included, with the local masks on."""
@@ -164,10 +188,12 @@ def test_chunk_mask_membership_and_errors():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"pattern": "RRX"}, r"pattern is a string of R \(RoPE\) and N \(NoPE\)"),
+        ({"pattern": "RRX"}, r"pattern is a string of R \(RoPE, local\), N \(NoPE, global\) and G"),
         ({"pattern": ""}, r"pattern is a string of R"),
         ({"pattern": "NNNN"}, r"without an R \(RoPE\) layer"),
-        ({"pattern": "RRRRRN"}, r"gives 'RRRR', without an N \(NoPE\) layer.*pattern='RRRN'"),
+        ({"pattern": "RRRRRN"}, r"gives 'RRRR', without an N \(NoPE\) or G \(global RoPE\) layer.*pattern='RRRN'"),
+        ({"global_base": 1e6}, r"global_base and global_scaling set the G layers' RoPE, and pattern 'RRRN'"),
+        ({"pattern": "RG", "global_base": 0.5}, r"base"),
         ({"window": 0}, r"window must be an integer >= 1"),
         ({"local": "block"}, r"local must be one of 'window', 'chunk'"),
         ({"nope_temperature": "ssmax"}, r"nope_temperature must be None or 'llama4'"),
