@@ -32,6 +32,10 @@ the published ones: the device is provenance, not config) is compared with
 
 ``--dry-run`` does the same on CPU with a two-run smoke sweep, or with ``--sweep`` (tests/harness/test_board_gpu.py).
 
+Options this script does not know go to ``pezoo bench``: a sweep longer than one call
+(the LM rerun, a new column) should add ``--order seeds-first``, so what one call finishes
+gives every row its first seed before any row its second.
+
 The language-modelling track's sweep runs the same way, its corpora carried as snapshots of
 the home machine's (``pezoo lm corpus en code --save .lmcorpora``) and named by
 ``PEZOO_LM_SNAPSHOTS=.lmcorpora``; its runs come back under ``OUT/results/lm/`` (docs/lm.md).
