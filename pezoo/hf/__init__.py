@@ -67,7 +67,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     Args:
         model: a causal LM of a family in :data:`pezoo.hf.families.FAMILIES` (Llama, Mistral,
             Mixtral, Qwen2, Qwen3, Granite, Gemma, Gemma2, Gemma 3 (text), Cohere2, Llama 4 (text),
-            OLMo, OLMo2, Starcoder2, Phi, Phi3, StableLM, GPT-NeoX, GPT-J, Falcon, Bloom, OPT, GPT-2).
+            OLMo, OLMo2, OLMo 3, Starcoder2, Phi, Phi3, StableLM, GPT-NeoX, GPT-J, Falcon, Bloom, OPT,
+            GPT-2).
         spec: any name :func:`pezoo.create` accepts (``"alibi"``, ``"randomized:rope"``,
             ``"abacus+fire"``, a plugin), or a spec with options (``"alibi{n_biased=4}"``,
             ``"prism{paper}"``: the paper's setup for this model's size, :mod:`pezoo.setups`).
@@ -79,7 +80,7 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     dim and ``rope_parameters`` (rope scaling), so the logits are the model's own; given
     options win. ``"hybrid"`` on Cohere 2 takes its RoPE, its layer pattern and its sliding
     window: the model's own RNoPE-SWA; on Llama 4, its RoPE, pattern, chunks and temperature
-    (iRoPE); on Gemma 3, its local and global layers' RoPE and its window. A learned absolute
+    (iRoPE); on Gemma 3 and OLMo 3, its local and global layers' RoPE and its window. A learned absolute
     table (GPT-2's ``wpe``, OPT's ``embed_positions``) and an ALiBi of the model's own
     (Bloom, Falcon with ``alibi``) are replaced by the encoding.
 
@@ -112,7 +113,7 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     encoding.train(model.training)
     model.add_module(ENCODING_MODULE, encoding)
     adapter = Adapter(encoding, backend, head_dim)
-    # a model whose own encoding is hybrid (Cohere 2, Llama 4, Gemma 3) windows its RoPE layers as part of it: any
+    # a model whose own encoding is hybrid (Cohere 2, Llama 4, Gemma 3, OLMo 3) windows its RoPE layers in it: any
     # hybrid brings its own windows; another encoding would attend globally, so it is refused past them
     windowed_by_encoding = family.own == "hybrid" == _encoding_name(spec)
     adapter.window = None if windowed_by_encoding else sliding_window(config)
@@ -263,7 +264,7 @@ def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[s
     check_option_sizes(given, spec)
     own = name == family.own and name in ("rope", "hybrid")
     mine = set(given)  # the options the caller gave: they win over the model's
-    if own:  # the model's own RoPE (or its hybrid: Cohere 2, Llama 4, Gemma 3), reproduced
+    if own:  # the model's own RoPE (or its hybrid: Cohere 2, Llama 4, Gemma 3, OLMo 3), reproduced
         try:
             read = family.own_options(config)
         except ValueError as exc:

@@ -348,11 +348,12 @@ def _llama4(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return q, k, v
 
 
-def _gemma3_hybrid(config: Any) -> dict[str, Any]:
-    """Gemma 3's own encoding as ``hybrid``'s options: RoPE with a sliding window on its
-    ``sliding_attention`` layers (R) and RoPE of other frequencies with global attention on
-    its ``full_attention`` layers (G), each kind's base and scaling from its entry of
-    ``rope_parameters`` (Gemma Team 2025, "Gemma 3 Technical Report", §2.1)."""
+def _local_global_hybrid(config: Any) -> dict[str, Any]:
+    """Gemma 3's and OLMo 3's own encoding as ``hybrid``'s options: RoPE with a sliding window
+    on the ``sliding_attention`` layers (R) and RoPE of its own frequencies with global
+    attention on the ``full_attention`` layers (G), each kind's base and scaling from its
+    entry of ``rope_parameters`` (Gemma Team 2025, "Gemma 3 Technical Report", §2.1: bases
+    10⁴ and 10⁶; OLMo 3: one base, the global layers' scaled in its long-context models)."""
     letters = {"sliding_attention": "R", "full_attention": "G"}
     unknown = sorted({str(kind) for kind in config.layer_types} - set(letters))
     params = config.rope_parameters or {}
@@ -402,12 +403,12 @@ class Family:
         own: the model's own position encoding, as a pezoo name: ``"rope"`` (reproduced from
             the model's rotary embedding by ``use_encoding(model, "rope")``), ``"hybrid"``
             (Cohere 2's RoPE windowed layers and NoPE global ones, Llama 4's chunked ones,
-            Gemma 3's windowed and global RoPE layers of two bases, reproduced from the rotary
+            Gemma 3's and OLMo 3's windowed and global RoPE layers, reproduced from the rotary
             embedding and ``own_options``), ``"alibi"``, or None
             (GPT-2's and OPT's learned tables).
         own_options: the own encoding's options read from the config beyond RoPE's (Cohere 2:
-            its layer pattern and window; Llama 4: pattern, chunk and temperature; Gemma 3:
-            pattern, window and each layer kind's RoPE). Where the
+            its layer pattern and window; Llama 4: pattern, chunk and temperature; Gemma 3 and
+            OLMo 3: pattern, window and each layer kind's RoPE). Where the
             own encoding is ``"hybrid"``, the model's local attention belongs to it: the
             window comes with the encoding, so an adapted model running any ``hybrid`` is
             not refused past it (another encoding is).
@@ -449,8 +450,9 @@ FAMILIES: dict[str, Family] = {
     "gemma": _LLAMA,
     "gemma2": Family("layers", "self_attn", softcap=_gemma2_softcap),
     "cohere2": Family("layers", "self_attn", own="hybrid", rope_layout="interleaved", own_options=_cohere2_hybrid),
+    "olmo3": Family("layers", "self_attn", _full_width_norms, own="hybrid", own_options=_local_global_hybrid),
     "gemma3_text": Family(
-        "layers", "self_attn", _per_head_norms, own="hybrid", softcap=_gemma2_softcap, own_options=_gemma3_hybrid,
+        "layers", "self_attn", _per_head_norms, own="hybrid", softcap=_gemma2_softcap, own_options=_local_global_hybrid,
         refuse=_bidirectional_refusal,
     ),
     "llama4_text": Family(
