@@ -1,6 +1,7 @@
-"""Hybrid layers: NoPE layers with global attention interleaved with RoPE layers with local
-attention, by a layer pattern (Yang et al. 2025, "Rope to Nope and Back Again: A New Hybrid
-Attention Strategy", arXiv 2501.18795: RNoPE and RNoPE-SWA; Llama 4's iRoPE).
+"""Hybrid layers: NoPE layers (or RoPE layers of other frequencies) with global attention
+interleaved with RoPE layers with local attention, by a layer pattern (Yang et al. 2025,
+"Rope to Nope and Back Again: A New Hybrid Attention Strategy", arXiv 2501.18795: RNoPE and
+RNoPE-SWA; Llama 4's iRoPE; Gemma 3's local and global layers).
 
 Layer l follows ``pattern[l % len(pattern)]``:
 
