@@ -14,8 +14,9 @@ Layer l follows ``pattern[l % len(pattern)]``:
         :func:`pezoo.encodings.ssmax.llama4_query_scale`, transformers' Llama4TextAttention).
     G   RoPE with global attention and frequencies of its own (``global_base``,
         ``global_scaling``): Gemma 3's global layers (Gemma Team 2025, "Gemma 3 Technical
-        Report", §2.1 "Long context": base 10⁶ on the global layers, 10⁴ on the local ones,
-        the global ones' positions interpolated by a factor 8), five local R layers per G layer.
+        Report", arXiv 2503.19786, on long context: base 10⁶ on the global layers, 10⁴ on
+        the local ones, the global ones' positions interpolated by a factor 8), five local R
+        layers per G layer.
 
 ``pattern="RRRN"`` is both papers' layout: Cohere's three RoPE sliding-window layers per NoPE
 global layer, and Llama 4's ``no_rope_layer_interval = 4`` (transformers: layer l is NoPE

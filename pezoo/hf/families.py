@@ -352,7 +352,7 @@ def _local_global_hybrid(config: Any) -> dict[str, Any]:
     """Gemma 3's and OLMo 3's own encoding as ``hybrid``'s options: RoPE with a sliding window
     on the ``sliding_attention`` layers (R) and RoPE of its own frequencies with global
     attention on the ``full_attention`` layers (G), each kind's base and scaling from its
-    entry of ``rope_parameters`` (Gemma Team 2025, "Gemma 3 Technical Report", §2.1: bases
+    entry of ``rope_parameters`` (Gemma Team 2025, "Gemma 3 Technical Report", arXiv 2503.19786: bases
     10⁴ and 10⁶; OLMo 3: one base, the global layers' scaled in its long-context models)."""
     letters = {"sliding_attention": "R", "full_attention": "G"}
     unknown = sorted({str(kind) for kind in config.layer_types} - set(letters))
