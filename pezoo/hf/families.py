@@ -307,7 +307,7 @@ def _cohere2_hybrid(config: Any) -> dict[str, Any]:
     ``pezoo.hf._own_rope``): RoPE on its ``sliding_attention`` layers, each key within
     ``sliding_window`` positions (distance < W, as transformers' sliding mask), no position
     encoding on its ``full_attention`` layers (RNoPE-SWA: Yang et al. 2025, "Rope to Nope and
-    Back Again", §5)."""
+    Back Again", arXiv 2501.18795)."""
     letters = {"sliding_attention": "R", "full_attention": "N"}
     unknown = sorted({str(kind) for kind in config.layer_types} - set(letters))
     if unknown or not config.sliding_window:
@@ -352,8 +352,9 @@ def _local_global_hybrid(config: Any) -> dict[str, Any]:
     """Gemma 3's and OLMo 3's own encoding as ``hybrid``'s options: RoPE with a sliding window
     on the ``sliding_attention`` layers (R) and RoPE of its own frequencies with global
     attention on the ``full_attention`` layers (G), each kind's base and scaling from its
-    entry of ``rope_parameters`` (Gemma Team 2025, "Gemma 3 Technical Report", arXiv 2503.19786: bases
-    10⁴ and 10⁶; OLMo 3: one base, the global layers' scaled in its long-context models)."""
+    entry of ``rope_parameters`` (Gemma Team 2025, "Gemma 3 Technical Report", arXiv
+    2503.19786: bases 10⁴ and 10⁶; OLMo 3: one base, the global layers' scaled in its
+    long-context models)."""
     letters = {"sliding_attention": "R", "full_attention": "G"}
     unknown = sorted({str(kind) for kind in config.layer_types} - set(letters))
     params = config.rope_parameters or {}
@@ -408,10 +409,10 @@ class Family:
             (GPT-2's and OPT's learned tables).
         own_options: the own encoding's options read from the config beyond RoPE's (Cohere 2:
             its layer pattern and window; Llama 4: pattern, chunk and temperature; Gemma 3 and
-            OLMo 3: pattern, window and each layer kind's RoPE). Where the
-            own encoding is ``"hybrid"``, the model's local attention belongs to it: the
-            window comes with the encoding, so an adapted model running any ``hybrid`` is
-            not refused past it (another encoding is).
+            OLMo 3: pattern, window and each layer kind's RoPE). Where the own encoding is
+            ``"hybrid"``, the model's local attention belongs to it: the window comes with
+            the encoding, so an adapted model running any ``hybrid`` is not refused past it
+            (another encoding is).
         rope_layout: the own RoPE's feature layout (``"half"``: rotate-half; GPT-J interleaves).
         applies_partial_rotary: whether the model rotates only ``partial_rotary_factor`` of each
             head (GPT-NeoX, Phi, StableLM, Phi3 do; Llama and its kin ignore the key).

@@ -147,7 +147,9 @@ def _call_cache(model: Any, cache: Any, use_cache: bool | None) -> tuple[Any, bo
     A new cache keeps every key on every layer (``DynamicCache()``, not one built from the
     config, whose sliding-window layers drop keys past the window): pezoo's attention reads all
     of them, its encoding masks what a layer does not see. A caller's cache with sliding
-    layers is refused where the model runs past the window (Cohere 2 with ``hybrid``)."""
+    layers is refused where the adapted model may attend past the window (a ``hybrid`` on
+    Cohere 2, Gemma 3, OLMo 3 or Llama 4); elsewhere sequences past the window are refused
+    anyway, so such a cache never drops a key."""
     from transformers.cache_utils import DynamicCache
 
     if cache is not None and type(cache) is not DynamicCache:
@@ -233,6 +235,8 @@ def _generate(self: Any, *args: Any, **kwargs: Any) -> Any:
         width = ids.shape[1] + new if new is not None else (longest or 0)
     before, adapter.planned_width = adapter.planned_width, max(width, adapter.planned_width)
     if given is None and kwargs.get("use_cache", getattr(config, "use_cache", True)) is not False:
+        for name in ("cache", "past_key_values"):  # an explicit None under either name: one name only
+            kwargs.pop(name, None)
         kwargs[cache_name] = DynamicCache()  # every key on every layer (see _call_cache)
     try:
         return _original(type(self)).generate(self, *args, **kwargs)
