@@ -302,22 +302,27 @@ def _gemma2_softcap(config: Any) -> float | None:
     return None if cap is None else float(cap)
 
 
+def _windowed_pattern(config: Any, full: str) -> str:
+    """A sliding-window model's layers as ``hybrid`` letters: R for each ``sliding_attention``
+    layer, ``full`` (N or G) for each ``full_attention`` one; a ValueError naming the fields
+    where a layer type is unknown or the window is missing."""
+    letters = {"sliding_attention": "R", "full_attention": full}
+    if {str(kind) for kind in config.layer_types} - set(letters) or not config.sliding_window:
+        raise ValueError(
+            f"its own encoding cannot be read from its config: layer_types {list(config.layer_types)} "
+            f"(sliding_attention or full_attention each) and sliding_window {config.sliding_window!r} "
+            "(a window in tokens)"
+        )
+    return "".join(letters[kind] for kind in config.layer_types)
+
+
 def _cohere2_hybrid(config: Any) -> dict[str, Any]:
     """Cohere 2's own encoding as ``hybrid``'s options (beyond RoPE's, read by
     ``pezoo.hf._own_rope``): RoPE on its ``sliding_attention`` layers, each key within
     ``sliding_window`` positions (distance < W, as transformers' sliding mask), no position
     encoding on its ``full_attention`` layers (RNoPE-SWA: Yang et al. 2025, "Rope to Nope and
     Back Again", arXiv 2501.18795)."""
-    letters = {"sliding_attention": "R", "full_attention": "N"}
-    unknown = sorted({str(kind) for kind in config.layer_types} - set(letters))
-    if unknown or not config.sliding_window:
-        raise ValueError(
-            f"its own encoding cannot be read from its config: layer_types {list(config.layer_types)} "
-            f"(sliding_attention or full_attention each) and sliding_window {config.sliding_window!r} "
-            "(a window in tokens)"
-        )
-    kinds = "".join(letters[kind] for kind in config.layer_types)
-    return {"pattern": kinds, "window": int(config.sliding_window), "local": "window"}
+    return {"pattern": _windowed_pattern(config, "N"), "window": int(config.sliding_window), "local": "window"}
 
 
 def _llama4_hybrid(config: Any) -> dict[str, Any]:
@@ -355,17 +360,13 @@ def _local_global_hybrid(config: Any) -> dict[str, Any]:
     entry of ``rope_parameters`` (Gemma Team 2025, "Gemma 3 Technical Report", arXiv
     2503.19786: bases 10⁴ and 10⁶; OLMo 3: one base, the global layers' scaled in its
     long-context models)."""
-    letters = {"sliding_attention": "R", "full_attention": "G"}
-    unknown = sorted({str(kind) for kind in config.layer_types} - set(letters))
+    kinds = _windowed_pattern(config, "G")
     params = config.rope_parameters or {}
     local, whole = params.get("sliding_attention"), params.get("full_attention")
-    if unknown or not config.sliding_window or not isinstance(local, dict) or not isinstance(whole, dict):
+    if not isinstance(local, dict) or not isinstance(whole, dict):
         raise ValueError(
-            f"its own encoding cannot be read from its config: layer_types {list(config.layer_types)} "
-            f"(sliding_attention or full_attention each), sliding_window {config.sliding_window!r} and "
-            f"rope_parameters {params!r} (one entry per layer type)"
+            f"its own encoding cannot be read from its config: rope_parameters {params!r} (one entry per layer type)"
         )
-    kinds = "".join(letters[kind] for kind in config.layer_types)
     out: dict[str, Any] = {"pattern": kinds, "window": int(config.sliding_window), "local": "window"}
     out["base"] = float(local.get("rope_theta", 10000.0))
     if local.get("rope_type", "default") != "default":
