@@ -47,7 +47,7 @@ from harness.sweeps.executors import (
     local_executor,
     run_sweep,
 )
-from harness.sweeps.plan import ORDERS, Plan, format_duration, longest_first, make_plan, seeds_first
+from harness.sweeps.plan import ORDERS, Plan, format_duration, make_plan, order_runs
 from harness.sweeps.progress import SweepReport
 from harness.sweeps.sweep import Grid, SweepSpec, check_size, load_sweep, naming_the_option
 from pezoo.backends import xformers_available
@@ -206,10 +206,7 @@ def bench(
         resume = steps_done(checkpoint_dir_for(store.path, running["checkpoint_dir"]), configs, rows)
         plan_options: dict[str, Any] = {"device_type": target.device_type, "lapsed": store.lapsed(),
                                         "machine": cpu_name(), "borrow": False}  # fmt: skip
-        if order == "longest-first":  # a relative order: borrowed speeds (of this store's runs) rank runs too
-            configs = longest_first(configs, rows, resume, **{**plan_options, "borrow": True})
-        elif order == "seeds-first":
-            configs = seeds_first(configs)
+        configs = order_runs(configs, order, rows, resume, **plan_options)
         plan = make_plan(configs, rows, resume, **plan_options)
         report = SweepReport(configs, plan)
         runner = target.runner(report, machine["hang_timeout"], isolate=uses_plugins(configs), configs=configs)

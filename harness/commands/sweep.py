@@ -25,7 +25,7 @@ from harness.sweeps.estimate import probe_key, steps_done, unmeasured
 from harness.sweeps.executors import local_devices
 from harness.sweeps.executors.sizing import group_mode, packed_per_gpu
 from harness.sweeps.labels import varying_axes
-from harness.sweeps.plan import Plan, format_plan, make_plan
+from harness.sweeps.plan import ORDERS, Plan, format_plan, make_plan, order_runs
 from harness.sweeps.sweep import load_sweep
 
 PUBLISHED_RUNS_GROUP = "pezoo.published_runs"
@@ -61,8 +61,16 @@ def sweep() -> None:
     help="Time a few training steps here of each encoding (options included) x task the store has no "
     "finished run of, and estimate their runs from that instead of borrowing other runs' speeds.",
 )
+@click.option(
+    "--order",
+    default="listed",
+    show_default=True,
+    type=click.Choice(ORDERS),
+    help="List and time the runs in the order `pezoo bench --order` would run them (listed, longest-first "
+    "or seeds-first).",
+)
 @max_runs_option
-def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> None:
+def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs, order) -> None:
     """Print the runs of a sweep file, how many the store already holds finished, and an
     estimate of the device-hours the missing ones need (from the measured steps/s of
     finished runs in the store, or with --probe of a few steps timed here, less what
@@ -91,20 +99,13 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs) -> No
     published = published_runs()
     resume = steps_done(ckpt_dir, configs, rows) if rows else None
     probes = _probe(configs, rows, device) if probe else None
-    plan = make_plan(
-        configs,
-        rows,
-        resume,
-        device_type=device.type,
-        published=published,
-        probes=probes,
-        lapsed=lapsed,
-        machine=cpu_name(),
-    )
+    plan_options: dict[str, Any] = {"device_type": device.type, "lapsed": lapsed, "machine": cpu_name()}
+    configs = order_runs(configs, order, rows, resume, probes=probes, **plan_options)
+    plan = make_plan(configs, rows, resume, published=published, probes=probes, **plan_options)
     grouped = group_mode(device_type=device.type) == "threads"  # CUDA's default: runs side by side in one process
     per_gpu = packed_per_gpu(configs, device, grouped=grouped) if workers is None and plan.missing > 1 else 1
     n_workers = len(local_devices(device, workers, plan.missing, per_gpu))
-    click.echo(format_plan(plan, varying_axes(configs), n_workers, grouped=grouped and n_workers > 1))
+    click.echo(format_plan(plan, varying_axes(configs), n_workers, grouped=grouped and n_workers > 1, order=order))
     line = published_line(plan, {r["run_id"] for r in published}, store_path)
     if line:
         click.echo(line)

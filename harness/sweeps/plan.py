@@ -185,6 +185,27 @@ def longest_first(
     return [run.config for run in sorted(plan.runs, key=rank)]
 
 
+def order_runs(
+    configs: Sequence[RunConfig],
+    order: str,
+    store_runs: Iterable[Mapping[str, Any]],
+    resume_steps: Mapping[str, int] | None = None,
+    **plan_options: Any,
+) -> list[RunConfig]:
+    """``configs`` in the order ``pezoo bench --order`` runs them (:data:`ORDERS`): as listed,
+    :func:`longest_first` (ranked by estimates that may borrow this store's other runs'
+    speeds: a relative order needs no exact ones) or :func:`seeds_first`. `pezoo sweep plan
+    --order` lists and times the runs by the same function, so its wall time is the one the
+    sweep will take."""
+    if order == "longest-first":
+        return longest_first(configs, store_runs, resume_steps, **{**plan_options, "borrow": True})
+    if order == "seeds-first":
+        return seeds_first(configs)
+    if order != "listed":
+        raise ValueError(f"unknown order {order!r}: one of {', '.join(ORDERS)}")
+    return list(configs)
+
+
 def format_duration(seconds: float) -> str:
     if seconds < 1:
         return "<1s"
@@ -205,11 +226,14 @@ def wall_seconds(plan: Plan, workers: int) -> tuple[float, float] | None:
     return makespan(listed, workers), makespan(sorted(listed, reverse=True), workers)
 
 
-def format_plan(plan: Plan, axes: Sequence[str] = (), workers: int | None = None, *, grouped: bool = False) -> str:
+def format_plan(
+    plan: Plan, axes: Sequence[str] = (), workers: int | None = None, *, grouped: bool = False, order: str = "listed"
+) -> str:
     """The runs as a table (status, estimated time), then the counts and the estimate
-    (with ``workers``, also the wall time on that many workers in either order; ``grouped``:
-    the workers are runs side by side in one process on a GPU, each counted at its own
-    estimated speed, which a grouped run keeps only as far as the GPU has room: said so)."""
+    (with ``workers``, also the wall time on that many workers in the plan's order and
+    longest first; ``grouped``: the workers are runs side by side in one process on a GPU,
+    each counted at its own estimated speed, which a grouped run keeps only as far as the GPU
+    has room: said so). ``order`` names the order the plan's runs are in (``order_runs``)."""
     from tabulate import tabulate
 
     rows = []
@@ -236,10 +260,9 @@ def format_plan(plan: Plan, axes: Sequence[str] = (), workers: int | None = None
         if wall is not None:
             rough = " (rough)" if any(r.estimate is not None and r.estimate.rough for r in plan.runs) else ""
             where = f"{workers} runs side by side in one process" if grouped else f"{workers} worker(s)"
-            lines.append(
-                f"wall time on {where}{rough}: about {format_duration(wall[0])} in the listed order, "
-                f"{format_duration(wall[1])} with --order longest-first"
-            )
+            this = "in the listed order" if order == "listed" else f"with --order {order}"
+            other = "" if order == "longest-first" else f", {format_duration(wall[1])} with --order longest-first"
+            lines.append(f"wall time on {where}{rough}: about {format_duration(wall[0])} {this}{other}")
             if grouped:
                 lines.append(
                     "  (each run at its estimated speed alone: runs side by side share the GPU, so this is the "

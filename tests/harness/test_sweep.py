@@ -369,6 +369,35 @@ def test_plan_gives_the_wall_time_in_either_order(tmp_path):
     assert "wall time on 1 worker(s): about 10m in the listed order, 10m with" in result.output
 
 
+def test_sweep_plan_lists_and_times_the_runs_in_the_order_bench_is_given(tmp_path):
+    """`pezoo sweep plan --order X` shows the order `pezoo bench --order X` runs, and the
+    wall time in that order (one function orders both)."""
+    configs = load_sweep(write(tmp_path, SWEEP)).configs()  # nope0 nope1 rope0 rope1 alibi0 alibi1
+    store_path = tmp_path / "s.sqlite"
+    with Store(store_path) as store:
+        finish(store, configs[0], train_seconds=60.0, eval_seconds=0.0)  # nope: 1 min
+        finish(store, configs[2], train_seconds=60.0, eval_seconds=0.0)  # rope: 1 min
+        finish(store, configs[4], train_seconds=480.0, eval_seconds=0.0)  # alibi: 8 min
+
+    def plan(*order):
+        args = ["sweep", "plan", str(tmp_path / "sweep.toml"), "--store", str(store_path), "--workers", "2"]
+        result = CliRunner().invoke(main, [*args, *order])
+        assert result.exit_code == 0, result.output
+        ids = [line.split()[-1] for line in result.output.splitlines() if line[:3].strip().isdigit()]
+        return result.output, [next(c for c in configs if c.run_id() == i) for i in ids]
+
+    text, listed = plan()
+    assert listed == configs and "about 9m in the listed order, 8m with --order longest-first" in text
+    text, ordered = plan("--order", "seeds-first")
+    assert [(c.pe, c.seed) for c in ordered] == [(pe, s) for s in (0, 1) for pe in ("nope", "rope", "alibi")]
+    assert "about 9m with --order seeds-first, 8m with --order longest-first" in text
+    text, ordered = plan("--order", "longest-first")  # finished first, then alibi1 (8 min) before the 1-minute runs
+    assert [(c.pe, c.seed) for c in ordered[3:]] == [("alibi", 1), ("nope", 1), ("rope", 1)]
+    assert "about 8m with --order longest-first\n" in text
+    wrong = CliRunner().invoke(main, ["sweep", "plan", str(tmp_path / "sweep.toml"), "--order", "random"])
+    assert wrong.exit_code == 2 and "'random' is not one of 'listed', 'longest-first', 'seeds-first'" in wrong.output
+
+
 def test_plan_without_measurements_says_so(tmp_path):
     configs = load_sweep(write(tmp_path, SWEEP)).configs()
     plan = make_plan(configs, [])
