@@ -307,13 +307,24 @@ def _windowed_pattern(config: Any, full: str) -> str:
     layer, ``full`` (N or G) for each ``full_attention`` one; a ValueError naming the fields
     where a layer type is unknown or the window is missing."""
     letters = {"sliding_attention": "R", "full_attention": full}
-    if {str(kind) for kind in config.layer_types} - set(letters) or not config.sliding_window:
+    kinds = _per_layer(config, "layer_types")
+    if kinds is None or {str(kind) for kind in kinds} - set(letters) or not config.sliding_window:
         raise ValueError(
-            f"its own encoding cannot be read from its config: layer_types {list(config.layer_types)} "
-            f"(sliding_attention or full_attention each) and sliding_window {config.sliding_window!r} "
-            "(a window in tokens)"
+            f"its own encoding cannot be read from its config: layer_types {config.layer_types!r} "
+            f"(sliding_attention or full_attention for each of its {config.num_hidden_layers} layers) and "
+            f"sliding_window {config.sliding_window!r} (a window in tokens)"
         )
-    return "".join(letters[kind] for kind in config.layer_types)
+    return "".join(letters[kind] for kind in kinds)
+
+
+def _per_layer(config: Any, name: str) -> list[Any] | None:
+    """``config.<name>`` as a list of one entry per layer, or None where it is not a list or
+    tuple of ``num_hidden_layers`` entries (which ``hybrid`` would otherwise repeat or cut
+    as a pattern: a config edited out of step with the model's layers)."""
+    value = getattr(config, name, None)
+    if not isinstance(value, list | tuple) or len(value) != config.num_hidden_layers:
+        return None
+    return list(value)
 
 
 def _cohere2_hybrid(config: Any) -> dict[str, Any]:
@@ -331,12 +342,14 @@ def _llama4_hybrid(config: Any) -> dict[str, Any]:
     positions; the others global with no position encoding, their queries scaled by the
     attention temperature where ``attn_temperature_tuning`` is on (β ``attn_scale``, F
     ``floor_scale``)."""
-    if any(flag not in (0, 1) for flag in config.no_rope_layers) or not config.attention_chunk_size:
+    flags = _per_layer(config, "no_rope_layers")
+    if flags is None or any(flag not in (0, 1) for flag in flags) or not config.attention_chunk_size:
         raise ValueError(
-            f"its own encoding cannot be read from its config: no_rope_layers {list(config.no_rope_layers)} (1: a RoPE "
-            f"layer, 0: NoPE) and attention_chunk_size {config.attention_chunk_size!r} (a chunk in tokens)"
+            f"its own encoding cannot be read from its config: no_rope_layers {config.no_rope_layers!r} (1: a RoPE "
+            f"layer, 0: NoPE, for each of its {config.num_hidden_layers} layers) and attention_chunk_size "
+            f"{config.attention_chunk_size!r} (a chunk in tokens)"
         )
-    kinds = "".join("R" if uses_rope else "N" for uses_rope in config.no_rope_layers)
+    kinds = "".join("R" if uses_rope else "N" for uses_rope in flags)
     out: dict[str, Any] = {"pattern": kinds, "window": int(config.attention_chunk_size), "local": "chunk"}
     if config.attn_temperature_tuning:
         out.update(nope_temperature="llama4", attn_scale=float(config.attn_scale), floor_scale=int(config.floor_scale))

@@ -107,9 +107,16 @@ def test_rotary_frequencies_read_differently_are_refused():
 
 
 @pytest.mark.parametrize(("field", "value"), [("layer_types", ["sliding_attention", "chunked_attention"] * 2),
-                                              ("sliding_window", None)])  # fmt: skip
+                                              ("layer_types", ["sliding_attention", "full_attention"]),  # 2 of 4 layers
+                                              ("layer_types", None), ("sliding_window", None)])  # fmt: skip
 def test_a_config_its_own_encoding_cannot_be_read_from_is_refused_by_name(field, value):
+    """Refused by field before anything changes: a layer list out of step with the model's
+    layers is not repeated or cut as a pattern would be."""
     model = windowed()
+    ids, _ = batch()
+    before, kept = model(ids[:1]).logits, getattr(model.config, field)
     setattr(model.config, field, value)
     with pytest.raises(ValueError, match=rf"cannot adapt this cohere2 model with hybrid: .*{field}"):
         pezoo.hf.use_encoding(model, "hybrid")
+    setattr(model.config, field, kept)  # the model's own forward needs it too
+    assert not hasattr(model, "pezoo_encoding") and torch.equal(model(ids[:1]).logits, before)

@@ -114,7 +114,8 @@ def test_rotary_frequencies_read_differently_are_refused():
         pezoo.hf.use_encoding(model, "hybrid")
 
 
-@pytest.mark.parametrize(("field", "value"), [("no_rope_layers", [1, 2, 1, 0]), ("attention_chunk_size", 0)])
+@pytest.mark.parametrize(("field", "value"), [("no_rope_layers", [1, 2, 1, 0]), ("no_rope_layers", [1, 0]),
+                                              ("attention_chunk_size", 0)])  # fmt: skip
 def test_a_config_its_own_encoding_cannot_be_read_from_is_refused_by_name(field, value):
     model = chunked()
     setattr(model.config, field, value)
