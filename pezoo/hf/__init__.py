@@ -113,9 +113,9 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     encoding.train(model.training)
     model.add_module(ENCODING_MODULE, encoding)
     adapter = Adapter(encoding, backend, head_dim)
-    # a model whose own encoding is hybrid (Cohere 2, Llama 4, Gemma 3, OLMo 3) windows its RoPE layers in it: any
-    # hybrid brings its own windows; another encoding would attend globally, so it is refused past them
-    windowed_by_encoding = family.own == "hybrid" == _encoding_name(spec)
+    # a model whose own encoding is hybrid (Cohere 2, EXAONE 4, Llama 4, Gemma 3, OLMo 3) windows its RoPE layers
+    # in it: any hybrid brings its own windows; another encoding would attend globally, so it is refused past them
+    windowed_by_encoding = family.own_encoding(config) == "hybrid" == _encoding_name(spec)
     adapter.window = None if windowed_by_encoding else sliding_window(config)
     cap = family.softcap(config)
     adapter.softcap = None if cap is None else SoftCap(cap)
@@ -262,9 +262,9 @@ def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[s
     given.update(options)
     _check_shape(given, dims)
     check_option_sizes(given, spec)
-    own = name == family.own and name in ("rope", "hybrid")
+    own = name == family.own_encoding(config) and name in ("rope", "hybrid")
     mine = set(given)  # the options the caller gave: they win over the model's
-    if own:  # the model's own RoPE (or its hybrid: Cohere 2, Llama 4, Gemma 3, OLMo 3), reproduced
+    if own:  # the model's own RoPE (or its hybrid: Cohere 2, EXAONE 4, Llama 4, Gemma 3, OLMo 3), reproduced
         try:
             read = family.own_options(config)
         except ValueError as exc:

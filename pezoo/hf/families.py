@@ -327,13 +327,35 @@ def _per_layer(config: Any, name: str) -> list[Any] | None:
     return list(value)
 
 
-def _cohere2_hybrid(config: Any) -> dict[str, Any]:
-    """Cohere 2's own encoding as ``hybrid``'s options (beyond RoPE's, read by
-    ``pezoo.hf._own_rope``): RoPE on its ``sliding_attention`` layers, each key within
+def _rnope_swa(config: Any) -> dict[str, Any]:
+    """Cohere 2's and EXAONE 4's own encoding as ``hybrid``'s options (beyond RoPE's, read by
+    ``pezoo.hf._own_rope``): RoPE on their ``sliding_attention`` layers, each key within
     ``sliding_window`` positions (distance < W, as transformers' sliding mask), no position
-    encoding on its ``full_attention`` layers (RNoPE-SWA: Yang et al. 2025, "Rope to Nope and
-    Back Again", arXiv 2501.18795)."""
+    encoding on their ``full_attention`` layers (RNoPE-SWA: Yang et al. 2025, "Rope to Nope
+    and Back Again", arXiv 2501.18795)."""
     return {"pattern": _windowed_pattern(config, "N"), "window": int(config.sliding_window), "local": "window"}
+
+
+def _exaone4_own(config: Any) -> str:
+    """EXAONE 4's own encoding, which its config decides: RoPE on every layer where it has no
+    sliding window (its small models); with one, RoPE on the sliding layers and none on the
+    global ones, as Cohere 2 (``hybrid``), or plain RoPE (NoPE) where every layer is sliding
+    (global). A ``layer_types`` that is not one kind per layer goes to ``hybrid``, whose
+    reader refuses it by field."""
+    if config.sliding_window is None:
+        return "rope"
+    kinds = _per_layer(config, "layer_types")
+    if kinds is not None and set(kinds) == {"sliding_attention"}:
+        return "rope"
+    if kinds is not None and set(kinds) == {"full_attention"}:
+        return "nope"
+    return "hybrid"
+
+
+def _exaone4_options(config: Any) -> dict[str, Any]:
+    """EXAONE 4's own encoding's options: Cohere 2's reading where it is ``hybrid``; none
+    beyond RoPE's otherwise."""
+    return _rnope_swa(config) if _exaone4_own(config) == "hybrid" else {}
 
 
 def _llama4_hybrid(config: Any) -> dict[str, Any]:
@@ -420,7 +442,8 @@ class Family:
             (Cohere 2's RoPE windowed layers and NoPE global ones, Llama 4's chunked ones,
             Gemma 3's and OLMo 3's windowed and global RoPE layers, reproduced from the rotary
             embedding and ``own_options``), ``"alibi"``, or None
-            (GPT-2's and OPT's learned tables).
+            (GPT-2's and OPT's learned tables); or, where the config decides it (EXAONE 4),
+            a function of the config giving the name (:meth:`own_encoding`).
         own_options: the own encoding's options read from the config beyond RoPE's (Cohere 2:
             its layer pattern and window; Llama 4: pattern, chunk and temperature; Gemma 3 and
             OLMo 3: pattern, window and each layer kind's RoPE). Where the own encoding is
@@ -444,7 +467,7 @@ class Family:
     attention: str
     project: Projection = separate_projections
     output: Output = _o_proj
-    own: str | None = "rope"
+    own: str | Callable[[Any], str | None] | None = "rope"
     rope_layout: str = "half"
     applies_partial_rotary: bool = False
     table: str | None = None
@@ -453,6 +476,10 @@ class Family:
     core: str = ""
     softcap: Callable[[Any], float | None] = field(default=lambda config: None)
     own_options: Callable[[Any], dict[str, Any]] = field(default=lambda config: {})
+
+    def own_encoding(self, config: Any) -> str | None:
+        """The pezoo name of the own encoding of a model with ``config`` (``own``)."""
+        return self.own(config) if callable(self.own) else self.own
 
 
 _LLAMA = Family("layers", "self_attn")
@@ -464,7 +491,8 @@ FAMILIES: dict[str, Family] = {
     "granite": _LLAMA,
     "gemma": _LLAMA,
     "gemma2": Family("layers", "self_attn", softcap=_gemma2_softcap),
-    "cohere2": Family("layers", "self_attn", own="hybrid", rope_layout="interleaved", own_options=_cohere2_hybrid),
+    "cohere2": Family("layers", "self_attn", own="hybrid", rope_layout="interleaved", own_options=_rnope_swa),
+    "exaone4": Family("layers", "self_attn", _per_head_norms, own=_exaone4_own, own_options=_exaone4_options),
     "olmo3": Family("layers", "self_attn", _full_width_norms, own="hybrid", own_options=_local_global_hybrid),
     "gemma3_text": Family(
         "layers", "self_attn", _per_head_norms, own="hybrid", softcap=_gemma2_softcap, own_options=_local_global_hybrid,
@@ -513,9 +541,14 @@ class NoPositionTable(nn.Module):
 def sliding_window(config: Any) -> int | None:
     """The model's own local attention's reach, if it has one (pezoo's attention is global): a
     sliding window, or Llama 4's chunks (``attention_chunk_size``: up to that many tokens,
-    every token is in the first chunk, so global attention is the model's)."""
+    every token is in the first chunk, so global attention is the model's). A window no layer
+    uses (``layer_types`` without a ``sliding_attention`` layer: Qwen2 with every layer below
+    ``max_window_layers``, an EXAONE 4 of global layers) is none."""
     window = getattr(config, "sliding_window", None)
     if hasattr(config, "use_sliding_window") and not config.use_sliding_window:
+        window = None
+    kinds = getattr(config, "layer_types", None)
+    if isinstance(kinds, list | tuple) and kinds and "sliding_attention" not in kinds:
         window = None
     chunk = getattr(config, "attention_chunk_size", None)
     reach = [int(w) for w in (window, chunk) if w]

@@ -30,6 +30,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gemma2": {**_LLAMA_LIKE, "head_dim": 8, "query_pre_attn_scalar": 8, "attn_logit_softcapping": None},
     # four layers: RoPE windowed, three of them, then a NoPE global one (its default 3:1 pattern)
     "cohere2": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
+    # as Cohere 2's, with q and k normed per head (EXAONE 4.0's larger models; without a window, RoPE everywhere)
+    "exaone4": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
     # three sliding-window RoPE layers, then a global one (one base, 5·10⁵)
     "olmo3": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
     # five sliding-window RoPE layers (base 10⁴), then a global RoPE one (base 10⁶)
@@ -78,8 +80,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 """A tiny configuration of each adapted family."""
 
-HYBRID_FAMILIES = ("cohere2", "gemma3_text", "llama4_text", "olmo3")
-"""Families whose own encoding is ``hybrid`` (tests/pezoo/test_hf_cohere2.py,
+HYBRID_FAMILIES = ("cohere2", "exaone4", "gemma3_text", "llama4_text", "olmo3")
+"""Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,
 test_hf_local_global.py, test_hf_llama4.py)."""
 
 ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "opt", "gpt2", *HYBRID_FAMILIES)]

@@ -337,6 +337,23 @@ def test_a_sliding_window_model_refuses_sequences_past_its_window():
         model(torch.tensor([PROMPTS[0]]))
 
 
+def test_a_window_no_layer_uses_is_no_window():
+    """Qwen2 windows only its layers from ``max_window_layers`` on: with every layer below it,
+    its attention is global (``layer_types`` has no sliding layer) and the adapted model is
+    not refused past the window, where one with a sliding layer is."""
+    ids = torch.tensor([PROMPTS[0]])
+    for max_window_layers, refused in ((0, True), (1, True), (2, False)):  # of 2 layers
+        config = {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": max_window_layers}
+        model = tiny("qwen2", **config)
+        assert ("sliding_attention" in model.config.layer_types) is refused
+        model = pezoo.hf.use_encoding(copy.deepcopy(model), "alibi")
+        if refused:
+            with pytest.raises(ValueError, match="sliding window of 4 tokens"):
+                model(ids)
+        else:
+            assert model(ids).logits.shape[:2] == (1, len(PROMPTS[0]))
+
+
 def test_loading_reports_nothing_about_the_encodings_weights(tmp_path, capfd, caplog):
     adapted("gpt2", "fire").save_pretrained(tmp_path)
     capfd.readouterr()
