@@ -159,7 +159,8 @@ class LearnedPRF(PositionalEncoding):
 
     Args:
         d_model: model width d.
-        n_heads: heads h (e = d / h).
+        n_heads: heads h.
+        head_dim: each head's key width e (default d / h; a model may decouple the two).
         n_layers: one PRF network and one slot table per layer.
         n_slots: S, the number of relation slots.
         hidden: width of the PRF network's hidden layers.
@@ -179,6 +180,7 @@ class LearnedPRF(PositionalEncoding):
         d_model: int,
         n_heads: int,
         n_layers: int,
+        head_dim: int | None = None,
         n_slots: int | None = None,
         hidden: int = 64,
         depth: int = 2,
@@ -189,14 +191,16 @@ class LearnedPRF(PositionalEncoding):
         super().__init__()
         check_sizes(self.name, d_model=d_model, n_heads=n_heads, n_layers=n_layers, hidden=hidden)
         check_number(self.name, "temperature", temperature, above=0)  # φ divides the logits by it
-        if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
+        if head_dim is None:
+            if d_model % n_heads:
+                raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+            head_dim = d_model // n_heads
+        check_sizes(self.name, head_dim=head_dim)
+        self.d_model, self.n_heads, self.n_layers, self.head_dim = d_model, n_heads, n_layers, head_dim
         self.n_slots = self.default_slots if n_slots is None else n_slots
         if self.n_slots < 1:
             raise ValueError(f"n_slots must be >= 1 (the bias is a mixture over slots), got {self.n_slots}")
         self.feature_scale = feature_scale
-        head_dim = d_model // n_heads
         n_features = 4 if self.uses_scale_hint else 3
         self.prf_nets = nn.ModuleList(
             PRFNetwork(n_features, self.n_slots, hidden, depth, temperature) for _ in range(n_layers)

@@ -50,7 +50,7 @@ from pezoo.scores import SoftCap
 from pezoo.setups import paper_options
 from pezoo.spec import parse_pe
 
-__all__ = ["Adapter", "from_pretrained", "plan", "set_scale_hint", "use_encoding"]
+__all__ = ["Adapter", "from_pretrained", "model_dims", "plan", "set_scale_hint", "use_encoding"]
 
 CONFIG_KEY = "pezoo"
 """The config attribute ``save_pretrained`` writes the encoding's spec under."""
@@ -98,10 +98,7 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     model_type, family = _adaptable(model, spec, backend)
     config = model.config
     base = _get(model.base_model, family.core)
-    n_heads, width = config.num_attention_heads, config.hidden_size
-    head_dim = getattr(config, "head_dim", None) or width // n_heads
-    if head_dim * n_heads != width:
-        raise ValueError(f"pezoo.hf needs head_dim * heads = hidden size; got {head_dim} * {n_heads} != {width}")
+    head_dim = model_dims(config).head_dim
     recorded = _jsonable(options)  # before anything changes: save_pretrained must be able to write them
     layers = _get(base, family.layers)
     attentions = [getattr(layer, family.attention) for layer in layers]
@@ -253,11 +250,27 @@ def _parse(spec: str, dims: ModelDims) -> tuple[str, dict[str, Any]]:
     return parsed.name, options
 
 
+def model_dims(config: Any) -> ModelDims:
+    """The shape pezoo builds an encoding for, from a transformers config: the hidden size
+    (what an encoding that adds to the residual stream is sized by), heads, layers, and each
+    head's width (``head_dim`` where the config gives one: Gemma's, Qwen3's and Mistral
+    Nemo's heads are not hidden size / heads wide)."""
+    width, n_heads = config.hidden_size, config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None)
+    if head_dim:
+        return ModelDims(width, n_heads, config.num_hidden_layers, head_dim=head_dim)
+    if width % n_heads:
+        raise ValueError(
+            f"pezoo.hf: hidden size {width} is not divisible by {n_heads} heads and the config gives no head_dim"
+        )
+    return ModelDims(width, n_heads, config.num_hidden_layers)
+
+
 def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[str, Any]) -> PositionalEncoding:
     """The encoding ``spec`` with ``options`` for ``model``, its options checked against the
     model's shape and :mod:`pezoo.hf.limits` before anything is allocated."""
     config = model.config
-    dims = ModelDims(config.hidden_size, config.num_attention_heads, config.num_hidden_layers)
+    dims = model_dims(config)
     name, given = _parse(spec, dims)
     given.update(options)
     _check_shape(given, dims)

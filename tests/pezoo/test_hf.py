@@ -26,7 +26,11 @@ NEW = 3
 
 
 def tiny(kind: str, **config):
-    """A hidden-64, 2-layer, 4-head model of ``kind`` with a 32-token vocabulary, random weights."""
+    """A hidden-64, 2-layer, 4-head model of ``kind`` with a 32-token vocabulary, random weights.
+    ``llama-wide-heads``: a Llama whose 4 heads are 32 wide (128 of q/k per token in a 64-wide
+    model), as released Gemma, Qwen3 and Mistral Nemo models decouple head width and hidden size."""
+    if kind == "llama-wide-heads":
+        return tiny("llama", **{"head_dim": 32, **config})
     ids = {"vocab_size": 32, "pad_token_id": PAD, "bos_token_id": 1, "eos_token_id": EOS}
     if kind == "gpt2":
         cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=64, **ids, **config)
@@ -64,7 +68,7 @@ def hint_for(model, name, prompts):
         pezoo.hf.set_scale_hint(model, torch.tensor([float(len(p)) for p in prompts]))
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2", "llama-wide-heads"])
 @pytest.mark.parametrize("name", pezoo.available())
 def test_generate_on_a_left_padded_batch_equals_each_row_alone(kind, name):
     model = adapted(kind, name)
@@ -85,7 +89,7 @@ def test_generate_on_a_left_padded_batch_equals_each_row_alone(kind, name):
     assert sampled[0].tolist() == sampled[1].tolist()
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral", "llama-wide-heads"])
 @pytest.mark.parametrize(
     "rope_parameters",
     [

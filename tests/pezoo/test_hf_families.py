@@ -50,6 +50,29 @@ def test_rope_is_the_models_own(model_type):
         )
 
 
+@pytest.mark.parametrize("model_type", ["gemma", "gemma2", "qwen3", "mistral", "phi3"])
+def test_heads_of_another_width_than_hidden_size_over_heads(model_type):
+    """Released Gemma (2B: 8 heads of 256 in 2304), Qwen3 (0.6B: 16 of 128 in 1024) and Mistral
+    Nemo (32 of 128 in 5120) models decouple the two: the model's own RoPE is reproduced with
+    heads 16 wide in a 32-wide model, and an encoding sized by both (learned PRF's key slots,
+    per head; APE, per hidden unit) runs in it."""
+    torch.manual_seed(0)
+    model = tiny(model_type, head_dim=16, **({"query_pre_attn_scalar": 16} if "gemma" in model_type else {}))
+    assert model.config.head_dim * model.config.num_attention_heads != model.config.hidden_size
+    ids, mask = left_padded([list(range(3, 20)), list(range(30, 40))])
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+        got = pezoo.hf.use_encoding(copy.deepcopy(model), "rope")(ids, attention_mask=mask).logits
+        torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-5, rtol=0)
+        for spec in ("learned_prf", "ape", "prism"):
+            ours = pezoo.hf.use_encoding(copy.deepcopy(model), spec)
+            assert torch.isfinite(ours(ids, attention_mask=mask).logits).all()
+            if spec == "learned_prf":  # (layers, slots, heads, head width)
+                assert ours.pezoo_encoding.slot_keys.shape[-2:] == (4, 16)
+            if spec == "ape":  # added to the 32-wide token embeddings
+                assert ours.pezoo_encoding.d_model == 32
+
+
 @pytest.mark.parametrize("model_type", list(CONFIGS))
 def test_a_left_padded_batch_generates_each_rows_own_continuation(model_type):
     torch.manual_seed(1)

@@ -142,8 +142,7 @@ def training_departures(run: RunFacts) -> list[str]:
             "evaluated once, on the final weights; the paper evaluates every 1000 steps and reports the mean of "
             "the top three accuracies (§6.1)"
         )
-    heads = run.dims.n_heads
-    width = run.dims.d_model // heads if heads else 0
+    width = run.dims.head_dim
     cursors, d_pe = run.recorded_options.get("n_cursors"), run.recorded_options.get("d_pe")
     if width and isinstance(cursors, int) and isinstance(d_pe, int):
         wide = width + cursors * d_pe
