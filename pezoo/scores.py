@@ -1,6 +1,7 @@
 """How attention turns scores into weights beyond an additive bias: a **score transform** that
 sees every head's scores and biases at once (DAPE; Gemma 2's logit soft-capping) and a
-**normaliser** that replaces softmax row by row (stick-breaking attention).
+**normaliser** that replaces softmax row by row (stick-breaking attention; gpt-oss's
+attention sinks).
 
 Axis letters: b batch, h heads, i queries, j keys.
 
@@ -34,7 +35,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-__all__ = ["Normaliser", "ScoreTransform", "SoftCap", "apply_transform", "check_backend", "hook_backends"]
+__all__ = ["Normaliser", "ScoreTransform", "Sinks", "SoftCap", "apply_transform", "check_backend", "hook_backends"]
 
 
 class ScoreTransform:
@@ -110,6 +111,36 @@ class Normaliser:
         ``a`` is key index ``a + j - i``), as for the causal mask. Each row of the result
         depends on its own row of scores only."""
         raise NotImplementedError
+
+
+class Sinks(Normaliser):
+    """Softmax with one learned logit per head in every row's denominator, whose value is
+    nothing ("attention sinks"; gpt-oss's ``sinks``):
+
+        A_ij = exp(S_ij) / (exp(t_h) + Σ_k allowed exp(S_ik))
+
+    so a row's weights sum to less than 1 and a query may attend to nothing. The sink logits
+    t stay the caller's tensor (h,), so gradients reach them. A row with no allowed key gets
+    zero weights.
+
+    Args:
+        logits: t, one per head (h,).
+    """
+
+    backends: ClassVar[tuple[str, ...]] = ("eager",)
+
+    def __init__(self, logits: Tensor) -> None:
+        if logits.dim() != 1:
+            raise ValueError(f"Sinks takes one logit per head, a (heads,) tensor; got shape {tuple(logits.shape)}")
+        self.logits = logits
+
+    def __call__(self, scores: Tensor, allowed: Tensor | None) -> Tensor:
+        b, h, i, _ = scores.shape
+        if self.logits.shape[0] != h:
+            raise ValueError(f"Sinks has {self.logits.shape[0]} logits for scores of {h} heads")
+        rows = scores.float() if allowed is None else scores.float().masked_fill(~allowed, -math.inf)
+        sink = self.logits.float().view(1, h, 1, 1).expand(b, h, i, 1)
+        return torch.softmax(torch.cat([rows, sink], dim=-1), dim=-1)[..., :-1].to(scores.dtype)
 
 
 def hook_backends(

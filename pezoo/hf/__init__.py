@@ -46,7 +46,7 @@ from pezoo.hf.forward import _base_forward, _generate, _get, _layer_forward, _ob
 from pezoo.hf.limits import check_option_sizes
 from pezoo.interface import acts_through
 from pezoo.registry import unknown_name_message
-from pezoo.scores import SoftCap
+from pezoo.scores import Sinks, SoftCap
 from pezoo.setups import paper_options
 from pezoo.spec import parse_pe
 
@@ -140,6 +140,12 @@ def _adaptable(model: PreTrainedModel, spec: Any, backend: str) -> tuple[str, Fa
         raise ValueError("this model already runs a pezoo encoding; load a fresh model to change it")
     if backend != "auto" and backend not in BACKENDS:
         raise ValueError(unknown_name_message("attention backend", backend, ["auto", *sorted(BACKENDS)]))
+    if family.sinks is not None and backend != "auto" and backend not in Sinks.backends:
+        raise ValueError(
+            f"pezoo.hf cannot run this {model_type} model on the {backend} backend: its attention has sinks (a "
+            f"learned logit per head in softmax's denominator), which backend {' and '.join(Sinks.backends)} takes "
+            "(or auto, which picks it)"
+        )
     cap = family.softcap(config)
     if cap is not None and backend != "auto" and backend not in SoftCap.backends:
         raise ValueError(

@@ -32,7 +32,7 @@ from pezoo.backends.auto import pick_backend
 from pezoo.biases import AttentionBias, DenseBias, RelativeFunctionBias
 from pezoo.context import AttentionContext
 from pezoo.hf import calls
-from pezoo.scores import ScoreTransform
+from pezoo.scores import Normaliser, ScoreTransform, Sinks
 
 if TYPE_CHECKING:
     from pezoo.hf.adapter import Adapter
@@ -75,7 +75,7 @@ def pezoo_attention(
     layer = kwargs["pezoo_layer"]
     found = calls.biases(adapter.encoding, call, layer, query, key)
     transform = score_transform(adapter, call, layer)
-    normaliser = adapter.encoding.normaliser(layer, call.ctx)
+    normaliser = _normaliser(module, adapter, call, layer)
     backend = "eager" if call.probs else adapter.backend  # only eager returns probabilities
     if backend == "auto":
         backend = pick_backend(query, call.ctx, found, transform=transform, normaliser=normaliser)
@@ -108,6 +108,22 @@ def score_transform(adapter: Adapter, call: calls.Call, layer: int) -> ScoreTran
             "transforms the scores too; pezoo.hf does not compose the two"
         )
     return adapter.softcap
+
+
+def _normaliser(module: nn.Module, adapter: Adapter, call: calls.Call, layer: int) -> Normaliser | None:
+    """The layer's normaliser: the model's own attention sinks (gpt-oss: a logit per head in
+    each row's denominator, :class:`pezoo.scores.Sinks`), or the encoding's (stick-breaking);
+    a ValueError where both would have to compose."""
+    own = adapter.encoding.normaliser(layer, call.ctx)
+    attribute = FAMILIES[module._pezoo_family].sinks  # type: ignore[index]
+    if attribute is None:
+        return own
+    if own is not None:
+        raise ValueError(
+            f"this model's attention has sinks (a learned logit per head in softmax's denominator) and "
+            f"{adapter.encoding.name} replaces softmax; pezoo.hf does not compose the two"
+        )
+    return Sinks(getattr(module, attribute))
 
 
 DENSE_CHUNK_PAIRS = 1 << 18
@@ -394,10 +410,12 @@ def _local_global_hybrid(config: Any) -> dict[str, Any]:
     attention on the ``full_attention`` layers (G), each kind's base and scaling from its
     entry of ``rope_parameters`` (Gemma Team 2025, "Gemma 3 Technical Report", arXiv
     2503.19786: bases 10⁴ and 10⁶; OLMo 3: one base, the global layers' scaled in its
-    long-context models)."""
+    long-context models). gpt-oss gives one ``rope_parameters`` (YaRN) for both kinds."""
     kinds = _windowed_pattern(config, "G")
     params = config.rope_parameters or {}
     local, whole = params.get("sliding_attention"), params.get("full_attention")
+    if local is None and whole is None and "rope_type" in params:  # one RoPE on every layer (gpt-oss)
+        local = whole = params
     if not isinstance(local, dict) or not isinstance(whole, dict):
         raise ValueError(
             f"its own encoding cannot be read from its config: rope_parameters {params!r} (one entry per layer type)"
@@ -461,6 +479,8 @@ class Family:
         softcap: the cap of the model's attention-logit soft-capping, from its config (Gemma 2's
             ``attn_logit_softcapping``), or None: pezoo applies it as a score transform
             (:class:`pezoo.scores.SoftCap`), before the encoding's biases and the masks.
+        sinks: the attention module's attribute holding its sink logits, one per head (gpt-oss's
+            ``sinks``), or None: pezoo normalises with them (:class:`pezoo.scores.Sinks`).
     """
 
     layers: str
@@ -475,6 +495,7 @@ class Family:
     refuse: Callable[[Any], str | None] = field(default=lambda config: None)
     core: str = ""
     softcap: Callable[[Any], float | None] = field(default=lambda config: None)
+    sinks: str | None = None
     own_options: Callable[[Any], dict[str, Any]] = field(default=lambda config: {})
 
     def own_encoding(self, config: Any) -> str | None:
@@ -502,6 +523,7 @@ FAMILIES: dict[str, Family] = {
         "layers", "self_attn", _llama4, own="hybrid", rope_layout="interleaved", own_options=_llama4_hybrid,
         core="model",  # its base_model_prefix names the multimodal model's text part, so base_model is the LM
     ),
+    "gpt_oss": Family("layers", "self_attn", own="hybrid", own_options=_local_global_hybrid, sinks="sinks"),
     "qwen3": Family("layers", "self_attn", _per_head_norms),
     "olmo": Family("layers", "self_attn", _clipped),
     "olmo2": Family("layers", "self_attn", _full_width_norms),

@@ -19,6 +19,10 @@ _LLAMA_LIKE = {
     "max_position_embeddings": 64,
 }
 
+_GPT_OSS_YARN = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                 "original_max_position_embeddings": 2, "rope_theta": 150000.0}  # fmt: skip
+"""gpt-oss's RoPE, its factor 32 the ratio of the tiny model's 64 positions to the original 2."""
+
 CONFIGS: dict[str, dict[str, Any]] = {
     "llama": _LLAMA_LIKE,
     "mistral": _LLAMA_LIKE,
@@ -52,6 +56,17 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "num_local_experts": 2,
         "num_experts_per_tok": 1,
     },
+    # alternating sliding-window and global RoPE layers (one YaRN RoPE), sinks, 16-wide heads in a
+    # 32-wide model (as gpt-oss's 64 heads of 64 in 2880), a mixture of two experts
+    "gpt_oss": {
+        **_LLAMA_LIKE,
+        "num_hidden_layers": 4,
+        "head_dim": 16,
+        "sliding_window": 64,
+        "num_local_experts": 2,
+        "num_experts_per_tok": 1,
+        "rope_parameters": _GPT_OSS_YARN,
+    },
     "olmo": {**_LLAMA_LIKE, "clip_qkv": 5.0},
     "olmo2": _LLAMA_LIKE,
     "starcoder2": _LLAMA_LIKE,
@@ -80,9 +95,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 """A tiny configuration of each adapted family."""
 
-HYBRID_FAMILIES = ("cohere2", "exaone4", "gemma3_text", "llama4_text", "olmo3")
+HYBRID_FAMILIES = ("cohere2", "exaone4", "gemma3_text", "gpt_oss", "llama4_text", "olmo3")
 """Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,
-test_hf_local_global.py, test_hf_llama4.py)."""
+test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py)."""
 
 ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "opt", "gpt2", *HYBRID_FAMILIES)]
 """Families whose own encoding is RoPE."""

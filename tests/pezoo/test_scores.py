@@ -13,7 +13,7 @@ from torch import Tensor
 
 import pezoo
 from pezoo.backends import flex_compile, pick_backend
-from pezoo.scores import Normaliser, ScoreTransform, SoftCap, check_backend, hook_backends
+from pezoo.scores import Normaliser, ScoreTransform, Sinks, SoftCap, check_backend, hook_backends
 from pezoo.testing import ConformanceError, check_encoding
 
 DIMS = pezoo.ModelDims(d_model=16, n_heads=2, n_layers=2)
@@ -37,6 +37,43 @@ def test_soft_capping_matches_its_formula_with_biases_and_masks():
             w = [math.exp(x - top) for x in logits]
             want = sum(wj / sum(w) * v[0, h, j] for j, wj in enumerate(w))
             torch.testing.assert_close(out[0, h, i], want, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_sinks_match_their_formula_with_biases_masks_and_padding():
+    """gpt-oss: exp(s_ij) / (exp(t_h) + Σ_k exp(s_ik)) over the keys the query sees, the
+    biases in s, the padding left out; the sinks' gradient is that of the formula. (A padded
+    query, which sees no key, is not compared: its output is never read.)"""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 4) * 2 for _ in range(3))
+    pos = torch.arange(5)[None]
+    pad = torch.tensor([[True] * 5, [False, False, True, True, True]])  # row 1 left-padded by two
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos, key_padding_mask=pad)
+    slopes = torch.tensor([0.5, 0.25])
+    sinks = torch.tensor([0.3, -1.2], requires_grad=True)
+    out, probs = pezoo.attend(q, k, v, ctx, [pezoo.LinearBias(slopes)], normaliser=Sinks(sinks), return_probs=True)
+    want_out = torch.zeros_like(out)
+    for b in range(2):
+        for h in range(2):
+            for i in range(5):
+                if not pad[b, i]:
+                    continue
+                seen = [j for j in range(i + 1) if pad[b, j]]
+                logits = [float(q[b, h, i] @ k[b, h, j]) / 2 - slopes[h].item() * (i - j) for j in seen]
+                denominator = math.exp(sinks[h].item()) + sum(math.exp(x) for x in logits)
+                for j, x in zip(seen, logits, strict=True):
+                    assert probs[b, h, i, j].item() == pytest.approx(math.exp(x) / denominator, rel=1e-5, abs=1e-7)
+                    want_out[b, h, i] += math.exp(x) / denominator * v[b, h, j]
+                assert probs[b, h, i].sum().item() == pytest.approx(1 - math.exp(sinks[h].item()) / denominator)
+    real = pad[:, None, :, None]  # (b, 1, i, 1): the queries compared
+    torch.testing.assert_close(out * real, want_out, atol=1e-5, rtol=1e-5)
+    # the weights sum to 1 - σ, σ the sink's share: d(1 - σ)/dt_h = -σ(1 - σ), summed over the real rows
+    (probs * real).sum().backward()
+    share = 1 - probs.detach().sum(-1)  # (b, h, i): the sink's weight
+    torch.testing.assert_close(sinks.grad, -(share * (1 - share) * pad[:, None, :]).sum((0, 2)), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="eager"):
+        pezoo.attend(q, k, v, ctx, [], normaliser=Sinks(sinks), backend="sdpa")
+    with pytest.raises(ValueError, match="one logit per head"):
+        Sinks(torch.zeros(2, 1))
 
 
 def test_flex_caps_in_its_score_mod_as_eager_does():
