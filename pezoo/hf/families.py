@@ -210,6 +210,15 @@ def _per_head_norms(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return self.q_norm(q), self.k_norm(k), v
 
 
+def _cohere(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Cohere (Command R): where ``use_qk_norm`` is set, a layer norm of q and k whose weight is
+    one per head and feature, (h, e), applied to the split heads."""
+    q, k, v = separate_projections(self, x)
+    if self.use_qk_norm:
+        q, k = (norm(t.transpose(1, 2)).transpose(1, 2) for norm, t in ((self.q_norm, q), (self.k_norm, k)))
+    return q, k, v
+
+
 def _optional_head_norms(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Phi, StableLM: per-head layer norms of q and k where ``qk_layernorm`` is set."""
     q, k, v = separate_projections(self, x)
@@ -431,6 +440,39 @@ def _local_global_hybrid(config: Any) -> dict[str, Any]:
     return out
 
 
+def _smollm3_own(config: Any) -> str:
+    """SmolLM3's own encoding: RoPE on the layers ``no_rope_layers`` marks 1 and none on the
+    others (every fourth, by default), all attending globally: ``hybrid``, or ``rope`` or
+    ``nope`` where every layer is of one kind. A ``no_rope_layers`` that is not one flag per
+    layer goes to ``hybrid``, whose reader refuses it by field."""
+    flags = _per_layer(config, "no_rope_layers")
+    if flags is not None and set(flags) == {1}:
+        return "rope"
+    if flags is not None and set(flags) == {0}:
+        return "nope"
+    return "hybrid"
+
+
+def _smollm3_options(config: Any) -> dict[str, Any]:
+    """SmolLM3's hybrid as ``hybrid``'s options: R where ``no_rope_layers`` is 1, N where 0, no
+    window. Its sliding-window variant windows the NoPE layers, which ``hybrid`` (whose window
+    belongs to its RoPE layers) does not express: refused by field."""
+    if _smollm3_own(config) != "hybrid":
+        return {}
+    flags = _per_layer(config, "no_rope_layers")
+    if flags is None or any(flag not in (0, 1) for flag in flags):
+        raise ValueError(
+            f"its own encoding cannot be read from its config: no_rope_layers {config.no_rope_layers!r} (1: a RoPE "
+            f"layer, 0: NoPE, for each of its {config.num_hidden_layers} layers)"
+        )
+    if config.use_sliding_window and "sliding_attention" in (config.layer_types or ()):
+        raise ValueError(
+            "its own encoding cannot be read from its config: use_sliding_window windows its NoPE layers "
+            f"(layer_types {config.layer_types!r}), and pezoo's hybrid windows its RoPE layers only"
+        )
+    return {"pattern": "".join("R" if flag else "N" for flag in flags), "window": None}
+
+
 def _bidirectional_refusal(config: Any) -> str | None:
     if getattr(config, "use_bidirectional_attention", False):
         return "it attends bidirectionally (use_bidirectional_attention), and pezoo.hf adapts causal LMs"
@@ -525,6 +567,21 @@ FAMILIES: dict[str, Family] = {
     ),
     "gpt_oss": Family("layers", "self_attn", own="hybrid", own_options=_local_global_hybrid, sinks="sinks"),
     "qwen3": Family("layers", "self_attn", _per_head_norms),
+    "qwen3_moe": Family("layers", "self_attn", _per_head_norms),
+    "qwen2_moe": _LLAMA,
+    "olmoe": Family("layers", "self_attn", _full_width_norms),
+    "granitemoe": _LLAMA,
+    "phimoe": _LLAMA,
+    "arcee": _LLAMA,
+    "seed_oss": _LLAMA,
+    "apertus": Family("layers", "self_attn", _per_head_norms),
+    "smollm3": Family("layers", "self_attn", own=_smollm3_own, own_options=_smollm3_options),
+    "cohere": Family("layers", "self_attn", _cohere, rope_layout="interleaved"),
+    "ernie4_5": Family("layers", "self_attn", rope_layout="interleaved"),
+    "ernie4_5_moe": Family("layers", "self_attn", rope_layout="interleaved"),
+    "glm": Family("layers", "self_attn", applies_partial_rotary=True, rope_layout="interleaved"),
+    "glm4": Family("layers", "self_attn", applies_partial_rotary=True, rope_layout="interleaved"),
+    "nemotron": Family("layers", "self_attn", applies_partial_rotary=True),
     "olmo": Family("layers", "self_attn", _clipped),
     "olmo2": Family("layers", "self_attn", _full_width_norms),
     "starcoder2": Family("layers", "self_attn", output=_starcoder2_output),

@@ -23,6 +23,8 @@ _GPT_OSS_YARN = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_s
                  "original_max_position_embeddings": 2, "rope_theta": 150000.0}  # fmt: skip
 """gpt-oss's RoPE, its factor 32 the ratio of the tiny model's 64 positions to the original 2."""
 
+_TWO_EXPERTS = {"num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 32}
+
 CONFIGS: dict[str, dict[str, Any]] = {
     "llama": _LLAMA_LIKE,
     "mistral": _LLAMA_LIKE,
@@ -67,6 +69,22 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 1,
         "rope_parameters": _GPT_OSS_YARN,
     },
+    "qwen3_moe": {**_LLAMA_LIKE, **_TWO_EXPERTS, "head_dim": 8},
+    "qwen2_moe": {**_LLAMA_LIKE, **_TWO_EXPERTS, "shared_expert_intermediate_size": 32},
+    "olmoe": {**_LLAMA_LIKE, **_TWO_EXPERTS},
+    "granitemoe": {**_LLAMA_LIKE, "num_local_experts": 2, "num_experts_per_tok": 1, "attention_multiplier": 0.3},
+    "phimoe": {**_LLAMA_LIKE, "num_local_experts": 2, "num_experts_per_tok": 1},
+    "arcee": _LLAMA_LIKE,
+    "seed_oss": _LLAMA_LIKE,
+    "apertus": _LLAMA_LIKE,
+    # four layers: three RoPE, then a NoPE one (its no_rope_layer_interval 4), all global
+    "smollm3": {**_LLAMA_LIKE, "num_hidden_layers": 4},
+    "cohere": {**_LLAMA_LIKE, "use_qk_norm": True},
+    "ernie4_5": _LLAMA_LIKE,
+    "ernie4_5_moe": {**_LLAMA_LIKE, "moe_num_experts": 2, "moe_k": 1, "moe_intermediate_size": 32},
+    "glm": _LLAMA_LIKE,  # RoPE on half of each head (partial_rotary_factor 0.5), interleaved
+    "glm4": _LLAMA_LIKE,
+    "nemotron": _LLAMA_LIKE,  # RoPE on half of each head, rotate-half
     "olmo": {**_LLAMA_LIKE, "clip_qkv": 5.0},
     "olmo2": _LLAMA_LIKE,
     "starcoder2": _LLAMA_LIKE,
@@ -95,9 +113,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 """A tiny configuration of each adapted family."""
 
-HYBRID_FAMILIES = ("cohere2", "exaone4", "gemma3_text", "gpt_oss", "llama4_text", "olmo3")
+HYBRID_FAMILIES = ("cohere2", "exaone4", "gemma3_text", "gpt_oss", "llama4_text", "olmo3", "smollm3")
 """Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,
-test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py)."""
+test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py, test_hf_smollm3.py)."""
 
 ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "opt", "gpt2", *HYBRID_FAMILIES)]
 """Families whose own encoding is RoPE."""
