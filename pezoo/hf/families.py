@@ -219,6 +219,14 @@ def _cohere(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return q, k, v
 
 
+def _optional_rms_head_norms(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """GLM-4 MoE: RMS norms of each head's q and k where ``use_qk_norm`` is set."""
+    q, k, v = separate_projections(self, x)
+    if self.use_qk_norm:
+        q, k = self.q_norm(q), self.k_norm(k)
+    return q, k, v
+
+
 def _optional_head_norms(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Phi, StableLM: per-head layer norms of q and k where ``qk_layernorm`` is set."""
     q, k, v = separate_projections(self, x)
@@ -362,7 +370,7 @@ def _rnope_swa(config: Any) -> dict[str, Any]:
 
 
 def _exaone4_own(config: Any) -> str:
-    """EXAONE 4's own encoding, which its config decides: RoPE on every layer where it has no
+    """EXAONE 4's (and EXAONE MoE's) own encoding, which its config decides: RoPE on every layer where it has no
     sliding window (its small models); with one, RoPE on the sliding layers and none on the
     global ones, as Cohere 2 (``hybrid``), or plain RoPE (NoPE) where every layer is sliding
     (global). A ``layer_types`` that is not one kind per layer goes to ``hybrid``, whose
@@ -556,6 +564,7 @@ FAMILIES: dict[str, Family] = {
     "gemma2": Family("layers", "self_attn", softcap=_gemma2_softcap),
     "cohere2": Family("layers", "self_attn", own="hybrid", rope_layout="interleaved", own_options=_rnope_swa),
     "exaone4": Family("layers", "self_attn", _per_head_norms, own=_exaone4_own, own_options=_exaone4_options),
+    "exaone_moe": Family("layers", "self_attn", _per_head_norms, own=_exaone4_own, own_options=_exaone4_options),
     "olmo3": Family("layers", "self_attn", _full_width_norms, own="hybrid", own_options=_local_global_hybrid),
     "gemma3_text": Family(
         "layers", "self_attn", _per_head_norms, own="hybrid", softcap=_gemma2_softcap, own_options=_local_global_hybrid,
@@ -582,6 +591,9 @@ FAMILIES: dict[str, Family] = {
     "glm": Family("layers", "self_attn", applies_partial_rotary=True, rope_layout="interleaved"),
     "glm4": Family("layers", "self_attn", applies_partial_rotary=True, rope_layout="interleaved"),
     "nemotron": Family("layers", "self_attn", applies_partial_rotary=True),
+    "glm4_moe": Family("layers", "self_attn", _optional_rms_head_norms, applies_partial_rotary=True),
+    "ministral": _LLAMA,
+    "helium": Family("layers", "self_attn", rope_layout="interleaved"),
     "olmo": Family("layers", "self_attn", _clipped),
     "olmo2": Family("layers", "self_attn", _full_width_norms),
     "starcoder2": Family("layers", "self_attn", output=_starcoder2_output),

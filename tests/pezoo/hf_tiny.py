@@ -85,6 +85,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "glm": _LLAMA_LIKE,  # RoPE on half of each head (partial_rotary_factor 0.5), interleaved
     "glm4": _LLAMA_LIKE,
     "nemotron": _LLAMA_LIKE,  # RoPE on half of each head, rotate-half
+    "glm4_moe": {**_LLAMA_LIKE, **_TWO_EXPERTS, "head_dim": 8, "n_routed_experts": 2, "use_qk_norm": True},
+    "ministral": {**_LLAMA_LIKE, "head_dim": 8},
+    "helium": {**_LLAMA_LIKE, "head_dim": 8},  # interleaved pairs
+    # as exaone4's, its MLP a mixture of experts after the first layer
+    "exaone_moe": {**_LLAMA_LIKE, **_TWO_EXPERTS, "num_hidden_layers": 4, "sliding_window": 64},
     "olmo": {**_LLAMA_LIKE, "clip_qkv": 5.0},
     "olmo2": _LLAMA_LIKE,
     "starcoder2": _LLAMA_LIKE,
@@ -113,7 +118,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 """A tiny configuration of each adapted family."""
 
-HYBRID_FAMILIES = ("cohere2", "exaone4", "gemma3_text", "gpt_oss", "llama4_text", "olmo3", "smollm3")
+HYBRID_FAMILIES = ("cohere2", "exaone4", "exaone_moe", "gemma3_text", "gpt_oss", "llama4_text", "olmo3", "smollm3")
 """Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,
 test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py, test_hf_smollm3.py)."""
 

@@ -1,9 +1,10 @@
 """pezoo.hf on the models whose own encoding is RNoPE-SWA (RoPE on sliding-window layers, no
-position encoding on the global ones): Cohere 2, and EXAONE 4 where its config has a window.
+position encoding on the global ones): Cohere 2, and EXAONE 4 and EXAONE MoE where their config
+has a window.
 pezoo's ``"hybrid"`` reproduces the model's logits and greedy continuations past the window,
 with a KV cache that keeps every key; another encoding is refused past the window, as on any
-sliding-window model. EXAONE 4's own encoding is what its config makes it: RoPE on every
-layer without a window."""
+sliding-window model. EXAONE 4's (and EXAONE MoE's) own encoding is what its config makes it:
+RoPE on every layer without a window."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ import torch
 transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 KNOWN = transformers.models.auto.configuration_auto.CONFIG_MAPPING
-FAMILIES = {t: layout for t, layout in {"cohere2": "interleaved", "exaone4": "half"}.items() if t in KNOWN}
+LAYOUTS = {"cohere2": "interleaved", "exaone4": "half", "exaone_moe": "half"}
+FAMILIES = {t: layout for t, layout in LAYOUTS.items() if t in KNOWN}
 """The families this transformers has, by model type: its RoPE's layout."""
 if not FAMILIES:
-    pytest.skip(f"transformers {transformers.__version__} has neither cohere2 nor exaone4", allow_module_level=True)
+    pytest.skip(f"transformers {transformers.__version__} has none of {', '.join(LAYOUTS)}", allow_module_level=True)
 from hf_tiny import PAD, tiny  # noqa: E402
 
 import pezoo.hf  # noqa: E402  (needs transformers)
