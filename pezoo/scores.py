@@ -112,6 +112,13 @@ class Normaliser:
         depends on its own row of scores only."""
         raise NotImplementedError
 
+    def softmax_factor(self) -> Callable[[Tensor], Tensor] | None:
+        """``f`` where the weights are softmax's times a factor of each row's log-sum-exp alone,
+        ``A = softmax(S) · f(lse)`` with ``lse`` (b, h, i) the log of the row's denominator
+        (flex returns it with its fused softmax, and applies ``f``); None when the normaliser
+        is not of that form (the default)."""
+        return None
+
 
 class Sinks(Normaliser):
     """Softmax with one learned logit per head in every row's denominator, whose value is
@@ -121,13 +128,14 @@ class Sinks(Normaliser):
 
     so a row's weights sum to less than 1 and a query may attend to nothing. The sink logits
     t stay the caller's tensor (h,), so gradients reach them. A row with no allowed key gets
-    zero weights.
+    zero weights. The weights are softmax's times σ(lse − t), so flex takes it too (its fused
+    softmax returns the log-sum-exp).
 
     Args:
         logits: t, one per head (h,).
     """
 
-    backends: ClassVar[tuple[str, ...]] = ("eager",)
+    backends: ClassVar[tuple[str, ...]] = ("eager", "flex")
 
     def __init__(self, logits: Tensor) -> None:
         if logits.dim() != 1:
@@ -141,6 +149,15 @@ class Sinks(Normaliser):
         rows = scores.float() if allowed is None else scores.float().masked_fill(~allowed, -math.inf)
         sink = self.logits.float().view(1, h, 1, 1).expand(b, h, i, 1)
         return torch.softmax(torch.cat([rows, sink], dim=-1), dim=-1)[..., :-1].to(scores.dtype)
+
+    def softmax_factor(self) -> Callable[[Tensor], Tensor]:
+        """Σ exp(S) / (Σ exp(S) + exp(t)) = σ(lse − t): softmax's weights scaled by it."""
+        logits = self.logits
+
+        def factor(lse: Tensor) -> Tensor:  # lse (b, h, i) -> (b, h, i)
+            return torch.sigmoid(lse.float() - logits.float().view(1, -1, 1))
+
+        return factor
 
 
 def hook_backends(

@@ -123,9 +123,10 @@ def _failure_reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def _run_flex(q: Tensor, k: Tensor, v: Tensor, *, key: tuple[Any, ...] | None = None, **kwargs: Any) -> Tensor:
-    """The compiled flex kernel; for a call key whose compilation fails, a static-shape
-    compile of that shape, and failing that the unfused kernel.
+def _run_flex(q: Tensor, k: Tensor, v: Tensor, *, key: tuple[Any, ...] | None = None, **kwargs: Any) -> Any:
+    """The compiled flex kernel's output (with ``return_lse=True``, and its log-sum-exp); for a
+    call key whose compilation fails, a static-shape compile of that shape, and failing that
+    the unfused kernel.
 
     ``key`` names the call's configuration (shapes, dtype, bias structure; by default the
     shapes and dtype). torch 2.13's CPU compiler fails for some configurations only: a
@@ -401,8 +402,8 @@ def _flex(q, k, v, ctx, biases, scale, return_probs, *, transform=None, normalis
             _warn_once(
                 "flex-cpu-grad", "flex_attention has no backward pass on CPU; calls that need gradients use sdpa"
             )
-        if transform is not None:  # sdpa cannot express it: the explicit path
-            return BACKENDS["eager"](q, k, v, ctx, biases, scale, False, transform=transform)
+        if transform is not None or normaliser is not None:  # sdpa cannot express them: the explicit path
+            return BACKENDS["eager"](q, k, v, ctx, biases, scale, False, transform=transform, normaliser=normaliser)
         return BACKENDS["sdpa"](q, k, v, ctx, biases, scale, False)
     if q.device.type == "cpu" and i < FLEX_BLOCK_SIZE:
         q, k, v, ctx, biases = _pad_to_one_block(q, k, v, ctx, biases)
@@ -424,9 +425,19 @@ def _flex(q, k, v, ctx, biases, scale, return_probs, *, transform=None, normalis
         "causal" if ctx.causal else "bidirectional",
         ctx.key_padding_mask is not None,
         None if transform is None else type(transform).__name__,
+        None if normaliser is None else type(normaliser).__name__,
     )
-    out = _run_flex(q, k, v, key=key, score_mod=score_mod, block_mask=block_mask, scale=scale)
-    return out[:, :, :i], None
+    factor = None if normaliser is None else normaliser.softmax_factor()
+    if normaliser is not None and factor is None:
+        raise ValueError(
+            f"{type(normaliser).__name__} names flex among its backends but is not softmax times a factor of the "
+            "log-sum-exp (its softmax_factor is None), which is all flex can apply"
+        )
+    if factor is None:
+        out = _run_flex(q, k, v, key=key, score_mod=score_mod, block_mask=block_mask, scale=scale)
+        return out[:, :, :i], None
+    out, lse = _run_flex(q, k, v, key=key, score_mod=score_mod, block_mask=block_mask, scale=scale, return_lse=True)
+    return (out[:, :, :i] * factor(lse[:, :, :i]).unsqueeze(-1).to(out.dtype)), None
 
 
 def _pad_to_one_block(

@@ -143,8 +143,8 @@ def _adaptable(model: PreTrainedModel, spec: Any, backend: str) -> tuple[str, Fa
     if family.sinks is not None and backend != "auto" and backend not in Sinks.backends:
         raise ValueError(
             f"pezoo.hf cannot run this {model_type} model on the {backend} backend: its attention has sinks (a "
-            f"learned logit per head in softmax's denominator), which backend {' and '.join(Sinks.backends)} takes "
-            "(or auto, which picks it)"
+            f"learned logit per head in softmax's denominator), which backends {' and '.join(Sinks.backends)} take "
+            "(or auto, which picks one)"
         )
     cap = family.softcap(config)
     if cap is not None and backend != "auto" and backend not in SoftCap.backends:

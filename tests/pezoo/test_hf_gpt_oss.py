@@ -62,6 +62,17 @@ def test_hybrid_with_the_models_sinks_is_the_model_past_its_window():
         assert generated.shape[1] > 2 * WINDOW
 
 
+def test_flex_applies_the_sinks_as_eager_does():
+    from pezoo.backends import flex_compile
+
+    model = windowed()
+    ids, mask = batch()
+    with torch.no_grad(), flex_compile(False):
+        want = model(ids, attention_mask=mask).logits
+        got = pezoo.hf.use_encoding(copy.deepcopy(model), "hybrid", backend="flex")(ids, attention_mask=mask).logits
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-5, rtol=0)
+
+
 def test_a_cached_step_past_the_window_equals_the_full_pass():
     ours = pezoo.hf.use_encoding(windowed(), "hybrid")
     ids = torch.tensor([list(range(3, 16))])
@@ -84,7 +95,7 @@ def test_the_sinks_train_with_any_encoding():
 
 
 def test_what_cannot_run_with_sinks_is_refused():
-    with pytest.raises(ValueError, match=r"sinks.*eager"):
+    with pytest.raises(ValueError, match=r"sinks.*eager and flex"):
         pezoo.hf.use_encoding(windowed(), "hybrid", backend="sdpa")
     assert pezoo.hf.use_encoding(windowed(), "hybrid", backend="eager") is not None
     ids, mask = batch()

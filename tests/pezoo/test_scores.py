@@ -76,6 +76,38 @@ def test_attention_sinks_match_their_formula_with_biases_masks_and_padding():
         Sinks(torch.zeros(2, 1))
 
 
+def test_flex_applies_attention_sinks_as_eager_does():
+    """flex takes the sinks as softmax times σ(lse − t) from its fused softmax's log-sum-exp;
+    one query (the decoding step) and gradients on the CPU go the eager way."""
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(2, 2, 9, 4) * 2 for _ in range(3))
+    pos = torch.arange(9)[None]
+    pad = torch.ones(2, 9, dtype=torch.bool)
+    pad[1, :3] = False  # left padding
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos, key_padding_mask=pad)
+    biases = [pezoo.LinearBias(torch.tensor([0.5, 0.25]))]
+    sinks = Sinks(torch.tensor([0.5, -0.5]))
+    want, _ = pezoo.attend(q, k, v, ctx, biases, normaliser=sinks)
+    last = pezoo.AttentionContext(q_pos=pos[:, -1:], k_pos=pos, key_padding_mask=pad)  # one query
+    with flex_compile(False):
+        got, _ = pezoo.attend(q, k, v, ctx, biases, normaliser=sinks, backend="flex")
+        one, _ = pezoo.attend(q[:, :, -1:], k, v, last, biases, normaliser=sinks, backend="flex")
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got[1, :, 3:], want[1, :, 3:], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(one, want[:, :, -1:], atol=1e-5, rtol=1e-4)
+    plain, _ = pezoo.attend(q, k, v, ctx, biases)
+    assert (plain - want)[0].abs().max() > 1e-2  # the sinks matter here
+
+    class NotSoftmax(Normaliser):
+        backends = ("eager", "flex")
+
+        def __call__(self, scores, allowed):
+            return torch.zeros_like(scores)
+
+    with flex_compile(False), pytest.raises(ValueError, match="softmax_factor"):
+        pezoo.attend(q, k, v, ctx, biases, normaliser=NotSoftmax(), backend="flex")
+
+
 def test_flex_caps_in_its_score_mod_as_eager_does():
     torch.manual_seed(1)
     q, k, v = (torch.randn(2, 2, 9, 4) * 3 for _ in range(3))
@@ -193,7 +225,8 @@ class WithTransformNormaliser(pezoo.PositionalEncoding):
 
 @pytest.mark.slow
 def test_compiled_flex_lowers_soft_capping_and_fox_s_difference_bias():
-    """One compile each on CPU (seconds): the cap and ``c_i − c_j`` inside the fused kernel's score_mod."""
+    """One compile each on CPU (seconds): the cap and ``c_i − c_j`` inside the fused kernel's score_mod,
+    and attention sinks from its log-sum-exp."""
     from pezoo.biases import DifferenceBias
 
     torch.manual_seed(2)
@@ -208,3 +241,8 @@ def test_compiled_flex_lowers_soft_capping_and_fox_s_difference_bias():
             with flex_compile(True):
                 got, _ = pezoo.attend(q, k, v, ctx, biases, transform=transform, backend="flex")
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+        sinks = Sinks(torch.linspace(-1.0, 1.0, 4))  # the log-sum-exp of the fused kernel, then σ(lse − t)
+        want, _ = pezoo.attend(q, k, v, ctx, biases, normaliser=sinks)
+        with flex_compile(True):
+            got, _ = pezoo.attend(q, k, v, ctx, biases, normaliser=sinks, backend="flex")
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
