@@ -102,6 +102,12 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     recorded = _jsonable(options)  # before anything changes: save_pretrained must be able to write them
     layers = _get(base, family.layers)
     attentions = [getattr(layer, family.attention) for layer in layers]
+    projected = {getattr(a, "head_dim", head_dim) for a in attentions}  # what each layer's projections split by
+    if projected - {head_dim}:
+        raise ValueError(
+            f"pezoo.hf: the config gives heads {head_dim} wide and the attention layers split q/k into heads "
+            f"{sorted(projected)} wide; pezoo sizes the encoding by one width for every layer"
+        )
     encoding = _build(model, family, spec, options)
     if getattr(base, "gradient_checkpointing", False) and observes(encoding):
         raise ValueError(_NO_CHECKPOINTING.format(encoding.name or spec))

@@ -341,6 +341,16 @@ def test_a_sliding_window_model_refuses_sequences_past_its_window():
         model(torch.tensor([PROMPTS[0]]))
 
 
+def test_a_head_width_the_layers_do_not_project_is_refused_before_anything_changes():
+    """The config's head_dim sizes the encoding; layers that split q and k otherwise (a config
+    edited out of step with the model) would fail at the first forward: refused at once."""
+    model = tiny("llama-wide-heads")
+    model.config.head_dim = 16  # the layers project 32-wide heads
+    with pytest.raises(ValueError, match=r"config gives heads 16 wide and the attention layers .* heads \[32\]"):
+        pezoo.hf.use_encoding(model, "rope")
+    assert not hasattr(model, "pezoo_encoding") and getattr(model, "_pezoo_adapter", None) is None
+
+
 def test_a_window_no_layer_uses_is_no_window():
     """Qwen2 windows only its layers from ``max_window_layers`` on: with every layer below it,
     its attention is global (``layer_types`` has no sliding layer) and the adapted model is
