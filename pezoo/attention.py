@@ -293,18 +293,24 @@ class SelfAttention(nn.Module):
 
     Args:
         d_model: model width d.
-        n_heads: heads h (d must be divisible by h).
+        n_heads: heads h.
         layer: index of this layer, passed to the encoding's hooks.
         backend: attention backend name (``BACKENDS``).
+        head_dim: each head's width e (default d / h, which must then divide; q, k and v are
+            h·e wide, as in models whose heads are wider than d / h).
     """
 
-    def __init__(self, d_model: int, n_heads: int, *, layer: int, backend: str = "eager") -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, *, layer: int, backend: str = "eager", head_dim: int | None = None
+    ) -> None:
         super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        self.n_heads, self.head_dim, self.layer, self.backend = n_heads, d_model // n_heads, layer, backend
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.out = nn.Linear(d_model, d_model, bias=False)
+        if head_dim is None:
+            if d_model % n_heads:
+                raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+            head_dim = d_model // n_heads
+        self.n_heads, self.head_dim, self.layer, self.backend = n_heads, head_dim, layer, backend
+        self.qkv = nn.Linear(d_model, 3 * n_heads * head_dim, bias=False)
+        self.out = nn.Linear(n_heads * head_dim, d_model, bias=False)
 
     def forward(
         self, x: Tensor, pe: PositionalEncoding, ctx: AttentionContext, *, return_probs: bool = False

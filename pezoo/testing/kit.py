@@ -98,7 +98,8 @@ class KitModel(nn.Module):
         self.embed = nn.Embedding(vocab, dims.d_model)
         self.ln_attn = nn.ModuleList(nn.LayerNorm(dims.d_model) for _ in range(dims.n_layers))
         self.attn = nn.ModuleList(
-            SelfAttention(dims.d_model, dims.n_heads, layer=layer, backend=backend) for layer in range(dims.n_layers)
+            SelfAttention(dims.d_model, dims.n_heads, layer=layer, backend=backend, head_dim=dims.head_dim)
+            for layer in range(dims.n_layers)
         )
         self.ln_mlp = nn.ModuleList(nn.LayerNorm(dims.d_model) for _ in range(dims.n_layers))
         self.mlp = nn.ModuleList(

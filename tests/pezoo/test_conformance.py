@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import subprocess
@@ -32,6 +33,25 @@ def _cases():
 @pytest.mark.parametrize(("name", "check"), list(_cases()))
 def test_every_registered_encoding_passes(name, check):
     check_encoding(lambda: pezoo.create(name, dims=DIMS), DIMS, checks=[check])
+
+
+WIDE_HEADS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2, head_dim=16)
+"""Heads twice d / h wide (as Gemma's, Qwen3's, gpt-oss's): q, k and v are 64 wide in a 32-wide model."""
+
+
+def _sized_by_head_dim() -> list[str]:
+    """The registered encodings one of whose parts takes ``head_dim`` (directly or inside a
+    wrapper or combination: every part is built with the same shape)."""
+    takes = {name for name in pezoo.available() if "+" not in name and ":" not in name
+             and "head_dim" in inspect.signature(pezoo.registry.ENCODINGS[name]).parameters}  # fmt: skip
+    return [name for name in pezoo.available() if takes & set(name.replace("+", ":").split(":"))]
+
+
+@pytest.mark.parametrize("name", _sized_by_head_dim())
+def test_encodings_sized_by_head_width_pass_with_heads_wider_than_d_over_h(name):
+    """ModelDims' head_dim reaches the encoding, and SelfAttention splits q/k/v into heads of it."""
+    check_encoding(lambda: pezoo.create(name, dims=WIDE_HEADS), WIDE_HEADS,
+                   checks=["hook_shapes", "incremental_decoding", "backend_agreement"])  # fmt: skip
 
 
 def test_unknown_options_and_checks_are_errors():
