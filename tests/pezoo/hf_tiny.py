@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import transformers
 
 PAD, BOS, EOS = 0, 1, 2
@@ -142,3 +143,21 @@ def tiny(model_type: str, **overrides: Any) -> transformers.PreTrainedModel:
         if hasattr(config, key) and key not in overrides:
             setattr(config, key, 0.0)
     return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def sharpened(model: transformers.PreTrainedModel) -> transformers.PreTrainedModel:
+    """``model`` with every layer's q and k scaled up, so attention is sharp enough for a
+    window, a chunk, a rotation or a NoPE layer to change the logits (a tiny random model's
+    attention is nearly uniform): through the q/k norms' weights (+3) where the model norms
+    them with weights (which would undo a scaled projection), else the projections (×4)."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            attention = layer.self_attn
+            norms = [getattr(attention, name, None) for name in ("q_norm", "k_norm")]
+            if all(getattr(norm, "weight", None) is not None for norm in norms):
+                for norm in norms:
+                    norm.weight.add_(3.0)
+            else:
+                attention.q_proj.weight.mul_(4)
+                attention.k_proj.weight.mul_(4)
+    return model

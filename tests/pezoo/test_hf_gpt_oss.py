@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if not hasattr(transformers, "GptOssForCausalLM"):
     pytest.skip(f"transformers {transformers.__version__} has no gpt_oss", allow_module_level=True)
-from hf_tiny import PAD, tiny  # noqa: E402
+from hf_tiny import PAD, sharpened, tiny  # noqa: E402
 
 import pezoo.hf  # noqa: E402  (needs transformers)
 
@@ -27,11 +27,9 @@ def windowed(**overrides) -> transformers.PreTrainedModel:
     so attention is sharp enough for the window and the rotation to tell, and sinks large
     enough to take a visible share of each row."""
     torch.manual_seed(0)
-    model = tiny("gpt_oss", sliding_window=WINDOW, **overrides)
+    model = sharpened(tiny("gpt_oss", sliding_window=WINDOW, **overrides))
     with torch.no_grad():
         for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(3)
-            layer.self_attn.k_proj.weight.mul_(3)
             layer.self_attn.sinks.copy_(torch.linspace(-1.0, 2.0, layer.self_attn.sinks.numel()))
     return model
 

@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if not hasattr(transformers, "Llama4ForCausalLM"):
     pytest.skip(f"transformers {transformers.__version__} has no llama4", allow_module_level=True)
-from hf_tiny import PAD, tiny  # noqa: E402
+from hf_tiny import PAD, sharpened, tiny  # noqa: E402
 
 import pezoo.hf  # noqa: E402  (needs transformers)
 
@@ -27,12 +27,7 @@ def chunked(**overrides) -> transformers.PreTrainedModel:
     grows within them (F = 3, β = 0.5; the model's own 8192 and 0.1 would leave it at 1), its q
     and k scaled up so attention is sharp enough for chunks and rotation to change the logits."""
     torch.manual_seed(0)
-    model = tiny("llama4_text", attention_chunk_size=CHUNK, floor_scale=3, attn_scale=0.5, **overrides)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(4)
-            layer.self_attn.k_proj.weight.mul_(4)
-    return model
+    return sharpened(tiny("llama4_text", attention_chunk_size=CHUNK, floor_scale=3, attn_scale=0.5, **overrides))
 
 
 IDS = torch.tensor([list(range(3, 16))])

@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 for _needed in ("Gemma3ForCausalLM", "Olmo3ForCausalLM"):
     if not hasattr(transformers, _needed):
         pytest.skip(f"transformers {transformers.__version__} has no {_needed}", allow_module_level=True)
-from hf_tiny import PAD, tiny  # noqa: E402
+from hf_tiny import PAD, sharpened, tiny  # noqa: E402
 
 import pezoo.hf  # noqa: E402  (needs transformers)
 
@@ -34,12 +34,7 @@ def windowed(model_type: str, **overrides) -> transformers.PreTrainedModel:
     """A tiny model whose window (4) is shorter than the test sequences, q and k scaled up
     (through the weights of their norms) so attention is sharp enough to tell."""
     torch.manual_seed(0)
-    model = tiny(model_type, sliding_window=WINDOW, **overrides)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.q_norm.weight.add_(3.0)
-            layer.self_attn.k_norm.weight.add_(3.0)
-    return model
+    return sharpened(tiny(model_type, sliding_window=WINDOW, **overrides))
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:

@@ -22,7 +22,7 @@ FAMILIES = {t: layout for t, layout in LAYOUTS.items() if t in KNOWN}
 """The families this transformers has, by model type: its RoPE's layout."""
 if not FAMILIES:
     pytest.skip(f"transformers {transformers.__version__} has none of {', '.join(LAYOUTS)}", allow_module_level=True)
-from hf_tiny import PAD, tiny  # noqa: E402
+from hf_tiny import PAD, sharpened, tiny  # noqa: E402
 
 import pezoo.hf  # noqa: E402  (needs transformers)
 
@@ -35,17 +35,7 @@ def windowed(model_type: str, **overrides) -> transformers.PreTrainedModel:
     attention is sharp enough for the window and the rotation to change the logits (EXAONE 4
     norms each head's q and k: through the norms' weights)."""
     torch.manual_seed(0)
-    model = tiny(model_type, **{"sliding_window": WINDOW, **overrides})
-    with torch.no_grad():
-        for layer in model.model.layers:
-            attention = layer.self_attn
-            if hasattr(attention, "q_norm"):
-                attention.q_norm.weight.add_(3.0)
-                attention.k_norm.weight.add_(3.0)
-            else:
-                attention.q_proj.weight.mul_(4)
-                attention.k_proj.weight.mul_(4)
-    return model
+    return sharpened(tiny(model_type, **{"sliding_window": WINDOW, **overrides}))
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:

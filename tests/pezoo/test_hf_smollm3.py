@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if "smollm3" not in transformers.models.auto.configuration_auto.CONFIG_MAPPING:
     pytest.skip(f"transformers {transformers.__version__} has no smollm3", allow_module_level=True)
-from hf_tiny import PAD, tiny  # noqa: E402
+from hf_tiny import PAD, sharpened, tiny  # noqa: E402
 
 import pezoo.hf  # noqa: E402  (needs transformers)
 
@@ -24,12 +24,7 @@ import pezoo.hf  # noqa: E402  (needs transformers)
 def sharp(**overrides) -> transformers.PreTrainedModel:
     """A tiny SmolLM3 (RRRN), q and k scaled up so the rotation changes the logits."""
     torch.manual_seed(0)
-    model = tiny("smollm3", **overrides)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(4)
-            layer.self_attn.k_proj.weight.mul_(4)
-    return model
+    return sharpened(tiny("smollm3", **overrides))
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
