@@ -361,7 +361,7 @@ def _per_layer(config: Any, name: str) -> list[Any] | None:
 
 
 def _rnope_swa(config: Any) -> dict[str, Any]:
-    """Cohere 2's and EXAONE 4's own encoding as ``hybrid``'s options (beyond RoPE's, read by
+    """Cohere 2's and EXAONE 4's (and EXAONE MoE's) own encoding as ``hybrid``'s options (beyond RoPE's, read by
     ``pezoo.hf._own_rope``): RoPE on their ``sliding_attention`` layers, each key within
     ``sliding_window`` positions (distance < W, as transformers' sliding mask), no position
     encoding on their ``full_attention`` layers (RNoPE-SWA: Yang et al. 2025, "Rope to Nope
@@ -370,11 +370,11 @@ def _rnope_swa(config: Any) -> dict[str, Any]:
 
 
 def _exaone4_own(config: Any) -> str:
-    """EXAONE 4's (and EXAONE MoE's) own encoding, which its config decides: RoPE on every layer where it has no
-    sliding window (its small models); with one, RoPE on the sliding layers and none on the
-    global ones, as Cohere 2 (``hybrid``), or plain RoPE (NoPE) where every layer is sliding
-    (global). A ``layer_types`` that is not one kind per layer goes to ``hybrid``, whose
-    reader refuses it by field."""
+    """EXAONE 4's (and EXAONE MoE's) own encoding, which its config decides: RoPE on every
+    layer where it has no sliding window (its small models); with one, RoPE on the sliding
+    layers and none on the global ones, as Cohere 2 (``hybrid``), or ``rope`` where every
+    layer is sliding and ``nope`` where every layer is global. A ``layer_types`` that is not
+    one kind per layer goes to ``hybrid``, whose reader refuses it by field."""
     if config.sliding_window is None:
         return "rope"
     kinds = _per_layer(config, "layer_types")
@@ -510,8 +510,8 @@ class Family:
             (Cohere 2's RoPE windowed layers and NoPE global ones, Llama 4's chunked ones,
             Gemma 3's and OLMo 3's windowed and global RoPE layers, reproduced from the rotary
             embedding and ``own_options``), ``"alibi"``, or None
-            (GPT-2's and OPT's learned tables); or, where the config decides it (EXAONE 4),
-            a function of the config giving the name (:meth:`own_encoding`).
+            (GPT-2's and OPT's learned tables); or, where the config decides it (EXAONE 4,
+            SmolLM3), a function of the config giving the name (:meth:`own_encoding`).
         own_options: the own encoding's options read from the config beyond RoPE's (Cohere 2:
             its layer pattern and window; Llama 4: pattern, chunk and temperature; Gemma 3 and
             OLMo 3: pattern, window and each layer kind's RoPE). Where the own encoding is
