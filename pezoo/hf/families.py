@@ -371,7 +371,7 @@ def _rnope_swa(config: Any) -> dict[str, Any]:
 
 def _exaone4_own(config: Any) -> str:
     """EXAONE 4's (and EXAONE MoE's) own encoding, which its config decides: RoPE on every
-    layer where it has no sliding window (its small models); with one, RoPE on the sliding
+    layer where it has no sliding window; with one, RoPE on the sliding
     layers and none on the global ones, as Cohere 2 (``hybrid``), or ``rope`` where every
     layer is sliding and ``nope`` where every layer is global. A ``layer_types`` that is not
     one kind per layer goes to ``hybrid``, whose reader refuses it by field."""

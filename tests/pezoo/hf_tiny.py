@@ -37,7 +37,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gemma2": {**_LLAMA_LIKE, "head_dim": 8, "query_pre_attn_scalar": 8, "attn_logit_softcapping": None},
     # four layers: RoPE windowed, three of them, then a NoPE global one (its default 3:1 pattern)
     "cohere2": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
-    # as Cohere 2's, with q and k normed per head (EXAONE 4.0's larger models; without a window, RoPE everywhere)
+    # as Cohere 2's, with q and k normed per head (without a window, RoPE everywhere)
     "exaone4": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
     # three sliding-window RoPE layers, then a global one (one base, 5·10⁵)
     "olmo3": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
