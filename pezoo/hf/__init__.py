@@ -40,10 +40,10 @@ from pezoo.hf.families import (
     attention_forward,
     dropout_probability,
     pezoo_attention,
-    sliding_window,
 )
 from pezoo.hf.forward import _base_forward, _generate, _get, _layer_forward, _observe, _original
 from pezoo.hf.limits import check_option_sizes
+from pezoo.hf.own import sliding_window
 from pezoo.interface import acts_through
 from pezoo.registry import unknown_name_message
 from pezoo.scores import Sinks, SoftCap

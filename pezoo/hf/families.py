@@ -32,6 +32,18 @@ from pezoo.backends.auto import pick_backend
 from pezoo.biases import AttentionBias, DenseBias, RelativeFunctionBias
 from pezoo.context import AttentionContext
 from pezoo.hf import calls
+from pezoo.hf.own import (
+    _bidirectional_refusal,
+    _exaone4_options,
+    _exaone4_own,
+    _gemma2_softcap,
+    _llama4_hybrid,
+    _local_global_hybrid,
+    _opt_refusal,
+    _rnope_swa,
+    _smollm3_options,
+    _smollm3_own,
+)
 from pezoo.scores import Normaliser, ScoreTransform, Sinks
 
 if TYPE_CHECKING:
@@ -329,88 +341,6 @@ def _scaling(self: Any) -> float:
     return float(scale if scale is not None else self.inv_norm_factor)
 
 
-def _gemma2_softcap(config: Any) -> float | None:
-    """Gemma 2's attention-logit soft-capping (``attn_logit_softcapping``), or None when it is off."""
-    cap = getattr(config, "attn_logit_softcapping", None)
-    return None if cap is None else float(cap)
-
-
-def _windowed_pattern(config: Any, full: str) -> str:
-    """A sliding-window model's layers as ``hybrid`` letters: R for each ``sliding_attention``
-    layer, ``full`` (N or G) for each ``full_attention`` one; a ValueError naming the fields
-    where a layer type is unknown or the window is missing."""
-    letters = {"sliding_attention": "R", "full_attention": full}
-    kinds = _per_layer(config, "layer_types")
-    if kinds is None or {str(kind) for kind in kinds} - set(letters) or not config.sliding_window:
-        raise ValueError(
-            f"its own encoding cannot be read from its config: layer_types {config.layer_types!r} "
-            f"(sliding_attention or full_attention for each of its {config.num_hidden_layers} layers) and "
-            f"sliding_window {config.sliding_window!r} (a window in tokens)"
-        )
-    return "".join(letters[kind] for kind in kinds)
-
-
-def _per_layer(config: Any, name: str) -> list[Any] | None:
-    """``config.<name>`` as a list of one entry per layer, or None where it is not a list or
-    tuple of ``num_hidden_layers`` entries (which ``hybrid`` would otherwise repeat or cut
-    as a pattern: a config edited out of step with the model's layers)."""
-    value = getattr(config, name, None)
-    if not isinstance(value, list | tuple) or len(value) != config.num_hidden_layers:
-        return None
-    return list(value)
-
-
-def _rnope_swa(config: Any) -> dict[str, Any]:
-    """Cohere 2's and EXAONE 4's (and EXAONE MoE's) own encoding as ``hybrid``'s options (beyond RoPE's, read by
-    ``pezoo.hf._own_rope``): RoPE on their ``sliding_attention`` layers, each key within
-    ``sliding_window`` positions (distance < W, as transformers' sliding mask), no position
-    encoding on their ``full_attention`` layers (RNoPE-SWA: Yang et al. 2025, "Rope to Nope
-    and Back Again", arXiv 2501.18795)."""
-    return {"pattern": _windowed_pattern(config, "N"), "window": int(config.sliding_window), "local": "window"}
-
-
-def _exaone4_own(config: Any) -> str:
-    """EXAONE 4's (and EXAONE MoE's) own encoding, which its config decides: RoPE on every
-    layer where it has no sliding window; with one, RoPE on the sliding
-    layers and none on the global ones, as Cohere 2 (``hybrid``), or ``rope`` where every
-    layer is sliding and ``nope`` where every layer is global. A ``layer_types`` that is not
-    one kind per layer goes to ``hybrid``, whose reader refuses it by field."""
-    if config.sliding_window is None:
-        return "rope"
-    kinds = _per_layer(config, "layer_types")
-    if kinds is not None and set(kinds) == {"sliding_attention"}:
-        return "rope"
-    if kinds is not None and set(kinds) == {"full_attention"}:
-        return "nope"
-    return "hybrid"
-
-
-def _exaone4_options(config: Any) -> dict[str, Any]:
-    """EXAONE 4's own encoding's options: Cohere 2's reading where it is ``hybrid``; none
-    beyond RoPE's otherwise."""
-    return _rnope_swa(config) if _exaone4_own(config) == "hybrid" else {}
-
-
-def _llama4_hybrid(config: Any) -> dict[str, Any]:
-    """Llama 4's own encoding (iRoPE) as ``hybrid``'s options: RoPE on the layers
-    ``no_rope_layers`` marks 1, each query seeing its own chunk of ``attention_chunk_size``
-    positions; the others global with no position encoding, their queries scaled by the
-    attention temperature where ``attn_temperature_tuning`` is on (β ``attn_scale``, F
-    ``floor_scale``)."""
-    flags = _per_layer(config, "no_rope_layers")
-    if flags is None or any(flag not in (0, 1) for flag in flags) or not config.attention_chunk_size:
-        raise ValueError(
-            f"its own encoding cannot be read from its config: no_rope_layers {config.no_rope_layers!r} (1: a RoPE "
-            f"layer, 0: NoPE, for each of its {config.num_hidden_layers} layers) and attention_chunk_size "
-            f"{config.attention_chunk_size!r} (a chunk in tokens)"
-        )
-    kinds = "".join("R" if uses_rope else "N" for uses_rope in flags)
-    out: dict[str, Any] = {"pattern": kinds, "window": int(config.attention_chunk_size), "local": "chunk"}
-    if config.attn_temperature_tuning:
-        out.update(nope_temperature="llama4", attn_scale=float(config.attn_scale), floor_scale=int(config.floor_scale))
-    return out
-
-
 def _llama4(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Llama 4: separate projections, and on its RoPE layers an L2 norm of each head's q and k
     (``use_qk_norm``). The model norms after its rotation; a rotation keeps the norm, so
@@ -419,81 +349,6 @@ def _llama4(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     if hasattr(self, "qk_norm"):
         q, k = self.qk_norm(q), self.qk_norm(k)
     return q, k, v
-
-
-def _local_global_hybrid(config: Any) -> dict[str, Any]:
-    """Gemma 3's and OLMo 3's own encoding as ``hybrid``'s options: RoPE with a sliding window
-    on the ``sliding_attention`` layers (R) and RoPE of its own frequencies with global
-    attention on the ``full_attention`` layers (G), each kind's base and scaling from its
-    entry of ``rope_parameters`` (Gemma Team 2025, "Gemma 3 Technical Report", arXiv
-    2503.19786: bases 10⁴ and 10⁶; OLMo 3: one base, the global layers' scaled in its
-    long-context models). gpt-oss gives one ``rope_parameters`` (YaRN) for both kinds."""
-    kinds = _windowed_pattern(config, "G")
-    params = config.rope_parameters or {}
-    local, whole = params.get("sliding_attention"), params.get("full_attention")
-    if local is None and whole is None and "rope_type" in params:  # one RoPE on every layer (gpt-oss)
-        local = whole = params
-    if not isinstance(local, dict) or not isinstance(whole, dict):
-        raise ValueError(
-            f"its own encoding cannot be read from its config: rope_parameters {params!r} (one entry per layer type)"
-        )
-    out: dict[str, Any] = {"pattern": kinds, "window": int(config.sliding_window), "local": "window"}
-    out["base"] = float(local.get("rope_theta", 10000.0))
-    if local.get("rope_type", "default") != "default":
-        out["scaling"] = dict(local)
-    if "G" in kinds:
-        out["global_base"] = float(whole.get("rope_theta", 10000.0))
-        if whole.get("rope_type", "default") != "default":
-            out["global_scaling"] = dict(whole)
-    return out
-
-
-def _smollm3_own(config: Any) -> str:
-    """SmolLM3's own encoding: RoPE on the layers ``no_rope_layers`` marks 1 and none on the
-    others (every fourth, by default), all attending globally: ``hybrid``, or ``rope`` or
-    ``nope`` where every layer is of one kind. A ``no_rope_layers`` that is not one flag per
-    layer goes to ``hybrid``, whose reader refuses it by field."""
-    flags = _per_layer(config, "no_rope_layers")
-    if flags is not None and set(flags) == {1}:
-        return "rope"
-    if flags is not None and set(flags) == {0}:
-        return "nope"
-    return "hybrid"
-
-
-def _smollm3_options(config: Any) -> dict[str, Any]:
-    """SmolLM3's hybrid as ``hybrid``'s options: R where ``no_rope_layers`` is 1, N where 0, no
-    window. Its sliding-window variant windows the NoPE layers, which ``hybrid`` (whose window
-    belongs to its RoPE layers) does not express: refused by field."""
-    if _smollm3_own(config) != "hybrid":
-        return {}
-    flags = _per_layer(config, "no_rope_layers")
-    if flags is None or any(flag not in (0, 1) for flag in flags):
-        raise ValueError(
-            f"its own encoding cannot be read from its config: no_rope_layers {config.no_rope_layers!r} (1: a RoPE "
-            f"layer, 0: NoPE, for each of its {config.num_hidden_layers} layers)"
-        )
-    if config.use_sliding_window and "sliding_attention" in (config.layer_types or ()):
-        raise ValueError(
-            "its own encoding cannot be read from its config: use_sliding_window windows its NoPE layers "
-            f"(layer_types {config.layer_types!r}), and pezoo's hybrid windows its RoPE layers only"
-        )
-    return {"pattern": "".join("R" if flag else "N" for flag in flags), "window": None}
-
-
-def _bidirectional_refusal(config: Any) -> str | None:
-    if getattr(config, "use_bidirectional_attention", False):
-        return "it attends bidirectionally (use_bidirectional_attention), and pezoo.hf adapts causal LMs"
-    return None
-
-
-def _opt_refusal(config: Any) -> str | None:
-    if config.word_embed_proj_dim != config.hidden_size:
-        return (
-            f"its token embeddings are {config.word_embed_proj_dim} wide and projected to the hidden size "
-            f"{config.hidden_size} inside the decoder, after pezoo's embed hooks would run"
-        )
-    return None
 
 
 @dataclass(frozen=True)
@@ -627,23 +482,6 @@ class NoPositionTable(nn.Module):
 
     def extra_repr(self) -> str:
         return f"width={self.width} (the model's learned positions, removed by pezoo.hf)"
-
-
-def sliding_window(config: Any) -> int | None:
-    """The model's own local attention's reach, if it has one (pezoo's attention is global): a
-    sliding window, or Llama 4's chunks (``attention_chunk_size``: up to that many tokens,
-    every token is in the first chunk, so global attention is the model's). A window no layer
-    uses (``layer_types`` without a ``sliding_attention`` layer: Qwen2 with every layer below
-    ``max_window_layers``, an EXAONE 4 of global layers) is none."""
-    window = getattr(config, "sliding_window", None)
-    if hasattr(config, "use_sliding_window") and not config.use_sliding_window:
-        window = None
-    kinds = getattr(config, "layer_types", None)
-    if isinstance(kinds, list | tuple) and kinds and "sliding_attention" not in kinds:
-        window = None
-    chunk = getattr(config, "attention_chunk_size", None)
-    reach = [int(w) for w in (window, chunk) if w]
-    return min(reach) if reach else None
 
 
 def dropout_probability(module: Any, config: Any) -> float:
