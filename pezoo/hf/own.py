@@ -45,6 +45,15 @@ def _per_layer(config: Any, name: str) -> list[Any] | None:
     return list(value)
 
 
+def _no_rope_pattern(config: Any) -> str | None:
+    """``no_rope_layers`` (Llama 4, SmolLM3: 1 a RoPE layer, 0 a NoPE one) as ``hybrid``
+    letters, R and N; None where it is not one 0/1 flag per layer."""
+    flags = _per_layer(config, "no_rope_layers")
+    if flags is None or any(flag not in (0, 1) for flag in flags):
+        return None
+    return "".join("R" if flag else "N" for flag in flags)
+
+
 def _rnope_swa(config: Any) -> dict[str, Any]:
     """Cohere 2's and EXAONE 4's (and EXAONE MoE's) own encoding as ``hybrid``'s options (beyond RoPE's, read by
     ``pezoo.hf._own_rope``): RoPE on their ``sliding_attention`` layers, each key within
@@ -82,14 +91,13 @@ def _llama4_hybrid(config: Any) -> dict[str, Any]:
     positions; the others global with no position encoding, their queries scaled by the
     attention temperature where ``attn_temperature_tuning`` is on (β ``attn_scale``, F
     ``floor_scale``)."""
-    flags = _per_layer(config, "no_rope_layers")
-    if flags is None or any(flag not in (0, 1) for flag in flags) or not config.attention_chunk_size:
+    kinds = _no_rope_pattern(config)
+    if kinds is None or not config.attention_chunk_size:
         raise ValueError(
             f"its own encoding cannot be read from its config: no_rope_layers {config.no_rope_layers!r} (1: a RoPE "
             f"layer, 0: NoPE, for each of its {config.num_hidden_layers} layers) and attention_chunk_size "
             f"{config.attention_chunk_size!r} (a chunk in tokens)"
         )
-    kinds = "".join("R" if uses_rope else "N" for uses_rope in flags)
     out: dict[str, Any] = {"pattern": kinds, "window": int(config.attention_chunk_size), "local": "chunk"}
     if config.attn_temperature_tuning:
         out.update(nope_temperature="llama4", attn_scale=float(config.attn_scale), floor_scale=int(config.floor_scale))
@@ -142,8 +150,8 @@ def _smollm3_options(config: Any) -> dict[str, Any]:
     belongs to its RoPE layers) does not express: refused by field."""
     if _smollm3_own(config) != "hybrid":
         return {}
-    flags = _per_layer(config, "no_rope_layers")
-    if flags is None or any(flag not in (0, 1) for flag in flags):
+    kinds = _no_rope_pattern(config)
+    if kinds is None:
         raise ValueError(
             f"its own encoding cannot be read from its config: no_rope_layers {config.no_rope_layers!r} (1: a RoPE "
             f"layer, 0: NoPE, for each of its {config.num_hidden_layers} layers)"
@@ -153,7 +161,7 @@ def _smollm3_options(config: Any) -> dict[str, Any]:
             "its own encoding cannot be read from its config: use_sliding_window windows its NoPE layers "
             f"(layer_types {config.layer_types!r}), and pezoo's hybrid windows its RoPE layers only"
         )
-    return {"pattern": "".join("R" if flag else "N" for flag in flags), "window": None}
+    return {"pattern": kinds, "window": None}
 
 
 def _bidirectional_refusal(config: Any) -> str | None:
