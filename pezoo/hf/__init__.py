@@ -67,8 +67,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     Args:
         model: a causal LM of a family in :data:`pezoo.hf.families.FAMILIES` (Llama, Mistral,
             Mixtral, Qwen2, Qwen3, Granite, Gemma, Gemma2, Gemma 3 (text), Cohere2, Llama 4 (text),
-            OLMo, OLMo2, OLMo 3, Starcoder2, Phi, Phi3, StableLM, GPT-NeoX, GPT-J, Falcon, Bloom, OPT,
-            GPT-2).
+            OLMo, OLMo2, OLMo 3, Starcoder2, Phi, Phi3, StableLM, GPT-NeoX, GPT-J, Falcon, Bloom, MPT,
+            OPT, GPT-2, GPTBigCode and more: the table's keys).
         spec: any name :func:`pezoo.create` accepts (``"alibi"``, ``"randomized:rope"``,
             ``"abacus+fire"``, a plugin), or a spec with options (``"alibi{n_biased=4}"``,
             ``"prism{paper}"``: the paper's setup for this model's size, :mod:`pezoo.setups`).
@@ -81,8 +81,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     options win. ``"hybrid"`` on Cohere 2 takes its RoPE, its layer pattern and its sliding
     window: the model's own RNoPE-SWA; on Llama 4, its RoPE, pattern, chunks and temperature
     (iRoPE); on Gemma 3 and OLMo 3, its local and global layers' RoPE and its window. A learned absolute
-    table (GPT-2's ``wpe``, OPT's ``embed_positions``) and an ALiBi of the model's own
-    (Bloom, Falcon with ``alibi``) are replaced by the encoding.
+    table (GPT-2's and GPTBigCode's ``wpe``, OPT's ``embed_positions``) and an ALiBi of the model's own
+    (Bloom, MPT, Falcon with ``alibi``) are replaced by the encoding.
 
     Returns:
         ``model``, adapted: its class becomes ``pezoo.hf.auto.Pezoo<Class>`` (model type

@@ -291,6 +291,33 @@ def _gpt2(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return q, k, v
 
 
+def _gpt_bigcode(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """GPTBigCode (StarCoder, SantaCoder): one ``c_attn``; multi-query, q's heads then one k and
+    one v head, or multi-head, each head's q, k, v side by side."""
+    qkv = self.c_attn(x)
+    if self.multi_query:
+        q, k, v = qkv.split((self.embed_dim, self.kv_dim, self.kv_dim), dim=-1)
+        shape = (*x.shape[:-1], -1, self.head_dim)
+        return q.view(shape).transpose(1, 2), k.unsqueeze(1), v.unsqueeze(1)
+    q, k, v = qkv.view(*x.shape[:-1], self.num_heads, 3 * self.head_dim).transpose(1, 2).split(self.head_dim, dim=-1)
+    return q, k, v
+
+
+def _mpt(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """MPT: one ``Wqkv``, q's heads then k's then v's, clamped to ±``clip_qkv`` where set."""
+    qkv = self.Wqkv(x)
+    if self.clip_qkv:
+        qkv = qkv.clamp(min=-self.clip_qkv, max=self.clip_qkv)
+    shape = (*x.shape[:-1], -1, self.head_dim)
+    q, k, v = (t.view(shape).transpose(1, 2) for t in qkv.chunk(3, dim=-1))
+    return q, k, v
+
+
+def _softmax_scale(self: Any) -> float:
+    """MPT's score scale, ``softmax_scale`` (1/√e unless its config sets one)."""
+    return float(self.softmax_scale)
+
+
 def _bloom(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Bloom: its own split of ``query_key_value`` (each head's q, k, v side by side)."""
     q, k, v = self._reshape(self.query_key_value(x))
@@ -459,10 +486,14 @@ FAMILIES: dict[str, Family] = {
     "gptj": Family("h", "attn", output=_gptj_output, rope_layout="interleaved"),
     "falcon": Family("h", "self_attention", _falcon, _dense),
     "bloom": Family("h", "self_attention", _bloom, _bloom_output, own="alibi"),
+    # MPT's ALiBi (its slopes Press et al.'s for any head count; a bias by key index, equal
+    # under softmax to the bias by distance) is pezoo's "alibi"
+    "mpt": Family("blocks", "attn", _mpt, _out_proj, own="alibi", scale=_softmax_scale),
     "opt": Family(
         "layers", "self_attn", output=_out_proj, own=None, table="embed_positions", refuse=_opt_refusal, core="decoder"
     ),
     "gpt2": Family("h", "attn", _gpt2, _gpt2_output, own=None, table="wpe"),
+    "gpt_bigcode": Family("h", "attn", _gpt_bigcode, _gpt2_output, own=None, table="wpe"),
 }
 """The model families pezoo.hf adapts, by ``config.model_type``."""
 
@@ -486,7 +517,7 @@ class NoPositionTable(nn.Module):
 
 def dropout_probability(module: Any, config: Any) -> float:
     """The model's attention-probability dropout p (0 when off)."""
-    for name in ("attention_dropout", "attn_dropout", "dropout"):
+    for name in ("attention_dropout", "attn_dropout", "attn_dropout_p", "dropout"):
         value = getattr(module, name, None)
         if isinstance(value, nn.Dropout):
             return float(value.p)

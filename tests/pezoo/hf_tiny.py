@@ -116,6 +116,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 64,
     },
     "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64},
+    "gpt_bigcode": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64},  # multi-query, as StarCoder
+    "mpt": {"d_model": 32, "n_layers": 2, "n_heads": 4, "max_seq_len": 64, "expansion_ratio": 2},
 }
 """A tiny configuration of each adapted family."""
 
@@ -123,7 +125,7 @@ HYBRID_FAMILIES = ("cohere2", "exaone4", "exaone_moe", "gemma3_text", "gpt_oss",
 """Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,
 test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py, test_hf_smollm3.py)."""
 
-ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "opt", "gpt2", *HYBRID_FAMILIES)]
+ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "mpt", "opt", "gpt2", "gpt_bigcode", *HYBRID_FAMILIES)]
 """Families whose own encoding is RoPE."""
 
 

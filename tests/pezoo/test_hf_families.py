@@ -147,6 +147,47 @@ def test_alibi_is_blooms_own():
     torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("heads", [4, 6, 12])
+def test_alibi_is_mpts_own(heads):
+    """MPT biases by key index (a row's shift of the bias by distance: the same softmax), with
+    slopes from its own formula, which for head counts other than powers of two (6, 12) picks
+    them as Press et al.'s: pezoo's ``alibi`` gives its logits and its greedy continuations.
+    The projections are scaled so attention is sharp enough for the bias to matter (``nope``
+    differs)."""
+    torch.manual_seed(4)
+    mpt = tiny("mpt", n_heads=heads, d_model=8 * heads)
+    with torch.no_grad():
+        for block in mpt.transformer.blocks:
+            block.attn.Wqkv.weight.mul_(4)
+    ids, mask = left_padded([list(range(3, 20)), list(range(30, 40))])
+    ours = pezoo.hf.use_encoding(copy.deepcopy(mpt), "alibi")
+    with torch.no_grad():
+        want = mpt(ids, attention_mask=mask).logits
+        got = ours(ids, attention_mask=mask).logits
+        nope = pezoo.hf.use_encoding(copy.deepcopy(mpt), "nope")(ids, attention_mask=mask).logits
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-5, rtol=0)
+    assert (nope[mask.bool()] - want[mask.bool()]).abs().max() > 0.05
+    assert (
+        ours.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False).tolist()
+        == mpt.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False).tolist()
+    )
+
+
+@pytest.mark.parametrize(("model_type", "config"), [("gpt2", {}), ("gpt_bigcode", {}),
+                                                    ("gpt_bigcode", {"multi_query": False})])  # fmt: skip
+def test_learned_ape_holding_the_models_table_is_the_model(model_type, config):
+    """A family whose own positions are a learned table (GPT-2, StarCoder's GPTBigCode, multi-
+    query or not): pezoo's ``learned_ape`` given that table gives the model's logits, so its
+    heads are read from the fused projection as the model reads them."""
+    torch.manual_seed(6)
+    model = tiny(model_type, **config)
+    ids = torch.tensor([list(range(3, 20))])
+    ours = pezoo.hf.use_encoding(copy.deepcopy(model), "learned_ape", max_position=64)
+    with torch.no_grad():
+        ours.pezoo_encoding.table.copy_(model.transformer.wpe.weight)
+        torch.testing.assert_close(ours(ids).logits, model(ids).logits, atol=1e-5, rtol=0)
+
+
 def test_an_alibi_of_the_models_own_is_replaced():
     torch.manual_seed(4)
     falcon = tiny("falcon", alibi=True)
