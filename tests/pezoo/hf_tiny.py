@@ -116,6 +116,23 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 64,
     },
     "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64},
+    "aria_text": _LLAMA_LIKE,
+    "granitemoeshared": {
+        **_LLAMA_LIKE,
+        "attention_multiplier": 0.3,
+        "num_local_experts": 2,
+        "num_experts_per_tok": 1,
+        "shared_intermediate_size": 32,
+    },
+    "hyperclovax": {**_LLAMA_LIKE, "attention_multiplier": 0.3},
+    "jais2": _LLAMA_LIKE,
+    "solar_open": {**_LLAMA_LIKE, **_TWO_EXPERTS, "head_dim": 8},
+    "apertus1p5_text": {**_LLAMA_LIKE, "head_dim": 8},
+    "hy_v3": {**_LLAMA_LIKE, **_TWO_EXPERTS, "head_dim": 8},
+    "flex_olmo": {**_LLAMA_LIKE, "num_experts": 2, "num_experts_per_tok": 1},
+    # MiniMax-M2 rotates half of each head (its checkpoints' legacy rotary_dim), q/k normed full-width
+    "minimax_m2": {**_LLAMA_LIKE, "head_dim": 8, "rotary_dim": 4, "num_local_experts": 2, "num_experts_per_tok": 1},
+    "vaultgemma": {**_LLAMA_LIKE, "head_dim": 8, "query_pre_attn_scalar": 8, "attn_logit_softcapping": None},
     "gpt_bigcode": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64},  # multi-query, as StarCoder
     "mpt": {"d_model": 32, "n_layers": 2, "n_heads": 4, "max_seq_len": 64, "expansion_ratio": 2},
 }
