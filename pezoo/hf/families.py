@@ -456,6 +456,10 @@ FAMILIES: dict[str, Family] = {
         "layers", "self_attn", _llama4, own="hybrid", rope_layout="interleaved", own_options=_llama4_hybrid,
         core="model",  # its base_model_prefix names the multimodal model's text part, so base_model is the LM
     ),
+    # Meta's CWM: RoPE (Llama 3-scaled) on every layer, three windowed layers to a global one
+    "cwm": Family("layers", "self_attn", own="hybrid", own_options=_local_global_hybrid),
+    # Kolibri 1: EXAONE 4's reading (RNoPE-SWA with a window, RoPE everywhere without), q/k normed per head
+    "kolibri1": Family("layers", "self_attn", _per_head_norms, own=_exaone4_own, own_options=_exaone4_options),
     "gpt_oss": Family("layers", "self_attn", own="hybrid", own_options=_local_global_hybrid, sinks="sinks"),
     "qwen3": Family("layers", "self_attn", _per_head_norms),
     "qwen3_moe": Family("layers", "self_attn", _per_head_norms),

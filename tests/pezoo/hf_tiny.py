@@ -133,12 +133,23 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # MiniMax-M2 rotates half of each head (its checkpoints' legacy rotary_dim), q/k normed full-width
     "minimax_m2": {**_LLAMA_LIKE, "head_dim": 8, "rotary_dim": 4, "num_local_experts": 2, "num_experts_per_tok": 1},
     "vaultgemma": {**_LLAMA_LIKE, "head_dim": 8, "query_pre_attn_scalar": 8, "attn_logit_softcapping": None},
+    # a global layer, then three sliding-window ones (its default pattern), one Llama 3-scaled RoPE
+    "cwm": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
+    # as exaone4's: three sliding-window RoPE layers, then a global NoPE one
+    "kolibri1": {
+        **_LLAMA_LIKE,
+        "num_hidden_layers": 4,
+        "sliding_window": 64,
+        "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+    },
     "gpt_bigcode": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64},  # multi-query, as StarCoder
     "mpt": {"d_model": 32, "n_layers": 2, "n_heads": 4, "max_seq_len": 64, "expansion_ratio": 2},
 }
 """A tiny configuration of each adapted family."""
 
-HYBRID_FAMILIES = ("cohere2", "exaone4", "exaone_moe", "gemma3_text", "gpt_oss", "llama4_text", "olmo3", "smollm3")
+HYBRID_FAMILIES = (
+    "cohere2", "cwm", "exaone4", "exaone_moe", "gemma3_text", "gpt_oss", "kolibri1", "llama4_text", "olmo3", "smollm3"
+)  # fmt: skip
 """Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,
 test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py, test_hf_smollm3.py)."""
 

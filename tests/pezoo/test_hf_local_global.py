@@ -1,6 +1,7 @@
 """pezoo.hf on the models whose own encoding interleaves RoPE layers with a sliding window and
 global RoPE layers of their own frequencies: Gemma 3 (text; bases 10⁴ and 10⁶, the global
-ones scaled by a factor 8 in its larger checkpoints) and OLMo 3 (one base). pezoo's
+ones scaled by a factor 8 in its larger checkpoints), OLMo 3 (one base) and CWM (one Llama
+3-scaled RoPE, a global layer then three windowed ones). pezoo's
 ``"hybrid"`` (R and G layers) reproduces the model's logits and greedy continuations past
 the window; another encoding is refused past it."""
 
@@ -27,6 +28,7 @@ SCALED_GLOBAL = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}
 FAMILIES = {  # model type: (its layers' kinds, the R layers' base, the G layers' base)
     "gemma3_text": ("RRRRRG", 10000.0, 1e6),
     "olmo3": ("RRRG", 500000.0, 500000.0),
+    "cwm": ("GRRR", 1e6, 1e6),  # one Llama 3-scaled RoPE on both kinds
 }
 
 
@@ -48,8 +50,9 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
         ("gemma3_text", {}),
         ("gemma3_text", {"rope_parameters": {"sliding_attention": LOCAL, "full_attention": SCALED_GLOBAL}}),
         ("olmo3", {}),
+        ("cwm", {}),
     ],
-    ids=["gemma3", "gemma3-scaled-global", "olmo3"],
+    ids=["gemma3", "gemma3-scaled-global", "olmo3", "cwm"],
 )
 def test_hybrid_is_the_models_own_past_its_window(model_type, overrides):
     model = windowed(model_type, **overrides)
@@ -74,7 +77,11 @@ def test_the_window_and_the_global_base_matter(model_type):
     ids, mask = batch()
     with torch.no_grad():
         want = model(ids, attention_mask=mask).logits
-        for changed in ({"window": None}, {"global_base": 500.0}):
+        read = pezoo.hf.families.FAMILIES[model_type].own_options(model.config)
+        other_base: dict = {"global_base": 500.0}
+        if "global_scaling" in read:  # a scaled RoPE names its base too (CWM's Llama 3 scaling)
+            other_base["global_scaling"] = {**read["global_scaling"], "rope_theta": 500.0}
+        for changed in ({"window": None}, other_base):
             other = pezoo.hf.use_encoding(copy.deepcopy(model), "hybrid", **changed)
             assert (other(ids, attention_mask=mask).logits - want)[mask.bool()].abs().max() > 1e-3, changed
 
@@ -97,9 +104,12 @@ def test_refusals_another_encoding_past_the_window_and_frequencies_read_differen
     ids, mask = batch()
     with pytest.raises(ValueError, match="sliding window of 4 tokens"), torch.no_grad():
         pezoo.hf.use_encoding(windowed(model_type), "rope")(ids, attention_mask=mask)
-    for kind in ("sliding_attention", "full_attention"):
+    rotary = windowed(model_type).model.rotary_emb
+    kinds = ("sliding_attention", "full_attention")
+    kept = [f"{kind}_inv_freq" for kind in kinds if hasattr(rotary, f"{kind}_inv_freq")]
+    for buffer in kept or ["inv_freq"]:  # one per layer kind (Gemma 3, OLMo 3), or one for both (CWM)
         model = windowed(model_type)
-        getattr(model.model.rotary_emb, f"{kind}_inv_freq").mul_(0.5)  # frequencies no config of pezoo's gives
+        getattr(model.model.rotary_emb, buffer).mul_(0.5)  # frequencies no config of pezoo's gives
         with pytest.raises(ValueError, match="differently"):
             pezoo.hf.use_encoding(model, "hybrid")
 

@@ -1,6 +1,6 @@
 """pezoo.hf on the models whose own encoding is RNoPE-SWA (RoPE on sliding-window layers, no
-position encoding on the global ones): Cohere 2, and EXAONE 4 and EXAONE MoE where their config
-has a window.
+position encoding on the global ones): Cohere 2, and EXAONE 4, EXAONE MoE and Kolibri 1 where
+their config has a window.
 pezoo's ``"hybrid"`` reproduces the model's logits and greedy continuations past the window,
 with a KV cache that keeps every key; another encoding is refused past the window, as on any
 sliding-window model. EXAONE 4's (and EXAONE MoE's) own encoding is what its config makes it:
@@ -17,7 +17,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 KNOWN = transformers.models.auto.configuration_auto.CONFIG_MAPPING
-LAYOUTS = {"cohere2": "interleaved", "exaone4": "half", "exaone_moe": "half"}
+LAYOUTS = {"cohere2": "interleaved", "exaone4": "half", "exaone_moe": "half", "kolibri1": "half"}
 FAMILIES = {t: layout for t, layout in LAYOUTS.items() if t in KNOWN}
 """The families this transformers has, by model type: its RoPE's layout."""
 if not FAMILIES:
