@@ -222,6 +222,22 @@ def _per_head_norms(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return self.q_norm(q), self.k_norm(k), v
 
 
+def _nanochat(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """nanochat: a weightless RMS norm of each head's q and k, and a RoPE turning the other way
+    (its ``rotate_half`` is ``(x2, -x1)``: a rotation by -θ). The norm is a function of a
+    vector's length, which a rotation keeps, so it may come first (as here, before pezoo's
+    ``qk``). The rotation by -θ is F R(θ) F with F negating the second half of each head, and
+    F is orthogonal: <F R(θ) F q, F R(θ) F k> = <R(θ) F q, R(θ) F k>. So negating the second
+    half of q and k, then rotating the usual way, gives the model's scores; any other
+    encoding sees <F q, F k> = <q, k>, the model's scores without its RoPE."""
+    q, k, v = separate_projections(self, x)
+    q, k = self.q_norm(q), self.k_norm(k)
+    half = q.shape[-1] // 2
+    sign = torch.ones(q.shape[-1], dtype=q.dtype, device=q.device)
+    sign[half:] = -1
+    return q * sign, k * sign, v
+
+
 def _cohere(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Cohere (Command R): where ``use_qk_norm`` is set, a layer norm of q and k whose weight is
     one per head and feature, (h, e), applied to the split heads."""
@@ -479,6 +495,7 @@ FAMILIES: dict[str, Family] = {
     "nemotron": Family("layers", "self_attn", applies_partial_rotary=True),
     "glm4_moe": Family("layers", "self_attn", _optional_rms_head_norms, applies_partial_rotary=True),
     "ministral": _LLAMA,
+    "nanochat": Family("layers", "self_attn", _nanochat),
     "aria_text": _LLAMA,
     "granitemoeshared": _LLAMA,
     "hyperclovax": _LLAMA,

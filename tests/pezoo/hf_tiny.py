@@ -117,6 +117,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
     "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64},
     "aria_text": _LLAMA_LIKE,
+    # heads 16 wide: its weightless q/k norms fix |q| = |k| = sqrt(16), so the scores reach ±4
+    "nanochat": {**_LLAMA_LIKE, "head_dim": 16},
     "granitemoeshared": {
         **_LLAMA_LIKE,
         "attention_multiplier": 0.3,

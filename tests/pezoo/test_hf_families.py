@@ -147,6 +147,22 @@ def test_alibi_is_blooms_own():
     torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=1e-5, rtol=0)
 
 
+def test_nanochats_rope_turns_the_other_way(monkeypatch):
+    """nanochat rotates by -θ (and norms q and k after): pezoo reads it as rotate-half RoPE on
+    q and k with the second half of each head negated, which gives its logits; read as Qwen3
+    (the same norms, RoPE turning the usual way) the logits are off by 100x the tolerance."""
+    torch.manual_seed(0)
+    model = tiny("nanochat")
+    ids, mask = left_padded([list(range(3, 15)), list(range(30, 38))])
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits[mask.bool()]
+        got = pezoo.hf.use_encoding(copy.deepcopy(model), "rope")(ids, attention_mask=mask).logits[mask.bool()]
+        monkeypatch.setitem(pezoo.hf.families.FAMILIES, "nanochat", pezoo.hf.families.FAMILIES["qwen3"])
+        usual = pezoo.hf.use_encoding(copy.deepcopy(model), "rope")(ids, attention_mask=mask).logits[mask.bool()]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert (usual - want).abs().max() > 1e-3
+
+
 @pytest.mark.parametrize("heads", [4, 6, 12])
 def test_alibi_is_mpts_own(heads):
     """MPT biases by key index (a row's shift of the bias by distance: the same softmax), with
