@@ -34,6 +34,7 @@ from pezoo.context import AttentionContext
 from pezoo.hf import calls
 from pezoo.hf.own import (
     _bidirectional_refusal,
+    _cohere2_moe_hybrid,
     _exaone4_options,
     _exaone4_own,
     _gemma2_softcap,
@@ -461,6 +462,9 @@ FAMILIES: dict[str, Family] = {
     "gemma": _LLAMA,
     "gemma2": Family("layers", "self_attn", softcap=_gemma2_softcap),
     "cohere2": Family("layers", "self_attn", own="hybrid", rope_layout="interleaved", own_options=_rnope_swa),
+    "cohere2_moe": Family(
+        "layers", "self_attn", own="hybrid", rope_layout="interleaved", own_options=_cohere2_moe_hybrid
+    ),
     "exaone4": Family("layers", "self_attn", _per_head_norms, own=_exaone4_own, own_options=_exaone4_options),
     "exaone_moe": Family("layers", "self_attn", _per_head_norms, own=_exaone4_own, own_options=_exaone4_options),
     "olmo3": Family("layers", "self_attn", _full_width_norms, own="hybrid", own_options=_local_global_hybrid),

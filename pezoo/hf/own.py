@@ -63,6 +63,24 @@ def _rnope_swa(config: Any) -> dict[str, Any]:
     return {"pattern": _windowed_pattern(config, "N"), "window": int(config.sliding_window), "local": "window"}
 
 
+def _cohere2_moe_hybrid(config: Any) -> dict[str, Any]:
+    """Cohere 2 MoE's own encoding: Cohere 2's (:func:`_rnope_swa`), except that where
+    ``prefix_dense_sliding_window_pattern`` is 1 its dense-MLP layers (``mlp_layer_types``)
+    rotate on their global attention too (transformers' ``force_rope``): G layers, of the same
+    RoPE as the R layers."""
+    out = _rnope_swa(config)
+    if config.prefix_dense_sliding_window_pattern != 1:
+        return out
+    mlp = _per_layer(config, "mlp_layer_types")
+    if mlp is None:
+        raise ValueError(
+            f"its own encoding cannot be read from its config: mlp_layer_types {config.mlp_layer_types!r} "
+            f"(dense or sparse for each of its {config.num_hidden_layers} layers)"
+        )
+    out["pattern"] = "".join("G" if k == "N" and m == "dense" else k for k, m in zip(out["pattern"], mlp, strict=True))
+    return out
+
+
 def _exaone4_own(config: Any) -> str:
     """EXAONE 4's (and EXAONE MoE's) own encoding, which its config decides: RoPE on every
     layer where it has no sliding window; with one, RoPE on the sliding

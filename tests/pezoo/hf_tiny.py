@@ -37,6 +37,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gemma2": {**_LLAMA_LIKE, "head_dim": 8, "query_pre_attn_scalar": 8, "attn_logit_softcapping": None},
     # four layers: RoPE windowed, three of them, then a NoPE global one (its default 3:1 pattern)
     "cohere2": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
+    # as Cohere 2's, with a mixture of two experts on every layer (no dense prefix)
+    "cohere2_moe": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64, **_TWO_EXPERTS},
     # as Cohere 2's, with q and k normed per head (without a window, RoPE everywhere)
     "exaone4": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
     # three sliding-window RoPE layers, then a global one (one base, 5·10⁵)
@@ -150,7 +152,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 """A tiny configuration of each adapted family."""
 
 HYBRID_FAMILIES = (
-    "cohere2", "cwm", "exaone4", "exaone_moe", "gemma3_text", "gpt_oss", "kolibri1", "llama4_text", "olmo3", "smollm3"
+    "cohere2", "cohere2_moe", "cwm", "exaone4", "exaone_moe", "gemma3_text", "gpt_oss", "kolibri1", "llama4_text",
+    "olmo3", "smollm3",
 )  # fmt: skip
 """Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,
 test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py, test_hf_smollm3.py)."""
