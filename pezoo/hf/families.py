@@ -38,6 +38,7 @@ from pezoo.hf.own import (
     _exaone4_options,
     _exaone4_own,
     _gemma2_softcap,
+    _granite_swa_hybrid,
     _llama4_hybrid,
     _local_global_hybrid,
     _opt_refusal,
@@ -359,6 +360,11 @@ def _out_proj(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
     return self.out_proj(out)
 
 
+def _bitnet_output(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
+    """BitNet: an RMS norm of the attended values before ``o_proj``."""
+    return self.o_proj(self.attn_sub_norm(out))
+
+
 def _gptj_output(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
     return self.resid_dropout(self.out_proj(out))
 
@@ -480,6 +486,13 @@ FAMILIES: dict[str, Family] = {
     "cwm": Family("layers", "self_attn", own="hybrid", own_options=_local_global_hybrid),
     # Kolibri 1: EXAONE 4's reading (RNoPE-SWA with a window, RoPE everywhere without), q/k normed per head
     "kolibri1": Family("layers", "self_attn", _per_head_norms, own=_exaone4_own, own_options=_exaone4_options),
+    # Mellum: Gemma 3's local/global layers (a RoPE per kind), q and k normed per head
+    "mellum": Family("layers", "self_attn", _per_head_norms, own="hybrid", own_options=_local_global_hybrid),
+    # Flint: RNoPE-SWA, q and k normed per head, attention sinks
+    "flint": Family("layers", "self_attn", _per_head_norms, own="hybrid", own_options=_rnope_swa, sinks="sinks"),
+    # Granite SWA: windowed and global layers, each with its RoPE base or none, and attention sinks
+    "granite_swa": Family("layers", "self_attn", own="hybrid", own_options=_granite_swa_hybrid, sinks="sinks"),
+    "granitemoe_swa": Family("layers", "self_attn", own="hybrid", own_options=_granite_swa_hybrid, sinks="sinks"),
     "gpt_oss": Family("layers", "self_attn", own="hybrid", own_options=_local_global_hybrid, sinks="sinks"),
     "qwen3": Family("layers", "self_attn", _per_head_norms),
     "qwen3_moe": Family("layers", "self_attn", _per_head_norms),
@@ -499,6 +512,7 @@ FAMILIES: dict[str, Family] = {
     "nemotron": Family("layers", "self_attn", applies_partial_rotary=True),
     "glm4_moe": Family("layers", "self_attn", _optional_rms_head_norms, applies_partial_rotary=True),
     "ministral": _LLAMA,
+    "bitnet": Family("layers", "self_attn", output=_bitnet_output),
     "nanochat": Family("layers", "self_attn", _nanochat),
     "aria_text": _LLAMA,
     "granitemoeshared": _LLAMA,

@@ -81,6 +81,38 @@ def _cohere2_moe_hybrid(config: Any) -> dict[str, Any]:
     return out
 
 
+def _granite_swa_hybrid(config: Any) -> dict[str, Any]:
+    """Granite SWA's own encoding as ``hybrid``'s options: each layer's RoPE base from
+    ``layer_rope_theta`` (0: no position encoding), its window from ``layer_types``. A
+    windowed RoPE layer is R, a global RoPE layer G, a global one of base 0 N; R layers
+    share one base, G layers another. A windowed layer without RoPE, or bases that vary
+    within a kind, are beyond ``hybrid`` and refused by field."""
+    kinds = _windowed_pattern(config, "G")
+    thetas = _per_layer(config, "layer_rope_theta")
+    layers = list(zip(kinds, thetas or [], strict=False))  # (R|G, its base) per layer
+    letters = "".join("N" if kind == "G" and not theta else kind for kind, theta in layers)
+    bases = {kind: {float(theta) for letter, (_, theta) in zip(letters, layers, strict=True) if letter == kind}
+             for kind in "RG"}  # fmt: skip
+    windowed_nope = any(kind == "R" and not theta for kind, theta in layers)
+    if thetas is None or windowed_nope or any(len(b) > 1 for b in bases.values()):
+        raise ValueError(
+            f"its own encoding cannot be read from its config: layer_rope_theta {config.layer_rope_theta!r} (one "
+            f"base for the sliding_attention layers, none of them 0, and one base or 0 for the full_attention ones, "
+            f"over its {config.num_hidden_layers} layers)"
+        )
+    if (config.rope_parameters or {}).get("rope_type", "default") != "default":
+        raise ValueError(
+            f"its own encoding cannot be read from its config: rope_parameters {config.rope_parameters!r} "
+            "(pezoo reads Granite SWA's unscaled RoPE)"
+        )
+    out: dict[str, Any] = {"pattern": letters, "window": int(config.sliding_window), "local": "window"}
+    if bases["R"]:
+        out["base"] = bases["R"].pop()
+    if bases["G"]:
+        out["global_base"] = bases["G"].pop()
+    return out
+
+
 def _exaone4_own(config: Any) -> str:
     """EXAONE 4's (and EXAONE MoE's) own encoding, which its config decides: RoPE on every
     layer where it has no sliding window; with one, RoPE on the sliding

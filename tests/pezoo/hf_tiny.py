@@ -146,14 +146,35 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "sliding_window": 64,
         "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
     },
+    "bitnet": _LLAMA_LIKE,
+    # three sliding-window RoPE layers (base 10⁴), then a global RoPE one (base 5·10⁵); two experts
+    "mellum": {
+        **_LLAMA_LIKE,
+        "num_hidden_layers": 4,
+        "sliding_window": 64,
+        "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+        "num_experts": 2,
+        "num_experts_per_tok": 1,
+    },
+    # its default pattern on four layers: global NoPE, global NoPE, windowed RoPE, global NoPE; sinks
+    "flint": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
+    # a global RoPE layer, then three windowed ones (its default pattern, one base); sinks
+    "granite_swa": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
+    "granitemoe_swa": {
+        **_LLAMA_LIKE,
+        "num_hidden_layers": 4,
+        "sliding_window": 64,
+        "num_local_experts": 2,
+        "num_experts_per_tok": 1,
+    },
     "gpt_bigcode": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64},  # multi-query, as StarCoder
     "mpt": {"d_model": 32, "n_layers": 2, "n_heads": 4, "max_seq_len": 64, "expansion_ratio": 2},
 }
 """A tiny configuration of each adapted family."""
 
 HYBRID_FAMILIES = (
-    "cohere2", "cohere2_moe", "cwm", "exaone4", "exaone_moe", "gemma3_text", "gpt_oss", "kolibri1", "llama4_text",
-    "olmo3", "smollm3",
+    "cohere2", "cohere2_moe", "cwm", "exaone4", "exaone_moe", "flint", "gemma3_text", "gpt_oss", "granite_swa",
+    "granitemoe_swa", "kolibri1", "llama4_text", "mellum", "olmo3", "smollm3",
 )  # fmt: skip
 """Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,
 test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py, test_hf_smollm3.py)."""

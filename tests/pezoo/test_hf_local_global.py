@@ -1,7 +1,7 @@
 """pezoo.hf on the models whose own encoding interleaves RoPE layers with a sliding window and
 global RoPE layers of their own frequencies: Gemma 3 (text; bases 10⁴ and 10⁶, the global
-ones scaled by a factor 8 in its larger checkpoints), OLMo 3 (one base) and CWM (one Llama
-3-scaled RoPE, a global layer then three windowed ones). pezoo's
+ones scaled by a factor 8 in its larger checkpoints), OLMo 3 (one base), CWM (one Llama
+3-scaled RoPE, a global layer then three windowed ones) and Mellum (bases 10⁴ and 5·10⁵). pezoo's
 ``"hybrid"`` (R and G layers) reproduces the model's logits and greedy continuations past
 the window; another encoding is refused past it."""
 
@@ -29,6 +29,7 @@ FAMILIES = {  # model type: (its layers' kinds, the R layers' base, the G layers
     "gemma3_text": ("RRRRRG", 10000.0, 1e6),
     "olmo3": ("RRRG", 500000.0, 500000.0),
     "cwm": ("GRRR", 1e6, 1e6),  # one Llama 3-scaled RoPE on both kinds
+    "mellum": ("RRRG", 10000.0, 500000.0),  # q and k normed per head
 }
 
 
@@ -51,8 +52,9 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
         ("gemma3_text", {"rope_parameters": {"sliding_attention": LOCAL, "full_attention": SCALED_GLOBAL}}),
         ("olmo3", {}),
         ("cwm", {}),
+        ("mellum", {}),
     ],
-    ids=["gemma3", "gemma3-scaled-global", "olmo3", "cwm"],
+    ids=["gemma3", "gemma3-scaled-global", "olmo3", "cwm", "mellum"],
 )
 def test_hybrid_is_the_models_own_past_its_window(model_type, overrides):
     model = windowed(model_type, **overrides)
