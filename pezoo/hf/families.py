@@ -208,6 +208,8 @@ def attention_forward(self: Any, hidden_states: Tensor, *args: Any, **kwargs: An
     scale = family.scale(self)
     out, probs = fn(self, q, k, v, None, scaling=scale, pezoo_adapter=adapter, pezoo_call=call, pezoo_layer=layer)
     out = out.reshape(*out.shape[:2], -1).contiguous()  # (b, s, h*f)
+    if family.gate is not None:
+        out = out * family.gate(self, hidden_states)
     return family.output(self, out, args), probs
 
 
@@ -360,6 +362,11 @@ def _out_proj(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
     return self.out_proj(out)
 
 
+def _sigmoid_gate(self: Any, x: Tensor) -> Tensor:
+    """AFMoE's output gate: σ(``gate_proj`` x), one per attended feature (b, s, h*e)."""
+    return torch.sigmoid(self.gate_proj(x))
+
+
 def _bitnet_output(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
     """BitNet: an RMS norm of the attended values before ``o_proj``."""
     return self.o_proj(self.attn_sub_norm(out))
@@ -436,6 +443,8 @@ class Family:
             (:class:`pezoo.scores.SoftCap`), before the encoding's biases and the masks.
         sinks: the attention module's attribute holding its sink logits, one per head (gpt-oss's
             ``sinks``), or None: pezoo normalises with them (:class:`pezoo.scores.Sinks`).
+        gate: the model's gate on the attended values, a function of the attention's input
+            (AFMoE's σ(``gate_proj`` x), (b, s, h*e)) multiplying them before ``output``; or None.
     """
 
     layers: str
@@ -451,6 +460,7 @@ class Family:
     core: str = ""
     softcap: Callable[[Any], float | None] = field(default=lambda config: None)
     sinks: str | None = None
+    gate: Callable[[Any, Tensor], Tensor] | None = None
     own_options: Callable[[Any], dict[str, Any]] = field(default=lambda config: {})
 
     def own_encoding(self, config: Any) -> str | None:
@@ -488,6 +498,8 @@ FAMILIES: dict[str, Family] = {
     "kolibri1": Family("layers", "self_attn", _per_head_norms, own=_exaone4_own, own_options=_exaone4_options),
     # Mellum: Gemma 3's local/global layers (a RoPE per kind), q and k normed per head
     "mellum": Family("layers", "self_attn", _per_head_norms, own="hybrid", own_options=_local_global_hybrid),
+    # AFMoE (Arcee's Trinity): RNoPE-SWA, q and k normed per head, a sigmoid gate on the attended values
+    "afmoe": Family("layers", "self_attn", _per_head_norms, own="hybrid", own_options=_rnope_swa, gate=_sigmoid_gate),
     # Flint: RNoPE-SWA, q and k normed per head, attention sinks
     "flint": Family("layers", "self_attn", _per_head_norms, own="hybrid", own_options=_rnope_swa, sinks="sinks"),
     # Granite SWA: windowed and global layers, each with its RoPE base or none, and attention sinks

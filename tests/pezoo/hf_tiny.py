@@ -39,6 +39,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "cohere2": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
     # as Cohere 2's, with a mixture of two experts on every layer (no dense prefix)
     "cohere2_moe": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64, **_TWO_EXPERTS},
+    # as Cohere 2's (rotate-half), q and k normed per head, a sigmoid gate on the attended values
+    "afmoe": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64, **_TWO_EXPERTS},
     # as Cohere 2's, with q and k normed per head (without a window, RoPE everywhere)
     "exaone4": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
     # three sliding-window RoPE layers, then a global one (one base, 5·10⁵)
@@ -173,7 +175,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 """A tiny configuration of each adapted family."""
 
 HYBRID_FAMILIES = (
-    "cohere2", "cohere2_moe", "cwm", "exaone4", "exaone_moe", "flint", "gemma3_text", "gpt_oss", "granite_swa",
+    "afmoe", "cohere2", "cohere2_moe", "cwm", "exaone4", "exaone_moe", "flint", "gemma3_text", "gpt_oss", "granite_swa",
     "granitemoe_swa", "kolibri1", "llama4_text", "mellum", "olmo3", "smollm3",
 )  # fmt: skip
 """Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,

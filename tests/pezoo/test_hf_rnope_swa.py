@@ -1,7 +1,7 @@
 """pezoo.hf on the models whose own encoding is RNoPE-SWA (RoPE on sliding-window layers, no
 position encoding on the global ones): Cohere 2 and Cohere 2 MoE (whose dense-MLP prefix layers
-may rotate on global attention too), and EXAONE 4, EXAONE MoE and Kolibri 1 where their config
-has a window.
+may rotate on global attention too), AFMoE (with a sigmoid gate on the attended values), and
+EXAONE 4, EXAONE MoE and Kolibri 1 where their config has a window.
 pezoo's ``"hybrid"`` reproduces the model's logits and greedy continuations past the window,
 with a KV cache that keeps every key; another encoding is refused past the window, as on any
 sliding-window model. EXAONE 4's (and EXAONE MoE's) own encoding is what its config makes it:
@@ -18,8 +18,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 KNOWN = transformers.models.auto.configuration_auto.CONFIG_MAPPING
-LAYOUTS = {"cohere2": "interleaved", "cohere2_moe": "interleaved", "exaone4": "half", "exaone_moe": "half",
-           "kolibri1": "half"}  # fmt: skip
+LAYOUTS = {"afmoe": "half", "cohere2": "interleaved", "cohere2_moe": "interleaved", "exaone4": "half",
+           "exaone_moe": "half", "kolibri1": "half"}  # fmt: skip
 FAMILIES = {t: layout for t, layout in LAYOUTS.items() if t in KNOWN}
 """The families this transformers has, by model type: its RoPE's layout."""
 if not FAMILIES:
@@ -190,3 +190,18 @@ def test_cohere2_moes_dense_prefix_layers_rotate_on_global_attention(prefix_patt
         model.config.mlp_layer_types = ["dense", "sparse"]  # 2 of its 6 layers
         with pytest.raises(ValueError, match="mlp_layer_types"):
             pezoo.hf.use_encoding(model, "hybrid")
+
+
+@pytest.mark.skipif("afmoe" not in FAMILIES, reason="no afmoe in this transformers")
+def test_afmoes_output_gate_stays_the_models():
+    """AFMoE multiplies the attended values by σ(gate_proj x) before o_proj: the adapted model
+    keeps it (under its own encoding, and it is what makes the logits the model's)."""
+    model = windowed("afmoe")
+    ids, mask = batch()
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits[mask.bool()]
+        ours = pezoo.hf.use_encoding(copy.deepcopy(model), "hybrid")
+        torch.testing.assert_close(ours(ids, attention_mask=mask).logits[mask.bool()], want, atol=1e-5, rtol=0)
+        for layer in ours.model.layers:  # the gate pinned at σ(0) = 1/2 everywhere: other logits
+            layer.self_attn.gate_proj.weight.zero_()
+        assert (ours(ids, attention_mask=mask).logits[mask.bool()] - want).abs().max() > 1e-2
