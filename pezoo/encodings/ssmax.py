@@ -1,5 +1,5 @@
-"""Length-dependent attention temperature: Scalable-Softmax (SSMax) and Llama 4's fixed form,
-as a wrapper over any encoding (``ssmax:nope``, ``ssmax:rope``, ``ssmax:alibi``, ...).
+"""Length-dependent attention temperature: Scalable-Softmax (SSMax), and the fixed forms of Llama 4
+and Ministral 3, as a wrapper over any encoding (``ssmax:nope``, ``ssmax:rope``, ``ssmax:alibi``, ...).
 
 SSMax (Nakanishi 2025, "Scalable-Softmax Is Superior for Attention", arXiv 2501.19399: its
 defining equation) replaces softmax over a row of n logits z by
@@ -18,7 +18,12 @@ Llama 4 applies a fixed form on its NoPE layers ("attention temperature tuning";
 
 with pos the query's position (transformers: its cache position).
 
-Both are one factor per query, so they act in the ``qk`` hook as a multiplication of q
+Mistral's Ministral 3 (transformers' ``Ministral3Attention``, its ``llama_4_scaling_beta``)
+applies the same kind of factor on every layer of a RoPE model, without Llama 4's + 1:
+
+    q  ->  q · (1 + β · log(⌊pos / F⌋ + 1)),   β = llama_4_scaling_beta,  F = the original context
+
+All are one factor per query, so they act in the ``qk`` hook as a multiplication of q
 (after the wrapped encoding's own ``qk``): ``<c q, k> = c <q, k>``, the logit times c. Every
 other hook is the wrapped encoding's, unchanged. Hence the one difference from scaling the
 whole logit: a wrapped encoding's *bias* (ALiBi's slopes, T5's table, masks) is added
@@ -44,8 +49,9 @@ from pezoo.wrapper import Wrapper
 
 __all__ = ["FORMS", "SSMax", "SSMaxRoPE", "llama4_query_scale", "ssmax_query_scale", "visible_keys"]
 
-FORMS = ("ssmax", "llama4")
-"""``form``: the learned SSMax factor ``s·log n``, or Llama 4's fixed factor of the position."""
+FORMS = ("ssmax", "llama4", "ministral3")
+"""``form``: the learned SSMax factor ``s·log n``, or a fixed factor of the position: Llama
+4's (``⌊(pos + 1) / F⌋``) or Ministral 3's (``⌊pos / F⌋``)."""
 
 S_INIT = 0.43
 """Default initial s: the value of the SSMax paper's Figure 1 illustration (see
@@ -89,12 +95,15 @@ def llama4_query_scale(
     attn_scale: float = LLAMA4_ATTN_SCALE,
     floor_scale: float = LLAMA4_FLOOR_SCALE,
     dtype: torch.dtype = torch.float32,
+    offset: float = 1.0,
 ) -> Tensor:
-    """Llama 4's factor ``1 + β · log(⌊(pos + 1) / F⌋ + 1)``: pos (b|1, i) -> (b|1, 1, i, 1) in ``dtype``.
+    """Llama 4's factor ``1 + β · log(⌊(pos + 1) / F⌋ + 1)``: pos (b|1, i) -> (b|1, 1, i, 1) in ``dtype``;
+    with ``offset=0``, Ministral 3's ``1 + β · log(⌊pos / F⌋ + 1)``.
 
     As transformers' ``Llama4TextAttention.forward``:
-    ``torch.log1p(torch.floor((positions.float() + 1.0) / floor_scale)) * attn_scale + 1.0``."""
-    factor = torch.log1p(torch.floor((pos.to(dtype) + 1.0) / floor_scale)) * attn_scale + 1.0
+    ``torch.log1p(torch.floor((positions.float() + 1.0) / floor_scale)) * attn_scale + 1.0``, and
+    ``get_llama_4_attn_scale`` of its Ministral 3 model (``1 + beta * log(1 + floor(pos / F))``)."""
+    factor = torch.log1p(torch.floor((pos.to(dtype) + offset) / floor_scale)) * attn_scale + 1.0
     return factor[:, None, :, None]
 
 
@@ -109,10 +118,11 @@ class SSMax(Wrapper):
         inner: the wrapped encoding (any, except one that chooses its own positions:
             randomize the whole, ``randomized:ssmax:rope``, or another SSMax).
         n_heads, n_layers: the model's heads and layers: SSMax learns one s per (layer, head).
-        form: ``"ssmax"`` (default: learned s, factor ``s log n``) or ``"llama4"`` (no
-            parameters: Llama 4's factor of the query's position).
+        form: ``"ssmax"`` (default: learned s, factor ``s log n``), ``"llama4"`` (no
+            parameters: Llama 4's factor of the query's position) or ``"ministral3"``
+            (Ministral 3's, the same without Llama 4's + 1).
         s_init: initial value of every s (``form="ssmax"``); default 0.43.
-        attn_scale, floor_scale: β and F of ``form="llama4"`` (Llama 4's 0.1 and 8192).
+        attn_scale, floor_scale: β and F of the fixed forms (Llama 4's 0.1 and 8192).
 
     The first query of a causal row sees one key: its factor ``s log 1`` is 0, and its one
     key gets all the attention, as with any factor.
@@ -176,7 +186,8 @@ class SSMax(Wrapper):
     ) -> Tensor:
         """The factor of each new query of ``layer``: (b|1, h|1, i, 1) in ``dtype``."""
         if self.s is None:
-            return llama4_query_scale(ctx.q_pos, self.attn_scale, self.floor_scale, dtype)
+            offset = 1.0 if self.form == "llama4" else 0.0
+            return llama4_query_scale(ctx.q_pos, self.attn_scale, self.floor_scale, dtype, offset)
         check_layer(self.name, layer, self.n_layers)
         return ssmax_query_scale(self.s[layer], visible_keys(ctx, n_queries, dtype))
 
@@ -191,8 +202,8 @@ class SSMax(Wrapper):
         return (q.to(dtype) * scale).to(q.dtype), k
 
     def extra_repr(self) -> str:
-        if self.form == "llama4":
-            return f"form='llama4', attn_scale={self.attn_scale:g}, floor_scale={self.floor_scale}"
+        if self.s is None:
+            return f"form={self.form!r}, attn_scale={self.attn_scale:g}, floor_scale={self.floor_scale}"
         return f"n_layers={self.n_layers}, n_heads={self.n_heads}, s_init={self.s_init:g}"
 
 

@@ -287,7 +287,7 @@ def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[s
     given.update(options)
     _check_shape(given, dims)
     check_option_sizes(given, spec)
-    own = name == family.own_encoding(config) and name in ("rope", "hybrid")
+    own = name == family.own_encoding(config) and name in OWN_READ
     mine = set(given)  # the options the caller gave: they win over the model's
     if own:  # the model's own RoPE (or its hybrid: Cohere 2, EXAONE 4, Llama 4, Gemma 3, OLMo 3), reproduced
         try:
@@ -297,8 +297,8 @@ def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[s
         given = {**_own_rope(config, family, name), **read, **given}
     encoding = create(name, dims=dims, **given)
     # the frequencies read from the config must be the model's; a RoPE the caller set is the caller's
-    if own and name == "rope" and not mine & ROPE_FREQUENCY_OPTIONS:
-        _check_own_rope(model, family, encoding)
+    if own and name in ("rope", "ssmax:rope") and not mine & ROPE_FREQUENCY_OPTIONS:
+        _check_own_rope(model, family, encoding.inner if name == "ssmax:rope" else encoding)
     if own and name == "hybrid":  # its R layers' RoPE (Gemma 3: one per layer kind), its G layers'
         if not mine & {"base", "scaling", "layout"}:
             _check_own_rope(model, family, encoding.rope, "inv_freq", "sliding_attention_inv_freq")
@@ -307,6 +307,10 @@ def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[s
             _check_own_rope(model, family, global_rope, "full_attention_inv_freq")
     return encoding
 
+
+OWN_READ = ("rope", "hybrid", "ssmax:rope")
+"""The own encodings pezoo.hf reads from a model's config (its RoPE, and a hybrid's layers or a
+temperature's constants, ``Family.own_options``), so that the adapted model is the model."""
 
 ROPE_FREQUENCY_OPTIONS = frozenset({"base", "rotary_dim", "rotary_fraction", "scaling", "layout"})
 """RoPE's options that set its frequencies: given any, the model's own are not compared."""

@@ -74,6 +74,8 @@ from pezoo.hf.own import (
     _granite_swa_hybrid,
     _llama4_hybrid,
     _local_global_hybrid,
+    _ministral3_options,
+    _ministral3_own,
     _opt_refusal,
     _rnope_swa,
     _smollm3_options,
@@ -358,6 +360,8 @@ FAMILIES: dict[str, Family] = {
     "nemotron": Family("layers", "self_attn", applies_partial_rotary=True),
     "glm4_moe": Family("layers", "self_attn", _optional_rms_head_norms, applies_partial_rotary=True),
     "ministral": _LLAMA,
+    # Ministral 3: RoPE (YaRN in its checkpoints), queries scaled by a temperature of the position
+    "ministral3": Family("layers", "self_attn", own=_ministral3_own, own_options=_ministral3_options),
     "bitnet": Family("layers", "self_attn", output=_bitnet_output),
     "nanochat": Family("layers", "self_attn", _nanochat),
     "aria_text": _LLAMA,

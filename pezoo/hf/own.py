@@ -113,6 +113,38 @@ def _granite_swa_hybrid(config: Any) -> dict[str, Any]:
     return out
 
 
+MINISTRAL3_NOT_ROPE = ("llama_4_scaling_beta", "max_position_embeddings")
+"""Keys of Ministral 3's ``rope_parameters`` that are not its RoPE's (transformers' own RoPE
+validation skips them): the temperature's β, and the extended context's length."""
+
+
+def _ministral3_own(config: Any) -> str:
+    """Ministral 3's own encoding: RoPE, its queries scaled by Llama 4's kind of temperature
+    where ``rope_parameters`` gives a ``llama_4_scaling_beta`` (``ssmax:rope`` of form
+    ``ministral3``), else plain ``rope``."""
+    return "ssmax:rope" if (config.rope_parameters or {}).get("llama_4_scaling_beta") else "rope"
+
+
+def _ministral3_options(config: Any) -> dict[str, Any]:
+    """Ministral 3's own encoding's options: its RoPE's scaling without the keys that are not
+    RoPE's, and the temperature's β and F (``original_max_position_embeddings``: the factor
+    is 1 within the original context)."""
+    params = dict(config.rope_parameters or {})
+    out: dict[str, Any] = {}
+    cleaned = {k: v for k, v in params.items() if k not in MINISTRAL3_NOT_ROPE}
+    if cleaned.get("rope_type", "default") != "default":
+        out["scaling"] = cleaned
+    if _ministral3_own(config) == "ssmax:rope":
+        floor = params.get("original_max_position_embeddings")
+        if not isinstance(floor, int) or floor < 1:
+            raise ValueError(
+                f"its own encoding cannot be read from its config: rope_parameters' original_max_position_embeddings "
+                f"{floor!r} (the context in tokens its llama_4_scaling_beta counts in)"
+            )
+        out.update(form="ministral3", attn_scale=float(params["llama_4_scaling_beta"]), floor_scale=floor)
+    return out
+
+
 def _exaone4_own(config: Any) -> str:
     """EXAONE 4's (and EXAONE MoE's) own encoding, which its config decides: RoPE on every
     layer where it has no sliding window; with one, RoPE on the sliding

@@ -24,6 +24,11 @@ _GPT_OSS_YARN = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_s
                  "original_max_position_embeddings": 2, "rope_theta": 150000.0}  # fmt: skip
 """gpt-oss's RoPE, its factor 32 the ratio of the tiny model's 64 positions to the original 2."""
 
+MINISTRAL3_ROPE = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0, "original_max_position_embeddings": 4,
+                   "max_position_embeddings": 64, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5}  # fmt: skip
+"""Ministral 3's rope_parameters (its checkpoints': YaRN, mscale 1, β 0.1) at the tiny model's scale."""
+
 _TWO_EXPERTS = {"num_experts": 2, "num_experts_per_tok": 1, "moe_intermediate_size": 32}
 
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -149,6 +154,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
     },
     "bitnet": _LLAMA_LIKE,
+    # YaRN by 16 from an original context of 4, and the temperature 1 + β log(1 + ⌊pos / 4⌋) (β 0.5)
+    "ministral3": {**_LLAMA_LIKE, "head_dim": 8, "rope_parameters": MINISTRAL3_ROPE},
     # three sliding-window RoPE layers (base 10⁴), then a global RoPE one (base 5·10⁵); two experts
     "mellum": {
         **_LLAMA_LIKE,
@@ -181,7 +188,9 @@ HYBRID_FAMILIES = (
 """Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,
 test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py, test_hf_smollm3.py)."""
 
-ROPE_FAMILIES = [t for t in CONFIGS if t not in ("bloom", "mpt", "opt", "gpt2", "gpt_bigcode", *HYBRID_FAMILIES)]
+ROPE_FAMILIES = [
+    t for t in CONFIGS if t not in ("bloom", "mpt", "opt", "gpt2", "gpt_bigcode", "ministral3", *HYBRID_FAMILIES)
+]
 """Families whose own encoding is RoPE."""
 
 

@@ -116,6 +116,23 @@ def test_llama4_form_scales_q_by_its_factor_and_has_no_parameters():
     assert torch.equal(k2, k)
 
 
+def test_ministral3_form_is_its_formula_without_llama4s_one():
+    """transformers' Ministral 3 (get_llama_4_attn_scale): 1 + β log(1 + floor(pos / F)), written
+    out; it steps one position before Llama 4's."""
+    pe = pezoo.create("ssmax:rope", dims=DIMS, form="ministral3", attn_scale=0.5, floor_scale=4)
+    assert not list(pe.parameters())
+    q, k = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)
+    pos = torch.tensor([[2, 3, 4, 9, 40]])
+    ctx = AttentionContext(q_pos=pos, k_pos=pos)
+    q2, k2 = pe.qk(0, q, k, ctx)
+    rotated_q, rotated_k = pe.inner.qk(0, q, k, ctx)
+    factor = torch.tensor([1 + 0.5 * math.log(1 + math.floor(p / 4)) for p in (2, 3, 4, 9, 40)])
+    torch.testing.assert_close(q2, rotated_q * factor[None, None, :, None])
+    assert torch.equal(k2, rotated_k)
+    llama4 = pezoo.create("ssmax:rope", dims=DIMS, form="llama4", attn_scale=0.5, floor_scale=4)
+    assert llama4.qk(0, q, k, ctx)[0][:, :, 1].ne(q2[:, :, 1]).any()  # position 3: Llama 4 has stepped
+
+
 def test_s_is_per_layer_and_head_and_learns_through_every_backend():
     """(flex has no backward pass on CPU: there its gradient is sdpa's, with a warning; a GPU runs flex's own.)"""
     torch.manual_seed(3)
