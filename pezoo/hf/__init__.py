@@ -101,7 +101,7 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     head_dim = model_dims(config).head_dim
     recorded = _jsonable(options)  # before anything changes: save_pretrained must be able to write them
     layers = _get(base, family.layers)
-    attentions = [getattr(layer, family.attention) for layer in layers]
+    attentions = [_get(layer, family.attention) for layer in layers]
     projected = {getattr(a, "head_dim", head_dim) for a in attentions}  # what each layer's projections split by
     if projected - {head_dim}:
         raise ValueError(

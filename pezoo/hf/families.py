@@ -42,6 +42,7 @@ from pezoo.hf.layouts import (
     _bloom_output,
     _clipped,
     _cohere,
+    _dbrx,
     _dense,
     _falcon,
     _full_width_norms,
@@ -250,7 +251,7 @@ class Family:
 
     Attributes:
         layers: the decoder layers' ModuleList, a dotted path from the core model.
-        attention: the attention submodule of each layer.
+        attention: the attention submodule of each layer, a dotted path from the layer.
         project: the attention's q/k/v projections (:data:`Projection`).
         output: the attention's output from the attended values (:data:`Output`).
         own: the model's own position encoding, as a pezoo name: ``"rope"`` (reproduced from
@@ -381,6 +382,7 @@ FAMILIES: dict[str, Family] = {
     "phi": Family("layers", "self_attn", _optional_head_norms, _dense, applies_partial_rotary=True),
     "stablelm": Family("layers", "self_attn", _optional_head_norms, applies_partial_rotary=True),
     "phi3": Family("layers", "self_attn", _phi3, applies_partial_rotary=True),
+    "dbrx": Family("blocks", "norm_attn_norm.attn", _dbrx, _out_proj),
     "gpt_neox": Family("layers", "attention", _gpt_neox, _dense, applies_partial_rotary=True),
     "gptj": Family("h", "attn", output=_gptj_output, rope_layout="interleaved"),
     "falcon": Family("h", "self_attention", _falcon, _dense),

@@ -143,6 +143,18 @@ def _mpt(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return q, k, v
 
 
+def _dbrx(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """DBRX: one ``Wqkv``, clamped to ±``clip_qkv`` where set: q's heads, then the key/value
+    heads' k, then their v."""
+    qkv = self.Wqkv(x)
+    if self.clip_qkv is not None:
+        qkv = qkv.clamp(min=-self.clip_qkv, max=self.clip_qkv)
+    kv = self.num_key_value_heads * self.head_dim
+    shape = (*x.shape[:-1], -1, self.head_dim)
+    q, k, v = (t.view(shape).transpose(1, 2) for t in qkv.split([self.hidden_size, kv, kv], dim=-1))
+    return q, k, v
+
+
 def _softmax_scale(self: Any) -> float:
     """MPT's score scale, ``softmax_scale`` (1/√e unless its config sets one)."""
     return float(self.softmax_scale)

@@ -154,6 +154,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
     },
     "bitnet": _LLAMA_LIKE,
+    # fused Wqkv (grouped: 2 key/value heads), clamped at ±8; a mixture of two experts
+    "dbrx": {
+        "d_model": 32,
+        "n_heads": 4,
+        "n_layers": 2,
+        "max_seq_len": 64,
+        "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+        "ffn_config": {"ffn_hidden_size": 64, "moe_num_experts": 2, "moe_top_k": 1},
+    },
     # YaRN by 16 from an original context of 4, and the temperature 1 + β log(1 + ⌊pos / 4⌋) (β 0.5)
     "ministral3": {**_LLAMA_LIKE, "head_dim": 8, "rope_parameters": MINISTRAL3_ROPE},
     # three sliding-window RoPE layers (base 10⁴), then a global RoPE one (base 5·10⁵); two experts
