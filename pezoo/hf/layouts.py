@@ -155,6 +155,15 @@ def _dbrx(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return q, k, v
 
 
+def _persimmon(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Persimmon: its own split of ``query_key_value`` (each head's q, k, v side by side), and
+    layer norms of each head's q and k where ``qk_layernorm`` is set."""
+    q, k, v = self._split_heads(self.query_key_value(x))  # (b, s, h, e)
+    if self.qk_layernorm:
+        q, k = self.q_layernorm(q), self.k_layernorm(k)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
 def _softmax_scale(self: Any) -> float:
     """MPT's score scale, ``softmax_scale`` (1/√e unless its config sets one)."""
     return float(self.softmax_scale)

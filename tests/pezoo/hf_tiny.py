@@ -113,6 +113,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 4,
         "max_position_embeddings": 64,
     },
+    # each head's q, k, v side by side in one projection, q and k layer-normed, half of each head rotated
+    "persimmon": {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 64,
+    },
     "gptj": {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4, "n_positions": 64},
     "falcon": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4},
     "bloom": {"hidden_size": 32, "n_layer": 2, "n_head": 4},
