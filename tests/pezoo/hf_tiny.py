@@ -45,7 +45,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # as Cohere 2's, with a mixture of two experts on every layer (no dense prefix)
     "cohere2_moe": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64, **_TWO_EXPERTS},
     # as Cohere 2's (rotate-half), q and k normed per head, a sigmoid gate on the attended values
-    "afmoe": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64, **_TWO_EXPERTS},
+    "afmoe": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64, "head_dim": 8, **_TWO_EXPERTS},
     # as Cohere 2's, with q and k normed per head (without a window, RoPE everywhere)
     "exaone4": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
     # three sliding-window RoPE layers, then a global one (one base, 5·10⁵)
@@ -145,7 +145,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
     "hyperclovax": {**_LLAMA_LIKE, "attention_multiplier": 0.3},
     "jais2": _LLAMA_LIKE,
-    "solar_open": {**_LLAMA_LIKE, **_TWO_EXPERTS, "head_dim": 8},
+    "solar_open": {**_LLAMA_LIKE, **_TWO_EXPERTS, "head_dim": 8, "n_routed_experts": 2},
     "apertus1p5_text": {**_LLAMA_LIKE, "head_dim": 8},
     "hy_v3": {**_LLAMA_LIKE, **_TWO_EXPERTS, "head_dim": 8},
     "flex_olmo": {**_LLAMA_LIKE, "num_experts": 2, "num_experts_per_tok": 1},
@@ -153,13 +153,18 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "minimax_m2": {**_LLAMA_LIKE, "head_dim": 8, "rotary_dim": 4, "num_local_experts": 2, "num_experts_per_tok": 1},
     "vaultgemma": {**_LLAMA_LIKE, "head_dim": 8, "query_pre_attn_scalar": 8, "attn_logit_softcapping": None},
     # a global layer, then three sliding-window ones (its default pattern), one Llama 3-scaled RoPE
-    "cwm": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
+    "cwm": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64, "head_dim": 8},
     # as exaone4's: three sliding-window RoPE layers, then a global NoPE one
     "kolibri1": {
         **_LLAMA_LIKE,
         "num_hidden_layers": 4,
         "sliding_window": 64,
         "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+        "head_dim": 8,
+        "num_local_experts": 2,
+        "num_experts_per_tok": 1,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 32,
     },
     "bitnet": _LLAMA_LIKE,
     # fused Wqkv (grouped: 2 key/value heads), clamped at ±8; a mixture of two experts
@@ -179,11 +184,20 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "num_hidden_layers": 4,
         "sliding_window": 64,
         "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
-        "num_experts": 2,
+        "head_dim": 8,
+        "num_local_experts": 2,
         "num_experts_per_tok": 1,
+        "moe_intermediate_size": 32,
     },
     # its default pattern on four layers: global NoPE, global NoPE, windowed RoPE, global NoPE; sinks
-    "flint": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
+    "flint": {
+        **_LLAMA_LIKE,
+        "num_hidden_layers": 4,
+        "sliding_window": 64,
+        "head_dim": 8,
+        **_TWO_EXPERTS,
+        "shared_expert_intermediate_size": 32,
+    },
     # a global RoPE layer, then three windowed ones (its default pattern, one base); sinks
     "granite_swa": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
     "granitemoe_swa": {
