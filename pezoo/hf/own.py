@@ -135,11 +135,13 @@ def _ministral3_options(config: Any) -> dict[str, Any]:
     if cleaned.get("rope_type", "default") != "default":
         out["scaling"] = cleaned
     if _ministral3_own(config) == "ssmax:rope":
-        floor = params.get("original_max_position_embeddings")
-        if not isinstance(floor, int) or floor < 1:
+        given = params.get("original_max_position_embeddings")
+        integral = isinstance(given, int | float) and not isinstance(given, bool) and float(given).is_integer()
+        floor = int(given) if integral else 0  # type: ignore[arg-type]  # integral: a number
+        if floor < 1:
             raise ValueError(
                 f"its own encoding cannot be read from its config: rope_parameters' original_max_position_embeddings "
-                f"{floor!r} (the context in tokens its llama_4_scaling_beta counts in)"
+                f"{given!r} (the context in tokens its llama_4_scaling_beta counts in)"
             )
         out.update(form="ministral3", attn_scale=float(params["llama_4_scaling_beta"]), floor_scale=floor)
     return out
