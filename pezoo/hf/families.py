@@ -65,6 +65,7 @@ from pezoo.hf.layouts import (
     _sigmoid_gate,
     _softmax_scale,
     _starcoder2_output,
+    _unscaled,
     separate_projections,
 )
 from pezoo.hf.own import (
@@ -236,7 +237,7 @@ def attention_forward(self: Any, hidden_states: Tensor, *args: Any, **kwargs: An
     k, v = _repeat_heads(k, h), _repeat_heads(v, h)  # (b, h, s, e): the encoding sees every head
     q, k = calls.qk(adapter.encoding, call, layer, q, k)
     if cache is not None:
-        k, v = cache.update(k, v, self.layer_idx)
+        k, v = cache.update(k, v, getattr(self, "layer_idx", layer))  # GPT-Neo's has none: its place in the stack
     fn = ALL_ATTENTION_FUNCTIONS[ATTENTION_NAME]
     scale = family.scale(self)
     out, probs = fn(self, q, k, v, None, scaling=scale, pezoo_adapter=adapter, pezoo_call=call, pezoo_layer=layer)
@@ -396,6 +397,8 @@ FAMILIES: dict[str, Family] = {
         "layers", "self_attn", output=_out_proj, own=None, table="embed_positions", refuse=_opt_refusal, core="decoder"
     ),
     "gpt2": Family("h", "attn", _gpt2, _gpt2_output, own=None, table="wpe"),
+    # GPT-Neo: a learned table, local (windowed) and global layers, scores not scaled
+    "gpt_neo": Family("h", "attn.attention", output=_gptj_output, own=None, table="wpe", scale=_unscaled),
     "gpt_bigcode": Family("h", "attn", _gpt_bigcode, _gpt2_output, own=None, table="wpe"),
 }
 """The model families pezoo.hf adapts, by ``config.model_type``."""

@@ -164,6 +164,11 @@ def _persimmon(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
+def _unscaled(self: Any) -> float:
+    """GPT-Neo's score scale: none (its scores are q·k, not divided by √e)."""
+    return 1.0
+
+
 def _softmax_scale(self: Any) -> float:
     """MPT's score scale, ``softmax_scale`` (1/√e unless its config sets one)."""
     return float(self.softmax_scale)

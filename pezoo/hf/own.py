@@ -266,7 +266,8 @@ def _opt_refusal(config: Any) -> str | None:
 def sliding_window(config: Any) -> int | None:
     """The model's own local attention's reach, if it has one (pezoo's attention is global): a
     sliding window, or Llama 4's chunks (``attention_chunk_size``: up to that many tokens,
-    every token is in the first chunk, so global attention is the model's). A window no layer
+    every token is in the first chunk, so global attention is the model's), or GPT-Neo's
+    ``window_size`` where its ``attention_layers`` has a local layer. A window no layer
     uses (``layer_types`` without a ``sliding_attention`` layer: Qwen2 with every layer below
     ``max_window_layers``, an EXAONE 4 of global layers) is none."""
     window = getattr(config, "sliding_window", None)
@@ -277,4 +278,6 @@ def sliding_window(config: Any) -> int | None:
         window = None
     chunk = getattr(config, "attention_chunk_size", None)
     reach = [int(w) for w in (window, chunk) if w]
+    if "local" in (getattr(config, "attention_layers", None) or ()):  # GPT-Neo's local layers
+        reach.append(int(config.window_size))
     return min(reach) if reach else None

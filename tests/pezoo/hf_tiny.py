@@ -207,6 +207,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "num_local_experts": 2,
         "num_experts_per_tok": 1,
     },
+    # a global layer, then a local one (window 64); scores not scaled
+    "gpt_neo": {
+        "hidden_size": 32,
+        "num_layers": 2,
+        "num_heads": 4,
+        "max_position_embeddings": 64,
+        "attention_types": [[["global", "local"], 1]],
+        "window_size": 64,
+    },
     "gpt_bigcode": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64},  # multi-query, as StarCoder
     "mpt": {"d_model": 32, "n_layers": 2, "n_heads": 4, "max_seq_len": 64, "expansion_ratio": 2},
 }
@@ -220,7 +229,9 @@ HYBRID_FAMILIES = (
 test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py, test_hf_smollm3.py)."""
 
 ROPE_FAMILIES = [
-    t for t in CONFIGS if t not in ("bloom", "mpt", "opt", "gpt2", "gpt_bigcode", "ministral3", *HYBRID_FAMILIES)
+    t
+    for t in CONFIGS
+    if t not in ("bloom", "mpt", "opt", "gpt2", "gpt_bigcode", "gpt_neo", "ministral3", *HYBRID_FAMILIES)
 ]
 """Families whose own encoding is RoPE."""
 

@@ -189,12 +189,15 @@ def test_alibi_is_mpts_own(heads):
     )
 
 
-@pytest.mark.parametrize(("model_type", "config"), [("gpt2", {}), ("gpt_bigcode", {}),
-                                                    ("gpt_bigcode", {"multi_query": False})])  # fmt: skip
+TABLES = [("gpt2", {}), ("gpt_bigcode", {}), ("gpt_bigcode", {"multi_query": False}), ("gpt_neo", {})]
+
+
+@pytest.mark.parametrize(("model_type", "config"), TABLES)
 def test_learned_ape_holding_the_models_table_is_the_model(model_type, config):
     """A family whose own positions are a learned table (GPT-2, StarCoder's GPTBigCode, multi-
-    query or not): pezoo's ``learned_ape`` given that table gives the model's logits, so its
-    heads are read from the fused projection as the model reads them."""
+    query or not, GPT-Neo): pezoo's ``learned_ape`` given that table gives the model's logits,
+    so its heads are read from the fused projection, and its scores scaled (GPT-Neo: not at
+    all), as the model does."""
     torch.manual_seed(6)
     model = tiny(model_type, **config)
     ids = torch.tensor([list(range(3, 20))])
@@ -202,6 +205,16 @@ def test_learned_ape_holding_the_models_table_is_the_model(model_type, config):
     with torch.no_grad():
         ours.pezoo_encoding.table.copy_(model.transformer.wpe.weight)
         torch.testing.assert_close(ours(ids).logits, model(ids).logits, atol=1e-5, rtol=0)
+
+
+def test_gpt_neos_local_layers_window_is_refused_past_it():
+    """GPT-Neo's local layers see the last ``window_size`` keys, which pezoo's global attention
+    does not reproduce: a longer sequence is refused, one within it runs."""
+    model = pezoo.hf.use_encoding(tiny("gpt_neo", window_size=8), "alibi")
+    with torch.no_grad():
+        assert torch.isfinite(model(torch.tensor([list(range(3, 11))])).logits).all()
+        with pytest.raises(ValueError, match="sliding window of 8 tokens"):
+            model(torch.tensor([list(range(3, 12))]))
 
 
 def test_an_alibi_of_the_models_own_is_replaced():
