@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,6 +33,15 @@ def until_eos(tokens):
 
 def test_the_table_covers_the_families_of_the_issue():
     assert set(CONFIGS) == set(pezoo.hf.families.FAMILIES)
+
+
+def test_the_docs_table_names_every_family_and_no_other():
+    """docs/use-in-your-model.md's table of families (a row per kind, its model types first)
+    is the one users read: every adapted type is in it, and nothing else is."""
+    page = Path(__file__).parents[2] / "docs" / "use-in-your-model.md"
+    rows = [line for line in page.read_text().splitlines() if line.startswith("| ") and "| yes" in line]
+    named = {name.strip().strip("`") for row in rows for name in row.split("|")[1].split(",")}
+    assert named == set(pezoo.hf.families.FAMILIES)
 
 
 @pytest.mark.parametrize("model_type", ROPE_FAMILIES)
