@@ -41,6 +41,7 @@ from pezoo.hf.layouts import (
     _bloom,
     _bloom_output,
     _clipped,
+    _codegen,
     _cohere,
     _dbrx,
     _dense,
@@ -388,6 +389,7 @@ FAMILIES: dict[str, Family] = {
     "persimmon": Family("layers", "self_attn", _persimmon, _dense, applies_partial_rotary=True),
     "gpt_neox": Family("layers", "attention", _gpt_neox, _dense, applies_partial_rotary=True),
     "gptj": Family("h", "attn", output=_gptj_output, rope_layout="interleaved"),
+    "codegen": Family("h", "attn", _codegen, _gptj_output, rope_layout="interleaved"),
     "falcon": Family("h", "self_attention", _falcon, _dense),
     "bloom": Family("h", "self_attention", _bloom, _bloom_output, own="alibi"),
     # MPT's ALiBi (its slopes Press et al.'s for any head count; a bias by key index, equal

@@ -169,6 +169,16 @@ def _unscaled(self: Any) -> float:
     return 1.0
 
 
+def _codegen(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """CodeGen: one ``qkv_proj`` interleaved over the 4 model-parallel shards it was trained
+    with (``mp_num``): each shard's q, v, k side by side, the heads split after."""
+    local = self.embed_dim // self.mp_num
+    q, v, k = self.qkv_proj(x).view(*x.shape[:-1], -1, 3 * local).split(local, dim=-1)
+    shape = (*x.shape[:-1], -1, self.head_dim)
+    q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
+    return q, k, v
+
+
 def _softmax_scale(self: Any) -> float:
     """MPT's score scale, ``softmax_scale`` (1/√e unless its config sets one)."""
     return float(self.softmax_scale)

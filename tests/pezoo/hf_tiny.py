@@ -121,6 +121,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 4,
         "max_position_embeddings": 64,
     },
+    # GPT-J's interleaved partial RoPE; q, k, v fused over 4 model-parallel shards
+    "codegen": {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4, "n_positions": 64},
     "gptj": {"n_embd": 32, "n_layer": 2, "n_head": 4, "rotary_dim": 4, "n_positions": 64},
     "falcon": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4},
     "bloom": {"hidden_size": 32, "n_layer": 2, "n_head": 4},
