@@ -134,6 +134,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "word_embed_proj_dim": 32,
         "max_position_embeddings": 64,
     },
+    "xglm": {"d_model": 32, "num_layers": 2, "attention_heads": 4, "ffn_dim": 64, "max_position_embeddings": 64},
     "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64},
     "aria_text": _LLAMA_LIKE,
     # heads 16 wide: its weightless q/k norms fix |q| = |k| = sqrt(16), so the scores reach ±4
@@ -233,7 +234,7 @@ test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py, test_hf_smollm3.
 ROPE_FAMILIES = [
     t
     for t in CONFIGS
-    if t not in ("bloom", "mpt", "opt", "gpt2", "gpt_bigcode", "gpt_neo", "ministral3", *HYBRID_FAMILIES)
+    if t not in ("bloom", "mpt", "opt", "gpt2", "gpt_bigcode", "gpt_neo", "xglm", "ministral3", *HYBRID_FAMILIES)
 ]
 """Families whose own encoding is RoPE."""
 

@@ -217,6 +217,28 @@ def test_learned_ape_holding_the_models_table_is_the_model(model_type, config):
         torch.testing.assert_close(ours(ids).logits, model(ids).logits, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("model_type", [t for t, family in pezoo.hf.families.FAMILIES.items() if family.table])
+def test_nope_is_the_model_with_its_position_table_zeroed(model_type):
+    """A family whose own positions are a table added to the token embeddings (GPT-2's,
+    GPTBigCode's, GPT-Neo's, OPT's learned ones, XGLM's sinusoids): ``nope`` is that model with
+    the table zeroed, so everything but the table is read as the model reads it."""
+    torch.manual_seed(7)
+    model = tiny(model_type)
+    family = pezoo.hf.families.FAMILIES[model_type]
+    ids = torch.tensor([list(range(3, 15))])
+    with torch.no_grad():
+        got = pezoo.hf.use_encoding(copy.deepcopy(model), "nope")(ids).logits
+        before = model(ids).logits
+        core = model.base_model
+        for part in filter(None, f"{family.core}.{family.table}".split(".")):
+            core = getattr(core, part)
+        for tensor in [*core.parameters(), *core.buffers()]:
+            tensor.zero_()
+        want = model(ids).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert (before - want).abs().max() > 1e-3  # the table mattered
+
+
 def test_gpt_neos_local_layers_window_is_refused_past_it():
     """GPT-Neo's local layers see the last ``window_size`` keys, which pezoo's global attention
     does not reproduce: a longer sequence is refused, one within it runs."""
