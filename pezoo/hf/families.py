@@ -400,6 +400,7 @@ FAMILIES: dict[str, Family] = {
     ),
     # XGLM: fairseq's sinusoidal table (a module added to the scaled token embeddings), removed
     "xglm": Family("layers", "self_attn", output=_out_proj, own=None, table="embed_positions"),
+    "biogpt": Family("layers", "self_attn", output=_out_proj, own=None, table="embed_positions"),
     "gpt2": Family("h", "attn", _gpt2, _gpt2_output, own=None, table="wpe"),
     # GPT-Neo: a learned table, local (windowed) and global layers, scores not scaled
     "gpt_neo": Family("h", "attn.attention", output=_gptj_output, own=None, table="wpe", scale=_unscaled),

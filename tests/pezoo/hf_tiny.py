@@ -135,6 +135,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 64,
     },
     "xglm": {"d_model": 32, "num_layers": 2, "attention_heads": 4, "ffn_dim": 64, "max_position_embeddings": 64},
+    "biogpt": {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "max_position_embeddings": 64,
+    },
     "gpt2": {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64},
     "aria_text": _LLAMA_LIKE,
     # heads 16 wide: its weightless q/k norms fix |q| = |k| = sqrt(16), so the scores reach ±4
@@ -231,11 +238,12 @@ HYBRID_FAMILIES = (
 """Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,
 test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py, test_hf_smollm3.py)."""
 
+TABLE_FAMILIES = ("opt", "gpt2", "gpt_bigcode", "gpt_neo", "xglm", "biogpt")
+"""Families whose own positions are a table added to the token embeddings (learned or sinusoidal)."""
+
 ROPE_FAMILIES = [
-    t
-    for t in CONFIGS
-    if t not in ("bloom", "mpt", "opt", "gpt2", "gpt_bigcode", "gpt_neo", "xglm", "ministral3", *HYBRID_FAMILIES)
-]
+    t for t in CONFIGS if t not in ("bloom", "mpt", "ministral3", *TABLE_FAMILIES, *HYBRID_FAMILIES)
+]  # fmt: skip
 """Families whose own encoding is RoPE."""
 
 
