@@ -263,7 +263,8 @@ class Family:
             Gemma 3's and OLMo 3's windowed and global RoPE layers, reproduced from the rotary
             embedding and ``own_options``), ``"alibi"``, or None
             (GPT-2's and OPT's learned tables); or, where the config decides it (EXAONE 4,
-            SmolLM3), a function of the config giving the name (:meth:`own_encoding`).
+            SmolLM3, Ministral 3: ``"ssmax:rope"`` with its temperature), a function of the config
+            giving the name (:meth:`own_encoding`).
         own_options: the own encoding's options read from the config beyond RoPE's (Cohere 2:
             its layer pattern and window; Llama 4: pattern, chunk and temperature; Gemma 3 and
             OLMo 3: pattern, window and each layer kind's RoPE). Where the own encoding is
