@@ -265,6 +265,13 @@ def tiny(model_type: str, **overrides: Any) -> transformers.PreTrainedModel:
     return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two rows of 12 tokens, the second left-padded by four, and their mask: longer than the
+    windowed tests' window of 4, shared by them."""
+    ids = torch.tensor([list(range(3, 15)), [PAD] * 4 + list(range(30, 38))])
+    return ids, (ids != PAD).long()
+
+
 def sharpened(model: transformers.PreTrainedModel) -> transformers.PreTrainedModel:
     """``model`` with every layer's q and k scaled up, so attention is sharp enough for a
     window, a chunk, a rotation or a NoPE layer to change the logits (a tiny random model's

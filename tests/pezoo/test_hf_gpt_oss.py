@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if not hasattr(transformers, "GptOssForCausalLM"):
     pytest.skip(f"transformers {transformers.__version__} has no gpt_oss", allow_module_level=True)
-from hf_tiny import PAD, sharpened, tiny  # noqa: E402
+from hf_tiny import batch, sharpened, tiny  # noqa: E402
 
 import pezoo.hf  # noqa: E402  (needs transformers)
 
@@ -32,11 +32,6 @@ def windowed(**overrides) -> transformers.PreTrainedModel:
         for layer in model.model.layers:
             layer.self_attn.sinks.copy_(torch.linspace(-1.0, 2.0, layer.self_attn.sinks.numel()))
     return model
-
-
-def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.tensor([list(range(3, 15)), [PAD] * 4 + list(range(30, 38))])
-    return ids, (ids != PAD).long()
 
 
 def test_hybrid_with_the_models_sinks_is_the_model_past_its_window():

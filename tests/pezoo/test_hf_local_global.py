@@ -18,7 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 for _needed in ("Gemma3ForCausalLM", "Olmo3ForCausalLM"):
     if not hasattr(transformers, _needed):
         pytest.skip(f"transformers {transformers.__version__} has no {_needed}", allow_module_level=True)
-from hf_tiny import PAD, sharpened, tiny  # noqa: E402
+from hf_tiny import batch, sharpened, tiny  # noqa: E402
 
 import pezoo.hf  # noqa: E402  (needs transformers)
 
@@ -38,11 +38,6 @@ def windowed(model_type: str, **overrides) -> transformers.PreTrainedModel:
     (through the weights of their norms) so attention is sharp enough to tell."""
     torch.manual_seed(0)
     return sharpened(tiny(model_type, sliding_window=WINDOW, **overrides))
-
-
-def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.tensor([list(range(3, 15)), [PAD] * 4 + list(range(30, 38))])
-    return ids, (ids != PAD).long()
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ FAMILIES = {t: layout for t, layout in LAYOUTS.items() if t in KNOWN}
 """The families this transformers has, by model type: its RoPE's layout."""
 if not FAMILIES:
     pytest.skip(f"transformers {transformers.__version__} has none of {', '.join(LAYOUTS)}", allow_module_level=True)
-from hf_tiny import PAD, sharpened, tiny  # noqa: E402
+from hf_tiny import batch, sharpened, tiny  # noqa: E402
 
 import pezoo.hf  # noqa: E402  (needs transformers)
 
@@ -38,11 +38,6 @@ def windowed(model_type: str, **overrides) -> transformers.PreTrainedModel:
     norms each head's q and k: through the norms' weights)."""
     torch.manual_seed(0)
     return sharpened(tiny(model_type, **{"sliding_window": WINDOW, **overrides}))
-
-
-def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.tensor([list(range(3, 15)), [PAD] * 4 + list(range(30, 38))])
-    return ids, (ids != PAD).long()
 
 
 @families

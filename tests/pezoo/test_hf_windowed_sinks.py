@@ -20,7 +20,7 @@ KNOWN = transformers.models.auto.configuration_auto.CONFIG_MAPPING
 FAMILIES = [t for t in ("flint", "granite_swa", "granitemoe_swa") if t in KNOWN]
 if not FAMILIES:
     pytest.skip(f"transformers {transformers.__version__} has none of flint, granite_swa", allow_module_level=True)
-from hf_tiny import PAD, sharpened, tiny  # noqa: E402
+from hf_tiny import batch, sharpened, tiny  # noqa: E402
 
 import pezoo.hf  # noqa: E402  (needs transformers)
 
@@ -39,11 +39,6 @@ def windowed(model_type: str, **overrides) -> transformers.PreTrainedModel:
         for layer in model.model.layers:
             layer.self_attn.sinks.copy_(torch.linspace(-1.0, 2.0, layer.self_attn.sinks.numel()))
     return model
-
-
-def batch() -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.tensor([list(range(3, 15)), [PAD] * 4 + list(range(30, 38))])
-    return ids, (ids != PAD).long()
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)
