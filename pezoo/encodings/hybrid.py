@@ -9,9 +9,10 @@ Layer l follows ``pattern[l % len(pattern)]``:
         ``window`` positions (``local="window"``, a sliding window: Cohere's RNoPE-SWA), or to
         the query's own chunk of ``window`` positions (``local="chunk"``: Llama 4's chunked
         attention, ⌊pos_k / C⌋ = ⌊pos_q / C⌋); with ``window=None`` global (plain RNoPE).
-    N   NoPE, global attention; optionally Llama 4's attention temperature on q
-        (``nope_temperature="llama4"``: q · (1 + β log(⌊(pos + 1)/F⌋ + 1)), as
-        :func:`pezoo.encodings.ssmax.llama4_query_scale`, transformers' Llama4TextAttention).
+    N   NoPE, global attention; optionally a fixed attention temperature on q, one of
+        :data:`pezoo.encodings.ssmax.FIXED_FORMS` (``nope_temperature="llama4"``: Llama 4's
+        q · (1 + β log(⌊(pos + 1)/F⌋ + 1)), transformers' Llama4TextAttention;
+        ``"beam"``: Reflection AI's Beam, q · (1 + (pos + 1)/F)^β).
     G   RoPE with global attention and frequencies of its own (``global_base``,
         ``global_scaling``): Gemma 3's global layers (Gemma Team 2025, "Gemma 3 Technical
         Report", arXiv 2503.19786, on long context: base 10⁶ on the global layers, 10⁴ on
@@ -44,7 +45,7 @@ from pezoo.biases import AttentionBias, ElementForm, ElementSite, PositionRanges
 from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard
 from pezoo.context import AttentionContext, check_layer, check_number, check_sizes
 from pezoo.encodings.rope import LAYOUTS, RoPE
-from pezoo.encodings.ssmax import LLAMA4_ATTN_SCALE, LLAMA4_FLOOR_SCALE, llama4_query_scale
+from pezoo.encodings.ssmax import FIXED_FORMS, LLAMA4_ATTN_SCALE, LLAMA4_FLOOR_SCALE, fixed_query_scale
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import ModelDims, register
 
@@ -56,8 +57,8 @@ LOCALS = ("window", "chunk")
 KINDS = ("R", "N", "G")
 """A layer's kind in ``pattern``: RoPE local, NoPE global, RoPE global with its own frequencies."""
 
-TEMPERATURES = (None, "llama4")
-"""``nope_temperature``: none, or Llama 4's on the N layers."""
+TEMPERATURES = (None, *FIXED_FORMS)
+"""``nope_temperature``: none, or a fixed form's (Llama 4's, Beam's, ...) on the N layers."""
 
 
 def layer_kinds(pattern: str, n_layers: int) -> str:
@@ -171,8 +172,10 @@ class Hybrid(PositionalEncoding):
         scaling: RoPE's context-extension scaling of the R layers (``rope{scaling=...}``'s
             options: linear, NTK, YaRN, Llama 3, ...; Llama 4 Scout's checkpoints scale theirs
             by Llama 3's rule). None (default): unscaled.
-        nope_temperature: None, or ``"llama4"``: Llama 4's temperature on q of the N layers.
-        attn_scale, floor_scale: β and F of that temperature (Llama 4's 0.1 and 8192).
+        nope_temperature: None, or a fixed temperature form on q of the N layers:
+            ``"llama4"`` (Llama 4's), ``"ministral3"`` or ``"beam"`` (Beam's).
+        attn_scale, floor_scale: β and F of that temperature (default Llama 4's 0.1 and 8192;
+            Beam's are 0.1 and 2048).
         global_base, global_scaling: the G layers' RoPE base (None: ``base``) and scaling
             (None: unscaled); only with G layers in the pattern.
     """
@@ -225,7 +228,8 @@ class Hybrid(PositionalEncoding):
         if layout not in LAYOUTS:
             raise ValueError(f"hybrid: layout must be one of {', '.join(map(repr, LAYOUTS))}; got {layout!r}")
         if nope_temperature not in TEMPERATURES:
-            raise ValueError(f"hybrid: nope_temperature must be None or 'llama4'; got {nope_temperature!r}")
+            forms = ", ".join(repr(form) for form in TEMPERATURES)
+            raise ValueError(f"hybrid: nope_temperature must be one of {forms}; got {nope_temperature!r}")
         check_number("hybrid", "attn_scale", attn_scale, at_least=0)
         check_number("hybrid", "floor_scale", floor_scale, integer=True, at_least=1)
         self.head_dim, self.n_heads, self.n_layers = head_dim, n_heads, n_layers
@@ -253,7 +257,7 @@ class Hybrid(PositionalEncoding):
 
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """R layers: RoPE's rotation; G layers: the global RoPE's; N layers: q and k as they are
-        (q times Llama 4's temperature with ``nope_temperature="llama4"``)."""
+        (q times the temperature ``nope_temperature`` names, if any)."""
         if self.is_rope(layer):
             return self.rope.qk(layer, q, k, ctx)
         if self.kinds[layer] == "G":
@@ -262,7 +266,7 @@ class Hybrid(PositionalEncoding):
         if self.nope_temperature is None:
             return q, k
         dtype = torch.promote_types(q.dtype, torch.float32)
-        scale = llama4_query_scale(ctx.q_pos, self.attn_scale, self.floor_scale, dtype)  # (b|1, 1, i, 1)
+        scale = fixed_query_scale(self.nope_temperature, ctx.q_pos, self.attn_scale, self.floor_scale, dtype)
         return (q.to(dtype) * scale).to(q.dtype), k
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:

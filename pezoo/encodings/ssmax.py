@@ -1,5 +1,5 @@
-"""Length-dependent attention temperature: Scalable-Softmax (SSMax), and the fixed forms of Llama 4
-and Ministral 3, as a wrapper over any encoding (``ssmax:nope``, ``ssmax:rope``, ``ssmax:alibi``, ...).
+"""Length-dependent attention temperature: Scalable-Softmax (SSMax), and the fixed forms of Llama 4,
+Ministral 3 and Beam, as a wrapper over any encoding (``ssmax:nope``, ``ssmax:rope``, ``ssmax:alibi``, ...).
 
 SSMax (Nakanishi 2025, "Scalable-Softmax Is Superior for Attention", arXiv 2501.19399: its
 defining equation) replaces softmax over a row of n logits z by
@@ -22,6 +22,11 @@ Mistral's Ministral 3 (transformers' ``Ministral3Attention``, its ``llama_4_scal
 applies the same kind of factor on every layer of a RoPE model, without Llama 4's + 1:
 
     q  ->  q · (1 + β · log(⌊pos / F⌋ + 1)),   β = llama_4_scaling_beta,  F = the original context
+
+Reflection AI's Beam (transformers' ``BeamModel``, ``compute_attention_scaling``) applies a
+power of the position, unfloored, on its NoPE layers:
+
+    q  ->  q · (1 + (pos + 1) / F)^β,   β = 0.1,  F = 2048
 
 All are one factor per query, so they act in the ``qk`` hook as a multiplication of q
 (after the wrapped encoding's own ``qk``): ``<c q, k> = c <q, k>``, the logit times c. Every
@@ -47,11 +52,23 @@ from pezoo.interface import PositionalEncoding, acts_through, defines_hook
 from pezoo.registry import WRAPPERS, ModelDims, register
 from pezoo.wrapper import Wrapper
 
-__all__ = ["FORMS", "SSMax", "SSMaxRoPE", "llama4_query_scale", "ssmax_query_scale", "visible_keys"]
+__all__ = [
+    "FIXED_FORMS",
+    "FORMS",
+    "SSMax",
+    "SSMaxRoPE",
+    "fixed_query_scale",
+    "llama4_query_scale",
+    "ssmax_query_scale",
+    "visible_keys",
+]
 
-FORMS = ("ssmax", "llama4", "ministral3")
-"""``form``: the learned SSMax factor ``s·log n``, or a fixed factor of the position: Llama
-4's (``⌊(pos + 1) / F⌋``) or Ministral 3's (``⌊pos / F⌋``)."""
+FIXED_FORMS = ("llama4", "ministral3", "beam")
+"""The fixed factors of the query's position: Llama 4's (``⌊(pos + 1) / F⌋``), Ministral 3's
+(``⌊pos / F⌋``) and Beam's (``(1 + (pos + 1) / F)^β``)."""
+
+FORMS = ("ssmax", *FIXED_FORMS)
+"""``form``: the learned SSMax factor ``s·log n``, or one of :data:`FIXED_FORMS`."""
 
 S_INIT = 0.43
 """Default initial s: the value of the SSMax paper's Figure 1 illustration (see
@@ -61,6 +78,11 @@ LLAMA4_ATTN_SCALE = 0.1
 LLAMA4_FLOOR_SCALE = 8192
 """Llama 4's published constants (transformers' ``Llama4TextConfig``: ``attn_scale``,
 ``floor_scale``)."""
+
+BEAM_ATTN_SCALE = 0.1
+BEAM_FLOOR_SCALE = 2048
+"""Beam's constants (β and F), written into transformers' ``compute_attention_scaling`` of its
+Beam model rather than its config."""
 
 
 def visible_keys(ctx: AttentionContext, n_queries: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -107,6 +129,20 @@ def llama4_query_scale(
     return factor[:, None, :, None]
 
 
+def fixed_query_scale(
+    form: str, pos: Tensor, attn_scale: float, floor_scale: float, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """The factor of a fixed ``form`` (:data:`FIXED_FORMS`, module docstring): pos (b|1, i) ->
+    (b|1, 1, i, 1) in ``dtype``. Beam's ``(1 + (pos + 1) / F)^β`` is transformers'
+    ``exp(β · log1p((pos + 1) / F))``."""
+    if form == "beam":
+        factor = torch.exp(attn_scale * torch.log1p((pos.to(dtype) + 1.0) / floor_scale))
+        return factor[:, None, :, None]
+    if form not in FIXED_FORMS:
+        raise ValueError(f"no fixed temperature form {form!r}; the forms are {', '.join(map(repr, FIXED_FORMS))}")
+    return llama4_query_scale(pos, attn_scale, floor_scale, dtype, offset=1.0 if form == "llama4" else 0.0)
+
+
 class SSMax(Wrapper):
     """A length-dependent temperature over ``inner``: each query q times ``s_(l,h) · log n``
     (SSMax, Nakanishi 2025), or times Llama 4's ``1 + β log(⌊(pos+1)/F⌋ + 1)``.
@@ -119,8 +155,9 @@ class SSMax(Wrapper):
             randomize the whole, ``randomized:ssmax:rope``, or another SSMax).
         n_heads, n_layers: the model's heads and layers: SSMax learns one s per (layer, head).
         form: ``"ssmax"`` (default: learned s, factor ``s log n``), ``"llama4"`` (no
-            parameters: Llama 4's factor of the query's position) or ``"ministral3"``
-            (Ministral 3's, the same without Llama 4's + 1).
+            parameters: Llama 4's factor of the query's position), ``"ministral3"``
+            (Ministral 3's, the same without Llama 4's + 1) or ``"beam"`` (Beam's power
+            of the position).
         s_init: initial value of every s (``form="ssmax"``); default 0.43.
         attn_scale, floor_scale: β and F of the fixed forms (Llama 4's 0.1 and 8192).
 
@@ -186,8 +223,7 @@ class SSMax(Wrapper):
     ) -> Tensor:
         """The factor of each new query of ``layer``: (b|1, h|1, i, 1) in ``dtype``."""
         if self.s is None:
-            offset = 1.0 if self.form == "llama4" else 0.0
-            return llama4_query_scale(ctx.q_pos, self.attn_scale, self.floor_scale, dtype, offset)
+            return fixed_query_scale(self.form, ctx.q_pos, self.attn_scale, self.floor_scale, dtype)
         check_layer(self.name, layer, self.n_layers)
         return ssmax_query_scale(self.s[layer], visible_keys(ctx, n_queries, dtype))
 

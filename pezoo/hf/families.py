@@ -37,6 +37,7 @@ from pezoo.hf import calls
 from pezoo.hf.layouts import (
     Output,
     Projection,
+    _beam_gate,
     _bitnet_output,
     _bloom,
     _bloom_output,
@@ -70,6 +71,7 @@ from pezoo.hf.layouts import (
     separate_projections,
 )
 from pezoo.hf.own import (
+    _beam_hybrid,
     _bidirectional_refusal,
     _cohere2_moe_hybrid,
     _exaone4_options,
@@ -285,7 +287,8 @@ class Family:
         sinks: the attention module's attribute holding its sink logits, one per head (gpt-oss's
             ``sinks``), or None: pezoo normalises with them (:class:`pezoo.scores.Sinks`).
         gate: the model's gate on the attended values, a function of the attention's input
-            (AFMoE's σ(``gate_proj`` x), (b, s, h*e)) multiplying them before ``output``; or None.
+            (AFMoE's σ(``gate_proj`` x), Beam's with a bias per head; (b, s, h*e)) multiplying them
+            before ``output``; or None.
     """
 
     layers: str
@@ -341,6 +344,9 @@ FAMILIES: dict[str, Family] = {
     "mellum": Family("layers", "self_attn", _per_head_norms, own="hybrid", own_options=_local_global_hybrid),
     # AFMoE (Arcee's Trinity): RNoPE-SWA, q and k normed per head, a sigmoid gate on the attended values
     "afmoe": Family("layers", "self_attn", _per_head_norms, own="hybrid", own_options=_rnope_swa, gate=_sigmoid_gate),
+    # Beam (Reflection AI): RNoPE-SWA, its NoPE layers' queries under a temperature, q and k normed per head,
+    # a sigmoid gate with a bias per head on the attended values
+    "beam": Family("layers", "self_attn", _per_head_norms, own="hybrid", own_options=_beam_hybrid, gate=_beam_gate),
     # Flint: RNoPE-SWA, q and k normed per head, attention sinks
     "flint": Family("layers", "self_attn", _per_head_norms, own="hybrid", own_options=_rnope_swa, sinks="sinks"),
     # Granite SWA: windowed and global layers, each with its RoPE base or none, and attention sinks

@@ -213,6 +213,15 @@ def _sigmoid_gate(self: Any, x: Tensor) -> Tensor:
     return torch.sigmoid(self.gate_proj(x))
 
 
+def _beam_gate(self: Any, x: Tensor) -> Tensor:
+    """Beam's output gate: σ(``gate_proj`` x + ``gate_bias``), one bias per head added to each
+    of its features (b, s, h*e)."""
+    gate = self.gate_proj(x)
+    heads = self.gate_bias.shape[0]
+    gate = gate.view(*gate.shape[:-1], heads, -1) + self.gate_bias[:, None]  # (b, s, h, e)
+    return torch.sigmoid(gate).flatten(-2)
+
+
 def _bitnet_output(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
     """BitNet: an RMS norm of the attended values before ``o_proj``."""
     return self.o_proj(self.attn_sub_norm(out))

@@ -1,8 +1,9 @@
 """What a model's config says of its own position encoding, read for pezoo.hf's families
-(``families.py``): the options of the ``hybrid`` that reproduces a model's own layers
-(Cohere 2's and EXAONE 4's RNoPE-SWA, Llama 4's iRoPE, Gemma 3's, OLMo 3's and gpt-oss's
-local/global layers, SmolLM3's NoPE layers), which encoding that is where the config decides
-it, the model's local attention, its logit soft-capping, and the configurations refused.
+(``families.py``): the options of the ``hybrid`` that reproduces a model's own layers (Cohere
+2's and EXAONE 4's RNoPE-SWA, Llama 4's iRoPE and Beam's NoPE layers with their temperatures,
+Gemma 3's, OLMo 3's and gpt-oss's local/global layers, SmolLM3's NoPE layers), which encoding
+that is where the config decides it, the model's local attention, its logit soft-capping, and
+the configurations refused.
 
 Each reader is a function of the config alone; one that cannot read it raises a ValueError
 naming the fields.
@@ -11,6 +12,8 @@ naming the fields.
 from __future__ import annotations
 
 from typing import Any
+
+from pezoo.encodings.ssmax import BEAM_ATTN_SCALE, BEAM_FLOOR_SCALE
 
 __all__ = ["sliding_window"]
 
@@ -212,6 +215,30 @@ def _local_global_hybrid(config: Any) -> dict[str, Any]:
         out["global_base"] = float(whole.get("rope_theta", 10000.0))
         if whole.get("rope_type", "default") != "default":
             out["global_scaling"] = dict(whole)
+    return out
+
+
+def _beam_hybrid(config: Any) -> dict[str, Any]:
+    """Reflection AI's Beam's own encoding as ``hybrid``'s options: RoPE on its
+    ``sliding_attention`` layers (R, the RoPE of their ``rope_parameters`` entry), and on its
+    ``full_attention`` layers, whose entry is None (its default), no position encoding, their
+    queries scaled by Beam's temperature (1 + (pos + 1)/2048)^0.1 (transformers' ``BeamModel``,
+    constants in its code). Where the full layers' entry is a RoPE they rotate (G) and take no
+    temperature (Beam scales only the layers without RoPE): Gemma 3's reading."""
+    params = config.rope_parameters or {}
+    if isinstance(params.get("full_attention"), dict):
+        return _local_global_hybrid(config)
+    local = params.get("sliding_attention")
+    if not isinstance(local, dict) or "full_attention" not in params:
+        raise ValueError(
+            f"its own encoding cannot be read from its config: rope_parameters {params!r} (one entry per layer "
+            "type: the sliding_attention layers' RoPE, and the full_attention layers' or None)"
+        )
+    out: dict[str, Any] = {"pattern": _windowed_pattern(config, "N"), "window": int(config.sliding_window)}
+    out.update(local="window", base=float(local.get("rope_theta", 10000.0)))
+    if local.get("rope_type", "default") != "default":
+        out["scaling"] = dict(local)
+    out.update(nope_temperature="beam", attn_scale=BEAM_ATTN_SCALE, floor_scale=BEAM_FLOOR_SCALE)
     return out
 
 

@@ -44,6 +44,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "cohere2": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
     # as Cohere 2's, with a mixture of two experts on every layer (no dense prefix)
     "cohere2_moe": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64, **_TWO_EXPERTS},
+    # Beam: as AFMoE's, its gate biased per head, its NoPE layer's queries under its temperature;
+    # three dense MLP layers, then a mixture of two experts
+    "beam": {
+        **_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64, "head_dim": 8, **_TWO_EXPERTS,
+        "n_group": 1, "topk_group": 1,
+    },
     # as Cohere 2's (rotate-half), q and k normed per head, a sigmoid gate on the attended values
     "afmoe": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64, "head_dim": 8, **_TWO_EXPERTS},
     # as Cohere 2's, with q and k normed per head (without a window, RoPE everywhere)
@@ -232,8 +238,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 """A tiny configuration of each adapted family."""
 
 HYBRID_FAMILIES = (
-    "afmoe", "cohere2", "cohere2_moe", "cwm", "exaone4", "exaone_moe", "flint", "gemma3_text", "gpt_oss", "granite_swa",
-    "granitemoe_swa", "kolibri1", "llama4_text", "mellum", "olmo3", "smollm3",
+    "afmoe", "beam", "cohere2", "cohere2_moe", "cwm", "exaone4", "exaone_moe", "flint", "gemma3_text", "gpt_oss",
+    "granite_swa", "granitemoe_swa", "kolibri1", "llama4_text", "mellum", "olmo3", "smollm3",
 )  # fmt: skip
 """Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,
 test_hf_local_global.py, test_hf_llama4.py, test_hf_gpt_oss.py, test_hf_smollm3.py)."""

@@ -33,7 +33,8 @@ def rotate(x, pos, base=10000.0):
 
 def reference_layer(q, k, v, pos, kind, window=None, local="window", temperature=None, global_base=None):
     """One row's attention (h, s, e) at positions ``pos`` for a layer of ``kind``, element by
-    element (a G layer: RoPE at ``global_base``, global)."""
+    element (a G layer: RoPE at ``global_base``, global; an N layer's queries times
+    ``temperature(pos)``, if given)."""
     h, s, e = q.shape
     out = torch.zeros(h, s, v.shape[-1], dtype=torch.float64)
     for head in range(h):
@@ -44,7 +45,7 @@ def reference_layer(q, k, v, pos, kind, window=None, local="window", temperature
             elif kind == "G":
                 qi = rotate(q[head, i], pi, global_base)
             else:
-                factor = 1.0 if temperature is None else 1 + 0.1 * math.log(math.floor((pi + 1) / temperature) + 1)
+                factor = 1.0 if temperature is None else temperature(pi)
                 qi = [factor * float(x) for x in q[head, i]]
             keys = []
             for j in range(i + 1):
@@ -110,12 +111,31 @@ def test_g_layers_rotate_at_their_own_base_and_attend_globally(backend):
 def test_llama4_temperature_acts_on_the_nope_layers_only():
     torch.manual_seed(1)
     pe = pezoo.create("hybrid", dims=DIMS, nope_temperature="llama4", floor_scale=3)
+
+    def llama4(p):
+        return 1 + 0.1 * math.log(math.floor((p + 1) / 3) + 1)
+
     q, k, v = (torch.randn(1, 4, 8, 8) for _ in range(3))
     positions = list(range(8))
     pos = torch.tensor([positions])
     for layer in range(4):
         kind = pe.kinds[layer]
-        want = reference_layer(q[0], k[0], v[0], positions, kind, temperature=3 if kind == "N" else None)
+        want = reference_layer(q[0], k[0], v[0], positions, kind, temperature=llama4 if kind == "N" else None)
+        torch.testing.assert_close(run(pe, layer, q, k, v, pos)[0].double(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_beam_temperature_is_a_power_of_the_position_on_the_nope_layers():
+    """Reflection AI's Beam (transformers' compute_attention_scaling): q · (1 + (pos + 1)/F)^β on its
+    NoPE layers, not floored; at F = 3, β = 0.5 it grows from the first position."""
+    torch.manual_seed(1)
+    pe = pezoo.create("hybrid", dims=DIMS, nope_temperature="beam", attn_scale=0.5, floor_scale=3)
+    q, k, v = (torch.randn(1, 4, 8, 8) for _ in range(3))
+    positions = list(range(8))
+    pos = torch.tensor([positions])
+    for layer in range(4):
+        kind = pe.kinds[layer]
+        beam = (lambda p: (1 + (p + 1) / 3) ** 0.5) if kind == "N" else None
+        want = reference_layer(q[0], k[0], v[0], positions, kind, temperature=beam)
         torch.testing.assert_close(run(pe, layer, q, k, v, pos)[0].double(), want, atol=1e-5, rtol=1e-5)
 
 
@@ -196,7 +216,7 @@ def test_chunk_mask_membership_and_errors():
         ({"pattern": "RG", "global_base": 0.5}, r"base"),
         ({"window": 0}, r"window must be an integer >= 1"),
         ({"local": "block"}, r"local must be one of 'window', 'chunk'"),
-        ({"nope_temperature": "ssmax"}, r"nope_temperature must be None or 'llama4'"),
+        ({"nope_temperature": "ssmax"}, r"nope_temperature must be one of None, 'llama4', 'ministral3', 'beam'"),
         ({"layout": "pairs"}, r"layout must be one of 'interleaved', 'half'"),
         ({"floor_scale": 0}, r"floor_scale must be an integer >= 1"),
     ],

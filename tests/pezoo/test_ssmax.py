@@ -10,7 +10,14 @@ import torch
 
 import pezoo
 from pezoo import AttentionContext
-from pezoo.encodings.ssmax import SSMax, llama4_query_scale, visible_keys
+from pezoo.encodings.ssmax import (
+    BEAM_ATTN_SCALE,
+    BEAM_FLOOR_SCALE,
+    SSMax,
+    fixed_query_scale,
+    llama4_query_scale,
+    visible_keys,
+)
 from pezoo.setups import paper_options
 from pezoo.testing import KitConfig, check_incremental_decoding
 from pezoo.testing.kit import KitModel, quiet_flex_warnings
@@ -133,6 +140,24 @@ def test_ministral3_form_is_its_formula_without_llama4s_one():
     assert llama4.qk(0, q, k, ctx)[0][:, :, 1].ne(q2[:, :, 1]).any()  # position 3: Llama 4 has stepped
 
 
+def test_beam_form_is_a_power_of_the_position():
+    """transformers' Beam (compute_attention_scaling): exp(β log1p((pos + 1) / F)), i.e.
+    (1 + (pos + 1)/F)^β, written out; not floored, so it grows from position 0 (Beam's
+    own constants 0.1 and 2048 at 2047: 2^0.1)."""
+    pe = pezoo.create("ssmax:nope", dims=DIMS, form="beam", attn_scale=0.5, floor_scale=4)
+    assert not list(pe.parameters())
+    q, k = torch.randn(2, 4, 4, 8), torch.randn(2, 4, 4, 8)
+    pos = torch.tensor([[0, 1, 9, 40]])
+    q2, k2 = pe.qk(0, q, k, AttentionContext(q_pos=pos, k_pos=pos))
+    factor = torch.tensor([(1 + (p + 1) / 4) ** 0.5 for p in (0, 1, 9, 40)])
+    torch.testing.assert_close(q2, q * factor[None, None, :, None])
+    assert torch.equal(k2, k)
+    own = fixed_query_scale("beam", torch.tensor([[2047]]), BEAM_ATTN_SCALE, BEAM_FLOOR_SCALE)
+    assert own.item() == pytest.approx(2**0.1, rel=1e-6)
+    with pytest.raises(ValueError, match="no fixed temperature form 'ssmax'"):
+        fixed_query_scale("ssmax", pos, 0.1, 4)
+
+
 def test_s_is_per_layer_and_head_and_learns_through_every_backend():
     """(flex has no backward pass on CPU: there its gradient is sdpa's, with a warning; a GPU runs flex's own.)"""
     torch.manual_seed(3)
@@ -150,9 +175,9 @@ def test_s_is_per_layer_and_head_and_learns_through_every_backend():
 
 
 @pytest.mark.parametrize("name", ["ssmax:rope", "ssmax:alibi", "ssmax:ape"])
-@pytest.mark.parametrize("form", ["ssmax", "llama4"])
+@pytest.mark.parametrize("form", ["ssmax", "llama4", "beam"])
 def test_cached_decoding_equals_the_full_pass(name, form):
-    options = {"floor_scale": 3} if form == "llama4" else {}
+    options = {} if form == "ssmax" else {"floor_scale": 3}
     check_incremental_decoding(
         lambda: pezoo.create(name, dims=DIMS, form=form, **options), KitConfig(dims=DIMS, length=14)
     )
