@@ -178,6 +178,10 @@ class Hybrid(PositionalEncoding):
             Beam's are 0.1 and 2048).
         global_base, global_scaling: the G layers' RoPE base (None: ``base``) and scaling
             (None: unscaled); only with G layers in the pattern.
+        rotary_fraction, global_rotary_fraction: the fraction of each head the R layers' and
+            the G layers' RoPE rotate (``rope``'s ``rotary_fraction``: its first
+            ``int(e · fraction)`` features); None (default): every feature. Poolside's Laguna
+            rotates half of each head on its global layers and all of it on its windowed ones.
     """
 
     windows: Tensor
@@ -199,6 +203,8 @@ class Hybrid(PositionalEncoding):
         scaling: Mapping[str, Any] | None = None,
         global_base: float | None = None,
         global_scaling: Mapping[str, Any] | None = None,
+        rotary_fraction: float | None = None,
+        global_rotary_fraction: float | None = None,
     ) -> None:
         super().__init__()
         check_sizes("hybrid", head_dim=head_dim, n_heads=n_heads, n_layers=n_layers)
@@ -216,10 +222,10 @@ class Hybrid(PositionalEncoding):
                 f"{'an R (RoPE)' if 'R' not in kinds else 'an N (NoPE) or G (global RoPE)'} layer; a hybrid needs "
                 f"both (e.g. pattern={'R' * max(n_layers - 1, 1) + 'N'!r})"
             )
-        if "G" not in kinds and (global_base is not None or global_scaling is not None):
+        if "G" not in kinds and (global_base, global_scaling, global_rotary_fraction) != (None, None, None):
             raise ValueError(
-                f"hybrid: global_base and global_scaling set the G layers' RoPE, and pattern {pattern!r} over "
-                f"{n_layers} layers has none"
+                f"hybrid: global_base, global_scaling and global_rotary_fraction set the G layers' RoPE, and "
+                f"pattern {pattern!r} over {n_layers} layers has none"
             )
         if window is not None:
             check_number("hybrid", "window", window, integer=True, at_least=1)
@@ -235,11 +241,14 @@ class Hybrid(PositionalEncoding):
         self.head_dim, self.n_heads, self.n_layers = head_dim, n_heads, n_layers
         self.pattern, self.kinds, self.window, self.local = pattern, kinds, window, local
         self.nope_temperature, self.attn_scale, self.floor_scale = nope_temperature, float(attn_scale), int(floor_scale)
-        self.rope = RoPE(head_dim=head_dim, base=base, layout=layout, scaling=scaling)
+        self.rope = RoPE(head_dim=head_dim, base=base, layout=layout, scaling=scaling, rotary_fraction=rotary_fraction)
         self.global_rope: RoPE | None = None
         if "G" in kinds:
             g_base = base if global_base is None else global_base
-            self.global_rope = RoPE(head_dim=head_dim, base=g_base, layout=layout, scaling=global_scaling)
+            fraction = global_rotary_fraction
+            self.global_rope = RoPE(
+                head_dim=head_dim, base=g_base, layout=layout, scaling=global_scaling, rotary_fraction=fraction
+            )
         self.register_buffer("windows", self._windows(), persistent=False)  # (h,), for WindowMask
 
     def _windows(self) -> Tensor:

@@ -298,12 +298,13 @@ def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[s
     encoding = create(name, dims=dims, **given)
     # the frequencies read from the config must be the model's; a RoPE the caller set is the caller's
     if own and name in ("rope", "ssmax:rope") and not mine & ROPE_FREQUENCY_OPTIONS:
-        _check_own_rope(model, family, encoding.inner if name == "ssmax:rope" else encoding)
+        rope = encoding.inner if name == "ssmax:rope" else encoding
+        _check_own_rope(model, family, rope, "inv_freq", "full_attention_inv_freq", "sliding_attention_inv_freq")
     if own and name == "hybrid":  # its R layers' RoPE (Gemma 3: one per layer kind), its G layers'
-        if not mine & {"base", "scaling", "layout"}:
+        if not mine & {"base", "scaling", "layout", "rotary_fraction"}:
             _check_own_rope(model, family, encoding.rope, "inv_freq", "sliding_attention_inv_freq")
         global_rope = getattr(encoding, "global_rope", None)
-        if global_rope is not None and not mine & {"global_base", "global_scaling", "layout"}:
+        if global_rope is not None and not mine & {"global_base", "global_scaling", "global_rotary_fraction", "layout"}:
             _check_own_rope(model, family, global_rope, "full_attention_inv_freq")
     return encoding
 
@@ -363,7 +364,8 @@ def _check_own_rope(
     model: PreTrainedModel, family: Family, encoding: Any, *buffers: str
 ) -> None:
     """The model's rotary frequencies, where it keeps them (``rotary_emb.inv_freq`` of its core,
-    or the first of ``buffers`` it has: Gemma 3 keeps one per layer kind) and they do not
+    or the first of ``buffers`` it has: Gemma 3 keeps one per layer kind, Laguna one per kind
+    it has) and they do not
     depend on the length, must be pezoo's: a config pezoo would read differently is refused."""
     rotary = getattr(_get(model.base_model, family.core), "rotary_emb", None)
     theirs = next((getattr(rotary, b) for b in buffers or ("inv_freq",) if hasattr(rotary, b)), None)

@@ -66,6 +66,7 @@ from pezoo.hf.layouts import (
     _scaling,
     _sigmoid_gate,
     _softmax_scale,
+    _softplus_gate,
     _starcoder2_output,
     _unscaled,
     separate_projections,
@@ -78,6 +79,9 @@ from pezoo.hf.own import (
     _exaone4_own,
     _gemma2_softcap,
     _granite_swa_hybrid,
+    _laguna_options,
+    _laguna_own,
+    _laguna_refusal,
     _llama4_hybrid,
     _local_global_hybrid,
     _ministral3_options,
@@ -344,6 +348,12 @@ FAMILIES: dict[str, Family] = {
     "mellum": Family("layers", "self_attn", _per_head_norms, own="hybrid", own_options=_local_global_hybrid),
     # AFMoE (Arcee's Trinity): RNoPE-SWA, q and k normed per head, a sigmoid gate on the attended values
     "afmoe": Family("layers", "self_attn", _per_head_norms, own="hybrid", own_options=_rnope_swa, gate=_sigmoid_gate),
+    # Laguna (Poolside): RoPE of its own per layer kind (half of each head on the global layers), windowed
+    # layers mixed in by layer_types; q and k normed per head; a softplus gate per head or per feature
+    "laguna": Family(
+        "layers", "self_attn", _per_head_norms, own=_laguna_own, own_options=_laguna_options, gate=_softplus_gate,
+        refuse=_laguna_refusal,
+    ),
     # Beam (Reflection AI): RNoPE-SWA, its NoPE layers' queries under a temperature, q and k normed per head,
     # a sigmoid gate with a bias per head on the attended values
     "beam": Family("layers", "self_attn", _per_head_norms, own="hybrid", own_options=_beam_hybrid, gate=_beam_gate),

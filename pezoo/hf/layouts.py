@@ -222,6 +222,13 @@ def _beam_gate(self: Any, x: Tensor) -> Tensor:
     return torch.sigmoid(gate).flatten(-2)
 
 
+def _softplus_gate(self: Any, x: Tensor) -> Tensor:
+    """Laguna's output gate: softplus(``g_proj`` x) in fp32, one per head (``gating`` True or
+    ``"per-head"``, spread over the head's features) or one per attended feature (b, s, h*e)."""
+    gate = nn.functional.softplus(self.g_proj(x).float()).to(x.dtype)
+    return gate.repeat_interleave(self.head_dim, dim=-1) if self.gate_per_head else gate
+
+
 def _bitnet_output(self: Any, out: Tensor, args: tuple[Any, ...]) -> Tensor:
     """BitNet: an RMS norm of the attended values before ``o_proj``."""
     return self.o_proj(self.attn_sub_norm(out))

@@ -242,6 +242,58 @@ def _beam_hybrid(config: Any) -> dict[str, Any]:
     return out
 
 
+def _laguna_own(config: Any) -> str:
+    """Poolside's Laguna's own encoding, which its config decides: ``rope`` where its layers are
+    of one kind (every one global by default), ``hybrid`` where ``sliding_attention`` layers
+    (R) and ``full_attention`` ones (G, global RoPE of their own) mix. A ``layer_types`` that
+    is not one kind per layer goes to ``hybrid``, whose reader refuses it by field."""
+    kinds = _per_layer(config, "layer_types")
+    return "rope" if kinds is not None and len(set(kinds)) == 1 else "hybrid"
+
+
+def _laguna_rope(entry: Any, kind: str) -> dict[str, Any]:
+    """One layer kind's RoPE from its ``rope_parameters`` entry: its base, the fraction of each
+    head it rotates (``partial_rotary_factor``: Laguna's global layers rotate half), its scaling."""
+    if not isinstance(entry, dict):
+        raise ValueError(
+            f"its own encoding cannot be read from its config: rope_parameters[{kind!r}] {entry!r} (the RoPE of "
+            f"its {kind} layers)"
+        )
+    out: dict[str, Any] = {"base": float(entry.get("rope_theta", 10000.0))}
+    fraction = entry.get("partial_rotary_factor", 1.0)
+    if fraction != 1.0:
+        out["rotary_fraction"] = fraction
+    if entry.get("rope_type", "default") != "default":
+        out["scaling"] = dict(entry)
+    return out
+
+
+def _laguna_options(config: Any) -> dict[str, Any]:
+    """Laguna's own encoding's options (its ``rope_parameters`` are keyed by layer kind): the one
+    kind's RoPE where it is ``rope``; as ``hybrid``, R layers with the sliding kind's RoPE and
+    window, G layers with the full kind's (Gemma 3's reading, each kind rotating its own
+    fraction of the head)."""
+    params = config.rope_parameters or {}
+    if _laguna_own(config) == "rope":
+        kind = str(config.layer_types[0])
+        return _laguna_rope(params.get(kind), kind)
+    out: dict[str, Any] = {"pattern": _windowed_pattern(config, "G"), "window": int(config.sliding_window)}
+    out.update(local="window", **_laguna_rope(params.get("sliding_attention"), "sliding_attention"))
+    whole = _laguna_rope(params.get("full_attention"), "full_attention")
+    out.update({f"global_{key}": value for key, value in whole.items()})
+    return out
+
+
+def _laguna_refusal(config: Any) -> str | None:
+    heads = getattr(config, "num_attention_heads_per_layer", None)
+    if heads is not None and set(heads) != {config.num_attention_heads}:
+        return (
+            f"its layers have different head counts (num_attention_heads_per_layer {list(heads)!r}), and a pezoo "
+            f"encoding is built for one ({config.num_attention_heads})"
+        )
+    return None
+
+
 def _smollm3_own(config: Any) -> str:
     """SmolLM3's own encoding: RoPE on the layers ``no_rope_layers`` marks 1 and none on the
     others (every fourth, by default), all attending globally: ``hybrid``, or ``rope`` or

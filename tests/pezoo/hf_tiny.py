@@ -44,6 +44,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "cohere2": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64},
     # as Cohere 2's, with a mixture of two experts on every layer (no dense prefix)
     "cohere2_moe": {**_LLAMA_LIKE, "num_hidden_layers": 4, "sliding_window": 64, **_TWO_EXPERTS},
+    # Laguna: every layer global (its default), RoPE on half of each head, a softplus gate per head
+    "laguna": {**_LLAMA_LIKE, "head_dim": 8, **_TWO_EXPERTS, "shared_expert_intermediate_size": 32},
     # Beam: as AFMoE's, its gate biased per head, its NoPE layer's queries under its temperature;
     # three dense MLP layers, then a mixture of two experts
     "beam": {

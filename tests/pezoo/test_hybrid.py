@@ -139,6 +139,20 @@ def test_beam_temperature_is_a_power_of_the_position_on_the_nope_layers():
         torch.testing.assert_close(run(pe, layer, q, k, v, pos)[0].double(), want, atol=1e-5, rtol=1e-5)
 
 
+def test_each_kind_rotates_its_own_fraction_of_each_head():
+    """Laguna's layout: the R layers rotate every feature, the G layers the first half of each
+    head at frequencies over those 4 features (base^(-2i/4)), the rest passing through."""
+    torch.manual_seed(5)
+    pe = pezoo.create("hybrid", dims=DIMS, pattern="RRRG", global_base=500.0, global_rotary_fraction=0.5)
+    q, k = torch.randn(1, 4, 5, 8), torch.randn(1, 4, 5, 8)
+    ctx = AttentionContext(q_pos=torch.tensor([[0, 1, 2, 3, 4]]), k_pos=torch.tensor([[0, 1, 2, 3, 4]]))
+    for layer, (rotated, base) in ((0, (8, 10000.0)), (3, (4, 500.0))):
+        for x, got in zip((q, k), pe.qk(layer, q, k, ctx), strict=True):
+            want = [[rotate(x[0, h, i, :rotated], i, base) + x[0, h, i, rotated:].tolist() for i in range(5)]
+                    for h in range(4)]  # fmt: skip
+            torch.testing.assert_close(got[0].double(), torch.tensor(want, dtype=torch.float64), atol=1e-5, rtol=1e-5)
+
+
 def test_scaling_scales_the_rope_layers_rotation_only():
     """Linear scaling (position interpolation, Chen et al. 2023) by 2: an R layer rotates
     position p by the angles of p / 2; an N layer leaves q and k alone."""
@@ -212,7 +226,10 @@ def test_chunk_mask_membership_and_errors():
         ({"pattern": ""}, r"pattern is a string of R"),
         ({"pattern": "NNNN"}, r"without an R \(RoPE\) layer"),
         ({"pattern": "RRRRRN"}, r"gives 'RRRR', without an N \(NoPE\) or G \(global RoPE\) layer.*pattern='RRRN'"),
-        ({"global_base": 1e6}, r"global_base and global_scaling set the G layers' RoPE, and pattern 'RRRN'"),
+        ({"global_base": 1e6}, r"global_base, global_scaling and global_rotary_fraction set the G layers' RoPE, "
+                               r"and pattern 'RRRN'"),
+        ({"global_rotary_fraction": 0.5}, r"global_rotary_fraction set the G layers' RoPE, and pattern 'RRRN'"),
+        ({"rotary_fraction": 1.5}, r"rotary_fraction must be in \(0, 1\]"),
         ({"pattern": "RG", "global_base": 0.5}, r"base"),
         ({"window": 0}, r"window must be an integer >= 1"),
         ({"local": "block"}, r"local must be one of 'window', 'chunk'"),
