@@ -208,13 +208,23 @@ def _local_global_hybrid(config: Any) -> dict[str, Any]:
             f"its own encoding cannot be read from its config: rope_parameters {params!r} (one entry per layer type)"
         )
     out: dict[str, Any] = {"pattern": kinds, "window": int(config.sliding_window), "local": "window"}
-    out["base"] = float(local.get("rope_theta", 10000.0))
-    if local.get("rope_type", "default") != "default":
-        out["scaling"] = dict(local)
+    out.update(_kind_rope(local, "sliding_attention"))
     if "G" in kinds:
-        out["global_base"] = float(whole.get("rope_theta", 10000.0))
-        if whole.get("rope_type", "default") != "default":
-            out["global_scaling"] = dict(whole)
+        out.update({f"global_{key}": value for key, value in _kind_rope(whole, "full_attention").items()})
+    return out
+
+
+def _kind_rope(entry: Any, kind: str) -> dict[str, Any]:
+    """One layer kind's RoPE from its ``rope_parameters`` entry: its base, and its scaling where
+    the entry is not plain (a ValueError naming the entry where it is not one)."""
+    if not isinstance(entry, dict):
+        raise ValueError(
+            f"its own encoding cannot be read from its config: rope_parameters[{kind!r}] {entry!r} (the RoPE of "
+            f"its {kind} layers)"
+        )
+    out: dict[str, Any] = {"base": float(entry.get("rope_theta", 10000.0))}
+    if entry.get("rope_type", "default") != "default":
+        out["scaling"] = dict(entry)
     return out
 
 
@@ -235,9 +245,7 @@ def _beam_hybrid(config: Any) -> dict[str, Any]:
             "type: the sliding_attention layers' RoPE, and the full_attention layers' or None)"
         )
     out: dict[str, Any] = {"pattern": _windowed_pattern(config, "N"), "window": int(config.sliding_window)}
-    out.update(local="window", base=float(local.get("rope_theta", 10000.0)))
-    if local.get("rope_type", "default") != "default":
-        out["scaling"] = dict(local)
+    out.update(local="window", **_kind_rope(local, "sliding_attention"))
     out.update(nope_temperature="beam", attn_scale=BEAM_ATTN_SCALE, floor_scale=BEAM_FLOOR_SCALE)
     return out
 
@@ -252,19 +260,12 @@ def _laguna_own(config: Any) -> str:
 
 
 def _laguna_rope(entry: Any, kind: str) -> dict[str, Any]:
-    """One layer kind's RoPE from its ``rope_parameters`` entry: its base, the fraction of each
-    head it rotates (``partial_rotary_factor``: Laguna's global layers rotate half), its scaling."""
-    if not isinstance(entry, dict):
-        raise ValueError(
-            f"its own encoding cannot be read from its config: rope_parameters[{kind!r}] {entry!r} (the RoPE of "
-            f"its {kind} layers)"
-        )
-    out: dict[str, Any] = {"base": float(entry.get("rope_theta", 10000.0))}
+    """One layer kind's RoPE as :func:`_kind_rope` reads it, and the fraction of each head it
+    rotates (``partial_rotary_factor``: Laguna's global layers rotate half)."""
+    out = _kind_rope(entry, kind)
     fraction = entry.get("partial_rotary_factor", 1.0)
     if fraction != 1.0:
         out["rotary_fraction"] = fraction
-    if entry.get("rope_type", "default") != "default":
-        out["scaling"] = dict(entry)
     return out
 
 
