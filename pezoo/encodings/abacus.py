@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from pezoo.cards import PaperCard, PaperClaim, PlotLook
 from pezoo.context import AttentionContext, check_embed, check_sizes
+from pezoo.eager import eager_under_compile
 from pezoo.interface import PositionalEncoding, to_device
 from pezoo.registry import register
 
@@ -41,7 +42,7 @@ _OFFSET = "abacus_offset"  # ctx.state (under ctx_key): () long, the offset k of
 _FED = "abacus_fed"  # ctx.state (under ctx_key): int, tokens of this sequence batch fed so far
 
 
-@torch.compiler.disable(reason="the offset is drawn as in eager mode: see draw_offset")
+@eager_under_compile("the offset is drawn as in eager mode: see draw_offset")
 def draw_offset(max_k: int, device: torch.device | str, generator: torch.Generator | None = None) -> Tensor:
     """The training offset k, uniform on 0..max_k: () long, from torch's global generator on
     ``device``, or drawn on the CPU from ``generator`` and moved to ``device``

@@ -51,6 +51,7 @@ from torch import Tensor, nn
 from pezoo.biases import AttentionBias, DenseBias
 from pezoo.cards import PaperCard, PlotLook, RunFacts
 from pezoo.context import AttentionContext, check_layer, check_number, check_sizes
+from pezoo.eager import eager_under_compile
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
 
@@ -259,7 +260,7 @@ class LearnedPRF(PositionalEncoding):
             return [DenseBias(lbpe_bias(phi, q, slot_keys))]
         return [DenseBias(self._bias_per_scale(layer, q, ctx, hint, slot_keys))]
 
-    @torch.compiler.disable(reason="grouping by torch.unique has data-dependent sizes: see _bias_per_scale")
+    @eager_under_compile("grouping by torch.unique has data-dependent sizes: see _bias_per_scale")
     def _bias_per_scale(
         self, layer: int, q: Tensor, ctx: AttentionContext, hint: Tensor | None, slot_keys: Tensor
     ) -> Tensor:

@@ -48,6 +48,7 @@ from torch import Tensor, nn
 
 from pezoo.cards import PaperCard, PaperClaim, RunFacts
 from pezoo.context import AttentionContext, check_embed, check_number, check_sizes
+from pezoo.eager import eager_under_compile
 from pezoo.interface import PositionalEncoding, to_device
 from pezoo.registry import ModelDims, register
 
@@ -219,7 +220,7 @@ def coupled_significance(
     return sig, after
 
 
-@torch.compiler.disable(reason="the offset is drawn as in eager mode: see draw_offset")
+@eager_under_compile("the offset is drawn as in eager mode: see draw_offset")
 def draw_offset(max_k: int, device: torch.device | str, generator: torch.Generator | None = None) -> Tensor:
     """The training offset k, uniform on 0..max_k: () long, from torch's global generator
     on ``device``, or drawn on the CPU from ``generator`` and moved (on a CPU the same

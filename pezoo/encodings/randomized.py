@@ -46,6 +46,7 @@ from torch import Tensor
 
 from pezoo.cards import PaperCard, PaperClaim, PlotLook, RunFacts, option_departures
 from pezoo.context import check_length
+from pezoo.eager import eager_under_compile
 from pezoo.encodings.ape import SinusoidalAPE
 from pezoo.interface import PositionalEncoding, check_lengths, to_device
 from pezoo.registry import WRAPPERS, ModelDims, register
@@ -57,7 +58,7 @@ DRAWS = ("per_length", "per_batch")
 """How a batch of rows of different lengths draws its positions (module docstring)."""
 
 
-@torch.compiler.disable(reason="positions drawn as in eager mode: see sample_sorted_positions")
+@eager_under_compile("positions drawn as in eager mode: see sample_sorted_positions")
 def sample_sorted_positions(
     length: int,
     max_length: int,
@@ -73,7 +74,7 @@ def sample_sorted_positions(
     Returns:
         (s,) long tensor, strictly increasing.
 
-    Runs eagerly under ``torch.compile`` (``torch.compiler.disable``), so a compiled model
+    Runs eagerly under ``torch.compile`` (``pezoo.eager.eager_under_compile``), so a compiled model
     draws the same random numbers from the same generator as an eager one and sees the
     same positions whatever the backend does with random operators. Traced, the draw
     also broke the graph on a ``seeded`` generator (dynamo cannot put a

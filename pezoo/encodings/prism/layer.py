@@ -18,6 +18,7 @@ from einops import rearrange
 from torch import Tensor, nn
 from torch.profiler import record_function
 
+from pezoo.eager import eager_under_compile
 from pezoo.encodings.ape import sinusoid_table
 from pezoo.encodings.prism.config import PRISMConfig, support_for
 from pezoo.encodings.prism.gates import CopyAttention, GateNet, compute_dtype
@@ -150,13 +151,13 @@ class PRISMLayer(nn.Module):
         g_q, g_k = streams.normalised()
         return g_q, g_k, new_state, recorded
 
-    @torch.compiler.disable(reason="PRISM's filter is a sequential scan over the tokens: see PRISMLayer.streams")
+    @eager_under_compile("PRISM's filter is a sequential scan over the tokens: see PRISMLayer.streams")
     def streams(
         self, x: Tensor, state: dict[str, Any] | None, *, record: bool = False
     ) -> tuple[CallStreams, dict[str, Any], dict[str, Tensor] | None]:
         """:meth:`forward` with the streams not yet normalised (:class:`CallStreams`).
 
-        Runs eagerly under ``torch.compile`` (``torch.compiler.disable``); the streams'
+        Runs eagerly under ``torch.compile`` (``pezoo.eager.eager_under_compile``); the streams'
         normalisation and the q/k fold that read its result compile as usual. Traced, this
         method specialised the graph on the sequence length: the support P is a power of
         two computed from it in Python (``int.bit_length``), the window of each step of
