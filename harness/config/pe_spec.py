@@ -150,10 +150,26 @@ def check_options(pe: str, options: Mapping[str, Any], backbone: BackboneConfig,
     their bounds first (``harness.config.limits``)."""
     try:
         limits.check_option_sizes(options)
+        _check_one_head_width(options, backbone)
         preflight_build(pe, options, backbone)
     except (TypeError, ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         raise ValueError(f"encoding {what or format_pe(pe, options)!r}: {message}") from None
+
+
+def _check_one_head_width(options: Mapping[str, Any], backbone: BackboneConfig) -> None:
+    """ValueError where ``options`` give some layers heads of another width than the
+    backbone's, whose heads are all ``d_model / n_heads`` wide: ``hybrid``'s
+    ``global_head_dim`` serves models that bring their own projections (Gemma 4's wider global
+    heads, through pezoo.hf); in the backbone its G layers would fail at the first step."""
+    width = backbone.d_model // backbone.n_heads
+    other = options.get("global_head_dim")
+    if other is not None and other != width:
+        raise ValueError(
+            f"global_head_dim={other!r} gives the G layers heads of another width than the backbone's, whose heads "
+            f"are all d_model / n_heads = {width} wide (global_head_dim is for models with projections of their own, "
+            "through pezoo.hf)"
+        )
 
 
 def inference_options(pe: str) -> tuple[str, ...]:

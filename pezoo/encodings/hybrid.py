@@ -182,6 +182,9 @@ class Hybrid(PositionalEncoding):
             the G layers' RoPE rotate (``rope``'s ``rotary_fraction``: its first
             ``int(e · fraction)`` features); None (default): every feature. Poolside's Laguna
             rotates half of each head on its global layers and all of it on its windowed ones.
+        global_head_dim: the G layers' per-head q/k width where it is not ``head_dim`` (None,
+            the default: the same): Gemma 4's global layers have heads twice as wide as its
+            local ones (512 and 256), and the model hands each layer's q and k at its own width.
     """
 
     windows: Tensor
@@ -205,6 +208,7 @@ class Hybrid(PositionalEncoding):
         global_scaling: Mapping[str, Any] | None = None,
         rotary_fraction: float | None = None,
         global_rotary_fraction: float | None = None,
+        global_head_dim: int | None = None,
     ) -> None:
         super().__init__()
         check_sizes("hybrid", head_dim=head_dim, n_heads=n_heads, n_layers=n_layers)
@@ -222,11 +226,14 @@ class Hybrid(PositionalEncoding):
                 f"{'an R (RoPE)' if 'R' not in kinds else 'an N (NoPE) or G (global RoPE)'} layer; a hybrid needs "
                 f"both (e.g. pattern={'R' * max(n_layers - 1, 1) + 'N'!r})"
             )
-        if "G" not in kinds and (global_base, global_scaling, global_rotary_fraction) != (None, None, None):
+        global_options = (global_base, global_scaling, global_rotary_fraction, global_head_dim)
+        if "G" not in kinds and global_options != (None, None, None, None):
             raise ValueError(
-                f"hybrid: global_base, global_scaling and global_rotary_fraction set the G layers' RoPE, and "
-                f"pattern {pattern!r} over {n_layers} layers has none"
+                f"hybrid: global_base, global_scaling, global_rotary_fraction and global_head_dim set the G layers' "
+                f"RoPE, and pattern {pattern!r} over {n_layers} layers has none"
             )
+        if global_head_dim is not None:
+            check_sizes("hybrid", global_head_dim=global_head_dim)
         if window is not None:
             check_number("hybrid", "window", window, integer=True, at_least=1)
         if local not in LOCALS:
@@ -246,8 +253,9 @@ class Hybrid(PositionalEncoding):
         if "G" in kinds:
             g_base = base if global_base is None else global_base
             fraction = global_rotary_fraction
+            width = head_dim if global_head_dim is None else global_head_dim
             self.global_rope = RoPE(
-                head_dim=head_dim, base=g_base, layout=layout, scaling=global_scaling, rotary_fraction=fraction
+                head_dim=width, base=g_base, layout=layout, scaling=global_scaling, rotary_fraction=fraction
             )
         self.register_buffer("windows", self._windows(), persistent=False)  # (h,), for WindowMask
 

@@ -101,6 +101,10 @@ def test_resolution_checks_options_against_the_encoding():
         resolve_pe("prism{layers=[0,7]}", task="copy", backbone=QUICK)
     with pytest.raises(ValueError, match="no paper setup is defined for encoding 'rope'"):
         resolve_pe("rope{paper}", task="copy", backbone=QUICK)
+    # the backbone's heads are one width: a hybrid's G layers may not ask for another
+    assert resolve_pe("hybrid{pattern=RRG,global_head_dim=32}", task="copy", backbone=QUICK)[0] == "hybrid"
+    with pytest.raises(ValueError, match=r"global_head_dim=16 gives the G layers heads of another width"):
+        resolve_pe("hybrid{pattern=RRG,global_head_dim=16}", task="copy", backbone=QUICK)
 
 
 def test_new_randomized_runs_record_the_paper_procedure_and_get_new_ids():

@@ -153,6 +153,31 @@ def test_each_kind_rotates_its_own_fraction_of_each_head():
             torch.testing.assert_close(got[0].double(), torch.tensor(want, dtype=torch.float64), atol=1e-5, rtol=1e-5)
 
 
+def test_global_layers_rotate_heads_of_their_own_width():
+    """Gemma 4's layout: R layers' heads 8 wide, every feature rotated; G layers' heads 16 wide
+    under p-RoPE with p = 1/4 in the rotate-half layout (transformers' ``proportional`` type):
+    pair (i, i + 8) turns by pos · base^(-2i/16) for the ⌊p · 16/2⌋ = 2 highest frequencies,
+    the other six pairs not at all. Written out per feature here."""
+    torch.manual_seed(6)
+    pe = pezoo.create("hybrid", dims=DIMS, pattern="RRRG", layout="half", global_base=500.0, global_head_dim=16,
+                      global_scaling={"rope_type": "p_rope", "p": 0.25})  # fmt: skip
+    ctx = AttentionContext(q_pos=torch.tensor([[0, 1, 2, 3, 4]]), k_pos=torch.tensor([[0, 1, 2, 3, 4]]))
+
+    def rotate_half(x, pos, base, kept):
+        e = len(x)
+        out = [float(v) for v in x]
+        for i in range(kept):
+            z = complex(float(x[i]), float(x[i + e // 2])) * cmath.exp(1j * pos * base ** (-2 * i / e))
+            out[i], out[i + e // 2] = z.real, z.imag
+        return out
+
+    for layer, width, base, kept in ((0, 8, 10000.0, 4), (3, 16, 500.0, 2)):
+        q, k = torch.randn(1, 4, 5, width), torch.randn(1, 4, 5, width)
+        for x, got in zip((q, k), pe.qk(layer, q, k, ctx), strict=True):
+            want = [[rotate_half(x[0, h, i], i, base, kept) for i in range(5)] for h in range(4)]
+            torch.testing.assert_close(got[0].double(), torch.tensor(want, dtype=torch.float64), atol=1e-5, rtol=1e-5)
+
+
 def test_scaling_scales_the_rope_layers_rotation_only():
     """Linear scaling (position interpolation, Chen et al. 2023) by 2: an R layer rotates
     position p by the angles of p / 2; an N layer leaves q and k alone."""
@@ -226,9 +251,11 @@ def test_chunk_mask_membership_and_errors():
         ({"pattern": ""}, r"pattern is a string of R"),
         ({"pattern": "NNNN"}, r"without an R \(RoPE\) layer"),
         ({"pattern": "RRRRRN"}, r"gives 'RRRR', without an N \(NoPE\) or G \(global RoPE\) layer.*pattern='RRRN'"),
-        ({"global_base": 1e6}, r"global_base, global_scaling and global_rotary_fraction set the G layers' RoPE, "
-                               r"and pattern 'RRRN'"),
-        ({"global_rotary_fraction": 0.5}, r"global_rotary_fraction set the G layers' RoPE, and pattern 'RRRN'"),
+        ({"global_base": 1e6}, r"global_base, global_scaling, global_rotary_fraction and global_head_dim set the G "
+                               r"layers' RoPE, and pattern 'RRRN'"),
+        ({"global_rotary_fraction": 0.5}, r"global_head_dim set the G layers' RoPE, and pattern 'RRRN'"),
+        ({"global_head_dim": 16}, r"global_head_dim set the G layers' RoPE, and pattern 'RRRN'"),
+        ({"pattern": "RG", "global_head_dim": 0}, r"global_head_dim must be an integer >= 1"),
         ({"rotary_fraction": 1.5}, r"rotary_fraction must be in \(0, 1\]"),
         ({"pattern": "RG", "global_base": 0.5}, r"base"),
         ({"window": 0}, r"window must be an integer >= 1"),
