@@ -43,7 +43,7 @@ from pezoo.hf.families import (
 )
 from pezoo.hf.forward import _base_forward, _generate, _get, _layer_forward, _observe, _original
 from pezoo.hf.limits import check_option_sizes
-from pezoo.hf.own import sliding_window
+from pezoo.hf.own import rope_scaling, sliding_window
 from pezoo.interface import acts_through
 from pezoo.registry import unknown_name_message
 from pezoo.scores import Sinks, SoftCap
@@ -341,7 +341,8 @@ def _own_rope(config: Any, family: Family, name: str = "rope") -> dict[str, Any]
     pezoo then. GPT-J names its rotary dim ``rotary_dim``. ``hybrid`` (``name``) takes the
     layout, base and scaling: a model whose RoPE is partial is refused for it."""
     params = dict(getattr(config, "rope_parameters", None) or {})
-    factor = params.pop("partial_rotary_factor", None)
+    # transformers' proportional RoPE is p-RoPE, whose p it keeps in partial_rotary_factor (rope_scaling)
+    factor = None if params.get("rope_type") == "proportional" else params.pop("partial_rotary_factor", None)
     out: dict[str, Any] = {"layout": family.rope_layout}
     if "rope_theta" in params:
         out["base"] = float(params["rope_theta"])
@@ -349,8 +350,9 @@ def _own_rope(config: Any, family: Family, name: str = "rope") -> dict[str, Any]
         out["rotary_dim"] = int(config.rotary_dim)
     elif family.applies_partial_rotary and factor is not None and factor != 1:
         out["rotary_fraction"] = float(factor)
-    if params.get("rope_type", "default") != "default":
-        out["scaling"] = params
+    scaling = rope_scaling(params)
+    if scaling is not None:
+        out["scaling"] = scaling
     extra = sorted(set(out) - {"layout", "base", "scaling"})
     if name == "hybrid" and extra:
         raise ValueError(

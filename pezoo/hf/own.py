@@ -11,6 +11,7 @@ naming the fields.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pezoo.encodings.ssmax import BEAM_ATTN_SCALE, BEAM_FLOOR_SCALE
@@ -214,17 +215,38 @@ def _local_global_hybrid(config: Any) -> dict[str, Any]:
     return out
 
 
+def rope_scaling(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A ``rope_parameters`` entry's scaling as pezoo's RoPE takes it: None for plain RoPE
+    (``default``); transformers' ``proportional`` type (Gemma 4's global layers) as p-RoPE,
+    which it is (Barbero et al., "Round and Round We Go!", §6: θ_i over the whole head for the
+    ⌊p·e/2⌋ highest frequencies, zero for the rest; p in ``partial_rotary_factor``, 1 where
+    absent), refused where its ``factor`` also divides every frequency (p-RoPE does not);
+    every other type as given, for pezoo's scaling to check."""
+    kind = entry.get("rope_type", "default")
+    if kind == "default":
+        return None
+    if kind != "proportional":
+        return dict(entry)
+    if entry.get("factor", 1.0) != 1.0:
+        raise ValueError(
+            f"its own encoding cannot be read from its config: proportional RoPE with factor {entry['factor']!r} "
+            "(p-RoPE whose frequencies are also divided by a factor; pezoo's p_rope divides none)"
+        )
+    return {"rope_type": "p_rope", "p": float(entry.get("partial_rotary_factor", 1.0))}
+
+
 def _kind_rope(entry: Any, kind: str) -> dict[str, Any]:
     """One layer kind's RoPE from its ``rope_parameters`` entry: its base, and its scaling where
-    the entry is not plain (a ValueError naming the entry where it is not one)."""
+    the entry is not plain (:func:`rope_scaling`; a ValueError naming the entry where it is not one)."""
     if not isinstance(entry, dict):
         raise ValueError(
             f"its own encoding cannot be read from its config: rope_parameters[{kind!r}] {entry!r} (the RoPE of "
             f"its {kind} layers)"
         )
     out: dict[str, Any] = {"base": float(entry.get("rope_theta", 10000.0))}
-    if entry.get("rope_type", "default") != "default":
-        out["scaling"] = dict(entry)
+    scaling = rope_scaling(entry)
+    if scaling is not None:
+        out["scaling"] = scaling
     return out
 
 
@@ -264,7 +286,7 @@ def _laguna_rope(entry: Any, kind: str) -> dict[str, Any]:
     rotates (``partial_rotary_factor``: Laguna's global layers rotate half)."""
     out = _kind_rope(entry, kind)
     fraction = entry.get("partial_rotary_factor", 1.0)
-    if fraction != 1.0:
+    if fraction != 1.0 and entry.get("rope_type") != "proportional":  # there it is p-RoPE's p
         out["rotary_fraction"] = fraction
     return out
 

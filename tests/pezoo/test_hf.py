@@ -104,6 +104,8 @@ def test_generate_on_a_left_padded_batch_equals_each_row_alone(kind, name):
             "original_max_position_embeddings": 16,
             "rope_theta": 10000.0,
         },
+        # Gemma 4's global layers' type: p-RoPE (the highest quarter/half of the frequencies)
+        {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 10000.0},
     ],
 )
 def test_rope_as_the_models_own_gives_its_logits(kind, rope_parameters):
@@ -122,6 +124,14 @@ def test_rope_as_the_models_own_gives_its_logits(kind, rope_parameters):
             ours.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False).tolist()
             == model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False).tolist()
         )
+
+
+def test_proportional_rope_that_also_divides_its_frequencies_is_refused():
+    """transformers' proportional RoPE divides every frequency by its ``factor``, which p-RoPE
+    does not: read as p-RoPE it would not be the model, so pezoo says so instead."""
+    params = {"rope_type": "proportional", "partial_rotary_factor": 0.5, "factor": 2.0, "rope_theta": 10000.0}
+    with pytest.raises(ValueError, match=r"proportional RoPE with factor 2\.0 .*pezoo's p_rope divides none"):
+        pezoo.hf.use_encoding(tiny("llama", rope_parameters=params), "rope")
 
 
 @pytest.mark.parametrize(("kind", "spec"), [("llama", "fire"), ("qwen2", "prism{paper}"), ("gpt2", "learned_ape"),
