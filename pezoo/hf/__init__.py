@@ -43,7 +43,7 @@ from pezoo.hf.families import (
 )
 from pezoo.hf.forward import _base_forward, _generate, _get, _layer_forward, _observe, _original
 from pezoo.hf.limits import check_option_sizes
-from pezoo.hf.own import rope_scaling, sliding_window
+from pezoo.hf.own import layer_head_dims, rope_scaling, sliding_window
 from pezoo.interface import acts_through
 from pezoo.registry import unknown_name_message
 from pezoo.scores import Sinks, SoftCap
@@ -102,13 +102,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     recorded = _jsonable(options)  # before anything changes: save_pretrained must be able to write them
     layers = _get(base, family.layers)
     attentions = [_get(layer, family.attention) for layer in layers]
-    projected = {getattr(a, "head_dim", head_dim) for a in attentions}  # what each layer's projections split by
-    if projected - {head_dim}:
-        raise ValueError(
-            f"pezoo.hf: the config gives heads {head_dim} wide and the attention layers split q/k into heads "
-            f"{sorted(projected)} wide; pezoo sizes the encoding by one width for every layer"
-        )
-    encoding = _build(model, family, spec, options)
+    projected = [getattr(a, "head_dim", head_dim) for a in attentions]  # what each layer's projections split by
+    encoding = _build(model, family, spec, options, projected)
     if getattr(base, "gradient_checkpointing", False) and observes(encoding):
         raise ValueError(_NO_CHECKPOINTING.format(encoding.name or spec))
     weight = base.get_input_embeddings().weight
@@ -262,13 +257,35 @@ def _parse(spec: str, dims: ModelDims) -> tuple[str, dict[str, Any]]:
     return parsed.name, options
 
 
+def _check_head_widths(encoding: PositionalEncoding, head_dim: int, projected: list[int]) -> None:
+    """ValueError unless every layer's q/k heads (``projected``, as its projections split them)
+    are as wide as the encoding takes them: ``head_dim`` for an encoding that acts on q and k
+    (RoPE and its kin are sized by it), any width for one that does not (a bias, NoPE), and for
+    a hybrid whose G layers have a width of their own (Gemma 4's), that width on those layers."""
+    if set(projected) == {head_dim} or not acts_through(encoding, "qk"):
+        return
+    global_rope = getattr(encoding, "global_rope", None)
+    kinds = getattr(encoding, "kinds", None)
+    if global_rope is not None and kinds is not None:
+        want = [global_rope.head_dim if kind == "G" else head_dim for kind in kinds]
+        if want == projected:
+            return
+    raise ValueError(
+        f"pezoo.hf: the config gives heads {head_dim} wide and the attention layers split q/k into heads "
+        f"{sorted(set(projected))} wide; {encoding.name or type(encoding).__name__} acts on q and k sized by one "
+        f"width ({head_dim}): adapt this "
+        "model with an encoding that does not (a bias: alibi, t5, fire, kerple_log, ...) or with its own hybrid"
+    )
+
+
 def model_dims(config: Any) -> ModelDims:
     """The shape pezoo builds an encoding for, from a transformers config: the hidden size
     (what an encoding that adds to the residual stream is sized by), heads, layers, and each
     head's width (``head_dim`` where the config gives one: Gemma's, Qwen3's and Mistral
     Nemo's heads are not hidden size / heads wide)."""
     width, n_heads = config.hidden_size, config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None)
+    widths = layer_head_dims(config)  # Gemma 4: one per layer, which config.head_dim refuses to say
+    head_dim = widths[0] if widths else getattr(config, "head_dim", None)
     if head_dim:
         return ModelDims(width, n_heads, config.num_hidden_layers, head_dim=head_dim)
     if width % n_heads:
@@ -278,9 +295,12 @@ def model_dims(config: Any) -> ModelDims:
     return ModelDims(width, n_heads, config.num_hidden_layers)
 
 
-def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[str, Any]) -> PositionalEncoding:
+def _build(
+    model: PreTrainedModel, family: Family, spec: str, options: Mapping[str, Any], projected: list[int] | None = None
+) -> PositionalEncoding:
     """The encoding ``spec`` with ``options`` for ``model``, its options checked against the
-    model's shape and :mod:`pezoo.hf.limits` before anything is allocated."""
+    model's shape and :mod:`pezoo.hf.limits` before anything is allocated, and against each
+    layer's head width (``projected``, :func:`_check_head_widths`) before its RoPE is compared."""
     config = model.config
     dims = model_dims(config)
     name, given = _parse(spec, dims)
@@ -296,6 +316,8 @@ def _build(model: PreTrainedModel, family: Family, spec: str, options: Mapping[s
             raise ValueError(f"pezoo.hf cannot adapt this {config.model_type} model with {name}: {exc}") from None
         given = {**_own_rope(config, family, name), **read, **given}
     encoding = create(name, dims=dims, **given)
+    if projected is not None:
+        _check_head_widths(encoding, dims.head_dim, projected)
     # the frequencies read from the config must be the model's; a RoPE the caller set is the caller's
     if own and name in ("rope", "ssmax:rope") and not mine & ROPE_FREQUENCY_OPTIONS:
         rope = encoding.inner if name == "ssmax:rope" else encoding

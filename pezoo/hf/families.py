@@ -48,6 +48,7 @@ from pezoo.hf.layouts import (
     _dense,
     _falcon,
     _full_width_norms,
+    _gemma4,
     _gpt2,
     _gpt2_output,
     _gpt_bigcode,
@@ -78,6 +79,8 @@ from pezoo.hf.own import (
     _exaone4_options,
     _exaone4_own,
     _gemma2_softcap,
+    _gemma4_hybrid,
+    _gemma4_refusal,
     _granite_swa_hybrid,
     _laguna_options,
     _laguna_own,
@@ -335,6 +338,11 @@ FAMILIES: dict[str, Family] = {
     "gemma3_text": Family(
         "layers", "self_attn", _per_head_norms, own="hybrid", softcap=_gemma2_softcap, own_options=_local_global_hybrid,
         refuse=_bidirectional_refusal,
+    ),
+    # Gemma 4: Gemma 3's local and global layers, the global ones with heads of their own width and p-RoPE
+    # (transformers' proportional type), q, k and v normed per head, keys as values on the global layers
+    "gemma4_text": Family(
+        "layers", "self_attn", _gemma4, own="hybrid", own_options=_gemma4_hybrid, refuse=_gemma4_refusal
     ),
     "llama4_text": Family(
         "layers", "self_attn", _llama4, own="hybrid", rope_layout="interleaved", own_options=_llama4_hybrid,

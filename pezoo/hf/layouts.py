@@ -36,6 +36,17 @@ def _per_head_norms(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return self.q_norm(q), self.k_norm(k), v
 
 
+def _gemma4(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Gemma 4: RMS norms of each head's q and k (with a scale) and v (without one); a layer
+    without ``v_proj`` (``attention_k_eq_v``, its full layers) takes k's projection as its
+    values, before k's norm. Each layer splits by its own ``head_dim``."""
+    shape = (*x.shape[:-1], -1, self.head_dim)
+    q = self.q_norm(self.q_proj(x).view(shape))
+    k = self.k_proj(x).view(shape)
+    v = k if self.v_proj is None else self.v_proj(x).view(shape)
+    return q.transpose(1, 2), self.k_norm(k).transpose(1, 2), self.v_norm(v).transpose(1, 2)
+
+
 def _nanochat(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """nanochat: a weightless RMS norm of each head's q and k, and a RoPE turning the other way
     (its ``rotate_half`` is ``(x2, -x1)``: a rotation by -θ). The norm is a function of a

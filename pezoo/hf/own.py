@@ -215,6 +215,47 @@ def _local_global_hybrid(config: Any) -> dict[str, Any]:
     return out
 
 
+def layer_head_dims(config: Any) -> list[int] | None:
+    """Each layer's head width where the config gives one per layer (Gemma 4's
+    ``per_layer_config``: its full-attention layers' heads are wider), else None."""
+    per_layer = getattr(config, "per_layer_config", None)  # transformers 5 gives every config a view of it
+    if per_layer is None:
+        return None
+    widths: list[Any] = [getattr(per_layer[i], "head_dim", None) for i in range(config.num_hidden_layers)]
+    return None if None in widths else [int(w) for w in widths]
+
+
+def _gemma4_hybrid(config: Any) -> dict[str, Any]:
+    """Gemma 4's own encoding as ``hybrid``'s options: Gemma 3's reading (R windowed layers, G
+    global ones, each kind's RoPE from its ``rope_parameters`` entry: its global layers'
+    ``proportional`` type is p-RoPE, :func:`rope_scaling`), and the G layers' head width where
+    it is not the local layers' (``global_head_dim``: 512 against 256 in its checkpoints)."""
+    out = _local_global_hybrid(config)
+    widths = layer_head_dims(config)
+    if widths is not None and "G" in out["pattern"]:
+        local = {w for w, kind in zip(widths, out["pattern"], strict=True) if kind == "R"}
+        whole = {w for w, kind in zip(widths, out["pattern"], strict=True) if kind == "G"}
+        if len(local) > 1 or len(whole) > 1:
+            raise ValueError(f"its own encoding cannot be read from its config: head widths {widths} per layer "
+                             "(one width for its sliding layers and one for its full ones)")  # fmt: skip
+        if whole != local:
+            out["global_head_dim"] = whole.pop()
+    return out
+
+
+def _gemma4_refusal(config: Any) -> str | None:
+    """Gemma 4's configurations pezoo.hf does not adapt: bidirectional attention, and layers
+    that reuse an earlier layer's keys and values (``num_kv_shared_layers``, its E2B and E4B
+    models), whose forward pezoo's attention does not reproduce."""
+    shared = getattr(config, "num_kv_shared_layers", 0) or 0
+    if shared:
+        return (
+            f"its last {shared} layers reuse an earlier layer's keys and values (num_kv_shared_layers={shared}); "
+            "pezoo.hf computes every layer's own"
+        )
+    return _bidirectional_refusal(config)
+
+
 def rope_scaling(entry: Mapping[str, Any]) -> dict[str, Any] | None:
     """A ``rope_parameters`` entry's scaling as pezoo's RoPE takes it: None for plain RoPE
     (``default``); transformers' ``proportional`` type (Gemma 4's global layers) as p-RoPE,

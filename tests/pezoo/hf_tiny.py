@@ -66,6 +66,20 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "query_pre_attn_scalar": 8,
         "sliding_window": 64,
     },
+    # Gemma 4: three sliding-window RoPE layers (heads 8 wide, base 10⁴), then a global one (heads 16 wide,
+    # p-RoPE with p = 1/4 at base 10⁶, its keys its values); per-layer input embeddings 4 wide
+    "gemma4_text": {
+        **_LLAMA_LIKE,
+        "num_hidden_layers": 4,
+        "head_dim": 8,
+        "global_head_dim": 16,
+        "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+        "num_global_key_value_heads": 1,
+        "attention_k_eq_v": True,
+        "sliding_window": 64,
+        "vocab_size_per_layer_input": VOCAB,
+        "hidden_size_per_layer_input": 4,
+    },
     # iRoPE: three chunked RoPE layers, then a NoPE global one; a mixture of two experts
     "llama4_text": {
         **_LLAMA_LIKE,
@@ -240,7 +254,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
 """A tiny configuration of each adapted family."""
 
 HYBRID_FAMILIES = (
-    "afmoe", "beam", "cohere2", "cohere2_moe", "cwm", "exaone4", "exaone_moe", "flint", "gemma3_text", "gpt_oss",
+    "afmoe", "beam", "cohere2", "cohere2_moe", "cwm", "exaone4", "exaone_moe", "flint", "gemma3_text", "gemma4_text",
+    "gpt_oss",
     "granite_swa", "granitemoe_swa", "kolibri1", "llama4_text", "mellum", "olmo3", "smollm3",
 )  # fmt: skip
 """Families whose own encoding is ``hybrid`` in :data:`CONFIGS` (tests/pezoo/test_hf_rnope_swa.py,

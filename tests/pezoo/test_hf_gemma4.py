@@ -1,0 +1,80 @@
+"""pezoo.hf on Google's Gemma 4 (text): Gemma 3's sliding-window and global layers, the global
+ones with heads twice as wide and transformers' ``proportional`` RoPE (p-RoPE, a quarter of
+the frequencies) at base 10⁶, the local ones plain RoPE at 10⁴; q, k and v normed per head;
+on the global layers (``attention_k_eq_v``) the keys' projection is also the values'. Its own
+encoding is ``hybrid`` with ``global_head_dim``: the model's logits past the window, and its
+cached generation. Configurations whose layers share keys and values are refused."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if "gemma4_text" not in transformers.models.auto.configuration_auto.CONFIG_MAPPING:
+    pytest.skip(f"transformers {transformers.__version__} has no gemma4_text", allow_module_level=True)
+from hf_tiny import batch, sharpened, tiny  # noqa: E402
+
+import pezoo.hf  # noqa: E402  (needs transformers)
+
+WINDOW = 4
+
+
+def gemma4(**overrides) -> transformers.PreTrainedModel:
+    """A tiny Gemma 4: three windowed layers (window 4, shorter than the test sequences), then
+    a global one; q and k sharpened (through their norms' weights)."""
+    torch.manual_seed(0)
+    return sharpened(tiny("gemma4_text", sliding_window=WINDOW, **overrides))
+
+
+@pytest.mark.parametrize("keys_are_values", [True, False])
+def test_its_own_hybrid_is_the_model_past_the_window(keys_are_values):
+    model = gemma4(attention_k_eq_v=keys_are_values)
+    assert (model.model.layers[3].self_attn.v_proj is None) is keys_are_values
+    ids, mask = batch()
+    real = mask.bool()
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+        ours = pezoo.hf.use_encoding(copy.deepcopy(model), "hybrid")
+        enc = ours.pezoo_encoding
+        assert (enc.kinds, enc.window, enc.rope.head_dim, enc.rope.base) == ("RRRG", WINDOW, 8, 10000.0)
+        assert enc.global_rope is not None and (enc.global_rope.head_dim, enc.global_rope.base) == (16, 1e6)
+        assert (enc.global_rope.scaling.rope_type, enc.global_rope.scaling.p) == ("p_rope", 0.25)
+        torch.testing.assert_close(ours(ids, attention_mask=mask).logits[real], want[real], atol=1e-5, rtol=0)
+        generated = ours.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+        theirs = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+        assert generated.tolist() == theirs.tolist()
+        for changed in ({"window": None}, {"global_scaling": None}, {"global_base": 10000.0}):
+            other = pezoo.hf.use_encoding(copy.deepcopy(model), "hybrid", **changed)
+            assert (other(ids, attention_mask=mask).logits - want)[real].abs().max() > 1e-3, changed
+
+
+def test_a_bias_runs_on_heads_of_both_widths_and_a_rotation_of_one_width_is_refused():
+    """ALiBi does not care how wide a head is; RoPE is built for one width (8) and the global
+    layers' heads are 16 wide: refused by use_encoding, not at the first forward. (Any other
+    encoding than its own hybrid attends globally: the window is 64 here, past the batch.)"""
+    torch.manual_seed(0)
+    model = tiny("gemma4_text")
+    ids, mask = batch()
+    with torch.no_grad():
+        logits = pezoo.hf.use_encoding(copy.deepcopy(model), "alibi")(ids, attention_mask=mask).logits
+    assert torch.isfinite(logits).all()
+    for spec in ("rope", "pope", "hybrid{global_head_dim=8}"):
+        with pytest.raises(ValueError, match=r"split q/k into heads \[8, 16\] wide; .* sized by one width \(8\)"):
+            pezoo.hf.use_encoding(copy.deepcopy(model), spec)
+
+
+def test_layers_that_share_keys_and_values_are_refused():
+    kinds = ["sliding_attention", "full_attention"] * 3  # the shared layers' kinds among the first four
+    model = tiny("gemma4_text", num_hidden_layers=6, layer_types=kinds, num_kv_shared_layers=2)
+    with pytest.raises(ValueError, match=r"last 2 layers reuse an earlier layer's keys and values"):
+        pezoo.hf.use_encoding(model, "hybrid")
+
+
+def test_a_bidirectional_gemma4_is_refused():
+    with pytest.raises(ValueError, match="bidirectional"):
+        pezoo.hf.use_encoding(gemma4(use_bidirectional_attention="all"), "hybrid")
