@@ -20,7 +20,7 @@ other encoding, take one context for the whole batch and keep pezoo's structured
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -89,6 +89,19 @@ class Call:
     groups: list[Group] | None = None
     probs: bool = False  # return attention probabilities (output_attentions)
     per_layer: bool = False  # memos computed afresh in every layer (gradient checkpointing)
+
+    def last(self, n: int) -> Call:
+        """This call for its last ``n`` queries only, over the same keys: Gemma 4's layers that
+        reuse another layer's keys see only the tokens whose logits are kept. A fresh per-call
+        memo: one built for every query (T5's table) does not fit these."""
+        if n == self.ctx.q_pos.shape[-1]:
+            return self
+        if self.groups is not None:
+            raise ValueError(
+                "pezoo.hf: this model's last layers see only the last tokens (they reuse an earlier layer's keys), "
+                "which an encoding that reads the tokens in order does not do on a left-padded batch; pad on the right"
+            )
+        return Call(replace(self.ctx, q_pos=self.ctx.q_pos[:, -n:], scratch={}), None, self.probs, self.per_layer)
 
     def start_layer(self) -> None:
         """Before a layer's hooks: under gradient checkpointing, empty the per-call memos

@@ -242,12 +242,22 @@ def attention_forward(self: Any, hidden_states: Tensor, *args: Any, **kwargs: An
     cache = next((kwargs[k] for k in ("cache", "past_key_values", "layer_past") if kwargs.get(k) is not None), None)
     layer = self._pezoo_layer
     call.start_layer()
-    q, k, v = family.project(self, hidden_states)  # (b, h, s, e), (b, g, s, e), (b, g, s, e)
+    shared = kwargs.get("shared_kv_states")  # Gemma 4: later layers reuse an earlier one's keys and values
+    q, k, v = family.project(self, hidden_states)  # (b, h, s, e), (b, g, s, e), (b, g, s, e); k, v None: reused
     h = q.shape[1]
-    k, v = _repeat_heads(k, h), _repeat_heads(v, h)  # (b, h, s, e): the encoding sees every head
-    q, k = calls.qk(adapter.encoding, call, layer, q, k)
-    if cache is not None:
-        k, v = cache.update(k, v, getattr(self, "layer_idx", layer))  # GPT-Neo's has none: its place in the stack
+    if k is None or v is None:  # the keys and values (encoded, cached) of the last layer of its kind that has its own
+        if shared is None or self.layer_type not in shared:
+            raise ValueError("pezoo.hf: a layer that reuses another's keys and values ran without them")
+        k, v = shared[self.layer_type]  # (b, h, j, e)
+        call = call.last(q.shape[2])  # in a prompt, transformers passes these layers only the tokens it keeps
+        q, _ = calls.qk(adapter.encoding, call, layer, q, q)  # the queries as this layer's encoding takes them
+    else:
+        k, v = _repeat_heads(k, h), _repeat_heads(v, h)  # (b, h, s, e): the encoding sees every head
+        q, k = calls.qk(adapter.encoding, call, layer, q, k)
+        if cache is not None:
+            k, v = cache.update(k, v, getattr(self, "layer_idx", layer))  # GPT-Neo's has none: its place in the stack
+        if shared is not None and getattr(self, "store_full_length_kv", False):
+            shared[self.layer_type] = k, v
     fn = ALL_ATTENTION_FUNCTIONS[ATTENTION_NAME]
     scale = family.scale(self)
     out, probs = fn(self, q, k, v, None, scaling=scale, pezoo_adapter=adapter, pezoo_call=call, pezoo_layer=layer)

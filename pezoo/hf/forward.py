@@ -131,6 +131,9 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
     if n_cached == 0:
         adapter.next_width = 0  # plan() holds for one sequence batch
     embeds = calls.embed(adapter.encoding, call, embeds, ids)
+    if ids is not None and "per_layer_inputs" in signature.parameters and arguments.get("per_layer_inputs") is None:
+        if getattr(self, "hidden_size_per_layer_input", 0):  # Gemma 4's per-layer embeddings, looked up by token:
+            arguments["per_layer_inputs"] = self.get_per_layer_inputs(ids)  # the encoded embeddings do not reverse
     arguments.update(input_ids=None, inputs_embeds=embeds, use_cache=use_cache)
     if cache_name in signature.parameters:
         arguments[cache_name] = cache

@@ -16,8 +16,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-Projection = Callable[[Any, Tensor], tuple[Tensor, Tensor, Tensor]]
-"""(attention module, x (b, s, d)) -> q (b, h, s, e), k and v (b, h|g, s, e)."""
+Projection = Callable[[Any, Tensor], tuple[Tensor, Tensor | None, Tensor | None]]
+"""(attention module, x (b, s, d)) -> q (b, h, s, e), k and v (b, h|g, s, e); k and v None on a
+layer that reuses an earlier layer's (Gemma 4's KV sharing)."""
 
 Output = Callable[[Any, Tensor, tuple[Any, ...]], Tensor]
 """(attention module, attended (b, s, h*e), the forward's positional args) -> the layer's output."""
@@ -36,12 +37,16 @@ def _per_head_norms(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return self.q_norm(q), self.k_norm(k), v
 
 
-def _gemma4(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _gemma4(self: Any, x: Tensor) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """Gemma 4: RMS norms of each head's q and k (with a scale) and v (without one); a layer
     without ``v_proj`` (``attention_k_eq_v``, its full layers) takes k's projection as its
-    values, before k's norm. Each layer splits by its own ``head_dim``."""
+    values, before k's norm. Each layer splits by its own ``head_dim``. A layer that reuses an
+    earlier layer's keys and values (``is_kv_shared_layer``: it has no k or v projection)
+    gives None for them (:func:`pezoo.hf.families.attention_forward` takes the shared ones)."""
     shape = (*x.shape[:-1], -1, self.head_dim)
     q = self.q_norm(self.q_proj(x).view(shape))
+    if getattr(self, "is_kv_shared_layer", False):
+        return q.transpose(1, 2), None, None
     k = self.k_proj(x).view(shape)
     v = k if self.v_proj is None else self.v_proj(x).view(shape)
     return q.transpose(1, 2), self.k_norm(k).transpose(1, 2), self.v_norm(v).transpose(1, 2)

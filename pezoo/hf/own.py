@@ -244,15 +244,9 @@ def _gemma4_hybrid(config: Any) -> dict[str, Any]:
 
 
 def _gemma4_refusal(config: Any) -> str | None:
-    """Gemma 4's configurations pezoo.hf does not adapt: bidirectional attention, and layers
-    that reuse an earlier layer's keys and values (``num_kv_shared_layers``, its E2B and E4B
-    models), whose forward pezoo's attention does not reproduce."""
-    shared = getattr(config, "num_kv_shared_layers", 0) or 0
-    if shared:
-        return (
-            f"its last {shared} layers reuse an earlier layer's keys and values (num_kv_shared_layers={shared}); "
-            "pezoo.hf computes every layer's own"
-        )
+    """Gemma 4's configurations pezoo.hf does not adapt: bidirectional attention (pezoo.hf adapts
+    causal LMs). Its layers that reuse an earlier layer's keys and values (``num_kv_shared_layers``,
+    its E2B and E4B models) are adapted: they take that layer's, encoded and cached."""
     return _bidirectional_refusal(config)
 
 

@@ -304,7 +304,9 @@ def sharpened(model: transformers.PreTrainedModel) -> transformers.PreTrainedMod
         for layer in model.model.layers:
             attention = layer.self_attn
             norms = [getattr(attention, name, None) for name in ("q_norm", "k_norm")]
-            if all(getattr(norm, "weight", None) is not None for norm in norms):
+            if getattr(attention, "is_kv_shared_layer", False):  # Gemma 4's: no keys of its own, its q normed
+                attention.q_norm.weight.add_(3.0)
+            elif all(getattr(norm, "weight", None) is not None for norm in norms):
                 for norm in norms:
                     norm.weight.add_(3.0)
             else:

@@ -3,7 +3,8 @@ ones with heads twice as wide and transformers' ``proportional`` RoPE (p-RoPE, a
 the frequencies) at base 10⁶, the local ones plain RoPE at 10⁴; q, k and v normed per head;
 on the global layers (``attention_k_eq_v``) the keys' projection is also the values'. Its own
 encoding is ``hybrid`` with ``global_head_dim``: the model's logits past the window, and its
-cached generation. Configurations whose layers share keys and values are refused."""
+cached generation, also where its last layers reuse an earlier layer's keys and values (its
+E2B and E4B models)."""
 
 from __future__ import annotations
 
@@ -62,17 +63,39 @@ def test_a_bias_runs_on_heads_of_both_widths_and_a_rotation_of_one_width_is_refu
     ids, mask = batch()
     with torch.no_grad():
         logits = pezoo.hf.use_encoding(copy.deepcopy(model), "alibi")(ids, attention_mask=mask).logits
-    assert torch.isfinite(logits).all()
+        assert torch.isfinite(logits).all()
+        # an encoding that adds to the embeddings: Gemma 4's per-layer embeddings are looked up by the token
+        # ids, which transformers would otherwise recover by reversing the (now encoded) embeddings, and fail
+        logits = pezoo.hf.use_encoding(copy.deepcopy(model), "ape")(ids, attention_mask=mask).logits
+        assert torch.isfinite(logits).all()
     for spec in ("rope", "pope", "hybrid{global_head_dim=8}"):
         with pytest.raises(ValueError, match=r"split q/k into heads \[8, 16\] wide; .* sized by one width \(8\)"):
             pezoo.hf.use_encoding(copy.deepcopy(model), spec)
 
 
-def test_layers_that_share_keys_and_values_are_refused():
-    kinds = ["sliding_attention", "full_attention"] * 3  # the shared layers' kinds among the first four
-    model = tiny("gemma4_text", num_hidden_layers=6, layer_types=kinds, num_kv_shared_layers=2)
-    with pytest.raises(ValueError, match=r"last 2 layers reuse an earlier layer's keys and values"):
-        pezoo.hf.use_encoding(model, "hybrid")
+def test_layers_that_reuse_keys_and_values_take_the_encoded_ones_as_the_model_does():
+    """Gemma 4's E2B/E4B layout: the last two of six layers have no keys or values of their own
+    and reuse those of the last earlier layer of their kind, as that layer encoded and cached
+    them; in a prompt transformers passes them only the last token. The model's logits, and
+    its cached generation (through that prompt path)."""
+    kinds = ["sliding_attention", "full_attention"] * 3  # the reusing layers' kinds among the first four
+    model = gemma4(num_hidden_layers=6, layer_types=kinds, num_kv_shared_layers=2)
+    assert model.config.kv_sharing_modes == [None, None, "store", "store", "reuse", "reuse"]
+    ids, mask = batch()
+    real = mask.bool()
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+        ours = pezoo.hf.use_encoding(copy.deepcopy(model), "hybrid")
+        torch.testing.assert_close(ours(ids, attention_mask=mask).logits[real], want[real], atol=1e-5, rtol=0)
+        generated = ours.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+        theirs = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+        assert generated.tolist() == theirs.tolist()
+        # an encoding that reads the tokens in order splits a left-padded batch by rows, which those
+        # last-token-only layers do not take: a clear error, not a wrong continuation
+        abacus = pezoo.hf.use_encoding(copy.deepcopy(model), "abacus")
+        short = torch.tensor([[3, 4, 5, 6], [0, 0, 7, 8]])  # within the window of 4 (another encoding's limit)
+        with pytest.raises(ValueError, match=r"see only the last tokens .* pad on the right"):
+            abacus.generate(short, attention_mask=(short != 0).long(), max_new_tokens=1, do_sample=False)
 
 
 def test_a_bidirectional_gemma4_is_refused():
