@@ -80,7 +80,6 @@ from pezoo.hf.own import (
     _exaone4_own,
     _gemma2_softcap,
     _gemma4_hybrid,
-    _gemma4_refusal,
     _granite_swa_hybrid,
     _laguna_options,
     _laguna_own,
@@ -352,7 +351,7 @@ FAMILIES: dict[str, Family] = {
     # Gemma 4: Gemma 3's local and global layers, the global ones with heads of their own width and p-RoPE
     # (transformers' proportional type), q, k and v normed per head, keys as values on the global layers
     "gemma4_text": Family(
-        "layers", "self_attn", _gemma4, own="hybrid", own_options=_gemma4_hybrid, refuse=_gemma4_refusal
+        "layers", "self_attn", _gemma4, own="hybrid", own_options=_gemma4_hybrid, refuse=_bidirectional_refusal
     ),
     "llama4_text": Family(
         "layers", "self_attn", _llama4, own="hybrid", rope_layout="interleaved", own_options=_llama4_hybrid,

@@ -243,13 +243,6 @@ def _gemma4_hybrid(config: Any) -> dict[str, Any]:
     return out
 
 
-def _gemma4_refusal(config: Any) -> str | None:
-    """Gemma 4's configurations pezoo.hf does not adapt: bidirectional attention (pezoo.hf adapts
-    causal LMs). Its layers that reuse an earlier layer's keys and values (``num_kv_shared_layers``,
-    its E2B and E4B models) are adapted: they take that layer's, encoded and cached."""
-    return _bidirectional_refusal(config)
-
-
 def rope_scaling(entry: Mapping[str, Any]) -> dict[str, Any] | None:
     """A ``rope_parameters`` entry's scaling as pezoo's RoPE takes it: None for plain RoPE
     (``default``); transformers' ``proportional`` type (Gemma 4's global layers) as p-RoPE,
