@@ -80,7 +80,8 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
     dim and ``rope_parameters`` (rope scaling), so the logits are the model's own; given
     options win. ``"hybrid"`` on Cohere 2 takes its RoPE, its layer pattern and its sliding
     window: the model's own RNoPE-SWA; on Llama 4, its RoPE, pattern, chunks and temperature
-    (iRoPE); on Gemma 3 and OLMo 3, its local and global layers' RoPE and its window. A learned absolute
+    (iRoPE); on Gemma 3 and OLMo 3, its local and global layers' RoPE and its window (on Gemma 4,
+    also its global layers' head width). A learned absolute
     table (GPT-2's and GPTBigCode's ``wpe``, OPT's ``embed_positions``) and an ALiBi of the model's own
     (Bloom, MPT, Falcon with ``alibi``) are replaced by the encoding.
 
