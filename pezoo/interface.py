@@ -240,6 +240,19 @@ class PositionalEncoding(nn.Module):
         default). :func:`acts_through` reads them."""
         return ()
 
+    def qk_head_dims(self, head_dim: int, n_layers: int) -> list[int | None]:
+        """The per-head width of q and k this encoding takes at each of ``n_layers`` layers, in
+        a model whose heads are ``head_dim`` wide; None at a layer that takes any width. The
+        default: ``head_dim`` wherever it transforms q and k itself (RoPE and its kin are sized
+        by the width they were built for), else what the encodings it holds say
+        (:meth:`delegates`), else None (a bias, an embedding, NoPE). An encoding whose layers
+        differ says so (``hybrid``'s G layers with ``global_head_dim``). A model whose
+        projections split q/k otherwise cannot run it: pezoo.hf and the harness compare the two
+        before anything runs."""
+        own = head_dim if defines_hook(type(self), "qk") else None
+        answers = [inner.qk_head_dims(head_dim, n_layers) for inner in self.delegates()]
+        return [next((a[layer] for a in answers if a[layer] is not None), own) for layer in range(n_layers)]
+
     # -- training extras -------------------------------------------------------------
     def optimizer_groups(self) -> list[dict[str, Any]]:
         """Parameters that need their own optimiser settings, as ``torch.optim`` parameter

@@ -150,26 +150,10 @@ def check_options(pe: str, options: Mapping[str, Any], backbone: BackboneConfig,
     their bounds first (``harness.config.limits``)."""
     try:
         limits.check_option_sizes(options)
-        _check_one_head_width(options, backbone)
         preflight_build(pe, options, backbone)
     except (TypeError, ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         raise ValueError(f"encoding {what or format_pe(pe, options)!r}: {message}") from None
-
-
-def _check_one_head_width(options: Mapping[str, Any], backbone: BackboneConfig) -> None:
-    """ValueError where ``options`` give some layers heads of another width than the
-    backbone's, whose heads are all ``d_model / n_heads`` wide: ``hybrid``'s
-    ``global_head_dim`` serves models that bring their own projections (Gemma 4's wider global
-    heads, through pezoo.hf); in the backbone its G layers would fail at the first step."""
-    width = backbone.d_model // backbone.n_heads
-    other = options.get("global_head_dim")
-    if other is not None and other != width:
-        raise ValueError(
-            f"global_head_dim={other!r} gives the G layers heads of another width than the backbone's, whose heads "
-            f"are all d_model / n_heads = {width} wide (global_head_dim is for models with projections of their own, "
-            "through pezoo.hf)"
-        )
 
 
 def inference_options(pe: str) -> tuple[str, ...]:
@@ -245,6 +229,15 @@ def _preflight(pe: str, options_json: str, d_model: int, n_heads: int, n_layers:
 
     with forked_global_rng(), torch.device("meta"):
         module = pezoo.create(pe, dims=pezoo.ModelDims(d_model, n_heads, n_layers), **json.loads(options_json))
+    width = d_model // n_heads
+    other = [(layer, w) for layer, w in enumerate(module.qk_head_dims(width, n_layers)) if w not in (None, width)]
+    if other:  # hybrid's global_head_dim, say: it serves models with projections of their own (Gemma 4's)
+        layers = ", ".join(str(layer) for layer, _ in other)
+        raise ValueError(
+            f"its options give layer{'s' if len(other) > 1 else ''} {layers} q/k heads {other[0][1]} wide, where the "
+            f"backbone's heads are all d_model / n_heads = {width} wide (a width of their own is for models with "
+            "projections of their own, through pezoo.hf)"
+        )
     return module.max_position
 
 

@@ -267,6 +267,12 @@ class Hybrid(PositionalEncoding):
         with torch.no_grad():
             self.windows.copy_(self._windows().to(self.windows.device))
 
+    def qk_head_dims(self, head_dim: int, n_layers: int) -> list[int | None]:
+        """Each layer's RoPE width: the R layers' and the G layers' (``global_head_dim``, where
+        given: Gemma 4's global heads are twice as wide); any width on an N layer."""
+        width = {"R": self.rope.head_dim, "G": self.global_rope.head_dim if self.global_rope else None, "N": None}
+        return [width[kind] for kind in layer_kinds(self.pattern, n_layers)]
+
     def is_rope(self, layer: int) -> bool:
         """Whether ``layer`` is an R (RoPE, local) layer."""
         check_layer(self.name, layer, self.n_layers)

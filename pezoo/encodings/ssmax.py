@@ -237,6 +237,10 @@ class SSMax(Wrapper):
         scale = self.query_scale(layer, ctx, q.shape[2], dtype)  # (b|1, h|1, i, 1)
         return (q.to(dtype) * scale).to(q.dtype), k
 
+    def qk_head_dims(self, head_dim: int, n_layers: int) -> list[int | None]:
+        """The inner encoding's: the factor on the queries fits heads of any width."""
+        return self.inner.qk_head_dims(head_dim, n_layers)
+
     def extra_repr(self) -> str:
         if self.s is None:
             return f"form={self.form!r}, attn_scale={self.attn_scale:g}, floor_scale={self.floor_scale}"

@@ -260,22 +260,21 @@ def _parse(spec: str, dims: ModelDims) -> tuple[str, dict[str, Any]]:
 
 def _check_head_widths(encoding: PositionalEncoding, head_dim: int, projected: list[int]) -> None:
     """ValueError unless every layer's q/k heads (``projected``, as its projections split them)
-    are as wide as the encoding takes them: ``head_dim`` for an encoding that acts on q and k
-    (RoPE and its kin are sized by it), any width for one that does not (a bias, NoPE), and for
-    a hybrid whose G layers have a width of their own (Gemma 4's), that width on those layers."""
-    if set(projected) == {head_dim} or not acts_through(encoding, "qk"):
+    are as wide as the encoding takes them there (:meth:`PositionalEncoding.qk_head_dims`): any
+    width for one that does not transform q and k (a bias, NoPE), ``head_dim`` for RoPE and its
+    kin, each kind's own for a hybrid whose G layers have a width of their own (Gemma 4's)."""
+    wanted = encoding.qk_head_dims(head_dim, len(projected))
+    wrong = [(layer, want, got) for layer, (want, got) in enumerate(zip(wanted, projected, strict=True))
+             if want is not None and want != got]  # fmt: skip
+    if not wrong:
         return
-    global_rope = getattr(encoding, "global_rope", None)
-    kinds = getattr(encoding, "kinds", None)
-    if global_rope is not None and kinds is not None:
-        want = [global_rope.head_dim if kind == "G" else head_dim for kind in kinds]
-        if want == projected:
-            return
+    layer, want, got = wrong[0]
     raise ValueError(
         f"pezoo.hf: the config gives heads {head_dim} wide and the attention layers split q/k into heads "
-        f"{sorted(set(projected))} wide; {encoding.name or type(encoding).__name__} acts on q and k sized by one "
-        f"width ({head_dim}): adapt this "
-        "model with an encoding that does not (a bias: alibi, t5, fire, kerple_log, ...) or with its own hybrid"
+        f"{sorted(set(projected))} wide; {encoding.name or type(encoding).__name__} transforms q and k in heads of "
+        f"the width it was built for ({want} at layer {layer}, whose heads are {got} wide; {len(wrong)} such "
+        f"layer{'s' if len(wrong) > 1 else ''}): adapt this model with an encoding that does not (a bias: alibi, "
+        "t5, fire, kerple_log, ...) or with its own hybrid"
     )
 
 

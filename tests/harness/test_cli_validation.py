@@ -70,7 +70,7 @@ def test_bench_refuses_a_hybrid_whose_global_heads_are_not_the_backbones_width(t
     """The backbone's heads are all d_model / n_heads wide (quick: 128 / 4 = 32): a hybrid
     whose G layers want 64-wide heads failed at its first training step, its run begun."""
     bench = ["bench", "--task", "copy", "--preset", "quick", "--device", "cpu"]
-    _refused([*bench, "--pe", "hybrid{pattern=RRG,global_head_dim=64}"], tmp_path, "global_head_dim=64 gives the G")
+    _refused([*bench, "--pe", "hybrid{pattern=RRG,global_head_dim=64}"], tmp_path, "layer 2 q/k heads 64 wide, where")
     _refused([*bench, "--pe", "ssmax:hybrid{pattern=RRG,global_head_dim=64}"], tmp_path, "d_model / n_heads = 32")
 
 

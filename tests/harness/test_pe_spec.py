@@ -103,7 +103,7 @@ def test_resolution_checks_options_against_the_encoding():
         resolve_pe("rope{paper}", task="copy", backbone=QUICK)
     # the backbone's heads are one width: a hybrid's G layers may not ask for another
     assert resolve_pe("hybrid{pattern=RRG,global_head_dim=32}", task="copy", backbone=QUICK)[0] == "hybrid"
-    with pytest.raises(ValueError, match=r"global_head_dim=16 gives the G layers heads of another width"):
+    with pytest.raises(ValueError, match=r"layer 2 q/k heads 16 wide, where .* d_model / n_heads = 32"):
         resolve_pe("hybrid{pattern=RRG,global_head_dim=16}", task="copy", backbone=QUICK)
 
 

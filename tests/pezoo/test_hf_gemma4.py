@@ -68,9 +68,13 @@ def test_a_bias_runs_on_heads_of_both_widths_and_a_rotation_of_one_width_is_refu
         # ids, which transformers would otherwise recover by reversing the (now encoded) embeddings, and fail
         logits = pezoo.hf.use_encoding(copy.deepcopy(model), "ape")(ids, attention_mask=mask).logits
         assert torch.isfinite(logits).all()
-    for spec in ("rope", "pope", "hybrid{global_head_dim=8}"):
-        with pytest.raises(ValueError, match=r"split q/k into heads \[8, 16\] wide; .* sized by one width \(8\)"):
+    for spec in ("rope", "pope", "hybrid{global_head_dim=8}", "ssmax:rope"):
+        with pytest.raises(ValueError, match=r"split q/k into heads \[8, 16\] wide; .* built for \(8 at layer"):
             pezoo.hf.use_encoding(copy.deepcopy(model), spec)
+    # a wrapper takes the widths of the encoding it holds: SSMax's factor on q fits either width
+    adapted = pezoo.hf.use_encoding(copy.deepcopy(model), "ssmax:hybrid", pattern="RRRG", global_head_dim=16)
+    with torch.no_grad():
+        assert torch.isfinite(adapted(ids, attention_mask=mask).logits).all()
 
 
 def test_layers_that_reuse_keys_and_values_take_the_encoded_ones_as_the_model_does():

@@ -60,3 +60,28 @@ def test_a_decoding_step_still_works(name):
     q = torch.randn(1, 2, 1, 16)
     out_q, out_k = ENCODERS[name]().qk(0, q, q, _ctx(1, 6))
     assert out_q.shape == out_k.shape == q.shape
+
+
+@pytest.mark.parametrize(
+    ("spec", "options", "want"),
+    [
+        ("rope", {}, [8, 8, 8, 8]),
+        ("alibi", {}, [None] * 4),
+        ("nope", {}, [None] * 4),
+        ("ssmax", {}, [8, 8, 8, 8]),  # over RoPE, its paper's setup
+        ("ssmax:nope", {}, [None] * 4),  # its factor on q fits any width
+        ("randomized:rope", {}, [8, 8, 8, 8]),
+        ("ssmax:pope", {}, [8, 8, 8, 8]),
+        ("abacus+fire", {}, [None] * 4),
+        ("abacus+rope", {}, [8, 8, 8, 8]),
+        ("hybrid", {"pattern": "RRN"}, [8, 8, None, 8]),
+        ("hybrid", {"pattern": "RRRG", "global_head_dim": 16}, [8, 8, 8, 16]),
+        ("ssmax:hybrid", {"pattern": "RRRG", "global_head_dim": 16}, [8, 8, 8, 16]),
+        ("randomized:hybrid", {"pattern": "RRRG", "global_head_dim": 16}, [8, 8, 8, 16]),
+    ],
+)
+def test_each_layer_says_how_wide_the_heads_it_transforms_are(spec, options, want):
+    """``qk_head_dims``: what pezoo.hf and the harness compare with each layer's projections
+    before anything runs (Gemma 4's global heads are twice as wide as its windowed ones)."""
+    encoding = pezoo.create(spec, dims=pezoo.ModelDims(32, 4, 4), **options)
+    assert encoding.qk_head_dims(8, 4) == want
