@@ -44,6 +44,8 @@ the home machine's (``pezoo lm corpus en code --save .lmcorpora``) and named by
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -52,7 +54,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -111,9 +113,34 @@ def finished(store: Path) -> dict[str, Any]:
     }
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          check=False)  # fmt: skip
+class _Done(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _cli(*args: str) -> _Done:
+    """``pezoo ARGS`` in this process (the leaderboard's import and export: no second start of
+    Python, harness and the board's readers, seconds of a lent device each): its exit code and
+    what it printed, as a subprocess would give them."""
+    import click
+
+    from harness.cli import main as pezoo
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            pezoo.main(list(args), prog_name="pezoo", standalone_mode=False)
+            code = 0
+        except click.ClickException as exc:
+            exc.show()  # "Error: ..." on stderr, as the command line shows it
+            code = exc.exit_code
+        except click.exceptions.Exit as exc:
+            code = exc.exit_code
+        except Exception as exc:  # an unforeseen crash costs this step's result, not the call's summary
+            print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+            code = 1
+    return _Done(code, out.getvalue(), err.getvalue())
 
 
 def import_published(store: Path, published: Path) -> dict[str, Any]:
