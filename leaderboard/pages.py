@@ -94,6 +94,11 @@ class Site:
     repo_root: Path
     diagnostics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # run_id -> body
     lm_records: Sequence[Any] = ()  # the language-modelling section's records (harness.lm.record.LmRecord)
+    # each table's small multiples, drawn once: the front page, its task page and every encoding
+    # page show them (keyed by id, the table kept alive beside them)
+    _panels: dict[tuple[int, str], tuple[bd.Table, list[tuple[Row, Markup]]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def lm_answers(self) -> list[tuple[str, str, list[tuple[list[str], float, bool]]]]:
         """(corpus task, seeds behind it, answer groups) of the LM section, for the front page."""
@@ -180,14 +185,18 @@ class Site:
 
     def panels(self, table: bd.Table, metric: str = "exact_match") -> list[tuple[Row, Markup]]:
         """One small multiple per row of the table, in its order: the row's curve over the others in grey."""
-        curves = {c.label: c for c in table.curves}
+        cached = self._panels.get((id(table), metric))
+        if cached is not None and cached[0] is table:
+            return cached[1]
+        series = {c.label: self.series(c, metric) for c in sorted(table.curves, key=lambda c: c.label)}
         x_range = self._x_range(table)
         out = []
         for row in table.rows:
-            others = [self.series(c, metric) for label, c in sorted(curves.items()) if label != row.label]
-            mine = self.series(curves[row.label], metric) if row.label in curves else None
+            others = [s for label, s in series.items() if label != row.label]
             title = f"{row.label} on {table.task}: {self.metric_title(table, metric)} · preset {table.preset}"
+            mine = series.get(row.label)
             out.append((row, panel_plot(mine, others, title=title, boundary=table.train_max + 0.5, x_range=x_range)))
+        self._panels[(id(table), metric)] = (table, out)
         return out
 
     def encoding_panels(self, encoding: str) -> list[tuple[bd.Table, Row, Markup]]:
