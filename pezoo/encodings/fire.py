@@ -85,7 +85,9 @@ def fire_bias(
     x = fire_normalized_distance(q_pos, k_pos, c, threshold)
     out = b2[head]
     for unit in range(w1.shape[0]):
-        out = out + torch.relu(x * w1[unit] + b1[unit]) * w2[head, unit]
+        # w2[:, unit][head], not w2[head, unit]: flex's score_mod in torch 2.6-2.8 cannot index a
+        # captured tensor by a tensor and an int at once (dynamo: a data-dependent operator)
+        out = out + torch.relu(x * w1[unit] + b1[unit]) * w2[:, unit][head]
     return out
 
 
