@@ -39,8 +39,8 @@ from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover - the project runs on 3.11+
-    tomllib = None
+else:  # Python 3.10: the same parser from PyPI (tomllib is tomli, taken into the standard library)
+    import tomli as tomllib
 
 MAX_DEPTH = 32
 """How deeply lists and tables may nest in a spec's values: deeper is a ValueError, never a
@@ -123,8 +123,6 @@ def parse_value(text: str) -> Any:
     text = text.strip()
     if text.startswith("{") and text.endswith("}"):
         return parse_table(text)
-    if tomllib is None:  # pragma: no cover
-        raise ValueError("encoding options need Python >= 3.11 (tomllib)")
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except RecursionError:  # parse_value's callers bound the depth first; this is the backstop

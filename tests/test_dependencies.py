@@ -39,8 +39,9 @@ def test_pezoo_needs_only_torch_and_einops():
             third_party |= imported_top_levels_of(path)
     third_party -= {"pezoo", "__future__"} | set(sys.stdlib_module_names)
     # optional extras (gpu: xformers, plot: matplotlib) are imported lazily, where used; triton
-    # (PRISM's CUDA scan, pezoo/encodings/prism/triton_scan.py) under try/except ImportError
-    assert third_party <= {"torch", "einops", "matplotlib", "xformers", "triton"}, third_party
+    # (PRISM's CUDA scan, pezoo/encodings/prism/triton_scan.py) under try/except ImportError; tomli
+    # on Python 3.10 only, where the standard library lacks tomllib (spec options: pezoo/spec.py)
+    assert third_party <= {"torch", "einops", "matplotlib", "xformers", "triton", "tomli"}, third_party
 
 
 def test_pezoo_hf_needs_only_the_hf_extra():

@@ -105,9 +105,13 @@ def keep_recording(*models: PreTrainedModel) -> None:
 
 def register(lm_methods: dict[str, Any]) -> None:
     """Register every family's adapted config and model with the Auto classes (idempotent),
-    the models made with ``lm_methods`` (:func:`pezoo.hf.adapted_lm_methods`)."""
+    the models made with ``lm_methods`` (:func:`pezoo.hf.adapted_lm_methods`). A family the
+    installed transformers does not have (5.20 lacks flint and apertus1p5_text) is left out: no
+    model of it can be loaded there."""
     _LM_METHODS.update(lm_methods)
     for model_type in FAMILIES:
+        if model_type not in CONFIG_MAPPING_NAMES or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+            continue
         config = config_class(model_type)
         AutoConfig.register(PREFIX + model_type, config, exist_ok=True)
         AutoModelForCausalLM.register(config, causal_lm_class(model_type), exist_ok=True)
