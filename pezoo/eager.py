@@ -13,7 +13,7 @@ decorate with the same lazy form.)
 ``reason`` is said where the function is declared, for its reader; it is passed on to dynamo's
 graph-break message only where torch's own form is missing (torch's private API moved), and
 there only on torch >= 2.8, the first whose ``torch.compiler.disable`` takes one (``import
-pezoo`` failed on 2.5-2.7, the versions pyproject.toml allows, when it passed it everywhere).
+pezoo`` failed on 2.5-2.7 when it passed it everywhere; 2.7 is pyproject.toml's floor).
 """
 
 from __future__ import annotations

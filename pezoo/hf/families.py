@@ -238,7 +238,11 @@ def attention_forward(self: Any, hidden_states: Tensor, *args: Any, **kwargs: An
         raise ValueError("pezoo.hf: an attention layer ran outside the adapted model's forward")
     if kwargs.get("encoder_hidden_states") is not None:
         raise ValueError("pezoo.hf adapts self-attention; cross-attention is not supported")
-    cache = next((kwargs[k] for k in ("cache", "past_key_values", "layer_past") if kwargs.get(k) is not None), None)
+    cache = None  # a loop: dynamo in torch 2.7 breaks the graph at next(generator, default)
+    for name in ("cache", "past_key_values", "layer_past"):
+        if kwargs.get(name) is not None:
+            cache = kwargs[name]
+            break
     layer = self._pezoo_layer
     call.start_layer()
     shared = kwargs.get("shared_kv_states")  # Gemma 4: later layers reuse an earlier one's keys and values

@@ -91,7 +91,10 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
     bound = signature.bind(self, *args, **kwargs)
     arguments = dict(bound.arguments)
     arguments.pop("self", None)
-    var_keyword = next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
+    var_keyword = None  # a loop: dynamo in torch 2.7 breaks the graph at next(generator, default)
+    for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_KEYWORD:
+            var_keyword = parameter.name
     extra = dict(arguments.pop(var_keyword, {})) if var_keyword else {}
     cache_name = "cache" if "cache" in signature.parameters else "past_key_values"
     ids, embeds = arguments.get("input_ids"), arguments.get("inputs_embeds")
