@@ -37,7 +37,7 @@ def test_pezoo_needs_only_torch_and_einops():
     for path in (ROOT / "pezoo").rglob("*.py"):
         if hf not in path.parents:
             third_party |= imported_top_levels_of(path)
-    third_party -= {"pezoo", "__future__"} | set(sys.stdlib_module_names)
+    third_party -= {"pezoo", "__future__", "tomllib"} | set(sys.stdlib_module_names)  # tomllib: 3.11's, not 3.10's
     # optional extras (gpu: xformers, plot: matplotlib) are imported lazily, where used; triton
     # (PRISM's CUDA scan, pezoo/encodings/prism/triton_scan.py) under try/except ImportError; tomli
     # on Python 3.10 only, where the standard library lacks tomllib (spec options: pezoo/spec.py)

@@ -221,7 +221,7 @@ def test_readme_and_docs_state_the_boards_numbers(records, board, tmp_path):
     f = filled(plan, seeds_by_run(records), published_cells(records))
     assert f.complete
     done = max(r.data["timings"]["finished_at"] for r in records if r.run_id in plan.run_ids)
-    day = dt.datetime.fromtimestamp(done, dt.UTC).strftime("%-d %B %Y")
+    day = dt.datetime.fromtimestamp(done, dt.timezone.utc).strftime("%-d %B %Y")
     assert plan.row_of is not None
     labels = {label for label, _ in plan.row_of.values()}
     # board.toml's own tables: a later plan's table being filled (a new task's first seeds)

@@ -155,6 +155,8 @@ def explain(exc: BaseException, path: Path, readonly: bool, doing: str) -> Store
     code = getattr(exc, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
     message = str(exc)
+    if primary is None and "disk I/O error" in message:  # Python 3.10's sqlite3 gives SQLite's text, not its code
+        primary = _IOERR
     os_errno = exc.errno if isinstance(exc, OSError) else None
     full = primary == _FULL or "disk is full" in message or os_errno in (errno.ENOSPC, errno.EDQUOT)
     # SQLite reports a full disk met while growing its -shm file, or while writing
