@@ -9,7 +9,6 @@ import torch
 import pezoo
 from pezoo.combined import Combined
 from pezoo.context import AttentionContext
-from pezoo.hf.calls import reads_tokens_in_order
 from pezoo.interface import HOOKS, PositionalEncoding, acts_through, defines_hook
 from pezoo.wrapper import Wrapper
 
@@ -130,5 +129,8 @@ def test_a_wrapper_passes_on_the_rest_of_the_interface():
 def test_pezoo_hf_reads_a_plugin_wrapper_by_what_it_holds():
     # before: pezoo.hf looked past pezoo's own wrappers by class name only; any other wrapper's
     # forwarded observe counted as reading the tokens in order
+    pytest.importorskip("transformers")  # pezoo.hf's (the rest of this file needs torch alone)
+    from pezoo.hf.calls import reads_tokens_in_order
+
     assert not reads_tokens_in_order(_Plain(pezoo.create("nope", dims=DIMS)))
     assert reads_tokens_in_order(_Plain(pezoo.create("fox", dims=DIMS)))
