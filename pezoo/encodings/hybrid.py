@@ -270,7 +270,8 @@ class Hybrid(PositionalEncoding):
     def qk_head_dims(self, head_dim: int, n_layers: int) -> list[int | None]:
         """Each layer's RoPE width: the R layers' and the G layers' (``global_head_dim``, where
         given: Gemma 4's global heads are twice as wide); any width on an N layer."""
-        width = {"R": self.rope.head_dim, "G": self.global_rope.head_dim if self.global_rope else None, "N": None}
+        glob = None if self.global_rope is None else self.global_rope.head_dim
+        width = {"R": self.rope.head_dim, "G": glob, "N": None}
         return [width[kind] for kind in layer_kinds(self.pattern, n_layers)]
 
     def is_rope(self, layer: int) -> bool:
