@@ -59,8 +59,9 @@ def triton_kernels():
     """Skip without triton (or, on CPU, without an interpreter that runs the kernels); run the
     test with the kernels as the scan's backend."""
     pytest.importorskip("triton")
-    if DEVICE == "cpu" and _interpreter_fault() is not None:
-        pytest.skip(_interpreter_fault())
+    fault = _interpreter_fault() if DEVICE == "cpu" else None
+    if fault is not None:
+        pytest.skip(fault)
     with scan_backend("triton"):
         yield
 
