@@ -154,14 +154,27 @@ zero-padded to the q/k width instead (measured as fast or faster from 256 × 256
 math path is faster). See docs/performance.md."""
 
 
-CPU_LOW_PRECISION_MATH_MAX_SCORES = 1024 * 1024
+def _cpu_has_amx() -> bool:
+    """Whether this CPU has AMX tiles, on which SDPA's fused CPU kernel runs its bf16 blocks."""
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)  # private; absent: assume none
+    try:
+        return bool(probe()) if probe is not None else False
+    except Exception:  # a probe that fails says nothing: keep the rule measured without AMX
+        return False
+
+
+CPU_LOW_PRECISION_MATH_MAX_SCORES = 32 * 1024 if _cpu_has_amx() else 1024 * 1024
 """On CPU in bfloat16 / float16 (autocast), SDPA's fused kernel is slower than the explicit
-matmul-softmax-matmul, which runs at the low-precision matmul speed: forward + backward,
-measured (1 thread, bf16 vs the explicit path): 18.2 vs 4.5 ms at batch 64 x 4 heads x 24
-tokens x head dim 32 (the quick size), 220 vs 47 ms at 128 x 8 x 80 x 8 (the ruoss size), 11.5
-vs 5.7 ms at 4 x 4 x 256 x 32, even at 1 x 4 x 1024 x 32, while at 1 x 8 x 2048 x 8 the fused
-kernel wins (184 vs 341 ms) and needs no (i, j) scores. So below this many scores per head
-the explicit path runs; from it on, SDPA. See docs/performance.md ("Precision")."""
+matmul-softmax-matmul for short sequences, which runs at the low-precision matmul speed. Without
+AMX (an AMD EPYC with AVX512-BF16; forward + backward, 1 thread, bf16 vs the explicit path):
+18.2 vs 4.5 ms at batch 64 x 4 heads x 24 tokens x head dim 32 (the quick size), 220 vs 47 ms
+at 128 x 8 x 80 x 8 (the ruoss size), 11.5 vs 5.7 ms at 4 x 4 x 256 x 32, even at
+1 x 4 x 1024 x 32, while at 1 x 8 x 2048 x 8 the fused kernel wins (184 vs 341 ms) and needs
+no (i, j) scores: from 1024 x 1024 scores per head on, SDPA. With AMX (an Intel Xeon, causal,
+29 November 2026) the fused kernel wins much sooner: fused/explicit 5.5 at the quick size, 2.6
+at the ruoss size, 1.38 at 8 x 4 x 160 x 32, 0.65 at 8 x 4 x 192 x 32, 0.60-0.90 at 256, 0.33 at
+1 x 4 x 1024 x 32, 0.11 at 1 x 8 x 2048 x 8: from 32 x 1024 (181 x 181) scores on, SDPA.
+Below this many scores per head the explicit path runs. See docs/performance.md ("Precision")."""
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 

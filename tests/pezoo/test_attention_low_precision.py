@@ -1,6 +1,6 @@
 """Attention under CPU autocast (bf16/fp16): ``sdpa`` and ``auto`` take the explicit
 matmul-softmax path below CPU_LOW_PRECISION_MATH_MAX_SCORES scores per head (faster there than
-SDPA's kernel, docs/performance.md), agree with eager and with float32 for every encoding's
+SDPA's kernel; a lower limit where the CPU has AMX tiles, docs/performance.md), agree with eager and with float32 for every encoding's
 biases, and leave float32 attention on SDPA as it was."""
 
 from __future__ import annotations
@@ -82,3 +82,18 @@ def test_float32_and_long_low_precision_calls_stay_on_sdpa(monkeypatch, sdpa_cal
     monkeypatch.setattr(attention, "CPU_LOW_PRECISION_MATH_MAX_SCORES", 16 * 16)
     pezoo.attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), ctx, backend="sdpa")
     assert sdpa_calls == [torch.float32, torch.bfloat16]  # from the threshold on: SDPA, no (i, j) scores kept
+
+
+def test_the_crossover_follows_the_cpus_amx_tiles_and_a_probe_that_cannot_tell_means_none(monkeypatch):
+    """The explicit path's limit is set at import from ``torch.cpu``'s AMX probe (a private
+    function): where it is missing or raises, the limit measured without AMX holds."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert attention._cpu_has_amx() is True
+
+    def broken() -> bool:
+        raise RuntimeError("cpuinfo unavailable")
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", broken)
+    assert attention._cpu_has_amx() is False
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
+    assert attention._cpu_has_amx() is False
