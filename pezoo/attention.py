@@ -173,7 +173,8 @@ at 128 x 8 x 80 x 8 (the ruoss size), 11.5 vs 5.7 ms at 4 x 4 x 256 x 32, even a
 no (i, j) scores: from 1024 x 1024 scores per head on, SDPA. With AMX (an Intel Xeon, causal,
 29 November 2026) the fused kernel wins much sooner: fused/explicit 5.5 at the quick size, 2.6
 at the ruoss size, 1.38 at 8 x 4 x 160 x 32, 0.65 at 8 x 4 x 192 x 32, 0.60-0.90 at 256, 0.33 at
-1 x 4 x 1024 x 32, 0.11 at 1 x 8 x 2048 x 8: from 32 x 1024 (181 x 181) scores on, SDPA.
+1 x 4 x 1024 x 32, 0.11 at 1 x 8 x 2048 x 8 (fp16 alike: 1.16 at 160, 0.67 at 192, 0.48 at
+1024, without AMX-FP16): from 32 x 1024 (181 x 181) scores on, SDPA.
 Below this many scores per head the explicit path runs. See docs/performance.md ("Precision")."""
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
