@@ -34,6 +34,7 @@ from torch import nn
 from harness.config import preset_config
 from harness.config.pe_spec import config_display_name
 from harness.evaluation.lm import score_windows
+from harness.training.backbone import Backbone
 from harness.training.precision import autocast
 from harness.training.train import build_model
 
@@ -62,16 +63,12 @@ class HandDecoder(nn.Module):
         self.embed = nn.Embedding(vocab, d)
         self.blocks = nn.ModuleList(HandBlock(d, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(d)
-        # the backbone's initialisation (harness.training.backbone): linear weights N(0, 0.02),
-        # zero biases, tied embeddings N(0, 1/d). Left at nn.Embedding's N(0, 1), the scaled
-        # inputs and the tied output make logits of scale ~d, a saturated softmax, and
-        # gradients near 1e-31: subnormal arithmetic, 14 s a backward pass on an AVX-512 CPU
-        # (29 November 2026) where the backbone takes 0.3 s.
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.normal_(m.weight, std=0.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
+        # the backbone's initialisation: its linear layers' (N(0, 0.02), zero biases) and tied
+        # embeddings N(0, 1/d). Left at nn.Embedding's N(0, 1), the scaled inputs and the tied
+        # output make logits of scale ~d, a saturated softmax, and gradients near 1e-31:
+        # subnormal arithmetic, 14 s a backward pass on an AVX-512 CPU (29 November 2026)
+        # where the backbone takes 0.3 s.
+        self.apply(Backbone._init)
         nn.init.normal_(self.embed.weight, std=d**-0.5)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
