@@ -1,7 +1,8 @@
 """Attention under CPU autocast (bf16/fp16): ``sdpa`` and ``auto`` take the explicit
 matmul-softmax path below CPU_LOW_PRECISION_MATH_MAX_SCORES scores per head (faster there than
-SDPA's kernel; a lower limit where the CPU has AMX tiles, docs/performance.md), agree with eager and with float32 for every encoding's
-biases, and leave float32 attention on SDPA as it was."""
+SDPA's kernel; a lower limit where the CPU has AMX tiles, docs/performance.md), agree with
+eager and with float32 for every encoding's biases, and leave float32 attention on SDPA as it
+was."""
 
 from __future__ import annotations
 
