@@ -16,6 +16,8 @@ from pezoo.combined import Combined
 from pezoo.dims import SHAPE_KEYS
 from pezoo.dims import ModelDims as ModelDims  # re-exported: it was defined here
 from pezoo.interface import PositionalEncoding, defines_hook
+from pezoo.limits import oversized_options
+from pezoo.option_types import check_option_types
 
 ENTRY_POINT_GROUP = "pezoo.encodings"
 
@@ -384,7 +386,9 @@ def _build(name: str, shape: Mapping[str, int], config: Mapping[str, Any]) -> Po
         inner_shape = {**shape, **{k: v for k, v in config.items() if k in own and k in SHAPE_KEYS}}
         inner = _build(base, inner_shape, {k: v for k, v in config.items() if k not in own})
         sized = {k: v for k, v in shape.items() if k in own}  # ssmax's heads
-        return wrapper(inner, **{**sized, **{k: v for k, v in config.items() if k in own}})
+        options = {**sized, **{k: v for k, v in config.items() if k in own}}
+        _check_values(wrapper, prefix, options)
+        return wrapper(inner, **options)
     if "+" in name:
         return _create_combined(name, shape, config)
     factory = ENCODINGS[name]
@@ -483,4 +487,15 @@ def _call_strict(factory: Callable[..., Any], name: str, config: Mapping[str, An
             f"encoding {name!r} got unknown option(s) {', '.join(unknown)}; "
             f"valid options: {', '.join(sorted(accepted)) or '(none)'}"
         )
+    _check_values(factory, name, config)
     return factory(**config)
+
+
+def _check_values(factory: Callable[..., Any], name: str, config: Mapping[str, Any]) -> None:
+    """Before ``factory`` runs: each option of the type its annotation declares
+    (:mod:`pezoo.option_types`), and each size-like one within :mod:`pezoo.limits`' bound
+    (``learned_prf{depth=10**20}`` built layers until the machine ran out of memory)."""
+    check_option_types(factory, name, config)
+    for path, value, bound in oversized_options(config):
+        shown = f"{value:,}" if isinstance(value, int) else f"{value:g}"
+        raise ValueError(f"{name}: {path} must be at most {bound:,} (pezoo.limits), got {shown}")

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from pezoo.cards import PaperCard, PaperClaim, PlotLook
-from pezoo.context import AttentionContext, check_embed, check_sizes
+from pezoo.context import AttentionContext, check_embed, check_number, check_sizes
 from pezoo.eager import eager_under_compile
 from pezoo.interface import PositionalEncoding, to_device
 from pezoo.registry import register
@@ -120,6 +120,7 @@ class Abacus(PositionalEncoding):
     ) -> None:
         super().__init__()
         check_sizes("abacus", d_model=d_model)
+        check_number("abacus", "init_std", init_std, at_least=0)
         ids = [int(i) for i in digit_ids]
         if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
             raise ValueError(f"digit_ids must be distinct non-negative token ids, got {list(digit_ids)}")
@@ -143,7 +144,7 @@ class Abacus(PositionalEncoding):
 
     def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
         """x (b, s, d), tokens (b, s) -> x + E[index]; the run and offset carry in ``ctx.state``."""
-        check_embed(self.name, x, tokens, self.d_model, what="tokens")
+        check_embed(self.name, x, tokens, self.d_model, what="tokens", rows=True)
         is_digit = torch.isin(tokens, self.digits)  # (b, s)
         index = abacus_indices(is_digit, ctx.state.get(self.ctx_key(_RUN)))  # (b, s)
         if index.numel():

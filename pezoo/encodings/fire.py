@@ -161,8 +161,7 @@ class FIRE(PositionalEncoding):
         if n_heads < 1 or n_layers < 1 or mlp_width < 1:
             raise ValueError(f"n_heads, n_layers and mlp_width must be >= 1, got {n_heads}, {n_layers}, {mlp_width}")
         check_number("fire", "init_c", init_c)
-        if init_threshold <= 0:
-            raise ValueError(f"init_threshold must be > 0, got {init_threshold}")
+        check_number("fire", "init_threshold", init_threshold, above=0)
         self.n_heads, self.n_layers, self.mlp_width = n_heads, n_layers, mlp_width
         self.init_c, self.init_threshold, self.share_layers = init_c, init_threshold, share_layers
         n_sets = 1 if share_layers else n_layers

@@ -192,6 +192,9 @@ class LearnedPRF(PositionalEncoding):
         super().__init__()
         check_sizes(self.name, d_model=d_model, n_heads=n_heads, n_layers=n_layers, hidden=hidden)
         check_number(self.name, "temperature", temperature, above=0)  # φ divides the logits by it
+        check_number(self.name, "feature_scale", feature_scale)
+        if slot_std is not None:
+            check_number(self.name, "slot_std", slot_std, at_least=0)
         if head_dim is None:
             if d_model % n_heads:
                 raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
@@ -270,6 +273,8 @@ class LearnedPRF(PositionalEncoding):
         5× the eager one (φ's MLP on every example's (i, j) grid; the board's batches hold a
         few distinct n)."""
         assert hint is not None
+        if hint.numel() == 0:  # no sequences: no scale to group by
+            return q.new_zeros(0, q.shape[1], ctx.q_pos.shape[-1], ctx.k_pos.shape[-1])
         values, inverse = torch.unique(hint, return_inverse=True)
         pieces, order = [], []
         for u, n in enumerate(values):

@@ -361,7 +361,7 @@ class PositionCoupling(PositionalEncoding):
 
     def embed_tokens(self, x: Tensor, tokens: Tensor, ctx: AttentionContext) -> Tensor:
         """x (b, s, d), tokens (b|1, s) -> x + P[id]."""
-        check_embed(self.name, x, tokens, self.d_model, what="tokens")
+        check_embed(self.name, x, tokens, self.d_model, what="tokens", rows=True)
         ids = self.coupled_ids(tokens, ctx)
         # σ is at most the tokens fed so far plus one, so the host knows every id has a row
         # without reading them (no sync, no graph break) unless the sequence is long

@@ -189,6 +189,8 @@ class XPos(PositionalEncoding):
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """q, k (b, h, i, e) at positions ctx.q_pos -> rotated and scaled q, k."""
         check_qk(self.name, q, k, ctx, self.head_dim)
+        if ctx.q_pos.shape[-1] == 0:  # no tokens: nothing to rotate, and no centre to fix yet
+            return q, k
         key = self.ctx_key("xpos")
         if key not in ctx.scratch:  # once per call, shared by all layers
             if "xpos_center" not in ctx.state:  # the sequence's first call fixes the centre

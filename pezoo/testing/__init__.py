@@ -40,6 +40,8 @@ Checks (``CHECKS``, run in this order by :func:`check_encoding`):
     deterministic          the same seed gives bit-identical outputs (training mode)
     extrapolation          a forward pass at ``extrapolation_factor`` × the length
     gradients_finite       a training step gives finite gradients for the encoding
+    empty_inputs           no tokens, or no sequences: an empty output of the right shape
+                           (training and evaluation mode)
 
 Not a check (it fails nothing): :func:`graph_breaks` reports how many graph breaks
 ``torch.compile`` meets in the kit model's forward pass (``torch._dynamo.explain``).
@@ -56,6 +58,7 @@ from pezoo.testing.checks import (
     check_copy_and_pickle,
     check_deterministic,
     check_device_move,
+    check_empty_inputs,
     check_encoding,
     check_extrapolation,
     check_float64,
@@ -83,6 +86,7 @@ __all__ = [
     "check_copy_and_pickle",
     "check_deterministic",
     "check_device_move",
+    "check_empty_inputs",
     "check_encoding",
     "check_extrapolation",
     "check_float64",

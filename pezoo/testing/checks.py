@@ -366,6 +366,25 @@ def check_extrapolation(factory: Factory, cfg: KitConfig) -> None:
     _finite(name, f"output at length {s}", out)
 
 
+def check_empty_inputs(factory: Factory, cfg: KitConfig) -> None:
+    """No tokens, or no sequences: an empty output of the right shape, in training and
+    evaluation mode (PRISM's GRU, xPos's reduction and learned PRF's scale hints raised)."""
+    name = "empty_inputs"
+    model = build_model(factory, cfg, cfg.seed)
+    for train in (True, False):
+        model.train(train)
+        for b, s in ((cfg.batch, 0), (0, cfg.length)):
+            pos = model.pe.positions(b, s, cfg.device)
+            with torch.no_grad():
+                out = model(
+                    random_tokens(cfg, s, batch=b) if b else torch.zeros(0, s, dtype=torch.long, device=cfg.device),
+                    pos,
+                    scale_hint=scale_hints(cfg, b, s),
+                )
+            if out.shape != (b, s, cfg.vocab):
+                fail(name, f"output {tuple(out.shape)} for {b} sequences of {s} tokens, not {(b, s, cfg.vocab)}")
+
+
 def check_gradients_finite(factory: Factory, cfg: KitConfig) -> None:
     """A training-mode backward pass gives finite gradients for the encoding's parameters."""
     name = "gradients_finite"
@@ -465,6 +484,7 @@ CHECKS: dict[str, Callable[[Factory, KitConfig], None]] = {
     "deterministic": check_deterministic,
     "extrapolation": check_extrapolation,
     "gradients_finite": check_gradients_finite,
+    "empty_inputs": check_empty_inputs,
 }
 
 

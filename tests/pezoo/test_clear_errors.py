@@ -190,3 +190,22 @@ def test_a_thousand_nested_wrappers_are_refused_before_anything_is_built():
     assert pezoo.is_known(name) is False
     with pytest.raises(ValueError, match="already randomized"):  # two: the wrapper's own refusal, as before
         pezoo.create("randomized:randomized:rope", dims=DIMS)
+
+
+@pytest.mark.parametrize(
+    ("name", "embed"),
+    [
+        ("learned_ape", lambda pe, x, ids: pe.embed(x, ids)),
+        (
+            "abacus",
+            lambda pe, x, ids: pe.embed_tokens(
+                x, ids, pezoo.AttentionContext(q_pos=torch.arange(5)[None], k_pos=torch.arange(5)[None])
+            ),
+        ),
+    ],
+)
+def test_float_indices_into_a_learned_table_are_refused_by_name(name, embed):
+    """Round four: torch's 'tensors used as indices must be long, int, byte or bool'."""
+    pe = pezoo.create(name, dims=DIMS)
+    with pytest.raises(ValueError, match=rf"{name}: .* must hold integers, got torch.float32"):
+        embed(pe, torch.randn(1, 5, 32), torch.arange(5.0)[None])

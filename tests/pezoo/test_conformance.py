@@ -231,6 +231,16 @@ class WidensInEmbedTokens(PositionalEncoding):
         return torch.cat([x, x], dim=-1)
 
 
+class NeedsATokenToReduce(PositionalEncoding):
+    """Centres the positions on the call's first one: with no tokens there is none (xPos's
+    centre and PRISM's GRU raised on an empty sequence)."""
+
+    name = "test_needs_a_token"
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x + (pos - pos.amin(-1, keepdim=True))[..., None].to(x.dtype)
+
+
 BROKEN = [
     (lambda: CountsTokensWithinTheCall(DIMS.d_model), "incremental_decoding"),
     (ReadsLaterTokens, "no_future_leakage"),
@@ -248,6 +258,7 @@ BROKEN = [
     (lambda: Float32Table(DIMS.d_model), "float64"),
     (lambda: KeepsATensorAttribute(DIMS.d_model), "device_move"),
     (lambda: DerivedBufferWithoutReset(DIMS.d_model), "meta_init"),
+    (NeedsATokenToReduce, "empty_inputs"),
 ]
 
 

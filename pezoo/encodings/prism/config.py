@@ -6,6 +6,7 @@ Axis letters: h heads, c cursors per head.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -140,13 +141,28 @@ class PRISMConfig:
         need(len(set(self.layers)) == len(self.layers), f"layers {self.layers} repeat a layer")
         need(all(0 <= c < self.n_cursors for c in self.copy_cursors), f"copy_cursors {self.copy_cursors} not < C")
         need(self.copy_every >= 0, f"copy_every must be >= 0, got {self.copy_every}")
-        need(self.gamma_init > 1.0, f"gamma_init must be > 1, got {self.gamma_init}")
-        need(self.gamma_max is None or self.gamma_max > 1.0, f"gamma_max must be > 1, got {self.gamma_max}")
+        # each float finite too: inf passed the bounds and trained to NaN (gamma_init, eps, alpha_*)
+        need(1.0 < self.gamma_init < math.inf, f"gamma_init must be a finite number > 1, got {self.gamma_init}")
+        need(
+            self.gamma_max is None or 1.0 < self.gamma_max < math.inf,
+            f"gamma_max must be a finite number > 1 (None: no cap), got {self.gamma_max}",
+        )
         need(0.0 < self.mu_init < 1.0, f"mu_init must be in (0, 1), got {self.mu_init}")
         need(
-            self.eps > 0.0,
-            f"eps must be > 0, got {self.eps} (the sharpening takes log(h + eps); at eps=0 an empty bin's log is "
-            "-inf and every gate gradient NaN)",
+            0.0 <= self.frobenius_weight < math.inf,
+            f"frobenius_weight must be a finite number >= 0, got {self.frobenius_weight}",
+        )
+        need(math.isfinite(self.copy_null_bias), f"copy_null_bias must be a finite number, got {self.copy_null_bias}")
+        need(math.isfinite(self.alpha_init), f"alpha_init must be a finite number, got {self.alpha_init}")
+        need(0.0 < self.alpha_lr < math.inf, f"alpha_lr must be a finite number > 0, got {self.alpha_lr}")
+        need(
+            len(self.alpha_betas) == 2 and all(0.0 <= b < 1.0 for b in self.alpha_betas),
+            f"alpha_betas must be two numbers in [0, 1) (AdamW's betas), got {self.alpha_betas}",
+        )
+        need(
+            0.0 < self.eps < math.inf,
+            f"eps must be > 0 and finite, got {self.eps} (the sharpening takes log(h + eps); at eps=0 an empty "
+            "bin's log is -inf and every gate gradient NaN)",
         )
         need(self.min_support >= 1, f"min_support must be >= 1, got {self.min_support}")
         need(self.max_support is None or self.max_support >= 1, f"max_support must be >= 1, got {self.max_support}")

@@ -152,8 +152,13 @@ class GateNet(nn.Module):
     def forward(self, x: Tensor, hidden: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """x (b, i, d), GRU state (1, b, g) or None -> gates (b, i, n, 4), new state (1, b, g).
 
-        Gate order on the last axis: reset, inc, dec, keep.
+        Gate order on the last axis: reset, inc, dec, keep. No tokens (i = 0): no gates, the
+        state as given (zeros, the GRU's own start, for None), where torch's GRU raises.
         """
+        if x.shape[1] == 0:
+            if hidden is None:
+                hidden = x.new_zeros(1, x.shape[0], self.gru.hidden_size)
+            return x.new_zeros(x.shape[0], 0, self.n_cursors, 4, dtype=compute_dtype(self.head.weight.dtype)), hidden
         y, hidden = self.gru(x, hidden)  # (b, i, g), (1, b, g)
         logits = self.head(y).unflatten(-1, (self.n_cursors, 4))  # (b, i, n, 4)
         logits = logits.to(compute_dtype(logits.dtype))
