@@ -244,6 +244,14 @@ def preset_config(
     if task in LM_TASKS and isinstance(lm_train, dict) and "train_min" not in (overrides or {}).get("train", {}):
         lm_train["train_min"] = lm_train.get("train_max")  # one window length L (--train-len sets it)
     tune = {}  # a language-modelling variant's fine-tune: set with its eval_pe_options, below
+    asked = (overrides or {}).get("eval") or {}
+    given = sorted(k for k in ("finetune_steps", "finetune_length") if asked.get(k) is not None)
+    if task not in LM_TASKS and given:  # else: "unknown eval config key(s) finetune_steps", an internal name
+        raise ValueError(
+            f"{' and '.join(given)} (--{given[0].replace('_', '-')}) fine-tune a language-modelling run's "
+            f"inference-time variant; task {task!r} is an algorithmic task (the language-modelling tasks: "
+            f"{', '.join(LM_TASKS)})"
+        )
     if task in LM_TASKS and isinstance(sections.get("eval"), dict):
         tune = {k: sections["eval"].pop(k) for k in ("finetune_steps", "finetune_length") if k in sections["eval"]}
         if tune.get("finetune_steps") and not tune.get("finetune_length"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -212,6 +213,8 @@ class PerfGrid:
             raise ValueError(
                 f"need compile lengths and a batch >= 1, got {self.compile_lengths} and {self.compile_batch}"
             )
+        if not (math.isfinite(self.memory_cap_gib) and self.memory_cap_gib > 0):  # nan: a traceback; 0: no cap at all
+            raise ValueError(f"the memory cap must be a finite number of GiB > 0, got {self.memory_cap_gib}")
         if 0 < self.decode_window <= 20 or self.decode_window < 0:
             raise ValueError(f"the decoding window must exceed its 20-token jump, got {self.decode_window}")
 

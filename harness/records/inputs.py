@@ -152,14 +152,15 @@ def too_deep(max_depth: int = MAX_DEPTH) -> str:
 
 
 def parse_toml(text: str) -> dict[str, Any]:
-    """The TOML document ``text``, nesting at most :data:`MAX_DEPTH` levels.
+    """The TOML document ``text``, nesting at most :data:`MAX_DEPTH` levels; a leading byte
+    order mark is skipped (tomllib called it "Invalid statement (at line 1, column 1)").
 
     Raises:
         ValueError: not TOML (the parser's message), or nested too deeply (never a
             RecursionError, whatever the text).
     """
     try:
-        data = tomllib.loads(text)
+        data = tomllib.loads(text.removeprefix("\ufeff"))  # a byte order mark (Windows editors): not content
     except RecursionError:  # tomllib recurses once per level of [[[[ or {{{{
         raise ValueError(f"not valid TOML here ({too_deep()})") from None
     except tomllib.TOMLDecodeError as exc:

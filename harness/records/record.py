@@ -56,8 +56,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pezoo
 from harness.config import RunConfig
 from harness.config.numbers import INT64_MAX, is_int, is_number, number_problem, shown
+from harness.config.pe_spec import check_eval_options, check_options
 from harness.records.identity import config_run_id, listed_scales
 from harness.records.lm_metrics import LmScores
 from harness.records.metrics import LengthMetrics
@@ -265,6 +267,7 @@ def record_problems(body: Any, diagnostics: Any = None) -> list[str]:
     if body["status"] != "finished":
         problems.append(f"status must be 'finished' (only finished runs are recorded), got {shown(body['status'])}")
     problems += _run_id_problems(body["run_id"], config, run_config)
+    problems += _encoding_problems(run_config)
     problems += _provenance_problems(body["provenance"], run_config)
     problems += _params_problems(body["params"])
     problems += _timings_problems(body["timings"])
@@ -280,6 +283,29 @@ def record_problems(body: Any, diagnostics: Any = None) -> list[str]:
     if diagnostics is not None and (problem := diagnostics_problem(diagnostics, config)) is not None:
         problems.append(f"diagnostics: {problem}")
     return problems
+
+
+def _encoding_problems(run_config: RunConfig | None) -> list[str]:
+    """Why the run's encoding could not be built as its config says (its options, and an
+    evaluation variant's), where the encoding is installed: what ``pezoo bench`` refuses
+    before a run, a record must not carry (a hand-edited ``rope{base=-5}`` or
+    ``fire{share_layers="false"}``, re-sealed, was valid). A record of an encoding this
+    installation lacks (another's plugin) is not judged."""
+    if run_config is None:
+        return []
+    pe, options, backbone = run_config.pe, run_config.pe_options, run_config.backbone
+    try:
+        pezoo.registry.resolved_options(pe)
+    except (pezoo.UnknownNameError, TypeError, ValueError):
+        return []  # not installed here (or not a name at all: the config's own problem)
+    try:
+        if run_config.eval_pe_options:
+            check_eval_options(pe, options, run_config.eval_pe_options, backbone)
+        else:
+            check_options(pe, options, backbone)
+    except ValueError as exc:
+        return [f"config: {exc}"]
+    return []
 
 
 def _lm_problems(body: dict[str, Any], run_config: RunConfig | None) -> list[str]:

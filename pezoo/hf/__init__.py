@@ -141,7 +141,7 @@ def _adaptable(model: PreTrainedModel, spec: Any, backend: str) -> tuple[str, Fa
     if getattr(model, "_pezoo_adapter", None) is not None:
         raise ValueError("this model already runs a pezoo encoding; load a fresh model to change it")
     if backend != "auto" and backend not in BACKENDS:
-        raise ValueError(unknown_name_message("attention backend", backend, ["auto", *sorted(BACKENDS)]))
+        raise ValueError(unknown_name_message("attention backend", backend, sorted({"auto", *BACKENDS})))
     if family.sinks is not None and backend != "auto" and backend not in Sinks.backends:
         raise ValueError(
             f"pezoo.hf cannot run this {model_type} model on the {backend} backend: its attention has sinks (a "
@@ -229,8 +229,19 @@ def plan(model: PreTrainedModel, width: int) -> None:
 
 def set_scale_hint(model: PreTrainedModel, hint: Tensor | None) -> None:
     """The instance scale n of each row, (b,), for encodings that read one (``learned_prf_sh``);
-    None clears it. It stays until changed."""
-    _adapter(model).scale_hint = hint
+    None clears it. It stays until changed. ValueError unless it is a real tensor of
+    finite values > 0 (a nan hint made every logit nan; 0 and negatives passed as well):
+    checked here, once, on the host, not in the forward pass."""
+    adapter = _adapter(model)
+    if hint is not None:
+        if not isinstance(hint, Tensor) or hint.is_complex() or hint.dtype == torch.bool:
+            raise ValueError(f"pezoo.hf.set_scale_hint: the hint must be a real tensor of shape (b,), got {hint!r}")
+        if hint.numel() and not bool(((hint > 0) & torch.isfinite(hint)).all()):
+            raise ValueError(
+                f"pezoo.hf.set_scale_hint: each row's instance scale n must be a finite number > 0, got "
+                f"{hint.flatten()[:8].tolist()}"
+            )
+    adapter.scale_hint = hint
 
 
 def _adapter(model: PreTrainedModel) -> Adapter:
@@ -283,6 +294,11 @@ def model_dims(config: Any) -> ModelDims:
     (what an encoding that adds to the residual stream is sized by), heads, layers, and each
     head's width (``head_dim`` where the config gives one: Gemma's, Qwen3's and Mistral
     Nemo's heads are not hidden size / heads wide)."""
+    if isinstance(config, Mapping):  # a config's dict (config.to_dict()): not what transformers passes
+        raise ValueError(
+            "pezoo.hf.model_dims wants a transformers config object (model.config, or AutoConfig.from_pretrained(...)),"
+            " got a dict; build one with transformers.PretrainedConfig.from_dict(...)"
+        )
     width, n_heads = config.hidden_size, config.num_attention_heads
     widths = layer_head_dims(config)  # Gemma 4: one per layer, which config.head_dim refuses to say
     head_dim = widths[0] if widths else getattr(config, "head_dim", None)

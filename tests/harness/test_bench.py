@@ -107,6 +107,24 @@ def test_corrupt_store_is_reported(tmp_path):
     assert path.read_bytes().startswith(b"this is not")  # left as it was
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["results"], ["sweep", "plan", "leaderboard/board-quick.toml"], ["bench", "--pe", "nope", "--task", "copy"]],
+    ids=["results", "sweep plan", "bench"],
+)
+def test_a_truncated_store_is_refused_and_its_folder_left_as_it_was(tmp_path, command):
+    """Round four: `results` and `sweep plan` said "nothing was written to it" and left a
+    32 KiB -shm and an empty -wal beside it."""
+    path = tmp_path / "s.sqlite"
+    Store(path).close()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    result = CliRunner().invoke(main, [*command, "--store", str(path)])
+    assert result.exit_code == 1 and "is corrupt" in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.sqlite"]
+    assert path.read_bytes() == data[: len(data) // 2]
+
+
 def test_store_schema_mismatch_is_reported(tmp_path):
     path = tmp_path / "old.sqlite"
     Store(path).close()

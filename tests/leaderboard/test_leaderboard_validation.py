@@ -94,6 +94,10 @@ def check(results) -> tuple[int, str]:
         ("final_loss", 10**400, "final_loss must be"),
         ("timings.train_seconds", 10**400, "timings.train_seconds must be"),
         ("metrics.0.token_length", 10**400, "metrics[0].token_length must be"),
+        # round four: options the encoding refuses, which `bench` never trains, passed check and import
+        ("config.pe_options", {"base": -5.0}, "config: encoding 'rope{base=-5.0}': rope: base must be a finite"),
+        ("config.pe_options", {"layout": 3}, "rope: layout must be a string, got 3 (int)"),
+        ("config.eval_pe_options", {"scaling": {"rope_type": "yarn", "factor": 4.0}}, "original_max_position"),
     ],
     ids=lambda v: reprlib.repr(v) if not isinstance(v, str) or "." in v else "",
 )

@@ -764,3 +764,27 @@ def test_the_adapted_classes_live_where_forward_looks_for_them():
     assert pezoo.hf.forward.ADAPTED_MODULE == pezoo.hf.auto.__name__
     made = pezoo.hf.auto.part_class(torch.nn.Linear, torch.nn.Linear.forward)
     assert pezoo.hf.forward._original(made) is torch.nn.Linear
+
+
+def test_an_unknown_backend_lists_each_valid_one_once():
+    with pytest.raises(ValueError) as caught:
+        pezoo.hf.use_encoding(tiny("llama"), "alibi", backend="fused-ish")
+    listed = str(caught.value).split("Valid attention backends: ")[1].split(", ")
+    assert len(listed) == len(set(listed)) and "auto" in listed  # 'auto, auto, eager, ...' before
+
+
+@pytest.mark.parametrize(
+    "hint", [torch.tensor([float("nan"), 3.0]), torch.tensor([0.0, 3.0]), torch.tensor([-5, 3]), [3, 3]]
+)
+def test_a_scale_hint_that_is_not_finite_positive_numbers_is_refused(hint):
+    """A nan hint made every logit nan; 0, -5 and a list were taken as well."""
+    model = adapted("llama", "learned_prf_sh")
+    with pytest.raises(ValueError, match="set_scale_hint"):
+        pezoo.hf.set_scale_hint(model, hint)
+    pezoo.hf.set_scale_hint(model, torch.tensor([2, 3]))  # what it takes
+    pezoo.hf.set_scale_hint(model, None)
+
+
+def test_model_dims_of_a_config_dict_says_to_make_a_config():
+    with pytest.raises(ValueError, match="wants a transformers config object"):  # an AttributeError before
+        pezoo.hf.model_dims({"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2})

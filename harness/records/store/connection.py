@@ -24,6 +24,7 @@ from harness.records.store.errors import (
     EFFECTIVE,
     NotAStoreError,
     StoreAccessError,
+    StoreCorruptError,
     StoreError,
     access_problem,
     corrupt,
@@ -87,18 +88,40 @@ class StoreConnection:
         self.path = Path(path)
         self.readonly = readonly
         self._db: sqlite3.Connection | None = None
+        sidecars = [Path(f"{self.path}-wal"), Path(f"{self.path}-shm")]
+        had = [p.exists() for p in sidecars]
         try:
-            if readonly:
-                self._open_reader()
-            else:
-                self._open_writer()
-        except (sqlite3.Error, OSError) as exc:
-            self._close_quietly()
-            raise self._explain(exc, "opening it") from exc
-        except StoreError:
-            self._close_quietly()
+            try:
+                if readonly:
+                    self._open_reader()
+                else:
+                    self._open_writer()
+            except (sqlite3.Error, OSError) as exc:
+                self._close_quietly()
+                raise self._explain(exc, "opening it") from exc
+            except StoreError:
+                self._close_quietly()
+                raise
+        except StoreCorruptError:
+            self._remove_new_sidecars(sidecars, had)
             raise
         self._conn.row_factory = sqlite3.Row
+
+    @staticmethod
+    def _remove_new_sidecars(sidecars: list[Path], had: list[bool]) -> None:
+        """After a corrupt store was refused: the -wal and -shm files that opening it made
+        (SQLite makes them before it reads a page), so "nothing was written" holds for the
+        folder too. Only files that were not there before, and only with an empty -wal (no
+        writer's commits in it)."""
+        wal, _ = sidecars
+        if not had[0] and has_content(wal):
+            return
+        for path, existed in zip(sidecars, had, strict=True):
+            if not existed:
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError:
+                    pass
 
     def _check_header(self) -> bool:
         """False for a new (missing or empty) file; True for a SQLite database; else NotAStoreError."""
