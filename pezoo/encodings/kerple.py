@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from pezoo.biases import AttentionBias, RelativeFunctionBias
 from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard, PaperClaim, PlotLook
-from pezoo.context import AttentionContext, check_layer
+from pezoo.context import AttentionContext, check_layer, check_sizes
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
 
@@ -82,8 +82,7 @@ class _Kerple(PositionalEncoding):
 
     def __init__(self, *, n_heads: int, n_layers: int) -> None:
         super().__init__()
-        if n_heads < 1 or n_layers < 1:
-            raise ValueError(f"n_heads and n_layers must be >= 1, got n_heads={n_heads}, n_layers={n_layers}")
+        check_sizes(self.name, n_heads=n_heads, n_layers=n_layers)  # True passed `>= 1` and built one head
         self.n_heads, self.n_layers = n_heads, n_layers
         self.r1 = nn.Parameter(torch.rand(n_layers, n_heads) * self._r1_init_scale)  # (l, h)
         self.r2 = nn.Parameter(torch.rand(n_layers, n_heads) * self._r2_init_scale)  # (l, h)

@@ -142,3 +142,23 @@ def test_every_float_option_of_every_encoding_refuses_nan_and_inf_by_name(name, 
     for value in (float("nan"), float("inf"), -float("inf")):
         with pytest.raises(ValueError, match=option):
             pezoo.create(name, dims=DIMS, **{option: value})
+
+
+def _shape_keys() -> list[tuple[str, str]]:
+    from pezoo.registry import ENCODINGS, _accepted_keys
+
+    keys = ("d_model", "n_heads", "n_layers", "head_dim")
+    return [(name, key) for name, factory in ENCODINGS.items() for key in keys if key in _accepted_keys(factory)]
+
+
+@pytest.mark.parametrize(("name", "key"), _shape_keys())
+def test_a_model_shape_that_is_no_integer_is_refused_by_every_encoding(name, key):
+    """The shape keys are each constructor's to check (with their bounds); KERPLE's took
+    n_heads=True (True >= 1) and built one head."""
+    shape = {"d_model": 32, "n_heads": 4, "n_layers": 2, "head_dim": 8}
+    from pezoo.registry import ENCODINGS, _accepted_keys
+
+    given = {k: v for k, v in shape.items() if k in _accepted_keys(ENCODINGS[name]) and k != "head_dim"}
+    for value in (True, 8.0, "4"):
+        with pytest.raises((ValueError, TypeError)):
+            pezoo.create(name, **{**given, key: value})
