@@ -305,6 +305,8 @@ def _encoding_problems(run_config: RunConfig | None) -> list[str]:
             check_options(pe, options, backbone)
     except ValueError as exc:
         return [f"config: {exc}"]
+    except Exception as exc:  # whatever else a hostile record's options provoke: a problem, never a crash
+        return [f"config: encoding {pe!r} cannot be built with its options ({type(exc).__name__}: {exc})"]
     return []
 
 

@@ -183,7 +183,10 @@ def rotation(magnitude: Tensor, angles: Tensor) -> Rotation:
 
 def rotate(x: Tensor, rot: Rotation, layout: str = "interleaved") -> Tensor:
     """Rotate x (..., e) by a :func:`rotation`: :func:`rotate_complex` for a complex tensor,
-    :func:`rotate_real` for a real (a cos, a sin) pair. Features past r = 2f unchanged."""
+    :func:`rotate_real` for a real (a cos, a sin) pair. Features past r = 2f unchanged.
+    An empty x is returned as it is (the complex view of a 0-token half layout raised)."""
+    if x.numel() == 0:
+        return x
     if isinstance(rot, tuple):
         return rotate_real(x, rot[0], rot[1], layout)
     return rotate_complex(x, rot, layout)
@@ -385,6 +388,8 @@ class RoPE(PositionalEncoding):
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """q, k (b, h, i, e) at positions ctx.q_pos -> rotated q, k."""
         check_qk(self.name, q, k, ctx, self.head_dim)
+        if q.numel() == 0:  # no tokens or no rows: nothing to rotate, no length to plan (dynamic scaling)
+            return q, k
         key = self.ctx_key("rope")
         if key not in ctx.scratch:  # once per call, shared by all layers
             seq_len = _planned_length(ctx) if self.scaling.depends_on_length else None

@@ -88,7 +88,7 @@ def test_cached_decoding_equals_the_full_pass(p):
     [
         ({"p": 1.5}, r"p must be >= 0 and <= 1"),
         ({"p": -0.1}, r"p must be >= 0 and <= 1"),
-        ({"p": "half"}, r"p must be a finite number"),
+        ({"p": "half"}, r"p must be a number, got the string 'half'"),
         ({"layout": "pairs"}, r"unknown RoPE layout 'pairs'"),
     ],
 )

@@ -425,7 +425,7 @@ def test_bad_scaling_is_a_clear_error(cfg, message):
 
 
 def test_scaling_must_be_a_dict():
-    with pytest.raises(TypeError, match="dict"):
+    with pytest.raises(ValueError, match="scaling must be a table"):
         pezoo.create("rope", head_dim=16, scaling="yarn")
 
 
