@@ -16,7 +16,7 @@ What the annotations say, and what passes:
 * ``float``: an int or float that is not a bool (whether nan, inf or a negative one is
   allowed is the constructor's to say, with its bounds: ``check_number``).
 * ``str``, ``None``, ``Literal[...]`` (one of its values), ``X | Y`` (either).
-* ``tuple[T, ...]`` / ``Sequence[T]``: a list or tuple (never a string) of ``T``;
+* ``tuple[T, ...]`` / ``list[T]`` / ``Sequence[T]``: a list or tuple (never a string) of ``T``;
   ``tuple[T1, T2]``: a list or tuple of exactly those.
 * ``Mapping[...]``: any mapping (its keys are the encoding's to check); a class: an instance.
 
@@ -85,16 +85,19 @@ def matches(value: Any, hint: Any) -> bool:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Literal:
         return any(value == a and type(value) is type(a) for a in args)
-    if origin in (tuple, collections.abc.Sequence):
+    if origin in (tuple, list, collections.abc.Sequence):
         if not isinstance(value, (list, tuple)):
             return False
-        if origin is collections.abc.Sequence or (len(args) == 2 and args[1] is Ellipsis):
+        if origin is not tuple or (len(args) == 2 and args[1] is Ellipsis):
             return not args or all(matches(v, args[0]) for v in value)
         return len(value) == len(args) and all(matches(v, a) for v, a in zip(value, args, strict=True))
     if origin is not None and isinstance(origin, type) and issubclass(origin, collections.abc.Mapping):
         return isinstance(value, Mapping)
     if isinstance(hint, type):
-        return isinstance(value, hint)
+        try:
+            return isinstance(value, hint)
+        except TypeError:  # a Protocol that is not runtime-checkable: the constructor judges
+            return True
     return True  # an annotation this module does not read: the constructor judges
 
 
@@ -111,8 +114,8 @@ def describe(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Literal:
         return "one of " + ", ".join(repr(a) for a in args)
-    if origin in (tuple, collections.abc.Sequence):
-        if origin is collections.abc.Sequence or (len(args) == 2 and args[1] is Ellipsis):
+    if origin in (tuple, list, collections.abc.Sequence):
+        if origin is not tuple or (len(args) == 2 and args[1] is Ellipsis):
             return f"a list of {_plural(args[0])}" if args else "a list"
         if len(set(args)) == 1:
             return f"a list of {len(args)} {_plural(args[0])}"

@@ -107,6 +107,12 @@ def test_the_matcher_reads_unions_literals_sequences_mappings_and_classes():
     )
     assert matches(10**400, float) and matches(float("nan"), float)  # bounds and finiteness: the constructor's
     assert matches(object(), typing.Any) and matches(object(), "Unresolved")  # unreadable: the constructor judges
+    assert matches([1, 2], list[int]) and not matches([1, "2"], list[int])
+
+    class Shaped(typing.Protocol):  # not runtime-checkable: isinstance would raise
+        width: int
+
+    assert matches(object(), Shaped)
     assert describe(float | None) == "a number or None (unset)"
     assert describe(tuple[int, float]) == "a list of 2: an integer, a number"
 
