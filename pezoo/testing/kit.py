@@ -168,7 +168,7 @@ def build_model(factory: Factory, cfg: KitConfig, seed: int) -> KitModel:
 
 def random_tokens(cfg: KitConfig, length: int, batch: int | None = None, seed: int = 0) -> Tensor:
     g = torch.Generator().manual_seed(cfg.seed + seed)
-    return torch.randint(cfg.vocab, (batch or cfg.batch, length), generator=g).to(cfg.device)
+    return torch.randint(cfg.vocab, (cfg.batch if batch is None else batch, length), generator=g).to(cfg.device)
 
 
 def scale_hints(cfg: KitConfig, batch: int, length: int) -> Tensor:
