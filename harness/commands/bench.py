@@ -10,6 +10,7 @@ are done, how long the others take: ``harness.sweeps.plan``), the announcement, 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -410,7 +411,8 @@ class _Target:
             # the process's own thread count (pool workers use one): said, because on a busy
             # CPU several threads per run can train many times slower than one
             threads = torch.get_num_threads()
-            return f"one run at a time, in this process ({threads} torch thread{'s' if threads != 1 else ''})"
+            how = f"one run at a time, in this process ({threads} torch thread{'s' if threads != 1 else ''})"
+            return how + (_busy_cpu(threads) if self.device_type == "cpu" else "")
         if isinstance(runner, Grouped):
             how = f"{slots} runs at a time, side by side in this process (a thread and a CUDA stream each)"
             if runner.stacks_runs:
@@ -421,6 +423,25 @@ class _Target:
         if self.ray is None:
             return f"{slots} runs at a time, in {slots} worker processes (one torch thread each)"
         return f"{slots} Ray tasks at a time"
+
+
+def _busy_cpu(threads: int) -> str:
+    """A warning when ``threads`` torch threads would share this machine's cores with work
+    already running (another sweep: two in-process sweeps of two threads each on two cores
+    trained 6-10 times slower than with one thread each), else ''. Read off the 1-minute
+    load average, which this process's planning has barely moved yet."""
+    try:
+        load = os.getloadavg()[0]
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    except OSError:  # no load average on this platform
+        return ""
+    if threads <= 1 or load < 0.5 or threads + load <= cores + 0.5:
+        return ""
+    return (
+        f"; this machine is busy already (1-minute load {load:.1f} on {cores} core{'s' if cores != 1 else ''}), "
+        f"and {threads} threads sharing busy cores can train many times slower than one: "
+        "OMP_NUM_THREADS=1 before the command trains on one"
+    )
 
 
 def _time_limit(

@@ -145,9 +145,32 @@ def test_an_in_process_bench_says_how_many_torch_threads_it_trains_with(tmp_path
     import torch
 
     monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine: nothing to warn of
     result = CliRunner().invoke(
         main, ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke", "--device", "cpu", "--workers", "1",
                "--store", str(tmp_path / "s.sqlite")]
     )
     assert result.exit_code == 0, result.output
     assert "\ndevice cpu: one run at a time, in this process (3 torch threads)\n" in result.output
+
+
+@pytest.mark.parametrize(
+    ("threads", "load", "warned"), [(2, 1.9, True), (1, 1.9, False), (2, 0.1, False), (2, 3.0, True)]
+)
+def test_an_in_process_bench_on_a_busy_cpu_says_its_threads_will_share_the_cores(
+    tmp_path, monkeypatch, threads, load, warned
+):
+    # two in-process sweeps of two threads each on two cores trained 6-10x slower than with
+    # one thread each, and the banner's thread count alone did not say why
+    import torch
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    monkeypatch.setattr("os.getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})  # two cores
+    result = CliRunner().invoke(
+        main, ["bench", "--pe", "nope", "--task", "copy", "--preset", "smoke", "--device", "cpu", "--workers", "1",
+               "--store", str(tmp_path / "s.sqlite")]
+    )
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("device cpu:"))
+    assert ("busy already" in line and f"load {load:.1f} on 2 cores" in line and "OMP_NUM_THREADS=1" in line) == warned
