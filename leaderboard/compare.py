@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from harness.commands.printable import terminal_text
+from harness.records.files import NotRegularFileError, check_regular, write_atomically
 from leaderboard.records import BoardError
 from leaderboard.retired import RetiredFileError
 from leaderboard.schema import ResultsError
@@ -67,6 +68,8 @@ def compare_cmd(
         problem = results_folder_problem(folder)
         if problem:
             raise click.ClickException(terminal_text(problem))
+    if out is not None and (problem := _out_problem(out, (results_a, results_b))):
+        raise click.ClickException(terminal_text(problem))
     try:
         a = load_side(results_a, task, preset, tested_to)
         b = load_side(results_b, task, preset_b or preset, tested_to)
@@ -78,7 +81,23 @@ def compare_cmd(
         click.echo(text if fmt == "json" else terminal_text(text), nl=False)
         return
     try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise click.ClickException(terminal_text(f"cannot write {out}: {exc.strerror or exc}")) from None
+        write_atomically(out, lambda f: f.write(text.encode("utf-8")))  # the old report whole, or the new
+    except OSError as exc:  # WriteError: names the file and the cause
+        raise click.ClickException(terminal_text(str(exc))) from None
     click.echo(terminal_text(f"wrote the comparison of {task} ({a.source} against {b.source}) to {out}"))
+
+
+def _out_problem(out: Path, folders: tuple[Path, Path]) -> str | None:
+    """Why the report may not go to ``out``, or None: inside a results folder compared (a
+    published results file, or a file the next read of that folder would take for one,
+    overwritten by a report), or a path that holds something other than a regular file (a
+    FIFO would block the write forever)."""
+    target = out.resolve()
+    for folder in folders:
+        if target.is_relative_to(folder.resolve()):
+            return f"--out {out} is inside the results folder {folder}: write the report outside the folders compared"
+    try:
+        check_regular(out)
+    except NotRegularFileError as exc:
+        return f"--out {exc}: write the report to a file"
+    return None

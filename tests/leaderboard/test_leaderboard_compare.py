@@ -158,3 +158,25 @@ def test_the_command_names_a_missing_table_and_a_missing_folder(folders, tmp_pat
     assert result.exit_code == 1 and "smoke" in result.output  # the tables it has are named
     result = _invoke(a, str(tmp_path / "typo"), "--task", "copy")
     assert result.exit_code == 1 and "typo" in result.output
+
+
+def test_the_report_never_goes_inside_a_folder_compared_nor_into_a_fifo(folders, tmp_path):
+    # --out once overwrote a published results file of the very folder compared (then `check`:
+    # "not valid JSON"), and a FIFO there blocked the write forever
+    import os
+
+    a, b = folders
+    published = next(a.glob("*.jsonl"))
+    before = published.read_bytes()
+    for out in (published, a / "report.md", b / "sub" / "report.md"):
+        result = _invoke(str(a), str(b), "--task", "copy", "--out", str(out))
+        assert result.exit_code == 1 and "inside the results folder" in result.output, result.output
+    assert published.read_bytes() == before and not (a / "report.md").exists() and not (b / "sub").exists()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    result = _invoke(str(a), str(b), "--task", "copy", "--out", str(fifo))
+    assert result.exit_code == 1 and "FIFO" in result.output, result.output
+    report = tmp_path / "report.md"  # beside the folders: written, and written again
+    for _ in range(2):
+        assert _invoke(str(a), str(b), "--task", "copy", "--out", str(report)).exit_code == 0
+    assert report.read_text().startswith("# copy")
