@@ -255,6 +255,28 @@ def runnable_backend(backend: str, pe: PositionalEncoding) -> str:
     return takes[0]
 
 
+def _check_positions(q: Tensor, k: Tensor, ctx: AttentionContext) -> None:
+    """Raise a ValueError unless ``ctx`` holds a position for every query of q and every key
+    of k (cached ones included), with a batch of 1 or q's: a bias built from positions (ALiBi,
+    T5, FIRE, KERPLE, ...) broadcast over positions of another shape silently (one position
+    for six tokens: distance 0 everywhere, the output NoPE's) or failed in torch's words."""
+    if q.dim() != 4 or k.dim() != 4:
+        raise ValueError(f"attend wants q and k of shape (b, h, s, e); got {tuple(q.shape)} and {tuple(k.shape)}")
+    sides = (("q_pos", ctx.q_pos, q, "queries", "query"), ("k_pos", ctx.k_pos, k, "keys", "key"))
+    for name, pos, x, what, one in sides:
+        if pos.shape[-1] != x.shape[-2]:
+            cached = ", cached ones included" if name == "k_pos" else ""
+            raise ValueError(
+                f"attend got {x.shape[-2]} {what} on axis 2 of {name[0]} for {pos.shape[-1]} positions in "
+                f"ctx.{name}: ctx holds one position per {one}{cached} ((b|1, s) positions, (b, h, s, e) tensors)"
+            )
+        if pos.shape[0] not in (1, x.shape[0]):
+            raise ValueError(
+                f"attend got ctx.{name} for a batch of {pos.shape[0]} and {name[0]} for a batch of {x.shape[0]}: "
+                "positions are (b, s) or (1, s)"
+            )
+
+
 def attend(
     q: Tensor,
     k: Tensor,
@@ -290,6 +312,7 @@ def attend(
         fn = BACKENDS[backend]
     except KeyError:
         raise UnknownNameError(unknown_name_message("attention backend", backend, sorted(BACKENDS))) from None
+    _check_positions(q, k, ctx)
     if scale is None:
         scale = 1.0 / math.sqrt(ctx.head_dim if ctx.head_dim is not None else q.shape[-1])
     if transform is None and normaliser is None:

@@ -132,9 +132,13 @@ def check_embed(name: str, x: Tensor, index: Tensor, d_model: int, what: str = "
     ``index`` (the positions, or the tokens) is (b|1, s): for the ``embed`` hooks, which
     would otherwise fail with a broadcast error or unpack one. With ``rows`` (``index``
     picks a learned table's rows), it must also hold integers (float positions gave
-    torch's IndexError)."""
-    if rows and (index.is_floating_point() or index.is_complex() or index.dtype == torch.bool):
-        raise ValueError(f"{name}: {what} picks rows of a learned table, so it must hold integers, got {index.dtype}")
+    torch's IndexError), int64 or int32 ones: torch indexes with those only (int16 was its
+    error, and a uint8 tensor a boolean mask: other rows, silently)."""
+    if rows and index.dtype not in (torch.int64, torch.int32):
+        raise ValueError(
+            f"{name}: {what} picks rows of a learned table, so it must hold integers (int64 or int32), "
+            f"got {index.dtype}"
+        )
     if x.dim() != 3 or x.shape[-1] != d_model:
         raise ValueError(f"{name} was built for d_model={d_model}: x must be (b, s, {d_model}), got {tuple(x.shape)}")
     if index.dim() != 2 or index.shape[-1] != x.shape[1] or index.shape[0] not in (1, x.shape[0]):

@@ -34,6 +34,13 @@ class UnknownNameError(KeyError):
         return str(self.args[0])
 
 
+def listed(names: Sequence[str], limit: int = 10) -> str:
+    """``names`` joined by commas, the first ``limit`` of them and how many more: an error
+    message about 60,000 unknown options was a megabyte on one line."""
+    head = ", ".join(names[:limit])
+    return head if len(names) <= limit else f"{head} and {len(names) - limit:,} more"
+
+
 def unknown_name_message(kind: str, name: str, valid: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, valid, n=3)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
@@ -425,7 +432,7 @@ def resolved_options(name: str, **config: Any) -> dict[str, Any]:
             out.update(_defaults(ENCODINGS[part], {k: v for k, v in config.items() if k in accepted}, part))
         unknown = sorted(set(config) - set(out))
         if unknown:
-            raise TypeError(f"encoding {name!r} got unknown option(s) {', '.join(unknown)}")
+            raise TypeError(f"encoding {name!r} got unknown option(s) {listed(unknown)}")
         return dict(sorted(out.items()))
     return _defaults(ENCODINGS[name], config, name)
 
@@ -434,7 +441,7 @@ def _defaults(factory: Callable[..., Any], config: Mapping[str, Any], name: str)
     """``config`` over ``factory``'s keyword defaults, without the model-shape keywords."""
     unknown = sorted(set(config) - _accepted_keys(factory))
     if unknown:
-        raise TypeError(f"encoding {name!r} got unknown option(s) {', '.join(unknown)}")
+        raise TypeError(f"encoding {name!r} got unknown option(s) {listed(unknown)}")
     shape = set(ModelDims(1, 1, 1).as_kwargs())
     params = inspect.signature(factory).parameters.values()
     out = {
@@ -484,7 +491,7 @@ def _call_strict(factory: Callable[..., Any], name: str, config: Mapping[str, An
     unknown = sorted(set(config) - accepted)
     if unknown:
         raise TypeError(
-            f"encoding {name!r} got unknown option(s) {', '.join(unknown)}; "
+            f"encoding {name!r} got unknown option(s) {listed(unknown)}; "
             f"valid options: {', '.join(sorted(accepted)) or '(none)'}"
         )
     _check_values(factory, name, config)

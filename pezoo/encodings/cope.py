@@ -85,7 +85,12 @@ def cope_bias(
         gates = gates * allowed
     positions = cope_positions(gates).clamp(max=pos_emb.shape[-1] - 1)  # (b, h, i, j)
     position_logits = q @ pos_emb  # (b, h, i, P)
-    return cope_interpolate(position_logits, positions)
+    # a nan in q or k (a diverging model) makes nan positions, which as indices were int64's
+    # minimum ("index -9223372036854775808 is out of bounds"): gathered at 0, then nan again,
+    # so the nan flows on as it does through every other encoding
+    lost = positions.isnan()
+    term = cope_interpolate(position_logits, positions.masked_fill(lost, 0.0))
+    return term.masked_fill(lost, float("nan"))
 
 
 CARD = PaperCard(look=PlotLook("#0072B2", "1.5 3", "triangle"))  # blue, dotted: its look on the published board

@@ -207,5 +207,45 @@ def test_a_thousand_nested_wrappers_are_refused_before_anything_is_built():
 def test_float_indices_into_a_learned_table_are_refused_by_name(name, embed):
     """Round four: torch's 'tensors used as indices must be long, int, byte or bool'."""
     pe = pezoo.create(name, dims=DIMS)
-    with pytest.raises(ValueError, match=rf"{name}: .* must hold integers, got torch.float32"):
+    with pytest.raises(ValueError, match=rf"{name}: .* must hold integers \(int64 or int32\), got torch.float32"):
         embed(pe, torch.randn(1, 5, 32), torch.arange(5.0)[None])
+    # round five: int16 was torch's error, and uint8 indexed as a boolean mask (other rows, silently)
+    for dtype in (torch.int16, torch.uint8, torch.int8):
+        with pytest.raises(ValueError, match=rf"got {dtype}"):
+            embed(pe, torch.randn(1, 5, 32), torch.arange(5, dtype=dtype)[None])
+    x = torch.randn(1, 5, 32)
+    pe.eval()  # abacus draws its offset in training
+    assert torch.equal(embed(pe, x, torch.arange(5, dtype=torch.int32)[None]), embed(pe, x, torch.arange(5)[None]))
+
+
+BIAS_ENCODINGS = ["alibi", "hard_alibi", "t5", "fire", "kerple_log", "kerple_power", "learned_prf", "dape"]
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+@pytest.mark.parametrize("name", BIAS_ENCODINGS)
+def test_attend_refuses_positions_that_do_not_cover_the_queries_and_keys(name, backend):
+    """One position for six tokens broadcast a relative bias to distance 0 everywhere (the
+    output equalled NoPE's, silently); eight key positions for six keys failed in torch's words."""
+    pe = pezoo.create(name, dims=DIMS).eval()
+    q, k, v = (torch.randn(1, 4, 6, 8) for _ in range(3))
+    six = torch.arange(6)[None]
+    cases = [
+        (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.long), "6 queries on axis 2 of q for 1"),
+        (six, torch.arange(8)[None], "6 keys on axis 2 of k for 8 positions in ctx.k_pos"),
+        (six.expand(3, 6), six.expand(3, 6), "ctx.q_pos for a batch of 3 and q for a batch of 1"),
+    ]
+    for q_pos, k_pos, message in cases:
+        ctx = pezoo.AttentionContext(q_pos=q_pos, k_pos=k_pos, causal=True)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            pezoo.attend(q, k, v, ctx, pe.bias(0, q, k, ctx), backend=backend, transform=pe.score_transform(0, ctx))
+    ctx = pezoo.AttentionContext(q_pos=six, k_pos=six, causal=True)  # the right positions still attend
+    out, _ = pezoo.attend(q, k, v, ctx, pe.bias(0, q, k, ctx), backend="eager", transform=pe.score_transform(0, ctx))
+    assert out.shape == (1, 4, 6, 8)
+
+
+def test_an_error_about_many_unknown_options_names_a_few_and_counts_the_rest():
+    """60,000 unknown options made a one-line error of a megabyte (every name listed)."""
+    with pytest.raises(TypeError) as info:
+        pezoo.create("alibi", dims=DIMS, **{f"o{i}": 1 for i in range(5000)})
+    message = str(info.value)
+    assert len(message) < 500 and "and 4,990 more" in message and "o0" in message

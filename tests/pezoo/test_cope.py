@@ -122,3 +122,20 @@ def test_gradients_reach_the_table_and_the_gates():
     (bias,) = pe.bias(0, q, k, pezoo.AttentionContext(q_pos=pos, k_pos=pos))
     bias.tensor.tril().sum().backward()
     assert pe.pos_emb.grad.abs().sum() > 0 and k.grad.abs().sum() > 0  # k only through the gates
+
+
+def test_a_nan_in_q_or_k_flows_on_as_nan_in_its_own_row():
+    """A nan made nan positions, cast to int64's minimum as an index: a RuntimeError
+    ("index -9223372036854775808 is out of bounds") where every other encoding passes it on."""
+    pe = pezoo.create("cope", dims=pezoo.ModelDims(d_model=32, n_heads=4, n_layers=1)).eval()
+    pos = torch.arange(6)[None]
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos, causal=True)
+    for where in ("q", "k"):
+        q, k = torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8)
+        (q if where == "q" else k)[0, 0, 3, 0] = float("nan")
+        with torch.no_grad():
+            (bias,) = pe.bias(0, q, k, ctx)
+            dense = bias.materialize(ctx, 4, torch.float32)
+        assert dense[0, 0].isnan().any() and not dense[1].isnan().any()  # the other batch row untouched
+        clean = dense[0, 1:]  # the other heads of the same row, too
+        assert not clean.isnan().any()
