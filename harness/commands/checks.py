@@ -13,6 +13,9 @@ from harness.commands.catalogue import name_problem
 from harness.commands.printable import one_line, terminal_text
 from harness.config import RunConfig
 from harness.execution.preflight import check_run
+from harness.sweeps.executors.sizing import group_mode
+from harness.training.accel import Accel
+from pezoo.encodings.prism.fused_scan import check_scan_backend
 
 
 def split(value: str) -> list[str]:
@@ -45,9 +48,21 @@ def refuse_broken_plugins(names: list[str], *, warn: bool = True) -> None:
             click.echo(f"warning: encoding plugin {base!r} is skipped: {one_line(broken[base])}", err=True)
 
 
+def check_environment() -> None:
+    """The environment variables that steer how runs train, checked before anything is
+    written (ValueError naming the variable): ``PEZOO_ACCEL`` (its syntax; ``check_run``
+    checks it too), ``PEZOO_GROUP`` and ``PEZOO_PRISM_SCAN``. A bad ``PEZOO_GROUP`` was a
+    traceback after the store was made; a bad ``PEZOO_PRISM_SCAN`` failed every PRISM run
+    at its first step, three times."""
+    Accel.for_device("cpu")
+    group_mode()
+    check_scan_backend()
+
+
 def check_runs(configs: Sequence[RunConfig]) -> None:
     """``check_run`` once per distinct run shape (seeds aside): what can be known not to
     work, before anything is written or trained (ValueError)."""
+    check_environment()
     shapes: dict[str, RunConfig] = {}
     for c in configs:
         shapes.setdefault(replace(c, seed=0).run_id(), c)  # the whole config but its seed

@@ -153,7 +153,9 @@ def check_options(pe: str, options: Mapping[str, Any], backbone: BackboneConfig,
         preflight_build(pe, options, backbone)
     except (TypeError, ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        raise ValueError(f"encoding {what or format_pe(pe, options)!r}: {message}") from None
+        spec = what or format_pe(pe, options)
+        shown = spec if len(spec) <= 200 else f"{spec[:160]}... ({len(spec):,} characters)"
+        raise ValueError(f"encoding {shown!r}: {message}") from None
 
 
 def inference_options(pe: str) -> tuple[str, ...]:

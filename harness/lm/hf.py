@@ -88,8 +88,13 @@ class HfCheck:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """The exception's type and first line, or its first two where the first only heads the
+    reason (transformers' validation errors: "Class validation error for validator
+    'validate_architecture':", the hidden size and heads on the next line)."""
+    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     why = text[0] if text else ""
+    if why.endswith(":") and len(text) > 1:
+        why = f"{why} {text[1]}"
     return f"{type(exc).__name__}: {why}" if why else type(exc).__name__
 
 
@@ -174,6 +179,11 @@ def check_hf(
     assert spec is not None
     try:
         model = _meta_model(config)
+    except Exception as exc:  # a config transformers reads but cannot build a model from: not the encoding's fault
+        raise ValueError(
+            f"{folder}: transformers cannot build the model its config.json describes ({_first_line(exc)})"
+        ) from None
+    try:
         _check_size(folder, model)
         if not saved:
             pezoo.hf.use_encoding(model, spec)

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -339,6 +340,11 @@ def _run_id_problems(run_id: Any, config: dict[str, Any], run_config: RunConfig 
     return []
 
 
+def _has_control(text: str) -> bool:
+    """Whether ``text`` holds a control (Cc) or format (Cf: bidi overrides, zero widths) character."""
+    return any(unicodedata.category(ch) in ("Cc", "Cf") for ch in text)
+
+
 def _provenance_problems(prov: Any, run_config: RunConfig | None) -> list[str]:
     if not isinstance(prov, dict):
         return ["provenance must be an object"]
@@ -357,6 +363,18 @@ def _provenance_problems(prov: Any, run_config: RunConfig | None) -> list[str]:
     if bad:
         problems.append(
             f"provenance: value(s) of {', '.join(bad)} must be strings of at most {MAX_PROVENANCE_TEXT} characters"
+        )
+    # a NUL, an escape sequence, a newline or a bidi override went verbatim into the site and
+    # README (escaped for HTML, still a parse error there and a reordered line in a terminal)
+    hidden = sorted(
+        str(k)[:MAX_PROVENANCE_KEY]
+        for k, v in prov.items()
+        if _has_control(str(k)) or (isinstance(v, str) and _has_control(v))
+    )
+    if hidden:
+        problems.append(
+            f"provenance: key(s) or value(s) of {', '.join(map(repr, hidden))} hold control or format characters "
+            "(a NUL, an escape, a newline, a bidi override): a record's provenance is plain text"
         )
     resolved = prov.get("pe_options_resolved")
     if "pe_options_resolved" in prov and not (

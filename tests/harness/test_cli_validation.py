@@ -336,3 +336,30 @@ def test_a_sweep_file_saved_with_a_byte_order_mark_is_read():
     assert parse_toml('\ufeffpe = "nope"\ntask = "copy"\n') == {"pe": "nope", "task": "copy"}
     with pytest.raises(ValueError, match="not valid TOML"):
         parse_toml('pe = "nope"\n\ufefftask = "copy"\n')  # only a leading one is a mark
+
+
+@pytest.mark.parametrize("variable", ["PEZOO_GROUP", "PEZOO_PRISM_SCAN"])
+def test_a_bad_environment_setting_stops_bench_before_anything_is_written(tmp_path, monkeypatch, variable):
+    # PEZOO_GROUP=bogus was a traceback after the store was made; PEZOO_PRISM_SCAN=bogus made the
+    # store and failed the PRISM run at its first step, at every attempt
+    from pezoo.encodings.prism import fused_scan
+
+    if variable == "PEZOO_GROUP":
+        monkeypatch.setenv(variable, "bogus")
+    else:  # read once, when pezoo's PRISM scan is imported
+        monkeypatch.setattr(fused_scan, "_backend", "bogus")
+    store = tmp_path / "s.sqlite"
+    args = ["bench", "--pe", "prism", "--task", "copy", "--preset", "smoke", "--device", "cpu", "--store", str(store)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and variable in result.output and "'bogus'" in result.output, result.output
+    assert "Traceback" not in result.output and not store.exists()
+
+
+def test_a_spec_with_thousands_of_unknown_options_is_refused_in_a_short_line(tmp_path):
+    # --pe with 3,000 unknown options answered with 43 KB: the whole spec, then every name
+    pe = "nope{" + ",".join(f"o{i}=1" for i in range(3000)) + "}"
+    store = tmp_path / "s.sqlite"
+    args = ["bench", "--pe", pe, "--task", "copy", "--preset", "smoke", "--store", str(store)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "and 2,990 more" in result.output, result.output[-500:]
+    assert len(result.output) < 1500 and not store.exists()

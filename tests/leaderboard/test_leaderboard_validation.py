@@ -407,3 +407,11 @@ def test_resolved_options_in_provenance_must_be_an_object_that_agrees_with_the_c
     assert validate_record(ok) == []
     assert validate_record(edited("provenance.pe_options_resolved", "base=500.0", record))
     assert validate_record(edited("provenance.pe_options_resolved", {"base": 10000.0}, record))
+
+
+@pytest.mark.parametrize("text", ["a\x00b", "a\x1b[31mred", "two\nlines", "a\u202eevil", "zero\u200bwidth"])
+def test_provenance_is_plain_text_without_control_or_format_characters(text):
+    # a NUL, an escape, a newline and a bidi override went verbatim into the site and README
+    problems = validate_record(edited("provenance.commit", text))
+    assert any("control or format characters" in p and "'commit'" in p for p in problems), problems
+    assert validate_record(edited("provenance.commit", "0e68113b52ad, naïve café ✓")) == []  # unicode is fine

@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import sysconfig
@@ -395,8 +396,9 @@ def save_snapshot(corpus: Corpus, folder: Path) -> Path:
     tmp: Path | None = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        handle, tmp_name = tempfile.mkstemp(prefix=f".{corpus.name}.", suffix=".zip.tmp", dir=folder)
-        tmp = Path(tmp_name)
+        # not mkstemp, whose file is 0600: the snapshot gets the mode any file the user writes does (umask)
+        tmp = folder / f".{corpus.name}.{os.getpid()}.{secrets.token_hex(4)}.zip.tmp"
+        handle = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(handle, "wb") as f, zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as z:
             z.writestr(MANIFEST, json.dumps(manifest, indent=1))
             for i, (_, data) in enumerate(corpus.documents):
@@ -451,6 +453,8 @@ def read_snapshot(path: Path, name: str) -> Corpus:
             if saved_name != name:
                 raise CorpusError(f"{said} holds the corpus {saved_name!r}, not {name!r}")
             documents = [(n, _read_member(z, f"documents/{i:06d}")) for i, n in enumerate(names)]
+    except RecursionError:  # json recurses once per level of [[[[ in the manifest
+        raise CorpusError(f"{said} cannot be read (its manifest is nested too deep to be one)") from None
     except (OSError, KeyError, TypeError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise CorpusError(f"{said} cannot be read ({type(exc).__name__}: {exc})") from None
     try:

@@ -116,13 +116,20 @@ def scan_backend(name: str) -> Iterator[None]:
         set_scan_backend(previous)
 
 
-def _use_triton(h0: Tensor) -> bool:
-    """Whether this call goes to the Triton kernels (see ``SCAN_BACKENDS``). triton is imported
-    only here, when a CUDA tensor or the ``"triton"`` setting asks for it."""
+def check_scan_backend() -> None:
+    """Raise a ValueError naming the setting unless it is one of ``SCAN_BACKENDS``: only
+    ``PEZOO_PRISM_SCAN`` can make it another (``set_scan_backend`` refuses one). For a
+    program to check before it builds or writes anything; the scan checks it again."""
     if _backend not in SCAN_BACKENDS:
         raise ValueError(
             f"PEZOO_PRISM_SCAN={_backend!r} is not a PRISM scan backend; valid: {', '.join(SCAN_BACKENDS)}"
         )
+
+
+def _use_triton(h0: Tensor) -> bool:
+    """Whether this call goes to the Triton kernels (see ``SCAN_BACKENDS``). triton is imported
+    only here, when a CUDA tensor or the ``"triton"`` setting asks for it."""
+    check_scan_backend()
     if _backend == "torch" or (_backend == "auto" and not h0.is_cuda):
         return False
     from pezoo.encodings.prism import triton_scan

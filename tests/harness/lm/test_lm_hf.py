@@ -133,6 +133,25 @@ def test_a_config_far_larger_than_its_weights_is_refused_before_loading(tmp_path
     assert "parameters" in result.output and nothing_loaded == []
 
 
+@pytest.mark.parametrize(
+    ("config", "said", "not_said"),
+    [  # transformers' validation puts its reason on the second line, which was dropped
+        ({"hidden_size": 10, "num_attention_heads": 3}, "is not a multiple of the number of attention heads", None),
+        # a model transformers cannot build was blamed on the encoding ("encoding 'rope': TypeError: ...")
+        ({"rope_scaling": {"rope_type": "yarn", "factor": "big"}}, "transformers cannot build the model", "encoding"),
+    ],
+)
+def test_a_config_transformers_refuses_is_named_as_the_config_s_fault(tmp_path, nothing_loaded, config, said, not_said):
+    from harness.cli import main
+
+    base = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
+            "intermediate_size": 64, "vocab_size": 300}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps({**base, **config}))
+    result = CliRunner().invoke(main, ["lm", "hf", str(tmp_path), "--pe", "rope", "--bytes", "--device", "cpu"])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), repr(result.exception)
+    assert said in result.output and (not_said is None or not_said not in result.output), result.output
+
+
 class _Runs:
     def __reduce__(self):
         return (print, ("pickle code ran",))
