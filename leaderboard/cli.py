@@ -15,6 +15,7 @@ import harness.tasks as tasks
 import pezoo
 from harness.commands.options import store_option
 from harness.commands.printable import terminal_text
+from harness.records.files import file_kind
 from harness.records.store import StoreError
 from leaderboard.board import RetiredRow, RetiredTable, assemble, retire
 from leaderboard.compare import compare_cmd
@@ -67,6 +68,7 @@ leaderboard.add_command(compare_cmd)  # one module per subcommand beyond the boa
 )
 def export_cmd(store_path: Path, out_dir: Path) -> None:
     """Write the store's finished runs that are not yet published to a new results file per preset."""
+    _require_out_folder(out_dir)
     try:
         summary = export(store_path, out_dir)
     except (ExportError, ResultsError, StoreError) as exc:
@@ -263,7 +265,7 @@ def migrate_cmd(results_dir: Path) -> None:
     left untouched.
     """
     from harness.records.files import WriteError, write_atomically
-    from harness.records.inputs import RESULTS_LIMIT, read_text
+    from harness.records.inputs import RESULTS_LIMIT, FileReadError, read_text
     from leaderboard.schema import migrate_line
 
     _require_results(results_dir)
@@ -271,6 +273,8 @@ def migrate_cmd(results_dir: Path) -> None:
     for path in results_files(results_dir):
         try:
             text = read_text(path, RESULTS_LIMIT)
+        except FileReadError as exc:  # it names the path
+            raise click.ClickException(terminal_text(str(exc))) from None
         except (OSError, ValueError) as exc:
             raise click.ClickException(terminal_text(f"{path}: {exc}")) from None
         lines = []
@@ -286,8 +290,8 @@ def migrate_cmd(results_dir: Path) -> None:
         try:
             data = body.encode()
             write_atomically(path, lambda f: f.write(data))  # noqa: B023 (called at once, in this iteration)
-        except WriteError as exc:
-            raise click.ClickException(terminal_text(f"cannot write {path}: {exc}")) from None
+        except WriteError as exc:  # it names the file and the cause
+            raise click.ClickException(terminal_text(str(exc))) from None
     kept = len(results_files(results_dir)) - len(new)
     _echo(f"migrated {len(new)} results file(s) to schema 2 (counts); {kept} already were")
 
@@ -380,6 +384,14 @@ def _require_results(results_dir: Path) -> None:
         raise click.ClickException(terminal_text(problem))
 
 
+def _require_out_folder(out_dir: Path) -> None:
+    """A ClickException unless ``out_dir`` is a folder or does not exist yet (``/dev/null``
+    passed click's folder check and answered "File exists" from mkdir, or a traceback)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        kind = file_kind(out_dir.stat().st_mode)
+        raise click.ClickException(terminal_text(f"--out {out_dir} is {kind}, not a folder; choose another --out"))
+
+
 def _os_reason(exc: OSError) -> str:
     """One line for an OSError: the path and the system's reason (``Permission denied``)."""
     reason = exc.strerror or str(exc)
@@ -432,7 +444,12 @@ def lm_cmd(results_dir: Path, out_dir: Path) -> None:
     if not records:
         how = "run `pezoo bench --sweep leaderboard/lm/sweep.toml` and `pezoo leaderboard export`"
         raise click.ClickException(f"no LM results under {results_dir}: {how}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in pages.items():
-        (out_dir / name).write_text(text, encoding="utf-8")
+    _require_out_folder(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in pages.items():
+            (out_dir / name).write_text(text, encoding="utf-8")
+    except OSError as exc:  # a read-only folder, a full disk
+        why = _os_reason(exc)
+        raise click.ClickException(terminal_text(f"cannot write the LM pages to {out_dir}: {why}")) from None
     _echo(f"wrote {out_dir / 'lm.md'} and {len(pages) - 1} curve(s) from {len(records)} LM record(s)")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
@@ -157,11 +158,19 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed (metrics must be finite numbers)")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: no literal inf, but a float too large to be one
+        raise ValueError(f"{text[:40]} is out of range for a number (metrics must be finite numbers)")
+    return value
+
+
 def parse_json(text: str) -> Any:
-    """The JSON value of ``text``: NaN and infinities refused, nesting at most MAX_DEPTH
-    levels; ValueError says what is wrong (never RecursionError, whatever the text)."""
+    """The JSON value of ``text``: NaN and infinities refused (the literals, and numbers too
+    large for a float), nesting at most MAX_DEPTH levels; ValueError says what is wrong (never
+    RecursionError, whatever the text)."""
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError:
         raise ValueError(f"not valid JSON here (nested more than {MAX_DEPTH} levels deep)") from None
     except ValueError as exc:
@@ -403,7 +412,7 @@ def migrate_line(line: str) -> str:
     """
     from harness.records.recount import recount
 
-    data = json.loads(line)
+    data = parse_json(line)  # NaN, infinities and deep nesting refused as `check` refuses them
     if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION and is_int(data["schema_version"]):
         problems = validate_record(data)
         if problems:

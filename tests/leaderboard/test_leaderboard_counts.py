@@ -117,6 +117,19 @@ def test_a_schema_1_line_migrates_to_counts_keeping_its_run_id():
         migrate_line(to_line(edited))
 
 
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested more than"),  # was a RecursionError traceback
+        ('{"schema_version": 1, "x": NaN}', "NaN is not allowed"),  # was json's "Out of range float values"
+        ('{"schema_version": 1, "x": 1e999}', "1e999 is out of range"),
+    ],
+)
+def test_migrate_reads_a_line_as_check_does(line, message):
+    with pytest.raises(ValueError, match=message):
+        migrate_line(line)
+
+
 def test_recount_refuses_a_value_that_is_no_count():
     config = {"task": "copy", "seed": 0, "eval": {"samples": 100}}
     metric = {"split": "test", "length": 11, "token_length": 26.0, "n": 100}

@@ -75,6 +75,12 @@ def test_exporting_again_adds_nothing_and_touches_nothing(smoke_store, smoke_res
     assert _lines(out) == before
 
 
+def test_export_to_a_device_says_it_is_no_folder(smoke_store):
+    # /dev/null passed click's folder check, and mkdir answered "/dev/null: File exists"
+    result = CliRunner().invoke(main, ["leaderboard", "export", "--store", str(smoke_store), "--out", "/dev/null"])
+    assert result.exit_code == 1 and "--out /dev/null is a character device, not a folder" in result.output
+
+
 def test_new_runs_go_to_a_new_file_old_files_unchanged(smoke_store, smoke_results, tmp_path):
     out = tmp_path / "results"
     shutil.copytree(smoke_results, out)

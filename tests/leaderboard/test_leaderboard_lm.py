@@ -135,6 +135,11 @@ def test_the_command_refuses_an_empty_results_folder_and_renders_records(tmp_pat
     done = runner.invoke(leaderboard, ["lm", "--results", str(tmp_path / "lm"), "--out", str(tmp_path / "site")])
     assert done.exit_code == 0, done.output
     assert (tmp_path / "site" / "lm.md").is_file() and (tmp_path / "site" / "lm-lm_en.svg").is_file()
+    # --out a device or a file: a FileExistsError traceback from mkdir
+    for out in ("/dev/null", str(tmp_path / "lm" / "lm-x.jsonl")):
+        bad = runner.invoke(leaderboard, ["lm", "--results", str(tmp_path / "lm"), "--out", out])
+        refused = "not a folder" in bad.output or "is a file" in bad.output  # a file: click's own check
+        assert bad.exit_code in (1, 2) and refused and isinstance(bad.exception, SystemExit), bad.output
 
 
 def test_two_records_of_one_row_and_seed_are_refused():
