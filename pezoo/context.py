@@ -63,6 +63,9 @@ class AttentionContext:
                 f"AttentionContext wants positions of shape (b|1, s); got q_pos {tuple(self.q_pos.shape)} and "
                 f"k_pos {tuple(self.k_pos.shape)} (a 1-D arange needs [None])"
             )
+        for name, pos in (("q_pos", self.q_pos), ("k_pos", self.k_pos)):
+            if pos.dtype == torch.bool or pos.is_complex():  # True - False: distances of 0 and 1, silently
+                raise ValueError(f"AttentionContext wants positions that are numbers, got {name} of {pos.dtype}")
         if self.k_pos.shape[-1] < self.q_pos.shape[-1]:
             raise ValueError(
                 f"k_pos holds the positions of all keys, cached ones included, so at least the "

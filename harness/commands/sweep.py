@@ -76,9 +76,13 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs, order
     finished runs in the store, or with --probe of a few steps timed here, less what
     their checkpoints have done)."""
     try:
-        configs = load_sweep(file, max_runs).configs(max_runs)
+        spec = load_sweep(file, max_runs)  # its errors name the file
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    try:
+        configs = spec.configs(max_runs)
+    except ValueError as exc:  # a value out of range ("seed must be an integer >= 0"): the file's
+        raise click.UsageError(f"{file}: {exc}") from None
     pes = list(dict.fromkeys(c.pe for c in configs))
     check_names("encoding", pes, pezoo.available(), str(file))
     check_names("task", list(dict.fromkeys(c.task for c in configs)), tasks.bench_tasks(), str(file))

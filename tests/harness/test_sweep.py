@@ -421,6 +421,15 @@ def test_sweep_plan_command(tmp_path):
     assert not (tmp_path / "none.sqlite").exists()
 
 
+@pytest.mark.parametrize(("line", "message"), [("seeds = [-1]", "seed must be"), ("steps = 0", "train.steps must be")])
+def test_sweep_plan_names_the_file_of_a_value_out_of_range(tmp_path, line, message):
+    # docs/sweeps.md says such errors name the file; plan said only "seed must be an integer >= 0"
+    path = tmp_path / "values.toml"
+    path.write_text(f'pe = "nope"\ntask = "copy"\n{line}\n')
+    result = CliRunner().invoke(main, ["sweep", "plan", str(path), "--store", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 2 and f"{path}: {message}" in result.output, result.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -249,3 +249,12 @@ def test_an_error_about_many_unknown_options_names_a_few_and_counts_the_rest():
         pezoo.create("alibi", dims=DIMS, **{f"o{i}": 1 for i in range(5000)})
     message = str(info.value)
     assert len(message) < 500 and "and 4,990 more" in message and "o0" in message
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.complex64])
+def test_positions_that_are_no_numbers_are_refused_by_the_context(dtype):
+    """Bool positions were taken by most encodings: distances of True - False, silently."""
+    good, bad = torch.arange(4)[None], torch.ones(1, 4, dtype=dtype)
+    for q_pos, k_pos, name in ((bad, good, "q_pos"), (good, bad, "k_pos")):
+        with pytest.raises(ValueError, match=f"got {name} of {dtype}"):
+            pezoo.AttentionContext(q_pos=q_pos, k_pos=k_pos)
