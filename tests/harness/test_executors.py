@@ -574,13 +574,18 @@ def died_holding(store, cfg, times):
         assert store.claim(cfg, {"commit": "gone"}, replace(Owner.this_process(), pid=proc.pid, start=None)).taken
 
 
-def test_a_run_in_flight_when_its_process_died_goes_last(tmp_path):
+@pytest.mark.parametrize(("times", "last"), [(1, False), (2, True)])
+def test_a_run_that_processes_keep_dying_on_goes_last(tmp_path, times, last):
+    """Once (a sweep killed with its session: the run 65% trained) it resumes in its place; it
+    went after 70 other runs. Twice in a row, it may be what kills them: after the others."""
     a, b = smoke("nope"), smoke("rope")
     executor = Scripted({a.run_id(): [finished], b.run_id(): [finished]}, capacity=1)
     with Store(tmp_path / "s.sqlite") as store:
-        died_holding(store, a, 1)
+        died_holding(store, a, times)
+        assert store.lapsed() == {a.run_id()} and store.suspects() == ({a.run_id()} if last else set())
         outcomes = run_sweep(executor, [a, b], store)
-    assert [j.run_id for j in executor.submitted] == [b.run_id(), a.run_id()]
+    order = [b.run_id(), a.run_id()] if last else [a.run_id(), b.run_id()]
+    assert [j.run_id for j in executor.submitted] == order
     assert {o.status for o in outcomes} == {"finished"}
 
 

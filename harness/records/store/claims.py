@@ -164,6 +164,11 @@ class Claim:
 _DEATHS = re.compile(r"^processes died while training it: (\d+) in a row, at checkpoint step (-?\d+)")
 
 
+def death_noted(error: str | None) -> bool:
+    """Whether a running row's ``error`` is a note of processes that died training it."""
+    return bool(_DEATHS.match(error or ""))
+
+
 def count_death(before: str | None, step: int | None) -> tuple[int, str]:
     """(deaths, note) once one more process died holding a run whose running row says
     ``before`` (the note of the deaths before, or nothing) and whose checkpoint is at

@@ -13,7 +13,15 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from harness.records.store.claims import HEARTBEAT_SECONDS, LEASE_SECONDS, Claim, Owner, count_death, describe
+from harness.records.store.claims import (
+    HEARTBEAT_SECONDS,
+    LEASE_SECONDS,
+    Claim,
+    Owner,
+    count_death,
+    death_noted,
+    describe,
+)
 from harness.records.store.connection import StoreConnection
 from harness.records.store.errors import ClaimLostError, StoreError
 from harness.records.store.schema import SEAL_KEY, lm_scores_of, metric_rows, record_of, run_row
@@ -176,6 +184,19 @@ class Store(StoreConnection):
             if owner != me and (owner is None or not owner.alive(heartbeat, now, self.lease_seconds)):
                 gone.add(run_id)
         return gone
+
+    def suspects(self) -> set[str]:
+        """Lapsed runs (:meth:`lapsed`) that a process had died training before the last one
+        did (their row carries a death note, ``claims.count_death``): maybe what kills the
+        processes that train them. A run lapsed once, as a sweep killed with its session or
+        its machine leaves the run it was training, is not one."""
+        lapsed = self.lapsed()
+        noted = {
+            run_id
+            for run_id, error in self._query("SELECT run_id, error FROM runs WHERE status='running'")
+            if death_noted(error)
+        }
+        return lapsed & noted
 
     def set_provenance(
         self, run_id: str, provenance: Mapping[str, Any], started_at: float, owner: Owner | None = None

@@ -195,10 +195,12 @@ class _Sweep:
         keep_weights: bool,
     ) -> None:
         """A job per distinct run the store does not hold finished; a result kept because the
-        store could not take it is recorded now; runs in flight when their process died go last."""
+        store could not take it is recorded now; runs that processes kept dying on go last."""
         faults = injected_faults()
         with_variants = {c.trained_config().run_id() for c in configs if c.is_variant}  # keep their final weights
-        lapsed = self.store.lapsed()  # in flight when their process died: maybe what killed it, so they go last
+        # in flight when a process died on them before the last one did: maybe what kills them, so
+        # they go last. A run lapsed once (its sweep killed with the session) resumes in its place.
+        suspects = self.store.suspects()
         # what a result kept beside the store is sealed with (harness.records.kept_results)
         seal_key = self.store.seal_key()
         last: list[Job] = []
@@ -225,7 +227,7 @@ class _Sweep:
             if kept is not None:  # finished before, but the store could not take it then
                 self._record_kept(job, cfg, kept, path)
                 continue
-            (last if run_id in lapsed else self.queue).append(job)
+            (last if run_id in suspects else self.queue).append(job)
         if getattr(self.executor, "stacks_runs", False):  # a stacking group: runs of one shape together
             self.queue = deque(sorted(self.queue, key=lambda job: stack_order(self.by_id[job.run_id])))
         self.queue.extend(last)
