@@ -105,8 +105,11 @@ def _split_top_level(text: str, what: str) -> list[str]:
             parts.append(text[start:i])
             start = i + 1
         i += 1
-    if quote or depth:
-        raise ValueError(f"unclosed {quote or '/'.join(depth)!r} in {what} {text!r}")
+    if quote:
+        raise ValueError(f"unclosed quote {quote!r} in {what} {text!r}")
+    if depth:  # depth holds the closers expected: name the opener left open
+        opener = {close: open_ for open_, close in _PAIRS.items()}[depth[-1]]
+        raise ValueError(f"unclosed {opener!r} (no {depth[-1]!r} after it) in {what} {text!r}")
     parts.append(text[start:])
     return [p.strip() for p in parts]
 

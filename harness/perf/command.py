@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -11,6 +12,7 @@ from harness.config import PRESETS
 from harness.config.limits import MAX_BATCH, MAX_TOKENS
 from harness.perf.grid import DEFAULT_SECTIONS, MAX_SUPPORT, MAX_THREADS, SECTIONS, PerfGrid, grid_from
 from harness.perf.report import render, run_perf
+from harness.records.files import check_regular, open_regular, unwritable_folder, write_atomically
 
 
 def _check_names(grid: PerfGrid) -> None:
@@ -35,16 +37,40 @@ def _check_names(grid: PerfGrid) -> None:
             raise click.BadParameter(pezoo.base.unknown_name_message("attention backend", name, sorted(pezoo.BACKENDS)))
 
 
-def _names(value: str | None) -> tuple[str, ...] | None:
-    return None if value is None else tuple(v.strip() for v in value.split(",") if v.strip())
+def _names(value: str | None, option: str) -> tuple[str, ...] | None:
+    """The comma-separated items of ``value`` (None: the option was not given). An empty
+    list is refused: ``--pe ''`` was a ZeroDivisionError after the banner, ``--memory-lengths ,,``
+    an empty table."""
+    if value is None:
+        return None
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    if not items:
+        raise click.BadParameter(f"an empty list ({value!r}); leave {option} out for its default", param_hint=option)
+    return items
 
 
-def _ints(value: str | None) -> tuple[int, ...] | None:
-    names = _names(value)
+def _ints(value: str | None, option: str) -> tuple[int, ...] | None:
+    names = _names(value, option)
     try:
         return None if names is None else tuple(int(v) for v in names)
     except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}", param_hint=option) from None
+
+
+def _json_problem(path: Path) -> str | None:
+    """Why the report may not be written to ``path``, checked before anything is measured
+    (a missing folder was a traceback after all the measuring), or None. An existing file is
+    replaced only when it is a perf report itself: --json once overwrote a results store."""
+    if path.exists():
+        try:
+            check_regular(path)
+            with open_regular(path) as f:
+                head = f.read(4096).decode("utf-8", errors="replace").lstrip()
+        except OSError as exc:
+            return f"--json {path}: {exc}"
+        if head and not (head.startswith("{") and '"schema_version"' in head and '"provenance"' in head):
+            return f"--json {path} exists and is no pezoo perf report: not overwritten (choose another path)"
+    return unwritable_folder(path.parent)
 
 
 @click.command("perf")
@@ -108,38 +134,42 @@ def perf_command(size, sections, encodings, presets, backends, precisions, batch
         dev = resolve_device(device)
         grid = grid_from(
             size or "default",
-            sections=_names(sections),
-            encodings=_names(encodings),
-            presets=_names(presets),
-            backends=_names(backends),
-            precisions=_names(precisions),
+            sections=_names(sections, "--sections"),
+            encodings=_names(encodings, "--pe"),
+            presets=_names(presets, "--presets"),
+            backends=_names(backends, "--backends"),
+            precisions=_names(precisions, "--precision"),
             batch_size=batch_size,
             repeats=repeats,
             threads=threads,
-            memory_lengths=_ints(memory_lengths),
-            memory_encodings=_names(memory_pe),
-            memory_backends=_names(memory_backends),
+            memory_lengths=_ints(memory_lengths, "--memory-lengths"),
+            memory_encodings=_names(memory_pe, "--memory-pe"),
+            memory_backends=_names(memory_backends, "--memory-backends"),
             memory_cap_gib=memory_cap_gib,
-            alloc_lengths=_ints(alloc_lengths),
-            alloc_encodings=_names(alloc_pe),
-            alloc_backends=_names(alloc_backends),
+            alloc_lengths=_ints(alloc_lengths, "--alloc-lengths"),
+            alloc_encodings=_names(alloc_pe, "--alloc-pe"),
+            alloc_backends=_names(alloc_backends, "--alloc-backends"),
             alloc_batch=alloc_batch,
             decode_length=decode_length,
             decode_batch=decode_batch,
-            decode_encodings=_names(decode_pe),
+            decode_encodings=_names(decode_pe, "--decode-pe"),
             decode_window=decode_window,
-            prism_supports=_ints(prism_supports),
-            prism_lengths=_ints(prism_lengths),
-            compile_encodings=_names(compile_pe),
-            compile_models=_names(compile_models),
-            compile_lengths=_ints(compile_lengths),
+            prism_supports=_ints(prism_supports, "--prism-supports"),
+            prism_lengths=_ints(prism_lengths, "--prism-lengths"),
+            compile_encodings=_names(compile_pe, "--compile-pe"),
+            compile_models=_names(compile_models, "--compile-models"),
+            compile_lengths=_ints(compile_lengths, "--compile-lengths"),
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     _check_names(grid)
+    if json_path and (problem := _json_problem(Path(json_path))):
+        raise click.UsageError(problem)
     report = run_perf(grid, dev, log=lambda msg: click.echo(msg, err=True))
     click.echo(render(report))
     if json_path:
-        with open(json_path, "w") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
+        text = json.dumps(report, indent=2) + "\n"
+        try:
+            write_atomically(Path(json_path), lambda f: f.write(text.encode("utf-8")))
+        except OSError as exc:  # WriteError: names the file and the cause (a full disk)
+            raise click.ClickException(str(exc)) from None

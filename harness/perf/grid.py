@@ -183,7 +183,7 @@ class PerfGrid:
         if unknown:
             raise ValueError(f"unknown perf section(s) {', '.join(unknown)}; valid: {', '.join(SECTIONS)}")
         if self.repeats < 1 or self.warmup < 0:
-            raise ValueError(f"need repeats >= 1 and warmup >= 0, got {self.repeats}, {self.warmup}")
+            raise ValueError(f"need --repeats >= 1 (and warmup rounds >= 0), got {self.repeats} (warmup {self.warmup})")
         from harness.config.limits import MAX_BATCH, MAX_TOKENS
 
         _within("threads (0: torch's default)", self.threads, 0, MAX_THREADS)
@@ -200,7 +200,7 @@ class PerfGrid:
             ("allocator-peak length", self.alloc_lengths, 1, MAX_TOKENS),
         ):
             for value in values:
-                _within(f"a {what}", value, least, most)
+                _within(f"{'an' if what[0] in 'aeiou' else 'a'} {what}", value, least, most)
         from harness.training.precision import PRECISIONS
 
         unknown = sorted(set(self.precisions) - set(PRECISIONS))

@@ -67,6 +67,11 @@ def test_lists_split_only_at_top_level_commas():
     assert split_pe_list('x{s="a,}b"},y') == ['x{s="a,}b"}', "y"]
     with pytest.raises(ValueError, match="unclosed"):
         split_pe_list("prism{paper,rope")
+    # the opener left open is named: it said "unclosed '}'", the closer it expected
+    with pytest.raises(ValueError, match=r"unclosed '\{' \(no '\}' after it\)"):
+        split_pe_list("rope{")
+    with pytest.raises(ValueError, match=r"unclosed '\[' \(no '\]' after it\)"):
+        split_pe_list("prism{layers=[0,2")
 
 
 _values = st.recursive(

@@ -222,6 +222,24 @@ def test_cli_prints_the_table_and_writes_json(tmp_path):
     assert "| rope" in result.output and "preset smoke" in result.output
     report = json.loads(out.read_text())
     assert [r["pe"] for r in report["train"]] == ["nope", "rope"] and "memory" not in report
+    again = CliRunner().invoke(main, [*args, "--repeats", "1", "--device", "cpu", "--json", str(out)])
+    assert again.exit_code == 0, again.output  # a report of its own is replaced
+
+
+def test_cli_never_writes_its_json_over_a_file_that_is_no_report(tmp_path):
+    # round six: --json overwrote a results store after measuring (the runs gone); a FIFO there
+    # would block; each is refused before anything is measured
+    import os
+
+    store = tmp_path / "runs.sqlite"
+    store.write_bytes(b"SQLite format 3\x00" + bytes(100))
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    args = ["perf", "--sections", "train", "--presets", "smoke", "--pe", "nope", "--backends", "sdpa", "--repeats", "1"]
+    for out, said in ((store, "is no pezoo perf report: not overwritten"), (fifo, "FIFO")):
+        result = CliRunner().invoke(main, [*args, "--device", "cpu", "--json", str(out)])
+        assert result.exit_code == 2 and said in result.output and "| nope" not in result.output, result.output
+    assert store.read_bytes().startswith(b"SQLite format 3")
 
 
 @pytest.mark.parametrize(
@@ -230,6 +248,14 @@ def test_cli_prints_the_table_and_writes_json(tmp_path):
         (["--pe", "ropee"], "Did you mean 'rope'"),
         (["--sections", "speed"], "unknown perf section"),
         (["--memory-lengths", "a,b"], "comma-separated integers"),
+        # round six: empty lists were a ZeroDivisionError or IndexError after the banner, or empty tables
+        (["--pe", ""], "--pe: an empty list"),
+        (["--pe", ","], "--pe: an empty list"),
+        (["--sections", "decode", "--decode-pe", ""], "--decode-pe: an empty list"),
+        (["--sections", "prism", "--prism-supports", ",,"], "--prism-supports: an empty list"),
+        (["--sections", "memory", "--memory-lengths", ",,"], "--memory-lengths: an empty list"),
+        (["--sections", ""], "--sections: an empty list"),
+        (["--precision", ""], "--precision: an empty list"),
     ],
 )
 def test_cli_rejects_bad_options(args, message):
