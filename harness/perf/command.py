@@ -108,7 +108,9 @@ def _json_problem(path: Path) -> str | None:
 @click.option("--decode-batch", type=int, help="Sequences decoded together (default 1; evaluation decodes batches).")
 @click.option("--decode-pe", help="Encodings of the decoding table.")
 @click.option(
-    "--decode-window", type=int, help="Decode under a sliding context of this many tokens (the turing preset: 500)."
+    "--decode-window",
+    type=int,
+    help="Decode under a sliding context of this many tokens (the turing preset: 500); 0: no window.",
 )
 @click.option("--prism-supports", help=f"Supports P of the PRISM scan table (comma-separated; 1 to {MAX_SUPPORT:,}).")
 @click.option("--prism-lengths", help="Sequence lengths of the PRISM step table (comma-separated; default 64,128,256).")
