@@ -43,6 +43,7 @@ from pezoo.encodings import (
     combine,
 )
 from pezoo.encodings.position_coupling import CoupledSegment, Coupling  # what a task declares, position coupling reads
+from pezoo.encodings.prism.fused_scan import check_scan_backend  # $PEZOO_PRISM_SCAN, for a program to check up front
 from pezoo.interface import PositionalEncoding, acts_through
 from pezoo.registry import (
     ENCODINGS,
@@ -120,6 +121,7 @@ __all__ = [
     "backends",
     "card_of",
     "cards",
+    "check_scan_backend",
     "combine",
     "create",
     "encodings",

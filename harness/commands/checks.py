@@ -15,7 +15,6 @@ from harness.config import RunConfig
 from harness.execution.preflight import check_run
 from harness.sweeps.executors.sizing import group_mode
 from harness.training.accel import Accel
-from pezoo.encodings.prism.fused_scan import check_scan_backend
 
 
 def split(value: str) -> list[str]:
@@ -56,7 +55,7 @@ def check_environment() -> None:
     at its first step, three times."""
     Accel.for_device("cpu")
     group_mode()
-    check_scan_backend()
+    pezoo.check_scan_backend()
 
 
 def check_runs(configs: Sequence[RunConfig]) -> None:
