@@ -40,7 +40,8 @@ from typing import Any
 
 from harness.config.numbers import is_int, shown
 from harness.records.inputs import DIAGNOSTICS_LIMIT, MAX_DEPTH, RESULTS_LIMIT, FileReadError, nesting_depth, read_text
-from harness.records.record import KEYS, LM_KEYS, RunRecord, diagnostics_problem, key_problems, record_problems
+from harness.records.record import KEYS, LM_KEYS, RunRecord, diagnostics_problem, record_problems
+from harness.records.record_fields import key_problems
 from harness.tasks.lm import LM_TASKS
 
 SCHEMA_VERSION = 2

@@ -3,6 +3,7 @@
 One module per part:
 
     record        a finished run's result: one typed record (``RunRecord``) and its validator
+    record_fields the validator's checks of a record's fields: provenance, params, timings, metrics
     identity      a run's identity and the scales it evaluates, on a record's plain dict
     result        what one run ends as (``RunOutcome``) and hands back (``RunResult``)
     counts        exact numbers: every metric a count over a total, one rounding rule

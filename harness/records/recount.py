@@ -49,7 +49,7 @@ def scored_tokens(task: str, scale: int, samples: int, seed: int, protocol: str 
 
 def recount(metric: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
     """A metric entry of the float form (``exact_match``, ``token_accuracy``) in the count
-    form (``exact``, ``tokens``, ``tokens_right``) of ``harness.records.record.METRIC_KEYS``."""
+    form (``exact``, ``tokens``, ``tokens_right``) of ``harness.records.record_fields.METRIC_KEYS``."""
     length, n = metric["length"], metric["n"]
     where = f"scale {length}"
     samples = config["eval"]["samples"]
