@@ -355,11 +355,20 @@ class SelfAttention(nn.Module):
         """x (b, i, d) -> (out (b, i, d), probs (b, h, i, j) or None)."""
         q, k, v = rearrange(self.qkv(x), "b i (three h e) -> three b h i e", three=3, h=self.n_heads)
         q, k = pe.qk(self.layer, q, k, ctx)  # new keys transformed once, before caching
+        # the cache is read where k_pos says keys precede the queries, and written where the
+        # state is kept: a full pass whose state is dropped touches no per-layer key of
+        # ctx.state, which under torch.compile pinned each block's graph to its layer
         cache_key = ("kv", self.layer)
-        if cache_key in ctx.state:
+        if ctx.n_cached:
+            if cache_key not in ctx.state:
+                raise ValueError(
+                    f"ctx.k_pos holds {ctx.n_cached} key(s) before the queries, but ctx.state has no KV cache "
+                    f"for layer {self.layer}: decode with the state of the calls that fed them"
+                )
             k_old, v_old = ctx.state[cache_key]
             k, v = torch.cat([k_old, k], dim=2), torch.cat([v_old, v], dim=2)  # (b, h, j, e)
-        ctx.state[cache_key] = (k, v)
+        if ctx.state_kept:
+            ctx.state[cache_key] = (k, v)
         biases = pe.bias(self.layer, q, k, ctx)
         out, probs = attend(
             q,

@@ -158,3 +158,31 @@ def test_an_untied_model_decodes_token_by_token_as_its_full_pass():
         state = model.start_state(2, 10)
         steps = [model(tokens[:, t : t + 1], state=state) for t in range(10)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def _compiled_graphs(depth: int) -> int:
+    """Graphs dynamo compiles for one training pass of a ``depth``-layer PRISM backbone."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def counter(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
+        graphs.append(gm)
+        return gm.forward
+
+    cfg = BackboneConfig(d_model=32, n_layers=depth, n_heads=4)
+    torch.manual_seed(0)
+    model = Backbone(cfg, pezoo.create("prism", dims=pezoo.ModelDims(cfg.d_model, cfg.n_heads, cfg.n_layers)))
+    torch._dynamo.reset()
+    torch.compile(model, backend=counter, dynamic=True)(torch.randint(cfg.vocab_size, (2, 6))).sum().backward()
+    torch._dynamo.reset()
+    return len(graphs)
+
+
+def test_a_compiled_prism_backbone_compiles_its_blocks_once_with_unspecialised_layer_ints():
+    """PRISM's eager filter splits the layer loop, so each block is a frame of its own; with
+    ``allow_unspec_int_on_nn_module`` (docs/prism.md, "torch.compile") one graph serves every
+    block. It did not while each full pass cached its keys in ``ctx.state[("kv", layer)]``,
+    a key per layer that pinned each block's graph to its layer (a 12-layer model hit
+    dynamo's recompile limit)."""
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    with torch._dynamo.config.patch({limit: 64, "allow_unspec_int_on_nn_module": True}):
+        assert _compiled_graphs(3) == _compiled_graphs(10)

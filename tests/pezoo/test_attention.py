@@ -171,3 +171,38 @@ def test_scores_first_equals_torch_sdpa(mode):
         kwargs["is_causal"] = True
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
     torch.testing.assert_close(_fused_sdpa(q, k, v, **kwargs), want, rtol=1e-12, atol=1e-12)
+
+
+def _self_attention_call(ctx: pezoo.AttentionContext, s: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    torch.manual_seed(0)
+    attn = pezoo.SelfAttention(32, 4, layer=1)
+    return attn(torch.randn(2, s, 32), pezoo.create("rope", dims=DIMS), ctx)
+
+
+def test_self_attention_caches_keys_only_for_a_kept_state():
+    """A full pass whose state is dropped (``state_kept=False``, as in training) writes no
+    KV cache: a per-layer entry in ``ctx.state`` made each block's compiled graph differ by
+    its layer. A kept state caches the keys, and the next call reads them."""
+    pos = torch.arange(5)[None]
+    dropped = pezoo.AttentionContext(q_pos=pos, k_pos=pos, state_kept=False)
+    want, _ = _self_attention_call(dropped, 5)
+    assert dropped.state == {}
+    kept = pezoo.AttentionContext(q_pos=pos[:, :3], k_pos=pos[:, :3])
+    _self_attention_call(kept, 3)
+    assert set(kept.state) == {("kv", 1)}
+    torch.manual_seed(0)
+    attn = pezoo.SelfAttention(32, 4, layer=1)
+    x = torch.randn(2, 5, 32)
+    rope = pezoo.create("rope", dims=DIMS)
+    state: dict = {}
+    first, _ = attn(x[:, :3], rope, pezoo.AttentionContext(q_pos=pos[:, :3], k_pos=pos[:, :3], state=state))
+    rest, _ = attn(x[:, 3:], rope, pezoo.AttentionContext(q_pos=pos[:, 3:], k_pos=pos, state=state))
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), want)
+
+
+def test_self_attention_without_the_cache_its_positions_claim_is_a_clear_error():
+    """k_pos holding keys before the queries with no KV cache in ``ctx.state`` (a decoding
+    call handed a fresh state) names the missing cache, not a broadcast of positions."""
+    pos = torch.arange(5)[None]
+    with pytest.raises(ValueError, match=r"2 key\(s\) before the queries, but ctx.state has no KV cache for layer 1"):
+        _self_attention_call(pezoo.AttentionContext(q_pos=pos[:, 2:], k_pos=pos), 3)

@@ -136,6 +136,33 @@ def test_dynamic_true_compiles_once(name, fresh_dynamo):
     assert graphs_after == [graphs_after[0]] * len(LENGTHS), f"graphs compiled after each length: {graphs_after}"
 
 
+def _graphs_at_depth(name: str, depth: int, **config) -> list[int]:
+    dims = pezoo.ModelDims(d_model=16, n_heads=2, n_layers=depth)
+    torch.manual_seed(0)
+    model = Decoder(pezoo.create(name, dims=dims, **config), layers=depth)
+    counter = GraphCounter()
+    compiled = torch.compile(model, backend=counter, dynamic=True)
+    graphs_after = []
+    for i, s in enumerate(LENGTHS[:2]):
+        _loss_and_grads(compiled, torch.randint(16, (3, s)), seed=i)
+        graphs_after.append(len(counter.graphs))
+    return graphs_after
+
+
+@pytest.mark.parametrize("config", [{}, {"layers": (0, 2)}])
+def test_prism_compiles_the_same_graphs_at_every_depth(config, fresh_dynamo):
+    """PRISM's eager filter splits the decoder's layer loop, so dynamo compiles each hook as a
+    frame of its own; no hook may pin that frame to its layer (a dict keyed by the layer, or
+    ``str(layer)``, which dynamo cannot trace: before the fix each layer compiled its own, and a
+    12-layer decoder hit dynamo's recompile limit, 8, running the rest eagerly)."""
+    # a limit no depth here reaches, so a graph per layer shows as one (torch < 2.6 names it cache_size_limit)
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    with torch._dynamo.config.patch({limit: 64}):
+        shallow = _graphs_at_depth("prism", 4, **config)
+        deep = _graphs_at_depth("prism", 16, **config)
+    assert deep == shallow, f"graphs compiled after each length: 4 layers {shallow}, 16 layers {deep}"
+
+
 def test_seeded_evaluation_compiles_once_per_shape_regime(fresh_dynamo):
     """An evaluation draws randomized positions under ``with pe.seeded(seed):``, a fresh
     ``torch.Generator`` per block: compiled, it draws the positions eager draws, and new

@@ -145,6 +145,10 @@ class PRISM(PositionalEncoding, CursorRecording):
         options["alpha_betas"] = tuple(alpha_betas)
         self.config = cfg = PRISMConfig(**options)
         self.prism_layers = nn.ModuleDict({str(layer): PRISMLayer(cfg) for layer in cfg.layers})
+        # the ModuleDict's key of each PRISM layer, looked up rather than formatted in observe:
+        # dynamo cannot trace str(int), and its graph break made every hook a frame of its own,
+        # compiled once per layer (a 12-layer model hit the recompile limit)
+        self._layer_keys = {layer: str(layer) for layer in cfg.layers}
         # μ = σ(ν) and α per backbone layer and head (docs/prism.md, reading 14); layers below the first
         # PRISM layer have no position stream and leave theirs unused.
         self.mu_logit = nn.Parameter(torch.full((n_layers, n_heads), math.log(mu_init / (1.0 - mu_init))))
@@ -163,17 +167,31 @@ class PRISM(PositionalEncoding, CursorRecording):
     def observe(self, layer: int, x: Tensor, ctx: AttentionContext) -> None:
         """At a PRISM layer: gates + filter over the new tokens x (b, s, d); streams to ctx.scratch."""
         check_layer(self.name, layer, self.config.n_layers)
-        key = str(layer)
-        if key not in self.prism_layers:
+        prism = self._prism_layer(layer)
+        if prism is None:
             return
         record = self._recording is not None
-        prism_layer = cast(PRISMLayer, self.prism_layers[key])
-        state_key = self.state_key(layer)
+        prism_layer = cast(PRISMLayer, self.prism_layers[self._layer_keys[prism]])
+        state_key = self.state_key(prism)
         streams, new_state, recorded = prism_layer.streams(x, ctx.state.get(state_key), record=record)
         ctx.state[state_key] = new_state
         ctx.scratch[state_key] = streams
         if recorded is not None and self._recording is not None:
-            self._recording.append({"layer": layer, **recorded})
+            self._recording.append({"layer": prism, **recorded})
+
+    def _prism_layer(self, layer: int) -> int | None:
+        """``layer`` if it is a PRISM layer, else None, as the config's own int.
+
+        Compared, never used as a key: a hook PRISM's eager filter splits off the model's
+        graph is compiled as a frame of its own, where a dict key (or ``str``) made of the
+        traced ``layer`` pins the frame to that one value, so a model recompiled every hook
+        once per layer (a 12-layer model hit dynamo's recompile limit); a comparison makes
+        one graph for every layer on the same side of it.
+        """
+        for prism in self.config.layers:
+            if layer == prism:
+                return prism
+        return None
 
     def _ctx_key(self, what: str, layer: int | None) -> tuple[str, int, int | None]:
         """This instance's ``ctx.state``/``ctx.scratch`` key for ``layer`` (:meth:`ctx_key`)."""
@@ -185,7 +203,8 @@ class PRISM(PositionalEncoding, CursorRecording):
         return self._ctx_key("prism", layer)
 
     def source_layer(self, layer: int) -> int | None:
-        """The PRISM layer whose streams backbone ``layer`` uses (most recent at or below), or None."""
+        """The PRISM layer whose streams backbone ``layer`` uses (most recent at or below), or None
+        (the config's own int, compared with ``layer``: see :meth:`_prism_layer`)."""
         below = [p for p in self.config.layers if p <= layer]
         return max(below) if below else None
 
@@ -209,7 +228,7 @@ class PRISM(PositionalEncoding, CursorRecording):
             ctx.head_dim = q.shape[-1]
         mu = torch.sigmoid(self.mu_logit[layer])  # (h,)
         if scores_as_bias(q, k, streams.raw, ctx):  # bias() adds the position term
-            ctx.scratch[self._ctx_key("prism bias", layer)] = True
+            ctx.scratch[self._ctx_key("prism bias", source)] = True  # for this layer's bias(), which pops it
             return q * mu[None, :, None, None].to(q.dtype), k
         g_q, g_k = streams.normalised()
         return fold_position_streams(q, k, g_q, g_k, mu, self.alpha[layer].abs())
@@ -217,9 +236,10 @@ class PRISM(PositionalEncoding, CursorRecording):
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         """Eq. 9's position term as a dense score where :meth:`qk` left q/k narrow, else none."""
         check_layer(self.name, layer, self.config.n_layers)
-        if not ctx.scratch.pop(self._ctx_key("prism bias", layer), False):
+        source = self.source_layer(layer)
+        if source is None or not ctx.scratch.pop(self._ctx_key("prism bias", source), False):
             return []
-        per_cursor = ctx.scratch[self._ctx_key("prism", self.source_layer(layer))].scores()  # once per PRISM layer
+        per_cursor = ctx.scratch[self._ctx_key("prism", source)].scores()  # once per PRISM layer
         mu = torch.sigmoid(self.mu_logit[layer])  # (h,)
         return [DenseBias(position_scores(per_cursor, mu, self.alpha[layer].abs(), self.config.d_pe))]
 
