@@ -257,7 +257,9 @@ class LearnedPRF(PositionalEncoding):
             raise ValueError(f"{self.name} was built for n_heads={self.n_heads}, got q with {q.shape[1]} heads")
         slot_keys = self.slot_keys[layer]  # (S, h, e)
         hint = self._scale_hint(ctx, q) if self.uses_scale_hint else None
-        per_example = hint is None or hint.ndim > 1 or ctx.q_pos.shape[0] > 1 or ctx.k_pos.shape[0] > 1
+        # per example where positions or hints differ by row, or have no values to group by (meta
+        # tensors, for shape inference: the grouped form reads the distinct scales)
+        per_example = hint is None or hint.ndim > 1 or ctx.q_pos.shape[0] > 1 or ctx.k_pos.shape[0] > 1 or hint.is_meta
         if per_example:
             phi = self.prf(layer, ctx.q_pos, ctx.k_pos, hint)  # (b|1, i, j, S)
             return [DenseBias(lbpe_bias(phi, q, slot_keys))]

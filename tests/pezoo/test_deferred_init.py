@@ -71,3 +71,21 @@ def test_a_deferred_encoding_computes_finite_outputs(name):
     with torch.no_grad():
         out = model(tokens, pe.positions(2, 6))
     assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", [*pezoo.available(), "abacus+fire"])
+def test_a_model_on_meta_runs_forward_and_backward_for_shapes(name):
+    """Shape inference: a whole model built on ``meta`` runs a pass and its backward, with the
+    shapes of a real one. A value-reading check skips meta positions (learned_ape's range
+    check called ``.item()``), learned_prf_sh's grouping by distinct scale (``torch.unique``:
+    no meta kernel) takes its per-example form, and PRISM's scan turns autocast off only on a
+    device that has it (``torch.autocast("meta")`` raised "unsupported scalarType")."""
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        pe = pezoo.create(name, dims=DIMS)
+        model = KitModel(pe, DIMS, vocab=8)
+        tokens = torch.zeros(2, 6, dtype=torch.long)
+        out = model(tokens, pe.positions(2, 6, tokens.device), scale_hint=torch.full((2,), 6.0))
+        out.square().mean().backward()
+    assert out.shape == (2, 6, 8) and out.is_meta
+    assert all(p.grad is None or p.grad.is_meta for p in model.parameters())

@@ -507,7 +507,10 @@ def fused_windowed_scan(
     dtype = h0.dtype
     coef, gamma, table = coef.to(dtype), gamma.to(dtype), table.to(dtype)
     probs = None if copy_probs is None else copy_probs.to(dtype)
-    with torch.autocast(h0.device.type, enabled=False):  # fp32 streams, like the compute dtype of the scan
+    # fp32 streams, like the compute dtype of the scan (a device without autocast, such as meta
+    # for shape inference, has none to turn off: torch.autocast refuses it)
+    no_autocast = contextlib.nullcontext() if h0.is_meta else torch.autocast(h0.device.type, enabled=False)
+    with no_autocast:
         inputs = (h0, coef, gamma, probs, table)
         grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
         if _use_triton(h0):
