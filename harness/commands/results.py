@@ -17,7 +17,7 @@ from harness.commands.printable import printable, terminal_text
 from harness.commands.report import LEGEND, LM_LEGEND, leaderboard_tables, lm_tables
 from harness.records.frames import load, load_lm
 from harness.records.store import Store, StoreError
-from pezoo.spec import split_pe_list
+from pezoo.spec import parse_pe, split_pe_list
 
 
 @click.command()
@@ -45,7 +45,11 @@ def results(store_path, pe, task, fmt) -> None:
             raise click.BadParameter(str(exc), param_hint="--pe") from None
         known = sorted(set(pezoo.available()) | set(df["pe"]) | set(df.get("pe_label", df["pe"])))
         known = sorted(set(known) | set(lm_df["pe"]) | set(lm_df["pe_label"]))
-        check_names("encoding", wanted, known, "--pe")
+        # a spec of an installed encoding (rope{layout=half}) is no typo: it matches its runs
+        # as the store labels them (options sorted), or none ("no finished runs match")
+        specs = {name: spelled for name in wanted if (spelled := _installed_spec(name)) is not None}
+        check_names("encoding", [name for name in wanted if name not in specs], known, "--pe")
+        wanted = sorted(set(wanted) | set(specs.values()))
         df = df[df["pe"].isin(wanted) | df["pe_label"].isin(wanted)]
         lm_df = lm_df[lm_df["pe"].isin(wanted) | lm_df["pe_label"].isin(wanted)]
     if task:
@@ -78,6 +82,18 @@ def results(store_path, pe, task, fmt) -> None:
         click.echo(_as_floats(stored.loc[df.index]).to_json(orient="records", lines=True), nl=False)
     else:
         click.echo(_as_floats(df).to_markdown(index=False))
+
+
+def _installed_spec(name: str) -> str | None:
+    """``name``'s canonical spelling where it is a spec with options of an encoding installed
+    here (``rope{layout=half}``), else None (a plain name, a run label, or a typo)."""
+    if "{" not in name:
+        return None
+    try:
+        spec = parse_pe(name)
+    except ValueError:
+        return None
+    return str(spec) if pezoo.is_known(spec.name) else None
 
 
 def _lm_results(lm_df: pd.DataFrame, stored: pd.DataFrame, fmt: str, *, table_too: bool) -> None:

@@ -192,6 +192,24 @@ def test_results_filters_accept_registered_names_and_names_in_the_store(store_wi
     assert "no finished runs match" in absent.stderr  # and a word on stderr
 
 
+def test_results_filters_take_a_spec_with_options_of_an_installed_encoding(tmp_path):
+    """``--pe 'rope{layout=half}'`` names runs of an installed encoding with options: its
+    runs (matched in the store's spelling, options sorted, spaces dropped), or none, but
+    never "unknown encoding" (it was refused unless the store held such a run); a typo in
+    the name of a spec is still one."""
+    path = tmp_path / "store.sqlite"
+    with Store(path) as store:
+        for pe in ("rope", "fire{mlp_width=16,init_c=0.5}"):
+            assert store.insert_finished(finished(preset_config("smoke", pe=pe, task="copy", seed=0)))
+    args = ["results", "--store", str(path), "--format", "csv"]
+    absent = CliRunner().invoke(main, [*args, "--pe", "rope{layout=half}"])
+    assert absent.exit_code == 0 and "no finished runs match" in absent.stderr, absent.output
+    spaced = CliRunner().invoke(main, [*args, "--pe", "fire{ mlp_width=16, init_c=0.5 }"])
+    assert spaced.exit_code == 0 and spaced.stdout.count("\n") > 1 and ",rope," not in spaced.stdout
+    typo = CliRunner().invoke(main, [*args, "--pe", "ropee{layout=half}"])
+    assert typo.exit_code == 2 and "unknown encoding 'ropee{layout=half}'" in typo.output
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
