@@ -207,7 +207,7 @@ def bench(
         resume = steps_done(checkpoint_dir_for(store.path, running["checkpoint_dir"]), configs, rows)
         plan_options: dict[str, Any] = {"device_type": target.device_type, "lapsed": store.lapsed(),
                                         "machine": cpu_name(), "borrow": False}  # fmt: skip
-        configs = order_runs(configs, order, rows, resume, **plan_options)
+        configs = order_runs(configs, order, rows, resume, suspects=store.suspects(), **plan_options)
         plan = make_plan(configs, rows, resume, **plan_options)
         report = SweepReport(configs, plan)
         runner = target.runner(report, machine["hang_timeout"], isolate=uses_plugins(configs), configs=configs)

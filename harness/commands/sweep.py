@@ -92,10 +92,11 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs, order
         raise click.UsageError(f"{file}: {exc}") from None
     rows: list[dict[str, Any]] = []
     lapsed: set[str] = set()
+    suspects: set[str] = set()
     if Path(store_path).exists():
         try:
             with Store(store_path, readonly=True) as store:
-                rows, lapsed = store.runs(), store.lapsed()
+                rows, lapsed, suspects = store.runs(), store.lapsed(), store.suspects()
         except StoreError as exc:
             raise click.ClickException(str(exc)) from None
     ckpt_dir = checkpoint_dir_for(store_path, checkpoint_dir)
@@ -104,7 +105,7 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs, order
     resume = steps_done(ckpt_dir, configs, rows) if rows else None
     probes = _probe(configs, rows, device) if probe else None
     plan_options: dict[str, Any] = {"device_type": device.type, "lapsed": lapsed, "machine": cpu_name()}
-    configs = order_runs(configs, order, rows, resume, probes=probes, **plan_options)
+    configs = order_runs(configs, order, rows, resume, probes=probes, suspects=suspects, **plan_options)
     plan = make_plan(configs, rows, resume, published=published, probes=probes, **plan_options)
     grouped = group_mode(device_type=device.type) == "threads"  # CUDA's default: runs side by side in one process
     per_gpu = packed_per_gpu(configs, device, grouped=grouped) if workers is None and plan.missing > 1 else 1

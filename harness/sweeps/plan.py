@@ -190,20 +190,27 @@ def order_runs(
     order: str,
     store_runs: Iterable[Mapping[str, Any]],
     resume_steps: Mapping[str, int] | None = None,
+    *,
+    suspects: Collection[str] = (),
     **plan_options: Any,
 ) -> list[RunConfig]:
     """``configs`` in the order ``pezoo bench --order`` runs them (:data:`ORDERS`): as listed,
     :func:`longest_first` (ranked by estimates that may borrow this store's other runs'
-    speeds: a relative order needs no exact ones) or :func:`seeds_first`. `pezoo sweep plan
-    --order` lists and times the runs by the same function, so its wall time is the one the
-    sweep will take."""
+    speeds: a relative order needs no exact ones) or :func:`seeds_first`; then the
+    ``suspects`` (``Store.suspects``: runs processes kept dying on) last, as the sweep's
+    driver queues them. `pezoo sweep plan --order` lists and times the runs by the same
+    function, so its wall time is the one the sweep will take."""
     if order == "longest-first":
-        return longest_first(configs, store_runs, resume_steps, **{**plan_options, "borrow": True})
-    if order == "seeds-first":
-        return seeds_first(configs)
-    if order != "listed":
+        ordered = longest_first(configs, store_runs, resume_steps, **{**plan_options, "borrow": True})
+    elif order == "seeds-first":
+        ordered = seeds_first(configs)
+    elif order == "listed":
+        ordered = list(configs)
+    else:
         raise ValueError(f"unknown order {order!r}: one of {', '.join(ORDERS)}")
-    return list(configs)
+    if not suspects:
+        return ordered
+    return [c for c in ordered if c.run_id() not in suspects] + [c for c in ordered if c.run_id() in suspects]
 
 
 def format_duration(seconds: float) -> str:

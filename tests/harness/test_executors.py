@@ -589,6 +589,22 @@ def test_a_run_that_processes_keep_dying_on_goes_last(tmp_path, times, last):
     assert {o.status for o in outcomes} == {"finished"}
 
 
+@pytest.mark.parametrize("order", ["listed", "seeds-first"])
+def test_sweep_plan_lists_the_suspects_last_as_bench_runs_them(tmp_path, order):
+    """`sweep plan --order` lists the runs in the order bench will run them: a run processes
+    kept dying on after the others (it was listed in its place, so its wall time was another's)."""
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('preset = "smoke"\npe = ["nope", "rope"]\ntask = "copy"\n')
+    a, b = smoke("nope"), smoke("rope")
+    with Store(tmp_path / "s.sqlite") as store:
+        died_holding(store, a, 2)
+        assert store.suspects() == {a.run_id()}
+    args = ["sweep", "plan", str(sweep), "--store", str(tmp_path / "s.sqlite"), "--order", order]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert result.output.index(b.run_id()) < result.output.index(a.run_id()), result.output
+
+
 def test_a_run_whose_process_keeps_dying_fails_after_the_retry_budget(tmp_path):
     a, b = smoke("nope"), smoke("rope")
     executor = Scripted({a.run_id(): [finished], b.run_id(): [finished]}, capacity=1)
