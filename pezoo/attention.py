@@ -275,6 +275,24 @@ def _check_positions(q: Tensor, k: Tensor, ctx: AttentionContext) -> None:
                 f"attend got ctx.{name} for a batch of {pos.shape[0]} and {name[0]} for a batch of {x.shape[0]}: "
                 "positions are (b, s) or (1, s)"
             )
+    mask = ctx.key_padding_mask
+    if mask is not None and mask.shape[0] not in (1, k.shape[0]):
+        raise ValueError(
+            f"attend got ctx.key_padding_mask for a batch of {mask.shape[0]} and k for a batch of {k.shape[0]}: "
+            "it is (b, j) or (1, j)"
+        )
+
+
+def _check_dtypes(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Raise a ValueError unless q, k and v share a dtype (outside autocast, which casts them
+    itself): eager and sdpa failed in torch's words ("expected scalar type BFloat16 but found
+    Float"), and flex ran them silently in q's dtype."""
+    if q.dtype == k.dtype == v.dtype or torch.is_autocast_enabled(q.device.type):
+        return
+    raise ValueError(
+        f"attend wants q, k and v of one dtype; got q {q.dtype}, k {k.dtype}, v {v.dtype}: cast them to one "
+        "(or run under torch.autocast)"
+    )
 
 
 def attend(
@@ -306,13 +324,14 @@ def attend(
 
     Raises:
         ValueError: ``backend`` cannot express ``transform`` or ``normaliser`` (the message
-            names the backends that can).
+            names the backends that can); q, k and v of different dtypes outside autocast.
     """
     try:
         fn = BACKENDS[backend]
     except KeyError:
         raise UnknownNameError(unknown_name_message("attention backend", backend, sorted(BACKENDS))) from None
     _check_positions(q, k, ctx)
+    _check_dtypes(q, k, v)
     if scale is None:
         scale = 1.0 / math.sqrt(ctx.head_dim if ctx.head_dim is not None else q.shape[-1])
     if transform is None and normaliser is None:

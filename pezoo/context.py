@@ -30,7 +30,8 @@ class AttentionContext:
             keys its entries by instance (:meth:`PositionalEncoding.ctx_key`); the caller
             may set ``"positions"``, the positions planned for the whole sequence batch
             (b|1, planned), which length-dependent encodings read (docs/use-in-your-model.md).
-        key_padding_mask: (b, j) bool, True for real keys, or None (no padding).
+        key_padding_mask: (b, j) or (1, j) bool, True for real keys (cached ones included), or
+            None (no padding); another dtype or shape is a ValueError.
         scale_hint: optional instance scale n, for encodings that take one (learned-PRF
             with scale hint): per example (b,), or per query token (b, i) when a row
             holds several instances (packed training rows).
@@ -71,11 +72,43 @@ class AttentionContext:
                 f"k_pos holds the positions of all keys, cached ones included, so at least the "
                 f"{self.q_pos.shape[-1]} of q_pos; got {self.k_pos.shape[-1]}"
             )
+        self._check_key_padding_mask()
+        hint = self.scale_hint
+        if hint is not None and (not isinstance(hint, Tensor) or hint.dtype == torch.bool or hint.is_complex()):
+            raise ValueError(  # a bool hint was taken as n = 1 silently, a number failed on its missing .ndim
+                "AttentionContext wants scale_hint as a tensor of real numbers: (b,), each example's instance "
+                f"scale n, or (b, i), one per query token; got {_kind(hint)} (one n for every example: "
+                "torch.tensor([n]))"
+            )
+
+    def _check_key_padding_mask(self) -> None:
+        """A ValueError unless ``key_padding_mask`` is None or a bool (b|1, j) tensor, one flag
+        per key of ``k_pos``: another dtype (a 0/1 mask, an additive 0/-inf one) or shape
+        failed deep inside attention in torch's words."""
+        mask = self.key_padding_mask
+        if mask is None:
+            return
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            raise ValueError(
+                f"AttentionContext wants key_padding_mask as a bool tensor, True for real keys; got {_kind(mask)} "
+                "(a 1/0 mask: mask.bool(); an additive 0/-inf one: mask == 0)"
+            )
+        j, batch = self.k_pos.shape[-1], self.k_pos.shape[0]
+        if mask.dim() != 2 or mask.shape[-1] != j or (batch > 1 and mask.shape[0] not in (1, batch)):
+            raise ValueError(
+                f"AttentionContext wants key_padding_mask of shape (b|1, j): one flag per key of k_pos "
+                f"({tuple(self.k_pos.shape)}, cached keys included); got {tuple(mask.shape)}"
+            )
 
     @property
     def n_cached(self) -> int:
         """How many keys precede the current queries (0 for a full forward pass)."""
         return self.k_pos.shape[-1] - self.q_pos.shape[-1]
+
+
+def _kind(value: Any) -> str:
+    """A tensor's dtype, or any other value's type, for an error message."""
+    return str(value.dtype) if isinstance(value, Tensor) else f"a {type(value).__name__}"
 
 
 def contiguous_positions(ctx: AttentionContext) -> bool:
@@ -153,9 +186,29 @@ def check_embed(name: str, x: Tensor, index: Tensor, d_model: int, what: str = "
 
 def check_layer(name: str, layer: int, n_layers: int) -> None:
     """Raise a ValueError unless ``layer`` is one of the ``n_layers`` an encoding with
-    per-layer parameters was built for (instead of an IndexError from inside it)."""
+    per-layer parameters was built for (instead of an IndexError from inside it). A bool is
+    no layer index (True indexed a per-layer table as a mask: a broadcast error, or another
+    shape), nor is a float (torch's IndexError)."""
+    if isinstance(layer, (bool, float)) or (
+        isinstance(layer, Tensor) and (layer.dtype == torch.bool or layer.is_floating_point() or layer.dim() != 0)
+    ):
+        raise ValueError(f"{name}: layer must be an integer index (0..{n_layers - 1}), got {layer!r}")
     if not 0 <= layer < n_layers:
         raise ValueError(f"{name} was built for n_layers={n_layers} (layers 0..{n_layers - 1}), got layer {layer}")
+
+
+def check_batch(name: str, hook: str, q: Tensor, k: Tensor, ctx: AttentionContext) -> None:
+    """Raise a ValueError unless ``ctx``'s positions are for q's batch ((b, s) or (1, s)) and k
+    is of q's batch: a hook that broadcasts positions over q (RoPE's rotation, learned PRF's
+    features) failed with torch's broadcast error for positions of another batch."""
+    for pos_name, pos in (("q_pos", ctx.q_pos), ("k_pos", ctx.k_pos), ("key_padding_mask", ctx.key_padding_mask)):
+        if pos is not None and pos.shape[0] not in (1, q.shape[0]):
+            raise ValueError(
+                f"{name}.{hook} got ctx.{pos_name} for a batch of {pos.shape[0]} and q for a batch of {q.shape[0]}: "
+                "positions and padding are (b, s) or (1, s)"
+            )
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"{name}.{hook} wants q and k of one batch; got {q.shape[0]} and {k.shape[0]}")
 
 
 def check_qk(name: str, q: Tensor, k: Tensor, ctx: AttentionContext, head_dim: int, *, all_keys: bool = False) -> None:
@@ -170,6 +223,7 @@ def check_qk(name: str, q: Tensor, k: Tensor, ctx: AttentionContext, head_dim: i
         raise ValueError(
             f"{name}.{hook} wants q and k of shape (b, h, s, e); got {tuple(q.shape)} and {tuple(k.shape)}"
         )
+    check_batch(name, hook, q, k, ctx)
     if q.shape[-1] != head_dim or k.shape[-1] != head_dim:
         raise ValueError(f"{name} was built for head_dim={head_dim}, got q/k of width {q.shape[-1]}/{k.shape[-1]}")
     if q.shape[-2] != ctx.q_pos.shape[-1]:

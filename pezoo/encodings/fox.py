@@ -122,7 +122,8 @@ class FoX(PositionalEncoding):
         log_f = fox_log_gates(x, self.gate_weight[layer], self.gate_bias[layer])  # (b, h, s)
         kept: dict[int, Tensor] = ctx.state.setdefault(self.ctx_key("fox"), {})
         before = kept.get(layer)  # (b, h, j - s): c of the cached keys
-        start = before[..., -1:] if before is not None else log_f.new_zeros(())  # c of the last one
+        # c of the last cached key; none before the first token (a first call may bring none)
+        start = before[..., -1:] if before is not None and before.shape[-1] > 0 else log_f.new_zeros(())
         c = start + log_f.cumsum(dim=-1)  # (b, h, s)
         kept[layer] = c if before is None else torch.cat([before, c], dim=-1)  # (b, h, j)
 

@@ -50,7 +50,7 @@ from torch import Tensor, nn
 
 from pezoo.biases import AttentionBias, DenseBias
 from pezoo.cards import PaperCard, PlotLook, RunFacts
-from pezoo.context import AttentionContext, check_layer, check_number, check_sizes
+from pezoo.context import AttentionContext, check_batch, check_layer, check_number, check_sizes
 from pezoo.eager import eager_under_compile
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import register
@@ -253,6 +253,7 @@ class LearnedPRF(PositionalEncoding):
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         check_layer(self.name, layer, self.n_layers)
+        check_batch(self.name, "bias", q, k, ctx)
         if q.shape[1] != self.n_heads:
             raise ValueError(f"{self.name} was built for n_heads={self.n_heads}, got q with {q.shape[1]} heads")
         slot_keys = self.slot_keys[layer]  # (S, h, e)

@@ -130,6 +130,25 @@ def test_unknown_backend_lists_valid_ones():
         pezoo.attend(q, q, q, pezoo.AttentionContext(q_pos=pos, k_pos=pos), backend="nope")
 
 
+@pytest.mark.parametrize("backend", ["eager", *BACKENDS])
+@pytest.mark.parametrize("odd", ["k", "v"])
+def test_q_k_v_of_different_dtypes_are_a_clear_error(backend, odd):
+    """q in bf16 with k and v in fp32 failed in torch's words on eager and sdpa ("expected
+    scalar type BFloat16 but found Float") and ran silently on flex; under autocast they mix."""
+    pos = torch.arange(5)[None]
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)
+    q, k, v = (torch.randn(2, 4, 5, 8) for _ in range(3))
+    if odd == "k":
+        q = q.bfloat16()
+    else:
+        v = v.bfloat16()
+    with pytest.raises(ValueError, match="attend wants q, k and v of one dtype; got q torch"):
+        pezoo.attend(q, k, v, ctx, backend=backend)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = pezoo.attend(q, k, v.bfloat16(), ctx, backend="eager")
+    assert out.shape == (2, 4, 5, 8)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_dense_mask_unmasks_exactly_the_rows_with_no_key(causal):
     """Rows whose every key is masked become all-zero (finite softmax); every other row keeps

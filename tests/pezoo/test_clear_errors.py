@@ -3,8 +3,10 @@ computation, instead of an IndexError or an einsum shape error from deep inside.
 
 from __future__ import annotations
 
+import math
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,6 +27,24 @@ def test_a_layer_the_encoding_was_not_built_for(name):
     q = torch.randn(1, 4, 5, 8)
     with pytest.raises(ValueError, match=r"built for n_layers=2 \(layers 0\.\.1\), got layer 2"):
         pezoo.create(name, dims=DIMS).bias(2, q, q, _ctx())
+
+
+@pytest.mark.parametrize("name", [*PER_LAYER, "ssmax", "fox", "hybrid"])
+@pytest.mark.parametrize("layer", [True, 1.0, torch.tensor(True), torch.tensor(1.0), torch.tensor([1])])
+def test_a_layer_that_is_no_integer_index(name, layer):
+    """True passed the range check as 1, then indexed a per-layer table as a boolean mask:
+    torch's broadcast or einsum errors (ssmax, FIRE, KERPLE, learned PRF); 1.0 was torch's
+    IndexError. Integer layers of numpy and 0-dim tensors index as ints."""
+    pe = pezoo.create(name, dims=DIMS)
+    q = torch.randn(1, 4, 5, 8)
+    with pytest.raises(ValueError, match=re.escape("layer must be an integer index (0..1), got")):
+        pe.observe(layer, torch.randn(1, 5, 32), _ctx())
+        pe.qk(layer, q, q, _ctx())
+        pe.bias(layer, q, q, _ctx())
+    for fine in (np.int64(1), torch.tensor(1)):
+        ctx = _ctx()
+        pe.observe(fine, torch.randn(1, 5, 32), ctx)
+        pe.bias(fine, *pe.qk(fine, q, q, ctx), ctx)
 
 
 @pytest.mark.parametrize("name", ["learned_prf", "learned_prf_sh"])
@@ -258,3 +278,81 @@ def test_positions_that_are_no_numbers_are_refused_by_the_context(dtype):
     for q_pos, k_pos, name in ((bad, good, "q_pos"), (good, bad, "k_pos")):
         with pytest.raises(ValueError, match=f"got {name} of {dtype}"):
             pezoo.AttentionContext(q_pos=q_pos, k_pos=k_pos)
+
+
+QK_ENCODINGS = ["rope", "xpos", "pope", "fope", "p_rope", "hybrid", "prism", "ssmax", "ssmax:alibi", "randomized:rope"]
+
+
+@pytest.mark.parametrize("name", [*QK_ENCODINGS, "learned_prf", "learned_prf_sh", "cope"])
+def test_positions_or_padding_of_another_batch_are_named_by_the_hook(name):
+    """Positions of batch 2 for tokens of batch 3 failed in RoPE's (and every qk hook's)
+    rotation, learned PRF's einsum and ssmax's key count in torch's words ("The size of tensor
+    a (3) must match the size of tensor b (2)"); a batch of 1 still broadcasts."""
+    pe = pezoo.create(name, dims=DIMS).eval()
+    q, k = torch.randn(3, 4, 6, 8), torch.randn(3, 4, 6, 8)
+    hint = torch.full((3,), 6.0)
+    six = torch.arange(6)[None]
+    hook = "bias" if name in ("learned_prf", "learned_prf_sh", "cope") else "qk"
+
+    def run(ctx: pezoo.AttentionContext) -> None:
+        pe.observe(0, torch.randn(3, 6, 32), ctx)
+        getattr(pe, hook)(0, q, k, ctx)
+
+    cases = [
+        (dict(q_pos=six.expand(2, 6), k_pos=six.expand(2, 6)), "ctx.q_pos for a batch of 2 and q for a batch of 3"),
+        (dict(q_pos=six, k_pos=six, key_padding_mask=torch.ones(2, 6, dtype=torch.bool)), "ctx.key_padding_mask"),
+    ]
+    for given, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            run(pezoo.AttentionContext(**given, scale_hint=hint))
+    one_row = torch.ones(1, 6, dtype=torch.bool)
+    run(pezoo.AttentionContext(q_pos=six, k_pos=six, scale_hint=hint, key_padding_mask=one_row))
+
+
+@pytest.mark.parametrize(
+    "mask, message",
+    [
+        (torch.ones(3, 6), "as a bool tensor, True for real keys; got torch.float32"),
+        (torch.zeros(3, 6).masked_fill(torch.eye(3, 6, dtype=torch.bool), -math.inf), "got torch.float32"),
+        (torch.ones(3, 6, dtype=torch.long), "got torch.int64 (a 1/0 mask: mask.bool()"),
+        (torch.ones(3, 5, dtype=torch.bool), "of shape (b|1, j): one flag per key of k_pos ((3, 6)"),
+        (torch.ones(3, 1, 6, dtype=torch.bool), "got (3, 1, 6)"),
+        (torch.ones(2, 6, dtype=torch.bool), "got (2, 6)"),
+    ],
+)
+def test_a_key_padding_mask_of_another_dtype_or_shape_is_refused_by_the_context(mask, message):
+    """A 1/0 or additive float mask failed with torch's '"bitwise_and_cpu" not implemented for
+    'Float'', an int one with 'where expected condition to be a boolean tensor', a mask of the
+    wrong length or rank with a broadcast or expand error from inside attention."""
+    pos = torch.arange(6)[None].expand(3, 6)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        pezoo.AttentionContext(q_pos=pos, k_pos=pos, key_padding_mask=mask)
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa", "flex"])
+def test_attend_names_a_key_padding_mask_of_another_batch(backend):
+    pos = torch.arange(6)[None]
+    q = torch.randn(3, 4, 6, 8)
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos, key_padding_mask=torch.ones(2, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"attend got ctx\.key_padding_mask for a batch of 2 and k for a batch of 3"):
+        pezoo.attend(q, q, q, ctx, backend=backend)
+
+
+@pytest.mark.parametrize(
+    "hint, message",
+    [
+        (torch.ones(3, dtype=torch.bool), "got torch.bool"),
+        (torch.full((3,), 6 + 0j), "got torch.complex64"),
+        (6.0, "got a float (one n for every example: torch.tensor([n]))"),
+        ([6, 6, 6], "got a list"),
+    ],
+)
+def test_a_scale_hint_that_is_no_real_tensor_is_refused_by_the_context(hint, message):
+    """A bool hint was learned_prf_sh's n = 1, silently; a number (the docs' ``scale_hint=n``)
+    failed with "'float' object has no attribute 'ndim'", a complex one in torch.unique."""
+    pos = torch.arange(6)[None]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        pezoo.AttentionContext(q_pos=pos, k_pos=pos, scale_hint=hint)
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos, scale_hint=torch.full((3,), 6))  # integers are numbers
+    q = torch.randn(3, 4, 6, 8)
+    assert pezoo.create("learned_prf_sh", dims=DIMS).bias(0, q, q, ctx)[0].materialize(ctx, 4, q.dtype).shape[0] == 3

@@ -118,6 +118,23 @@ def test_decoding_in_pieces_equals_the_full_pass(backend):
     assert c[0].shape == (2, DIMS.n_heads, 13)  # c of every key, the last one's included
 
 
+def test_a_first_step_of_no_tokens_leaves_the_decoding_unchanged():
+    """A decoding loop whose first step brings no tokens (an empty prompt) kept an empty ``c``,
+    whose last entry the next step then took as its start: a broadcasting error from torch."""
+    torch.manual_seed(3)
+    model = KitModel(pezoo.create("fox", dims=DIMS), DIMS, vocab=11).eval()
+    with torch.no_grad():
+        model.pe.gate_weight.normal_(0.0, 0.5)
+    tokens = torch.randint(11, (2, 6))
+    pos = torch.arange(6)[None]
+    with torch.no_grad():
+        full = model(tokens, pos)
+        state: dict = {}
+        assert model(tokens[:, :0], pos, state=state).shape == (2, 0, 11)
+        pieces = [model(tokens[:, a:z], pos, state=state) for a, z in ((0, 4), (4, 4), (4, 6))]
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
 def test_flex_adds_the_difference_in_its_score_mod_as_eager_materialises_it():
     torch.manual_seed(4)
     model = KitModel(pezoo.create("fox", dims=DIMS), DIMS, vocab=11).eval()
