@@ -54,6 +54,9 @@ class PRoPE(RoPE):
     def __init__(
         self, *, head_dim: int, p: float = P_PAPER, base: float = 10000.0, layout: str = "interleaved"
     ) -> None:
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:  # NaN too
+            # said here, not by the scaling it becomes (whose error read "rope scaling: p ...")
+            raise ValueError(f"p_rope: p must be a number in [0, 1] (1 is RoPE, 0 is NoPE), got {p!r}")
         super().__init__(head_dim=head_dim, base=base, layout=layout, scaling={"rope_type": "p_rope", "p": p})
         self.p = float(p)
 

@@ -86,8 +86,10 @@ def test_cached_decoding_equals_the_full_pass(p):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"p": 1.5}, r"p must be >= 0 and <= 1"),
-        ({"p": -0.1}, r"p must be >= 0 and <= 1"),
+        # named as p_rope's option (it read "rope scaling: p must be ...", the scaling it becomes)
+        ({"p": 1.5}, r"^p_rope: p must be a number in \[0, 1\] \(1 is RoPE, 0 is NoPE\), got 1.5$"),
+        ({"p": -0.1}, r"^p_rope: p must be a number in \[0, 1\]"),
+        ({"p": float("nan")}, r"^p_rope: p must be a number in \[0, 1\]"),
         ({"p": "half"}, r"p must be a number, got the string 'half'"),
         ({"layout": "pairs"}, r"unknown RoPE layout 'pairs'"),
     ],
