@@ -14,6 +14,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+
 import pezoo
 from harness import tasks
 from harness.config import PRESET_DESCRIPTIONS, PRESETS
@@ -91,9 +93,32 @@ def _why_not_wrappable(prefix: str, base: str) -> str | None:
     return f"{prefix}:{base} is not an encoding: {reason}. {prefix.capitalize()} wraps: {', '.join(ok)}"
 
 
+def _why_not_combinable(name: str) -> str | None:
+    """Why ``name``, registered encodings joined by ``+`` (optionally wrapped), is no
+    encoding: the reason ``pezoo.create`` gives, building it on the meta device (no memory,
+    no values); None where a part is unknown or it builds."""
+    prefix, _, base = name.rpartition(":")
+    parts = base.split("+")
+    if len(parts) < 2 or not all(p in ENCODINGS for p in parts) or (prefix and prefix not in WRAPPERS):
+        return None
+    try:
+        with torch.device("meta"):
+            pezoo.create(name, dims=pezoo.ModelDims(d_model=64, n_heads=4, n_layers=2))
+    except ValueError as exc:
+        return f"{name} is not an encoding: {exc}"
+    except Exception:  # a part's own trouble at build time: not a reason about the combination
+        return None
+    return None
+
+
 def name_problem(kind: str, name: str, valid: Sequence[str]) -> str:
     """What to say about ``name``, not among ``valid`` names of ``kind``: for a wrapped
-    encoding whose base cannot be wrapped, why; else "unknown" with close matches."""
+    encoding whose base cannot be wrapped, or a combination of registered encodings that
+    cannot be combined, why; else "unknown" with close matches."""
+    if kind == "encoding" and "+" in name:
+        why = _why_not_combinable(name)
+        if why:
+            return why
     if kind == "encoding" and ":" in name:
         why = _why_not_wrappable(*name.split(":", 1))
         if why:

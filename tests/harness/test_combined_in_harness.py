@@ -30,3 +30,16 @@ def test_a_wrong_part_is_named(tmp_path):
     result = CliRunner().invoke(main, [*ARGS, "--pe", "abacus+fyre", "--store", str(tmp_path / "s.sqlite")])
     assert result.exit_code == 2 and "unknown encoding 'fyre'. Did you mean 'fire'?" in result.output
     assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_a_combination_of_known_parts_that_cannot_be_combined_says_why(tmp_path):
+    """Every part registered, the combination refused: the reason pezoo.create gives (it read
+    "unknown encoding 'abacus+abacus'. Did you mean 'abacus'?", as if a part were misspelt)."""
+    for pe, why in [
+        ("abacus+abacus", "abacus appears twice; each part keeps its own state, once"),
+        ("rope+xpos", "rope and xpos both transform queries and keys"),
+    ]:
+        result = CliRunner().invoke(main, [*ARGS, "--pe", pe, "--store", str(tmp_path / "s.sqlite")])
+        assert result.exit_code == 2 and f"{pe} is not an encoding: {why}" in result.output, result.output
+        assert "unknown encoding" not in result.output
+    assert not (tmp_path / "s.sqlite").exists()
