@@ -43,7 +43,7 @@ from torch import Tensor
 
 from pezoo.biases import AttentionBias, ElementForm, ElementSite, PositionRanges, WindowMask
 from pezoo.cards import LmPaperClaim, LmRowSelector, PaperCard
-from pezoo.context import AttentionContext, check_layer, check_number, check_sizes
+from pezoo.context import AttentionContext, check_batch, check_layer, check_number, check_sizes
 from pezoo.encodings.rope import LAYOUTS, RoPE
 from pezoo.encodings.ssmax import FIXED_FORMS, LLAMA4_ATTN_SCALE, LLAMA4_FLOOR_SCALE, fixed_query_scale
 from pezoo.interface import PositionalEncoding
@@ -282,6 +282,7 @@ class Hybrid(PositionalEncoding):
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """R layers: RoPE's rotation; G layers: the global RoPE's; N layers: q and k as they are
         (q times the temperature ``nope_temperature`` names, if any)."""
+        check_batch(self.name, "qk", q, k, ctx)  # named as hybrid's on every layer kind
         if self.is_rope(layer):
             return self.rope.qk(layer, q, k, ctx)
         if self.kinds[layer] == "G":

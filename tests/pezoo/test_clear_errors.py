@@ -356,3 +356,15 @@ def test_a_scale_hint_that_is_no_real_tensor_is_refused_by_the_context(hint, mes
     ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos, scale_hint=torch.full((3,), 6))  # integers are numbers
     q = torch.randn(3, 4, 6, 8)
     assert pezoo.create("learned_prf_sh", dims=DIMS).bias(0, q, q, ctx)[0].materialize(ctx, 4, q.dtype).shape[0] == 3
+
+
+@pytest.mark.parametrize("options", [{}, {"nope_temperature": "llama4"}])
+def test_hybrid_names_itself_for_positions_of_another_batch_on_every_layer_kind(options):
+    """Its RoPE layers said "rope.qk …" (the part inside), and a NoPE layer with a temperature
+    scaled q by the positions' batch in torch's broadcast words."""
+    pe = pezoo.create("hybrid", dims=pezoo.ModelDims(d_model=32, n_heads=4, n_layers=4), pattern="RRRN", **options)
+    q = k = torch.randn(3, 4, 6, 8)
+    six = torch.arange(6)[None].expand(2, 6)
+    for layer in range(4):
+        with pytest.raises(ValueError, match=r"^hybrid\.qk got ctx\.q_pos for a batch of 2 and q for a batch of 3"):
+            pe.qk(layer, q, k, pezoo.AttentionContext(q_pos=six, k_pos=six))
