@@ -32,7 +32,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from pezoo.biases import AttentionBias
-from pezoo.context import AttentionContext
+from pezoo.context import AttentionContext, check_batch
 from pezoo.interface import PositionalEncoding
 from pezoo.registry import UnknownNameError, unknown_name_message
 from pezoo.scores import Normaliser, ScoreTransform, apply_transform, check_backend
@@ -270,17 +270,7 @@ def _check_positions(q: Tensor, k: Tensor, ctx: AttentionContext) -> None:
                 f"attend got {x.shape[-2]} {what} on axis 2 of {name[0]} for {pos.shape[-1]} positions in "
                 f"ctx.{name}: ctx holds one position per {one}{cached} ((b|1, s) positions, (b, h, s, e) tensors)"
             )
-        if pos.shape[0] not in (1, x.shape[0]):
-            raise ValueError(
-                f"attend got ctx.{name} for a batch of {pos.shape[0]} and {name[0]} for a batch of {x.shape[0]}: "
-                "positions are (b, s) or (1, s)"
-            )
-    mask = ctx.key_padding_mask
-    if mask is not None and mask.shape[0] not in (1, k.shape[0]):
-        raise ValueError(
-            f"attend got ctx.key_padding_mask for a batch of {mask.shape[0]} and k for a batch of {k.shape[0]}: "
-            "it is (b, j) or (1, j)"
-        )
+    check_batch("attend", q, k, ctx)
 
 
 def _check_dtypes(q: Tensor, k: Tensor, v: Tensor) -> None:

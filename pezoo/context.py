@@ -197,18 +197,20 @@ def check_layer(name: str, layer: int, n_layers: int) -> None:
         raise ValueError(f"{name} was built for n_layers={n_layers} (layers 0..{n_layers - 1}), got layer {layer}")
 
 
-def check_batch(name: str, hook: str, q: Tensor, k: Tensor, ctx: AttentionContext) -> None:
-    """Raise a ValueError unless ``ctx``'s positions are for q's batch ((b, s) or (1, s)) and k
-    is of q's batch: a hook that broadcasts positions over q (RoPE's rotation, learned PRF's
-    features) failed with torch's broadcast error for positions of another batch."""
-    for pos_name, pos in (("q_pos", ctx.q_pos), ("k_pos", ctx.k_pos), ("key_padding_mask", ctx.key_padding_mask)):
-        if pos is not None and pos.shape[0] not in (1, q.shape[0]):
+def check_batch(where: str, q: Tensor, k: Tensor, ctx: AttentionContext) -> None:
+    """Raise a ValueError unless q and k are of one batch and ``ctx``'s positions and padding
+    mask of it or of 1 ((b, s) or (1, s)); ``where`` names the caller ("rope.qk", "attend"). A
+    hook that broadcasts positions over q (RoPE's rotation, learned PRF's features) failed
+    with torch's broadcast error for positions of another batch."""
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"{where} wants q and k of one batch; got {q.shape[0]} and {k.shape[0]}")
+    sides = (("q_pos", ctx.q_pos, "q"), ("k_pos", ctx.k_pos, "k"), ("key_padding_mask", ctx.key_padding_mask, "k"))
+    for name, given, against in sides:
+        if given is not None and given.shape[0] not in (1, q.shape[0]):
             raise ValueError(
-                f"{name}.{hook} got ctx.{pos_name} for a batch of {pos.shape[0]} and q for a batch of {q.shape[0]}: "
+                f"{where} got ctx.{name} for a batch of {given.shape[0]} and {against} for a batch of {q.shape[0]}: "
                 "positions and padding are (b, s) or (1, s)"
             )
-    if k.shape[0] != q.shape[0]:
-        raise ValueError(f"{name}.{hook} wants q and k of one batch; got {q.shape[0]} and {k.shape[0]}")
 
 
 def check_qk(name: str, q: Tensor, k: Tensor, ctx: AttentionContext, head_dim: int, *, all_keys: bool = False) -> None:
@@ -223,7 +225,7 @@ def check_qk(name: str, q: Tensor, k: Tensor, ctx: AttentionContext, head_dim: i
         raise ValueError(
             f"{name}.{hook} wants q and k of shape (b, h, s, e); got {tuple(q.shape)} and {tuple(k.shape)}"
         )
-    check_batch(name, hook, q, k, ctx)
+    check_batch(f"{name}.{hook}", q, k, ctx)
     if q.shape[-1] != head_dim or k.shape[-1] != head_dim:
         raise ValueError(f"{name} was built for head_dim={head_dim}, got q/k of width {q.shape[-1]}/{k.shape[-1]}")
     if q.shape[-2] != ctx.q_pos.shape[-1]:

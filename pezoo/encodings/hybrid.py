@@ -282,7 +282,7 @@ class Hybrid(PositionalEncoding):
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """R layers: RoPE's rotation; G layers: the global RoPE's; N layers: q and k as they are
         (q times the temperature ``nope_temperature`` names, if any)."""
-        check_batch(self.name, "qk", q, k, ctx)  # named as hybrid's on every layer kind
+        check_batch(f"{self.name}.qk", q, k, ctx)  # named as hybrid's on every layer kind
         if self.is_rope(layer):
             return self.rope.qk(layer, q, k, ctx)
         if self.kinds[layer] == "G":

@@ -253,7 +253,7 @@ class LearnedPRF(PositionalEncoding):
 
     def bias(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> list[AttentionBias]:
         check_layer(self.name, layer, self.n_layers)
-        check_batch(self.name, "bias", q, k, ctx)
+        check_batch(f"{self.name}.bias", q, k, ctx)
         if q.shape[1] != self.n_heads:
             raise ValueError(f"{self.name} was built for n_heads={self.n_heads}, got q with {q.shape[1]} heads")
         slot_keys = self.slot_keys[layer]  # (S, h, e)

@@ -230,7 +230,7 @@ class SSMax(Wrapper):
     # -- hooks: the inner encoding's (Wrapper), with q scaled ------------------------
     def qk(self, layer: int, q: Tensor, k: Tensor, ctx: AttentionContext) -> tuple[Tensor, Tensor]:
         """The inner ``qk``, then q (b, h, i, e') times the factor of each query."""
-        check_batch(self.name, "qk", q, k, ctx)  # the factor counts each row's real keys
+        check_batch(f"{self.name}.qk", q, k, ctx)  # the factor counts each row's real keys
         q, k = self.inner.qk(layer, q, k, ctx)
         if self.s is not None and self.s.shape[1] != q.shape[1]:
             raise ValueError(f"{self.name} was built for n_heads={self.n_heads}, got q with {q.shape[1]} heads")
