@@ -26,7 +26,7 @@ from click.core import ParameterSource
 import harness.tasks as tasks
 import harness.training.tblog as tblog
 import pezoo
-from harness.commands.checks import check_names, check_runs, refuse_broken_plugins, split
+from harness.commands.checks import check_backends, check_names, check_runs, refuse_broken_plugins, split
 from harness.commands.options import duration, grouped, max_runs_option, preset_name, setting_options, store_option
 from harness.commands.printable import one_line
 from harness.commands.report import LEGEND, LM_LEGEND, leaderboard_tables, lm_tables
@@ -242,13 +242,18 @@ def _check_executor_options(machine: dict[str, Any], given: set[str]) -> None:
 
 
 def _check_tensorboard(folder: str | None) -> None:
-    """Refuse ``--tensorboard`` (a ``folder``) when TensorBoard's writer is not installed; a click error."""
+    """Refuse ``--tensorboard`` (a ``folder``) when TensorBoard's writer is not installed, or
+    when the folder cannot be made (a file on its way): every run then failed at its start,
+    the store made; click errors."""
     if folder is None:
         return
     try:
         tblog.check_available()
     except RuntimeError as exc:
         raise click.UsageError(str(exc)) from None
+    problem = unwritable_folder(Path(folder))
+    if problem is not None:
+        raise click.BadParameter(f"{problem}; every run logs there", param_hint="--tensorboard")
 
 
 def _target_and_store(
@@ -319,8 +324,8 @@ def _sweep_configs(
         refuse_broken_plugins(sweep_pes, warn=False)
         check_names("encoding", sweep_pes, pezoo.available(), "--pe" if specs else str(sweep_file))
         check_names("task", sweep_tasks, tasks.bench_tasks(), "--task" if task_list else str(sweep_file))
-    for grid in spec.grids:
-        check_names("attention backend", list(grid.backend), sorted(pezoo.BACKENDS))
+    from_file = sweep_file is not None and not axes.get("backend")  # else --backend replaced the file's
+    check_backends((b for grid in spec.grids for b in grid.backend), str(sweep_file) if from_file else "--backend")
     try:
         configs = spec.configs(max_runs)
         check_runs(configs)

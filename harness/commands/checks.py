@@ -3,7 +3,7 @@ close matches), encoding plugins that failed to load, and runs that cannot work.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import click
@@ -32,6 +32,13 @@ def check_names(kind: str, names: list[str], valid: list[str], option: str | Non
             parts = name.rpartition(":")[2].split("+")
             name = next((p for p in parts if p not in valid), name)
         raise click.BadParameter(terminal_text(name_problem(kind, name, valid)), param_hint=option)
+
+
+def check_backends(names: Iterable[str], option: str | None = None) -> None:
+    """BadParameter naming the first attention backend of ``names`` not registered
+    (``pezoo.BACKENDS``), with close matches, under ``option``. One check for bench and
+    ``sweep plan``: plan once listed and estimated runs on a backend bench refuses."""
+    check_names("attention backend", list(dict.fromkeys(names)), sorted(pezoo.BACKENDS), option)
 
 
 def refuse_broken_plugins(names: list[str], *, warn: bool = True) -> None:

@@ -92,6 +92,17 @@ def corpus_cmd(names: Sequence[str], save_dir: str | None) -> None:
                 raise click.ClickException(str(exc)) from None
 
 
+def _lengths(value: str) -> tuple[int, ...]:
+    """``--lengths`` as integers; ValueError naming the option and the value (it said "invalid
+    literal for int() with base 10: ''" of ``256,,512``)."""
+    try:
+        return tuple(int(s) for s in value.split(","))
+    except ValueError:
+        raise ValueError(
+            f"--lengths takes comma-separated whole numbers of bytes, e.g. 256,512, got {value!r}"
+        ) from None
+
+
 @lm.command("hf")
 @click.argument("model_dir", type=click.Path(exists=True, file_okay=False))
 @click.option(
@@ -127,7 +138,7 @@ def hf_cmd(model_dir, spec, task, lengths, regions, tail, as_bytes, passkey, dev
     from harness.lm.hf import check_hf, load_hf, passkey_hf, score_hf
 
     try:
-        length_list = tuple(int(s) for s in lengths.split(","))
+        length_list = _lengths(lengths)
         dev = resolve_device(device)
         check = check_hf(model_dir, spec, length_list, regions=regions, tail=tail, as_bytes=as_bytes)
     except ValueError as exc:

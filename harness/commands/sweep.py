@@ -15,7 +15,7 @@ import click
 
 import harness.tasks as tasks
 import pezoo
-from harness.commands.checks import check_names, check_runs
+from harness.commands.checks import check_backends, check_names, check_runs
 from harness.commands.options import max_runs_option, store_option
 from harness.config import RunConfig
 from harness.execution.run import checkpoint_dir_for
@@ -86,6 +86,7 @@ def sweep_plan(file, store_path, checkpoint_dir, workers, probe, max_runs, order
     pes = list(dict.fromkeys(c.pe for c in configs))
     check_names("encoding", pes, pezoo.available(), str(file))
     check_names("task", list(dict.fromkeys(c.task for c in configs)), tasks.bench_tasks(), str(file))
+    check_backends((c.backbone.backend for c in configs), str(file))
     try:
         check_runs(configs)  # what bench would refuse, plan refuses too
     except ValueError as exc:

@@ -6,35 +6,76 @@ import json
 from pathlib import Path
 
 import click
+import torch
 
 import pezoo
-from harness.config import PRESETS
+from harness.config import LM_PRESETS, PRESETS
 from harness.config.limits import MAX_BATCH, MAX_TOKENS
-from harness.perf.grid import DEFAULT_SECTIONS, MAX_SUPPORT, MAX_THREADS, SECTIONS, PerfGrid, grid_from
+from harness.perf.grid import (
+    DEFAULT_SECTIONS,
+    MAX_CAP_GIB,
+    MAX_REPEATS,
+    MAX_SUPPORT,
+    MAX_THREADS,
+    SECTIONS,
+    PerfGrid,
+    grid_from,
+)
 from harness.perf.report import render, run_perf
 from harness.records.files import check_regular, open_regular, unwritable_folder, write_atomically
+from pezoo.backends import xformers_available
 
 
-def _check_names(grid: PerfGrid) -> None:
-    """Refuse a preset, encoding or attention backend of ``grid`` that is not registered,
-    naming close matches; click errors."""
+def _check_names(grid: PerfGrid, device: torch.device) -> None:
+    """Refuse a preset, encoding or attention backend of ``grid`` that is not registered
+    (naming close matches), or that ``pezoo perf`` cannot time here; click errors naming the
+    option."""
     for name in (*grid.presets, grid.prism_length_preset):
-        if name not in PRESETS:
-            message = pezoo.base.unknown_name_message("preset", name, list(PRESETS))
-            raise click.BadParameter(message, param_hint="--presets")
+        _check_preset(name)
     valid = pezoo.available()
-    for name in (
-        *grid.encodings,
-        *grid.memory_encodings,
-        *grid.alloc_encodings,
-        *grid.decode_encodings,
-        *grid.compile_encodings,
+    for option, names in (
+        ("--pe", grid.encodings),
+        ("--memory-pe", grid.memory_encodings),
+        ("--alloc-pe", grid.alloc_encodings),
+        ("--decode-pe", grid.decode_encodings),
+        ("--compile-pe", grid.compile_encodings),
     ):
-        if name not in valid:
-            raise click.BadParameter(pezoo.base.unknown_name_message("encoding", name, valid))
-    for name in (*grid.backends, *grid.memory_backends, *grid.alloc_backends):
-        if name not in pezoo.BACKENDS:
-            raise click.BadParameter(pezoo.base.unknown_name_message("attention backend", name, sorted(pezoo.BACKENDS)))
+        for name in names:
+            if name not in valid:
+                raise click.BadParameter(pezoo.base.unknown_name_message("encoding", name, valid), param_hint=option)
+    for option, names in (
+        ("--backends", grid.backends),
+        ("--memory-backends", grid.memory_backends),
+        ("--alloc-backends", grid.alloc_backends),
+    ):
+        for name in names:
+            if (problem := _backend_problem(name, device)) is not None:
+                raise click.BadParameter(problem, param_hint=option)
+
+
+def _check_preset(name: str) -> None:
+    """Refuse a preset that is not registered, or a language-modelling one: its runs train on
+    a corpus's byte windows, not on a task's batches, and timing one was a traceback."""
+    if name not in PRESETS:
+        raise click.BadParameter(pezoo.base.unknown_name_message("preset", name, list(PRESETS)), param_hint="--presets")
+    if name in LM_PRESETS:
+        timed = ", ".join(p for p in PRESETS if p not in LM_PRESETS)
+        raise click.BadParameter(
+            f"preset {name!r} is a language-modelling preset, whose runs train on a corpus, not on a task's "
+            f"batches; pezoo perf times the backbones of {timed}",
+            param_hint="--presets",
+        )
+
+
+def _backend_problem(name: str, device: torch.device) -> str | None:
+    """Why attention backend ``name`` cannot be timed on ``device``, or None. xformers off CUDA
+    was a traceback in the training-step table and a row "not feasible under the memory cap"."""
+    if name not in pezoo.BACKENDS:
+        return pezoo.base.unknown_name_message("attention backend", name, sorted(pezoo.BACKENDS))
+    if name == "xformers" and (device.type != "cuda" or not xformers_available()):
+        reason = "no CUDA device is in use" if device.type != "cuda" else "the xformers package does not load here"
+        return f"the xformers backend runs on CUDA tensors only, and {reason}; time sdpa, flex or auto instead"
+    return None
 
 
 def _names(value: str | None, option: str) -> tuple[str, ...] | None:
@@ -94,12 +135,16 @@ def _json_problem(path: Path) -> str | None:
     type=click.IntRange(1, MAX_BATCH),
     help=f"Training batch size, 1 to {MAX_BATCH} (default: the preset's).",
 )
-@click.option("--repeats", type=int, help="Timed rounds per measurement.")
+@click.option("--repeats", type=int, help=f"Timed rounds per measurement (at most {MAX_REPEATS:,}).")
 @click.option("--threads", type=int, help=f"torch threads, 0 to {MAX_THREADS} (0: torch's default; default 1).")
 @click.option("--memory-lengths", help="Sequence lengths of the memory table (comma-separated).")
 @click.option("--memory-pe", help="Encodings of the memory table.")
 @click.option("--memory-backends", help="Backends of the memory table.")
-@click.option("--memory-cap-gib", type=float, help="Address-space cap per CPU memory measurement.")
+@click.option(
+    "--memory-cap-gib",
+    type=float,
+    help=f"Address-space cap per CPU memory measurement, in GiB (at most {MAX_CAP_GIB:,.0f}).",
+)
 @click.option("--alloc-lengths", help="Sequence lengths of the allocator-peak table (comma-separated).")
 @click.option("--alloc-pe", help="Encodings of the allocator-peak table.")
 @click.option("--alloc-backends", help="Backends of the allocator-peak table.")
@@ -116,7 +161,10 @@ def _json_problem(path: Path) -> str | None:
 @click.option("--prism-lengths", help="Sequence lengths of the PRISM step table (comma-separated; default 64,128,256).")
 @click.option("--compile-pe", help="Encodings of the compile table (default: every registered encoding).")
 @click.option("--compile-models", help="What the compile table compiles: backbone, decoder (default both).")
-@click.option("--compile-lengths", help="Sequence lengths of the compile table's training steps (default 8,16,32,64).")
+@click.option(
+    "--compile-lengths",
+    help=f"Sequence lengths of the compile table's training steps (default 8,16,32,64; at most {MAX_TOKENS:,}).",
+)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the report here as JSON.")
 def perf_command(size, sections, encodings, presets, backends, precisions, batch_size, repeats, threads, memory_lengths,
@@ -164,7 +212,10 @@ def perf_command(size, sections, encodings, presets, backends, precisions, batch
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    _check_names(grid)
+    _check_names(grid, dev)
+    if json_path is not None and not json_path.strip():  # was ignored: the report measured, and written nowhere
+        why = "an empty path; give the file to write the report to, or leave --json out"
+        raise click.BadParameter(why, param_hint="--json")
     if json_path and (problem := _json_problem(Path(json_path))):
         raise click.UsageError(problem)
     report = run_perf(grid, dev, log=lambda msg: click.echo(msg, err=True))

@@ -82,6 +82,15 @@ fixed-output-length task)."""
 MAX_THREADS = 1024
 """Most torch threads a measurement may ask for (a machine's cores, not a typo's millions)."""
 
+MAX_REPEATS = 1_000
+"""Most timed rounds per measurement: the grids take 5 to 11; a typo's millions would time for
+days instead of saying so."""
+
+MAX_CAP_GIB = 2.0**20
+"""Largest memory cap, in GiB (1 PiB, beyond any machine's address space): a larger one overflowed
+the address-space limit in bytes (``1e308``: a traceback after the sections before it; ``1e10``:
+every memory row "not feasible")."""
+
 MAX_SUPPORT = 65_536
 """Largest PRISM support P of the scan table: 16x the default grid's largest (4096); the
 full-width scan at P holds 32 cursors x 32 tokens x (2P + 1) bins, 0.5 GB here."""
@@ -184,6 +193,8 @@ class PerfGrid:
             raise ValueError(f"unknown perf section(s) {', '.join(unknown)}; valid: {', '.join(SECTIONS)}")
         if self.repeats < 1 or self.warmup < 0:
             raise ValueError(f"need --repeats >= 1 (and warmup rounds >= 0), got {self.repeats} (warmup {self.warmup})")
+        if self.repeats > MAX_REPEATS:
+            raise ValueError(f"--repeats must be at most {MAX_REPEATS:,} timed rounds, got {self.repeats:,}")
         from harness.config.limits import MAX_BATCH, MAX_TOKENS
 
         _within("threads (0: torch's default)", self.threads, 0, MAX_THREADS)
@@ -198,6 +209,7 @@ class PerfGrid:
             ("PRISM step length", self.prism_lengths, 1, MAX_TOKENS),
             ("memory length", self.memory_lengths, 1, MAX_TOKENS),
             ("allocator-peak length", self.alloc_lengths, 1, MAX_TOKENS),
+            ("compile length", self.compile_lengths, 1, MAX_TOKENS),
         ):
             for value in values:
                 _within(f"{'an' if what[0] in 'aeiou' else 'a'} {what}", value, least, most)
@@ -215,6 +227,10 @@ class PerfGrid:
             )
         if not (math.isfinite(self.memory_cap_gib) and self.memory_cap_gib > 0):  # nan: a traceback; 0: no cap at all
             raise ValueError(f"the memory cap must be a finite number of GiB > 0, got {self.memory_cap_gib}")
+        if self.memory_cap_gib > MAX_CAP_GIB:
+            raise ValueError(
+                f"the memory cap must be at most {MAX_CAP_GIB:,.0f} GiB (1 PiB), got {self.memory_cap_gib:g}"
+            )
         if 0 < self.decode_window <= 20 or self.decode_window < 0:
             raise ValueError(f"the decoding window must exceed its 20-token jump, got {self.decode_window}")
 

@@ -243,9 +243,15 @@ def check_regular(path: Path) -> None:
         raise NotRegularFileError(errno.EINVAL, f"{path} is {file_kind(mode)}, not a regular file")
 
 
+def nearest_existing(folder: Path) -> Path | None:
+    """``folder`` or the nearest of its parents that exists: where making ``folder`` starts
+    (a file there means it cannot be made)."""
+    return next((p for p in (folder, *folder.parents) if p.exists()), None)
+
+
 def unwritable_folder(folder: Path) -> str | None:
     """Why runs could not write into ``folder`` (created when missing, as runs would), or None."""
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    existing = nearest_existing(folder)
     if existing is None or not existing.is_dir():
         return f"{folder} cannot be created: {existing} is not a folder"
     if not os.access(existing, os.W_OK | os.X_OK):

@@ -234,6 +234,17 @@ def test_sweep_plan_refuses_what_bench_refuses(tmp_path):
     assert str(sweep) in result.output
 
 
+def test_sweep_plan_refuses_an_unknown_backend_as_bench_does_naming_the_file(tmp_path):
+    """plan listed and estimated runs on backend "sdpaa" (exit 0) that bench then refused, and
+    bench's refusal did not say the name came from the file."""
+    sweep = _sweep(tmp_path, 'preset = "smoke"\ntask = "copy"\npe = "nope"\nbackend = ["sdpa", "sdpaa"]\n')
+    for args in (["sweep", "plan", str(sweep)], ["bench", "--sweep", str(sweep), "--device", "cpu"]):
+        output = _refused(args, tmp_path, "unknown attention backend 'sdpaa'. Did you mean 'sdpa'?")
+        assert f"Invalid value for {sweep}" in output
+    output = _refused(["bench", "--sweep", str(sweep), "--backend", "eagr"], tmp_path, "Did you mean 'eager'?")
+    assert "Invalid value for --backend" in output  # the command line's value replaced the file's
+
+
 def test_every_encoding_of_a_sweep_is_checked_not_only_the_first_per_task(tmp_path):
     """bench checked one run per (task, preset): a learned table too short for the test
     lengths, listed after an encoding without positions, trained to the end first."""
@@ -275,6 +286,15 @@ def test_a_checkpoint_folder_that_cannot_be_made_is_refused_before_the_store(tmp
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     _refused([*BENCH, "--checkpoint-dir", str(blocker / "ckpt")], tmp_path, "is not a folder")
+
+
+def test_a_tensorboard_folder_that_cannot_be_made_is_refused_before_the_store(tmp_path):
+    """The store was made, then every run failed at its start (NotADirectoryError), retried."""
+    pytest.importorskip("tensorboard")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    output = _refused([*BENCH, "--tensorboard", str(blocker / "tb")], tmp_path, f"{blocker} is not a folder")
+    assert "Invalid value for --tensorboard" in output
 
 
 @pytest.mark.parametrize(

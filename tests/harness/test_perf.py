@@ -289,6 +289,40 @@ def test_cli_refuses_sizes_out_of_bounds_saying_the_bounds(args, message):
     assert "Traceback" not in rest and "nan" not in rest
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [  # the fifth probe: tracebacks after the banner (or after whole sections), and runs of days
+        (["--presets", "lm_smoke"], "Invalid value for --presets: preset 'lm_smoke' is a language-modelling preset"),
+        (["--backends", "xformers"], "Invalid value for --backends: the xformers backend runs on CUDA tensors only"),
+        (["--memory-backends", "xformers"], "Invalid value for --memory-backends: the xformers backend runs on CUDA"),
+        (["--alloc-backends", "flexx"], "Invalid value for --alloc-backends: unknown attention backend 'flexx'"),
+        (["--memory-pe", "alibii"], "Invalid value for --memory-pe: unknown encoding 'alibii'"),
+        (["--memory-cap-gib", "1e308"], "the memory cap must be at most 1,048,576 GiB (1 PiB), got 1e+308"),
+        (["--memory-cap-gib", "1e10"], "the memory cap must be at most 1,048,576 GiB (1 PiB), got 1e+10"),
+        (["--repeats", "1000000000"], "--repeats must be at most 1,000 timed rounds, got 1,000,000,000"),
+        (["--compile-lengths", "8,100000000"], "a compile length must be from 1 to 65,536, got 100,000,000"),
+        (["--json", ""], "Invalid value for --json: an empty path"),
+    ],
+    ids=[
+        "lm preset",
+        "xformers train",
+        "xformers memory",
+        "alloc backend",
+        "memory pe",
+        "cap 1e308",
+        "cap 1e10",
+        "repeats 1e9",
+        "compile length 1e8",
+        "json empty",
+    ],
+)
+def test_cli_refuses_before_measuring_what_it_cannot_measure(args, message, monkeypatch):
+    monkeypatch.setattr("harness.perf.command.run_perf", lambda *a, **k: pytest.fail("measured"))
+    result = CliRunner().invoke(main, ["perf", *TINY, *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+
+
 def test_windowed_decode_rows_generate_the_same_tokens_cached_and_not(toy_report):
     grid = grid_from(TOY, decode_length=60, decode_window=24, decode_encodings=("rope",), repeats=1)
     [row] = measure_decode(grid, torch.device("cpu"))

@@ -579,6 +579,18 @@ def test_a_read_only_store_is_read_and_says_why_it_cannot_be_written(shared_dir,
             Store(path).close()
 
 
+def test_a_store_under_a_file_says_the_file_is_not_a_folder(tmp_path):
+    """`pezoo leaderboard import --store a-file/x.sqlite` said "opening it failed
+    (FileExistsError: [Errno 17] File exists: 'a-file')"."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("kept")
+    for path in (blocker / "pezoo.sqlite", blocker / "runs" / "pezoo.sqlite"):
+        with pytest.raises(StoreAccessError) as err:
+            Store(path)
+        assert str(err.value) == f"results store {path} cannot be created: {blocker} is not a folder"
+    assert blocker.read_text() == "kept" and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
 def test_a_store_this_user_may_not_read_says_permission_denied(shared_dir):
     path = shared_dir / "pezoo.sqlite"
     finished_store(path)

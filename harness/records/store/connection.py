@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from harness.records.files import NotRegularFileError, open_regular
+from harness.records.files import NotRegularFileError, nearest_existing, open_regular
 from harness.records.store.errors import (
     EFFECTIVE,
     NotAStoreError,
@@ -168,7 +168,7 @@ class StoreConnection:
                 else ""
             )
             raise StoreAccessError(f"results store {self.path} cannot be written: {why}{tail}")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._make_folder()
         self._db = db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         schema_version(self._conn, self.path, allow_empty=True)
         if existing:
@@ -176,6 +176,14 @@ class StoreConnection:
         _wal_mode(db)
         db.execute("PRAGMA foreign_keys=ON")
         self._create_schema()
+
+    def _make_folder(self) -> None:
+        """The store's folder, made when missing; a file where a folder on the way would be
+        is said as such (it was "opening it failed (FileExistsError: File exists)")."""
+        existing = nearest_existing(self.path.parent)
+        if existing is not None and not existing.is_dir():
+            raise StoreAccessError(f"results store {self.path} cannot be created: {existing} is not a folder")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def _open_reader(self) -> None:
         if not self.path.exists():

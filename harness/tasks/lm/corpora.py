@@ -372,10 +372,12 @@ _CHUNK = 1 << 16
 
 def snapshot_path(folder: Path, name: str) -> Path:
     """``folder/NAME.zip``, where :func:`save_snapshot` would write; CorpusError when
-    ``folder`` or that path exists as something it cannot replace (a file, a folder)."""
+    ``folder`` or that path exists as something it cannot replace (a file, a folder), or a
+    file stands where a folder on the way to it would be made."""
     path = folder / f"{name}.zip"
-    if folder.exists() and not folder.is_dir():
-        raise CorpusError(f"cannot save the snapshot of {name!r} in {folder}: it is not a folder")
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():  # a file on the way was found only after the fetch
+        raise CorpusError(f"cannot save the snapshot of {name!r} in {folder}: {existing} is not a folder")
     if path.exists() and not path.is_file():
         raise CorpusError(f"cannot save the snapshot of {name!r} as {path}: it is there and not a file")
     return path

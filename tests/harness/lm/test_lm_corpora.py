@@ -269,6 +269,23 @@ def test_lm_corpus_save_over_a_folder_is_a_usage_error_before_fetching(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["en.zip"]
 
 
+def test_lm_corpus_save_under_a_file_is_a_usage_error_before_fetching(tmp_path, monkeypatch):
+    """A file where a folder of --save would be made passed the check: the corpus was fetched,
+    checked and described, and only then was its snapshot refused (NotADirectoryError)."""
+    from click.testing import CliRunner
+
+    from harness.commands.lm import lm
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.delenv(corpora.SNAPSHOT_ENV, raising=False)
+    _refuse_to_build(monkeypatch, "en")
+    result = CliRunner().invoke(lm, ["corpus", "en", "--save", str(blocker / "snapshots")])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert f"cannot save the snapshot of 'en' in {blocker / 'snapshots'}: {blocker} is not a folder" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
 def test_fetch_says_when_pip_cannot_reach_the_network(tmp_path, monkeypatch):
     stderr = (
         "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after connection "

@@ -120,6 +120,17 @@ def test_bad_arguments_are_clear_errors_before_anything_is_loaded(saved, nothing
     assert len(result.output) < 2000 and nothing_loaded == []
 
 
+@pytest.mark.parametrize("lengths", ["", "abc", "256,,512", "256,1e3"])
+def test_lengths_that_are_not_numbers_are_named_with_the_option(tmp_path, lengths):
+    """They said "invalid literal for int() with base 10: ''", naming neither --lengths nor its value."""
+    from harness.cli import main
+
+    result = CliRunner().invoke(main, ["lm", "hf", str(tmp_path), "--pe", "alibi", "--lengths", lengths])
+    assert result.exit_code == 2, result.output
+    assert f"--lengths takes comma-separated whole numbers of bytes, e.g. 256,512, got {lengths!r}" in result.output
+    assert "invalid literal" not in result.output
+
+
 def test_a_config_far_larger_than_its_weights_is_refused_before_loading(tmp_path, nothing_loaded):
     """n_positions=1e9 over a file of 128 rows: refused from the config, nothing allocated."""
     from harness.cli import main
