@@ -92,8 +92,10 @@ def use_encoding(model: PreTrainedModel, spec: str, *, backend: str = "auto", **
 
     Raises:
         ValueError: a model family pezoo.hf does not adapt, or a configuration it refuses (by
-            reason); a model already adapted; an unknown backend; an option that contradicts
-            the model's shape or exceeds :mod:`pezoo.hf.limits`.
+            reason); a model that is not its family's causal LM (a base model, a classifier); a
+            model already adapted; an unknown backend; an option that contradicts the model's
+            shape or exceeds :mod:`pezoo.hf.limits`.
+        TypeError: a spec or backend that is not a string.
         TypeError, ValueError: from building the encoding (unknown options, bad values).
     """
     model_type, family = _adaptable(model, spec, backend)
@@ -135,11 +137,17 @@ def _adaptable(model: PreTrainedModel, spec: Any, backend: str) -> tuple[str, Fa
     family = FAMILIES.get(model_type)
     if family is None:
         raise ValueError(f"pezoo.hf adapts model types {', '.join(sorted(FAMILIES))}; got {model_type!r}")
+    _check_causal_lm(model, model_type)
     reason = family.refuse(config)
     if reason is not None:
         raise ValueError(f"pezoo.hf cannot adapt this {model_type} model: {reason}")
     if getattr(model, "_pezoo_adapter", None) is not None:
         raise ValueError("this model already runs a pezoo encoding; load a fresh model to change it")
+    if not isinstance(backend, str):
+        raise TypeError(
+            f"pezoo.hf: backend is an attention backend's name, one of {', '.join(sorted({'auto', *BACKENDS}))}; "
+            f"got {backend!r}"
+        )
     if backend != "auto" and backend not in BACKENDS:
         raise ValueError(unknown_name_message("attention backend", backend, sorted({"auto", *BACKENDS})))
     if family.sinks is not None and backend != "auto" and backend not in Sinks.backends:
@@ -155,6 +163,23 @@ def _adaptable(model: PreTrainedModel, spec: Any, backend: str) -> tuple[str, Fa
             f"logits (cap {cap:g}), which backends {' and '.join(SoftCap.backends)} take (or auto, which picks one)"
         )
     return model_type, family
+
+
+def _check_causal_lm(model: PreTrainedModel, model_type: str) -> None:
+    """ValueError unless ``model`` is its family's causal LM (what ``AutoModelForCausalLM``
+    loads): :func:`use_encoding` turns the model into the adapted causal LM class, which would
+    leave a base model (``AutoModel``) or a classifier without the attributes that class reads,
+    failing at the first forward rather than here."""
+    try:
+        wanted = auto.original_causal_lm(model_type)
+    except (KeyError, ImportError, AttributeError):  # a family this transformers lacks: no model of it exists here
+        return
+    if not isinstance(model, wanted):
+        raise ValueError(
+            f"pezoo.hf adapts causal LMs: a {model_type} model must be a {wanted.__name__} (as "
+            f"AutoModelForCausalLM.from_pretrained loads it), got a {type(model).__name__}; load it with "
+            "AutoModelForCausalLM"
+        )
 
 
 def _adapt_modules(
@@ -400,9 +425,7 @@ def _own_rope(config: Any, family: Family, name: str = "rope") -> dict[str, Any]
     return out
 
 
-def _check_own_rope(
-    model: PreTrainedModel, family: Family, encoding: Any, *buffers: str
-) -> None:
+def _check_own_rope(model: PreTrainedModel, family: Family, encoding: Any, *buffers: str) -> None:
     """The model's rotary frequencies, where it keeps them (``rotary_emb.inv_freq`` of its core,
     or the first of ``buffers`` it has: Gemma 3 keeps one per layer kind, Laguna one per kind
     it has) and they do not

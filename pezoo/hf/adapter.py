@@ -27,6 +27,8 @@ class Adapter:
         planned_width: columns to plan positions for, while ``generate`` runs (from
             ``max_new_tokens``).
         next_width: the same for the next sequence batch only (:func:`pezoo.hf.plan`).
+        generating: whether ``generate`` runs (its position_ids, derived from the mask, are
+            not checked against pezoo's; a caller's are).
         scale_hint: the instance scale n per row (b,), for encodings that read one
             (:func:`pezoo.hf.set_scale_hint`).
         call: the current forward call's context (:class:`pezoo.hf.calls.Call`).
@@ -39,6 +41,7 @@ class Adapter:
         self.head_dim = head_dim
         self.planned_width = 0
         self.next_width = 0
+        self.generating = False  # inside generate, whose position_ids are derived from the mask as pezoo's
         self.window: int | None = None
         self.dropout = 0.0  # the model's attention-probability dropout, which pezoo.attend does not apply
         self.scale_hint: Tensor | None = None

@@ -68,11 +68,17 @@ def config_class(model_type: str) -> type[PretrainedConfig]:
     return _MADE[name]
 
 
+def original_causal_lm(model_type: str) -> type[PreTrainedModel]:
+    """transformers' causal LM class of a family (``llama`` -> ``LlamaForCausalLM``): what
+    ``AutoModelForCausalLM`` builds for it, and the only class of it ``use_encoding`` adapts."""
+    return getattr(_original_module(model_type, "modeling"), MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+
+
 def causal_lm_class(model_type: str) -> type[PreTrainedModel]:
     """The adapted causal LM class of a family (``llama`` -> ``PezooLlamaForCausalLM``)."""
     if not _LM_METHODS:
         raise RuntimeError("pezoo.hf.auto makes adapted models once pezoo.hf has registered them (import pezoo.hf)")
-    original = getattr(_original_module(model_type, "modeling"), MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+    original = original_causal_lm(model_type)
     name = f"Pezoo{original.__name__}"
     if name not in _MADE:
         body = {**_LM_METHODS, "config_class": config_class(model_type), "__module__": __name__}

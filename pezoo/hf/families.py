@@ -102,8 +102,6 @@ ATTENTION_NAME = "pezoo"
 """The key of pezoo's attention function in transformers' ``AttentionInterface``."""
 
 
-
-
 def pezoo_attention(
     module: nn.Module,
     query: Tensor,
@@ -349,7 +347,12 @@ FAMILIES: dict[str, Family] = {
     "exaone_moe": Family("layers", "self_attn", _per_head_norms, own=_exaone4_own, own_options=_exaone4_options),
     "olmo3": Family("layers", "self_attn", _full_width_norms, own="hybrid", own_options=_local_global_hybrid),
     "gemma3_text": Family(
-        "layers", "self_attn", _per_head_norms, own="hybrid", softcap=_gemma2_softcap, own_options=_local_global_hybrid,
+        "layers",
+        "self_attn",
+        _per_head_norms,
+        own="hybrid",
+        softcap=_gemma2_softcap,
+        own_options=_local_global_hybrid,
         refuse=_bidirectional_refusal,
     ),
     # Gemma 4: Gemma 3's local and global layers, the global ones with heads of their own width and p-RoPE
@@ -358,7 +361,12 @@ FAMILIES: dict[str, Family] = {
         "layers", "self_attn", _gemma4, own="hybrid", own_options=_gemma4_hybrid, refuse=_bidirectional_refusal
     ),
     "llama4_text": Family(
-        "layers", "self_attn", _llama4, own="hybrid", rope_layout="interleaved", own_options=_llama4_hybrid,
+        "layers",
+        "self_attn",
+        _llama4,
+        own="hybrid",
+        rope_layout="interleaved",
+        own_options=_llama4_hybrid,
         core="model",  # its base_model_prefix names the multimodal model's text part, so base_model is the LM
     ),
     # Meta's CWM: RoPE (Llama 3-scaled) on every layer, three windowed layers to a global one
@@ -372,7 +380,12 @@ FAMILIES: dict[str, Family] = {
     # Laguna (Poolside): RoPE of its own per layer kind (half of each head on the global layers), windowed
     # layers mixed in by layer_types; q and k normed per head; a softplus gate per head or per feature
     "laguna": Family(
-        "layers", "self_attn", _per_head_norms, own=_laguna_own, own_options=_laguna_options, gate=_softplus_gate,
+        "layers",
+        "self_attn",
+        _per_head_norms,
+        own=_laguna_own,
+        own_options=_laguna_options,
+        gate=_softplus_gate,
         refuse=_laguna_refusal,
     ),
     # Beam (Reflection AI): RNoPE-SWA, its NoPE layers' queries under a temperature, q and k normed per head,

@@ -6,6 +6,7 @@ prompt plus the new tokens; the dynamic KV cache only)."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -61,7 +62,7 @@ _SIGNATURES: dict[type, inspect.Signature] = {}
 
 _DYNAMIC_ONLY = (
     "pezoo.hf keeps the encoding's state with the default dynamic KV cache; {} is not supported "
-    "(leave cache_implementation unset)"
+    "(leave cache_implementation unset, in generate's arguments and in model.generation_config)"
 )
 
 
@@ -102,6 +103,12 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if ids is None:
             raise ValueError("give input_ids or inputs_embeds")
         embeds = self.get_input_embeddings()(ids)  # (b, s, d)
+    if embeds.is_meta:
+        raise ValueError(
+            "pezoo.hf cannot run a model on the meta device: it plans each row's positions from the attention "
+            "mask's values, which meta tensors do not hold; materialise the model first (model.to_empty(device=...) "
+            "then reset_parameters() on each module, or load it with from_pretrained)"
+        )
     b, s = embeds.shape[:2]
     cache, use_cache = _call_cache(self, arguments.get(cache_name), arguments.get("use_cache"))
     n_cached = cache.get_seq_length() if cache is not None else 0
@@ -111,9 +118,10 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
             f"reproduce (its attention is global); got {n_cached + s} tokens"
         )
     mask = _key_mask(arguments.get("attention_mask"), b, n_cached + s, embeds.device)
+    state = _encoding_state(cache, n_cached)
     call = calls.build_call(
         adapter.encoding,
-        _encoding_state(cache, n_cached),
+        state,
         mask,
         n_cached,
         s,
@@ -122,6 +130,8 @@ def _base_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         scale_hint=adapter.scale_hint,
         head_dim=adapter.head_dim,
     )
+    if not adapter.generating:  # generate derives its position_ids from the mask, as pezoo does
+        _check_position_ids(arguments.get("position_ids", extra.get("position_ids")), state, mask, n_cached)
     call.probs = bool(
         arguments.get(
             "output_attentions", extra.get("output_attentions", getattr(self.config, "output_attentions", False))
@@ -192,6 +202,39 @@ def _key_mask(mask: Tensor | None, b: int, keys: int, device: torch.device) -> T
     return mask
 
 
+def _check_position_ids(position_ids: Tensor | None, state: dict[Any, Any], mask: Tensor, n_cached: int) -> None:
+    """ValueError unless the caller's ``position_ids`` (b|1, s) are the positions pezoo gives
+    the real new tokens: each one's column counted from its row's first real token. pezoo.hf
+    takes the positions from the attention mask and reads no ``position_ids``: ones that say
+    otherwise (packed sequences restarting within a row, as ``DataCollatorWithFlattening``
+    gives them, whose documents the model itself keeps apart; an offset) would be ignored
+    silently. Not checked under compile (a host sync)."""
+    if position_ids is None or torch.compiler.is_compiling():
+        return
+    first: Tensor = state["pezoo.hf"]["first"]  # (b,)
+    b, s = mask.shape[0], mask.shape[1] - n_cached
+    given = position_ids.reshape(-1, position_ids.shape[-1]) if position_ids.dim() in (1, 2) else position_ids
+    if given.dim() != 2 or given.shape[-1] != s or given.shape[0] not in (1, b):
+        raise ValueError(
+            f"pezoo.hf: position_ids of shape {tuple(position_ids.shape)} do not fit this call's {b} rows of {s} new "
+            "tokens; pezoo.hf takes the positions from the attention mask: drop position_ids"
+        )
+    column = torch.arange(n_cached, n_cached + s, device=mask.device)[None, :]  # (1, s)
+    ours = column - first.to(mask.device)[:, None]  # (b, s)
+    real = mask[:, n_cached:].to(torch.bool) & (ours >= 0)
+    wrong = real & (given.to(ours.device) != ours)
+    if not bool(wrong.any()):
+        return
+    row = int(wrong.any(dim=1).nonzero()[0])
+    theirs = given[min(row, given.shape[0] - 1)][real[row]]
+    raise ValueError(
+        f"pezoo.hf takes each token's position from the attention mask, counted from its row's first real token, "
+        f"and reads no position_ids: row {row}'s are {theirs[:8].tolist()}, where pezoo's are "
+        f"{ours[row][real[row]][:8].tolist()}. Packed sequences (positions restarting within a row) and offsets are "
+        "not supported: drop position_ids, and give each sequence a row of its own with an attention mask"
+    )
+
+
 def _encoding_state(cache: Any, n_cached: int) -> dict[Any, Any]:
     """The encoding's state for this sequence batch: kept with its KV cache (a fresh one when
     the cache starts empty), or a throwaway one without a cache."""
@@ -218,10 +261,10 @@ def _generate(self: Any, *args: Any, **kwargs: Any) -> Any:
     from transformers.cache_utils import DynamicCache
 
     adapter: Adapter = self._pezoo_adapter
-    ids = kwargs.get("input_ids", args[0] if args else None)
+    ids = _prompt(args, kwargs)
     config = kwargs.get("generation_config") or self.generation_config
-    implementation = kwargs.get("cache_implementation", getattr(config, "cache_implementation", None))
-    if implementation not in (None, "dynamic"):
+    implementation = _cache_implementation(self, kwargs)
+    if implementation not in _DYNAMIC:
         raise ValueError(_DYNAMIC_ONLY.format(f"cache_implementation={implementation!r}"))
     takes_cache = "cache" in inspect.signature(_original(type(self)).forward).parameters  # transformers' new name
     cache_name = "cache" if takes_cache else "past_key_values"
@@ -244,7 +287,56 @@ def _generate(self: Any, *args: Any, **kwargs: Any) -> Any:
         for name in ("cache", "past_key_values"):  # an explicit None under either name: one name only
             kwargs.pop(name, None)
         kwargs[cache_name] = DynamicCache()  # every key on every layer (see _call_cache)
+        if implementation is not None:  # the cache is given: transformers refuses it beside any implementation
+            _unset_cache_implementation(self, kwargs)
+    if kwargs.get("position_ids") is not None and ids is not None:
+        mask = _key_mask(kwargs.get("attention_mask"), ids.shape[0], ids.shape[1], ids.device)
+        _check_position_ids(kwargs["position_ids"], {"pezoo.hf": {"first": calls.first_real(mask)}}, mask, 0)
+    generating, adapter.generating = adapter.generating, True
     try:
         return _original(type(self)).generate(self, *args, **kwargs)
     finally:
         adapter.planned_width = before
+        adapter.generating = generating
+
+
+_DYNAMIC = (None, "dynamic", "hybrid")
+"""The ``cache_implementation`` values that mean the dynamic cache pezoo.hf keeps its state with:
+unset, ``"dynamic"``, and ``"hybrid"``, which Gemma 2's and Gemma 3's checkpoints ship in their
+generation config and transformers unsets itself (its sliding layers now default to the
+dynamic cache)."""
+
+
+def _cache_implementation(model: Any, kwargs: dict[str, Any]) -> str | None:
+    """The ``cache_implementation`` ``generate`` would use, as transformers merges it: the
+    keyword, else a given ``generation_config``'s, else (where that leaves it unset) the model's."""
+    if "cache_implementation" in kwargs:
+        return kwargs["cache_implementation"]
+    given = getattr(kwargs.get("generation_config"), "cache_implementation", None)
+    return given if given is not None else model.generation_config.cache_implementation
+
+
+def _unset_cache_implementation(model: Any, kwargs: dict[str, Any]) -> None:
+    """``generate``'s ``kwargs`` with ``cache_implementation`` unset wherever it is set (the
+    keyword, a given ``generation_config``, the model's own), in place: pezoo.hf passes its
+    ``DynamicCache``, which transformers refuses beside any implementation."""
+    given = kwargs.get("generation_config")
+    if given is not None and given.cache_implementation is not None:
+        kwargs["generation_config"] = copy.deepcopy(given)  # the caller's stays as it was
+        kwargs["generation_config"].cache_implementation = None
+    if "cache_implementation" in kwargs or model.generation_config.cache_implementation is not None:
+        kwargs["cache_implementation"] = None  # over the model's own, which transformers merges in
+
+
+def _prompt(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None:
+    """The prompt ``generate`` was given, whose width (axis 1) plans the positions: positionally or
+    as ``inputs`` (transformers' name), ``input_ids``, or ``inputs_embeds`` (b, s, d); None without one."""
+    for prompt in (
+        args[0] if args else None,
+        kwargs.get("inputs"),
+        kwargs.get("input_ids"),
+        kwargs.get("inputs_embeds"),
+    ):
+        if prompt is not None:
+            return prompt
+    return None

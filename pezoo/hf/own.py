@@ -18,6 +18,7 @@ from pezoo.encodings.ssmax import BEAM_ATTN_SCALE, BEAM_FLOOR_SCALE
 
 __all__ = ["sliding_window"]
 
+
 def _gemma2_softcap(config: Any) -> float | None:
     """Gemma 2's attention-logit soft-capping (``attn_logit_softcapping``), or None when it is off."""
     cap = getattr(config, "attn_logit_softcapping", None)

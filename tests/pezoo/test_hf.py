@@ -788,3 +788,109 @@ def test_a_scale_hint_that_is_not_finite_positive_numbers_is_refused(hint):
 def test_model_dims_of_a_config_dict_says_to_make_a_config():
     with pytest.raises(ValueError, match="wants a transformers config object"):  # an AttributeError before
         pezoo.hf.model_dims({"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2})
+
+
+# --- hostile inputs: the model given, caches, positions, the prompt's name -------------------------
+
+
+@pytest.mark.parametrize("head", ["LlamaModel", "LlamaForSequenceClassification"])
+def test_a_model_that_is_no_causal_lm_is_refused_before_anything_changes(head):
+    """A base model (AutoModel) or a classifier became PezooLlamaForCausalLM, then failed at the
+    first forward with "has no attribute 'model'" / "'lm_head'"."""
+    model = getattr(transformers, head)(tiny("llama").config).eval()
+    with pytest.raises(
+        ValueError, match=f"must be a LlamaForCausalLM .* got a {head}; load it with AutoModelForCausalLM"
+    ):
+        pezoo.hf.use_encoding(model, "alibi")
+    assert type(model) is getattr(transformers, head) and not hasattr(model, "pezoo_encoding")
+
+
+def test_a_backend_that_is_no_string_is_named():
+    """backend=None gave "'NoneType' object is not iterable"."""
+    with pytest.raises(TypeError, match=r"backend is an attention backend's name, one of auto, .*; got None"):
+        pezoo.hf.use_encoding(tiny("llama"), "alibi", backend=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("implementation", ["dynamic", "hybrid"])
+@pytest.mark.parametrize("where", ["keyword", "model", "given"])
+def test_the_dynamic_cache_by_name_generates_as_the_default(implementation, where):
+    """``"dynamic"`` (the cache pezoo.hf keeps) failed in transformers with "Passing both
+    cache_implementation and cache", and ``"hybrid"`` (in Gemma 2's and 3's hub generation
+    configs, which transformers unsets itself) was refused: neither asked for another cache."""
+    model = adapted("llama", "alibi")
+    ids, mask = left_padded(PROMPTS)
+    options = {"max_new_tokens": NEW, "do_sample": False}
+    want = model.generate(ids, attention_mask=mask, **options)
+    kwargs = {**options, "cache_implementation": implementation} if where == "keyword" else options
+    if where == "model":
+        model.generation_config.cache_implementation = implementation
+    if where == "given":
+        given = transformers.GenerationConfig(cache_implementation=implementation, **options)
+        kwargs = {"generation_config": given}
+    got = model.generate(ids, attention_mask=mask, **kwargs)
+    assert got.tolist() == want.tolist()
+    if where == "given":
+        assert given.cache_implementation == implementation  # the caller's config is left as it was
+    if where == "model":
+        assert model.generation_config.cache_implementation == implementation
+
+
+def test_a_static_cache_in_the_models_generation_config_is_refused_naming_it():
+    model = adapted("llama", "alibi")
+    model.generation_config.cache_implementation = "static"
+    with pytest.raises(ValueError, match=r"dynamic KV cache; cache_implementation='static' .* model.generation_config"):
+        model.generate(torch.tensor([PROMPTS[0]]), max_new_tokens=2)
+
+
+@pytest.mark.parametrize(
+    ("positions", "mask"),
+    [
+        ([[0, 1, 2, 0, 1, 2]], None),  # two sequences packed in a row (DataCollatorWithFlattening's position_ids)
+        ([[10, 11, 12, 13, 14, 15]], None),  # an offset
+        ([[0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5]], "left-padded"),  # counting the pads of the second row
+    ],
+)
+def test_position_ids_pezoo_would_ignore_are_refused(positions, mask):
+    """pezoo.hf takes the positions from the mask; position_ids that said otherwise were ignored
+    silently (the untouched model keeps packed sequences apart by them)."""
+    model = adapted("llama", "rope")
+    ids, padding = left_padded(PROMPTS) if mask else (torch.tensor([PROMPTS[0]]), None)
+    with pytest.raises(ValueError, match=r"reads no position_ids: row \d's are .* Packed sequences"):
+        model(ids, attention_mask=padding, position_ids=torch.tensor(positions))
+
+
+def test_position_ids_equal_to_pezoos_are_taken_in_a_decoding_loop_and_in_generate():
+    model = adapted("llama", "rope")
+    ids, mask = left_padded(PROMPTS)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate derives them: from each row's first real token
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask).logits
+        first = model(ids[:, :4], attention_mask=mask[:, :4], position_ids=positions[:, :4], use_cache=True)
+        rest = model(ids[:, 4:], attention_mask=mask, position_ids=positions[:, 4:], cache=first.past_key_values)
+    real = mask.bool()
+    torch.testing.assert_close(torch.cat([first.logits, rest.logits], 1)[real], full[real], atol=1e-5, rtol=0)
+    want = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False)
+    got = model.generate(ids, attention_mask=mask, position_ids=positions, max_new_tokens=NEW, do_sample=False)
+    assert got.tolist() == want.tolist()
+    with pytest.raises(ValueError, match="reads no position_ids"):
+        model.generate(ids, attention_mask=mask, position_ids=torch.arange(6).expand(2, -1), max_new_tokens=NEW)
+
+
+@pytest.mark.parametrize("prompt", ["inputs", "inputs_embeds"])
+def test_generate_plans_the_positions_for_a_prompt_by_any_name(prompt):
+    """``generate(inputs=ids)`` (transformers' name) and ``inputs_embeds`` planned no positions:
+    randomized PE then stopped at the first new token, saying to give max_new_tokens, which was given."""
+    torch.manual_seed(0)
+    model = pezoo.hf.use_encoding(tiny("llama"), "randomized:rope")
+    ids, mask = left_padded(PROMPTS)
+    given = ids if prompt == "inputs" else model.get_input_embeddings()(ids).detach()
+    out = model.generate(**{prompt: given}, attention_mask=mask, max_new_tokens=NEW, do_sample=False)
+    assert out.shape[1] == (ids.shape[1] if prompt == "inputs" else 0) + NEW
+
+
+def test_a_forward_on_the_meta_device_says_to_materialise_the_model():
+    """The untouched model runs on meta tensors (shape inference); the adapted one failed deep in
+    the position plan with "Tensor.item() cannot be called on meta tensors"."""
+    model = adapted("llama", "alibi").to(device="meta")
+    with pytest.raises(ValueError, match=r"meta device: .* materialise the model first"):
+        model(torch.tensor([PROMPTS[0]]))
