@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.config import shown
+from harness.records.files import nearest_existing
 from harness.records.inputs import MANIFEST_LIMIT, FileReadError, read_text
 from leaderboard.readme import README_MARK, is_generated_readme
 from leaderboard.schema import parse_json
@@ -150,6 +151,9 @@ def _readme_target(readme: Path) -> Path:
         raise SiteError(f"{readme} is a symlink; `build` writes the README only as a file of its own (--readme)")
     if readme.exists() and not readme.is_file():
         raise SiteError(f"{readme} is not a regular file; choose another --readme")
+    folder = nearest_existing(readme.parent)  # a file on the way: the write named its temporary file
+    if folder is not None and not folder.is_dir():
+        raise SiteError(f"{readme} cannot be written: {folder} is not a folder; choose another --readme")
     return readme
 
 

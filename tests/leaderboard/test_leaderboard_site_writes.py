@@ -194,3 +194,15 @@ def test_export_to_an_unwritable_folder_is_one_line_and_writes_nothing(tmp_path,
     out = tmp_path / "results"
     assert "Permission denied" in _one_line_error(CliRunner().invoke(main, [*run, str(out)]))
     assert not [p for p in out.rglob("*") if p.is_file()]  # no results file, no temporary file
+
+
+def test_a_readme_under_a_file_is_refused_naming_the_file_before_anything_is_written(tmp_path):
+    """It said "cannot write FILE/.r.md.<pid>.<hex>.tmp: Not a directory", after checks, naming
+    a temporary file the user never asked for."""
+    results = _results(tmp_path)
+    (tmp_path / "FILE").write_text("not a folder\n")
+    before = _snapshot(tmp_path)
+    error = _one_line_error(_build(results, tmp_path / "site", "--readme", str(tmp_path / "FILE" / "r.md")))
+    assert error.endswith(f"{tmp_path / 'FILE'} is not a folder; choose another --readme")
+    assert ".tmp" not in error
+    assert _snapshot(tmp_path) == before and not (tmp_path / "site").exists()
