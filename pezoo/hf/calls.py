@@ -216,7 +216,8 @@ def _grow(pe: PositionalEncoding, plan: Tensor | None, first: Tensor, width: int
         raise ValueError(
             f"{pe.name or type(pe).__name__}'s positions depend on the sequence length, and this call runs "
             f"past the {plan.shape[-1]} planned: generate with max_new_tokens (model.generate plans for it), "
-            "or call pezoo.hf.plan(model, width) before the first call"
+            "or call pezoo.hf.plan(model, width) before the first call; a sequence that continues from a "
+            "returned cache cannot grow its plan: generate it again from its start with the total max_new_tokens"
         )
     return new
 
