@@ -310,7 +310,7 @@ def test_positions_that_depend_on_the_length_must_be_planned():
     ids = torch.tensor([PROMPTS[0]])
     with torch.no_grad():
         cache = model(ids[:, :3], use_cache=True).past_key_values
-        with pytest.raises(ValueError, match="pezoo.hf.plan.*continues from a returned cache"):
+        with pytest.raises(ValueError, match=r"pezoo\.hf\.plan.*continues from a returned cache"):
             model(ids[:, 3:4], cache=cache, use_cache=True)  # a continuation's plan cannot grow: said so
         pezoo.hf.plan(model, ids.shape[1])
         cache = model(ids[:, :3], use_cache=True).past_key_values
