@@ -40,6 +40,7 @@ ROW_COLUMNS = [
     "task",
     "train_max",
     "test_max",
+    "test_range",
     "rank",
     "ties_above",
     "status",
@@ -50,7 +51,9 @@ ROW_COLUMNS = [
     "seeds_wanted",
     *(f"{score}{part}" for score in SCORES for part in ("", "_min", "_max")),
 ]
-"""Columns of ``per="row"``. ``rank`` is the board's (NA where it shows —); ``ties_above``
+"""Columns of ``per="row"``. ``test_range`` is the largest test scale the table's runs were
+planned to (a table's identity beside preset and task: copy tested to 40 and copy tested to
+100 are two tables, each ranked on its own). ``rank`` is the board's (NA where it shows —); ``ties_above``
 is its ≈ (the permutation test does not put it below a row ranked above); ``status`` is
 ``ranked``, ``did not fit`` or ``pending`` (fewer seeds than the plan wants); each score
 (``em_beyond``, ``reach``, ...: ``leaderboard.rows.SCORES``) as its mean over seeds and
@@ -90,15 +93,15 @@ def read_results(path: str | Path | None = None, *, per: str = "row", plans: boo
     rows = _rows(board)
     if per == "row":
         return rows
-    keys = ["preset", "task", "label"]
-    ranks = rows[[*keys, "rank", "status"]].rename(columns={"label": "pe"})
+    keys = ["preset", "task", "test_range", "pe"]  # a board row: a task may have several tables
+    ranks = rows[["preset", "task", "test_range", "label", "rank", "status"]].rename(columns={"label": "pe"})
     if per == "seed":
         seeds = _seeds(board)
-        return seeds.merge(ranks, on=["preset", "task", "pe"], how="left", validate="many_to_one")
+        return seeds.merge(ranks, on=keys, how="left", validate="many_to_one")
     df = frame(board.records)
-    fit = _seeds(board)[["preset", "task", "pe", "seed", "fits"]]
-    df = df.merge(fit, on=["preset", "task", "pe", "seed"], how="left", validate="many_to_one")
-    return df.merge(ranks, on=["preset", "task", "pe"], how="left", validate="many_to_one")
+    fit = _seeds(board)[[*keys, "seed", "fits"]]
+    df = df.merge(fit, on=[*keys, "seed"], how="left", validate="many_to_one")
+    return df.merge(ranks, on=keys, how="left", validate="many_to_one")
 
 
 def _status(row: Row) -> str:
@@ -116,6 +119,7 @@ def _rows(board: Board) -> pd.DataFrame:
                 "task": table.task,
                 "train_max": table.train_max,
                 "test_max": table.test_max,
+                "test_range": table.tested_to,
                 "rank": row.rank,
                 "ties_above": row.overlaps_above,
                 "status": _status(row),
@@ -142,6 +146,7 @@ def _seeds(board: Board) -> pd.DataFrame:
             for i, seed in enumerate(row.seeds):
                 item: dict[str, Any] = {"preset": table.preset, "task": table.task, "pe": row.label}
                 item.update({"encoding": row.encoding, "seed": seed, "train_max": table.train_max})
+                item["test_range"] = table.tested_to
                 item.update({score: row.per_seed[score][i] for score in SCORES})
                 item["fits"] = ranking.fits(item["em_within"])
                 out.append(item)

@@ -69,7 +69,7 @@ def smoke_store(path: str) -> None:
 
 
 def small_board(folder: str = "my/results") -> None:
-    """A results folder at ``folder`` (two encodings, three seeds each, made-up metrics,
+    """A results folder at ``folder`` (two encodings, three seeds each, on two tables of copy, made-up metrics,
     tests/leaderboard/leaderboard_fixtures.py's records), which also stands in for the
     published board (``leaderboard.read_results()``'s default; reading the real one takes
     seconds) until the page's examples are done."""
@@ -78,7 +78,8 @@ def small_board(folder: str = "my/results") -> None:
     fixtures = _suite_module("leaderboard/leaderboard_fixtures.py")
     em = {"rope": [1.0, 1.0, 1.0, 0.5, 0.0], "alibi": [1.0, 1.0, 1.0, 1.0, 0.75]}  # trained on 1..3
     records = [
-        fixtures.make_record(pe, "copy", seed, dict(enumerate(em[pe], 1)), train_max=3)
+        fixtures.make_record(pe, "copy", seed, dict(enumerate(em[pe] + extra, 1)), train_max=3)
+        for extra in ([], [0.0])  # copy tested to 5 and to 6: two tables of one task, as the board's copy
         for pe in em
         for seed in range(3)
     ]

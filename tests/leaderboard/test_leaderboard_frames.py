@@ -104,3 +104,26 @@ def test_a_plan_next_to_the_results_leaves_rows_short_of_their_seeds_unranked(tm
     fit = unplanned["seeds_fit"] == unplanned["seeds"]
     assert fit.any() and (planned.set_index("label").loc[unplanned.loc[fit, "label"], "status"] == "pending").all()
     assert (unplanned.loc[fit, "status"] == "ranked").all() and unplanned.loc[fit, "rank"].notna().all()
+
+
+def test_a_task_with_two_tables_ranks_each_seed_and_length_in_its_own_table(tmp_path):
+    """copy tested to 7 and copy tested to 9 are two tables (as the board's copy to 40 and to
+    100): per="seed" and per="length" raised pandas' MergeError ("merge keys are not unique")
+    on the published board, merging ranks on (preset, task, pe) alone."""
+    longer = {**ALIBI, 8: 0.0, 9: 0.0}  # alibi fails past 7 in the longer table: ranked below rope there
+    rope_longer = {**ROPE1, 8: 1.0, 9: 1.0}
+    folder = tmp_path / "results"
+    records = [make_record(pe, "copy", seed, em, train_max=3) for pe, seed, em in RUNS]
+    records += [
+        make_record("alibi", "copy", 0, longer, train_max=3),
+        make_record("rope", "copy", 0, rope_longer, train_max=3),
+    ]
+    write_jsonl(folder / "smoke-20261124-000000000000.jsonl", records)
+    rows = leaderboard.read_results(folder, plans=False)
+    assert sorted(rows["test_range"].unique()) == [7, 9]
+    for per in ("seed", "length"):
+        df = leaderboard.read_results(folder, per=per, plans=False)
+        ranks = df.groupby(["test_range", "pe"])["rank"].first()
+        assert (ranks.loc[(7, "alibi")], ranks.loc[(7, "rope")]) == (1, 2), per
+        assert (ranks.loc[(9, "rope")], ranks.loc[(9, "alibi")]) == (1, 2), per
+    assert len(leaderboard.read_results(folder, per="seed", plans=False)) == len(records)
