@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
 from typing import Any, TypeVar
@@ -47,6 +48,25 @@ def unknown_name_message(kind: str, name: str, valid: Sequence[str]) -> str:
     return f"unknown {kind} {name!r}.{hint} Valid {kind}s: {', '.join(valid)}"
 
 
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+"""What a registered name may be: letters, digits, ``_``, ``.`` and ``-`` (not starting with
+``.`` or ``-``), as an encoding spec reads one (:mod:`pezoo.spec`). The rest have meanings in a
+name or a spec: ``:`` a wrapper, ``+`` a combination, ``{`` options, ``@`` a variant, ``,`` a
+list; a name holding one would be listed but never reached by :func:`create`."""
+
+
+def name_problem(kind: str, name: Any) -> str | None:
+    """Why ``name`` cannot be registered as a ``kind`` (a sentence), or None where it can."""
+    if not isinstance(name, str):
+        return f"{kind} names are strings such as 'my_{kind}', got {name!r} ({type(name).__name__})"
+    if NAME_PATTERN.fullmatch(name) is None:
+        return (
+            f"{kind} name {name!r} may hold only letters, digits, '_', '.' and '-' (and start with neither '.' "
+            "nor '-'): ':' marks a wrapper, '+' a combination, '{' options, '@' a variant and ',' a list"
+        )
+    return None
+
+
 def _source(factory: Any) -> str:
     """Where a factory comes from, for messages: ``module.QualName`` or an entry point's value."""
     if isinstance(factory, _LazyEntryPoint):
@@ -65,10 +85,13 @@ class Registry(Mapping[str, Callable[..., Any]]):
     Args:
         kind: what is registered ("encoding", "task"), used in messages.
         entry_point_group: Python entry-point group third-party packages register in.
+        base: the class a plugin's class must subclass (PositionalEncoding for encodings);
+            a plugin naming another class, or anything that cannot be called, does not load.
     """
 
-    def __init__(self, kind: str, entry_point_group: str | None = None) -> None:
+    def __init__(self, kind: str, entry_point_group: str | None = None, base: type | None = None) -> None:
         self.kind = kind
+        self._base = base
         self._group = entry_point_group
         self._factories: dict[str, Callable[..., Any] | _LazyEntryPoint] = {}  # a plugin: lazy until looked up
         self._entry_points_loaded = entry_point_group is None
@@ -76,6 +99,18 @@ class Registry(Mapping[str, Callable[..., Any]]):
         """Plugins that failed to load: name -> error message (filled by lookups and :meth:`load_plugins`)."""
 
     def register(self, name: str, factory: Callable[..., Any]) -> None:
+        """Add ``factory`` under ``name``. Registering the same factory again under its name
+        does nothing; another factory under a taken name is a ValueError naming both. A name
+        that is no string or holds a character with a meaning in names (:data:`NAME_PATTERN`),
+        and a factory that cannot be called, are refused, and nothing is registered."""
+        problem = name_problem(self.kind, name)
+        if problem is not None:
+            raise TypeError(problem) if not isinstance(name, str) else ValueError(problem)
+        if not callable(factory):
+            raise TypeError(
+                f"{self.kind} {name!r}: the factory must be callable (a class or a function), got {factory!r} "
+                f"({type(factory).__name__})"
+            )
         if name in self._factories and self._factories[name] is not factory:
             first, second = _source(self._factories[name]), _source(factory)
             raise ValueError(f"{self.kind} {name!r} is registered twice: by {first} and by {second}")
@@ -87,7 +122,11 @@ class Registry(Mapping[str, Callable[..., Any]]):
         found: dict[str, _LazyEntryPoint] = {}
         clashes = []
         for ep in metadata.entry_points(group=self._group):
-            plugin = _LazyEntryPoint(ep)
+            plugin = _LazyEntryPoint(ep, self._base)
+            problem = name_problem(self.kind, ep.name)
+            if problem is not None:  # listed apart as broken, never as a name create cannot reach
+                self.broken[ep.name] = f"could not load plugin {plugin.source}: {problem}"
+                continue
             other = found.get(ep.name) or self._factories.get(ep.name)
             if other is None:
                 found[ep.name] = plugin
@@ -152,8 +191,8 @@ class _LazyEntryPoint:
     and ``name`` must agree, or ``create(key).name`` would be another encoding's name).
     """
 
-    def __init__(self, ep: metadata.EntryPoint) -> None:
-        self._ep = ep
+    def __init__(self, ep: metadata.EntryPoint, base: type | None = None) -> None:
+        self._ep, self._base = ep, base
         dist = getattr(ep, "dist", None)
         where = f" (distribution {dist.name})" if dist is not None and getattr(dist, "name", None) else ""
         self.source = f"entry point {ep.name} = {ep.value!r}{where}"
@@ -164,6 +203,11 @@ class _LazyEntryPoint:
         except (Exception, SystemExit) as exc:  # sys.exit() at import: this plugin is broken, not pezoo
             what = f"{type(exc).__name__}: {exc}" if isinstance(exc, SystemExit) or not str(exc) else str(exc)
             raise ImportError(f"could not load plugin {self.source}: {what}") from exc
+        base = self._base
+        if not callable(factory) or (base is not None and isinstance(factory, type) and not issubclass(factory, base)):
+            what = f"the class {_source(factory)}" if isinstance(factory, type) else repr(factory)
+            wanted = f"a {base.__name__} subclass or a function returning one" if base else "a class or a function"
+            raise ImportError(f"could not load plugin {self.source}: it names {what}, not {wanted}")
         if isinstance(factory, type) and issubclass(factory, PositionalEncoding):
             if not factory.name:
                 factory.name = self._ep.name  # derived from the entry-point key
@@ -178,7 +222,7 @@ class _LazyEntryPoint:
         return f"<{self.source}>"
 
 
-ENCODINGS = Registry("encoding", ENTRY_POINT_GROUP)
+ENCODINGS = Registry("encoding", ENTRY_POINT_GROUP, base=PositionalEncoding)
 WRAPPERS: dict[str, Callable[..., PositionalEncoding]] = {}
 """Prefix wrappers: ``create("randomized:rope")`` -> ``WRAPPERS["randomized"](create("rope"))``."""
 
@@ -218,8 +262,21 @@ def register(name: str, *, card: PaperCard | None = None) -> Callable[[_Encoding
     own type. A wrapper's card (``randomized``) serves its wrapped forms too."""
 
     def deco(cls: _Encoding) -> _Encoding:
-        cls.name = name
+        # every refusal before anything changes: a failed registration leaves the class's name
+        if not (isinstance(cls, type) and issubclass(cls, PositionalEncoding)):
+            got = f"the class {_source(cls)}" if isinstance(cls, type) else repr(cls)
+            raise TypeError(
+                f"@register({name!r}) decorates a subclass of pezoo.PositionalEncoding, got {got} (a factory "
+                "function is registered with pezoo.base.ENCODINGS.register(name, factory))"
+            )
+        other = next((n for n, f in ENCODINGS._factories.items() if f is cls and n != name), None)
+        if other is not None:  # its one name attribute would say the second name for both keys
+            raise ValueError(
+                f"@register({name!r}): {_source(cls)} is registered as {other!r} already, and a class has one "
+                f"name; register a subclass of it under {name!r}"
+            )
         ENCODINGS.register(name, cls)
+        cls.name = name
         if card is not None:
             CARDS[name] = card
         return cls
@@ -369,9 +426,15 @@ def create(name: str, *, dims: ModelDims | None = None, **config: Any) -> Positi
     shape to whichever constructor keywords want it. Unknown names raise
     :class:`UnknownNameError` listing the valid names; unknown config keys raise
     ``TypeError`` naming the accepted ones; a name that is no string ``TypeError``, and one
-    of more than :data:`MAX_WRAPPERS` wrappers ``ValueError``.
+    of more than :data:`MAX_WRAPPERS` wrappers ``ValueError``; ``dims`` that are no
+    :class:`ModelDims` and a factory that builds no :class:`PositionalEncoding` ``TypeError``.
     """
     _check_name(name)
+    if dims is not None and not isinstance(dims, ModelDims):
+        raise TypeError(
+            f"dims must be a pezoo.ModelDims(d_model=..., n_heads=..., n_layers=...), got {type(dims).__name__} "
+            f"{dims!r}"[:300]
+        )
     return _build(name, dims.as_kwargs() if dims is not None else {}, config)
 
 
@@ -395,13 +458,24 @@ def _build(name: str, shape: Mapping[str, int], config: Mapping[str, Any]) -> Po
         sized = {k: v for k, v in shape.items() if k in own}  # ssmax's heads
         options = {**sized, **{k: v for k, v in config.items() if k in own}}
         _check_values(wrapper, prefix, options)
-        return wrapper(inner, **options)
+        return _built(wrapper(inner, **options), f"{prefix}:", wrapper)
     if "+" in name:
         return _create_combined(name, shape, config)
     factory = ENCODINGS[name]
     wanted = _accepted_keys(factory)
     config = {**{k: v for k, v in shape.items() if k in wanted}, **config}
-    return _call_strict(factory, name, config)
+    return _built(_call_strict(factory, name, config), name, factory)
+
+
+def _built(encoding: Any, name: str, factory: Callable[..., Any]) -> PositionalEncoding:
+    """``encoding``, what ``factory`` (registered as ``name``) built, if it is an encoding; a
+    TypeError naming the factory and what it returned otherwise (it was returned as it came)."""
+    if not isinstance(encoding, PositionalEncoding):
+        raise TypeError(
+            f"encoding {name!r}: its factory {_source(factory)} returned {type(encoding).__module__}."
+            f"{type(encoding).__qualname__}, not a pezoo.PositionalEncoding"
+        )
+    return encoding
 
 
 def resolved_options(name: str, **config: Any) -> dict[str, Any]:

@@ -16,8 +16,12 @@ positions (randomized PE) are compared against themselves at equal positions.
 Axis letters: b batch, s sequence, d model width, h heads, e head dim, v vocab.
 
 Checks (``CHECKS``, run in this order by :func:`check_encoding`):
-    hook_shapes            hooks on plain tensors at several lengths: shapes, dtypes,
-                           sorted integer positions, biases materialise to (b, h, i, j)
+    hook_shapes            hooks on plain tensors at several lengths: each returns a tensor
+                           (qk a pair) of the right shape, dtype and device, leaves its inputs
+                           unchanged; sorted integer positions; biases materialise to
+                           (b, h, i, j) in the dtype asked for; a qk that widens q/k records
+                           the head dim in ctx.head_dim; attention_backends() names
+                           registered backends, qk_head_dims() one width per layer
     no_future_leakage      changing tokens at t.. leaves outputs before t unchanged
     backend_agreement      every usable backend equals eager (fp32): forward at the
                            length and, with key padding, at 3× it; parameter gradients
@@ -37,7 +41,9 @@ Checks (``CHECKS``, run in this order by :func:`check_encoding`):
     device_move            no module holds a tensor outside its parameters and buffers
                            (``.to(device)`` would leave it behind), and after
                            ``.to("meta")`` every parameter and buffer has moved
-    deterministic          the same seed gives bit-identical outputs (training mode)
+    deterministic          the same seed gives bit-identical outputs (training mode); eval
+                           mode gives the same whatever the global RNG state (under
+                           ``seeded`` where ``random_at_eval`` says evaluation draws)
     extrapolation          a forward pass at ``extrapolation_factor`` × the length
     gradients_finite       a training step gives finite gradients for the encoding
     empty_inputs           no tokens, or no sequences: an empty output of the right shape

@@ -19,9 +19,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pezoo.attention import BACKENDS
 from pezoo.backends import flex_compile
 from pezoo.biases import AttentionBias
 from pezoo.context import AttentionContext
+from pezoo.interface import PositionalEncoding
 from pezoo.registry import ModelDims
 from pezoo.scores import Normaliser, ScoreTransform
 from pezoo.testing.kit import (
@@ -59,16 +61,75 @@ def _seeded(seed: int, model: nn.Module, *args: Any, **kwargs: Any) -> Any:
         return model(*args, **kwargs)
 
 
+def _described(value: Any) -> str:
+    """``value`` in a few words for a message: a tensor by dtype and shape, a list by its items'
+    kinds, never a tensor's full repr."""
+    if isinstance(value, Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)} on {value.device}"
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(_described(v) if isinstance(v, Tensor) else type(v).__name__ for v in value[:3])
+        return f"a {type(value).__name__} of {len(value)} ({items}{', ...' if len(value) > 3 else ''})"
+    return f"{type(value).__name__} {value!r}"[:200]
+
+
+def _a_tensor(check: str, call: str, value: Any, device: torch.device) -> Tensor:
+    """``value``, what ``call`` returned, if it is a tensor on ``device``; fail naming ``call`` otherwise."""
+    if not isinstance(value, Tensor):
+        fail(check, f"{call} must return a tensor, got {_described(value)}")
+    if value.device.type != device.type or (device.index is not None and value.device.index != device.index):
+        fail(check, f"{call} returned a tensor on {value.device}, not on the inputs' device {device}")
+    return value
+
+
+def _left_alone(check: str, call: str, **inputs: tuple[Tensor, Tensor]) -> None:
+    """Fail unless each input (a copy taken before ``call``, the tensor after) is unchanged: a
+    hook that writes into its inputs changes what the caller computes next (the residual
+    stream, the q and k attention uses) without anything failing."""
+    for arg, (before, after) in inputs.items():
+        if not torch.equal(before, after):
+            fail(check, f"{call} changed its input {arg} in place; hooks must leave their inputs alone")
+
+
+def _check_declarations(check: str, pe: PositionalEncoding, cfg: KitConfig) -> None:
+    """What the encoding says of itself, read before it runs: the backends it runs on and the
+    head widths its qk takes."""
+    takes = pe.attention_backends()
+    if takes is not None:
+        if not isinstance(takes, (tuple, list)) or not all(isinstance(t, str) for t in takes):
+            fail(check, f"attention_backends() must return None or a tuple of backend names, got {_described(takes)}")
+        unknown = [t for t in takes if t not in BACKENDS]
+        if unknown:
+            fail(
+                check,
+                f"attention_backends() names {', '.join(map(repr, unknown))}, no registered backend "
+                f"(registered: {', '.join(sorted(BACKENDS))})",
+            )
+    n, e = cfg.dims.n_layers, cfg.dims.head_dim
+    widths = pe.qk_head_dims(e, n)
+    if not isinstance(widths, (list, tuple)) or len(widths) != n:
+        fail(check, f"qk_head_dims({e}, {n}) must return one entry per layer ({n}), got {_described(widths)}")
+    for layer, width in enumerate(widths):
+        if width is not None and (not isinstance(width, int) or isinstance(width, bool) or width != e):
+            fail(
+                check,
+                f"qk_head_dims({e}, {n}) says layer {layer} takes q/k {width!r} wide, but the kit model's heads are "
+                f"{e} wide (ModelDims.head_dim): build the encoding for the dims given to the kit",
+            )
+
+
 def check_hook_shapes(factory: Factory, cfg: KitConfig) -> None:
-    """Hooks on plain tensors: shapes, dtypes, sorted positions, materialisable biases."""
+    """Hooks on plain tensors: shapes, dtypes, devices, sorted positions, materialisable
+    biases, inputs left unchanged, and what the encoding declares of itself."""
     name = "hook_shapes"
     d, h, e, b = cfg.dims.d_model, cfg.dims.n_heads, cfg.dims.head_dim, cfg.batch
+    device = torch.device(cfg.device)
     for mode in ("train", "eval"):
         model = build_model(factory, cfg, cfg.seed)
         model.train(mode == "train")
         pe = model.pe
+        _check_declarations(name, pe, cfg)
         for s in sorted({1, 2, 5, cfg.length}):
-            pos = pe.positions(b, s, cfg.device)
+            pos = _a_tensor(name, f"positions({b}, {s})", pe.positions(b, s, cfg.device), device)
             if pos.dtype not in (torch.int32, torch.int64) or pos.dim() != 2 or pos.shape[-1] != s:
                 fail(
                     name,
@@ -80,27 +141,57 @@ def check_hook_shapes(factory: Factory, cfg: KitConfig) -> None:
                 fail(name, f"positions({b}, {s}) are not strictly increasing ({mode} mode): {pos.tolist()}")
             ctx = AttentionContext(q_pos=pos, k_pos=pos, scale_hint=scale_hints(cfg, b, s))
             x = torch.randn(b, s, d, device=cfg.device)
-            y = pe.embed(x, pos)
+            kept = x.clone(), pos.clone()
+            y = _a_tensor(name, "embed(x, pos)", pe.embed(x, pos), device)
+            _left_alone(name, "embed(x, pos)", x=(kept[0], x), pos=(kept[1], pos))
             if y.shape != x.shape or y.dtype != x.dtype:
                 fail(name, f"embed changed {tuple(x.shape)} {x.dtype} into {tuple(y.shape)} {y.dtype}")
             _finite(name, f"embed output at length {s}", y)
-            y2 = pe.embed_tokens(y, random_tokens(cfg, s), ctx)
+            tokens = random_tokens(cfg, s)
+            kept = y.clone(), tokens.clone()
+            y2 = _a_tensor(name, "embed_tokens(x, tokens, ctx)", pe.embed_tokens(y, tokens, ctx), device)
+            _left_alone(name, "embed_tokens(x, tokens, ctx)", x=(kept[0], y), tokens=(kept[1], tokens))
             if y2.shape != y.shape or y2.dtype != y.dtype:
                 fail(name, f"embed_tokens changed {tuple(y.shape)} {y.dtype} into {tuple(y2.shape)} {y2.dtype}")
             _finite(name, f"embed_tokens output at length {s}", y2)
             y = y2
             for layer in range(cfg.dims.n_layers):
+                kept_y = y.clone()
                 pe.observe(layer, y, ctx)
+                _left_alone(name, f"observe({layer}, x, ctx)", x=(kept_y, y))
                 q, k = torch.randn(b, h, s, e, device=cfg.device), torch.randn(b, h, s, e, device=cfg.device)
-                q2, k2 = pe.qk(layer, q, k, ctx)
+                kept = q.clone(), k.clone()
+                call = f"qk({layer}, q, k, ctx)"
+                pair = pe.qk(layer, q, k, ctx)
+                if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                    fail(name, f"{call} must return the pair (q, k), got {_described(pair)}")
+                q2, k2 = (_a_tensor(name, call, t, device) for t in pair)
+                _left_alone(name, call, q=(kept[0], q), k=(kept[1], k))
                 if q2.shape[:3] != (b, h, s) or k2.shape[:3] != (b, h, s) or q2.shape[-1] != k2.shape[-1]:
                     fail(name, f"qk turned q, k {tuple(q.shape)} into {tuple(q2.shape)}, {tuple(k2.shape)}")
                 if q2.shape[-1] < e:
                     fail(name, f"qk shrank the head dim from {e} to {q2.shape[-1]}")
+                if q2.dtype != q.dtype or k2.dtype != k.dtype:
+                    fail(name, f"{call} turned {q.dtype} q, k into {q2.dtype}, {k2.dtype}; return the inputs' dtype")
+                if q2.shape[-1] != e and ctx.head_dim != e:
+                    fail(
+                        name,
+                        f"{call} widened q/k from {e} to {q2.shape[-1]} but left ctx.head_dim = {ctx.head_dim}: record "
+                        f"the model's head dim ({e}) there when it is None, or attend's default scale is "
+                        f"1/sqrt({q2.shape[-1] if ctx.head_dim is None else ctx.head_dim})",
+                    )
+                kept = q2.clone(), k2.clone()
+                call = f"bias({layer}, q, k, ctx)"
                 biases = pe.bias(layer, q2, k2, ctx)
+                _left_alone(name, call, q=(kept[0], q2), k=(kept[1], k2))
                 if not isinstance(biases, (list, tuple)) or not all(isinstance(t, AttentionBias) for t in biases):
-                    fail(name, f"bias must return a list of AttentionBias, got {biases!r}")
+                    fail(name, f"{call} must return a list of AttentionBias, got {_described(biases)}")
                 for bias in biases:
+                    for dtype in (torch.float32, torch.bfloat16):
+                        what = f"{type(bias).__name__}.materialize(ctx, {h}, {dtype})"
+                        dense = _a_tensor(name, what, bias.materialize(ctx, h, dtype), device)
+                        if dense.dtype != dtype:
+                            fail(name, f"{what} returned {dense.dtype}: materialise in the dtype asked for")
                     dense = bias.materialize(ctx, h, torch.float32)
                     try:
                         torch.broadcast_shapes(dense.shape, (b, h, s, s))
@@ -337,7 +428,9 @@ def check_copy_and_pickle(factory: Factory, cfg: KitConfig) -> None:
 
 
 def check_deterministic(factory: Factory, cfg: KitConfig) -> None:
-    """Same seed, same everything: bit-identical outputs in training mode (positions included)."""
+    """Same seed, same everything: bit-identical outputs in training mode (positions included);
+    in eval mode, the same outputs whatever the global RNG state, under ``seeded`` where the
+    encoding says its evaluation draws at random (``random_at_eval``)."""
     name = "deterministic"
     s, b = cfg.length, cfg.batch
 
@@ -350,6 +443,32 @@ def check_deterministic(factory: Factory, cfg: KitConfig) -> None:
             return model(random_tokens(cfg, s), pos, scale_hint=scale_hints(cfg, b, s))
 
     _close(name, "two runs under the same seed", run(), run(), 0.0, 0.0)
+
+    def evaluate(global_seed: int) -> tuple[Tensor, Tensor, bool]:
+        """Positions and outputs of an eval-mode pass from global RNG state ``global_seed``, under
+        ``seeded`` where the encoding draws at evaluation (``random_at_eval``); and whether it does."""
+        model = build_model(factory, cfg, cfg.seed)
+        model.eval()
+        pe, tokens, hint = model.pe, random_tokens(cfg, s), scale_hints(cfg, b, s)
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(global_seed)
+            if not pe.random_at_eval:
+                pos = pe.positions(b, s, cfg.device)
+                return pos, model(tokens, pos, scale_hint=hint), False
+            with pe.seeded(cfg.seed):
+                pos = pe.positions(b, s, cfg.device)
+                return pos, model(tokens, pos, scale_hint=hint), True
+
+    (pos, out, random_at_eval), (pos2, out2, _) = evaluate(cfg.seed + 2), evaluate(cfg.seed + 3)
+    if pos.shape == pos2.shape and torch.equal(pos, pos2) and torch.equal(out, out2):
+        return
+    if random_at_eval:
+        fail(name, f"eval-mode positions or outputs under seeded({cfg.seed}) differ between two global RNG states")
+    fail(
+        name,
+        "eval-mode positions or outputs differ between two global RNG states, but random_at_eval is False: an "
+        "encoding whose evaluation draws at random says so (random_at_eval) and draws under seeded(seed)",
+    )
 
 
 def check_extrapolation(factory: Factory, cfg: KitConfig) -> None:
@@ -498,8 +617,19 @@ def check_encoding(
     Raises:
         ConformanceError (an AssertionError) naming the check and the difference, also
         when the encoding raised inside a check (the original exception is its cause);
-        TypeError for unknown config keys or check names.
+        TypeError for unknown config keys or check names, a factory that is an encoding
+        (or anything not callable) rather than a function building one, and ``dims`` that
+        are no :class:`~pezoo.ModelDims`.
     """
+    if isinstance(factory, nn.Module) or not callable(factory):
+        raise TypeError(
+            f"check_encoding takes a factory, a function that builds the encoding (lambda: pezoo.create(...)), "
+            f"got {type(factory).__name__}: every check builds fresh instances"
+        )
+    if dims is not None and not isinstance(dims, ModelDims):
+        raise TypeError(f"dims must be a pezoo.ModelDims, got {type(dims).__name__} {dims!r}"[:300])
+    if isinstance(checks, str):
+        raise TypeError(f"checks takes a list of check names, e.g. checks=[{checks!r}], not a string")
     valid = {f.name for f in fields(KitConfig)} - {"dims"}
     unknown = sorted(set(config) - valid)
     if unknown:

@@ -14,6 +14,7 @@ from importlib import metadata
 import pytest
 import torch
 from click.testing import CliRunner
+from fake_entry_points import fake_entry_points
 
 import pezoo
 from harness.cli import main
@@ -47,7 +48,7 @@ def plugins(monkeypatch, tmp_path):
 
     def install(**points: str) -> None:
         eps = [metadata.EntryPoint(name, value, "pezoo.encodings") for name, value in points.items()]
-        monkeypatch.setattr(metadata, "entry_points", lambda group=None: [e for e in eps if e.group == group])
+        monkeypatch.setattr(metadata, "entry_points", fake_entry_points(eps))
         monkeypatch.setattr(ENCODINGS, "_entry_points_loaded", False)
 
     sys.modules.pop("fake_pezoo_plugin", None)  # a fresh import per test: loading sets the classes' name
@@ -71,7 +72,7 @@ def test_two_plugins_with_one_name_clash(plugins):
         metadata.EntryPoint("twin", "fake_pezoo_plugin:Unnamed", "pezoo.encodings"),
         metadata.EntryPoint("twin", "fake_pezoo_plugin:Agrees", "pezoo.encodings"),
     ]
-    metadata.entry_points = lambda group=None: eps  # the fixture's monkeypatch restores the original
+    metadata.entry_points = fake_entry_points(eps)  # the fixture's monkeypatch restores the original
     with pytest.raises(ValueError, match=r"Unnamed.*Agrees|Agrees.*Unnamed"):
         pezoo.available()
 

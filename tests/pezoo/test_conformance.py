@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 import pezoo
-from pezoo import AttentionContext, LinearBias, PositionalEncoding
+from pezoo import AttentionBias, AttentionContext, LinearBias, PositionalEncoding
 from pezoo.testing import CHECKS, ConformanceError, check_encoding, graph_breaks
 
 DIMS = pezoo.ModelDims(d_model=32, n_heads=4, n_layers=2)
@@ -260,6 +261,152 @@ BROKEN = [
     (lambda: DerivedBufferWithoutReset(DIMS.d_model), "meta_init"),
     (NeedsATokenToReduce, "empty_inputs"),
 ]
+
+
+# hooks that return, declare or write the wrong thing: each fails hook_shapes (or
+# deterministic) with a sentence naming the hook and what it did, where before each passed
+# every check or failed in torch's words ("too many values to unpack", "expected m1 and m2
+# to have the same dtype", "'NoneType' object has no attribute 'shape'")
+
+
+class ReturnsOnlyQ(PositionalEncoding):
+    def qk(self, layer, q, k, ctx):
+        return q  # unpacked along the batch: with batch 2 it "worked"
+
+
+class RotatesInFloat64(PositionalEncoding):
+    def qk(self, layer, q, k, ctx):
+        return q.double(), k.double()
+
+
+class WidensWithoutSayingSo(PositionalEncoding):
+    """Concatenates a stream to q and k but leaves ctx.head_dim unset: attend's default scale
+    becomes 1/sqrt(2e)."""
+
+    def qk(self, layer, q, k, ctx):
+        return torch.cat([q, q], -1), torch.cat([k, k], -1)
+
+
+class ScalesTheResidualInObserve(PositionalEncoding):
+    def observe(self, layer, x, ctx):
+        x.mul_(0.5)  # "reads" the stream: every check passed, the model changed
+
+
+class ScalesQInBias(PositionalEncoding):
+    def bias(self, layer, q, k, ctx):
+        q.mul_(2.0)  # the attention that follows uses the scaled q
+        return []
+
+
+class ShiftsInPlaceInEmbed(PositionalEncoding):
+    def embed(self, x, pos):
+        return x.add_(1.0)
+
+
+class ReturnsTheBiasTensor(PositionalEncoding):
+    def bias(self, layer, q, k, ctx):
+        return torch.zeros(q.shape[0], q.shape[1], q.shape[2], k.shape[2])  # printed whole before
+
+
+@dataclass(frozen=True, eq=False)
+class Float32Distance(AttentionBias):
+    def materialize(self, ctx, n_heads, dtype):
+        return -(ctx.q_pos[:, None, :, None] - ctx.k_pos[:, None, None, :]).abs().float()  # not `dtype`
+
+
+class MaterialisesInFloat32(PositionalEncoding):
+    def bias(self, layer, q, k, ctx):
+        return [Float32Distance()]
+
+
+class PositionsOnMeta(PositionalEncoding):
+    def positions(self, batch, length, device="cpu"):
+        return torch.arange(length, device="meta")[None]
+
+
+class EmbedsNothing(PositionalEncoding):
+    def embed(self, x, pos):
+        x = x + 1  # the forgotten return
+
+
+class NamesABackendThatIsNot(PositionalEncoding):
+    def attention_backends(self):
+        return ("eagre",)
+
+
+class NamesABackendAsAString(PositionalEncoding):
+    def attention_backends(self):
+        return "eager"  # read letter by letter: "runs on e, a, g, e, r"
+
+
+class SizesOneLayerOnly(PositionalEncoding):
+    def qk_head_dims(self, head_dim, n_layers):
+        return [head_dim]
+
+
+class DrawsPositionsAtEvaluation(PositionalEncoding):
+    """Random positions in eval mode too, without saying so (random_at_eval stays False)."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(1024, d_model))
+
+    def positions(self, batch, length, device="cpu"):
+        return torch.randperm(4 * length + 4)[:length].sort().values[None].to(device)
+
+    def embed(self, x, pos):
+        return x + self.table[pos]
+
+
+BROKEN_HOOKS = [
+    (ReturnsOnlyQ, "hook_shapes", r"qk\(0, q, k, ctx\) must return the pair \(q, k\), got a torch.float32 tensor"),
+    (RotatesInFloat64, "hook_shapes", r"qk\(0, q, k, ctx\) turned torch.float32 q, k into torch.float64"),
+    (WidensWithoutSayingSo, "hook_shapes", r"qk\(0, q, k, ctx\) widened q/k from 8 to 16 but left ctx.head_dim"),
+    (ScalesTheResidualInObserve, "hook_shapes", r"observe\(0, x, ctx\) changed its input x in place"),
+    (ScalesQInBias, "hook_shapes", r"bias\(0, q, k, ctx\) changed its input q in place"),
+    (ShiftsInPlaceInEmbed, "hook_shapes", r"embed\(x, pos\) changed its input x in place"),
+    (
+        ReturnsTheBiasTensor,
+        "hook_shapes",
+        r"bias\(0, q, k, ctx\) must return a list of AttentionBias, got a "
+        r"torch.float32 tensor of shape \(2, 4, 1, 1\) on cpu$",
+    ),
+    (
+        MaterialisesInFloat32,
+        "hook_shapes",
+        r"Float32Distance.materialize\(ctx, 4, torch.bfloat16\) returned torch.float32",
+    ),
+    (PositionsOnMeta, "hook_shapes", r"positions\(2, 1\) returned a tensor on meta, not on the inputs' device cpu"),
+    (EmbedsNothing, "hook_shapes", r"embed\(x, pos\) must return a tensor, got NoneType None"),
+    (NamesABackendThatIsNot, "hook_shapes", r"attention_backends\(\) names 'eagre', no registered backend"),
+    (NamesABackendAsAString, "hook_shapes", r"attention_backends\(\) must return None or a tuple of backend names"),
+    (SizesOneLayerOnly, "hook_shapes", r"qk_head_dims\(8, 2\) must return one entry per layer \(2\)"),
+    (
+        lambda: DrawsPositionsAtEvaluation(DIMS.d_model),
+        "deterministic",
+        r"eval-mode positions or outputs differ between two global RNG states, but random_at_eval is False",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("factory", "check", "message"),
+    BROKEN_HOOKS,
+    ids=[f.__name__ if isinstance(f, type) else "DrawsPositionsAtEvaluation" for f, _, _ in BROKEN_HOOKS],
+)
+def test_the_kit_names_the_hook_that_returned_or_did_the_wrong_thing(factory, check, message):
+    with pytest.raises(ConformanceError, match=rf"^\[{check}\] {message}"):
+        check_encoding(factory, DIMS, checks=[check])
+
+
+def test_the_kit_refuses_what_is_no_factory_dims_or_list_of_checks():
+    rope = pezoo.create("rope", dims=DIMS)
+    with pytest.raises(TypeError, match=r"takes a factory.*got RoPE"):  # was "raised NotImplementedError: ... forward"
+        check_encoding(rope, DIMS)
+    with pytest.raises(TypeError, match=r"dims must be a pezoo.ModelDims, got dict"):
+        check_encoding(lambda: rope, {"d_model": 32, "n_heads": 4, "n_layers": 2})
+    with pytest.raises(TypeError, match=r"checks=\['hook_shapes'\], not a string"):  # was: unknown checks _, a, e, ...
+        check_encoding(lambda: rope, DIMS, checks="hook_shapes")
 
 
 @pytest.mark.parametrize(
