@@ -28,9 +28,28 @@ WIDTH = 100
 
 def summary(obj: Any, width: int = WIDTH) -> str:
     """The first paragraph of ``obj``'s docstring on one line, cut to ``width`` characters."""
-    doc = inspect.getdoc(obj) or ""
+    doc = _docstring(obj) or ""
     first = " ".join(doc.split("\n\n", 1)[0].split())
     return textwrap.shorten(first, width, placeholder=" ...") if first else ""
+
+
+_BASES = (pezoo.PositionalEncoding, tasks.Task, torch.nn.Module, object)
+"""Classes whose docstring describes every subclass in general, never one of them."""
+
+
+def _docstring(obj: Any) -> str | None:
+    """``obj``'s docstring, a class's own or the nearest above it short of :data:`_BASES`: a
+    plugin class without one was listed with "Base class of every pezoo encoding"."""
+    cls = obj if isinstance(obj, type) else type(obj) if isinstance(obj, _BASES[:2]) else None
+    if cls is None:  # a factory function
+        return inspect.getdoc(obj)
+    for klass in cls.__mro__:
+        if klass in _BASES:
+            return None
+        doc = klass.__dict__.get("__doc__")
+        if doc:
+            return inspect.cleandoc(doc)
+    return None
 
 
 def wrappable(name: str, prefix: str | None = None) -> bool:

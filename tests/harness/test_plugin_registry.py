@@ -34,6 +34,12 @@ PLUGIN_SOURCE = textwrap.dedent(
     class Agrees(PositionalEncoding):
         '''A plugin whose name is its key.'''
         name = "agrees_plugin"
+
+    class Undocumented(PositionalEncoding):
+        pass
+
+    class UndocumentedAgrees(Agrees):
+        name = None
     """
 )
 
@@ -98,6 +104,17 @@ def test_pezoo_list_loads_plugins_and_lists_broken_ones_apart(plugins):
     broken_line = next(line for line in rest.splitlines() if "broken_plugin" in line)
     assert "no_such_module_for_pezoo" in broken_line
     assert "randomized:broken_plugin" not in pezoo.available()
+
+
+def test_pezoo_list_describes_a_plugin_without_a_docstring_by_nothing_not_the_base_class(plugins):
+    """It was listed with PositionalEncoding's "Base class of every pezoo encoding ..."; a
+    subclass of a documented encoding keeps that encoding's description."""
+    plugins(bare_plugin="fake_pezoo_plugin:Undocumented", heir_plugin="fake_pezoo_plugin:UndocumentedAgrees")
+    lines = CliRunner().invoke(main, ["list"]).output.splitlines()
+    bare = next(line for line in lines if line.lstrip().startswith("bare_plugin "))
+    heir = next(line for line in lines if line.lstrip().startswith("heir_plugin "))
+    assert len(bare.split()) == 2, bare  # its name and its wrappers' marks, no description
+    assert heir.endswith("A plugin whose name is its key."), heir
 
 
 @pytest.mark.parametrize("pe", ["broken_plugin", "randomized:broken_plugin"])
