@@ -38,11 +38,11 @@ def results(store_path, pe, task, fmt) -> None:
     # A filter name must be one this checkout knows or one the store holds (a plugin's runs
     # imported from published results): a typo is an error, not an empty table. A registry
     # name selects every run of it; a displayed name such as prism{paper} those runs only.
-    if pe:
-        try:
-            wanted = split_pe_list(pe)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--pe") from None
+    try:
+        wanted = split_pe_list(pe) if pe else []  # "," names none, as "": no filter (bench: not given)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pe") from None
+    if wanted:
         known = sorted(set(pezoo.available()) | set(df["pe"]) | set(df.get("pe_label", df["pe"])))
         known = sorted(set(known) | set(lm_df["pe"]) | set(lm_df["pe_label"]))
         # a spec of an installed encoding (rope{layout=half}) is no typo: it matches its runs
@@ -52,7 +52,7 @@ def results(store_path, pe, task, fmt) -> None:
         wanted = sorted(set(wanted) | set(specs.values()))
         df = df[df["pe"].isin(wanted) | df["pe_label"].isin(wanted)]
         lm_df = lm_df[lm_df["pe"].isin(wanted) | lm_df["pe_label"].isin(wanted)]
-    if task:
+    if task and split(task):
         check_names("task", split(task), sorted(set(tasks.bench_tasks()) | set(df["task"])), "--task")
         df = df[df["task"].isin(split(task))]
         lm_df = lm_df[lm_df["task"].isin(split(task))]

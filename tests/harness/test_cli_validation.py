@@ -192,6 +192,17 @@ def test_results_filters_accept_registered_names_and_names_in_the_store(store_wi
     assert "no finished runs match" in absent.stderr  # and a word on stderr
 
 
+@pytest.mark.parametrize("option", ["--pe", "--task"])
+def test_a_results_filter_that_names_nothing_is_no_filter_however_spelt(store_with_a_plugin_run, option):
+    """``--pe ''`` listed every run and ``--pe ,`` none ("no finished runs match"): both name
+    no encoding, as bench reads them (there: not given)."""
+    args = ["results", "--store", str(store_with_a_plugin_run), "--format", "csv"]
+    everything = CliRunner().invoke(main, args).stdout
+    for value in ("", ",", " , "):
+        result = CliRunner().invoke(main, [*args, option, value])
+        assert result.exit_code == 0 and result.stdout == everything, (value, result.output)
+
+
 def test_results_filters_take_a_spec_with_options_of_an_installed_encoding(tmp_path):
     """``--pe 'rope{layout=half}'`` names runs of an installed encoding with options: its
     runs (matched in the store's spelling, options sorted, spaces dropped), or none, but
