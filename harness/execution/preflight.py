@@ -10,6 +10,7 @@ from harness.config import RunConfig
 from harness.config.pe_spec import preflight_build
 from harness.execution.attempt import exited
 from harness.records.provenance import run_provenance
+from harness.tasks.checks import check_instances
 from harness.tasks.data import evaluation_set
 from harness.tasks.lm.corpora import CorpusError
 from harness.tasks.lm.data import task_regions
@@ -34,6 +35,7 @@ def check_run(cfg: RunConfig) -> None:
             f"task {cfg.task!r} has no fixed output length, which the encoder protocol (preset "
             f"{cfg.preset!r}) needs; use a randomized-PE task or a decoder preset such as quick"
         )
+    check_instances(task, cfg.train_lengths(), cfg.test_lengths())  # a user's task: its instances, drawn once
     _check_positions_fit(cfg, task)
 
 

@@ -16,6 +16,7 @@ One module per task (named as the task), and:
 
     base       the ``Task`` interface and the task registry
     vocab      the shared 64-token vocabulary every task is written in
+    checks     checks of a task's instances, made once before a run trains (a user's task included)
     chomsky    the Chomsky-hierarchy tasks' shared machinery, as the randomized-PE paper uses them
     catalogue  the task catalogue, generated from the registry (docs/tasks.md)
     data       batches of task instances as tensors (imported on its own, not by this package)
@@ -102,15 +103,23 @@ from harness.tasks.base import (
     Task,
     available,
     create,
+    lm_name_clash,
     register_task,
 )
 from harness.tasks.lm import LM_TASKS
+from pezoo import PluginClashError
 
 
 def bench_tasks() -> list[str]:
     """Every task ``pezoo bench`` runs, by name: the registry's algorithmic tasks
-    (:func:`available`), then the language-modelling ones (``harness.tasks.lm.LM_TASKS``)."""
-    return [*available(), *LM_TASKS]
+    (:func:`available`), then the language-modelling ones (``harness.tasks.lm.LM_TASKS``).
+    A plugin registered under a language-modelling task's name is a ``PluginClashError``
+    (a one-line error on every command), never a run of the other task."""
+    algorithmic = available()
+    clash = [name for name in algorithmic if name in LM_TASKS]
+    if clash:
+        raise PluginClashError(lm_name_clash(clash[0], "a plugin (entry-point group 'pezoo.tasks')"))
+    return [*algorithmic, *LM_TASKS]
 
 
 __all__ = [

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from harness.tasks import vocab
+from harness.tasks.lm import LM_TASKS
 from pezoo import CoupledSegment, Coupling, Registry
-
-TASKS = Registry("task", "pezoo.tasks")
 
 # PE-solvability labels (Chen, Liang & Lin, "On the Limitations and Capabilities of Position
 # Embeddings for Length Generalization", §III-§VII; the labels are our reading of their
@@ -170,6 +169,12 @@ class Task(ABC):
         """The target as a pure function of the prompt (ends with ``.`` where the format has one)."""
 
 
+TASKS = Registry("task", "pezoo.tasks", base=Task)
+"""Name -> Task subclass (or a function returning a Task): the built-ins, registered by
+:func:`register_task`, and plugins of the ``pezoo.tasks`` entry-point group (a plugin naming
+a class that is not a Task subclass does not load)."""
+
+
 def layout_coupling(members: Sequence[str], *segments: CoupledSegment) -> Coupling:
     """A task's coupling over the harness's layout ``<bos> prompt = target <eos>`` (padded
     with ``<pad>``): ``members`` are numbered within their segment, each of the task's other
@@ -181,9 +186,22 @@ def layout_coupling(members: Sequence[str], *segments: CoupledSegment) -> Coupli
 
 
 def register_task(cls: type[Task]) -> type[Task]:
-    """Class decorator adding a task to the registry under ``cls.name``."""
+    """Class decorator adding a task to the registry under ``cls.name``. A class that is not
+    a Task subclass, and a name the language-modelling track has (``lm_en``), are refused."""
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise TypeError(f"@register_task decorates a subclass of harness.tasks.Task, got {cls!r}")
+    if cls.name in LM_TASKS:
+        raise ValueError(lm_name_clash(cls.name, f"{cls.__module__}.{cls.__qualname__}"))
     TASKS.register(cls.name, cls)
     return cls
+
+
+def lm_name_clash(name: str, source: str) -> str:
+    """The message for a task registered under a language-modelling task's name."""
+    return (
+        f"task {name!r} of {source} has the name of a language-modelling task of the harness "
+        f"({', '.join(LM_TASKS)}), whose runs would train on the corpus instead: rename it"
+    )
 
 
 def available() -> list[str]:
@@ -193,8 +211,28 @@ def available() -> list[str]:
 def create(name: str, **options: object) -> Task:
     """The task registered as ``name``; ``options`` go to its constructor (strict keys)."""
     cls = TASKS[name]
-    valid = [p.name for p in inspect.signature(cls).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    if isinstance(cls, type) and issubclass(cls, Task) and not cls.name:
+        cls.name = name  # a plugin's class that leaves name unset: the entry-point key (as an encoding's)
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):
+        signature = None
+    valid = [] if signature is None else [p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY]
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ValueError(f"task {name!r} has no option(s) {unknown}; valid options: {valid or 'none'}")
-    return cls(**options)
+    try:
+        made = cls(**options)
+    except TypeError as exc:  # a constructor with a required argument: bench's checks say so in one line
+        raise ValueError(
+            f"task {name!r} cannot be made from its options {options or '(none)'}: {exc} (a task's constructor "
+            "takes only keyword-only options, each with a default)"
+        ) from exc
+    if not isinstance(made, Task):
+        raise TypeError(f"task {name!r}: its factory {cls!r} returned {type(made).__name__}, not a harness.tasks.Task")
+    if made.name != name:
+        raise ValueError(
+            f"task {name!r}: its class sets name = {made.name!r}, which differs from the name it is registered "
+            f"under; make them agree (the evaluation sets and records go by the name)"
+        )
+    return made

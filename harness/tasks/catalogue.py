@@ -63,6 +63,28 @@ Do not edit by hand: `tests/harness/tasks/test_catalogue.py` regenerates it and 
   `addition_turing` also takes `test_operand_lengths` (default `"equal"`, the Turing-Programs
   paper's test set) for its evaluation instances (`Task.sample_test`).
 
+## Adding a task
+
+Subclass `harness.tasks.Task` (set the class attributes, implement `sample_prompt` and
+`solve`) and register it: in-tree with `@register_task` in a module of `harness/tasks/`
+named as the task (and imported by `harness/tasks/__init__.py`), or from your own package
+through the `pezoo.tasks` entry-point group (`my_task = "my_package:MyTask"`; a class that
+leaves `name` unset gets the key, one whose `name` differs from it is refused). Names follow
+the encodings' rules (letters, digits, `_`, `.`, `-`), may not be a language-modelling
+task's (`lm_en`, `lm_code`), and an entry point must name a `Task` subclass. Its constructor
+takes only keyword-only options, each with a default (`create(name, **options)`).
+
+Before a run trains, the harness draws a few instances at the smallest and largest of its
+training scales (`sample`) and of its test scales (`sample_test`) and refuses the run, in
+one sentence naming the task, the call and what it returned (`harness/tasks/checks.py`),
+when an instance is not an `Example`; has a token that is not a string, not in the shared
+vocabulary, not in the task's declared `vocabulary`, or one of the layout's (`=`, `<eos>`,
+`<pad>`, `<bos>`); has an empty target; records another scale than the one asked for; has
+a target other than `solve(prompt)`, a mask not of the target's length, or a target length
+other than `output_length(n)`; differs when drawn again from an equal seed; or when the
+largest test scale's instances are no longer than the smallest training scale's (a
+generator that ignores n). `tests/harness/tasks/test_user_tasks.py` shows each.
+
 ## Sources
 
 Each task's `source` cites its paper by author and year, with the table or section:
