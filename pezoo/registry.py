@@ -208,7 +208,7 @@ class _LazyEntryPoint:
             what = f"the class {_source(factory)}" if isinstance(factory, type) else repr(factory)
             wanted = f"a {base.__name__} subclass or a function returning one" if base else "a class or a function"
             raise ImportError(f"could not load plugin {self.source}: it names {what}, not {wanted}")
-        if isinstance(factory, type) and issubclass(factory, PositionalEncoding):
+        if isinstance(factory, type) and base is not None and isinstance(getattr(factory, "name", None), str):
             if not factory.name:
                 factory.name = self._ep.name  # derived from the entry-point key
             elif factory.name != self._ep.name:

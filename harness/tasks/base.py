@@ -210,9 +210,7 @@ def available() -> list[str]:
 
 def create(name: str, **options: object) -> Task:
     """The task registered as ``name``; ``options`` go to its constructor (strict keys)."""
-    cls = TASKS[name]
-    if isinstance(cls, type) and issubclass(cls, Task) and not cls.name:
-        cls.name = name  # a plugin's class that leaves name unset: the entry-point key (as an encoding's)
+    cls = TASKS[name]  # a plugin's class that leaves name unset has its entry-point key as name
     try:
         signature = inspect.signature(cls)
     except (TypeError, ValueError):

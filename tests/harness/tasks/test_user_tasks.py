@@ -205,7 +205,7 @@ def plugins(monkeypatch, tmp_path, registry):
         monkeypatch.setattr(metadata, "entry_points", fake_entry_points(eps))
         monkeypatch.setattr(TASKS, "_entry_points_loaded", False)
 
-    sys.modules.pop("fake_task_plugin", None)  # a fresh import per test: create sets the class's name
+    sys.modules.pop("fake_task_plugin", None)  # a fresh import per test: loading sets the class's name
     yield install
     sys.modules.pop("fake_task_plugin", None)
 
