@@ -208,14 +208,16 @@ class _LazyEntryPoint:
             what = f"the class {_source(factory)}" if isinstance(factory, type) else repr(factory)
             wanted = f"a {base.__name__} subclass or a function returning one" if base else "a class or a function"
             raise ImportError(f"could not load plugin {self.source}: it names {what}, not {wanted}")
-        if isinstance(factory, type) and base is not None and isinstance(getattr(factory, "name", None), str):
-            if not factory.name:
-                factory.name = self._ep.name  # derived from the entry-point key
-            elif factory.name != self._ep.name:
-                raise ImportError(
-                    f"plugin {self._ep.name!r} from {self._ep.value!r}: its class sets name = {factory.name!r}, "
-                    f"which differs from the entry-point key {self._ep.name!r}; make them agree or leave name unset"
-                )
+        if not (isinstance(factory, type) and base is not None and hasattr(factory, "name")):
+            return factory  # a factory function: what it builds is named by it
+        named = factory.name  # the registry's base class has a name (PositionalEncoding, Task)
+        if not named:
+            factory.name = self._ep.name  # derived from the entry-point key
+        elif named != self._ep.name:
+            raise ImportError(
+                f"plugin {self._ep.name!r} from {self._ep.value!r}: its class sets name = {named!r}, "
+                f"which differs from the entry-point key {self._ep.name!r}; make them agree or leave name unset"
+            )
         return factory
 
     def __repr__(self) -> str:
