@@ -273,6 +273,44 @@ def _check_positions(q: Tensor, k: Tensor, ctx: AttentionContext) -> None:
     check_batch("attend", q, k, ctx)
 
 
+def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Raise a ValueError unless k and v are one set of keys and values for q: the same batch
+    (or 1), head width for q and k, key count for k and v, and key/value heads that divide
+    q's (grouped-query attention; each backend failed in torch's words, flex after a wasted
+    compile)."""
+    if v.dim() != 4:
+        raise ValueError(f"attend wants v of shape (b, g, j, f); got {tuple(v.shape)}")
+    (b, h, _, e), (bk, g, j, _), (bv, gv, jv, _) = q.shape, k.shape, v.shape
+    problem = None
+    if q.shape[-1] != k.shape[-1]:
+        problem = f"q and k must share their head width (axis 3): {e} and {k.shape[-1]}"
+    elif (g, j) != (gv, jv):
+        problem = f"k and v must have the same heads and keys (axes 1, 2): {(g, j)} and {(gv, jv)}"
+    elif g == 0 or h % g:
+        problem = (
+            f"k and v have {g} heads, which must divide q's {h} (grouped-query attention: each key/value head "
+            "serves h/g query heads)"
+        )
+    elif bk not in (b, 1) or bv not in (b, 1):  # no set: a traced batch size is not hashable
+        problem = f"k and v have batch {bk}, {bv} for q's {b} (1 broadcasts)"
+    if problem is not None:
+        raise ValueError(
+            f"attend: {problem}; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+            "(q (b, h, i, e), k (b, g, j, e), v (b, g, j, f))"
+        )
+
+
+def repeat_heads(x: Tensor, heads: int) -> Tensor:
+    """(b, g, j, e) -> (b, h, j, e), each key/value head repeated for its h/g query heads in
+    order (grouped-query attention: query head i reads key/value head i // (h/g), as
+    transformers' ``repeat_kv``); x itself when g = h, a view when g = 1."""
+    if x.shape[1] == heads:
+        return x
+    if x.shape[1] == 1:
+        return x.expand(x.shape[0], heads, *x.shape[2:])
+    return x.repeat_interleave(heads // x.shape[1], dim=1)
+
+
 def _check_dtypes(q: Tensor, k: Tensor, v: Tensor) -> None:
     """Raise a ValueError unless q, k and v share a dtype (outside autocast, which casts them
     itself): eager and sdpa failed in torch's words ("expected scalar type BFloat16 but found
@@ -298,7 +336,10 @@ def attend(
     transform: ScoreTransform | None = None,
     normaliser: Normaliser | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """Attention of q (b,h,i,e) over k (b,h,j,e), v (b,h,j,f) under ``ctx`` and ``biases``.
+    """Attention of q (b,h,i,e) over k (b,g,j,e), v (b,g,j,f) under ``ctx`` and ``biases``.
+
+    g is h, or a divisor of h for grouped-query (and multi-query, g = 1) attention: each
+    key/value head serves h/g consecutive query heads (:func:`repeat_heads`).
 
     Args:
         scale: score scale; default 1/sqrt(``ctx.head_dim``), the model's head dim
@@ -314,14 +355,18 @@ def attend(
 
     Raises:
         ValueError: ``backend`` cannot express ``transform`` or ``normaliser`` (the message
-            names the backends that can); q, k and v of different dtypes outside autocast.
+            names the backends that can); q, k and v of different dtypes outside autocast, or
+            of shapes that do not fit together (key/value heads that do not divide q's, k and v
+            of other key counts, q and k of other head widths).
     """
     try:
         fn = BACKENDS[backend]
     except KeyError:
         raise UnknownNameError(unknown_name_message("attention backend", backend, sorted(BACKENDS))) from None
     _check_positions(q, k, ctx)
+    _check_shapes(q, k, v)
     _check_dtypes(q, k, v)
+    k, v = repeat_heads(k, q.shape[1]), repeat_heads(v, q.shape[1])  # grouped-query: every query head its keys
     if scale is None:
         scale = 1.0 / math.sqrt(ctx.head_dim if ctx.head_dim is not None else q.shape[-1])
     if transform is None and normaliser is None:

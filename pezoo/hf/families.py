@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from pezoo.attention import attend
+from pezoo.attention import attend, repeat_heads
 from pezoo.backends.auto import pick_backend
 from pezoo.biases import AttentionBias, DenseBias, RelativeFunctionBias
 from pezoo.context import AttentionContext
@@ -126,7 +126,7 @@ def pezoo_attention(
             "(it needs the call's positions and padding)"
         )
     h = query.shape[1]
-    key, value = _repeat_heads(key, h), _repeat_heads(value, h)
+    key, value = repeat_heads(key, h), repeat_heads(value, h)
     layer = kwargs["pezoo_layer"]
     found = calls.biases(adapter.encoding, call, layer, query, key)
     transform = score_transform(adapter, call, layer)
@@ -213,17 +213,6 @@ def causal_dense(bias: AttentionBias, ctx: AttentionContext, n_heads: int) -> At
     return DenseBias(out)
 
 
-def _repeat_heads(x: Tensor, heads: int) -> Tensor:
-    """(b, g, j, e) -> (b, h, j, e), each key/value head repeated for its h/g query heads (GQA)."""
-    if x.shape[1] == heads:
-        return x
-    return (
-        x.expand(x.shape[0], heads, *x.shape[2:])
-        if x.shape[1] == 1
-        else x.repeat_interleave(heads // x.shape[1], dim=1)
-    )
-
-
 def attention_forward(self: Any, hidden_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
     """Every adapted family's attention forward: the family's projections, pezoo's ``qk`` on
     the new q/k, the KV cache, the registered attention, the family's output."""
@@ -253,7 +242,7 @@ def attention_forward(self: Any, hidden_states: Tensor, *args: Any, **kwargs: An
         call = call.last(q.shape[2])  # in a prompt, transformers passes these layers only the tokens it keeps
         q, _ = calls.qk(adapter.encoding, call, layer, q, q)  # the queries as this layer's encoding takes them
     else:
-        k, v = _repeat_heads(k, h), _repeat_heads(v, h)  # (b, h, s, e): the encoding sees every head
+        k, v = repeat_heads(k, h), repeat_heads(v, h)  # (b, h, s, e): the encoding sees every head
         q, k = calls.qk(adapter.encoding, call, layer, q, k)
         if cache is not None:
             k, v = cache.update(k, v, getattr(self, "layer_idx", layer))  # GPT-Neo's has none: its place in the stack

@@ -225,3 +225,43 @@ def test_self_attention_without_the_cache_its_positions_claim_is_a_clear_error()
     pos = torch.arange(5)[None]
     with pytest.raises(ValueError, match=r"2 key\(s\) before the queries, but ctx.state has no KV cache for layer 1"):
         _self_attention_call(pezoo.AttentionContext(q_pos=pos[:, 2:], k_pos=pos), 3)
+
+
+@pytest.mark.parametrize("backend", ["eager", *BACKENDS])
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_grouped_query_attention_gives_each_query_head_its_key_value_head(backend, kv_heads):
+    """k, v with g heads dividing q's h (GQA; MQA at g = 1): query head i attends with
+    key/value head i // (h/g), against softmax written out here. Every backend failed in
+    torch's words before (flex after a compile attempt)."""
+    torch.manual_seed(0)
+    b, h, s, e, f = 2, 4, 6, 8, 5
+    q, k, v = torch.randn(b, h, s, e), torch.randn(b, kv_heads, s, e), torch.randn(b, kv_heads, s, f)
+    pos = torch.arange(s)[None]
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)
+    biases = pezoo.create("alibi", n_heads=h).bias(0, q, k, ctx)
+    out, _ = pezoo.attend(q, k, v, ctx, biases, backend=backend)
+    slopes = biases[0].slopes  # (h,)
+    causal = torch.ones(s, s, dtype=torch.bool).tril()
+    for head in range(h):
+        g = head // (h // kv_heads)
+        scores = q[:, head] @ k[:, g].transpose(-1, -2) / math.sqrt(e)  # (b, s, s)
+        scores = scores - slopes[head] * (pos[0][:, None] - pos[0][None, :]).abs()
+        probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        torch.testing.assert_close(out[:, head], probs @ v[:, g], atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("k_shape", "v_shape", "message"),
+    [
+        ((2, 3, 6, 8), (2, 3, 6, 8), "k and v have 3 heads, which must divide q's 4"),
+        ((2, 2, 6, 8), (2, 1, 6, 8), "k and v must have the same heads and keys"),
+        ((2, 2, 6, 4), (2, 2, 6, 8), "q and k must share their head width"),
+        ((2, 2, 6, 8), (3, 2, 6, 8), "k and v have batch 2, 3 for q's 2"),
+    ],
+)
+def test_keys_and_values_that_do_not_fit_the_queries_are_named(k_shape, v_shape, message):
+    q, pos = torch.randn(2, 4, 6, 8), torch.arange(6)[None]
+    ctx = pezoo.AttentionContext(q_pos=pos, k_pos=pos)
+    for backend in ["eager", *BACKENDS]:
+        with pytest.raises(ValueError, match=message):
+            pezoo.attend(q, torch.randn(k_shape), torch.randn(v_shape), ctx, backend=backend)
