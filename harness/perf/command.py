@@ -115,10 +115,8 @@ def _json_problem(path: Path) -> str | None:
 
 
 @click.command("perf")
-@click.option("--quick", "size", flag_value="quick", help="Smaller grid (about a minute on an idle CPU).")
-@click.option(
-    "--full", "size", flag_value="full", help="The whole grid: S up to 8192, all backends and sections (long on CPU)."
-)
+@click.option("--quick", is_flag=True, help="Smaller grid (about a minute on an idle CPU).")
+@click.option("--full", is_flag=True, help="The whole grid: S up to 8192, all backends and sections (long on CPU).")
 @click.option(
     "--sections", help=f"Comma-separated subset of {','.join(SECTIONS)} (default: {','.join(DEFAULT_SECTIONS)})."
 )
@@ -167,9 +165,9 @@ def _json_problem(path: Path) -> str | None:
 )
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda[:N].")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the report here as JSON.")
-def perf_command(size, sections, encodings, presets, backends, precisions, batch_size, repeats, threads, memory_lengths,
-                 memory_pe, memory_backends, memory_cap_gib, alloc_lengths, alloc_pe, alloc_backends, alloc_batch,
-                 decode_length, decode_batch, decode_pe, decode_window,
+def perf_command(quick, full, sections, encodings, presets, backends, precisions, batch_size, repeats, threads,
+                 memory_lengths, memory_pe, memory_backends, memory_cap_gib, alloc_lengths, alloc_pe, alloc_backends,
+                 alloc_batch, decode_length, decode_batch, decode_pe, decode_window,
                  prism_supports, prism_lengths, compile_pe, compile_models, compile_lengths, device,
                  json_path) -> None:  # fmt: skip
     """Time and memory of every encoding side by side: training step, peak memory, cached
@@ -180,10 +178,12 @@ def perf_command(size, sections, encodings, presets, backends, precisions, batch
     """
     from harness.records.provenance import resolve_device
 
+    if quick and full:  # one destination for both once let the last given win silently
+        raise click.UsageError("--quick and --full choose two different grids: give one of them")
     try:
         dev = resolve_device(device)
         grid = grid_from(
-            size or "default",
+            "quick" if quick else "full" if full else "default",
             sections=_names(sections, "--sections"),
             encodings=_names(encodings, "--pe"),
             presets=_names(presets, "--presets"),

@@ -302,6 +302,7 @@ def test_cli_refuses_sizes_out_of_bounds_saying_the_bounds(args, message):
         (["--repeats", "1000000000"], "--repeats must be at most 1,000 timed rounds, got 1,000,000,000"),
         (["--compile-lengths", "8,100000000"], "a compile length must be from 1 to 65,536, got 100,000,000"),
         (["--json", ""], "Invalid value for --json: an empty path"),
+        (["--quick", "--full"], "--quick and --full choose two different grids"),  # the last given won silently
     ],
     ids=[
         "lm preset",
@@ -314,6 +315,7 @@ def test_cli_refuses_sizes_out_of_bounds_saying_the_bounds(args, message):
         "repeats 1e9",
         "compile length 1e8",
         "json empty",
+        "quick and full",
     ],
 )
 def test_cli_refuses_before_measuring_what_it_cannot_measure(args, message, monkeypatch):
