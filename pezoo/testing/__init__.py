@@ -54,6 +54,7 @@ Not a check (it fails nothing): :func:`graph_breaks` reports how many graph brea
 
 kit.py      KitModel, KitConfig, ConformanceError, and how a check builds the model and inputs
 checks.py   the checks, CHECKS and check_encoding
+hooks.py    the hook_shapes check (hooks on plain tensors, and the encoding's declarations)
 compile.py  graph_breaks and its CompileReport
 """
 

@@ -155,6 +155,13 @@ def fail(check: str, message: str) -> None:
     raise ConformanceError(f"[{check}] {message}")
 
 
+def finite(check: str, what: str, t: Tensor) -> None:
+    """Fail ``check`` if ``t`` holds a NaN or an inf, naming ``what``."""
+    if not torch.isfinite(t).all():
+        bad = "NaN" if torch.isnan(t).any() else "inf"
+        fail(check, f"{what} contains {bad}")
+
+
 def build_model(factory: Factory, cfg: KitConfig, seed: int) -> KitModel:
     """The kit model around ``factory()``; the encoding is built under ``seed``, the rest
     of the model always under the same seed (so two builds differ only in the encoding)."""
